@@ -1,0 +1,120 @@
+// The seam between the core and a dataplane. The core owns validation, IP allocation, the store and
+// the per-workload serialisation; a backend only programs (and unprograms) what it is told to. A
+// backend never sees the store and never allocates: everything it needs arrives in the spec.
+
+/** One address given to a workload interface, already allocated by the core. */
+export interface IpAssignment {
+  /** 4 or 6. */
+  family: 4 | 6;
+  /** The address itself, canonical text form ("10.88.0.5", "fd00::5"). */
+  address: string;
+  /** Prefix length of the pool the address came from (informational, for CNI results). */
+  poolPrefixLength: number;
+  /** The pool's CIDR ("10.88.0.0/16"). */
+  pool: string;
+  /** Gateway the workload should route through for this family (link-local in the routed model). */
+  gateway: string;
+}
+
+/** A route handed to the workload in results (the backend decides what it actually programs). */
+export interface RouteInfo {
+  destination: string;
+  gateway?: string;
+}
+
+/** What the core asks a backend to program for one (workload, interface). */
+export interface AttachSpec {
+  /** Stable key of the attachment: `${workloadId}/${ifName}`. Backends use it to name objects. */
+  key: string;
+  workloadId: string;
+  /** Interface name inside the workload namespace (validated: 1–15 bytes, no '/', no whitespace). */
+  ifName: string;
+  /** Absolute path to the workload's network namespace (validated as an nsfs net namespace). */
+  netnsPath: string;
+  /** Inode of that namespace at validation time, to detect a path that was re-pointed meanwhile. */
+  netnsInode: number;
+  ips: IpAssignment[];
+  mtu: number;
+}
+
+/** What a backend reports back about the programmed interface. */
+export interface DataplaneResult {
+  /** Interface inside the workload namespace. */
+  ifName: string;
+  mac: string;
+  mtu: number;
+  /** Host-side interface name (veth end or VF), if there is one. */
+  hostIfName?: string;
+  /** Routes programmed inside the workload namespace. */
+  routes: RouteInfo[];
+  /** Backend-private details the backend needs later (detach/check/reconcile), stored verbatim. */
+  details?: Record<string, string | number | boolean>;
+}
+
+/** A stored attachment as a backend sees it when asked to tear down, check or reconcile. */
+export interface AttachmentView {
+  key: string;
+  workloadId: string;
+  ifName: string;
+  netnsPath: string;
+  netnsInode: number;
+  ips: IpAssignment[];
+  mtu: number;
+  /** Undefined when the attach never completed (a crash or failure mid-way). */
+  dataplane?: DataplaneResult;
+}
+
+export interface Drift {
+  /** Machine-readable kind, e.g. "interface-missing", "address-missing", "mtu-changed". */
+  kind: string;
+  message: string;
+}
+
+export interface ReconcileOutcome {
+  /** Host objects of ours that had no attachment and were removed. */
+  orphansRemoved: string[];
+  /** Keys of attachments whose dataplane is missing (the core decides to repair or release). */
+  missing: string[];
+  /** Keys of attachments whose dataplane is present and matches. */
+  healthy: string[];
+  /** Problems that did not prevent reconcile but an operator should see. */
+  warnings: string[];
+}
+
+export interface BackendHealth {
+  ready: boolean;
+  /** Why it is not ready, or notes worth showing when it is. */
+  reasons: string[];
+  /** Free-form facts for `status` (e.g. agent id, last heartbeat). */
+  details?: Record<string, string | number | boolean>;
+}
+
+/**
+ * A dataplane. All methods may be called concurrently for different keys; the core never calls two
+ * methods concurrently for the same key.
+ */
+export interface Backend {
+  /** Short name ("linux", "dpu") reported in results and metrics. */
+  readonly name: string;
+  /** Prepare the node (e.g. enable forwarding). Fails with a clear message if it cannot run here. */
+  start(): Promise<void>;
+  /**
+   * Program one interface. On failure the backend must leave nothing of its own behind (it rolls back
+   * its own steps) and throw a WorkloadNetError (or any Error, mapped to INTERNAL).
+   */
+  attach(spec: AttachSpec): Promise<DataplaneResult>;
+  /**
+   * Remove what attach created. Must succeed when things are already gone (namespace vanished, link
+   * missing, attach never finished) and throw only for real failures.
+   */
+  detach(att: AttachmentView): Promise<void>;
+  /** Compare the dataplane with the stored attachment; an empty list means no drift. */
+  check(att: AttachmentView): Promise<Drift[]>;
+  /** Called once at start-up with every stored attachment; removes orphans, reports missing ones. */
+  reconcile(atts: AttachmentView[]): Promise<ReconcileOutcome>;
+  health(): Promise<BackendHealth>;
+  stop(): Promise<void>;
+}
+
+/** inversify identifier under which the active backend is bound. */
+export const BACKEND = Symbol.for('workloadnet.Backend');

@@ -1,0 +1,48 @@
+import { status } from '@grpc/grpc-js';
+
+// Every failure that leaves the daemon carries a gRPC code and a sentence a person can act on. The CNI
+// adapter maps the same codes to CNI error codes, so the code is the contract, not the message.
+
+export type ErrorCode =
+  | 'INVALID_ARGUMENT'
+  | 'NOT_FOUND'
+  | 'ALREADY_EXISTS'
+  | 'RESOURCE_EXHAUSTED'
+  | 'FAILED_PRECONDITION'
+  | 'UNAVAILABLE'
+  | 'DEADLINE_EXCEEDED'
+  | 'INTERNAL';
+
+export class WorkloadNetError extends Error {
+  constructor(
+    readonly code: ErrorCode,
+    message: string,
+    /** True when repeating the same call later may succeed (CNI "try again later"). */
+    readonly retryable = false,
+  ) {
+    super(message);
+    this.name = 'WorkloadNetError';
+  }
+
+  get grpcCode(): status {
+    return status[this.code];
+  }
+}
+
+export const invalidArgument = (msg: string): WorkloadNetError => new WorkloadNetError('INVALID_ARGUMENT', msg);
+export const notFound = (msg: string): WorkloadNetError => new WorkloadNetError('NOT_FOUND', msg);
+export const alreadyExists = (msg: string): WorkloadNetError => new WorkloadNetError('ALREADY_EXISTS', msg);
+export const exhausted = (msg: string): WorkloadNetError => new WorkloadNetError('RESOURCE_EXHAUSTED', msg, true);
+export const unavailable = (msg: string): WorkloadNetError => new WorkloadNetError('UNAVAILABLE', msg, true);
+export const deadlineExceeded = (msg: string): WorkloadNetError =>
+  new WorkloadNetError('DEADLINE_EXCEEDED', msg, true);
+export const failedPrecondition = (msg: string): WorkloadNetError =>
+  new WorkloadNetError('FAILED_PRECONDITION', msg);
+export const internal = (msg: string): WorkloadNetError => new WorkloadNetError('INTERNAL', msg);
+
+/** Any thrown value as a WorkloadNetError; unknown errors become INTERNAL with their message kept. */
+export function asWorkloadNetError(err: unknown): WorkloadNetError {
+  if (err instanceof WorkloadNetError) return err;
+  const message = err instanceof Error ? err.message : String(err);
+  return internal(message);
+}

@@ -1,0 +1,102 @@
+// The orchestrator's public surface: what the gRPC API and the CNI adapter both call. Adapters speak
+// their own protocol and translate to these calls; they never touch the store or a backend.
+
+import type { DataplaneResult, Drift, IpAssignment } from './backend';
+
+export interface PodMetadata {
+  uid?: string;
+  namespace?: string;
+  name?: string;
+}
+
+export interface AttachCall {
+  workloadId: string;
+  netnsPath: string;
+  ifName: string;
+  /** Container/sandbox id when it differs from the workload id (kept as metadata). */
+  containerId?: string;
+  pod?: PodMetadata;
+  /** Per-call MTU override; defaults to the configured MTU. */
+  mtu?: number;
+  /** DNS settings to echo back in results (CNI runtimeConfig.dns). */
+  dns?: DnsInfo;
+}
+
+export interface DetachCall {
+  workloadId: string;
+  /** Empty when the runtime no longer knows it (CNI DEL with empty CNI_NETNS). */
+  netnsPath?: string;
+  /** Empty means every interface of the workload. */
+  ifName?: string;
+}
+
+export interface DnsInfo {
+  nameservers: string[];
+  search: string[];
+  options: string[];
+  domain?: string;
+}
+
+/** One attachment as stored and returned by Attach/Get/List. */
+export interface Attachment {
+  key: string;
+  workloadId: string;
+  ifName: string;
+  netnsPath: string;
+  containerId?: string;
+  pod?: PodMetadata;
+  ips: IpAssignment[];
+  mtu: number;
+  backend: string;
+  dns?: DnsInfo;
+  dataplane?: DataplaneResult;
+  /** "ready" once the dataplane has been programmed; "pending" while (or if a crash left it) half-done. */
+  state: 'pending' | 'ready';
+  createdAt: string;
+}
+
+export interface PoolUsage {
+  cidr: string;
+  family: 4 | 6;
+  size: number;
+  used: number;
+}
+
+export interface ServiceStatus {
+  ready: boolean;
+  reasons: string[];
+  backend: string;
+  backendDetails: Record<string, string | number | boolean>;
+  pools: PoolUsage[];
+  attachments: number;
+  reconcile?: ReconcileSummary;
+}
+
+export interface ReconcileSummary {
+  at: string;
+  orphansRemoved: number;
+  repaired: number;
+  released: number;
+  healthy: number;
+  warnings: string[];
+}
+
+export interface GcResult {
+  removed: string[];
+}
+
+export interface WorkloadService {
+  attach(call: AttachCall): Promise<Attachment>;
+  detach(call: DetachCall): Promise<void>;
+  status(): Promise<ServiceStatus>;
+  list(): Promise<Attachment[]>;
+  /** Attachments of one workload (all interfaces, or one when ifName is given). NOT_FOUND when none. */
+  get(workloadId: string, ifName?: string): Promise<Attachment[]>;
+  /** Drift for one attachment; NOT_FOUND when it is unknown. */
+  check(workloadId: string, ifName: string): Promise<Drift[]>;
+  /** Keep exactly the attachments named (workloadId + ifName) and detach all others. */
+  gc(keep: Array<{ workloadId: string; ifName?: string }>): Promise<GcResult>;
+}
+
+/** inversify identifier of the orchestrator. */
+export const WORKLOAD_SERVICE = Symbol.for('workloadnet.WorkloadService');
