@@ -1,0 +1,187 @@
+import * as path from 'node:path';
+import type { Command } from 'commander';
+import * as grpc from '@grpc/grpc-js';
+import { installCni } from '../adapters/cni/install';
+import { VERSION } from '../core/api-server';
+import { DEFAULT_CONFIG } from '../core/config';
+import type { Attachment, StatusResponse } from '../proto/gen/workloadnet/v1/workload';
+import { ApiClient, isUnreachable } from './api-client';
+import { age, json, table } from './output';
+
+// The operator's commands. They talk to the daemon only through the public gRPC API.
+
+export const EXIT = { ok: 0, error: 1, usage: 2, notReady: 3, unreachable: 4, notFound: 5 } as const;
+
+interface GlobalOpts {
+  socket: string;
+  json?: boolean;
+  timeout: string;
+}
+
+function withClient(opts: GlobalOpts, fn: (c: ApiClient) => Promise<number>): Promise<void> {
+  const client = new ApiClient(opts.socket, Number(opts.timeout) * 1000);
+  return fn(client).then(
+    (code) => {
+      client.close();
+      process.exitCode = code;
+    },
+    (err: unknown) => {
+      client.close();
+      const e = err as grpc.ServiceError;
+      if (isUnreachable(err)) {
+        process.stderr.write(`workloadnet: cannot reach the daemon at ${opts.socket}: ${e.details}\nIs it running? (workloadnet daemon, or systemctl status workloadnet)\n`);
+        process.exitCode = EXIT.unreachable;
+      } else {
+        process.stderr.write(`workloadnet: ${grpc.status[e.code] ?? 'ERROR'}: ${e.details ?? String(err)}\n`);
+        process.exitCode = e.code === grpc.status.NOT_FOUND ? EXIT.notFound : EXIT.error;
+      }
+    },
+  );
+}
+
+function clientCommand(program: Command, name: string, description: string): Command {
+  return program
+    .command(name)
+    .description(description)
+    .option('--socket <path>', 'daemon API socket', process.env.WORKLOADNET_SOCKET ?? DEFAULT_CONFIG.socket)
+    .option('--timeout <seconds>', 'give up after this long', '30');
+}
+
+export function registerClientCommands(program: Command): void {
+  clientCommand(program, 'status', 'show whether the node can attach workloads, and why not')
+    .option('--json', 'print JSON')
+    .addHelpText('after', '\nExit code 3 when the daemon is not ready.\nExample:\n  workloadnet status --json | jq .ready')
+    .action((opts: GlobalOpts) =>
+      withClient(opts, async (c) => {
+        const st = await c.call(c.raw.status, {});
+        process.stdout.write(opts.json ? json(st) : formatStatus(st));
+        return st.ready ? EXIT.ok : EXIT.notReady;
+      }),
+    );
+
+  clientCommand(program, 'ls', 'list attachments')
+    .alias('list')
+    .option('--json', 'print JSON')
+    .addHelpText('after', '\nExample:\n  workloadnet ls')
+    .action((opts: GlobalOpts) =>
+      withClient(opts, async (c) => {
+        const res = await c.call(c.raw.list, {});
+        process.stdout.write(opts.json ? json(res.attachments) : formatList(res.attachments));
+        return EXIT.ok;
+      }),
+    );
+
+  clientCommand(program, 'inspect', 'show one workload’s attachments in full')
+    .argument('<workload>', 'workload id (the sandbox/container id for CNI)')
+    .option('--if-name <name>', 'only this interface')
+    .option('--json', 'print JSON')
+    .addHelpText('after', '\nExit code 5 when the workload is unknown.\nExample:\n  workloadnet inspect 3f9a2c --json')
+    .action((workload: string, opts: GlobalOpts & { ifName?: string }) =>
+      withClient(opts, async (c) => {
+        const res = await c.call(c.raw.get, { workloadId: workload, ifName: opts.ifName ?? '' });
+        process.stdout.write(json(res.attachments));
+        return EXIT.ok;
+      }),
+    );
+
+  clientCommand(program, 'detach', 'detach a workload (admin; runtimes detach through their own calls)')
+    .argument('<workload>', 'workload id')
+    .option('--if-name <name>', 'only this interface (default: all)')
+    .addHelpText('after', '\nSucceeds for unknown workloads, like the API.\nExample:\n  workloadnet detach 3f9a2c')
+    .action((workload: string, opts: GlobalOpts & { ifName?: string }) =>
+      withClient(opts, async (c) => {
+        await c.call(c.raw.detach, { workloadId: workload, netns: { netnsPath: '', ifName: opts.ifName ?? '', mtu: 0 } });
+        process.stdout.write(`detached ${workload}\n`);
+        return EXIT.ok;
+      }),
+    );
+
+  clientCommand(program, 'gc', 'detach every attachment except the workloads named')
+    .argument('[keep...]', 'workload ids (or workload/ifname) to keep')
+    .option('--all', 'allow an empty keep list, which detaches everything')
+    .option('--json', 'print JSON')
+    .addHelpText('after', '\nExample:\n  workloadnet gc $(crictl pods -q)')
+    .action((keep: string[], opts: GlobalOpts & { all?: boolean }) => {
+      if (keep.length === 0 && !opts.all) {
+        process.stderr.write('workloadnet: gc with no workloads to keep detaches everything; pass --all if you mean it\n');
+        process.exitCode = EXIT.usage;
+        return Promise.resolve();
+      }
+      return withClient(opts, async (c) => {
+        const res = await c.call(c.raw.gc, {
+          keep: keep.map((k) => {
+            const [workloadId = '', ifName = ''] = k.split('/');
+            return { workloadId, ifName };
+          }),
+        });
+        process.stdout.write(opts.json ? json(res) : `removed ${res.removed.length}: ${res.removed.map((r) => `${r.workloadId}/${r.ifName}`).join(' ')}\n`);
+        return EXIT.ok;
+      });
+    });
+
+  program
+    .command('install-cni')
+    .description('install the workloadnet-cni forwarder and a conflist for container runtimes')
+    .option('--bin-dir <dir>', 'CNI binary directory', '/opt/cni/bin')
+    .option('--conf-dir <dir>', 'CNI configuration directory', '/etc/cni/net.d')
+    .option('--cni-socket <path>', 'the daemon’s CNI socket', DEFAULT_CONFIG.cniSocket)
+    .option('--name <name>', 'network name in the conflist', 'workloadnet')
+    .option('--mtu <n>', 'MTU to put in the conflist (default: the daemon’s)')
+    .option('--force', 'overwrite files that were not written by workloadnet')
+    .addHelpText('after', '\nExample:\n  workloadnet install-cni --bin-dir /opt/cni/bin --conf-dir /etc/cni/net.d')
+    .action(async (opts: { binDir: string; confDir: string; cniSocket: string; name: string; mtu?: string; force?: boolean }) => {
+      const res = await installCni({
+        binDir: opts.binDir,
+        confDir: opts.confDir,
+        cniSocket: opts.cniSocket,
+        name: opts.name,
+        force: opts.force ?? false,
+        shimPath: path.resolve(__dirname, '..', 'bin', 'workloadnet-cni'),
+        mtu: opts.mtu ? Number(opts.mtu) : undefined,
+      });
+      process.stdout.write(`installed ${res.binary}\nwrote ${res.conflist}\n`);
+    });
+
+  program
+    .command('version')
+    .description('print the client version (and the daemon’s, when reachable)')
+    .option('--socket <path>', 'daemon API socket', process.env.WORKLOADNET_SOCKET ?? DEFAULT_CONFIG.socket)
+    .option('--json', 'print JSON')
+    .action(async (opts: { socket: string; json?: boolean }) => {
+      const c = new ApiClient(opts.socket, 2000);
+      const daemon = await c.call(c.raw.status, {}).then((s) => s.version, () => undefined);
+      c.close();
+      process.stdout.write(opts.json ? json({ client: VERSION, daemon: daemon ?? null }) : `client: ${VERSION}\ndaemon: ${daemon ?? 'unreachable'}\n`);
+    });
+}
+
+function formatStatus(st: StatusResponse): string {
+  const lines = [`ready:       ${st.ready ? 'yes' : 'no'}`];
+  for (const r of st.reasons) lines.push(`  reason:    ${r}`);
+  lines.push(`backend:     ${st.backend}`);
+  for (const [k, v] of Object.entries(st.backendDetails)) lines.push(`  ${k}: ${v}`);
+  lines.push(`attachments: ${st.attachments}`);
+  for (const p of st.pools) lines.push(`pool:        ${p.cidr} (IPv${p.family}) ${p.used}/${p.size} used`);
+  if (st.reconcile) {
+    const r = st.reconcile;
+    lines.push(`reconcile:   at ${r.at}: ${r.healthy} healthy, ${r.repaired} repaired, ${r.released} released, ${r.orphansRemoved} orphans removed`);
+    for (const w of r.warnings) lines.push(`  warning:   ${w}`);
+  }
+  lines.push(`version:     ${st.version}`);
+  return lines.join('\n') + '\n';
+}
+
+function formatList(atts: Attachment[]): string {
+  return table(
+    ['WORKLOAD', 'POD', 'INTERFACE', 'IPS', 'BACKEND', 'STATE', 'AGE'],
+    atts.map((a) => [
+      a.workloadId,
+      a.pod && (a.pod.namespace || a.pod.name) ? `${a.pod.namespace}/${a.pod.name}` : '-',
+      a.ifName,
+      (a.result?.ips ?? []).map((i) => i.cidr).join(',') || '-',
+      a.result?.backend ?? '-',
+      a.state,
+      age(a.createdAt),
+    ]),
+  );
+}

@@ -1,0 +1,99 @@
+import { bindBackend } from './backend-wiring';
+import { DEFAULT_CONFIG, loadConfigFile, mergeConfig, type BackendName, type ConfigOverrides, type DaemonConfig, type LogLevel } from '../core/config';
+import { createContainer } from '../core/container';
+import { Daemon, type Endpoint } from '../core/daemon';
+import { createLogger } from '../core/logger';
+import { Metrics } from '../core/metrics';
+import { MetricsServer } from '../core/metrics-server';
+import { cniEndpoint } from './cni-endpoint';
+
+export interface DaemonFlags {
+  config?: string;
+  socket?: string;
+  cniSocket?: string;
+  socketGroup?: string;
+  stateDir?: string;
+  backend?: string;
+  podCidr?: string[];
+  mtu?: string;
+  logLevel?: string;
+  metricsListen?: string;
+  hostNetns?: string;
+  agentSocket?: string;
+  agentListen?: string;
+  tlsCert?: string;
+  tlsKey?: string;
+  tlsCa?: string;
+  ackTimeoutMs?: string;
+}
+
+/** Embedded defaults, then the config file, then flags. */
+export function effectiveConfig(flags: DaemonFlags): DaemonConfig {
+  const file = flags.config ? loadConfigFile(flags.config) : {};
+  const fromFlags: ConfigOverrides = {
+    socket: flags.socket,
+    cniSocket: flags.cniSocket,
+    socketGroup: flags.socketGroup,
+    stateDir: flags.stateDir,
+    backend: flags.backend as BackendName | undefined,
+    podCidrs: flags.podCidr && flags.podCidr.length > 0 ? flags.podCidr : undefined,
+    mtu: flags.mtu === undefined ? undefined : Number(flags.mtu),
+    logLevel: flags.logLevel as LogLevel | undefined,
+    metricsListen: flags.metricsListen,
+    linux: { hostNetns: flags.hostNetns },
+    dpu: {
+      agentSocket: flags.agentSocket,
+      agentListen: flags.agentListen,
+      tlsCert: flags.tlsCert,
+      tlsKey: flags.tlsKey,
+      tlsCa: flags.tlsCa,
+      ackTimeoutMs: flags.ackTimeoutMs === undefined ? undefined : Number(flags.ackTimeoutMs),
+    },
+  };
+  return mergeConfig(DEFAULT_CONFIG, file, fromFlags);
+}
+
+/** Runs the daemon until SIGTERM/SIGINT. Start-up failures are one clear line and exit code 1. */
+export async function runDaemon(flags: DaemonFlags): Promise<void> {
+  let config: DaemonConfig;
+  try {
+    config = effectiveConfig(flags);
+  } catch (err) {
+    fatal(err);
+  }
+  const logger = createLogger(config.logLevel);
+  const metrics = new Metrics({ processMetrics: true });
+  const container = createContainer(config, logger, metrics);
+  bindBackend(container, config, logger);
+  const daemon = new Daemon(container);
+  try {
+    await daemon.start((service) => {
+      const eps: Endpoint[] = [cniEndpoint(service, config, logger)];
+      if (config.metricsListen) eps.push(new MetricsServer(config.metricsListen, metrics));
+      return eps;
+    });
+  } catch (err) {
+    await daemon.stop().catch(() => undefined);
+    fatal(err);
+  }
+  let stopping = false;
+  const shutdown = (signal: string): void => {
+    if (stopping) return;
+    stopping = true;
+    logger.info({ signal }, 'shutting down');
+    daemon.stop().then(
+      () => process.exit(0),
+      (err: unknown) => {
+        logger.error({ err }, 'shutdown failed');
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
+}
+
+function fatal(err: unknown): never {
+  process.stderr.write(`workloadnetd: ${err instanceof Error ? err.message : String(err)}\n`);
+  process.exit(1);
+}

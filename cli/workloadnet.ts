@@ -1,0 +1,68 @@
+#!/usr/bin/env node
+import { Command, Option } from 'commander';
+import { runDaemon, type DaemonFlags } from './daemon-command';
+import { registerClientCommands } from './client-commands';
+import { VERSION } from '../core/api-server';
+import { DEFAULT_CONFIG } from '../core/config';
+
+// The workloadnet command: the daemon itself and the operator's client commands. Exit codes that
+// scripts can rely on: 0 ok, 1 error, 2 usage error, 3 daemon not ready, 4 daemon unreachable,
+// 5 not found.
+
+const collect = (v: string, prev: string[]): string[] => [...prev, v];
+
+export function buildProgram(): Command {
+  const program = new Command('workloadnet')
+    .description('Container networking daemon with pluggable Linux (rtnetlink) and DPU dataplanes, and its client.')
+    .version(VERSION, '-V, --version', 'print the version')
+    .showHelpAfterError()
+    .addHelpText(
+      'after',
+      `
+Examples:
+  workloadnet daemon --pod-cidr 10.88.0.0/16           run the daemon with the Linux backend
+  workloadnet daemon --backend dpu --agent-socket /run/workloadnet/agent.sock
+  workloadnet status                                    is the node ready to attach workloads?
+  workloadnet ls --json                                 every attachment, as JSON
+  workloadnet install-cni                               install the CNI forwarder and conflist
+
+Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not found.`,
+    );
+
+  program
+    .command('daemon')
+    .description('run the workloadnet daemon (serves the workload API and the CNI endpoint)')
+    .option('-c, --config <file>', 'JSON config file (flags override it)')
+    .option('--socket <path>', `workload API socket (default ${DEFAULT_CONFIG.socket})`)
+    .option('--cni-socket <path>', `CNI endpoint socket (default ${DEFAULT_CONFIG.cniSocket})`)
+    .option('--socket-group <group>', 'group owning the sockets (mode 0660)')
+    .option('--state-dir <dir>', `state store directory (default ${DEFAULT_CONFIG.stateDir})`)
+    .addOption(new Option('--backend <name>', `dataplane backend (default ${DEFAULT_CONFIG.backend})`).choices(['linux', 'dpu']))
+    .option('--pod-cidr <cidr>', `address pool, repeatable for dual-stack (default ${DEFAULT_CONFIG.podCidrs.join(', ')})`, collect, [])
+    .option('--mtu <n>', `workload interface MTU (default ${DEFAULT_CONFIG.mtu})`)
+    .addOption(new Option('--log-level <level>', 'log level (default info)').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal']))
+    .option('--metrics-listen <host:port>', 'serve Prometheus metrics here (off by default; keep it on loopback)')
+    .option('--host-netns <path>', "linux/dpu: namespace facing the workloads (default: the daemon's own)")
+    .option('--agent-socket <path>', `dpu: unix socket for agents (default ${DEFAULT_CONFIG.dpu.agentSocket})`)
+    .option('--agent-listen <host:port>', 'dpu: also accept agents over TCP with mutual TLS')
+    .option('--tls-cert <file>', 'dpu: server certificate for --agent-listen')
+    .option('--tls-key <file>', 'dpu: server key for --agent-listen')
+    .option('--tls-ca <file>', 'dpu: CA that agent certificates must chain to')
+    .option('--ack-timeout-ms <n>', `dpu: how long Attach waits for the agent (default ${DEFAULT_CONFIG.dpu.ackTimeoutMs})`)
+    .addHelpText('after', '\nExample:\n  workloadnet daemon --pod-cidr 10.88.0.0/16 --pod-cidr fd00:88::/64 --mtu 1450')
+    .action((flags: DaemonFlags) => runDaemon(flags));
+
+  registerClientCommands(program);
+  return program;
+}
+
+if (require.main === module) {
+  const program = buildProgram();
+  program.exitOverride((err) => {
+    process.exit(err.exitCode === 0 ? 0 : 2);
+  });
+  program.parseAsync(process.argv).catch((err: unknown) => {
+    process.stderr.write(`workloadnet: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  });
+}

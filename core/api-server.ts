@@ -1,0 +1,203 @@
+import * as path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import * as protoLoader from '@grpc/proto-loader';
+import { ReflectionService } from '@grpc/reflection';
+import { HealthImplementation } from 'grpc-health-check';
+import {
+  WorkloadNetworkingService,
+  type AttachRequest,
+  type AttachResponse,
+  type Attachment as ProtoAttachment,
+  type CheckRequest,
+  type CheckResponse,
+  type DetachRequest,
+  type DetachResponse,
+  type GCRequest,
+  type GCResponse,
+  type GetRequest,
+  type GetResponse,
+  type ListRequest,
+  type ListResponse,
+  type StatusRequest,
+  type StatusResponse,
+  type WorkloadNetworkingServer,
+} from '../proto/gen/workloadnet/v1/workload';
+import { addressToBytes } from './cidr';
+import { asWorkloadNetError, unavailable, WorkloadNetError } from './errors';
+import type { Logger } from './logger';
+import { prepareSocketPath, secureSocket } from './unix-socket';
+import type { Attachment, WorkloadService } from './workload-service';
+
+/** The original contract's service name, served too so that its clients connect unchanged. */
+export const SEED_SERVICE = 'metropolis.node.core.network.workloads.WorkloadNetworking';
+const OWN_SERVICE = 'workloadnet.v1.WorkloadNetworking';
+
+/** Largest request we accept; the API's messages are small, so anything bigger is hostile or broken. */
+export const MAX_MESSAGE_BYTES = 1024 * 1024;
+
+export const VERSION = '0.1.0';
+
+const PROTO_DIR = path.resolve(__dirname, '..', '..', 'proto');
+
+export class ApiServer {
+  private readonly server = new grpc.Server({
+    'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
+    'grpc.max_send_message_length': 64 * MAX_MESSAGE_BYTES,
+  });
+  private readonly health = new HealthImplementation({ '': 'NOT_SERVING', [OWN_SERVICE]: 'NOT_SERVING', [SEED_SERVICE]: 'NOT_SERVING' });
+
+  constructor(
+    private readonly service: WorkloadService,
+    private readonly log: Logger,
+  ) {
+    const handlers = this.handlers(false);
+    this.server.addService(WorkloadNetworkingService, handlers);
+    this.server.addService(renamed(WorkloadNetworkingService, SEED_SERVICE), this.handlers(true));
+    this.health.addToServer(this.server);
+    const pkg = protoLoader.loadSync(['workloadnet/v1/workload.proto'], { includeDirs: [PROTO_DIR] });
+    new ReflectionService(pkg).addToServer(this.server);
+  }
+
+  async listen(socketPath: string, group: string): Promise<void> {
+    await prepareSocketPath(socketPath);
+    await new Promise<void>((resolve, reject) =>
+      this.server.bindAsync(`unix:${socketPath}`, grpc.ServerCredentials.createInsecure(), (err) =>
+        err ? reject(err) : resolve(),
+      ),
+    );
+    secureSocket(socketPath, group);
+  }
+
+  /** Tells health clients whether Attach can succeed now. */
+  setServing(serving: boolean): void {
+    const s = serving ? 'SERVING' : 'NOT_SERVING';
+    for (const name of ['', OWN_SERVICE, SEED_SERVICE]) this.health.setStatus(name, s);
+  }
+
+  /** Stops accepting calls and waits up to `graceMs` for running ones before cutting them off. */
+  async close(graceMs = 5000): Promise<void> {
+    this.setServing(false);
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        this.server.forceShutdown();
+        resolve();
+      }, graceMs);
+      this.server.tryShutdown(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+
+  private handlers(seed: boolean): WorkloadNetworkingServer {
+    const s = this.service;
+    return {
+      attach: this.unary<AttachRequest, AttachResponse>('Attach', async (req) => {
+        const att = await s.attach({
+          workloadId: req.workloadId,
+          netnsPath: req.netns?.netnsPath ?? '',
+          ifName: req.netns?.ifName ?? '',
+          mtu: req.netns?.mtu || undefined,
+          containerId: req.containerId || undefined,
+          pod: req.pod,
+          dns: req.dns ? { nameservers: req.dns.nameservers, search: req.dns.search, options: req.dns.options, domain: req.dns.domain || undefined } : undefined,
+        });
+        return toAttachResponse(att);
+      }),
+      detach: this.unary<DetachRequest, DetachResponse>('Detach', async (req) => {
+        await s.detach({ workloadId: req.workloadId, netnsPath: req.netns?.netnsPath, ifName: req.netns?.ifName || undefined });
+        return {};
+      }),
+      status: this.unary<StatusRequest, StatusResponse>('Status', async () => {
+        const st = await s.status();
+        // The original contract's StatusResponse has no fields, so its clients learn "not ready" only
+        // from an error code.
+        if (seed && !st.ready) throw unavailable(`not ready: ${st.reasons.join('; ')}`);
+        return {
+          ready: st.ready,
+          reasons: st.reasons,
+          backend: st.backend,
+          backendDetails: Object.fromEntries(Object.entries(st.backendDetails).map(([k, v]) => [k, String(v)])),
+          pools: st.pools.map((p) => ({ cidr: p.cidr, family: p.family, size: p.size, used: p.used })),
+          attachments: st.attachments,
+          reconcile: st.reconcile,
+          version: VERSION,
+        };
+      }),
+      list: this.unary<ListRequest, ListResponse>('List', async () => ({ attachments: (await s.list()).map(toProtoAttachment) })),
+      get: this.unary<GetRequest, GetResponse>('Get', async (req) => ({
+        attachments: (await s.get(req.workloadId, req.ifName || undefined)).map(toProtoAttachment),
+      })),
+      check: this.unary<CheckRequest, CheckResponse>('Check', async (req) => {
+        const drift = await s.check(req.workloadId, req.ifName);
+        return { ok: drift.length === 0, drift };
+      }),
+      gc: this.unary<GCRequest, GCResponse>('GC', async (req) => {
+        const res = await s.gc(req.keep.map((k) => ({ workloadId: k.workloadId, ifName: k.ifName || undefined })));
+        return {
+          removed: res.removed.map((key) => {
+            const [workloadId = '', ifName = ''] = key.split('/');
+            return { workloadId, ifName };
+          }),
+        };
+      }),
+    };
+  }
+
+  /** Adapts a promise-returning handler to grpc-js, mapping every failure to a proper status code. */
+  private unary<Req, Res>(
+    method: string,
+    fn: (req: Req) => Promise<Res>,
+  ): grpc.handleUnaryCall<Req, Res> {
+    return (call, callback) => {
+      fn(call.request).then(
+        (res) => callback(null, res),
+        (err: unknown) => {
+          const e = asWorkloadNetError(err);
+          if (!(err instanceof WorkloadNetError)) this.log.error({ method, err }, 'unexpected error');
+          callback({ code: e.grpcCode, details: e.message });
+        },
+      );
+    };
+  }
+}
+
+/** The same service definition under another fully-qualified name (paths are "/<service>/<method>"). */
+function renamed<T extends grpc.ServiceDefinition>(def: T, serviceName: string): T {
+  const out: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
+  for (const [k, m] of Object.entries(def)) {
+    out[k] = { ...(m as grpc.MethodDefinition<unknown, unknown>), path: m.path.replace(/^\/[^/]+\//, `/${serviceName}/`) };
+  }
+  return out as unknown as T;
+}
+
+export function toAttachResponse(att: Attachment): AttachResponse {
+  const dp = att.dataplane;
+  return {
+    ip: att.ips.map((i) => addressToBytes(i.address)),
+    interfaces: [{ name: att.ifName, mac: dp?.mac ?? '', mtu: dp?.mtu ?? att.mtu, sandbox: att.netnsPath }],
+    ips: att.ips.map((i) => ({
+      // The routed model programs a host route per address, so the workload holds it as /32 (/128).
+      cidr: `${i.address}/${i.family === 4 ? 32 : 128}`,
+      gateway: i.gateway,
+      interface: 0,
+      family: i.family,
+    })),
+    routes: (dp?.routes ?? []).map((r) => ({ destination: r.destination, gateway: r.gateway ?? '' })),
+    dns: att.dns ? { nameservers: att.dns.nameservers, search: att.dns.search, options: att.dns.options, domain: att.dns.domain ?? '' } : undefined,
+    backend: att.backend,
+  };
+}
+
+function toProtoAttachment(att: Attachment): ProtoAttachment {
+  return {
+    workloadId: att.workloadId,
+    ifName: att.ifName,
+    netnsPath: att.netnsPath,
+    containerId: att.containerId ?? '',
+    pod: att.pod ? { uid: att.pod.uid ?? '', namespace: att.pod.namespace ?? '', name: att.pod.name ?? '' } : undefined,
+    result: toAttachResponse(att),
+    state: att.state,
+    createdAt: att.createdAt,
+  };
+}

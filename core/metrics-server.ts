@@ -1,0 +1,47 @@
+import * as http from 'node:http';
+import type { Endpoint } from './daemon';
+import { invalidArgument } from './errors';
+import type { Metrics } from './metrics';
+
+// Serves /metrics for Prometheus. Off unless configured, and meant for loopback: it has no auth.
+export class MetricsServer implements Endpoint {
+  readonly name = 'metrics';
+  private readonly server: http.Server;
+
+  constructor(
+    private readonly listenAddr: string,
+    metrics: Metrics,
+  ) {
+    this.server = http.createServer((req, res) => {
+      if (req.method !== 'GET' || (req.url ?? '').split('?')[0] !== '/metrics') {
+        res.writeHead(404).end('not found; try /metrics\n');
+        return;
+      }
+      metrics.registry.metrics().then(
+        (text) => res.writeHead(200, { 'Content-Type': metrics.registry.contentType }).end(text),
+        (err: Error) => res.writeHead(500).end(err.message),
+      );
+    });
+  }
+
+  /** The bound port (useful when configured with port 0). */
+  get port(): number {
+    const a = this.server.address();
+    return typeof a === 'object' && a ? a.port : 0;
+  }
+
+  listen(): Promise<void> {
+    const i = this.listenAddr.lastIndexOf(':');
+    const host = this.listenAddr.slice(0, i).replace(/^\[|\]$/g, '');
+    const port = Number(this.listenAddr.slice(i + 1));
+    if (!host || !Number.isInteger(port)) throw invalidArgument(`metrics address ${this.listenAddr} must be HOST:PORT`);
+    return new Promise((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(port, host, () => resolve());
+    });
+  }
+
+  close(): Promise<void> {
+    return new Promise((resolve) => this.server.close(() => resolve()));
+  }
+}

@@ -1,0 +1,56 @@
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+// Prometheus metrics of the daemon (prom-client). One registry per daemon so tests can run several in
+// one process without their counters mixing.
+
+export class Metrics {
+  readonly registry = new Registry();
+  readonly callSeconds = new Histogram({
+    name: 'workloadnet_call_duration_seconds',
+    help: 'Latency of workload API calls by operation, backend and result code.',
+    labelNames: ['op', 'backend', 'code'] as const,
+    buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10],
+    registers: [this.registry],
+  });
+  readonly errors = new Counter({
+    name: 'workloadnet_errors_total',
+    help: 'Failed workload API calls by operation and gRPC code.',
+    labelNames: ['op', 'code'] as const,
+    registers: [this.registry],
+  });
+  readonly poolSize = new Gauge({
+    name: 'workloadnet_pool_addresses',
+    help: 'Usable addresses per pool.',
+    labelNames: ['pool', 'family'] as const,
+    registers: [this.registry],
+  });
+  readonly poolUsed = new Gauge({
+    name: 'workloadnet_pool_addresses_used',
+    help: 'Allocated addresses per pool.',
+    labelNames: ['pool', 'family'] as const,
+    registers: [this.registry],
+  });
+  readonly attachments = new Gauge({
+    name: 'workloadnet_attachments',
+    help: 'Attachments held in the store.',
+    registers: [this.registry],
+  });
+  readonly reconciled = new Counter({
+    name: 'workloadnet_reconcile_items_total',
+    help: 'Items handled by start-up reconcile, by outcome (orphan_removed, repaired, released, healthy).',
+    labelNames: ['outcome'] as const,
+    registers: [this.registry],
+  });
+
+  constructor(opts: { processMetrics?: boolean } = {}) {
+    if (opts.processMetrics) collectDefaultMetrics({ register: this.registry });
+  }
+
+  /** Records one finished call. */
+  observe(op: string, backend: string, code: string, seconds: number): void {
+    this.callSeconds.observe({ op, backend, code }, seconds);
+    if (code !== 'OK') this.errors.inc({ op, code });
+  }
+}
+
+export const METRICS = Symbol.for('workloadnet.Metrics');

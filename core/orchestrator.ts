@@ -1,0 +1,351 @@
+import { randomUUID } from 'node:crypto';
+import { inject, injectable } from 'inversify';
+import { BACKEND, type AttachmentView, type AttachSpec, type Backend, type Drift, type IpAssignment } from './backend';
+import { CONFIG, type DaemonConfig } from './config';
+import { alreadyExists, asWorkloadNetError, exhausted, notFound, unavailable } from './errors';
+import { IpAllocator } from './ip-allocator';
+import { KeyedMutex } from './keyed-mutex';
+import { LOGGER, type Logger } from './logger';
+import { METRICS, Metrics } from './metrics';
+import { inspectNetnsPath, netnsStillPresent } from './netns-path';
+import { Store, type AttachmentRecord } from './store';
+import { validateIfName, validateMetadata, validateMtu, validateWorkloadId } from './validation';
+import type {
+  AttachCall,
+  Attachment,
+  DetachCall,
+  GcResult,
+  ReconcileSummary,
+  ServiceStatus,
+  WorkloadService,
+} from './workload-service';
+
+export const STORE = Symbol.for('workloadnet.Store');
+export const ALLOCATOR = Symbol.for('workloadnet.IpAllocator');
+
+export const DEFAULT_IF_NAME = 'eth0';
+
+/** Attachment key: neither part may contain '/', so the key is unambiguous. */
+export const attachmentKey = (workloadId: string, ifName: string): string => `${workloadId}/${ifName}`;
+
+/**
+ * The attach/detach flow. Reads top-down like a CNI plugin's cmdAdd/cmdDel: validate, allocate, record,
+ * program, confirm; every step's undo sits next to it.
+ */
+@injectable()
+export class Orchestrator implements WorkloadService {
+  private readonly locks = new KeyedMutex();
+  private inFlight = 0;
+  private lastReconcile?: ReconcileSummary;
+
+  constructor(
+    @inject(BACKEND) private readonly backend: Backend,
+    @inject(STORE) private readonly store: Store,
+    @inject(ALLOCATOR) private readonly allocator: IpAllocator,
+    @inject(CONFIG) private readonly config: DaemonConfig,
+    @inject(LOGGER) private readonly log: Logger,
+    @inject(METRICS) private readonly metrics: Metrics,
+  ) {}
+
+  /**
+   * Loads allocations from the store and reconciles the store with the backend. Called once before the
+   * API starts serving.
+   */
+  async init(): Promise<ReconcileSummary> {
+    for (const rec of this.store.all()) for (const ip of rec.ips) this.restoreAllocation(rec, ip);
+    this.allocator.restoreCursors(this.store.cursors());
+    return this.reconcile();
+  }
+
+  private restoreAllocation(rec: AttachmentRecord, ip: IpAssignment): void {
+    try {
+      this.allocator.markUsed(ip.address);
+    } catch (err) {
+      // The pool was reconfigured and no longer contains this address: the attachment keeps it (the
+      // workload is using it) but it can never be handed out again, which is what we want.
+      this.log.warn({ workloadId: rec.workloadId, address: ip.address, err: (err as Error).message }, 'address outside the configured pools');
+    }
+  }
+
+  /**
+   * Start-up reconcile. Half-finished attachments (a crash mid-Attach) are torn down and released.
+   * Finished ones whose dataplane is missing are repaired when their namespace still exists and
+   * released when it is gone, since a vanished namespace means the workload is gone too.
+   */
+  private async reconcile(): Promise<ReconcileSummary> {
+    const started = Date.now();
+    const summary: ReconcileSummary = { at: new Date().toISOString(), orphansRemoved: 0, repaired: 0, released: 0, healthy: 0, warnings: [] };
+    const records = this.store.all();
+    const pending = records.filter((r) => r.state !== 'ready');
+    await Promise.all(
+      pending.map(async (rec) => {
+        await this.teardown(rec, 'reconcile: attach never finished');
+        summary.released++;
+      }),
+    );
+    const ready = records.filter((r) => r.state === 'ready');
+    const outcome = await this.backend.reconcile(ready.map(toView));
+    summary.orphansRemoved = outcome.orphansRemoved.length;
+    summary.healthy = outcome.healthy.length;
+    summary.warnings.push(...outcome.warnings);
+    const byKey = new Map(ready.map((r) => [r.key, r]));
+    await Promise.all(
+      outcome.missing.map(async (key) => {
+        const rec = byKey.get(key);
+        if (!rec) return;
+        if (await netnsStillPresent(rec.netnsPath, rec.netnsInode)) {
+          try {
+            const dataplane = await this.backend.attach(toSpec(rec));
+            await this.store.put({ ...rec, dataplane });
+            summary.repaired++;
+            return;
+          } catch (err) {
+            summary.warnings.push(`${key}: repair failed (${(err as Error).message}); released`);
+          }
+        }
+        await this.teardown(rec, 'reconcile: dataplane and namespace gone');
+        summary.released++;
+      }),
+    );
+    for (const [outcomeName, n] of Object.entries({ orphan_removed: summary.orphansRemoved, repaired: summary.repaired, released: summary.released, healthy: summary.healthy })) {
+      this.metrics.reconciled.inc({ outcome: outcomeName }, n);
+    }
+    this.lastReconcile = summary;
+    this.log.info({ ...summary, ms: Date.now() - started }, 'reconcile finished');
+    return summary;
+  }
+
+  attach(call: AttachCall): Promise<Attachment> {
+    return this.timed('attach', () => this.doAttach(call));
+  }
+
+  detach(call: DetachCall): Promise<void> {
+    return this.timed('detach', () => this.doDetach(call));
+  }
+
+  /** Runs one API operation and records its latency and result code. */
+  private async timed<T>(op: string, fn: () => Promise<T>): Promise<T> {
+    const start = process.hrtime.bigint();
+    let code = 'OK';
+    try {
+      return await fn();
+    } catch (err) {
+      code = asWorkloadNetError(err).code;
+      throw err;
+    } finally {
+      this.metrics.observe(op, this.backend.name, code, Number(process.hrtime.bigint() - start) / 1e9);
+    }
+  }
+
+  private async doAttach(call: AttachCall): Promise<Attachment> {
+    const workloadId = validateWorkloadId(call.workloadId);
+    const ifName = validateIfName(call.ifName || DEFAULT_IF_NAME);
+    const mtu = validateMtu(call.mtu || this.config.mtu);
+    const pod = {
+      uid: validateMetadata('pod uid', call.pod?.uid),
+      namespace: validateMetadata('pod namespace', call.pod?.namespace),
+      name: validateMetadata('pod name', call.pod?.name),
+    };
+    const containerId = validateMetadata('container id', call.containerId);
+    const netns = await inspectNetnsPath(call.netnsPath);
+    const key = attachmentKey(workloadId, ifName);
+    const log = this.log.child({ workloadId, ifName, requestId: randomUUID() });
+
+    if (this.inFlight >= this.config.maxInFlight) {
+      throw exhausted(`too many Attach calls in flight (${this.config.maxInFlight}); retry shortly`);
+    }
+    this.inFlight++;
+    try {
+      return await this.locks.run(workloadId, async () => {
+        const existing = this.store.get(key);
+        if (existing?.state === 'ready') {
+          if (existing.netnsPath === call.netnsPath && existing.netnsInode === netns.inode) return existing;
+          throw alreadyExists(
+            `workload ${workloadId} is already attached as ${ifName} in ${existing.netnsPath}; detach it before attaching it to another namespace`,
+          );
+        }
+        if (existing) await this.teardown(existing, 'replacing an unfinished attach');
+
+        if (!this.allocator.configured) throw unavailable('no pod CIDR is configured; set podCidrs and restart the daemon');
+        const allocated = this.allocator.allocate();
+        const record: AttachmentRecord = {
+          key,
+          workloadId,
+          ifName,
+          netnsPath: call.netnsPath,
+          netnsInode: netns.inode,
+          containerId,
+          pod: pod.uid || pod.namespace || pod.name ? pod : undefined,
+          ips: allocated.map((a) => ({
+            family: a.family,
+            address: a.address,
+            pool: a.pool.text,
+            poolPrefixLength: a.pool.prefixLength,
+            gateway: a.family === 4 ? GATEWAY_V4 : GATEWAY_V6,
+          })),
+          mtu,
+          backend: this.backend.name,
+          dns: call.dns,
+          state: 'pending',
+          createdAt: new Date().toISOString(),
+        };
+        // Record first (pending), so that a crash while programming leaves a row that reconcile finds
+        // and undoes; the addresses are released if even that write fails.
+        try {
+          await this.store.put(record, this.allocator.cursors());
+        } catch (err) {
+          this.allocator.release(record.ips.map((i) => i.address));
+          throw err;
+        }
+        log.debug({ ips: record.ips.map((i) => i.address) }, 'addresses allocated');
+        try {
+          record.dataplane = await this.backend.attach(toSpec(record));
+          record.state = 'ready';
+          await this.store.put(record);
+        } catch (err) {
+          log.warn({ err: (err as Error).message }, 'attach failed; rolling back');
+          await this.teardown(record, 'rollback of a failed attach');
+          throw err;
+        }
+        log.info({ ips: record.ips.map((i) => i.address), hostIf: record.dataplane.hostIfName }, 'attached');
+        return record;
+      });
+    } finally {
+      this.inFlight--;
+    }
+  }
+
+  private async doDetach(call: DetachCall): Promise<void> {
+    const workloadId = validateWorkloadId(call.workloadId);
+    const ifName = call.ifName ? validateIfName(call.ifName) : undefined;
+    const log = this.log.child({ workloadId, ifName, requestId: randomUUID() });
+    await this.locks.run(workloadId, async () => {
+      const records = ifName ? [this.store.get(attachmentKey(workloadId, ifName))].filter(isDefined) : this.recordsOf(workloadId);
+      for (const rec of records) await this.teardown(rec, 'detach');
+      log.info({ detached: records.length }, records.length ? 'detached' : 'detach of unknown workload: nothing to do');
+    });
+  }
+
+  /**
+   * Removes an attachment's dataplane, then its addresses and row. The addresses are released even when
+   * the dataplane step fails: a leaked address is worse than a leftover link, which reconcile removes.
+   */
+  private async teardown(rec: AttachmentRecord, why: string): Promise<void> {
+    try {
+      await this.backend.detach(toView(rec));
+    } catch (err) {
+      this.log.warn({ workloadId: rec.workloadId, ifName: rec.ifName, why, err: (err as Error).message }, 'dataplane teardown failed; releasing addresses anyway');
+    }
+    await this.store.remove(rec.key);
+    this.allocator.release(rec.ips.map((i) => i.address));
+  }
+
+  private recordsOf(workloadId: string): AttachmentRecord[] {
+    return this.store.all().filter((r) => r.workloadId === workloadId);
+  }
+
+  async status(): Promise<ServiceStatus> {
+    const health = await this.backend.health().catch((err: unknown) => ({
+      ready: false,
+      reasons: [`backend health check failed: ${asWorkloadNetError(err).message}`],
+      details: {},
+    }));
+    const reasons = [...health.reasons.filter(() => !health.ready)];
+    if (!health.ready && reasons.length === 0) reasons.push(`backend ${this.backend.name} is not ready`);
+    if (!this.allocator.configured) reasons.push('no pod CIDR is configured');
+    else if (this.allocator.exhausted) reasons.push('the address pool is exhausted');
+    const pools = this.allocator.usage();
+    for (const p of pools) {
+      this.metrics.poolSize.set({ pool: p.cidr, family: String(p.family) }, p.size);
+      this.metrics.poolUsed.set({ pool: p.cidr, family: String(p.family) }, p.used);
+    }
+    const attachments = this.store.count();
+    this.metrics.attachments.set(attachments);
+    return {
+      ready: reasons.length === 0,
+      reasons,
+      backend: this.backend.name,
+      backendDetails: { ...(health.details ?? {}) },
+      pools,
+      attachments,
+      reconcile: this.lastReconcile,
+    };
+  }
+
+  async list(): Promise<Attachment[]> {
+    return this.store.all().map(publicView);
+  }
+
+  async get(workloadId: string, ifName?: string): Promise<Attachment[]> {
+    validateWorkloadId(workloadId);
+    const found = ifName
+      ? [this.store.get(attachmentKey(workloadId, validateIfName(ifName)))].filter(isDefined)
+      : this.recordsOf(workloadId);
+    if (found.length === 0) throw notFound(`workload ${workloadId}${ifName ? ` has no interface ${ifName}` : ' is not attached'}`);
+    return found.map(publicView);
+  }
+
+  async check(workloadId: string, ifName: string): Promise<Drift[]> {
+    validateWorkloadId(workloadId);
+    const key = attachmentKey(workloadId, validateIfName(ifName || DEFAULT_IF_NAME));
+    return this.locks.run(workloadId, async () => {
+      const rec = this.store.get(key);
+      if (!rec) throw notFound(`workload ${workloadId} has no attachment ${key}`);
+      if (rec.state !== 'ready') return [{ kind: 'attach-unfinished', message: 'the attachment was never completed' }];
+      return this.backend.check(toView(rec));
+    });
+  }
+
+  async gc(keep: Array<{ workloadId: string; ifName?: string }>): Promise<GcResult> {
+    const wholeWorkloads = new Set<string>();
+    const keys = new Set<string>();
+    for (const k of keep) {
+      validateWorkloadId(k.workloadId);
+      if (k.ifName) keys.add(attachmentKey(k.workloadId, validateIfName(k.ifName)));
+      else wholeWorkloads.add(k.workloadId);
+    }
+    const doomed = this.store.all().filter((r) => !wholeWorkloads.has(r.workloadId) && !keys.has(r.key));
+    const removed: string[] = [];
+    await Promise.all(
+      doomed.map((rec) =>
+        this.locks.run(rec.workloadId, async () => {
+          const current = this.store.get(rec.key);
+          if (!current) return;
+          await this.teardown(current, 'gc');
+          removed.push(rec.key);
+        }),
+      ),
+    );
+    this.log.info({ removed: removed.length, kept: keep.length }, 'gc finished');
+    return { removed: removed.sort() };
+  }
+}
+
+/** The link-local gateways of the routed model: the node side answers for them on every host link. */
+export const GATEWAY_V4 = '169.254.1.1';
+export const GATEWAY_V6 = 'fe80::1';
+
+function isDefined<T>(v: T | undefined): v is T {
+  return v !== undefined;
+}
+
+function toSpec(rec: AttachmentRecord): AttachSpec {
+  return {
+    key: rec.key,
+    workloadId: rec.workloadId,
+    ifName: rec.ifName,
+    netnsPath: rec.netnsPath,
+    netnsInode: rec.netnsInode,
+    ips: rec.ips,
+    mtu: rec.mtu,
+  };
+}
+
+function toView(rec: AttachmentRecord): AttachmentView {
+  return { ...toSpec(rec), dataplane: rec.dataplane };
+}
+
+function publicView(rec: AttachmentRecord): Attachment {
+  const { netnsInode: _inode, ...rest } = rec;
+  return rest;
+}

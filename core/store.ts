@@ -1,0 +1,150 @@
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { open, type Database, type RootDatabase } from 'lmdb';
+import type { IpAssignment } from './backend';
+import type { Attachment } from './workload-service';
+import { failedPrecondition } from './errors';
+
+// The single source of truth for attachments and the addresses they hold. LMDB gives us ACID
+// copy-on-write transactions (the same family as containerd's bbolt), so an attachment row and the
+// address index entries it owns always change together: a crash leaves either both or neither.
+
+/** Version of the record layout written by this build. Bump it and add a migration when it changes. */
+export const SCHEMA_VERSION = 1;
+
+/** A stored attachment: the public view plus what only the daemon needs. */
+export interface AttachmentRecord extends Attachment {
+  /** Inode of the workload namespace when it was attached (detects a re-created namespace). */
+  netnsInode: number;
+}
+
+/** Transforms the database from version N-1 to N inside one write transaction. */
+type Migration = (store: Store) => void;
+
+// Index 0 is unused: migrations[N] upgrades a version N-1 store to version N. Version 1 is the first
+// layout, so there is nothing to migrate yet; the machinery is exercised by the schema tests.
+const migrations: Migration[] = [];
+
+export class Store {
+  private constructor(
+    /** Directory holding the store, for messages. */
+    readonly dir: string,
+    private readonly root: RootDatabase,
+    private readonly attachments: Database<AttachmentRecord, string>,
+    private readonly allocations: Database<string, string>,
+    private readonly meta: Database<unknown, string>,
+  ) {}
+
+  /**
+   * Opens (creating if needed) the store under `stateDir`, migrating older layouts and refusing a
+   * store written by a newer version of the daemon.
+   */
+  static open(stateDir: string): Store {
+    fs.mkdirSync(stateDir, { recursive: true, mode: 0o750 });
+    const root = open({
+      path: path.join(stateDir, 'workloadnet.mdb'),
+      // Resolve a write only once it is on disk, so "committed before the call returns" holds across a
+      // power loss and not just a process crash.
+      overlappingSync: false,
+      compression: false,
+    });
+    const store = new Store(
+      stateDir,
+      root,
+      root.openDB<AttachmentRecord, string>({ name: 'attachments' }),
+      root.openDB<string, string>({ name: 'allocations' }),
+      root.openDB<unknown, string>({ name: 'meta' }),
+    );
+    store.migrate();
+    return store;
+  }
+
+  /** The schema version recorded in the store. */
+  get schemaVersion(): number {
+    const v = this.meta.get('schemaVersion');
+    return typeof v === 'number' ? v : 0;
+  }
+
+  private migrate(): void {
+    const found = this.schemaVersion;
+    if (found > SCHEMA_VERSION) {
+      void this.root.close();
+      throw failedPrecondition(
+        `the state store at ${this.dir} was written by a newer workloadnet (schema ${found}, this build ` +
+          `understands up to ${SCHEMA_VERSION}); downgrading is not supported: run the newer version or ` +
+          `move the state directory aside`,
+      );
+    }
+    if (found === SCHEMA_VERSION) return;
+    this.root.transactionSync(() => {
+      for (let v = Math.max(found, 1); v <= SCHEMA_VERSION; v++) migrations[v]?.(this);
+      this.meta.putSync('schemaVersion', SCHEMA_VERSION);
+    });
+  }
+
+  /** For schema tests: pretend the store was written by another version. */
+  setSchemaVersionForTest(version: number): void {
+    this.meta.putSync('schemaVersion', version);
+  }
+
+  get(key: string): AttachmentRecord | undefined {
+    return this.attachments.get(key);
+  }
+
+  all(): AttachmentRecord[] {
+    const out: AttachmentRecord[] = [];
+    for (const { value } of this.attachments.getRange()) out.push(value);
+    return out;
+  }
+
+  count(): number {
+    return this.attachments.getCount();
+  }
+
+  /** Every allocated address with the key of the attachment holding it. */
+  allocationIndex(): Map<string, string> {
+    const out = new Map<string, string>();
+    for (const { key, value } of this.allocations.getRange()) out.set(key, value);
+    return out;
+  }
+
+  /**
+   * Writes an attachment and its address index entries in one durable transaction. Index entries of
+   * addresses the record no longer holds are removed in the same transaction. Pool cursors (the last
+   * address handed out per pool) ride along so that round-robin survives a restart.
+   */
+  async put(record: AttachmentRecord, cursors?: Record<string, string>): Promise<void> {
+    await this.root.transaction(() => {
+      const previous = this.attachments.get(record.key);
+      const keep = new Set(record.ips.map((ip) => ip.address));
+      for (const ip of previous?.ips ?? []) if (!keep.has(ip.address)) void this.allocations.remove(ip.address);
+      for (const ip of record.ips) void this.allocations.put(ip.address, record.key);
+      void this.attachments.put(record.key, record);
+      if (cursors) void this.meta.put('cursors', cursors);
+    });
+  }
+
+  /** Removes an attachment and the address entries it owns, in one durable transaction. */
+  async remove(key: string): Promise<IpAssignment[]> {
+    let released: IpAssignment[] = [];
+    await this.root.transaction(() => {
+      const previous = this.attachments.get(key);
+      if (!previous) return;
+      released = previous.ips;
+      for (const ip of previous.ips) {
+        if (this.allocations.get(ip.address) === key) void this.allocations.remove(ip.address);
+      }
+      void this.attachments.remove(key);
+    });
+    return released;
+  }
+
+  cursors(): Record<string, string> {
+    const c = this.meta.get('cursors');
+    return c && typeof c === 'object' ? (c as Record<string, string>) : {};
+  }
+
+  async close(): Promise<void> {
+    await this.root.close();
+  }
+}

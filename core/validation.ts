@@ -1,0 +1,47 @@
+import { invalidArgument } from './errors';
+
+// Input rules shared by every entry point (gRPC, CNI). They run before any state changes, so a rejected
+// call has nothing to roll back.
+
+const WORKLOAD_ID = /^[A-Za-z0-9][A-Za-z0-9_.:-]*$/;
+export const MAX_WORKLOAD_ID = 256;
+const MAX_METADATA = 1024;
+
+export function validateWorkloadId(id: unknown): string {
+  if (typeof id !== 'string' || id.length === 0) throw invalidArgument('workload id is required');
+  if (id.length > MAX_WORKLOAD_ID) {
+    throw invalidArgument(`workload id is ${id.length} bytes long; at most ${MAX_WORKLOAD_ID} are allowed`);
+  }
+  if (!WORKLOAD_ID.test(id)) {
+    throw invalidArgument(
+      `workload id ${JSON.stringify(id.slice(0, 64))} may only contain letters, digits, "_", ".", ":" and "-", and must start with a letter or digit`,
+    );
+  }
+  return id;
+}
+
+/** Linux interface names: 1-15 bytes (IFNAMSIZ-1), no '/', ':' or whitespace, not "." or "..". */
+export function validateIfName(name: unknown): string {
+  if (typeof name !== 'string' || name.length === 0) throw invalidArgument('interface name is required');
+  const bytes = Buffer.byteLength(name);
+  if (bytes > 15) throw invalidArgument(`interface name ${JSON.stringify(name)} is ${bytes} bytes; Linux allows at most 15`);
+  if (/[/:\s\0]/.test(name) || name === '.' || name === '..') {
+    throw invalidArgument(`interface name ${JSON.stringify(name)} must not contain "/", ":" or whitespace`);
+  }
+  return name;
+}
+
+export function validateMtu(mtu: unknown): number {
+  if (typeof mtu !== 'number' || !Number.isInteger(mtu) || mtu < 68 || mtu > 65535) {
+    throw invalidArgument(`mtu ${String(mtu)} is out of range; use 68..65535`);
+  }
+  return mtu;
+}
+
+export function validateMetadata(field: string, value: unknown): string | undefined {
+  if (value === undefined || value === '') return undefined;
+  if (typeof value !== 'string') throw invalidArgument(`${field} must be a string`);
+  if (value.length > MAX_METADATA) throw invalidArgument(`${field} is longer than ${MAX_METADATA} characters`);
+  if (value.includes('\0')) throw invalidArgument(`${field} contains a NUL byte`);
+  return value;
+}

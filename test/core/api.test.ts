@@ -1,0 +1,251 @@
+import { expect } from 'chai';
+import * as grpc from '@grpc/grpc-js';
+import { internal, unavailable } from '../../core/errors';
+import type { AttachRequest } from '../../proto/gen/workloadnet/v1/workload';
+import { InProcessDaemon } from '../support/in-process-daemon';
+import { isRoot, NetnsSet } from '../support/netns';
+import { RecordingBackend } from '../support/recording-backend';
+
+// The workload API's semantics through a real gRPC client on the unix socket, with the backend swapped
+// for a recording one by rebinding it in the DI container.
+
+const describeRoot = isRoot ? describe : describe.skip;
+
+function codeOf(err: unknown): string {
+  return grpc.status[(err as grpc.ServiceError).code] ?? 'none';
+}
+
+async function rejects(p: Promise<unknown>): Promise<grpc.ServiceError> {
+  try {
+    await p;
+  } catch (err) {
+    return err as grpc.ServiceError;
+  }
+  throw new Error('expected the call to fail');
+}
+
+describeRoot('workload API (recording backend, needs root for test namespaces)', () => {
+  const namespaces = new NetnsSet('wnt-');
+  let ns1: string;
+  let ns2: string;
+  let backend: RecordingBackend;
+  let d: InProcessDaemon;
+
+  const req = (workloadId: string, netnsPath = ns1, ifName = 'eth0'): AttachRequest => ({
+    workloadId,
+    netns: { netnsPath, ifName, mtu: 0 },
+    containerId: '',
+    pod: undefined,
+    dns: undefined,
+  });
+
+  before(() => {
+    ns1 = namespaces.add().path;
+    ns2 = namespaces.add().path;
+  });
+  after(() => namespaces.cleanup());
+
+  beforeEach(async () => {
+    backend = new RecordingBackend();
+    d = await InProcessDaemon.start(backend);
+  });
+  afterEach(async () => d.stop());
+
+  const attach = (r: AttachRequest) => d.client.call(d.client.raw.attach, r);
+  const status = () => d.client.call(d.client.raw.status, {});
+  const list = () => d.client.call(d.client.raw.list, {});
+
+  it('attaches a workload and returns an address from the pool', async () => {
+    const res = await attach(req('w1'));
+    expect(res.ip).to.have.length(1);
+    expect([...(res.ip[0] ?? [])].slice(0, 3)).to.deep.equal([10, 77, 0]);
+    expect(res.ips[0]?.cidr).to.match(/^10\.77\.0\.\d+\/32$/);
+    expect(res.backend).to.equal('recording');
+    expect(backend.programmed.has('w1/eth0')).to.equal(true);
+  });
+
+  it('returns the same result when Attach is repeated and programs nothing new', async () => {
+    const first = await attach(req('w1'));
+    const second = await attach(req('w1'));
+    expect(second).to.deep.equal(first);
+    expect(backend.calls.filter((c) => c.op === 'attach')).to.have.length(1);
+    expect((await list()).attachments).to.have.length(1);
+  });
+
+  it('fails with ALREADY_EXISTS when the same workload and interface come with another netns', async () => {
+    await attach(req('w1', ns1));
+    const err = await rejects(attach(req('w1', ns2)));
+    expect(codeOf(err)).to.equal('ALREADY_EXISTS');
+    expect(err.details).to.include('detach it');
+  });
+
+  it('gives a second interface of the same workload its own address', async () => {
+    const a = await attach(req('w1', ns1, 'eth0'));
+    const b = await attach(req('w1', ns1, 'net1'));
+    expect(a.ips[0]?.cidr).to.not.equal(b.ips[0]?.cidr);
+  });
+
+  it('succeeds when detaching an unknown workload, an empty netns, or twice', async () => {
+    await d.client.call(d.client.raw.detach, { workloadId: 'nobody', netns: undefined });
+    await d.client.call(d.client.raw.detach, { workloadId: 'nobody', netns: { netnsPath: '', ifName: '', mtu: 0 } });
+    await attach(req('w1'));
+    await d.client.call(d.client.raw.detach, { workloadId: 'w1', netns: { netnsPath: ns1, ifName: 'eth0', mtu: 0 } });
+    await d.client.call(d.client.raw.detach, { workloadId: 'w1', netns: { netnsPath: ns1, ifName: 'eth0', mtu: 0 } });
+    expect((await list()).attachments).to.have.length(0);
+    expect(backend.programmed.size).to.equal(0);
+  });
+
+  it('releases the addresses on Detach even when dataplane teardown fails', async () => {
+    await attach(req('w1'));
+    backend.failDetach = new Error('netlink: device busy');
+    await d.client.call(d.client.raw.detach, { workloadId: 'w1', netns: undefined });
+    const st = await status();
+    expect(st.pools[0]?.used).to.equal(0);
+    expect((await list()).attachments).to.have.length(0);
+  });
+
+  it('rolls back a failed attach: no address held, no row, backend asked to clean up', async () => {
+    backend.failAttach = internal('veth creation failed');
+    const err = await rejects(attach(req('w1')));
+    expect(codeOf(err)).to.equal('INTERNAL');
+    expect(err.details).to.include('veth creation failed');
+    const st = await status();
+    expect(st.pools[0]?.used).to.equal(0);
+    expect((await list()).attachments).to.have.length(0);
+    expect(backend.calls.map((c) => c.op)).to.deep.equal(['attach', 'detach']);
+    backend.failAttach = undefined;
+    const ok = await attach(req('w1'));
+    expect(ok.ip).to.have.length(1);
+  });
+
+  it('passes the backend’s own gRPC code through (UNAVAILABLE stays UNAVAILABLE)', async () => {
+    backend.failAttach = unavailable('agent not connected');
+    expect(codeOf(await rejects(attach(req('w1'))))).to.equal('UNAVAILABLE');
+  });
+
+  it('runs 200 concurrent attaches for different workloads in parallel with distinct addresses', async function () {
+    this.timeout(60_000);
+    await d.stop();
+    backend = new RecordingBackend();
+    backend.attachDelayMs = 5;
+    d = await InProcessDaemon.start(backend, { podCidrs: ['10.78.0.0/16'] });
+    const results = await Promise.all(Array.from({ length: 200 }, (_, i) => attach(req(`c${i}`))));
+    const ips = results.map((r) => r.ips[0]?.cidr);
+    expect(new Set(ips).size).to.equal(200);
+    expect(backend.maxConcurrent).to.be.greaterThan(1);
+    expect((await status()).pools[0]?.used).to.equal(200);
+  });
+
+  it('serialises calls for the same workload', async () => {
+    backend.attachDelayMs = 20;
+    const [a, b] = await Promise.all([attach(req('same')), attach(req('same'))]);
+    expect(a).to.deep.equal(b);
+    expect(backend.calls.filter((c) => c.op === 'attach')).to.have.length(1);
+  });
+
+  it('reports RESOURCE_EXHAUSTED and not-ready when the pool is used up, and recovers after a detach', async () => {
+    await d.stop();
+    backend = new RecordingBackend();
+    // A /29 has 8 addresses: network, broadcast and the node's address leave 5.
+    d = await InProcessDaemon.start(backend, { podCidrs: ['10.79.0.0/29'] });
+    for (let i = 0; i < 5; i++) await attach(req(`p${i}`));
+    const err = await rejects(attach(req('one-too-many')));
+    expect(codeOf(err)).to.equal('RESOURCE_EXHAUSTED');
+    const st = await status();
+    expect(st.ready).to.equal(false);
+    expect(st.reasons.join()).to.include('exhausted');
+    await d.client.call(d.client.raw.detach, { workloadId: 'p0', netns: undefined });
+    expect((await status()).ready).to.equal(true);
+    expect((await attach(req('one-too-many'))).ip).to.have.length(1);
+  });
+
+  it('is not ready when no pod CIDR is configured, and Attach says why', async () => {
+    await d.stop();
+    d = await InProcessDaemon.start(new RecordingBackend(), { podCidrs: [] });
+    const st = await status();
+    expect(st.ready).to.equal(false);
+    expect(st.reasons.join()).to.include('no pod CIDR');
+    expect(codeOf(await rejects(attach(req('w1'))))).to.equal('UNAVAILABLE');
+  });
+
+  it('is not ready when the backend is unhealthy', async () => {
+    backend.healthy = false;
+    const st = await status();
+    expect(st.ready).to.equal(false);
+    expect(st.reasons).to.include('recording backend set unhealthy');
+  });
+
+  it('gives one address per family in a dual-stack pool', async () => {
+    await d.stop();
+    d = await InProcessDaemon.start(new RecordingBackend(), { podCidrs: ['10.80.0.0/24', 'fd00:80::/64'] });
+    const res = await attach(req('w1'));
+    expect(res.ip.map((b) => b.length).sort()).to.deep.equal([16, 4]);
+    expect(res.ips.map((i) => i.family).sort()).to.deep.equal([4, 6]);
+  });
+
+  it('lists, gets and checks attachments', async () => {
+    await attach(req('w1'));
+    await attach(req('w2'));
+    expect((await list()).attachments.map((a) => a.workloadId).sort()).to.deep.equal(['w1', 'w2']);
+    const got = await d.client.call(d.client.raw.get, { workloadId: 'w1', ifName: '' });
+    expect(got.attachments[0]?.netnsPath).to.equal(ns1);
+    expect((await d.client.call(d.client.raw.check, { workloadId: 'w1', ifName: 'eth0' })).ok).to.equal(true);
+    backend.programmed.delete('w1/eth0');
+    const drift = await d.client.call(d.client.raw.check, { workloadId: 'w1', ifName: 'eth0' });
+    expect(drift.ok).to.equal(false);
+    expect(drift.drift[0]?.kind).to.equal('interface-missing');
+    expect(codeOf(await rejects(d.client.call(d.client.raw.get, { workloadId: 'nobody', ifName: '' })))).to.equal('NOT_FOUND');
+  });
+
+  it('GC keeps exactly the named attachments', async () => {
+    for (const w of ['a', 'b', 'c']) await attach(req(w));
+    const res = await d.client.call(d.client.raw.gc, { keep: [{ workloadId: 'b', ifName: '' }] });
+    expect(res.removed.map((r) => r.workloadId).sort()).to.deep.equal(['a', 'c']);
+    expect((await list()).attachments.map((a) => a.workloadId)).to.deep.equal(['b']);
+  });
+
+  it('keeps attachments and addresses across a restart and reconciles the dataplane', async () => {
+    const first = await attach(req('w1'));
+    const dir = d.dir;
+    await d.stop();
+    // The "dataplane" lost w1 while the daemon was down, and its namespace still exists: repaired.
+    const fresh = new RecordingBackend();
+    d = await InProcessDaemon.start(fresh, {}, dir);
+    const st = await status();
+    expect(st.reconcile?.repaired).to.equal(1);
+    expect(fresh.programmed.has('w1/eth0')).to.equal(true);
+    expect(await attach(req('w1'))).to.deep.equal(first);
+    const other = await attach(req('w2'));
+    expect(other.ips[0]?.cidr).to.not.equal(first.ips[0]?.cidr);
+  });
+
+  describe('bad input is INVALID_ARGUMENT and stores nothing', () => {
+    const cases: Array<[string, () => AttachRequest]> = [
+      ['missing netns', () => ({ ...req('w1'), netns: undefined })],
+      ['empty workload id', () => req('')],
+      ['oversize workload id', () => req('x'.repeat(300))],
+      ['workload id with a slash', () => req('a/b')],
+      ['interface name longer than 15 bytes', () => req('w1', ns1, 'abcdefghijklmnop')],
+      ['interface name with a slash', () => req('w1', ns1, 'eth/0')],
+      ['relative netns path', () => req('w1', 'var/run/netns/x')],
+      ['netns path with ..', () => req('w1', '/var/run/netns/../netns/x')],
+      ['/etc/passwd as netns', () => req('w1', '/etc/passwd')],
+      ['a directory as netns', () => req('w1', '/tmp')],
+      ['a missing file as netns', () => req('w1', '/var/run/netns/does-not-exist')],
+      ['a mount namespace', () => req('w1', '/proc/self/ns/mnt')],
+      ["the daemon's own namespace", () => req('w1', '/proc/self/ns/net')],
+      ["PID 1's namespace", () => req('w1', '/proc/1/ns/net')],
+      ['an MTU out of range', () => ({ ...req('w1'), netns: { netnsPath: ns1, ifName: 'eth0', mtu: 20 } })],
+    ];
+    for (const [name, make] of cases) {
+      it(`rejects ${name}`, async () => {
+        const err = await rejects(attach(make()));
+        expect(codeOf(err), err.details).to.equal('INVALID_ARGUMENT');
+        expect(err.details.length).to.be.greaterThan(10);
+        expect((await list()).attachments).to.have.length(0);
+        expect((await status()).pools[0]?.used).to.equal(0);
+        expect(backend.calls).to.have.length(0);
+      });
+    }
+  });
+});

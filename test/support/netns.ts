@@ -1,0 +1,43 @@
+import { execFileSync } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+
+// Test-owned network namespaces, created and deleted by name. Test code may use ip(8); product code may
+// not.
+
+export const isRoot = process.getuid?.() === 0;
+
+export function uniqueName(prefix: string): string {
+  return `${prefix}${randomBytes(4).toString('hex')}`;
+}
+
+export function addNetns(name: string): string {
+  execFileSync('ip', ['netns', 'add', name]);
+  return `/var/run/netns/${name}`;
+}
+
+export function delNetns(name: string): void {
+  try {
+    execFileSync('ip', ['netns', 'del', name], { stdio: 'ignore' });
+  } catch {
+    // Already gone: deleting is idempotent for tests.
+  }
+}
+
+/** Runs ip(8) inside a namespace and returns its JSON output. */
+export function ipJson<T = unknown>(netns: string, args: string[]): T {
+  return JSON.parse(execFileSync('ip', ['-n', netns, '-j', ...args], { encoding: 'utf8' }) || '[]') as T;
+}
+
+/** Namespaces created through this helper are deleted in one call. */
+export class NetnsSet {
+  private readonly names: string[] = [];
+  constructor(private readonly prefix: string) {}
+  add(): { name: string; path: string } {
+    const name = uniqueName(this.prefix);
+    this.names.push(name);
+    return { name, path: addNetns(name) };
+  }
+  cleanup(): void {
+    for (const n of this.names.splice(0)) delNetns(n);
+  }
+}

@@ -1,0 +1,64 @@
+import type { AttachmentView, AttachSpec, Backend, BackendHealth, DataplaneResult, Drift, ReconcileOutcome } from '../../core/backend';
+import { WorkloadNetError } from '../../core/errors';
+
+/**
+ * A test-only backend that programs nothing and records what it was asked, so API tests can assert on
+ * the core's behaviour (rollback, idempotency, concurrency) without a kernel. Failure and delay are
+ * switched on per test.
+ */
+export class RecordingBackend implements Backend {
+  readonly name = 'recording';
+  readonly programmed = new Map<string, AttachSpec>();
+  readonly calls: Array<{ op: string; key: string }> = [];
+  /** When set, attach fails with this error (after recording the call). */
+  failAttach?: WorkloadNetError | Error;
+  /** When set, detach fails with this error (the core must still release addresses). */
+  failDetach?: Error;
+  attachDelayMs = 0;
+  healthy = true;
+  maxConcurrent = 0;
+  private running = 0;
+
+  async start(): Promise<void> {}
+  async stop(): Promise<void> {}
+
+  async attach(spec: AttachSpec): Promise<DataplaneResult> {
+    this.calls.push({ op: 'attach', key: spec.key });
+    this.running++;
+    this.maxConcurrent = Math.max(this.maxConcurrent, this.running);
+    try {
+      if (this.attachDelayMs) await new Promise((r) => setTimeout(r, this.attachDelayMs));
+      if (this.failAttach) throw this.failAttach;
+      this.programmed.set(spec.key, spec);
+      return { ifName: spec.ifName, mac: '02:00:00:00:00:01', mtu: spec.mtu, hostIfName: 'rec0', routes: [{ destination: '0.0.0.0/0', gateway: '169.254.1.1' }] };
+    } finally {
+      this.running--;
+    }
+  }
+
+  async detach(att: AttachmentView): Promise<void> {
+    this.calls.push({ op: 'detach', key: att.key });
+    if (this.failDetach) throw this.failDetach;
+    this.programmed.delete(att.key);
+  }
+
+  async check(att: AttachmentView): Promise<Drift[]> {
+    return this.programmed.has(att.key) ? [] : [{ kind: 'interface-missing', message: `${att.key} is not programmed` }];
+  }
+
+  async reconcile(atts: AttachmentView[]): Promise<ReconcileOutcome> {
+    const wanted = new Set(atts.map((a) => a.key));
+    const orphans = [...this.programmed.keys()].filter((k) => !wanted.has(k));
+    for (const k of orphans) this.programmed.delete(k);
+    return {
+      orphansRemoved: orphans,
+      missing: atts.filter((a) => !this.programmed.has(a.key)).map((a) => a.key),
+      healthy: atts.filter((a) => this.programmed.has(a.key)).map((a) => a.key),
+      warnings: [],
+    };
+  }
+
+  async health(): Promise<BackendHealth> {
+    return this.healthy ? { ready: true, reasons: [] } : { ready: false, reasons: ['recording backend set unhealthy'] };
+  }
+}
