@@ -1,0 +1,264 @@
+// One CIDR's worth of addresses handed out round-robin, the way host-local does it (allocation resumes
+// after the last one handed out), so a just-released address is not given to the next workload while
+// stale ARP/neighbour entries or conntrack state for it may still exist elsewhere.
+//
+// What is never handed out:
+//   - offset 0, the network address (and, for IPv6, the subnet-router anycast address);
+//   - offset 1, kept for the node/gateway side by convention, as host-local and most CNI setups do;
+//   - for IPv4, the last address (broadcast);
+//   - every address or CIDR listed in `reserved`.
+// An IPv6 pool larger than 2^20 addresses only hands out its first 2^20 offsets: a node never runs a
+// million workloads, and tracking a /64 bit by bit is impossible. IPv4 pools must be /8 or longer (a
+// 2 MiB bitmap at most) and leave at least one usable address, so /31 and /32 are rejected.
+//
+// State is a bitmap of taken offsets (held or never-usable) plus a summary bitmap with one bit per
+// full 32-bit word, so finding the next free address skips 1024 addresses per summary-word check:
+// the worst case for 2^20 offsets is ~1024 summary checks, never a walk over every address.
+
+import { cidrContains, cidrSize, formatAddress, parseAddress, parseCidr, type Cidr } from './cidr';
+import { exhausted, internal, invalidArgument } from './errors';
+
+/** Largest number of offsets an IPv6 pool tracks (its first 2^20 addresses). */
+export const IPV6_POOL_WINDOW = 1 << 20;
+/** Shortest IPv4 prefix accepted for a pool. */
+export const IPV4_MIN_PREFIX = 8;
+
+const FULL = 0xffffffff;
+
+/** Index of the lowest set bit of a non-zero 32-bit value. */
+const lowestBit = (x: number): number => 31 - Math.clz32(x & -x);
+
+export class IpPool {
+  readonly cidr: Cidr;
+  readonly family: 4 | 6;
+  /** Offsets [0, span) are tracked; everything past it is outside what this pool hands out. */
+  private readonly span: number;
+  /** Bit set: the offset cannot be handed out now (held, or blocked for good). */
+  private readonly taken: Uint32Array;
+  /** Bit set: the offset is never handed out (network, .1, broadcast, reserved, padding). */
+  private readonly blocked: Uint32Array;
+  /** Bit w set: taken[w] is full. Bits for words past the end are set so searches never stop there. */
+  private readonly fullWords: Uint32Array;
+  private readonly usable: number;
+  private held = 0;
+  /** Offset of the last address handed out (host-local's lastReserved), or -1 before the first. */
+  private last = -1;
+
+  constructor(cidr: string, reserved: string[] = []) {
+    this.cidr = parseCidr(cidr);
+    this.family = this.cidr.family;
+    const { text, prefixLength } = this.cidr;
+
+    if (this.family === 4 && prefixLength < IPV4_MIN_PREFIX) {
+      throw invalidArgument(
+        `IPv4 pool ${text} is too large: use a prefix of /${IPV4_MIN_PREFIX} or longer (a node pool is usually /16-/24)`,
+      );
+    }
+    const total = cidrSize(this.cidr);
+    this.span = this.family === 6 && total > BigInt(IPV6_POOL_WINDOW) ? IPV6_POOL_WINDOW : Number(total);
+
+    const words = Math.ceil(this.span / 32);
+    this.taken = new Uint32Array(words);
+    this.blocked = new Uint32Array(words);
+    this.fullWords = new Uint32Array(Math.ceil(words / 32));
+    for (let w = words; w < this.fullWords.length * 32; w++) this.fullWords[w >>> 5]! |= 1 << (w & 31);
+    for (let off = this.span; off < words * 32; off++) this.block(off);
+
+    let blockedCount = 0;
+    const blockCounted = (off: number): void => {
+      if (off < this.span && !this.bit(this.blocked, off)) blockedCount++;
+      this.block(off);
+    };
+    blockCounted(0);
+    if (this.span > 1) blockCounted(1);
+    if (this.family === 4 && this.span > 2) blockCounted(this.span - 1);
+    for (const entry of reserved) this.reservedOffsets(entry, blockCounted);
+
+    this.usable = Math.max(0, this.span - blockedCount);
+    if (this.usable === 0) {
+      const why =
+        this.family === 4
+          ? 'the network address, the node/gateway address (offset 1) and the broadcast address are never handed out'
+          : 'the network address and the node/gateway address (offset 1) are never handed out';
+      const fix = this.family === 4 ? '/30 or shorter' : '/126 or shorter';
+      throw invalidArgument(
+        `IP pool ${text} has no usable address: ${why}${reserved.length > 0 ? ', nor reserved ones' : ''}; use ${fix}`,
+      );
+    }
+  }
+
+  /** Number of addresses this pool can hand out. */
+  get size(): number {
+    return this.usable;
+  }
+
+  get used(): number {
+    return this.held;
+  }
+
+  get free(): number {
+    return this.usable - this.held;
+  }
+
+  /** The last address handed out; allocation resumes after it. Persist it to keep round-robin across restarts. */
+  get cursor(): string | undefined {
+    return this.last < 0 ? undefined : this.addressAt(this.last);
+  }
+
+  /** Restores the cursor saved from `cursor`. Throws INVALID_ARGUMENT when the address is not in this pool. */
+  setCursor(address: string): void {
+    this.last = this.trackedOffset(address, 'cannot be the allocation cursor');
+  }
+
+  /** Hands out the next free address after the cursor, wrapping around. Throws RESOURCE_EXHAUSTED when full. */
+  allocate(): string {
+    if (this.held >= this.usable) {
+      throw exhausted(
+        `IP pool ${this.cidr.text} is exhausted: all ${this.usable} usable addresses are in use; ` +
+          'detach workloads or configure a larger or additional pool',
+      );
+    }
+    const start = this.last + 1 < this.span ? this.last + 1 : 0;
+    let off = this.findFree(start);
+    if (off < 0) off = this.findFree(0);
+    if (off < 0) {
+      throw internal(
+        `IP pool ${this.cidr.text} counts ${this.held}/${this.usable} in use but has no free bit`,
+      );
+    }
+    this.take(off);
+    this.held++;
+    this.last = off;
+    return this.addressAt(off);
+  }
+
+  /**
+   * Marks an address as held, e.g. when restoring allocations from the store. Idempotent. Throws
+   * INVALID_ARGUMENT when the address is outside the pool or is one the pool never hands out.
+   */
+  markUsed(address: string): void {
+    const off = this.trackedOffset(address, 'cannot be marked as used');
+    if (this.bit(this.blocked, off)) {
+      throw invalidArgument(
+        `${address} is reserved in IP pool ${this.cidr.text} (network, node/gateway, broadcast or configured ` +
+          'reserved address) and cannot be marked as used',
+      );
+    }
+    if (this.bit(this.taken, off)) return;
+    this.take(off);
+    this.held++;
+  }
+
+  /** Gives an address back. Idempotent; addresses outside the pool or never handed out are ignored. */
+  release(address: string): void {
+    const off = this.offsetOf(address);
+    if (off === undefined || this.bit(this.blocked, off) || !this.bit(this.taken, off)) return;
+    this.untake(off);
+    this.held--;
+  }
+
+  /** Whether the address is currently held (reserved addresses are not "used", they are never usable). */
+  isUsed(address: string): boolean {
+    const off = this.offsetOf(address);
+    return off !== undefined && !this.bit(this.blocked, off) && this.bit(this.taken, off);
+  }
+
+  /** Whether the address lies inside this pool's CIDR (even past the tracked IPv6 window). */
+  contains(address: string): boolean {
+    const { family, value } = parseAddress(address);
+    return family === this.family && cidrContains(this.cidr, value);
+  }
+
+  private addressAt(off: number): string {
+    return formatAddress(this.family, this.cidr.network + BigInt(off));
+  }
+
+  /** Offset of an address inside the tracked span, or undefined when it is not one this pool tracks. */
+  private offsetOf(address: string): number | undefined {
+    const { family, value } = parseAddress(address);
+    if (family !== this.family) return undefined;
+    const off = value - this.cidr.network;
+    return off >= 0n && off < BigInt(this.span) ? Number(off) : undefined;
+  }
+
+  private trackedOffset(address: string, what: string): number {
+    const off = this.offsetOf(address);
+    if (off !== undefined) return off;
+    if (this.contains(address)) {
+      throw invalidArgument(
+        `${address} ${what}: pool ${this.cidr.text} only hands out its first ${this.span} addresses`,
+      );
+    }
+    throw invalidArgument(`${address} ${what}: it is not in IP pool ${this.cidr.text}`);
+  }
+
+  /** Calls `each` for every tracked offset a `reserved` entry (address or CIDR) covers. */
+  private reservedOffsets(entry: string, each: (off: number) => void): void {
+    const where = `reserved entry ${JSON.stringify(entry)} of IP pool ${this.cidr.text}`;
+    let first: bigint;
+    let count: bigint;
+    if (entry.includes('/')) {
+      const r = parseCidr(entry);
+      if (
+        r.family !== this.family ||
+        r.prefixLength < this.cidr.prefixLength ||
+        !cidrContains(this.cidr, r.network)
+      ) {
+        throw invalidArgument(`${where} is not inside the pool`);
+      }
+      first = r.network - this.cidr.network;
+      count = cidrSize(r);
+    } else {
+      const a = parseAddress(entry);
+      if (a.family !== this.family || !cidrContains(this.cidr, a.value)) {
+        throw invalidArgument(`${where} is not inside the pool`);
+      }
+      first = a.value - this.cidr.network;
+      count = 1n;
+    }
+    const end = first + count < BigInt(this.span) ? Number(first + count) : this.span;
+    for (let off = Number(first < BigInt(this.span) ? first : BigInt(this.span)); off < end; off++) each(off);
+  }
+
+  private bit(map: Uint32Array, off: number): boolean {
+    return ((map[off >>> 5]! >>> (off & 31)) & 1) === 1;
+  }
+
+  private block(off: number): void {
+    this.blocked[off >>> 5]! |= 1 << (off & 31);
+    this.take(off);
+  }
+
+  private take(off: number): void {
+    const w = off >>> 5;
+    const word = (this.taken[w]! | (1 << (off & 31))) >>> 0;
+    this.taken[w] = word;
+    if (word === FULL) this.fullWords[w >>> 5]! |= 1 << (w & 31);
+  }
+
+  private untake(off: number): void {
+    const w = off >>> 5;
+    this.taken[w]! &= ~(1 << (off & 31));
+    this.fullWords[w >>> 5]! &= ~(1 << (w & 31));
+  }
+
+  /** First offset >= from that is not taken, or -1. Skips full words through the summary bitmap. */
+  private findFree(from: number): number {
+    const words = this.taken.length;
+    let w = from >>> 5;
+    if (w >= words) return -1;
+    const firstWord = ~this.taken[w]! & (FULL << (from & 31));
+    if (firstWord !== 0) return (w << 5) + lowestBit(firstWord);
+    w++;
+    while (w < words) {
+      const s = w >>> 5;
+      const notFull = ~this.fullWords[s]! & (FULL << (w & 31));
+      if (notFull !== 0) {
+        const word = (s << 5) + lowestBit(notFull);
+        return (word << 5) + lowestBit(~this.taken[word]!);
+      }
+      w = (s + 1) << 5;
+    }
+    return -1;
+  }
+}
