@@ -16,7 +16,7 @@ export async function prepareSocketPath(socketPath: string): Promise<void> {
     return;
   }
   if (!st.isSocket()) {
-    throw invalidArgument(`${socketPath} exists and is not a socket; refusing to replace it`);
+    throw failedPrecondition(`${socketPath} exists and is not a socket; refusing to replace it (remove it or configure another socket)`);
   }
   if (await answers(socketPath)) {
     throw failedPrecondition(`another daemon is already serving on ${socketPath}; stop it first or pick another socket`);
@@ -28,12 +28,14 @@ function answers(socketPath: string): Promise<boolean> {
   return new Promise((resolve) => {
     const c = net.connect(socketPath);
     const done = (v: boolean): void => {
+      clearTimeout(timer);
       c.destroy();
       resolve(v);
     };
+    // No answer either way in time: something holds the socket; treat it as live rather than steal it.
+    const timer = setTimeout(() => done(true), 1000);
     c.once('connect', () => done(true));
-    c.once('error', () => done(false));
-    c.setTimeout(1000, () => done(false));
+    c.once('error', (err: NodeJS.ErrnoException) => done(err.code !== 'ECONNREFUSED' && err.code !== 'ENOENT'));
   });
 }
 

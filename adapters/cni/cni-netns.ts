@@ -1,0 +1,19 @@
+import { WorkloadNetError } from '../../core/errors';
+import { inspectNetnsPath } from '../../core/netns-path';
+import { CniError, CniErrorCode } from './cni-error';
+
+// CNI_NETNS is checked here, before the service is called, so that a bad path is answered with the
+// environment error (4) it is, rather than with the network-config error that the service's
+// INVALID_ARGUMENT maps to. The check itself is the core's, so both entry points accept the same paths.
+
+/** Throws CniError 4 unless `path` is a network namespace other than the daemon's own or PID 1's. */
+export async function checkNetnsPath(path: string): Promise<void> {
+  try {
+    await inspectNetnsPath(path);
+  } catch (err) {
+    if (err instanceof WorkloadNetError && err.code === 'INVALID_ARGUMENT') {
+      throw new CniError(CniErrorCode.INVALID_ENVIRONMENT, `CNI_NETNS: ${err.message}`);
+    }
+    throw err;
+  }
+}

@@ -1,0 +1,231 @@
+/*
+ * The daemon's CNI endpoint: HTTP/1.1 over a unix socket, spoken by the native forwarder
+ * (shim/workloadnet-cni.c) that container runtimes execute as the `workloadnet` plugin.
+ *
+ * Wire format (kept this small on purpose: the forwarder is a few hundred lines of C):
+ *
+ *   POST /v1/cni HTTP/1.1
+ *   Host: workloadnet
+ *   Content-Type: application/json
+ *   Content-Length: <n>
+ *   Connection: close
+ *
+ *   {"env":{"CNI_COMMAND":"ADD","CNI_CONTAINERID":"…",…every CNI_* variable…},"stdin":"<stdin, verbatim>"}
+ *
+ * `env` holds string values only; `stdin` is the plugin's stdin as one JSON string. The answer is always
+ * framed by Content-Length (never chunked), and for /v1/cni always has status 200, whatever the outcome:
+ *
+ *   HTTP/1.1 200 OK
+ *   Content-Type: application/json
+ *   X-CNI-Exit-Code: <exit status for the plugin, 0 on success, 1 on error>
+ *   Content-Length: <n>
+ *
+ *   <exactly what the plugin prints on stdout: a CNI result, CNI error JSON, or nothing for a
+ *    successful DEL/CHECK/STATUS/GC>
+ *
+ * Any other path or method gets 404/405, still with X-CNI-Exit-Code: 1 and CNI error JSON, so a
+ * mismatched forwarder prints something a person can act on. A body larger than maxBodyBytes is read
+ * and discarded, and answered with CNI error 6, before anything is parsed or changed.
+ */
+import { promises as fs } from 'node:fs';
+import * as http from 'node:http';
+import { WorkloadNetError, failedPrecondition } from '../../core/errors';
+import { prepareSocketPath } from '../../core/unix-socket';
+import type { WorkloadService } from '../../core/workload-service';
+import { CniError, CniErrorCode, formatCniError } from './cni-error';
+import { CniHandler, type CniReply } from './cni-handler';
+import { type CniLogger, silentLogger } from './cni-logger';
+import { LATEST_CNI_VERSION } from './cni-version';
+
+export interface CniServerOptions {
+  socketPath: string;
+  /** Largest request body accepted; default 1 MiB (a CNI config is a few KiB). */
+  maxBodyBytes?: number;
+  logger?: CniLogger;
+  /** MTU for attachments whose network config sets none. */
+  defaultMtu?: number;
+}
+
+export const CNI_ENDPOINT = '/v1/cni';
+export const CNI_EXIT_CODE_HEADER = 'X-CNI-Exit-Code';
+
+const DEFAULT_MAX_BODY = 1024 * 1024;
+/** Past this many times the limit, stop draining an oversize body and drop the connection. */
+const DRAIN_FACTOR = 16;
+
+export class CniServer {
+  private readonly handler: CniHandler;
+  private readonly logger: CniLogger;
+  private readonly maxBody: number;
+  private server: http.Server | undefined;
+  private socketIno: number | undefined;
+
+  constructor(
+    service: WorkloadService,
+    private readonly opts: CniServerOptions,
+  ) {
+    this.logger = opts.logger ?? silentLogger;
+    this.maxBody = opts.maxBodyBytes ?? DEFAULT_MAX_BODY;
+    const handlerOpts =
+      opts.defaultMtu === undefined
+        ? { logger: this.logger }
+        : { logger: this.logger, defaultMtu: opts.defaultMtu };
+    this.handler = new CniHandler(service, handlerOpts);
+  }
+
+  async listen(): Promise<void> {
+    if (this.server) throw failedPrecondition(`CNI server already listening on ${this.opts.socketPath}`);
+    const socketPath = this.opts.socketPath;
+    await prepareSocketPath(socketPath);
+
+    const server = http.createServer((req, res) => this.onRequest(req, res));
+    await new Promise<void>((resolve, reject) => {
+      const onError = (err: NodeJS.ErrnoException): void => {
+        reject(
+          err.code === 'EADDRINUSE'
+            ? failedPrecondition(
+                `another process bound the CNI socket ${socketPath} while this one was starting`,
+              )
+            : new WorkloadNetError('INTERNAL', `cannot listen on CNI socket ${socketPath}: ${err.message}`),
+        );
+      };
+      server.once('error', onError);
+      server.listen(socketPath, () => {
+        server.off('error', onError);
+        resolve();
+      });
+    });
+    // bind() applied the umask (0755 with the usual 022, which lets nobody else connect); widening to
+    // 0660 afterwards therefore never exposes the socket to more than its owner and group.
+    await fs.chmod(socketPath, 0o660);
+    this.socketIno = (await fs.stat(socketPath)).ino;
+    this.server = server;
+    this.logger.info({ socket: socketPath }, 'CNI endpoint listening');
+  }
+
+  /** Stop accepting calls, let in-flight ones finish, and remove the socket. */
+  async close(): Promise<void> {
+    const server = this.server;
+    if (!server) return;
+    this.server = undefined;
+    await new Promise<void>((resolve) => {
+      server.close(() => resolve());
+      server.closeIdleConnections();
+    });
+    // Remove the path only while it is still our socket: a successor may already have bound it.
+    try {
+      const st = await fs.lstat(this.opts.socketPath);
+      if (st.ino === this.socketIno) await fs.unlink(this.opts.socketPath);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    }
+  }
+
+  private onRequest(req: http.IncomingMessage, res: http.ServerResponse): void {
+    if (req.url !== CNI_ENDPOINT) {
+      req.resume();
+      send(
+        res,
+        404,
+        localError(`unknown endpoint ${req.url ?? ''}; the CNI forwarder posts to ${CNI_ENDPOINT}`),
+      );
+      return;
+    }
+    if (req.method !== 'POST') {
+      req.resume();
+      send(res, 405, localError(`${CNI_ENDPOINT} accepts POST only, not ${req.method ?? ''}`));
+      return;
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    let oversize = Number(req.headers['content-length'] ?? 0) > this.maxBody;
+    req.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > this.maxBody * DRAIN_FACTOR) {
+        // Not worth draining further: the sender is not a CNI runtime.
+        req.destroy();
+        return;
+      }
+      if (oversize) return;
+      if (size > this.maxBody) {
+        oversize = true;
+        chunks.length = 0;
+        return;
+      }
+      chunks.push(chunk);
+    });
+    req.on('error', (err) => this.logger.warn({ err }, 'CNI request stream failed'));
+    req.on('end', () => {
+      if (oversize) {
+        const err = new CniError(
+          CniErrorCode.DECODING_FAILURE,
+          `CNI request of ${size} bytes exceeds the daemon's limit of ${this.maxBody} bytes`,
+        );
+        this.logger.warn({ bytes: size, limit: this.maxBody }, 'CNI request refused: too large');
+        send(res, 200, { exitCode: 1, stdout: formatCniError(err, LATEST_CNI_VERSION) });
+        return;
+      }
+      this.serve(Buffer.concat(chunks).toString('utf8')).then(
+        (reply) => send(res, 200, reply),
+        (err: unknown) => {
+          // handle() never throws; this only guards against a bug turning into a hung forwarder.
+          this.logger.error({ err }, 'CNI request failed unexpectedly');
+          send(res, 200, localError(`internal error: ${err instanceof Error ? err.message : String(err)}`));
+        },
+      );
+    });
+  }
+
+  private async serve(body: string): Promise<CniReply> {
+    let envelope: unknown;
+    try {
+      envelope = JSON.parse(body);
+    } catch {
+      return decodeError('request body is not JSON');
+    }
+    if (typeof envelope !== 'object' || envelope === null || Array.isArray(envelope)) {
+      return decodeError('request body must be a JSON object {"env":{…},"stdin":"…"}');
+    }
+    const { env: rawEnv, stdin: rawStdin } = envelope as { env?: unknown; stdin?: unknown };
+    const env: Record<string, string> = {};
+    if (rawEnv !== undefined) {
+      if (typeof rawEnv !== 'object' || rawEnv === null || Array.isArray(rawEnv)) {
+        return decodeError('"env" must be an object of strings');
+      }
+      for (const [k, v] of Object.entries(rawEnv)) {
+        if (typeof v !== 'string') return decodeError(`"env.${k}" must be a string`);
+        env[k] = v;
+      }
+    }
+    if (rawStdin !== undefined && typeof rawStdin !== 'string')
+      return decodeError('"stdin" must be a string');
+    return this.handler.handle(env, rawStdin ?? '');
+  }
+}
+
+function decodeError(msg: string): CniReply {
+  return {
+    exitCode: 1,
+    stdout: formatCniError(new CniError(CniErrorCode.DECODING_FAILURE, msg), LATEST_CNI_VERSION),
+  };
+}
+
+function localError(msg: string): CniReply {
+  return {
+    exitCode: 1,
+    stdout: formatCniError(new CniError(CniErrorCode.INTERNAL, msg), LATEST_CNI_VERSION),
+  };
+}
+
+function send(res: http.ServerResponse, status: number, reply: CniReply): void {
+  if (res.destroyed) return;
+  // The forwarder frames the body by Content-Length; setting it also keeps Node from chunking.
+  res.writeHead(status, {
+    'Content-Type': 'application/json',
+    [CNI_EXIT_CODE_HEADER]: String(reply.exitCode),
+    'Content-Length': Buffer.byteLength(reply.stdout),
+  });
+  res.end(reply.stdout);
+}
+
+/** Remove a socket left by a dead daemon; refuse when a live one still answers on it. */

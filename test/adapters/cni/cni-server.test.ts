@@ -1,0 +1,199 @@
+import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import { promises as fs } from 'node:fs';
+import * as http from 'node:http';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { CniServer } from '../../../adapters/cni/cni-server';
+import { WorkloadNetError } from '../../../core/errors';
+import { FakeWorkloadService } from './fake-workload-service';
+
+// The socket's lifecycle and the HTTP envelope, spoken directly with Node's http client.
+
+interface Answer {
+  status: number;
+  exitCode: string | undefined;
+  contentType: string | undefined;
+  body: string;
+}
+
+function request(socketPath: string, method: string, urlPath: string, body?: string): Promise<Answer> {
+  return new Promise((resolve, reject) => {
+    const req = http.request(
+      { socketPath, method, path: urlPath, headers: { 'Content-Type': 'application/json' } },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (c: Buffer) => chunks.push(c));
+        res.on('end', () =>
+          resolve({
+            status: res.statusCode ?? 0,
+            exitCode: res.headers['x-cni-exit-code'] as string | undefined,
+            contentType: res.headers['content-type'],
+            body: Buffer.concat(chunks).toString('utf8'),
+          }),
+        );
+      },
+    );
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+describe('CniServer', () => {
+  let dir: string;
+  let socketPath: string;
+  const started: CniServer[] = [];
+
+  beforeEach(async () => {
+    dir = await fs.mkdtemp(path.join(os.tmpdir(), 'wnc-srv-'));
+    socketPath = path.join(dir, 'run', 'cni.sock');
+  });
+
+  afterEach(async () => {
+    await Promise.all(started.splice(0).map((s) => s.close()));
+    await fs.rm(dir, { recursive: true, force: true });
+  });
+
+  async function start(
+    opts: { maxBodyBytes?: number } = {},
+  ): Promise<{ server: CniServer; fake: FakeWorkloadService }> {
+    const fake = new FakeWorkloadService();
+    const server = new CniServer(fake, { socketPath, ...opts });
+    await server.listen();
+    started.push(server);
+    return { server, fake };
+  }
+
+  it('creates the socket with mode 0660 in a folder it creates', async () => {
+    await start();
+    const st = await fs.lstat(socketPath);
+    expect(st.isSocket()).to.equal(true);
+    expect(st.mode & 0o777).to.equal(0o660);
+  });
+
+  it('refuses to start while a live server holds the socket', async () => {
+    await start();
+    const second = new CniServer(new FakeWorkloadService(), { socketPath });
+    let caught: unknown;
+    try {
+      await second.listen();
+    } catch (err) {
+      caught = err;
+    }
+    expect(caught).to.be.instanceOf(WorkloadNetError);
+    expect((caught as WorkloadNetError).code).to.equal('FAILED_PRECONDITION');
+    expect((caught as WorkloadNetError).message).to.contain(socketPath);
+    // The first server still answers.
+    const answer = await request(
+      socketPath,
+      'POST',
+      '/v1/cni',
+      JSON.stringify({ env: { CNI_COMMAND: 'VERSION' }, stdin: '' }),
+    );
+    expect(answer.exitCode).to.equal('0');
+  });
+
+  it('replaces a stale socket left by a daemon that died', async () => {
+    await fs.mkdir(path.dirname(socketPath), { recursive: true });
+    // A process that binds the socket and is killed leaves the file behind, as a crashed daemon does.
+    const child = spawn(process.execPath, [
+      '-e',
+      `require('net').createServer().listen(${JSON.stringify(socketPath)}, () => console.log('up'))`,
+    ]);
+    await new Promise<void>((resolve) => child.stdout.once('data', () => resolve()));
+    const exited = new Promise((resolve) => child.once('exit', resolve));
+    child.kill('SIGKILL');
+    await exited;
+    expect((await fs.lstat(socketPath)).isSocket()).to.equal(true);
+
+    await start();
+    const answer = await request(
+      socketPath,
+      'POST',
+      '/v1/cni',
+      JSON.stringify({ env: { CNI_COMMAND: 'VERSION' }, stdin: '' }),
+    );
+    expect(answer.status).to.equal(200);
+    expect(answer.exitCode).to.equal('0');
+  });
+
+  it('refuses to remove a path that is not a socket', async () => {
+    await fs.mkdir(path.dirname(socketPath), { recursive: true });
+    await fs.writeFile(socketPath, 'precious');
+    const server = new CniServer(new FakeWorkloadService(), { socketPath });
+    let caught: unknown;
+    try {
+      await server.listen();
+    } catch (err) {
+      caught = err;
+    }
+    expect((caught as WorkloadNetError).code).to.equal('FAILED_PRECONDITION');
+    expect(await fs.readFile(socketPath, 'utf8')).to.equal('precious');
+  });
+
+  it('removes its socket on close', async () => {
+    const { server } = await start();
+    await server.close();
+    started.splice(0);
+    let code: string | undefined;
+    try {
+      await fs.lstat(socketPath);
+    } catch (err) {
+      code = (err as NodeJS.ErrnoException).code;
+    }
+    expect(code).to.equal('ENOENT');
+  });
+
+  it('answers 200 with X-CNI-Exit-Code and the CNI output as the body', async () => {
+    await start();
+    const answer = await request(
+      socketPath,
+      'POST',
+      '/v1/cni',
+      JSON.stringify({ env: { CNI_COMMAND: 'VERSION' }, stdin: '{}' }),
+    );
+    expect(answer.status).to.equal(200);
+    expect(answer.contentType).to.equal('application/json');
+    expect(answer.exitCode).to.equal('0');
+    expect(JSON.parse(answer.body)).to.have.property('supportedVersions');
+  });
+
+  it('answers an unknown path with 404 and CNI error JSON the forwarder can print', async () => {
+    await start();
+    const answer = await request(socketPath, 'POST', '/v2/other', '{}');
+    expect(answer.status).to.equal(404);
+    expect(answer.exitCode).to.equal('1');
+    expect(JSON.parse(answer.body)).to.include({ code: 999 });
+  });
+
+  it('answers a GET with 405', async () => {
+    await start();
+    const answer = await request(socketPath, 'GET', '/v1/cni');
+    expect(answer.status).to.equal(405);
+    expect(answer.exitCode).to.equal('1');
+  });
+
+  it('answers a malformed envelope with CNI error 6', async () => {
+    const { fake } = await start();
+    for (const body of [
+      'not json',
+      '[1]',
+      '{"env":{"CNI_COMMAND":5}}',
+      '{"env":{"CNI_COMMAND":"ADD"},"stdin":{}}',
+    ]) {
+      const answer = await request(socketPath, 'POST', '/v1/cni', body);
+      expect(answer.exitCode, body).to.equal('1');
+      expect(JSON.parse(answer.body), body).to.include({ code: 6 });
+    }
+    expect(fake.mutations).to.deep.equal([]);
+  });
+
+  it('reads and refuses a body over maxBodyBytes with error 6, before parsing it', async () => {
+    const { fake } = await start({ maxBodyBytes: 1024 });
+    const envelope = JSON.stringify({ env: { CNI_COMMAND: 'VERSION' }, stdin: 'x'.repeat(4096) });
+    const answer = await request(socketPath, 'POST', '/v1/cni', envelope);
+    expect(answer.exitCode).to.equal('1');
+    expect(JSON.parse(answer.body)).to.include({ code: 6 });
+    expect(fake.mutations).to.deep.equal([]);
+  });
+});

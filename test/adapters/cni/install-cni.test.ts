@@ -1,0 +1,166 @@
+import { expect } from 'chai';
+import { promises as fs } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { CniServer } from '../../../adapters/cni/cni-server';
+import { installCni } from '../../../adapters/cni/install';
+import { WorkloadNetError } from '../../../core/errors';
+import { buildShim, runShim } from './cni-harness';
+import { FakeWorkloadService } from './fake-workload-service';
+
+describe('installCni', function () {
+  this.timeout(20000);
+
+  let dir: string;
+  let shimPath: string;
+  let binDir: string;
+  let confDir: string;
+  const cniSocket = '/run/workloadnet/cni.sock';
+
+  before(async () => {
+    dir = await fs.mkdtemp(path.join(os.tmpdir(), 'wnc-inst-'));
+    shimPath = await buildShim(path.join(dir, 'build'));
+  });
+
+  after(async () => {
+    await fs.rm(dir, { recursive: true, force: true });
+  });
+
+  beforeEach(async () => {
+    const case_ = await fs.mkdtemp(path.join(dir, 'case-'));
+    binDir = path.join(case_, 'opt', 'cni', 'bin');
+    confDir = path.join(case_, 'etc', 'cni', 'net.d');
+  });
+
+  async function rejection(p: Promise<unknown>): Promise<WorkloadNetError> {
+    try {
+      await p;
+    } catch (err) {
+      expect(err).to.be.instanceOf(WorkloadNetError);
+      return err as WorkloadNetError;
+    }
+    throw new Error('expected a rejection');
+  }
+
+  it('installs the forwarder as "workloadnet" and a conflist that names it and the socket', async () => {
+    const out = await installCni({
+      binDir,
+      confDir,
+      cniSocket,
+      name: 'wnc-pods',
+      force: false,
+      shimPath,
+      mtu: 1450,
+    });
+    expect(out.binary).to.equal(path.join(binDir, 'workloadnet'));
+    expect(out.conflist).to.equal(path.join(confDir, '10-wnc-pods.conflist'));
+
+    const bin = await fs.stat(out.binary);
+    expect(bin.mode & 0o777).to.equal(0o755);
+    expect(await fs.readFile(out.binary)).to.deep.equal(await fs.readFile(shimPath));
+
+    const list = JSON.parse(await fs.readFile(out.conflist, 'utf8')) as {
+      cniVersion: string;
+      name: string;
+      plugins: Record<string, unknown>[];
+    };
+    expect(list.cniVersion).to.equal('1.0.0');
+    expect(list.name).to.equal('wnc-pods');
+    expect(list.plugins).to.have.length(1);
+    expect(list.plugins[0]).to.include({ type: 'workloadnet', socket: cniSocket, mtu: 1450 });
+    expect((await fs.readdir(confDir)).filter((f) => f.endsWith('.tmp'))).to.deep.equal([]);
+  });
+
+  it('overwrites its own files on a second run without force', async () => {
+    await installCni({ binDir, confDir, cniSocket, name: 'wnc-pods', force: false, shimPath });
+    const out = await installCni({
+      binDir,
+      confDir,
+      cniSocket: '/run/other/cni.sock',
+      name: 'wnc-pods',
+      force: false,
+      shimPath,
+    });
+    const list = JSON.parse(await fs.readFile(out.conflist, 'utf8')) as { plugins: { socket: string }[] };
+    expect(list.plugins[0]?.socket).to.equal('/run/other/cni.sock');
+  });
+
+  it('refuses to overwrite a conflist it did not write, and leaves both files untouched', async () => {
+    await fs.mkdir(confDir, { recursive: true });
+    const foreign = path.join(confDir, '10-wnc-pods.conflist');
+    await fs.writeFile(foreign, '{"cniVersion":"1.0.0","name":"wnc-pods","plugins":[{"type":"bridge"}]}');
+    const err = await rejection(
+      installCni({ binDir, confDir, cniSocket, name: 'wnc-pods', force: false, shimPath }),
+    );
+    expect(err.code).to.equal('ALREADY_EXISTS');
+    expect(err.message).to.contain(foreign).and.contain('force');
+    expect(await fs.readFile(foreign, 'utf8')).to.contain('bridge');
+    let binCode: string | undefined;
+    await fs.stat(path.join(binDir, 'workloadnet')).catch((e: NodeJS.ErrnoException) => (binCode = e.code));
+    expect(binCode, 'binary not installed after a refusal').to.equal('ENOENT');
+  });
+
+  it('refuses to overwrite a foreign "workloadnet" binary without force', async () => {
+    await fs.mkdir(binDir, { recursive: true });
+    await fs.writeFile(path.join(binDir, 'workloadnet'), '#!/bin/sh\necho someone else\n', { mode: 0o755 });
+    const err = await rejection(
+      installCni({ binDir, confDir, cniSocket, name: 'wnc-pods', force: false, shimPath }),
+    );
+    expect(err.code).to.equal('ALREADY_EXISTS');
+    expect(await fs.readFile(path.join(binDir, 'workloadnet'), 'utf8')).to.contain('someone else');
+  });
+
+  it('overwrites foreign files when forced', async () => {
+    await fs.mkdir(confDir, { recursive: true });
+    await fs.mkdir(binDir, { recursive: true });
+    await fs.writeFile(path.join(confDir, '10-wnc-pods.conflist'), 'not even json');
+    await fs.writeFile(path.join(binDir, 'workloadnet'), 'foreign');
+    const out = await installCni({ binDir, confDir, cniSocket, name: 'wnc-pods', force: true, shimPath });
+    expect(JSON.parse(await fs.readFile(out.conflist, 'utf8'))).to.have.property('plugins');
+    expect(await fs.readFile(out.binary)).to.deep.equal(await fs.readFile(shimPath));
+  });
+
+  it('refuses a network name CNI would refuse, and a shim that is not the forwarder', async () => {
+    expect(
+      (await rejection(installCni({ binDir, confDir, cniSocket, name: 'bad name', force: false, shimPath })))
+        .code,
+    ).to.equal('INVALID_ARGUMENT');
+    const notShim = path.join(dir, 'not-a-shim');
+    await fs.writeFile(notShim, 'hello');
+    expect(
+      (
+        await rejection(
+          installCni({ binDir, confDir, cniSocket, name: 'wnc', force: false, shimPath: notShim }),
+        )
+      ).code,
+    ).to.equal('INVALID_ARGUMENT');
+  });
+
+  it('produces a plugin that reaches the daemon through the socket named in the conflist', async () => {
+    const socketPath = path.join(dir, 'inst.sock');
+    const server = new CniServer(new FakeWorkloadService(), { socketPath });
+    await server.listen();
+    try {
+      const out = await installCni({
+        binDir,
+        confDir,
+        cniSocket: socketPath,
+        name: 'wnc-pods',
+        force: false,
+        shimPath,
+      });
+      const list = JSON.parse(await fs.readFile(out.conflist, 'utf8')) as {
+        cniVersion: string;
+        name: string;
+        plugins: Record<string, unknown>[];
+      };
+      // What a runtime sends: the plugin entry plus cniVersion and name.
+      const stdin = JSON.stringify({ cniVersion: list.cniVersion, name: list.name, ...list.plugins[0] });
+      const run = await runShim(out.binary, { CNI_COMMAND: 'VERSION' }, stdin);
+      expect(run.exitCode, run.stdout).to.equal(0);
+      expect(JSON.parse(run.stdout)).to.have.property('supportedVersions');
+    } finally {
+      await server.close();
+    }
+  });
+});

@@ -1,0 +1,123 @@
+import { execFileSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import type { ApiClient } from '../../cli/api-client';
+import { DaemonProcess } from '../support/daemon-process';
+import { InProcessDaemon } from '../support/in-process-daemon';
+import { NetnsSet } from '../support/netns';
+import { RecordingBackend } from '../support/recording-backend';
+import { percentile, ratePerSecond, timeMs } from './stats';
+
+// The daemon as a runtime sees it: Attach/Detach through gRPC on the unix socket. With the recording
+// backend it measures the core alone (validation, allocation, durable store writes, gRPC); with the
+// Linux backend, the whole path into the kernel.
+
+export interface DaemonBenchRow {
+  name: string;
+  op: 'attach' | 'detach';
+  p50Ms: number;
+  p99Ms: number;
+  perSecondAtParallel: number;
+}
+
+const req = (workloadId: string, netnsPath: string) => ({
+  workloadId,
+  netns: { netnsPath, ifName: 'eth0', mtu: 0 },
+  containerId: '',
+  pod: undefined,
+  dns: undefined,
+});
+
+async function measure(
+  client: ApiClient,
+  name: string,
+  netnsPaths: string[],
+  count: number,
+  parallel: number,
+): Promise<DaemonBenchRow[]> {
+  const at = (i: number): string => netnsPaths[i % netnsPaths.length] ?? '';
+  const attachMs: number[] = [];
+  const detachMs: number[] = [];
+  for (let i = 0; i < count; i++)
+    attachMs.push(await timeMs(() => client.call(client.raw.attach, req(`seq-${i}`, at(i)))));
+  for (let i = 0; i < count; i++)
+    detachMs.push(
+      await timeMs(() => client.call(client.raw.detach, { workloadId: `seq-${i}`, netns: undefined })),
+    );
+  const attachRate = await ratePerSecond(
+    Array.from({ length: count }, (_, i) => () => client.call(client.raw.attach, req(`par-${i}`, at(i)))),
+    parallel,
+  );
+  const detachRate = await ratePerSecond(
+    Array.from(
+      { length: count },
+      (_, i) => () => client.call(client.raw.detach, { workloadId: `par-${i}`, netns: undefined }),
+    ),
+    parallel,
+  );
+  return [
+    {
+      name,
+      op: 'attach',
+      p50Ms: percentile(attachMs, 50),
+      p99Ms: percentile(attachMs, 99),
+      perSecondAtParallel: attachRate,
+    },
+    {
+      name,
+      op: 'detach',
+      p50Ms: percentile(detachMs, 50),
+      p99Ms: percentile(detachMs, 99),
+      perSecondAtParallel: detachRate,
+    },
+  ];
+}
+
+/** Core + gRPC only: the recording backend programs nothing. All workloads share one namespace. */
+export async function benchDaemonRecording(opts: {
+  count: number;
+  parallel: number;
+}): Promise<DaemonBenchRow[]> {
+  const namespaces = new NetnsSet('wnb-');
+  const d = await InProcessDaemon.start(new RecordingBackend(), { podCidrs: ['10.90.0.0/16'] });
+  try {
+    return await measure(
+      d.client,
+      'workloadnet daemon (recording backend)',
+      [namespaces.add().path],
+      opts.count,
+      opts.parallel,
+    );
+  } finally {
+    await d.stop();
+    namespaces.cleanup();
+  }
+}
+
+/** The real daemon process with the Linux backend, inside a test-owned node namespace. */
+export async function benchDaemonLinux(opts: { count: number; parallel: number }): Promise<DaemonBenchRow[]> {
+  const namespaces = new NetnsSet('wnb-');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-bench-'));
+  const node = namespaces.add().name;
+  execFileSync('ip', ['-n', node, 'link', 'set', 'lo', 'up']);
+  const workloads = Array.from({ length: opts.count }, () => namespaces.add().path);
+  const d = await DaemonProcess.start({
+    dir,
+    netns: node,
+    args: ['--pod-cidr', '10.91.0.0/16', '--log-level', 'warn'],
+  });
+  try {
+    return await measure(
+      d.client,
+      'workloadnet daemon (linux backend)',
+      workloads,
+      opts.count,
+      opts.parallel,
+    );
+  } finally {
+    await d.stop();
+    namespaces.cleanup();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}

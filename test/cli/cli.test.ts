@@ -1,0 +1,130 @@
+import { expect } from 'chai';
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { CLI } from '../support/daemon-process';
+import { InProcessDaemon } from '../support/in-process-daemon';
+import { isRoot, NetnsSet } from '../support/netns';
+import { RecordingBackend } from '../support/recording-backend';
+
+// The real `workloadnet` binary against a running daemon (recording backend), through the public API.
+
+const SNAPSHOTS = path.resolve(__dirname, '..', '..', '..', 'test', 'cli', 'snapshots');
+
+function run(args: string[]): { code: number; stdout: string; stderr: string } {
+  const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', env: { ...process.env, COLUMNS: '100' } });
+  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+}
+
+const describeRoot = isRoot ? describe : describe.skip;
+
+describe('workloadnet CLI: help', () => {
+  for (const cmd of [[], ['daemon'], ['status'], ['ls'], ['inspect'], ['detach'], ['gc'], ['install-cni'], ['version']]) {
+    const name = cmd.length ? cmd.join('-') : 'main';
+    it(`prints the same --help for "${name}" as its snapshot, with examples`, () => {
+      const r = run([...cmd, '--help']);
+      expect(r.code).to.equal(0);
+      expect(r.stdout).to.include('Example');
+      const file = path.join(SNAPSHOTS, `help-${name}.txt`);
+      if (process.env.UPDATE_SNAPSHOTS === '1') fs.writeFileSync(file, r.stdout);
+      expect(r.stdout).to.equal(fs.readFileSync(file, 'utf8'));
+    });
+  }
+
+  it('exits 2 on an unknown command or flag', () => {
+    expect(run(['frobnicate']).code).to.equal(2);
+    expect(run(['status', '--no-such-flag']).code).to.equal(2);
+  });
+
+  it('exits 4 with a hint when the daemon is unreachable', () => {
+    const r = run(['status', '--socket', '/nonexistent/wn.sock', '--timeout', '2']);
+    expect(r.code).to.equal(4);
+    expect(r.stderr).to.include('cannot reach the daemon');
+  });
+});
+
+describeRoot('workloadnet CLI against a daemon (root, test namespace)', () => {
+  const namespaces = new NetnsSet('wncli-');
+  let d: InProcessDaemon;
+  let backend: RecordingBackend;
+  let netnsPath: string;
+
+  before(async () => {
+    netnsPath = namespaces.add().path;
+    backend = new RecordingBackend();
+    d = await InProcessDaemon.start(backend);
+    for (const id of ['alpha', 'beta']) {
+      await d.client.call(d.client.raw.attach, {
+        workloadId: id,
+        netns: { netnsPath, ifName: 'eth0', mtu: 0 },
+        containerId: '',
+        pod: { uid: 'u1', namespace: 'default', name: `pod-${id}` },
+        dns: undefined,
+      });
+    }
+  });
+  after(async () => {
+    await d.stop();
+    namespaces.cleanup();
+  });
+
+  const sock = () => ['--socket', d.config.socket];
+
+  it('status prints a human summary and exits 0 when ready', () => {
+    const r = run(['status', ...sock()]);
+    expect(r.code).to.equal(0);
+    expect(r.stdout).to.match(/ready:\s+yes/);
+    expect(r.stdout).to.match(/pool:\s+10\.77\.0\.0\/24 \(IPv4\) 2\/\d+ used/);
+  });
+
+  it('status --json prints the API shape and exits 3 when not ready', () => {
+    backend.healthy = false;
+    try {
+      const r = run(['status', '--json', ...sock()]);
+      expect(r.code).to.equal(3);
+      const st = JSON.parse(r.stdout) as { ready: boolean; reasons: string[] };
+      expect(st.ready).to.equal(false);
+      expect(st.reasons).to.include('recording backend set unhealthy');
+    } finally {
+      backend.healthy = true;
+    }
+  });
+
+  it('ls prints a table of attachments and --json the same data', () => {
+    const r = run(['ls', ...sock()]);
+    expect(r.code).to.equal(0);
+    const lines = r.stdout.trim().split('\n');
+    expect(lines[0]).to.match(/^WORKLOAD\s+POD\s+INTERFACE\s+IPS\s+BACKEND\s+STATE\s+AGE$/);
+    expect(lines.slice(1).map((l) => l.split(/\s+/)[0]).sort()).to.deep.equal(['alpha', 'beta']);
+    expect(r.stdout).to.include('default/pod-alpha');
+    const j = JSON.parse(run(['ls', '--json', ...sock()]).stdout) as Array<{ workloadId: string }>;
+    expect(j.map((a) => a.workloadId).sort()).to.deep.equal(['alpha', 'beta']);
+  });
+
+  it('inspect shows one workload and exits 5 for an unknown one', () => {
+    const r = run(['inspect', 'alpha', ...sock()]);
+    expect(r.code).to.equal(0);
+    expect((JSON.parse(r.stdout) as Array<{ netnsPath: string }>)[0]?.netnsPath).to.equal(netnsPath);
+    expect(run(['inspect', 'nobody', ...sock()]).code).to.equal(5);
+  });
+
+  it('gc refuses an empty keep list without --all, then keeps only what is named', () => {
+    expect(run(['gc', ...sock()]).code).to.equal(2);
+    const r = run(['gc', 'alpha', '--json', ...sock()]);
+    expect(r.code).to.equal(0);
+    expect((JSON.parse(r.stdout) as { removed: Array<{ workloadId: string }> }).removed.map((x) => x.workloadId)).to.deep.equal(['beta']);
+  });
+
+  it('detach removes a workload and succeeds again for an unknown one', () => {
+    expect(run(['detach', 'alpha', ...sock()]).code).to.equal(0);
+    expect(run(['detach', 'alpha', ...sock()]).code).to.equal(0);
+    expect(JSON.parse(run(['ls', '--json', ...sock()]).stdout)).to.deep.equal([]);
+  });
+
+  it('version prints client and daemon versions', () => {
+    const r = run(['version', '--json', ...sock()]);
+    const v = JSON.parse(r.stdout) as { client: string; daemon: string };
+    expect(v.client).to.match(/^\d+\.\d+\.\d+$/);
+    expect(v.daemon).to.equal(v.client);
+  });
+});
