@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import './threadpool';
 import { Command, Option } from 'commander';
 import { runDaemon, type DaemonFlags } from './daemon-command';
 import { registerClientCommands } from './client-commands';

@@ -186,6 +186,7 @@ export class Orchestrator implements WorkloadService {
           mtu,
           backend: this.backend.name,
           dns: call.dns,
+          origin: call.origin ?? 'api',
           state: 'pending',
           createdAt: new Date().toISOString(),
         };
@@ -296,7 +297,7 @@ export class Orchestrator implements WorkloadService {
     });
   }
 
-  async gc(keep: Array<{ workloadId: string; ifName?: string }>): Promise<GcResult> {
+  async gc(keep: Array<{ workloadId: string; ifName?: string }>, origin?: string): Promise<GcResult> {
     const wholeWorkloads = new Set<string>();
     const keys = new Set<string>();
     for (const k of keep) {
@@ -304,7 +305,9 @@ export class Orchestrator implements WorkloadService {
       if (k.ifName) keys.add(attachmentKey(k.workloadId, validateIfName(k.ifName)));
       else wholeWorkloads.add(k.workloadId);
     }
-    const doomed = this.store.all().filter((r) => !wholeWorkloads.has(r.workloadId) && !keys.has(r.key));
+    const doomed = this.store
+      .all()
+      .filter((r) => (origin === undefined || (r.origin ?? 'api') === origin) && !wholeWorkloads.has(r.workloadId) && !keys.has(r.key));
     const removed: string[] = [];
     await Promise.all(
       doomed.map((rec) =>

@@ -20,6 +20,8 @@ export interface AttachCall {
   mtu?: number;
   /** DNS settings to echo back in results (CNI runtimeConfig.dns). */
   dns?: DnsInfo;
+  /** Which entry point created the attachment ("api" by default, "cni"); GC can be scoped to one. */
+  origin?: string;
 }
 
 export interface DetachCall {
@@ -50,6 +52,8 @@ export interface Attachment {
   backend: string;
   dns?: DnsInfo;
   dataplane?: DataplaneResult;
+  /** Entry point that created it ("api" or "cni"). */
+  origin?: string;
   /** "ready" once the dataplane has been programmed; "pending" while (or if a crash left it) half-done. */
   state: 'pending' | 'ready';
   createdAt: string;
@@ -94,8 +98,11 @@ export interface WorkloadService {
   get(workloadId: string, ifName?: string): Promise<Attachment[]>;
   /** Drift for one attachment; NOT_FOUND when it is unknown. */
   check(workloadId: string, ifName: string): Promise<Drift[]>;
-  /** Keep exactly the attachments named (workloadId + ifName) and detach all others. */
-  gc(keep: Array<{ workloadId: string; ifName?: string }>): Promise<GcResult>;
+  /**
+   * Keep exactly the attachments named (workloadId + ifName) and detach all others — only among those
+   * created through `origin` when it is given, so a CNI runtime's GC never removes API-made attachments.
+   */
+  gc(keep: Array<{ workloadId: string; ifName?: string }>, origin?: string): Promise<GcResult>;
 }
 
 /** inversify identifier of the orchestrator. */

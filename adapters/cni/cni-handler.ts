@@ -113,7 +113,7 @@ export class CniHandler {
       );
     }
     const dns = rc.dns ?? req.config.dns;
-    const call: AttachCall = { workloadId: req.containerId, netnsPath: req.netns, ifName: req.ifName };
+    const call: AttachCall = { workloadId: req.containerId, netnsPath: req.netns, ifName: req.ifName, origin: 'cni' };
     const pod = { uid: req.args.podUid, namespace: req.args.podNamespace, name: req.args.podName };
     if (pod.uid || pod.namespace || pod.name) {
       call.pod = Object.fromEntries(Object.entries(pod).filter(([, v]) => v !== undefined));
@@ -198,7 +198,8 @@ export class CniHandler {
 
   private async gc(req: GcRequest): Promise<void> {
     const keep = req.validAttachments.map((a) => ({ workloadId: a.containerId, ifName: a.ifName }));
-    const { removed } = await this.service.gc(keep);
+    // Scoped to CNI-made attachments: the runtime only knows its own, not those attached over gRPC.
+    const { removed } = await this.service.gc(keep, 'cni');
     if (removed.length > 0)
       this.logger.info({ removed }, 'CNI GC detached attachments the runtime no longer has');
   }

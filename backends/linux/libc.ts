@@ -1,0 +1,104 @@
+// The few libc calls Node does not offer: setns(2), socket(2) for AF_NETLINK, setsockopt(2), close(2).
+// Bound through koffi, whose npm package ships prebuilt binaries (no compiler at install time). The
+// library is loaded on first use so that merely importing this module works on any platform.
+
+import * as koffi from 'koffi';
+import { writeS32 } from './rtnetlink/attributes';
+import { errnoDescription, errnoName } from './rtnetlink/errors';
+
+export const AF_NETLINK = 16;
+export const SOCK_RAW = 3;
+export const SOCK_CLOEXEC = 0o2000000;
+export const NETLINK_ROUTE = 0;
+export const CLONE_NEWNET = 0x40000000;
+/** _IO(0xb7, 0x3) from linux/nsfs.h: which kind of namespace an nsfs fd is (a CLONE_NEW* value). */
+export const NS_GET_NSTYPE = 0xb703;
+
+export const SOL_SOCKET = 1;
+export const SO_SNDBUF = 7;
+export const SO_RCVBUF = 8;
+export const SO_RCVTIMEO = 20;
+export const SO_RCVBUFFORCE = 33;
+
+export const SOL_NETLINK = 270;
+export const NETLINK_CAP_ACK = 10;
+export const NETLINK_EXT_ACK = 11;
+export const NETLINK_GET_STRICT_CHK = 12;
+
+/** A failed system call, with the errno to branch on. */
+export class SyscallError extends Error {
+  readonly code: string;
+  constructor(
+    readonly syscall: string,
+    readonly errno: number,
+  ) {
+    const code = errnoName(errno);
+    const desc = errnoDescription(errno);
+    super(`${syscall} failed: ${code}${desc ? ` (${desc})` : ''}`);
+    this.name = 'SyscallError';
+    this.code = code;
+  }
+}
+
+interface Bindings {
+  setns: koffi.KoffiFunction;
+  socket: koffi.KoffiFunction;
+  setsockopt: koffi.KoffiFunction;
+  close: koffi.KoffiFunction;
+  ioctl: koffi.KoffiFunction;
+}
+
+let bindings: Bindings | undefined;
+
+function libc(): Bindings {
+  if (!bindings) {
+    const lib = koffi.load('libc.so.6');
+    bindings = {
+      setns: lib.func('int setns(int fd, int nstype)'),
+      socket: lib.func('int socket(int domain, int type, int protocol)'),
+      setsockopt: lib.func(
+        'int setsockopt(int fd, int level, int optname, const void *optval, uint32_t optlen)',
+      ),
+      close: lib.func('int close(int fd)'),
+      // Declared without the variadic argument: the requests we use take none.
+      ioctl: lib.func('int ioctl(int fd, unsigned long request)'),
+    };
+  }
+  return bindings;
+}
+
+function check(syscall: string, rc: unknown): number {
+  const n = Number(rc);
+  if (n < 0) throw new SyscallError(syscall, koffi.errno());
+  return n;
+}
+
+/** Moves the calling thread into the namespace behind `fd`. */
+export function setns(fd: number, nstype: number): void {
+  check('setns', libc().setns(fd, nstype));
+}
+
+/** A new socket in the calling thread's current network namespace. */
+export function socket(domain: number, type: number, protocol: number): number {
+  return check('socket', libc().socket(domain, type, protocol));
+}
+
+export function setsockopt(fd: number, level: number, optname: number, value: Buffer): void {
+  check(`setsockopt(${level}, ${optname})`, libc().setsockopt(fd, level, optname, value, value.length));
+}
+
+export function setsockoptInt(fd: number, level: number, optname: number, value: number): void {
+  const b = Buffer.alloc(4);
+  writeS32(b, value, 0);
+  setsockopt(fd, level, optname, b);
+}
+
+/** ioctl without an argument, returning its non-negative result. */
+export function ioctlNoArg(fd: number, request: number): number {
+  return check('ioctl', libc().ioctl(fd, request));
+}
+
+/** Synchronous close, for failure paths where the fd was never handed to Node's fs. */
+export function closeFd(fd: number): void {
+  libc().close(fd);
+}

@@ -1,0 +1,105 @@
+// Creating the veth pair: one RTM_NEWLINK in the host namespace whose peer is born inside the
+// workload namespace, already under its final name, with its MTU and MAC. Nothing ever appears under
+// a temporary name, so a crash leaves at most a host link we can recognise (group + name) and delete.
+
+import { alreadyExists } from '../../core/errors';
+import type { AttachPlan } from './attach-plan';
+import type { LinuxBackendLogger } from './linux-backend-options';
+import type { NetnsHandle } from './netns';
+import { NetlinkError } from './rtnetlink/errors';
+import {
+  RTM_NEWLINK,
+  decodeLink,
+  delLinkRequest,
+  getLink,
+  newVethRequest,
+  type Link,
+} from './rtnetlink/link';
+import type { NetlinkSocket } from './rtnetlink/socket';
+
+export interface VethPair {
+  /** ifindex of the host end, in the host namespace. */
+  hostIndex: number;
+  /** ifindex of the workload end, in the workload namespace. */
+  peerIndex: number;
+}
+
+export interface VethPairContext {
+  host: NetlinkSocket;
+  workload: NetlinkSocket;
+  workloadNs: NetnsHandle;
+  logger: LinuxBackendLogger;
+}
+
+export async function createVethPair(
+  ctx: VethPairContext,
+  plan: AttachPlan,
+  peerMac: string,
+): Promise<VethPair> {
+  const request = newVethRequest(
+    {
+      name: plan.hostName,
+      mtu: plan.mtu,
+      group: plan.linkGroup,
+      // The host end can be brought up in the same request; the peer cannot (see VethSpec.up).
+      up: true,
+      peer: { name: plan.ifName, mtu: plan.mtu, mac: peerMac, netnsFd: ctx.workloadNs.fd },
+    },
+    // The echoed link carries the host ifindex and, in IFLA_LINK, the peer's: no GETLINK needed.
+    { echo: true },
+  );
+  let replies;
+  try {
+    replies = await ctx.host.request(request);
+  } catch (err) {
+    if (!(err instanceof NetlinkError) || err.code !== 'EEXIST') throw err;
+    await removeLeftoverOrExplain(ctx, plan);
+    replies = await ctx.host.request(request).catch((again: unknown) => {
+      if (again instanceof NetlinkError && again.code === 'EEXIST') throw nameTaken(ctx, plan);
+      throw again;
+    });
+  }
+  const echoed = replies.find((m) => m.type === RTM_NEWLINK);
+  const hostLink: Link | undefined = echoed
+    ? decodeLink(echoed)
+    : await getLink(ctx.host, { name: plan.hostName });
+  if (!hostLink) throw new Error(`host interface ${plan.hostName} vanished right after it was created`);
+  let peerIndex = hostLink.linkIndex;
+  if (peerIndex === undefined || peerIndex === hostLink.index) {
+    // Kernels before 6.3 do not echo RTM_NEWLINK; ask the workload namespace instead.
+    const peer = await getLink(ctx.workload, { name: plan.ifName });
+    if (!peer) throw new Error(`workload interface ${plan.ifName} vanished right after it was created`);
+    peerIndex = peer.index;
+  }
+  return { hostIndex: hostLink.index, peerIndex };
+}
+
+/**
+ * EEXIST has two possible causes. A host link of our name left by an earlier attempt that crashed is
+ * deleted (which deletes its peer too), so that the caller can retry. Otherwise the requested name is
+ * taken inside the workload namespace, which is the caller's mistake.
+ */
+async function removeLeftoverOrExplain(ctx: VethPairContext, plan: AttachPlan): Promise<void> {
+  const existing = await getLink(ctx.host, { name: plan.hostName });
+  if (!existing) throw nameTaken(ctx, plan);
+  if (existing.group !== plan.linkGroup && existing.alias !== plan.alias) {
+    throw alreadyExists(
+      `host interface name ${plan.hostName} is taken by an interface workloadnet did not create (group ${existing.group}); remove or rename it`,
+    );
+  }
+  ctx.logger.warn(
+    { key: plan.key, hostIf: plan.hostName, ifindex: existing.index },
+    'removing leftover host interface of an earlier attempt',
+  );
+  try {
+    await ctx.host.request(delLinkRequest({ index: existing.index }));
+  } catch (err) {
+    if (!(err instanceof NetlinkError && err.code === 'ENODEV')) throw err;
+  }
+}
+
+function nameTaken(ctx: VethPairContext, plan: AttachPlan) {
+  return alreadyExists(
+    `interface "${plan.ifName}" already exists in network namespace ${ctx.workloadNs.path}; choose another interface name or remove it`,
+  );
+}

@@ -1,0 +1,476 @@
+import { expect } from 'chai';
+import { execFile } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { promisify } from 'node:util';
+import type { AttachSpec, AttachmentView, DataplaneResult, IpAssignment } from '../../../core/backend';
+import { WorkloadNetError } from '../../../core/errors';
+import { hostLinkName } from '../../../backends/linux/host-link-name';
+import { LinuxBackend } from '../../../backends/linux/linux-backend';
+import { NetnsPool, ip, ipJson, netnsExec, netnsInode, netnsPath, pings } from './netns-fixture';
+
+// Integration tests against the real kernel. The "host" side is a test-owned node namespace with an
+// uplink (10.250.0.1/32); workloads get namespaces beside it. Nothing touches the machine's own
+// network namespace.
+
+const GROUP = 0x776e;
+
+interface IpLink {
+  ifindex: number;
+  ifname: string;
+  mtu: number;
+  group: string;
+  address: string;
+  flags: string[];
+  ifalias?: string;
+}
+interface IpAddr {
+  ifname: string;
+  addr_info: Array<{ family: string; local: string; prefixlen: number }>;
+}
+interface IpRoute {
+  dst: string;
+  gateway?: string;
+  dev: string;
+  scope?: string;
+}
+
+function v4(address: string): IpAssignment {
+  return { family: 4, address, poolPrefixLength: 24, pool: '10.251.0.0/24', gateway: '169.254.1.1' };
+}
+
+function v6(address: string): IpAssignment {
+  return { family: 6, address, poolPrefixLength: 64, pool: 'fd00:77:1::/64', gateway: 'fe80::1' };
+}
+
+function specFor(
+  ns: string,
+  ips: IpAssignment[],
+  opts: { ifName?: string; mtu?: number; workloadId?: string } = {},
+): AttachSpec {
+  const workloadId = opts.workloadId ?? `${ns}-wl`;
+  const ifName = opts.ifName ?? 'eth0';
+  return {
+    key: `${workloadId}/${ifName}`,
+    workloadId,
+    ifName,
+    netnsPath: netnsPath(ns),
+    netnsInode: netnsInode(ns),
+    ips,
+    mtu: opts.mtu ?? 1500,
+  };
+}
+
+function viewOf(spec: AttachSpec, dataplane?: DataplaneResult): AttachmentView {
+  return { ...spec, dataplane };
+}
+
+async function groupLinks(node: string, group = GROUP): Promise<IpLink[]> {
+  // `ip -j` also lists filtered-out links as empty objects.
+  return (await ipJson<IpLink>(node, 'link', 'show', 'group', String(group))).filter(
+    (l) => l.ifname !== undefined,
+  );
+}
+
+async function rejection(p: Promise<unknown>): Promise<WorkloadNetError> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).to.be.instanceOf(WorkloadNetError);
+    return err as WorkloadNetError;
+  }
+  throw new Error('expected a rejection');
+}
+
+describe('LinuxBackend (routed veth, real kernel)', function () {
+  this.timeout(60_000);
+  const pool = new NetnsPool();
+  let node: string;
+  let backend: LinuxBackend;
+
+  before(async () => {
+    node = await pool.addNode();
+    backend = new LinuxBackend({ hostNetnsPath: netnsPath(node), ipv6: true });
+    await backend.start();
+  });
+
+  after(async () => {
+    await backend?.stop();
+    await pool.cleanup();
+  });
+
+  describe('start', () => {
+    it('enables IPv4 and IPv6 forwarding in the host namespace only', async () => {
+      const inNode = await netnsExec(
+        node,
+        'cat',
+        '/proc/sys/net/ipv4/ip_forward',
+        '/proc/sys/net/ipv6/conf/all/forwarding',
+      );
+      expect(inNode.split('\n').filter(Boolean)).to.deep.equal(['1', '1']);
+      // A second namespace was never touched by start().
+      const other = await pool.add('fwd');
+      expect((await netnsExec(other, 'cat', '/proc/sys/net/ipv4/ip_forward')).trim()).to.equal('0');
+    });
+
+    it('fails with one clear line when the process is not privileged', async () => {
+      const script = `
+        const { LinuxBackend } = require(${JSON.stringify(path.resolve(__dirname, '../../../backends/linux/linux-backend.js'))});
+        new LinuxBackend({}).start().then(() => console.log('STARTED'), (e) => console.log(e.code + ' ' + e.message));`;
+      // Runs inside the node namespace as nobody: its "own" namespace is the test's, never the machine's.
+      const { stdout } = await promisify(execFile)(
+        'ip',
+        [
+          'netns',
+          'exec',
+          node,
+          'setpriv',
+          '--reuid=65534',
+          '--regid=65534',
+          '--clear-groups',
+          process.execPath,
+          '-e',
+          script,
+        ],
+        { encoding: 'utf8' },
+      );
+      expect(stdout.trim().split('\n')).to.have.length(1);
+      expect(stdout.trim()).to.match(
+        /^FAILED_PRECONDITION linux backend: permission denied .*run workloadnetd as root or with CAP_NET_ADMIN/,
+      );
+    });
+  });
+
+  describe('attach', () => {
+    let w1: string;
+    let w2: string;
+    let s1: AttachSpec;
+    let s2: AttachSpec;
+    let r1: DataplaneResult;
+    let r2: DataplaneResult;
+
+    before(async () => {
+      w1 = await pool.add('w1');
+      w2 = await pool.add('w2');
+      s1 = specFor(w1, [v4('10.251.0.2')], { mtu: 1450 });
+      s2 = specFor(w2, [v4('10.251.0.3')], { mtu: 1450 });
+      r1 = await backend.attach(s1);
+      r2 = await backend.attach(s2);
+    });
+
+    it('creates the workload end inside the namespace under the requested name, up, with the explicit MTU', async () => {
+      const links = await ipJson<IpLink>(w1, 'link', 'show');
+      const eth0 = links.find((l) => l.ifname === 'eth0');
+      expect(eth0, 'eth0 in the workload namespace').to.not.equal(undefined);
+      expect(eth0!.mtu).to.equal(1450);
+      expect(eth0!.flags).to.include('UP');
+      expect(eth0!.address).to.equal(r1.mac);
+      expect(r1.details?.peerIfIndex).to.equal(eth0!.ifindex);
+      expect(links.find((l) => l.ifname === 'lo')?.flags).to.include('UP');
+      expect(r1).to.include({ ifName: 'eth0', mtu: 1450, hostIfName: hostLinkName('wn', s1.key) });
+    });
+
+    it('gives the workload a /32 and routes via the link-local gateway', async () => {
+      const addrs = await ipJson<IpAddr>(w1, '-4', 'addr', 'show', 'dev', 'eth0');
+      expect(addrs[0]?.addr_info.map((a) => `${a.local}/${a.prefixlen}`)).to.deep.equal(['10.251.0.2/32']);
+      const routes = await ipJson<IpRoute>(w1, '-4', 'route', 'show');
+      expect(
+        routes.map((r) => ({ dst: r.dst, gateway: r.gateway, dev: r.dev, scope: r.scope })),
+      ).to.have.deep.members([
+        { dst: 'default', gateway: '169.254.1.1', dev: 'eth0', scope: undefined },
+        { dst: '169.254.1.1', gateway: undefined, dev: 'eth0', scope: 'link' },
+      ]);
+      expect(r1.routes).to.deep.equal([
+        { destination: '169.254.1.1/32' },
+        { destination: '0.0.0.0/0', gateway: '169.254.1.1' },
+      ]);
+    });
+
+    it('programs the host end: up, link group, alias naming the workload, proxy ARP, forwarding, /32 route', async () => {
+      const [host] = await ipJson<IpLink>(node, 'link', 'show', 'dev', r1.hostIfName!);
+      expect(host).to.include({
+        ifindex: r1.details?.hostIfIndex,
+        mtu: 1450,
+        group: String(GROUP),
+        ifalias: `workloadnet:${s1.key}`,
+      });
+      expect(host!.flags).to.include('UP');
+      const conf = await netnsExec(
+        node,
+        'cat',
+        `/proc/sys/net/ipv4/conf/${r1.hostIfName}/proxy_arp`,
+        `/proc/sys/net/ipv4/conf/${r1.hostIfName}/forwarding`,
+      );
+      expect(conf.split('\n').filter(Boolean)).to.deep.equal(['1', '1']);
+      const routes = await ipJson<IpRoute>(node, '-4', 'route', 'show', '10.251.0.2');
+      expect(routes.map((r) => [r.dst, r.dev, r.scope])).to.deep.equal([
+        ['10.251.0.2', r1.hostIfName, 'link'],
+      ]);
+      expect((await groupLinks(node)).map((l) => l.ifname)).to.include.members([
+        r1.hostIfName,
+        r2.hostIfName,
+      ]);
+    });
+
+    it('carries traffic between workloads and between a workload and the node', async () => {
+      expect(await pings(w1, '10.251.0.3'), 'w1 → w2').to.equal(true);
+      expect(await pings(w2, '10.251.0.2'), 'w2 → w1').to.equal(true);
+      expect(await pings(w1, '10.250.0.1'), 'w1 → node').to.equal(true);
+      expect(await pings(node, '10.251.0.2'), 'node → w1').to.equal(true);
+    });
+
+    it('reports no drift for a healthy attachment', async () => {
+      expect(await backend.check(viewOf(s1, r1))).to.deep.equal([]);
+    });
+
+    it('reports a missing address after the workload interface was flushed', async () => {
+      await ip('-n', w2, 'addr', 'flush', 'dev', 'eth0');
+      const drift = await backend.check(viewOf(s2, r2));
+      expect(drift.map((d) => d.kind)).to.include('address-missing');
+      expect(drift.find((d) => d.kind === 'address-missing')?.message).to.contain('10.251.0.3/32');
+    });
+
+    it('reports changed MTU and missing routes', async () => {
+      await ip('-n', w2, 'link', 'set', 'eth0', 'mtu', '1300');
+      await ip('-n', w2, 'route', 'flush', 'dev', 'eth0');
+      const kinds = (await backend.check(viewOf(s2, r2))).map((d) => d.kind);
+      expect(kinds).to.include.members(['mtu-changed', 'route-missing']);
+    });
+
+    it('reports a missing host link and workload interface once the pair is gone', async () => {
+      await ip('-n', node, 'link', 'del', r2.hostIfName!);
+      const kinds = (await backend.check(viewOf(s2, r2))).map((d) => d.kind);
+      expect(kinds).to.include.members(['host-link-missing', 'interface-missing']);
+    });
+
+    it('detaches twice without error and removes the pair and the host route', async () => {
+      await backend.detach(viewOf(s1, r1));
+      await backend.detach(viewOf(s1, r1));
+      expect((await groupLinks(node)).map((l) => l.ifname)).to.not.include(r1.hostIfName);
+      expect(await ipJson<IpRoute>(node, '-4', 'route', 'show', '10.251.0.2')).to.deep.equal([]);
+      expect((await ipJson<IpLink>(w1, 'link', 'show')).map((l) => l.ifname)).to.deep.equal(['lo']);
+    });
+  });
+
+  describe('dual stack', () => {
+    it('adds /128 addresses, a default via fe80::1, fe80::1/64 on the host end, and carries IPv6 traffic', async () => {
+      const a = await pool.add('d1');
+      const b = await pool.add('d2');
+      const sa = specFor(a, [v4('10.251.0.12'), v6('fd00:77:1::12')]);
+      const sb = specFor(b, [v4('10.251.0.13'), v6('fd00:77:1::13')]);
+      const [ra, rb] = await Promise.all([backend.attach(sa), backend.attach(sb)]);
+      const addrs = await ipJson<IpAddr>(a, '-6', 'addr', 'show', 'dev', 'eth0', 'scope', 'global');
+      // `ip -j` also lists filtered-out entries as empty objects.
+      const global = addrs[0]?.addr_info.filter((x) => x.local !== undefined);
+      expect(global?.map((x) => `${x.local}/${x.prefixlen}`)).to.deep.equal(['fd00:77:1::12/128']);
+      const def = await ipJson<IpRoute>(a, '-6', 'route', 'show', 'default');
+      expect(def.map((r) => [r.gateway, r.dev])).to.deep.equal([['fe80::1', 'eth0']]);
+      const hostAddrs = await ipJson<IpAddr>(node, '-6', 'addr', 'show', 'dev', ra.hostIfName!);
+      expect(hostAddrs[0]?.addr_info.map((x) => `${x.local}/${x.prefixlen}`)).to.include('fe80::1/64');
+      const hostRoutes = await ipJson<IpRoute>(node, '-6', 'route', 'show', 'fd00:77:1::12');
+      expect(hostRoutes.map((r) => r.dev)).to.deep.equal([ra.hostIfName]);
+      expect(ra.routes).to.deep.include({ destination: '::/0', gateway: 'fe80::1' });
+      expect(await pings(a, 'fd00:77:1::13'), 'IPv6 a → b').to.equal(true);
+      expect(await pings(b, '10.251.0.12'), 'IPv4 b → a').to.equal(true);
+      expect(await backend.check(viewOf(sa, ra))).to.deep.equal([]);
+      await Promise.all([backend.detach(viewOf(sa, ra)), backend.detach(viewOf(sb, rb))]);
+    });
+  });
+
+  describe('detach', () => {
+    it('succeeds after the workload namespace was deleted and leaves no host link', async () => {
+      const w = await pool.add('gone');
+      const spec = specFor(w, [v4('10.251.0.20')]);
+      const res = await backend.attach(spec);
+      await pool.remove(w);
+      await backend.detach(viewOf(spec, res));
+      expect((await groupLinks(node)).map((l) => l.ifname)).to.not.include(res.hostIfName);
+      expect(await ipJson<IpRoute>(node, '-4', 'route', 'show', '10.251.0.20')).to.deep.equal([]);
+    });
+
+    it('succeeds for an attachment that never finished', async () => {
+      const w = await pool.add('half');
+      await backend.detach(viewOf(specFor(w, [v4('10.251.0.21')])));
+    });
+  });
+
+  describe('bad input', () => {
+    let tmp: string;
+    before(() => {
+      tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'wnl-bad-'));
+    });
+    after(() => fs.rmSync(tmp, { recursive: true, force: true }));
+
+    async function expectRefused(spec: AttachSpec, code: string, text: RegExp): Promise<void> {
+      const before = (await groupLinks(node)).map((l) => l.ifname);
+      const err = await rejection(backend.attach(spec));
+      expect(err.code).to.equal(code);
+      expect(err.message).to.match(text);
+      expect((await groupLinks(node)).map((l) => l.ifname)).to.deep.equal(before, 'no host link left behind');
+    }
+
+    function specAt(p: string): AttachSpec {
+      return { ...specFor(node, [v4('10.251.0.30')]), netnsPath: p, netnsInode: fs.statSync(p).ino };
+    }
+
+    it('refuses a regular file', async () => {
+      const file = path.join(tmp, 'file');
+      fs.writeFileSync(file, '');
+      await expectRefused(
+        specAt(file),
+        'INVALID_ARGUMENT',
+        /not a network namespace \(it is a regular file\)/,
+      );
+    });
+
+    it('refuses a directory', async () => {
+      await expectRefused(specAt(tmp), 'INVALID_ARGUMENT', /it is a directory/);
+    });
+
+    it('refuses a mount namespace', async () => {
+      await expectRefused(specAt('/proc/self/ns/mnt'), 'INVALID_ARGUMENT', /mount namespace/);
+    });
+
+    it("refuses the daemon's own namespace", async () => {
+      await expectRefused(specAt('/proc/self/ns/net'), 'INVALID_ARGUMENT', /daemon's own network namespace/);
+    });
+
+    it('refuses the host namespace', async () => {
+      await expectRefused(specAt(netnsPath(node)), 'INVALID_ARGUMENT', /host network namespace/);
+    });
+
+    it('refuses a path that names another namespace than the one validated', async () => {
+      const w = await pool.add('moved');
+      await expectRefused(
+        { ...specFor(w, [v4('10.251.0.31')]), netnsInode: 12345 },
+        'INVALID_ARGUMENT',
+        /another network namespace/,
+      );
+    });
+
+    it('refuses an interface name that already exists in the namespace and leaves nothing behind', async () => {
+      const w = await pool.add('taken');
+      await ip('-n', w, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'other0');
+      const before = (await ipJson<IpLink>(w, 'link', 'show')).map((l) => l.ifname).sort();
+      await expectRefused(
+        specFor(w, [v4('10.251.0.32')]),
+        'ALREADY_EXISTS',
+        /interface "eth0" already exists in network namespace/,
+      );
+      expect((await ipJson<IpLink>(w, 'link', 'show')).map((l) => l.ifname).sort()).to.deep.equal(before);
+      expect(await ipJson<IpRoute>(node, '-4', 'route', 'show', '10.251.0.32')).to.deep.equal([]);
+    });
+
+    it('rolls back the veth pair when a later step fails', async () => {
+      const w = await pool.add('noipv6');
+      // With IPv6 disabled in the workload namespace the IPv6 address cannot be added.
+      await netnsExec(w, 'sh', '-c', 'echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6');
+      await expectRefused(
+        specFor(w, [v4('10.251.0.33'), v6('fd00:77:1::33')]),
+        'FAILED_PRECONDITION',
+        /configuring eth0 in .*RTM_NEWADDR failed: EACCES/,
+      );
+      expect((await ipJson<IpLink>(w, 'link', 'show')).map((l) => l.ifname)).to.deep.equal(['lo']);
+      expect(await ipJson<IpRoute>(node, '-4', 'route', 'show', '10.251.0.33')).to.deep.equal([]);
+    });
+  });
+
+  describe('leftovers and reconcile', () => {
+    it('replaces a leftover host link of an earlier attempt that crashed', async () => {
+      const w = await pool.add('retry');
+      const spec = specFor(w, [v4('10.251.0.40')]);
+      const name = hostLinkName('wn', spec.key);
+      await ip(
+        '-n',
+        node,
+        'link',
+        'add',
+        name,
+        'group',
+        String(GROUP),
+        'type',
+        'veth',
+        'peer',
+        'name',
+        'stale0',
+      );
+      const res = await backend.attach(spec);
+      const [host] = await ipJson<IpLink>(node, 'link', 'show', 'dev', name);
+      expect(host?.ifindex).to.equal(res.details?.hostIfIndex);
+      expect((await ipJson<IpLink>(node, 'link', 'show')).map((l) => l.ifname)).to.not.include('stale0');
+      expect(await pings(w, '10.250.0.1')).to.equal(true);
+      await backend.detach(viewOf(spec, res));
+    });
+
+    it('removes orphan host links of its group, reports missing ones, and leaves other links alone', async () => {
+      // A second backend with its own group in the same node namespace: it must not touch the first's links.
+      const other = new LinuxBackend({ hostNetnsPath: netnsPath(node), linkGroup: GROUP + 1 });
+      await other.start();
+      try {
+        const keep = await pool.add('keep');
+        const orphan = await pool.add('orphan');
+        const sKeep = specFor(keep, [v4('10.251.0.50')]);
+        const sOrphan = specFor(orphan, [v4('10.251.0.51')]);
+        const sMissing = specFor(await pool.add('missing'), [v4('10.251.0.52')]);
+        const sFirst = specFor(await pool.add('first'), [v4('10.251.0.53')]);
+        const rFirst = await backend.attach(sFirst);
+        const rKeep = await other.attach(sKeep);
+        const rOrphan = await other.attach(sOrphan);
+        const started = process.hrtime.bigint();
+        const outcome = await other.reconcile([viewOf(sKeep, rKeep), viewOf(sMissing)]);
+        const ms = Number(process.hrtime.bigint() - started) / 1e6;
+        expect(outcome.orphansRemoved).to.have.length(1);
+        expect(outcome.orphansRemoved[0])
+          .to.contain(rOrphan.hostIfName)
+          .and.contain(`workloadnet:${sOrphan.key}`);
+        expect(outcome.missing).to.deep.equal([sMissing.key]);
+        expect(outcome.healthy).to.deep.equal([sKeep.key]);
+        const left = (await groupLinks(node, GROUP + 1)).map((l) => l.ifname);
+        expect(left).to.deep.equal([rKeep.hostIfName]);
+        expect(
+          (await groupLinks(node)).map((l) => l.ifname),
+          "the first backend's link stays",
+        ).to.include(rFirst.hostIfName);
+        expect(await ipJson<IpLink>(node, 'link', 'show', 'dev', 'up0'), 'the uplink stays').to.have.length(
+          1,
+        );
+        expect(ms, 'one dump and one delete').to.be.below(1000);
+        await other.detach(viewOf(sKeep, rKeep));
+        await backend.detach(viewOf(sFirst, rFirst));
+      } finally {
+        await other.stop();
+      }
+    });
+  });
+
+  describe('health', () => {
+    it('is ready while netlink answers and forwarding is on, and says why when forwarding is off', async () => {
+      expect(await backend.health()).to.deep.include({ ready: true, reasons: [] });
+      await netnsExec(node, 'sh', '-c', 'echo 0 > /proc/sys/net/ipv4/ip_forward');
+      const h = await backend.health();
+      expect(h.ready).to.equal(false);
+      expect(h.reasons.join('\n')).to.match(/net\.ipv4\.ip_forward is 0/);
+      await backend.start();
+      expect((await backend.health()).ready).to.equal(true);
+    });
+  });
+
+  describe('concurrency', () => {
+    it('attaches 20 workloads into 20 namespaces concurrently', async () => {
+      const names = await pool.addMany('par', 20);
+      const specs = names.map((n, i) => specFor(n, [v4(`10.251.1.${i + 2}`)]));
+      const results = await Promise.all(specs.map((s) => backend.attach(s)));
+      expect(new Set(results.map((r) => r.hostIfName)).size).to.equal(20);
+      const hostRoutes = await ipJson<IpRoute>(node, '-4', 'route', 'show', 'root', '10.251.1.0/24');
+      expect(hostRoutes.map((r) => r.dst).sort()).to.deep.equal(specs.map((s) => s.ips[0]!.address).sort());
+      for (const [i, n] of names.entries()) {
+        const addrs = await ipJson<IpAddr>(n, '-4', 'addr', 'show', 'dev', 'eth0');
+        expect(addrs[0]?.addr_info[0]?.local, n).to.equal(`10.251.1.${i + 2}`);
+      }
+      expect(await pings(names[0]!, '10.251.1.21')).to.equal(true);
+      await Promise.all(specs.map((s, i) => backend.detach(viewOf(s, results[i]))));
+      expect(await ipJson<IpRoute>(node, '-4', 'route', 'show', 'root', '10.251.1.0/24')).to.deep.equal([]);
+    });
+  });
+});

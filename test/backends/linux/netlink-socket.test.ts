@@ -1,0 +1,154 @@
+import { expect } from 'chai';
+import { NetnsHandle, openNetlinkSocket } from '../../../backends/linux/netns';
+import {
+  NetlinkError,
+  RTM_NEWLINK,
+  decodeLink,
+  delLinkRequest,
+  getLink,
+  listAddresses,
+  listLinks,
+  newAddressRequest,
+  newLinkRequest,
+  newVethRequest,
+  setLinkRequest,
+  type NetlinkSocket,
+} from '../../../backends/linux/rtnetlink';
+import { NetnsPool, ipJson, netnsPath } from './netns-fixture';
+
+// The socket against a real kernel, inside a test-owned namespace.
+describe('netlink socket', function () {
+  this.timeout(30_000);
+  const pool = new NetnsPool();
+  let ns: NetnsHandle;
+  let sock: NetlinkSocket;
+  let name: string;
+
+  before(async () => {
+    name = await pool.add('sock');
+    ns = await NetnsHandle.open(netnsPath(name));
+    sock = openNetlinkSocket(ns);
+  });
+
+  after(async () => {
+    await sock?.close();
+    await ns?.close();
+    await pool.cleanup();
+  });
+
+  it('hands each of many concurrent requests its own answer', async () => {
+    const created = await Promise.all(
+      Array.from({ length: 24 }, (_, i) =>
+        sock.request(newVethRequest({ name: `c${i}a`, peer: { name: `c${i}b` } }, { echo: true })),
+      ),
+    );
+    const links = await listLinks(sock);
+    created.forEach((replies, i) => {
+      const echoed = replies.filter((m) => m.type === RTM_NEWLINK).map(decodeLink);
+      expect(echoed.map((l) => l.name)).to.deep.equal([`c${i}a`]);
+      expect(links.find((l) => l.name === `c${i}a`)?.index).to.equal(echoed[0]?.index);
+    });
+    const lookups = await Promise.all(
+      Array.from({ length: 24 }, (_, i) => getLink(sock, { name: `c${i}b` })),
+    );
+    lookups.forEach((l, i) => expect(l?.name).to.equal(`c${i}b`));
+    await Promise.all(Array.from({ length: 24 }, (_, i) => sock.request(delLinkRequest({ name: `c${i}a` }))));
+    expect((await listLinks(sock)).map((l) => l.name)).to.deep.equal(['lo']);
+  });
+
+  it('reports each request of a batch separately: one failure does not hide the others', async () => {
+    const outcomes = await sock.batch([
+      newVethRequest({ name: 'b0', peer: { name: 'b1' } }),
+      newVethRequest({ name: 'b0', peer: { name: 'b2' } }),
+      setLinkRequest({ name: 'b0' }, { mtu: 1300 }),
+    ]);
+    expect(outcomes.map((o) => o.ok)).to.deep.equal([true, false, true]);
+    const failed = outcomes[1];
+    expect(failed && !failed.ok && failed.error.code).to.equal('EEXIST');
+    const [b0] = await ipJson<{ mtu: number }>(name, 'link', 'show', 'b0');
+    expect(b0?.mtu).to.equal(1300);
+    await sock.request(delLinkRequest({ name: 'b0' }));
+  });
+
+  for (const ackEveryRequest of [false, true]) {
+    it(`confirms earlier requests of a batch when only a later one fails (ackEveryRequest: ${ackEveryRequest})`, async () => {
+      const own = openNetlinkSocket(ns, { ackEveryRequest });
+      try {
+        const outcomes = await own.batch([
+          newVethRequest({ name: 'e0', peer: { name: 'e1' } }),
+          setLinkRequest({ name: 'e0' }, { mtu: 1280 }),
+          setLinkRequest({ name: 'missing0' }, { mtu: 1280 }),
+        ]);
+        expect(outcomes.map((o) => o.ok)).to.deep.equal([true, true, false]);
+        const last = outcomes[2];
+        expect(last && !last.ok && last.error.code).to.equal('ENODEV');
+        const [e0] = await ipJson<{ mtu: number }>(name, 'link', 'show', 'e0');
+        expect(e0?.mtu).to.equal(1280);
+        await own.request(delLinkRequest({ name: 'e0' }));
+      } finally {
+        await own.close();
+      }
+    });
+  }
+
+  it('surfaces errno and the kernel extended-ack message', async () => {
+    await sock.request(setLinkRequest({ name: 'lo' }, { up: true }));
+    const lo = await getLink(sock, { name: 'lo' });
+    const add = newAddressRequest({ index: lo!.index, address: '127.0.0.9', prefixLength: 32 });
+    await sock.request(add);
+    try {
+      await sock.request(add);
+      expect.fail('adding the same address twice must fail');
+    } catch (err) {
+      expect(err).to.be.instanceOf(NetlinkError);
+      const e = err as NetlinkError;
+      expect(e.code).to.equal('EEXIST');
+      expect(e.errno).to.equal(17);
+    }
+    try {
+      await sock.request(newLinkRequest({ name: 'x0', kind: 'no-such-kind' }));
+      expect.fail('an unknown link kind must fail');
+    } catch (err) {
+      const e = err as NetlinkError;
+      expect(e.code).to.equal('EOPNOTSUPP');
+      expect(e.extack.message, 'the kernel explains the failure').to.match(/Unknown device type/i);
+      expect(e.message).to.match(/RTM_NEWLINK failed: EOPNOTSUPP .*Unknown device type/i);
+    }
+  });
+
+  it('answers a lookup of a missing link with undefined rather than an error', async () => {
+    expect(await getLink(sock, { name: 'nope0' })).to.equal(undefined);
+  });
+
+  it('runs several dumps on one socket one after another (the kernel allows one at a time)', async () => {
+    const dumps = await Promise.all([
+      listLinks(sock),
+      listAddresses(sock),
+      listLinks(sock),
+      listAddresses(sock),
+    ]);
+    expect(dumps[0]?.map((l) => l.name)).to.include('lo');
+    expect(dumps[1]?.map((a) => a.address)).to.include('127.0.0.1');
+    expect(dumps[2]).to.deep.equal(dumps[0]);
+  });
+
+  it('collects a dump that spans many datagrams', async () => {
+    await sock.batchOrThrow(
+      Array.from({ length: 100 }, (_, i) => newVethRequest({ name: `d${i}a`, peer: { name: `d${i}b` } })),
+    );
+    const links = await listLinks(sock);
+    expect(links.filter((l) => /^d\d+[ab]$/.test(l.name))).to.have.length(200);
+    await sock.batchOrThrow(Array.from({ length: 100 }, (_, i) => delLinkRequest({ name: `d${i}a` })));
+  });
+
+  it('refuses requests after close', async () => {
+    const other = openNetlinkSocket(ns);
+    await other.close();
+    try {
+      await other.request(setLinkRequest({ name: 'lo' }, {}));
+      expect.fail('a closed socket must refuse');
+    } catch (err) {
+      expect((err as Error).message).to.match(/closed/);
+    }
+  });
+});

@@ -1,0 +1,170 @@
+import { expect } from 'chai';
+import { spawn, type ChildProcess } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import {
+  NetnsHandle,
+  NetnsOpenError,
+  openNetlinkSocket,
+  openProcSysFile,
+} from '../../../backends/linux/netns';
+import { listLinks } from '../../../backends/linux/rtnetlink';
+import { readSysctl } from '../../../backends/linux/sysctl';
+import { NetnsPool, ip, netnsExec, netnsInode, netnsPath } from './netns-fixture';
+
+function threadNetnsInode(): number {
+  return fs.statSync('/proc/thread-self/ns/net').ino;
+}
+
+async function expectRejected(
+  p: Promise<unknown>,
+  reason: string,
+  code: string,
+  text: RegExp,
+): Promise<void> {
+  try {
+    await p;
+  } catch (err) {
+    expect(err).to.be.instanceOf(NetnsOpenError);
+    expect((err as NetnsOpenError).reason).to.equal(reason);
+    expect((err as NetnsOpenError).code).to.equal(code);
+    expect((err as Error).message).to.match(text);
+    return;
+  }
+  expect.fail('expected the open to be rejected');
+}
+
+describe('network namespace handles', function () {
+  this.timeout(20_000);
+  const pool = new NetnsPool();
+  let ns: string;
+  let sleeper: ChildProcess | undefined;
+  let tmp: string;
+
+  before(async () => {
+    ns = await pool.add('ns');
+    await ip('-n', ns, 'link', 'add', 'probe0', 'type', 'veth', 'peer', 'name', 'probe1');
+    tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'wnl-netns-'));
+  });
+
+  after(async () => {
+    sleeper?.kill();
+    await pool.cleanup();
+    fs.rmSync(tmp, { recursive: true, force: true });
+  });
+
+  it('opens a bind-mounted namespace file with no process inside and reports its inode', async () => {
+    const h = await NetnsHandle.open(netnsPath(ns));
+    try {
+      expect(h.inode).to.equal(netnsInode(ns));
+      expect(h.isOwn).to.equal(false);
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('opens /proc/<pid>/ns/net of a process living in the namespace', async () => {
+    sleeper = spawn('ip', ['netns', 'exec', ns, 'sleep', '30'], { stdio: 'ignore' });
+    // `ip netns exec` execs sleep in place, so the pid is sleep's once it has switched namespaces.
+    const procPath = `/proc/${sleeper.pid}/ns/net`;
+    for (let i = 0; i < 50 && fs.statSync(procPath).ino !== netnsInode(ns); i++) {
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    const h = await NetnsHandle.open(procPath);
+    try {
+      expect(h.inode).to.equal(netnsInode(ns));
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('rejects a regular file', async () => {
+    const file = path.join(tmp, 'not-a-netns');
+    fs.writeFileSync(file, 'x');
+    await expectRejected(
+      NetnsHandle.open(file),
+      'not-a-netns',
+      'INVALID_ARGUMENT',
+      /is not a network namespace \(it is a regular file\)/,
+    );
+  });
+
+  it('rejects a directory', async () => {
+    await expectRejected(NetnsHandle.open(tmp), 'not-a-netns', 'INVALID_ARGUMENT', /it is a directory/);
+  });
+
+  it('rejects a mount namespace path', async () => {
+    await expectRejected(
+      NetnsHandle.open('/proc/self/ns/mnt'),
+      'not-a-netns',
+      'INVALID_ARGUMENT',
+      /is a mount namespace, not a network namespace/,
+    );
+  });
+
+  it('rejects a FIFO without hanging', async () => {
+    const fifo = path.join(tmp, 'fifo');
+    await new Promise<void>((resolve, reject) =>
+      spawn('mkfifo', [fifo]).on('exit', (c) => (c === 0 ? resolve() : reject(new Error(`mkfifo ${c}`)))),
+    );
+    await expectRejected(NetnsHandle.open(fifo), 'not-a-netns', 'INVALID_ARGUMENT', /FIFO/);
+  });
+
+  it('reports a missing path as NOT_FOUND', async () => {
+    await expectRejected(
+      NetnsHandle.open(netnsPath('wnl-does-not-exist')),
+      'missing',
+      'NOT_FOUND',
+      /does not exist/,
+    );
+  });
+
+  it("recognises the process's own namespace", async () => {
+    const h = await NetnsHandle.open('/proc/self/ns/net');
+    try {
+      expect(h.isOwn).to.equal(true);
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('creates a netlink socket that sees the target namespace, and returns the main thread to its own', async () => {
+    const before = threadNetnsInode();
+    const h = await NetnsHandle.open(netnsPath(ns));
+    const sock = openNetlinkSocket(h);
+    try {
+      expect(threadNetnsInode()).to.equal(before);
+      const names = (await listLinks(sock)).map((l) => l.name).sort();
+      expect(names).to.deep.equal(['lo', 'probe0', 'probe1']);
+    } finally {
+      await sock.close();
+      await h.close();
+    }
+  });
+
+  it("reads a /proc/sys value of the target namespace, not the process's own", async () => {
+    // rp_filter of the test namespace's probe0: set to 2 there; the file only exists in that namespace.
+    await netnsExec(ns, 'sh', '-c', 'echo 2 > /proc/sys/net/ipv4/conf/probe0/rp_filter');
+    const h = await NetnsHandle.open(netnsPath(ns));
+    try {
+      expect(await readSysctl(h, 'net/ipv4/conf/probe0/rp_filter')).to.equal('2');
+      expect(fs.existsSync('/proc/sys/net/ipv4/conf/probe0')).to.equal(false);
+      expect(threadNetnsInode()).to.equal(fs.statSync('/proc/self/ns/net').ino);
+    } finally {
+      await h.close();
+    }
+  });
+
+  it('refuses /proc/sys paths that climb out of /proc/sys', async () => {
+    const h = NetnsHandle.own();
+    expect(() => openProcSysFile(h, '../self/environ', 'r')).to.throw(TypeError, /bad \/proc\/sys path/);
+    expect(() => openProcSysFile(h, '/etc/passwd', 'r')).to.throw(TypeError);
+  });
+
+  it('refuses to use a closed handle', async () => {
+    const h = await NetnsHandle.open(netnsPath(ns));
+    await h.close();
+    expect(() => openNetlinkSocket(h)).to.throw(/closed/);
+  });
+});

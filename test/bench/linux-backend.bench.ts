@@ -1,0 +1,158 @@
+import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
+import type { AttachSpec, DataplaneResult } from '../../core/backend';
+import { LinuxBackend } from '../../backends/linux/linux-backend';
+import { NetnsPool, netnsInode, netnsPath } from '../backends/linux/netns-fixture';
+import { percentile } from './stats';
+
+// The Linux backend measured directly (no daemon, no API): attach and detach latency one at a time,
+// then the rate with `parallel` operations in flight, and the worst event-loop stall meanwhile. Runs in
+// test-owned namespaces (a node namespace standing for the host, one namespace per workload) that it
+// creates before and deletes after; namespace creation is not timed.
+//
+//   node dist/test/bench/linux-backend.bench.js [count] [parallel]
+
+export interface BenchRow {
+  name: string;
+  op: 'attach' | 'detach';
+  p50Ms: number;
+  p99Ms: number;
+  perSecondAtParallel: number;
+  maxEventLoopDelayMs: number;
+}
+
+interface Phase {
+  latencies: number[];
+  perSecond: number;
+  maxEventLoopDelayMs: number;
+}
+
+function specFor(ns: string, i: number): AttachSpec {
+  const workloadId = `bench-${ns}`;
+  return {
+    key: `${workloadId}/eth0`,
+    workloadId,
+    ifName: 'eth0',
+    netnsPath: netnsPath(ns),
+    netnsInode: netnsInode(ns),
+    mtu: 1500,
+    ips: [
+      {
+        family: 4,
+        address: `10.252.${Math.floor(i / 250)}.${(i % 250) + 2}`,
+        poolPrefixLength: 16,
+        pool: '10.252.0.0/16',
+        gateway: '169.254.1.1',
+      },
+    ],
+  };
+}
+
+/** Runs `ops` with `parallel` in flight, timing each and the whole, watching the event loop. */
+async function runPhase(ops: Array<() => Promise<unknown>>, parallel: number): Promise<Phase> {
+  const histogram: IntervalHistogram = monitorEventLoopDelay({ resolution: 1 });
+  histogram.enable();
+  const latencies: number[] = [];
+  let next = 0;
+  const started = process.hrtime.bigint();
+  const worker = async (): Promise<void> => {
+    while (next < ops.length) {
+      const op = ops[next++];
+      if (!op) continue;
+      const t = process.hrtime.bigint();
+      await op();
+      latencies.push(Number(process.hrtime.bigint() - t) / 1e6);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(parallel, ops.length) }, worker));
+  const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  histogram.disable();
+  return { latencies, perSecond: ops.length / seconds, maxEventLoopDelayMs: histogram.max / 1e6 };
+}
+
+export async function benchLinuxBackend(opts: { count: number; parallel: number }): Promise<BenchRow[]> {
+  const pool = new NetnsPool();
+  let backend: LinuxBackend | undefined;
+  try {
+    const node = await pool.addNode();
+    const names = await pool.addMany('bench', opts.count);
+    const specs = names.map((n, i) => specFor(n, i));
+    backend = new LinuxBackend({ hostNetnsPath: netnsPath(node) });
+    await backend.start();
+    const b = backend;
+
+    // Warm-up: loads libc through koffi and lets the JIT see the hot paths.
+    const warm = specFor(await pool.add('bench-warm'), opts.count);
+    await b.detach({ ...warm, dataplane: await b.attach(warm) });
+
+    const results = new Map<string, DataplaneResult>();
+    const attachOps = specs.map((s) => async () => results.set(s.key, await b.attach(s)));
+    const detachOps = specs.map((s) => () => b.detach({ ...s, dataplane: results.get(s.key) }));
+
+    const attachSeq = await runPhase(attachOps, 1);
+    const detachSeq = await runPhase(detachOps, 1);
+    const attachPar = await runPhase(attachOps, opts.parallel);
+    const detachPar = await runPhase(detachOps, opts.parallel);
+
+    const row = (
+      name: string,
+      op: 'attach' | 'detach',
+      lat: Phase,
+      rate: Phase,
+      stall: number,
+    ): BenchRow => ({
+      name,
+      op,
+      p50Ms: percentile(lat.latencies, 50),
+      p99Ms: percentile(lat.latencies, 99),
+      perSecondAtParallel: rate.perSecond,
+      maxEventLoopDelayMs: stall,
+    });
+    const inFlight = `(${opts.parallel} in flight)`;
+    return [
+      row(
+        'linux-backend attach',
+        'attach',
+        attachSeq,
+        attachPar,
+        Math.max(attachSeq.maxEventLoopDelayMs, attachPar.maxEventLoopDelayMs),
+      ),
+      row(`linux-backend attach ${inFlight}`, 'attach', attachPar, attachPar, attachPar.maxEventLoopDelayMs),
+      row(
+        'linux-backend detach',
+        'detach',
+        detachSeq,
+        detachPar,
+        Math.max(detachSeq.maxEventLoopDelayMs, detachPar.maxEventLoopDelayMs),
+      ),
+      row(`linux-backend detach ${inFlight}`, 'detach', detachPar, detachPar, detachPar.maxEventLoopDelayMs),
+    ];
+  } finally {
+    await backend?.stop();
+    await pool.cleanup();
+  }
+}
+
+if (require.main === module) {
+  const count = Number(process.argv[2] ?? 200);
+  const parallel = Number(process.argv[3] ?? 16);
+  benchLinuxBackend({ count, parallel }).then(
+    (rows) => {
+      console.log(
+        `count=${count} parallel=${parallel} UV_THREADPOOL_SIZE=${process.env.UV_THREADPOOL_SIZE ?? '4 (default)'}`,
+      );
+      console.table(
+        rows.map((r) => ({
+          ...r,
+          p50Ms: +r.p50Ms.toFixed(2),
+          p99Ms: +r.p99Ms.toFixed(2),
+          perSecondAtParallel: Math.round(r.perSecondAtParallel),
+          maxEventLoopDelayMs: +r.maxEventLoopDelayMs.toFixed(1),
+        })),
+      );
+    },
+    (err: unknown) => {
+      console.error(err);
+      process.exitCode = 1;
+    },
+  );
+}
