@@ -1,0 +1,78 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { CLI, DaemonProcess } from '../../support/daemon-process';
+import { ContainerdHarness } from './containerd';
+import { addNetns, deleteNetns, uniqueNetnsName } from './netns';
+import { installReferencePlugins } from './reference-plugins';
+
+// A whole test "node": a node namespace with an uplink and default route, the workloadnet daemon inside
+// it, the CNI forwarder and conflist installed with `workloadnet install-cni` (as an operator would),
+// and a real containerd in the same namespace calling it.
+
+export interface WorkloadnetNodeOptions {
+  podCidr: string;
+  /** Extra daemon flags (backend selection and its options). */
+  daemonArgs?: string[];
+  /** Started after the node namespace exists and before the daemon (e.g. a DPU agent's namespace). */
+  beforeDaemon?: (ctx: { nodeNetns: string; work: string }) => Promise<void>;
+}
+
+export class WorkloadnetNode {
+  daemon!: DaemonProcess;
+  containerd!: ContainerdHarness;
+  readonly nodeNetns = uniqueNetnsName('wne-', 'node');
+  work = '';
+
+  constructor(private readonly opts: WorkloadnetNodeOptions) {}
+
+  get daemonDir(): string {
+    return path.join(this.work, 'daemon');
+  }
+
+  async start(): Promise<void> {
+    await addNetns(this.nodeNetns);
+    this.work = await mkdtemp(path.join(os.tmpdir(), 'wne-wn-'));
+    const ip = (...args: string[]): void => void execFileSync('ip', ['-n', this.nodeNetns, ...args]);
+    // An uplink with a default route, as on a real node: proxy ARP answers for the link-local gateway
+    // only when the node has a route to it.
+    ip('link', 'add', 'up0', 'type', 'veth', 'peer', 'name', 'up1');
+    ip('link', 'set', 'up0', 'up');
+    ip('link', 'set', 'up1', 'up');
+    ip('addr', 'add', '10.250.0.1/32', 'dev', 'up0');
+    ip('route', 'add', 'default', 'dev', 'up0');
+    await this.opts.beforeDaemon?.({ nodeNetns: this.nodeNetns, work: this.work });
+    await this.startDaemon();
+    const cniBinDir = path.join(this.work, 'bin');
+    const cniConfDir = path.join(this.work, 'conf');
+    await installReferencePlugins(cniBinDir, ['loopback']);
+    execFileSync(process.execPath, [CLI, 'install-cni', '--bin-dir', cniBinDir, '--conf-dir', cniConfDir, '--cni-socket', this.daemon.cniSocket, '--name', 'wn-e2e']);
+    this.containerd = await ContainerdHarness.start({ cniBinDir, cniConfDir, nodeNetns: this.nodeNetns });
+    await this.containerd.waitForNetworkReady();
+  }
+
+  async startDaemon(): Promise<void> {
+    this.daemon = await DaemonProcess.start({
+      dir: this.daemonDir,
+      netns: this.nodeNetns,
+      args: ['--pod-cidr', this.opts.podCidr, ...(this.opts.daemonArgs ?? [])],
+    });
+  }
+
+  async restartDaemonAfterSigkill(): Promise<void> {
+    await this.daemon.kill('SIGKILL');
+    await this.startDaemon();
+  }
+
+  async stop(): Promise<void> {
+    try {
+      await this.containerd?.stop();
+    } finally {
+      await this.daemon?.stop().catch(() => undefined);
+      await deleteNetns(this.nodeNetns);
+      if (this.work && existsSync(this.work)) await rm(this.work, { recursive: true, force: true });
+    }
+  }
+}
