@@ -1,0 +1,208 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { mkdtemp, rm } from 'node:fs/promises';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { addNetns, deleteNetns, netnsPath } from '../e2e/support/netns';
+import { REFERENCE_PLUGIN_DIR, referencePluginConfig } from '../e2e/support/reference-plugins';
+import { spawnInNetns } from '../e2e/support/spawn-in-netns';
+import { percentile, ratePerSecond } from './stats';
+
+// The baseline workloadnet is measured against: Debian's reference CNI plugins (ptp or bridge, with
+// host-local IPAM) executed exactly as a runtime executes them. The plugin process starts directly in a
+// test-owned node namespace (see spawn-in-netns.ts: no `ip netns exec` or `nsenter` in between, so the
+// numbers carry no launcher cost), with the CNI environment and the conflist entry on stdin, for
+// workload namespaces created beforehand and not timed.
+
+export interface ReferenceCniBenchOptions {
+  plugin: 'ptp' | 'bridge';
+  /** Workloads per phase. */
+  count: number;
+  /** Operations in flight during the rate phase. */
+  parallel: number;
+}
+
+export interface ReferenceCniResult {
+  name: string;
+  op: 'attach' | 'detach';
+  /** Sequential latency of one ADD/DEL (one workload at a time). */
+  p50Ms: number;
+  p99Ms: number;
+  /** Completed operations per second with `parallel` in flight. */
+  perSecondAtParallel: number;
+}
+
+const CNI_VERSION = '1.0.0';
+const NETWORK_NAME = 'wne-bench';
+const SUBNET = '10.253.0.0/16';
+/** What containerd gives plugins (on top of the CNI_ variables): a clean PATH. */
+const PLUGIN_ENV = { PATH: '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' };
+
+interface Workload {
+  containerId: string;
+  netns: string;
+  podName: string;
+  podUid: string;
+  /** The ADD result, passed back as prevResult on DEL as libcni does. */
+  prevResult?: unknown;
+}
+
+/**
+ * Measures ADD and DEL of the reference plugin: first one workload at a time (p50/p99 over `count`),
+ * then all `count` again with `parallel` in flight (rate). Everything it creates — node namespace,
+ * workload namespaces, host-local state — is removed afterwards, also on failure.
+ */
+export async function benchReferenceCni(opts: ReferenceCniBenchOptions): Promise<ReferenceCniResult[]> {
+  if (opts.count < 1 || opts.parallel < 1) throw new Error('count and parallel must be at least 1');
+  const tag = randomBytes(3).toString('hex');
+  const nodeNetns = `wne-bn-${tag}`;
+  const workloadNames = Array.from({ length: opts.count }, (_, i) => `wne-bw-${tag}-${i}`);
+  const work = await mkdtemp(path.join(os.tmpdir(), 'wne-bench-cni-'));
+  const created: string[] = [];
+  try {
+    await addNetns(nodeNetns);
+    created.push(nodeNetns);
+    for (const name of workloadNames) {
+      await addNetns(name);
+      created.push(name);
+    }
+    const config = JSON.stringify({
+      cniVersion: CNI_VERSION,
+      name: NETWORK_NAME,
+      ...referencePluginConfig({
+        name: NETWORK_NAME,
+        plugin: opts.plugin,
+        bridge: 'wne-bbr0',
+        subnet: SUBNET,
+        dataDir: path.join(work, 'ipam'),
+      }),
+    });
+    const workloads: Workload[] = workloadNames.map((name, i) => ({
+      containerId: `${tag}${i.toString().padStart(6, '0')}`,
+      netns: netnsPath(name),
+      podName: `bench-${i}`,
+      podUid: randomUUID(),
+    }));
+    const cni = new CniInvoker(opts.plugin, netnsPath(nodeNetns), config);
+
+    const addMs: number[] = [];
+    for (const w of workloads) addMs.push(await cni.add(w));
+    const delMs: number[] = [];
+    for (const w of workloads) delMs.push(await cni.del(w));
+
+    const addRate = await ratePerSecond(
+      workloads.map((w) => () => cni.add(w)),
+      opts.parallel,
+    );
+    const delRate = await ratePerSecond(
+      workloads.map((w) => () => cni.del(w)),
+      opts.parallel,
+    );
+
+    const name = `${opts.plugin}+host-local`;
+    return [
+      {
+        name,
+        op: 'attach',
+        p50Ms: percentile(addMs, 50),
+        p99Ms: percentile(addMs, 99),
+        perSecondAtParallel: addRate,
+      },
+      {
+        name,
+        op: 'detach',
+        p50Ms: percentile(delMs, 50),
+        p99Ms: percentile(delMs, 99),
+        perSecondAtParallel: delRate,
+      },
+    ];
+  } finally {
+    // Deleting the namespaces takes every veth and the bridge with them, even after a failed DEL.
+    for (const name of created.reverse()) await deleteNetns(name).catch(() => undefined);
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+/** Executes one plugin the way libcni does, from inside the node namespace. */
+class CniInvoker {
+  private readonly binary: string;
+
+  constructor(
+    plugin: string,
+    private readonly nodeNetnsPath: string,
+    private readonly config: string,
+  ) {
+    this.binary = path.join(REFERENCE_PLUGIN_DIR, plugin);
+  }
+
+  /** Runs ADD, keeps the result for the DEL, and returns the elapsed milliseconds. */
+  async add(w: Workload): Promise<number> {
+    const { ms, stdout } = await this.exec('ADD', w, this.config);
+    w.prevResult = JSON.parse(stdout) as unknown;
+    return ms;
+  }
+
+  async del(w: Workload): Promise<number> {
+    const stdin =
+      w.prevResult === undefined
+        ? this.config
+        : JSON.stringify({ ...(JSON.parse(this.config) as object), prevResult: w.prevResult });
+    const { ms } = await this.exec('DEL', w, stdin);
+    w.prevResult = undefined;
+    return ms;
+  }
+
+  private exec(command: 'ADD' | 'DEL', w: Workload, stdin: string): Promise<{ ms: number; stdout: string }> {
+    const env = {
+      ...PLUGIN_ENV,
+      CNI_COMMAND: command,
+      CNI_CONTAINERID: w.containerId,
+      CNI_NETNS: w.netns,
+      CNI_IFNAME: 'eth0',
+      CNI_PATH: REFERENCE_PLUGIN_DIR,
+      CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=${w.podName};K8S_POD_INFRA_CONTAINER_ID=${w.containerId};K8S_POD_UID=${w.podUid}`,
+    };
+    return new Promise((resolve, reject) => {
+      const start = process.hrtime.bigint();
+      const child = spawnInNetns(this.nodeNetnsPath, this.binary, [], {
+        env,
+        stdio: ['pipe', 'pipe', 'pipe'],
+      });
+      const out: Buffer[] = [];
+      const err: Buffer[] = [];
+      child.stdout?.on('data', (b: Buffer) => out.push(b));
+      child.stderr?.on('data', (b: Buffer) => err.push(b));
+      child.on('error', reject);
+      child.on('close', (code) => {
+        const ms = Number(process.hrtime.bigint() - start) / 1e6;
+        const stdout = Buffer.concat(out).toString('utf8');
+        if (code === 0) resolve({ ms, stdout });
+        else {
+          const detail = (stdout || Buffer.concat(err).toString('utf8')).trim();
+          reject(
+            new Error(`${path.basename(this.binary)} ${command} ${w.containerId} exited ${code}: ${detail}`),
+          );
+        }
+      });
+      child.stdin?.on('error', () => undefined);
+      child.stdin?.end(stdin);
+    });
+  }
+}
+
+if (require.main === module) {
+  const count = Number(process.argv[2] ?? 100);
+  const parallel = Number(process.argv[3] ?? 16);
+  void (async () => {
+    for (const plugin of ['ptp', 'bridge'] as const) {
+      for (const row of await benchReferenceCni({ plugin, count, parallel })) {
+        console.log(
+          `${row.name.padEnd(18)} ${row.op.padEnd(7)} p50 ${row.p50Ms.toFixed(1)} ms  p99 ${row.p99Ms.toFixed(1)} ms  ` +
+            `${row.perSecondAtParallel.toFixed(0)}/s at ${parallel} parallel (count ${count})`,
+        );
+      }
+    }
+  })().catch((err: unknown) => {
+    console.error(err);
+    process.exitCode = 1;
+  });
+}
