@@ -1,0 +1,403 @@
+import * as fs from 'node:fs';
+import * as net from 'node:net';
+import * as grpc from '@grpc/grpc-js';
+import type { Logger } from 'pino';
+import {
+  AckCode,
+  DpuAgentServiceClient,
+  PortOperState,
+  type Ack,
+  type AgentMessage,
+  type ControllerMessage,
+  type Port,
+} from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import type { Dataplane } from './dataplane';
+import type { FaultInjector } from './fault-injection';
+import type { PortTable } from './port-table';
+import type { SessionInfo } from './state-file';
+
+// The agent's side of the protocol: dial the daemon, say hello, apply the snapshot and every change
+// after it, ack each one, and keep the session alive with heartbeats. When the stream ends for any
+// reason it dials again with exponential backoff, as a DPU that outlives many daemon restarts must.
+
+export const PROTOCOL_VERSION = 1;
+/** Limits the simulator claims in its hello. */
+export const SIM_MIN_MTU = 68;
+export const SIM_MAX_MTU = 9216;
+
+export interface AgentClientOptions {
+  /** "unix:/path" or "host:port". */
+  controller: string;
+  agentId: string;
+  bootId: string;
+  tls?: { cert: string; key: string; ca: string; serverName?: string };
+  /** Treat SnapshotBegin/SyncComplete as unknown (an agent that never removes stale ports). */
+  ignoreSnapshot: boolean;
+  backoffMaxMs: number;
+  table: PortTable;
+  dataplane: Dataplane;
+  faults: FaultInjector;
+  /** Called after every change of the table or the session, to persist them. */
+  changed: () => void;
+  /** Exits the process (the crash fault); the caller flushes state first. */
+  crash: () => void;
+  log: Logger;
+}
+
+type Call = grpc.ClientDuplexStream<AgentMessage, ControllerMessage>;
+
+interface Snapshot {
+  epoch: number;
+  seen: Set<string>;
+}
+
+export class AgentClient {
+  private readonly client: DpuAgentServiceClient;
+  private call: Call | undefined;
+  private stopped = false;
+  private backoffMs = 0;
+  private sessionInfo: SessionInfo = { state: 'connecting' };
+  private rejections = 0;
+  private lastRejectReason: string | undefined;
+  private syncedValue = false;
+  private lastEpoch = 0;
+  private snapshot: Snapshot | undefined;
+  private wake: (() => void) | undefined;
+
+  constructor(private readonly opts: AgentClientOptions) {
+    this.client = new DpuAgentServiceClient(opts.controller, credentials(opts), {
+      'grpc.max_receive_message_length': 16 * 1024 * 1024,
+      ...(opts.tls?.serverName ? { 'grpc.ssl_target_name_override': opts.tls.serverName } : {}),
+    });
+  }
+
+  get session(): SessionInfo {
+    return { ...this.sessionInfo, rejections: this.rejections, lastRejectReason: this.lastRejectReason };
+  }
+
+  get synced(): boolean {
+    return this.syncedValue;
+  }
+
+  get epoch(): number {
+    return this.lastEpoch;
+  }
+
+  /** Runs sessions until stop() is called. */
+  async run(): Promise<void> {
+    while (!this.stopped) {
+      const started = Date.now();
+      const accepted = await this.runSession();
+      if (this.stopped) break;
+      // A session that got going resets the backoff; one refused or dropped at once does not.
+      if (accepted && Date.now() - started > 1000) this.backoffMs = 0;
+      this.backoffMs = Math.min(this.opts.backoffMaxMs, this.backoffMs ? this.backoffMs * 2 : 100);
+      const delay = Math.round(this.backoffMs * (0.8 + Math.random() * 0.4));
+      this.opts.log.debug({ delayMs: delay }, 'reconnecting after backoff');
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, delay);
+        this.wake = () => {
+          clearTimeout(t);
+          resolve();
+        };
+      });
+      this.wake = undefined;
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    this.call?.cancel();
+    this.wake?.();
+    this.client.close();
+  }
+
+  private setSession(info: SessionInfo): void {
+    this.sessionInfo = info;
+    this.opts.changed();
+  }
+
+  /** One stream from dial to end. Resolves with whether the hello was accepted. */
+  private runSession(): Promise<boolean> {
+    const { log } = this.opts;
+    return new Promise<boolean>((resolve) => {
+      const call = this.client.connect();
+      this.call = call;
+      let accepted = false;
+      let ended = false;
+      let lastReceived = Date.now();
+      let heartbeat: NodeJS.Timeout | undefined;
+      let queue: Promise<void> = Promise.resolve();
+      this.snapshot = undefined;
+      this.syncedValue = false;
+      this.setSession({ state: 'connecting' });
+
+      const end = (info: SessionInfo): void => {
+        if (ended) return;
+        ended = true;
+        clearInterval(heartbeat);
+        if (this.call === call) this.call = undefined;
+        this.syncedValue = false;
+        if (this.sessionInfo.state !== 'rejected') this.setSession(info);
+        resolve(accepted);
+      };
+
+      // Writes are queued in order by the stream; only a crash has to wait for one to leave.
+      const send = (msg: AgentMessage, flushed = false): Promise<void> => {
+        if (ended) return Promise.resolve();
+        if (!flushed) {
+          call.write(msg);
+          return Promise.resolve();
+        }
+        return new Promise((done) => call.write(msg, () => done()));
+      };
+
+      const handle = async (msg: ControllerMessage): Promise<void> => {
+        if (ended) return;
+        if (msg.helloAccept) {
+          accepted = true;
+          const interval = Math.max(10, msg.helloAccept.heartbeatIntervalMs || 1000);
+          log.info({ sessionId: msg.helloAccept.sessionId, heartbeatIntervalMs: interval }, 'hello accepted');
+          this.setSession({ state: 'connected', sessionId: msg.helloAccept.sessionId });
+          let seq = 0;
+          let lastTick = Date.now();
+          heartbeat = setInterval(() => {
+            const now = Date.now();
+            // A late tick means this process stalled; the daemon's messages may be unread, not missing.
+            const stalled = now - lastTick > 2 * interval;
+            lastTick = now;
+            if (!stalled && now - lastReceived > 3 * interval) {
+              log.warn({ silenceMs: Date.now() - lastReceived }, 'the daemon went silent; reconnecting');
+              call.cancel();
+              return;
+            }
+            seq += 1;
+            call.write({ heartbeat: { seq, sentAtUnixMs: Date.now() } });
+          }, interval);
+        } else if (msg.helloReject) {
+          log.warn({ reason: msg.helloReject.reason }, 'hello rejected');
+          this.rejections += 1;
+          this.lastRejectReason = msg.helloReject.reason;
+          this.setSession({ state: 'rejected', reason: msg.helloReject.reason });
+        } else if (msg.snapshotBegin) {
+          if (this.opts.ignoreSnapshot) return;
+          this.snapshot = { epoch: msg.snapshotBegin.epoch, seen: new Set() };
+          this.syncedValue = false;
+          this.opts.changed();
+        } else if (msg.upsert?.port) {
+          if (this.opts.faults.onChange() === 'drop-stream') {
+            log.warn(
+              { port: msg.upsert.port.name },
+              'fault injection: dropping the stream instead of applying a change',
+            );
+            call.cancel();
+            return;
+          }
+          this.snapshot?.seen.add(msg.upsert.port.name);
+          await this.ackLater(send, await this.applyUpsert(msg.upsert.port));
+        } else if (msg.delete) {
+          if (this.opts.faults.onChange() === 'drop-stream') {
+            log.warn(
+              { port: msg.delete.name },
+              'fault injection: dropping the stream instead of applying a change',
+            );
+            call.cancel();
+            return;
+          }
+          await this.ackLater(send, await this.applyDelete(msg.delete.name, msg.delete.generation));
+        } else if (msg.syncComplete) {
+          if (this.opts.ignoreSnapshot) return;
+          await this.completeSync(msg.syncComplete.epoch, msg.syncComplete.portCount, send);
+        }
+      };
+
+      call.on('data', (msg: ControllerMessage) => {
+        lastReceived = Date.now();
+        queue = queue
+          .then(() => handle(msg))
+          .catch((err: unknown) => {
+            log.error({ err: (err as Error).message }, 'failed to handle a daemon message');
+          });
+      });
+      call.on('error', (err: grpc.ServiceError) => {
+        if (this.stopped) return end({ state: 'disconnected', reason: 'stopped' });
+        const reason = `${grpc.status[err.code] ?? err.code}: ${err.details || err.message}`;
+        log.warn({ reason }, 'stream ended');
+        end({ state: 'disconnected', reason });
+      });
+      call.on('end', () => end({ state: 'disconnected', reason: 'the daemon ended the stream' }));
+      call.on('status', (st: grpc.StatusObject) => {
+        if (st.code === grpc.status.OK) end({ state: 'disconnected', reason: 'the daemon ended the stream' });
+      });
+
+      const caps = {
+        maxPorts: this.opts.table.maxPorts,
+        ipv6: true,
+        minMtu: SIM_MIN_MTU,
+        maxMtu: SIM_MAX_MTU,
+        features: this.opts.dataplane.features,
+      };
+      call.write({
+        hello: {
+          agentId: this.opts.agentId,
+          bootId: this.opts.bootId,
+          protocolVersion: PROTOCOL_VERSION,
+          capabilities: caps,
+        },
+      });
+    });
+  }
+
+  private async ackLater(
+    send: (m: AgentMessage, flushed?: boolean) => Promise<void>,
+    ack: Ack,
+  ): Promise<void> {
+    const delay = this.opts.faults.ackLatencyMs;
+    const deliver = async (): Promise<void> => {
+      const crash = this.opts.faults.shouldCrash();
+      await send({ ack }, crash);
+      if (crash) {
+        this.opts.log.warn({ port: ack.name }, 'fault injection: crashing after acking a change');
+        this.opts.crash();
+      }
+    };
+    // Latency delays the ack, not the next change: a slow agent still works through its queue.
+    if (delay > 0) setTimeout(() => void deliver(), delay);
+    else await deliver();
+  }
+
+  private async applyUpsert(port: Port): Promise<Ack> {
+    const base = { name: port.name, generation: port.generation, retryable: false, message: '' };
+    const invalid = validatePort(port);
+    if (invalid) return { ...base, code: AckCode.ACK_CODE_INVALID, message: invalid };
+    const { table, faults, dataplane, log } = this.opts;
+    if (!table.hasRoomFor(port.name)) {
+      return {
+        ...base,
+        code: AckCode.ACK_CODE_NO_RESOURCES,
+        retryable: true,
+        message: `port table full (${table.maxPorts} ports)`,
+      };
+    }
+    const injected = faults.injectedError();
+    if (injected) return { ...base, code: injected.code, message: injected.message };
+    const previous = table.get(port.name);
+    try {
+      const { endpoint, representor } = await dataplane.program(port, previous);
+      table.set({ port, endpoint, representor });
+      this.opts.changed();
+      log.debug(
+        { port: port.name, generation: port.generation, endpoint: endpoint?.netdev, representor },
+        'port programmed',
+      );
+      return { ...base, code: AckCode.ACK_CODE_OK, endpoint };
+    } catch (err) {
+      log.warn({ port: port.name, err: (err as Error).message }, 'programming a port failed');
+      return {
+        ...base,
+        code: AckCode.ACK_CODE_INTERNAL,
+        retryable: true,
+        message: `dataplane: ${(err as Error).message}`,
+      };
+    }
+  }
+
+  private async applyDelete(name: string, generation: number): Promise<Ack> {
+    const base = { name, generation, retryable: false, message: '' };
+    const entry = this.opts.table.get(name);
+    if (entry) {
+      try {
+        await this.opts.dataplane.remove(entry);
+      } catch (err) {
+        return {
+          ...base,
+          code: AckCode.ACK_CODE_INTERNAL,
+          retryable: true,
+          message: `dataplane: ${(err as Error).message}`,
+        };
+      }
+      this.opts.table.delete(name);
+      this.opts.changed();
+    }
+    // Deleting what is not there is success: the daemon's wish is already true.
+    return { ...base, code: AckCode.ACK_CODE_OK };
+  }
+
+  private async completeSync(
+    epoch: number,
+    portCount: number,
+    send: (m: AgentMessage) => Promise<void>,
+  ): Promise<void> {
+    const snap = this.snapshot;
+    const { log, table, dataplane } = this.opts;
+    if (!snap || snap.epoch !== epoch) {
+      log.warn({ epoch }, 'SyncComplete without a matching SnapshotBegin; keeping every port');
+      return;
+    }
+    this.snapshot = undefined;
+    if (snap.seen.size !== portCount) {
+      // A truncated snapshot would make us delete ports the daemon still wants.
+      log.warn(
+        { epoch, expected: portCount, received: snap.seen.size },
+        'snapshot incomplete; keeping every port',
+      );
+      return;
+    }
+    for (const name of table.names()) {
+      if (snap.seen.has(name)) continue;
+      const entry = table.get(name);
+      if (!entry) continue;
+      try {
+        await dataplane.remove(entry);
+      } catch (err) {
+        log.warn({ port: name, err: (err as Error).message }, 'could not remove a stale port');
+        continue;
+      }
+      table.delete(name);
+      log.info({ port: name }, 'stale port removed after sync');
+      await send({
+        portStatus: {
+          name,
+          operState: PortOperState.PORT_OPER_STATE_REMOVED,
+          message: 'not in the snapshot',
+        },
+      });
+    }
+    this.lastEpoch = epoch;
+    this.syncedValue = true;
+    this.opts.changed();
+    log.info({ epoch, ports: table.size }, 'snapshot applied');
+  }
+}
+
+function credentials(opts: AgentClientOptions): grpc.ChannelCredentials {
+  if (!opts.tls) return grpc.credentials.createInsecure();
+  return grpc.credentials.createSsl(
+    fs.readFileSync(opts.tls.ca),
+    fs.readFileSync(opts.tls.key),
+    fs.readFileSync(opts.tls.cert),
+  );
+}
+
+const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/i;
+
+/** Why a port cannot be programmed as described, or undefined when it can. */
+export function validatePort(port: Port): string | undefined {
+  if (!port.name) return 'port name is empty';
+  if (!MAC.test(port.mac)) return `MAC ${JSON.stringify(port.mac)} is not of the form 02:00:00:00:00:01`;
+  const first = Number.parseInt(port.mac.slice(0, 2), 16);
+  if (first & 1) return `MAC ${port.mac} is a multicast address`;
+  if (port.mtu < SIM_MIN_MTU || port.mtu > SIM_MAX_MTU)
+    return `MTU ${port.mtu} is outside ${SIM_MIN_MTU}-${SIM_MAX_MTU}`;
+  if (port.vlan > 4094) return `VLAN ${port.vlan} is outside 0-4094`;
+  if (port.vni > 0xffffff) return `VNI ${port.vni} does not fit in 24 bits`;
+  for (const cidr of port.ips) {
+    const [addr, len, ...rest] = cidr.split('/');
+    const family = net.isIP(addr ?? '');
+    const bits = Number(len);
+    if (rest.length || !family || !Number.isInteger(bits) || bits < 0 || bits > (family === 4 ? 32 : 128)) {
+      return `address ${JSON.stringify(cidr)} is not a CIDR`;
+    }
+  }
+  return undefined;
+}

@@ -1,0 +1,258 @@
+#!/usr/bin/env node
+import { randomUUID } from 'node:crypto';
+import { Command, InvalidArgumentError, Option } from 'commander';
+import pino from 'pino';
+import { AgentClient } from './agent-client';
+import { NoDataplane, type Dataplane } from './dataplane';
+import { FaultInjector, INJECTED_CODES, type InjectedErrorCode } from './fault-injection';
+import { PortTable } from './port-table';
+import { StateFile, readStateFile, type SimState } from './state-file';
+
+// workloadnet-dpu-sim: a DPU agent in a process. It speaks the real agent protocol to a workloadnet
+// daemon, keeps its own port table, can misbehave on request, and can plumb real interfaces in a
+// namespace standing for the DPU so that workload traffic really crosses it.
+
+/** Exit code of an injected crash, so a test can tell it from a real one. */
+export const CRASH_EXIT_CODE = 70;
+
+interface CliOptions {
+  controller: string;
+  agentId: string;
+  bootId?: string;
+  dataplane: 'none' | 'netns';
+  dpuNetns?: string;
+  hostNetns?: string;
+  stateFile?: string;
+  ackLatencyMs: number;
+  errorRate: number;
+  errorCode: InjectedErrorCode;
+  dropStreamAfter: number;
+  crashAfter: number;
+  ignoreSnapshot: boolean;
+  tlsCert?: string;
+  tlsKey?: string;
+  tlsCa?: string;
+  tlsServerName?: string;
+  maxPorts: number;
+  seed?: number;
+  backoffMaxMs: number;
+  logLevel: string;
+}
+
+function nonNegativeInt(v: string): number {
+  const n = Number(v);
+  if (!Number.isSafeInteger(n) || n < 0) throw new InvalidArgumentError('expected a whole number >= 0');
+  return n;
+}
+
+function rate(v: string): number {
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < 0 || n > 1)
+    throw new InvalidArgumentError('expected a number between 0 and 1');
+  return n;
+}
+
+function controllerTarget(v: string): string {
+  if (v.startsWith('unix:')) {
+    if (!v.slice(5).startsWith('/')) throw new InvalidArgumentError('expected unix:/absolute/path');
+    return v;
+  }
+  if (!/^(\[[0-9a-fA-F:.]+\]|[^:/\s]+):\d{1,5}$/.test(v))
+    throw new InvalidArgumentError('expected unix:PATH or HOST:PORT');
+  return v;
+}
+
+export function buildCommand(): Command {
+  return new Command('workloadnet-dpu-sim')
+    .description(
+      'Simulated DPU agent: connects to a workloadnet daemon over the DPU agent protocol, keeps its own ' +
+        'port table, can inject faults, and can plumb real interfaces in a network namespace standing for the DPU.',
+    )
+    .requiredOption(
+      '--controller <target>',
+      'daemon to connect to: unix:PATH or HOST:PORT (TCP needs --tls-*)',
+      controllerTarget,
+    )
+    .requiredOption('--agent-id <id>', 'agent identity (over TLS it must match the certificate CN or a SAN)')
+    .option(
+      '--boot-id <id>',
+      'boot identity; reusing the one in --state-file keeps its ports (default: a new random id = state lost)',
+    )
+    .addOption(
+      new Option(
+        '--dataplane <mode>',
+        'none: control plane only; netns: real veths between --host-netns and --dpu-netns',
+      )
+        .choices(['none', 'netns'])
+        .default('none'),
+    )
+    .option(
+      '--dpu-netns <name>',
+      'netns mode: name (under /var/run/netns) or path of the namespace standing for the DPU',
+    )
+    .option(
+      '--host-netns <path>',
+      "netns mode: namespace where the ports' VF ends appear (the daemon's host side); default this process's",
+    )
+    .option(
+      '--state-file <file>',
+      'JSON file rewritten atomically on every change: {agentId, bootId, synced, session, ports}',
+    )
+    .option('--ack-latency-ms <n>', 'delay every ack by N ms', nonNegativeInt, 0)
+    .option('--error-rate <p>', 'refuse each Upsert with probability p (0..1)', rate, 0)
+    .addOption(
+      new Option('--error-code <code>', 'ack code of refused Upserts')
+        .choices(Object.keys(INJECTED_CODES))
+        .default('internal'),
+    )
+    .option(
+      '--drop-stream-after <n>',
+      'cancel the stream instead of handling the Nth change, once (0 = never)',
+      nonNegativeInt,
+      0,
+    )
+    .option(
+      '--crash-after <n>',
+      `exit with code ${CRASH_EXIT_CODE} right after acking the Nth change (0 = never)`,
+      nonNegativeInt,
+      0,
+    )
+    .option(
+      '--ignore-snapshot',
+      'treat snapshot markers as unknown: never remove stale ports (a broken agent)',
+      false,
+    )
+    .option('--tls-cert <file>', 'client certificate (PEM) for HOST:PORT controllers')
+    .option('--tls-key <file>', 'client key (PEM)')
+    .option('--tls-ca <file>', 'CA (PEM) that signed the daemon certificate')
+    .option('--tls-server-name <name>', 'expected name in the daemon certificate, when it differs from HOST')
+    .option(
+      '--max-ports <n>',
+      'port table size; further ports are refused with NO_RESOURCES (0 = unlimited)',
+      nonNegativeInt,
+      0,
+    )
+    .option('--seed <n>', 'seed for --error-rate decisions (default: random)', nonNegativeInt)
+    .option('--backoff-max-ms <n>', 'longest wait between reconnect attempts', nonNegativeInt, 2000)
+    .addOption(
+      new Option('--log-level <level>', 'log level (JSON lines on stderr)')
+        .choices(['trace', 'debug', 'info', 'warn', 'error', 'silent'])
+        .default('info'),
+    )
+    .addHelpText(
+      'after',
+      `
+Examples:
+  workloadnet-dpu-sim --controller unix:/run/workloadnet/agent.sock --agent-id dpu-0 --state-file /tmp/dpu-0.json
+  workloadnet-dpu-sim --controller 10.0.0.1:7443 --agent-id dpu-0 --tls-cert a.crt --tls-key a.key --tls-ca ca.crt
+  ip netns add dpu && workloadnet-dpu-sim --controller unix:/run/workloadnet/agent.sock --agent-id dpu-0 \\
+      --dataplane netns --dpu-netns dpu
+
+Exit codes: 0 after SIGTERM/SIGINT, ${CRASH_EXIT_CODE} after --crash-after, 1 on a startup error.`,
+    );
+}
+
+async function createDataplane(o: CliOptions, table: PortTable, log: pino.Logger): Promise<Dataplane> {
+  if (o.dataplane === 'none') return new NoDataplane();
+  if (!o.dpuNetns) throw new Error('--dataplane netns needs --dpu-netns');
+  // Loaded only in netns mode, so the control-plane-only simulator needs no native FFI at all.
+  const { NetnsDataplane } = await import('./netns-dataplane');
+  return NetnsDataplane.open({ dpuNetns: o.dpuNetns, hostNetns: o.hostNetns, keepPorts: table.names(), log });
+}
+
+export async function main(argv: string[]): Promise<void> {
+  const o = buildCommand().parse(argv).opts<CliOptions>();
+  const log = pino(
+    { level: o.logLevel, base: { svc: 'workloadnet-dpu-sim', agentId: o.agentId } },
+    pino.destination(2),
+  );
+  const tlsGiven = [o.tlsCert, o.tlsKey, o.tlsCa].filter(Boolean).length;
+  if (tlsGiven !== 0 && tlsGiven !== 3) throw new Error('--tls-cert, --tls-key and --tls-ca go together');
+  if (tlsGiven === 3 && o.controller.startsWith('unix:'))
+    throw new Error('TLS is only used with a HOST:PORT controller');
+
+  const bootId = o.bootId ?? randomUUID();
+  const table = new PortTable(o.maxPorts);
+  // The same boot id means the DPU kept its state across an agent restart: pick up the ports it held.
+  const previous = o.stateFile ? readStateFile(o.stateFile) : undefined;
+  if (previous && previous.agentId === o.agentId && previous.bootId === bootId) {
+    for (const p of previous.ports) {
+      const { endpoint, representor, ...port } = p;
+      table.set({ port, endpoint, representor });
+    }
+    log.info({ ports: table.size }, 'resumed the port table of the same boot');
+  }
+  const dataplane = await createDataplane(o, table, log);
+  const faults = new FaultInjector({
+    ackLatencyMs: o.ackLatencyMs,
+    errorRate: o.errorRate,
+    errorCode: o.errorCode,
+    dropStreamAfter: o.dropStreamAfter,
+    crashAfter: o.crashAfter,
+    seed: o.seed ?? Math.floor(Math.random() * 2 ** 31),
+  });
+
+  // `client` is declared below; render only runs once the state file is first written, after that.
+  const render = (): SimState => ({
+    agentId: o.agentId,
+    bootId,
+    pid: process.pid,
+    synced: client.synced,
+    epoch: client.epoch,
+    session: client.session,
+    ports: table.entries().map((e) => ({
+      ...e.port,
+      ...(e.endpoint ? { endpoint: e.endpoint } : {}),
+      ...(e.representor ? { representor: e.representor } : {}),
+    })),
+  });
+  const state = new StateFile(o.stateFile, render);
+  const client: AgentClient = new AgentClient({
+    controller: o.controller,
+    agentId: o.agentId,
+    bootId,
+    tls:
+      tlsGiven === 3
+        ? { cert: o.tlsCert!, key: o.tlsKey!, ca: o.tlsCa!, serverName: o.tlsServerName }
+        : undefined,
+    ignoreSnapshot: o.ignoreSnapshot,
+    backoffMaxMs: o.backoffMaxMs,
+    table,
+    dataplane,
+    faults,
+    changed: () => state.changed(),
+    crash: () => {
+      state.writeNow();
+      // Let the last ack leave the socket before the process disappears, like firmware dying right
+      // after it answered.
+      setTimeout(() => process.exit(CRASH_EXIT_CODE), 20);
+    },
+    log,
+  });
+  log.info({ controller: o.controller, bootId, dataplane: o.dataplane }, 'starting');
+  state.changed();
+
+  let stopping = false;
+  const shutdown = (signal: string): void => {
+    if (stopping) return;
+    stopping = true;
+    log.info({ signal }, 'stopping');
+    void (async () => {
+      await client.stop();
+      await state.flush();
+      state.writeNow();
+      await dataplane.close();
+      process.exit(0);
+    })();
+  };
+  process.on('SIGTERM', () => shutdown('SIGTERM'));
+  process.on('SIGINT', () => shutdown('SIGINT'));
+  await client.run();
+}
+
+if (require.main === module) {
+  main(process.argv).catch((err: unknown) => {
+    process.stderr.write(`workloadnet-dpu-sim: ${(err as Error).message}\n`);
+    process.exit(1);
+  });
+}

@@ -1,0 +1,200 @@
+import { createHash } from 'node:crypto';
+import * as fs from 'node:fs';
+import type { Logger } from 'pino';
+import { NetnsHandle, openNetlinkSocket, openProcSysFile } from '../linux/netns';
+import {
+  AF_INET,
+  AF_INET6,
+  IPV4_DEVCONF_FORWARDING,
+  IPV4_DEVCONF_PROXY_ARP,
+  NetlinkError,
+  delLinkRequest,
+  delRouteRequest,
+  getLink,
+  listAddresses,
+  listLinks,
+  newAddressRequest,
+  newRouteRequest,
+  newVethRequest,
+  setLinkRequest,
+  type NetlinkSocket,
+} from '../linux/rtnetlink';
+import type { Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import type { Dataplane, Programmed } from './dataplane';
+import type { PortEntry } from './port-table';
+
+// A DPU made of a network namespace. Each port is a veth pair: the "VF" end appears in the host
+// namespace (where the daemon moves it into the workload), the "representor" end stays in the DPU
+// namespace. The DPU namespace routes between representors: a host route per workload address via
+// its representor, forwarding on, and the workloads' link-local gateway owned by the namespace's
+// loopback, so that every representor answers ARP for it (an address local to the namespace is
+// answered on any interface). Traffic between two workloads therefore really enters and leaves the
+// DPU namespace, as it would cross a SmartNIC's switch.
+
+export interface NetnsDataplaneOptions {
+  /** Name under /var/run/netns, or an absolute path. */
+  dpuNetns: string;
+  /** Namespace where VF ends appear; default this process's. */
+  hostNetns?: string;
+  /** Ports the simulator resumed from its state file; every other port found in the DPU is removed. */
+  keepPorts: string[];
+  log: Logger;
+}
+
+const REPRESENTOR = /^rp[0-9a-f]{8}$/;
+
+/** Interface names derived from the port name: stable, unique enough, within IFNAMSIZ. */
+export function portNetdevNames(portName: string): { vf: string; representor: string } {
+  const h = createHash('sha256').update(portName).digest('hex').slice(0, 8);
+  return { vf: `vf${h}`, representor: `rp${h}` };
+}
+
+function isGone(err: unknown): boolean {
+  return (
+    err instanceof NetlinkError && (err.code === 'ENODEV' || err.code === 'ESRCH' || err.code === 'ENOENT')
+  );
+}
+
+function writeProcSys(ns: NetnsHandle, rel: string, value: string): void {
+  const fd = openProcSysFile(ns, rel, 'r+');
+  try {
+    fs.writeSync(fd, `${value}\n`);
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+export class NetnsDataplane implements Dataplane {
+  readonly features = ['host-endpoint'];
+  /** Gateway addresses already on the gateway device. */
+  private readonly gateways = new Set<string>();
+  private gatewayIndex = 0;
+
+  private constructor(
+    private readonly dpu: NetnsHandle,
+    private readonly host: NetnsHandle,
+    private readonly sock: NetlinkSocket,
+    private readonly log: Logger,
+  ) {}
+
+  static async open(o: NetnsDataplaneOptions): Promise<NetnsDataplane> {
+    const dpuPath = o.dpuNetns.startsWith('/') ? o.dpuNetns : `/var/run/netns/${o.dpuNetns}`;
+    const dpu = await NetnsHandle.open(dpuPath);
+    const host = o.hostNetns ? await NetnsHandle.open(o.hostNetns) : NetnsHandle.own();
+    if (dpu.inode === host.inode) throw new Error('--dpu-netns and the host namespace must differ');
+    if (dpu.isOwn) throw new Error("--dpu-netns must not be the simulator's own namespace");
+    const dp = new NetnsDataplane(dpu, host, openNetlinkSocket(dpu), o.log);
+    await dp.prepare();
+    await dp.removeAllBut(new Set(o.keepPorts.map((p) => portNetdevNames(p).representor)));
+    return dp;
+  }
+
+  /** Forwarding on and the loopback up, once per start. */
+  private async prepare(): Promise<void> {
+    writeProcSys(this.dpu, 'net/ipv4/conf/all/forwarding', '1');
+    try {
+      writeProcSys(this.dpu, 'net/ipv6/conf/all/forwarding', '1');
+    } catch (err) {
+      // A kernel booted without IPv6 has no such file; IPv4 still works.
+      this.log.warn({ err: (err as Error).message }, 'IPv6 forwarding unavailable in the DPU namespace');
+    }
+    const lo = await getLink(this.sock, { name: 'lo' });
+    if (!lo) throw new Error('the DPU namespace has no loopback');
+    this.gatewayIndex = lo.index;
+    if (!lo.up) await this.sock.request(setLinkRequest({ index: lo.index }, { up: true }));
+    for (const a of await listAddresses(this.sock, { index: lo.index })) this.gateways.add(a.address);
+  }
+
+  /**
+   * A DPU that lost its state (a new boot) starts empty: representors left by an earlier run that the
+   * resumed table does not know are deleted, with their VFs.
+   */
+  private async removeAllBut(keep: Set<string>): Promise<void> {
+    for (const link of await listLinks(this.sock)) {
+      if (!REPRESENTOR.test(link.name) || keep.has(link.name)) continue;
+      await this.sock.request(delLinkRequest({ index: link.index })).catch((err: unknown) => {
+        if (!isGone(err)) throw err;
+      });
+      this.log.info({ representor: link.name }, 'removed a port left from an earlier boot');
+    }
+  }
+
+  /** Owning a workload's gateway address makes every representor answer ARP for it. */
+  private async ensureGateway(address: string): Promise<void> {
+    if (this.gateways.has(address) || address.startsWith('fe80:')) return;
+    const v6 = address.includes(':');
+    try {
+      await this.sock.request(
+        newAddressRequest({ index: this.gatewayIndex, address, prefixLength: v6 ? 128 : 32 }),
+      );
+    } catch (err) {
+      if (!(err instanceof NetlinkError && err.code === 'EEXIST')) throw err;
+    }
+    this.gateways.add(address);
+  }
+
+  async program(port: Port, previous: PortEntry | undefined): Promise<Programmed> {
+    const names = portNetdevNames(port.name);
+    let rep = await getLink(this.sock, { name: names.representor });
+    if (!rep) {
+      await this.sock.request(
+        newVethRequest({
+          name: names.representor,
+          mtu: port.mtu,
+          up: true,
+          peer: { name: names.vf, mtu: port.mtu, mac: port.mac, netnsFd: this.host.fd },
+        }),
+      );
+      rep = await getLink(this.sock, { name: names.representor });
+      if (!rep) throw new Error(`representor ${names.representor} vanished after creation`);
+    }
+    const index = rep.index;
+    await this.sock.batchOrThrow([
+      setLinkRequest({ index }, { mtu: port.mtu, up: true }),
+      setLinkRequest({ index }, { inetConf: { [IPV4_DEVCONF_FORWARDING]: 1, [IPV4_DEVCONF_PROXY_ARP]: 1 } }),
+    ]);
+    for (const r of port.routes) if (r.gateway) await this.ensureGateway(r.gateway);
+    // Host routes to the workload through its representor; addresses the port no longer has lose theirs.
+    const gone = (previous?.port.ips ?? []).filter((ip) => !port.ips.includes(ip));
+    for (const cidr of gone) {
+      await this.sock
+        .request(
+          delRouteRequest({ destination: cidr, family: cidr.includes(':') ? AF_INET6 : AF_INET, oif: index }),
+        )
+        .catch((err: unknown) => {
+          if (!isGone(err)) throw err;
+        });
+    }
+    if (port.ips.length) {
+      await this.sock.batchOrThrow(
+        port.ips.map((cidr) =>
+          newRouteRequest(
+            { destination: cidr, family: cidr.includes(':') ? AF_INET6 : AF_INET, oif: index },
+            { replace: true },
+          ),
+        ),
+      );
+    }
+    this.log.debug(
+      { port: port.name, representor: names.representor, vf: names.vf },
+      'port plumbed in the DPU namespace',
+    );
+    return { endpoint: { netdev: names.vf, mac: port.mac }, representor: names.representor };
+  }
+
+  async remove(entry: PortEntry): Promise<void> {
+    // Deleting the representor deletes its VF too, wherever the daemon has moved it; routes go with it.
+    const { representor } = portNetdevNames(entry.port.name);
+    try {
+      await this.sock.request(delLinkRequest({ name: representor }));
+    } catch (err) {
+      if (!isGone(err)) throw err;
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.sock.close();
+    await this.dpu.close();
+    await this.host.close();
+  }
+}

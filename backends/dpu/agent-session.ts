@@ -1,0 +1,263 @@
+import { randomUUID } from 'node:crypto';
+import { status } from '@grpc/grpc-js';
+import type { Logger } from '../../core/logger';
+import type {
+  Ack,
+  AgentMessage,
+  ControllerMessage,
+  Hello,
+  PortStatus,
+} from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import type { AgentCall, AgentPeer } from './agent-server';
+import type { Admission } from './hello-admission';
+import { TokenBucket } from './rate-limiter';
+
+// One agent's stream, from its first message to its end. The session enforces the protocol's framing
+// (hello first and once, liveness, heartbeat rate) and hands everything that carries meaning to its
+// host, the backend, which decides about admission and owns the desired state.
+
+export interface SessionHost {
+  /** Decides whether a hello is accepted (version, identity, duplicate sessions). */
+  admit(session: AgentSession, hello: Hello): Admission;
+  /** The hello was accepted; the host sends the snapshot. */
+  established(session: AgentSession): void;
+  ack(session: AgentSession, ack: Ack): void;
+  portStatus(session: AgentSession, ps: PortStatus): void;
+  /** The stream ended, for whatever reason; called exactly once per session. */
+  closed(session: AgentSession, reason: string): void;
+}
+
+export interface SessionTiming {
+  heartbeatIntervalMs: number;
+  /** Silence longer than this ends the session. */
+  heartbeatTimeoutMs: number;
+}
+
+/** Heartbeats allowed per interval before the excess is dropped (one is normal). */
+const HEARTBEATS_PER_INTERVAL = 10;
+const HEARTBEAT_BURST = 20;
+/** Dropped heartbeats within one flood window that end the session. */
+const FLOOD_LIMIT = 200;
+const FLOOD_WINDOW_INTERVALS = 10;
+
+type SessionState = 'awaiting-hello' | 'active' | 'closed';
+
+function kindOf(msg: AgentMessage): string {
+  if (msg.hello) return 'hello';
+  if (msg.ack) return 'ack';
+  if (msg.portStatus) return 'port_status';
+  if (msg.heartbeat) return 'heartbeat';
+  return 'empty';
+}
+
+export class AgentSession {
+  readonly id = randomUUID();
+  readonly connectedAt = Date.now();
+  private stateValue: SessionState = 'awaiting-hello';
+  private helloValue: Hello | undefined;
+  private lastReceived = Date.now();
+  private lastHeartbeat: number | undefined;
+  private heartbeatSeq = 0;
+  private lastTick = 0;
+  private readonly timers: NodeJS.Timeout[] = [];
+  private readonly heartbeats: TokenBucket;
+  private droppedHeartbeats = 0;
+  private floodWindowStart = Date.now();
+  private readonly log: Logger;
+
+  constructor(
+    private readonly call: AgentCall,
+    readonly peer: AgentPeer,
+    private readonly host: SessionHost,
+    private readonly timing: SessionTiming,
+    logger: Logger,
+  ) {
+    this.log = logger.child({ session: this.id, peer: peer.address });
+    this.heartbeats = new TokenBucket(HEARTBEAT_BURST, HEARTBEATS_PER_INTERVAL / timing.heartbeatIntervalMs);
+    call.on('data', (msg: AgentMessage) => this.onMessage(msg));
+    call.on('end', () => this.close(status.UNAVAILABLE, 'the agent closed the stream'));
+    call.on('cancelled', () => this.close(status.CANCELLED, 'the agent cancelled the stream'));
+    call.on('error', (err: Error) => this.close(status.UNAVAILABLE, `stream error: ${err.message}`));
+    call.on('close', () => this.close(status.UNAVAILABLE, 'the stream closed'));
+    // An agent that connects and says nothing holds a stream for nothing.
+    this.timers.push(
+      setTimeout(() => {
+        if (this.stateValue === 'awaiting-hello') {
+          this.close(
+            status.DEADLINE_EXCEEDED,
+            `no Hello within ${timing.heartbeatTimeoutMs} ms of connecting`,
+          );
+        }
+      }, timing.heartbeatTimeoutMs),
+    );
+    this.log.debug('agent stream opened');
+  }
+
+  get state(): SessionState {
+    return this.stateValue;
+  }
+
+  get hello(): Hello | undefined {
+    return this.helloValue;
+  }
+
+  get agentId(): string {
+    return this.helloValue?.agentId ?? '';
+  }
+
+  get bootId(): string {
+    return this.helloValue?.bootId ?? '';
+  }
+
+  /** Milliseconds since the last heartbeat from the agent (or since the hello, before the first one). */
+  get heartbeatAgeMs(): number {
+    return Date.now() - (this.lastHeartbeat ?? this.connectedAt);
+  }
+
+  /** Milliseconds since the agent last sent anything. */
+  get silenceMs(): number {
+    return Date.now() - this.lastReceived;
+  }
+
+  /** Accepted and heard from recently: the only state in which changes are sent. */
+  get healthy(): boolean {
+    return this.stateValue === 'active' && this.silenceMs <= this.timing.heartbeatTimeoutMs;
+  }
+
+  /** Queues one message to the agent; false when the session is over. */
+  send(msg: ControllerMessage): boolean {
+    if (this.stateValue === 'closed' || this.call.destroyed || this.call.writableEnded) return false;
+    this.call.write(msg);
+    return true;
+  }
+
+  /**
+   * Ends the session. Any code but OK is sent to the agent as the stream's status with `reason`, so the
+   * agent's log says why it was dropped.
+   */
+  close(code: status, reason: string): void {
+    if (this.stateValue === 'closed') return;
+    const wasActive = this.stateValue === 'active';
+    this.stateValue = 'closed';
+    for (const t of this.timers) clearTimeout(t);
+    // A cancelled call has no one left to tell.
+    if (!this.call.cancelled && !this.call.destroyed && !this.call.writableEnded) {
+      if (code === status.OK) this.call.end();
+      else this.call.emit('error', { code, details: reason });
+    }
+    const level = wasActive && code !== status.OK ? 'warn' : 'info';
+    this.log[level](
+      { agentId: this.agentId || undefined, code: status[code], reason },
+      'agent session ended',
+    );
+    this.host.closed(this, reason);
+  }
+
+  private violation(code: status, reason: string): void {
+    this.log.warn({ agentId: this.agentId || undefined, reason }, 'agent protocol violation');
+    this.close(code, reason);
+  }
+
+  private onMessage(msg: AgentMessage): void {
+    if (this.stateValue === 'closed') return;
+    this.lastReceived = Date.now();
+    const kind = kindOf(msg);
+    if (this.stateValue === 'awaiting-hello') {
+      if (!msg.hello) {
+        this.violation(status.INVALID_ARGUMENT, `the first message must be Hello, got ${kind}`);
+        return;
+      }
+      this.onHello(msg.hello);
+      return;
+    }
+    switch (kind) {
+      case 'hello':
+        this.violation(
+          status.INVALID_ARGUMENT,
+          'Hello was sent twice on one stream; reconnect to start a new session',
+        );
+        return;
+      case 'ack':
+        if (msg.ack) this.host.ack(this, msg.ack);
+        return;
+      case 'port_status':
+        if (msg.portStatus) this.host.portStatus(this, msg.portStatus);
+        return;
+      case 'heartbeat':
+        this.onHeartbeat();
+        return;
+      default:
+        // A newer agent may send a message kind this daemon does not know; it is not an error.
+        this.log.debug('ignoring an agent message of unknown kind');
+    }
+  }
+
+  private onHello(hello: Hello): void {
+    this.helloValue = hello;
+    const admission = this.host.admit(this, hello);
+    if (!admission.ok) {
+      this.log.warn(
+        { agentId: hello.agentId, bootId: hello.bootId, reason: admission.reason },
+        'agent hello rejected',
+      );
+      this.send({ helloReject: { reason: admission.reason } });
+      this.close(admission.code, admission.reason);
+      return;
+    }
+    this.stateValue = 'active';
+    this.lastHeartbeat = Date.now();
+    this.send({ helloAccept: { sessionId: this.id, heartbeatIntervalMs: this.timing.heartbeatIntervalMs } });
+    this.log.info(
+      { agentId: hello.agentId, bootId: hello.bootId, capabilities: hello.capabilities },
+      'agent session established',
+    );
+    this.lastTick = Date.now();
+    this.timers.push(setInterval(() => this.tick(), this.timing.heartbeatIntervalMs));
+    this.host.established(this);
+  }
+
+  private onHeartbeat(): void {
+    if (this.heartbeats.take()) {
+      this.lastHeartbeat = Date.now();
+      return;
+    }
+    const now = Date.now();
+    if (now - this.floodWindowStart > FLOOD_WINDOW_INTERVALS * this.timing.heartbeatIntervalMs) {
+      this.floodWindowStart = now;
+      this.droppedHeartbeats = 0;
+    }
+    this.droppedHeartbeats++;
+    if (this.droppedHeartbeats === 1) {
+      this.log.warn(
+        { agentId: this.agentId, limitPerInterval: HEARTBEATS_PER_INTERVAL },
+        'agent heartbeats above the rate limit are being dropped',
+      );
+    }
+    if (this.droppedHeartbeats >= FLOOD_LIMIT) {
+      this.violation(
+        status.RESOURCE_EXHAUSTED,
+        `heartbeat flood: ${this.droppedHeartbeats} heartbeats over the limit of ${HEARTBEATS_PER_INTERVAL} per ${this.timing.heartbeatIntervalMs} ms`,
+      );
+    }
+  }
+
+  private tick(): void {
+    if (this.stateValue !== 'active') return;
+    const now = Date.now();
+    const late = now - this.lastTick - this.timing.heartbeatIntervalMs;
+    this.lastTick = now;
+    // A tick that fires far too late means this process was busy, and the agent's messages may be
+    // sitting unread in the socket: judge its silence on the next tick instead of blaming it.
+    if (late > this.timing.heartbeatIntervalMs) {
+      this.log.warn({ lateMs: late }, 'event loop stalled; skipping one liveness check');
+    } else if (this.silenceMs > this.timing.heartbeatTimeoutMs) {
+      this.close(
+        status.UNAVAILABLE,
+        `no message from the agent for ${this.silenceMs} ms (limit ${this.timing.heartbeatTimeoutMs} ms)`,
+      );
+      return;
+    }
+    this.heartbeatSeq += 1;
+    this.send({ heartbeat: { seq: this.heartbeatSeq, sentAtUnixMs: Date.now() } });
+  }
+}

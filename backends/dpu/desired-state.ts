@@ -1,0 +1,113 @@
+import type { Endpoint, Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import type { WorkloadPlacement } from './host-side';
+import type { PortFields } from './port-spec';
+
+// The ports the daemon wants the agent to hold, each tagged with a generation. This is the only thing
+// ever sent to an agent: a snapshot on every (re)connect, and single changes in between. Generations
+// come from one counter per process, so a name that is deleted and added again never reuses a
+// generation an old ack could still carry.
+
+/** What the agent last said about a port. */
+export interface PortAck {
+  generation: number;
+  ok: boolean;
+  message: string;
+  endpoint?: Endpoint;
+}
+
+export interface DesiredPort {
+  port: Port;
+  /** The last ack at the current generation, if any. */
+  ack?: PortAck;
+  /** Set by an unsolicited PortStatus from the agent. */
+  operState?: 'up' | 'down';
+  /** Where the port's host end was plumbed, so that a VF the agent re-creates can be put back. */
+  placement?: WorkloadPlacement;
+}
+
+export class DesiredState {
+  private readonly ports = new Map<string, DesiredPort>();
+  private lastGeneration = 0;
+
+  private nextGeneration(): number {
+    this.lastGeneration += 1;
+    return this.lastGeneration;
+  }
+
+  /** Sets a port's desired fields and returns it with a fresh generation. */
+  upsert(fields: PortFields): Port {
+    const port: Port = { ...fields, generation: this.nextGeneration() };
+    this.ports.set(port.name, { port });
+    return port;
+  }
+
+  /**
+   * Puts back a port recorded before a restart, keeping its generation, and moves the counter past
+   * it so later changes are newer than anything restored.
+   */
+  restore(fields: PortFields, generation: number, endpoint?: Endpoint, placement?: WorkloadPlacement): Port {
+    const port: Port = { ...fields, generation };
+    this.lastGeneration = Math.max(this.lastGeneration, generation);
+    const entry: DesiredPort = { port, placement };
+    // The restored port was acknowledged before the restart; remember the endpoint so detach and check
+    // know where the host side lives even before the agent acks the snapshot.
+    if (endpoint) entry.ack = { generation, ok: true, message: 'restored', endpoint };
+    this.ports.set(port.name, entry);
+    return port;
+  }
+
+  /** Forgets a port; returns the generation its Delete carries, or undefined when it was not desired. */
+  delete(name: string): number | undefined {
+    if (!this.ports.delete(name)) return undefined;
+    return this.nextGeneration();
+  }
+
+  /** A generation for a Delete of a name that is not (or no longer) desired. */
+  tombstoneGeneration(): number {
+    return this.nextGeneration();
+  }
+
+  get(name: string): DesiredPort | undefined {
+    return this.ports.get(name);
+  }
+
+  has(name: string): boolean {
+    return this.ports.has(name);
+  }
+
+  get size(): number {
+    return this.ports.size;
+  }
+
+  /** Every desired port, ordered by name so that two snapshots of the same state are identical. */
+  snapshot(): Port[] {
+    return [...this.ports.values()]
+      .map((p) => p.port)
+      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
+  /** Records an ack if it is for the current generation; returns whether it was. */
+  recordAck(name: string, ack: PortAck): boolean {
+    const entry = this.ports.get(name);
+    if (!entry || entry.port.generation !== ack.generation) return false;
+    entry.ack = ack;
+    return true;
+  }
+
+  setPlacement(name: string, placement: WorkloadPlacement): void {
+    const entry = this.ports.get(name);
+    if (entry) entry.placement = placement;
+  }
+
+  /** Every entry, for sweeps over the whole state. */
+  entries(): IterableIterator<DesiredPort> {
+    return this.ports.values();
+  }
+
+  setOperState(name: string, state: 'up' | 'down'): boolean {
+    const entry = this.ports.get(name);
+    if (!entry) return false;
+    entry.operState = state;
+    return true;
+  }
+}

@@ -1,0 +1,687 @@
+import { status } from '@grpc/grpc-js';
+import type {
+  AttachSpec,
+  AttachmentView,
+  Backend,
+  BackendHealth,
+  DataplaneResult,
+  Drift,
+  ReconcileOutcome,
+} from '../../core/backend';
+import {
+  asWorkloadNetError,
+  exhausted,
+  internal,
+  invalidArgument,
+  unavailable,
+  type WorkloadNetError,
+} from '../../core/errors';
+import { KeyedMutex } from '../../core/keyed-mutex';
+import { silentLogger, type Logger } from '../../core/logger';
+import {
+  AckCode,
+  PortOperState,
+  type Ack,
+  type Hello,
+  type PortStatus,
+} from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import { ackCodeName, nackError } from './ack-code';
+import { AckWaiter } from './ack-waiter';
+import { AgentServer, type AgentCall, type AgentPeer } from './agent-server';
+import { AgentSession, type SessionHost } from './agent-session';
+import { DesiredState } from './desired-state';
+import { decodeDetails, encodeDetails } from './details';
+import { admitHello, type Admission } from './hello-admission';
+import { createHostSide, type HostSide, type WorkloadPlacement } from './host-side';
+import { LogThrottle } from './log-throttle';
+import { defaultRoutes, macForKey, portFields, portFieldsFromView } from './port-spec';
+import { SnapshotSync } from './snapshot-sync';
+
+// The DPU backend: the core asks for a port, this backend turns it into desired state, hands it to the
+// connected agent and waits for the agent to confirm it; then, if the agent exposes the port to the
+// host as a netdev (a VF), it moves that netdev into the workload's namespace. It programs no packet
+// path on the host itself: that is the DPU's job.
+
+export interface DpuBackendOptions {
+  /** Unix socket on which agents connect. */
+  agentSocket: string;
+  /** Optional TCP listener "HOST:PORT" for agents; requires `tls`. */
+  agentListen?: string;
+  /** PEM file paths: the daemon's certificate and key, and the CA that signs agent certificates. */
+  tls?: { cert: string; key: string; ca: string };
+  /** How long Attach waits for the agent's ack. Default 5000. */
+  ackTimeoutMs?: number;
+  /** Heartbeat period in both directions. Default 1000. */
+  heartbeatIntervalMs?: number;
+  /** Silence after which an agent is considered gone. Default three heartbeat intervals. */
+  heartbeatTimeoutMs?: number;
+  /** Namespace in which agents' endpoint netdevs appear; default the daemon's own. */
+  hostNetnsPath?: string;
+  logger?: Logger;
+}
+
+export { PROTOCOL_VERSION } from './hello-admission';
+/** Agent feature: acks carry a host netdev that the daemon moves into the workload namespace. */
+export const FEATURE_HOST_ENDPOINT = 'host-endpoint';
+/** Agent messages are small; anything near this is a broken or hostile agent. */
+export const MAX_AGENT_MESSAGE_BYTES = 64 * 1024;
+
+interface LostAgent {
+  agentId: string;
+  bootId: string;
+  at: number;
+  reason: string;
+}
+
+export class DpuBackend implements Backend {
+  readonly name = 'dpu';
+  private readonly log: Logger;
+  private readonly ackTimeoutMs: number;
+  private readonly heartbeatIntervalMs: number;
+  private readonly heartbeatTimeoutMs: number;
+  private readonly desired = new DesiredState();
+  private readonly acks = new AckWaiter();
+  /** Deletes sent and not yet acked: name → generation of the Delete. */
+  private readonly tombstones = new Map<string, number>();
+  private readonly streams = new Set<AgentSession>();
+  private readonly throttle = new LogThrottle();
+  private readonly hostSide: HostSide;
+  private readonly agentWaiters: Array<(s: AgentSession) => void> = [];
+  /** Serialises attach, detach and re-plumbing of one port. */
+  private readonly locks = new KeyedMutex();
+  private server: AgentServer | undefined;
+  /** The session holding the agent slot (accepted hello), if any. */
+  private session: AgentSession | undefined;
+  private lost: LostAgent | undefined;
+  private sync: SnapshotSync | undefined;
+  private lastSyncMs: number | undefined;
+  private epoch = 0;
+  /** Set once reconcile has restored the stored ports: before that a snapshot would wipe the agent. */
+  private primed = false;
+  private agentRemovedPorts = 0;
+
+  constructor(private readonly opts: DpuBackendOptions) {
+    this.log = opts.logger ?? silentLogger();
+    this.ackTimeoutMs = positive('ackTimeoutMs', opts.ackTimeoutMs ?? 5000);
+    this.heartbeatIntervalMs = positive('heartbeatIntervalMs', opts.heartbeatIntervalMs ?? 1000);
+    this.heartbeatTimeoutMs = positive(
+      'heartbeatTimeoutMs',
+      opts.heartbeatTimeoutMs ?? 3 * this.heartbeatIntervalMs,
+    );
+    if (this.heartbeatTimeoutMs <= this.heartbeatIntervalMs) {
+      throw invalidArgument(
+        `dpu heartbeatTimeoutMs (${this.heartbeatTimeoutMs}) must be longer than heartbeatIntervalMs (${this.heartbeatIntervalMs})`,
+      );
+    }
+    this.hostSide = createHostSide(opts.hostNetnsPath, this.log);
+  }
+
+  /** The TCP port agents can reach (when agentListen is set), e.g. after asking for port 0. */
+  get agentTcpPort(): number | undefined {
+    return this.server?.tcpPort;
+  }
+
+  async start(): Promise<void> {
+    if (this.server) return;
+    const server = new AgentServer({
+      socketPath: this.opts.agentSocket,
+      listen: this.opts.agentListen || undefined,
+      tls: this.opts.tls,
+      maxMessageBytes: MAX_AGENT_MESSAGE_BYTES,
+      logger: this.log,
+      onStream: (call, peer) => this.onStream(call, peer),
+    });
+    await server.start();
+    this.server = server;
+  }
+
+  async stop(): Promise<void> {
+    for (const s of [...this.streams]) s.close(status.OK, 'the daemon is stopping');
+    await this.server?.stop();
+    this.server = undefined;
+    await this.hostSide.close();
+  }
+
+  // ---- sessions ------------------------------------------------------------------------------
+
+  private onStream(call: AgentCall, peer: AgentPeer): void {
+    const host: SessionHost = {
+      admit: (s, hello) => this.admit(s, hello),
+      established: (s) => this.established(s),
+      ack: (s, ack) => this.onAck(s, ack),
+      portStatus: (s, ps) => this.onPortStatus(s, ps),
+      closed: (s, reason) => this.onClosed(s, reason),
+    };
+    const timing = {
+      heartbeatIntervalMs: this.heartbeatIntervalMs,
+      heartbeatTimeoutMs: this.heartbeatTimeoutMs,
+    };
+    this.streams.add(new AgentSession(call, peer, host, timing, this.log));
+  }
+
+  private admit(s: AgentSession, hello: Hello): Admission {
+    const current = this.session && this.session !== s ? this.session : undefined;
+    const admission = admitHello(
+      hello,
+      s.peer,
+      current && {
+        id: current.id,
+        agentId: current.agentId,
+        peerAddress: current.peer.address,
+        connectedAt: current.connectedAt,
+        healthy: current.healthy,
+      },
+    );
+    if (admission.ok && admission.replaces && current) {
+      current.close(status.UNAVAILABLE, `replaced by session ${s.id} after going silent`);
+    }
+    return admission;
+  }
+
+  private established(s: AgentSession): void {
+    const prev = this.lost;
+    if (prev && prev.agentId === s.agentId && prev.bootId !== s.bootId) {
+      this.log.info(
+        { agentId: s.agentId, oldBootId: prev.bootId, bootId: s.bootId, ports: this.desired.size },
+        'agent restarted with a new boot id (its state is gone); the snapshot re-programs every port',
+      );
+    }
+    this.session = s;
+    this.lost = undefined;
+    for (const w of this.agentWaiters.splice(0)) w(s);
+    if (this.primed) {
+      this.sendSnapshot(s);
+    } else {
+      this.log.info(
+        { agentId: s.agentId },
+        'agent connected before the start-up reconcile; its snapshot waits for it',
+      );
+    }
+  }
+
+  private onClosed(s: AgentSession, reason: string): void {
+    this.streams.delete(s);
+    if (this.session !== s) return;
+    this.session = undefined;
+    this.lost = { agentId: s.agentId, bootId: s.bootId, at: Date.now(), reason };
+    // Acks can only arrive on the session that got the change; the next snapshot settles the rest.
+    this.tombstones.clear();
+    this.sync?.abandon();
+    this.sync = undefined;
+    const failed = this.acks.failSession(s.id, (name) =>
+      unavailable(
+        `the stream to DPU agent ${s.agentId} ended while waiting for port ${name} (${reason}); retry once the agent is back`,
+      ),
+    );
+    if (failed > 0) {
+      this.log.warn({ agentId: s.agentId, failed }, 'in-flight port changes failed: agent stream ended');
+    }
+  }
+
+  /** The next established session, or undefined after `timeoutMs`. */
+  private waitForAgent(timeoutMs: number): Promise<AgentSession | undefined> {
+    return new Promise((resolve) => {
+      const waiter = (s: AgentSession): void => {
+        clearTimeout(timer);
+        resolve(s);
+      };
+      const timer = setTimeout(() => {
+        const i = this.agentWaiters.indexOf(waiter);
+        if (i >= 0) this.agentWaiters.splice(i, 1);
+        resolve(undefined);
+      }, timeoutMs);
+      this.agentWaiters.push(waiter);
+    });
+  }
+
+  private sendSnapshot(s: AgentSession): void {
+    const ports = this.desired.snapshot();
+    this.epoch += 1;
+    const sync = new SnapshotSync(s.id, this.epoch, ports);
+    this.sync?.abandon();
+    this.sync = sync;
+    s.send({ snapshotBegin: { epoch: sync.epoch } });
+    for (const port of ports) s.send({ upsert: { port } });
+    s.send({ syncComplete: { epoch: sync.epoch, portCount: ports.length } });
+    this.log.info({ agentId: s.agentId, epoch: sync.epoch, ports: ports.length }, 'snapshot sent');
+    if (sync.complete) this.syncFinished(sync);
+  }
+
+  private syncFinished(sync: SnapshotSync): void {
+    this.lastSyncMs = sync.durationMs;
+    this.log.info(
+      { epoch: sync.epoch, ms: this.lastSyncMs, failed: sync.failed.length },
+      sync.failed.length ? 'snapshot applied with failures' : 'snapshot applied',
+    );
+    void this.replumbAfterSync().catch((err: unknown) =>
+      this.log.warn({ err: (err as Error).message }, 'could not check host endpoints after a resync'),
+    );
+  }
+
+  /**
+   * After a resync, an endpoint that sits in the host namespace instead of its workload is a VF the
+   * agent re-created (a DPU reboot takes its VFs with it): move it back where the port was plumbed.
+   */
+  private async replumbAfterSync(): Promise<void> {
+    const candidates = [...this.desired.entries()].filter(
+      (e) => e.placement && e.ack?.ok && e.ack.endpoint?.netdev && e.ack.generation === e.port.generation,
+    );
+    if (candidates.length === 0) return;
+    const inHost = await this.hostSide.hostLinkNames();
+    for (const e of candidates) {
+      const endpoint = e.ack?.endpoint?.netdev;
+      if (!endpoint || !inHost.has(endpoint)) continue;
+      const { name, generation } = e.port;
+      await this.locks.run(name, async () => {
+        const cur = this.desired.get(name);
+        // Changed or gone meanwhile: whoever changed it plumbed it.
+        if (!cur?.placement || cur.port.generation !== generation) return;
+        try {
+          await this.hostSide.plumb({ ...cur.placement, endpoint, mac: cur.port.mac });
+          this.log.info({ port: name, endpoint }, 're-plumbed a re-created endpoint into its workload');
+        } catch (err) {
+          this.log.warn(
+            { port: name, endpoint, err: (err as Error).message },
+            'could not re-plumb a re-created endpoint',
+          );
+        }
+      });
+    }
+  }
+
+  /** A newer change of a port replaces its snapshot entry. */
+  private supersede(name: string): void {
+    const sync = this.sync;
+    if (sync?.supersede(name)) this.syncFinished(sync);
+  }
+
+  private onAck(s: AgentSession, ack: Ack): void {
+    if (this.session !== s) return;
+    const entry = this.desired.get(ack.name);
+    const tomb = this.tombstones.get(ack.name);
+    const ok = ack.code === AckCode.ACK_CODE_OK;
+    if (entry && entry.port.generation === ack.generation) {
+      this.desired.recordAck(ack.name, {
+        generation: ack.generation,
+        ok,
+        message: ack.message,
+        endpoint: ack.endpoint,
+      });
+      const sync = this.sync;
+      if (sync?.sessionId === s.id && sync.ack(ack.name, ack.generation, ok)) this.syncFinished(sync);
+      if (!ok && !this.acks.isWaiting(ack.name)) {
+        this.log.warn(
+          {
+            agentId: s.agentId,
+            port: ack.name,
+            generation: ack.generation,
+            code: ackCodeName(ack.code),
+            message: ack.message,
+          },
+          'agent could not program a port',
+        );
+      }
+    } else if (!entry && tomb === ack.generation) {
+      this.tombstones.delete(ack.name);
+    } else {
+      this.unexpectedAck(s, ack, entry?.port.generation ?? tomb);
+    }
+    // A waiter only ever takes its exact generation (matched above as current or tombstone).
+    this.acks.deliver(ack, s.id);
+  }
+
+  /** Acks for replaced generations are normal (logged quietly); for unknown ports, not (logged, throttled). */
+  private unexpectedAck(s: AgentSession, ack: Ack, newest: number | undefined): void {
+    if (newest !== undefined && ack.generation < newest) {
+      this.log.debug({ port: ack.name, generation: ack.generation, current: newest }, 'stale ack ignored');
+      return;
+    }
+    const n = this.throttle.occurrence('unexpected-ack');
+    if (n === undefined) return;
+    this.log.warn(
+      { agentId: s.agentId, port: ack.name.slice(0, 256), generation: ack.generation, occurrences: n },
+      newest === undefined
+        ? 'ack for a port this daemon does not know; ignored'
+        : 'ack for a generation never sent; ignored',
+    );
+  }
+
+  private onPortStatus(s: AgentSession, ps: PortStatus): void {
+    if (this.session !== s) return;
+    switch (ps.operState) {
+      case PortOperState.PORT_OPER_STATE_REMOVED:
+        this.agentRemovedPorts += 1;
+        this.log.info(
+          { agentId: s.agentId, port: ps.name.slice(0, 256), message: ps.message },
+          'agent removed a port that is not desired',
+        );
+        return;
+      case PortOperState.PORT_OPER_STATE_UP:
+      case PortOperState.PORT_OPER_STATE_DOWN: {
+        const state = ps.operState === PortOperState.PORT_OPER_STATE_UP ? 'up' : 'down';
+        if (this.desired.setOperState(ps.name, state)) {
+          this.log.info({ port: ps.name, state, message: ps.message }, 'port state changed');
+          return;
+        }
+        const n = this.throttle.occurrence('unknown-status');
+        if (n !== undefined) {
+          this.log.warn(
+            { port: ps.name.slice(0, 256), occurrences: n },
+            'status for a port this daemon does not know; ignored',
+          );
+        }
+        return;
+      }
+      default:
+        this.log.debug({ port: ps.name.slice(0, 256) }, 'port status without a known state ignored');
+    }
+  }
+
+  // ---- the Backend interface -----------------------------------------------------------------
+
+  /** The session changes may be sent on, or UNAVAILABLE at once: callers must not wait for an agent. */
+  private requireAgent(): AgentSession {
+    if (!this.primed) {
+      throw unavailable(
+        'the DPU backend has not restored its ports yet (start-up reconcile not done); retry shortly',
+      );
+    }
+    const s = this.session;
+    if (s?.healthy) return s;
+    if (s)
+      throw unavailable(
+        `DPU agent ${s.agentId} has been silent for ${s.silenceMs} ms; retry once it is back`,
+      );
+    const lost = this.lost;
+    throw unavailable(
+      lost
+        ? `DPU agent ${lost.agentId} disconnected ${Math.round((Date.now() - lost.at) / 1000)} s ago (${lost.reason}); retry once it reconnects`
+        : `no DPU agent is connected on ${this.opts.agentSocket}${this.opts.agentListen ? ` or ${this.opts.agentListen}` : ''}; start the agent and retry`,
+    );
+  }
+
+  /** Refuses, before anything is sent, what the agent said in its hello that it cannot do. */
+  private checkCapabilities(s: AgentSession, spec: AttachSpec): void {
+    const caps = s.hello?.capabilities;
+    if (!caps) return;
+    const v6 = spec.ips.find((i) => i.family === 6);
+    if (v6 && !caps.ipv6) {
+      throw invalidArgument(
+        `DPU agent ${s.agentId} does not support IPv6, but ${spec.key} was given ${v6.address}; use an IPv4-only pool`,
+      );
+    }
+    if ((caps.minMtu && spec.mtu < caps.minMtu) || (caps.maxMtu && spec.mtu > caps.maxMtu)) {
+      throw invalidArgument(
+        `MTU ${spec.mtu} is outside what DPU agent ${s.agentId} supports (${caps.minMtu || 'any'}-${caps.maxMtu || 'any'})`,
+      );
+    }
+    if (caps.maxPorts && !this.desired.has(spec.key) && this.desired.size >= caps.maxPorts) {
+      throw exhausted(
+        `DPU agent ${s.agentId} holds its maximum of ${caps.maxPorts} ports; detach a workload first`,
+      );
+    }
+  }
+
+  /** Drops a port from desired state and tells the agent without waiting (the failure paths' rollback). */
+  private forget(key: string, s: AgentSession): void {
+    const gen = this.desired.delete(key) ?? this.desired.tombstoneGeneration();
+    this.supersede(key);
+    if (s === this.session && s.send({ delete: { name: key, generation: gen } }))
+      this.tombstones.set(key, gen);
+  }
+
+  attach(spec: AttachSpec): Promise<DataplaneResult> {
+    return this.locks.run(spec.key, () => this.attachLocked(spec));
+  }
+
+  private async attachLocked(spec: AttachSpec): Promise<DataplaneResult> {
+    const s = this.requireAgent();
+    this.checkCapabilities(s, spec);
+    const previous = this.desired.get(spec.key);
+    const port = this.desired.upsert(portFields(spec, previous?.port.mac ?? macForKey(spec.key)));
+    this.tombstones.delete(spec.key);
+    this.supersede(spec.key);
+    const who = `port ${spec.key} (generation ${port.generation}) on DPU agent ${s.agentId}`;
+
+    let ack: Ack;
+    try {
+      const acked = this.acks.wait(spec.key, port.generation, s.id, this.ackTimeoutMs, who);
+      if (!s.send({ upsert: { port } })) {
+        this.acks.cancel(spec.key, unavailable(`${who}: the agent stream closed before the port was sent`));
+      }
+      ack = await acked;
+    } catch (err) {
+      this.forget(spec.key, s);
+      throw err;
+    }
+    if (ack.code !== AckCode.ACK_CODE_OK) {
+      this.forget(spec.key, s);
+      throw nackError(ack, who);
+    }
+
+    const endpoint = ack.endpoint?.netdev ?? '';
+    if (!endpoint && s.hello?.capabilities?.features.includes(FEATURE_HOST_ENDPOINT)) {
+      this.forget(spec.key, s);
+      throw internal(
+        `${who} was acknowledged without a host endpoint although the agent advertises "${FEATURE_HOST_ENDPOINT}"`,
+      );
+    }
+    let mac = ack.endpoint?.mac || port.mac;
+    if (endpoint) {
+      const placement = placementOf(spec);
+      try {
+        ({ mac } = await this.hostSide.plumb({ ...placement, endpoint, mac: port.mac }));
+      } catch (err) {
+        this.forget(spec.key, s);
+        throw asWorkloadNetError(err);
+      }
+      this.desired.setPlacement(spec.key, placement);
+    }
+    return {
+      ifName: spec.ifName,
+      mac,
+      mtu: spec.mtu,
+      hostIfName: endpoint || undefined,
+      routes: defaultRoutes(spec.ips),
+      details: encodeDetails({
+        port: port.name,
+        generation: port.generation,
+        mac: port.mac,
+        endpoint,
+        agentId: s.agentId,
+        bootId: s.bootId,
+      }),
+    };
+  }
+
+  detach(att: AttachmentView): Promise<void> {
+    return this.locks.run(att.key, () => this.detachLocked(att));
+  }
+
+  private async detachLocked(att: AttachmentView): Promise<void> {
+    // The latest ack knows best: after a DPU reboot the endpoint may have a new name.
+    const endpoint =
+      this.desired.get(att.key)?.ack?.endpoint?.netdev || decodeDetails(att.dataplane)?.endpoint || '';
+    // Hand the netdev back first, so that the agent finds its VF where it left it when it reclaims it.
+    let hostError: WorkloadNetError | undefined;
+    if (endpoint) {
+      try {
+        await this.hostSide.unplumb({
+          endpoint,
+          netnsPath: att.netnsPath,
+          netnsInode: att.netnsInode,
+          ifName: att.ifName,
+        });
+      } catch (err) {
+        hostError = asWorkloadNetError(err);
+        this.log.warn(
+          { port: att.key, endpoint, err: hostError.message },
+          'could not return the endpoint netdev to the host',
+        );
+      }
+    }
+    const gen = this.desired.delete(att.key);
+    this.supersede(att.key);
+    const s = this.session;
+    if (gen !== undefined && s?.healthy) {
+      this.tombstones.set(att.key, gen);
+      const who = `deletion of port ${att.key} (generation ${gen}) on DPU agent ${s.agentId}`;
+      try {
+        const acked = this.acks.wait(att.key, gen, s.id, this.ackTimeoutMs, who);
+        s.send({ delete: { name: att.key, generation: gen } });
+        const ack = await acked;
+        if (ack.code !== AckCode.ACK_CODE_OK) throw nackError(ack, who);
+      } catch (err) {
+        // The port is no longer desired, so the next snapshot removes it whatever happened here:
+        // failing Detach would only keep the workload's addresses from being released.
+        this.log.warn(
+          { port: att.key, err: asWorkloadNetError(err).message },
+          'agent did not confirm a deletion; the next snapshot removes it',
+        );
+      }
+    } else if (gen !== undefined) {
+      this.log.info(
+        { port: att.key },
+        'port removed while no agent is connected; the next snapshot removes it',
+      );
+    }
+    if (hostError) throw hostError;
+  }
+
+  async check(att: AttachmentView): Promise<Drift[]> {
+    const entry = this.desired.get(att.key);
+    if (!entry) return [{ kind: 'port-missing', message: `port ${att.key} is not in the DPU desired state` }];
+    const drift: Drift[] = [];
+    if (entry.ack && !entry.ack.ok && entry.ack.generation === entry.port.generation) {
+      drift.push({
+        kind: 'port-failed',
+        message: `the agent could not program port ${att.key}: ${entry.ack.message}`,
+      });
+    }
+    if (entry.operState === 'down')
+      drift.push({ kind: 'port-down', message: `the agent reports port ${att.key} down` });
+    const endpoint = decodeDetails(att.dataplane)?.endpoint || entry.ack?.endpoint?.netdev;
+    if (endpoint) drift.push(...(await this.hostSide.inspect(att)));
+    return drift;
+  }
+
+  async reconcile(atts: AttachmentView[]): Promise<ReconcileOutcome> {
+    const outcome: ReconcileOutcome = { orphansRemoved: [], missing: [], healthy: [], warnings: [] };
+    const withEndpoint: AttachmentView[] = [];
+    for (const att of atts) {
+      const d = decodeDetails(att.dataplane);
+      if (!att.dataplane || !d) {
+        outcome.missing.push(att.key);
+        if (att.dataplane) {
+          outcome.warnings.push(
+            `${att.key}: no DPU port details recorded (made by another backend?); re-programming it`,
+          );
+        }
+        continue;
+      }
+      const endpoint = d.endpoint ? { netdev: d.endpoint, mac: att.dataplane.mac } : undefined;
+      this.desired.restore(
+        portFieldsFromView(att, d.mac || undefined),
+        d.generation,
+        endpoint,
+        endpoint ? placementOf(att) : undefined,
+      );
+      if (d.endpoint) withEndpoint.push(att);
+      else outcome.healthy.push(att.key);
+    }
+    // The agent's side is repaired by the snapshot; only the host side can be checked here. A port whose
+    // workload interface is gone is reported missing so the core repairs it (or releases it when the
+    // namespace went away with its workload).
+    for (const att of withEndpoint) {
+      const drift = await this.hostSide.inspect(att);
+      if (drift.some((d) => d.kind === 'interface-missing' || d.kind === 'netns-missing'))
+        outcome.missing.push(att.key);
+      else outcome.healthy.push(att.key);
+    }
+    // Only now may a snapshot go out: before this point it would have told the agent to drop ports.
+    this.primed = true;
+    let s = this.session;
+    if (s) {
+      this.sendSnapshot(s);
+    } else if (outcome.missing.length > 0) {
+      // The core repairs missing ports right after this returns, which needs an agent; one that is
+      // reconnecting after our restart usually gets here within its backoff.
+      s = await this.waitForAgent(this.ackTimeoutMs);
+    }
+    const sync = this.sync;
+    if (s && sync?.sessionId === s.id) {
+      const timedOut = await Promise.race([
+        sync.done.then(() => false),
+        new Promise<boolean>((r) => setTimeout(() => r(true), this.ackTimeoutMs).unref()),
+      ]);
+      if (timedOut)
+        outcome.warnings.push(
+          `DPU agent ${s.agentId} did not confirm the snapshot within ${this.ackTimeoutMs} ms`,
+        );
+      for (const name of sync.failed)
+        outcome.warnings.push(`${name}: the DPU agent could not re-program the port`);
+    } else if (!s) {
+      outcome.warnings.push(
+        'no DPU agent connected yet; ports are restored and will be sent when one connects',
+      );
+    }
+    this.log.info(
+      { ports: this.desired.size, healthy: outcome.healthy.length, missing: outcome.missing.length },
+      'desired state restored',
+    );
+    return outcome;
+  }
+
+  async health(): Promise<BackendHealth> {
+    const reasons: string[] = [];
+    const details: Record<string, string | number | boolean> = {
+      agentSocket: this.opts.agentSocket,
+      ports: this.desired.size,
+      pendingAcks: this.acks.pending,
+      agentRemovedPorts: this.agentRemovedPorts,
+    };
+    if (this.opts.agentListen) details.agentListen = this.opts.agentListen;
+    if (!this.primed) reasons.push('the start-up reconcile has not run yet');
+    const s = this.session;
+    if (s) {
+      details.agentId = s.agentId;
+      details.bootId = s.bootId;
+      details.sessionId = s.id;
+      details.agentPeer = s.peer.address;
+      details.lastHeartbeatAgeMs = s.heartbeatAgeMs;
+      details.synced = this.sync?.sessionId === s.id && this.sync.complete;
+      if (!s.healthy) reasons.push(`DPU agent ${s.agentId} has been silent for ${s.silenceMs} ms`);
+    } else {
+      const lost = this.lost;
+      if (lost) {
+        details.agentId = lost.agentId;
+        details.bootId = lost.bootId;
+        details.disconnectedAgoMs = Date.now() - lost.at;
+        reasons.push(`DPU agent ${lost.agentId} disconnected: ${lost.reason}`);
+      } else {
+        reasons.push(`no DPU agent connected on ${this.opts.agentSocket}`);
+      }
+      details.synced = false;
+    }
+    if (this.lastSyncMs !== undefined) details.lastSyncMs = this.lastSyncMs;
+    return { ready: reasons.length === 0, reasons, details };
+  }
+}
+
+function placementOf(a: AttachSpec | AttachmentView): WorkloadPlacement {
+  return {
+    netnsPath: a.netnsPath,
+    netnsInode: a.netnsInode,
+    ifName: a.ifName,
+    mtu: a.mtu,
+    ips: a.ips,
+    routes: defaultRoutes(a.ips),
+  };
+}
+
+function positive(what: string, v: number): number {
+  if (!Number.isFinite(v) || v <= 0) {
+    throw invalidArgument(`dpu ${what} must be a positive number of milliseconds, got ${v}`);
+  }
+  return v;
+}

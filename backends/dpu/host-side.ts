@@ -1,0 +1,301 @@
+import type { Drift, IpAssignment, RouteInfo } from '../../core/backend';
+import { WorkloadNetError, internal, invalidArgument } from '../../core/errors';
+import type { Logger } from '../../core/logger';
+import { NetnsHandle, NetnsOpenError, openNetlinkSocket } from '../linux/netns';
+import {
+  AF_INET,
+  AF_INET6,
+  IFA_F_NODAD,
+  NetlinkError,
+  getLink,
+  listAddresses,
+  listLinks,
+  listRoutes,
+  newAddressRequest,
+  newRouteRequest,
+  setLinkRequest,
+  type Link,
+  type NetlinkRequest,
+  type NetlinkSocket,
+} from '../linux/rtnetlink';
+
+// The host's half of a DPU port. The agent exposes each port to the host as a netdev (an SR-IOV VF on
+// real hardware, a veth end in the simulator); the daemon moves it into the workload's namespace,
+// names it as the runtime asked, and gives it the workload's addresses and a default route via the
+// link-local gateway, as the Linux backend does for its veths. The packet path behind the netdev is
+// the DPU's business. On detach the netdev goes back to the host namespace under its own name, so the
+// agent finds its VF where it left it.
+
+export interface PlumbRequest {
+  /** Netdev name the agent reported, in the host namespace. */
+  endpoint: string;
+  netnsPath: string;
+  netnsInode: number;
+  ifName: string;
+  mtu: number;
+  /** The MAC the port was programmed with; used to recognise a netdev that was already moved. */
+  mac: string;
+  ips: IpAssignment[];
+  routes: RouteInfo[];
+}
+
+/** Where a port's host end belongs: everything plumb needs except the netdev and MAC. */
+export type WorkloadPlacement = Omit<PlumbRequest, 'endpoint' | 'mac'>;
+
+export interface UnplumbRequest {
+  endpoint: string;
+  netnsPath: string;
+  netnsInode: number;
+  ifName: string;
+}
+
+export interface InspectRequest {
+  netnsPath: string;
+  netnsInode: number;
+  ifName: string;
+  mtu: number;
+  ips: IpAssignment[];
+}
+
+export interface HostSide {
+  /** Moves the endpoint into the workload namespace and configures it; returns its MAC. */
+  plumb(req: PlumbRequest): Promise<{ mac: string }>;
+  /** Returns the endpoint to the host namespace; succeeds when the namespace or link is gone. */
+  unplumb(req: UnplumbRequest): Promise<void>;
+  /** Differences between the workload interface and what was recorded. */
+  inspect(req: InspectRequest): Promise<Drift[]>;
+  /** Names of the links currently in the host namespace (one dump). */
+  hostLinkNames(): Promise<Set<string>>;
+  close(): Promise<void>;
+}
+
+export function createHostSide(hostNetnsPath: string | undefined, log: Logger): HostSide {
+  return new NetlinkHostSide(hostNetnsPath, log);
+}
+
+/** The workload namespace, opened and checked against the inode recorded when the call was validated. */
+async function openWorkloadNetns(path: string, inode: number): Promise<NetnsHandle | undefined> {
+  let ns: NetnsHandle;
+  try {
+    ns = await NetnsHandle.open(path);
+  } catch (err) {
+    if (err instanceof NetnsOpenError && err.reason === 'missing') return undefined;
+    throw err;
+  }
+  if (inode && ns.inode !== inode) {
+    // The path now names another namespace (the workload died and something else took its place):
+    // touching it would program a stranger.
+    await ns.close();
+    return undefined;
+  }
+  return ns;
+}
+
+function netlinkFailure(what: string, err: unknown): WorkloadNetError {
+  if (err instanceof WorkloadNetError) return err;
+  if (err instanceof NetlinkError) return internal(`${what}: ${err.message}`);
+  return internal(`${what}: ${(err as Error).message ?? String(err)}`);
+}
+
+class NetlinkHostSide implements HostSide {
+  private host: Promise<{ ns: NetnsHandle; sock: NetlinkSocket }> | undefined;
+
+  constructor(
+    private readonly hostNetnsPath: string | undefined,
+    private readonly log: Logger,
+  ) {}
+
+  /** The host namespace and a netlink socket in it, opened on first use and kept. */
+  private hostNs(): Promise<{ ns: NetnsHandle; sock: NetlinkSocket }> {
+    this.host ??= (async () => {
+      const ns = this.hostNetnsPath ? await NetnsHandle.open(this.hostNetnsPath) : NetnsHandle.own();
+      return { ns, sock: openNetlinkSocket(ns) };
+    })();
+    // A failed open is not cached: the next call tries again.
+    this.host.catch(() => (this.host = undefined));
+    return this.host;
+  }
+
+  async plumb(req: PlumbRequest): Promise<{ mac: string }> {
+    const host = await this.hostNs();
+    const wns = await openWorkloadNetns(req.netnsPath, req.netnsInode);
+    if (!wns) {
+      throw invalidArgument(
+        `network namespace ${req.netnsPath} is gone or was replaced; is the workload still running?`,
+      );
+    }
+    const wsock = openNetlinkSocket(wns);
+    try {
+      let link = await this.moveIn(req, host.sock, wns, wsock);
+      try {
+        link = await this.configure(req, wsock, link);
+      } catch (err) {
+        await this.moveOut(req.endpoint, link.index, wsock, host.ns).catch((undoErr: unknown) =>
+          this.log.error(
+            { endpoint: req.endpoint, err: (undoErr as Error).message },
+            'could not return the endpoint after a failed attach',
+          ),
+        );
+        throw netlinkFailure(`configuring ${req.ifName} (endpoint ${req.endpoint}) in ${req.netnsPath}`, err);
+      }
+      return { mac: link.mac ?? req.mac };
+    } finally {
+      await wsock.close();
+      await wns.close();
+    }
+  }
+
+  /** Puts the endpoint into the workload namespace; returns it as seen there. */
+  private async moveIn(
+    req: PlumbRequest,
+    hostSock: NetlinkSocket,
+    wns: NetnsHandle,
+    wsock: NetlinkSocket,
+  ): Promise<Link> {
+    const inHost = await getLink(hostSock, { name: req.endpoint });
+    if (!inHost) {
+      // A repeated attach (a repair, or a retry after the daemon crashed mid-way) finds the netdev
+      // already moved and renamed: adopt it when it carries the port's MAC.
+      const there =
+        (await getLink(wsock, { name: req.ifName })) ?? (await getLink(wsock, { name: req.endpoint }));
+      if (there && there.mac === req.mac) return there;
+      throw internal(
+        `the DPU agent reported endpoint ${req.endpoint}, but no such netdev exists in the host namespace ${this.hostNetnsPath ?? "(the daemon's own)"}`,
+      );
+    }
+    try {
+      // Down first: a VF that is up in the host may be in use there, and renaming needs it down.
+      await hostSock.request(setLinkRequest({ index: inHost.index }, { up: false }));
+      await hostSock.request(setLinkRequest({ index: inHost.index }, { netnsFd: wns.fd }));
+    } catch (err) {
+      throw netlinkFailure(`moving endpoint ${req.endpoint} into ${req.netnsPath}`, err);
+    }
+    // The ifindex survives the move unless it is taken in the target; look it up by name to be sure.
+    const moved = await getLink(wsock, { name: req.endpoint });
+    if (!moved) throw internal(`endpoint ${req.endpoint} vanished while being moved into ${req.netnsPath}`);
+    return moved;
+  }
+
+  private async configure(req: PlumbRequest, wsock: NetlinkSocket, link: Link): Promise<Link> {
+    const index = link.index;
+    const reqs: NetlinkRequest[] = [];
+    if (link.name !== req.ifName) reqs.push(setLinkRequest({ index }, { name: req.ifName }));
+    reqs.push(setLinkRequest({ index }, { mtu: req.mtu }));
+    await wsock.batchOrThrow(reqs);
+    const have = new Set((await listAddresses(wsock, { index })).map((a) => a.address));
+    const addrs = req.ips
+      .filter((ip) => !have.has(ip.address))
+      .map((ip) =>
+        newAddressRequest({
+          index,
+          address: ip.address,
+          prefixLength: ip.family === 4 ? 32 : 128,
+          // No duplicate detection: the address is ours by allocation, and DAD would delay it.
+          flags: ip.family === 6 ? IFA_F_NODAD : undefined,
+        }),
+      );
+    await wsock.batchOrThrow([...addrs, setLinkRequest({ index }, { up: true })]);
+    // A /32 has no subnet, so the gateway is declared on-link rather than reached through a prefix.
+    const routes = req.routes.map((r) => {
+      const v6 = r.destination.includes(':');
+      return newRouteRequest(
+        {
+          destination: r.destination === '0.0.0.0/0' || r.destination === '::/0' ? 'default' : r.destination,
+          family: v6 ? AF_INET6 : AF_INET,
+          gateway: r.gateway,
+          oif: index,
+          onlink: !v6 && r.gateway !== undefined,
+        },
+        { replace: true },
+      );
+    });
+    if (routes.length) await wsock.batchOrThrow(routes);
+    return (await getLink(wsock, { index })) ?? link;
+  }
+
+  /** Renames the netdev back and returns it to the host namespace. */
+  private async moveOut(
+    endpoint: string,
+    index: number,
+    wsock: NetlinkSocket,
+    hostNs: NetnsHandle,
+  ): Promise<void> {
+    await wsock.request(setLinkRequest({ index }, { up: false }));
+    const link = await getLink(wsock, { index });
+    // Rename inside the workload namespace first: a move keeps the current name unless it clashes, and
+    // "eth0" would clash with, or worse masquerade as, a host interface.
+    if (link && link.name !== endpoint) await wsock.request(setLinkRequest({ index }, { name: endpoint }));
+    await wsock.request(setLinkRequest({ index }, { netnsFd: hostNs.fd }));
+  }
+
+  async unplumb(req: UnplumbRequest): Promise<void> {
+    const wns = await openWorkloadNetns(req.netnsPath, req.netnsInode);
+    // Gone with its workload: a veth went with it, and a VF went back to the initial namespace.
+    if (!wns) return;
+    const wsock = openNetlinkSocket(wns);
+    try {
+      const link =
+        (await getLink(wsock, { name: req.ifName })) ?? (await getLink(wsock, { name: req.endpoint }));
+      if (!link) return;
+      const host = await this.hostNs();
+      await this.moveOut(req.endpoint, link.index, wsock, host.ns);
+    } catch (err) {
+      if (err instanceof NetlinkError && err.code === 'ENODEV') return;
+      throw netlinkFailure(`returning endpoint ${req.endpoint} from ${req.netnsPath} to the host`, err);
+    } finally {
+      await wsock.close();
+      await wns.close();
+    }
+  }
+
+  async inspect(req: InspectRequest): Promise<Drift[]> {
+    const wns = await openWorkloadNetns(req.netnsPath, req.netnsInode);
+    if (!wns)
+      return [
+        { kind: 'netns-missing', message: `network namespace ${req.netnsPath} is gone or was replaced` },
+      ];
+    const wsock = openNetlinkSocket(wns);
+    try {
+      const link = await getLink(wsock, { name: req.ifName });
+      if (!link)
+        return [{ kind: 'interface-missing', message: `${req.ifName} does not exist in ${req.netnsPath}` }];
+      const drift: Drift[] = [];
+      if (link.mtu !== req.mtu)
+        drift.push({
+          kind: 'mtu-changed',
+          message: `${req.ifName} has MTU ${link.mtu}, expected ${req.mtu}`,
+        });
+      if (!link.up) drift.push({ kind: 'interface-down', message: `${req.ifName} is down` });
+      const have = new Set((await listAddresses(wsock, { index: link.index })).map((a) => a.address));
+      for (const ip of req.ips) {
+        if (!have.has(ip.address))
+          drift.push({ kind: 'address-missing', message: `${req.ifName} lacks ${ip.address}` });
+      }
+      for (const family of [4, 6] as const) {
+        if (!req.ips.some((i) => i.family === family)) continue;
+        const routes = await listRoutes(wsock, family === 4 ? AF_INET : AF_INET6, { oif: link.index });
+        if (!routes.some((r) => r.destination === (family === 4 ? '0.0.0.0/0' : '::/0'))) {
+          drift.push({ kind: 'route-missing', message: `no IPv${family} default route via ${req.ifName}` });
+        }
+      }
+      return drift;
+    } finally {
+      await wsock.close();
+      await wns.close();
+    }
+  }
+
+  async hostLinkNames(): Promise<Set<string>> {
+    const host = await this.hostNs();
+    return new Set((await listLinks(host.sock)).map((l) => l.name));
+  }
+
+  async close(): Promise<void> {
+    const host = this.host;
+    this.host = undefined;
+    if (!host) return;
+    const h = await host.catch(() => undefined);
+    await h?.sock.close();
+    await h?.ns.close();
+  }
+}

@@ -1,0 +1,60 @@
+import { createHash } from 'node:crypto';
+import type { AttachSpec, AttachmentView, IpAssignment, RouteInfo } from '../../core/backend';
+import type { Port, Route } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+
+// Turns what the core asks for (an AttachSpec, or a stored AttachmentView at start-up) into the port
+// object the agent is sent. Both paths go through the same functions so that a port restored after a
+// daemon restart is field-for-field the port that was first programmed.
+
+/** The port's fields without its generation, which only DesiredState hands out. */
+export type PortFields = Omit<Port, 'generation'>;
+
+/**
+ * A stable, locally administered unicast MAC for a key. Stable so that a repaired or re-programmed
+ * port keeps the MAC its peers have cached in their neighbour tables.
+ */
+export function macForKey(key: string): string {
+  const h = createHash('sha256').update(key).digest();
+  // Bit 1 of the first octet set = locally administered; bit 0 clear = unicast.
+  h[0] = ((h[0] ?? 0) & 0xfc) | 0x02;
+  return Array.from(h.subarray(0, 6), (b) => b.toString(16).padStart(2, '0')).join(':');
+}
+
+/** The address as a host prefix, which is how it is programmed in the routed model. */
+export function hostPrefix(ip: IpAssignment): string {
+  return `${ip.address}/${ip.family === 4 ? 32 : 128}`;
+}
+
+/** One default route per family, via that family's (link-local) gateway. */
+export function defaultRoutes(ips: readonly IpAssignment[]): RouteInfo[] {
+  const out: RouteInfo[] = [];
+  for (const family of [4, 6] as const) {
+    const ip = ips.find((i) => i.family === family);
+    if (ip) out.push({ destination: family === 4 ? '0.0.0.0/0' : '::/0', gateway: ip.gateway });
+  }
+  return out;
+}
+
+function toWireRoutes(routes: readonly RouteInfo[]): Route[] {
+  return routes.map((r) => ({ destination: r.destination, gateway: r.gateway ?? '' }));
+}
+
+type PortSource = Pick<AttachSpec, 'key' | 'workloadId' | 'ifName' | 'ips' | 'mtu'>;
+
+export function portFields(src: PortSource, mac = macForKey(src.key)): PortFields {
+  return {
+    name: src.key,
+    mac,
+    ips: src.ips.map(hostPrefix),
+    routes: toWireRoutes(defaultRoutes(src.ips)),
+    mtu: src.mtu,
+    vlan: 0,
+    vni: 0,
+    workloadId: src.workloadId,
+    ifName: src.ifName,
+  };
+}
+
+export function portFieldsFromView(att: AttachmentView, storedMac: string | undefined): PortFields {
+  return portFields(att, storedMac ?? macForKey(att.key));
+}

@@ -1,0 +1,84 @@
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { expect } from 'chai';
+import type { AttachSpec, AttachmentView, DataplaneResult } from '../../../core/backend';
+import { WorkloadNetError, type ErrorCode } from '../../../core/errors';
+import { DpuBackend, type DpuBackendOptions } from '../../../backends/dpu';
+
+// Shared set-up for the DPU backend tests: a scratch directory per test, a backend listening on a
+// socket inside it, and attach specs that need no real namespace (the simulator's default dataplane
+// touches nothing on the host).
+
+export function scratchDir(): string {
+  return fs.mkdtempSync(path.join(os.tmpdir(), 'wnd-'));
+}
+
+export function removeDir(dir: string): void {
+  fs.rmSync(dir, { recursive: true, force: true });
+}
+
+export async function startBackend(
+  dir: string,
+  opts: Partial<DpuBackendOptions> = {},
+  prime = true,
+): Promise<DpuBackend> {
+  const b = new DpuBackend({
+    agentSocket: path.join(dir, 'agent.sock'),
+    ackTimeoutMs: 3000,
+    heartbeatIntervalMs: 200,
+    ...opts,
+  });
+  await b.start();
+  if (prime) await b.reconcile([]);
+  return b;
+}
+
+export function spec(i: number, over: Partial<AttachSpec> = {}): AttachSpec {
+  const workloadId = `w${i}`;
+  return {
+    key: `${workloadId}/eth0`,
+    workloadId,
+    ifName: 'eth0',
+    netnsPath: `/var/run/netns/unused-${i}`,
+    netnsInode: 0,
+    ips: [
+      {
+        family: 4,
+        address: `10.90.${Math.floor(i / 250)}.${(i % 250) + 2}`,
+        poolPrefixLength: 16,
+        pool: '10.90.0.0/16',
+        gateway: '169.254.1.1',
+      },
+    ],
+    mtu: 1500,
+    ...over,
+  };
+}
+
+export function view(s: AttachSpec, dataplane: DataplaneResult | undefined): AttachmentView {
+  return {
+    key: s.key,
+    workloadId: s.workloadId,
+    ifName: s.ifName,
+    netnsPath: s.netnsPath,
+    netnsInode: s.netnsInode,
+    ips: s.ips,
+    mtu: s.mtu,
+    dataplane,
+  };
+}
+
+/** Awaits a promise that must fail with a WorkloadNetError of `code`; returns the error. */
+export async function expectCode(p: Promise<unknown>, code: ErrorCode): Promise<WorkloadNetError> {
+  let err: unknown;
+  try {
+    await p;
+  } catch (e) {
+    err = e;
+  }
+  expect(err, `expected ${code}, but it succeeded`).to.be.instanceOf(WorkloadNetError);
+  const w = err as WorkloadNetError;
+  expect(w.code, w.message).to.equal(code);
+  return w;
+}

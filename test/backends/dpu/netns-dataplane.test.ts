@@ -1,0 +1,177 @@
+import { expect } from 'chai';
+import { execFileSync, spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import type { AttachSpec, DataplaneResult } from '../../../core/backend';
+import type { DpuBackend } from '../../../backends/dpu';
+import { NetnsSet, ipJson, isRoot } from '../../support/netns';
+import { removeDir, scratchDir, spec, startBackend, view } from './fixtures';
+import { SimProcess, waitUntil } from './sim-process';
+
+// The whole offload with real interfaces: a node namespace (the host side), a namespace standing for
+// the DPU, and two workloads. The simulator plumbs a veth per port between the node and the DPU, the
+// daemon moves the VF end into the workload, and a ping between the workloads must cross the DPU.
+
+interface LinkStats {
+  ifname: string;
+  stats64?: { rx: { packets: number }; tx: { packets: number } };
+}
+
+function rxPackets(netns: string, dev: string): number {
+  const [l] = ipJson<LinkStats[]>(netns, ['-s', 'link', 'show', 'dev', dev]);
+  return l?.stats64?.rx.packets ?? -1;
+}
+
+function linkNames(netns: string): string[] {
+  return ipJson<Array<{ ifname: string }>>(netns, ['link', 'show']).map((l) => l.ifname);
+}
+
+/** Asynchronous, so that the daemon running in this process keeps answering heartbeats meanwhile. */
+function ping(fromNetns: string, to: string): Promise<boolean> {
+  return new Promise((resolve) => {
+    const p = spawn('ip', ['netns', 'exec', fromNetns, 'ping', '-c', '3', '-i', '0.2', '-W', '1', to], {
+      stdio: 'ignore',
+    });
+    p.on('exit', (code) => resolve(code === 0));
+  });
+}
+
+(isRoot ? describe : describe.skip)('DPU offload with the netns dataplane (needs root)', function () {
+  this.timeout(60_000);
+  const nets = new NetnsSet('wnd-');
+  let dir: string;
+  let backend: DpuBackend | undefined;
+  let sim: SimProcess | undefined;
+  let node: { name: string; path: string };
+  let dpu: { name: string; path: string };
+  let w1: { name: string; path: string };
+  let w2: { name: string; path: string };
+
+  function workloadSpec(i: number, ns: { path: string }): AttachSpec {
+    return spec(i, { netnsPath: ns.path, netnsInode: fs.statSync(ns.path).ino });
+  }
+
+  async function startSim(bootId: string): Promise<SimProcess> {
+    const s = SimProcess.start({
+      socket: path.join(dir, 'agent.sock'),
+      agentId: 'dpu-netns',
+      bootId,
+      stateFile: path.join(dir, 'sim.json'),
+      extra: ['--dataplane', 'netns', '--dpu-netns', dpu.name, '--host-netns', node.path],
+    });
+    await s.waitForState((x) => x.session.state === 'connected' && x.synced, 'connected');
+    return s;
+  }
+
+  beforeEach(async () => {
+    dir = scratchDir();
+    node = nets.add();
+    dpu = nets.add();
+    w1 = nets.add();
+    w2 = nets.add();
+    backend = await startBackend(dir, { hostNetnsPath: node.path });
+    sim = await startSim('boot-1');
+  });
+
+  afterEach(async () => {
+    await sim?.stop('SIGKILL');
+    await backend?.stop();
+    backend = undefined;
+    nets.cleanup();
+    removeDir(dir);
+  });
+
+  it('moves the VF into the workload, and two workloads ping each other through the DPU namespace', async () => {
+    const s1 = workloadSpec(1, w1);
+    const s2 = workloadSpec(2, w2);
+    const r1 = await backend!.attach(s1);
+    const r2 = await backend!.attach(s2);
+
+    // The VF is now the workload's eth0, with the port's MAC, the /32 and the default route.
+    expect(r1.hostIfName).to.match(/^vf[0-9a-f]{8}$/);
+    const [eth0] = ipJson<Array<{ ifname: string; mtu: number; address: string; operstate: string }>>(
+      w1.name,
+      ['link', 'show', 'dev', 'eth0'],
+    );
+    expect(eth0?.mtu).to.equal(1500);
+    expect(eth0?.address).to.equal(r1.mac);
+    expect(r1.mac).to.equal(r1.details?.dpuMac);
+    const addrs = ipJson<Array<{ addr_info: Array<{ local: string; prefixlen: number }> }>>(w1.name, [
+      'addr',
+      'show',
+      'dev',
+      'eth0',
+    ]);
+    expect(addrs[0]?.addr_info.map((a) => `${a.local}/${a.prefixlen}`)).to.include('10.90.0.3/32');
+    const routes = ipJson<Array<{ dst: string; gateway?: string; dev: string }>>(w1.name, ['route', 'show']);
+    expect(routes).to.deep.include.members([
+      { dst: 'default', gateway: '169.254.1.1', dev: 'eth0', flags: ['onlink'] },
+    ]);
+    expect(linkNames(node.name), 'the VF left the node namespace').to.not.include(r1.hostIfName);
+    expect(await backend!.check(view(s1, r1))).to.deep.equal([]);
+
+    const st = sim!.state();
+    const rep1 = st?.ports.find((p) => p.name === s1.key)?.representor;
+    const rep2 = st?.ports.find((p) => p.name === s2.key)?.representor;
+    if (!rep1 || !rep2) throw new Error(`representors not in the state file: ${JSON.stringify(st)}`);
+    const before = [rxPackets(dpu.name, rep1), rxPackets(dpu.name, rep2)];
+    expect(await ping(w1.name, '10.90.0.4'), 'ping w1 → w2').to.equal(true);
+    const after = [rxPackets(dpu.name, rep1), rxPackets(dpu.name, rep2)];
+    // Echo requests enter the DPU on w1's representor and replies on w2's.
+    expect(after[0]! - before[0]!).to.be.at.least(3);
+    expect(after[1]! - before[1]!).to.be.at.least(3);
+
+    // Without w2's port the DPU has no route to it: the same ping fails.
+    await backend!.detach(view(s2, r2));
+    expect(await ping(w1.name, '10.90.0.4'), 'ping to a detached workload').to.equal(false);
+    expect(linkNames(dpu.name), sim!.stderr.slice(-3000)).to.not.include(rep2);
+    expect(linkNames(w2.name)).to.not.include('eth0');
+  });
+
+  it('puts re-created VFs back into their workloads after the DPU reboots', async () => {
+    await backend!.attach(workloadSpec(1, w1));
+    await backend!.attach(workloadSpec(2, w2));
+    expect(await ping(w1.name, '10.90.0.4')).to.equal(true);
+    await sim!.stop('SIGKILL');
+    // A new boot id: the simulated DPU starts empty, which takes the VFs out of the workloads.
+    sim = await startSim('boot-2');
+    await waitUntil(
+      () => linkNames(w1.name).includes('eth0') && linkNames(w2.name).includes('eth0'),
+      'both workloads to get their interface back',
+    );
+    expect(
+      sim!.stderr.match(/removed a port left from an earlier boot/g)?.length,
+      'old ports wiped',
+    ).to.equal(2);
+    expect(await ping(w1.name, '10.90.0.4'), 'ping after the DPU reboot').to.equal(true);
+  });
+
+  it('reports drift in the workload interface and hands the VF back on detach', async () => {
+    const s1 = workloadSpec(1, w1);
+    const r1: DataplaneResult = await backend!.attach(s1);
+    execFileSync('ip', ['-n', w1.name, 'link', 'set', 'eth0', 'mtu', '1400']);
+    const drift = await backend!.check(view(s1, r1));
+    expect(drift.map((d) => d.kind)).to.deep.equal(['mtu-changed']);
+
+    await backend!.detach(view(s1, r1));
+    expect(linkNames(w1.name)).to.not.include('eth0');
+    // The agent deletes the port after the VF is back, so neither end remains anywhere.
+    expect(linkNames(node.name)).to.not.include(r1.hostIfName);
+    expect(linkNames(dpu.name).filter((n) => n.startsWith('rp'))).to.deep.equal([]);
+    // Detach again, with everything gone: still fine.
+    await backend!.detach(view(s1, r1));
+  });
+
+  it('reports a port whose workload interface vanished as missing at reconcile', async () => {
+    const s1 = workloadSpec(1, w1);
+    const s2 = workloadSpec(2, w2);
+    const r1 = await backend!.attach(s1);
+    const r2 = await backend!.attach(s2);
+    await backend!.stop();
+    execFileSync('ip', ['-n', w2.name, 'link', 'del', 'eth0']);
+    backend = await startBackend(dir, { hostNetnsPath: node.path }, false);
+    const outcome = await backend.reconcile([view(s1, r1), view(s2, r2)]);
+    expect(outcome.healthy).to.deep.equal([s1.key]);
+    expect(outcome.missing).to.deep.equal([s2.key]);
+  });
+});

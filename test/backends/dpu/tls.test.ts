@@ -1,0 +1,193 @@
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { DpuBackend } from '../../../backends/dpu';
+import { expectCode, removeDir, scratchDir, startBackend } from './fixtures';
+import { SimProcess, sleep } from './sim-process';
+
+// Agents over TCP: mutual TLS, and the hello's agent id must be a name the client certificate carries.
+// Certificates are made fresh with openssl for every run.
+
+interface Pki {
+  dir: string;
+  ca: string;
+  serverCert: string;
+  serverKey: string;
+  /** Client certificate for "dpu-a" signed by the trusted CA. */
+  clientCert: string;
+  clientKey: string;
+  /** Client certificate for "dpu-a" signed by a CA the daemon does not trust. */
+  rogueCert: string;
+  rogueKey: string;
+}
+
+function openssl(dir: string, args: string[]): void {
+  execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+}
+
+function makeCa(dir: string, name: string): void {
+  openssl(dir, [
+    'req',
+    '-x509',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:prime256v1',
+    '-nodes',
+    '-keyout',
+    `${name}.key`,
+    '-out',
+    `${name}.crt`,
+    '-subj',
+    `/CN=${name}`,
+    '-days',
+    '2',
+  ]);
+}
+
+function makeLeaf(dir: string, ca: string, name: string, cn: string, ext: string): void {
+  openssl(dir, [
+    'req',
+    '-newkey',
+    'ec',
+    '-pkeyopt',
+    'ec_paramgen_curve:prime256v1',
+    '-nodes',
+    '-keyout',
+    `${name}.key`,
+    '-out',
+    `${name}.csr`,
+    '-subj',
+    `/CN=${cn}`,
+  ]);
+  fs.writeFileSync(path.join(dir, `${name}.ext`), ext);
+  openssl(dir, [
+    'x509',
+    '-req',
+    '-in',
+    `${name}.csr`,
+    '-CA',
+    `${ca}.crt`,
+    '-CAkey',
+    `${ca}.key`,
+    '-CAcreateserial',
+    '-out',
+    `${name}.crt`,
+    '-days',
+    '2',
+    '-extfile',
+    `${name}.ext`,
+  ]);
+}
+
+function makePki(dir: string): Pki {
+  makeCa(dir, 'ca');
+  makeCa(dir, 'rogue-ca');
+  makeLeaf(
+    dir,
+    'ca',
+    'server',
+    'workloadnetd',
+    'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n',
+  );
+  makeLeaf(dir, 'ca', 'client', 'dpu-a', 'subjectAltName=DNS:dpu-a.example\nextendedKeyUsage=clientAuth\n');
+  makeLeaf(dir, 'rogue-ca', 'rogue', 'dpu-a', 'subjectAltName=DNS:dpu-a\nextendedKeyUsage=clientAuth\n');
+  const p = (f: string): string => path.join(dir, f);
+  return {
+    dir,
+    ca: p('ca.crt'),
+    serverCert: p('server.crt'),
+    serverKey: p('server.key'),
+    clientCert: p('client.crt'),
+    clientKey: p('client.key'),
+    rogueCert: p('rogue.crt'),
+    rogueKey: p('rogue.key'),
+  };
+}
+
+describe('DPU backend: agents over mutual TLS', function () {
+  this.timeout(30_000);
+  let dir: string;
+  let pki: Pki;
+  let backend: DpuBackend | undefined;
+  const sims: SimProcess[] = [];
+
+  before(() => {
+    dir = scratchDir();
+    pki = makePki(dir);
+  });
+  after(() => removeDir(dir));
+
+  afterEach(async () => {
+    await Promise.all(sims.splice(0).map((s) => s.stop('SIGKILL')));
+    await backend?.stop();
+    backend = undefined;
+  });
+
+  async function tlsBackend(): Promise<{ b: DpuBackend; port: number }> {
+    const b = await startBackend(dir, {
+      agentListen: '127.0.0.1:0',
+      tls: { cert: pki.serverCert, key: pki.serverKey, ca: pki.ca },
+    });
+    backend = b;
+    const port = b.agentTcpPort;
+    if (!port) throw new Error('no TCP port bound');
+    return { b, port };
+  }
+
+  function tlsSim(port: number, agentId: string, cert: string, key: string, stateName: string): SimProcess {
+    const s = SimProcess.start({
+      controller: `127.0.0.1:${port}`,
+      agentId,
+      stateFile: path.join(dir, stateName),
+      extra: ['--tls-cert', cert, '--tls-key', key, '--tls-ca', pki.ca],
+    });
+    sims.push(s);
+    return s;
+  }
+
+  it('accepts an agent whose id is named in its client certificate', async () => {
+    const { b, port } = await tlsBackend();
+    const s = tlsSim(port, 'dpu-a', pki.clientCert, pki.clientKey, 'ok.json');
+    await s.waitForState((x) => x.session.state === 'connected' && x.synced, 'connected');
+    const h = await b.health();
+    expect(h.ready, h.reasons.join('; ')).to.equal(true);
+    expect(h.details).to.include({ agentId: 'dpu-a' });
+    expect(String(h.details?.agentPeer)).to.match(/127\.0\.0\.1/);
+  });
+
+  it('accepts a subject alternative name as the agent id', async () => {
+    const { port } = await tlsBackend();
+    const s = tlsSim(port, 'dpu-a.example', pki.clientCert, pki.clientKey, 'san.json');
+    await s.waitForState((x) => x.session.state === 'connected', 'connected');
+  });
+
+  it('rejects an agent whose id does not match its certificate', async () => {
+    const { b, port } = await tlsBackend();
+    const s = tlsSim(port, 'dpu-b', pki.clientCert, pki.clientKey, 'mismatch.json');
+    const st = await s.waitForState((x) => (x.session.rejections ?? 0) >= 1, 'rejected');
+    expect(st.session.lastRejectReason).to.match(
+      /agent id dpu-b does not match the client certificate \(names: dpu-a, dpu-a\.example\)/,
+    );
+    expect((await b.health()).ready).to.equal(false);
+  });
+
+  it('refuses a client certificate from an untrusted CA at the handshake', async () => {
+    const { b, port } = await tlsBackend();
+    const s = tlsSim(port, 'dpu-a', pki.rogueCert, pki.rogueKey, 'rogue.json');
+    await s.waitForState(
+      (x) => x.session.state === 'disconnected' && /UNAVAILABLE/.test(x.session.reason ?? ''),
+      'handshake failure',
+    );
+    await sleep(300);
+    expect(s.state()?.session.state).to.not.equal('connected');
+    expect((await b.health()).ready).to.equal(false);
+  });
+
+  it('refuses to listen on TCP without TLS', async () => {
+    const b = new DpuBackend({ agentSocket: path.join(dir, 'notls.sock'), agentListen: '127.0.0.1:0' });
+    const err = await expectCode(b.start(), 'INVALID_ARGUMENT');
+    expect(err.message).to.match(/agents over TCP must use mutual TLS/);
+  });
+});

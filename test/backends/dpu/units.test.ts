@@ -1,0 +1,266 @@
+import { expect } from 'chai';
+import { status } from '@grpc/grpc-js';
+import type { PeerCertificate } from 'node:tls';
+import { AckWaiter } from '../../../backends/dpu/ack-waiter';
+import { nackError } from '../../../backends/dpu/ack-code';
+import { DesiredState } from '../../../backends/dpu/desired-state';
+import { decodeDetails, encodeDetails } from '../../../backends/dpu/details';
+import { macForKey, portFields } from '../../../backends/dpu/port-spec';
+import { TokenBucket } from '../../../backends/dpu/rate-limiter';
+import { certificateNames } from '../../../backends/dpu/tls-identity';
+import { PortTable } from '../../../backends/dpu-sim/port-table';
+import { validatePort } from '../../../backends/dpu-sim/agent-client';
+import type { AgentPeer } from '../../../backends/dpu/agent-server';
+import { admitHello } from '../../../backends/dpu/hello-admission';
+import { SnapshotSync } from '../../../backends/dpu/snapshot-sync';
+import { AckCode, type Ack, type Hello, type Port } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+import { WorkloadNetError } from '../../../core/errors';
+import { spec } from './fixtures';
+
+// The pieces of the DPU backend and simulator that need no process or socket.
+
+const ack = (name: string, generation: number, code = AckCode.ACK_CODE_OK, message = ''): Ack => ({
+  name,
+  generation,
+  code,
+  message,
+  retryable: false,
+});
+
+describe('DPU desired state', () => {
+  it('gives every change a newer generation, also across delete and re-add of a name', () => {
+    const d = new DesiredState();
+    const a1 = d.upsert(portFields(spec(1)));
+    const a2 = d.upsert(portFields(spec(1)));
+    const del = d.delete(a2.name);
+    const a3 = d.upsert(portFields(spec(1)));
+    expect([a1.generation, a2.generation, del, a3.generation]).to.deep.equal([1, 2, 3, 4]);
+  });
+
+  it('keeps restored generations and continues above the highest', () => {
+    const d = new DesiredState();
+    d.restore(portFields(spec(1)), 41);
+    d.restore(portFields(spec(2)), 7);
+    expect(d.upsert(portFields(spec(3))).generation).to.equal(42);
+    expect(d.snapshot().map((p) => [p.name, p.generation])).to.deep.equal([
+      ['w1/eth0', 41],
+      ['w2/eth0', 7],
+      ['w3/eth0', 42],
+    ]);
+  });
+
+  it('records an ack only at the current generation', () => {
+    const d = new DesiredState();
+    const p = d.upsert(portFields(spec(1)));
+    expect(d.recordAck(p.name, { generation: p.generation - 1, ok: true, message: '' })).to.equal(false);
+    expect(d.recordAck('nobody', { generation: p.generation, ok: true, message: '' })).to.equal(false);
+    expect(d.recordAck(p.name, { generation: p.generation, ok: true, message: '' })).to.equal(true);
+    expect(d.delete('nobody')).to.equal(undefined);
+  });
+});
+
+describe('DPU ack waiter', () => {
+  it('resolves on the exact generation and reports older ones as stale', async () => {
+    const w = new AckWaiter();
+    const p = w.wait('a', 5, 's1', 1000, 'port a');
+    expect(w.deliver(ack('a', 4), 's1')).to.equal('stale');
+    expect(w.deliver(ack('a', 6), 's1')).to.equal('not-waiting');
+    expect(w.deliver(ack('a', 5), 's2'), 'another session').to.equal('not-waiting');
+    expect(w.deliver(ack('a', 5), 's1')).to.equal('matched');
+    expect((await p).generation).to.equal(5);
+    expect(w.pending).to.equal(0);
+  });
+
+  it('fails with DEADLINE_EXCEEDED after the timeout', async () => {
+    const w = new AckWaiter();
+    const err = await w.wait('a', 1, 's1', 30, 'port a').catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(WorkloadNetError);
+    expect((err as WorkloadNetError).code).to.equal('DEADLINE_EXCEEDED');
+    expect((err as WorkloadNetError).message).to.match(/port a was not acknowledged within 30 ms/);
+    expect(w.pending).to.equal(0);
+  });
+
+  it("fails only the ended session's waiters", async () => {
+    const w = new AckWaiter();
+    const a = w.wait('a', 1, 's1', 1000, 'a').catch((e: WorkloadNetError) => e.code);
+    const b = w.wait('b', 2, 's2', 1000, 'b');
+    expect(w.failSession('s1', () => new WorkloadNetError('UNAVAILABLE', 'gone'))).to.equal(1);
+    expect(await a).to.equal('UNAVAILABLE');
+    w.deliver(ack('b', 2), 's2');
+    expect((await b).name).to.equal('b');
+  });
+});
+
+describe('DPU nack mapping', () => {
+  it("maps ack codes to error codes and keeps the agent's message", () => {
+    expect(nackError(ack('p', 1, AckCode.ACK_CODE_INVALID, 'bad vlan'), 'port p').code).to.equal(
+      'INVALID_ARGUMENT',
+    );
+    expect(nackError(ack('p', 1, AckCode.ACK_CODE_UNSUPPORTED, 'x'), 'port p').code).to.equal(
+      'INVALID_ARGUMENT',
+    );
+    const full = nackError(ack('p', 1, AckCode.ACK_CODE_NO_RESOURCES, 'no VFs left'), 'port p');
+    expect(full.code).to.equal('RESOURCE_EXHAUSTED');
+    expect(full.retryable).to.equal(true);
+    expect(full.message).to.equal('port p was rejected by the agent (NO_RESOURCES): no VFs left');
+    expect(nackError(ack('p', 1, AckCode.ACK_CODE_INTERNAL, 'boom'), 'port p').code).to.equal('INTERNAL');
+    expect(nackError(ack('p', 1, AckCode.ACK_CODE_UNSPECIFIED, ''), 'port p').message).to.match(
+      /UNKNOWN\(0\)\): no message given/,
+    );
+  });
+});
+
+describe('DPU port fields and stored details', () => {
+  it('derives a stable, locally administered unicast MAC from the key', () => {
+    const m = macForKey('w1/eth0');
+    expect(m).to.equal(macForKey('w1/eth0'));
+    expect(m).to.not.equal(macForKey('w2/eth0'));
+    const first = Number.parseInt(m.slice(0, 2), 16);
+    expect(first & 0x02).to.equal(0x02);
+    expect(first & 0x01).to.equal(0);
+  });
+
+  it('describes dual-stack ports as host prefixes with one default route per family', () => {
+    const s = spec(1, {
+      ips: [
+        {
+          family: 4,
+          address: '10.90.0.3',
+          poolPrefixLength: 16,
+          pool: '10.90.0.0/16',
+          gateway: '169.254.1.1',
+        },
+        { family: 6, address: 'fd00::3', poolPrefixLength: 64, pool: 'fd00::/64', gateway: 'fe80::1' },
+      ],
+    });
+    const f = portFields(s);
+    expect(f.ips).to.deep.equal(['10.90.0.3/32', 'fd00::3/128']);
+    expect(f.routes).to.deep.equal([
+      { destination: '0.0.0.0/0', gateway: '169.254.1.1' },
+      { destination: '::/0', gateway: 'fe80::1' },
+    ]);
+  });
+
+  it('round-trips its details and ignores details of another backend', () => {
+    const d = {
+      port: 'w1/eth0',
+      generation: 9,
+      mac: '02:00:00:00:00:01',
+      endpoint: 'vf1',
+      agentId: 'a',
+      bootId: 'b',
+    };
+    const dp = { ifName: 'eth0', mac: '', mtu: 1500, routes: [], details: encodeDetails(d) };
+    expect(decodeDetails(dp)).to.deep.equal(d);
+    expect(decodeDetails({ ...dp, details: { hostVeth: 'wn123' } })).to.equal(undefined);
+    expect(decodeDetails(undefined)).to.equal(undefined);
+  });
+});
+
+describe('DPU TLS identity', () => {
+  it('takes the common name and DNS, URI and IP subject alternative names', () => {
+    const cert = {
+      subject: { CN: 'dpu-a' },
+      subjectaltname: 'DNS:dpu-a.example, URI:spiffe://node/dpu-a, IP Address:10.0.0.7, email:x@y',
+    } as unknown as PeerCertificate;
+    expect(certificateNames(cert)).to.deep.equal([
+      'dpu-a',
+      'dpu-a.example',
+      'spiffe://node/dpu-a',
+      '10.0.0.7',
+    ]);
+    expect(certificateNames(undefined)).to.deep.equal([]);
+  });
+});
+
+describe('heartbeat token bucket', () => {
+  it('allows a burst, then the refill rate', () => {
+    let now = 0;
+    const b = new TokenBucket(3, 1 / 100, () => now);
+    expect([b.take(), b.take(), b.take(), b.take()]).to.deep.equal([true, true, true, false]);
+    now += 100;
+    expect([b.take(), b.take()]).to.deep.equal([true, false]);
+  });
+});
+
+describe('simulator port table and validation', () => {
+  it('refuses new ports beyond max-ports but accepts updates of held ones', () => {
+    const t = new PortTable(1);
+    const p = { ...portFields(spec(1)), generation: 1 };
+    expect(t.hasRoomFor(p.name)).to.equal(true);
+    t.set({ port: p });
+    expect(t.hasRoomFor(p.name)).to.equal(true);
+    expect(t.hasRoomFor('other')).to.equal(false);
+  });
+
+  it('finds what is wrong with a port', () => {
+    const ok = { ...portFields(spec(1)), generation: 1 };
+    expect(validatePort(ok)).to.equal(undefined);
+    expect(validatePort({ ...ok, mac: '01:00:5e:00:00:01' })).to.match(/multicast/);
+    expect(validatePort({ ...ok, mtu: 20 })).to.match(/MTU 20/);
+    expect(validatePort({ ...ok, ips: ['10.0.0.1/33'] })).to.match(/not a CIDR/);
+    expect(validatePort({ ...ok, vlan: 5000 })).to.match(/VLAN/);
+  });
+});
+
+describe('DPU hello admission', () => {
+  const hello = (agentId: string, over: Partial<Hello> = {}): Hello => ({
+    agentId,
+    bootId: 'b1',
+    protocolVersion: 1,
+    capabilities: undefined,
+    ...over,
+  });
+  const unix: AgentPeer = { transport: 'unix', address: 'unix:/x', certificateNames: [] };
+  const current = { id: 's1', agentId: 'dpu-a', peerAddress: 'p', connectedAt: 0, healthy: true };
+
+  it('accepts a well-formed hello when the slot is free', () => {
+    expect(admitHello(hello('dpu-a'), unix, undefined)).to.deep.equal({ ok: true });
+  });
+
+  it('refuses ids with spaces or control characters', () => {
+    const a = admitHello(hello('dpu a'), unix, undefined);
+    expect(a.ok).to.equal(false);
+    expect(admitHello(hello('dpu-a', { bootId: '' }), unix, undefined).ok).to.equal(false);
+  });
+
+  it('refuses a second live agent, naming the same-id case, and takes over from a silent one', () => {
+    const same = admitHello(hello('dpu-a'), unix, current);
+    expect(same.ok === false && same.code).to.equal(status.ALREADY_EXISTS);
+    expect(same.ok === false && same.reason).to.match(/same id is refused/);
+    const other = admitHello(hello('dpu-b'), unix, current);
+    expect(other.ok === false && other.reason).to.match(/serves one agent at a time/);
+    expect(admitHello(hello('dpu-a'), unix, { ...current, healthy: false })).to.deep.equal({
+      ok: true,
+      replaces: 's1',
+    });
+  });
+
+  it('requires a TLS agent id to be one of the certificate names', () => {
+    const tls: AgentPeer = { transport: 'tls', address: 'ipv4:127.0.0.1:1', certificateNames: ['dpu-a'] };
+    expect(admitHello(hello('dpu-a'), tls, undefined).ok).to.equal(true);
+    const bad = admitHello(hello('dpu-b'), tls, undefined);
+    expect(bad.ok === false && bad.code).to.equal(status.PERMISSION_DENIED);
+  });
+});
+
+describe('DPU snapshot sync', () => {
+  const port = (name: string, generation: number): Port => ({ ...portFields(spec(1)), name, generation });
+
+  it('completes when every port is acked at its snapshot generation, counting failures', async () => {
+    const s = new SnapshotSync('s', 1, [port('a', 1), port('b', 2)]);
+    expect(s.ack('a', 9, true), 'wrong generation').to.equal(false);
+    expect(s.ack('a', 1, true)).to.equal(false);
+    expect(s.complete).to.equal(false);
+    expect(s.ack('b', 2, false)).to.equal(true);
+    await s.done;
+    expect(s.failed).to.deep.equal(['b']);
+    expect(s.durationMs).to.be.a('number');
+  });
+
+  it('completes without a port whose generation was superseded, and at once when empty', () => {
+    const s = new SnapshotSync('s', 1, [port('a', 1)]);
+    expect(s.supersede('a')).to.equal(true);
+    expect(new SnapshotSync('s', 2, []).complete).to.equal(true);
+  });
+});
