@@ -147,6 +147,7 @@ export function registerClientCommands(program: Command): void {
     .description('print the client version (and the daemon’s, when reachable)')
     .option('--socket <path>', 'daemon API socket', process.env.WORKLOADNET_SOCKET ?? DEFAULT_CONFIG.socket)
     .option('--json', 'print JSON')
+    .addHelpText('after', '\nExample:\n  workloadnet version --json')
     .action(async (opts: { socket: string; json?: boolean }) => {
       const c = new ApiClient(opts.socket, 2000);
       const daemon = await c.call(c.raw.status, {}).then((s) => s.version, () => undefined);

@@ -16,6 +16,8 @@ export function buildProgram(): Command {
   const program = new Command('workloadnet')
     .description('Container networking daemon with pluggable Linux (rtnetlink) and DPU dataplanes, and its client.')
     .version(VERSION, '-V, --version', 'print the version')
+    // Usage errors exit 2 (commander's default is 1); set before subcommands so they inherit it.
+    .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : 2))
     .showHelpAfterError()
     .addHelpText(
       'after',
@@ -58,11 +60,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
 }
 
 if (require.main === module) {
-  const program = buildProgram();
-  program.exitOverride((err) => {
-    process.exit(err.exitCode === 0 ? 0 : 2);
-  });
-  program.parseAsync(process.argv).catch((err: unknown) => {
+  buildProgram().parseAsync(process.argv).catch((err: unknown) => {
     process.stderr.write(`workloadnet: ${err instanceof Error ? err.message : String(err)}\n`);
     process.exit(1);
   });

@@ -69,8 +69,9 @@ export class Orchestrator implements WorkloadService {
 
   /**
    * Start-up reconcile. Half-finished attachments (a crash mid-Attach) are torn down and released.
-   * Finished ones whose dataplane is missing are repaired when their namespace still exists and
-   * released when it is gone, since a vanished namespace means the workload is gone too.
+   * Finished ones whose dataplane is missing are repaired when their namespace still exists (and kept,
+   * with a warning, if the repair fails) and released when it is gone, since a vanished namespace means
+   * the workload is gone too.
    */
   private async reconcile(): Promise<ReconcileSummary> {
     const started = Date.now();
@@ -98,10 +99,12 @@ export class Orchestrator implements WorkloadService {
             const dataplane = await this.backend.attach(toSpec(rec));
             await this.store.put({ ...rec, dataplane });
             summary.repaired++;
-            return;
           } catch (err) {
-            summary.warnings.push(`${key}: repair failed (${(err as Error).message}); released`);
+            // The workload is still there, so its addresses stay held: releasing them could hand a
+            // live workload's address to another. Check reports the drift; Detach cleans up.
+            summary.warnings.push(`${key}: dataplane missing and repair failed (${(err as Error).message}); kept`);
           }
+          return;
         }
         await this.teardown(rec, 'reconcile: dataplane and namespace gone');
         summary.released++;

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { spawnSync } from 'node:child_process';
+import { execFile, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { CLI } from '../support/daemon-process';
@@ -14,6 +14,16 @@ const SNAPSHOTS = path.resolve(__dirname, '..', '..', '..', 'test', 'cli', 'snap
 function run(args: string[]): { code: number; stdout: string; stderr: string } {
   const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', env: { ...process.env, COLUMNS: '100' } });
   return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+}
+
+/** Asynchronous, so that a daemon in this same process can answer while the CLI runs. */
+function runAsync(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [CLI, ...args], { encoding: 'utf8' }, (err, stdout, stderr) => {
+      const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
+      resolve({ code, stdout, stderr });
+    });
+  });
 }
 
 const describeRoot = isRoot ? describe : describe.skip;
@@ -70,17 +80,17 @@ describeRoot('workloadnet CLI against a daemon (root, test namespace)', () => {
 
   const sock = () => ['--socket', d.config.socket];
 
-  it('status prints a human summary and exits 0 when ready', () => {
-    const r = run(['status', ...sock()]);
+  it('status prints a human summary and exits 0 when ready', async () => {
+    const r = await runAsync(['status', ...sock()]);
     expect(r.code).to.equal(0);
     expect(r.stdout).to.match(/ready:\s+yes/);
     expect(r.stdout).to.match(/pool:\s+10\.77\.0\.0\/24 \(IPv4\) 2\/\d+ used/);
   });
 
-  it('status --json prints the API shape and exits 3 when not ready', () => {
+  it('status --json prints the API shape and exits 3 when not ready', async () => {
     backend.healthy = false;
     try {
-      const r = run(['status', '--json', ...sock()]);
+      const r = await runAsync(['status', '--json', ...sock()]);
       expect(r.code).to.equal(3);
       const st = JSON.parse(r.stdout) as { ready: boolean; reasons: string[] };
       expect(st.ready).to.equal(false);
@@ -90,39 +100,39 @@ describeRoot('workloadnet CLI against a daemon (root, test namespace)', () => {
     }
   });
 
-  it('ls prints a table of attachments and --json the same data', () => {
-    const r = run(['ls', ...sock()]);
+  it('ls prints a table of attachments and --json the same data', async () => {
+    const r = await runAsync(['ls', ...sock()]);
     expect(r.code).to.equal(0);
     const lines = r.stdout.trim().split('\n');
     expect(lines[0]).to.match(/^WORKLOAD\s+POD\s+INTERFACE\s+IPS\s+BACKEND\s+STATE\s+AGE$/);
     expect(lines.slice(1).map((l) => l.split(/\s+/)[0]).sort()).to.deep.equal(['alpha', 'beta']);
     expect(r.stdout).to.include('default/pod-alpha');
-    const j = JSON.parse(run(['ls', '--json', ...sock()]).stdout) as Array<{ workloadId: string }>;
+    const j = JSON.parse((await runAsync(['ls', '--json', ...sock()])).stdout) as Array<{ workloadId: string }>;
     expect(j.map((a) => a.workloadId).sort()).to.deep.equal(['alpha', 'beta']);
   });
 
-  it('inspect shows one workload and exits 5 for an unknown one', () => {
-    const r = run(['inspect', 'alpha', ...sock()]);
+  it('inspect shows one workload and exits 5 for an unknown one', async () => {
+    const r = await runAsync(['inspect', 'alpha', ...sock()]);
     expect(r.code).to.equal(0);
     expect((JSON.parse(r.stdout) as Array<{ netnsPath: string }>)[0]?.netnsPath).to.equal(netnsPath);
-    expect(run(['inspect', 'nobody', ...sock()]).code).to.equal(5);
+    expect((await runAsync(['inspect', 'nobody', ...sock()])).code).to.equal(5);
   });
 
-  it('gc refuses an empty keep list without --all, then keeps only what is named', () => {
-    expect(run(['gc', ...sock()]).code).to.equal(2);
-    const r = run(['gc', 'alpha', '--json', ...sock()]);
+  it('gc refuses an empty keep list without --all, then keeps only what is named', async () => {
+    expect((await runAsync(['gc', ...sock()])).code).to.equal(2);
+    const r = await runAsync(['gc', 'alpha', '--json', ...sock()]);
     expect(r.code).to.equal(0);
     expect((JSON.parse(r.stdout) as { removed: Array<{ workloadId: string }> }).removed.map((x) => x.workloadId)).to.deep.equal(['beta']);
   });
 
-  it('detach removes a workload and succeeds again for an unknown one', () => {
-    expect(run(['detach', 'alpha', ...sock()]).code).to.equal(0);
-    expect(run(['detach', 'alpha', ...sock()]).code).to.equal(0);
-    expect(JSON.parse(run(['ls', '--json', ...sock()]).stdout)).to.deep.equal([]);
+  it('detach removes a workload and succeeds again for an unknown one', async () => {
+    expect((await runAsync(['detach', 'alpha', ...sock()])).code).to.equal(0);
+    expect((await runAsync(['detach', 'alpha', ...sock()])).code).to.equal(0);
+    expect(JSON.parse((await runAsync(['ls', '--json', ...sock()])).stdout)).to.deep.equal([]);
   });
 
-  it('version prints client and daemon versions', () => {
-    const r = run(['version', '--json', ...sock()]);
+  it('version prints client and daemon versions', async () => {
+    const r = await runAsync(['version', '--json', ...sock()]);
     const v = JSON.parse(r.stdout) as { client: string; daemon: string };
     expect(v.client).to.match(/^\d+\.\d+\.\d+$/);
     expect(v.daemon).to.equal(v.client);

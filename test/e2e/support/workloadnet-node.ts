@@ -14,10 +14,12 @@ import { installReferencePlugins } from './reference-plugins';
 
 export interface WorkloadnetNodeOptions {
   podCidr: string;
-  /** Extra daemon flags (backend selection and its options). */
-  daemonArgs?: string[];
+  /** Extra daemon flags (backend selection and its options), possibly placed in the node's folder. */
+  daemonArgs?: string[] | ((ctx: { work: string }) => string[]);
   /** Started after the node namespace exists and before the daemon (e.g. a DPU agent's namespace). */
   beforeDaemon?: (ctx: { nodeNetns: string; work: string }) => Promise<void>;
+  /** Undoes beforeDaemon, after the daemon has stopped. */
+  afterStop?: () => Promise<void>;
 }
 
 export class WorkloadnetNode {
@@ -54,11 +56,15 @@ export class WorkloadnetNode {
   }
 
   async startDaemon(): Promise<void> {
-    this.daemon = await DaemonProcess.start({
-      dir: this.daemonDir,
-      netns: this.nodeNetns,
-      args: ['--pod-cidr', this.opts.podCidr, ...(this.opts.daemonArgs ?? [])],
-    });
+    const extra = typeof this.opts.daemonArgs === 'function' ? this.opts.daemonArgs({ work: this.work }) : (this.opts.daemonArgs ?? []);
+    this.daemon = await DaemonProcess.start({ dir: this.daemonDir, netns: this.nodeNetns, args: ['--pod-cidr', this.opts.podCidr, ...extra] });
+    // Pods are only started once the daemon says it can attach (a DPU backend waits for its agent).
+    const client = this.daemon.client;
+    const deadline = Date.now() + 15_000;
+    while (!(await client.call(client.raw.status, {})).ready) {
+      if (Date.now() > deadline) throw new Error(`daemon not ready after 15 s:\n${this.daemon.log()}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
   }
 
   async restartDaemonAfterSigkill(): Promise<void> {
@@ -71,6 +77,7 @@ export class WorkloadnetNode {
       await this.containerd?.stop();
     } finally {
       await this.daemon?.stop().catch(() => undefined);
+      await this.opts.afterStop?.();
       await deleteNetns(this.nodeNetns);
       if (this.work && existsSync(this.work)) await rm(this.work, { recursive: true, force: true });
     }
