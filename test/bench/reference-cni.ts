@@ -52,37 +52,68 @@ interface Workload {
  * workload namespaces, host-local state — is removed afterwards, also on failure.
  */
 export async function benchReferenceCni(opts: ReferenceCniBenchOptions): Promise<ReferenceCniResult[]> {
+  const work = await mkdtemp(path.join(os.tmpdir(), 'wne-bench-cni-'));
+  try {
+    const pluginConfig = referencePluginConfig({
+      name: NETWORK_NAME,
+      plugin: opts.plugin,
+      bridge: 'wne-bbr0',
+      subnet: SUBNET,
+      dataDir: path.join(work, 'ipam'),
+    });
+    return await benchCniPlugin({
+      name: `${opts.plugin}+host-local`,
+      binary: path.join(REFERENCE_PLUGIN_DIR, opts.plugin),
+      pluginConfig,
+      count: opts.count,
+      parallel: opts.parallel,
+    });
+  } finally {
+    await rm(work, { recursive: true, force: true });
+  }
+}
+
+export interface CniPluginBenchOptions {
+  /** Row label. */
+  name: string;
+  /** The plugin executable, run exactly as libcni runs it. */
+  binary: string;
+  /** The conflist entry (without cniVersion and name, which are added). */
+  pluginConfig: Record<string, unknown>;
+  count: number;
+  parallel: number;
+  /** An existing node namespace (name) to run the plugin in; a throwaway one is made otherwise. */
+  nodeNetns?: string;
+}
+
+/**
+ * Measures ADD and DEL of any CNI plugin: first one workload at a time (p50/p99 over `count`), then all
+ * `count` again with `parallel` in flight (rate). The namespaces it creates are removed afterwards,
+ * also on failure.
+ */
+export async function benchCniPlugin(opts: CniPluginBenchOptions): Promise<ReferenceCniResult[]> {
   if (opts.count < 1 || opts.parallel < 1) throw new Error('count and parallel must be at least 1');
   const tag = randomBytes(3).toString('hex');
-  const nodeNetns = `wne-bn-${tag}`;
+  const nodeNetns = opts.nodeNetns ?? `wne-bn-${tag}`;
   const workloadNames = Array.from({ length: opts.count }, (_, i) => `wne-bw-${tag}-${i}`);
-  const work = await mkdtemp(path.join(os.tmpdir(), 'wne-bench-cni-'));
   const created: string[] = [];
   try {
-    await addNetns(nodeNetns);
-    created.push(nodeNetns);
+    if (!opts.nodeNetns) {
+      await addNetns(nodeNetns);
+      created.push(nodeNetns);
+    }
     for (const name of workloadNames) {
       await addNetns(name);
       created.push(name);
     }
-    const config = JSON.stringify({
-      cniVersion: CNI_VERSION,
-      name: NETWORK_NAME,
-      ...referencePluginConfig({
-        name: NETWORK_NAME,
-        plugin: opts.plugin,
-        bridge: 'wne-bbr0',
-        subnet: SUBNET,
-        dataDir: path.join(work, 'ipam'),
-      }),
-    });
+    const config = JSON.stringify({ cniVersion: CNI_VERSION, name: NETWORK_NAME, ...opts.pluginConfig });
     const workloads: Workload[] = workloadNames.map((name, i) => ({
       containerId: `${tag}${i.toString().padStart(6, '0')}`,
       netns: netnsPath(name),
       podName: `bench-${i}`,
       podUid: randomUUID(),
     }));
-    const cni = new CniInvoker(opts.plugin, netnsPath(nodeNetns), config);
+    const cni = new CniInvoker(opts.binary, netnsPath(nodeNetns), config);
 
     const addMs: number[] = [];
     for (const w of workloads) addMs.push(await cni.add(w));
@@ -98,27 +129,13 @@ export async function benchReferenceCni(opts: ReferenceCniBenchOptions): Promise
       opts.parallel,
     );
 
-    const name = `${opts.plugin}+host-local`;
     return [
-      {
-        name,
-        op: 'attach',
-        p50Ms: percentile(addMs, 50),
-        p99Ms: percentile(addMs, 99),
-        perSecondAtParallel: addRate,
-      },
-      {
-        name,
-        op: 'detach',
-        p50Ms: percentile(delMs, 50),
-        p99Ms: percentile(delMs, 99),
-        perSecondAtParallel: delRate,
-      },
+      { name: opts.name, op: 'attach', p50Ms: percentile(addMs, 50), p99Ms: percentile(addMs, 99), perSecondAtParallel: addRate },
+      { name: opts.name, op: 'detach', p50Ms: percentile(delMs, 50), p99Ms: percentile(delMs, 99), perSecondAtParallel: delRate },
     ];
   } finally {
     // Deleting the namespaces takes every veth and the bridge with them, even after a failed DEL.
     for (const name of created.reverse()) await deleteNetns(name).catch(() => undefined);
-    await rm(work, { recursive: true, force: true });
   }
 }
 
@@ -127,11 +144,11 @@ class CniInvoker {
   private readonly binary: string;
 
   constructor(
-    plugin: string,
+    binary: string,
     private readonly nodeNetnsPath: string,
     private readonly config: string,
   ) {
-    this.binary = path.join(REFERENCE_PLUGIN_DIR, plugin);
+    this.binary = binary;
   }
 
   /** Runs ADD, keeps the result for the DEL, and returns the elapsed milliseconds. */
