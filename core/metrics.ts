@@ -35,6 +35,22 @@ export class Metrics {
     help: 'Attachments held in the store.',
     registers: [this.registry],
   });
+  readonly backendReady = new Gauge({
+    name: 'workloadnet_backend_ready',
+    help: '1 when the backend reports healthy, else 0.',
+    labelNames: ['backend'] as const,
+    registers: [this.registry],
+  });
+  readonly agentConnected = new Gauge({
+    name: 'workloadnet_agent_connected',
+    help: 'DPU backend: 1 while an agent holds a session, else 0.',
+    registers: [this.registry],
+  });
+  readonly agentHeartbeatAge = new Gauge({
+    name: 'workloadnet_agent_heartbeat_age_seconds',
+    help: "DPU backend: seconds since the agent's last heartbeat.",
+    registers: [this.registry],
+  });
   readonly reconciled = new Counter({
     name: 'workloadnet_reconcile_items_total',
     help: 'Items handled by start-up reconcile, by outcome (orphan_removed, repaired, released, healthy).',

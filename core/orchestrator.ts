@@ -68,23 +68,15 @@ export class Orchestrator implements WorkloadService {
   }
 
   /**
-   * Start-up reconcile. Half-finished attachments (a crash mid-Attach) are torn down and released.
-   * Finished ones whose dataplane is missing are repaired when their namespace still exists (and kept,
-   * with a warning, if the repair fails) and released when it is gone, since a vanished namespace means
-   * the workload is gone too.
+   * Start-up reconcile. The backend removes dataplane objects of ours that have no row (including those
+   * of an attach cut short by a crash). Attachments whose dataplane is missing are repaired when their
+   * namespace still exists (and kept, with a warning, if the repair fails) and released when it is
+   * gone, since a vanished namespace means the workload is gone too.
    */
   private async reconcile(): Promise<ReconcileSummary> {
     const started = Date.now();
     const summary: ReconcileSummary = { at: new Date().toISOString(), orphansRemoved: 0, repaired: 0, released: 0, healthy: 0, warnings: [] };
-    const records = this.store.all();
-    const pending = records.filter((r) => r.state !== 'ready');
-    await Promise.all(
-      pending.map(async (rec) => {
-        await this.teardown(rec, 'reconcile: attach never finished');
-        summary.released++;
-      }),
-    );
-    const ready = records.filter((r) => r.state === 'ready');
+    const ready = this.store.all();
     const outcome = await this.backend.reconcile(ready.map(toView));
     summary.orphansRemoved = outcome.orphansRemoved.length;
     summary.healthy = outcome.healthy.length;
@@ -161,13 +153,12 @@ export class Orchestrator implements WorkloadService {
     try {
       return await this.locks.run(workloadId, async () => {
         const existing = this.store.get(key);
-        if (existing?.state === 'ready') {
+        if (existing) {
           if (existing.netnsPath === call.netnsPath && existing.netnsInode === netns.inode) return existing;
           throw alreadyExists(
             `workload ${workloadId} is already attached as ${ifName} in ${existing.netnsPath}; detach it before attaching it to another namespace`,
           );
         }
-        if (existing) await this.teardown(existing, 'replacing an unfinished attach');
 
         if (!this.allocator.configured) throw unavailable('no pod CIDR is configured; set podCidrs and restart the daemon');
         const allocated = this.allocator.allocate();
@@ -190,25 +181,19 @@ export class Orchestrator implements WorkloadService {
           backend: this.backend.name,
           dns: call.dns,
           origin: call.origin ?? 'api',
-          state: 'pending',
+          state: 'ready',
           createdAt: new Date().toISOString(),
         };
-        // Record first (pending), so that a crash while programming leaves a row that reconcile finds
-        // and undoes; the addresses are released if even that write fails.
-        try {
-          await this.store.put(record, this.allocator.cursors());
-        } catch (err) {
-          this.allocator.release(record.ips.map((i) => i.address));
-          throw err;
-        }
-        log.debug({ ips: record.ips.map((i) => i.address) }, 'addresses allocated');
+        // No row exists until the dataplane is programmed: if the daemon dies in between, the dataplane
+        // objects carry the attachment's name (a link group and alias, or the agent's port), so start-up
+        // reconcile removes them as orphans, and the addresses, never written, are free again. One
+        // durable transaction then records the attachment together with its addresses.
         try {
           record.dataplane = await this.backend.attach(toSpec(record));
-          record.state = 'ready';
-          await this.store.put(record);
+          await this.store.put(record, this.allocator.cursors());
         } catch (err) {
           log.warn({ err: (err as Error).message }, 'attach failed; rolling back');
-          await this.teardown(record, 'rollback of a failed attach');
+          await this.rollback(record);
           throw err;
         }
         log.info({ ips: record.ips.map((i) => i.address), hostIf: record.dataplane.hostIfName }, 'attached');
@@ -228,6 +213,19 @@ export class Orchestrator implements WorkloadService {
       for (const rec of records) await this.teardown(rec, 'detach');
       log.info({ detached: records.length }, records.length ? 'detached' : 'detach of unknown workload: nothing to do');
     });
+  }
+
+  /**
+   * Undoes an attach that was never recorded: the backend already rolled back its own steps, and
+   * detach is tolerant, so asking it again only makes sure; then the addresses go back to the pool.
+   */
+  private async rollback(rec: AttachmentRecord): Promise<void> {
+    try {
+      await this.backend.detach(toView(rec));
+    } catch (err) {
+      this.log.warn({ workloadId: rec.workloadId, ifName: rec.ifName, err: (err as Error).message }, 'rollback teardown failed; reconcile removes leftovers');
+    }
+    this.allocator.release(rec.ips.map((i) => i.address));
   }
 
   /**
@@ -265,6 +263,13 @@ export class Orchestrator implements WorkloadService {
     }
     const attachments = this.store.count();
     this.metrics.attachments.set(attachments);
+    this.metrics.backendReady.set({ backend: this.backend.name }, health.ready ? 1 : 0);
+    const details: Record<string, string | number | boolean> = health.details ?? {};
+    if (details.agentSocket !== undefined) {
+      // Agent-based backends report their live session (sessionId) in the health details.
+      this.metrics.agentConnected.set(details.sessionId ? 1 : 0);
+      if (typeof details.lastHeartbeatAgeMs === 'number') this.metrics.agentHeartbeatAge.set(details.lastHeartbeatAgeMs / 1000);
+    }
     return {
       ready: reasons.length === 0,
       reasons,
@@ -295,7 +300,6 @@ export class Orchestrator implements WorkloadService {
     return this.locks.run(workloadId, async () => {
       const rec = this.store.get(key);
       if (!rec) throw notFound(`workload ${workloadId} has no attachment ${key}`);
-      if (rec.state !== 'ready') return [{ kind: 'attach-unfinished', message: 'the attachment was never completed' }];
       return this.backend.check(toView(rec));
     });
   }

@@ -54,8 +54,8 @@ export interface Attachment {
   dataplane?: DataplaneResult;
   /** Entry point that created it ("api" or "cni"). */
   origin?: string;
-  /** "ready" once the dataplane has been programmed; "pending" while (or if a crash left it) half-done. */
-  state: 'pending' | 'ready';
+  /** Always "ready": an attachment is recorded only once its dataplane is programmed. */
+  state: 'ready';
   createdAt: string;
 }
 

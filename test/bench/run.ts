@@ -6,6 +6,8 @@
 //
 // Sections: dataplane (attach/detach through ptp, bridge, the Linux backend and the daemon), cni (the
 // forwarder per call), containerd (whole pods), core (gRPC round trip, allocator), dpu.
+// The in-process Linux backend gets the same threadpool as the daemon.
+import '../../cli/threadpool';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
@@ -155,7 +157,9 @@ async function main(): Promise<void> {
     step('bridge + host-local');
     r.dataplane.push(...(await benchReferenceCni({ plugin: 'bridge', count, parallel })));
     step('linux backend (in process)');
-    r.dataplane.push(...(await benchLinuxBackend({ count, parallel })).map((x) => ({ ...x, name: `linux backend (in process)` })));
+    // Its sequential rows carry the rate at `parallel` too; the extra "(N in flight)" rows repeat it.
+    const backendRows = (await benchLinuxBackend({ count, parallel })).filter((x) => !x.name.includes('in flight'));
+    r.dataplane.push(...backendRows.map((x) => ({ ...x, name: 'linux backend (in process)' })));
     step('daemon with the linux backend, over gRPC');
     r.dataplane.push(...(await benchDaemonLinux({ count, parallel })));
     loop.disable();

@@ -159,7 +159,7 @@ export interface Attachment {
   containerId: string;
   pod?: PodMetadata | undefined;
   result?: AttachResponse | undefined;
-  /** "ready", or "pending" while the dataplane is being programmed. */
+  /** "ready": an attachment is only recorded once its dataplane is programmed. */
   state: string;
   createdAt: string;
 }
