@@ -4,7 +4,12 @@ import { WorkloadNetworkingClient } from '../proto/gen/workloadnet/v1/workload';
 // A promise-style client of the workload API for the CLI (and tests). Every call has a deadline so that
 // a wedged daemon turns into an error instead of a hang.
 
-type Unary<Req, Res> = (req: Req, md: grpc.Metadata, opts: grpc.CallOptions, cb: (err: grpc.ServiceError | null, res?: Res) => void) => grpc.ClientUnaryCall;
+type Unary<Req, Res> = (
+  req: Req,
+  md: grpc.Metadata,
+  opts: grpc.CallOptions,
+  cb: (err: grpc.ServiceError | null, res?: Res) => void,
+) => grpc.ClientUnaryCall;
 
 export class ApiClient {
   readonly raw: WorkloadNetworkingClient;
@@ -18,8 +23,12 @@ export class ApiClient {
 
   call<Req, Res>(method: Unary<Req, Res>, req: Req): Promise<Res> {
     return new Promise((resolve, reject) => {
-      method.call(this.raw, req, new grpc.Metadata(), { deadline: Date.now() + this.timeoutMs }, (err, res) =>
-        err ? reject(err) : resolve(res as Res),
+      method.call(
+        this.raw,
+        req,
+        new grpc.Metadata(),
+        { deadline: Date.now() + this.timeoutMs },
+        (err, res) => (err ? reject(err) : resolve(res as Res)),
       );
     });
   }

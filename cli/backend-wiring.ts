@@ -25,7 +25,9 @@ function createBackend(config: DaemonConfig, logger: Logger): Backend {
       return new DpuBackend({
         agentSocket: config.dpu.agentSocket,
         agentListen: config.dpu.agentListen || undefined,
-        tls: config.dpu.agentListen ? { cert: config.dpu.tlsCert, key: config.dpu.tlsKey, ca: config.dpu.tlsCa } : undefined,
+        tls: config.dpu.agentListen
+          ? { cert: config.dpu.tlsCert, key: config.dpu.tlsKey, ca: config.dpu.tlsCa }
+          : undefined,
         ackTimeoutMs: config.dpu.ackTimeoutMs,
         heartbeatIntervalMs: config.dpu.heartbeatIntervalMs,
         hostNetnsPath: config.linux.hostNetns || undefined,

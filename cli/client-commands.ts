@@ -29,7 +29,9 @@ function withClient(opts: GlobalOpts, fn: (c: ApiClient) => Promise<number>): Pr
       client.close();
       const e = err as grpc.ServiceError;
       if (isUnreachable(err)) {
-        process.stderr.write(`workloadnet: cannot reach the daemon at ${opts.socket}: ${e.details}\nIs it running? (workloadnet daemon, or systemctl status workloadnet)\n`);
+        process.stderr.write(
+          `workloadnet: cannot reach the daemon at ${opts.socket}: ${e.details}\nIs it running? (workloadnet daemon, or systemctl status workloadnet)\n`,
+        );
         process.exitCode = EXIT.unreachable;
       } else {
         process.stderr.write(`workloadnet: ${grpc.status[e.code] ?? 'ERROR'}: ${e.details ?? String(err)}\n`);
@@ -50,7 +52,10 @@ function clientCommand(program: Command, name: string, description: string): Com
 export function registerClientCommands(program: Command): void {
   clientCommand(program, 'status', 'show whether the node can attach workloads, and why not')
     .option('--json', 'print JSON')
-    .addHelpText('after', '\nExit code 3 when the daemon is not ready.\nExample:\n  workloadnet status --json | jq .ready')
+    .addHelpText(
+      'after',
+      '\nExit code 3 when the daemon is not ready.\nExample:\n  workloadnet status --json | jq .ready',
+    )
     .action((opts: GlobalOpts) =>
       withClient(opts, async (c) => {
         const st = await c.call(c.raw.status, {});
@@ -75,7 +80,10 @@ export function registerClientCommands(program: Command): void {
     .argument('<workload>', 'workload id (the sandbox/container id for CNI)')
     .option('--if-name <name>', 'only this interface')
     .option('--json', 'print JSON')
-    .addHelpText('after', '\nExit code 5 when the workload is unknown.\nExample:\n  workloadnet inspect 3f9a2c --json')
+    .addHelpText(
+      'after',
+      '\nExit code 5 when the workload is unknown.\nExample:\n  workloadnet inspect 3f9a2c --json',
+    )
     .action((workload: string, opts: GlobalOpts & { ifName?: string }) =>
       withClient(opts, async (c) => {
         const res = await c.call(c.raw.get, { workloadId: workload, ifName: opts.ifName ?? '' });
@@ -87,10 +95,16 @@ export function registerClientCommands(program: Command): void {
   clientCommand(program, 'detach', 'detach a workload (admin; runtimes detach through their own calls)')
     .argument('<workload>', 'workload id')
     .option('--if-name <name>', 'only this interface (default: all)')
-    .addHelpText('after', '\nSucceeds for unknown workloads, like the API.\nExample:\n  workloadnet detach 3f9a2c')
+    .addHelpText(
+      'after',
+      '\nSucceeds for unknown workloads, like the API.\nExample:\n  workloadnet detach 3f9a2c',
+    )
     .action((workload: string, opts: GlobalOpts & { ifName?: string }) =>
       withClient(opts, async (c) => {
-        await c.call(c.raw.detach, { workloadId: workload, netns: { netnsPath: '', ifName: opts.ifName ?? '', mtu: 0 } });
+        await c.call(c.raw.detach, {
+          workloadId: workload,
+          netns: { netnsPath: '', ifName: opts.ifName ?? '', mtu: 0 },
+        });
         process.stdout.write(`detached ${workload}\n`);
         return EXIT.ok;
       }),
@@ -103,7 +117,9 @@ export function registerClientCommands(program: Command): void {
     .addHelpText('after', '\nExample:\n  workloadnet gc $(crictl pods -q)')
     .action((keep: string[], opts: GlobalOpts & { all?: boolean }) => {
       if (keep.length === 0 && !opts.all) {
-        process.stderr.write('workloadnet: gc with no workloads to keep detaches everything; pass --all if you mean it\n');
+        process.stderr.write(
+          'workloadnet: gc with no workloads to keep detaches everything; pass --all if you mean it\n',
+        );
         process.exitCode = EXIT.usage;
         return Promise.resolve();
       }
@@ -114,7 +130,11 @@ export function registerClientCommands(program: Command): void {
             return { workloadId, ifName };
           }),
         });
-        process.stdout.write(opts.json ? json(res) : `removed ${res.removed.length}: ${res.removed.map((r) => `${r.workloadId}/${r.ifName}`).join(' ')}\n`);
+        process.stdout.write(
+          opts.json
+            ? json(res)
+            : `removed ${res.removed.length}: ${res.removed.map((r) => `${r.workloadId}/${r.ifName}`).join(' ')}\n`,
+        );
         return EXIT.ok;
       });
     });
@@ -128,19 +148,31 @@ export function registerClientCommands(program: Command): void {
     .option('--name <name>', 'network name in the conflist', 'workloadnet')
     .option('--mtu <n>', 'MTU to put in the conflist (default: the daemon’s)')
     .option('--force', 'overwrite files that were not written by workloadnet')
-    .addHelpText('after', '\nExample:\n  workloadnet install-cni --bin-dir /opt/cni/bin --conf-dir /etc/cni/net.d')
-    .action(async (opts: { binDir: string; confDir: string; cniSocket: string; name: string; mtu?: string; force?: boolean }) => {
-      const res = await installCni({
-        binDir: opts.binDir,
-        confDir: opts.confDir,
-        cniSocket: opts.cniSocket,
-        name: opts.name,
-        force: opts.force ?? false,
-        shimPath: path.resolve(__dirname, '..', 'bin', 'workloadnet-cni'),
-        mtu: opts.mtu ? Number(opts.mtu) : undefined,
-      });
-      process.stdout.write(`installed ${res.binary}\nwrote ${res.conflist}\n`);
-    });
+    .addHelpText(
+      'after',
+      '\nExample:\n  workloadnet install-cni --bin-dir /opt/cni/bin --conf-dir /etc/cni/net.d',
+    )
+    .action(
+      async (opts: {
+        binDir: string;
+        confDir: string;
+        cniSocket: string;
+        name: string;
+        mtu?: string;
+        force?: boolean;
+      }) => {
+        const res = await installCni({
+          binDir: opts.binDir,
+          confDir: opts.confDir,
+          cniSocket: opts.cniSocket,
+          name: opts.name,
+          force: opts.force ?? false,
+          shimPath: path.resolve(__dirname, '..', 'bin', 'workloadnet-cni'),
+          mtu: opts.mtu ? Number(opts.mtu) : undefined,
+        });
+        process.stdout.write(`installed ${res.binary}\nwrote ${res.conflist}\n`);
+      },
+    );
 
   program
     .command('version')
@@ -150,9 +182,16 @@ export function registerClientCommands(program: Command): void {
     .addHelpText('after', '\nExample:\n  workloadnet version --json')
     .action(async (opts: { socket: string; json?: boolean }) => {
       const c = new ApiClient(opts.socket, 2000);
-      const daemon = await c.call(c.raw.status, {}).then((s) => s.version, () => undefined);
+      const daemon = await c.call(c.raw.status, {}).then(
+        (s) => s.version,
+        () => undefined,
+      );
       c.close();
-      process.stdout.write(opts.json ? json({ client: VERSION, daemon: daemon ?? null }) : `client: ${VERSION}\ndaemon: ${daemon ?? 'unreachable'}\n`);
+      process.stdout.write(
+        opts.json
+          ? json({ client: VERSION, daemon: daemon ?? null })
+          : `client: ${VERSION}\ndaemon: ${daemon ?? 'unreachable'}\n`,
+      );
     });
 }
 
@@ -165,7 +204,9 @@ function formatStatus(st: StatusResponse): string {
   for (const p of st.pools) lines.push(`pool:        ${p.cidr} (IPv${p.family}) ${p.used}/${p.size} used`);
   if (st.reconcile) {
     const r = st.reconcile;
-    lines.push(`reconcile:   at ${r.at}: ${r.healthy} healthy, ${r.repaired} repaired, ${r.released} released, ${r.orphansRemoved} orphans removed`);
+    lines.push(
+      `reconcile:   at ${r.at}: ${r.healthy} healthy, ${r.repaired} repaired, ${r.released} released, ${r.orphansRemoved} orphans removed`,
+    );
     for (const w of r.warnings) lines.push(`  warning:   ${w}`);
   }
   lines.push(`version:     ${st.version}`);

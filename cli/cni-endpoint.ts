@@ -7,7 +7,11 @@ import type { WorkloadService } from '../core/workload-service';
 
 /** The CNI endpoint that the workloadnet-cni forwarder talks to, as one of the daemon's endpoints. */
 export function cniEndpoint(service: WorkloadService, config: DaemonConfig, logger: Logger): Endpoint {
-  const server = new CniServer(service, { socketPath: config.cniSocket, logger: logger.child({ endpoint: 'cni' }), defaultMtu: config.mtu });
+  const server = new CniServer(service, {
+    socketPath: config.cniSocket,
+    logger: logger.child({ endpoint: 'cni' }),
+    defaultMtu: config.mtu,
+  });
   return {
     name: 'cni',
     listen: async () => {

@@ -1,5 +1,13 @@
 import { bindBackend } from './backend-wiring';
-import { DEFAULT_CONFIG, loadConfigFile, mergeConfig, type BackendName, type ConfigOverrides, type DaemonConfig, type LogLevel } from '../core/config';
+import {
+  DEFAULT_CONFIG,
+  loadConfigFile,
+  mergeConfig,
+  type BackendName,
+  type ConfigOverrides,
+  type DaemonConfig,
+  type LogLevel,
+} from '../core/config';
 import { createContainer } from '../core/container';
 import { Daemon, type Endpoint } from '../core/daemon';
 import { createLogger } from '../core/logger';

@@ -14,7 +14,9 @@ const collect = (v: string, prev: string[]): string[] => [...prev, v];
 
 export function buildProgram(): Command {
   const program = new Command('workloadnet')
-    .description('Container networking daemon with pluggable Linux (rtnetlink) and DPU dataplanes, and its client.')
+    .description(
+      'Container networking daemon with pluggable Linux (rtnetlink) and DPU dataplanes, and its client.',
+    )
     .version(VERSION, '-V, --version', 'print the version')
     // Usage errors exit 2 (commander's default is 1); set before subcommands so they inherit it.
     .exitOverride((err) => process.exit(err.exitCode === 0 ? 0 : 2))
@@ -40,19 +42,50 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
     .option('--cni-socket <path>', `CNI endpoint socket (default ${DEFAULT_CONFIG.cniSocket})`)
     .option('--socket-group <group>', 'group owning the sockets (mode 0660)')
     .option('--state-dir <dir>', `state store directory (default ${DEFAULT_CONFIG.stateDir})`)
-    .addOption(new Option('--backend <name>', `dataplane backend (default ${DEFAULT_CONFIG.backend})`).choices(['linux', 'dpu']))
-    .option('--pod-cidr <cidr>', `address pool, repeatable for dual-stack (default ${DEFAULT_CONFIG.podCidrs.join(', ')})`, collect, [])
+    .addOption(
+      new Option('--backend <name>', `dataplane backend (default ${DEFAULT_CONFIG.backend})`).choices([
+        'linux',
+        'dpu',
+      ]),
+    )
+    .option(
+      '--pod-cidr <cidr>',
+      `address pool, repeatable for dual-stack (default ${DEFAULT_CONFIG.podCidrs.join(', ')})`,
+      collect,
+      [],
+    )
     .option('--mtu <n>', `workload interface MTU (default ${DEFAULT_CONFIG.mtu})`)
-    .addOption(new Option('--log-level <level>', 'log level (default info)').choices(['trace', 'debug', 'info', 'warn', 'error', 'fatal']))
-    .option('--metrics-listen <host:port>', 'serve Prometheus metrics here (off by default; keep it on loopback)')
+    .addOption(
+      new Option('--log-level <level>', 'log level (default info)').choices([
+        'trace',
+        'debug',
+        'info',
+        'warn',
+        'error',
+        'fatal',
+      ]),
+    )
+    .option(
+      '--metrics-listen <host:port>',
+      'serve Prometheus metrics here (off by default; keep it on loopback)',
+    )
     .option('--host-netns <path>', "linux/dpu: namespace facing the workloads (default: the daemon's own)")
-    .option('--agent-socket <path>', `dpu: unix socket for agents (default ${DEFAULT_CONFIG.dpu.agentSocket})`)
+    .option(
+      '--agent-socket <path>',
+      `dpu: unix socket for agents (default ${DEFAULT_CONFIG.dpu.agentSocket})`,
+    )
     .option('--agent-listen <host:port>', 'dpu: also accept agents over TCP with mutual TLS')
     .option('--tls-cert <file>', 'dpu: server certificate for --agent-listen')
     .option('--tls-key <file>', 'dpu: server key for --agent-listen')
     .option('--tls-ca <file>', 'dpu: CA that agent certificates must chain to')
-    .option('--ack-timeout-ms <n>', `dpu: how long Attach waits for the agent (default ${DEFAULT_CONFIG.dpu.ackTimeoutMs})`)
-    .addHelpText('after', '\nExample:\n  workloadnet daemon --pod-cidr 10.88.0.0/16 --pod-cidr fd00:88::/64 --mtu 1450')
+    .option(
+      '--ack-timeout-ms <n>',
+      `dpu: how long Attach waits for the agent (default ${DEFAULT_CONFIG.dpu.ackTimeoutMs})`,
+    )
+    .addHelpText(
+      'after',
+      '\nExample:\n  workloadnet daemon --pod-cidr 10.88.0.0/16 --pod-cidr fd00:88::/64 --mtu 1450',
+    )
     .action((flags: DaemonFlags) => runDaemon(flags));
 
   registerClientCommands(program);
@@ -60,8 +93,10 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
 }
 
 if (require.main === module) {
-  buildProgram().parseAsync(process.argv).catch((err: unknown) => {
-    process.stderr.write(`workloadnet: ${err instanceof Error ? err.message : String(err)}\n`);
-    process.exit(1);
-  });
+  buildProgram()
+    .parseAsync(process.argv)
+    .catch((err: unknown) => {
+      process.stderr.write(`workloadnet: ${err instanceof Error ? err.message : String(err)}\n`);
+      process.exit(1);
+    });
 }

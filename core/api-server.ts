@@ -44,7 +44,11 @@ export class ApiServer {
     'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
     'grpc.max_send_message_length': 64 * MAX_MESSAGE_BYTES,
   });
-  private readonly health = new HealthImplementation({ '': 'NOT_SERVING', [OWN_SERVICE]: 'NOT_SERVING', [SEED_SERVICE]: 'NOT_SERVING' });
+  private readonly health = new HealthImplementation({
+    '': 'NOT_SERVING',
+    [OWN_SERVICE]: 'NOT_SERVING',
+    [SEED_SERVICE]: 'NOT_SERVING',
+  });
 
   constructor(
     private readonly service: WorkloadService,
@@ -100,12 +104,23 @@ export class ApiServer {
           mtu: req.netns?.mtu || undefined,
           containerId: req.containerId || undefined,
           pod: req.pod,
-          dns: req.dns ? { nameservers: req.dns.nameservers, search: req.dns.search, options: req.dns.options, domain: req.dns.domain || undefined } : undefined,
+          dns: req.dns
+            ? {
+                nameservers: req.dns.nameservers,
+                search: req.dns.search,
+                options: req.dns.options,
+                domain: req.dns.domain || undefined,
+              }
+            : undefined,
         });
         return toAttachResponse(att);
       }),
       detach: this.unary<DetachRequest, DetachResponse>('Detach', async (req) => {
-        await s.detach({ workloadId: req.workloadId, netnsPath: req.netns?.netnsPath, ifName: req.netns?.ifName || undefined });
+        await s.detach({
+          workloadId: req.workloadId,
+          netnsPath: req.netns?.netnsPath,
+          ifName: req.netns?.ifName || undefined,
+        });
         return {};
       }),
       status: this.unary<StatusRequest, StatusResponse>('Status', async () => {
@@ -117,14 +132,18 @@ export class ApiServer {
           ready: st.ready,
           reasons: st.reasons,
           backend: st.backend,
-          backendDetails: Object.fromEntries(Object.entries(st.backendDetails).map(([k, v]) => [k, String(v)])),
+          backendDetails: Object.fromEntries(
+            Object.entries(st.backendDetails).map(([k, v]) => [k, String(v)]),
+          ),
           pools: st.pools.map((p) => ({ cidr: p.cidr, family: p.family, size: p.size, used: p.used })),
           attachments: st.attachments,
           reconcile: st.reconcile,
           version: VERSION,
         };
       }),
-      list: this.unary<ListRequest, ListResponse>('List', async () => ({ attachments: (await s.list()).map(toProtoAttachment) })),
+      list: this.unary<ListRequest, ListResponse>('List', async () => ({
+        attachments: (await s.list()).map(toProtoAttachment),
+      })),
       get: this.unary<GetRequest, GetResponse>('Get', async (req) => ({
         attachments: (await s.get(req.workloadId, req.ifName || undefined)).map(toProtoAttachment),
       })),
@@ -133,7 +152,9 @@ export class ApiServer {
         return { ok: drift.length === 0, drift };
       }),
       gc: this.unary<GCRequest, GCResponse>('GC', async (req) => {
-        const res = await s.gc(req.keep.map((k) => ({ workloadId: k.workloadId, ifName: k.ifName || undefined })));
+        const res = await s.gc(
+          req.keep.map((k) => ({ workloadId: k.workloadId, ifName: k.ifName || undefined })),
+        );
         return {
           removed: res.removed.map((key) => {
             const [workloadId = '', ifName = ''] = key.split('/');
@@ -145,10 +166,7 @@ export class ApiServer {
   }
 
   /** Adapts a promise-returning handler to grpc-js, mapping every failure to a proper status code. */
-  private unary<Req, Res>(
-    method: string,
-    fn: (req: Req) => Promise<Res>,
-  ): grpc.handleUnaryCall<Req, Res> {
+  private unary<Req, Res>(method: string, fn: (req: Req) => Promise<Res>): grpc.handleUnaryCall<Req, Res> {
     return (call, callback) => {
       fn(call.request).then(
         (res) => callback(null, res),
@@ -166,7 +184,10 @@ export class ApiServer {
 function renamed<T extends grpc.ServiceDefinition>(def: T, serviceName: string): T {
   const out: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
   for (const [k, m] of Object.entries(def)) {
-    out[k] = { ...(m as grpc.MethodDefinition<unknown, unknown>), path: m.path.replace(/^\/[^/]+\//, `/${serviceName}/`) };
+    out[k] = {
+      ...(m as grpc.MethodDefinition<unknown, unknown>),
+      path: m.path.replace(/^\/[^/]+\//, `/${serviceName}/`),
+    };
   }
   return out as unknown as T;
 }
@@ -184,7 +205,14 @@ export function toAttachResponse(att: Attachment): AttachResponse {
       family: i.family,
     })),
     routes: (dp?.routes ?? []).map((r) => ({ destination: r.destination, gateway: r.gateway ?? '' })),
-    dns: att.dns ? { nameservers: att.dns.nameservers, search: att.dns.search, options: att.dns.options, domain: att.dns.domain ?? '' } : undefined,
+    dns: att.dns
+      ? {
+          nameservers: att.dns.nameservers,
+          search: att.dns.search,
+          options: att.dns.options,
+          domain: att.dns.domain ?? '',
+        }
+      : undefined,
     backend: att.backend,
   };
 }
@@ -195,7 +223,9 @@ function toProtoAttachment(att: Attachment): ProtoAttachment {
     ifName: att.ifName,
     netnsPath: att.netnsPath,
     containerId: att.containerId ?? '',
-    pod: att.pod ? { uid: att.pod.uid ?? '', namespace: att.pod.namespace ?? '', name: att.pod.name ?? '' } : undefined,
+    pod: att.pod
+      ? { uid: att.pod.uid ?? '', namespace: att.pod.namespace ?? '', name: att.pod.name ?? '' }
+      : undefined,
     result: toAttachResponse(att),
     state: att.state,
     createdAt: att.createdAt,

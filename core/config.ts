@@ -76,7 +76,8 @@ export const OPTION_DOCS: Record<string, string> = {
   socketGroup: "Group (name or numeric gid) owning both sockets (mode 0660); empty keeps the daemon's group.",
   stateDir: 'Directory of the embedded store (LMDB). Keep it on persistent storage.',
   backend: 'Dataplane backend: "linux" (veth + rtnetlink) or "dpu" (SmartNIC agent over gRPC).',
-  podCidrs: 'Address pools, at most one address per family per attachment (e.g. ["10.88.0.0/16","fd00:88::/64"]).',
+  podCidrs:
+    'Address pools, at most one address per family per attachment (e.g. ["10.88.0.0/16","fd00:88::/64"]).',
   mtu: 'MTU of workload interfaces (68-65535), unless a call asks for another.',
   logLevel: 'Log level: trace, debug, info, warn, error or fatal.',
   maxInFlight: 'Attach calls allowed in flight at once; further calls get RESOURCE_EXHAUSTED.',
@@ -89,7 +90,8 @@ export const OPTION_DOCS: Record<string, string> = {
   'dpu.tlsKey': 'Server private key (PEM file) for dpu.agentListen.',
   'dpu.tlsCa': 'CA bundle (PEM file) that agent client certificates must chain to.',
   'dpu.ackTimeoutMs': 'How long Attach waits for the agent to acknowledge the port (ms).',
-  'dpu.heartbeatIntervalMs': 'Interval of heartbeats to agents (ms); an agent silent for 3 intervals is lost.',
+  'dpu.heartbeatIntervalMs':
+    'Interval of heartbeats to agents (ms); an agent silent for 3 intervals is lost.',
 };
 
 /** A partial configuration as read from a file or assembled from flags. */
@@ -145,7 +147,9 @@ function checkKeys(obj: Record<string, unknown>, prefix: string, file: string): 
       if (!v || typeof v !== 'object') throw invalidArgument(`${file}: "${k}" must be an object`);
       checkKeys(v as Record<string, unknown>, `${k}.`, file);
     } else if (!(dotted in OPTION_DOCS)) {
-      throw invalidArgument(`${file}: unknown option "${dotted}" (known: ${Object.keys(OPTION_DOCS).join(', ')})`);
+      throw invalidArgument(
+        `${file}: unknown option "${dotted}" (known: ${Object.keys(OPTION_DOCS).join(', ')})`,
+      );
     }
   }
 }
@@ -157,12 +161,15 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
   for (const key of ['socket', 'cniSocket', 'stateDir'] as const) {
     if (typeof c[key] !== 'string' || !c[key].startsWith('/')) fail(`${key} must be an absolute path`);
   }
-  if (c.backend !== 'linux' && c.backend !== 'dpu') fail(`backend must be "linux" or "dpu", not "${String(c.backend)}"`);
+  if (c.backend !== 'linux' && c.backend !== 'dpu')
+    fail(`backend must be "linux" or "dpu", not "${String(c.backend)}"`);
   if (!Array.isArray(c.podCidrs) || c.podCidrs.some((p) => typeof p !== 'string')) {
     fail('podCidrs must be a list of CIDR strings');
   }
-  if (!Number.isInteger(c.mtu) || c.mtu < 68 || c.mtu > 65535) fail(`mtu must be an integer in 68..65535, not ${c.mtu}`);
-  if (!['trace', 'debug', 'info', 'warn', 'error', 'fatal'].includes(c.logLevel)) fail(`unknown logLevel "${c.logLevel}"`);
+  if (!Number.isInteger(c.mtu) || c.mtu < 68 || c.mtu > 65535)
+    fail(`mtu must be an integer in 68..65535, not ${c.mtu}`);
+  if (!['trace', 'debug', 'info', 'warn', 'error', 'fatal'].includes(c.logLevel))
+    fail(`unknown logLevel "${c.logLevel}"`);
   if (!Number.isInteger(c.maxInFlight) || c.maxInFlight < 1) fail('maxInFlight must be a positive integer');
   if (c.metricsListen && !/^[^\s]+:\d{1,5}$/.test(c.metricsListen)) fail('metricsListen must be HOST:PORT');
   if (!Number.isInteger(c.linux.linkGroup) || c.linux.linkGroup < 1 || c.linux.linkGroup > 0xffffffff) {
@@ -171,7 +178,8 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
   if (c.dpu.agentListen && !(c.dpu.tlsCert && c.dpu.tlsKey && c.dpu.tlsCa)) {
     fail('dpu.agentListen needs dpu.tlsCert, dpu.tlsKey and dpu.tlsCa: agents over TCP must use mutual TLS');
   }
-  if (!Number.isInteger(c.dpu.ackTimeoutMs) || c.dpu.ackTimeoutMs < 1) fail('dpu.ackTimeoutMs must be a positive integer');
+  if (!Number.isInteger(c.dpu.ackTimeoutMs) || c.dpu.ackTimeoutMs < 1)
+    fail('dpu.ackTimeoutMs must be a positive integer');
   return c;
 }
 

@@ -17,7 +17,9 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
   c.bind<Logger>(LOGGER).toConstantValue(logger);
   c.bind<Metrics>(METRICS).toConstantValue(metrics);
   c.bind<Store>(STORE).toDynamicValue(() => Store.open(config.stateDir));
-  c.bind<IpAllocator>(ALLOCATOR).toDynamicValue(() => new IpAllocator(config.podCidrs.map((cidr) => ({ cidr }))));
+  c.bind<IpAllocator>(ALLOCATOR).toDynamicValue(
+    () => new IpAllocator(config.podCidrs.map((cidr) => ({ cidr }))),
+  );
   c.bind<Orchestrator>(WORKLOAD_SERVICE).to(Orchestrator);
   return c;
 }

@@ -29,10 +29,12 @@ export class WorkloadNetError extends Error {
   }
 }
 
-export const invalidArgument = (msg: string): WorkloadNetError => new WorkloadNetError('INVALID_ARGUMENT', msg);
+export const invalidArgument = (msg: string): WorkloadNetError =>
+  new WorkloadNetError('INVALID_ARGUMENT', msg);
 export const notFound = (msg: string): WorkloadNetError => new WorkloadNetError('NOT_FOUND', msg);
 export const alreadyExists = (msg: string): WorkloadNetError => new WorkloadNetError('ALREADY_EXISTS', msg);
-export const exhausted = (msg: string): WorkloadNetError => new WorkloadNetError('RESOURCE_EXHAUSTED', msg, true);
+export const exhausted = (msg: string): WorkloadNetError =>
+  new WorkloadNetError('RESOURCE_EXHAUSTED', msg, true);
 export const unavailable = (msg: string): WorkloadNetError => new WorkloadNetError('UNAVAILABLE', msg, true);
 export const deadlineExceeded = (msg: string): WorkloadNetError =>
   new WorkloadNetError('DEADLINE_EXCEEDED', msg, true);

@@ -34,7 +34,8 @@ export class MetricsServer implements Endpoint {
     const i = this.listenAddr.lastIndexOf(':');
     const host = this.listenAddr.slice(0, i).replace(/^\[|\]$/g, '');
     const port = Number(this.listenAddr.slice(i + 1));
-    if (!host || !Number.isInteger(port)) throw invalidArgument(`metrics address ${this.listenAddr} must be HOST:PORT`);
+    if (!host || !Number.isInteger(port))
+      throw invalidArgument(`metrics address ${this.listenAddr} must be HOST:PORT`);
     return new Promise((resolve, reject) => {
       this.server.once('error', reject);
       this.server.listen(port, host, () => resolve());

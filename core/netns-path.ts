@@ -17,7 +17,10 @@ const CLONE_NEWNET = 0x40000000;
 let ioctl: ((fd: number, request: number) => number) | undefined;
 function nsType(fd: number): number {
   // koffi: the prebuilt FFI binary ships inside the npm package; one ioctl is all we need here.
-  ioctl ??= koffi.load('libc.so.6').func('int ioctl(int fd, unsigned long request)') as (fd: number, request: number) => number;
+  ioctl ??= koffi.load('libc.so.6').func('int ioctl(int fd, unsigned long request)') as (
+    fd: number,
+    request: number,
+  ) => number;
   return ioctl(fd, NS_GET_NSTYPE);
 }
 
@@ -63,7 +66,9 @@ export async function inspectNetnsPath(netnsPath: string): Promise<NetnsIdentity
     handle = await fs.promises.open(netnsPath, fs.constants.O_RDONLY);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code ?? 'error';
-    throw invalidArgument(`netns path ${netnsPath} cannot be opened (${code}); is the workload still running?`);
+    throw invalidArgument(
+      `netns path ${netnsPath} cannot be opened (${code}); is the workload still running?`,
+    );
   }
   let inode: number;
   try {
@@ -75,7 +80,9 @@ export async function inspectNetnsPath(netnsPath: string): Promise<NetnsIdentity
       );
     }
     if (nsType(handle.fd) !== CLONE_NEWNET) {
-      throw invalidArgument(`netns path ${netnsPath} is a namespace of another type, not a network namespace`);
+      throw invalidArgument(
+        `netns path ${netnsPath} is a namespace of another type, not a network namespace`,
+      );
     }
     inode = st.ino;
   } finally {

@@ -1,6 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { inject, injectable } from 'inversify';
-import { BACKEND, type AttachmentView, type AttachSpec, type Backend, type Drift, type IpAssignment } from './backend';
+import {
+  BACKEND,
+  type AttachmentView,
+  type AttachSpec,
+  type Backend,
+  type Drift,
+  type IpAssignment,
+} from './backend';
 import { CONFIG, type DaemonConfig } from './config';
 import { alreadyExists, asWorkloadNetError, exhausted, notFound, unavailable } from './errors';
 import { IpAllocator } from './ip-allocator';
@@ -63,7 +70,10 @@ export class Orchestrator implements WorkloadService {
     } catch (err) {
       // The pool was reconfigured and no longer contains this address: the attachment keeps it (the
       // workload is using it) but it can never be handed out again, which is what we want.
-      this.log.warn({ workloadId: rec.workloadId, address: ip.address, err: (err as Error).message }, 'address outside the configured pools');
+      this.log.warn(
+        { workloadId: rec.workloadId, address: ip.address, err: (err as Error).message },
+        'address outside the configured pools',
+      );
     }
   }
 
@@ -75,7 +85,14 @@ export class Orchestrator implements WorkloadService {
    */
   private async reconcile(): Promise<ReconcileSummary> {
     const started = Date.now();
-    const summary: ReconcileSummary = { at: new Date().toISOString(), orphansRemoved: 0, repaired: 0, released: 0, healthy: 0, warnings: [] };
+    const summary: ReconcileSummary = {
+      at: new Date().toISOString(),
+      orphansRemoved: 0,
+      repaired: 0,
+      released: 0,
+      healthy: 0,
+      warnings: [],
+    };
     const ready = this.store.all();
     const outcome = await this.backend.reconcile(ready.map(toView));
     summary.orphansRemoved = outcome.orphansRemoved.length;
@@ -94,7 +111,9 @@ export class Orchestrator implements WorkloadService {
           } catch (err) {
             // The workload is still there, so its addresses stay held: releasing them could hand a
             // live workload's address to another. Check reports the drift; Detach cleans up.
-            summary.warnings.push(`${key}: dataplane missing and repair failed (${(err as Error).message}); kept`);
+            summary.warnings.push(
+              `${key}: dataplane missing and repair failed (${(err as Error).message}); kept`,
+            );
           }
           return;
         }
@@ -102,7 +121,12 @@ export class Orchestrator implements WorkloadService {
         summary.released++;
       }),
     );
-    for (const [outcomeName, n] of Object.entries({ orphan_removed: summary.orphansRemoved, repaired: summary.repaired, released: summary.released, healthy: summary.healthy })) {
+    for (const [outcomeName, n] of Object.entries({
+      orphan_removed: summary.orphansRemoved,
+      repaired: summary.repaired,
+      released: summary.released,
+      healthy: summary.healthy,
+    })) {
       this.metrics.reconciled.inc({ outcome: outcomeName }, n);
     }
     this.lastReconcile = summary;
@@ -160,7 +184,8 @@ export class Orchestrator implements WorkloadService {
           );
         }
 
-        if (!this.allocator.configured) throw unavailable('no pod CIDR is configured; set podCidrs and restart the daemon');
+        if (!this.allocator.configured)
+          throw unavailable('no pod CIDR is configured; set podCidrs and restart the daemon');
         const allocated = this.allocator.allocate();
         const record: AttachmentRecord = {
           key,
@@ -209,9 +234,14 @@ export class Orchestrator implements WorkloadService {
     const ifName = call.ifName ? validateIfName(call.ifName) : undefined;
     const log = this.log.child({ workloadId, ifName, requestId: randomUUID() });
     await this.locks.run(workloadId, async () => {
-      const records = ifName ? [this.store.get(attachmentKey(workloadId, ifName))].filter(isDefined) : this.recordsOf(workloadId);
+      const records = ifName
+        ? [this.store.get(attachmentKey(workloadId, ifName))].filter(isDefined)
+        : this.recordsOf(workloadId);
       for (const rec of records) await this.teardown(rec, 'detach');
-      log.info({ detached: records.length }, records.length ? 'detached' : 'detach of unknown workload: nothing to do');
+      log.info(
+        { detached: records.length },
+        records.length ? 'detached' : 'detach of unknown workload: nothing to do',
+      );
     });
   }
 
@@ -223,7 +253,10 @@ export class Orchestrator implements WorkloadService {
     try {
       await this.backend.detach(toView(rec));
     } catch (err) {
-      this.log.warn({ workloadId: rec.workloadId, ifName: rec.ifName, err: (err as Error).message }, 'rollback teardown failed; reconcile removes leftovers');
+      this.log.warn(
+        { workloadId: rec.workloadId, ifName: rec.ifName, err: (err as Error).message },
+        'rollback teardown failed; reconcile removes leftovers',
+      );
     }
     this.allocator.release(rec.ips.map((i) => i.address));
   }
@@ -236,7 +269,10 @@ export class Orchestrator implements WorkloadService {
     try {
       await this.backend.detach(toView(rec));
     } catch (err) {
-      this.log.warn({ workloadId: rec.workloadId, ifName: rec.ifName, why, err: (err as Error).message }, 'dataplane teardown failed; releasing addresses anyway');
+      this.log.warn(
+        { workloadId: rec.workloadId, ifName: rec.ifName, why, err: (err as Error).message },
+        'dataplane teardown failed; releasing addresses anyway',
+      );
     }
     await this.store.remove(rec.key);
     this.allocator.release(rec.ips.map((i) => i.address));
@@ -268,7 +304,8 @@ export class Orchestrator implements WorkloadService {
     if (details.agentSocket !== undefined) {
       // Agent-based backends report their live session (sessionId) in the health details.
       this.metrics.agentConnected.set(details.sessionId ? 1 : 0);
-      if (typeof details.lastHeartbeatAgeMs === 'number') this.metrics.agentHeartbeatAge.set(details.lastHeartbeatAgeMs / 1000);
+      if (typeof details.lastHeartbeatAgeMs === 'number')
+        this.metrics.agentHeartbeatAge.set(details.lastHeartbeatAgeMs / 1000);
     }
     return {
       ready: reasons.length === 0,
@@ -290,7 +327,8 @@ export class Orchestrator implements WorkloadService {
     const found = ifName
       ? [this.store.get(attachmentKey(workloadId, validateIfName(ifName)))].filter(isDefined)
       : this.recordsOf(workloadId);
-    if (found.length === 0) throw notFound(`workload ${workloadId}${ifName ? ` has no interface ${ifName}` : ' is not attached'}`);
+    if (found.length === 0)
+      throw notFound(`workload ${workloadId}${ifName ? ` has no interface ${ifName}` : ' is not attached'}`);
     return found.map(publicView);
   }
 
@@ -314,7 +352,12 @@ export class Orchestrator implements WorkloadService {
     }
     const doomed = this.store
       .all()
-      .filter((r) => (origin === undefined || (r.origin ?? 'api') === origin) && !wholeWorkloads.has(r.workloadId) && !keys.has(r.key));
+      .filter(
+        (r) =>
+          (origin === undefined || (r.origin ?? 'api') === origin) &&
+          !wholeWorkloads.has(r.workloadId) &&
+          !keys.has(r.key),
+      );
     const removed: string[] = [];
     await Promise.all(
       doomed.map((rec) =>

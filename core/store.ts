@@ -117,7 +117,8 @@ export class Store {
     await this.root.transaction(() => {
       const previous = this.attachments.get(record.key);
       const keep = new Set(record.ips.map((ip) => ip.address));
-      for (const ip of previous?.ips ?? []) if (!keep.has(ip.address)) void this.allocations.remove(ip.address);
+      for (const ip of previous?.ips ?? [])
+        if (!keep.has(ip.address)) void this.allocations.remove(ip.address);
       for (const ip of record.ips) void this.allocations.put(ip.address, record.key);
       void this.attachments.put(record.key, record);
       if (cursors) void this.meta.put('cursors', cursors);

@@ -16,10 +16,14 @@ export async function prepareSocketPath(socketPath: string): Promise<void> {
     return;
   }
   if (!st.isSocket()) {
-    throw failedPrecondition(`${socketPath} exists and is not a socket; refusing to replace it (remove it or configure another socket)`);
+    throw failedPrecondition(
+      `${socketPath} exists and is not a socket; refusing to replace it (remove it or configure another socket)`,
+    );
   }
   if (await answers(socketPath)) {
-    throw failedPrecondition(`another daemon is already serving on ${socketPath}; stop it first or pick another socket`);
+    throw failedPrecondition(
+      `another daemon is already serving on ${socketPath}; stop it first or pick another socket`,
+    );
   }
   fs.unlinkSync(socketPath);
 }
@@ -35,7 +39,9 @@ function answers(socketPath: string): Promise<boolean> {
     // No answer either way in time: something holds the socket; treat it as live rather than steal it.
     const timer = setTimeout(() => done(true), 1000);
     c.once('connect', () => done(true));
-    c.once('error', (err: NodeJS.ErrnoException) => done(err.code !== 'ECONNREFUSED' && err.code !== 'ENOENT'));
+    c.once('error', (err: NodeJS.ErrnoException) =>
+      done(err.code !== 'ECONNREFUSED' && err.code !== 'ENOENT'),
+    );
   });
 }
 

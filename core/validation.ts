@@ -24,7 +24,10 @@ export function validateWorkloadId(id: unknown): string {
 export function validateIfName(name: unknown): string {
   if (typeof name !== 'string' || name.length === 0) throw invalidArgument('interface name is required');
   const bytes = Buffer.byteLength(name);
-  if (bytes > 15) throw invalidArgument(`interface name ${JSON.stringify(name)} is ${bytes} bytes; Linux allows at most 15`);
+  if (bytes > 15)
+    throw invalidArgument(
+      `interface name ${JSON.stringify(name)} is ${bytes} bytes; Linux allows at most 15`,
+    );
   if (/[/:\s\0]/.test(name) || name === '.' || name === '..') {
     throw invalidArgument(`interface name ${JSON.stringify(name)} must not contain "/", ":" or whitespace`);
   }
@@ -41,7 +44,8 @@ export function validateMtu(mtu: unknown): number {
 export function validateMetadata(field: string, value: unknown): string | undefined {
   if (value === undefined || value === '') return undefined;
   if (typeof value !== 'string') throw invalidArgument(`${field} must be a string`);
-  if (value.length > MAX_METADATA) throw invalidArgument(`${field} is longer than ${MAX_METADATA} characters`);
+  if (value.length > MAX_METADATA)
+    throw invalidArgument(`${field} is longer than ${MAX_METADATA} characters`);
   if (value.includes('\0')) throw invalidArgument(`${field} contains a NUL byte`);
   return value;
 }

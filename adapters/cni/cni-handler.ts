@@ -113,7 +113,12 @@ export class CniHandler {
       );
     }
     const dns = rc.dns ?? req.config.dns;
-    const call: AttachCall = { workloadId: req.containerId, netnsPath: req.netns, ifName: req.ifName, origin: 'cni' };
+    const call: AttachCall = {
+      workloadId: req.containerId,
+      netnsPath: req.netns,
+      ifName: req.ifName,
+      origin: 'cni',
+    };
     const pod = { uid: req.args.podUid, namespace: req.args.podNamespace, name: req.args.podName };
     if (pod.uid || pod.namespace || pod.name) {
       call.pod = Object.fromEntries(Object.entries(pod).filter(([, v]) => v !== undefined));

@@ -35,7 +35,9 @@ export function renderChart(title: string, subtitle: string, panels: ChartPanel[
   let y = 50;
   const parts: string[] = [];
   for (const p of panels) {
-    parts.push(`<text x="10" y="${y}" font-size="14" font-weight="bold">${esc(p.title)} (${esc(p.unit)}, ${p.better} is better)</text>`);
+    parts.push(
+      `<text x="10" y="${y}" font-size="14" font-weight="bold">${esc(p.title)} (${esc(p.unit)}, ${p.better} is better)</text>`,
+    );
     y += 12;
     const max = Math.max(...p.bars.map((b) => (Number.isFinite(b.value) ? b.value : 0)), 1e-9);
     for (const b of p.bars) {

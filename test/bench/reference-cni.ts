@@ -130,8 +130,20 @@ export async function benchCniPlugin(opts: CniPluginBenchOptions): Promise<Refer
     );
 
     return [
-      { name: opts.name, op: 'attach', p50Ms: percentile(addMs, 50), p99Ms: percentile(addMs, 99), perSecondAtParallel: addRate },
-      { name: opts.name, op: 'detach', p50Ms: percentile(delMs, 50), p99Ms: percentile(delMs, 99), perSecondAtParallel: delRate },
+      {
+        name: opts.name,
+        op: 'attach',
+        p50Ms: percentile(addMs, 50),
+        p99Ms: percentile(addMs, 99),
+        perSecondAtParallel: addRate,
+      },
+      {
+        name: opts.name,
+        op: 'detach',
+        p50Ms: percentile(delMs, 50),
+        p99Ms: percentile(delMs, 99),
+        perSecondAtParallel: delRate,
+      },
     ];
   } finally {
     // Deleting the namespaces takes every veth and the bridge with them, even after a failed DEL.

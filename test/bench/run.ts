@@ -81,16 +81,31 @@ function ratios(r: Report): Record<string, number> {
 }
 
 function print(r: Report): void {
-  const line = (cells: string[], widths: number[]): string => cells.map((c, i) => c.padEnd(widths[i] ?? 10)).join('  ');
+  const line = (cells: string[], widths: number[]): string =>
+    cells.map((c, i) => c.padEnd(widths[i] ?? 10)).join('  ');
   const w = [38, 7, 10, 10, 12];
-  console.log(`\nworkloadnet benchmarks ${r.at} on ${r.machine.cpus}x ${r.machine.model}, node ${r.machine.node}, kernel ${r.machine.kernel}`);
+  console.log(
+    `\nworkloadnet benchmarks ${r.at} on ${r.machine.cpus}x ${r.machine.model}, node ${r.machine.node}, kernel ${r.machine.kernel}`,
+  );
   console.log(`count ${r.params.count}, ${r.params.parallel} in flight for rates, ${r.params.pods} pods\n`);
   console.log(line(['dataplane / CNI', 'op', 'p50 ms', 'p99 ms', `/s @${r.params.parallel}`], w));
   for (const row of [...r.dataplane, ...r.cni, ...r.core]) {
-    console.log(line([row.name, row.op, row.p50Ms.toFixed(2), row.p99Ms.toFixed(2), row.perSecondAtParallel.toFixed(0)], w));
+    console.log(
+      line(
+        [row.name, row.op, row.p50Ms.toFixed(2), row.p99Ms.toFixed(2), row.perSecondAtParallel.toFixed(0)],
+        w,
+      ),
+    );
   }
-  for (const f of r.cniForwarder) console.log(line([f.name, '', f.p50Ms.toFixed(2), f.p99Ms.toFixed(2), ''], [60, 0, 10, 10, 0]));
-  for (const c of r.containerd) console.log(line([`${c.name} (pod run+stop+remove)`, '', c.p50Ms.toFixed(1), c.p99Ms.toFixed(1), ''], [60, 0, 10, 10, 0]));
+  for (const f of r.cniForwarder)
+    console.log(line([f.name, '', f.p50Ms.toFixed(2), f.p99Ms.toFixed(2), ''], [60, 0, 10, 10, 0]));
+  for (const c of r.containerd)
+    console.log(
+      line(
+        [`${c.name} (pod run+stop+remove)`, '', c.p50Ms.toFixed(1), c.p99Ms.toFixed(1), ''],
+        [60, 0, 10, 10, 0],
+      ),
+    );
   for (const a of [...r.allocator, ...r.dpu]) console.log(`${a.name}: ${a.value.toFixed(2)} ${a.unit}`);
   const maxLoop = Math.max(...r.dataplane.map((d) => d.maxEventLoopDelayMs ?? 0));
   if (maxLoop > 0) console.log(`largest event-loop delay in the linux backend run: ${maxLoop.toFixed(1)} ms`);
@@ -101,22 +116,42 @@ function print(r: Report): void {
 function chart(r: Report): string {
   const rows = [...r.dataplane, ...r.cni];
   const bars = (op: 'attach' | 'detach', key: 'p50Ms' | 'perSecondAtParallel') =>
-    rows.filter((x) => x.op === op).map((x) => ({ label: x.name, value: x[key], ours: !/ptp|bridge/.test(x.name) }));
+    rows
+      .filter((x) => x.op === op)
+      .map((x) => ({ label: x.name, value: x[key], ours: !/ptp|bridge/.test(x.name) }));
   const panels: ChartPanel[] = [
     { title: 'Attach latency p50', unit: 'ms', better: 'lower', bars: bars('attach', 'p50Ms') },
     { title: 'Detach latency p50', unit: 'ms', better: 'lower', bars: bars('detach', 'p50Ms') },
-    { title: `Attaches per second, ${r.params.parallel} in flight`, unit: '/s', better: 'higher', bars: bars('attach', 'perSecondAtParallel') },
-    { title: `Detaches per second, ${r.params.parallel} in flight`, unit: '/s', better: 'higher', bars: bars('detach', 'perSecondAtParallel') },
+    {
+      title: `Attaches per second, ${r.params.parallel} in flight`,
+      unit: '/s',
+      better: 'higher',
+      bars: bars('attach', 'perSecondAtParallel'),
+    },
+    {
+      title: `Detaches per second, ${r.params.parallel} in flight`,
+      unit: '/s',
+      better: 'higher',
+      bars: bars('detach', 'perSecondAtParallel'),
+    },
   ];
   if (r.containerd.length) {
     panels.push({
       title: 'containerd pod run+stop+remove p50',
       unit: 'ms',
       better: 'lower',
-      bars: r.containerd.map((c) => ({ label: c.name, value: c.p50Ms, ours: c.name.includes('workloadnet') })),
+      bars: r.containerd.map((c) => ({
+        label: c.name,
+        value: c.p50Ms,
+        ours: c.name.includes('workloadnet'),
+      })),
     });
   }
-  return renderChart('workloadnet vs. reference CNI plugins', `${r.at}, ${r.machine.cpus}x ${r.machine.model}; count ${r.params.count}`, panels);
+  return renderChart(
+    'workloadnet vs. reference CNI plugins',
+    `${r.at}, ${r.machine.cpus}x ${r.machine.model}; count ${r.params.count}`,
+    panels,
+  );
 }
 
 async function main(): Promise<void> {
@@ -137,7 +172,12 @@ async function main(): Promise<void> {
   const cpu = os.cpus()[0];
   const r: Report = {
     at: new Date().toISOString(),
-    machine: { cpus: os.cpus().length, model: cpu?.model ?? 'unknown', node: process.version, kernel: os.release() },
+    machine: {
+      cpus: os.cpus().length,
+      model: cpu?.model ?? 'unknown',
+      node: process.version,
+      kernel: os.release(),
+    },
     params: { count, parallel, pods },
     dataplane: [],
     cni: [],
@@ -158,7 +198,9 @@ async function main(): Promise<void> {
     r.dataplane.push(...(await benchReferenceCni({ plugin: 'bridge', count, parallel })));
     step('linux backend (in process)');
     // Its sequential rows carry the rate at `parallel` too; the extra "(N in flight)" rows repeat it.
-    const backendRows = (await benchLinuxBackend({ count, parallel })).filter((x) => !x.name.includes('in flight'));
+    const backendRows = (await benchLinuxBackend({ count, parallel })).filter(
+      (x) => !x.name.includes('in flight'),
+    );
     r.dataplane.push(...backendRows.map((x) => ({ ...x, name: 'linux backend (in process)' })));
     step('daemon with the linux backend, over gRPC');
     r.dataplane.push(...(await benchDaemonLinux({ count, parallel })));

@@ -14,13 +14,20 @@ import { benchCniPlugin, type ReferenceCniResult } from './reference-cni';
 
 const SHIM = path.resolve(__dirname, '..', '..', 'bin', 'workloadnet-cni');
 
-async function withDaemon<T>(podCidr: string, fn: (ctx: { node: string; daemon: DaemonProcess; work: string }) => Promise<T>): Promise<T> {
+async function withDaemon<T>(
+  podCidr: string,
+  fn: (ctx: { node: string; daemon: DaemonProcess; work: string }) => Promise<T>,
+): Promise<T> {
   const node = uniqueNetnsName('wnb-', 'node');
   const work = await mkdtemp(path.join(os.tmpdir(), 'wn-bench-cni-'));
   await addNetns(node);
   let daemon: DaemonProcess | undefined;
   try {
-    daemon = await DaemonProcess.start({ dir: path.join(work, 'daemon'), netns: node, args: ['--pod-cidr', podCidr, '--log-level', 'warn'] });
+    daemon = await DaemonProcess.start({
+      dir: path.join(work, 'daemon'),
+      netns: node,
+      args: ['--pod-cidr', podCidr, '--log-level', 'warn'],
+    });
     return await fn({ node, daemon, work });
   } finally {
     await daemon?.stop().catch(() => undefined);
@@ -29,7 +36,10 @@ async function withDaemon<T>(podCidr: string, fn: (ctx: { node: string; daemon: 
   }
 }
 
-export function benchWorkloadnetCni(opts: { count: number; parallel: number }): Promise<ReferenceCniResult[]> {
+export function benchWorkloadnetCni(opts: {
+  count: number;
+  parallel: number;
+}): Promise<ReferenceCniResult[]> {
   return withDaemon('10.92.0.0/16', ({ node, daemon }) =>
     benchCniPlugin({
       name: 'workloadnet-cni (linux backend)',
@@ -47,7 +57,24 @@ export function benchWorkloadnetContainerd(count: number): Promise<ContainerdPod
     const cniBinDir = path.join(work, 'bin');
     const cniConfDir = path.join(work, 'conf');
     await installReferencePlugins(cniBinDir, ['loopback']);
-    execFileSync(process.execPath, [CLI, 'install-cni', '--bin-dir', cniBinDir, '--conf-dir', cniConfDir, '--cni-socket', daemon.cniSocket, '--name', 'wn-bench']);
-    return benchContainerdPods({ cniBinDir, cniConfDir, count, label: 'containerd+workloadnet', nodeNetns: node });
+    execFileSync(process.execPath, [
+      CLI,
+      'install-cni',
+      '--bin-dir',
+      cniBinDir,
+      '--conf-dir',
+      cniConfDir,
+      '--cni-socket',
+      daemon.cniSocket,
+      '--name',
+      'wn-bench',
+    ]);
+    return benchContainerdPods({
+      cniBinDir,
+      cniConfDir,
+      count,
+      label: 'containerd+workloadnet',
+      nodeNetns: node,
+    });
   });
 }

@@ -12,7 +12,10 @@ import { RecordingBackend } from '../support/recording-backend';
 const SNAPSHOTS = path.resolve(__dirname, '..', '..', '..', 'test', 'cli', 'snapshots');
 
 function run(args: string[]): { code: number; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, [CLI, ...args], { encoding: 'utf8', env: { ...process.env, COLUMNS: '100' } });
+  const r = spawnSync(process.execPath, [CLI, ...args], {
+    encoding: 'utf8',
+    env: { ...process.env, COLUMNS: '100' },
+  });
   return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
 }
 
@@ -29,7 +32,17 @@ function runAsync(args: string[]): Promise<{ code: number; stdout: string; stder
 const describeRoot = isRoot ? describe : describe.skip;
 
 describe('workloadnet CLI: help', () => {
-  for (const cmd of [[], ['daemon'], ['status'], ['ls'], ['inspect'], ['detach'], ['gc'], ['install-cni'], ['version']]) {
+  for (const cmd of [
+    [],
+    ['daemon'],
+    ['status'],
+    ['ls'],
+    ['inspect'],
+    ['detach'],
+    ['gc'],
+    ['install-cni'],
+    ['version'],
+  ]) {
     const name = cmd.length ? cmd.join('-') : 'main';
     it(`prints the same --help for "${name}" as its snapshot, with examples`, () => {
       const r = run([...cmd, '--help']);
@@ -105,9 +118,16 @@ describeRoot('workloadnet CLI against a daemon (root, test namespace)', () => {
     expect(r.code).to.equal(0);
     const lines = r.stdout.trim().split('\n');
     expect(lines[0]).to.match(/^WORKLOAD\s+POD\s+INTERFACE\s+IPS\s+BACKEND\s+STATE\s+AGE$/);
-    expect(lines.slice(1).map((l) => l.split(/\s+/)[0]).sort()).to.deep.equal(['alpha', 'beta']);
+    expect(
+      lines
+        .slice(1)
+        .map((l) => l.split(/\s+/)[0])
+        .sort(),
+    ).to.deep.equal(['alpha', 'beta']);
     expect(r.stdout).to.include('default/pod-alpha');
-    const j = JSON.parse((await runAsync(['ls', '--json', ...sock()])).stdout) as Array<{ workloadId: string }>;
+    const j = JSON.parse((await runAsync(['ls', '--json', ...sock()])).stdout) as Array<{
+      workloadId: string;
+    }>;
     expect(j.map((a) => a.workloadId).sort()).to.deep.equal(['alpha', 'beta']);
   });
 
@@ -122,7 +142,9 @@ describeRoot('workloadnet CLI against a daemon (root, test namespace)', () => {
     expect((await runAsync(['gc', ...sock()])).code).to.equal(2);
     const r = await runAsync(['gc', 'alpha', '--json', ...sock()]);
     expect(r.code).to.equal(0);
-    expect((JSON.parse(r.stdout) as { removed: Array<{ workloadId: string }> }).removed.map((x) => x.workloadId)).to.deep.equal(['beta']);
+    expect(
+      (JSON.parse(r.stdout) as { removed: Array<{ workloadId: string }> }).removed.map((x) => x.workloadId),
+    ).to.deep.equal(['beta']);
   });
 
   it('detach removes a workload and succeeds again for an unknown one', async () => {

@@ -17,14 +17,22 @@ conformanceSuite({
     execFileSync('ip', ['-n', dpu.name, 'link', 'set', 'lo', 'up']);
     const work = path.join(dir, 'dpu');
     const agentSocket = path.join(work, 'agent.sock');
-    const d = await DaemonProcess.start({ dir: work, netns: nodeNetns, args: ['--backend', 'dpu', '--agent-socket', agentSocket, '--pod-cidr', podCidr] });
+    const d = await DaemonProcess.start({
+      dir: work,
+      netns: nodeNetns,
+      args: ['--backend', 'dpu', '--agent-socket', agentSocket, '--pod-cidr', podCidr],
+    });
     const sim = SimProcess.start({
       socket: agentSocket,
       agentId: 'conformance-dpu',
       stateFile: path.join(work, 'sim-state.json'),
       extra: ['--dataplane', 'netns', '--dpu-netns', dpu.name, '--host-netns', `/var/run/netns/${nodeNetns}`],
     });
-    await waitUntil(async () => (await d.client.call(d.client.raw.status, {})).ready, 'the daemon to see the agent', 15_000);
+    await waitUntil(
+      async () => (await d.client.call(d.client.raw.status, {})).ready,
+      'the daemon to see the agent',
+      15_000,
+    );
     return {
       client: d.client,
       stop: async () => {

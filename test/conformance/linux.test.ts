@@ -7,7 +7,11 @@ conformanceSuite({
   name: 'linux',
   nodeTraffic: true,
   async start({ nodeNetns, dir, podCidr }) {
-    const d = await DaemonProcess.start({ dir: path.join(dir, 'linux'), netns: nodeNetns, args: ['--backend', 'linux', '--pod-cidr', podCidr] });
+    const d = await DaemonProcess.start({
+      dir: path.join(dir, 'linux'),
+      netns: nodeNetns,
+      args: ['--backend', 'linux', '--pod-cidr', podCidr],
+    });
     return { client: d.client, stop: () => d.stop() };
   },
 });

@@ -37,7 +37,9 @@ function ping(fromNetns: string, to: string): boolean {
 }
 
 function linkNames(netns: string): string[] {
-  return ipJson<Array<{ ifname: string }>>(netns, ['link', 'show']).map((l) => l.ifname).sort();
+  return ipJson<Array<{ ifname: string }>>(netns, ['link', 'show'])
+    .map((l) => l.ifname)
+    .sort();
 }
 
 function addressOf(res: AttachResponse): string {
@@ -56,7 +58,10 @@ export function conformanceSuite(target: ConformanceTarget): void {
 
     const attach = (r: AttachRequest) => handle.client.call(handle.client.raw.attach, r);
     const detach = (workloadId: string, netnsPath = '') =>
-      handle.client.call(handle.client.raw.detach, { workloadId, netns: { netnsPath, ifName: 'eth0', mtu: 0 } });
+      handle.client.call(handle.client.raw.detach, {
+        workloadId,
+        netns: { netnsPath, ifName: 'eth0', mtu: 0 },
+      });
     const req = (workloadId: string, netnsPath: string, ifName = 'eth0'): AttachRequest => ({
       workloadId,
       netns: { netnsPath, ifName, mtu: 0 },
@@ -96,7 +101,9 @@ export function conformanceSuite(target: ConformanceTarget): void {
         [w1, r1],
         [w2, r2],
       ] as const) {
-        const addrs = ipJson<Array<{ addr_info: Array<{ local: string; prefixlen: number; family: string }> }>>(w.name, ['addr', 'show', 'dev', 'eth0']);
+        const addrs = ipJson<
+          Array<{ addr_info: Array<{ local: string; prefixlen: number; family: string }> }>
+        >(w.name, ['addr', 'show', 'dev', 'eth0']);
         const v4 = addrs[0]?.addr_info.filter((a) => a.family === 'inet') ?? [];
         expect(v4.map((a) => `${a.local}/${a.prefixlen}`)).to.deep.equal([`${addressOf(r)}/32`]);
         const routes = ipJson<Array<{ dst: string; gateway?: string }>>(w.name, ['route', 'show']);
@@ -163,10 +170,12 @@ export function conformanceSuite(target: ConformanceTarget): void {
       expect(err, 'attach must fail').to.not.equal(undefined);
       expect(err?.details).to.match(/eth0|exist/i);
       expect(linkNames(node)).to.deep.equal(hostLinks);
-      const st = await handle.client.call(handle.client.raw.get, { workloadId: 'conf-taken', ifName: '' }).then(
-        () => 'found',
-        (e: grpc.ServiceError) => grpc.status[e.code],
-      );
+      const st = await handle.client
+        .call(handle.client.raw.get, { workloadId: 'conf-taken', ifName: '' })
+        .then(
+          () => 'found',
+          (e: grpc.ServiceError) => grpc.status[e.code],
+        );
       expect(st).to.equal('NOT_FOUND');
     });
 
@@ -182,7 +191,8 @@ export function conformanceSuite(target: ConformanceTarget): void {
       execFileSync('ip', ['netns', 'del', w2.name]);
       await detach('conf-gone2', w2.path);
       // A veth pair dies with its namespace asynchronously; give the kernel a moment.
-      for (let i = 0; i < 50 && linkNames(node).join() !== baseline.join(); i++) await new Promise((r) => setTimeout(r, 100));
+      for (let i = 0; i < 50 && linkNames(node).join() !== baseline.join(); i++)
+        await new Promise((r) => setTimeout(r, 100));
       expect(linkNames(node)).to.deep.equal(baseline);
       const list = await handle.client.call(handle.client.raw.list, {});
       expect(list.attachments.map((a) => a.workloadId)).to.not.include.members(['conf-gone', 'conf-gone2']);

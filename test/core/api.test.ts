@@ -87,10 +87,19 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
 
   it('succeeds when detaching an unknown workload, an empty netns, or twice', async () => {
     await d.client.call(d.client.raw.detach, { workloadId: 'nobody', netns: undefined });
-    await d.client.call(d.client.raw.detach, { workloadId: 'nobody', netns: { netnsPath: '', ifName: '', mtu: 0 } });
+    await d.client.call(d.client.raw.detach, {
+      workloadId: 'nobody',
+      netns: { netnsPath: '', ifName: '', mtu: 0 },
+    });
     await attach(req('w1'));
-    await d.client.call(d.client.raw.detach, { workloadId: 'w1', netns: { netnsPath: ns1, ifName: 'eth0', mtu: 0 } });
-    await d.client.call(d.client.raw.detach, { workloadId: 'w1', netns: { netnsPath: ns1, ifName: 'eth0', mtu: 0 } });
+    await d.client.call(d.client.raw.detach, {
+      workloadId: 'w1',
+      netns: { netnsPath: ns1, ifName: 'eth0', mtu: 0 },
+    });
+    await d.client.call(d.client.raw.detach, {
+      workloadId: 'w1',
+      netns: { netnsPath: ns1, ifName: 'eth0', mtu: 0 },
+    });
     expect((await list()).attachments).to.have.length(0);
     expect(backend.programmed.size).to.equal(0);
   });
@@ -194,7 +203,9 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
     const drift = await d.client.call(d.client.raw.check, { workloadId: 'w1', ifName: 'eth0' });
     expect(drift.ok).to.equal(false);
     expect(drift.drift[0]?.kind).to.equal('interface-missing');
-    expect(codeOf(await rejects(d.client.call(d.client.raw.get, { workloadId: 'nobody', ifName: '' })))).to.equal('NOT_FOUND');
+    expect(
+      codeOf(await rejects(d.client.call(d.client.raw.get, { workloadId: 'nobody', ifName: '' }))),
+    ).to.equal('NOT_FOUND');
   });
 
   it('GC keeps exactly the named attachments', async () => {

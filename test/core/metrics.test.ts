@@ -39,19 +39,43 @@ describeRoot('Prometheus metrics (root, test namespace)', () => {
     const netnsPath = namespaces.add().path;
     const n = 4;
     for (let i = 0; i < n; i++) {
-      await d.client.call(d.client.raw.attach, { workloadId: `m${i}`, netns: { netnsPath, ifName: 'eth0', mtu: 0 }, containerId: '', pod: undefined, dns: undefined });
+      await d.client.call(d.client.raw.attach, {
+        workloadId: `m${i}`,
+        netns: { netnsPath, ifName: 'eth0', mtu: 0 },
+        containerId: '',
+        pod: undefined,
+        dns: undefined,
+      });
     }
     backend.failAttach = internal('boom');
-    await d.client.call(d.client.raw.attach, { workloadId: 'bad', netns: { netnsPath, ifName: 'eth0', mtu: 0 }, containerId: '', pod: undefined, dns: undefined }).catch(() => undefined);
+    await d.client
+      .call(d.client.raw.attach, {
+        workloadId: 'bad',
+        netns: { netnsPath, ifName: 'eth0', mtu: 0 },
+        containerId: '',
+        pod: undefined,
+        dns: undefined,
+      })
+      .catch(() => undefined);
     await d.client.call(d.client.raw.status, {});
 
     const res = await fetch(`http://127.0.0.1:${server.port}/metrics`);
     expect(res.status).to.equal(200);
     const text = await res.text();
-    expect(sample(text, 'workloadnet_call_duration_seconds_count', { op: 'attach', backend: 'recording', code: 'OK' })).to.equal(n);
-    expect(sample(text, 'workloadnet_call_duration_seconds_count', { op: 'attach', code: 'INTERNAL' })).to.equal(1);
+    expect(
+      sample(text, 'workloadnet_call_duration_seconds_count', {
+        op: 'attach',
+        backend: 'recording',
+        code: 'OK',
+      }),
+    ).to.equal(n);
+    expect(
+      sample(text, 'workloadnet_call_duration_seconds_count', { op: 'attach', code: 'INTERNAL' }),
+    ).to.equal(1);
     expect(sample(text, 'workloadnet_errors_total', { op: 'attach', code: 'INTERNAL' })).to.equal(1);
-    expect(sample(text, 'workloadnet_pool_addresses_used', { pool: '10.77.0.0/24', family: '4' })).to.equal(n);
+    expect(sample(text, 'workloadnet_pool_addresses_used', { pool: '10.77.0.0/24', family: '4' })).to.equal(
+      n,
+    );
     expect(sample(text, 'workloadnet_attachments', {})).to.equal(n);
     expect((await fetch(`http://127.0.0.1:${server.port}/other`)).status).to.equal(404);
   });

@@ -16,7 +16,9 @@ function runAndKill(dir: string, afterMs: number): Promise<void> {
     let stderr = '';
     child.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
     child.stdout.once('data', () => setTimeout(() => child.kill('SIGKILL'), afterMs));
-    child.once('exit', (code, signal) => (signal === 'SIGKILL' ? resolve() : reject(new Error(`writer exited ${code}: ${stderr}`))));
+    child.once('exit', (code, signal) =>
+      signal === 'SIGKILL' ? resolve() : reject(new Error(`writer exited ${code}: ${stderr}`)),
+    );
   });
 }
 
@@ -34,7 +36,8 @@ function checkInvariants(dir: string): { rows: number } {
         expect(index.get(ip.address), `index entry of ${ip.address}`).to.equal(r.key);
       }
     }
-    for (const [address, key] of index) expect(seen.get(address), `index entry ${address} -> ${key} without its row`).to.equal(key);
+    for (const [address, key] of index)
+      expect(seen.get(address), `index entry ${address} -> ${key} without its row`).to.equal(key);
     return { rows: rows.length };
   } finally {
     void s.close();

@@ -11,7 +11,9 @@ const read = (rel: string): string => fs.readFileSync(path.join(ROOT, rel), 'utf
 
 function flatKeys(obj: object, prefix = ''): string[] {
   return Object.entries(obj).flatMap(([k, v]) =>
-    v && typeof v === 'object' && !Array.isArray(v) ? flatKeys(v as object, `${prefix}${k}.`) : [`${prefix}${k}`],
+    v && typeof v === 'object' && !Array.isArray(v)
+      ? flatKeys(v as object, `${prefix}${k}.`)
+      : [`${prefix}${k}`],
   );
 }
 
@@ -27,13 +29,17 @@ describe('documentation', () => {
     const readme = read('README.md');
     for (const key of configKeys) {
       expect(ops, `docs/operations.md lacks ${key}`).to.include(`\`${key}\``);
-      expect(readme.includes(`\`${key}\``) || readme.includes(`\`${key}\`,`), `README lacks ${key}`).to.equal(true);
+      expect(readme.includes(`\`${key}\``) || readme.includes(`\`${key}\`,`), `README lacks ${key}`).to.equal(
+        true,
+      );
     }
   });
 
   it('ships an example config with every option, which the daemon accepts', () => {
     const file = path.join(ROOT, 'packaging', 'config.example.json');
-    expect(flatKeys(JSON.parse(fs.readFileSync(file, 'utf8')) as object).sort()).to.deep.equal([...configKeys].sort());
+    expect(flatKeys(JSON.parse(fs.readFileSync(file, 'utf8')) as object).sort()).to.deep.equal(
+      [...configKeys].sort(),
+    );
     expect(() => mergeConfig(DEFAULT_CONFIG, loadConfigFile(file))).to.not.throw();
   });
 
@@ -41,7 +47,9 @@ describe('documentation', () => {
     const ops = read('docs/operations.md');
     const program = buildProgram();
     for (const cmd of program.commands) {
-      expect(ops, `docs/operations.md lacks "workloadnet ${cmd.name()}"`).to.include(`workloadnet ${cmd.name()}`);
+      expect(ops, `docs/operations.md lacks "workloadnet ${cmd.name()}"`).to.include(
+        `workloadnet ${cmd.name()}`,
+      );
     }
     const daemon = program.commands.find((c) => c.name() === 'daemon');
     for (const opt of daemon?.options ?? []) {
@@ -51,7 +59,13 @@ describe('documentation', () => {
   });
 
   it('has the architecture, operations, DPU protocol, troubleshooting and benchmark documents', () => {
-    for (const doc of ['architecture.md', 'operations.md', 'dpu-protocol.md', 'troubleshooting.md', 'benchmarks.md']) {
+    for (const doc of [
+      'architecture.md',
+      'operations.md',
+      'dpu-protocol.md',
+      'troubleshooting.md',
+      'benchmarks.md',
+    ]) {
       expect(read(`docs/${doc}`).length, doc).to.be.greaterThan(500);
     }
   });

@@ -8,7 +8,10 @@ import { WorkloadnetNode, type WorkloadnetNodeOptions } from './support/workload
 // A real containerd (Debian's 1.6 with its CRI plugin) creates pod sandboxes and calls workloadnet
 // through the native forwarder, exactly as on a Kubernetes node. The same suite runs per backend.
 
-export function containerdSuite(backendName: string, opts: WorkloadnetNodeOptions & { subnetPrefix: string }): void {
+export function containerdSuite(
+  backendName: string,
+  opts: WorkloadnetNodeOptions & { subnetPrefix: string },
+): void {
   const describeRoot = isRoot ? describe : describe.skip;
   describeRoot(`containerd end to end with workloadnet: ${backendName} backend (root)`, function () {
     this.timeout(180_000);
@@ -18,7 +21,9 @@ export function containerdSuite(backendName: string, opts: WorkloadnetNodeOption
     after(async () => node.stop());
     afterEach(function () {
       if (this.currentTest?.state === 'failed') {
-        console.error(`--- daemon log ---\n${node.daemon?.log()}\n--- containerd log ---\n${node.containerd?.logTail(30)}`);
+        console.error(
+          `--- daemon log ---\n${node.daemon?.log()}\n--- containerd log ---\n${node.containerd?.logTail(30)}`,
+        );
       }
     });
 
@@ -91,7 +96,10 @@ export function containerdSuite(backendName: string, opts: WorkloadnetNodeOption
     it('cleans up completely on Stop + Remove after the daemon was SIGKILLed and restarted', async () => {
       const pod = await runPod('survivor');
       await node.restartDaemonAfterSigkill();
-      expect((await attachments()).some((a) => a.workloadId === pod.id), 'attachment survives the restart').to.equal(true);
+      expect(
+        (await attachments()).some((a) => a.workloadId === pod.id),
+        'attachment survives the restart',
+      ).to.equal(true);
       await removePod(pod.id);
       expect((await attachments()).some((a) => a.workloadId === pod.id)).to.equal(false);
       expect(await used()).to.equal(0);

@@ -45,10 +45,18 @@ describeRoot('linux backend crash recovery (root, test-owned namespaces)', funct
     const workloads = Array.from({ length: 50 }, (_, i) => ({ id: `crash-${i}`, ns: namespaces.add() }));
     const client = daemon.client;
     const calls = workloads.map((w) =>
-      client.call(client.raw.attach, { workloadId: w.id, netns: { netnsPath: w.ns.path, ifName: 'eth0', mtu: 0 }, containerId: '', pod: undefined, dns: undefined }).then(
-        (r: AttachResponse) => r,
-        () => undefined,
-      ),
+      client
+        .call(client.raw.attach, {
+          workloadId: w.id,
+          netns: { netnsPath: w.ns.path, ifName: 'eth0', mtu: 0 },
+          containerId: '',
+          pod: undefined,
+          dns: undefined,
+        })
+        .then(
+          (r: AttachResponse) => r,
+          () => undefined,
+        ),
     );
     // Kill once some, but not all, attaches have finished.
     const done: number[] = [];
@@ -63,12 +71,25 @@ describeRoot('linux backend crash recovery (root, test-owned namespaces)', funct
     expect(status.reconcile, 'reconcile ran').to.not.equal(undefined);
 
     // ip -j prints an empty object for every link outside the group: keep the real ones.
-    const hostLinks = ipJson<Array<{ ifname?: string; ifalias?: string }>>(node, ['link', 'show', 'group', GROUP]).filter((l) => l.ifname);
+    const hostLinks = ipJson<Array<{ ifname?: string; ifalias?: string }>>(node, [
+      'link',
+      'show',
+      'group',
+      GROUP,
+    ]).filter((l) => l.ifname);
     const aliases = hostLinks.map((l) => l.ifalias ?? '');
     const keys = list.map((a) => `${a.workloadId}/${a.ifName}`);
     // Every host link in our group belongs to a stored attachment, and every attachment has its link.
-    for (const alias of aliases) expect(keys.some((k) => alias.endsWith(k)), `orphan host link ${alias}`).to.equal(true);
-    for (const k of keys) expect(aliases.some((a) => a.endsWith(k)), `attachment ${k} without host link`).to.equal(true);
+    for (const alias of aliases)
+      expect(
+        keys.some((k) => alias.endsWith(k)),
+        `orphan host link ${alias}`,
+      ).to.equal(true);
+    for (const k of keys)
+      expect(
+        aliases.some((a) => a.endsWith(k)),
+        `attachment ${k} without host link`,
+      ).to.equal(true);
     expect(list.every((a) => a.state === 'ready')).to.equal(true);
 
     const addresses = list.map((a) => (a.result?.ips[0]?.cidr ?? '').split('/')[0]);
@@ -87,7 +108,13 @@ describeRoot('linux backend crash recovery (root, test-owned namespaces)', funct
     // Workloads whose attach was cut off can attach now.
     const missing = workloads.filter((w) => !list.some((a) => a.workloadId === w.id));
     for (const w of missing.slice(0, 5)) {
-      const r = await daemon.client.call(daemon.client.raw.attach, { workloadId: w.id, netns: { netnsPath: w.ns.path, ifName: 'eth0', mtu: 0 }, containerId: '', pod: undefined, dns: undefined });
+      const r = await daemon.client.call(daemon.client.raw.attach, {
+        workloadId: w.id,
+        netns: { netnsPath: w.ns.path, ifName: 'eth0', mtu: 0 },
+        containerId: '',
+        pod: undefined,
+        dns: undefined,
+      });
       expect(r.ip).to.have.length(1);
     }
   });

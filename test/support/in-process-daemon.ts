@@ -28,7 +28,11 @@ export class InProcessDaemon {
     return fs.mkdtempSync(path.join(os.tmpdir(), 'wn-test-'));
   }
 
-  static async start(backend: Backend, overrides: ConfigOverrides = {}, dir = InProcessDaemon.tempDir()): Promise<InProcessDaemon> {
+  static async start(
+    backend: Backend,
+    overrides: ConfigOverrides = {},
+    dir = InProcessDaemon.tempDir(),
+  ): Promise<InProcessDaemon> {
     const config = mergeConfig(DEFAULT_CONFIG, {
       socket: path.join(dir, 'api.sock'),
       cniSocket: path.join(dir, 'cni.sock'),

@@ -1,4 +1,12 @@
-import type { AttachmentView, AttachSpec, Backend, BackendHealth, DataplaneResult, Drift, ReconcileOutcome } from '../../core/backend';
+import type {
+  AttachmentView,
+  AttachSpec,
+  Backend,
+  BackendHealth,
+  DataplaneResult,
+  Drift,
+  ReconcileOutcome,
+} from '../../core/backend';
 import { WorkloadNetError } from '../../core/errors';
 
 /**
@@ -30,7 +38,13 @@ export class RecordingBackend implements Backend {
       if (this.attachDelayMs) await new Promise((r) => setTimeout(r, this.attachDelayMs));
       if (this.failAttach) throw this.failAttach;
       this.programmed.set(spec.key, spec);
-      return { ifName: spec.ifName, mac: '02:00:00:00:00:01', mtu: spec.mtu, hostIfName: 'rec0', routes: [{ destination: '0.0.0.0/0', gateway: '169.254.1.1' }] };
+      return {
+        ifName: spec.ifName,
+        mac: '02:00:00:00:00:01',
+        mtu: spec.mtu,
+        hostIfName: 'rec0',
+        routes: [{ destination: '0.0.0.0/0', gateway: '169.254.1.1' }],
+      };
     } finally {
       this.running--;
     }
@@ -43,7 +57,9 @@ export class RecordingBackend implements Backend {
   }
 
   async check(att: AttachmentView): Promise<Drift[]> {
-    return this.programmed.has(att.key) ? [] : [{ kind: 'interface-missing', message: `${att.key} is not programmed` }];
+    return this.programmed.has(att.key)
+      ? []
+      : [{ kind: 'interface-missing', message: `${att.key} is not programmed` }];
   }
 
   async reconcile(atts: AttachmentView[]): Promise<ReconcileOutcome> {
@@ -59,6 +75,8 @@ export class RecordingBackend implements Backend {
   }
 
   async health(): Promise<BackendHealth> {
-    return this.healthy ? { ready: true, reasons: [] } : { ready: false, reasons: ['recording backend set unhealthy'] };
+    return this.healthy
+      ? { ready: true, reasons: [] }
+      : { ready: false, reasons: ['recording backend set unhealthy'] };
   }
 }

@@ -50,14 +50,32 @@ export class WorkloadnetNode {
     const cniBinDir = path.join(this.work, 'bin');
     const cniConfDir = path.join(this.work, 'conf');
     await installReferencePlugins(cniBinDir, ['loopback']);
-    execFileSync(process.execPath, [CLI, 'install-cni', '--bin-dir', cniBinDir, '--conf-dir', cniConfDir, '--cni-socket', this.daemon.cniSocket, '--name', 'wn-e2e']);
+    execFileSync(process.execPath, [
+      CLI,
+      'install-cni',
+      '--bin-dir',
+      cniBinDir,
+      '--conf-dir',
+      cniConfDir,
+      '--cni-socket',
+      this.daemon.cniSocket,
+      '--name',
+      'wn-e2e',
+    ]);
     this.containerd = await ContainerdHarness.start({ cniBinDir, cniConfDir, nodeNetns: this.nodeNetns });
     await this.containerd.waitForNetworkReady();
   }
 
   async startDaemon(): Promise<void> {
-    const extra = typeof this.opts.daemonArgs === 'function' ? this.opts.daemonArgs({ work: this.work }) : (this.opts.daemonArgs ?? []);
-    this.daemon = await DaemonProcess.start({ dir: this.daemonDir, netns: this.nodeNetns, args: ['--pod-cidr', this.opts.podCidr, ...extra] });
+    const extra =
+      typeof this.opts.daemonArgs === 'function'
+        ? this.opts.daemonArgs({ work: this.work })
+        : (this.opts.daemonArgs ?? []);
+    this.daemon = await DaemonProcess.start({
+      dir: this.daemonDir,
+      netns: this.nodeNetns,
+      args: ['--pod-cidr', this.opts.podCidr, ...extra],
+    });
     // Pods are only started once the daemon says it can attach (a DPU backend waits for its agent).
     const client = this.daemon.client;
     const deadline = Date.now() + 15_000;
