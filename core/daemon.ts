@@ -4,6 +4,7 @@ import { BACKEND, type Backend } from './backend';
 import { CONFIG, type DaemonConfig } from './config';
 import { LOGGER, type Logger } from './logger';
 import { STORE, type Orchestrator } from './orchestrator';
+import { prepareSocketPath } from './unix-socket';
 import type { Store } from './store';
 import { WORKLOAD_SERVICE } from './workload-service';
 
@@ -32,6 +33,9 @@ export class Daemon {
   async start(extra: (service: Orchestrator) => Endpoint[] = () => []): Promise<void> {
     const config = this.container.get<DaemonConfig>(CONFIG);
     const log = this.container.get<Logger>(LOGGER);
+    // Refuse to run beside a live daemon before touching anything: its backend would take our
+    // in-flight attachments for orphans.
+    await prepareSocketPath(config.socket);
     const backend = this.container.get<Backend>(BACKEND);
     await backend.start();
     const service = this.service;

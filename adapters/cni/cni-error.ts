@@ -75,7 +75,9 @@ export function cniErrorFromService(err: unknown, verb: CniVerbContext): CniErro
   }
   let message = wn.message;
   if (wn.code === 'ALREADY_EXISTS') {
-    message = `${wn.message} (the container id and interface are attached to another network namespace; DEL that attachment first)`;
+    // Either this container and interface are attached elsewhere, or the interface name is taken in
+    // the namespace: the hint covers both.
+    message = `${wn.message} (DEL the earlier attachment of this container and interface, or remove the conflicting interface)`;
   }
   return new CniError(code, message, `workloadnet ${wn.code}`);
 }

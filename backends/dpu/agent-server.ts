@@ -1,6 +1,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
+import { prepareSocketPath } from '../../core/unix-socket';
 import type { Logger } from '../../core/logger';
 import { failedPrecondition, invalidArgument, unavailable } from '../../core/errors';
 import {
@@ -56,22 +57,6 @@ function bind(server: grpc.Server, address: string, creds: grpc.ServerCredential
   });
 }
 
-/** Removes a socket file left by a previous run; refuses to remove anything that is not a socket. */
-async function clearStaleSocket(socketPath: string): Promise<void> {
-  let st: fs.Stats;
-  try {
-    st = await fs.promises.lstat(socketPath);
-  } catch {
-    return;
-  }
-  if (!st.isSocket()) {
-    throw failedPrecondition(
-      `agent socket path ${socketPath} exists and is not a socket; remove it or choose another dpu.agentSocket`,
-    );
-  }
-  await fs.promises.unlink(socketPath);
-}
-
 export class AgentServer {
   private readonly server: grpc.Server;
   private boundTcpPort: number | undefined;
@@ -113,7 +98,8 @@ export class AgentServer {
     if (!path.isAbsolute(socketPath))
       throw invalidArgument(`dpu.agentSocket must be an absolute path, got ${socketPath}`);
     await fs.promises.mkdir(path.dirname(socketPath), { recursive: true, mode: 0o755 });
-    await clearStaleSocket(socketPath);
+    // The same rules as the API sockets: a live socket belongs to another daemon and is never stolen.
+    await prepareSocketPath(socketPath);
     try {
       await bind(this.server, `unix:${socketPath}`, grpc.ServerCredentials.createInsecure());
     } catch (err) {
