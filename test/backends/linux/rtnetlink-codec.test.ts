@@ -235,7 +235,8 @@ describe('rtnetlink codec', () => {
       expect(canonicalAddress('2001:db8:0:0:1:0:0:1')).to.equal('2001:db8::1:0:0:1');
       expect(canonicalAddress('2001:db8:0:1:1:1:1:1')).to.equal('2001:db8:0:1:1:1:1:1');
       expect(canonicalAddress('::')).to.equal('::');
-      expect(canonicalAddress('::ffff:10.1.2.3')).to.equal('::ffff:a01:203');
+      // IPv4-mapped addresses keep the dotted quad (RFC 5952 §5).
+      expect(canonicalAddress('::FFFF:a01:203')).to.equal('::ffff:10.1.2.3');
       expect(canonicalAddress('fe80::1')).to.equal('fe80::1');
     });
 
