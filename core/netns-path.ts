@@ -31,18 +31,30 @@ export interface NetnsIdentity {
   inode: number;
 }
 
-/** Inodes of namespaces that must never be handed to a workload: our own and PID 1's. */
+/**
+ * Inodes of namespaces that must never be handed to a workload: our own, PID 1's, and the initial
+ * network namespace. Reading PID 1's link needs ptrace rights over it, which a daemon may lack; kernel
+ * threads always live in the initial namespace and kthreadd (PID 2 in the host PID namespace) stays
+ * readable, so it names the host's namespace when PID 1 does not.
+ */
 function protectedNamespaces(): Map<number, string> {
   const out = new Map<number, string>();
-  for (const [p, what] of [
-    ['/proc/self/ns/net', "the daemon's own network namespace"],
-    ['/proc/1/ns/net', "the network namespace of PID 1 (the host's)"],
-  ] as const) {
+  const guard = (p: string, what: string): void => {
     try {
-      out.set(fs.statSync(p).ino, what);
+      const ino = fs.statSync(p).ino;
+      if (!out.has(ino)) out.set(ino, what);
     } catch {
-      // PID 1's namespace link is unreadable in some sandboxes; our own is always readable.
+      // Unreadable here; the other entries still protect what they can.
     }
+  };
+  guard('/proc/self/ns/net', "the daemon's own network namespace");
+  guard('/proc/1/ns/net', "the network namespace of PID 1 (the host's)");
+  try {
+    if (fs.readFileSync('/proc/2/comm', 'utf8').trim() === 'kthreadd') {
+      guard('/proc/2/ns/net', "the host's initial network namespace");
+    }
+  } catch {
+    // No kthreadd in this PID namespace (a container): PID 1's entry is all we have.
   }
   return out;
 }
@@ -61,9 +73,26 @@ export async function inspectNetnsPath(netnsPath: string): Promise<NetnsIdentity
       `netns path ${JSON.stringify(netnsPath)} must be absolute and normalised (no "..", "." or "//")`,
     );
   }
+  nsfsDev ??= fs.statSync('/proc/self/ns/net').dev;
+  const notNsfs = (): Error =>
+    invalidArgument(
+      `netns path ${netnsPath} is not a namespace file (expected /proc/<pid>/ns/net or a bind-mounted nsfs file such as /var/run/netns/<name>)`,
+    );
+  // stat before open: opening a FIFO or a device could block a threadpool thread forever.
+  let before: fs.Stats;
+  try {
+    before = await fs.promises.stat(netnsPath);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code ?? 'error';
+    throw invalidArgument(
+      `netns path ${netnsPath} cannot be opened (${code}); is the workload still running?`,
+    );
+  }
+  if (before.dev !== nsfsDev) throw notNsfs();
   let handle: fs.promises.FileHandle;
   try {
-    handle = await fs.promises.open(netnsPath, fs.constants.O_RDONLY);
+    // O_NONBLOCK in case the path was swapped for something else since the stat.
+    handle = await fs.promises.open(netnsPath, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
   } catch (err) {
     const code = (err as NodeJS.ErrnoException).code ?? 'error';
     throw invalidArgument(
@@ -73,12 +102,7 @@ export async function inspectNetnsPath(netnsPath: string): Promise<NetnsIdentity
   let inode: number;
   try {
     const st = await handle.stat();
-    nsfsDev ??= fs.statSync('/proc/self/ns/net').dev;
-    if (st.dev !== nsfsDev) {
-      throw invalidArgument(
-        `netns path ${netnsPath} is not a namespace file (expected /proc/<pid>/ns/net or a bind-mounted nsfs file such as /var/run/netns/<name>)`,
-      );
-    }
+    if (st.dev !== nsfsDev) throw notNsfs();
     if (nsType(handle.fd) !== CLONE_NEWNET) {
       throw invalidArgument(
         `netns path ${netnsPath} is a namespace of another type, not a network namespace`,

@@ -279,7 +279,7 @@ export class Orchestrator implements WorkloadService {
   }
 
   private recordsOf(workloadId: string): AttachmentRecord[] {
-    return this.store.all().filter((r) => r.workloadId === workloadId);
+    return this.store.byWorkload(workloadId);
   }
 
   async status(): Promise<ServiceStatus> {

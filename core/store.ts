@@ -91,6 +91,17 @@ export class Store {
     return this.attachments.get(key);
   }
 
+  /**
+   * Attachments of one workload, by key range: keys are "<workload>/<ifname>" and workload ids cannot
+   * contain '/', so they sort between "<workload>/" and "<workload>0" ('0' follows '/').
+   */
+  byWorkload(workloadId: string): AttachmentRecord[] {
+    const out: AttachmentRecord[] = [];
+    for (const { value } of this.attachments.getRange({ start: `${workloadId}/`, end: `${workloadId}0` }))
+      out.push(value);
+    return out;
+  }
+
   all(): AttachmentRecord[] {
     const out: AttachmentRecord[] = [];
     for (const { value } of this.attachments.getRange()) out.push(value);

@@ -236,7 +236,13 @@ export function parseNetworkConfig(raw: Record<string, unknown>, cniVersion: str
   const mtu = raw.mtu;
   if (mtu !== undefined && mtu !== null && mtu !== 0) {
     if (typeof mtu !== 'number' || !Number.isInteger(mtu) || mtu < 68 || mtu > 65535) {
-      throw invalid(`mtu must be an integer from 68 to 65535, not ${JSON.stringify(mtu)}`);
+      // Quote numbers and short strings only: stringifying an arbitrary (deeply nested) value can
+      // overflow the stack.
+      const shown =
+        typeof mtu === 'number' || (typeof mtu === 'string' && mtu.length <= 32)
+          ? JSON.stringify(mtu)
+          : `a ${Array.isArray(mtu) ? 'list' : typeof mtu}`;
+      throw invalid(`mtu must be an integer from 68 to 65535, not ${shown}`);
     }
     config.mtu = mtu;
   }

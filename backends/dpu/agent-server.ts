@@ -1,3 +1,4 @@
+import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
@@ -43,12 +44,26 @@ export interface AgentServerOptions {
   onStream: (call: AgentCall, peer: AgentPeer) => void;
 }
 
-function readPem(what: string, file: string): Buffer {
+/**
+ * Reads one PEM file and parses it on its own, so that a bad file is named in the error instead of
+ * surfacing as an anonymous OpenSSL decoder error from the TLS listener. Never logs the contents.
+ */
+function readPem(what: 'CA' | 'certificate' | 'key', file: string): Buffer {
+  let pem: Buffer;
   try {
-    return fs.readFileSync(file);
+    pem = fs.readFileSync(file);
   } catch (err) {
     throw failedPrecondition(`cannot read the DPU agent TLS ${what} ${file}: ${(err as Error).message}`);
   }
+  try {
+    if (what === 'key') crypto.createPrivateKey(pem);
+    else new crypto.X509Certificate(pem);
+  } catch (err) {
+    throw failedPrecondition(
+      `the DPU agent TLS ${what} file ${file} is not a usable PEM ${what === 'key' ? 'private key' : 'certificate'}: ${(err as Error).message}`,
+    );
+  }
+  return pem;
 }
 
 function bind(server: grpc.Server, address: string, creds: grpc.ServerCredentials): Promise<number> {

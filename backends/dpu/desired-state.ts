@@ -104,6 +104,11 @@ export class DesiredState {
     return this.ports.values();
   }
 
+  /** Oper states are reports of one agent session; a new session reports afresh. */
+  clearOperStates(): void {
+    for (const entry of this.ports.values()) entry.operState = undefined;
+  }
+
   setOperState(name: string, state: 'up' | 'down'): boolean {
     const entry = this.ports.get(name);
     if (!entry) return false;

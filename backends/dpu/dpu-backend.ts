@@ -206,6 +206,7 @@ export class DpuBackend implements Backend {
     this.lost = { agentId: s.agentId, bootId: s.bootId, at: Date.now(), reason };
     // Acks can only arrive on the session that got the change; the next snapshot settles the rest.
     this.tombstones.clear();
+    this.desired.clearOperStates();
     this.sync?.abandon();
     this.sync = undefined;
     const failed = this.acks.failSession(s.id, (name) =>

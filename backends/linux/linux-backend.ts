@@ -54,6 +54,9 @@ export class LinuxBackend implements Backend {
   readonly name = 'linux';
   private readonly opts: ResolvedLinuxBackendOptions;
   private host: Promise<HostContext> | undefined;
+  private lastHealth: BackendHealth | undefined;
+  private healthProbe: Promise<BackendHealth> | undefined;
+  private healthAt = 0;
 
   constructor(opts: LinuxBackendOptions = {}) {
     this.opts = resolveLinuxBackendOptions(opts);
@@ -237,7 +240,25 @@ export class LinuxBackend implements Backend {
     return outcome;
   }
 
+  /**
+   * Status is asked for often (health probes, the daemon's readiness refresh) and must answer at once
+   * even while hundreds of attaches keep the threadpool busy; the probe itself goes through that pool.
+   * So the last result is served while a fresh one is fetched in the background once it is a second
+   * old. The very first call waits for a real probe.
+   */
   async health(): Promise<BackendHealth> {
+    const now = Date.now();
+    if (!this.healthProbe || now - this.healthAt > HEALTH_MAX_AGE_MS) {
+      this.healthAt = now;
+      const probe = this.probeHealth();
+      const first = !this.lastHealth;
+      this.healthProbe = probe.then((h) => (this.lastHealth = h));
+      if (first) return this.healthProbe;
+    }
+    return this.lastHealth ?? this.healthProbe;
+  }
+
+  private async probeHealth(): Promise<BackendHealth> {
     const reasons: string[] = [];
     const details: Record<string, string | number | boolean> = {
       hostNetns: this.opts.hostNetnsPath ?? '(own)',
@@ -408,6 +429,8 @@ export class LinuxBackend implements Backend {
     }
   }
 }
+
+const HEALTH_MAX_AGE_MS = 1000;
 
 const GONE = new Set(['ENODEV', 'ESRCH', 'ENOENT', 'EADDRNOTAVAIL']);
 

@@ -32,7 +32,7 @@ function fmt(v: number): string {
 }
 
 export function renderChart(title: string, subtitle: string, panels: ChartPanel[]): string {
-  let y = 50;
+  let y = 66;
   const parts: string[] = [];
   for (const p of panels) {
     parts.push(

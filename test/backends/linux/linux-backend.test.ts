@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import type { BackendHealth } from '../../../core/backend';
 import { execFile } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -448,11 +449,19 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
     it('is ready while netlink answers and forwarding is on, and says why when forwarding is off', async () => {
       expect(await backend.health()).to.deep.include({ ready: true, reasons: [] });
       await netnsExec(node, 'sh', '-c', 'echo 0 > /proc/sys/net/ipv4/ip_forward');
-      const h = await backend.health();
+      // Health is served from a probe at most a second old, so the change shows within ~2 s.
+      const settled = async (ready: boolean): Promise<BackendHealth> => {
+        for (let i = 0; ; i++) {
+          const h = await backend.health();
+          if (h.ready === ready || i >= 40) return h;
+          await new Promise((r) => setTimeout(r, 100));
+        }
+      };
+      const h = await settled(false);
       expect(h.ready).to.equal(false);
       expect(h.reasons.join('\n')).to.match(/net\.ipv4\.ip_forward is 0/);
       await backend.start();
-      expect((await backend.health()).ready).to.equal(true);
+      expect((await settled(true)).ready).to.equal(true);
     });
   });
 

@@ -1,0 +1,406 @@
+import { expect } from 'chai';
+import { execFile } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import * as v8 from 'node:v8';
+import * as vm from 'node:vm';
+import * as grpc from '@grpc/grpc-js';
+import { DEFAULT_CONFIG } from '../../core/config';
+import type { AttachRequest, AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
+import { DaemonProcess } from '../support/daemon-process';
+import { InProcessDaemon } from '../support/in-process-daemon';
+import { isRoot, NetnsSet } from '../support/netns';
+import { RecordingBackend } from '../support/recording-backend';
+import { API_BURST_MAIN, type BurstOutcome, type BurstReport } from './api-burst';
+import { codeName, outcome, type Outcome } from './grpc-outcome';
+import { hostLinksInGroup } from './kernel-view';
+import { makeNodeNamespace } from './node-namespace';
+import { fmtLatency, StatusSampler, type StatusLatency } from './status-sampler';
+import { scaled } from './torture-settings';
+
+// Load: bursts of concurrent calls over the real gRPC API. Every call must end with OK or a clear
+// RESOURCE_EXHAUSTED, the in-flight bound must hold, addresses stay unique, memory comes back after
+// detaching, and Status keeps answering within 100 ms while a burst runs.
+//
+// With the recording backend the daemon runs in this process, so the burst comes from a client
+// process of its own (api-burst.ts): a thousand requests encoded in one go would otherwise stall the
+// very event loop whose responsiveness is being measured.
+
+const describeRoot = isRoot ? describe : describe.skip;
+const BURST = scaled(1000);
+const LINUX_BURST = Math.min(scaled(200), 250);
+const STORED = scaled(3000);
+const STATUS_BUDGET_MS = 100;
+
+const addressOf = (r: AttachResponse | undefined): string => (r?.ips[0]?.cidr ?? '').split('/')[0] ?? '';
+
+/** A full collection, when the runtime lets us ask for one, so heap figures compare like with like. */
+function collect(): void {
+  v8.setFlagsFromString('--expose-gc');
+  const gc = vm.runInNewContext('gc') as (() => void) | undefined;
+  gc?.();
+  gc?.();
+}
+
+const mib = (bytes: number): string => `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+
+function tallyCodes(outcomes: ReadonlyArray<{ code: grpc.status }>): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const o of outcomes) out[codeName(o.code)] = (out[codeName(o.code)] ?? 0) + 1;
+  return out;
+}
+
+interface BurstSpec {
+  socket: string;
+  op: 'attach' | 'detach';
+  count: number;
+  prefix: string;
+  netnsPath: string;
+  /** Empty: Detach by workload id alone. */
+  ifName: string;
+  channels: number;
+}
+
+/** Runs one burst from a separate client process and returns its report. */
+function burst(s: BurstSpec): Promise<BurstReport> {
+  const args = [
+    API_BURST_MAIN,
+    s.socket,
+    s.op,
+    String(s.count),
+    s.prefix,
+    s.netnsPath || '',
+    s.ifName || '-',
+    String(s.channels),
+  ];
+  return new Promise((resolve, reject) =>
+    execFile(process.execPath, args, { maxBuffer: 256 * 1024 * 1024 }, (err, stdout, stderr) =>
+      err
+        ? reject(new Error(`api-burst failed: ${err.message}\n${stderr}`))
+        : resolve(JSON.parse(stdout) as BurstReport),
+    ),
+  );
+}
+
+/** Runs `load` while sampling Status every 10 ms on a connection of its own. */
+async function sampled<T>(
+  socket: string,
+  load: () => Promise<T>,
+): Promise<{ result: T; latency: StatusLatency }> {
+  const sampler = new StatusSampler(socket);
+  await sampler.start();
+  try {
+    const result = await load();
+    return { result, latency: await sampler.stop() };
+  } catch (err) {
+    await sampler.stop();
+    throw err;
+  }
+}
+
+describeRoot('load: concurrent calls over gRPC (root for test-owned namespaces)', function () {
+  this.timeout(120_000);
+  const namespaces = new NetnsSet('wnr-');
+  let workloadNetns: string;
+
+  before(() => {
+    // The recording backend programs nothing, but every path must still be a real network namespace.
+    workloadNetns = namespaces.add().path;
+  });
+  after(() => namespaces.cleanup());
+
+  describe('recording backend, in-process daemon, load from a client process', () => {
+    let d: InProcessDaemon | undefined;
+
+    afterEach(async () => {
+      await d?.stop();
+      if (d) fs.rmSync(d.dir, { recursive: true, force: true });
+      d = undefined;
+    });
+
+    const start = async (backend: RecordingBackend, maxInFlight?: number): Promise<InProcessDaemon> => {
+      d = await InProcessDaemon.start(backend, {
+        podCidrs: ['10.77.0.0/16'],
+        ...(maxInFlight ? { maxInFlight } : {}),
+      });
+      return d;
+    };
+
+    it(`serves ${BURST} concurrent Attach calls, each with its own address, and gives the memory back once they are detached`, async () => {
+      const backend = new RecordingBackend();
+      backend.attachDelayMs = 20;
+      const daemon = await start(backend);
+      const socket = daemon.config.socket;
+      collect();
+      const heapBefore = process.memoryUsage().heapUsed;
+
+      const { result: report, latency } = await sampled(socket, () =>
+        burst({
+          socket,
+          op: 'attach',
+          count: BURST,
+          prefix: 'load-',
+          netnsPath: workloadNetns,
+          ifName: 'eth0',
+          channels: 1,
+        }),
+      );
+      expect(
+        tallyCodes(report.outcomes),
+        'every call succeeds under the default in-flight bound',
+      ).to.deep.equal({ OK: BURST });
+      const addresses = report.outcomes.map((o) => o.address);
+      expect(new Set(addresses).size, 'distinct addresses').to.equal(BURST);
+      expect((await daemon.client.call(daemon.client.raw.status, {})).pools[0]?.used).to.equal(BURST);
+      expect((await daemon.client.call(daemon.client.raw.list, {})).attachments).to.have.length(BURST);
+      collect();
+      const heapLoaded = process.memoryUsage().heapUsed;
+
+      const detached = await burst({
+        socket,
+        op: 'detach',
+        count: BURST,
+        prefix: 'load-',
+        netnsPath: '',
+        ifName: 'eth0',
+        channels: 1,
+      });
+      expect(tallyCodes(detached.outcomes)).to.deep.equal({ OK: BURST });
+      expect((await daemon.client.call(daemon.client.raw.status, {})).pools[0]?.used).to.equal(0);
+      expect(backend.programmed.size).to.equal(0);
+      collect();
+      const heapAfter = process.memoryUsage().heapUsed;
+
+      console.log(
+        `      ${BURST} attaches in ${report.ms.toFixed(0)} ms (${((BURST / report.ms) * 1000).toFixed(0)}/s, backend concurrency ${backend.maxConcurrent}), ` +
+          `${BURST} detaches in ${detached.ms.toFixed(0)} ms; during the attaches: ${fmtLatency(latency)}; ` +
+          `daemon heap before ${mib(heapBefore)}, with ${BURST} attachments ${mib(heapLoaded)}, after detaching all ${mib(heapAfter)}`,
+      );
+      expect(latency.failures, 'Status calls that failed during the burst').to.equal(0);
+      // Generous: the point is that nothing per call stays reachable once the attachments are gone.
+      expect(heapAfter - heapBefore, 'heap kept after detaching every attachment').to.be.lessThan(
+        32 * 1024 * 1024,
+      );
+    });
+
+    it(`answers Status within ${STATUS_BUDGET_MS} ms while ${BURST} Attach calls arrive at once`, async () => {
+      const daemon = await start(Object.assign(new RecordingBackend(), { attachDelayMs: 20 }));
+      const socket = daemon.config.socket;
+      const { result: report, latency } = await sampled(socket, () =>
+        burst({
+          socket,
+          op: 'attach',
+          count: BURST,
+          prefix: 'prompt-',
+          netnsPath: workloadNetns,
+          ifName: 'eth0',
+          channels: 1,
+        }),
+      );
+      console.log(`      ${BURST} attaches in ${report.ms.toFixed(0)} ms; ${fmtLatency(latency)}`);
+      expect(tallyCodes(report.outcomes)).to.deep.equal({ OK: BURST });
+      expect(latency.samples, 'Status was sampled throughout').to.be.greaterThan(10);
+      expect(latency.failures).to.equal(0);
+      expect(latency.maxMs, `slowest Status during the burst (${fmtLatency(latency)})`).to.be.lessThan(
+        STATUS_BUDGET_MS,
+      );
+    });
+
+    it(`refuses what exceeds maxInFlight with RESOURCE_EXHAUSTED and keeps only what it accepted (${BURST} calls over 8 connections, bound 200)`, async () => {
+      const backend = new RecordingBackend();
+      // Slow enough that the burst piles up against the bound.
+      backend.attachDelayMs = 300;
+      const daemon = await start(backend, 200);
+      const socket = daemon.config.socket;
+      const ids = Array.from({ length: BURST }, (_, i) => `bound-${i}`);
+      const { result: report, latency } = await sampled(socket, () =>
+        burst({
+          socket,
+          op: 'attach',
+          count: BURST,
+          prefix: 'bound-',
+          netnsPath: workloadNetns,
+          ifName: 'eth0',
+          channels: 8,
+        }),
+      );
+      const codes = tallyCodes(report.outcomes);
+      console.log(
+        `      bound 200: ${JSON.stringify(codes)} in ${report.ms.toFixed(0)} ms, backend concurrency ${backend.maxConcurrent}; ${fmtLatency(latency)}`,
+      );
+      expect(
+        Object.keys(codes).filter((c) => c !== 'OK' && c !== 'RESOURCE_EXHAUSTED'),
+        'codes other than OK and RESOURCE_EXHAUSTED',
+      ).to.deep.equal([]);
+      expect(codes.RESOURCE_EXHAUSTED ?? 0, 'calls refused by the bound').to.be.greaterThan(0);
+      expect(codes.OK ?? 0, 'calls admitted').to.be.at.least(200);
+      for (const o of report.outcomes.filter(
+        (x: BurstOutcome) => x.code === grpc.status.RESOURCE_EXHAUSTED,
+      )) {
+        expect(o.details).to.match(/too many Attach calls in flight \(200\); retry/);
+      }
+      expect(backend.maxConcurrent, 'attaches the backend saw at once').to.be.at.most(200);
+
+      const accepted = ids.filter((_, i) => report.outcomes[i]?.code === grpc.status.OK).sort();
+      const list = (await daemon.client.call(daemon.client.raw.list, {})).attachments;
+      expect(list.map((a) => a.workloadId).sort(), 'refused calls left nothing behind').to.deep.equal(
+        accepted,
+      );
+      expect([...backend.programmed.keys()].map((k) => k.split('/')[0]).sort()).to.deep.equal(accepted);
+      const addresses = list.map((a) => addressOf(a.result));
+      expect(new Set(addresses).size).to.equal(addresses.length);
+      expect((await daemon.client.call(daemon.client.raw.status, {})).pools[0]?.used).to.equal(
+        accepted.length,
+      );
+      expect(latency.failures).to.equal(0);
+    });
+
+    it(`keeps Detach by workload id as cheap as Detach by interface with ${STORED} attachments stored`, async () => {
+      const daemon = await start(new RecordingBackend());
+      const service = daemon.daemon.service;
+      for (let i = 0; i < STORED; i += 500) {
+        await Promise.all(
+          Array.from({ length: Math.min(500, STORED - i) }, (_, j) =>
+            service.attach({ workloadId: `stored-${i + j}`, netnsPath: workloadNetns, ifName: 'eth0' }),
+          ),
+        );
+      }
+      // Sequential calls for workloads that are not attached: nothing changes, only the lookup costs.
+      const timeDetaches = async (ifName: string): Promise<number> => {
+        const ms: number[] = [];
+        for (let i = 0; i < 100; i++) {
+          const t0 = performance.now();
+          await daemon.client.call(daemon.client.raw.detach, {
+            workloadId: `absent-${i}`,
+            netns: { netnsPath: '', ifName, mtu: 0 },
+          });
+          ms.push(performance.now() - t0);
+        }
+        return ms.sort((a, b) => a - b)[50] ?? 0;
+      };
+      const byInterface = await timeDetaches('eth0');
+      const byWorkload = await timeDetaches('');
+      console.log(
+        `      with ${STORED} attachments: Detach p50 by interface ${byInterface.toFixed(2)} ms, by workload id ${byWorkload.toFixed(2)} ms`,
+      );
+      expect(
+        byWorkload,
+        `p50 of Detach by workload id (ms), by interface ${byInterface.toFixed(2)} ms`,
+      ).to.be.lessThan(3 * byInterface + 1);
+      expect((await daemon.client.call(daemon.client.raw.status, {})).attachments).to.equal(STORED);
+    });
+  });
+
+  describe('linux backend, real daemon in a node namespace', () => {
+    let dir: string;
+    let node: string;
+    let daemon: DaemonProcess;
+    let workloads: Array<{ id: string; ns: { name: string; path: string } }>;
+    const linuxNamespaces = new NetnsSet('wnr-');
+
+    before(async () => {
+      dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wnr-load-'));
+      node = makeNodeNamespace(linuxNamespaces);
+      workloads = Array.from({ length: LINUX_BURST }, (_, i) => ({
+        id: `ll-${i}`,
+        ns: linuxNamespaces.add(),
+      }));
+      daemon = await DaemonProcess.start({
+        dir,
+        netns: node,
+        args: ['--pod-cidr', '10.249.0.0/24', '--log-level', 'info'],
+      });
+    });
+
+    after(async () => {
+      await daemon?.kill('SIGKILL').catch(() => undefined);
+      linuxNamespaces.cleanup();
+      if (dir) fs.rmSync(dir, { recursive: true, force: true });
+    });
+
+    const attachReq = (w: { id: string; ns: { path: string } }): AttachRequest => ({
+      workloadId: w.id,
+      netns: { netnsPath: w.ns.path, ifName: 'eth0', mtu: 0 },
+      containerId: '',
+      pod: undefined,
+      dns: undefined,
+    });
+
+    async function attachAll(): Promise<{
+      outcomes: Array<Outcome<AttachResponse>>;
+      ms: number;
+      latency: StatusLatency;
+    }> {
+      const client = daemon.client;
+      const t0 = performance.now();
+      const { result, latency } = await sampled(daemon.socket, () =>
+        Promise.all(workloads.map((w) => outcome(client.call(client.raw.attach, attachReq(w))))),
+      );
+      return { outcomes: result, ms: performance.now() - t0, latency };
+    }
+
+    async function detachAll(): Promise<{
+      outcomes: Array<Outcome<unknown>>;
+      ms: number;
+      latency: StatusLatency;
+    }> {
+      const client = daemon.client;
+      const t0 = performance.now();
+      const { result, latency } = await sampled(daemon.socket, () =>
+        Promise.all(
+          workloads.map((w) =>
+            outcome(
+              client.call(client.raw.detach, {
+                workloadId: w.id,
+                netns: { netnsPath: w.ns.path, ifName: 'eth0', mtu: 0 },
+              }),
+            ),
+          ),
+        ),
+      );
+      return { outcomes: result, ms: performance.now() - t0, latency };
+    }
+
+    it(`attaches ${LINUX_BURST} workloads concurrently, each with its own address and host link, and detaches them all`, async () => {
+      const attached = await attachAll();
+      const failed = attached.outcomes
+        .map((o, i) => ({ o, id: workloads[i]?.id }))
+        .filter((x) => x.o.code !== grpc.status.OK);
+      expect(failed.map((f) => `${f.id}: ${codeName(f.o.code)} ${f.o.details}`)).to.deep.equal([]);
+      const addresses = attached.outcomes.map((o) => addressOf(o.value));
+      expect(new Set(addresses).size, 'distinct addresses').to.equal(LINUX_BURST);
+      const links = await hostLinksInGroup(node, DEFAULT_CONFIG.linux.linkGroup);
+      expect(links.map((l) => l.ifalias).sort()).to.deep.equal(
+        workloads.map((w) => `workloadnet:${w.id}/eth0`).sort(),
+      );
+
+      const detached = await detachAll();
+      expect(tallyCodes(detached.outcomes)).to.deep.equal({ OK: LINUX_BURST });
+      expect(await hostLinksInGroup(node, DEFAULT_CONFIG.linux.linkGroup)).to.deep.equal([]);
+      expect((await daemon.client.call(daemon.client.raw.status, {})).pools[0]?.used).to.equal(0);
+      console.log(
+        `      linux: ${LINUX_BURST} concurrent attaches in ${attached.ms.toFixed(0)} ms (${fmtLatency(attached.latency)}), ` +
+          `detaches in ${detached.ms.toFixed(0)} ms (${fmtLatency(detached.latency)})`,
+      );
+    });
+
+    it(`answers Status within ${STATUS_BUDGET_MS} ms while ${LINUX_BURST} workloads attach and detach through the Linux backend`, async () => {
+      const attached = await attachAll();
+      expect(tallyCodes(attached.outcomes)).to.deep.equal({ OK: LINUX_BURST });
+      const detached = await detachAll();
+      expect(tallyCodes(detached.outcomes)).to.deep.equal({ OK: LINUX_BURST });
+      console.log(
+        `      linux attaches: ${fmtLatency(attached.latency)}; detaches: ${fmtLatency(detached.latency)}`,
+      );
+      expect(
+        attached.latency.maxMs,
+        `slowest Status while attaching (${fmtLatency(attached.latency)})`,
+      ).to.be.lessThan(STATUS_BUDGET_MS);
+      expect(
+        detached.latency.maxMs,
+        `slowest Status while detaching (${fmtLatency(detached.latency)})`,
+      ).to.be.lessThan(STATUS_BUDGET_MS);
+    });
+  });
+});

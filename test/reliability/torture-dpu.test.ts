@@ -1,0 +1,283 @@
+import { expect } from 'chai';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import type { ApiClient } from '../../cli/api-client';
+import type { SimState } from '../../backends/dpu-sim/state-file';
+import type { AttachRequest } from '../../proto/gen/workloadnet/v1/workload';
+import { SimProcess, sleep } from '../backends/dpu/sim-process';
+import { DaemonProcess } from '../support/daemon-process';
+import { isRoot, NetnsSet } from '../support/netns';
+import { codeName, outcome } from './grpc-outcome';
+import { SeededRandom } from './seeded-random';
+import { scaled, TORTURE_KILLS, TORTURE_SEED } from './torture-settings';
+
+// Attach/detach churn through the real daemon with the DPU backend while either the daemon or the
+// agent simulator is SIGKILLed at random moments. The simulator comes back with its old boot id (it
+// resumes the port table its state file held, which may be behind) or a new one (its state is gone).
+// After every resync the store, the daemon's view and the simulator's table must agree: no address
+// held twice, every attachment's port in the simulator, and no simulator port without its attachment.
+
+const describeRoot = isRoot ? describe : describe.skip;
+const POOL = '10.252.0.0/24';
+const WORKLOADS = scaled(16);
+const WORKERS = 6;
+const AGENT_ID = 'torture-dpu';
+/** While the agent is down, an Attach fails at once with UNAVAILABLE (or times out waiting for its ack). */
+const AGENT_DOWN_CODES = new Set([grpc.status.UNAVAILABLE, grpc.status.DEADLINE_EXCEEDED]);
+
+interface Workload {
+  id: string;
+  ns: { name: string; path: string };
+}
+
+interface Tally {
+  daemonKills: number;
+  simKills: number;
+  simResumes: number;
+  attachOk: number;
+  attachFailed: number;
+  detachOk: number;
+  detachFailed: number;
+  invariantChecks: number;
+}
+
+type Phase = 'up' | 'agent-down' | 'daemon-down';
+
+describeRoot('torture: DPU backend with the simulator under SIGKILL of daemon and agent (root)', function () {
+  this.timeout(60_000 + TORTURE_KILLS * 10_000);
+  const namespaces = new NetnsSet('wnr-');
+  const rnd = new SeededRandom(TORTURE_SEED ^ 0x5a5a5a5a);
+  const tally: Tally = {
+    daemonKills: 0,
+    simKills: 0,
+    simResumes: 0,
+    attachOk: 0,
+    attachFailed: 0,
+    detachOk: 0,
+    detachFailed: 0,
+    invariantChecks: 0,
+  };
+  let dir: string;
+  let node: string;
+  let agentSocket: string;
+  let stateFile: string;
+  let workloads: Workload[];
+  let daemon: DaemonProcess | undefined;
+  let sim: SimProcess | undefined;
+  let bootSerial = 0;
+  let bootId = '';
+
+  before(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wnr-torture-dpu-'));
+    agentSocket = path.join(dir, 'agent.sock');
+    stateFile = path.join(dir, 'sim-state.json');
+    // The daemon runs in a node namespace of its own; with the simulator's "none" dataplane nothing is
+    // plumbed, but workload paths must still be real network namespaces to pass validation.
+    node = namespaces.add().name;
+    workloads = Array.from({ length: WORKLOADS }, (_, i) => ({ id: `td-${i}`, ns: namespaces.add() }));
+  });
+
+  after(async () => {
+    await sim?.stop('SIGKILL');
+    await daemon?.kill('SIGKILL').catch(() => undefined);
+    namespaces.cleanup();
+    fs.rmSync(dir, { recursive: true, force: true });
+    console.log(
+      `      torture-dpu (seed ${TORTURE_SEED}): ${tally.daemonKills + tally.simKills} SIGKILLs survived ` +
+        `(daemon ${tally.daemonKills}, simulator ${tally.simKills}, of which ${tally.simResumes} resumed the same boot), ` +
+        `attaches ok/failed ${tally.attachOk}/${tally.attachFailed}, detaches ok/failed ${tally.detachOk}/${tally.detachFailed}, ` +
+        `${tally.invariantChecks} invariant checks`,
+    );
+  });
+
+  const startDaemon = (): Promise<DaemonProcess> =>
+    DaemonProcess.start({
+      dir,
+      netns: node,
+      args: [
+        '--backend',
+        'dpu',
+        '--agent-socket',
+        agentSocket,
+        '--pod-cidr',
+        POOL,
+        '--ack-timeout-ms',
+        '3000',
+      ],
+    });
+
+  /** Starts the simulator, keeping its boot (and so its saved port table) or booting it afresh. */
+  function startSim(sameBoot: boolean): SimProcess {
+    if (!sameBoot || !bootId) bootId = `boot-${++bootSerial}`;
+    return SimProcess.start({
+      socket: agentSocket,
+      agentId: AGENT_ID,
+      bootId,
+      stateFile,
+      extra: ['--dataplane', 'none', '--log-level', 'info'],
+    });
+  }
+
+  const req = (w: Workload): AttachRequest => ({
+    workloadId: w.id,
+    netns: { netnsPath: w.ns.path, ifName: 'eth0', mtu: 0 },
+    containerId: '',
+    pod: undefined,
+    dns: undefined,
+  });
+
+  /** Churn until stopped; a failure is a bug unless the daemon is down, or the agent is and it says so. */
+  function churn(
+    client: ApiClient,
+    ctl: { phase: Phase; stopping: boolean },
+  ): { done: Promise<void>; unexpected: string[] } {
+    const unexpected: string[] = [];
+    const judge = (what: string, code: grpc.status, details: string): void => {
+      if (ctl.phase === 'daemon-down') return;
+      if (ctl.phase === 'agent-down' && AGENT_DOWN_CODES.has(code)) return;
+      unexpected.push(`${what} (${ctl.phase}): ${codeName(code)} ${details}`);
+    };
+    const worker = async (): Promise<void> => {
+      while (!ctl.stopping) {
+        const w = rnd.pick(workloads);
+        if (rnd.chance(0.6)) {
+          const r = await outcome(client.call(client.raw.attach, req(w)));
+          if (r.code === grpc.status.OK) tally.attachOk++;
+          else {
+            tally.attachFailed++;
+            judge(`attach ${w.id}`, r.code, r.details);
+          }
+        } else {
+          const r = await outcome(
+            client.call(client.raw.detach, {
+              workloadId: w.id,
+              netns: { netnsPath: w.ns.path, ifName: 'eth0', mtu: 0 },
+            }),
+          );
+          if (r.code === grpc.status.OK) tally.detachOk++;
+          else {
+            tally.detachFailed++;
+            judge(`detach ${w.id}`, r.code, r.details);
+          }
+        }
+      }
+    };
+    return { done: Promise.all(Array.from({ length: WORKERS }, worker)).then(() => undefined), unexpected };
+  }
+
+  /** Waits until the simulator has applied a snapshot on the daemon's current session. */
+  async function waitForResync(d: DaemonProcess, s: SimProcess, where: string): Promise<SimState> {
+    const until = Date.now() + 20_000;
+    let last = '';
+    for (;;) {
+      const st = await d.client.call(d.client.raw.status, {});
+      const state = s.state();
+      const sessionId = st.backendDetails.sessionId;
+      if (
+        st.ready &&
+        state &&
+        state.pid === s.child.pid &&
+        state.synced &&
+        sessionId &&
+        state.session.sessionId === sessionId
+      )
+        return state;
+      last = `daemon ready=${st.ready} (${st.reasons.join('; ')}) session=${sessionId}; sim ${JSON.stringify(state && { pid: state.pid, synced: state.synced, session: state.session })}`;
+      if (Date.now() > until)
+        throw new Error(
+          `${where}: no resync within 20 s: ${last}\nsimulator log:\n${s.stderr.slice(-2000)}\ndaemon log:\n${d.log()}`,
+        );
+      await sleep(25);
+    }
+  }
+
+  async function checkInvariants(d: DaemonProcess, s: SimProcess, round: number): Promise<void> {
+    const where = `after kill ${round + 1} (seed ${TORTURE_SEED})`;
+    await waitForResync(d, s, where);
+    const list = (await d.client.call(d.client.raw.list, {})).attachments;
+    const status = await d.client.call(d.client.raw.status, {});
+    expect(
+      list.filter((a) => a.state !== 'ready').map((a) => a.workloadId),
+      `${where}: unfinished attachments`,
+    ).to.deep.equal([]);
+    const addressOf = new Map(list.map((a) => [`${a.workloadId}/${a.ifName}`, a.result?.ips[0]?.cidr ?? '']));
+    const addresses = [...addressOf.values()];
+    expect(new Set(addresses).size, `${where}: an address is held twice: ${addresses.join(' ')}`).to.equal(
+      addresses.length,
+    );
+    expect(status.pools[0]?.used, `${where}: pool usage matches the attachments`).to.equal(list.length);
+    tally.invariantChecks++;
+
+    // The state file is rewritten asynchronously: give the last write a moment before judging.
+    let ports: SimState['ports'] = [];
+    const expectedNames = [...addressOf.keys()].sort();
+    for (let i = 0; i < 40; i++) {
+      ports = s.state()?.ports ?? [];
+      if (
+        ports
+          .map((p) => p.name)
+          .sort()
+          .join() === expectedNames.join()
+      )
+        break;
+      await sleep(25);
+    }
+    const names = ports.map((p) => p.name).sort();
+    expect(
+      names.filter((n) => !addressOf.has(n)),
+      `${where}: simulator ports without an attachment`,
+    ).to.deep.equal([]);
+    expect(
+      expectedNames.filter((k) => !names.includes(k)),
+      `${where}: attachments whose port the simulator lacks`,
+    ).to.deep.equal([]);
+    tally.invariantChecks++;
+    for (const p of ports)
+      expect(p.ips, `${where}: addresses of port ${p.name}`).to.deep.equal([addressOf.get(p.name)]);
+    const portAddresses = ports.flatMap((p) => p.ips);
+    expect(new Set(portAddresses).size, `${where}: an address on two simulator ports`).to.equal(
+      portAddresses.length,
+    );
+    tally.invariantChecks++;
+  }
+
+  it(`keeps store and simulator consistent across ${TORTURE_KILLS} SIGKILLs of the daemon or the agent during churn`, async () => {
+    daemon = await startDaemon();
+    sim = startSim(false);
+    await waitForResync(daemon, sim, 'start-up');
+    for (let round = 0; round < TORTURE_KILLS; round++) {
+      const ctl: { phase: Phase; stopping: boolean } = { phase: 'up', stopping: false };
+      const load = churn(daemon.client, ctl);
+      await sleep(rnd.int(5, 400));
+      if (rnd.chance(0.5)) {
+        ctl.phase = 'daemon-down';
+        ctl.stopping = true;
+        await daemon.kill('SIGKILL');
+        tally.daemonKills++;
+        await load.done;
+        daemon = await startDaemon();
+      } else {
+        ctl.phase = 'agent-down';
+        await sim.stop('SIGKILL');
+        tally.simKills++;
+        // The churn goes on while the agent is away and while it comes back.
+        await sleep(rnd.int(0, 300));
+        const sameBoot = rnd.chance(0.5);
+        if (sameBoot) tally.simResumes++;
+        sim = startSim(sameBoot);
+        await sleep(rnd.int(0, 300));
+        ctl.stopping = true;
+        await load.done;
+      }
+      expect(
+        load.unexpected,
+        `round ${round + 1}: calls that failed although daemon and agent were up`,
+      ).to.deep.equal([]);
+      await checkInvariants(daemon, sim, round);
+    }
+    expect(tally.attachOk, 'the churn attached something').to.be.greaterThan(0);
+    expect(tally.detachOk, 'the churn detached something').to.be.greaterThan(0);
+  });
+});

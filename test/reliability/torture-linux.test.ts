@@ -1,0 +1,277 @@
+import { expect } from 'chai';
+import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import type { ApiClient } from '../../cli/api-client';
+import { DEFAULT_CONFIG } from '../../core/config';
+import type { AttachRequest } from '../../proto/gen/workloadnet/v1/workload';
+import { CLI, DaemonProcess } from '../support/daemon-process';
+import { isRoot, NetnsSet } from '../support/netns';
+import { codeName, outcome } from './grpc-outcome';
+import { hostLinksInGroup, ipv4Addresses, pings, routes } from './kernel-view';
+import { makeNodeNamespace } from './node-namespace';
+import { SeededRandom } from './seeded-random';
+import { scaled, TORTURE_KILLS, TORTURE_SEED } from './torture-settings';
+
+// Attach/detach churn through the real daemon (Linux backend, in a test-owned node namespace) while
+// the daemon is SIGKILLed at random moments, sometimes again during its start-up reconcile. After
+// every restart the kernel and the store must agree: no address held twice, no host link in our group
+// without its attachment, no attachment without its host link and workload interface, and every
+// surviving workload reaches another one.
+
+const describeRoot = isRoot ? describe : describe.skip;
+const GROUP = DEFAULT_CONFIG.linux.linkGroup;
+const POOL = '10.254.0.0/24';
+const WORKLOADS = scaled(16);
+const WORKERS = 6;
+
+interface Workload {
+  id: string;
+  ns: { name: string; path: string };
+}
+
+interface Tally {
+  kills: number;
+  killsDuringStartup: number;
+  attachOk: number;
+  attachFailed: number;
+  detachOk: number;
+  detachFailed: number;
+  invariantChecks: number;
+  pings: number;
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+describeRoot(
+  'torture: linux backend under SIGKILL during attach/detach churn (root, test-owned namespaces)',
+  function () {
+    this.timeout(60_000 + TORTURE_KILLS * 10_000);
+    const namespaces = new NetnsSet('wnr-');
+    const rnd = new SeededRandom(TORTURE_SEED);
+    const tally: Tally = {
+      kills: 0,
+      killsDuringStartup: 0,
+      attachOk: 0,
+      attachFailed: 0,
+      detachOk: 0,
+      detachFailed: 0,
+      invariantChecks: 0,
+      pings: 0,
+    };
+    let dir: string;
+    let node: string;
+    let workloads: Workload[];
+    let daemon: DaemonProcess | undefined;
+
+    const daemonArgs = (): string[] => ['--pod-cidr', POOL];
+
+    before(() => {
+      dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wnr-torture-linux-'));
+      node = makeNodeNamespace(namespaces);
+      workloads = Array.from({ length: WORKLOADS }, (_, i) => ({ id: `tl-${i}`, ns: namespaces.add() }));
+    });
+
+    after(async () => {
+      await daemon?.kill('SIGKILL').catch(() => undefined);
+      namespaces.cleanup();
+      fs.rmSync(dir, { recursive: true, force: true });
+      console.log(
+        `      torture-linux (seed ${TORTURE_SEED}): ${tally.kills} SIGKILLs survived (${tally.killsDuringStartup} during start-up reconcile), ` +
+          `attaches ok/failed ${tally.attachOk}/${tally.attachFailed}, detaches ok/failed ${tally.detachOk}/${tally.detachFailed}, ` +
+          `${tally.invariantChecks} invariant checks, ${tally.pings} pings`,
+      );
+    });
+
+    const req = (w: Workload): AttachRequest => ({
+      workloadId: w.id,
+      netns: { netnsPath: w.ns.path, ifName: 'eth0', mtu: 0 },
+      containerId: '',
+      pod: undefined,
+      dns: undefined,
+    });
+
+    /**
+     * Workers attach and detach random workloads until `stopping` is set. A failure before that is a
+     * bug (every workload always uses its own namespace, the pool is large enough); after it, the call
+     * was cut off by the kill.
+     */
+    function churn(
+      client: ApiClient,
+      ctl: { stopping: boolean },
+    ): { done: Promise<void>; unexpected: string[] } {
+      const unexpected: string[] = [];
+      const worker = async (): Promise<void> => {
+        while (!ctl.stopping) {
+          const w = rnd.pick(workloads);
+          if (rnd.chance(0.6)) {
+            const r = await outcome(client.call(client.raw.attach, req(w)));
+            if (r.code === grpc.status.OK) {
+              tally.attachOk++;
+              if (r.value?.ip.length !== 1)
+                unexpected.push(`attach ${w.id} returned ${r.value?.ip.length} addresses`);
+            } else {
+              tally.attachFailed++;
+              if (!ctl.stopping) unexpected.push(`attach ${w.id}: ${codeName(r.code)} ${r.details}`);
+            }
+          } else {
+            const r = await outcome(
+              client.call(client.raw.detach, {
+                workloadId: w.id,
+                netns: { netnsPath: w.ns.path, ifName: 'eth0', mtu: 0 },
+              }),
+            );
+            if (r.code === grpc.status.OK) tally.detachOk++;
+            else {
+              tally.detachFailed++;
+              if (!ctl.stopping) unexpected.push(`detach ${w.id}: ${codeName(r.code)} ${r.details}`);
+            }
+          }
+        }
+      };
+      return { done: Promise.all(Array.from({ length: WORKERS }, worker)).then(() => undefined), unexpected };
+    }
+
+    /** Starts a daemon on the same state and SIGKILLs it at a random moment of its start-up (reconcile). */
+    async function killDuringStartup(): Promise<void> {
+      const args = [
+        CLI,
+        'daemon',
+        '--socket',
+        path.join(dir, 'api.sock'),
+        '--cni-socket',
+        path.join(dir, 'cni.sock'),
+        '--state-dir',
+        path.join(dir, 'state'),
+        '--log-level',
+        'debug',
+        ...daemonArgs(),
+      ];
+      const log = fs.openSync(path.join(dir, 'daemon.log'), 'a');
+      const child = spawn('ip', ['netns', 'exec', node, process.execPath, ...args], {
+        stdio: ['ignore', log, log],
+      });
+      fs.closeSync(log);
+      const exited = new Promise<void>((r) => child.once('exit', () => r()));
+      await sleep(rnd.int(50, 700));
+      child.kill('SIGKILL');
+      await exited;
+      tally.kills++;
+      tally.killsDuringStartup++;
+    }
+
+    async function checkInvariants(d: DaemonProcess, round: number): Promise<void> {
+      const where = `after kill ${round + 1} (seed ${TORTURE_SEED})`;
+      const list = (await d.client.call(d.client.raw.list, {})).attachments;
+      const status = await d.client.call(d.client.raw.status, {});
+      const keys = list.map((a) => `${a.workloadId}/${a.ifName}`);
+      const addressOf = new Map(
+        list.map((a) => [a.workloadId, (a.result?.ips[0]?.cidr ?? '').split('/')[0] ?? '']),
+      );
+
+      expect(status.reconcile, `${where}: reconcile ran`).to.not.equal(undefined);
+      expect(
+        list.filter((a) => a.state !== 'ready').map((a) => a.workloadId),
+        `${where}: unfinished attachments survive reconcile`,
+      ).to.deep.equal([]);
+      tally.invariantChecks++;
+
+      const addresses = [...addressOf.values()];
+      expect(
+        addresses.every((a) => a.startsWith('10.254.0.')),
+        `${where}: addresses from the pool`,
+      ).to.equal(true);
+      expect(
+        new Set(addresses).size,
+        `${where}: an address is held twice in the store: ${addresses.join(' ')}`,
+      ).to.equal(addresses.length);
+      expect(status.pools[0]?.used, `${where}: pool usage matches the attachments`).to.equal(list.length);
+      expect(status.attachments).to.equal(list.length);
+      tally.invariantChecks++;
+
+      const links = await hostLinksInGroup(node, GROUP);
+      const aliases = links.map((l) => l.ifalias ?? '');
+      for (const alias of aliases)
+        expect(
+          keys.map((k) => `workloadnet:${k}`),
+          `${where}: host link ${alias} without its attachment`,
+        ).to.include(alias);
+      for (const k of keys)
+        expect(aliases, `${where}: attachment ${k} without its host link`).to.include(`workloadnet:${k}`);
+      expect(new Set(links.map((l) => l.ifname)).size).to.equal(links.length);
+      tally.invariantChecks++;
+
+      // Host routes: one per attached address, through that attachment's link, and none to a pool
+      // address that no attachment holds (a leftover would steal a future workload's traffic).
+      const poolRoutes = (await routes(node)).filter((r) => r.dst.startsWith('10.254.0.'));
+      expect(poolRoutes.map((r) => r.dst).sort(), `${where}: host routes to pool addresses`).to.deep.equal(
+        [...addresses].sort(),
+      );
+      tally.invariantChecks++;
+
+      // Workload side: eth0 exists exactly when attached, and holds exactly the stored address.
+      const seen = await Promise.all(
+        workloads.map(async (w) => ({ w, addrs: await ipv4Addresses(w.ns.name, 'eth0') })),
+      );
+      for (const { w, addrs } of seen) {
+        const stored = addressOf.get(w.id);
+        if (stored === undefined)
+          expect(addrs, `${where}: ${w.id} is not attached but has eth0`).to.equal(undefined);
+        else expect(addrs, `${where}: ${w.id} eth0 addresses`).to.deep.equal([`${stored}/32`]);
+      }
+      tally.invariantChecks++;
+
+      // Traffic: each survivor reaches the next one around the ring.
+      const attached = workloads.filter((w) => addressOf.has(w.id));
+      if (attached.length >= 2) {
+        const results = await Promise.all(
+          attached.map(async (w, i) => {
+            const peer = attached[(i + 1) % attached.length] as Workload;
+            return { from: w.id, to: peer.id, ok: await pings(w.ns.name, addressOf.get(peer.id) ?? '') };
+          }),
+        );
+        tally.pings += results.length;
+        expect(
+          results.filter((r) => !r.ok).map((r) => `${r.from} -> ${r.to}`),
+          `${where}: workloads that cannot reach their peer`,
+        ).to.deep.equal([]);
+      }
+      tally.invariantChecks++;
+    }
+
+    it(`keeps kernel and store consistent across ${TORTURE_KILLS} SIGKILLs during concurrent attach/detach churn`, async () => {
+      const start = (): Promise<DaemonProcess> =>
+        DaemonProcess.start({ dir, netns: node, args: daemonArgs() });
+      daemon = await start();
+      for (let round = 0; round < TORTURE_KILLS; round++) {
+        const ctl = { stopping: false };
+        const load = churn(daemon.client, ctl);
+        await sleep(rnd.int(5, 400));
+        ctl.stopping = true;
+        await daemon.kill('SIGKILL');
+        tally.kills++;
+        await load.done;
+        expect(
+          load.unexpected,
+          `round ${round + 1}: calls that failed while the daemon was up`,
+        ).to.deep.equal([]);
+        // Now and then the restart itself is cut short, in the middle of reconciling the last crash.
+        if (rnd.chance(0.25) && tally.kills < TORTURE_KILLS) {
+          await killDuringStartup();
+          round++;
+        }
+        daemon = await start();
+        try {
+          await checkInvariants(daemon, round);
+        } catch (err) {
+          (err as Error).message += `\ndaemon log tail:\n${daemon.log()}`;
+          throw err;
+        }
+      }
+      expect(tally.attachOk, 'the churn attached something').to.be.greaterThan(0);
+      expect(tally.detachOk, 'the churn detached something').to.be.greaterThan(0);
+    });
+  },
+);
