@@ -1,11 +1,12 @@
 // `npm run bench`: workloadnet side by side with Debian's reference CNI plugins, in one run on one
 // machine, reported as medians and ratios (the machines are noisy; absolute numbers travel badly).
 //
-//   npm run bench -- [--count N] [--parallel N] [--pods N] [--only a,b] [--json FILE] [--svg FILE]
+//   npm run bench -- [--count N] [--parallel N] [--pods N] [--scale N] [--only a,b] [--json FILE] [--svg FILE]
 //   node dist/test/bench/run.js --from-json FILE --svg FILE     (re-render the chart only)
 //
 // Sections: dataplane (attach/detach through ptp, bridge, the Linux backend and the daemon), cni (the
-// forwarder per call), containerd (whole pods), core (gRPC round trip, allocator), dpu.
+// forwarder per call), containerd (whole pods), core (gRPC round trip, allocator), dpu, scale (10,000
+// attachments held: memory, Status/List latency, restart time).
 // The in-process Linux backend gets the same threadpool as the daemon.
 import '../../cli/threadpool';
 import * as fs from 'node:fs';
@@ -19,6 +20,7 @@ import { benchDaemonLinux, benchDaemonRecording } from './daemon.bench';
 import { benchDpu } from './dpu.bench';
 import { benchLinuxBackend } from './linux-backend.bench';
 import { benchReferenceCni } from './reference-cni';
+import { benchScale } from './scale.bench';
 import { benchWorkloadnetCni, benchWorkloadnetContainerd } from './workloadnet-cni.bench';
 
 interface LatencyRow {
@@ -41,6 +43,7 @@ interface Report {
   core: LatencyRow[];
   allocator: Array<{ name: string; value: number; unit: string }>;
   dpu: Array<{ name: string; value: number; unit: string }>;
+  scale?: Array<{ name: string; value: number; unit: string }>;
   ratios: Record<string, number>;
   /** Largest event-loop delay seen in this (benchmark) process during the dataplane section. */
   benchLoopMaxDelayMs?: number;
@@ -106,7 +109,8 @@ function print(r: Report): void {
         [60, 0, 10, 10, 0],
       ),
     );
-  for (const a of [...r.allocator, ...r.dpu]) console.log(`${a.name}: ${a.value.toFixed(2)} ${a.unit}`);
+  for (const a of [...r.allocator, ...r.dpu, ...(r.scale ?? [])])
+    console.log(`${a.name}: ${a.value.toFixed(2)} ${a.unit}`);
   const maxLoop = Math.max(...r.dataplane.map((d) => d.maxEventLoopDelayMs ?? 0));
   if (maxLoop > 0) console.log(`largest event-loop delay in the linux backend run: ${maxLoop.toFixed(1)} ms`);
   console.log('\nratios (higher is better for workloadnet):');
@@ -228,6 +232,10 @@ async function main(): Promise<void> {
   if (want('dpu')) {
     step('dpu backend + simulator');
     r.dpu.push(...(await benchDpu({ count: Math.max(count, 500), ports: 5000 })));
+  }
+  if (want('scale')) {
+    step('scale: 10,000 attachments held by the daemon (DPU backend + simulator, dataplane off)');
+    r.scale = await benchScale({ attachments: Number(arg('scale') ?? 10_000), parallel: 32 });
   }
   r.ratios = ratios(r);
   print(r);

@@ -1,0 +1,122 @@
+import { spawn } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { SIM_MAIN } from '../backends/dpu/sim-process';
+import { DaemonProcess } from '../support/daemon-process';
+import { NetnsSet } from '../support/netns';
+import { percentile, timeMs } from './stats';
+
+// Scale: the real daemon holding 10,000 attachments (DPU backend with the simulator and its dataplane
+// off, so the kernel's veth costs do not dominate): daemon memory, Status and List latency, and the time
+// a restart takes until Status is ready again (store load + reconcile + agent resync).
+
+export interface ScaleResult {
+  name: string;
+  value: number;
+  unit: string;
+}
+
+function rssMiB(pid: number): number {
+  const line = fs
+    .readFileSync(`/proc/${pid}/status`, 'utf8')
+    .split('\n')
+    .find((l) => l.startsWith('VmRSS:'));
+  return Number(line?.split(/\s+/)[1] ?? NaN) / 1024;
+}
+
+export async function benchScale(opts: { attachments: number; parallel: number }): Promise<ScaleResult[]> {
+  const namespaces = new NetnsSet('wnb-');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-scale-'));
+  const agentSocket = path.join(dir, 'agent.sock');
+  const args = [
+    '--backend',
+    'dpu',
+    '--agent-socket',
+    agentSocket,
+    '--pod-cidr',
+    '10.128.0.0/14',
+    '--log-level',
+    'warn',
+  ];
+  const workload = namespaces.add().path;
+  const sim = spawn(
+    process.execPath,
+    [
+      SIM_MAIN,
+      '--controller',
+      `unix:${agentSocket}`,
+      '--agent-id',
+      'scale',
+      '--backoff-max-ms',
+      '100',
+      '--log-level',
+      'warn',
+    ],
+    { stdio: 'ignore' },
+  );
+  let d = await DaemonProcess.start({ dir, args });
+  try {
+    const ready = async (): Promise<void> => {
+      while (!(await d.client.call(d.client.raw.status, {})).ready)
+        await new Promise((r) => setTimeout(r, 20));
+    };
+    await ready();
+    let next = 0;
+    const worker = async (): Promise<void> => {
+      while (next < opts.attachments) {
+        const i = next++;
+        await d.client.call(d.client.raw.attach, {
+          workloadId: `scale-${i}`,
+          netns: { netnsPath: workload, ifName: 'eth0', mtu: 0 },
+          containerId: '',
+          pod: undefined,
+          dns: undefined,
+        });
+      }
+    };
+    const fillMs = await timeMs(() => Promise.all(Array.from({ length: opts.parallel }, worker)));
+    const status: number[] = [];
+    const list: number[] = [];
+    for (let i = 0; i < 20; i++) status.push(await timeMs(() => d.client.call(d.client.raw.status, {})));
+    for (let i = 0; i < 5; i++) list.push(await timeMs(() => d.client.call(d.client.raw.list, {})));
+    const rss = rssMiB(d.child.pid ?? 0);
+    await d.stop();
+    const restart = await timeMs(async () => {
+      d = await DaemonProcess.start({ dir, args });
+      await ready();
+    });
+    const held = (await d.client.call(d.client.raw.status, {})).attachments;
+    return [
+      { name: `attachments held after restart (of ${opts.attachments})`, value: held, unit: '' },
+      {
+        name: `fill rate, ${opts.parallel} in flight`,
+        value: opts.attachments / (fillMs / 1000),
+        unit: 'attaches/s',
+      },
+      { name: `daemon RSS holding ${opts.attachments}`, value: rss, unit: 'MiB' },
+      { name: 'Status p50', value: percentile(status, 50), unit: 'ms' },
+      { name: `List p50 (${opts.attachments} attachments)`, value: percentile(list, 50), unit: 'ms' },
+      { name: 'restart until ready (store load + reconcile + agent resync)', value: restart, unit: 'ms' },
+    ];
+  } finally {
+    await d.stop().catch(() => undefined);
+    sim.kill('SIGTERM');
+    namespaces.cleanup();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+if (require.main === module) {
+  const attachments = Number(process.argv[2] ?? 10_000);
+  benchScale({ attachments, parallel: 32 }).then(
+    (rows) => {
+      for (const r of rows) console.log(`${r.name}: ${r.value.toFixed(1)} ${r.unit}`);
+      process.exit(0);
+    },
+    (err: unknown) => {
+      console.error(err);
+      process.exit(1);
+    },
+  );
+}
