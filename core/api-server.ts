@@ -25,7 +25,7 @@ import {
 import { addressToBytes } from './cidr';
 import { asWorkloadNetError, unavailable, WorkloadNetError } from './errors';
 import type { Logger } from './logger';
-import { prepareSocketPath, secureSocket } from './unix-socket';
+import { secureSocket } from './unix-socket';
 import type { Attachment, WorkloadService } from './workload-service';
 
 /** The original contract's service name, served too so that its clients connect unchanged. */
@@ -65,8 +65,8 @@ export class ApiServer {
     new ReflectionService(pkg).addToServer(this.server);
   }
 
+  /** Binds the socket; the caller has cleared a stale one with prepareSocketPath (core/unix-socket.ts). */
   async listen(socketPath: string, group: string): Promise<void> {
-    await prepareSocketPath(socketPath);
     await new Promise<void>((resolve, reject) =>
       this.server.bindAsync(`unix:${socketPath}`, grpc.ServerCredentials.createInsecure(), (err) =>
         err ? reject(err) : resolve(),
