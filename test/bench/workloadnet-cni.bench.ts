@@ -1,10 +1,10 @@
-import { execFileSync } from 'node:child_process';
 import { mkdtemp, rm } from 'node:fs/promises';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { CLI, DaemonProcess } from '../support/daemon-process';
+import { DaemonProcess } from '../support/daemon-process';
 import { addNetns, deleteNetns, uniqueNetnsName } from '../e2e/support/netns';
 import { installReferencePlugins } from '../e2e/support/reference-plugins';
+import { installWorkloadnetCni } from '../e2e/support/workloadnet-node';
 import { benchContainerdPods, type ContainerdPodResult } from './containerd.bench';
 import { benchCniPlugin, type ReferenceCniResult } from './reference-cni';
 
@@ -57,18 +57,7 @@ export function benchWorkloadnetContainerd(count: number): Promise<ContainerdPod
     const cniBinDir = path.join(work, 'bin');
     const cniConfDir = path.join(work, 'conf');
     await installReferencePlugins(cniBinDir, ['loopback']);
-    execFileSync(process.execPath, [
-      CLI,
-      'install-cni',
-      '--bin-dir',
-      cniBinDir,
-      '--conf-dir',
-      cniConfDir,
-      '--cni-socket',
-      daemon.cniSocket,
-      '--name',
-      'wn-bench',
-    ]);
+    installWorkloadnetCni(cniBinDir, cniConfDir, daemon.cniSocket, 'wn-bench');
     return benchContainerdPods({
       cniBinDir,
       cniConfDir,

@@ -6,7 +6,7 @@ import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import type { ApiClient } from '../../cli/api-client';
 import type { AttachRequest, AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
-import { ipJson, isRoot, NetnsSet } from '../support/netns';
+import { addNodeUplink, ipJson, isRoot, NetnsSet } from '../support/netns';
 
 // One workload-API conformance suite that every backend must pass: the same calls, the same answers,
 // real traffic between workloads. A target starts "its" daemon (and whatever else it needs, such as a
@@ -73,15 +73,7 @@ export function conformanceSuite(target: ConformanceTarget): void {
     before(async () => {
       dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-conf-'));
       node = namespaces.add().name;
-      execFileSync('ip', ['-n', node, 'link', 'set', 'lo', 'up']);
-      // A veth pair stands for the uplink: this kernel has no dummy driver, and veth is always there.
-      execFileSync('ip', ['-n', node, 'link', 'add', 'up0', 'type', 'veth', 'peer', 'name', 'up1']);
-      execFileSync('ip', ['-n', node, 'link', 'set', 'up1', 'up']);
-      execFileSync('ip', ['-n', node, 'addr', 'add', `${NODE_ADDRESS}/32`, 'dev', 'up0']);
-      execFileSync('ip', ['-n', node, 'link', 'set', 'up0', 'up']);
-      // Like a real node, the node namespace has a default route; proxy ARP answers for the link-local
-      // gateway only when the node itself has a route to it.
-      execFileSync('ip', ['-n', node, 'route', 'add', 'default', 'dev', 'up0']);
+      addNodeUplink(node, NODE_ADDRESS);
       handle = await target.start({ nodeNetns: node, dir, podCidr: '10.251.0.0/24' });
     });
 

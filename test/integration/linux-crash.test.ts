@@ -6,7 +6,7 @@ import * as path from 'node:path';
 import { DEFAULT_CONFIG } from '../../core/config';
 import type { AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
 import { DaemonProcess } from '../support/daemon-process';
-import { ipJson, isRoot, NetnsSet } from '../support/netns';
+import { addNodeUplink, ipJson, isRoot, NetnsSet } from '../support/netns';
 
 // SIGKILL the daemon in the middle of 50 concurrent attaches, restart it, and check after reconcile
 // that the kernel and the store agree: no host link without a row, no row without its link, no address
@@ -25,12 +25,7 @@ describeRoot('linux backend crash recovery (root, test-owned namespaces)', funct
   before(() => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-crash-'));
     node = namespaces.add().name;
-    execFileSync('ip', ['-n', node, 'link', 'set', 'lo', 'up']);
-    // An uplink with a default route, as on a real node, so that proxy ARP answers for the gateway.
-    execFileSync('ip', ['-n', node, 'link', 'add', 'up0', 'type', 'veth', 'peer', 'name', 'up1']);
-    execFileSync('ip', ['-n', node, 'link', 'set', 'up0', 'up']);
-    execFileSync('ip', ['-n', node, 'link', 'set', 'up1', 'up']);
-    execFileSync('ip', ['-n', node, 'route', 'add', 'default', 'dev', 'up0']);
+    addNodeUplink(node);
   });
   after(async () => {
     await daemon?.stop().catch(() => undefined);

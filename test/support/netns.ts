@@ -28,6 +28,21 @@ export function ipJson<T = unknown>(netns: string, args: string[]): T {
   return JSON.parse(execFileSync('ip', ['-n', netns, '-j', ...args], { encoding: 'utf8' }) || '[]') as T;
 }
 
+/**
+ * Makes a namespace look like a node's: lo up and an uplink with a default route (proxy ARP answers
+ * for the workloads' link-local gateway only when the node has a route to it). A veth pair kept inside
+ * the namespace stands for the uplink: this kernel has no dummy driver, and no traffic leaves.
+ */
+export function addNodeUplink(netns: string, address?: string): void {
+  const ip = (...args: string[]): void => void execFileSync('ip', ['-n', netns, ...args]);
+  ip('link', 'set', 'lo', 'up');
+  ip('link', 'add', 'up0', 'type', 'veth', 'peer', 'name', 'up1');
+  ip('link', 'set', 'up0', 'up');
+  ip('link', 'set', 'up1', 'up');
+  if (address) ip('addr', 'add', `${address}/32`, 'dev', 'up0');
+  ip('route', 'add', 'default', 'dev', 'up0');
+}
+
 /** Namespaces created through this helper are deleted in one call. */
 export class NetnsSet {
   private readonly names: string[] = [];

@@ -4,6 +4,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { CLI, DaemonProcess } from '../../support/daemon-process';
+import { addNodeUplink } from '../../support/netns';
 import { ContainerdHarness } from './containerd';
 import { addNetns, deleteNetns, uniqueNetnsName } from './netns';
 import { installReferencePlugins } from './reference-plugins';
@@ -22,6 +23,27 @@ export interface WorkloadnetNodeOptions {
   afterStop?: () => Promise<void>;
 }
 
+/** Installs the forwarder and a conflist the way operators do: with `workloadnet install-cni`. */
+export function installWorkloadnetCni(
+  binDir: string,
+  confDir: string,
+  cniSocket: string,
+  name: string,
+): void {
+  execFileSync(process.execPath, [
+    CLI,
+    'install-cni',
+    '--bin-dir',
+    binDir,
+    '--conf-dir',
+    confDir,
+    '--cni-socket',
+    cniSocket,
+    '--name',
+    name,
+  ]);
+}
+
 export class WorkloadnetNode {
   daemon!: DaemonProcess;
   containerd!: ContainerdHarness;
@@ -37,31 +59,13 @@ export class WorkloadnetNode {
   async start(): Promise<void> {
     await addNetns(this.nodeNetns);
     this.work = await mkdtemp(path.join(os.tmpdir(), 'wne-wn-'));
-    const ip = (...args: string[]): void => void execFileSync('ip', ['-n', this.nodeNetns, ...args]);
-    // An uplink with a default route, as on a real node: proxy ARP answers for the link-local gateway
-    // only when the node has a route to it.
-    ip('link', 'add', 'up0', 'type', 'veth', 'peer', 'name', 'up1');
-    ip('link', 'set', 'up0', 'up');
-    ip('link', 'set', 'up1', 'up');
-    ip('addr', 'add', '10.250.0.1/32', 'dev', 'up0');
-    ip('route', 'add', 'default', 'dev', 'up0');
+    addNodeUplink(this.nodeNetns, '10.250.0.1');
     await this.opts.beforeDaemon?.({ nodeNetns: this.nodeNetns, work: this.work });
     await this.startDaemon();
     const cniBinDir = path.join(this.work, 'bin');
     const cniConfDir = path.join(this.work, 'conf');
     await installReferencePlugins(cniBinDir, ['loopback']);
-    execFileSync(process.execPath, [
-      CLI,
-      'install-cni',
-      '--bin-dir',
-      cniBinDir,
-      '--conf-dir',
-      cniConfDir,
-      '--cni-socket',
-      this.daemon.cniSocket,
-      '--name',
-      'wn-e2e',
-    ]);
+    installWorkloadnetCni(cniBinDir, cniConfDir, this.daemon.cniSocket, 'wn-e2e');
     this.containerd = await ContainerdHarness.start({ cniBinDir, cniConfDir, nodeNetns: this.nodeNetns });
     await this.containerd.waitForNetworkReady();
   }
