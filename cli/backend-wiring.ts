@@ -18,6 +18,7 @@ function createBackend(config: DaemonConfig, logger: Logger): Backend {
       return new LinuxBackend({
         hostNetnsPath: config.linux.hostNetns || undefined,
         linkGroup: config.linux.linkGroup,
+        detachGroup: config.linux.detachGroup,
         ipv6: config.podCidrs.some((c) => c.includes(':')),
         logger: log,
       });

@@ -33,6 +33,12 @@ export interface AttachSpec {
   netnsPath: string;
   /** Inode of that namespace at validation time, to detect a path that was re-pointed meanwhile. */
   netnsInode: number;
+  /**
+   * An open fd of that namespace, the one the core validated, valid until the call returns (the core
+   * closes it). A backend that works inside the namespace uses it instead of opening the path again:
+   * no second open, and no window in which the path could be re-pointed. Absent on repairs.
+   */
+  netnsFd?: number;
   ips: IpAssignment[];
   mtu: number;
 }
@@ -102,7 +108,14 @@ export interface Backend {
    * Program one interface. On failure the backend must leave nothing of its own behind (it rolls back
    * its own steps) and throw a WorkloadNetError (or any Error, mapped to INTERNAL).
    */
-  attach(spec: AttachSpec): Promise<DataplaneResult>;
+  attach(spec: AttachSpec, planned?: DataplaneResult): Promise<DataplaneResult>;
+  /**
+   * Optional: what attach(spec) will report, decided before anything is programmed (interface names,
+   * MAC, routes). A backend that can say so lets the core write the attachment's row while the
+   * dataplane is being programmed rather than after it; attach() then gets the plan back and must
+   * program exactly that. Backends whose result comes from elsewhere (an agent) leave it out.
+   */
+  plan?(spec: AttachSpec): DataplaneResult;
   /**
    * Remove what attach created. Must succeed when things are already gone (namespace vanished, link
    * missing, attach never finished) and throw only for real failures.

@@ -13,6 +13,7 @@ export interface LinuxConfig {
   hostNetns: string;
   /** Link group that marks host interfaces created by workloadnet (orphans are found by it). */
   linkGroup: number;
+  detachGroup: number;
 }
 
 export interface DpuConfig {
@@ -57,7 +58,7 @@ export const DEFAULT_CONFIG: DaemonConfig = {
   logLevel: 'info',
   maxInFlight: 1024,
   metricsListen: '',
-  linux: { hostNetns: '', linkGroup: 0x776e },
+  linux: { hostNetns: '', linkGroup: 0x776e, detachGroup: 0x776f },
   dpu: {
     agentSocket: '/run/workloadnet/agent.sock',
     agentListen: '',
@@ -84,6 +85,8 @@ export const OPTION_DOCS: Record<string, string> = {
   metricsListen: 'HOST:PORT of the Prometheus /metrics endpoint; empty disables it. Keep it on loopback.',
   'linux.hostNetns': "Network namespace path facing the workloads; empty means the daemon's own.",
   'linux.linkGroup': 'Link group number marking host interfaces created by workloadnet.',
+  'linux.detachGroup':
+    'Link group host interfaces pass through while being deleted (many are deleted at once); give it to nothing else.',
   'dpu.agentSocket': 'Unix socket on which DPU agents connect.',
   'dpu.agentListen': 'Optional HOST:PORT on which DPU agents connect over TCP with mutual TLS.',
   'dpu.tlsCert': 'Server certificate (PEM file) for dpu.agentListen.',
@@ -174,6 +177,14 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
   if (c.metricsListen && !/^[^\s]+:\d{1,5}$/.test(c.metricsListen)) fail('metricsListen must be HOST:PORT');
   if (!Number.isInteger(c.linux.linkGroup) || c.linux.linkGroup < 1 || c.linux.linkGroup > 0xffffffff) {
     fail('linux.linkGroup must be an integer in 1..4294967295');
+  }
+  if (
+    !Number.isInteger(c.linux.detachGroup) ||
+    c.linux.detachGroup < 1 ||
+    c.linux.detachGroup > 0xffffffff ||
+    c.linux.detachGroup === c.linux.linkGroup
+  ) {
+    fail('linux.detachGroup must be an integer in 1..4294967295 other than linux.linkGroup');
   }
   if (c.dpu.agentListen && !(c.dpu.tlsCert && c.dpu.tlsKey && c.dpu.tlsCa)) {
     fail('dpu.agentListen needs dpu.tlsCert, dpu.tlsKey and dpu.tlsCa: agents over TCP must use mutual TLS');

@@ -5,6 +5,7 @@ import {
   type AttachmentView,
   type AttachSpec,
   type Backend,
+  type DataplaneResult,
   type Drift,
   type IpAssignment,
 } from './backend';
@@ -14,7 +15,7 @@ import { IpAllocator } from './ip-allocator';
 import { KeyedMutex } from './keyed-mutex';
 import { LOGGER, type Logger } from './logger';
 import { METRICS, Metrics } from './metrics';
-import { inspectNetnsPath, netnsStillPresent } from './netns-path';
+import { netnsStillPresent, openNetnsPath, type OpenNetns } from './netns-path';
 import { Store, type AttachmentRecord } from './store';
 import { validateIfName, validateMetadata, validateMtu, validateWorkloadId } from './validation';
 import type {
@@ -42,6 +43,8 @@ export const attachmentKey = (workloadId: string, ifName: string): string => `${
 @injectable()
 export class Orchestrator implements WorkloadService {
   private readonly locks = new KeyedMutex();
+  /** Keys whose row is written while their dataplane is still being programmed: not shown yet. */
+  private readonly programming = new Set<string>();
   private inFlight = 0;
   private lastReconcile?: ReconcileSummary;
 
@@ -105,7 +108,7 @@ export class Orchestrator implements WorkloadService {
         if (!rec) return;
         if (await netnsStillPresent(rec.netnsPath, rec.netnsInode)) {
           try {
-            const dataplane = await this.backend.attach(toSpec(rec));
+            const dataplane = await this.backend.attach(toSpec(rec), rec.dataplane);
             await this.store.put({ ...rec, dataplane });
             summary.repaired++;
           } catch (err) {
@@ -166,7 +169,26 @@ export class Orchestrator implements WorkloadService {
       name: validateMetadata('pod name', call.pod?.name),
     };
     const containerId = validateMetadata('container id', call.containerId);
-    const netns = await inspectNetnsPath(call.netnsPath);
+    const netns = await openNetnsPath(call.netnsPath);
+    try {
+      return await this.attachValidated(call, { workloadId, ifName, mtu, pod, containerId }, netns);
+    } finally {
+      netns.close();
+    }
+  }
+
+  private async attachValidated(
+    call: AttachCall,
+    v: {
+      workloadId: string;
+      ifName: string;
+      mtu: number;
+      pod: { uid?: string; namespace?: string; name?: string };
+      containerId?: string;
+    },
+    netns: OpenNetns,
+  ): Promise<Attachment> {
+    const { workloadId, ifName, mtu, pod, containerId } = v;
     const key = attachmentKey(workloadId, ifName);
     const log = this.log.child({ workloadId, ifName, requestId: randomUUID() });
 
@@ -209,23 +231,71 @@ export class Orchestrator implements WorkloadService {
           state: 'ready',
           createdAt: new Date().toISOString(),
         };
-        // No row exists until the dataplane is programmed: if the daemon dies in between, the dataplane
-        // objects carry the attachment's name (a link group and alias, or the agent's port), so start-up
-        // reconcile removes them as orphans, and the addresses, never written, are free again. One
-        // durable transaction then records the attachment together with its addresses.
+        const spec = { ...toSpec(record), netnsFd: netns.fd };
+        const planned = this.backend.plan?.(spec);
         try {
-          record.dataplane = await this.backend.attach(toSpec(record));
-          await this.store.put(record, this.allocator.cursors());
+          if (planned) await this.programAndRecord(record, spec, planned);
+          else await this.programThenRecord(record, spec);
         } catch (err) {
-          log.warn({ err: (err as Error).message }, 'attach failed; rolling back');
-          await this.rollback(record);
+          log.warn({ err: (err as Error).message }, 'attach failed; rolled back');
           throw err;
         }
-        log.info({ ips: record.ips.map((i) => i.address), hostIf: record.dataplane.hostIfName }, 'attached');
+        log.info({ ips: record.ips.map((i) => i.address), hostIf: record.dataplane?.hostIfName }, 'attached');
         return record;
       });
     } finally {
       this.inFlight--;
+    }
+  }
+
+  /**
+   * The backend knows its result in advance, so the one durable transaction that records the
+   * attachment (row and addresses) runs while the dataplane is programmed instead of after it. If the
+   * daemon dies in between, start-up reconcile finds the row without its dataplane and repairs it
+   * (the namespace is still there) or releases it (it is gone); a dataplane without its row is an
+   * orphan that reconcile removes. Until both are done the row is hidden from List and Get.
+   */
+  private async programAndRecord(record: AttachmentRecord, spec: AttachSpec, planned: DataplaneResult) {
+    record.dataplane = planned;
+    this.programming.add(record.key);
+    try {
+      const [programmed, stored] = await Promise.allSettled([
+        this.backend.attach(spec, planned),
+        this.store.put(record, this.allocator.cursors()),
+      ]);
+      if (programmed.status === 'fulfilled' && stored.status === 'fulfilled') return;
+      if (stored.status === 'fulfilled') {
+        try {
+          await this.store.remove(record.key);
+        } catch (err) {
+          // The row stays, so its addresses must stay held too; reconcile settles it at the next start.
+          this.log.error(
+            { workloadId: record.workloadId, err: (err as Error).message },
+            'cannot remove the row of a failed attach; its addresses stay held',
+          );
+          throw programmed.status === 'rejected' ? programmed.reason : err;
+        }
+      }
+      await this.rollback(record);
+      throw programmed.status === 'rejected' ? programmed.reason : (stored as PromiseRejectedResult).reason;
+    } finally {
+      this.programming.delete(record.key);
+    }
+  }
+
+  /**
+   * The backend's result is only known once it is done (an agent reports it): program, then record.
+   * No row exists until the dataplane is programmed: if the daemon dies in between, the dataplane
+   * objects carry the attachment's name, so start-up reconcile removes them as orphans, and the
+   * addresses, never written, are free again.
+   */
+  private async programThenRecord(record: AttachmentRecord, spec: AttachSpec): Promise<void> {
+    try {
+      record.dataplane = await this.backend.attach(spec);
+      await this.store.put(record, this.allocator.cursors());
+    } catch (err) {
+      await this.rollback(record);
+      throw err;
     }
   }
 
@@ -319,14 +389,16 @@ export class Orchestrator implements WorkloadService {
   }
 
   async list(): Promise<Attachment[]> {
-    return this.store.all().map(publicView);
+    const all = this.store.all();
+    return (this.programming.size ? all.filter((r) => !this.programming.has(r.key)) : all).map(publicView);
   }
 
   async get(workloadId: string, ifName?: string): Promise<Attachment[]> {
     validateWorkloadId(workloadId);
-    const found = ifName
+    let found = ifName
       ? [this.store.get(attachmentKey(workloadId, validateIfName(ifName)))].filter(isDefined)
       : this.recordsOf(workloadId);
+    found = found.filter((r) => !this.programming.has(r.key));
     if (found.length === 0)
       throw notFound(`workload ${workloadId}${ifName ? ` has no interface ${ifName}` : ' is not attached'}`);
     return found.map(publicView);

@@ -1,5 +1,4 @@
-import { WorkloadNetError } from '../../core/errors';
-import { inspectNetnsPath } from '../../core/netns-path';
+import { inspectNetnsPath, NetnsPathError } from '../../core/netns-path';
 import { CniError, CniErrorCode } from './cni-error';
 
 // CNI_NETNS is checked here, before the service is called, so that a bad path is answered with the
@@ -11,7 +10,7 @@ export async function checkNetnsPath(path: string): Promise<void> {
   try {
     await inspectNetnsPath(path);
   } catch (err) {
-    if (err instanceof WorkloadNetError && err.code === 'INVALID_ARGUMENT') {
+    if (err instanceof NetnsPathError) {
       throw new CniError(CniErrorCode.INVALID_ENVIRONMENT, `CNI_NETNS: ${err.message}`);
     }
     throw err;

@@ -19,6 +19,11 @@ export interface LinuxBackendOptions {
   hostNetnsPath?: string;
   /** Link group marking host interfaces we created, so orphans are recognisable. Default 0x776e ("wn"). */
   linkGroup?: number;
+  /**
+   * Link group that host interfaces pass through on their way out: detach moves a link there and one
+   * request deletes the whole group. Must hold nothing else. Default 0x776f.
+   */
+  detachGroup?: number;
   /** Prefix of host interface names (prefix + 11 hex digits of sha1(key)). Default "wn". */
   hostIfPrefix?: string;
   /** Gateway used when an IPv4 assignment names none; answered by proxy ARP. Default 169.254.1.1. */
@@ -33,6 +38,7 @@ export interface LinuxBackendOptions {
 export interface ResolvedLinuxBackendOptions {
   hostNetnsPath: string | undefined;
   linkGroup: number;
+  detachGroup: number;
   hostIfPrefix: string;
   gatewayV4: string;
   gatewayV6: string;
@@ -41,6 +47,7 @@ export interface ResolvedLinuxBackendOptions {
 }
 
 export const DEFAULT_LINK_GROUP = 0x776e;
+export const DEFAULT_DETACH_GROUP = 0x776f;
 /** 4 bytes of prefix + 11 hex digits = 15, the longest interface name Linux allows. */
 export const MAX_HOST_IF_PREFIX = 4;
 
@@ -51,6 +58,17 @@ export function resolveLinuxBackendOptions(opts: LinuxBackendOptions): ResolvedL
   // Group 0 is the default group of every interface: using it would make every link look like ours.
   if (!Number.isInteger(linkGroup) || linkGroup < 1 || linkGroup > 0xffffffff) {
     throw invalidArgument(`linux backend: linkGroup must be an integer in 1..4294967295, not ${linkGroup}`);
+  }
+  const detachGroup = opts.detachGroup ?? DEFAULT_DETACH_GROUP;
+  if (
+    !Number.isInteger(detachGroup) ||
+    detachGroup < 1 ||
+    detachGroup > 0xffffffff ||
+    detachGroup === linkGroup
+  ) {
+    throw invalidArgument(
+      `linux backend: detachGroup must be an integer in 1..4294967295 other than linkGroup, not ${detachGroup}`,
+    );
   }
   const hostIfPrefix = opts.hostIfPrefix ?? 'wn';
   if (!/^[a-z][a-z0-9-]*$/.test(hostIfPrefix) || hostIfPrefix.length > MAX_HOST_IF_PREFIX) {
@@ -71,6 +89,7 @@ export function resolveLinuxBackendOptions(opts: LinuxBackendOptions): ResolvedL
   return {
     hostNetnsPath,
     linkGroup,
+    detachGroup,
     hostIfPrefix,
     gatewayV4,
     gatewayV6,

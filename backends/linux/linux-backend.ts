@@ -8,7 +8,7 @@
 // socket serves the host namespace for all concurrent operations (replies are matched by sequence
 // number); each attach opens a short-lived socket inside its workload's namespace. Requests for one
 // namespace are batched: an attach is three writes (create the pair; then the workload side and the
-// host side concurrently).
+// host side concurrently), and a detach is one small write plus a share of a group delete.
 
 import type {
   AttachSpec,
@@ -21,6 +21,7 @@ import type {
 } from '../../core/backend';
 import { WorkloadNetError, failedPrecondition, invalidArgument, type ErrorCode } from '../../core/errors';
 import { planAttachment, randomMac, workloadRoutes, type AttachPlan } from './attach-plan';
+import { GroupDeleter } from './group-deleter';
 import { checkHostSide, hostSideRequests } from './host-side';
 import { hostLinkName, keyFromAlias } from './host-link-name';
 import {
@@ -30,7 +31,7 @@ import {
 } from './linux-backend-options';
 import { NetnsHandle, NetnsOpenError, openNetlinkSocket } from './netns';
 import { NetlinkError } from './rtnetlink/errors';
-import { delLinkRequest, getLink, listLinks, setLinkRequest } from './rtnetlink/link';
+import { delLinkRequest, getLink, listLinks, setLinkRequest, type Link } from './rtnetlink/link';
 import { delRouteRequest } from './rtnetlink/route';
 import type { NetlinkSocket } from './rtnetlink/socket';
 import { ensureSysctl, readSysctl } from './sysctl';
@@ -48,6 +49,7 @@ const RECONCILE_DELETE_CONCURRENCY = 8;
 interface HostContext {
   ns: NetnsHandle;
   sock: NetlinkSocket;
+  deleter: GroupDeleter;
 }
 
 export class LinuxBackend implements Backend {
@@ -81,7 +83,23 @@ export class LinuxBackend implements Backend {
     }
   }
 
-  async attach(spec: AttachSpec): Promise<DataplaneResult> {
+  /**
+   * Everything attach reports is decided up front: the names come from the key, the MAC is chosen
+   * here rather than by the kernel. So the core can record the attachment while it is programmed.
+   */
+  plan(spec: AttachSpec): DataplaneResult {
+    const plan = planAttachment(spec, this.opts);
+    return {
+      ifName: plan.ifName,
+      mac: randomMac(),
+      mtu: plan.mtu,
+      hostIfName: plan.hostName,
+      routes: workloadRoutes(plan),
+      details: { hostIfName: plan.hostName, linkGroup: plan.linkGroup },
+    };
+  }
+
+  async attach(spec: AttachSpec, planned?: DataplaneResult): Promise<DataplaneResult> {
     const host = await this.hostContext();
     const plan = planAttachment(spec, this.opts);
     if (plan.v6.length > 0 && !this.opts.ipv6) {
@@ -95,7 +113,7 @@ export class LinuxBackend implements Backend {
     try {
       const sock = openNetlinkSocket(ns);
       workload = sock;
-      const mac = randomMac();
+      const mac = planned?.mac ?? randomMac();
       const pair = await step(spec.key, 'creating the veth pair', () =>
         createVethPair(
           { host: host.sock, workload: sock, workloadNs: ns, logger: this.opts.logger },
@@ -123,7 +141,7 @@ export class LinuxBackend implements Backend {
         },
       };
     } finally {
-      // Closing is not awaited: the fds are released on the threadpool and nothing waits for them.
+      // Closing never waits (see NetlinkSocket.close); the namespace fd is the caller's when borrowed.
       void workload?.close();
       void ns.close();
     }
@@ -131,7 +149,9 @@ export class LinuxBackend implements Backend {
 
   /**
    * Deletes the host end, which deletes the pair (and with it every address and route on either
-   * end). Needs no access to the workload namespace, so a vanished namespace changes nothing.
+   * end). Needs no access to the workload namespace, so a vanished namespace changes nothing. The
+   * link is taken down and moved into the detaching group, then deleted together with whatever other
+   * detaches gathered there meanwhile (see group-deleter.ts).
    */
   async detach(att: AttachmentView): Promise<void> {
     const host = await this.hostContext();
@@ -146,12 +166,28 @@ export class LinuxBackend implements Backend {
         : [...plan.v4, ...plan.v6].map((a) =>
             delRouteRequest({ destination: `${a.address}/${a.prefixLength}`, oif: hostIndex }),
           );
-    const outcomes = await host.sock.batch([...routeDeletes, delLinkRequest({ name: hostName })]);
+    const outcomes = await host.sock.batch([
+      ...routeDeletes,
+      setLinkRequest({ name: hostName }, { group: this.opts.detachGroup, up: false }),
+    ]);
     for (const o of outcomes) {
       // Already gone: the namespace was deleted (taking the pair with it), a previous detach
       // succeeded, or attach never got that far.
       if (!o.ok && !GONE.has(o.error.code))
-        throw fromNetlink(o.error, `detach ${att.key}: deleting ${hostName}`);
+        throw fromNetlink(o.error, `detach ${att.key}: taking ${hostName} down`);
+    }
+    if (!outcomes[outcomes.length - 1]?.ok) return;
+    try {
+      await host.deleter.flush();
+    } catch (err) {
+      // Something in the group cannot be deleted (put there by someone else?): delete ours alone.
+      this.opts.logger.warn(
+        { key: att.key, hostIf: hostName, group: this.opts.detachGroup, err: (err as Error).message },
+        'group delete failed; deleting the link by itself',
+      );
+      const [alone] = await host.sock.batch([delLinkRequest({ name: hostName })]);
+      if (alone && !alone.ok && !GONE.has(alone.error.code))
+        throw fromNetlink(alone.error, `detach ${att.key}: deleting ${hostName}`);
     }
   }
 
@@ -222,22 +258,58 @@ export class LinuxBackend implements Backend {
         outcome.warnings.push(`host interface ${name} is labelled for ${aliasKey} but belongs to ${att.key}`);
       }
     }
-    const orphans = ours.filter((l) => !expected.has(l.name));
-    await forEachLimited(orphans, RECONCILE_DELETE_CONCURRENCY, async (link) => {
-      const label = `${link.name} (${link.alias ?? 'no alias'})`;
-      try {
-        await host.sock.request(delLinkRequest({ index: link.index }));
-        outcome.orphansRemoved.push(label);
-      } catch (err) {
-        if (err instanceof NetlinkError && err.code === 'ENODEV') outcome.orphansRemoved.push(label);
-        else
-          outcome.warnings.push(`could not remove orphan host interface ${label}: ${(err as Error).message}`);
-      }
-    });
+    // Links in the detaching group were on their way out when the daemon stopped; orphans join them.
+    const orphans = [
+      ...links.filter((l) => l.group === this.opts.detachGroup),
+      ...ours.filter((l) => !expected.has(l.name)),
+    ];
+    await this.deleteOrphans(host, orphans, outcome);
     if (outcome.orphansRemoved.length > 0) {
       this.opts.logger.info({ removed: outcome.orphansRemoved.length }, 'removed orphan host interfaces');
     }
     return outcome;
+  }
+
+  /**
+   * Moves the orphans into the detaching group and deletes them with one request, so that thousands
+   * of them take about as long as one; if that fails, they are deleted one by one.
+   */
+  private async deleteOrphans(host: HostContext, orphans: Link[], outcome: ReconcileOutcome): Promise<void> {
+    if (orphans.length === 0) return;
+    const label = (link: Link): string => `${link.name} (${link.alias ?? 'no alias'})`;
+    const moved = await host.sock.batch(
+      orphans.map((l) => setLinkRequest({ index: l.index }, { group: this.opts.detachGroup, up: false })),
+    );
+    const left: Link[] = [];
+    orphans.forEach((link, i) => {
+      const o = moved[i];
+      if (o?.ok) left.push(link);
+      else if (o && GONE.has(o.error.code)) outcome.orphansRemoved.push(label(link));
+      else
+        outcome.warnings.push(`could not remove orphan host interface ${label(link)}: ${o?.error.message}`);
+    });
+    try {
+      await host.deleter.flush();
+      outcome.orphansRemoved.push(...left.map(label));
+      return;
+    } catch (err) {
+      this.opts.logger.warn(
+        { err: (err as Error).message },
+        'group delete failed; deleting orphans one by one',
+      );
+    }
+    await forEachLimited(left, RECONCILE_DELETE_CONCURRENCY, async (link) => {
+      try {
+        await host.sock.request(delLinkRequest({ index: link.index }));
+        outcome.orphansRemoved.push(label(link));
+      } catch (err) {
+        if (err instanceof NetlinkError && err.code === 'ENODEV') outcome.orphansRemoved.push(label(link));
+        else
+          outcome.warnings.push(
+            `could not remove orphan host interface ${label(link)}: ${(err as Error).message}`,
+          );
+      }
+    });
   }
 
   /**
@@ -339,7 +411,7 @@ export class LinuxBackend implements Backend {
       const lo = await getLink(sock, { name: 'lo' });
       if (!lo) throw failedPrecondition(`linux backend: no loopback interface in ${ns.path}`);
       await sock.request(setLinkRequest({ index: lo.index }, {}));
-      return { ns, sock };
+      return { ns, sock, deleter: new GroupDeleter(sock, this.opts.detachGroup) };
     } catch (err) {
       void sock?.close();
       void ns.close();
@@ -377,9 +449,15 @@ export class LinuxBackend implements Backend {
     }
   }
 
-  /** Opens the spec's namespace and refuses the wrong one: re-pointed since validation, or the host's. */
+  /**
+   * The spec's namespace: the fd the core validated when it hands one over, else the path opened
+   * again. Refuses the wrong one: re-pointed since validation, or the host's.
+   */
   private async openWorkloadNetns(spec: AttachSpec, host: HostContext): Promise<NetnsHandle> {
-    const ns = await NetnsHandle.open(spec.netnsPath);
+    const ns =
+      spec.netnsFd === undefined
+        ? await NetnsHandle.open(spec.netnsPath)
+        : NetnsHandle.borrow(spec.netnsPath, spec.netnsFd);
     let problem: string | undefined;
     if (ns.inode !== spec.netnsInode) {
       problem = `${spec.netnsPath} now names another network namespace (inode ${ns.inode}, validated ${spec.netnsInode}); retry with a fresh path`;

@@ -120,6 +120,14 @@ export class NetnsHandle {
     }
   }
 
+  /**
+   * A namespace fd someone else opened and will close (closing this handle leaves it open). Checked
+   * like an opened path, synchronously: on an open fd these are in-memory lookups.
+   */
+  static borrow(path: string, fd: number): NetnsHandle {
+    return new NetnsHandle(path, fd, identify(path, fd), false);
+  }
+
   /** The process's own namespace (the one the main thread was in at start-up). Closing it is a no-op. */
   static own(): NetnsHandle {
     const o = originalNamespace();
@@ -137,9 +145,9 @@ export class NetnsHandle {
 
   close(): Promise<void> {
     if (!this.closing) {
-      this.closing = this.owned
-        ? new Promise<void>((resolve) => fs.close(this.fd, () => resolve()))
-        : Promise.resolve();
+      // Closing an nsfs fd only drops a reference; it never waits, so it is done synchronously.
+      if (this.owned) fs.closeSync(this.fd);
+      this.closing = Promise.resolve();
     }
     return this.closing;
   }

@@ -4,7 +4,7 @@ import { internal, unavailable } from '../../core/errors';
 import type { AttachRequest } from '../../proto/gen/workloadnet/v1/workload';
 import { InProcessDaemon } from '../support/in-process-daemon';
 import { isRoot, NetnsSet } from '../support/netns';
-import { RecordingBackend } from '../support/recording-backend';
+import { PlanningRecordingBackend, RecordingBackend } from '../support/recording-backend';
 
 // The workload API's semantics through a real gRPC client on the unix socket, with the backend swapped
 // for a recording one by rebinding it in the DI container.
@@ -228,6 +228,63 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
     expect(await attach(req('w1'))).to.deep.equal(first);
     const other = await attach(req('w2'));
     expect(other.ips[0]?.cidr).to.not.equal(first.ips[0]?.cidr);
+  });
+
+  describe('with a backend that plans its result (the row is written while it programs)', () => {
+    let planning: PlanningRecordingBackend;
+    beforeEach(async () => {
+      await d.stop();
+      planning = new PlanningRecordingBackend();
+      d = await InProcessDaemon.start(planning);
+    });
+
+    it('returns and stores the planned result', async () => {
+      const res = await attach(req('w1'));
+      const names = (r: { interfaces: Array<{ name: string; mac: string }> }) =>
+        r.interfaces.map((i) => `${i.name} ${i.mac}`);
+      expect(names(res)).to.include('eth0 02:00:00:00:00:01');
+      const got = await d.client.call(d.client.raw.get, { workloadId: 'w1', ifName: '' });
+      expect(got.attachments[0]?.result).to.deep.equal(res);
+      expect(planning.programmed.has('w1/eth0')).to.equal(true);
+    });
+
+    it('hides an attachment from List and Get until its dataplane is programmed', async () => {
+      planning.attachDelayMs = 300;
+      const pending = attach(req('w1'));
+      await new Promise((r) => setTimeout(r, 100));
+      expect(planning.calls.map((c) => c.op)).to.deep.equal(['attach']);
+      expect((await list()).attachments).to.have.length(0);
+      expect(
+        codeOf(await rejects(d.client.call(d.client.raw.get, { workloadId: 'w1', ifName: '' }))),
+      ).to.equal('NOT_FOUND');
+      await pending;
+      expect((await list()).attachments.map((a) => a.workloadId)).to.deep.equal(['w1']);
+    });
+
+    it('rolls back a failed attach: no row even after a restart, no address held', async () => {
+      planning.failAttach = internal('veth creation failed');
+      expect(codeOf(await rejects(attach(req('w1'))))).to.equal('INTERNAL');
+      expect((await status()).pools[0]?.used).to.equal(0);
+      expect(planning.calls.map((c) => c.op)).to.deep.equal(['attach', 'detach']);
+      const dir = d.dir;
+      await d.stop();
+      d = await InProcessDaemon.start(new PlanningRecordingBackend(), {}, dir);
+      const st = await status();
+      expect(st.attachments).to.equal(0);
+      expect(st.pools[0]?.used).to.equal(0);
+      expect(st.reconcile?.repaired).to.equal(0);
+    });
+
+    it('repairs with the stored plan at restart when the dataplane was lost', async () => {
+      const first = await attach(req('w1'));
+      const dir = d.dir;
+      await d.stop();
+      const fresh = new PlanningRecordingBackend();
+      d = await InProcessDaemon.start(fresh, {}, dir);
+      expect((await status()).reconcile?.repaired).to.equal(1);
+      expect(fresh.plans).to.equal(0);
+      expect(await attach(req('w1'))).to.deep.equal(first);
+    });
   });
 
   describe('bad input is INVALID_ARGUMENT and stores nothing', () => {

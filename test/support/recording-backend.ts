@@ -80,3 +80,28 @@ export class RecordingBackend implements Backend {
       : { ready: false, reasons: ['recording backend set unhealthy'] };
   }
 }
+
+/**
+ * A recording backend that, like the Linux one, knows its result before programming (plan()), so the
+ * core writes the attachment's row while attach() runs. Attach must then report exactly the plan.
+ */
+export class PlanningRecordingBackend extends RecordingBackend {
+  plans = 0;
+
+  plan(spec: AttachSpec): DataplaneResult {
+    this.plans++;
+    const n = this.plans;
+    return {
+      ifName: spec.ifName,
+      mac: `02:00:00:00:00:${(n % 256).toString(16).padStart(2, '0')}`,
+      mtu: spec.mtu,
+      hostIfName: `plan${n}`,
+      routes: [{ destination: '0.0.0.0/0', gateway: '169.254.1.1' }],
+    };
+  }
+
+  override async attach(spec: AttachSpec, planned?: DataplaneResult): Promise<DataplaneResult> {
+    const done = await super.attach(spec);
+    return planned ?? done;
+  }
+}

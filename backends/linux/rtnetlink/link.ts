@@ -288,6 +288,20 @@ export function delLinkRequest(sel: LinkSelector): NetlinkRequest {
   return { type: RTM_DELLINK, flags: 0, payload };
 }
 
+/**
+ * RTM_DELLINK of every link in a group (ENODEV when the group is empty). The kernel unregisters them
+ * in one unregister_netdevice_many(), paying its RCU waits once for all of them.
+ */
+export function delLinkGroupRequest(group: number): NetlinkRequest {
+  if (!Number.isInteger(group) || group < 1 || group > 0xffffffff)
+    throw new TypeError(`link group must be in 1..4294967295, not ${group}`);
+  const payload = Buffer.concat([
+    encodeIfinfomsg({ index: 0, flags: 0, change: 0 }),
+    encodeAttributes([attrU32(IFLA_GROUP, group)]),
+  ]);
+  return { type: RTM_DELLINK, flags: 0, payload };
+}
+
 /** RTM_GETLINK for one link; ENODEV when it does not exist. */
 export function getLinkRequest(sel: LinkSelector): NetlinkRequest {
   const payload = Buffer.concat([

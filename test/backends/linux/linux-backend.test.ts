@@ -16,6 +16,7 @@ import { NetnsPool, ip, ipJson, netnsExec, netnsInode, netnsPath, pings } from '
 // network namespace.
 
 const GROUP = 0x776e;
+const DETACH_GROUP = 0x776f;
 
 interface IpLink {
   ifindex: number;
@@ -294,6 +295,33 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
       const w = await pool.add('half');
       await backend.detach(viewOf(specFor(w, [v4('10.251.0.21')])));
     });
+
+    it('deletes concurrent detaches through the detaching group, both ends, and leaves the group empty', async () => {
+      const names = await pool.addMany('grp', 12);
+      const specs = names.map((n, i) => specFor(n, [v4(`10.251.2.${i + 2}`)]));
+      const results = await Promise.all(specs.map((s) => backend.attach(s)));
+      await Promise.all(specs.map((s, i) => backend.detach(viewOf(s, results[i]))));
+      const left = (await groupLinks(node)).map((l) => l.ifname);
+      for (const r of results) expect(left).to.not.include(r.hostIfName);
+      expect(await groupLinks(node, DETACH_GROUP)).to.deep.equal([]);
+      for (const n of names)
+        expect(await ipJson<IpLink>(n, 'link', 'show', 'dev', 'eth0').catch(() => [])).to.deep.equal([]);
+    });
+
+    it('deletes its own link when the detaching group cannot be deleted, and leaves the foreign interface', async () => {
+      const w = await pool.add('stuck');
+      const spec = specFor(w, [v4('10.251.0.22')]);
+      const res = await backend.attach(spec);
+      // Loopback cannot be deleted, so a group delete that would include it fails as a whole.
+      await ip('-n', node, 'link', 'set', 'lo', 'group', String(DETACH_GROUP));
+      try {
+        await backend.detach(viewOf(spec, res));
+        expect((await groupLinks(node, DETACH_GROUP)).map((l) => l.ifname)).to.deep.equal(['lo']);
+        expect((await groupLinks(node)).map((l) => l.ifname)).to.not.include(res.hostIfName);
+      } finally {
+        await ip('-n', node, 'link', 'set', 'lo', 'group', 'default');
+      }
+    });
   });
 
   describe('bad input', () => {
@@ -406,7 +434,11 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
 
     it('removes orphan host links of its group, reports missing ones, and leaves other links alone', async () => {
       // A second backend with its own group in the same node namespace: it must not touch the first's links.
-      const other = new LinuxBackend({ hostNetnsPath: netnsPath(node), linkGroup: GROUP + 1 });
+      const other = new LinuxBackend({
+        hostNetnsPath: netnsPath(node),
+        linkGroup: GROUP + 2,
+        detachGroup: GROUP + 3,
+      });
       await other.start();
       try {
         const keep = await pool.add('keep');
@@ -427,7 +459,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
           .and.contain(`workloadnet:${sOrphan.key}`);
         expect(outcome.missing).to.deep.equal([sMissing.key]);
         expect(outcome.healthy).to.deep.equal([sKeep.key]);
-        const left = (await groupLinks(node, GROUP + 1)).map((l) => l.ifname);
+        const left = (await groupLinks(node, GROUP + 2)).map((l) => l.ifname);
         expect(left).to.deep.equal([rKeep.hostIfName]);
         expect(
           (await groupLinks(node)).map((l) => l.ifname),
@@ -442,6 +474,20 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
       } finally {
         await other.stop();
       }
+    });
+  });
+
+  describe('a detach cut short', () => {
+    it('leaves its link in the detaching group, which reconcile deletes and reports the attachment missing', async () => {
+      const w = await pool.add('cut');
+      const spec = specFor(w, [v4('10.251.0.60')]);
+      const res = await backend.attach(spec);
+      // What a crash right after detach's first step leaves behind.
+      await ip('-n', node, 'link', 'set', res.hostIfName ?? '', 'down', 'group', String(DETACH_GROUP));
+      const outcome = await backend.reconcile([viewOf(spec, res)]);
+      expect(outcome.orphansRemoved.join()).to.contain(res.hostIfName);
+      expect(outcome.missing).to.deep.equal([spec.key]);
+      expect(await groupLinks(node, DETACH_GROUP)).to.deep.equal([]);
     });
   });
 
