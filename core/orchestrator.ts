@@ -169,11 +169,11 @@ export class Orchestrator implements WorkloadService {
       name: validateMetadata('pod name', call.pod?.name),
     };
     const containerId = validateMetadata('container id', call.containerId);
-    const netns = await openNetnsPath(call.netnsPath);
+    const netns = call.openNetns ?? (await openNetnsPath(call.netnsPath));
     try {
       return await this.attachValidated(call, { workloadId, ifName, mtu, pod, containerId }, netns);
     } finally {
-      netns.close();
+      if (!call.openNetns) netns.close();
     }
   }
 

@@ -8,7 +8,8 @@ import {
   formatCniError,
 } from './cni-error';
 import { type CniLogger, silentLogger } from './cni-logger';
-import { checkNetnsPath } from './cni-netns';
+import { checkNetnsPath, openCheckedNetns } from './cni-netns';
+import type { OpenNetns } from '../../core/netns-path';
 import {
   type AttachmentRequest,
   type CniEnv,
@@ -98,7 +99,15 @@ export class CniHandler {
   }
 
   private async add(req: AttachmentRequest): Promise<string> {
-    await checkNetnsPath(req.netns);
+    const netns = await openCheckedNetns(req.netns);
+    try {
+      return await this.addChecked(req, netns);
+    } finally {
+      netns.close();
+    }
+  }
+
+  private async addChecked(req: AttachmentRequest, netns: OpenNetns): Promise<string> {
     const rc = req.config.runtimeConfig;
     // The daemon programs addresses and routes only. Port mappings and shaping belong to the portmap and
     // bandwidth plugins chained after this one; say so rather than drop them silently.
@@ -118,6 +127,7 @@ export class CniHandler {
       netnsPath: req.netns,
       ifName: req.ifName,
       origin: 'cni',
+      openNetns: netns,
     };
     const pod = { uid: req.args.podUid, namespace: req.args.podNamespace, name: req.args.podName };
     if (pod.uid || pod.namespace || pod.name) {

@@ -1,4 +1,4 @@
-import { inspectNetnsPath, NetnsPathError } from '../../core/netns-path';
+import { NetnsPathError, openNetnsPath, type OpenNetns } from '../../core/netns-path';
 import { CniError, CniErrorCode } from './cni-error';
 
 // CNI_NETNS is checked here, before the service is called, so that a bad path is answered with the
@@ -7,8 +7,13 @@ import { CniError, CniErrorCode } from './cni-error';
 
 /** Throws CniError 4 unless `path` is a network namespace other than the daemon's own or PID 1's. */
 export async function checkNetnsPath(path: string): Promise<void> {
+  (await openCheckedNetns(path)).close();
+}
+
+/** Like checkNetnsPath, but returns the namespace open (for the service call); the caller closes it. */
+export async function openCheckedNetns(path: string): Promise<OpenNetns> {
   try {
-    await inspectNetnsPath(path);
+    return await openNetnsPath(path);
   } catch (err) {
     if (err instanceof NetnsPathError) {
       throw new CniError(CniErrorCode.INVALID_ENVIRONMENT, `CNI_NETNS: ${err.message}`);
