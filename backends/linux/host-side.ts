@@ -27,7 +27,7 @@ export function hostSideRequests(plan: AttachPlan, hostIndex: number): NetlinkRe
     // Per-interface inet settings cannot ride on the create (EAFNOSUPPORT), hence this SETLINK.
     setLinkRequest(
       { index: hostIndex },
-      { alias: plan.alias, inetConf: { [IPV4_DEVCONF_PROXY_ARP]: 1, [IPV4_DEVCONF_FORWARDING]: 1 } },
+      { inetConf: { [IPV4_DEVCONF_PROXY_ARP]: 1, [IPV4_DEVCONF_FORWARDING]: 1 } },
     ),
   ];
   if (plan.v6.length > 0) {

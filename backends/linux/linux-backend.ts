@@ -23,7 +23,7 @@ import { WorkloadNetError, failedPrecondition, invalidArgument, type ErrorCode }
 import { planAttachment, randomMac, workloadRoutes, type AttachPlan } from './attach-plan';
 import { GroupDeleter } from './group-deleter';
 import { checkHostSide, hostSideRequests } from './host-side';
-import { hostLinkName, keyFromAlias } from './host-link-name';
+import { hostLinkAlias, hostLinkName, keyFromAlias } from './host-link-name';
 import {
   resolveLinuxBackendOptions,
   type LinuxBackendOptions,
@@ -123,6 +123,10 @@ export class LinuxBackend implements Backend {
       );
       try {
         await this.configureBothSides(host, sock, plan, pair, ns.path);
+        // Last, so that a link with its alias is a complete attachment (see reconcile).
+        await step(spec.key, `labelling host interface ${plan.hostName}`, () =>
+          host.sock.request(setLinkRequest({ index: pair.hostIndex }, { alias: plan.alias })),
+        );
       } catch (err) {
         await this.rollback(host, plan, pair);
         throw err;
@@ -234,8 +238,10 @@ export class LinuxBackend implements Backend {
 
   /**
    * One dump of the host namespace's links. Links in our group that no attachment accounts for are
-   * deleted; attachments without their host link are reported missing. No per-attachment requests,
-   * so it stays fast with thousands of attachments.
+   * deleted; attachments without their host link are reported missing, and so are those whose link
+   * lacks its alias: the alias is written last, once both sides are configured, so a link without it
+   * is an attach cut short (the core repairs it, which replaces the link). No per-attachment
+   * requests, so it stays fast with thousands of attachments.
    */
   async reconcile(atts: AttachmentView[]): Promise<ReconcileOutcome> {
     const host = await this.hostContext();
@@ -252,9 +258,13 @@ export class LinuxBackend implements Backend {
         outcome.missing.push(att.key);
         continue;
       }
-      outcome.healthy.push(att.key);
+      if (link.alias === hostLinkAlias(att.key)) {
+        outcome.healthy.push(att.key);
+        continue;
+      }
+      outcome.missing.push(att.key);
       const aliasKey = keyFromAlias(link.alias);
-      if (aliasKey !== undefined && aliasKey !== att.key && !att.key.startsWith(aliasKey)) {
+      if (aliasKey !== undefined && !att.key.startsWith(aliasKey)) {
         outcome.warnings.push(`host interface ${name} is labelled for ${aliasKey} but belongs to ${att.key}`);
       }
     }

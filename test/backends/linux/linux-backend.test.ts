@@ -477,6 +477,25 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
     });
   });
 
+  describe('an attach cut short', () => {
+    it('leaves a host link without its alias, which reconcile reports missing and a repair replaces', async () => {
+      const w = await pool.add('half-done');
+      const spec = specFor(w, [v4('10.251.0.61')]);
+      const res = await backend.attach(spec);
+      // The alias is written last; without it the attachment may be half configured.
+      await ip('-n', node, 'link', 'set', 'dev', res.hostIfName ?? '', 'alias', '');
+      const outcome = await backend.reconcile([viewOf(spec, res)]);
+      expect(outcome.missing).to.deep.equal([spec.key]);
+      expect(outcome.healthy).to.deep.equal([]);
+      const again = await backend.attach(spec, res);
+      expect(again.mac).to.equal(res.mac);
+      const [link] = await ipJson<IpLink>(node, 'link', 'show', 'dev', res.hostIfName ?? '');
+      expect(link?.ifalias).to.equal(`workloadnet:${spec.key}`);
+      expect(await backend.check(viewOf(spec, again))).to.deep.equal([]);
+      await backend.detach(viewOf(spec, again));
+    });
+  });
+
   describe('a detach cut short', () => {
     it('leaves its link in the detaching group, which reconcile deletes and reports the attachment missing', async () => {
       const w = await pool.add('cut');
