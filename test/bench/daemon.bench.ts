@@ -37,6 +37,19 @@ async function measure(
   parallel: number,
 ): Promise<DaemonBenchRow[]> {
   const at = (i: number): string => netnsPaths[i % netnsPaths.length] ?? '';
+  // Warm-up, not timed, as for every row of the benchmark: the daemon is long-running, and its first
+  // few hundred calls run unoptimised JavaScript.
+  await ratePerSecond(
+    Array.from({ length: count }, (_, i) => () => client.call(client.raw.attach, req(`warm-${i}`, at(i)))),
+    parallel,
+  );
+  await ratePerSecond(
+    Array.from(
+      { length: count },
+      (_, i) => () => client.call(client.raw.detach, { workloadId: `warm-${i}`, netns: undefined }),
+    ),
+    parallel,
+  );
   const attachMs: number[] = [];
   const detachMs: number[] = [];
   for (let i = 0; i < count; i++)

@@ -4,14 +4,14 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { addNetns, deleteNetns, netnsPath } from '../e2e/support/netns';
 import { REFERENCE_PLUGIN_DIR, referencePluginConfig } from '../e2e/support/reference-plugins';
-import { spawnInNetns } from '../e2e/support/spawn-in-netns';
-import { percentile, ratePerSecond } from './stats';
+import { runPluginCalls, type PhaseResult } from './cni-exec-runner';
+import { percentile } from './stats';
 
 // The baseline workloadnet is measured against: Debian's reference CNI plugins (ptp or bridge, with
-// host-local IPAM) executed exactly as a runtime executes them. The plugin process starts directly in a
-// test-owned node namespace (see spawn-in-netns.ts: no `ip netns exec` or `nsenter` in between, so the
-// numbers carry no launcher cost), with the CNI environment and the conflist entry on stdin, for
-// workload namespaces created beforehand and not timed.
+// host-local IPAM) executed exactly as a runtime executes them. The plugin process is started by a small
+// native runner (cni-exec.c: posix_spawn, as Go's os/exec does) that runs in a test-owned node
+// namespace, with the CNI environment and the conflist entry on stdin, for workload namespaces created
+// beforehand and not timed. The same runner executes workloadnet's forwarder.
 
 export interface ReferenceCniBenchOptions {
   plugin: 'ptp' | 'bridge';
@@ -32,6 +32,8 @@ export interface ReferenceCniResult {
 }
 
 const CNI_VERSION = '1.0.0';
+/** Untimed ADD+DEL rounds over all workloads before measuring. */
+const WARMUP_ROUNDS = 1;
 const NETWORK_NAME = 'wne-bench';
 const SUBNET = '10.253.0.0/16';
 /** What containerd gives plugins (on top of the CNI_ variables): a clean PATH. */
@@ -115,19 +117,16 @@ export async function benchCniPlugin(opts: CniPluginBenchOptions): Promise<Refer
     }));
     const cni = new CniInvoker(opts.binary, netnsPath(nodeNetns), config);
 
-    const addMs: number[] = [];
-    for (const w of workloads) addMs.push(await cni.add(w));
-    const delMs: number[] = [];
-    for (const w of workloads) delMs.push(await cni.del(w));
-
-    const addRate = await ratePerSecond(
-      workloads.map((w) => () => cni.add(w)),
-      opts.parallel,
-    );
-    const delRate = await ratePerSecond(
-      workloads.map((w) => () => cni.del(w)),
-      opts.parallel,
-    );
+    // Warm-up, not timed: page cache for the binaries, and for the daemon its JIT (a long-running
+    // process serves pod events with optimised code; its first few hundred calls run unoptimised).
+    for (let round = 0; round < WARMUP_ROUNDS; round++) {
+      await cni.add(workloads, opts.parallel);
+      await cni.del(workloads, opts.parallel);
+    }
+    const addMs = (await cni.add(workloads, 1)).calls.map((c) => c.ms);
+    const delMs = (await cni.del(workloads, 1)).calls.map((c) => c.ms);
+    const addRate = workloads.length / ((await cni.add(workloads, opts.parallel)).totalMs / 1000);
+    const delRate = workloads.length / ((await cni.del(workloads, opts.parallel)).totalMs / 1000);
 
     return [
       {
@@ -151,37 +150,48 @@ export async function benchCniPlugin(opts: CniPluginBenchOptions): Promise<Refer
   }
 }
 
-/** Executes one plugin the way libcni does, from inside the node namespace. */
+/** Executes one plugin the way libcni does, from inside the node namespace (through cni-exec). */
 class CniInvoker {
-  private readonly binary: string;
-
   constructor(
-    binary: string,
+    private readonly binary: string,
     private readonly nodeNetnsPath: string,
     private readonly config: string,
-  ) {
-    this.binary = binary;
+  ) {}
+
+  /** ADD for every workload, `parallel` at a time; keeps each result for its DEL. */
+  async add(workloads: Workload[], parallel: number): Promise<PhaseResult> {
+    const phase = await runPluginCalls(
+      this.binary,
+      this.nodeNetnsPath,
+      workloads.map((w) => ({ env: this.env('ADD', w), stdin: this.config })),
+      parallel,
+    );
+    phase.calls.forEach((c, i) => {
+      const w = workloads[i];
+      if (w) w.prevResult = JSON.parse(c.stdout) as unknown;
+    });
+    return phase;
   }
 
-  /** Runs ADD, keeps the result for the DEL, and returns the elapsed milliseconds. */
-  async add(w: Workload): Promise<number> {
-    const { ms, stdout } = await this.exec('ADD', w, this.config);
-    w.prevResult = JSON.parse(stdout) as unknown;
-    return ms;
+  /** DEL for every workload with its ADD result as prevResult, as libcni sends it. */
+  async del(workloads: Workload[], parallel: number): Promise<PhaseResult> {
+    const base = JSON.parse(this.config) as object;
+    const phase = await runPluginCalls(
+      this.binary,
+      this.nodeNetnsPath,
+      workloads.map((w) => ({
+        env: this.env('DEL', w),
+        stdin:
+          w.prevResult === undefined ? this.config : JSON.stringify({ ...base, prevResult: w.prevResult }),
+      })),
+      parallel,
+    );
+    for (const w of workloads) w.prevResult = undefined;
+    return phase;
   }
 
-  async del(w: Workload): Promise<number> {
-    const stdin =
-      w.prevResult === undefined
-        ? this.config
-        : JSON.stringify({ ...(JSON.parse(this.config) as object), prevResult: w.prevResult });
-    const { ms } = await this.exec('DEL', w, stdin);
-    w.prevResult = undefined;
-    return ms;
-  }
-
-  private exec(command: 'ADD' | 'DEL', w: Workload, stdin: string): Promise<{ ms: number; stdout: string }> {
-    const env = {
+  private env(command: 'ADD' | 'DEL', w: Workload): Record<string, string> {
+    return {
       ...PLUGIN_ENV,
       CNI_COMMAND: command,
       CNI_CONTAINERID: w.containerId,
@@ -190,31 +200,6 @@ class CniInvoker {
       CNI_PATH: REFERENCE_PLUGIN_DIR,
       CNI_ARGS: `IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=${w.podName};K8S_POD_INFRA_CONTAINER_ID=${w.containerId};K8S_POD_UID=${w.podUid}`,
     };
-    return new Promise((resolve, reject) => {
-      const start = process.hrtime.bigint();
-      const child = spawnInNetns(this.nodeNetnsPath, this.binary, [], {
-        env,
-        stdio: ['pipe', 'pipe', 'pipe'],
-      });
-      const out: Buffer[] = [];
-      const err: Buffer[] = [];
-      child.stdout?.on('data', (b: Buffer) => out.push(b));
-      child.stderr?.on('data', (b: Buffer) => err.push(b));
-      child.on('error', reject);
-      child.on('close', (code) => {
-        const ms = Number(process.hrtime.bigint() - start) / 1e6;
-        const stdout = Buffer.concat(out).toString('utf8');
-        if (code === 0) resolve({ ms, stdout });
-        else {
-          const detail = (stdout || Buffer.concat(err).toString('utf8')).trim();
-          reject(
-            new Error(`${path.basename(this.binary)} ${command} ${w.containerId} exited ${code}: ${detail}`),
-          );
-        }
-      });
-      child.stdin?.on('error', () => undefined);
-      child.stdin?.end(stdin);
-    });
   }
 }
 

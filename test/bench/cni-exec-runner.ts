@@ -1,0 +1,109 @@
+import { execFile } from 'node:child_process';
+import { promises as fs } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { promisify } from 'node:util';
+import { spawnInNetns } from '../e2e/support/spawn-in-netns';
+
+// Drives cni-exec (cni-exec.c beside this file's source): the plugin calls of one benchmark phase are
+// written to files, and the native runner executes and times them inside the node namespace, so a call
+// costs what it costs a runtime, not what Node's child_process adds on top.
+
+const execFileP = promisify(execFile);
+const SOURCE = path.resolve(__dirname, '..', '..', '..', 'test', 'bench', 'cni-exec.c');
+
+let built: Promise<string> | undefined;
+
+/** Compiles cni-exec once per process into a temporary directory. */
+function runnerBinary(): Promise<string> {
+  built ??= (async () => {
+    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'wn-cni-exec-'));
+    const bin = path.join(dir, 'cni-exec');
+    await execFileP('cc', ['-O2', '-Wall', '-o', bin, SOURCE]);
+    return bin;
+  })();
+  return built;
+}
+
+export interface PluginCall {
+  env: Record<string, string>;
+  stdin: string;
+}
+
+export interface PluginCallResult {
+  ms: number;
+  stdout: string;
+}
+
+export interface PhaseResult {
+  /** In call order. */
+  calls: PluginCallResult[];
+  /** Wall time of the whole phase. */
+  totalMs: number;
+}
+
+/**
+ * Executes `plugin` once per call, `parallel` at a time, from inside the namespace at `netnsPath`.
+ * Fails with the plugin's output if any call exits non-zero.
+ */
+export async function runPluginCalls(
+  plugin: string,
+  netnsPath: string,
+  calls: readonly PluginCall[],
+  parallel: number,
+): Promise<PhaseResult> {
+  const bin = await runnerBinary();
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'wn-cni-calls-'));
+  try {
+    await Promise.all(
+      calls.map(async (c, i) => {
+        const env = Object.entries(c.env).map(([k, v]) => `${k}=${v}\0`);
+        await fs.writeFile(path.join(dir, `${i}.env`), env.join(''));
+        await fs.writeFile(path.join(dir, `${i}.in`), c.stdin);
+      }),
+    );
+    const out = await new Promise<string>((resolve, reject) => {
+      const child = spawnInNetns(netnsPath, bin, [plugin, String(parallel), dir, String(calls.length)], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+      const chunks: Buffer[] = [];
+      const errs: Buffer[] = [];
+      child.stdout?.on('data', (b: Buffer) => chunks.push(b));
+      child.stderr?.on('data', (b: Buffer) => errs.push(b));
+      child.on('error', reject);
+      child.on('close', (code) =>
+        code === 0
+          ? resolve(Buffer.concat(chunks).toString('utf8'))
+          : reject(new Error(`cni-exec exited ${code}: ${Buffer.concat(errs).toString('utf8')}`)),
+      );
+    });
+    const ms: number[] = [];
+    let totalMs = Number.NaN;
+    const failed: string[] = [];
+    for (const line of out.trim().split('\n')) {
+      const [a, b, c] = line.split(' ');
+      if (a === 'total') totalMs = Number(b) / 1000;
+      else {
+        ms[Number(a)] = Number(c) / 1000;
+        if (b !== '0') failed.push(a ?? '?');
+      }
+    }
+    if (failed.length > 0) {
+      const i = failed[0];
+      const stdout = await fs.readFile(path.join(dir, `${i}.out`), 'utf8').catch(() => '');
+      const stderr = await fs.readFile(path.join(dir, `${i}.err`), 'utf8').catch(() => '');
+      throw new Error(
+        `${path.basename(plugin)}: ${failed.length} of ${calls.length} calls failed; call ${i}: ${(stdout || stderr).trim()}`,
+      );
+    }
+    const results = await Promise.all(
+      calls.map(async (_, i) => ({
+        ms: ms[i] ?? Number.NaN,
+        stdout: await fs.readFile(path.join(dir, `${i}.out`), 'utf8'),
+      })),
+    );
+    return { calls: results, totalMs };
+  } finally {
+    await fs.rm(dir, { recursive: true, force: true });
+  }
+}
