@@ -34,6 +34,7 @@ import { decodeDetails, encodeDetails } from './details';
 import { admitHello, type Admission } from './hello-admission';
 import { createHostSide, type HostSide, type WorkloadPlacement } from './host-side';
 import { LogThrottle } from './log-throttle';
+import { ownString } from './own-string';
 import { defaultRoutes, macForKey, portFields, portFieldsFromView } from './port-spec';
 import { SnapshotSync } from './snapshot-sync';
 
@@ -580,7 +581,9 @@ export class DpuBackend implements Backend {
         }
         continue;
       }
-      const endpoint = d.endpoint ? { netdev: d.endpoint, mac: att.dataplane.mac } : undefined;
+      const endpoint = d.endpoint
+        ? { netdev: ownString(d.endpoint), mac: ownString(att.dataplane.mac) }
+        : undefined;
       this.desired.restore(
         portFieldsFromView(att, d.mac || undefined),
         d.generation,
@@ -669,14 +672,22 @@ export class DpuBackend implements Backend {
   }
 }
 
+/** Where a port's host end belongs, kept with the port: its strings are copies of their own. */
 function placementOf(a: AttachSpec | AttachmentView): WorkloadPlacement {
+  const ips = a.ips.map((ip) => ({
+    family: ip.family,
+    address: ownString(ip.address),
+    pool: ownString(ip.pool),
+    poolPrefixLength: ip.poolPrefixLength,
+    gateway: ownString(ip.gateway),
+  }));
   return {
-    netnsPath: a.netnsPath,
+    netnsPath: ownString(a.netnsPath),
     netnsInode: a.netnsInode,
-    ifName: a.ifName,
+    ifName: ownString(a.ifName),
     mtu: a.mtu,
-    ips: a.ips,
-    routes: defaultRoutes(a.ips),
+    ips,
+    routes: defaultRoutes(ips),
   };
 }
 

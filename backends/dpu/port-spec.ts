@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { AttachSpec, AttachmentView, IpAssignment, RouteInfo } from '../../core/backend';
 import type { Port, Route } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import { ownString } from './own-string';
 
 // Turns what the core asks for (an AttachSpec, or a stored AttachmentView at start-up) into the port
 // object the agent is sent. Both paths go through the same functions so that a port restored after a
@@ -35,23 +36,44 @@ export function defaultRoutes(ips: readonly IpAssignment[]): RouteInfo[] {
   return out;
 }
 
+/**
+ * Nearly every port has the same routes (one default route per family via the link-local gateway), so
+ * ports share one frozen list per distinct set instead of each holding its own (~150 bytes a port).
+ * Route lists are never modified after they are built; freezing makes sure of it.
+ */
+const sharedRoutes = new Map<string, Route[]>();
+/** Distinct route lists shared; past this, unusual ones get lists of their own. */
+const MAX_SHARED_ROUTE_LISTS = 64;
+
 function toWireRoutes(routes: readonly RouteInfo[]): Route[] {
-  return routes.map((r) => ({ destination: r.destination, gateway: r.gateway ?? '' }));
+  const id = routes.map((r) => `${r.destination} ${r.gateway ?? ''}`).join('|');
+  const shared = sharedRoutes.get(id);
+  if (shared) return shared;
+  const list = Object.freeze(
+    routes.map((r) =>
+      Object.freeze({ destination: ownString(r.destination), gateway: ownString(r.gateway ?? '') }),
+    ),
+  );
+  // The wire type is mutable only because it is generated that way; nothing writes to a port's routes.
+  const wire = list as Route[];
+  if (sharedRoutes.size < MAX_SHARED_ROUTE_LISTS) sharedRoutes.set(id, wire);
+  return wire;
 }
 
 type PortSource = Pick<AttachSpec, 'key' | 'workloadId' | 'ifName' | 'ips' | 'mtu'>;
 
+/** The port's fields; its strings are copies of their own, since desired state keeps them for long. */
 export function portFields(src: PortSource, mac = macForKey(src.key)): PortFields {
   return {
-    name: src.key,
-    mac,
-    ips: src.ips.map(hostPrefix),
+    name: ownString(src.key),
+    mac: ownString(mac),
+    ips: src.ips.map((ip) => ownString(hostPrefix(ip))),
     routes: toWireRoutes(defaultRoutes(src.ips)),
     mtu: src.mtu,
     vlan: 0,
     vni: 0,
-    workloadId: src.workloadId,
-    ifName: src.ifName,
+    workloadId: ownString(src.workloadId),
+    ifName: ownString(src.ifName),
   };
 }
 

@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { open } from 'lmdb';
 import { SCHEMA_VERSION, Store, type AttachmentRecord } from '../../core/store';
 import type { WorkloadNetError } from '../../core/errors';
 
@@ -69,6 +70,71 @@ describe('Store', () => {
     expect(migrated.schemaVersion).to.equal(SCHEMA_VERSION);
     expect(migrated.get('old/eth0')?.ips[0]?.address).to.equal('10.0.0.9');
     await migrated.close();
+  });
+
+  it('upgrades a version 1 store (rows carrying their own property names) to shared structures', async () => {
+    // Written the way version 1 wrote: plain lmdb databases, no shared record structures.
+    const v1 = open({ path: path.join(dir, 'workloadnet.mdb'), compression: false });
+    const rows = [
+      record('w1/eth0', ['10.0.0.2']),
+      { ...record('w2/eth0', ['10.0.0.3']), pod: { uid: 'u', namespace: 'ns', name: 'p' }, origin: 'cni' },
+    ];
+    const attachments = v1.openDB<AttachmentRecord, string>({ name: 'attachments' });
+    const allocations = v1.openDB<string, string>({ name: 'allocations' });
+    await v1.transaction(() => {
+      for (const r of rows) {
+        void attachments.put(r.key, r);
+        for (const ip of r.ips) void allocations.put(ip.address, r.key);
+      }
+      void v1.openDB({ name: 'meta' }).put('schemaVersion', 1);
+    });
+    const v1Size = attachments.getBinary('w2/eth0')?.length ?? 0;
+    await v1.close();
+
+    const s = Store.open(dir);
+    expect(s.schemaVersion).to.equal(SCHEMA_VERSION);
+    expect(s.all()).to.deep.equal(rows);
+    expect([...s.allocationIndex()]).to.deep.equal([
+      ['10.0.0.2', 'w1/eth0'],
+      ['10.0.0.3', 'w2/eth0'],
+    ]);
+    await s.put(record('w3/eth0', ['10.0.0.4']));
+    await s.close();
+
+    const again = Store.open(dir);
+    expect(again.all().map((r) => r.key)).to.deep.equal(['w1/eth0', 'w2/eth0', 'w3/eth0']);
+    expect(again.get('w2/eth0')).to.deep.equal(rows[1]);
+    expect(again.count()).to.equal(3);
+    await again.close();
+    // The rewritten row no longer spells out its property names.
+    const raw = open({ path: path.join(dir, 'workloadnet.mdb'), compression: false, readOnly: true });
+    const v2Size = raw.openDB({ name: 'attachments' }).getBinary('w2/eth0')?.length ?? 0;
+    await raw.close();
+    expect(v2Size)
+      .to.be.greaterThan(0)
+      .and.lessThan(v1Size * 0.75);
+  });
+
+  it('maps its file once as it grows, so pages read earlier are not resident twice', async function () {
+    if (process.arch !== 'x64' && process.arch !== 'arm64') this.skip();
+    const s = Store.open(dir);
+    // ~2 MB of rows: lmdb's default map (128 KiB, doubled on demand) would have been replaced ~5 times.
+    for (let i = 0; i < 40; i++) {
+      await Promise.all(
+        Array.from({ length: 100 }, (_, j) => {
+          const n = i * 100 + j;
+          return s.put(record(`w${n}/eth0`, [`10.${n >> 16}.${(n >> 8) & 255}.${n & 255}`]));
+        }),
+      );
+    }
+    expect(s.count()).to.equal(4000);
+    const file = path.join(dir, 'workloadnet.mdb');
+    const maps = fs
+      .readFileSync('/proc/self/maps', 'utf8')
+      .split('\n')
+      .filter((l) => l.endsWith(` ${file}`));
+    expect(maps, maps.join('\n')).to.have.length(1);
+    await s.close();
   });
 
   it('refuses a store written by a newer version with a message saying what to do', async () => {
