@@ -3,7 +3,10 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
+import { BinaryWriter } from '@bufbuild/protobuf/wire';
 import {
+  Attachment as ProtoAttachmentCodec,
+  ListResponse,
   WorkloadNetworkingService,
   type AttachRequest,
   type AttachResponse,
@@ -17,7 +20,6 @@ import {
   type GetRequest,
   type GetResponse,
   type ListRequest,
-  type ListResponse,
   type StatusRequest,
   type StatusResponse,
   type WorkloadNetworkingServer,
@@ -58,8 +60,8 @@ export class ApiServer {
     private readonly log: Logger,
   ) {
     const handlers = this.handlers(false);
-    this.server.addService(WorkloadNetworkingService, handlers);
-    this.server.addService(renamed(WorkloadNetworkingService, SEED_SERVICE), this.handlers(true));
+    this.server.addService(LIST_SERVICE, handlers);
+    this.server.addService(renamed(LIST_SERVICE, SEED_SERVICE), this.handlers(true));
     this.health.addToServer(this.server);
     const pkg = protoLoader.loadSync(['workloadnet/v1/workload.proto'], { includeDirs: [PROTO_DIR] });
     new ReflectionService(pkg).addToServer(this.server);
@@ -144,9 +146,8 @@ export class ApiServer {
           version: VERSION,
         };
       }),
-      list: this.unary<ListRequest, ListResponse>('List', async () => ({
-        attachments: (await s.list()).map(toProtoAttachment),
-      })),
+      // Encoded as the rows are read, into one buffer (see LIST_SERVICE below).
+      list: this.unary<ListRequest, ListResponse>('List', async () => encodeList(await s.list())),
       get: this.unary<GetRequest, GetResponse>('Get', async (req) => ({
         attachments: (await s.get(req.workloadId, req.ifName || undefined)).map(toProtoAttachment),
       })),
@@ -181,6 +182,34 @@ export class ApiServer {
       );
     };
   }
+}
+
+/**
+ * A List of thousands of attachments built as objects first (every row decoded, turned into a protobuf
+ * object, then encoded) held all of them at once and left tens of MiB of garbage per call; the daemon's
+ * memory peaked after a few Lists. So each attachment is encoded as its row is read, into one writer,
+ * and the encoded bytes are what the handler returns: the List method's serializer passes them
+ * through. Clients see the same ListResponse on the wire.
+ */
+const LIST_SERVICE = {
+  ...WorkloadNetworkingService,
+  list: {
+    ...WorkloadNetworkingService.list,
+    responseSerialize: (value: ListResponse | EncodedList): Buffer =>
+      value instanceof Uint8Array
+        ? Buffer.from(value.buffer, value.byteOffset, value.byteLength)
+        : Buffer.from(ListResponse.encode(value).finish()),
+  },
+} as const;
+
+/** ListResponse bytes; typed as a ListResponse for the handler, which grpc-js passes on untouched. */
+type EncodedList = Uint8Array & ListResponse;
+
+function encodeList(atts: Iterable<Attachment>): EncodedList {
+  const w = new BinaryWriter();
+  // ListResponse.attachments is field 1, length-delimited: what ListResponse.encode writes per entry.
+  for (const att of atts) ProtoAttachmentCodec.encode(toProtoAttachment(att), w.uint32(10).fork()).join();
+  return w.finish() as EncodedList;
 }
 
 /** The same service definition under another fully-qualified name (paths are "/<service>/<method>"). */

@@ -388,9 +388,12 @@ export class Orchestrator implements WorkloadService {
     };
   }
 
-  async list(): Promise<Attachment[]> {
-    const all = this.store.all();
-    return (this.programming.size ? all.filter((r) => !this.programming.has(r.key)) : all).map(publicView);
+  async list(): Promise<Iterable<Attachment>> {
+    return this.visibleRows();
+  }
+
+  private *visibleRows(): Generator<Attachment> {
+    for (const rec of this.store.rows()) if (!this.programming.has(rec.key)) yield publicView(rec);
   }
 
   async get(workloadId: string, ifName?: string): Promise<Attachment[]> {

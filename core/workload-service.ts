@@ -99,7 +99,11 @@ export interface WorkloadService {
   attach(call: AttachCall): Promise<Attachment>;
   detach(call: DetachCall): Promise<void>;
   status(): Promise<ServiceStatus>;
-  list(): Promise<Attachment[]>;
+  /**
+   * Every attachment. Lazy: rows are read from the store as the caller iterates, so a List of
+   * thousands never holds them all at once.
+   */
+  list(): Promise<Iterable<Attachment>>;
   /** Attachments of one workload (all interfaces, or one when ifName is given). NOT_FOUND when none. */
   get(workloadId: string, ifName?: string): Promise<Attachment[]>;
   /** Drift for one attachment; NOT_FOUND when it is unknown. */

@@ -164,7 +164,7 @@ describeRoot('fuzz: workload API input (recording backend, root for test-owned n
   /** What must never change because of a refused call. */
   async function snapshot(): Promise<string> {
     const st = await d.daemon.service.status();
-    const list = await d.daemon.service.list();
+    const list = [...(await d.daemon.service.list())];
     return JSON.stringify({
       keys: list.map((a) => a.key).sort(),
       ips: list.map((a) => a.ips.map((i) => i.address)).sort(),

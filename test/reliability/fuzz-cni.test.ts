@@ -89,7 +89,7 @@ describeRoot('fuzz: CNI endpoint input (recording backend, root for test-owned n
   });
 
   async function stored(): Promise<string> {
-    const list = await d.daemon.service.list();
+    const list = [...(await d.daemon.service.list())];
     const st = await d.daemon.service.status();
     return JSON.stringify({
       keys: list.map((a) => a.key).sort(),
