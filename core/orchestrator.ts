@@ -12,6 +12,7 @@ import {
 import { CONFIG, type DaemonConfig } from './config';
 import { alreadyExists, asWorkloadNetError, exhausted, notFound, unavailable } from './errors';
 import { IpAllocator } from './ip-allocator';
+import { ConcurrencyLimit } from './concurrency-limit';
 import { KeyedMutex } from './keyed-mutex';
 import { LOGGER, type Logger } from './logger';
 import { METRICS, Metrics } from './metrics';
@@ -33,6 +34,20 @@ export const ALLOCATOR = Symbol.for('workloadnet.IpAllocator');
 
 export const DEFAULT_IF_NAME = 'eth0';
 
+/**
+ * Attaches that open their namespace and program at once; more wait in order (up to maxInFlight, past
+ * which calls are refused). Enough to keep a threadpool and an agent stream busy.
+ */
+const ATTACH_CONCURRENCY = 32;
+
+interface ValidatedAttach {
+  workloadId: string;
+  ifName: string;
+  mtu: number;
+  pod: { uid?: string; namespace?: string; name?: string };
+  containerId?: string;
+}
+
 /** Attachment key: neither part may contain '/', so the key is unambiguous. */
 export const attachmentKey = (workloadId: string, ifName: string): string => `${workloadId}/${ifName}`;
 
@@ -43,6 +58,8 @@ export const attachmentKey = (workloadId: string, ifName: string): string => `${
 @injectable()
 export class Orchestrator implements WorkloadService {
   private readonly locks = new KeyedMutex();
+  /** Attaches past validation at once; see concurrency-limit.ts for why. */
+  private readonly attachSlots = new ConcurrencyLimit(ATTACH_CONCURRENCY);
   /** Keys whose row is written while their dataplane is still being programmed: not shown yet. */
   private readonly programming = new Set<string>();
   private inFlight = 0;
@@ -169,83 +186,78 @@ export class Orchestrator implements WorkloadService {
       name: validateMetadata('pod name', call.pod?.name),
     };
     const containerId = validateMetadata('container id', call.containerId);
-    const netns = call.openNetns ?? (await openNetnsPath(call.netnsPath));
-    try {
-      return await this.attachValidated(call, { workloadId, ifName, mtu, pod, containerId }, netns);
-    } finally {
-      if (!call.openNetns) netns.close();
-    }
-  }
-
-  private async attachValidated(
-    call: AttachCall,
-    v: {
-      workloadId: string;
-      ifName: string;
-      mtu: number;
-      pod: { uid?: string; namespace?: string; name?: string };
-      containerId?: string;
-    },
-    netns: OpenNetns,
-  ): Promise<Attachment> {
-    const { workloadId, ifName, mtu, pod, containerId } = v;
-    const key = attachmentKey(workloadId, ifName);
-    const log = this.log.child({ workloadId, ifName, requestId: randomUUID() });
-
     if (this.inFlight >= this.config.maxInFlight) {
       throw exhausted(`too many Attach calls in flight (${this.config.maxInFlight}); retry shortly`);
     }
     this.inFlight++;
     try {
-      return await this.locks.run(workloadId, async () => {
-        const existing = this.store.get(key);
-        if (existing) {
-          if (existing.netnsPath === call.netnsPath && existing.netnsInode === netns.inode) return existing;
-          throw alreadyExists(
-            `workload ${workloadId} is already attached as ${ifName} in ${existing.netnsPath}; detach it before attaching it to another namespace`,
-          );
-        }
-
-        if (!this.allocator.configured)
-          throw unavailable('no pod CIDR is configured; set podCidrs and restart the daemon');
-        const allocated = this.allocator.allocate();
-        const record: AttachmentRecord = {
-          key,
-          workloadId,
-          ifName,
-          netnsPath: call.netnsPath,
-          netnsInode: netns.inode,
-          containerId,
-          pod: pod.uid || pod.namespace || pod.name ? pod : undefined,
-          ips: allocated.map((a) => ({
-            family: a.family,
-            address: a.address,
-            pool: a.pool.text,
-            poolPrefixLength: a.pool.prefixLength,
-            gateway: a.family === 4 ? GATEWAY_V4 : GATEWAY_V6,
-          })),
-          mtu,
-          backend: this.backend.name,
-          dns: call.dns,
-          origin: call.origin ?? 'api',
-          state: 'ready',
-          createdAt: new Date().toISOString(),
-        };
-        const spec = { ...toSpec(record), netnsFd: netns.fd };
-        const planned = this.backend.plan?.(spec);
-        try {
-          if (planned) await this.programAndRecord(record, spec, planned);
-          else await this.programThenRecord(record, spec);
-        } catch (err) {
-          log.warn({ err: (err as Error).message }, 'attach failed; rolled back');
-          throw err;
-        }
-        log.info({ ips: record.ips.map((i) => i.address), hostIf: record.dataplane?.hostIfName }, 'attached');
-        return record;
-      });
+      return await this.attachSlots.run(() =>
+        this.attachAdmitted(call, { workloadId, ifName, mtu, pod, containerId }),
+      );
     } finally {
       this.inFlight--;
     }
+  }
+
+  private async attachAdmitted(call: AttachCall, v: ValidatedAttach): Promise<Attachment> {
+    const netns = call.openNetns ?? (await openNetnsPath(call.netnsPath));
+    try {
+      return await this.attachValidated(call, v, netns);
+    } finally {
+      if (!call.openNetns) netns.close();
+    }
+  }
+
+  private async attachValidated(call: AttachCall, v: ValidatedAttach, netns: OpenNetns): Promise<Attachment> {
+    const { workloadId, ifName, mtu, pod, containerId } = v;
+    const key = attachmentKey(workloadId, ifName);
+    const log = this.log.child({ workloadId, ifName, requestId: randomUUID() });
+    return this.locks.run(workloadId, async () => {
+      const existing = this.store.get(key);
+      if (existing) {
+        if (existing.netnsPath === call.netnsPath && existing.netnsInode === netns.inode) return existing;
+        throw alreadyExists(
+          `workload ${workloadId} is already attached as ${ifName} in ${existing.netnsPath}; detach it before attaching it to another namespace`,
+        );
+      }
+
+      if (!this.allocator.configured)
+        throw unavailable('no pod CIDR is configured; set podCidrs and restart the daemon');
+      const allocated = this.allocator.allocate();
+      const record: AttachmentRecord = {
+        key,
+        workloadId,
+        ifName,
+        netnsPath: call.netnsPath,
+        netnsInode: netns.inode,
+        containerId,
+        pod: pod.uid || pod.namespace || pod.name ? pod : undefined,
+        ips: allocated.map((a) => ({
+          family: a.family,
+          address: a.address,
+          pool: a.pool.text,
+          poolPrefixLength: a.pool.prefixLength,
+          gateway: a.family === 4 ? GATEWAY_V4 : GATEWAY_V6,
+        })),
+        mtu,
+        backend: this.backend.name,
+        dns: call.dns,
+        origin: call.origin ?? 'api',
+        state: 'ready',
+        createdAt: new Date().toISOString(),
+      };
+      const spec = { ...toSpec(record), netnsFd: netns.fd };
+      const planned = this.backend.plan?.(spec);
+      try {
+        if (planned) await this.programAndRecord(record, spec, planned);
+        else await this.programThenRecord(record, spec);
+      } catch (err) {
+        log.warn({ err: (err as Error).message }, 'attach failed; rolled back');
+        throw err;
+      }
+      log.info({ ips: record.ips.map((i) => i.address), hostIf: record.dataplane?.hostIfName }, 'attached');
+      return record;
+    });
   }
 
   /**

@@ -20,10 +20,6 @@ export const SO_RCVBUF = 8;
 export const SO_RCVTIMEO = 20;
 export const SO_RCVBUFFORCE = 33;
 
-/** recv(2) flag: return EAGAIN instead of waiting when nothing is queued. */
-export const MSG_DONTWAIT = 0x40;
-const EAGAIN = 11;
-
 export const SOL_NETLINK = 270;
 export const NETLINK_CAP_ACK = 10;
 export const NETLINK_EXT_ACK = 11;
@@ -50,7 +46,6 @@ interface Bindings {
   setsockopt: koffi.KoffiFunction;
   close: koffi.KoffiFunction;
   ioctl: koffi.KoffiFunction;
-  recv: koffi.KoffiFunction;
 }
 
 let bindings: Bindings | undefined;
@@ -67,7 +62,6 @@ function libc(): Bindings {
       close: lib.func('int close(int fd)'),
       // Declared without the variadic argument: the requests we use take none.
       ioctl: lib.func('int ioctl(int fd, unsigned long request)'),
-      recv: lib.func('long recv(int fd, void *buf, size_t len, int flags)'),
     };
   }
   return bindings;
@@ -102,18 +96,6 @@ export function setsockoptInt(fd: number, level: number, optname: number, value:
 /** ioctl without an argument, returning its non-negative result. */
 export function ioctlNoArg(fd: number, request: number): number {
   return check('ioctl', libc().ioctl(fd, request));
-}
-
-/**
- * recv(2) with MSG_DONTWAIT: takes one datagram that is already queued, or returns -1 at once when
- * none is (EAGAIN). It never waits, so it is safe on the event loop.
- */
-export function recvQueued(fd: number, buf: Buffer): number {
-  const n = Number(libc().recv(fd, buf, buf.length, MSG_DONTWAIT));
-  if (n >= 0) return n;
-  const errno = koffi.errno();
-  if (errno === EAGAIN) return -1;
-  throw new SyscallError('recv', errno);
 }
 
 /** Synchronous close, for failure paths where the fd was never handed to Node's fs. */

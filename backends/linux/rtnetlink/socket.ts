@@ -11,16 +11,13 @@
 //   requests of a batch do not ask for an ACK (each ACK is a datagram, i.e. one more threadpool read):
 //   the kernel handles them in order and reports any failure whether or not an ACK was asked for, so
 //   the final ACK confirms them. `ackEveryRequest` restores one ACK per request.
-// - The kernel handles a non-dump request inside write() and queues its replies (echo, ACK or error)
-//   before write() returns. So once a write has completed, its replies are taken at once on the event
-//   loop with recv(MSG_DONTWAIT), which never waits: that saves one threadpool round trip per reply
-//   datagram (an attach has four). This is skipped while a dump runs on the socket (recv() may then
-//   produce the dump's next part, under the rtnl lock) or a threadpool read is under way (two readers
-//   could dispatch one batch's replies out of order).
-// - Otherwise a threadpool read is started, but only while some request has been written and not yet
-//   answered. The kernel queues a request's replies before write() returns (and the next part of a
-//   dump before read() returns), so such a read never waits long and never parks a threadpool thread
-//   indefinitely. SO_RCVTIMEO bounds it anyway, in case replies were dropped.
+// - A read is only started while some request has been written and not yet answered. The kernel
+//   queues a request's replies before write() returns (and the next part of a dump before read()
+//   returns), so such a read never waits long and never parks a threadpool thread indefinitely.
+//   SO_RCVTIMEO bounds it anyway, in case replies were dropped.
+//   (Taking the queued replies with a non-blocking recv on the event loop instead saves a threadpool
+//   round trip, but under a burst of attaches it let one callback run hundreds of continuations at
+//   once: Status waited ~100 ms instead of ~10. One datagram per callback keeps the loop fair.)
 
 import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
@@ -38,7 +35,6 @@ import {
   SOL_NETLINK,
   SOL_SOCKET,
   closeFd,
-  recvQueued,
   setsockopt,
   setsockoptInt,
   socket,
@@ -113,8 +109,6 @@ export class NetlinkSocket {
   private reading = false;
   private readonly ackEveryRequest: boolean;
   private writtenUnanswered = 0;
-  /** Dumps sent and not yet finished. */
-  private dumpsPending = 0;
   private dumpChain: Promise<unknown> = Promise.resolve();
   private closing: Promise<void> | undefined;
   private drained: (() => void) | undefined;
@@ -250,7 +244,6 @@ export class NetlinkSocket {
     const implicit = (i: number): boolean => !this.ackEveryRequest && i < reqs.length - 1;
     const promises = reqs.map((req, position) => {
       const seq = seqs[position] ?? 0;
-      if (dump) this.dumpsPending++;
       return new Promise<{ replies: NetlinkMessage[]; interrupted: boolean }>((resolve, reject) => {
         this.pending.set(seq, {
           type: req.type,
@@ -290,37 +283,9 @@ export class NetlinkSocket {
           this.writtenUnanswered++;
         }
       }
-      this.takeQueuedReplies();
       this.pump();
     });
     return promises;
-  }
-
-  /** Dispatches the reply datagrams already queued on the socket, without waiting (see the top). */
-  private takeQueuedReplies(): void {
-    if (this.reading || this.dumpsPending > 0) return;
-    const buf = receiveBuffers.pop() ?? Buffer.allocUnsafe(RECEIVE_SIZE);
-    try {
-      while (this.writtenUnanswered > 0) {
-        const n = recvQueued(this.fd, buf);
-        if (n < 0) break;
-        if (!this.accept(buf, n)) break;
-      }
-    } catch (err) {
-      // ENOBUFS (replies were dropped) or the like: what was written cannot be answered any more.
-      const errno =
-        typeof (err as { errno?: unknown }).errno === 'number' ? (err as { errno: number }).errno : 5;
-      this.failWritten(
-        new NetlinkError(
-          errno,
-          0,
-          { message: `no usable reply on ${this.label}: ${(err as Error).message}` },
-          'netlink receive',
-        ),
-      );
-    } finally {
-      if (receiveBuffers.length < MAX_SPARE_BUFFERS) receiveBuffers.push(buf);
-    }
   }
 
   /** Dispatches one received datagram of `n` bytes; false (and the written requests failed) if unusable. */
@@ -414,7 +379,6 @@ export class NetlinkSocket {
     }
     this.pending.delete(seq);
     if (p.written) this.writtenUnanswered--;
-    if (p.dump) this.dumpsPending--;
     if (error) p.reject(error);
     else p.resolve({ replies: p.replies, interrupted: p.interrupted });
     if (this.pending.size === 0 && this.drained) {
