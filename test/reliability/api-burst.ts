@@ -1,3 +1,4 @@
+import * as fs from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import { WorkloadNetworkingClient } from '../../proto/gen/workloadnet/v1/workload';
 
@@ -9,6 +10,7 @@ import { WorkloadNetworkingClient } from '../../proto/gen/workloadnet/v1/workloa
 // Fires COUNT concurrent calls for workloads ID_PREFIX0.. over CHANNELS separate connections (round
 // robin), and prints one JSON object: { ms, outcomes: [{ code, details, address }] } in call order.
 // IF_NAME "-" sends an empty interface name (Detach then means every interface of the workload).
+// NETNS_PATH "@FILE" reads one path per line from FILE: call i uses line i (modulo their number).
 
 export interface BurstOutcome {
   code: grpc.status;
@@ -49,6 +51,9 @@ async function main(): Promise<void> {
     throw new Error('usage: api-burst SOCKET attach|detach COUNT ID_PREFIX NETNS_PATH IF_NAME CHANNELS');
   }
   const ifName = ifArg === '-' ? '' : ifArg;
+  const paths = netnsPath.startsWith('@')
+    ? fs.readFileSync(netnsPath.slice(1), 'utf8').split('\n').filter(Boolean)
+    : [netnsPath];
   // A local subchannel pool per client: otherwise grpc-js would share one connection among them.
   const clients = Array.from(
     { length: Number(channelsText) },
@@ -64,7 +69,7 @@ async function main(): Promise<void> {
     Array.from({ length: Number(countText) }, async (_, i): Promise<BurstOutcome> => {
       const c = clients[i % clients.length] as WorkloadNetworkingClient;
       const workloadId = `${prefix}${i}`;
-      const netns = { netnsPath, ifName, mtu: 0 };
+      const netns = { netnsPath: paths[i % paths.length] ?? '', ifName, mtu: 0 };
       try {
         if (op === 'attach') {
           const r = await call<{ ips: Array<{ cidr: string }> }>((md, o, cb) =>
