@@ -24,6 +24,7 @@ import type {
   Attachment,
   DetachCall,
   GcResult,
+  PodMetadata,
   ReconcileSummary,
   ServiceStatus,
   WorkloadService,
@@ -44,7 +45,7 @@ interface ValidatedAttach {
   workloadId: string;
   ifName: string;
   mtu: number;
-  pod: { uid?: string; namespace?: string; name?: string };
+  pod: PodMetadata;
   containerId?: string;
 }
 

@@ -288,28 +288,6 @@ export class NetlinkSocket {
     return promises;
   }
 
-  /** Dispatches one received datagram of `n` bytes; false (and the written requests failed) if unusable. */
-  private accept(buf: Buffer, n: number): boolean {
-    if (n >= RECEIVE_SIZE) {
-      this.failWritten(
-        new NetlinkError(
-          EMSGSIZE,
-          0,
-          { message: `reply larger than ${RECEIVE_SIZE} bytes` },
-          'netlink receive',
-        ),
-      );
-      return false;
-    }
-    try {
-      this.dispatch(buf.subarray(0, n));
-      return true;
-    } catch (e) {
-      this.failWritten(e instanceof Error ? e : new Error(String(e)));
-      return false;
-    }
-  }
-
   private pump(): void {
     if (this.reading || this.writtenUnanswered === 0) return;
     this.reading = true;
@@ -326,8 +304,21 @@ export class NetlinkSocket {
             'netlink receive',
           ),
         );
+      } else if (n >= RECEIVE_SIZE) {
+        this.failWritten(
+          new NetlinkError(
+            EMSGSIZE,
+            0,
+            { message: `reply larger than ${RECEIVE_SIZE} bytes` },
+            'netlink receive',
+          ),
+        );
       } else {
-        this.accept(buf, n);
+        try {
+          this.dispatch(buf.subarray(0, n));
+        } catch (e) {
+          this.failWritten(e instanceof Error ? e : new Error(String(e)));
+        }
       }
       // dispatch() copied what it keeps, so the buffer can serve the next read of any socket.
       if (receiveBuffers.length < MAX_SPARE_BUFFERS) receiveBuffers.push(buf);
