@@ -36,8 +36,6 @@ export class NetnsPathError extends WorkloadNetError {
   }
 }
 
-const netnsPathError = (message: string): NetnsPathError => new NetnsPathError(message);
-
 export interface NetnsIdentity {
   /** Inode of the namespace (its identity for the kernel's lifetime). */
   inode: number;
@@ -96,23 +94,23 @@ export async function inspectNetnsPath(netnsPath: string): Promise<NetnsIdentity
  */
 export async function openNetnsPath(netnsPath: string): Promise<OpenNetns> {
   if (typeof netnsPath !== 'string' || netnsPath.length === 0) {
-    throw netnsPathError('netns path is required (e.g. /proc/<pid>/ns/net or /var/run/netns/<name>)');
+    throw new NetnsPathError('netns path is required (e.g. /proc/<pid>/ns/net or /var/run/netns/<name>)');
   }
   if (netnsPath.length > MAX_PATH || netnsPath.includes('\0')) {
-    throw netnsPathError('netns path is too long or contains a NUL byte');
+    throw new NetnsPathError('netns path is too long or contains a NUL byte');
   }
   if (!path.isAbsolute(netnsPath) || path.normalize(netnsPath) !== netnsPath) {
-    throw netnsPathError(
+    throw new NetnsPathError(
       `netns path ${JSON.stringify(netnsPath)} must be absolute and normalised (no "..", "." or "//")`,
     );
   }
   nsfsDev ??= fs.statSync('/proc/self/ns/net').dev;
   const notNsfs = (): Error =>
-    netnsPathError(
+    new NetnsPathError(
       `netns path ${netnsPath} is not a namespace file (expected /proc/<pid>/ns/net or a bind-mounted nsfs file such as /var/run/netns/<name>)`,
     );
   const cannotOpen = (err: unknown): Error =>
-    netnsPathError(
+    new NetnsPathError(
       `netns path ${netnsPath} cannot be opened (${(err as NodeJS.ErrnoException).code ?? 'error'}); is the workload still running?`,
     );
   // The path is opened with O_PATH first: that resolves it (on the threadpool, since a path walk may
@@ -139,11 +137,14 @@ export async function openNetnsPath(netnsPath: string): Promise<OpenNetns> {
   const close = (): void => fs.closeSync(fd);
   try {
     if (nsType(fd) !== CLONE_NEWNET) {
-      throw netnsPathError(`netns path ${netnsPath} is a namespace of another type, not a network namespace`);
+      throw new NetnsPathError(
+        `netns path ${netnsPath} is a namespace of another type, not a network namespace`,
+      );
     }
     protectedCache ??= protectedNamespaces();
     const what = protectedCache.get(st.ino);
-    if (what) throw netnsPathError(`netns path ${netnsPath} is ${what}; refusing to attach a workload to it`);
+    if (what)
+      throw new NetnsPathError(`netns path ${netnsPath} is ${what}; refusing to attach a workload to it`);
     return { inode: st.ino, fd, close };
   } catch (err) {
     close();

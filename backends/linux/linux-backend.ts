@@ -88,15 +88,7 @@ export class LinuxBackend implements Backend {
    * here rather than by the kernel. So the core can record the attachment while it is programmed.
    */
   plan(spec: AttachSpec): DataplaneResult {
-    const plan = planAttachment(spec, this.opts);
-    return {
-      ifName: plan.ifName,
-      mac: randomMac(),
-      mtu: plan.mtu,
-      hostIfName: plan.hostName,
-      routes: workloadRoutes(plan),
-      details: { hostIfName: plan.hostName, linkGroup: plan.linkGroup },
-    };
+    return dataplaneResult(planAttachment(spec, this.opts), randomMac());
   }
 
   async attach(spec: AttachSpec, planned?: DataplaneResult): Promise<DataplaneResult> {
@@ -131,19 +123,7 @@ export class LinuxBackend implements Backend {
         await this.rollback(host, plan, pair);
         throw err;
       }
-      return {
-        ifName: plan.ifName,
-        mac,
-        mtu: plan.mtu,
-        hostIfName: plan.hostName,
-        routes: workloadRoutes(plan),
-        details: {
-          hostIfIndex: pair.hostIndex,
-          peerIfIndex: pair.peerIndex,
-          hostIfName: plan.hostName,
-          linkGroup: plan.linkGroup,
-        },
-      };
+      return dataplaneResult(plan, mac, { hostIfIndex: pair.hostIndex, peerIfIndex: pair.peerIndex });
     } finally {
       // Closing never waits (see NetlinkSocket.close); the namespace fd is the caller's when borrowed.
       void workload?.close();
@@ -467,7 +447,7 @@ export class LinuxBackend implements Backend {
     const ns =
       spec.netnsFd === undefined
         ? await NetnsHandle.open(spec.netnsPath)
-        : NetnsHandle.borrow(spec.netnsPath, spec.netnsFd);
+        : NetnsHandle.borrow(spec.netnsPath, spec.netnsFd, spec.netnsInode);
     let problem: string | undefined;
     if (ns.inode !== spec.netnsInode) {
       problem = `${spec.netnsPath} now names another network namespace (inode ${ns.inode}, validated ${spec.netnsInode}); retry with a fresh path`;
@@ -519,6 +499,22 @@ export class LinuxBackend implements Backend {
 }
 
 const HEALTH_MAX_AGE_MS = 1000;
+
+/** What attach reports (and plan predicts): all of it follows from the plan and the chosen MAC. */
+function dataplaneResult(
+  plan: AttachPlan,
+  mac: string,
+  indexes: { hostIfIndex?: number; peerIfIndex?: number } = {},
+): DataplaneResult {
+  return {
+    ifName: plan.ifName,
+    mac,
+    mtu: plan.mtu,
+    hostIfName: plan.hostName,
+    routes: workloadRoutes(plan),
+    details: { ...indexes, hostIfName: plan.hostName, linkGroup: plan.linkGroup },
+  };
+}
 
 const GONE = new Set(['ENODEV', 'ESRCH', 'ENOENT', 'EADDRNOTAVAIL']);
 

@@ -121,11 +121,11 @@ export class NetnsHandle {
   }
 
   /**
-   * A namespace fd someone else opened and will close (closing this handle leaves it open). Checked
-   * like an opened path, synchronously: on an open fd these are in-memory lookups.
+   * A namespace fd someone else opened, checked (as a network namespace of that inode) and will close;
+   * closing this handle leaves it open.
    */
-  static borrow(path: string, fd: number): NetnsHandle {
-    return new NetnsHandle(path, fd, identify(path, fd), false);
+  static borrow(path: string, fd: number, inode: number): NetnsHandle {
+    return new NetnsHandle(path, fd, inode, false);
   }
 
   /** The process's own namespace (the one the main thread was in at start-up). Closing it is a no-op. */
