@@ -1,12 +1,12 @@
 import { CniServer } from '../adapters/cni/cni-server';
 import type { DaemonConfig } from '../core/config';
-import type { Endpoint } from '../core/daemon';
+import type { Lifecycle } from '../core/lifecycle';
 import type { Logger } from '../core/logger';
 import { secureSocket } from '../core/unix-socket';
 import type { WorkloadService } from '../core/workload-service';
 
 /** The CNI endpoint that the workloadnet-cni forwarder talks to, as one of the daemon's endpoints. */
-export function cniEndpoint(service: WorkloadService, config: DaemonConfig, logger: Logger): Endpoint {
+export function cniEndpoint(service: WorkloadService, config: DaemonConfig, logger: Logger): Lifecycle {
   const server = new CniServer(service, {
     socketPath: config.cniSocket,
     logger: logger.child({ endpoint: 'cni' }),
@@ -14,10 +14,10 @@ export function cniEndpoint(service: WorkloadService, config: DaemonConfig, logg
   });
   return {
     name: 'cni',
-    listen: async () => {
+    start: async () => {
       await server.listen();
       secureSocket(config.cniSocket, config.socketGroup);
     },
-    close: () => server.close(),
+    stop: () => server.close(),
   };
 }

@@ -1,4 +1,5 @@
-import { bindBackend } from './backend-wiring';
+import { ContainerModule } from 'inversify';
+import { backendModule } from './backend-wiring';
 import {
   DEFAULT_CONFIG,
   loadConfigFile,
@@ -9,8 +10,10 @@ import {
   type LogLevel,
 } from '../core/config';
 import { createContainer } from '../core/container';
-import { Daemon, type Endpoint } from '../core/daemon';
-import { createLogger } from '../core/logger';
+import { Daemon } from '../core/daemon';
+import { ENDPOINT, type Lifecycle } from '../core/lifecycle';
+import { createLogger, type Logger } from '../core/logger';
+import { WORKLOAD_SERVICE, type WorkloadService } from '../core/workload-service';
 import { Metrics } from '../core/metrics';
 import { MetricsServer } from '../core/metrics-server';
 import { cniEndpoint } from './cni-endpoint';
@@ -72,16 +75,11 @@ export async function runDaemon(flags: DaemonFlags): Promise<void> {
   const logger = createLogger(config.logLevel);
   const metrics = new Metrics({ processMetrics: true });
   const container = createContainer(config, logger, metrics);
-  bindBackend(container, config, logger);
+  container.load(backendModule(config, logger), endpointsModule(config, logger, metrics));
   const daemon = new Daemon(container);
   try {
-    await daemon.start((service) => {
-      const eps: Endpoint[] = [cniEndpoint(service, config, logger)];
-      if (config.metricsListen) eps.push(new MetricsServer(config.metricsListen, metrics));
-      return eps;
-    });
+    await daemon.start();
   } catch (err) {
-    await daemon.stop().catch(() => undefined);
     fatal(err);
   }
   let stopping = false;
@@ -99,6 +97,18 @@ export async function runDaemon(flags: DaemonFlags): Promise<void> {
   };
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
+}
+
+/** What the daemon serves besides the gRPC API: the CNI endpoint, and metrics when configured. */
+function endpointsModule(config: DaemonConfig, logger: Logger, metrics: Metrics): ContainerModule {
+  return new ContainerModule((bind) => {
+    bind<Lifecycle>(ENDPOINT).toDynamicValue((ctx) =>
+      cniEndpoint(ctx.container.get<WorkloadService>(WORKLOAD_SERVICE), config, logger),
+    );
+    if (config.metricsListen) {
+      bind<Lifecycle>(ENDPOINT).toDynamicValue(() => new MetricsServer(config.metricsListen, metrics));
+    }
+  });
 }
 
 function fatal(err: unknown): never {

@@ -47,8 +47,7 @@ export class ApiServer {
     'grpc.max_send_message_length': 64 * MAX_MESSAGE_BYTES,
     // Without a bound, a client's burst of a thousand calls is admitted in one event-loop turn and
     // Status waits behind all of them. 32 streams per connection match the attaches the core runs at
-    // once; at 100, a burst of 200 Linux attaches on one connection delayed Status by up to 100 ms,
-    // at 32 by under 35 ms (test/reliability/load.test.ts).
+    // once (measurements in docs/benchmarks.md, "Why the code is shaped this way").
     'grpc.max_concurrent_streams': 32,
   });
   private readonly health = new HealthImplementation({

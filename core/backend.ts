@@ -2,16 +2,14 @@
 // the per-workload serialisation; a backend only programs (and unprograms) what it is told to. A
 // backend never sees the store and never allocates: everything it needs arrives in the spec.
 
+import type { Netns } from './netns';
+
 /** One address given to a workload interface, already allocated by the core. */
 export interface IpAssignment {
   /** 4 or 6. */
   family: 4 | 6;
   /** The address itself, canonical text form ("10.88.0.5", "fd00::5"). */
   address: string;
-  /** Prefix length of the pool the address came from (informational, for CNI results). */
-  poolPrefixLength: number;
-  /** The pool's CIDR ("10.88.0.0/16"). */
-  pool: string;
   /** Gateway the workload should route through for this family (link-local in the routed model). */
   gateway: string;
 }
@@ -29,16 +27,16 @@ export interface AttachSpec {
   workloadId: string;
   /** Interface name inside the workload namespace (validated: 1–15 bytes, no '/', no whitespace). */
   ifName: string;
-  /** Absolute path to the workload's network namespace (validated as an nsfs net namespace). */
+  /** Absolute path to the workload's network namespace, as the caller gave it. */
   netnsPath: string;
-  /** Inode of that namespace at validation time, to detect a path that was re-pointed meanwhile. */
+  /** Inode of that namespace: its identity, recorded to detect a path re-pointed later. */
   netnsInode: number;
   /**
-   * An open fd of that namespace, the one the core validated, valid until the call returns (the core
-   * closes it). A backend that works inside the namespace uses it instead of opening the path again:
-   * no second open, and no window in which the path could be re-pointed. Absent on repairs.
+   * The workload's namespace, opened and validated by the core (an nsfs network namespace, neither the
+   * host's nor the daemon's), open until the call returns: the core closes it. A backend that works
+   * inside the namespace uses it and never opens the path itself.
    */
-  netnsFd?: number;
+  netns: Netns;
   ips: IpAssignment[];
   mtu: number;
 }
@@ -105,17 +103,17 @@ export interface Backend {
   /** Prepare the node (e.g. enable forwarding). Fails with a clear message if it cannot run here. */
   start(): Promise<void>;
   /**
-   * Program one interface. On failure the backend must leave nothing of its own behind (it rolls back
-   * its own steps) and throw a WorkloadNetError (or any Error, mapped to INTERNAL).
+   * What attach(spec) will report, decided before anything is programmed (interface names, MAC,
+   * routes), so that the core can record the attachment while the dataplane is being programmed.
+   * What only the dataplane can tell (an agent's endpoint) may be left out and reported by attach().
    */
-  attach(spec: AttachSpec, planned?: DataplaneResult): Promise<DataplaneResult>;
+  plan(spec: AttachSpec): DataplaneResult;
   /**
-   * Optional: what attach(spec) will report, decided before anything is programmed (interface names,
-   * MAC, routes). A backend that can say so lets the core write the attachment's row while the
-   * dataplane is being programmed rather than after it; attach() then gets the plan back and must
-   * program exactly that. Backends whose result comes from elsewhere (an agent) leave it out.
+   * Program one interface as planned. Returns the plan, completed with what only programming could
+   * tell. On failure the backend must leave nothing of its own behind (it rolls back its own steps)
+   * and throw a WorkloadNetError (or any Error, mapped to INTERNAL).
    */
-  plan?(spec: AttachSpec): DataplaneResult;
+  attach(spec: AttachSpec, planned: DataplaneResult): Promise<DataplaneResult>;
   /**
    * Remove what attach created. Must succeed when things are already gone (namespace vanished, link
    * missing, attach never finished) and throw only for real failures.

@@ -4,12 +4,14 @@ import { CONFIG, type DaemonConfig } from './config';
 import { IpAllocator } from './ip-allocator';
 import { LOGGER, type Logger } from './logger';
 import { METRICS, Metrics } from './metrics';
+import { NETNS_OPENER, kernelNetnsOpener, type NetnsOpener } from './netns';
 import { ALLOCATOR, Orchestrator, STORE } from './orchestrator';
 import { Store } from './store';
 import { WORKLOAD_SERVICE } from './workload-service';
 
-// The one place where core services are bound. The backend is bound by the caller (the daemon's wiring
-// picks it from config; a test rebinds BACKEND to whatever it needs), so core never imports a backend.
+// The one place where core services are bound. The backend arrives as a ContainerModule loaded by the
+// caller (the daemon's wiring picks it from config; a test loads its own), so core never imports a
+// backend. Endpoints (CNI, metrics) are bound under ENDPOINT the same way.
 
 export function createContainer(config: DaemonConfig, logger: Logger, metrics = new Metrics()): Container {
   const c = new Container({ defaultScope: 'Singleton' });
@@ -20,6 +22,7 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
   c.bind<IpAllocator>(ALLOCATOR).toDynamicValue(
     () => new IpAllocator(config.podCidrs.map((cidr) => ({ cidr }))),
   );
+  c.bind<NetnsOpener>(NETNS_OPENER).toConstantValue(kernelNetnsOpener);
   c.bind<Orchestrator>(WORKLOAD_SERVICE).to(Orchestrator);
   return c;
 }

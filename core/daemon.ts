@@ -2,26 +2,21 @@ import type { Container } from 'inversify';
 import { ApiServer } from './api-server';
 import { BACKEND, type Backend } from './backend';
 import { CONFIG, type DaemonConfig } from './config';
+import { ENDPOINT, startAll, type Lifecycle } from './lifecycle';
 import { LOGGER, type Logger } from './logger';
 import { STORE, type Orchestrator } from './orchestrator';
 import { prepareSocketPath } from './unix-socket';
 import type { Store } from './store';
 import { WORKLOAD_SERVICE } from './workload-service';
 
-/** Something else the daemon serves besides the gRPC API (the CNI endpoint, metrics). */
-export interface Endpoint {
-  name: string;
-  listen(): Promise<void>;
-  close(): Promise<void>;
-}
-
 /**
- * The daemon's lifecycle: backend start, store + reconcile, then the API; torn down in reverse order.
- * Extra endpoints are created from the orchestrator once it is ready.
+ * The daemon: its parts, started in this order and stopped in reverse. The socket guard comes first
+ * (refuse to run beside a live daemon before touching anything: its backend would take our in-flight
+ * attachments for orphans), then the backend, the store and reconcile, the API, and the endpoints
+ * bound under ENDPOINT (the CNI endpoint, metrics).
  */
 export class Daemon {
-  private readonly endpoints: Endpoint[] = [];
-  private api?: ApiServer;
+  private stopAll?: () => Promise<void>;
   private readyTimer?: NodeJS.Timeout;
 
   constructor(private readonly container: Container) {}
@@ -30,38 +25,54 @@ export class Daemon {
     return this.container.get<Orchestrator>(WORKLOAD_SERVICE);
   }
 
-  async start(extra: (service: Orchestrator) => Endpoint[] = () => []): Promise<void> {
+  async start(): Promise<void> {
     const config = this.container.get<DaemonConfig>(CONFIG);
     const log = this.container.get<Logger>(LOGGER);
-    // Refuse to run beside a live daemon before touching anything: its backend would take our
-    // in-flight attachments for orphans.
-    await prepareSocketPath(config.socket);
-    const backend = this.container.get<Backend>(BACKEND);
-    await backend.start();
-    const service = this.service;
-    await service.init();
-    this.api = new ApiServer(service, log);
-    await this.api.listen(config.socket, config.socketGroup);
-    for (const ep of extra(service)) {
-      await ep.listen();
-      this.endpoints.push(ep);
-    }
-    await this.refreshServing();
+    let api: ApiServer | undefined;
+    const parts: Lifecycle[] = [
+      { name: 'socket guard', start: () => prepareSocketPath(config.socket), stop: async () => undefined },
+      lazy('backend', () => this.container.get<Backend>(BACKEND)),
+      {
+        name: 'store and reconcile',
+        start: async () => void (await this.service.init()),
+        stop: () => this.container.get<Store>(STORE).close(),
+      },
+      {
+        name: 'api',
+        start: () => (api = new ApiServer(this.service, log)).listen(config.socket, config.socketGroup),
+        stop: () => api?.close() ?? Promise.resolve(),
+      },
+      ...(this.container.isBound(ENDPOINT) ? this.container.getAll<Lifecycle>(ENDPOINT) : []),
+    ];
+    this.stopAll = await startAll(parts, (part, err) =>
+      log.warn({ part, err: (err as Error).message }, 'stopping a part failed'),
+    );
+    const ready = async (): Promise<void> => {
+      const st = await this.service.status().catch(() => undefined);
+      api?.setServing(st?.ready ?? false);
+    };
+    await ready();
     // Health clients see readiness changes (pool exhausted, agent lost) without calling Status.
-    this.readyTimer = setInterval(() => void this.refreshServing(), 2000).unref();
-    log.info({ socket: config.socket, backend: backend.name, pools: config.podCidrs }, 'workloadnetd ready');
-  }
-
-  private async refreshServing(): Promise<void> {
-    const st = await this.service.status().catch(() => undefined);
-    this.api?.setServing(st?.ready ?? false);
+    this.readyTimer = setInterval(() => void ready(), 2000).unref();
+    log.info(
+      { socket: config.socket, backend: this.container.get<Backend>(BACKEND).name, pools: config.podCidrs },
+      'workloadnetd ready',
+    );
   }
 
   async stop(): Promise<void> {
     clearInterval(this.readyTimer);
-    for (const ep of this.endpoints.reverse()) await ep.close().catch(() => undefined);
-    await this.api?.close();
-    await this.container.get<Backend>(BACKEND).stop();
-    await this.container.get<Store>(STORE).close();
+    await this.stopAll?.();
+    this.stopAll = undefined;
   }
+}
+
+/** A part resolved from the container only when it starts (building a backend may already fail). */
+function lazy(name: string, get: () => Lifecycle): Lifecycle {
+  let part: Lifecycle | undefined;
+  return {
+    name,
+    start: () => (part = get()).start(),
+    stop: () => part?.stop() ?? Promise.resolve(),
+  };
 }

@@ -18,9 +18,4 @@ export class KeyedMutex {
       if (this.tails.get(key) === tail) this.tails.delete(key);
     }
   }
-
-  /** Keys with work queued or running. */
-  get size(): number {
-    return this.tails.size;
-  }
 }

@@ -1,10 +1,10 @@
 import * as http from 'node:http';
-import type { Endpoint } from './daemon';
+import type { Lifecycle } from './lifecycle';
 import { invalidArgument } from './errors';
 import type { Metrics } from './metrics';
 
 // Serves /metrics for Prometheus. Off unless configured, and meant for loopback: it has no auth.
-export class MetricsServer implements Endpoint {
+export class MetricsServer implements Lifecycle {
   readonly name = 'metrics';
   private readonly server: http.Server;
 
@@ -30,7 +30,7 @@ export class MetricsServer implements Endpoint {
     return typeof a === 'object' && a ? a.port : 0;
   }
 
-  listen(): Promise<void> {
+  start(): Promise<void> {
     const i = this.listenAddr.lastIndexOf(':');
     const host = this.listenAddr.slice(0, i).replace(/^\[|\]$/g, '');
     const port = Number(this.listenAddr.slice(i + 1));
@@ -42,7 +42,7 @@ export class MetricsServer implements Endpoint {
     });
   }
 
-  close(): Promise<void> {
+  stop(): Promise<void> {
     return new Promise((resolve) => this.server.close(() => resolve()));
   }
 }

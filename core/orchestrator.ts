@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { inject, injectable } from 'inversify';
+import { Admission } from './admission';
 import {
   BACKEND,
   type AttachmentView,
@@ -10,21 +11,26 @@ import {
   type IpAssignment,
 } from './backend';
 import { CONFIG, type DaemonConfig } from './config';
-import { alreadyExists, asWorkloadNetError, exhausted, notFound, unavailable } from './errors';
-import { IpAllocator } from './ip-allocator';
-import { ConcurrencyLimit } from './concurrency-limit';
+import { alreadyExists, asWorkloadNetError, notFound, unavailable } from './errors';
+import type { AllocatedIp, IpAllocator } from './ip-allocator';
 import { KeyedMutex } from './keyed-mutex';
 import { LOGGER, type Logger } from './logger';
 import { METRICS, Metrics } from './metrics';
-import { netnsStillPresent, openNetnsPath, type OpenNetns } from './netns-path';
+import { NETNS_OPENER, netnsStillPresent, type Netns, type NetnsOpener } from './netns';
 import { Store, type AttachmentRecord } from './store';
-import { validateIfName, validateMetadata, validateMtu, validateWorkloadId } from './validation';
+import {
+  DEFAULT_IF_NAME,
+  attachmentKey,
+  validateAttach,
+  validateIfName,
+  validateWorkloadId,
+  type AttachRequest,
+} from './validation';
 import type {
   AttachCall,
   Attachment,
   DetachCall,
   GcResult,
-  PodMetadata,
   ReconcileSummary,
   ServiceStatus,
   WorkloadService,
@@ -33,47 +39,199 @@ import type {
 export const STORE = Symbol.for('workloadnet.Store');
 export const ALLOCATOR = Symbol.for('workloadnet.IpAllocator');
 
-export const DEFAULT_IF_NAME = 'eth0';
-
 /**
  * Attaches that open their namespace and program at once; more wait in order (up to maxInFlight, past
  * which calls are refused). Enough to keep a threadpool and an agent stream busy.
  */
 const ATTACH_CONCURRENCY = 32;
 
-interface ValidatedAttach {
-  workloadId: string;
-  ifName: string;
-  mtu: number;
-  pod: PodMetadata;
-  containerId?: string;
-}
-
-/** Attachment key: neither part may contain '/', so the key is unambiguous. */
-export const attachmentKey = (workloadId: string, ifName: string): string => `${workloadId}/${ifName}`;
+/** The link-local gateways of the routed model: the node side answers for them on every host link. */
+export const GATEWAY_V4 = '169.254.1.1';
+export const GATEWAY_V6 = 'fe80::1';
 
 /**
- * The attach/detach flow. Reads top-down like a CNI plugin's cmdAdd/cmdDel: validate, allocate, record,
- * program, confirm; every step's undo sits next to it.
+ * Attach, Detach and the start-up reconcile. Attach reads top-down like a CNI plugin's cmdAdd:
+ * validate, open the namespace, lock the workload, allocate (its undo right below), plan, program and
+ * record, answer. Admission and metrics wrap it; they do not split it.
  */
 @injectable()
 export class Orchestrator implements WorkloadService {
   private readonly locks = new KeyedMutex();
-  /** Attaches past validation at once; see concurrency-limit.ts for why. */
-  private readonly attachSlots = new ConcurrencyLimit(ATTACH_CONCURRENCY);
+  private readonly admission: Admission;
   /** Keys whose row is written while their dataplane is still being programmed: not shown yet. */
   private readonly programming = new Set<string>();
-  private inFlight = 0;
   private lastReconcile?: ReconcileSummary;
 
   constructor(
     @inject(BACKEND) private readonly backend: Backend,
     @inject(STORE) private readonly store: Store,
     @inject(ALLOCATOR) private readonly allocator: IpAllocator,
+    @inject(NETNS_OPENER) private readonly netns: NetnsOpener,
     @inject(CONFIG) private readonly config: DaemonConfig,
     @inject(LOGGER) private readonly log: Logger,
     @inject(METRICS) private readonly metrics: Metrics,
-  ) {}
+  ) {
+    this.admission = new Admission(config.maxInFlight, ATTACH_CONCURRENCY);
+  }
+
+  attach(call: AttachCall): Promise<Attachment> {
+    return this.metered('attach', () => {
+      const req = validateAttach(call, this.config.mtu);
+      return this.admission.run(() => this.attachWorkload(req));
+    });
+  }
+
+  /**
+   * One attachment, from a validated request to its recorded result. Every failure leaves nothing
+   * behind: the backend undoes its own steps, programAndRecord removes the row, and the addresses go
+   * back to the pool right where they were taken.
+   */
+  private async attachWorkload(req: AttachRequest): Promise<Attachment> {
+    const log = this.log.child({ workloadId: req.workloadId, ifName: req.ifName, requestId: randomUUID() });
+    const netns = await this.netns.openWorkload(req.netnsPath);
+    try {
+      return await this.locks.run(req.workloadId, async () => {
+        const existing = this.store.get(req.key);
+        if (existing) return sameAttachment(existing, req, netns);
+
+        const allocated = this.allocateAddresses();
+        try {
+          const record = newRecord(req, netns.inode, allocated, this.backend.name);
+          const spec: AttachSpec = { ...toSpec(record), netns };
+          record.dataplane = this.backend.plan(spec);
+          await this.programAndRecord(record, spec);
+          log.info(
+            { ips: record.ips.map((i) => i.address), hostIf: record.dataplane.hostIfName },
+            'attached',
+          );
+          return record;
+        } catch (err) {
+          // A row that could not be removed keeps its addresses: they follow the row (see reconcile).
+          if (!this.store.get(req.key)) this.allocator.release(allocated.map((a) => a.address));
+          log.warn({ err: (err as Error).message }, 'attach failed; rolled back');
+          throw err;
+        }
+      });
+    } finally {
+      netns.close();
+    }
+  }
+
+  private allocateAddresses(): AllocatedIp[] {
+    if (!this.allocator.configured)
+      throw unavailable('no pod CIDR is configured; set podCidrs and restart the daemon');
+    return this.allocator.allocate();
+  }
+
+  /**
+   * The one way an attachment is recorded. The row, with the planned dataplane, is written in one
+   * durable transaction while the backend programs, and stays hidden from List and Get until both are
+   * done. If the backend reports more than it planned (an agent's endpoint), the row is updated before
+   * the answer. A crash in between leaves a row whose dataplane reconcile finds missing (repaired while
+   * the namespace exists, released when it is gone), or a dataplane without a row, which carries the
+   * attachment's name and is removed as an orphan.
+   */
+  private async programAndRecord(record: AttachmentRecord, spec: AttachSpec): Promise<void> {
+    const planned = record.dataplane as DataplaneResult;
+    this.programming.add(record.key);
+    try {
+      const [programmed, stored] = await Promise.allSettled([
+        this.backend.attach(spec, planned),
+        this.store.put(record, this.allocator.cursors()),
+      ]);
+      let failure: unknown =
+        programmed.status === 'rejected' ? programmed.reason : (stored as PromiseRejectedResult).reason;
+      if (programmed.status === 'fulfilled' && stored.status === 'fulfilled') {
+        if (sameDataplane(programmed.value, planned)) return;
+        record.dataplane = programmed.value;
+        try {
+          await this.store.put(record);
+          return;
+        } catch (err) {
+          failure = err;
+        }
+      }
+      // Detach is tolerant: after a failed attach (which undid its own steps) it only makes sure.
+      await this.undoProgramming(record);
+      if (stored.status === 'fulfilled') await this.removeRow(record);
+      throw failure;
+    } finally {
+      this.programming.delete(record.key);
+    }
+  }
+
+  /** Takes down whatever of a failed attach's dataplane is left. */
+  private async undoProgramming(rec: AttachmentRecord): Promise<void> {
+    try {
+      await this.backend.detach(toView(rec));
+    } catch (err) {
+      this.log.warn(
+        { workloadId: rec.workloadId, ifName: rec.ifName, err: (err as Error).message },
+        'rollback teardown failed; reconcile removes leftovers',
+      );
+    }
+  }
+
+  private async removeRow(rec: AttachmentRecord): Promise<void> {
+    try {
+      await this.store.remove(rec.key);
+    } catch (err) {
+      // The row stays, so its addresses stay held too; reconcile settles it at the next start.
+      this.log.error(
+        { workloadId: rec.workloadId, err: (err as Error).message },
+        'cannot remove the row of a failed attach; its addresses stay held',
+      );
+    }
+  }
+
+  detach(call: DetachCall): Promise<void> {
+    return this.metered('detach', async () => {
+      const workloadId = validateWorkloadId(call.workloadId);
+      const ifName = call.ifName ? validateIfName(call.ifName) : undefined;
+      const log = this.log.child({ workloadId, ifName, requestId: randomUUID() });
+      await this.locks.run(workloadId, async () => {
+        const records = ifName
+          ? [this.store.get(attachmentKey(workloadId, ifName))].filter(isDefined)
+          : this.store.byWorkload(workloadId);
+        for (const rec of records) await this.teardown(rec, 'detach');
+        log.info(
+          { detached: records.length },
+          records.length ? 'detached' : 'detach of unknown workload: nothing to do',
+        );
+      });
+    });
+  }
+
+  /**
+   * Removes an attachment's dataplane, then its addresses and row. The addresses are released even when
+   * the dataplane step fails: a leaked address is worse than a leftover link, which reconcile removes.
+   */
+  private async teardown(rec: AttachmentRecord, why: string): Promise<void> {
+    try {
+      await this.backend.detach(toView(rec));
+    } catch (err) {
+      this.log.warn(
+        { workloadId: rec.workloadId, ifName: rec.ifName, why, err: (err as Error).message },
+        'dataplane teardown failed; releasing addresses anyway',
+      );
+    }
+    await this.store.remove(rec.key);
+    this.allocator.release(rec.ips.map((i) => i.address));
+  }
+
+  /** Runs one API operation and records its latency and result code. */
+  private async metered<T>(op: string, fn: () => Promise<T>): Promise<T> {
+    const start = process.hrtime.bigint();
+    let code = 'OK';
+    try {
+      return await fn();
+    } catch (err) {
+      code = asWorkloadNetError(err).code;
+      throw err;
+    } finally {
+      this.metrics.observe(op, this.backend.name, code, Number(process.hrtime.bigint() - start) / 1e9);
+    }
+  }
 
   /**
    * Loads allocations from the store and reconciles the store with the backend. Called once before the
@@ -114,20 +272,19 @@ export class Orchestrator implements WorkloadService {
       healthy: 0,
       warnings: [],
     };
-    const ready = this.store.all();
-    const outcome = await this.backend.reconcile(ready.map(toView));
+    const rows = this.store.all();
+    const outcome = await this.backend.reconcile(rows.map(toView));
     summary.orphansRemoved = outcome.orphansRemoved.length;
     summary.healthy = outcome.healthy.length;
     summary.warnings.push(...outcome.warnings);
-    const byKey = new Map(ready.map((r) => [r.key, r]));
+    const byKey = new Map(rows.map((r) => [r.key, r]));
     await Promise.all(
       outcome.missing.map(async (key) => {
         const rec = byKey.get(key);
         if (!rec) return;
         if (await netnsStillPresent(rec.netnsPath, rec.netnsInode)) {
           try {
-            const dataplane = await this.backend.attach(toSpec(rec), rec.dataplane);
-            await this.store.put({ ...rec, dataplane });
+            await this.repair(rec);
             summary.repaired++;
           } catch (err) {
             // The workload is still there, so its addresses stay held: releasing them could hand a
@@ -155,214 +312,18 @@ export class Orchestrator implements WorkloadService {
     return summary;
   }
 
-  attach(call: AttachCall): Promise<Attachment> {
-    return this.timed('attach', () => this.doAttach(call));
-  }
-
-  detach(call: DetachCall): Promise<void> {
-    return this.timed('detach', () => this.doDetach(call));
-  }
-
-  /** Runs one API operation and records its latency and result code. */
-  private async timed<T>(op: string, fn: () => Promise<T>): Promise<T> {
-    const start = process.hrtime.bigint();
-    let code = 'OK';
+  /** Programs a recorded attachment's dataplane again, in the namespace it was recorded in. */
+  private async repair(rec: AttachmentRecord): Promise<void> {
+    const netns = await this.netns.openWorkload(rec.netnsPath);
     try {
-      return await fn();
-    } catch (err) {
-      code = asWorkloadNetError(err).code;
-      throw err;
+      if (netns.inode !== rec.netnsInode) throw new Error(`${rec.netnsPath} now names another namespace`);
+      const spec: AttachSpec = { ...toSpec(rec), netns };
+      // The recorded plan again: the repaired interface keeps its MAC, so peers' neighbour caches hold.
+      const dataplane = await this.backend.attach(spec, rec.dataplane ?? this.backend.plan(spec));
+      await this.store.put({ ...rec, dataplane });
     } finally {
-      this.metrics.observe(op, this.backend.name, code, Number(process.hrtime.bigint() - start) / 1e9);
+      netns.close();
     }
-  }
-
-  private async doAttach(call: AttachCall): Promise<Attachment> {
-    const workloadId = validateWorkloadId(call.workloadId);
-    const ifName = validateIfName(call.ifName || DEFAULT_IF_NAME);
-    const mtu = validateMtu(call.mtu || this.config.mtu);
-    const pod = {
-      uid: validateMetadata('pod uid', call.pod?.uid),
-      namespace: validateMetadata('pod namespace', call.pod?.namespace),
-      name: validateMetadata('pod name', call.pod?.name),
-    };
-    const containerId = validateMetadata('container id', call.containerId);
-    if (this.inFlight >= this.config.maxInFlight) {
-      throw exhausted(`too many Attach calls in flight (${this.config.maxInFlight}); retry shortly`);
-    }
-    this.inFlight++;
-    try {
-      return await this.attachSlots.run(() =>
-        this.attachAdmitted(call, { workloadId, ifName, mtu, pod, containerId }),
-      );
-    } finally {
-      this.inFlight--;
-    }
-  }
-
-  private async attachAdmitted(call: AttachCall, v: ValidatedAttach): Promise<Attachment> {
-    const netns = call.openNetns ?? (await openNetnsPath(call.netnsPath));
-    try {
-      return await this.attachValidated(call, v, netns);
-    } finally {
-      if (!call.openNetns) netns.close();
-    }
-  }
-
-  private async attachValidated(call: AttachCall, v: ValidatedAttach, netns: OpenNetns): Promise<Attachment> {
-    const { workloadId, ifName, mtu, pod, containerId } = v;
-    const key = attachmentKey(workloadId, ifName);
-    const log = this.log.child({ workloadId, ifName, requestId: randomUUID() });
-    return this.locks.run(workloadId, async () => {
-      const existing = this.store.get(key);
-      if (existing) {
-        if (existing.netnsPath === call.netnsPath && existing.netnsInode === netns.inode) return existing;
-        throw alreadyExists(
-          `workload ${workloadId} is already attached as ${ifName} in ${existing.netnsPath}; detach it before attaching it to another namespace`,
-        );
-      }
-
-      if (!this.allocator.configured)
-        throw unavailable('no pod CIDR is configured; set podCidrs and restart the daemon');
-      const allocated = this.allocator.allocate();
-      const record: AttachmentRecord = {
-        key,
-        workloadId,
-        ifName,
-        netnsPath: call.netnsPath,
-        netnsInode: netns.inode,
-        containerId,
-        pod: pod.uid || pod.namespace || pod.name ? pod : undefined,
-        ips: allocated.map((a) => ({
-          family: a.family,
-          address: a.address,
-          pool: a.pool.text,
-          poolPrefixLength: a.pool.prefixLength,
-          gateway: a.family === 4 ? GATEWAY_V4 : GATEWAY_V6,
-        })),
-        mtu,
-        backend: this.backend.name,
-        dns: call.dns,
-        origin: call.origin ?? 'api',
-        state: 'ready',
-        createdAt: new Date().toISOString(),
-      };
-      const spec = { ...toSpec(record), netnsFd: netns.fd };
-      const planned = this.backend.plan?.(spec);
-      try {
-        if (planned) await this.programAndRecord(record, spec, planned);
-        else await this.programThenRecord(record, spec);
-      } catch (err) {
-        log.warn({ err: (err as Error).message }, 'attach failed; rolled back');
-        throw err;
-      }
-      log.info({ ips: record.ips.map((i) => i.address), hostIf: record.dataplane?.hostIfName }, 'attached');
-      return record;
-    });
-  }
-
-  /**
-   * The backend knows its result in advance, so the one durable transaction that records the
-   * attachment (row and addresses) runs while the dataplane is programmed instead of after it. If the
-   * daemon dies in between, start-up reconcile finds the row without its dataplane and repairs it
-   * (the namespace is still there) or releases it (it is gone); a dataplane without its row is an
-   * orphan that reconcile removes. Until both are done the row is hidden from List and Get.
-   */
-  private async programAndRecord(record: AttachmentRecord, spec: AttachSpec, planned: DataplaneResult) {
-    record.dataplane = planned;
-    this.programming.add(record.key);
-    try {
-      const [programmed, stored] = await Promise.allSettled([
-        this.backend.attach(spec, planned),
-        this.store.put(record, this.allocator.cursors()),
-      ]);
-      if (programmed.status === 'fulfilled' && stored.status === 'fulfilled') return;
-      if (stored.status === 'fulfilled') {
-        try {
-          await this.store.remove(record.key);
-        } catch (err) {
-          // The row stays, so its addresses must stay held too; reconcile settles it at the next start.
-          this.log.error(
-            { workloadId: record.workloadId, err: (err as Error).message },
-            'cannot remove the row of a failed attach; its addresses stay held',
-          );
-          throw programmed.status === 'rejected' ? programmed.reason : err;
-        }
-      }
-      await this.rollback(record);
-      throw programmed.status === 'rejected' ? programmed.reason : (stored as PromiseRejectedResult).reason;
-    } finally {
-      this.programming.delete(record.key);
-    }
-  }
-
-  /**
-   * The backend's result is only known once it is done (an agent reports it): program, then record.
-   * No row exists until the dataplane is programmed: if the daemon dies in between, the dataplane
-   * objects carry the attachment's name, so start-up reconcile removes them as orphans, and the
-   * addresses, never written, are free again.
-   */
-  private async programThenRecord(record: AttachmentRecord, spec: AttachSpec): Promise<void> {
-    try {
-      record.dataplane = await this.backend.attach(spec);
-      await this.store.put(record, this.allocator.cursors());
-    } catch (err) {
-      await this.rollback(record);
-      throw err;
-    }
-  }
-
-  private async doDetach(call: DetachCall): Promise<void> {
-    const workloadId = validateWorkloadId(call.workloadId);
-    const ifName = call.ifName ? validateIfName(call.ifName) : undefined;
-    const log = this.log.child({ workloadId, ifName, requestId: randomUUID() });
-    await this.locks.run(workloadId, async () => {
-      const records = ifName
-        ? [this.store.get(attachmentKey(workloadId, ifName))].filter(isDefined)
-        : this.recordsOf(workloadId);
-      for (const rec of records) await this.teardown(rec, 'detach');
-      log.info(
-        { detached: records.length },
-        records.length ? 'detached' : 'detach of unknown workload: nothing to do',
-      );
-    });
-  }
-
-  /**
-   * Undoes an attach that was never recorded: the backend already rolled back its own steps, and
-   * detach is tolerant, so asking it again only makes sure; then the addresses go back to the pool.
-   */
-  private async rollback(rec: AttachmentRecord): Promise<void> {
-    try {
-      await this.backend.detach(toView(rec));
-    } catch (err) {
-      this.log.warn(
-        { workloadId: rec.workloadId, ifName: rec.ifName, err: (err as Error).message },
-        'rollback teardown failed; reconcile removes leftovers',
-      );
-    }
-    this.allocator.release(rec.ips.map((i) => i.address));
-  }
-
-  /**
-   * Removes an attachment's dataplane, then its addresses and row. The addresses are released even when
-   * the dataplane step fails: a leaked address is worse than a leftover link, which reconcile removes.
-   */
-  private async teardown(rec: AttachmentRecord, why: string): Promise<void> {
-    try {
-      await this.backend.detach(toView(rec));
-    } catch (err) {
-      this.log.warn(
-        { workloadId: rec.workloadId, ifName: rec.ifName, why, err: (err as Error).message },
-        'dataplane teardown failed; releasing addresses anyway',
-      );
-    }
-    await this.store.remove(rec.key);
-    this.allocator.release(rec.ips.map((i) => i.address));
-  }
-
-  private recordsOf(workloadId: string): AttachmentRecord[] {
-    return this.store.byWorkload(workloadId);
   }
 
   async status(): Promise<ServiceStatus> {
@@ -411,10 +372,11 @@ export class Orchestrator implements WorkloadService {
 
   async get(workloadId: string, ifName?: string): Promise<Attachment[]> {
     validateWorkloadId(workloadId);
-    let found = ifName
-      ? [this.store.get(attachmentKey(workloadId, validateIfName(ifName)))].filter(isDefined)
-      : this.recordsOf(workloadId);
-    found = found.filter((r) => !this.programming.has(r.key));
+    const found = (
+      ifName
+        ? [this.store.get(attachmentKey(workloadId, validateIfName(ifName)))].filter(isDefined)
+        : this.store.byWorkload(workloadId)
+    ).filter((r) => !this.programming.has(r.key));
     if (found.length === 0)
       throw notFound(`workload ${workloadId}${ifName ? ` has no interface ${ifName}` : ' is not attached'}`);
     return found.map(publicView);
@@ -462,15 +424,52 @@ export class Orchestrator implements WorkloadService {
   }
 }
 
-/** The link-local gateways of the routed model: the node side answers for them on every host link. */
-export const GATEWAY_V4 = '169.254.1.1';
-export const GATEWAY_V6 = 'fe80::1';
+/** A repeated Attach: the same namespace gets the recorded result; another one is refused. */
+function sameAttachment(existing: AttachmentRecord, req: AttachRequest, netns: Netns): AttachmentRecord {
+  if (existing.netnsPath === req.netnsPath && existing.netnsInode === netns.inode) return existing;
+  throw alreadyExists(
+    `workload ${req.workloadId} is already attached as ${req.ifName} in ${existing.netnsPath}; detach it before attaching it to another namespace`,
+  );
+}
+
+function newRecord(
+  req: AttachRequest,
+  netnsInode: number,
+  allocated: AllocatedIp[],
+  backend: string,
+): AttachmentRecord {
+  return {
+    key: req.key,
+    workloadId: req.workloadId,
+    ifName: req.ifName,
+    netnsPath: req.netnsPath,
+    netnsInode,
+    containerId: req.containerId,
+    pod: req.pod,
+    ips: allocated.map((a) => ({
+      family: a.family,
+      address: a.address,
+      gateway: a.family === 4 ? GATEWAY_V4 : GATEWAY_V6,
+    })),
+    mtu: req.mtu,
+    backend,
+    dns: req.dns,
+    origin: req.origin,
+    state: 'ready',
+    createdAt: new Date().toISOString(),
+  };
+}
+
+/** Whether programming reported exactly what was planned (then the row written meanwhile is final). */
+function sameDataplane(a: DataplaneResult, b: DataplaneResult): boolean {
+  return a === b || JSON.stringify(a) === JSON.stringify(b);
+}
 
 function isDefined<T>(v: T | undefined): v is T {
   return v !== undefined;
 }
 
-function toSpec(rec: AttachmentRecord): AttachSpec {
+function toSpec(rec: AttachmentRecord): Omit<AttachSpec, 'netns'> {
   return {
     key: rec.key,
     workloadId: rec.workloadId,

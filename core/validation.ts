@@ -1,4 +1,5 @@
 import { invalidArgument } from './errors';
+import type { AttachCall, DnsInfo, PodMetadata } from './workload-service';
 
 // Input rules shared by every entry point (gRPC, CNI). They run before any state changes, so a rejected
 // call has nothing to roll back.
@@ -48,4 +49,46 @@ export function validateMetadata(field: string, value: unknown): string | undefi
     throw invalidArgument(`${field} is longer than ${MAX_METADATA} characters`);
   if (value.includes('\0')) throw invalidArgument(`${field} contains a NUL byte`);
   return value;
+}
+
+/** An Attach call after validation: every field checked, defaults filled in. */
+export interface AttachRequest {
+  workloadId: string;
+  ifName: string;
+  /** `${workloadId}/${ifName}`: neither part may contain '/', so the key is unambiguous. */
+  key: string;
+  netnsPath: string;
+  mtu: number;
+  pod?: PodMetadata;
+  containerId?: string;
+  dns?: DnsInfo;
+  origin: string;
+}
+
+/** The interface a workload gets when the caller names none. */
+export const DEFAULT_IF_NAME = 'eth0';
+
+/** Attachment key: neither part may contain '/', so the key is unambiguous. */
+export const attachmentKey = (workloadId: string, ifName: string): string => `${workloadId}/${ifName}`;
+
+/** Checks every field of an Attach call; the namespace path itself is checked when it is opened. */
+export function validateAttach(call: AttachCall, defaultMtu: number): AttachRequest {
+  const workloadId = validateWorkloadId(call.workloadId);
+  const ifName = validateIfName(call.ifName || DEFAULT_IF_NAME);
+  const pod = {
+    uid: validateMetadata('pod uid', call.pod?.uid),
+    namespace: validateMetadata('pod namespace', call.pod?.namespace),
+    name: validateMetadata('pod name', call.pod?.name),
+  };
+  return {
+    workloadId,
+    ifName,
+    key: attachmentKey(workloadId, ifName),
+    netnsPath: call.netnsPath,
+    mtu: validateMtu(call.mtu || defaultMtu),
+    pod: pod.uid || pod.namespace || pod.name ? pod : undefined,
+    containerId: validateMetadata('container id', call.containerId),
+    dns: call.dns,
+    origin: call.origin ?? 'api',
+  };
 }

@@ -2,7 +2,6 @@
 // their own protocol and translate to these calls; they never touch the store or a backend.
 
 import type { DataplaneResult, Drift, IpAssignment } from './backend';
-import type { OpenNetns } from './netns-path';
 
 export interface PodMetadata {
   uid?: string;
@@ -23,11 +22,6 @@ export interface AttachCall {
   dns?: DnsInfo;
   /** Which entry point created the attachment ("api" by default, "cni"); GC can be scoped to one. */
   origin?: string;
-  /**
-   * `netnsPath` already validated and opened by the caller (openNetnsPath), which closes it after the
-   * call. An entry point that checks the path itself (the CNI adapter) saves the second open.
-   */
-  openNetns?: OpenNetns;
 }
 
 export interface DetachCall {

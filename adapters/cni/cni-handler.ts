@@ -8,8 +8,7 @@ import {
   formatCniError,
 } from './cni-error';
 import { type CniLogger, silentLogger } from './cni-logger';
-import { checkNetnsPath, openCheckedNetns } from './cni-netns';
-import type { OpenNetns } from '../../core/netns-path';
+import { checkNetnsPath, netnsEnvironmentError } from './cni-netns';
 import {
   type AttachmentRequest,
   type CniEnv,
@@ -99,15 +98,6 @@ export class CniHandler {
   }
 
   private async add(req: AttachmentRequest): Promise<string> {
-    const netns = await openCheckedNetns(req.netns);
-    try {
-      return await this.addChecked(req, netns);
-    } finally {
-      netns.close();
-    }
-  }
-
-  private async addChecked(req: AttachmentRequest, netns: OpenNetns): Promise<string> {
     const rc = req.config.runtimeConfig;
     // The daemon programs addresses and routes only. Port mappings and shaping belong to the portmap and
     // bandwidth plugins chained after this one; say so rather than drop them silently.
@@ -127,7 +117,6 @@ export class CniHandler {
       netnsPath: req.netns,
       ifName: req.ifName,
       origin: 'cni',
-      openNetns: netns,
     };
     const pod = { uid: req.args.podUid, namespace: req.args.podNamespace, name: req.args.podName };
     if (pod.uid || pod.namespace || pod.name) {
@@ -137,7 +126,9 @@ export class CniHandler {
     if (mtu !== undefined) call.mtu = mtu;
     if (dns) call.dns = dns;
 
-    const attachment = await this.service.attach(call);
+    const attachment = await this.service.attach(call).catch((err: unknown) => {
+      throw netnsEnvironmentError(err);
+    });
     // A chained position is unusual for a plugin that creates interfaces, but the spec asks every plugin
     // to carry prevResult forward: earlier plugins' entries stay first, ours follow.
     const result = mergeWithPrevResult(req.config.prevResult, resultFromAttachment(attachment, dns));

@@ -1,23 +1,22 @@
-import { NetnsPathError, openNetnsPath, type OpenNetns } from '../../core/netns-path';
+import { NetnsError, NetnsHandle } from '../../core/netns';
 import { CniError, CniErrorCode } from './cni-error';
 
-// CNI_NETNS is checked here, before the service is called, so that a bad path is answered with the
-// environment error (4) it is, rather than with the network-config error that the service's
-// INVALID_ARGUMENT maps to. The check itself is the core's, so both entry points accept the same paths.
+// A CNI_NETNS that is not a usable network namespace is the runtime's environment at fault: CNI code 4,
+// not the network-config error (7) that other invalid arguments map to. The core opens and checks the
+// namespace (one check for every entry point); this only translates its typed error.
 
-/** Throws CniError 4 unless `path` is a network namespace other than the daemon's own or PID 1's. */
-export async function checkNetnsPath(path: string): Promise<void> {
-  (await openCheckedNetns(path)).close();
+/** CniError 4 for a namespace error from the core; anything else unchanged. */
+export function netnsEnvironmentError(err: unknown): unknown {
+  if (err instanceof NetnsError)
+    return new CniError(CniErrorCode.INVALID_ENVIRONMENT, `CNI_NETNS: ${err.message}`);
+  return err;
 }
 
-/** Like checkNetnsPath, but returns the namespace open (for the service call); the caller closes it. */
-export async function openCheckedNetns(path: string): Promise<OpenNetns> {
+/** Throws CniError 4 unless `path` is a network namespace a workload may use (CHECK's precondition). */
+export async function checkNetnsPath(path: string): Promise<void> {
   try {
-    return await openNetnsPath(path);
+    (await NetnsHandle.open(path, { workload: true })).close();
   } catch (err) {
-    if (err instanceof NetnsPathError) {
-      throw new CniError(CniErrorCode.INVALID_ENVIRONMENT, `CNI_NETNS: ${err.message}`);
-    }
-    throw err;
+    throw netnsEnvironmentError(err);
   }
 }

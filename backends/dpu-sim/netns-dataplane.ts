@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import type { Logger } from 'pino';
-import { NetnsHandle, openNetlinkSocket, openProcSysFile } from '../linux/netns';
+import { NetnsHandle } from '../../core/netns';
 import {
   AF_INET,
   AF_INET6,
@@ -17,7 +17,7 @@ import {
   newRouteRequest,
   newVethRequest,
   setLinkRequest,
-  type NetlinkSocket,
+  NetlinkSocket,
 } from '../linux/rtnetlink';
 import type { Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { Dataplane, Programmed } from './dataplane';
@@ -50,13 +50,12 @@ export function portNetdevNames(portName: string): { vf: string; representor: st
 }
 
 function isGone(err: unknown): boolean {
-  return (
-    err instanceof NetlinkError && (err.code === 'ENODEV' || err.code === 'ESRCH' || err.code === 'ENOENT')
-  );
+  return err instanceof NetlinkError && err.notFound;
 }
 
 function writeProcSys(ns: NetnsHandle, rel: string, value: string): void {
-  const fd = openProcSysFile(ns, rel, 'r+');
+  // The file shows the sysctls of the namespace it was opened in; the simulator writes it at once.
+  const fd = ns.enter(() => fs.openSync(`/proc/sys/${rel}`, 'r+'));
   try {
     fs.writeSync(fd, `${value}\n`);
   } finally {
@@ -83,7 +82,7 @@ export class NetnsDataplane implements Dataplane {
     const host = o.hostNetns ? await NetnsHandle.open(o.hostNetns) : NetnsHandle.own();
     if (dpu.inode === host.inode) throw new Error('--dpu-netns and the host namespace must differ');
     if (dpu.isOwn) throw new Error("--dpu-netns must not be the simulator's own namespace");
-    const dp = new NetnsDataplane(dpu, host, openNetlinkSocket(dpu), o.log);
+    const dp = new NetnsDataplane(dpu, host, NetlinkSocket.openIn(dpu), o.log);
     await dp.prepare();
     await dp.removeAllBut(new Set(o.keepPorts.map((p) => portNetdevNames(p).representor)));
     return dp;

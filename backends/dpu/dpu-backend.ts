@@ -1,4 +1,3 @@
-import { status } from '@grpc/grpc-js';
 import type {
   AttachSpec,
   AttachmentView,
@@ -18,24 +17,18 @@ import {
 } from '../../core/errors';
 import { KeyedMutex } from '../../core/keyed-mutex';
 import { silentLogger, type Logger } from '../../core/logger';
-import {
-  AckCode,
-  PortOperState,
-  type Ack,
-  type Hello,
-  type PortStatus,
-} from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import { AckCode, PortOperState, type Ack, type PortStatus } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import { ackCodeName, nackError } from './ack-code';
 import { AckWaiter } from './ack-waiter';
-import { AgentServer, type AgentCall, type AgentPeer } from './agent-server';
-import { AgentSession, type SessionHost } from './agent-session';
+import { AgentLink, type LostAgent } from './agent-link';
+import type { AgentSession } from './agent-session';
 import { DesiredState } from './desired-state';
 import { decodeDetails, encodeDetails } from './details';
-import { admitHello, type Admission } from './hello-admission';
 import { createHostSide, type HostSide, type WorkloadPlacement } from './host-side';
 import { LogThrottle } from './log-throttle';
 import { ownString } from './own-string';
-import { defaultRoutes, macForKey, portFields, portFieldsFromView } from './port-spec';
+import { workloadInterface, workloadRoutes } from '../linux/workload-side';
+import { macForKey, portFields, portFieldsFromView } from './port-spec';
 import { SnapshotSync } from './snapshot-sync';
 
 // The DPU backend: the core asks for a port, this backend turns it into desired state, hands it to the
@@ -67,13 +60,6 @@ export const FEATURE_HOST_ENDPOINT = 'host-endpoint';
 /** Agent messages are small; anything near this is a broken or hostile agent. */
 export const MAX_AGENT_MESSAGE_BYTES = 64 * 1024;
 
-interface LostAgent {
-  agentId: string;
-  bootId: string;
-  at: number;
-  reason: string;
-}
-
 export class DpuBackend implements Backend {
   readonly name = 'dpu';
   private readonly log: Logger;
@@ -84,16 +70,11 @@ export class DpuBackend implements Backend {
   private readonly acks = new AckWaiter();
   /** Deletes sent and not yet acked: name → generation of the Delete. */
   private readonly tombstones = new Map<string, number>();
-  private readonly streams = new Set<AgentSession>();
   private readonly throttle = new LogThrottle();
   private readonly hostSide: HostSide;
-  private readonly agentWaiters: Array<(s: AgentSession) => void> = [];
   /** Serialises attach, detach and re-plumbing of one port. */
   private readonly locks = new KeyedMutex();
-  private server: AgentServer | undefined;
-  /** The session holding the agent slot (accepted hello), if any. */
-  private session: AgentSession | undefined;
-  private lost: LostAgent | undefined;
+  private readonly link: AgentLink;
   private sync: SnapshotSync | undefined;
   private lastSyncMs: number | undefined;
   private epoch = 0;
@@ -115,81 +96,50 @@ export class DpuBackend implements Backend {
       );
     }
     this.hostSide = createHostSide(opts.hostNetnsPath, this.log);
+    this.link = new AgentLink(
+      {
+        agentSocket: opts.agentSocket,
+        agentListen: opts.agentListen,
+        tls: opts.tls,
+        maxMessageBytes: MAX_AGENT_MESSAGE_BYTES,
+        timing: {
+          heartbeatIntervalMs: this.heartbeatIntervalMs,
+          heartbeatTimeoutMs: this.heartbeatTimeoutMs,
+        },
+        logger: this.log,
+      },
+      {
+        established: (sess, previous) => this.established(sess, previous),
+        ack: (sess, ack) => this.onAck(sess, ack),
+        portStatus: (sess, ps) => this.onPortStatus(sess, ps),
+        lost: (sess, reason) => this.onLost(sess, reason),
+      },
+    );
   }
 
   /** The TCP port agents can reach (when agentListen is set), e.g. after asking for port 0. */
   get agentTcpPort(): number | undefined {
-    return this.server?.tcpPort;
+    return this.link.tcpPort;
   }
 
-  async start(): Promise<void> {
-    if (this.server) return;
-    const server = new AgentServer({
-      socketPath: this.opts.agentSocket,
-      listen: this.opts.agentListen || undefined,
-      tls: this.opts.tls,
-      maxMessageBytes: MAX_AGENT_MESSAGE_BYTES,
-      logger: this.log,
-      onStream: (call, peer) => this.onStream(call, peer),
-    });
-    await server.start();
-    this.server = server;
+  start(): Promise<void> {
+    return this.link.start();
   }
 
   async stop(): Promise<void> {
-    for (const s of [...this.streams]) s.close(status.OK, 'the daemon is stopping');
-    await this.server?.stop();
-    this.server = undefined;
+    await this.link.stop();
     await this.hostSide.close();
   }
 
-  // ---- sessions ------------------------------------------------------------------------------
+  // ---- what the agent link reports -----------------------------------------------------------
 
-  private onStream(call: AgentCall, peer: AgentPeer): void {
-    const host: SessionHost = {
-      admit: (s, hello) => this.admit(s, hello),
-      established: (s) => this.established(s),
-      ack: (s, ack) => this.onAck(s, ack),
-      portStatus: (s, ps) => this.onPortStatus(s, ps),
-      closed: (s, reason) => this.onClosed(s, reason),
-    };
-    const timing = {
-      heartbeatIntervalMs: this.heartbeatIntervalMs,
-      heartbeatTimeoutMs: this.heartbeatTimeoutMs,
-    };
-    this.streams.add(new AgentSession(call, peer, host, timing, this.log));
-  }
-
-  private admit(s: AgentSession, hello: Hello): Admission {
-    const current = this.session && this.session !== s ? this.session : undefined;
-    const admission = admitHello(
-      hello,
-      s.peer,
-      current && {
-        id: current.id,
-        agentId: current.agentId,
-        peerAddress: current.peer.address,
-        connectedAt: current.connectedAt,
-        healthy: current.healthy,
-      },
-    );
-    if (admission.ok && admission.replaces && current) {
-      current.close(status.UNAVAILABLE, `replaced by session ${s.id} after going silent`);
-    }
-    return admission;
-  }
-
-  private established(s: AgentSession): void {
-    const prev = this.lost;
+  private established(s: AgentSession, prev: LostAgent | undefined): void {
     if (prev && prev.agentId === s.agentId && prev.bootId !== s.bootId) {
       this.log.info(
         { agentId: s.agentId, oldBootId: prev.bootId, bootId: s.bootId, ports: this.desired.size },
         'agent restarted with a new boot id (its state is gone); the snapshot re-programs every port',
       );
     }
-    this.session = s;
-    this.lost = undefined;
-    for (const w of this.agentWaiters.splice(0)) w(s);
     if (this.primed) {
       this.sendSnapshot(s);
     } else {
@@ -200,11 +150,7 @@ export class DpuBackend implements Backend {
     }
   }
 
-  private onClosed(s: AgentSession, reason: string): void {
-    this.streams.delete(s);
-    if (this.session !== s) return;
-    this.session = undefined;
-    this.lost = { agentId: s.agentId, bootId: s.bootId, at: Date.now(), reason };
+  private onLost(s: AgentSession, reason: string): void {
     // Acks can only arrive on the session that got the change; the next snapshot settles the rest.
     this.tombstones.clear();
     this.desired.clearOperStates();
@@ -218,22 +164,6 @@ export class DpuBackend implements Backend {
     if (failed > 0) {
       this.log.warn({ agentId: s.agentId, failed }, 'in-flight port changes failed: agent stream ended');
     }
-  }
-
-  /** The next established session, or undefined after `timeoutMs`. */
-  private waitForAgent(timeoutMs: number): Promise<AgentSession | undefined> {
-    return new Promise((resolve) => {
-      const waiter = (s: AgentSession): void => {
-        clearTimeout(timer);
-        resolve(s);
-      };
-      const timer = setTimeout(() => {
-        const i = this.agentWaiters.indexOf(waiter);
-        if (i >= 0) this.agentWaiters.splice(i, 1);
-        resolve(undefined);
-      }, timeoutMs);
-      this.agentWaiters.push(waiter);
-    });
   }
 
   private sendSnapshot(s: AgentSession): void {
@@ -298,7 +228,6 @@ export class DpuBackend implements Backend {
   }
 
   private onAck(s: AgentSession, ack: Ack): void {
-    if (this.session !== s) return;
     const entry = this.desired.get(ack.name);
     const tomb = this.tombstones.get(ack.name);
     const ok = ack.code === AckCode.ACK_CODE_OK;
@@ -349,7 +278,6 @@ export class DpuBackend implements Backend {
   }
 
   private onPortStatus(s: AgentSession, ps: PortStatus): void {
-    if (this.session !== s) return;
     switch (ps.operState) {
       case PortOperState.PORT_OPER_STATE_REMOVED:
         this.agentRemovedPorts += 1;
@@ -388,18 +316,7 @@ export class DpuBackend implements Backend {
         'the DPU backend has not restored its ports yet (start-up reconcile not done); retry shortly',
       );
     }
-    const s = this.session;
-    if (s?.healthy) return s;
-    if (s)
-      throw unavailable(
-        `DPU agent ${s.agentId} has been silent for ${s.silenceMs} ms; retry once it is back`,
-      );
-    const lost = this.lost;
-    throw unavailable(
-      lost
-        ? `DPU agent ${lost.agentId} disconnected ${Math.round((Date.now() - lost.at) / 1000)} s ago (${lost.reason}); retry once it reconnects`
-        : `no DPU agent is connected on ${this.opts.agentSocket}${this.opts.agentListen ? ` or ${this.opts.agentListen}` : ''}; start the agent and retry`,
-    );
+    return this.link.requireHealthy();
   }
 
   /** Refuses, before anything is sent, what the agent said in its hello that it cannot do. */
@@ -428,15 +345,29 @@ export class DpuBackend implements Backend {
   private forget(key: string, s: AgentSession): void {
     const gen = this.desired.delete(key) ?? this.desired.tombstoneGeneration();
     this.supersede(key);
-    if (s === this.session && s.send({ delete: { name: key, generation: gen } }))
+    if (s === this.link.session && s.send({ delete: { name: key, generation: gen } }))
       this.tombstones.set(key, gen);
   }
 
-  attach(spec: AttachSpec): Promise<DataplaneResult> {
-    return this.locks.run(spec.key, () => this.attachLocked(spec));
+  /**
+   * The workload's interface as it will be, except for what only the agent can say (its endpoint,
+   * the generation it confirms): attach() reports those, and the core records them.
+   */
+  plan(spec: AttachSpec): DataplaneResult {
+    const iface = workloadInterface(spec);
+    return {
+      ifName: spec.ifName,
+      mac: this.desired.get(spec.key)?.port.mac ?? macForKey(spec.key),
+      mtu: spec.mtu,
+      routes: workloadRoutes(iface),
+    };
   }
 
-  private async attachLocked(spec: AttachSpec): Promise<DataplaneResult> {
+  attach(spec: AttachSpec, planned: DataplaneResult): Promise<DataplaneResult> {
+    return this.locks.run(spec.key, () => this.attachLocked(spec, planned));
+  }
+
+  private async attachLocked(spec: AttachSpec, planned: DataplaneResult): Promise<DataplaneResult> {
     const s = this.requireAgent();
     this.checkCapabilities(s, spec);
     const previous = this.desired.get(spec.key);
@@ -472,7 +403,7 @@ export class DpuBackend implements Backend {
     if (endpoint) {
       const placement = placementOf(spec);
       try {
-        ({ mac } = await this.hostSide.plumb({ ...placement, endpoint, mac: port.mac }));
+        ({ mac } = await this.hostSide.plumb({ ...placement, endpoint, mac: port.mac, netns: spec.netns }));
       } catch (err) {
         this.forget(spec.key, s);
         throw asWorkloadNetError(err);
@@ -480,11 +411,9 @@ export class DpuBackend implements Backend {
       this.desired.setPlacement(spec.key, placement);
     }
     return {
-      ifName: spec.ifName,
+      ...planned,
       mac,
-      mtu: spec.mtu,
       hostIfName: endpoint || undefined,
-      routes: defaultRoutes(spec.ips),
       details: encodeDetails({
         port: port.name,
         generation: port.generation,
@@ -524,7 +453,7 @@ export class DpuBackend implements Backend {
     }
     const gen = this.desired.delete(att.key);
     this.supersede(att.key);
-    const s = this.session;
+    const s = this.link.session;
     if (gen !== undefined && s?.healthy) {
       this.tombstones.set(att.key, gen);
       const who = `deletion of port ${att.key} (generation ${gen}) on DPU agent ${s.agentId}`;
@@ -576,7 +505,7 @@ export class DpuBackend implements Backend {
         outcome.missing.push(att.key);
         if (att.dataplane) {
           outcome.warnings.push(
-            `${att.key}: no DPU port details recorded (made by another backend?); re-programming it`,
+            `${att.key}: no port confirmed by a DPU agent is recorded (an attach cut short, or one made by another backend); re-programming it`,
           );
         }
         continue;
@@ -604,13 +533,13 @@ export class DpuBackend implements Backend {
     }
     // Only now may a snapshot go out: before this point it would have told the agent to drop ports.
     this.primed = true;
-    let s = this.session;
+    let s = this.link.session;
     if (s) {
       this.sendSnapshot(s);
     } else if (outcome.missing.length > 0) {
       // The core repairs missing ports right after this returns, which needs an agent; one that is
       // reconnecting after our restart usually gets here within its backoff.
-      s = await this.waitForAgent(this.ackTimeoutMs);
+      s = await this.link.waitForAgent(this.ackTimeoutMs);
     }
     const sync = this.sync;
     if (s && sync?.sessionId === s.id) {
@@ -646,7 +575,7 @@ export class DpuBackend implements Backend {
     };
     if (this.opts.agentListen) details.agentListen = this.opts.agentListen;
     if (!this.primed) reasons.push('the start-up reconcile has not run yet');
-    const s = this.session;
+    const s = this.link.session;
     if (s) {
       details.agentId = s.agentId;
       details.bootId = s.bootId;
@@ -656,7 +585,7 @@ export class DpuBackend implements Backend {
       details.synced = this.sync?.sessionId === s.id && this.sync.complete;
       if (!s.healthy) reasons.push(`DPU agent ${s.agentId} has been silent for ${s.silenceMs} ms`);
     } else {
-      const lost = this.lost;
+      const lost = this.link.lost;
       if (lost) {
         details.agentId = lost.agentId;
         details.bootId = lost.bootId;
@@ -677,8 +606,6 @@ function placementOf(a: AttachSpec | AttachmentView): WorkloadPlacement {
   const ips = a.ips.map((ip) => ({
     family: ip.family,
     address: ownString(ip.address),
-    pool: ownString(ip.pool),
-    poolPrefixLength: ip.poolPrefixLength,
     gateway: ownString(ip.gateway),
   }));
   return {
@@ -687,7 +614,6 @@ function placementOf(a: AttachSpec | AttachmentView): WorkloadPlacement {
     ifName: ownString(a.ifName),
     mtu: a.mtu,
     ips,
-    routes: defaultRoutes(ips),
   };
 }
 

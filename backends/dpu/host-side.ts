@@ -1,30 +1,23 @@
-import type { Drift, IpAssignment, RouteInfo } from '../../core/backend';
+import type { Drift, IpAssignment } from '../../core/backend';
 import { WorkloadNetError, internal, invalidArgument } from '../../core/errors';
 import type { Logger } from '../../core/logger';
-import { NetnsHandle, NetnsOpenError, openNetlinkSocket } from '../linux/netns';
+import { NetnsError, NetnsHandle, type Netns } from '../../core/netns';
 import {
-  AF_INET,
-  AF_INET6,
-  IFA_F_NODAD,
   NetlinkError,
+  NetlinkSocket,
   getLink,
-  listAddresses,
   listLinks,
-  listRoutes,
-  newAddressRequest,
-  newRouteRequest,
   setLinkRequest,
   type Link,
-  type NetlinkRequest,
-  type NetlinkSocket,
 } from '../linux/rtnetlink';
+import { checkWorkloadNamespace, workloadInterface, workloadSideRequests } from '../linux/workload-side';
 
 // The host's half of a DPU port. The agent exposes each port to the host as a netdev (an SR-IOV VF on
 // real hardware, a veth end in the simulator); the daemon moves it into the workload's namespace,
-// names it as the runtime asked, and gives it the workload's addresses and a default route via the
-// link-local gateway, as the Linux backend does for its veths. The packet path behind the netdev is
-// the DPU's business. On detach the netdev goes back to the host namespace under its own name, so the
-// agent finds its VF where it left it.
+// names it as the runtime asked, and configures the workload's side exactly as the Linux backend does
+// for its veths (backends/linux/workload-side.ts). The packet path behind the netdev is the DPU's
+// business. On detach the netdev goes back to the host namespace under its own name, so the agent
+// finds its VF where it left it.
 
 export interface PlumbRequest {
   /** Netdev name the agent reported, in the host namespace. */
@@ -36,11 +29,12 @@ export interface PlumbRequest {
   /** The MAC the port was programmed with; used to recognise a netdev that was already moved. */
   mac: string;
   ips: IpAssignment[];
-  routes: RouteInfo[];
+  /** The workload's namespace, when the caller has it open (an Attach); else it is opened by path. */
+  netns?: Netns;
 }
 
-/** Where a port's host end belongs: everything plumb needs except the netdev and MAC. */
-export type WorkloadPlacement = Omit<PlumbRequest, 'endpoint' | 'mac'>;
+/** Where a port's host end belongs: everything plumb needs except the netdev, MAC and open namespace. */
+export type WorkloadPlacement = Omit<PlumbRequest, 'endpoint' | 'mac' | 'netns'>;
 
 export interface UnplumbRequest {
   endpoint: string;
@@ -79,13 +73,13 @@ async function openWorkloadNetns(path: string, inode: number): Promise<NetnsHand
   try {
     ns = await NetnsHandle.open(path);
   } catch (err) {
-    if (err instanceof NetnsOpenError && err.reason === 'missing') return undefined;
+    if (err instanceof NetnsError && err.notFound) return undefined;
     throw err;
   }
   if (inode && ns.inode !== inode) {
     // The path now names another namespace (the workload died and something else took its place):
     // touching it would program a stranger.
-    await ns.close();
+    ns.close();
     return undefined;
   }
   return ns;
@@ -109,7 +103,7 @@ class NetlinkHostSide implements HostSide {
   private hostNs(): Promise<{ ns: NetnsHandle; sock: NetlinkSocket }> {
     this.host ??= (async () => {
       const ns = this.hostNetnsPath ? await NetnsHandle.open(this.hostNetnsPath) : NetnsHandle.own();
-      return { ns, sock: openNetlinkSocket(ns) };
+      return { ns, sock: NetlinkSocket.openIn(ns) };
     })();
     // A failed open is not cached: the next call tries again.
     this.host.catch(() => (this.host = undefined));
@@ -118,13 +112,13 @@ class NetlinkHostSide implements HostSide {
 
   async plumb(req: PlumbRequest): Promise<{ mac: string }> {
     const host = await this.hostNs();
-    const wns = await openWorkloadNetns(req.netnsPath, req.netnsInode);
+    const wns = req.netns ?? (await openWorkloadNetns(req.netnsPath, req.netnsInode));
     if (!wns) {
       throw invalidArgument(
         `network namespace ${req.netnsPath} is gone or was replaced; is the workload still running?`,
       );
     }
-    const wsock = openNetlinkSocket(wns);
+    const wsock = NetlinkSocket.openIn(wns);
     try {
       let link = await this.moveIn(req, host.sock, wns, wsock);
       try {
@@ -141,7 +135,8 @@ class NetlinkHostSide implements HostSide {
       return { mac: link.mac ?? req.mac };
     } finally {
       await wsock.close();
-      await wns.close();
+      // A namespace the caller opened is the caller's to close.
+      if (wns !== req.netns) wns.close();
     }
   }
 
@@ -149,7 +144,7 @@ class NetlinkHostSide implements HostSide {
   private async moveIn(
     req: PlumbRequest,
     hostSock: NetlinkSocket,
-    wns: NetnsHandle,
+    wns: Netns,
     wsock: NetlinkSocket,
   ): Promise<Link> {
     const inHost = await getLink(hostSock, { name: req.endpoint });
@@ -176,50 +171,19 @@ class NetlinkHostSide implements HostSide {
     return moved;
   }
 
+  /**
+   * Names the netdev as the runtime asked and configures it like any workload interface. Addresses and
+   * routes are replaced rather than added: a re-plumbed netdev may still carry them.
+   */
   private async configure(req: PlumbRequest, wsock: NetlinkSocket, link: Link): Promise<Link> {
     const index = link.index;
-    const reqs: NetlinkRequest[] = [];
-    if (link.name !== req.ifName) reqs.push(setLinkRequest({ index }, { name: req.ifName }));
-    reqs.push(setLinkRequest({ index }, { mtu: req.mtu }));
-    await wsock.batchOrThrow(reqs);
-    const have = new Set((await listAddresses(wsock, { index })).map((a) => a.address));
-    const addrs = req.ips
-      .filter((ip) => !have.has(ip.address))
-      .map((ip) =>
-        newAddressRequest({
-          index,
-          address: ip.address,
-          prefixLength: ip.family === 4 ? 32 : 128,
-          // No duplicate detection: the address is ours by allocation, and DAD would delay it.
-          flags: ip.family === 6 ? IFA_F_NODAD : undefined,
-        }),
-      );
-    await wsock.batchOrThrow([...addrs, setLinkRequest({ index }, { up: true })]);
-    // A /32 has no subnet, so the gateway is declared on-link rather than reached through a prefix.
-    const routes = req.routes.map((r) => {
-      const v6 = r.destination.includes(':');
-      return newRouteRequest(
-        {
-          destination: r.destination === '0.0.0.0/0' || r.destination === '::/0' ? 'default' : r.destination,
-          family: v6 ? AF_INET6 : AF_INET,
-          gateway: r.gateway,
-          oif: index,
-          onlink: !v6 && r.gateway !== undefined,
-        },
-        { replace: true },
-      );
-    });
-    if (routes.length) await wsock.batchOrThrow(routes);
+    if (link.name !== req.ifName) await wsock.request(setLinkRequest({ index }, { name: req.ifName }));
+    await wsock.batchOrThrow(workloadSideRequests(workloadInterface(req), index, { replace: true }));
     return (await getLink(wsock, { index })) ?? link;
   }
 
   /** Renames the netdev back and returns it to the host namespace. */
-  private async moveOut(
-    endpoint: string,
-    index: number,
-    wsock: NetlinkSocket,
-    hostNs: NetnsHandle,
-  ): Promise<void> {
+  private async moveOut(endpoint: string, index: number, wsock: NetlinkSocket, hostNs: Netns): Promise<void> {
     await wsock.request(setLinkRequest({ index }, { up: false }));
     const link = await getLink(wsock, { index });
     // Rename inside the workload namespace first: a move keeps the current name unless it clashes, and
@@ -232,7 +196,7 @@ class NetlinkHostSide implements HostSide {
     const wns = await openWorkloadNetns(req.netnsPath, req.netnsInode);
     // Gone with its workload: a veth went with it, and a VF went back to the initial namespace.
     if (!wns) return;
-    const wsock = openNetlinkSocket(wns);
+    const wsock = NetlinkSocket.openIn(wns);
     try {
       const link =
         (await getLink(wsock, { name: req.ifName })) ?? (await getLink(wsock, { name: req.endpoint }));
@@ -240,49 +204,16 @@ class NetlinkHostSide implements HostSide {
       const host = await this.hostNs();
       await this.moveOut(req.endpoint, link.index, wsock, host.ns);
     } catch (err) {
-      if (err instanceof NetlinkError && err.code === 'ENODEV') return;
+      if (err instanceof NetlinkError && err.notFound) return;
       throw netlinkFailure(`returning endpoint ${req.endpoint} from ${req.netnsPath} to the host`, err);
     } finally {
       await wsock.close();
-      await wns.close();
+      wns.close();
     }
   }
 
   async inspect(req: InspectRequest): Promise<Drift[]> {
-    const wns = await openWorkloadNetns(req.netnsPath, req.netnsInode);
-    if (!wns)
-      return [
-        { kind: 'netns-missing', message: `network namespace ${req.netnsPath} is gone or was replaced` },
-      ];
-    const wsock = openNetlinkSocket(wns);
-    try {
-      const link = await getLink(wsock, { name: req.ifName });
-      if (!link)
-        return [{ kind: 'interface-missing', message: `${req.ifName} does not exist in ${req.netnsPath}` }];
-      const drift: Drift[] = [];
-      if (link.mtu !== req.mtu)
-        drift.push({
-          kind: 'mtu-changed',
-          message: `${req.ifName} has MTU ${link.mtu}, expected ${req.mtu}`,
-        });
-      if (!link.up) drift.push({ kind: 'interface-down', message: `${req.ifName} is down` });
-      const have = new Set((await listAddresses(wsock, { index: link.index })).map((a) => a.address));
-      for (const ip of req.ips) {
-        if (!have.has(ip.address))
-          drift.push({ kind: 'address-missing', message: `${req.ifName} lacks ${ip.address}` });
-      }
-      for (const family of [4, 6] as const) {
-        if (!req.ips.some((i) => i.family === family)) continue;
-        const routes = await listRoutes(wsock, family === 4 ? AF_INET : AF_INET6, { oif: link.index });
-        if (!routes.some((r) => r.destination === (family === 4 ? '0.0.0.0/0' : '::/0'))) {
-          drift.push({ kind: 'route-missing', message: `no IPv${family} default route via ${req.ifName}` });
-        }
-      }
-      return drift;
-    } finally {
-      await wsock.close();
-      await wns.close();
-    }
+    return checkWorkloadNamespace(req.netnsPath, req.netnsInode, workloadInterface(req));
   }
 
   async hostLinkNames(): Promise<Set<string>> {
@@ -296,6 +227,6 @@ class NetlinkHostSide implements HostSide {
     if (!host) return;
     const h = await host.catch(() => undefined);
     await h?.sock.close();
-    await h?.ns.close();
+    h?.ns.close();
   }
 }

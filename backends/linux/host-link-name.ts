@@ -8,9 +8,12 @@ export const HOST_LINK_ALIAS_PREFIX = 'workloadnet:';
 /** IFALIASZ - 1. */
 const MAX_ALIAS_BYTES = 255;
 
-/** prefix + the first 11 hex digits of sha1(key): at most 15 bytes, collisions need ~2^22 links. */
-export function hostLinkName(prefix: string, key: string): string {
-  return prefix + crypto.createHash('sha1').update(key).digest('hex').slice(0, 11);
+/** Prefix of every host interface name: "wn" + 11 hex digits fits IFNAMSIZ (15 bytes). */
+const HOST_LINK_NAME_PREFIX = 'wn';
+
+/** "wn" + the first 11 hex digits of sha1(key): 13 bytes, collisions need ~2^22 links. */
+export function hostLinkName(key: string): string {
+  return HOST_LINK_NAME_PREFIX + crypto.createHash('sha1').update(key).digest('hex').slice(0, 11);
 }
 
 export function hostLinkAlias(key: string): string {

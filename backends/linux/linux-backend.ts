@@ -20,7 +20,8 @@ import type {
   ReconcileOutcome,
 } from '../../core/backend';
 import { WorkloadNetError, failedPrecondition, invalidArgument, type ErrorCode } from '../../core/errors';
-import { planAttachment, randomMac, workloadRoutes, type AttachPlan } from './attach-plan';
+import { NetnsError, NetnsHandle, type Netns } from '../../core/netns';
+import { planAttachment, randomMac, type AttachPlan } from './attach-plan';
 import { GroupDeleter } from './group-deleter';
 import { checkHostSide, hostSideRequests } from './host-side';
 import { hostLinkAlias, hostLinkName, keyFromAlias } from './host-link-name';
@@ -29,14 +30,12 @@ import {
   type LinuxBackendOptions,
   type ResolvedLinuxBackendOptions,
 } from './linux-backend-options';
-import { NetnsHandle, NetnsOpenError, openNetlinkSocket } from './netns';
 import { NetlinkError } from './rtnetlink/errors';
 import { delLinkRequest, getLink, listLinks, setLinkRequest, type Link } from './rtnetlink/link';
-import { delRouteRequest } from './rtnetlink/route';
-import type { NetlinkSocket } from './rtnetlink/socket';
+import { NetlinkSocket } from './rtnetlink/socket';
 import { ensureSysctl, readSysctl } from './sysctl';
 import { createVethPair, type VethPair } from './veth-pair';
-import { checkWorkloadSide, workloadSideRequests } from './workload-side';
+import { checkWorkloadNamespace, workloadRoutes, workloadSideRequests } from './workload-side';
 
 export type { LinuxBackendOptions } from './linux-backend-options';
 
@@ -91,7 +90,11 @@ export class LinuxBackend implements Backend {
     return dataplaneResult(planAttachment(spec, this.opts), randomMac());
   }
 
-  async attach(spec: AttachSpec, planned?: DataplaneResult): Promise<DataplaneResult> {
+  /**
+   * Like ptp's cmdAdd: create the pair (the workload end born in the workload's namespace), configure
+   * both ends at once, label the host end last. Every failure after the pair exists deletes it.
+   */
+  async attach(spec: AttachSpec, planned: DataplaneResult): Promise<DataplaneResult> {
     const host = await this.hostContext();
     const plan = planAttachment(spec, this.opts);
     if (plan.v6.length > 0 && !this.opts.ipv6) {
@@ -100,21 +103,18 @@ export class LinuxBackend implements Backend {
         'IPv6 address attached but IPv6 forwarding was not enabled (ipv6 option)',
       );
     }
-    const ns = await this.openWorkloadNetns(spec, host);
-    let workload: NetlinkSocket | undefined;
+    refuseHostNamespace(spec, host.ns);
+    const workload = NetlinkSocket.openIn(spec.netns);
     try {
-      const sock = openNetlinkSocket(ns);
-      workload = sock;
-      const mac = planned?.mac ?? randomMac();
       const pair = await step(spec.key, 'creating the veth pair', () =>
         createVethPair(
-          { host: host.sock, workload: sock, workloadNs: ns, logger: this.opts.logger },
+          { host: host.sock, workload, workloadNs: spec.netns, logger: this.opts.logger },
           plan,
-          mac,
+          planned.mac,
         ),
       );
       try {
-        await this.configureBothSides(host, sock, plan, pair, ns.path);
+        await this.configureBothSides(host, workload, plan, pair, spec.netnsPath);
         // Last, so that a link with its alias is a complete attachment (see reconcile).
         await step(spec.key, `labelling host interface ${plan.hostName}`, () =>
           host.sock.request(setLinkRequest({ index: pair.hostIndex }, { alias: plan.alias })),
@@ -123,11 +123,10 @@ export class LinuxBackend implements Backend {
         await this.rollback(host, plan, pair);
         throw err;
       }
-      return dataplaneResult(plan, mac, { hostIfIndex: pair.hostIndex, peerIfIndex: pair.peerIndex });
+      return planned;
     } finally {
-      // Closing never waits (see NetlinkSocket.close); the namespace fd is the caller's when borrowed.
-      void workload?.close();
-      void ns.close();
+      // Closing never waits (see NetlinkSocket.close); the namespace is the core's to close.
+      void workload.close();
     }
   }
 
@@ -141,26 +140,17 @@ export class LinuxBackend implements Backend {
     const host = await this.hostContext();
     const plan = planAttachment(att, this.opts);
     const hostName = stringDetail(att, 'hostIfName') ?? plan.hostName;
-    const hostIndex = numberDetail(att, 'hostIfIndex');
-    // The host routes go with the link; deleting them first (matched on our ifindex, so never
-    // someone else's route) keeps a link that refuses to die from still attracting the traffic.
-    const routeDeletes =
-      hostIndex === undefined
-        ? []
-        : [...plan.v4, ...plan.v6].map((a) =>
-            delRouteRequest({ destination: `${a.address}/${a.prefixLength}`, oif: hostIndex }),
-          );
-    const outcomes = await host.sock.batch([
-      ...routeDeletes,
+    // Taking the link down withdraws its host routes at once, so a link that refuses to die no longer
+    // attracts the workload's traffic.
+    const [down] = await host.sock.batch([
       setLinkRequest({ name: hostName }, { group: this.opts.detachGroup, up: false }),
     ]);
-    for (const o of outcomes) {
+    if (down && !down.ok) {
       // Already gone: the namespace was deleted (taking the pair with it), a previous detach
       // succeeded, or attach never got that far.
-      if (!o.ok && !GONE.has(o.error.code))
-        throw fromNetlink(o.error, `detach ${att.key}: taking ${hostName} down`);
+      if (down.error.notFound) return;
+      throw fromNetlink(down.error, `detach ${att.key}: taking ${hostName} down`);
     }
-    if (!outcomes[outcomes.length - 1]?.ok) return;
     try {
       await host.deleter.flush();
     } catch (err) {
@@ -170,7 +160,7 @@ export class LinuxBackend implements Backend {
         'group delete failed; deleting the link by itself',
       );
       const [alone] = await host.sock.batch([delLinkRequest({ name: hostName })]);
-      if (alone && !alone.ok && !GONE.has(alone.error.code))
+      if (alone && !alone.ok && !alone.error.notFound)
         throw fromNetlink(alone.error, `detach ${att.key}: deleting ${hostName}`);
     }
   }
@@ -178,42 +168,11 @@ export class LinuxBackend implements Backend {
   async check(att: AttachmentView): Promise<Drift[]> {
     const host = await this.hostContext();
     const plan = planAttachment(att, this.opts);
-    const hostDrift = checkHostSide(host.sock, plan);
-    // Awaited on every path below; this only keeps an early throw from leaving it unhandled.
-    hostDrift.catch(() => undefined);
-    let ns: NetnsHandle;
-    try {
-      ns = await NetnsHandle.open(att.netnsPath);
-    } catch (err) {
-      if (!(err instanceof NetnsOpenError)) throw err;
-      return [
-        {
-          kind: 'netns-missing',
-          message: `network namespace ${att.netnsPath} cannot be opened: ${err.message}`,
-        },
-        ...(await hostDrift),
-      ];
-    }
-    try {
-      if (ns.inode !== att.netnsInode) {
-        return [
-          {
-            kind: 'netns-changed',
-            message: `${att.netnsPath} now names another network namespace (inode ${ns.inode}, expected ${att.netnsInode})`,
-          },
-          ...(await hostDrift),
-        ];
-      }
-      const sock = openNetlinkSocket(ns);
-      try {
-        const [h, w] = await Promise.all([hostDrift, checkWorkloadSide(sock, plan, att.dataplane?.mac)]);
-        return [...w, ...h];
-      } finally {
-        void sock.close();
-      }
-    } finally {
-      void ns.close();
-    }
+    const [hostDrift, workloadDrift] = await Promise.all([
+      checkHostSide(host.sock, plan),
+      checkWorkloadNamespace(att.netnsPath, att.netnsInode, plan, att.dataplane?.mac),
+    ]);
+    return [...workloadDrift, ...hostDrift];
   }
 
   /**
@@ -231,7 +190,7 @@ export class LinuxBackend implements Backend {
     const byName = new Map(ours.map((l) => [l.name, l]));
     const expected = new Set<string>();
     for (const att of atts) {
-      const name = stringDetail(att, 'hostIfName') ?? hostLinkName(this.opts.hostIfPrefix, att.key);
+      const name = stringDetail(att, 'hostIfName') ?? hostLinkName(att.key);
       expected.add(name);
       const link = byName.get(name);
       if (!link) {
@@ -274,7 +233,7 @@ export class LinuxBackend implements Backend {
     orphans.forEach((link, i) => {
       const o = moved[i];
       if (o?.ok) left.push(link);
-      else if (o && GONE.has(o.error.code)) outcome.orphansRemoved.push(label(link));
+      else if (o?.error.notFound) outcome.orphansRemoved.push(label(link));
       else
         outcome.warnings.push(`could not remove orphan host interface ${label(link)}: ${o?.error.message}`);
     });
@@ -293,7 +252,7 @@ export class LinuxBackend implements Backend {
         await host.sock.request(delLinkRequest({ index: link.index }));
         outcome.orphansRemoved.push(label(link));
       } catch (err) {
-        if (err instanceof NetlinkError && err.code === 'ENODEV') outcome.orphansRemoved.push(label(link));
+        if (err instanceof NetlinkError && err.notFound) outcome.orphansRemoved.push(label(link));
         else
           outcome.warnings.push(
             `could not remove orphan host interface ${label(link)}: ${(err as Error).message}`,
@@ -363,7 +322,7 @@ export class LinuxBackend implements Backend {
     const host = await pending.catch(() => undefined);
     if (host) {
       await host.sock.close();
-      await host.ns.close();
+      host.ns.close();
     }
   }
 
@@ -388,14 +347,14 @@ export class LinuxBackend implements Backend {
     try {
       ns = path === undefined ? NetnsHandle.own() : await NetnsHandle.open(path);
     } catch (err) {
-      if (err instanceof NetnsOpenError && err.reason === 'permission') throw needsRoot(`opening ${path}`);
+      if (err instanceof NetnsError && err.reason === 'permission') throw needsRoot(`opening ${path}`);
       if (err instanceof WorkloadNetError)
         throw failedPrecondition(`linux backend: host namespace: ${err.message}`);
       throw err;
     }
     let sock: NetlinkSocket | undefined;
     try {
-      sock = openNetlinkSocket(ns);
+      sock = NetlinkSocket.openIn(ns);
       // Reading links works unprivileged; an empty SETLINK on lo is the cheapest request that needs
       // CAP_NET_ADMIN, and changes nothing.
       const lo = await getLink(sock, { name: 'lo' });
@@ -404,7 +363,7 @@ export class LinuxBackend implements Backend {
       return { ns, sock, deleter: new GroupDeleter(sock, this.opts.detachGroup) };
     } catch (err) {
       void sock?.close();
-      void ns.close();
+      ns.close();
       if (err instanceof NetlinkError && (err.code === 'EPERM' || err.code === 'EACCES'))
         throw needsRoot('netlink');
       if (
@@ -439,30 +398,6 @@ export class LinuxBackend implements Backend {
     }
   }
 
-  /**
-   * The spec's namespace: the fd the core validated when it hands one over, else the path opened
-   * again. Refuses the wrong one: re-pointed since validation, or the host's.
-   */
-  private async openWorkloadNetns(spec: AttachSpec, host: HostContext): Promise<NetnsHandle> {
-    const ns =
-      spec.netnsFd === undefined
-        ? await NetnsHandle.open(spec.netnsPath)
-        : NetnsHandle.borrow(spec.netnsPath, spec.netnsFd, spec.netnsInode);
-    let problem: string | undefined;
-    if (ns.inode !== spec.netnsInode) {
-      problem = `${spec.netnsPath} now names another network namespace (inode ${ns.inode}, validated ${spec.netnsInode}); retry with a fresh path`;
-    } else if (ns.inode === host.ns.inode) {
-      problem = `${spec.netnsPath} is the host network namespace; refusing to attach a workload to it`;
-    } else if (ns.isOwn) {
-      problem = `${spec.netnsPath} is the daemon's own network namespace; refusing to attach a workload to it`;
-    }
-    if (problem) {
-      void ns.close();
-      throw invalidArgument(problem);
-    }
-    return ns;
-  }
-
   /** The workload side and the host side are independent once the pair exists: one write each, concurrently. */
   private async configureBothSides(
     host: HostContext,
@@ -488,7 +423,7 @@ export class LinuxBackend implements Backend {
     try {
       await host.sock.request(delLinkRequest({ index: pair.hostIndex }));
     } catch (err) {
-      if (err instanceof NetlinkError && err.code === 'ENODEV') return;
+      if (err instanceof NetlinkError && err.notFound) return;
       // The link is in our group with no attachment, so the next reconcile removes it.
       this.opts.logger.error(
         { key: plan.key, hostIf: plan.hostName, err: (err as Error).message },
@@ -501,22 +436,16 @@ export class LinuxBackend implements Backend {
 const HEALTH_MAX_AGE_MS = 1000;
 
 /** What attach reports (and plan predicts): all of it follows from the plan and the chosen MAC. */
-function dataplaneResult(
-  plan: AttachPlan,
-  mac: string,
-  indexes: { hostIfIndex?: number; peerIfIndex?: number } = {},
-): DataplaneResult {
+function dataplaneResult(plan: AttachPlan, mac: string): DataplaneResult {
   return {
     ifName: plan.ifName,
     mac,
     mtu: plan.mtu,
     hostIfName: plan.hostName,
     routes: workloadRoutes(plan),
-    details: { ...indexes, hostIfName: plan.hostName, linkGroup: plan.linkGroup },
+    details: { hostIfName: plan.hostName, linkGroup: plan.linkGroup },
   };
 }
-
-const GONE = new Set(['ENODEV', 'ESRCH', 'ENOENT', 'EADDRNOTAVAIL']);
 
 /** Runs one named step; kernel errors become WorkloadNetErrors that say what was being done. */
 async function step<T>(key: string, what: string, fn: () => Promise<T>): Promise<T> {
@@ -552,14 +481,21 @@ function needsRoot(what: string): WorkloadNetError {
   );
 }
 
+/**
+ * The core refuses the daemon's own and the host's namespace; the node namespace this backend serves
+ * (--host-netns) is one only this backend knows, so it refuses that one itself.
+ */
+function refuseHostNamespace(spec: AttachSpec, hostNs: Netns): void {
+  if (spec.netns.inode === hostNs.inode) {
+    throw invalidArgument(
+      `${spec.netnsPath} is the host network namespace; refusing to attach a workload to it`,
+    );
+  }
+}
+
 function stringDetail(att: AttachmentView, name: string): string | undefined {
   const v = att.dataplane?.details?.[name];
   return typeof v === 'string' && v !== '' ? v : undefined;
-}
-
-function numberDetail(att: AttachmentView, name: string): number | undefined {
-  const v = att.dataplane?.details?.[name];
-  return typeof v === 'number' && Number.isInteger(v) && v > 0 ? v : undefined;
 }
 
 async function forEachLimited<T>(

@@ -5,7 +5,7 @@
 import { alreadyExists } from '../../core/errors';
 import type { AttachPlan } from './attach-plan';
 import type { LinuxBackendLogger } from './linux-backend-options';
-import type { NetnsHandle } from './netns';
+import type { Netns } from '../../core/netns';
 import { NetlinkError } from './rtnetlink/errors';
 import {
   RTM_NEWLINK,
@@ -27,7 +27,7 @@ export interface VethPair {
 export interface VethPairContext {
   host: NetlinkSocket;
   workload: NetlinkSocket;
-  workloadNs: NetnsHandle;
+  workloadNs: Netns;
   logger: LinuxBackendLogger;
 }
 
@@ -94,7 +94,7 @@ async function removeLeftoverOrExplain(ctx: VethPairContext, plan: AttachPlan): 
   try {
     await ctx.host.request(delLinkRequest({ index: existing.index }));
   } catch (err) {
-    if (!(err instanceof NetlinkError && err.code === 'ENODEV')) throw err;
+    if (!(err instanceof NetlinkError && err.notFound)) throw err;
   }
 }
 

@@ -1,128 +1,228 @@
-// The workload end of the pair, inside the workload's namespace: loopback up, the interface up, its
-// /32 and /128 addresses, and routes through the link-local gateway. The gateway is not on any
-// subnet of the workload, so a "scope link" host route to it comes first: it tells the kernel that
-// the gateway is directly on eth0, after which the default route via it is accepted.
+// The workload's end of a link, inside the workload's namespace, whichever backend provides the link
+// (a veth end born there, or a DPU's VF moved there): loopback up, the interface up with its MTU, its
+// /32 and /128 addresses, and routes through the link-local gateway. The gateway is not on any subnet
+// of the workload, so a "scope link" host route to it comes first: it tells the kernel that the
+// gateway is directly on the interface, after which the default route via it is accepted. (An
+// "onlink" default route would do without the host route, but then the gateway is not a route a
+// reader can see in `ip route`, and the kernel accepts it on any interface, right or wrong.)
+//
+// This file is part of the Linux backend's public netlink surface: the DPU backend configures and
+// checks the VFs it moves into workloads with it, so both backends give a workload the same side.
 
-import type { Drift } from '../../core/backend';
-import type { AttachPlan } from './attach-plan';
+import type { Drift, IpAssignment, RouteInfo } from '../../core/backend';
+import { NetnsHandle } from '../../core/netns';
 import { IFA_F_NODAD, listAddresses, newAddressRequest } from './rtnetlink/address';
-import { AF_INET, AF_INET6 } from './rtnetlink/inet';
+import { AF_INET, AF_INET6, canonicalAddress } from './rtnetlink/inet';
 import { getLink, setLinkRequest } from './rtnetlink/link';
 import type { NetlinkRequest } from './rtnetlink/message';
 import { RT_SCOPE_LINK, RTPROT_STATIC, listRoutes, newRouteRequest } from './rtnetlink/route';
-import type { NetlinkSocket } from './rtnetlink/socket';
+import { NetlinkSocket } from './rtnetlink/socket';
 
-/** All requests for the workload side, in order, for one write. `peerIndex` is the ifindex in the namespace. */
-export function workloadSideRequests(plan: AttachPlan, peerIndex: number): NetlinkRequest[] {
+export interface PlannedAddress {
+  /** Canonical text. */
+  address: string;
+  /** 32 or 128: routed model, every workload address is a host route. */
+  prefixLength: number;
+}
+
+/** What the workload's interface gets. */
+export interface WorkloadInterface {
+  /** Interface name inside the workload namespace. */
+  ifName: string;
+  mtu: number;
+  v4: PlannedAddress[];
+  v6: PlannedAddress[];
+  /** Link-local gateways the workload routes through (decided by the core with each address). */
+  gatewayV4: string;
+  gatewayV6: string;
+}
+
+/** The workload interface for an attachment's name, MTU and addresses. */
+export function workloadInterface(input: {
+  ifName: string;
+  mtu: number;
+  ips: readonly IpAssignment[];
+}): WorkloadInterface {
+  const v4 = input.ips.filter((ip) => ip.family === 4);
+  const v6 = input.ips.filter((ip) => ip.family === 6);
+  return {
+    ifName: input.ifName,
+    mtu: input.mtu,
+    v4: v4.map((ip) => ({ address: canonicalAddress(ip.address), prefixLength: 32 })),
+    v6: v6.map((ip) => ({ address: canonicalAddress(ip.address), prefixLength: 128 })),
+    gatewayV4: v4[0] ? canonicalAddress(v4[0].gateway) : '',
+    gatewayV6: v6[0] ? canonicalAddress(v6[0].gateway) : '',
+  };
+}
+
+/** Routes programmed inside the workload namespace, as reported in results. */
+export function workloadRoutes(iface: WorkloadInterface): RouteInfo[] {
+  const routes: RouteInfo[] = [];
+  if (iface.v4.length > 0) {
+    routes.push({ destination: `${iface.gatewayV4}/32` });
+    routes.push({ destination: '0.0.0.0/0', gateway: iface.gatewayV4 });
+  }
+  if (iface.v6.length > 0) routes.push({ destination: '::/0', gateway: iface.gatewayV6 });
+  return routes;
+}
+
+export interface WorkloadSideOptions {
+  /**
+   * Replace addresses and routes that already exist instead of failing: for an interface adopted
+   * half-configured (a DPU port re-plumbed after a crash). A fresh interface fails on a clash instead.
+   */
+  replace?: boolean;
+}
+
+/** All requests for the workload side, in order, for one write. `index` is the ifindex in the namespace. */
+export function workloadSideRequests(
+  iface: WorkloadInterface,
+  index: number,
+  opts: WorkloadSideOptions = {},
+): NetlinkRequest[] {
+  const replace = opts.replace === true;
   const reqs: NetlinkRequest[] = [
     setLinkRequest({ name: 'lo' }, { up: true }),
-    setLinkRequest({ index: peerIndex }, { up: true }),
+    setLinkRequest({ index }, { up: true, mtu: iface.mtu }),
   ];
-  for (const a of [...plan.v4, ...plan.v6]) {
+  for (const a of [...iface.v4, ...iface.v6]) {
     // NODAD: the address must work the moment Attach returns, not after duplicate detection.
     reqs.push(
-      newAddressRequest({
-        index: peerIndex,
-        address: a.address,
-        prefixLength: a.prefixLength,
-        flags: IFA_F_NODAD,
-      }),
+      newAddressRequest(
+        { index, address: a.address, prefixLength: a.prefixLength, flags: IFA_F_NODAD },
+        { replace },
+      ),
     );
   }
-  if (plan.v4.length > 0) {
+  if (iface.v4.length > 0) {
     reqs.push(
-      newRouteRequest({
-        destination: `${plan.gatewayV4}/32`,
-        oif: peerIndex,
-        scope: RT_SCOPE_LINK,
-        protocol: RTPROT_STATIC,
-      }),
-      newRouteRequest({
-        destination: 'default',
-        gateway: plan.gatewayV4,
-        oif: peerIndex,
-        protocol: RTPROT_STATIC,
-      }),
+      newRouteRequest(
+        { destination: `${iface.gatewayV4}/32`, oif: index, scope: RT_SCOPE_LINK, protocol: RTPROT_STATIC },
+        { replace },
+      ),
+      newRouteRequest(
+        { destination: 'default', gateway: iface.gatewayV4, oif: index, protocol: RTPROT_STATIC },
+        { replace },
+      ),
     );
   }
-  if (plan.v6.length > 0) {
+  if (iface.v6.length > 0) {
     reqs.push(
-      newRouteRequest({
-        destination: 'default',
-        gateway: plan.gatewayV6,
-        oif: peerIndex,
-        protocol: RTPROT_STATIC,
-      }),
+      newRouteRequest(
+        { destination: 'default', gateway: iface.gatewayV6, oif: index, protocol: RTPROT_STATIC },
+        { replace },
+      ),
     );
   }
   return reqs;
 }
 
-/** Differences between the workload namespace and the plan. */
-export async function checkWorkloadSide(
-  sock: NetlinkSocket,
-  plan: AttachPlan,
+/**
+ * Differences between the workload's namespace and the interface it should have. Opens the namespace
+ * by path and reports it missing, or re-pointed to another namespace (another inode), as drift.
+ */
+export async function checkWorkloadNamespace(
+  netnsPath: string,
+  netnsInode: number,
+  iface: WorkloadInterface,
   expectedMac?: string,
 ): Promise<Drift[]> {
-  const link = await getLink(sock, { name: plan.ifName });
+  let ns: NetnsHandle;
+  try {
+    ns = await NetnsHandle.open(netnsPath);
+  } catch (err) {
+    return [
+      {
+        kind: 'netns-missing',
+        message: `network namespace ${netnsPath} cannot be opened: ${(err as Error).message}`,
+      },
+    ];
+  }
+  try {
+    if (ns.inode !== netnsInode) {
+      return [
+        {
+          kind: 'netns-changed',
+          message: `${netnsPath} now names another network namespace (inode ${ns.inode}, expected ${netnsInode})`,
+        },
+      ];
+    }
+    const sock = NetlinkSocket.openIn(ns);
+    try {
+      return await checkWorkloadSide(sock, iface, expectedMac);
+    } finally {
+      void sock.close();
+    }
+  } finally {
+    ns.close();
+  }
+}
+
+/** Differences between the interface as the workload's namespace has it and as it should be. */
+export async function checkWorkloadSide(
+  sock: NetlinkSocket,
+  iface: WorkloadInterface,
+  expectedMac?: string,
+): Promise<Drift[]> {
+  const link = await getLink(sock, { name: iface.ifName });
   if (!link) {
     return [
       {
         kind: 'interface-missing',
-        message: `interface ${plan.ifName} is missing from the workload's namespace`,
+        message: `interface ${iface.ifName} is missing from the workload's namespace`,
       },
     ];
   }
   const drift: Drift[] = [];
-  if (!link.up) drift.push({ kind: 'interface-down', message: `interface ${plan.ifName} is down` });
-  if (link.mtu !== plan.mtu) {
+  if (!link.up) drift.push({ kind: 'interface-down', message: `interface ${iface.ifName} is down` });
+  if (link.mtu !== iface.mtu) {
     drift.push({
       kind: 'mtu-changed',
-      message: `interface ${plan.ifName} has MTU ${link.mtu}, expected ${plan.mtu}`,
+      message: `interface ${iface.ifName} has MTU ${link.mtu}, expected ${iface.mtu}`,
     });
   }
   if (expectedMac && link.mac !== expectedMac) {
     drift.push({
       kind: 'mac-changed',
-      message: `interface ${plan.ifName} has MAC ${link.mac ?? '(none)'}, expected ${expectedMac}`,
+      message: `interface ${iface.ifName} has MAC ${link.mac ?? '(none)'}, expected ${expectedMac}`,
     });
   }
   const addrs = await listAddresses(sock, { index: link.index });
-  for (const want of [...plan.v4, ...plan.v6]) {
+  for (const want of [...iface.v4, ...iface.v6]) {
     const have = addrs.filter((a) => a.address === want.address);
     if (have.length === 0) {
       drift.push({
         kind: 'address-missing',
-        message: `${want.address}/${want.prefixLength} is missing from ${plan.ifName}`,
+        message: `${want.address}/${want.prefixLength} is missing from ${iface.ifName}`,
       });
     } else if (!have.some((a) => a.prefixLength === want.prefixLength)) {
       drift.push({
         kind: 'address-changed',
-        message: `${want.address} on ${plan.ifName} has prefix /${have[0]?.prefixLength}, expected /${want.prefixLength}`,
+        message: `${want.address} on ${iface.ifName} has prefix /${have[0]?.prefixLength}, expected /${want.prefixLength}`,
       });
     }
   }
-  if (plan.v4.length > 0) {
+  if (iface.v4.length > 0) {
     const routes = await listRoutes(sock, AF_INET, { oif: link.index });
-    if (!routes.some((r) => r.destination === `${plan.gatewayV4}/32` && r.gateway === undefined)) {
+    if (!routes.some((r) => r.destination === `${iface.gatewayV4}/32` && r.gateway === undefined)) {
       drift.push({
         kind: 'route-missing',
-        message: `route to the gateway ${plan.gatewayV4} via ${plan.ifName} is missing`,
+        message: `route to the gateway ${iface.gatewayV4} via ${iface.ifName} is missing`,
       });
     }
-    if (!routes.some((r) => r.destination === '0.0.0.0/0' && r.gateway === plan.gatewayV4)) {
+    if (!routes.some((r) => r.destination === '0.0.0.0/0' && r.gateway === iface.gatewayV4)) {
       drift.push({
         kind: 'route-missing',
-        message: `IPv4 default route via ${plan.gatewayV4} dev ${plan.ifName} is missing`,
+        message: `IPv4 default route via ${iface.gatewayV4} dev ${iface.ifName} is missing`,
       });
     }
   }
-  if (plan.v6.length > 0) {
+  if (iface.v6.length > 0) {
     const routes = await listRoutes(sock, AF_INET6, { oif: link.index });
-    if (!routes.some((r) => r.destination === '::/0' && r.gateway === plan.gatewayV6)) {
+    if (!routes.some((r) => r.destination === '::/0' && r.gateway === iface.gatewayV6)) {
       drift.push({
         kind: 'route-missing',
-        message: `IPv6 default route via ${plan.gatewayV6} dev ${plan.ifName} is missing`,
+        message: `IPv6 default route via ${iface.gatewayV6} dev ${iface.ifName} is missing`,
       });
     }
   }

@@ -2,7 +2,8 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { AttachSpec, AttachmentView } from '../../core/backend';
+import type { AttachmentView } from '../../core/backend';
+import { attachTo, type TestSpec } from '../support/attach-spec';
 import { DpuBackend } from '../../backends/dpu';
 import { encodeDetails } from '../../backends/dpu/details';
 import { macForKey } from '../../backends/dpu/port-spec';
@@ -20,7 +21,7 @@ export interface BenchResult {
 
 const SIM_MAIN = path.resolve(__dirname, '../../backends/dpu-sim/main.js');
 
-function attachSpec(i: number): AttachSpec {
+function attachSpec(i: number): TestSpec {
   const workloadId = `bench-${i}`;
   return {
     key: `${workloadId}/eth0`,
@@ -32,8 +33,6 @@ function attachSpec(i: number): AttachSpec {
       {
         family: 4,
         address: `10.${100 + Math.floor(i / 65536)}.${Math.floor(i / 256) % 256}.${i % 256}`,
-        poolPrefixLength: 8,
-        pool: '10.0.0.0/8',
         gateway: '169.254.1.1',
       },
     ],
@@ -123,14 +122,14 @@ export async function benchDpu(opts: { count: number; ports: number }): Promise<
     for (let i = 0; i < 20; i++)
       await b1.detach({
         ...attachSpec(1_000_000 + i),
-        dataplane: await b1.attach(attachSpec(1_000_000 + i)),
+        dataplane: await attachTo(b1, attachSpec(1_000_000 + i)),
       });
     const attachMs: number[] = [];
     const detachMs: number[] = [];
     for (let i = 0; i < opts.count; i++) {
       const s = attachSpec(i);
       let t = process.hrtime.bigint();
-      const dp = await b1.attach(s);
+      const dp = await attachTo(b1, s);
       attachMs.push(Number(process.hrtime.bigint() - t) / 1e6);
       t = process.hrtime.bigint();
       await b1.detach({ ...s, dataplane: dp });

@@ -1,8 +1,9 @@
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
-import type { AttachSpec, DataplaneResult } from '../../core/backend';
+import type { DataplaneResult } from '../../core/backend';
 import { LinuxBackend } from '../../backends/linux/linux-backend';
 import { NetnsPool, netnsInode, netnsPath } from '../backends/linux/netns-fixture';
 import { percentile } from './stats';
+import { attachTo, type TestSpec } from '../support/attach-spec';
 
 // The Linux backend measured directly (no daemon, no API): attach and detach latency one at a time,
 // then the rate with `parallel` operations in flight, and the worst event-loop stall meanwhile. Runs in
@@ -26,7 +27,7 @@ interface Phase {
   maxEventLoopDelayMs: number;
 }
 
-function specFor(ns: string, i: number): AttachSpec {
+function specFor(ns: string, i: number): TestSpec {
   const workloadId = `bench-${ns}`;
   return {
     key: `${workloadId}/eth0`,
@@ -39,8 +40,6 @@ function specFor(ns: string, i: number): AttachSpec {
       {
         family: 4,
         address: `10.252.${Math.floor(i / 250)}.${(i % 250) + 2}`,
-        poolPrefixLength: 16,
-        pool: '10.252.0.0/16',
         gateway: '169.254.1.1',
       },
     ],
@@ -81,7 +80,7 @@ export async function benchLinuxBackend(opts: { count: number; parallel: number 
     const b = backend;
 
     const results = new Map<string, DataplaneResult>();
-    const attachOps = specs.map((s) => async () => results.set(s.key, await b.attach(s)));
+    const attachOps = specs.map((s) => async () => results.set(s.key, await attachTo(b, s)));
     const detachOps = specs.map((s) => () => b.detach({ ...s, dataplane: results.get(s.key) }));
 
     // Warm-up, not timed: loads libc through koffi and lets the JIT optimise the hot paths.

@@ -4,7 +4,7 @@ import { internal, unavailable } from '../../core/errors';
 import type { AttachRequest } from '../../proto/gen/workloadnet/v1/workload';
 import { InProcessDaemon } from '../support/in-process-daemon';
 import { isRoot, NetnsSet } from '../support/netns';
-import { PlanningRecordingBackend, RecordingBackend } from '../support/recording-backend';
+import { RecordingBackend } from '../support/recording-backend';
 
 // The workload API's semantics through a real gRPC client on the unix socket, with the backend swapped
 // for a recording one by rebinding it in the DI container.
@@ -230,11 +230,11 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
     expect(other.ips[0]?.cidr).to.not.equal(first.ips[0]?.cidr);
   });
 
-  describe('with a backend that plans its result (the row is written while it programs)', () => {
-    let planning: PlanningRecordingBackend;
+  describe('recording an attachment (the row is written while the backend programs)', () => {
+    let planning: RecordingBackend;
     beforeEach(async () => {
       await d.stop();
-      planning = new PlanningRecordingBackend();
+      planning = new RecordingBackend();
       d = await InProcessDaemon.start(planning);
     });
 
@@ -268,7 +268,7 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
       expect(planning.calls.map((c) => c.op)).to.deep.equal(['attach', 'detach']);
       const dir = d.dir;
       await d.stop();
-      d = await InProcessDaemon.start(new PlanningRecordingBackend(), {}, dir);
+      d = await InProcessDaemon.start(new RecordingBackend(), {}, dir);
       const st = await status();
       expect(st.attachments).to.equal(0);
       expect(st.pools[0]?.used).to.equal(0);
@@ -279,11 +279,24 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
       const first = await attach(req('w1'));
       const dir = d.dir;
       await d.stop();
-      const fresh = new PlanningRecordingBackend();
+      const fresh = new RecordingBackend();
       d = await InProcessDaemon.start(fresh, {}, dir);
       expect((await status()).reconcile?.repaired).to.equal(1);
       expect(fresh.plans).to.equal(0);
       expect(await attach(req('w1'))).to.deep.equal(first);
+    });
+
+    it('records what the backend reports when it differs from the plan', async () => {
+      planning.report = (planned) => ({ ...planned, hostIfName: 'vf7', details: { endpoint: 'vf7' } });
+      const res = await attach(req('w1'));
+      const dir = d.dir;
+      await d.stop();
+      const fresh = new RecordingBackend();
+      d = await InProcessDaemon.start(fresh, {}, dir);
+      const stored = [...(await d.daemon.service.list())].find((a) => a.key === 'w1/eth0');
+      expect(stored?.dataplane?.hostIfName).to.equal('vf7');
+      expect(stored?.dataplane?.details).to.deep.equal({ endpoint: 'vf7' });
+      expect(await attach(req('w1'))).to.deep.equal(res);
     });
   });
 

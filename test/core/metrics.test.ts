@@ -27,10 +27,10 @@ describeRoot('Prometheus metrics (root, test namespace)', () => {
     backend = new RecordingBackend();
     d = await InProcessDaemon.start(backend);
     server = new MetricsServer('127.0.0.1:0', d.metrics);
-    await server.listen();
+    await server.start();
   });
   after(async () => {
-    await server.close();
+    await server.stop();
     await d.stop();
     namespaces.cleanup();
   });

@@ -17,8 +17,6 @@ function record(key: string, addresses: string[]): AttachmentRecord {
     ips: addresses.map((address) => ({
       family: 4,
       address,
-      pool: '10.0.0.0/24',
-      poolPrefixLength: 24,
       gateway: '169.254.1.1',
     })),
     mtu: 1500,

@@ -1,6 +1,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { ContainerModule } from 'inversify';
 import { ApiClient } from '../../cli/api-client';
 import { BACKEND, type Backend } from '../../core/backend';
 import { DEFAULT_CONFIG, mergeConfig, type ConfigOverrides, type DaemonConfig } from '../../core/config';
@@ -10,8 +11,8 @@ import { silentLogger } from '../../core/logger';
 import { Metrics } from '../../core/metrics';
 
 /**
- * A daemon in the test process with the backend swapped by rebinding BACKEND in the container, serving
- * the real gRPC API on a temporary unix socket.
+ * A daemon in the test process with the test's backend loaded as its backend module, serving the real
+ * gRPC API on a temporary unix socket.
  */
 export class InProcessDaemon {
   readonly client: ApiClient;
@@ -42,7 +43,7 @@ export class InProcessDaemon {
     });
     const metrics = new Metrics();
     const container = createContainer(config, silentLogger(), metrics);
-    container.bind<Backend>(BACKEND).toConstantValue(backend);
+    container.load(new ContainerModule((bind) => void bind<Backend>(BACKEND).toConstantValue(backend)));
     const daemon = new Daemon(container);
     await daemon.start();
     return new InProcessDaemon(daemon, config, metrics);

@@ -12,7 +12,8 @@ import { WorkloadNetError } from '../../core/errors';
 /**
  * A test-only backend that programs nothing and records what it was asked, so API tests can assert on
  * the core's behaviour (rollback, idempotency, concurrency) without a kernel. Failure and delay are
- * switched on per test.
+ * switched on per test. Like the Linux backend it plans its result, so the core writes the row while
+ * attach() runs.
  */
 export class RecordingBackend implements Backend {
   readonly name = 'recording';
@@ -30,7 +31,22 @@ export class RecordingBackend implements Backend {
   async start(): Promise<void> {}
   async stop(): Promise<void> {}
 
-  async attach(spec: AttachSpec): Promise<DataplaneResult> {
+  /** Plans made so far; each gets its own MAC and host interface name, as a real backend's would. */
+  plans = 0;
+
+  plan(spec: AttachSpec): DataplaneResult {
+    this.plans++;
+    const n = this.plans;
+    return {
+      ifName: spec.ifName,
+      mac: `02:00:00:00:00:${(n % 256).toString(16).padStart(2, '0')}`,
+      mtu: spec.mtu,
+      hostIfName: `rec${n}`,
+      routes: [{ destination: '0.0.0.0/0', gateway: '169.254.1.1' }],
+    };
+  }
+
+  async attach(spec: AttachSpec, planned: DataplaneResult): Promise<DataplaneResult> {
     this.calls.push({ op: 'attach', key: spec.key });
     this.running++;
     this.maxConcurrent = Math.max(this.maxConcurrent, this.running);
@@ -38,17 +54,17 @@ export class RecordingBackend implements Backend {
       if (this.attachDelayMs) await new Promise((r) => setTimeout(r, this.attachDelayMs));
       if (this.failAttach) throw this.failAttach;
       this.programmed.set(spec.key, spec);
-      return {
-        ifName: spec.ifName,
-        mac: '02:00:00:00:00:01',
-        mtu: spec.mtu,
-        hostIfName: 'rec0',
-        routes: [{ destination: '0.0.0.0/0', gateway: '169.254.1.1' }],
-      };
+      return this.report ? this.report(planned) : planned;
     } finally {
       this.running--;
     }
   }
+
+  /**
+   * When set, attach reports this instead of the plan, like a backend that learns something while
+   * programming (an agent's endpoint); the core must then record what was reported.
+   */
+  report?: (planned: DataplaneResult) => DataplaneResult;
 
   async detach(att: AttachmentView): Promise<void> {
     this.calls.push({ op: 'detach', key: att.key });
@@ -78,30 +94,5 @@ export class RecordingBackend implements Backend {
     return this.healthy
       ? { ready: true, reasons: [] }
       : { ready: false, reasons: ['recording backend set unhealthy'] };
-  }
-}
-
-/**
- * A recording backend that, like the Linux one, knows its result before programming (plan()), so the
- * core writes the attachment's row while attach() runs. Attach must then report exactly the plan.
- */
-export class PlanningRecordingBackend extends RecordingBackend {
-  plans = 0;
-
-  plan(spec: AttachSpec): DataplaneResult {
-    this.plans++;
-    const n = this.plans;
-    return {
-      ifName: spec.ifName,
-      mac: `02:00:00:00:00:${(n % 256).toString(16).padStart(2, '0')}`,
-      mtu: spec.mtu,
-      hostIfName: `plan${n}`,
-      routes: [{ destination: '0.0.0.0/0', gateway: '169.254.1.1' }],
-    };
-  }
-
-  override async attach(spec: AttachSpec, planned?: DataplaneResult): Promise<DataplaneResult> {
-    const done = await super.attach(spec);
-    return planned ?? done;
   }
 }

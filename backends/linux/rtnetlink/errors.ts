@@ -3,8 +3,7 @@
 // kernel's own explanation ("ipv4: Address already assigned"). We keep both: callers branch on
 // `code` ('EEXIST', 'ENODEV', …), people read `message`.
 
-import * as os from 'node:os';
-import * as util from 'node:util';
+import { errnoDescription, errnoName } from '../../../core/errno';
 import { decodeAttributes, getString, getU32, readS32, readU16, readU32 } from './attributes';
 import { NLM_F_ACK_TLVS, NLM_F_CAPPED, NLMSG_HDRLEN, nlmsgAlign, type NetlinkMessage } from './message';
 
@@ -16,25 +15,7 @@ export const NLMSGERR_ATTR_POLICY = 4;
 export const NLMSGERR_ATTR_MISS_TYPE = 5;
 export const NLMSGERR_ATTR_MISS_NEST = 6;
 
-// Where two names share a number, prefer the one the kernel's headers use for netlink errors.
-const PREFERRED = new Set(['EOPNOTSUPP', 'EAGAIN', 'EDEADLK']);
-const ERRNO_NAMES: ReadonlyMap<number, string> = (() => {
-  const m = new Map<number, string>();
-  for (const [name, num] of Object.entries(os.constants.errno)) {
-    if (!m.has(num) || PREFERRED.has(name)) m.set(num, name);
-  }
-  return m;
-})();
-
-/** 'EEXIST' for 17, or 'E<n>' for a number this platform does not name. */
-export function errnoName(errno: number): string {
-  return ERRNO_NAMES.get(errno) ?? `E${errno}`;
-}
-
-/** A short human description ("file already exists"), when libuv knows the number. */
-export function errnoDescription(errno: number): string | undefined {
-  return util.getSystemErrorMap().get(-errno)?.[1];
-}
+export { errnoDescription, errnoName };
 
 /** What the kernel said beyond the errno. */
 export interface ExtendedAck {
@@ -67,6 +48,21 @@ export class NetlinkError extends Error {
     this.extack = extack;
     this.requestType = requestType;
   }
+
+  /**
+   * The object the request named does not exist (any more): a link (ENODEV), a route (ESRCH, or
+   * ENOENT from some families), an address (EADDRNOTAVAIL). The one test for "already gone".
+   */
+  get notFound(): boolean {
+    return NOT_FOUND_CODES.has(this.code);
+  }
+}
+
+const NOT_FOUND_CODES: ReadonlySet<string> = new Set(['ENODEV', 'ESRCH', 'ENOENT', 'EADDRNOTAVAIL']);
+
+/** `err` is a NetlinkError saying the object is gone (see NetlinkError.notFound). */
+export function isNetlinkNotFound(err: unknown): boolean {
+  return err instanceof NetlinkError && err.notFound;
 }
 
 const TYPE_NAMES: Record<number, string> = {

@@ -8,10 +8,10 @@
 // requests and decode answers for one kind of object each; errors.ts turns NLMSG_ERROR into
 // NetlinkError (errno + name + the kernel's extended-ack text); socket.ts does the I/O.
 //
-// Typical use (with backends/linux/netns.ts for the namespace):
+// Typical use (with core/netns.ts for the namespace):
 //
 //   const ns = await NetnsHandle.open('/var/run/netns/x');
-//   const sock = openNetlinkSocket(ns);
+//   const sock = NetlinkSocket.openIn(ns);
 //   const lo = await getLink(sock, { name: 'lo' });
 //   await sock.batchOrThrow([
 //     setLinkRequest({ index: 7 }, { up: true, mtu: 1500 }),
@@ -19,7 +19,7 @@
 //     newRouteRequest({ destination: 'default', gateway: '169.254.1.1', oif: 7, onlink: true }),
 //   ]);
 //   await sock.close();
-//   await ns.close();
+//   ns.close();
 //
 // This file is the stable public surface; import from here, not from the individual files.
 

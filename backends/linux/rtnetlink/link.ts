@@ -403,7 +403,7 @@ export async function getLink(sock: NetlinkSocket, sel: LinkSelector): Promise<L
     const msg = replies.find((m) => m.type === RTM_NEWLINK);
     return msg ? decodeLink(msg) : undefined;
   } catch (err) {
-    if (err instanceof NetlinkError && err.code === 'ENODEV') return undefined;
+    if (err instanceof NetlinkError && err.notFound) return undefined;
     throw err;
   }
 }

@@ -1,5 +1,6 @@
 import type { Drift, IpAssignment } from '../../../core/backend';
 import { WorkloadNetError, alreadyExists, invalidArgument, notFound } from '../../../core/errors';
+import { NetnsHandle } from '../../../core/netns';
 import type {
   AttachCall,
   Attachment,
@@ -38,8 +39,10 @@ export class FakeWorkloadService implements WorkloadService {
 
   async attach(call: AttachCall): Promise<Attachment> {
     this.takeFailure();
-    this.attachCalls.push(call);
     if (!call.netnsPath) throw invalidArgument('netnsPath is required');
+    // Like the real service: the namespace is opened and checked before the call goes any further.
+    (await NetnsHandle.open(call.netnsPath, { workload: true })).close();
+    this.attachCalls.push(call);
     const key = `${call.workloadId}/${call.ifName}`;
     const existing = this.attachments.get(key);
     if (existing) {
@@ -54,15 +57,11 @@ export class FakeWorkloadService implements WorkloadService {
       {
         family: 4,
         address: `10.88.${n >> 8}.${n & 255}`,
-        poolPrefixLength: 16,
-        pool: '10.88.0.0/16',
         gateway: '169.254.1.1',
       },
       {
         family: 6,
         address: `fd00::${n.toString(16)}`,
-        poolPrefixLength: 64,
-        pool: 'fd00::/64',
         gateway: 'fe80::1',
       },
     ];

@@ -6,6 +6,7 @@ import type { DpuBackend } from '../../../backends/dpu';
 import { removeDir, scratchDir, spec, startBackend } from './fixtures';
 import { RawAgent } from './raw-agent';
 import { sleep } from './sim-process';
+import { attachTo } from '../../support/attach-spec';
 
 // Agents are outside the daemon's trust: whatever one sends, the daemon logs it, refuses it, and keeps
 // serving. Each case ends with a well-behaved agent being accepted, to show the daemon is still fine.
@@ -123,7 +124,7 @@ describe('DPU backend: bad agent input', function () {
     a.send(RawAgent.hello('dpu-1'));
     await a.next((m) => !!m.syncComplete, 'sync complete');
     let settled = false;
-    const attach = backend.attach(spec(1)).finally(() => (settled = true));
+    const attach = attachTo(backend, spec(1)).finally(() => (settled = true));
     const up = await a.next((m) => !!m.upsert, 'the upsert');
     const port = up.upsert?.port;
     if (!port) throw new Error('upsert without a port');

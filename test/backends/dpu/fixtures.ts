@@ -2,7 +2,8 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { expect } from 'chai';
-import type { AttachSpec, AttachmentView, DataplaneResult } from '../../../core/backend';
+import type { AttachmentView, DataplaneResult } from '../../../core/backend';
+import type { TestSpec } from '../../support/attach-spec';
 import { WorkloadNetError, type ErrorCode } from '../../../core/errors';
 import { DpuBackend, type DpuBackendOptions } from '../../../backends/dpu';
 
@@ -34,7 +35,7 @@ export async function startBackend(
   return b;
 }
 
-export function spec(i: number, over: Partial<AttachSpec> = {}): AttachSpec {
+export function spec(i: number, over: Partial<TestSpec> = {}): TestSpec {
   const workloadId = `w${i}`;
   return {
     key: `${workloadId}/eth0`,
@@ -46,8 +47,6 @@ export function spec(i: number, over: Partial<AttachSpec> = {}): AttachSpec {
       {
         family: 4,
         address: `10.90.${Math.floor(i / 250)}.${(i % 250) + 2}`,
-        poolPrefixLength: 16,
-        pool: '10.90.0.0/16',
         gateway: '169.254.1.1',
       },
     ],
@@ -56,7 +55,7 @@ export function spec(i: number, over: Partial<AttachSpec> = {}): AttachSpec {
   };
 }
 
-export function view(s: AttachSpec, dataplane: DataplaneResult | undefined): AttachmentView {
+export function view(s: TestSpec, dataplane: DataplaneResult | undefined): AttachmentView {
   return {
     key: s.key,
     workloadId: s.workloadId,

@@ -2,11 +2,12 @@ import { expect } from 'chai';
 import { execFileSync, spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import type { AttachSpec, DataplaneResult } from '../../../core/backend';
+import type { DataplaneResult } from '../../../core/backend';
 import type { DpuBackend } from '../../../backends/dpu';
 import { NetnsSet, ipJson, isRoot } from '../../support/netns';
 import { removeDir, scratchDir, spec, startBackend, view } from './fixtures';
 import { SimProcess, waitUntil } from './sim-process';
+import { attachTo, type TestSpec } from '../../support/attach-spec';
 
 // The whole offload with real interfaces: a node namespace (the host side), a namespace standing for
 // the DPU, and two workloads. The simulator plumbs a veth per port between the node and the DPU, the
@@ -47,7 +48,7 @@ function ping(fromNetns: string, to: string): Promise<boolean> {
   let w1: { name: string; path: string };
   let w2: { name: string; path: string };
 
-  function workloadSpec(i: number, ns: { path: string }): AttachSpec {
+  function workloadSpec(i: number, ns: { path: string }): TestSpec {
     return spec(i, { netnsPath: ns.path, netnsInode: fs.statSync(ns.path).ino });
   }
 
@@ -84,8 +85,8 @@ function ping(fromNetns: string, to: string): Promise<boolean> {
   it('moves the VF into the workload, and two workloads ping each other through the DPU namespace', async () => {
     const s1 = workloadSpec(1, w1);
     const s2 = workloadSpec(2, w2);
-    const r1 = await backend!.attach(s1);
-    const r2 = await backend!.attach(s2);
+    const r1 = await attachTo(backend!, s1);
+    const r2 = await attachTo(backend!, s2);
 
     // The VF is now the workload's eth0, with the port's MAC, the /32 and the default route.
     expect(r1.hostIfName).to.match(/^vf[0-9a-f]{8}$/);
@@ -104,9 +105,14 @@ function ping(fromNetns: string, to: string): Promise<boolean> {
     ]);
     expect(addrs[0]?.addr_info.map((a) => `${a.local}/${a.prefixlen}`)).to.include('10.90.0.3/32');
     const routes = ipJson<Array<{ dst: string; gateway?: string; dev: string }>>(w1.name, ['route', 'show']);
-    expect(routes).to.deep.include.members([
-      { dst: 'default', gateway: '169.254.1.1', dev: 'eth0', flags: ['onlink'] },
+    // The same workload side as the Linux backend's: a scope-link route to the gateway, then the
+    // default route via it (no "onlink" default route).
+    expect(routes.map((r) => ({ dst: r.dst, gateway: r.gateway, dev: r.dev }))).to.have.deep.members([
+      { dst: 'default', gateway: '169.254.1.1', dev: 'eth0' },
+      { dst: '169.254.1.1', gateway: undefined, dev: 'eth0' },
     ]);
+    const [lo] = ipJson<Array<{ flags: string[] }>>(w1.name, ['link', 'show', 'dev', 'lo']);
+    expect(lo?.flags, 'loopback is up in the workload').to.include('UP');
     expect(linkNames(node.name), 'the VF left the node namespace').to.not.include(r1.hostIfName);
     expect(await backend!.check(view(s1, r1))).to.deep.equal([]);
 
@@ -129,8 +135,8 @@ function ping(fromNetns: string, to: string): Promise<boolean> {
   });
 
   it('puts re-created VFs back into their workloads after the DPU reboots', async () => {
-    await backend!.attach(workloadSpec(1, w1));
-    await backend!.attach(workloadSpec(2, w2));
+    await attachTo(backend!, workloadSpec(1, w1));
+    await attachTo(backend!, workloadSpec(2, w2));
     expect(await ping(w1.name, '10.90.0.4')).to.equal(true);
     await sim!.stop('SIGKILL');
     // A new boot id: the simulated DPU starts empty, which takes the VFs out of the workloads.
@@ -148,7 +154,7 @@ function ping(fromNetns: string, to: string): Promise<boolean> {
 
   it('reports drift in the workload interface and hands the VF back on detach', async () => {
     const s1 = workloadSpec(1, w1);
-    const r1: DataplaneResult = await backend!.attach(s1);
+    const r1: DataplaneResult = await attachTo(backend!, s1);
     execFileSync('ip', ['-n', w1.name, 'link', 'set', 'eth0', 'mtu', '1400']);
     const drift = await backend!.check(view(s1, r1));
     expect(drift.map((d) => d.kind)).to.deep.equal(['mtu-changed']);
@@ -165,8 +171,8 @@ function ping(fromNetns: string, to: string): Promise<boolean> {
   it('reports a port whose workload interface vanished as missing at reconcile', async () => {
     const s1 = workloadSpec(1, w1);
     const s2 = workloadSpec(2, w2);
-    const r1 = await backend!.attach(s1);
-    const r2 = await backend!.attach(s2);
+    const r1 = await attachTo(backend!, s1);
+    const r2 = await attachTo(backend!, s2);
     await backend!.stop();
     execFileSync('ip', ['-n', w2.name, 'link', 'del', 'eth0']);
     backend = await startBackend(dir, { hostNetnsPath: node.path }, false);

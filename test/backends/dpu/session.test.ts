@@ -4,6 +4,7 @@ import type { DataplaneResult } from '../../../core/backend';
 import type { DpuBackend } from '../../../backends/dpu';
 import { expectCode, removeDir, scratchDir, spec, startBackend, view } from './fixtures';
 import { SimProcess, sleep, waitUntil } from './sim-process';
+import { attachTo } from '../../support/attach-spec';
 
 // The DPU backend against the real simulator process: sessions, acks, failures and resynchronisation,
 // observed from both ends (the backend's results and health, the simulator's state file).
@@ -72,7 +73,7 @@ describe('DPU backend with the simulator', function () {
     backend = await startBackend(dir);
     const s = sim('dpu-a');
     await connected(s);
-    const res = await backend.attach(spec(1));
+    const res = await attachTo(backend, spec(1));
     const st = await s.waitForState((x) => x.ports.length === 1, 'one port');
     const port = st.ports[0];
     expect(port?.name).to.equal('w1/eth0');
@@ -86,7 +87,7 @@ describe('DPU backend with the simulator', function () {
     expect(res.hostIfName, 'no endpoint without the host-endpoint feature').to.equal(undefined);
 
     // A changed port gets a newer generation, and the agent ends up holding that one.
-    const res2 = await backend.attach(spec(1, { mtu: 1400 }));
+    const res2 = await attachTo(backend, spec(1, { mtu: 1400 }));
     expect(res2.details?.dpuGeneration).to.be.greaterThan(res.details?.dpuGeneration as number);
     await s.waitForState(
       (x) => x.ports[0]?.mtu === 1400 && x.ports[0]?.generation === res2.details?.dpuGeneration,
@@ -103,7 +104,7 @@ describe('DPU backend with the simulator', function () {
     const s = sim('dpu-a', ['--ack-latency-ms', '200']);
     await connected(s);
     const t = Date.now();
-    const results = await Promise.all(Array.from({ length: 40 }, (_, i) => backend!.attach(spec(i))));
+    const results = await Promise.all(Array.from({ length: 40 }, (_, i) => attachTo(backend!, spec(i))));
     // Serialised, 40 acks at 200 ms each would take 8 s.
     expect(Date.now() - t).to.be.lessThan(2000);
     expect(new Set(results.map((r) => r.details?.dpuGeneration)).size).to.equal(40);
@@ -114,7 +115,7 @@ describe('DPU backend with the simulator', function () {
     backend = await startBackend(dir);
     const s = sim('dpu-a', ['--error-rate', '1', '--error-code', 'no-resources']);
     await connected(s);
-    const err = await expectCode(backend.attach(spec(1)), 'RESOURCE_EXHAUSTED');
+    const err = await expectCode(attachTo(backend, spec(1)), 'RESOURCE_EXHAUSTED');
     expect(err.message).to.match(
       /w1\/eth0.*rejected by the agent \(NO_RESOURCES\): injected no-resources failure/,
     );
@@ -125,14 +126,14 @@ describe('DPU backend with the simulator', function () {
 
     const inv = sim('dpu-b', ['--error-rate', '1', '--error-code', 'invalid']);
     await connected(inv);
-    const err2 = await expectCode(backend.attach(spec(2)), 'INVALID_ARGUMENT');
+    const err2 = await expectCode(attachTo(backend, spec(2)), 'INVALID_ARGUMENT');
     expect(err2.message).to.match(/\(INVALID\): injected invalid failure/);
   });
 
   it('fails Attach with UNAVAILABLE in well under a second without an agent, and recovers when one connects', async () => {
     backend = await startBackend(dir);
     const t = Date.now();
-    const err = await expectCode(backend.attach(spec(1)), 'UNAVAILABLE');
+    const err = await expectCode(attachTo(backend, spec(1)), 'UNAVAILABLE');
     expect(Date.now() - t).to.be.lessThan(100);
     expect(err.message).to.match(/no DPU agent is connected on .*agent\.sock/);
     expect(err.retryable).to.equal(true);
@@ -141,12 +142,12 @@ describe('DPU backend with the simulator', function () {
     const s = sim('dpu-a');
     await connected(s);
     await waitUntil(async () => (await backend!.health()).ready, 'health ready');
-    await backend.attach(spec(1));
+    await attachTo(backend, spec(1));
 
     await s.stop('SIGKILL');
     await waitUntil(async () => !(await backend!.health()).ready, 'health not ready after the agent died');
     const t2 = Date.now();
-    const err2 = await expectCode(backend.attach(spec(2)), 'UNAVAILABLE');
+    const err2 = await expectCode(attachTo(backend, spec(2)), 'UNAVAILABLE');
     expect(Date.now() - t2).to.be.lessThan(100);
     expect(err2.message).to.match(/dpu-a disconnected/);
   });
@@ -157,7 +158,7 @@ describe('DPU backend with the simulator', function () {
     await connected(s);
     const firstSession = s.state()?.session.sessionId;
     const t = Date.now();
-    const err = await expectCode(backend.attach(spec(1)), 'UNAVAILABLE');
+    const err = await expectCode(attachTo(backend, spec(1)), 'UNAVAILABLE');
     expect(Date.now() - t).to.be.lessThan(1000);
     expect(err.message).to.match(/stream to DPU agent dpu-a ended while waiting for port w1\/eth0/);
     const again = await s.waitForState(
@@ -165,7 +166,7 @@ describe('DPU backend with the simulator', function () {
       'reconnected',
     );
     expect(again.ports).to.deep.equal([]);
-    await backend.attach(spec(2));
+    await attachTo(backend, spec(2));
     await s.waitForState((x) => x.ports.map((p) => p.name).join() === 'w2/eth0', 'only w2');
   });
 
@@ -174,7 +175,7 @@ describe('DPU backend with the simulator', function () {
     const s = sim('dpu-a', ['--ack-latency-ms', '1000']);
     await connected(s);
     const t = Date.now();
-    const err = await expectCode(backend.attach(spec(1)), 'DEADLINE_EXCEEDED');
+    const err = await expectCode(attachTo(backend, spec(1)), 'DEADLINE_EXCEEDED');
     expect(Date.now() - t).to.be.within(250, 900);
     expect(err.message).to.match(/not acknowledged within 300 ms/);
     // The rollback's Delete follows the Upsert, so the agent applies both in order.
@@ -187,7 +188,7 @@ describe('DPU backend with the simulator', function () {
     const s1 = sim('dpu-a', ['--crash-after', '3'], 'boot-1');
     await connected(s1);
     const results: DataplaneResult[] = [];
-    for (const i of [1, 2, 3]) results.push(await backend.attach(spec(i)));
+    for (const i of [1, 2, 3]) results.push(await attachTo(backend, spec(i)));
     expect(await s1.exited).to.equal(70);
     await waitUntil(async () => !(await backend!.health()).ready, 'agent loss noticed');
 
@@ -205,8 +206,8 @@ describe('DPU backend with the simulator', function () {
     backend = await startBackend(dir);
     const s1 = sim('dpu-a', [], 'boot-1');
     await connected(s1);
-    const a = await backend.attach(spec(1));
-    const b = await backend.attach(spec(2));
+    const a = await attachTo(backend, spec(1));
+    const b = await attachTo(backend, spec(2));
     // The state file stands for the DPU's memory: make sure it holds both before the agent dies.
     await s1.waitForState((x) => x.ports.length === 2, 'two ports held');
     await s1.stop('SIGKILL');
@@ -230,8 +231,8 @@ describe('DPU backend with the simulator', function () {
     backend = await startBackend(dir);
     const s1 = sim('dpu-a', [], 'boot-1');
     await connected(s1);
-    await backend.attach(spec(1));
-    const b = await backend.attach(spec(2));
+    await attachTo(backend, spec(1));
+    const b = await attachTo(backend, spec(2));
     // The state file stands for the DPU's memory: make sure it holds both before the agent dies.
     await s1.waitForState((x) => x.ports.length === 2, 'two ports held');
     await s1.stop('SIGKILL');
@@ -249,7 +250,7 @@ describe('DPU backend with the simulator', function () {
     await connected(s);
     const specs = [1, 2, 3].map((i) => spec(i));
     const results: DataplaneResult[] = [];
-    for (const sp of specs) results.push(await backend.attach(sp));
+    for (const sp of specs) results.push(await attachTo(backend, sp));
     const before = await s.waitForState((x) => x.ports.length === 3, 'three ports');
     await backend.stop();
 
@@ -261,7 +262,7 @@ describe('DPU backend with the simulator', function () {
     expect(waiting?.synced).to.equal(false);
     expect(waiting?.ports.length).to.equal(3);
     expect((await backend.health()).reasons.join(' ')).to.match(/reconcile has not run/);
-    await expectCode(backend.attach(spec(9)), 'UNAVAILABLE');
+    await expectCode(attachTo(backend, spec(9)), 'UNAVAILABLE');
 
     // Workload 3 went away while the daemon was down, so the store no longer has it.
     const outcome = await backend.reconcile([view(specs[0]!, results[0]), view(specs[1]!, results[1])]);
@@ -271,7 +272,7 @@ describe('DPU backend with the simulator', function () {
     expect(after.epoch).to.be.greaterThan(0);
     expect(after.ports).to.deep.equal(before.ports.slice(0, 2));
     // New changes are newer than anything restored.
-    const r4 = await backend.attach(spec(4));
+    const r4 = await attachTo(backend, spec(4));
     expect(r4.details?.dpuGeneration).to.be.greaterThan(
       Math.max(...results.slice(0, 2).map((r) => r.details?.dpuGeneration as number)),
     );
@@ -287,12 +288,12 @@ describe('DPU backend with the simulator', function () {
       const h = await backend.health();
       expect(h.reasons.join(' ')).to.match(/no message from the agent|silent/);
       const t = Date.now();
-      await expectCode(backend.attach(spec(1)), 'UNAVAILABLE');
+      await expectCode(attachTo(backend, spec(1)), 'UNAVAILABLE');
       expect(Date.now() - t).to.be.lessThan(100);
     } finally {
       s.child.kill('SIGCONT');
     }
     await waitUntil(async () => (await backend!.health()).ready, 'ready again', 5000);
-    await backend.attach(spec(1));
+    await attachTo(backend, spec(1));
   });
 });

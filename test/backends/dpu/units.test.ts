@@ -126,11 +126,9 @@ describe('DPU port fields and stored details', () => {
         {
           family: 4,
           address: '10.90.0.3',
-          poolPrefixLength: 16,
-          pool: '10.90.0.0/16',
           gateway: '169.254.1.1',
         },
-        { family: 6, address: 'fd00::3', poolPrefixLength: 64, pool: 'fd00::/64', gateway: 'fe80::1' },
+        { family: 6, address: 'fd00::3', gateway: 'fe80::1' },
       ],
     });
     const f = portFields(s);

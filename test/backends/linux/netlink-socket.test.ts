@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { NetnsHandle, openNetlinkSocket } from '../../../backends/linux/netns';
+import { NetnsHandle } from '../../../core/netns';
 import {
   NetlinkError,
   RTM_NEWLINK,
@@ -12,7 +12,7 @@ import {
   newLinkRequest,
   newVethRequest,
   setLinkRequest,
-  type NetlinkSocket,
+  NetlinkSocket,
 } from '../../../backends/linux/rtnetlink';
 import { NetnsPool, ipJson, netnsPath } from './netns-fixture';
 
@@ -27,12 +27,12 @@ describe('netlink socket', function () {
   before(async () => {
     name = await pool.add('sock');
     ns = await NetnsHandle.open(netnsPath(name));
-    sock = openNetlinkSocket(ns);
+    sock = NetlinkSocket.openIn(ns);
   });
 
   after(async () => {
     await sock?.close();
-    await ns?.close();
+    ns?.close();
     await pool.cleanup();
   });
 
@@ -72,7 +72,7 @@ describe('netlink socket', function () {
 
   for (const ackEveryRequest of [false, true]) {
     it(`confirms earlier requests of a batch when only a later one fails (ackEveryRequest: ${ackEveryRequest})`, async () => {
-      const own = openNetlinkSocket(ns, { ackEveryRequest });
+      const own = NetlinkSocket.openIn(ns, { ackEveryRequest });
       try {
         const outcomes = await own.batch([
           newVethRequest({ name: 'e0', peer: { name: 'e1' } }),
@@ -142,7 +142,7 @@ describe('netlink socket', function () {
   });
 
   it('refuses requests after close', async () => {
-    const other = openNetlinkSocket(ns);
+    const other = NetlinkSocket.openIn(ns);
     await other.close();
     try {
       await other.request(setLinkRequest({ name: 'lo' }, {}));

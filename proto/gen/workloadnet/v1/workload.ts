@@ -81,13 +81,20 @@ export interface Interface {
   name: string;
   mac: string;
   mtu: number;
-  /** The namespace path for the workload's interface; empty for a host-side interface. */
+  /**
+   * The namespace path of the workload's interface (the only interface listed here; the CNI
+   * adapter's results add the host end).
+   */
   sandbox: string;
 }
 
 export interface IPConfig {
-  /** Address with the pool's prefix length, e.g. "10.88.0.5/16". */
+  /**
+   * The address as the workload holds it: a host prefix, "10.88.0.5/32" or "fd00::5/128" (routed
+   * model: the workload reaches everything, its pool's neighbours included, through the gateway).
+   */
   cidr: string;
+  /** The link-local gateway the workload routes through ("169.254.1.1", "fe80::1"). */
   gateway: string;
   /** Index into AttachResponse.interfaces. */
   interface: number;
@@ -144,6 +151,7 @@ export interface StatusResponse {
   pools: PoolStatus[];
   attachments: number;
   reconcile?: ReconcileStatus | undefined;
+  /** The daemon's version (package.json). */
   version: string;
 }
 
@@ -159,7 +167,7 @@ export interface Attachment {
   containerId: string;
   pod?: PodMetadata | undefined;
   result?: AttachResponse | undefined;
-  /** "ready": an attachment is only recorded once its dataplane is programmed. */
+  /** Always "ready": an attachment is listed (List, Get) only once its dataplane is programmed. */
   state: string;
   createdAt: string;
 }

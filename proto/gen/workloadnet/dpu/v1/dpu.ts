@@ -53,8 +53,7 @@ export const protobufFileName = 'workloadnet/dpu/v1/dpu.proto';
  *    never compares them across sessions. A snapshot is authoritative even when its generations are
  *    lower than what the agent last saw (the daemon restarted).
  * 6. Heartbeats flow both ways every HelloAccept.heartbeat_interval_ms. Either side that hears nothing
- *    (no message of any kind) for three intervals (the daemon's limit is configurable) considers the
- *    peer dead and drops the stream; the agent then reconnects with backoff. While no healthy agent is
+ *    (no message of any kind) for three intervals considers the peer dead and drops the stream; the agent then reconnects with backoff. While no healthy agent is
  *    connected, the daemon fails new attachments at once with UNAVAILABLE. The daemon rate-limits agent heartbeats; a sustained flood
  *    ends the stream (RESOURCE_EXHAUSTED). Agent messages larger than the daemon's receive limit end
  *    the stream (RESOURCE_EXHAUSTED).
@@ -63,7 +62,7 @@ export const protobufFileName = 'workloadnet/dpu/v1/dpu.proto';
  *    re-programs everything).
  */
 
-/** The version this file describes. The daemon rejects a Hello with a different major version. */
+/** The version this file describes. The daemon rejects a Hello with any other version. */
 export enum ProtocolVersion {
   PROTOCOL_VERSION_UNSPECIFIED = 0,
   PROTOCOL_VERSION_1 = 1,
@@ -318,7 +317,10 @@ export interface Port {
   mac: string;
   /** Addresses of the workload, as host prefixes ("10.88.0.5/32", "fd00::5/128"). */
   ips: string[];
-  /** Routes the workload uses; the agent needs them only when it terminates them itself. */
+  /**
+   * The workload's default routes, one per family, via the link-local gateway ("0.0.0.0/0" via
+   * "169.254.1.1", "::/0" via "fe80::1"); the agent needs them only when it answers for the gateway.
+   */
   routes: Route[];
   mtu: number;
   /** 0 means untagged / no VNI. */
@@ -332,7 +334,7 @@ export interface Port {
 export interface Route {
   /** CIDR, e.g. "0.0.0.0/0". */
   destination: string;
-  /** Empty for on-link. */
+  /** Empty for a route without a gateway. */
   gateway: string;
 }
 

@@ -1,10 +1,10 @@
-// The few libc calls Node does not offer: setns(2), socket(2) for AF_NETLINK, setsockopt(2), close(2).
-// Bound through koffi, whose npm package ships prebuilt binaries (no compiler at install time). The
-// library is loaded on first use so that merely importing this module works on any platform.
+// The few libc calls Node does not offer: setns(2), socket(2) for AF_NETLINK, setsockopt(2), ioctl(2),
+// close(2). The one place the project binds libc, through koffi, whose npm package ships prebuilt
+// binaries (no compiler at install time). The library is loaded on first use so that merely importing
+// this module works on any platform.
 
 import * as koffi from 'koffi';
-import { writeS32 } from './rtnetlink/attributes';
-import { errnoDescription, errnoName } from './rtnetlink/errors';
+import { errnoDescription, errnoName } from './errno';
 
 export const AF_NETLINK = 16;
 export const SOCK_RAW = 3;
@@ -88,9 +88,8 @@ export function setsockopt(fd: number, level: number, optname: number, value: Bu
 }
 
 export function setsockoptInt(fd: number, level: number, optname: number, value: number): void {
-  const b = Buffer.alloc(4);
-  writeS32(b, value, 0);
-  setsockopt(fd, level, optname, b);
+  // An int in host byte order, as the kernel reads it.
+  setsockopt(fd, level, optname, Buffer.from(new Int32Array([value]).buffer));
 }
 
 /** ioctl without an argument, returning its non-negative result. */

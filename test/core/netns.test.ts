@@ -3,15 +3,10 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import {
-  NetnsHandle,
-  NetnsOpenError,
-  openNetlinkSocket,
-  openProcSysFile,
-} from '../../../backends/linux/netns';
-import { listLinks } from '../../../backends/linux/rtnetlink';
-import { readSysctl } from '../../../backends/linux/sysctl';
-import { NetnsPool, ip, netnsExec, netnsInode, netnsPath } from './netns-fixture';
+import { NetlinkSocket, listLinks } from '../../backends/linux/rtnetlink';
+import { openProcSysFile, readSysctl } from '../../backends/linux/sysctl';
+import { NetnsError, NetnsHandle, netnsStillPresent } from '../../core/netns';
+import { NetnsPool, ip, netnsExec, netnsInode, netnsPath } from '../backends/linux/netns-fixture';
 
 function threadNetnsInode(): number {
   return fs.statSync('/proc/thread-self/ns/net').ino;
@@ -26,9 +21,9 @@ async function expectRejected(
   try {
     await p;
   } catch (err) {
-    expect(err).to.be.instanceOf(NetnsOpenError);
-    expect((err as NetnsOpenError).reason).to.equal(reason);
-    expect((err as NetnsOpenError).code).to.equal(code);
+    expect(err).to.be.instanceOf(NetnsError);
+    expect((err as NetnsError).reason).to.equal(reason);
+    expect((err as NetnsError).code).to.equal(code);
     expect((err as Error).message).to.match(text);
     return;
   }
@@ -60,7 +55,7 @@ describe('network namespace handles', function () {
       expect(h.inode).to.equal(netnsInode(ns));
       expect(h.isOwn).to.equal(false);
     } finally {
-      await h.close();
+      h.close();
     }
   });
 
@@ -75,7 +70,7 @@ describe('network namespace handles', function () {
     try {
       expect(h.inode).to.equal(netnsInode(ns));
     } finally {
-      await h.close();
+      h.close();
     }
   });
 
@@ -86,7 +81,7 @@ describe('network namespace handles', function () {
       NetnsHandle.open(file),
       'not-a-netns',
       'INVALID_ARGUMENT',
-      /is not a network namespace \(it is a regular file\)/,
+      /is not a namespace file \(it is a regular file/,
     );
   });
 
@@ -111,13 +106,48 @@ describe('network namespace handles', function () {
     await expectRejected(NetnsHandle.open(fifo), 'not-a-netns', 'INVALID_ARGUMENT', /FIFO/);
   });
 
-  it('reports a missing path as NOT_FOUND', async () => {
+  it('reports a missing path as not found, an invalid argument to Attach', async () => {
+    const err = await NetnsHandle.open(netnsPath('wnl-does-not-exist')).catch((e: unknown) => e);
+    expect(err).to.be.instanceOf(NetnsError);
+    expect((err as NetnsError).notFound).to.equal(true);
     await expectRejected(
       NetnsHandle.open(netnsPath('wnl-does-not-exist')),
       'missing',
-      'NOT_FOUND',
-      /does not exist/,
+      'INVALID_ARGUMENT',
+      /cannot be opened \(ENOENT\); is the workload still running\?/,
     );
+  });
+
+  it("refuses the daemon's own namespace as a workload's, and accepts it otherwise", async () => {
+    await expectRejected(
+      NetnsHandle.open('/proc/self/ns/net', { workload: true }),
+      'protected',
+      'INVALID_ARGUMENT',
+      /the daemon's own network namespace; refusing to attach a workload to it/,
+    );
+    const h = await NetnsHandle.open('/proc/self/ns/net');
+    h.close();
+  });
+
+  it('refuses a relative or unnormalised path as a workload namespace', async () => {
+    await expectRejected(
+      NetnsHandle.open('var/run/netns/x', { workload: true }),
+      'not-a-netns',
+      'INVALID_ARGUMENT',
+      /must be absolute and normalised/,
+    );
+    await expectRejected(
+      NetnsHandle.open(`/var/run/netns/../netns/${ns}`, { workload: true }),
+      'not-a-netns',
+      'INVALID_ARGUMENT',
+      /must be absolute and normalised/,
+    );
+  });
+
+  it('tells whether a recorded namespace is still the one at its path', async () => {
+    expect(await netnsStillPresent(netnsPath(ns), netnsInode(ns))).to.equal(true);
+    expect(await netnsStillPresent(netnsPath(ns), netnsInode(ns) + 1)).to.equal(false);
+    expect(await netnsStillPresent(netnsPath('wnl-does-not-exist'), 1)).to.equal(false);
   });
 
   it("recognises the process's own namespace", async () => {
@@ -125,21 +155,21 @@ describe('network namespace handles', function () {
     try {
       expect(h.isOwn).to.equal(true);
     } finally {
-      await h.close();
+      h.close();
     }
   });
 
   it('creates a netlink socket that sees the target namespace, and returns the main thread to its own', async () => {
     const before = threadNetnsInode();
     const h = await NetnsHandle.open(netnsPath(ns));
-    const sock = openNetlinkSocket(h);
+    const sock = NetlinkSocket.openIn(h);
     try {
       expect(threadNetnsInode()).to.equal(before);
       const names = (await listLinks(sock)).map((l) => l.name).sort();
       expect(names).to.deep.equal(['lo', 'probe0', 'probe1']);
     } finally {
       await sock.close();
-      await h.close();
+      h.close();
     }
   });
 
@@ -152,7 +182,7 @@ describe('network namespace handles', function () {
       expect(fs.existsSync('/proc/sys/net/ipv4/conf/probe0')).to.equal(false);
       expect(threadNetnsInode()).to.equal(fs.statSync('/proc/self/ns/net').ino);
     } finally {
-      await h.close();
+      h.close();
     }
   });
 
@@ -164,7 +194,7 @@ describe('network namespace handles', function () {
 
   it('refuses to use a closed handle', async () => {
     const h = await NetnsHandle.open(netnsPath(ns));
-    await h.close();
-    expect(() => openNetlinkSocket(h)).to.throw(/closed/);
+    h.close();
+    expect(() => NetlinkSocket.openIn(h)).to.throw(/closed/);
   });
 });

@@ -1,0 +1,350 @@
+// Network namespace handles: the one place that opens, identifies and validates a network namespace,
+// and the one way to act inside one. The core opens a workload's namespace once per Attach and hands
+// the handle to the backend; backends and the simulator open their own (the node's, the DPU's) here
+// too.
+//
+// Both forms runtimes use are nsfs files: /proc/<pid>/ns/net and a bind mount such as
+// /var/run/netns/cni-<uuid> (no process inside). An nsfs file lives on the nsfs device (the same
+// st_dev as our own namespace file), and the NS_GET_NSTYPE ioctl tells a network namespace from a
+// mount or PID namespace. Opening resolves symlinks, so a link to the host's namespace is caught by
+// its inode too.
+//
+// Acting inside a namespace means, for the one system call that creates a namespace-bound object
+// (a netlink socket, a /proc/sys file):
+//
+//   setns(target) → socket() / open() → setns(back)
+//
+// all synchronous on the main thread, with no await, spawn or Worker inside the window (a child
+// started there would inherit the target namespace). setns affects only the calling thread, so the
+// libuv threadpool keeps running in the original namespace meanwhile. If switching back fails the
+// process would keep running in a workload's namespace, so we abort instead.
+
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import { WorkloadNetError } from './errors';
+import { CLONE_NEWNET, NS_GET_NSTYPE, ioctlNoArg, setns } from './libc';
+
+const MAX_PATH = 4096;
+/** open(2) flag Node does not export: resolve the path without opening the file (same on every Linux arch). */
+const O_PATH = 0o10000000;
+
+/** Why a path is not usable as a network namespace. */
+export type NetnsFailure = 'missing' | 'not-a-netns' | 'protected' | 'permission' | 'io';
+
+/**
+ * A path that cannot be used as a network namespace, and why. Always INVALID_ARGUMENT: whatever the
+ * reason (even a namespace root may not open, PID 1's inside a sandbox), it is not one to attach a
+ * workload to; entry points answer it in their own terms (CNI: code 4).
+ */
+export class NetnsError extends WorkloadNetError {
+  constructor(
+    readonly reason: NetnsFailure,
+    readonly path: string,
+    message: string,
+  ) {
+    super('INVALID_ARGUMENT', message);
+    this.name = 'NetnsError';
+  }
+
+  /** The namespace does not exist (any more): the one test for "already gone". */
+  get notFound(): boolean {
+    return this.reason === 'missing';
+  }
+}
+
+/** CLONE_NEW* values NS_GET_NSTYPE returns, for saying what a wrong path is instead. */
+const NAMESPACE_KINDS: Record<number, string> = {
+  0x00000080: 'time',
+  0x00020000: 'mount',
+  0x02000000: 'cgroup',
+  0x04000000: 'UTS',
+  0x08000000: 'IPC',
+  0x10000000: 'user',
+  0x20000000: 'PID',
+};
+
+/** The namespace the main thread runs in, opened at load so that we can always switch back. */
+const original: { fd: number; inode: number; dev: number } | Error = (() => {
+  try {
+    const fd = fs.openSync('/proc/thread-self/ns/net', 'r');
+    const st = fs.fstatSync(fd);
+    return { fd, inode: st.ino, dev: st.dev };
+  } catch (err) {
+    return err instanceof Error ? err : new Error(String(err));
+  }
+})();
+
+function originalNamespace(): { fd: number; inode: number; dev: number } {
+  if (original instanceof Error) {
+    throw new WorkloadNetError(
+      'FAILED_PRECONDITION',
+      `cannot open this process's network namespace: ${original.message}`,
+    );
+  }
+  return original;
+}
+
+export interface OpenOptions {
+  /**
+   * The namespace is a workload's: the path must be absolute and normalised, and the daemon's own and
+   * the host's namespaces are refused.
+   */
+  workload?: boolean;
+}
+
+/** An open network namespace, as the core hands it to a backend. */
+export interface Netns {
+  /** The path it was opened from. */
+  readonly path: string;
+  readonly fd: number;
+  /** nsfs inode: the namespace's identity. */
+  readonly inode: number;
+  readonly closed: boolean;
+  close(): void;
+  /** See NetnsHandle.enter. */
+  enter<T>(create: () => T): T;
+}
+
+/** How the core opens a workload's namespace; injected, so that tests without root can stand in. */
+export interface NetnsOpener {
+  /** Opens and validates a workload's namespace (see NetnsHandle.open with `workload`). */
+  openWorkload(netnsPath: string): Promise<Netns>;
+}
+
+/** inversify identifier of the NetnsOpener. */
+export const NETNS_OPENER = Symbol.for('workloadnet.NetnsOpener');
+
+/** The opener the daemon uses: real namespaces. */
+export const kernelNetnsOpener: NetnsOpener = {
+  openWorkload: (netnsPath) => NetnsHandle.open(netnsPath, { workload: true }),
+};
+
+/** An open network namespace. The fd pins the namespace: it exists as long as the handle is open. */
+export class NetnsHandle implements Netns {
+  private isClosed = false;
+
+  private constructor(
+    /** The path it was opened from. */
+    readonly path: string,
+    readonly fd: number,
+    /** nsfs inode: the namespace's identity (what `ip netns identify` and `readlink` show). */
+    readonly inode: number,
+    private readonly owned: boolean,
+  ) {}
+
+  /**
+   * Opens `netnsPath` (`/proc/<pid>/ns/net`, or a bind-mounted nsfs file such as `/var/run/netns/x`)
+   * and checks that it is a network namespace. Refuses regular files, directories, FIFOs, devices and
+   * other namespace types; with `workload`, also the daemon's own and the host's namespace.
+   */
+  static async open(netnsPath: string, opts: OpenOptions = {}): Promise<NetnsHandle> {
+    checkPathForm(netnsPath, opts.workload === true);
+    // The path is opened with O_PATH first: that resolves it (on the threadpool, since a path walk may
+    // wait on a slow filesystem) without opening the file itself, so a FIFO cannot block and a device
+    // cannot act. Only once fstat shows an nsfs file is it opened for real, through /proc/self/fd/N:
+    // that names the very inode already checked (no race with a re-pointed path) and involves no
+    // filesystem but /proc and nsfs, so it is done synchronously, as are the checks on the open fd.
+    const pathFd = await new Promise<number>((resolve, reject) =>
+      fs.open(netnsPath, O_PATH, (err, n) => (err ? reject(openFailure(netnsPath, err)) : resolve(n))),
+    );
+    let fd: number;
+    let st: fs.Stats;
+    try {
+      st = fs.fstatSync(pathFd);
+      if (st.dev !== originalNamespace().dev) {
+        throw new NetnsError(
+          'not-a-netns',
+          netnsPath,
+          `netns path ${netnsPath} is not a namespace file (it is ${describe(st)}; expected /proc/<pid>/ns/net or a bind-mounted nsfs file such as /var/run/netns/<name>)`,
+        );
+      }
+      fd = fs.openSync(`/proc/self/fd/${pathFd}`, fs.constants.O_RDONLY);
+    } catch (err) {
+      throw err instanceof WorkloadNetError ? err : openFailure(netnsPath, err as NodeJS.ErrnoException);
+    } finally {
+      fs.closeSync(pathFd);
+    }
+    const handle = new NetnsHandle(netnsPath, fd, st.ino, true);
+    try {
+      handle.checkType();
+      if (opts.workload) handle.refuseProtected();
+      return handle;
+    } catch (err) {
+      handle.close();
+      throw err;
+    }
+  }
+
+  /** The process's own namespace (the one the main thread was in at start-up). Closing it is a no-op. */
+  static own(): NetnsHandle {
+    const o = originalNamespace();
+    return new NetnsHandle('/proc/thread-self/ns/net', o.fd, o.inode, false);
+  }
+
+  /** True when this is the namespace the process itself runs in. */
+  get isOwn(): boolean {
+    return this.inode === originalNamespace().inode;
+  }
+
+  get closed(): boolean {
+    return this.isClosed;
+  }
+
+  /** Releases the fd. Closing an nsfs fd only drops a reference and never waits, so it is synchronous. */
+  close(): void {
+    if (this.isClosed) return;
+    this.isClosed = true;
+    if (this.owned) fs.closeSync(this.fd);
+  }
+
+  /**
+   * Runs `create` with the main thread inside this namespace and returns what it made. `create` must
+   * be synchronous and short: one system call that makes a namespace-bound object (a socket, a
+   * /proc/sys file). No await, no child processes, no workers.
+   */
+  enter<T>(create: () => T): T {
+    if (this.isClosed)
+      throw new WorkloadNetError('INTERNAL', `network namespace handle for ${this.path} is closed`);
+    const back = originalNamespace();
+    if (this.inode === back.inode) return create();
+    // If this throws we never left, so there is nothing to undo.
+    setns(this.fd, CLONE_NEWNET);
+    try {
+      const result = create();
+      if (result instanceof Promise) throw new TypeError('NetnsHandle.enter() needs a synchronous function');
+      return result;
+    } finally {
+      try {
+        setns(back.fd, CLONE_NEWNET);
+      } catch (err) {
+        // Carrying on would program the wrong namespace from now on; dying is the safe choice.
+        process.stderr.write(`fatal: cannot return to the original network namespace: ${String(err)}\n`);
+        process.abort();
+      }
+    }
+  }
+
+  private checkType(): void {
+    let type: number;
+    try {
+      type = ioctlNoArg(this.fd, NS_GET_NSTYPE);
+    } catch (err) {
+      throw new NetnsError(
+        'not-a-netns',
+        this.path,
+        `netns path ${this.path} is not a namespace (${String(err)})`,
+      );
+    }
+    if (type !== CLONE_NEWNET) {
+      const kind = NAMESPACE_KINDS[type] ?? `type 0x${type.toString(16)}`;
+      throw new NetnsError(
+        'not-a-netns',
+        this.path,
+        `netns path ${this.path} is a ${kind} namespace, not a network namespace`,
+      );
+    }
+  }
+
+  private refuseProtected(): void {
+    protectedCache ??= protectedNamespaces();
+    const what = protectedCache.get(this.inode);
+    if (what) {
+      throw new NetnsError(
+        'protected',
+        this.path,
+        `netns path ${this.path} is ${what}; refusing to attach a workload to it`,
+      );
+    }
+  }
+}
+
+/** Whether the namespace at `netnsPath` still exists and is the one recorded (same inode). */
+export async function netnsStillPresent(netnsPath: string, inode: number): Promise<boolean> {
+  try {
+    const ns = await NetnsHandle.open(netnsPath);
+    ns.close();
+    return ns.inode === inode;
+  } catch {
+    return false;
+  }
+}
+
+function checkPathForm(netnsPath: string, strict: boolean): void {
+  const bad = (message: string): NetnsError => new NetnsError('not-a-netns', String(netnsPath), message);
+  if (typeof netnsPath !== 'string' || netnsPath.length === 0) {
+    throw bad('netns path is required (e.g. /proc/<pid>/ns/net or /var/run/netns/<name>)');
+  }
+  if (netnsPath.length > MAX_PATH || netnsPath.includes('\0')) {
+    throw bad('netns path is too long or contains a NUL byte');
+  }
+  if (!path.isAbsolute(netnsPath) || (strict && path.normalize(netnsPath) !== netnsPath)) {
+    throw bad(
+      `netns path ${JSON.stringify(netnsPath)} must be absolute and normalised (no "..", "." or "//")`,
+    );
+  }
+}
+
+/**
+ * Inodes of namespaces that must never be handed to a workload: our own, PID 1's, and the initial
+ * network namespace. Reading PID 1's link needs ptrace rights over it, which a daemon may lack; kernel
+ * threads always live in the initial namespace and kthreadd (PID 2 in the host PID namespace) stays
+ * readable, so it names the host's namespace when PID 1 does not.
+ */
+function protectedNamespaces(): Map<number, string> {
+  const out = new Map<number, string>();
+  const guard = (p: string, what: string): void => {
+    try {
+      const ino = fs.statSync(p).ino;
+      if (!out.has(ino)) out.set(ino, what);
+    } catch {
+      // Unreadable here; the other entries still protect what they can.
+    }
+  };
+  guard('/proc/self/ns/net', "the daemon's own network namespace");
+  guard('/proc/1/ns/net', "the network namespace of PID 1 (the host's)");
+  try {
+    if (fs.readFileSync('/proc/2/comm', 'utf8').trim() === 'kthreadd') {
+      guard('/proc/2/ns/net', "the host's initial network namespace");
+    }
+  } catch {
+    // No kthreadd in this PID namespace (a container): PID 1's entry is all we have.
+  }
+  return out;
+}
+
+let protectedCache: Map<number, string> | undefined;
+
+function describe(st: fs.Stats): string {
+  if (st.isDirectory()) return 'a directory';
+  if (st.isFile()) return 'a regular file';
+  if (st.isFIFO()) return 'a FIFO';
+  if (st.isSocket()) return 'a socket';
+  if (st.isCharacterDevice() || st.isBlockDevice()) return 'a device';
+  return 'not an nsfs file';
+}
+
+function openFailure(netnsPath: string, err: NodeJS.ErrnoException): NetnsError {
+  const code = err.code ?? 'error';
+  switch (code) {
+    case 'ENOENT':
+    case 'ESRCH':
+      return new NetnsError(
+        'missing',
+        netnsPath,
+        `netns path ${netnsPath} cannot be opened (${code}); is the workload still running?`,
+      );
+    case 'EACCES':
+    case 'EPERM':
+      return new NetnsError(
+        'permission',
+        netnsPath,
+        `netns path ${netnsPath} cannot be opened (${code}); run as root or with CAP_SYS_ADMIN`,
+      );
+    case 'ENOTDIR':
+    case 'ELOOP':
+    case 'ENXIO':
+      return new NetnsError('not-a-netns', netnsPath, `netns path ${netnsPath} cannot be opened (${code})`);
+    default:
+      return new NetnsError('io', netnsPath, `netns path ${netnsPath} cannot be opened (${code})`);
+  }
+}

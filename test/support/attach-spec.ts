@@ -1,0 +1,45 @@
+import * as fs from 'node:fs';
+import type { AttachSpec, Backend, DataplaneResult } from '../../core/backend';
+import { NetnsHandle, type Netns } from '../../core/netns';
+
+// Backend tests call a backend the way the core does: with the workload's namespace open, and the
+// backend's own plan. These helpers do both, so a test names only the attachment.
+
+/** An AttachSpec as tests write it: the namespace is opened by attachTo. */
+export type TestSpec = Omit<AttachSpec, 'netns'> & { netns?: Netns };
+
+/**
+ * Plans (unless `planned` is given, as the core does on a repair) and attaches `spec` like the core does, with the namespace opened for the call and closed
+ * after. A spec whose namespace path does not exist (backends that never enter it, e.g. the DPU
+ * backend without host endpoints) gets a handle that refuses to be entered.
+ */
+export async function attachTo(
+  backend: Backend,
+  spec: TestSpec,
+  planned?: DataplaneResult,
+): Promise<DataplaneResult> {
+  const netns =
+    spec.netns ??
+    (fs.existsSync(spec.netnsPath)
+      ? await NetnsHandle.open(spec.netnsPath, { workload: true })
+      : unopened(spec));
+  try {
+    const full: AttachSpec = { ...spec, netns };
+    return await backend.attach(full, planned ?? backend.plan(full));
+  } finally {
+    if (netns !== spec.netns) netns.close();
+  }
+}
+
+function unopened(spec: TestSpec): Netns {
+  return {
+    path: spec.netnsPath,
+    fd: -1,
+    inode: spec.netnsInode,
+    closed: false,
+    close: () => undefined,
+    enter: () => {
+      throw new Error(`test spec: ${spec.netnsPath} does not exist, so it cannot be entered`);
+    },
+  };
+}
