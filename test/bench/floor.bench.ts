@@ -1,0 +1,148 @@
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { promises as fs } from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { spawnInNetns } from '../e2e/support/spawn-in-netns';
+import { nativeTool } from './native-tool';
+import { percentile } from './stats';
+
+// The floor: what the Linux backend's kernel work costs with nothing else around it. netlink-floor.c
+// sends, per workload, the same rtnetlink messages in the same writes on sockets in the same
+// namespaces as the backend, synchronously from one C process running in a test-owned node namespace;
+// the workload namespaces are created beforehand (not timed) and everything is deleted afterwards.
+// Every other row of the benchmark is compared with it.
+//
+//   node dist/test/bench/floor.bench.js [count] [parallel]
+
+export interface FloorRow {
+  name: string;
+  op: 'attach' | 'detach';
+  p50Ms: number;
+  p99Ms: number;
+  perSecondAtParallel: number;
+  /** User + system CPU of the floor process per operation, over the rate run. */
+  cpuMsPerOp: number;
+  /** Its system part. */
+  cpuSysMsPerOp: number;
+}
+
+export const FLOOR_ROW_NAME = 'floor: same netlink messages from C';
+const PREFIX = 'wnb-floor-';
+
+function ipBatch(commands: string[]): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = execFile('ip', ['-batch', '-'], (err, _out, stderr) =>
+      err ? reject(new Error(`ip -batch: ${stderr.trim() || err.message}`)) : resolve(),
+    );
+    child.stdin?.end(commands.join('\n') + '\n');
+  });
+}
+
+interface PhaseOut {
+  lat: number[];
+  wallMs: number;
+  userMs: number;
+  sysMs: number;
+}
+
+function parse(out: string): Map<string, PhaseOut> {
+  const phases = new Map<string, PhaseOut>();
+  const get = (name: string): PhaseOut => {
+    let p = phases.get(name);
+    if (!p) phases.set(name, (p = { lat: [], wallMs: NaN, userMs: NaN, sysMs: NaN }));
+    return p;
+  };
+  for (const line of out.trim().split('\n')) {
+    const [kind, name, a, b, c] = line.split(' ');
+    if (!name) continue;
+    if (kind === 'lat') get(name).lat[Number(a)] = Number(b) / 1000;
+    else if (kind === 'phase') {
+      const p = get(name);
+      p.wallMs = Number(a) / 1000;
+      p.userMs = Number(b) / 1000;
+      p.sysMs = Number(c) / 1000;
+    }
+  }
+  return phases;
+}
+
+export async function benchFloor(opts: { count: number; parallel: number }): Promise<FloorRow[]> {
+  if (opts.count < 1 || opts.parallel < 1) throw new Error('count and parallel must be at least 1');
+  const bin = await nativeTool('netlink-floor', ['-pthread']);
+  const tag = randomBytes(3).toString('hex');
+  const node = `${PREFIX}${tag}-node`;
+  const workloads = Array.from({ length: opts.count }, (_, i) => `${PREFIX}${tag}-${i}`);
+  const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'wn-floor-'));
+  const created: string[] = [];
+  try {
+    for (const batch of [[node], workloads]) {
+      await ipBatch(batch.map((n) => `netns add ${n}`));
+      created.push(...batch);
+    }
+    const pathsFile = path.join(dir, 'paths');
+    await fs.writeFile(pathsFile, workloads.map((n) => `/var/run/netns/${n}\n`).join(''));
+    const out = await new Promise<string>((resolve, reject) => {
+      const child = spawnInNetns(
+        `/var/run/netns/${node}`,
+        bin,
+        [String(opts.count), String(opts.parallel), pathsFile],
+        { stdio: ['ignore', 'pipe', 'pipe'] },
+      );
+      const chunks: Buffer[] = [];
+      const errs: Buffer[] = [];
+      child.stdout?.on('data', (b: Buffer) => chunks.push(b));
+      child.stderr?.on('data', (b: Buffer) => errs.push(b));
+      child.on('error', reject);
+      child.on('close', (code) =>
+        code === 0
+          ? resolve(Buffer.concat(chunks).toString('utf8'))
+          : reject(new Error(`netlink-floor exited ${code}: ${Buffer.concat(errs).toString('utf8').trim()}`)),
+      );
+    });
+    const phases = parse(out);
+    const row = (op: 'attach' | 'detach'): FloorRow => {
+      const seq = phases.get(`${op}-seq`);
+      const par = phases.get(`${op}-par`);
+      if (!seq || !par) throw new Error(`netlink-floor reported no ${op} phases:\n${out.slice(0, 500)}`);
+      return {
+        name: FLOOR_ROW_NAME,
+        op,
+        p50Ms: percentile(seq.lat, 50),
+        p99Ms: percentile(seq.lat, 99),
+        perSecondAtParallel: opts.count / (par.wallMs / 1000),
+        cpuMsPerOp: (par.userMs + par.sysMs) / opts.count,
+        cpuSysMsPerOp: par.sysMs / opts.count,
+      };
+    };
+    return [row('attach'), row('detach')];
+  } finally {
+    // Deleting the namespaces takes any pair left by a failed run with them.
+    if (created.length > 0) await ipBatch(created.reverse().map((n) => `netns delete ${n}`)).catch(() => {});
+    await fs.rm(dir, { recursive: true, force: true });
+  }
+}
+
+if (require.main === module) {
+  const count = Number(process.argv[2] ?? 100);
+  const parallel = Number(process.argv[3] ?? 16);
+  benchFloor({ count, parallel }).then(
+    (rows) => {
+      console.log(`count=${count} parallel=${parallel}`);
+      console.table(
+        rows.map((r) => ({
+          op: r.op,
+          p50Ms: +r.p50Ms.toFixed(3),
+          p99Ms: +r.p99Ms.toFixed(3),
+          perSecondAtParallel: Math.round(r.perSecondAtParallel),
+          cpuMsPerOp: +r.cpuMsPerOp.toFixed(3),
+          cpuSysMsPerOp: +r.cpuSysMsPerOp.toFixed(3),
+        })),
+      );
+    },
+    (err: unknown) => {
+      console.error(err);
+      process.exitCode = 1;
+    },
+  );
+}
