@@ -17,6 +17,8 @@ export interface PluginCallResult {
   ms: number;
   /** User + system CPU of the plugin process and the children it waited for (e.g. host-local). */
   cpuMs: number;
+  /** The system part of cpuMs. */
+  sysMs: number;
   stdout: string;
 }
 
@@ -25,8 +27,9 @@ export interface PhaseResult {
   calls: PluginCallResult[];
   /** Wall time of the whole phase. */
   totalMs: number;
-  /** CPU of all the phase's plugin processes (and their children), summed. */
+  /** CPU of all the phase's plugin processes (and their children), summed, and its system part. */
   cpuMs: number;
+  sysMs: number;
 }
 
 /**
@@ -66,14 +69,16 @@ export async function runPluginCalls(
     });
     const ms: number[] = [];
     const cpu: number[] = [];
+    const sys: number[] = [];
     let totalMs = Number.NaN;
     const failed: string[] = [];
     for (const line of out.trim().split('\n')) {
-      const [a, b, c, d] = line.split(' ');
+      const [a, b, c, d, e] = line.split(' ');
       if (a === 'total') totalMs = Number(b) / 1000;
       else {
         ms[Number(a)] = Number(c) / 1000;
         cpu[Number(a)] = Number(d) / 1000;
+        sys[Number(a)] = Number(e) / 1000;
         if (b !== '0') failed.push(a ?? '?');
       }
     }
@@ -89,10 +94,12 @@ export async function runPluginCalls(
       calls.map(async (_, i) => ({
         ms: ms[i] ?? Number.NaN,
         cpuMs: cpu[i] ?? Number.NaN,
+        sysMs: sys[i] ?? Number.NaN,
         stdout: await fs.readFile(path.join(dir, `${i}.out`), 'utf8'),
       })),
     );
-    return { calls: results, totalMs, cpuMs: results.reduce((sum, c) => sum + c.cpuMs, 0) };
+    const sum = (f: (c: PluginCallResult) => number): number => results.reduce((t, c) => t + f(c), 0);
+    return { calls: results, totalMs, cpuMs: sum((c) => c.cpuMs), sysMs: sum((c) => c.sysMs) };
   } finally {
     await fs.rm(dir, { recursive: true, force: true });
   }
