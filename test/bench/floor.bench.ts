@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import * as fsSync from 'node:fs';
 import { promises as fs } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -123,12 +124,38 @@ export async function benchFloor(opts: { count: number; parallel: number }): Pro
   }
 }
 
+/**
+ * The other floor of a durable attach: one disk flush (pwrite of 4 KiB + fdatasync) in `dir`, the
+ * filesystem the daemon's store lives on in this benchmark (an lmdb commit is a data write, a flush
+ * and a synchronous meta-page write). Synchronous calls: nothing else runs meanwhile. p50 in ms.
+ */
+export function benchDiskFlush(dir: string = os.tmpdir(), count = 100): number {
+  const file = path.join(dir, `wn-flush-${randomBytes(3).toString('hex')}`);
+  const fd = fsSync.openSync(file, 'w');
+  try {
+    const page = Buffer.alloc(4096, 1);
+    const ms: number[] = [];
+    for (let i = 0; i < count; i++) {
+      const t = process.hrtime.bigint();
+      fsSync.writeSync(fd, page, 0, page.length, (i % 16) * 4096);
+      fsSync.fdatasyncSync(fd);
+      ms.push(Number(process.hrtime.bigint() - t) / 1e6);
+    }
+    return percentile(ms, 50);
+  } finally {
+    fsSync.closeSync(fd);
+    fsSync.rmSync(file, { force: true });
+  }
+}
+
 if (require.main === module) {
   const count = Number(process.argv[2] ?? 100);
   const parallel = Number(process.argv[3] ?? 16);
   benchFloor({ count, parallel }).then(
     (rows) => {
-      console.log(`count=${count} parallel=${parallel}`);
+      console.log(
+        `count=${count} parallel=${parallel}; one disk flush p50 ${benchDiskFlush().toFixed(3)} ms`,
+      );
       console.table(
         rows.map((r) => ({
           op: r.op,

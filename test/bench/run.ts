@@ -13,7 +13,7 @@ import { benchContainerdWithReferenceBridge, type ContainerdPodResult } from './
 import { benchDaemonLinux, benchDaemonRecording } from './daemon.bench';
 import { benchDaemonBurst, type BurstMetric } from './burst.bench';
 import { benchDpu } from './dpu.bench';
-import { FLOOR_ROW_NAME, benchFloor } from './floor.bench';
+import { FLOOR_ROW_NAME, benchDiskFlush, benchFloor } from './floor.bench';
 import { benchLinuxBackend } from './linux-backend.bench';
 import { benchReferenceCni } from './reference-cni';
 import { benchScale } from './scale.bench';
@@ -63,8 +63,12 @@ interface Report {
     detachCpuMsPerOp?: number;
     ptpAttachP50Ms?: number;
     ptpDetachP50Ms?: number;
+    /** One pwrite + fdatasync where the daemon's store lives: the floor of a durable write. */
+    diskFlushP50Ms?: number;
     rows: FloorRatio[];
   };
+  /** Measured with the floor, copied into `floor` by floorSummary. */
+  diskFlushP50Ms?: number;
   /** Largest event-loop delay seen in this (benchmark) process during the dataplane section. */
   benchLoopMaxDelayMs?: number;
 }
@@ -180,6 +184,7 @@ function floorSummary(r: Report): Report['floor'] {
     detachCpuMsPerOp: fd.cpuMsPerOp,
     ptpAttachP50Ms: ptpA?.p50Ms,
     ptpDetachP50Ms: ptpD?.p50Ms,
+    diskFlushP50Ms: r.diskFlushP50Ms,
     rows: rows
       .filter((x) => x.name !== FLOOR_ROW_NAME)
       .map((x) => {
@@ -208,7 +213,8 @@ function print(r: Report): void {
     const ptp = (v: number | undefined): string => (v === undefined ? 'not run' : `${v.toFixed(2)} ms`);
     console.log(
       `floor p50: attach ${f.attachP50Ms.toFixed(2)} ms (ptp+host-local ${ptp(f.ptpAttachP50Ms)}), ` +
-        `detach ${f.detachP50Ms.toFixed(2)} ms (ptp+host-local ${ptp(f.ptpDetachP50Ms)})\n`,
+        `detach ${f.detachP50Ms.toFixed(2)} ms (ptp+host-local ${ptp(f.ptpDetachP50Ms)}); ` +
+        `one disk flush (the store's) ${f.diskFlushP50Ms === undefined ? 'not measured' : `${f.diskFlushP50Ms.toFixed(2)} ms`}\n`,
     );
   }
   console.log(
@@ -365,6 +371,7 @@ async function main(): Promise<void> {
     loop.enable();
     step('floor: the same netlink messages, synchronously from C');
     r.dataplane.push(...(await benchFloor({ count, parallel })));
+    r.diskFlushP50Ms = benchDiskFlush();
     step('ptp + host-local');
     r.dataplane.push(...(await benchReferenceCni({ plugin: 'ptp', count, parallel })));
     step('bridge + host-local');
