@@ -29,6 +29,23 @@ export interface FloorRow {
 }
 
 export const FLOOR_ROW_NAME = 'floor: same netlink messages from C';
+
+/** The floor's attach, step by step (netlink-floor.c with NETLINK_FLOOR_STEPS=1): p50 of each, µs. */
+export const FLOOR_STEPS = [
+  'open + check the namespace',
+  'socket in the namespace + options',
+  'create the veth pair (echo + ACK)',
+  'workload side (one write)',
+  'host side (one write)',
+  'alias',
+  'close',
+] as const;
+
+export interface FloorResult {
+  rows: FloorRow[];
+  /** p50 per FLOOR_STEPS entry over the sequential attaches, µs. */
+  attachStepsP50Us: number[];
+}
 const PREFIX = 'wnb-floor-';
 
 function ipBatch(commands: string[]): Promise<void> {
@@ -41,6 +58,7 @@ function ipBatch(commands: string[]): Promise<void> {
 }
 
 interface PhaseOut {
+  steps?: number[][];
   lat: number[];
   wallMs: number;
   userMs: number;
@@ -58,6 +76,7 @@ function parse(out: string): Map<string, PhaseOut> {
     const [kind, name, a, b, c] = line.split(' ');
     if (!name) continue;
     if (kind === 'lat') get(name).lat[Number(a)] = Number(b) / 1000;
+    else if (kind === 'step') (get('steps').steps ??= []).push(line.split(' ').slice(2).map(Number));
     else if (kind === 'phase') {
       const p = get(name);
       p.wallMs = Number(a) / 1000;
@@ -68,7 +87,7 @@ function parse(out: string): Map<string, PhaseOut> {
   return phases;
 }
 
-export async function benchFloor(opts: { count: number; parallel: number }): Promise<FloorRow[]> {
+export async function benchFloor(opts: { count: number; parallel: number }): Promise<FloorResult> {
   if (opts.count < 1 || opts.parallel < 1) throw new Error('count and parallel must be at least 1');
   const bin = await nativeTool('netlink-floor', ['-pthread']);
   const tag = randomBytes(3).toString('hex');
@@ -88,7 +107,7 @@ export async function benchFloor(opts: { count: number; parallel: number }): Pro
         `/var/run/netns/${node}`,
         bin,
         [String(opts.count), String(opts.parallel), pathsFile],
-        { stdio: ['ignore', 'pipe', 'pipe'] },
+        { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NETLINK_FLOOR_STEPS: '1' } },
       );
       const chunks: Buffer[] = [];
       const errs: Buffer[] = [];
@@ -116,7 +135,16 @@ export async function benchFloor(opts: { count: number; parallel: number }): Pro
         cpuSysMsPerOp: par.sysMs / opts.count,
       };
     };
-    return [row('attach'), row('detach')];
+    const steps = phases.get('steps')?.steps ?? [];
+    return {
+      rows: [row('attach'), row('detach')],
+      attachStepsP50Us: FLOOR_STEPS.map((_, k) =>
+        percentile(
+          steps.map((st) => st[k] ?? NaN),
+          50,
+        ),
+      ),
+    };
   } finally {
     // Deleting the namespaces takes any pair left by a failed run with them.
     if (created.length > 0) await ipBatch(created.reverse().map((n) => `netns delete ${n}`)).catch(() => {});
@@ -152,7 +180,7 @@ if (require.main === module) {
   const count = Number(process.argv[2] ?? 100);
   const parallel = Number(process.argv[3] ?? 16);
   benchFloor({ count, parallel }).then(
-    (rows) => {
+    ({ rows, attachStepsP50Us }) => {
       console.log(
         `count=${count} parallel=${parallel}; one disk flush p50 ${benchDiskFlush().toFixed(3)} ms`,
       );
@@ -165,6 +193,9 @@ if (require.main === module) {
           cpuMsPerOp: +r.cpuMsPerOp.toFixed(3),
           cpuSysMsPerOp: +r.cpuSysMsPerOp.toFixed(3),
         })),
+      );
+      console.log(
+        `floor attach steps, p50 µs: ${FLOOR_STEPS.map((s, k) => `${s} ${attachStepsP50Us[k]}`).join('; ')}`,
       );
     },
     (err: unknown) => {

@@ -13,7 +13,9 @@
  * "detach-par" (PARALLEL threads, each synchronous; concurrent detaches share group deletes the way
  * the backend's GroupDeleter does). It prints "lat PHASE I MICROSECONDS" per operation and
  * "phase PHASE WALL_US USER_US SYS_US" per phase (CPU of the whole process from getrusage: the
- * kernel's work in write() counts as system time).
+ * kernel's work in write() counts as system time). With NETLINK_FLOOR_STEPS=1 in the environment it
+ * also prints "step I US_OPEN US_SOCKET US_NEWLINK US_WORKLOAD US_HOST US_ALIAS US_CLOSE" for each
+ * attach of the sequential phase (where the floor's own time goes).
  *
  * Per attach (the backend's order):
  *   open the namespace (O_RDONLY|O_NONBLOCK), fstat, NS_GET_NSTYPE; setns into it, socket(), setns
@@ -73,6 +75,9 @@ static int count, parallel;
 static char **paths;
 static int *host_index;  /* per workload, from the NEWLINK echo */
 static uint32_t gateway; /* 169.254.1.1, network order */
+static int print_steps;   /* NETLINK_FLOOR_STEPS=1 */
+static long long (*step_us)[8]; /* per workload, sequential phase only */
+static int sequential;
 
 static void die(const char *fmt, ...) {
   va_list ap;
@@ -222,6 +227,15 @@ static uint32_t workload_address(int i) {
 }
 
 static void attach(struct worker *w, int i) {
+  long long mark = now_us(), *steps = sequential && step_us ? step_us[i] : NULL;
+#define STEP(k)                          \
+  do {                                   \
+    if (steps) {                         \
+      long long t_ = now_us();           \
+      steps[k] = t_ - mark;              \
+      mark = t_;                         \
+    }                                    \
+  } while (0)
   char name[IFNAMSIZ], alias[96];
   host_name(name, sizeof name, i);
   snprintf(alias, sizeof alias, "workloadnet:floor-%06d/%s", i, IFNAME);
@@ -232,10 +246,12 @@ static void attach(struct worker *w, int i) {
   if (ns < 0) die("open %s: %s", paths[i], strerror(errno));
   struct stat st;
   if (fstat(ns, &st) != 0 || ioctl(ns, NS_GET_NSTYPE) != CLONE_NEWNET) die("%s: not a network namespace", paths[i]);
+  STEP(0);
   if (setns(ns, CLONE_NEWNET) != 0) die("setns %s: %s", paths[i], strerror(errno));
   int wl = netlink_socket();
   if (setns(home_fd, CLONE_NEWNET) != 0) die("setns back: %s", strerror(errno));
   sockopts(wl);
+  STEP(1);
 
   /* 1. The pair, host end up, peer born in the namespace under its name, MAC chosen here. */
   unsigned char mac[6];
@@ -266,6 +282,7 @@ static void attach(struct worker *w, int i) {
   await_ack(w->host, seq, 0, &hidx, &pidx, "create veth");
   if (hidx <= 0 || pidx <= 0) die("create veth: no ifindexes in the echo (kernel before 6.3?)");
   host_index[i] = hidx;
+  STEP(2);
 
   /* 2a. Workload side: one write, ACK on the last request only. */
   m.len = 0;
@@ -297,6 +314,8 @@ static void attach(struct worker *w, int i) {
   attr_u32(&m, RTA_TABLE, RT_TABLE_MAIN);
   msg_end(&m, h);
   send_all(wl, &m);
+  await_ack(wl, wl_last, 0, NULL, NULL, "workload side");
+  STEP(3);
 
   /* 2b. Host side: one write (the backend sends it concurrently with 2a). */
   m.len = 0;
@@ -319,8 +338,8 @@ static void attach(struct worker *w, int i) {
   attr_u32(&m, RTA_TABLE, RT_TABLE_MAIN);
   msg_end(&m, h);
   send_all(w->host, &m);
-  await_ack(wl, wl_last, 0, NULL, NULL, "workload side");
   await_ack(w->host, host_last, 0, NULL, NULL, "host side");
+  STEP(4);
 
   /* 3. The alias last: a host link with it is a complete attachment. */
   m.len = 0;
@@ -331,9 +350,12 @@ static void attach(struct worker *w, int i) {
   msg_end(&m, h);
   send_all(w->host, &m);
   await_ack(w->host, seq, 0, NULL, NULL, "alias");
+  STEP(5);
 
   close(wl);
   close(ns);
+  STEP(6);
+#undef STEP
 }
 
 /* Group commit of link deletes, as backends/linux/group-deleter.ts: one RTM_DELLINK by group in
@@ -483,10 +505,19 @@ int main(int argc, char **argv) {
   home_fd = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
   if (home_fd < 0) die("open own namespace: %s", strerror(errno));
   inet_pton(AF_INET, "169.254.1.1", &gateway);
+  const char *env = getenv("NETLINK_FLOOR_STEPS");
+  print_steps = env && strcmp(env, "1") == 0;
+  if (print_steps && !(step_us = calloc((size_t)count, sizeof *step_us))) die("out of memory");
 
   run_phase("warm-attach", 0, parallel, 0);
   run_phase("warm-detach", 1, parallel, 0);
+  sequential = 1;
   run_phase("attach-seq", 0, 1, 1);
+  sequential = 0;
+  if (step_us)
+    for (int i = 0; i < count; i++)
+      printf("step %d %lld %lld %lld %lld %lld %lld %lld\n", i, step_us[i][0], step_us[i][1], step_us[i][2],
+             step_us[i][3], step_us[i][4], step_us[i][5], step_us[i][6]);
   run_phase("detach-seq", 1, 1, 1);
   run_phase("attach-par", 0, parallel, 1);
   run_phase("detach-par", 1, parallel, 1);

@@ -13,7 +13,7 @@ import { benchContainerdWithReferenceBridge, type ContainerdPodResult } from './
 import { benchDaemonLinux, benchDaemonRecording } from './daemon.bench';
 import { benchDaemonBurst, type BurstMetric } from './burst.bench';
 import { benchDpu } from './dpu.bench';
-import { FLOOR_ROW_NAME, benchDiskFlush, benchFloor } from './floor.bench';
+import { FLOOR_ROW_NAME, FLOOR_STEPS, benchDiskFlush, benchFloor } from './floor.bench';
 import { benchLinuxBackend } from './linux-backend.bench';
 import { benchReferenceCni } from './reference-cni';
 import { benchScale } from './scale.bench';
@@ -65,8 +65,12 @@ interface Report {
     ptpDetachP50Ms?: number;
     /** One pwrite + fdatasync where the daemon's store lives: the floor of a durable write. */
     diskFlushP50Ms?: number;
+    /** The floor's sequential attach step by step, p50 µs. */
+    attachStepsP50Us?: Record<string, number>;
     rows: FloorRatio[];
   };
+  /** Measured with the floor, copied into `floor` by floorSummary. */
+  floorStepsP50Us?: Record<string, number>;
   /** Measured with the floor, copied into `floor` by floorSummary. */
   diskFlushP50Ms?: number;
   /** Largest event-loop delay seen in this (benchmark) process during the dataplane section. */
@@ -185,6 +189,7 @@ function floorSummary(r: Report): Report['floor'] {
     ptpAttachP50Ms: ptpA?.p50Ms,
     ptpDetachP50Ms: ptpD?.p50Ms,
     diskFlushP50Ms: r.diskFlushP50Ms,
+    attachStepsP50Us: r.floorStepsP50Us,
     rows: rows
       .filter((x) => x.name !== FLOOR_ROW_NAME)
       .map((x) => {
@@ -214,8 +219,15 @@ function print(r: Report): void {
     console.log(
       `floor p50: attach ${f.attachP50Ms.toFixed(2)} ms (ptp+host-local ${ptp(f.ptpAttachP50Ms)}), ` +
         `detach ${f.detachP50Ms.toFixed(2)} ms (ptp+host-local ${ptp(f.ptpDetachP50Ms)}); ` +
-        `one disk flush (the store's) ${f.diskFlushP50Ms === undefined ? 'not measured' : `${f.diskFlushP50Ms.toFixed(2)} ms`}\n`,
+        `one disk flush (the store's) ${f.diskFlushP50Ms === undefined ? 'not measured' : `${f.diskFlushP50Ms.toFixed(2)} ms`}`,
     );
+    if (f.attachStepsP50Us)
+      console.log(
+        `floor attach, p50 µs per step: ${Object.entries(f.attachStepsP50Us)
+          .map(([k, v]) => `${k} ${v}`)
+          .join('; ')}`,
+      );
+    console.log('');
   }
   console.log(
     line(
@@ -370,7 +382,9 @@ async function main(): Promise<void> {
     const loop = monitorEventLoopDelay({ resolution: 1 });
     loop.enable();
     step('floor: the same netlink messages, synchronously from C');
-    r.dataplane.push(...(await benchFloor({ count, parallel })));
+    const floor = await benchFloor({ count, parallel });
+    r.dataplane.push(...floor.rows);
+    r.floorStepsP50Us = Object.fromEntries(FLOOR_STEPS.map((s, k) => [s, floor.attachStepsP50Us[k] ?? NaN]));
     r.diskFlushP50Ms = benchDiskFlush();
     step('ptp + host-local');
     r.dataplane.push(...(await benchReferenceCni({ plugin: 'ptp', count, parallel })));
