@@ -35,7 +35,7 @@ import { percentile } from './stats';
 // Detaches that arrive while the worker is busy are gathered, as the GroupDeleter does: their
 // SETLINKs, then one group delete. No store, no gRPC, no rollback: it is not a backend.
 //
-//   node dist/test/bench/worker-attach-prototype.js [count] [parallel] [rounds]
+//   node dist/test/bench/worker-attach-prototype.js [count] [parallel] [rounds] [workers]
 //
 // Each round measures the prototype (attach/detach p50 from the main thread's view, the attach's time
 // inside the worker, rate at `parallel` in flight, CPU per attach of the whole process), then the
@@ -175,16 +175,24 @@ function workerMain(hostNetnsPath: string): void {
 
 // ---- main thread ----
 
+/** Posts jobs round robin to `size` workers (each with its own host socket). */
 class WorkerClient {
-  private readonly worker: Worker;
+  private readonly workers: Worker[];
   private readonly waiting = new Map<number, { resolve(): void; reject(e: Error): void }>();
   private next = 1;
   /** Worker-side time of each finished attach, ms. */
   readonly workMs: number[] = [];
 
-  constructor(hostNetnsPath: string) {
-    this.worker = new Worker(__filename, { workerData: { hostNetnsPath } });
-    this.worker.on('message', (done: Done[]) => {
+  constructor(hostNetnsPath: string, size: number) {
+    this.workers = Array.from(
+      { length: size },
+      () => new Worker(__filename, { workerData: { hostNetnsPath } }),
+    );
+    for (const w of this.workers) this.listen(w);
+  }
+
+  private listen(worker: Worker): void {
+    worker.on('message', (done: Done[]) => {
       for (const d of done) {
         if (d.workMs !== undefined) this.workMs.push(d.workMs);
         const w = this.waiting.get(d.id);
@@ -193,7 +201,7 @@ class WorkerClient {
         else w?.resolve();
       }
     });
-    this.worker.on('error', (err) => {
+    worker.on('error', (err) => {
       for (const w of this.waiting.values()) w.reject(err);
       this.waiting.clear();
     });
@@ -203,12 +211,12 @@ class WorkerClient {
     const id = this.next++;
     return new Promise<void>((resolve, reject) => {
       this.waiting.set(id, { resolve, reject });
-      this.worker.postMessage({ kind, id, spec } satisfies Job);
+      this.workers[id % this.workers.length]?.postMessage({ kind, id, spec } satisfies Job);
     });
   }
 
-  stop(): Promise<number> {
-    return this.worker.terminate();
+  async stop(): Promise<void> {
+    await Promise.all(this.workers.map((w) => w.terminate()));
   }
 }
 
@@ -253,7 +261,7 @@ interface ProtoResult {
   detachRate: number;
 }
 
-async function runPrototype(count: number, parallel: number): Promise<ProtoResult> {
+async function runPrototype(count: number, parallel: number, workers: number): Promise<ProtoResult> {
   const tag = randomBytes(3).toString('hex');
   const node = `wnb-proto-${tag}-node`;
   const names = Array.from({ length: count }, (_, i) => `wnb-proto-${tag}-${i}`);
@@ -281,7 +289,7 @@ async function runPrototype(count: number, parallel: number): Promise<ProtoResul
         },
       ],
     }));
-    const c = new WorkerClient(`/var/run/netns/${node}`);
+    const c = new WorkerClient(`/var/run/netns/${node}`, workers);
     client = c;
     const attaches = specs.map((s) => () => c.run('attach', s));
     const detaches = specs.map((s) => () => c.run('detach', s));
@@ -309,7 +317,7 @@ async function runPrototype(count: number, parallel: number): Promise<ProtoResul
 }
 
 /** Rounds of prototype, in-process backend and floor, interleaved so that the machine's noise hits all three. */
-async function main(count: number, parallel: number, rounds: number): Promise<void> {
+async function main(count: number, parallel: number, rounds: number, workers: number): Promise<void> {
   const line = (cells: Array<string | number>): string =>
     cells
       .map((c, i) =>
@@ -318,10 +326,12 @@ async function main(count: number, parallel: number, rounds: number): Promise<vo
           .padEnd(i === 0 ? 30 : 0),
       )
       .join(' ');
-  console.log(`count ${count}, ${parallel} in flight, ${os.cpus().length} CPUs, ${rounds} round(s)`);
+  console.log(
+    `count ${count}, ${parallel} in flight, ${os.cpus().length} CPUs, ${rounds} round(s), ${workers} worker thread(s)`,
+  );
   console.log(line(['', 'att p50', 'in worker', 'att/s', 'CPU ms/a', 'det p50', 'det/s']));
   for (let round = 1; round <= rounds; round++) {
-    const p = await runPrototype(count, parallel);
+    const p = await runPrototype(count, parallel, workers);
     const b = await benchLinuxBackend({ count, parallel });
     const f = (await benchFloor({ count, parallel })).rows;
     const ba = b.find((r) => r.name === 'linux-backend attach');
@@ -369,10 +379,13 @@ async function main(count: number, parallel: number, rounds: number): Promise<vo
 if (!isMainThread) {
   workerMain((workerData as { hostNetnsPath: string }).hostNetnsPath);
 } else if (require.main === module) {
-  main(Number(process.argv[2] ?? 100), Number(process.argv[3] ?? 16), Number(process.argv[4] ?? 3)).catch(
-    (err: unknown) => {
-      console.error(err);
-      process.exitCode = 1;
-    },
-  );
+  main(
+    Number(process.argv[2] ?? 100),
+    Number(process.argv[3] ?? 16),
+    Number(process.argv[4] ?? 3),
+    Number(process.argv[5] ?? 1),
+  ).catch((err: unknown) => {
+    console.error(err);
+    process.exitCode = 1;
+  });
 }
