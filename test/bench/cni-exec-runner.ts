@@ -1,29 +1,12 @@
-import { execFile } from 'node:child_process';
 import { promises as fs } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { promisify } from 'node:util';
 import { spawnInNetns } from '../e2e/support/spawn-in-netns';
+import { nativeTool } from './native-tool';
 
 // Drives cni-exec (cni-exec.c beside this file's source): the plugin calls of one benchmark phase are
 // written to files, and the native runner executes and times them inside the node namespace, so a call
 // costs what it costs a runtime, not what Node's child_process adds on top.
-
-const execFileP = promisify(execFile);
-const SOURCE = path.resolve(__dirname, '..', '..', '..', 'test', 'bench', 'cni-exec.c');
-
-let built: Promise<string> | undefined;
-
-/** Compiles cni-exec once per process into a temporary directory. */
-function runnerBinary(): Promise<string> {
-  built ??= (async () => {
-    const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'wn-cni-exec-'));
-    const bin = path.join(dir, 'cni-exec');
-    await execFileP('cc', ['-O2', '-Wall', '-o', bin, SOURCE]);
-    return bin;
-  })();
-  return built;
-}
 
 export interface PluginCall {
   env: Record<string, string>;
@@ -32,6 +15,10 @@ export interface PluginCall {
 
 export interface PluginCallResult {
   ms: number;
+  /** User + system CPU of the plugin process and the children it waited for (e.g. host-local). */
+  cpuMs: number;
+  /** The system part of cpuMs. */
+  sysMs: number;
   stdout: string;
 }
 
@@ -40,6 +27,9 @@ export interface PhaseResult {
   calls: PluginCallResult[];
   /** Wall time of the whole phase. */
   totalMs: number;
+  /** CPU of all the phase's plugin processes (and their children), summed, and its system part. */
+  cpuMs: number;
+  sysMs: number;
 }
 
 /**
@@ -52,7 +42,7 @@ export async function runPluginCalls(
   calls: readonly PluginCall[],
   parallel: number,
 ): Promise<PhaseResult> {
-  const bin = await runnerBinary();
+  const bin = await nativeTool('cni-exec');
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'wn-cni-calls-'));
   try {
     await Promise.all(
@@ -78,13 +68,17 @@ export async function runPluginCalls(
       );
     });
     const ms: number[] = [];
+    const cpu: number[] = [];
+    const sys: number[] = [];
     let totalMs = Number.NaN;
     const failed: string[] = [];
     for (const line of out.trim().split('\n')) {
-      const [a, b, c] = line.split(' ');
+      const [a, b, c, d, e] = line.split(' ');
       if (a === 'total') totalMs = Number(b) / 1000;
       else {
         ms[Number(a)] = Number(c) / 1000;
+        cpu[Number(a)] = Number(d) / 1000;
+        sys[Number(a)] = Number(e) / 1000;
         if (b !== '0') failed.push(a ?? '?');
       }
     }
@@ -99,10 +93,13 @@ export async function runPluginCalls(
     const results = await Promise.all(
       calls.map(async (_, i) => ({
         ms: ms[i] ?? Number.NaN,
+        cpuMs: cpu[i] ?? Number.NaN,
+        sysMs: sys[i] ?? Number.NaN,
         stdout: await fs.readFile(path.join(dir, `${i}.out`), 'utf8'),
       })),
     );
-    return { calls: results, totalMs };
+    const sum = (f: (c: PluginCallResult) => number): number => results.reduce((t, c) => t + f(c), 0);
+    return { calls: results, totalMs, cpuMs: sum((c) => c.cpuMs), sysMs: sum((c) => c.sysMs) };
   } finally {
     await fs.rm(dir, { recursive: true, force: true });
   }

@@ -7,6 +7,7 @@ import { DaemonProcess } from '../support/daemon-process';
 import { InProcessDaemon } from '../support/in-process-daemon';
 import { NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
+import { cpuSince, processCpu } from './process-cpu';
 import { percentile, ratePerSecond, timeMs } from './stats';
 
 // The daemon as a runtime sees it: Attach/Detach through gRPC on the unix socket. With the recording
@@ -19,6 +20,10 @@ export interface DaemonBenchRow {
   p50Ms: number;
   p99Ms: number;
   perSecondAtParallel: number;
+  /** User + system CPU of the daemon process per operation over the rate run (daemon processes only). */
+  cpuMsPerOp?: number;
+  /** Its system part. */
+  cpuSysMsPerOp?: number;
 }
 
 const req = (workloadId: string, netnsPath: string) => ({
@@ -35,6 +40,8 @@ async function measure(
   netnsPaths: string[],
   count: number,
   parallel: number,
+  /** The daemon's pid when it is a process of its own: its CPU per operation is then reported. */
+  daemonPid?: number,
 ): Promise<DaemonBenchRow[]> {
   const at = (i: number): string => netnsPaths[i % netnsPaths.length] ?? '';
   // Warm-up, not timed, as for every row of the benchmark: the daemon is long-running, and its first
@@ -58,16 +65,27 @@ async function measure(
     detachMs.push(
       await timeMs(() => client.call(client.raw.detach, { workloadId: `seq-${i}`, netns: undefined })),
     );
-  const attachRate = await ratePerSecond(
-    Array.from({ length: count }, (_, i) => () => client.call(client.raw.attach, req(`par-${i}`, at(i)))),
-    parallel,
-  );
-  const detachRate = await ratePerSecond(
-    Array.from(
-      { length: count },
-      (_, i) => () => client.call(client.raw.detach, { workloadId: `par-${i}`, netns: undefined }),
+  const withCpu = async (run: () => Promise<number>): Promise<{ rate: number; cpu?: [number, number] }> => {
+    const before = daemonPid === undefined ? undefined : processCpu(daemonPid);
+    const rate = await run();
+    if (daemonPid === undefined || !before) return { rate };
+    const used = cpuSince(daemonPid, before);
+    return { rate, cpu: [used.totalMs / count, used.systemMs / count] };
+  };
+  const attachRate = await withCpu(() =>
+    ratePerSecond(
+      Array.from({ length: count }, (_, i) => () => client.call(client.raw.attach, req(`par-${i}`, at(i)))),
+      parallel,
     ),
-    parallel,
+  );
+  const detachRate = await withCpu(() =>
+    ratePerSecond(
+      Array.from(
+        { length: count },
+        (_, i) => () => client.call(client.raw.detach, { workloadId: `par-${i}`, netns: undefined }),
+      ),
+      parallel,
+    ),
   );
   return [
     {
@@ -75,14 +93,16 @@ async function measure(
       op: 'attach',
       p50Ms: percentile(attachMs, 50),
       p99Ms: percentile(attachMs, 99),
-      perSecondAtParallel: attachRate,
+      perSecondAtParallel: attachRate.rate,
+      ...(attachRate.cpu ? { cpuMsPerOp: attachRate.cpu[0], cpuSysMsPerOp: attachRate.cpu[1] } : {}),
     },
     {
       name,
       op: 'detach',
       p50Ms: percentile(detachMs, 50),
       p99Ms: percentile(detachMs, 99),
-      perSecondAtParallel: detachRate,
+      perSecondAtParallel: detachRate.rate,
+      ...(detachRate.cpu ? { cpuMsPerOp: detachRate.cpu[0], cpuSysMsPerOp: detachRate.cpu[1] } : {}),
     },
   ];
 }
@@ -127,6 +147,7 @@ export async function benchDaemonLinux(opts: { count: number; parallel: number }
       workloads,
       opts.count,
       opts.parallel,
+      d.child.pid,
     );
   } finally {
     await d.stop();

@@ -19,12 +19,20 @@ export interface BenchRow {
   p99Ms: number;
   perSecondAtParallel: number;
   maxEventLoopDelayMs: number;
+  /**
+   * User + system CPU of this process per operation over the rate run: the backend, its threadpool
+   * and the kernel's work in their context, plus the benchmark's own small loop.
+   */
+  cpuMsPerOp: number;
+  cpuSysMsPerOp: number;
 }
 
 interface Phase {
   latencies: number[];
   perSecond: number;
   maxEventLoopDelayMs: number;
+  cpuMsPerOp: number;
+  cpuSysMsPerOp: number;
 }
 
 function specFor(ns: string, i: number): TestSpec {
@@ -52,6 +60,7 @@ async function runPhase(ops: Array<() => Promise<unknown>>, parallel: number): P
   histogram.enable();
   const latencies: number[] = [];
   let next = 0;
+  const cpu = process.cpuUsage();
   const started = process.hrtime.bigint();
   const worker = async (): Promise<void> => {
     while (next < ops.length) {
@@ -64,8 +73,15 @@ async function runPhase(ops: Array<() => Promise<unknown>>, parallel: number): P
   };
   await Promise.all(Array.from({ length: Math.min(parallel, ops.length) }, worker));
   const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+  const used = process.cpuUsage(cpu);
   histogram.disable();
-  return { latencies, perSecond: ops.length / seconds, maxEventLoopDelayMs: histogram.max / 1e6 };
+  return {
+    latencies,
+    perSecond: ops.length / seconds,
+    maxEventLoopDelayMs: histogram.max / 1e6,
+    cpuMsPerOp: (used.user + used.system) / 1000 / ops.length,
+    cpuSysMsPerOp: used.system / 1000 / ops.length,
+  };
 }
 
 export async function benchLinuxBackend(opts: { count: number; parallel: number }): Promise<BenchRow[]> {
@@ -105,6 +121,8 @@ export async function benchLinuxBackend(opts: { count: number; parallel: number 
       p99Ms: percentile(lat.latencies, 99),
       perSecondAtParallel: rate.perSecond,
       maxEventLoopDelayMs: stall,
+      cpuMsPerOp: rate.cpuMsPerOp,
+      cpuSysMsPerOp: rate.cpuSysMsPerOp,
     });
     const inFlight = `(${opts.parallel} in flight)`;
     return [
@@ -146,6 +164,7 @@ if (require.main === module) {
           p99Ms: +r.p99Ms.toFixed(2),
           perSecondAtParallel: Math.round(r.perSecondAtParallel),
           maxEventLoopDelayMs: +r.maxEventLoopDelayMs.toFixed(1),
+          cpuMsPerOp: +r.cpuMsPerOp.toFixed(3),
         })),
       );
     },

@@ -5,6 +5,7 @@ import * as path from 'node:path';
 import { addNetns, deleteNetns, netnsPath } from '../e2e/support/netns';
 import { REFERENCE_PLUGIN_DIR, referencePluginConfig } from '../e2e/support/reference-plugins';
 import { runPluginCalls, type PhaseResult } from './cni-exec-runner';
+import { cpuSince, processCpu } from './process-cpu';
 import { percentile } from './stats';
 
 // The baseline workloadnet is measured against: Debian's reference CNI plugins (ptp or bridge, with
@@ -29,6 +30,13 @@ export interface ReferenceCniResult {
   p99Ms: number;
   /** Completed operations per second with `parallel` in flight. */
   perSecondAtParallel: number;
+  /**
+   * User + system CPU per operation over the rate run: the plugin processes and the children they
+   * waited for (host-local), plus the process named by `serverPid` (the daemon behind a forwarder).
+   */
+  cpuMsPerOp: number;
+  /** Its system part. */
+  cpuSysMsPerOp: number;
 }
 
 const CNI_VERSION = '1.0.0';
@@ -86,6 +94,8 @@ export interface CniPluginBenchOptions {
   parallel: number;
   /** An existing node namespace (name) to run the plugin in; a throwaway one is made otherwise. */
   nodeNetns?: string;
+  /** A long-running process the plugin talks to (the daemon): its CPU counts too. */
+  serverPid?: number;
 }
 
 /**
@@ -125,8 +135,23 @@ export async function benchCniPlugin(opts: CniPluginBenchOptions): Promise<Refer
     }
     const addMs = (await cni.add(workloads, 1)).calls.map((c) => c.ms);
     const delMs = (await cni.del(workloads, 1)).calls.map((c) => c.ms);
-    const addRate = workloads.length / ((await cni.add(workloads, opts.parallel)).totalMs / 1000);
-    const delRate = workloads.length / ((await cni.del(workloads, opts.parallel)).totalMs / 1000);
+    const rateRun = async (
+      run: () => Promise<PhaseResult>,
+    ): Promise<{ perSecond: number; cpuMsPerOp: number; cpuSysMsPerOp: number }> => {
+      const server = opts.serverPid === undefined ? undefined : processCpu(opts.serverPid);
+      const phase = await run();
+      const extra =
+        opts.serverPid === undefined || !server
+          ? { totalMs: 0, systemMs: 0 }
+          : cpuSince(opts.serverPid, server);
+      return {
+        perSecond: workloads.length / (phase.totalMs / 1000),
+        cpuMsPerOp: (phase.cpuMs + extra.totalMs) / workloads.length,
+        cpuSysMsPerOp: (phase.sysMs + extra.systemMs) / workloads.length,
+      };
+    };
+    const addRate = await rateRun(() => cni.add(workloads, opts.parallel));
+    const delRate = await rateRun(() => cni.del(workloads, opts.parallel));
 
     return [
       {
@@ -134,14 +159,18 @@ export async function benchCniPlugin(opts: CniPluginBenchOptions): Promise<Refer
         op: 'attach',
         p50Ms: percentile(addMs, 50),
         p99Ms: percentile(addMs, 99),
-        perSecondAtParallel: addRate,
+        perSecondAtParallel: addRate.perSecond,
+        cpuMsPerOp: addRate.cpuMsPerOp,
+        cpuSysMsPerOp: addRate.cpuSysMsPerOp,
       },
       {
         name: opts.name,
         op: 'detach',
         p50Ms: percentile(delMs, 50),
         p99Ms: percentile(delMs, 99),
-        perSecondAtParallel: delRate,
+        perSecondAtParallel: delRate.perSecond,
+        cpuMsPerOp: delRate.cpuMsPerOp,
+        cpuSysMsPerOp: delRate.cpuSysMsPerOp,
       },
     ];
   } finally {

@@ -1,12 +1,6 @@
-// `npm run bench`: workloadnet side by side with Debian's reference CNI plugins, in one run on one
-// machine, reported as medians and ratios (the machines are noisy; absolute numbers travel badly).
-//
-//   npm run bench -- [--count N] [--parallel N] [--pods N] [--scale N] [--only a,b] [--json FILE] [--svg FILE]
-//   node dist/test/bench/run.js --from-json FILE --svg FILE     (re-render the chart only)
-//
-// Sections: dataplane (attach/detach through ptp, bridge, the Linux backend and the daemon), cni (the
-// forwarder per call), containerd (whole pods), core (gRPC round trip, allocator), dpu, scale (10,000
-// attachments held: memory, Status/List latency, restart time).
+// `npm run bench`: workloadnet side by side with Debian's reference CNI plugins and with the kernel's
+// floor (the same netlink messages sent synchronously from C), in one run on one machine, reported as
+// medians and ratios (the machines are noisy; absolute numbers travel badly). See USAGE below.
 // The in-process Linux backend gets the same threadpool as the daemon.
 import '../../cli/threadpool';
 import * as fs from 'node:fs';
@@ -17,7 +11,9 @@ import { renderChart, type ChartPanel } from './chart';
 import { benchCniShim } from './cni-shim.bench';
 import { benchContainerdWithReferenceBridge, type ContainerdPodResult } from './containerd.bench';
 import { benchDaemonLinux, benchDaemonRecording } from './daemon.bench';
+import { benchDaemonBurst, type BurstMetric } from './burst.bench';
 import { benchDpu } from './dpu.bench';
+import { FLOOR_ROW_NAME, FLOOR_STEPS, benchDiskFlush, benchFloor } from './floor.bench';
 import { benchLinuxBackend } from './linux-backend.bench';
 import { benchReferenceCni } from './reference-cni';
 import { benchScale } from './scale.bench';
@@ -30,6 +26,19 @@ interface LatencyRow {
   p99Ms: number;
   perSecondAtParallel: number;
   maxEventLoopDelayMs?: number;
+  /** User + system CPU per operation over the rate run (see docs/benchmarks.md for whose). */
+  cpuMsPerOp?: number;
+  cpuSysMsPerOp?: number;
+}
+
+/** A row's cost in multiples of the floor's (1 = the floor; lower is better). */
+interface FloorRatio {
+  name: string;
+  op: 'attach' | 'detach';
+  p50: number;
+  /** Floor rate / row rate at `parallel` in flight. */
+  rate: number;
+  cpu?: number;
 }
 
 interface Report {
@@ -44,15 +53,97 @@ interface Report {
   allocator: Array<{ name: string; value: number; unit: string }>;
   dpu: Array<{ name: string; value: number; unit: string }>;
   scale?: Array<{ name: string; value: number; unit: string }>;
+  burst?: BurstMetric[];
   ratios: Record<string, number>;
+  /** The floor's p50s beside ptp's, and every dataplane/CNI row in multiples of the floor. */
+  floor?: {
+    attachP50Ms: number;
+    detachP50Ms: number;
+    attachCpuMsPerOp?: number;
+    detachCpuMsPerOp?: number;
+    ptpAttachP50Ms?: number;
+    ptpDetachP50Ms?: number;
+    /** One pwrite + fdatasync where the daemon's store lives: the floor of a durable write. */
+    diskFlushP50Ms?: number;
+    /** The floor's sequential attach step by step, p50 µs. */
+    attachStepsP50Us?: Record<string, number>;
+    rows: FloorRatio[];
+  };
+  /** Measured with the floor, copied into `floor` by floorSummary. */
+  floorStepsP50Us?: Record<string, number>;
+  /** Measured with the floor, copied into `floor` by floorSummary. */
+  diskFlushP50Ms?: number;
   /** Largest event-loop delay seen in this (benchmark) process during the dataplane section. */
   benchLoopMaxDelayMs?: number;
 }
+
+const SECTIONS = ['dataplane', 'cni', 'burst', 'containerd', 'core', 'dpu', 'scale'] as const;
+
+const USAGE = `usage: npm run bench -- [options]        (as root: the benchmark creates network namespaces)
+       node dist/test/bench/run.js --from-json FILE [--svg FILE]   (print and re-chart a saved run)
+
+Measures workloadnet beside Debian's reference CNI plugins (ptp, bridge + host-local) and the kernel's
+floor (the Linux backend's netlink messages sent synchronously from C), in one run on this machine.
+
+options:
+  --count N       operations per latency and rate run (default 100)
+  --parallel N    operations in flight for the rates (default 16)
+  --pods N        containerd pods per row (default 10)
+  --burst N       concurrent Attach calls in the daemon burst (default 200)
+  --scale N       attachments held by the scale section (default 10000)
+  --only a,b      sections to run (default all): ${SECTIONS.join(', ')}
+  --json FILE     write the full report as JSON
+  --svg FILE      write the chart
+  -h, --help      this text
+
+sections:
+  dataplane   floor, ptp, bridge, the Linux backend in process, the daemon over gRPC
+  cni         the workloadnet-cni forwarder executed like ptp; the forwarder's own overhead
+  burst       N concurrent attaches/detaches to the daemon: CPU per op, Status latency, event-loop delay
+  containerd  whole pods through containerd, bridge vs workloadnet
+  core        the daemon over gRPC with a recording backend; the allocator
+  dpu         the DPU backend with its simulator
+  scale       10,000 attachments held by the daemon (DPU backend + simulator)`;
+
+const KNOWN_OPTIONS = new Set([
+  'count',
+  'parallel',
+  'pods',
+  'burst',
+  'scale',
+  'only',
+  'json',
+  'svg',
+  'from-json',
+]);
 
 function arg(name: string): string | undefined {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 ? process.argv[i + 1] : undefined;
 }
+
+/** Rejects unknown options and options without a value, before anything is created. */
+function checkArgs(argv: readonly string[]): void {
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i] ?? '';
+    const name = a.replace(/^--/, '');
+    if (!a.startsWith('--') || !KNOWN_OPTIONS.has(name)) throw new UsageError(`unknown argument "${a}"`);
+    const v = argv[i + 1];
+    if (v === undefined || v.startsWith('--')) throw new UsageError(`${a} needs a value`);
+    i++;
+  }
+}
+
+function positiveInt(name: string, fallback: number): number {
+  const raw = arg(name);
+  if (raw === undefined) return fallback;
+  const n = Number(raw);
+  if (!Number.isInteger(n) || n < 1)
+    throw new UsageError(`--${name} must be a positive integer, not "${raw}"`);
+  return n;
+}
+
+class UsageError extends Error {}
 
 const find = (rows: LatencyRow[], name: string, op: 'attach' | 'detach'): LatencyRow | undefined =>
   rows.find((r) => r.name.startsWith(name) && r.op === op);
@@ -83,19 +174,97 @@ function ratios(r: Report): Record<string, number> {
   return out;
 }
 
+function floorSummary(r: Report): Report['floor'] {
+  const rows = [...r.dataplane, ...r.cni];
+  const fa = find(rows, FLOOR_ROW_NAME, 'attach');
+  const fd = find(rows, FLOOR_ROW_NAME, 'detach');
+  if (!fa || !fd) return undefined;
+  const ptpA = find(rows, 'ptp', 'attach');
+  const ptpD = find(rows, 'ptp', 'detach');
+  return {
+    attachP50Ms: fa.p50Ms,
+    detachP50Ms: fd.p50Ms,
+    attachCpuMsPerOp: fa.cpuMsPerOp,
+    detachCpuMsPerOp: fd.cpuMsPerOp,
+    ptpAttachP50Ms: ptpA?.p50Ms,
+    ptpDetachP50Ms: ptpD?.p50Ms,
+    diskFlushP50Ms: r.diskFlushP50Ms,
+    attachStepsP50Us: r.floorStepsP50Us,
+    rows: rows
+      .filter((x) => x.name !== FLOOR_ROW_NAME)
+      .map((x) => {
+        const f = x.op === 'attach' ? fa : fd;
+        return {
+          name: x.name,
+          op: x.op,
+          p50: x.p50Ms / f.p50Ms,
+          rate: f.perSecondAtParallel / x.perSecondAtParallel,
+          ...(x.cpuMsPerOp !== undefined && f.cpuMsPerOp ? { cpu: x.cpuMsPerOp / f.cpuMsPerOp } : {}),
+        };
+      }),
+  };
+}
+
 function print(r: Report): void {
   const line = (cells: string[], widths: number[]): string =>
     cells.map((c, i) => c.padEnd(widths[i] ?? 10)).join('  ');
-  const w = [38, 7, 10, 10, 12];
+  const w = [38, 7, 9, 9, 9, 11, 10, 8, 8, 8];
   console.log(
     `\nworkloadnet benchmarks ${r.at} on ${r.machine.cpus}x ${r.machine.model}, node ${r.machine.node}, kernel ${r.machine.kernel}`,
   );
   console.log(`count ${r.params.count}, ${r.params.parallel} in flight for rates, ${r.params.pods} pods\n`);
-  console.log(line(['dataplane / CNI', 'op', 'p50 ms', 'p99 ms', `/s @${r.params.parallel}`], w));
+  const f = r.floor;
+  if (f) {
+    const ptp = (v: number | undefined): string => (v === undefined ? 'not run' : `${v.toFixed(2)} ms`);
+    console.log(
+      `floor p50: attach ${f.attachP50Ms.toFixed(2)} ms (ptp+host-local ${ptp(f.ptpAttachP50Ms)}), ` +
+        `detach ${f.detachP50Ms.toFixed(2)} ms (ptp+host-local ${ptp(f.ptpDetachP50Ms)}); ` +
+        `one disk flush (the store's) ${f.diskFlushP50Ms === undefined ? 'not measured' : `${f.diskFlushP50Ms.toFixed(2)} ms`}`,
+    );
+    if (f.attachStepsP50Us)
+      console.log(
+        `floor attach, p50 µs per step: ${Object.entries(f.attachStepsP50Us)
+          .map(([k, v]) => `${k} ${v}`)
+          .join('; ')}`,
+      );
+    console.log('');
+  }
+  console.log(
+    line(
+      [
+        'dataplane / CNI',
+        'op',
+        'p50 ms',
+        'p99 ms',
+        `/s @${r.params.parallel}`,
+        'CPU ms/op',
+        'sys ms/op',
+        'p50 ×fl',
+        'rate ×fl',
+        'CPU ×fl',
+      ],
+      w,
+    ),
+  );
+  const num = (v: number | undefined, digits: number): string =>
+    v === undefined || !Number.isFinite(v) ? '' : v.toFixed(digits);
   for (const row of [...r.dataplane, ...r.cni, ...r.core]) {
+    const fr = f?.rows.find((x) => x.name === row.name && x.op === row.op);
+    const isFloor = row.name === FLOOR_ROW_NAME;
     console.log(
       line(
-        [row.name, row.op, row.p50Ms.toFixed(2), row.p99Ms.toFixed(2), row.perSecondAtParallel.toFixed(0)],
+        [
+          row.name,
+          row.op,
+          row.p50Ms.toFixed(2),
+          row.p99Ms.toFixed(2),
+          row.perSecondAtParallel.toFixed(0),
+          num(row.cpuMsPerOp, 3),
+          num(row.cpuSysMsPerOp, 3),
+          isFloor ? '1' : num(fr?.p50, 1),
+          isFloor ? '1' : num(fr?.rate, 1),
+          isFloor ? '1' : num(fr?.cpu, 1),
+        ],
         w,
       ),
     );
@@ -109,8 +278,13 @@ function print(r: Report): void {
         [60, 0, 10, 10, 0],
       ),
     );
-  for (const a of [...r.allocator, ...r.dpu, ...(r.scale ?? [])])
+  for (const a of [...(r.burst ?? []), ...r.allocator, ...r.dpu, ...(r.scale ?? [])])
     console.log(`${a.name}: ${a.value.toFixed(2)} ${a.unit}`);
+  const burstCpu = r.burst?.find((b) => /^daemon CPU per attach,/.test(b.name));
+  if (burstCpu && f?.attachCpuMsPerOp)
+    console.log(
+      `${burstCpu.name} / floor CPU per attach: ${(burstCpu.value / f.attachCpuMsPerOp).toFixed(1)}x`,
+    );
   const maxLoop = Math.max(...r.dataplane.map((d) => d.maxEventLoopDelayMs ?? 0));
   if (maxLoop > 0) console.log(`largest event-loop delay in the linux backend run: ${maxLoop.toFixed(1)} ms`);
   console.log('\nratios (higher is better for workloadnet):');
@@ -122,7 +296,7 @@ function chart(r: Report): string {
   const bars = (op: 'attach' | 'detach', key: 'p50Ms' | 'perSecondAtParallel') =>
     rows
       .filter((x) => x.op === op)
-      .map((x) => ({ label: x.name, value: x[key], ours: !/ptp|bridge/.test(x.name) }));
+      .map((x) => ({ label: x.name, value: x[key], ours: !/ptp|bridge|floor/.test(x.name) }));
   const panels: ChartPanel[] = [
     { title: 'Attach latency p50', unit: 'ms', better: 'lower', bars: bars('attach', 'p50Ms') },
     { title: 'Detach latency p50', unit: 'ms', better: 'lower', bars: bars('detach', 'p50Ms') },
@@ -159,6 +333,12 @@ function chart(r: Report): string {
 }
 
 async function main(): Promise<void> {
+  const argv = process.argv.slice(2);
+  if (argv.includes('--help') || argv.includes('-h')) {
+    console.log(USAGE);
+    return;
+  }
+  checkArgs(argv);
   const fromJson = arg('from-json');
   const svgOut = arg('svg');
   if (fromJson) {
@@ -168,11 +348,16 @@ async function main(): Promise<void> {
     return;
   }
   if (process.getuid?.() !== 0) throw new Error('benchmarks need root: they create network namespaces');
-  const count = Number(arg('count') ?? 100);
-  const parallel = Number(arg('parallel') ?? 16);
-  const pods = Number(arg('pods') ?? 10);
+  const count = positiveInt('count', 100);
+  const parallel = positiveInt('parallel', 16);
+  const pods = positiveInt('pods', 10);
+  const burstSize = positiveInt('burst', 200);
+  const scale = positiveInt('scale', 10_000);
   const only = arg('only')?.split(',');
-  const want = (s: string): boolean => !only || only.includes(s);
+  const unknown = only?.filter((x) => !(SECTIONS as readonly string[]).includes(x)) ?? [];
+  if (unknown.length > 0)
+    throw new UsageError(`unknown section(s) ${unknown.join(', ')}; sections: ${SECTIONS.join(', ')}`);
+  const want = (s: (typeof SECTIONS)[number]): boolean => !only || only.includes(s);
   const cpu = os.cpus()[0];
   const r: Report = {
     at: new Date().toISOString(),
@@ -196,6 +381,11 @@ async function main(): Promise<void> {
   if (want('dataplane')) {
     const loop = monitorEventLoopDelay({ resolution: 1 });
     loop.enable();
+    step('floor: the same netlink messages, synchronously from C');
+    const floor = await benchFloor({ count, parallel });
+    r.dataplane.push(...floor.rows);
+    r.floorStepsP50Us = Object.fromEntries(FLOOR_STEPS.map((s, k) => [s, floor.attachStepsP50Us[k] ?? NaN]));
+    r.diskFlushP50Ms = benchDiskFlush();
     step('ptp + host-local');
     r.dataplane.push(...(await benchReferenceCni({ plugin: 'ptp', count, parallel })));
     step('bridge + host-local');
@@ -217,6 +407,10 @@ async function main(): Promise<void> {
     step('forwarder overhead');
     r.cniForwarder.push(...(await benchCniShim({ count: Math.max(50, count) })));
   }
+  if (want('burst')) {
+    step(`daemon burst: ${burstSize} concurrent attaches, then detaches`);
+    r.burst = await benchDaemonBurst({ burst: burstSize });
+  }
   if (want('containerd')) {
     step('containerd + bridge');
     r.containerd.push(await benchContainerdWithReferenceBridge(pods));
@@ -235,9 +429,10 @@ async function main(): Promise<void> {
   }
   if (want('scale')) {
     step('scale: 10,000 attachments held by the daemon (DPU backend + simulator, dataplane off)');
-    r.scale = await benchScale({ attachments: Number(arg('scale') ?? 10_000), parallel: 32 });
+    r.scale = await benchScale({ attachments: scale, parallel: 32 });
   }
   r.ratios = ratios(r);
+  r.floor = floorSummary(r);
   print(r);
   const jsonOut = arg('json');
   if (jsonOut) fs.writeFileSync(jsonOut, JSON.stringify(r, null, 2) + '\n');
@@ -247,6 +442,10 @@ async function main(): Promise<void> {
 main().then(
   () => process.exit(0),
   (err: unknown) => {
+    if (err instanceof UsageError) {
+      console.error(`bench: ${err.message}\n\n${USAGE}`);
+      process.exit(2);
+    }
     console.error(err);
     process.exit(1);
   },

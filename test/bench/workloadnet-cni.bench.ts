@@ -48,6 +48,7 @@ export function benchWorkloadnetCni(opts: {
       count: opts.count,
       parallel: opts.parallel,
       nodeNetns: node,
+      serverPid: daemon.child.pid,
     }),
   );
 }

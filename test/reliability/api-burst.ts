@@ -1,3 +1,4 @@
+import { execFile } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import { WorkloadNetworkingClient } from '../../proto/gen/workloadnet/v1/workload';
@@ -24,6 +25,39 @@ export interface BurstReport {
 }
 
 export const API_BURST_MAIN = __filename;
+
+export interface BurstSpec {
+  socket: string;
+  op: 'attach' | 'detach';
+  count: number;
+  prefix: string;
+  /** A namespace path, or "@FILE" with one path per line. */
+  netnsPath: string;
+  /** Empty: Detach by workload id alone. */
+  ifName: string;
+  channels: number;
+}
+
+/** Runs one burst from a separate client process (this file's main) and returns its report. */
+export function runBurst(s: BurstSpec): Promise<BurstReport> {
+  const args = [
+    API_BURST_MAIN,
+    s.socket,
+    s.op,
+    String(s.count),
+    s.prefix,
+    s.netnsPath || '',
+    s.ifName || '-',
+    String(s.channels),
+  ];
+  return new Promise((resolve, reject) =>
+    execFile(process.execPath, args, { maxBuffer: 256 * 1024 * 1024 }, (err, stdout, stderr) =>
+      err
+        ? reject(new Error(`api-burst failed: ${err.message}\n${stderr}`))
+        : resolve(JSON.parse(stdout) as BurstReport),
+    ),
+  );
+}
 
 type Callback<Res> = (err: grpc.ServiceError | null, res?: Res) => void;
 

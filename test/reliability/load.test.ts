@@ -1,5 +1,4 @@
 import { expect } from 'chai';
-import { execFile } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -12,11 +11,11 @@ import { DaemonProcess } from '../support/daemon-process';
 import { InProcessDaemon } from '../support/in-process-daemon';
 import { isRoot, NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
-import { API_BURST_MAIN, type BurstOutcome, type BurstReport } from './api-burst';
+import { runBurst as burst, type BurstOutcome, type BurstReport } from './api-burst';
 import { codeName } from './grpc-outcome';
 import { hostLinksInGroup } from './kernel-view';
 import { makeNodeNamespace } from './node-namespace';
-import { fmtLatency, StatusSampler, type StatusLatency } from './status-sampler';
+import { fmtLatency, sampleStatusDuring as sampled, type StatusLatency } from './status-sampler';
 import { scaled } from './torture-settings';
 
 // Load: bursts of concurrent calls over the real gRPC API. Every call must end with OK or a clear
@@ -50,54 +49,6 @@ function tallyCodes(outcomes: ReadonlyArray<{ code: grpc.status }>): Record<stri
   const out: Record<string, number> = {};
   for (const o of outcomes) out[codeName(o.code)] = (out[codeName(o.code)] ?? 0) + 1;
   return out;
-}
-
-interface BurstSpec {
-  socket: string;
-  op: 'attach' | 'detach';
-  count: number;
-  prefix: string;
-  netnsPath: string;
-  /** Empty: Detach by workload id alone. */
-  ifName: string;
-  channels: number;
-}
-
-/** Runs one burst from a separate client process and returns its report. */
-function burst(s: BurstSpec): Promise<BurstReport> {
-  const args = [
-    API_BURST_MAIN,
-    s.socket,
-    s.op,
-    String(s.count),
-    s.prefix,
-    s.netnsPath || '',
-    s.ifName || '-',
-    String(s.channels),
-  ];
-  return new Promise((resolve, reject) =>
-    execFile(process.execPath, args, { maxBuffer: 256 * 1024 * 1024 }, (err, stdout, stderr) =>
-      err
-        ? reject(new Error(`api-burst failed: ${err.message}\n${stderr}`))
-        : resolve(JSON.parse(stdout) as BurstReport),
-    ),
-  );
-}
-
-/** Runs `load` while sampling Status every 10 ms on a connection of its own. */
-async function sampled<T>(
-  socket: string,
-  load: () => Promise<T>,
-): Promise<{ result: T; latency: StatusLatency }> {
-  const sampler = new StatusSampler(socket);
-  await sampler.start();
-  try {
-    const result = await load();
-    return { result, latency: await sampler.stop() };
-  } catch (err) {
-    await sampler.stop();
-    throw err;
-  }
 }
 
 describeRoot('load: concurrent calls over gRPC (root for test-owned namespaces)', function () {

@@ -77,3 +77,19 @@ export class StatusSampler {
 
 export const fmtLatency = (l: StatusLatency): string =>
   `${l.samples} Status samples, p50 ${l.p50Ms.toFixed(1)} ms, p99 ${l.p99Ms.toFixed(1)} ms, max ${l.maxMs.toFixed(1)} ms, ${l.failures} failed`;
+
+/** Runs `load` while sampling Status every 10 ms on a connection of its own. */
+export async function sampleStatusDuring<T>(
+  socket: string,
+  load: () => Promise<T>,
+): Promise<{ result: T; latency: StatusLatency }> {
+  const sampler = new StatusSampler(socket);
+  await sampler.start();
+  try {
+    const result = await load();
+    return { result, latency: await sampler.stop() };
+  } catch (err) {
+    await sampler.stop();
+    throw err;
+  }
+}

@@ -1,0 +1,91 @@
+// Loaded into a benchmark's daemon with NODE_OPTIONS=--require (see attach-steps.bench.ts), never by
+// the product: it wraps the daemon's own functions to timestamp the steps of each Attach, so that
+// where the time goes can be measured without changing the code that is measured. Attaches must be
+// sent one at a time for the marks to be attributed (a single "current attach").
+//
+// On exit it writes, to $WN_ATTACH_STEPS_OUT, one array of marks per Attach: µs since the
+// orchestrator's attach() was entered, by name. A function the daemon no longer has is reported on
+// stderr and left alone (the code under measurement is being refactored).
+
+import * as fs from 'node:fs';
+import { createRequire } from 'node:module';
+import * as path from 'node:path';
+
+type Marks = Record<string, number>;
+
+const out = process.env.WN_ATTACH_STEPS_OUT;
+const dist = path.resolve(__dirname, '..', '..');
+const records: Marks[] = [];
+let current: { t0: bigint; marks: Marks } | undefined;
+
+function mark(name: string): void {
+  if (current) current.marks[name] = Number(process.hrtime.bigint() - current.t0) / 1000;
+}
+
+type AnyFn = (...args: unknown[]) => unknown;
+
+/** Wraps obj[key] so that `${label}:start` and `${label}:end` are marked around it (async or not). */
+function wrap(obj: Record<string, unknown> | undefined, key: string, label: string): void {
+  const original = obj?.[key];
+  if (!obj || typeof original !== 'function') {
+    process.stderr.write(`attach-steps-hook: ${label} (${key}) not found; not timed\n`);
+    return;
+  }
+  obj[key] = function (this: unknown, ...args: unknown[]): unknown {
+    mark(`${label}:start`);
+    const result = (original as AnyFn).apply(this, args);
+    if (result instanceof Promise) return result.finally(() => mark(`${label}:end`));
+    mark(`${label}:end`);
+    return result;
+  };
+}
+
+function load(rel: string): Record<string, unknown> | undefined {
+  try {
+    // The daemon's own module instances: the same resolved paths it loads.
+    return createRequire(__filename)(path.join(dist, rel)) as Record<string, unknown>;
+  } catch (err) {
+    process.stderr.write(`attach-steps-hook: cannot load ${rel}: ${String(err)}\n`);
+    return undefined;
+  }
+}
+
+if (out) {
+  const orchestrator = load('core/orchestrator.js');
+  const Orchestrator = orchestrator?.Orchestrator as { prototype: Record<string, unknown> } | undefined;
+  const attach = Orchestrator?.prototype.attach;
+  if (Orchestrator && typeof attach === 'function') {
+    Orchestrator.prototype.attach = function (this: unknown, ...args: unknown[]): unknown {
+      const me = { t0: process.hrtime.bigint(), marks: {} as Marks };
+      current = me;
+      const done = (): void => {
+        me.marks.end = Number(process.hrtime.bigint() - me.t0) / 1000;
+        records.push(me.marks);
+        if (current === me) current = undefined;
+      };
+      return ((attach as AnyFn).apply(this, args) as Promise<unknown>).finally(done);
+    };
+  } else process.stderr.write('attach-steps-hook: Orchestrator.attach not found\n');
+  // The moment the per-workload lock runs the attach's critical section.
+  const KeyedMutex = load('core/keyed-mutex.js')?.KeyedMutex as
+    { prototype: Record<string, unknown> } | undefined;
+  const run = KeyedMutex?.prototype.run;
+  if (KeyedMutex && typeof run === 'function') {
+    KeyedMutex.prototype.run = function (this: unknown, key: unknown, fn: AnyFn): unknown {
+      return (run as AnyFn).call(this, key, () => {
+        mark('locked');
+        return fn();
+      });
+    };
+  } else process.stderr.write('attach-steps-hook: KeyedMutex.run not found; lock not timed\n');
+  wrap(load('core/netns-path.js'), 'openNetnsPath', 'openNetns');
+  wrap((load('core/store.js')?.Store as { prototype: Record<string, unknown> })?.prototype, 'put', 'store');
+  const linux = load('backends/linux/linux-backend.js')?.LinuxBackend as
+    { prototype: Record<string, unknown> } | undefined;
+  wrap(linux?.prototype, 'plan', 'plan');
+  wrap(linux?.prototype, 'attach', 'backend');
+  wrap(linux?.prototype, 'configureBothSides', 'sides');
+  wrap(load('backends/linux/netns.js'), 'openNetlinkSocket', 'socket');
+  wrap(load('backends/linux/veth-pair.js'), 'createVethPair', 'veth');
+  process.on('exit', () => fs.writeFileSync(out, JSON.stringify(records)));
+}

@@ -1,0 +1,148 @@
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { DaemonProcess } from '../support/daemon-process';
+import { NetnsSet } from '../support/netns';
+import { FLOOR_STEPS, benchFloor } from './floor.bench';
+import { percentile, ratePerSecond, timeMs } from './stats';
+
+// Where a warm daemon's attach time goes, step by step, beside the floor's steps from the same run.
+// The daemon (Linux backend, in a test-owned node namespace) is started with attach-steps-hook.js
+// preloaded (NODE_OPTIONS=--require), which timestamps its own functions; Attach calls are sent one at
+// a time over gRPC after an untimed warm-up, as in the daemon row. Not part of `npm run bench`: the
+// hook's wrappers cost a few microseconds per step.
+//
+//   node dist/test/bench/attach-steps.bench.js [count]
+
+const HOOK = path.join(__dirname, 'attach-steps-hook.js');
+
+type Marks = Record<string, number>;
+
+export interface StepsReport {
+  /** p50 per step of the daemon's attach, µs, in order. */
+  daemon: Array<[string, number]>;
+  /** p50 of the whole Attach as the gRPC client sees it, and of an empty Status round trip, µs. */
+  clientAttachP50Us: number;
+  statusP50Us: number;
+  floor: Array<[string, number]>;
+  floorAttachP50Us: number;
+}
+
+const req = (workloadId: string, netnsPath: string) => ({
+  workloadId,
+  netns: { netnsPath, ifName: 'eth0', mtu: 0 },
+  containerId: '',
+  pod: undefined,
+  dns: undefined,
+});
+
+function stepDurations(m: Marks): Array<[string, number]> {
+  const at = (k: string): number => m[k] ?? NaN;
+  const backendEnd = at('backend:end');
+  const storeEnd = at('store:end');
+  return [
+    ['validate and admit (before the namespace is opened)', at('openNetns:start')],
+    ['open and check the namespace', at('openNetns:end') - at('openNetns:start')],
+    ['take the workload lock', at('locked') - at('openNetns:end')],
+    ['allocate, build the record, plan', at('backend:start') - at('locked')],
+    ['backend: host context, plan, namespace handle', at('socket:start') - at('backend:start')],
+    ['backend: socket in the namespace', at('socket:end') - at('socket:start')],
+    ['backend: create the veth pair', at('veth:end') - at('veth:start')],
+    ['backend: configure both sides', at('sides:end') - at('sides:start')],
+    ['backend: alias (and the rest)', backendEnd - at('sides:end')],
+    ['(store write, overlapping the backend)', storeEnd - at('store:start')],
+    ['store write past the backend', Math.max(0, storeEnd - backendEnd)],
+    ['after both, until attach() resolves', at('end') - Math.max(backendEnd, storeEnd)],
+    ['orchestrator attach() in all', at('end')],
+  ];
+}
+
+export async function benchAttachSteps(opts: { count: number; parallel: number }): Promise<StepsReport> {
+  const namespaces = new NetnsSet('wnb-');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-bench-steps-'));
+  const traceFile = path.join(dir, 'steps.json');
+  const node = namespaces.add().name;
+  const workloads = Array.from({ length: opts.count }, () => namespaces.add().path);
+  const saved = { options: process.env.NODE_OPTIONS, out: process.env.WN_ATTACH_STEPS_OUT };
+  let d: DaemonProcess | undefined;
+  try {
+    // The daemon inherits this process's environment.
+    process.env.NODE_OPTIONS = `${saved.options ?? ''} --require ${HOOK}`.trim();
+    process.env.WN_ATTACH_STEPS_OUT = traceFile;
+    d = await DaemonProcess.start({
+      dir: path.join(dir, 'daemon'),
+      netns: node,
+      args: ['--pod-cidr', '10.96.0.0/16', '--log-level', 'warn'],
+    });
+    process.env.NODE_OPTIONS = saved.options;
+    if (saved.options === undefined) delete process.env.NODE_OPTIONS;
+    process.env.WN_ATTACH_STEPS_OUT = saved.out;
+    if (saved.out === undefined) delete process.env.WN_ATTACH_STEPS_OUT;
+    const c = d.client;
+    const at = (i: number): string => workloads[i % workloads.length] ?? '';
+    await ratePerSecond(
+      workloads.map((_, i) => () => c.call(c.raw.attach, req(`warm-${i}`, at(i)))),
+      opts.parallel,
+    );
+    await ratePerSecond(
+      workloads.map((_, i) => () => c.call(c.raw.detach, { workloadId: `warm-${i}`, netns: undefined })),
+      opts.parallel,
+    );
+    const clientMs: number[] = [];
+    for (let i = 0; i < opts.count; i++)
+      clientMs.push(await timeMs(() => c.call(c.raw.attach, req(`seq-${i}`, at(i)))));
+    for (let i = 0; i < opts.count; i++)
+      await c.call(c.raw.detach, { workloadId: `seq-${i}`, netns: undefined });
+    const statusMs: number[] = [];
+    for (let i = 0; i < opts.count; i++) statusMs.push(await timeMs(() => c.call(c.raw.status, {})));
+    await d.stop();
+    d = undefined;
+    const records = (JSON.parse(fs.readFileSync(traceFile, 'utf8')) as Marks[]).slice(-opts.count);
+    const per = records.map(stepDurations);
+    const daemon = (per[0] ?? []).map(([name], k): [string, number] => [
+      name,
+      percentile(
+        per.map((p) => p[k]?.[1] ?? NaN).filter((v) => Number.isFinite(v)),
+        50,
+      ),
+    ]);
+    const floor = await benchFloor({ count: opts.count, parallel: opts.parallel });
+    const fa = floor.rows.find((r) => r.op === 'attach');
+    return {
+      daemon,
+      clientAttachP50Us: percentile(clientMs, 50) * 1000,
+      statusP50Us: percentile(statusMs, 50) * 1000,
+      floor: FLOOR_STEPS.map((s, k): [string, number] => [s, floor.attachStepsP50Us[k] ?? NaN]),
+      floorAttachP50Us: (fa?.p50Ms ?? NaN) * 1000,
+    };
+  } finally {
+    await d?.stop().catch(() => undefined);
+    namespaces.cleanup();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+if (require.main === module) {
+  const count = Number(process.argv[2] ?? 100);
+  benchAttachSteps({ count, parallel: 16 }).then(
+    (r) => {
+      const row = (name: string, us: number): void =>
+        console.log(`  ${name.padEnd(56)} ${Number.isFinite(us) ? us.toFixed(0).padStart(6) : '   n/a'} µs`);
+      console.log(
+        `count ${count}, load ${os.loadavg()[0]?.toFixed(1)}; p50 of each step (they do not add up exactly)`,
+      );
+      console.log('daemon attach, inside the daemon:');
+      for (const [n, v] of r.daemon) row(n, v);
+      console.log('seen by the gRPC client:');
+      row('Attach round trip', r.clientAttachP50Us);
+      row('Status round trip (empty call)', r.statusP50Us);
+      console.log('floor (netlink-floor.c), same run:');
+      for (const [n, v] of r.floor) row(n, v);
+      row('floor attach in all', r.floorAttachP50Us);
+    },
+    (err: unknown) => {
+      console.error(err);
+      process.exitCode = 1;
+    },
+  );
+}

@@ -1,0 +1,143 @@
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { spawnInNetns } from '../e2e/support/spawn-in-netns';
+import { runBurst } from '../reliability/api-burst';
+import { makeNodeNamespace } from '../reliability/node-namespace';
+import { sampleStatusDuring, type StatusLatency } from '../reliability/status-sampler';
+import { DaemonProcess } from '../support/daemon-process';
+import { NetnsSet } from '../support/netns';
+import { cpuSince, processCpu } from './process-cpu';
+
+// A burst against the real daemon (Linux backend, in a test-owned node namespace): N Attach calls at
+// once from a client process of their own, then N Detach calls, as test/reliability/load.test.ts does.
+// Measured per burst: the daemon's CPU (user + system, from /proc) per operation, Status latency
+// sampled every 10 ms on a connection of its own, and the daemon's largest event-loop delay, read
+// from its Prometheus endpoint (prom-client's monitorEventLoopDelay, 10 ms resolution, reset by each
+// scrape: one scrape before the burst, one after).
+//
+//   node dist/test/bench/burst.bench.js [N]
+
+export interface BurstMetric {
+  name: string;
+  value: number;
+  unit: string;
+}
+
+const METRICS_ADDR = '127.0.0.1:9464';
+
+/** The daemon's event-loop delay maximum since the previous scrape, in ms. */
+function scrapeLoopMaxMs(nodeNetnsPath: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const child = spawnInNetns(
+      nodeNetnsPath,
+      'curl',
+      ['-sS', '--max-time', '5', `http://${METRICS_ADDR}/metrics`],
+      {
+        stdio: ['ignore', 'pipe', 'pipe'],
+      },
+    );
+    const out: Buffer[] = [];
+    const err: Buffer[] = [];
+    child.stdout?.on('data', (b: Buffer) => out.push(b));
+    child.stderr?.on('data', (b: Buffer) => err.push(b));
+    child.on('error', reject);
+    child.on('close', (code) => {
+      const text = Buffer.concat(out).toString('utf8');
+      const m = /^nodejs_eventloop_lag_max_seconds(?:\{[^}]*\})? ([0-9.eE+-]+)$/m.exec(text);
+      if (code !== 0 || !m?.[1])
+        reject(new Error(`scraping the daemon's metrics failed (${code}): ${Buffer.concat(err).toString()}`));
+      else resolve(Number(m[1]) * 1000);
+    });
+  });
+}
+
+export async function benchDaemonBurst(opts: { burst: number }): Promise<BurstMetric[]> {
+  const n = opts.burst;
+  const namespaces = new NetnsSet('wnb-');
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-bench-burst-'));
+  let daemon: DaemonProcess | undefined;
+  try {
+    const node = makeNodeNamespace(namespaces);
+    const nodePath = `/var/run/netns/${node}`;
+    const pathsFile = path.join(dir, 'netns-paths');
+    fs.writeFileSync(pathsFile, Array.from({ length: n }, () => namespaces.add().path).join('\n'));
+    const d = await DaemonProcess.start({
+      dir: path.join(dir, 'daemon'),
+      netns: node,
+      args: ['--pod-cidr', '10.94.0.0/16', '--log-level', 'warn', '--metrics-listen', METRICS_ADDR],
+    });
+    daemon = d;
+    const pid = d.child.pid;
+    if (pid === undefined) throw new Error('daemon has no pid');
+    const burst = (op: 'attach' | 'detach', prefix: string) =>
+      runBurst({
+        socket: d.socket,
+        op,
+        count: n,
+        prefix,
+        netnsPath: `@${pathsFile}`,
+        ifName: 'eth0',
+        channels: 1,
+      });
+    const failures = (r: Awaited<ReturnType<typeof burst>>): number =>
+      r.outcomes.filter((o) => o.code !== 0).length;
+
+    // Warm-up, not timed (the daemon's JIT), as for every other row.
+    await burst('attach', 'warm-');
+    await burst('detach', 'warm-');
+
+    const measured = async (op: 'attach' | 'detach') => {
+      await scrapeLoopMaxMs(nodePath);
+      const cpu = processCpu(pid);
+      const { result, latency } = await sampleStatusDuring(d.socket, () => burst(op, 'burst-'));
+      const used = cpuSince(pid, cpu);
+      const loopMaxMs = await scrapeLoopMaxMs(nodePath);
+      const failed = failures(result);
+      if (failed > 0) throw new Error(`${failed} of ${n} ${op} calls of the burst failed`);
+      return { ms: result.ms, cpu: used, latency, loopMaxMs };
+    };
+    const attach = await measured('attach');
+    const detach = await measured('detach');
+
+    const rows = (
+      op: string,
+      r: {
+        ms: number;
+        cpu: { totalMs: number; systemMs: number };
+        latency: StatusLatency;
+        loopMaxMs: number;
+      },
+    ): BurstMetric[] => [
+      { name: `daemon: ${n} concurrent ${op}es, wall time`, value: r.ms, unit: 'ms' },
+      { name: `daemon CPU per ${op}, ${n} at once`, value: r.cpu.totalMs / n, unit: 'ms' },
+      { name: `daemon system CPU per ${op}, ${n} at once`, value: r.cpu.systemMs / n, unit: 'ms' },
+      {
+        name: `daemon's largest event-loop delay under ${n} concurrent ${op}es`,
+        value: r.loopMaxMs,
+        unit: 'ms',
+      },
+      { name: `Status p50 under ${n} concurrent ${op}es`, value: r.latency.p50Ms, unit: 'ms' },
+      { name: `Status p99 under ${n} concurrent ${op}es`, value: r.latency.p99Ms, unit: 'ms' },
+      { name: `Status max under ${n} concurrent ${op}es`, value: r.latency.maxMs, unit: 'ms' },
+    ];
+    return [...rows('attach', attach), ...rows('detach', detach)];
+  } finally {
+    await daemon?.stop().catch(() => undefined);
+    namespaces.cleanup();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+if (require.main === module) {
+  const n = Number(process.argv[2] ?? 200);
+  benchDaemonBurst({ burst: n }).then(
+    (rows) => {
+      for (const r of rows) console.log(`${r.name}: ${r.value.toFixed(2)} ${r.unit}`);
+    },
+    (err: unknown) => {
+      console.error(err);
+      process.exitCode = 1;
+    },
+  );
+}
