@@ -1,7 +1,7 @@
 import * as path from 'node:path';
 import type { Command } from 'commander';
 import * as grpc from '@grpc/grpc-js';
-import { installCni } from '../adapters/cni/install';
+import { installCni, parseChain } from '../adapters/cni/install';
 import { VERSION } from '../core/api-server';
 import { DEFAULT_CONFIG } from '../core/config';
 import type { Attachment, StatusResponse } from '../proto/gen/workloadnet/v1/workload';
@@ -147,10 +147,23 @@ export function registerClientCommands(program: Command): void {
     .option('--cni-socket <path>', 'the daemon’s CNI socket', DEFAULT_CONFIG.cniSocket)
     .option('--name <name>', 'network name in the conflist', 'workloadnet')
     .option('--mtu <n>', 'MTU to put in the conflist (default: the daemon’s)')
-    .option('--force', 'overwrite files that were not written by workloadnet')
+    .option(
+      '--chain <plugins>',
+      'run these reference plugins after workloadnet: portmap (hostPort), bandwidth (traffic shaping); ' +
+        'each must be in --bin-dir',
+    )
+    .option(
+      '--force',
+      'overwrite files that were not written by workloadnet, and chain plugins missing from --bin-dir',
+    )
     .addHelpText(
       'after',
-      '\nExample:\n  workloadnet install-cni --bin-dir /opt/cni/bin --conf-dir /etc/cni/net.d',
+      `
+The forwarder is dist/bin/workloadnet-cni, built by npm run build when a C compiler is present.
+
+Examples:
+  workloadnet install-cni --bin-dir /opt/cni/bin --conf-dir /etc/cni/net.d
+  workloadnet install-cni --chain portmap,bandwidth     hostPort and bandwidth annotations for pods`,
     )
     .action(
       async (opts: {
@@ -160,8 +173,10 @@ export function registerClientCommands(program: Command): void {
         name: string;
         mtu?: string;
         force?: boolean;
+        chain?: string;
       }) => {
         const res = await installCni({
+          chain: opts.chain === undefined ? [] : parseChain(opts.chain),
           binDir: opts.binDir,
           confDir: opts.confDir,
           cniSocket: opts.cniSocket,
