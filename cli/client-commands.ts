@@ -6,6 +6,7 @@ import { VERSION } from '../core/api-server';
 import { DEFAULT_CONFIG } from '../core/config';
 import type { Attachment, StatusResponse } from '../proto/gen/workloadnet/v1/workload';
 import { ApiClient, isUnreachable } from './api-client';
+import { attachmentJson, formatInspect } from './inspect-format';
 import { age, json, table } from './output';
 
 // The operator's commands. They talk to the daemon only through the public gRPC API.
@@ -71,7 +72,9 @@ export function registerClientCommands(program: Command): void {
     .action((opts: GlobalOpts) =>
       withClient(opts, async (c) => {
         const res = await c.call(c.raw.list, {});
-        process.stdout.write(opts.json ? json(res.attachments) : formatList(res.attachments));
+        process.stdout.write(
+          opts.json ? json(res.attachments.map(attachmentJson)) : formatList(res.attachments),
+        );
         return EXIT.ok;
       }),
     );
@@ -79,15 +82,17 @@ export function registerClientCommands(program: Command): void {
   clientCommand(program, 'inspect', 'show one workload’s attachments in full')
     .argument('<workload>', 'workload id (the sandbox/container id for CNI)')
     .option('--if-name <name>', 'only this interface')
-    .option('--json', 'print JSON')
+    .option('--json', 'print the API’s attachments as JSON (addresses as text)')
     .addHelpText(
       'after',
-      '\nExit code 5 when the workload is unknown.\nExample:\n  workloadnet inspect 3f9a2c --json',
+      "\nExit code 5 when the workload is unknown.\nExamples:\n  workloadnet inspect 3f9a2c\n  workloadnet inspect 3f9a2c --json | jq -r '.[0].result.ips[0].cidr'",
     )
     .action((workload: string, opts: GlobalOpts & { ifName?: string }) =>
       withClient(opts, async (c) => {
         const res = await c.call(c.raw.get, { workloadId: workload, ifName: opts.ifName ?? '' });
-        process.stdout.write(json(res.attachments));
+        process.stdout.write(
+          opts.json ? json(res.attachments.map(attachmentJson)) : formatInspect(res.attachments),
+        );
         return EXIT.ok;
       }),
     );
