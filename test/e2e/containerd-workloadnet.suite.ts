@@ -93,6 +93,36 @@ export function containerdSuite(
       expect(await used()).to.equal(0);
     });
 
+    // The forwarder waits for the daemon's socket while it is down: neither call fails, so an operator
+    // sees no network errors on an upgrade or a crash.
+    it('serves a RunPodSandbox issued while the daemon is down (SIGKILL, started again 1.5 s later)', async () => {
+      await node.daemon.kill('SIGKILL');
+      const pending = runPod('born-in-restart');
+      await new Promise((r) => setTimeout(r, 1500));
+      await node.startDaemon();
+      const pod = await pending;
+      try {
+        expect(pod.ip.startsWith(opts.subnetPrefix), pod.ip).to.equal(true);
+        const att = (await attachments()).find((a) => a.workloadId === pod.id);
+        expect(att?.result?.ips[0]?.cidr).to.equal(`${pod.ip}/32`);
+      } finally {
+        await removePod(pod.id);
+      }
+      expect(await used()).to.equal(0);
+    });
+
+    it('serves a StopPodSandbox issued while the daemon is down (SIGKILL, started again 1.5 s later)', async () => {
+      const pod = await runPod('stopped-in-restart');
+      await node.daemon.kill('SIGKILL');
+      const stopping = node.containerd.cri.stopPodSandbox(pod.id);
+      await new Promise((r) => setTimeout(r, 1500));
+      await node.startDaemon();
+      await stopping;
+      expect((await attachments()).some((a) => a.workloadId === pod.id)).to.equal(false);
+      await node.containerd.cri.removePodSandbox(pod.id);
+      expect(await used()).to.equal(0);
+    });
+
     it('cleans up completely on Stop + Remove after the daemon was SIGKILLed and restarted', async () => {
       const pod = await runPod('survivor');
       await node.restartDaemonAfterSigkill();
