@@ -253,9 +253,7 @@ export function toAttachResponse(att: Attachment): AttachResponse {
         }
       : undefined,
     backend: att.backend,
-    backendDetails: Object.fromEntries(
-      Object.entries(dp?.details ?? {}).map(([k, v]) => [k, String(v)]),
-    ),
+    backendDetails: Object.fromEntries(Object.entries(dp?.details ?? {}).map(([k, v]) => [k, String(v)])),
   };
 }
 
