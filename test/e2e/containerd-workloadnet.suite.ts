@@ -1,6 +1,8 @@
 import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import type { ApiClient } from '../../cli/api-client';
+import { CLI } from '../support/daemon-process';
 import { isRoot } from '../support/netns';
 import { runInNetns } from './support/netns';
 import { WorkloadnetNode, type WorkloadnetNodeOptions } from './support/workloadnet-node';
@@ -58,6 +60,21 @@ export function containerdSuite(
         expect(att?.result?.ips[0]?.cidr).to.equal(`${pod.ip}/32`);
         const addrs = await runInNetns(pod.netnsPath, 'ip', ['-4', '-o', 'addr', 'show', 'dev', 'eth0']);
         expect(addrs).to.contain(`inet ${pod.ip}/32`);
+        // What an operator sees: the address as text, the namespace, the pod and where it is placed.
+        const shown = execFileSync(
+          process.execPath,
+          [CLI, 'inspect', pod.id, '--socket', node.daemon.socket],
+          {
+            encoding: 'utf8',
+          },
+        );
+        expect(shown).to.match(new RegExp(`addresses:\\s+${pod.ip.replace(/\./g, '\\.')}/32`));
+        expect(shown)
+          .to.contain(pod.netnsPath)
+          .and.match(/pod:\s+default\/web \(uid /);
+        expect(shown).to.match(
+          att?.result?.backend === 'dpu' ? /dpu:\s+agent \S+, port / : /host side:\s+\S+/,
+        );
       } finally {
         await removePod(pod.id);
       }
