@@ -863,7 +863,8 @@ int main(void) {
     if (n > 0) {
       resp.len += (size_t)n;
       if (resp.len > MAX_ANSWER_BYTES) fail(CNI_INTERNAL, NULL, "answer from %s exceeds %zu bytes", socket_path, MAX_ANSWER_BYTES);
-      if (peer == 0) peer = classify_peer((const unsigned char *)resp.p, resp.len, 0);
+      /* Judged again until the head is complete: a short first read may match "HTTP/1." only in part. */
+      if (!r.header_len) peer = classify_peer((const unsigned char *)resp.p, resp.len, 0);
       if (peer == -2) fail_grpc();
       if (peer == -1 || (!r.header_len && parse_head(resp.p, resp.len, &r) < 0)) {
         fail(CNI_INTERNAL, NULL, "%s did not answer with HTTP/1.x; is it the workloadnet CNI socket?", socket_path);
