@@ -1,11 +1,12 @@
 import * as path from 'node:path';
 import type { Command } from 'commander';
 import * as grpc from '@grpc/grpc-js';
-import { installCni } from '../adapters/cni/install';
+import { installCni, parseChain } from '../adapters/cni/install';
 import { VERSION } from '../core/api-server';
 import { DEFAULT_CONFIG } from '../core/config';
 import type { Attachment, StatusResponse } from '../proto/gen/workloadnet/v1/workload';
 import { ApiClient, isUnreachable } from './api-client';
+import { attachmentJson, formatInspect } from './inspect-format';
 import { age, json, table } from './output';
 
 // The operator's commands. They talk to the daemon only through the public gRPC API.
@@ -71,7 +72,9 @@ export function registerClientCommands(program: Command): void {
     .action((opts: GlobalOpts) =>
       withClient(opts, async (c) => {
         const res = await c.call(c.raw.list, {});
-        process.stdout.write(opts.json ? json(res.attachments) : formatList(res.attachments));
+        process.stdout.write(
+          opts.json ? json(res.attachments.map(attachmentJson)) : formatList(res.attachments),
+        );
         return EXIT.ok;
       }),
     );
@@ -79,15 +82,17 @@ export function registerClientCommands(program: Command): void {
   clientCommand(program, 'inspect', 'show one workload’s attachments in full')
     .argument('<workload>', 'workload id (the sandbox/container id for CNI)')
     .option('--if-name <name>', 'only this interface')
-    .option('--json', 'print JSON')
+    .option('--json', 'print the API’s attachments as JSON (addresses as text)')
     .addHelpText(
       'after',
-      '\nExit code 5 when the workload is unknown.\nExample:\n  workloadnet inspect 3f9a2c --json',
+      "\nExit code 5 when the workload is unknown.\nExamples:\n  workloadnet inspect 3f9a2c\n  workloadnet inspect 3f9a2c --json | jq -r '.[0].result.ips[0].cidr'",
     )
     .action((workload: string, opts: GlobalOpts & { ifName?: string }) =>
       withClient(opts, async (c) => {
         const res = await c.call(c.raw.get, { workloadId: workload, ifName: opts.ifName ?? '' });
-        process.stdout.write(json(res.attachments));
+        process.stdout.write(
+          opts.json ? json(res.attachments.map(attachmentJson)) : formatInspect(res.attachments),
+        );
         return EXIT.ok;
       }),
     );
@@ -147,10 +152,23 @@ export function registerClientCommands(program: Command): void {
     .option('--cni-socket <path>', 'the daemon’s CNI socket', DEFAULT_CONFIG.cniSocket)
     .option('--name <name>', 'network name in the conflist', 'workloadnet')
     .option('--mtu <n>', 'MTU to put in the conflist (default: the daemon’s)')
-    .option('--force', 'overwrite files that were not written by workloadnet')
+    .option(
+      '--chain <plugins>',
+      'run these reference plugins after workloadnet: portmap (hostPort), bandwidth (traffic shaping); ' +
+        'each must be in --bin-dir',
+    )
+    .option(
+      '--force',
+      'overwrite files that were not written by workloadnet, and chain plugins missing from --bin-dir',
+    )
     .addHelpText(
       'after',
-      '\nExample:\n  workloadnet install-cni --bin-dir /opt/cni/bin --conf-dir /etc/cni/net.d',
+      `
+The forwarder is dist/bin/workloadnet-cni, built by npm run build when a C compiler is present.
+
+Examples:
+  workloadnet install-cni --bin-dir /opt/cni/bin --conf-dir /etc/cni/net.d
+  workloadnet install-cni --chain portmap,bandwidth     hostPort and bandwidth annotations for pods`,
     )
     .action(
       async (opts: {
@@ -160,8 +178,10 @@ export function registerClientCommands(program: Command): void {
         name: string;
         mtu?: string;
         force?: boolean;
+        chain?: string;
       }) => {
         const res = await installCni({
+          chain: opts.chain === undefined ? [] : parseChain(opts.chain),
           binDir: opts.binDir,
           confDir: opts.confDir,
           cniSocket: opts.cniSocket,

@@ -229,7 +229,12 @@ export function toAttachResponse(att: Attachment): AttachResponse {
   const dp = att.dataplane;
   return {
     ip: att.ips.map((i) => addressToBytes(i.address)),
-    interfaces: [{ name: att.ifName, mac: dp?.mac ?? '', mtu: dp?.mtu ?? att.mtu, sandbox: att.netnsPath }],
+    // The workload's interface stays first (ips[].interface is 0, as in the original contract); the
+    // host-side one follows, with no sandbox, as CNI results list it.
+    interfaces: [
+      { name: att.ifName, mac: dp?.mac ?? '', mtu: dp?.mtu ?? att.mtu, sandbox: att.netnsPath },
+      ...(dp?.hostIfName ? [{ name: dp.hostIfName, mac: '', mtu: dp.mtu, sandbox: '' }] : []),
+    ],
     ips: att.ips.map((i) => ({
       // The routed model programs a host route per address, so the workload holds it as /32 (/128).
       cidr: `${i.address}/${i.family === 4 ? 32 : 128}`,
@@ -247,6 +252,7 @@ export function toAttachResponse(att: Attachment): AttachResponse {
         }
       : undefined,
     backend: att.backend,
+    backendDetails: Object.fromEntries(Object.entries(dp?.details ?? {}).map(([k, v]) => [k, String(v)])),
   };
 }
 

@@ -100,7 +100,9 @@ export class CniHandler {
   private async add(req: AttachmentRequest): Promise<string> {
     const rc = req.config.runtimeConfig;
     // The daemon programs addresses and routes only. Port mappings and shaping belong to the portmap and
-    // bandwidth plugins chained after this one; say so rather than drop them silently.
+    // bandwidth plugins chained after this one (install-cni --chain declares the capabilities on them);
+    // they only reach us when a hand-written config declares them on workloadnet: say so, never drop
+    // them silently.
     if (rc.portMappings.length > 0 || rc.bandwidth) {
       this.logger.warn(
         {
@@ -108,7 +110,7 @@ export class CniHandler {
           portMappings: rc.portMappings.length,
           bandwidth: Boolean(rc.bandwidth),
         },
-        'runtimeConfig portMappings/bandwidth are not applied by workloadnet; chain the portmap/bandwidth plugins',
+        'runtimeConfig portMappings/bandwidth reached workloadnet, which does not apply them; chain the portmap/bandwidth plugins (workloadnet install-cni --chain portmap,bandwidth) and declare those capabilities on them',
       );
     }
     const dns = rc.dns ?? req.config.dns;

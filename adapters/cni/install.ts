@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import { promises as fs } from 'node:fs';
+import { constants as fsConstants, promises as fs } from 'node:fs';
 import * as path from 'node:path';
-import { alreadyExists, invalidArgument } from '../../core/errors';
+import { alreadyExists, failedPrecondition, invalidArgument } from '../../core/errors';
 
 // Puts the forwarder where a runtime looks for plugins and writes the network config that names it.
 // Both files are written atomically (temporary file in the same folder, then rename), so a runtime that
@@ -21,6 +21,38 @@ export interface InstallCniOptions {
   /** The built forwarder (npm run build puts it at dist/bin/workloadnet-cni). */
   shimPath: string;
   mtu?: number;
+  /**
+   * Reference plugins to run after ours, in this order (portmap for hostPort, bandwidth for shaping).
+   * Each must be in binDir, unless force is set.
+   */
+  chain?: ChainedPlugin[];
+}
+
+/** The plugins install-cni knows how to chain, and the runtime capabilities each one receives. */
+export const CHAINABLE_PLUGINS = {
+  // snat: traffic to a hostPort from the node itself or a hairpin gets masqueraded, so replies come
+  // back through the node; this is what kubelet's hostport handling did and what users expect.
+  portmap: { type: 'portmap', capabilities: { portMappings: true }, snat: true },
+  bandwidth: { type: 'bandwidth', capabilities: { bandwidth: true } },
+} as const;
+
+export type ChainedPlugin = keyof typeof CHAINABLE_PLUGINS;
+
+export function parseChain(list: string): ChainedPlugin[] {
+  const names = list
+    .split(',')
+    .map((n) => n.trim())
+    .filter((n) => n !== '');
+  const known = Object.keys(CHAINABLE_PLUGINS);
+  const chain: ChainedPlugin[] = [];
+  for (const n of names) {
+    if (!known.includes(n)) {
+      throw invalidArgument(`cannot chain "${n}": install-cni chains ${known.join(' and ')}`);
+    }
+    if (chain.includes(n as ChainedPlugin)) throw invalidArgument(`"${n}" is named twice in the chain`);
+    chain.push(n as ChainedPlugin);
+  }
+  return chain;
 }
 
 export interface InstalledCni {
@@ -47,16 +79,21 @@ export async function installCni(opts: InstallCniOptions): Promise<InstalledCni>
   const conflist = path.join(opts.confDir, `10-${opts.name}.conflist`);
 
   const shim = await fs.readFile(opts.shimPath).catch((err: NodeJS.ErrnoException) => {
-    throw invalidArgument(
-      `cannot read the CNI forwarder ${opts.shimPath} (${err.code ?? err.message}); run npm run build first`,
-    );
+    if (err.code === 'ENOENT') {
+      throw failedPrecondition(
+        `the CNI forwarder ${opts.shimPath} was not built: npm run build compiles it only when a C compiler ` +
+          'is present. Install one (Debian: apt-get install gcc libc6-dev), then run npm run build',
+      );
+    }
+    throw invalidArgument(`cannot read the CNI forwarder ${opts.shimPath} (${err.code ?? err.message})`);
   });
   if (!shim.includes(SHIM_MARKER)) {
     throw invalidArgument(`${opts.shimPath} is not a workloadnet-cni forwarder build`);
   }
 
-  // Check both targets before writing either, so a refusal leaves nothing half-installed.
+  // Check everything before writing anything, so a refusal leaves nothing half-installed.
   if (!opts.force) {
+    for (const name of opts.chain ?? []) await requirePlugin(opts.binDir, name);
     await refuseForeign(binary, (b) => b.includes(SHIM_MARKER), 'a workloadnet-cni forwarder');
     await refuseForeign(conflist, isOurConflist, 'a conflist written by workloadnet');
   }
@@ -68,17 +105,22 @@ export async function installCni(opts: InstallCniOptions): Promise<InstalledCni>
   return { binary, conflist };
 }
 
-export function renderConflist(opts: Pick<InstallCniOptions, 'name' | 'cniSocket' | 'mtu'>): string {
+export function renderConflist(
+  opts: Pick<InstallCniOptions, 'name' | 'cniSocket' | 'mtu' | 'chain'>,
+): string {
   const plugin: Record<string, unknown> = { type: CNI_PLUGIN_TYPE, socket: opts.cniSocket };
   if (opts.mtu !== undefined) plugin.mtu = opts.mtu;
-  // dns lets the runtime pass the pod's DNS settings for the result. portMappings and bandwidth are not
-  // declared: the daemon does not implement them, and declaring them would make hostPorts silently fail;
-  // chain the portmap/bandwidth plugins after this one to get them.
+  // dns lets the runtime pass the pod's DNS settings for the result. portMappings and bandwidth are
+  // declared on the chained plugins that apply them, never on ours: the daemon does not implement them,
+  // and declaring them here would make hostPorts silently fail.
   plugin.capabilities = { dns: true };
+  // Chained plugins read our result as prevResult: the host interface (no sandbox) for bandwidth, the
+  // pod's addresses for portmap.
+  const chained = (opts.chain ?? []).map((name) => ({ ...CHAINABLE_PLUGINS[name] }));
   const list = {
     cniVersion: '1.0.0',
     name: opts.name,
-    plugins: [plugin],
+    plugins: [plugin, ...chained],
     [CONFLIST_MARKER_KEY]: CONFLIST_MARKER_VALUE,
   };
   return `${JSON.stringify(list, null, 2)}\n`;
@@ -99,6 +141,20 @@ function validate(opts: InstallCniOptions): void {
   }
   if (opts.mtu !== undefined && (!Number.isInteger(opts.mtu) || opts.mtu < 68 || opts.mtu > 65535)) {
     throw invalidArgument(`mtu ${opts.mtu} must be an integer from 68 to 65535`);
+  }
+}
+
+async function requirePlugin(binDir: string, name: ChainedPlugin): Promise<void> {
+  const file = path.join(binDir, name);
+  try {
+    await fs.access(file, fsConstants.X_OK);
+  } catch (err) {
+    const why = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'is not there' : 'is not executable';
+    throw failedPrecondition(
+      `cannot chain ${name}: ${file} ${why}. Install the reference CNI plugins there (Debian: apt-get ` +
+        `install containernetworking-plugins puts them in /usr/lib/cni), or install with force to write ` +
+        'the conflist anyway',
+    );
   }
 }
 

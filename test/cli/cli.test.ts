@@ -134,8 +134,24 @@ describeRoot('workloadnet CLI against a daemon (root, test namespace)', () => {
   it('inspect shows one workload and exits 5 for an unknown one', async () => {
     const r = await runAsync(['inspect', 'alpha', ...sock()]);
     expect(r.code).to.equal(0);
-    expect((JSON.parse(r.stdout) as Array<{ netnsPath: string }>)[0]?.netnsPath).to.equal(netnsPath);
+    expect(r.stdout).to.match(new RegExp(`netns:\\s+${netnsPath}\n`));
+    expect(r.stdout).to.match(/pod:\s+default\/pod-alpha \(uid u1\)\n/);
+    expect(r.stdout).to.match(/addresses:\s+10\.77\.0\.\d+\/32/);
+    expect(r.stdout).to.match(/host side:\s+rec0\n/);
+    expect(r.stdout).to.not.contain('Buffer');
     expect((await runAsync(['inspect', 'nobody', ...sock()])).code).to.equal(5);
+  });
+
+  it('inspect --json prints the API shape with addresses as text', async () => {
+    const r = await runAsync(['inspect', 'alpha', '--json', ...sock()]);
+    expect(r.code).to.equal(0);
+    const [att] = JSON.parse(r.stdout) as Array<{
+      netnsPath: string;
+      result: { ip: unknown[]; ips: { cidr: string }[]; interfaces: { name: string; sandbox: string }[] };
+    }>;
+    expect(att?.netnsPath).to.equal(netnsPath);
+    expect(att?.result.ip).to.deep.equal([att?.result.ips[0]?.cidr.split('/')[0]]);
+    expect(att?.result.interfaces).to.deep.include({ name: 'rec0', sandbox: '', mac: '', mtu: 1500 });
   });
 
   it('gc refuses an empty keep list without --all, then keeps only what is named', async () => {

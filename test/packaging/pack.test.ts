@@ -56,7 +56,7 @@ describe('npm package', function () {
           type: 'workloadnet',
           socket: path.join(dir, 'none.sock'),
         }),
-        env: { CNI_COMMAND: 'VERSION' },
+        env: { CNI_COMMAND: 'STATUS', WORKLOADNET_CNI_STATUS_CONNECT_RETRY_MS: '0' },
         encoding: 'utf8',
       });
     } catch (err) {

@@ -1,9 +1,11 @@
 import { expect } from 'chai';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import fc from 'fast-check';
 import { CniServer } from '../../adapters/cni/cni-server';
 import { SUPPORTED_CNI_VERSIONS } from '../../adapters/cni/cni-version';
+import { buildShim, runShim } from '../adapters/cni/cni-harness';
 import { InProcessDaemon } from '../support/in-process-daemon';
 import { isRoot, NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
@@ -467,6 +469,83 @@ describeRoot('fuzz: CNI endpoint input (recording backend, root for test-owned n
         expect(await stored()).to.equal(before);
       }),
       params(RUNS.http),
+    );
+  });
+});
+
+// The forwarder decides on its own whether stdin is a decodable network config (answering 6 without the
+// daemon). It must draw the line exactly where the daemon's JSON.parse does: anything JSON.parse takes as
+// an object goes on to the daemon (here: an unreachable socket, so 50), anything else is 6. No root needed.
+describe('fuzz: the CNI forwarder decodes stdin exactly as the daemon does', function () {
+  this.timeout(180_000);
+  const RUNS_FWD = scaled(250);
+  let dir: string;
+  let shim: string;
+
+  before(async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wnr-fwd-'));
+    shim = await buildShim(dir);
+  });
+  after(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  /** What the daemon makes of stdin: an object to act on, or a decoding failure (over 1 MiB: too big). */
+  function daemonView(stdin: string): 'object' | 'undecodable' {
+    if (Buffer.byteLength(stdin) > 1024 * 1024) return 'undecodable';
+    try {
+      const v: unknown = JSON.parse(stdin);
+      return typeof v === 'object' && v !== null && !Array.isArray(v) ? 'object' : 'undecodable';
+    } catch {
+      return 'undecodable';
+    }
+  }
+
+  const mutate = (text: string, at: number, op: number, ch: string): string => {
+    const i = text.length === 0 ? 0 : at % (text.length + 1);
+    if (op === 0) return text.slice(0, i) + text.slice(i + 1);
+    if (op === 1) return text.slice(0, i) + ch + text.slice(i);
+    return text.slice(0, i);
+  };
+  const jsonText = fc.oneof(
+    fc.json({ maxDepth: 4 }),
+    fc.dictionary(fc.string(), fc.jsonValue({ maxDepth: 3 })).map((o) => JSON.stringify(o, null, 1)),
+  );
+  const stdinArb = fc.oneof(
+    jsonText,
+    fc
+      .tuple(
+        jsonText,
+        fc.nat(),
+        fc.integer({ min: 0, max: 2 }),
+        fc.constantFrom(...' \t\n\r{}[]",:\\0-+.eE1tfnu\u0000\u00a0\ufeff'),
+      )
+      .map(([t, at, op, ch]) => mutate(t, at, op, ch)),
+    fc.string({ unit: 'binary', maxLength: 64 }),
+    // Deep nesting on both sides of the 1 MiB limit: the scanner must neither recurse nor misjudge it.
+    fc
+      .tuple(fc.integer({ min: 2_000, max: 250_000 }), fc.boolean())
+      .map(([depth, arrays]) =>
+        arrays
+          ? `${'['.repeat(depth)}1${']'.repeat(depth)}`
+          : `${'{"a":'.repeat(depth)}1${'}'.repeat(depth)}`,
+      ),
+  );
+
+  it(`answers 6 exactly when JSON.parse would not give the daemon an object (${RUNS_FWD} runs)`, async () => {
+    const nowhere = path.join(dir, 'nobody.sock');
+    const env = { CNI_COMMAND: 'GC', WORKLOADNET_CNI_SOCKET: nowhere, WORKLOADNET_CNI_CONNECT_RETRY_MS: '0' };
+    await checkProperty(
+      fc.asyncProperty(stdinArb, async (stdin) => {
+        const run = await runShim(shim, env, stdin);
+        const err = JSON.parse(run.stdout) as { code: number; msg: string };
+        const what = `${JSON.stringify(stdin.slice(0, 200))}: ${err.msg}`;
+        if (daemonView(stdin) === 'object') {
+          // 7 only for a member the forwarder itself reads ("connectRetryMs"), with the wrong type.
+          expect([50, 7], what).to.include(err.code);
+        } else {
+          expect(err.code, what).to.equal(6);
+        }
+      }),
+      { numRuns: RUNS_FWD, seed: TORTURE_SEED, endOnFailure: true },
     );
   });
 });

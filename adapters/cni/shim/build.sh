@@ -1,10 +1,17 @@
 #!/bin/sh
-# Build the workloadnet-cni forwarder: sh build.sh <output-path>
+# Build the workloadnet-cni forwarder: sh build.sh [--optional] <output-path>
 # Static by default so the binary runs on any node whatever its libc; falls back to dynamic linking
 # where no static libc is installed (Debian: libc6-dev provides it).
+# --optional (npm run build): without a C compiler, say what is missing and succeed, so that the daemon
+# builds and runs on a machine without one; only install-cni needs the forwarder, and it says so.
 set -eu
 
-out=${1:?usage: build.sh <output-path>}
+optional=
+if [ "${1:-}" = --optional ]; then
+  optional=1
+  shift
+fi
+out=${1:?usage: build.sh [--optional] <output-path>}
 here=$(cd "$(dirname "$0")" && pwd)
 src="$here/workloadnet-cni.c"
 
@@ -15,6 +22,13 @@ if [ -z "$cc" ]; then
   done
 fi
 if [ -z "$cc" ]; then
+  if [ -n "$optional" ]; then
+    kept=
+    [ -e "$out" ] && kept=" (keeping the existing $out, which may be out of date)"
+    echo "build.sh: no C compiler (cc or gcc), so the CNI forwarder $out was not built$kept." >&2
+    echo "build.sh: the daemon runs without it; install-cni needs it: apt-get install gcc libc6-dev, then npm run build" >&2
+    exit 0
+  fi
   echo "build.sh: no C compiler found (cc or gcc); install gcc and libc6-dev" >&2
   exit 1
 fi

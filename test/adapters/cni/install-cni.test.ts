@@ -3,7 +3,7 @@ import { promises as fs } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { CniServer } from '../../../adapters/cni/cni-server';
-import { installCni } from '../../../adapters/cni/install';
+import { installCni, parseChain } from '../../../adapters/cni/install';
 import { WorkloadNetError } from '../../../core/errors';
 import { buildShim, runShim } from './cni-harness';
 import { FakeWorkloadService } from './fake-workload-service';
@@ -162,5 +162,81 @@ describe('installCni', function () {
     } finally {
       await server.close();
     }
+  });
+
+  describe('chained plugins', () => {
+    async function fakePlugin(name: string, mode = 0o755): Promise<void> {
+      await fs.mkdir(binDir, { recursive: true });
+      await fs.writeFile(path.join(binDir, name), '#!/bin/sh\n', { mode });
+      await fs.chmod(path.join(binDir, name), mode);
+    }
+    const read = async (file: string) =>
+      JSON.parse(await fs.readFile(file, 'utf8')) as { plugins: Record<string, unknown>[] };
+
+    it('writes portmap and bandwidth after workloadnet, each declaring the capability it applies', async () => {
+      await fakePlugin('portmap');
+      await fakePlugin('bandwidth');
+      const chain = parseChain('portmap,bandwidth');
+      const out = await installCni({
+        binDir,
+        confDir,
+        cniSocket,
+        name: 'wnc-pods',
+        force: false,
+        shimPath,
+        chain,
+      });
+      const { plugins } = await read(out.conflist);
+      expect(plugins.map((p) => p.type)).to.deep.equal(['workloadnet', 'portmap', 'bandwidth']);
+      expect(plugins[0]?.capabilities).to.deep.equal({ dns: true });
+      expect(plugins[1]?.capabilities).to.deep.equal({ portMappings: true });
+      expect(plugins[2]?.capabilities).to.deep.equal({ bandwidth: true });
+    });
+
+    it('refuses a chained plugin missing from the bin dir and writes nothing, unless forced', async () => {
+      await fakePlugin('portmap');
+      const opts = {
+        binDir,
+        confDir,
+        cniSocket,
+        name: 'wnc-pods',
+        shimPath,
+        chain: parseChain('portmap,bandwidth'),
+      };
+      const err = await rejection(installCni({ ...opts, force: false }));
+      expect(err.code).to.equal('FAILED_PRECONDITION');
+      expect(err.message)
+        .to.contain(path.join(binDir, 'bandwidth'))
+        .and.contain('containernetworking-plugins');
+      expect(await fs.readdir(binDir)).to.deep.equal(['portmap']);
+      await fs.access(confDir).then(
+        async () => expect(await fs.readdir(confDir)).to.deep.equal([]),
+        () => undefined,
+      );
+      const forced = await installCni({ ...opts, force: true });
+      expect((await read(forced.conflist)).plugins).to.have.length(3);
+    });
+
+    it('refuses a chained plugin that is not executable', async () => {
+      await fakePlugin('portmap', 0o644);
+      const err = await rejection(
+        installCni({ binDir, confDir, cniSocket, name: 'n', force: false, shimPath, chain: ['portmap'] }),
+      );
+      expect(err.message).to.contain('not executable');
+    });
+
+    it('refuses plugins it does not know how to chain, and names given twice', () => {
+      expect(() => parseChain('portmap,tuning')).to.throw(/cannot chain "tuning"/);
+      expect(() => parseChain('portmap,portmap')).to.throw(/twice/);
+      expect(parseChain('')).to.deep.equal([]);
+    });
+  });
+
+  it('says what is missing when the forwarder was never built (no C compiler)', async () => {
+    const err = await rejection(
+      installCni({ binDir, confDir, cniSocket, name: 'n', force: false, shimPath: path.join(dir, 'absent') }),
+    );
+    expect(err.code).to.equal('FAILED_PRECONDITION');
+    expect(err.message).to.contain('C compiler').and.contain('gcc').and.contain('npm run build');
   });
 });

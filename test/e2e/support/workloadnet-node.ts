@@ -21,6 +21,8 @@ export interface WorkloadnetNodeOptions {
   beforeDaemon?: (ctx: { nodeNetns: string; work: string }) => Promise<void>;
   /** Undoes beforeDaemon, after the daemon has stopped. */
   afterStop?: () => Promise<void>;
+  /** Reference plugins to chain after workloadnet (install-cni --chain), copied into the bin folder. */
+  chain?: string[];
 }
 
 /** Installs the forwarder and a conflist the way operators do: with `workloadnet install-cni`. */
@@ -29,6 +31,7 @@ export function installWorkloadnetCni(
   confDir: string,
   cniSocket: string,
   name: string,
+  chain: string[] = [],
 ): void {
   execFileSync(process.execPath, [
     CLI,
@@ -41,6 +44,7 @@ export function installWorkloadnetCni(
     cniSocket,
     '--name',
     name,
+    ...(chain.length > 0 ? ['--chain', chain.join(',')] : []),
   ]);
 }
 
@@ -64,8 +68,8 @@ export class WorkloadnetNode {
     await this.startDaemon();
     const cniBinDir = path.join(this.work, 'bin');
     const cniConfDir = path.join(this.work, 'conf');
-    await installReferencePlugins(cniBinDir, ['loopback']);
-    installWorkloadnetCni(cniBinDir, cniConfDir, this.daemon.cniSocket, 'wn-e2e');
+    await installReferencePlugins(cniBinDir, ['loopback', ...(this.opts.chain ?? [])]);
+    installWorkloadnetCni(cniBinDir, cniConfDir, this.daemon.cniSocket, 'wn-e2e', this.opts.chain);
     this.containerd = await ContainerdHarness.start({ cniBinDir, cniConfDir, nodeNetns: this.nodeNetns });
     await this.containerd.waitForNetworkReady();
   }

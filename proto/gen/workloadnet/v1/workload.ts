@@ -82,8 +82,8 @@ export interface Interface {
   mac: string;
   mtu: number;
   /**
-   * The namespace path of the workload's interface (the only interface listed here; the CNI
-   * adapter's results add the host end).
+   * The namespace path of the workload's interface; empty for the host-side interface (the veth end
+   * or VF), which is listed after the workload's interface when the backend has one.
    */
   sandbox: string;
 }
@@ -115,6 +115,17 @@ export interface AttachResponse {
   dns?: DNS | undefined;
   /** The backend that programmed the attachment ("linux", "dpu"). */
   backend: string;
+  /**
+   * Where the backend placed it, for operators (workloadnet inspect): backend-specific keys, e.g.
+   * hostIfName and linkGroup on linux, dpuAgentId, dpuPort and dpuEndpoint on a DPU. Informational:
+   * keys may change between releases; the host-side interface is also listed in `interfaces`.
+   */
+  backendDetails: { [key: string]: string };
+}
+
+export interface AttachResponse_BackendDetailsEntry {
+  key: string;
+  value: string;
 }
 
 export interface DetachRequest {
@@ -1017,7 +1028,7 @@ export const Route: MessageFns<Route> = {
 };
 
 function createBaseAttachResponse(): AttachResponse {
-  return { ip: [], interfaces: [], ips: [], routes: [], dns: undefined, backend: '' };
+  return { ip: [], interfaces: [], ips: [], routes: [], dns: undefined, backend: '', backendDetails: {} };
 }
 
 export const AttachResponse: MessageFns<AttachResponse> = {
@@ -1040,6 +1051,9 @@ export const AttachResponse: MessageFns<AttachResponse> = {
     if (message.backend !== '') {
       writer.uint32(50).string(message.backend);
     }
+    globalThis.Object.entries(message.backendDetails).forEach(([key, value]: [string, string]) => {
+      AttachResponse_BackendDetailsEntry.encode({ key: key as any, value }, writer.uint32(58).fork()).join();
+    });
     return writer;
   },
 
@@ -1104,6 +1118,17 @@ export const AttachResponse: MessageFns<AttachResponse> = {
             message.backend = reader.string();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            const entry7 = AttachResponse_BackendDetailsEntry.decode(reader, reader.uint32());
+            if (entry7.value !== undefined) {
+              message.backendDetails[entry7.key] = entry7.value;
+            }
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1130,6 +1155,33 @@ export const AttachResponse: MessageFns<AttachResponse> = {
         : [],
       dns: isSet(object.dns) ? DNS.fromJSON(object.dns) : undefined,
       backend: isSet(object.backend) ? globalThis.String(object.backend) : '',
+      backendDetails: isObject(object.backendDetails)
+        ? (globalThis.Object.entries(object.backendDetails) as [string, any][]).reduce(
+            (acc: { [key: string]: string }, [key, value]: [string, any]) => {
+              globalThis.Object.defineProperty(acc, key, {
+                value: globalThis.String(value),
+                enumerable: true,
+                configurable: true,
+                writable: true,
+              });
+              return acc;
+            },
+            {},
+          )
+        : isObject(object.backend_details)
+          ? (globalThis.Object.entries(object.backend_details) as [string, any][]).reduce(
+              (acc: { [key: string]: string }, [key, value]: [string, any]) => {
+                globalThis.Object.defineProperty(acc, key, {
+                  value: globalThis.String(value),
+                  enumerable: true,
+                  configurable: true,
+                  writable: true,
+                });
+                return acc;
+              },
+              {},
+            )
+          : {},
     };
   },
 
@@ -1153,6 +1205,15 @@ export const AttachResponse: MessageFns<AttachResponse> = {
     if (message.backend !== '') {
       obj.backend = message.backend;
     }
+    if (message.backendDetails) {
+      const entries = globalThis.Object.entries(message.backendDetails) as [string, string][];
+      if (entries.length > 0) {
+        obj.backendDetails = {};
+        entries.forEach(([k, v]) => {
+          obj.backendDetails[k] = v;
+        });
+      }
+    }
     return obj;
   },
 
@@ -1167,6 +1228,106 @@ export const AttachResponse: MessageFns<AttachResponse> = {
     message.routes = object.routes?.map((e) => Route.fromPartial(e)) || [];
     message.dns = object.dns !== undefined && object.dns !== null ? DNS.fromPartial(object.dns) : undefined;
     message.backend = object.backend ?? '';
+    message.backendDetails = (
+      globalThis.Object.entries(object.backendDetails ?? {}) as [string, string][]
+    ).reduce((acc: { [key: string]: string }, [key, value]: [string, string]) => {
+      if (value !== undefined) {
+        acc[key] = globalThis.String(value);
+      }
+      return acc;
+    }, {});
+    return message;
+  },
+};
+
+function createBaseAttachResponse_BackendDetailsEntry(): AttachResponse_BackendDetailsEntry {
+  return { key: '', value: '' };
+}
+
+export const AttachResponse_BackendDetailsEntry: MessageFns<AttachResponse_BackendDetailsEntry> = {
+  encode(
+    message: AttachResponse_BackendDetailsEntry,
+    writer: BinaryWriter = new BinaryWriter(),
+  ): BinaryWriter {
+    if (message.key !== '') {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== '') {
+      writer.uint32(18).string(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AttachResponse_BackendDetailsEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAttachResponse_BackendDetailsEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.value = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AttachResponse_BackendDetailsEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : '',
+      value: isSet(object.value) ? globalThis.String(object.value) : '',
+    };
+  },
+
+  toJSON(message: AttachResponse_BackendDetailsEntry): unknown {
+    const obj: any = {};
+    if (message.key !== '') {
+      obj.key = message.key;
+    }
+    if (message.value !== '') {
+      obj.value = message.value;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AttachResponse_BackendDetailsEntry>, I>>(
+    base?: I,
+  ): AttachResponse_BackendDetailsEntry {
+    return AttachResponse_BackendDetailsEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AttachResponse_BackendDetailsEntry>, I>>(
+    object: I,
+  ): AttachResponse_BackendDetailsEntry {
+    const message = createBaseAttachResponse_BackendDetailsEntry();
+    message.key = object.key ?? '';
+    message.value = object.value ?? '';
     return message;
   },
 };
