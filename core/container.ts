@@ -16,7 +16,7 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
   c.bind<DaemonConfig>(CONFIG).toConstantValue(config);
   c.bind<Logger>(LOGGER).toConstantValue(logger);
   c.bind<Metrics>(METRICS).toConstantValue(metrics);
-  c.bind<Store>(STORE).toDynamicValue(() => Store.open(config.stateDir));
+  c.bind<Store>(STORE).toDynamicValue(() => Store.open(config.stateDir, { logger }));
   c.bind<IpAllocator>(ALLOCATOR).toDynamicValue(
     () => new IpAllocator(config.podCidrs.map((cidr) => ({ cidr }))),
   );

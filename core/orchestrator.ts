@@ -373,6 +373,8 @@ export class Orchestrator implements WorkloadService {
     }));
     const reasons = [...health.reasons.filter(() => !health.ready)];
     if (!health.ready && reasons.length === 0) reasons.push(`backend ${this.backend.name} is not ready`);
+    const writes = this.store.writeHealth();
+    if (!writes.ok) reasons.push(`${writes.reason} (writes failing since ${writes.since})`);
     if (!this.allocator.configured) reasons.push('no pod CIDR is configured');
     else if (this.allocator.exhausted) reasons.push('the address pool is exhausted');
     const pools = this.allocator.usage();
