@@ -10,6 +10,7 @@ import {
 } from '../core/config';
 import { createContainer } from '../core/container';
 import { Daemon, type Endpoint } from '../core/daemon';
+import { applyFdBudget } from '../core/fd-limit';
 import { createLogger } from '../core/logger';
 import { Metrics } from '../core/metrics';
 import { MetricsServer } from '../core/metrics-server';
@@ -70,6 +71,7 @@ export async function runDaemon(flags: DaemonFlags): Promise<void> {
     fatal(err);
   }
   const logger = createLogger(config.logLevel);
+  config = applyFdBudget(config, logger);
   const metrics = new Metrics({ processMetrics: true });
   const container = createContainer(config, logger, metrics);
   bindBackend(container, config, logger);
@@ -88,7 +90,12 @@ export async function runDaemon(flags: DaemonFlags): Promise<void> {
   const shutdown = (signal: string): void => {
     if (stopping) return;
     stopping = true;
-    logger.info({ signal }, 'shutting down');
+    logger.info({ signal, graceMs: config.shutdownTimeoutMs }, 'shutting down');
+    // The last word if stopping the backend or the store hangs: exit rather than wait for SIGKILL.
+    setTimeout(() => {
+      logger.error({ signal }, 'shutdown did not finish in time; exiting anyway');
+      process.exit(1);
+    }, config.shutdownTimeoutMs + HARD_STOP_MARGIN_MS).unref();
     daemon.stop().then(
       () => process.exit(0),
       (err: unknown) => {
@@ -100,6 +107,9 @@ export async function runDaemon(flags: DaemonFlags): Promise<void> {
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
 }
+
+/** Time beyond shutdownTimeoutMs that stopping the backend and the store may take. */
+const HARD_STOP_MARGIN_MS = 3000;
 
 function fatal(err: unknown): never {
   process.stderr.write(`workloadnetd: ${err instanceof Error ? err.message : String(err)}\n`);

@@ -12,7 +12,8 @@ import { WORKLOAD_SERVICE } from './workload-service';
 export interface Endpoint {
   name: string;
   listen(): Promise<void>;
-  close(): Promise<void>;
+  /** Stops accepting; calls in flight may finish within `graceMs`, then every connection is closed. */
+  close(graceMs?: number): Promise<void>;
 }
 
 /**
@@ -40,7 +41,10 @@ export class Daemon {
     await backend.start();
     const service = this.service;
     await service.init();
-    this.api = new ApiServer(service, log);
+    this.api = new ApiServer(service, log, {
+      maxConnections: config.apiMaxConnections,
+      idleTimeoutMs: config.apiIdleTimeoutMs,
+    });
     await this.api.listen(config.socket, config.socketGroup);
     for (const ep of extra(service)) {
       await ep.listen();
@@ -57,10 +61,16 @@ export class Daemon {
     this.api?.setServing(st?.ready ?? false);
   }
 
-  async stop(): Promise<void> {
+  /**
+   * Stops accepting on every endpoint at once, lets calls in flight finish for up to `graceMs` (the
+   * configured shutdownTimeoutMs), closes every connection, then stops the backend and the store.
+   */
+  async stop(graceMs = this.container.get<DaemonConfig>(CONFIG).shutdownTimeoutMs): Promise<void> {
     clearInterval(this.readyTimer);
-    for (const ep of this.endpoints.reverse()) await ep.close().catch(() => undefined);
-    await this.api?.close();
+    await Promise.all([
+      ...this.endpoints.reverse().map((ep) => ep.close(graceMs).catch(() => undefined)),
+      this.api?.close(graceMs),
+    ]);
     await this.container.get<Backend>(BACKEND).stop();
     await this.container.get<Store>(STORE).close();
   }
