@@ -53,7 +53,6 @@ export interface ApiServerLimits {
 
 export const API_LIMIT_DEFAULTS: ApiServerLimits = { maxConnections: 512, idleTimeoutMs: 60_000 };
 
-
 export class ApiServer {
   private readonly server: grpc.Server;
   /**
