@@ -61,12 +61,41 @@ export function checkStoreFile(file: string): StoreFileReport {
     return { file, exists: true, sizeBytes: 0, problems: [`cannot be read: ${(err as Error).message}`] };
   }
   try {
-    const size = fs.fstatSync(fd).size;
-    if (size === 0) return { file, exists: false, sizeBytes: 0, problems: [] };
-    return { file, exists: true, sizeBytes: size, ...checkOpenFile(fd, size) };
+    for (let attempt = 1; ; attempt++) {
+      const before = newestTxn(fd);
+      const size = fs.fstatSync(fd).size;
+      if (size === 0) return { file, exists: false, sizeBytes: 0, problems: [] };
+      const result = { file, exists: true, sizeBytes: size, ...checkOpenFile(fd, size) };
+      if (result.problems.length === 0) return result;
+      // The check reads without holding a reader slot, so a daemon writing meanwhile could reuse pages
+      // under it. Pages of the snapshot being walked are reused only from the second commit after it
+      // on: with at most one commit in between, what was found is really there.
+      const after = newestTxn(fd);
+      const stable = before === undefined ? after === undefined : after !== undefined && after <= before + 1n;
+      if (stable) return result;
+      if (attempt === CHECK_ATTEMPTS) {
+        result.problems.push(
+          `changed under the check ${CHECK_ATTEMPTS} times (is a daemon writing to it?); these findings may be stale, check again`,
+        );
+        return result;
+      }
+    }
   } finally {
     fs.closeSync(fd);
   }
+}
+
+/** Times a check is repeated while a writer keeps changing the file under it. */
+const CHECK_ATTEMPTS = 5;
+
+/** The newest transaction the meta pages record, or undefined when they cannot be read as meta pages. */
+function newestTxn(fd: number): bigint | undefined {
+  const first = readMeta(fd, 0, 0);
+  if (!(first.flags & P_META) || first.magic !== LMDB_MAGIC || first.pageSize < MIN_PAGE_SIZE)
+    return undefined;
+  const second = readMeta(fd, 1, first.pageSize);
+  if (!(second.flags & P_META) || second.magic !== LMDB_MAGIC) return undefined;
+  return first.txnId > second.txnId ? first.txnId : second.txnId;
 }
 
 function checkOpenFile(fd: number, size: number): { meta?: MetaPage; problems: string[] } {
