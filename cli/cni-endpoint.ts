@@ -11,6 +11,10 @@ export function cniEndpoint(service: WorkloadService, config: DaemonConfig, logg
     socketPath: config.cniSocket,
     logger: logger.child({ endpoint: 'cni' }),
     defaultMtu: config.mtu,
+    headerTimeoutMs: config.cniHeaderTimeoutMs,
+    bodyTimeoutMs: config.cniBodyTimeoutMs,
+    idleTimeoutMs: config.cniIdleTimeoutMs,
+    maxConnections: config.cniMaxConnections,
   });
   return {
     name: 'cni',
@@ -18,6 +22,6 @@ export function cniEndpoint(service: WorkloadService, config: DaemonConfig, logg
       await server.listen();
       secureSocket(config.cniSocket, config.socketGroup);
     },
-    stop: () => server.close(),
+    stop: () => server.close(config.shutdownTimeoutMs),
   };
 }

@@ -11,6 +11,7 @@ import {
 } from '../core/config';
 import { createContainer } from '../core/container';
 import { Daemon } from '../core/daemon';
+import { applyFdBudget } from '../core/fd-limit';
 import { ENDPOINT, type Lifecycle } from '../core/lifecycle';
 import { createLogger, type Logger } from '../core/logger';
 import { WORKLOAD_SERVICE, type WorkloadService } from '../core/workload-service';
@@ -73,6 +74,7 @@ export async function runDaemon(flags: DaemonFlags): Promise<void> {
     fatal(err);
   }
   const logger = createLogger(config.logLevel);
+  config = applyFdBudget(config, logger);
   const metrics = new Metrics({ processMetrics: true });
   const container = createContainer(config, logger, metrics);
   container.load(backendModule(config, logger), endpointsModule(config, logger, metrics));
@@ -86,7 +88,12 @@ export async function runDaemon(flags: DaemonFlags): Promise<void> {
   const shutdown = (signal: string): void => {
     if (stopping) return;
     stopping = true;
-    logger.info({ signal }, 'shutting down');
+    logger.info({ signal, graceMs: config.shutdownTimeoutMs }, 'shutting down');
+    // The last word if stopping the backend or the store hangs: exit rather than wait for SIGKILL.
+    setTimeout(() => {
+      logger.error({ signal }, 'shutdown did not finish in time; exiting anyway');
+      process.exit(1);
+    }, config.shutdownTimeoutMs + HARD_STOP_MARGIN_MS).unref();
     daemon.stop().then(
       () => process.exit(0),
       (err: unknown) => {
@@ -110,6 +117,9 @@ function endpointsModule(config: DaemonConfig, logger: Logger, metrics: Metrics)
     }
   });
 }
+
+/** Time beyond shutdownTimeoutMs that stopping the backend and the store may take. */
+const HARD_STOP_MARGIN_MS = 3000;
 
 function fatal(err: unknown): never {
   process.stderr.write(`workloadnetd: ${err instanceof Error ? err.message : String(err)}\n`);

@@ -3,6 +3,7 @@ import './threadpool';
 import { Command, Option } from 'commander';
 import { runDaemon, type DaemonFlags } from './daemon-command';
 import { registerClientCommands } from './client-commands';
+import { registerStoreCommands } from './store-command';
 import { VERSION } from '../core/api-server';
 import { DEFAULT_CONFIG } from '../core/config';
 
@@ -30,6 +31,7 @@ Examples:
   workloadnet status                                    is the node ready to attach workloads?
   workloadnet ls --json                                 every attachment, as JSON
   workloadnet install-cni                               install the CNI forwarder and conflist
+  workloadnet store check                               is the state store sound? (offline)
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not found.`,
     );
@@ -89,6 +91,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
     .action((flags: DaemonFlags) => runDaemon(flags));
 
   registerClientCommands(program);
+  registerStoreCommands(program);
   return program;
 }
 

@@ -1,3 +1,4 @@
+import * as net from 'node:net';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
@@ -25,8 +26,10 @@ import {
   type WorkloadNetworkingServer,
 } from '../proto/gen/workloadnet/v1/workload';
 import { addressToBytes } from './cidr';
-import { asWorkloadNetError, unavailable, WorkloadNetError } from './errors';
+import { ConnectionCap } from './connection-cap';
+import { asWorkloadNetError, failedPrecondition, internal, unavailable, WorkloadNetError } from './errors';
 import type { Logger } from './logger';
+import { LogRate } from './log-rate';
 import { secureSocket } from './unix-socket';
 import type { Attachment, WorkloadService } from './workload-service';
 
@@ -41,15 +44,25 @@ export const VERSION = '0.1.0';
 
 const PROTO_DIR = path.resolve(__dirname, '..', '..', 'proto');
 
+export interface ApiServerLimits {
+  /** Connections held at once; at the cap the one silent longest is closed to make room. */
+  maxConnections: number;
+  /** A connection without calls for this long is closed (the client reconnects when it needs to). */
+  idleTimeoutMs: number;
+}
+
+export const API_LIMIT_DEFAULTS: ApiServerLimits = { maxConnections: 512, idleTimeoutMs: 60_000 };
+
 export class ApiServer {
-  private readonly server = new grpc.Server({
-    'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
-    'grpc.max_send_message_length': 64 * MAX_MESSAGE_BYTES,
-    // Without a bound, a client's burst of a thousand calls is admitted in one event-loop turn and
-    // Status waits behind all of them. 32 streams per connection match the attaches the core runs at
-    // once (measurements in docs/benchmarks.md, "Why the code is shaped this way").
-    'grpc.max_concurrent_streams': 32,
-  });
+  private readonly server: grpc.Server;
+  /**
+   * grpc-js has no cap on connections, so the daemon accepts them itself, on a net.Server it owns,
+   * and hands each one to grpc-js through a connection injector.
+   */
+  private listener?: net.Server;
+  private injector?: ReturnType<grpc.Server['createConnectionInjector']>;
+  private readonly cap: ConnectionCap;
+  private readonly limitLog = new LogRate();
   private readonly health = new HealthImplementation({
     '': 'NOT_SERVING',
     [OWN_SERVICE]: 'NOT_SERVING',
@@ -59,7 +72,25 @@ export class ApiServer {
   constructor(
     private readonly service: WorkloadService,
     private readonly log: Logger,
+    private readonly limits: ApiServerLimits = API_LIMIT_DEFAULTS,
   ) {
+    this.server = new grpc.Server({
+      'grpc.max_receive_message_length': MAX_MESSAGE_BYTES,
+      'grpc.max_send_message_length': 64 * MAX_MESSAGE_BYTES,
+      // Without a bound, a client's burst of a thousand calls is admitted in one event-loop turn and
+      // Status waits behind all of them. 32 streams per connection match the attaches the core runs at
+      // once (measurements in docs/benchmarks.md, "Why the code is shaped this way").
+      'grpc.max_concurrent_streams': 32,
+      // An idle connection is a descriptor held for nothing: close it (GOAWAY; clients reconnect).
+      'grpc.max_connection_idle_ms': limits.idleTimeoutMs,
+      // Ping clients that hold a connection open, and drop those that no longer answer.
+      'grpc.keepalive_time_ms': 30_000,
+      'grpc.keepalive_timeout_ms': 10_000,
+    });
+    // grpc-js does not say which connections carry calls, so at the cap the connection that has been
+    // silent longest makes room: a flood of connections that never call goes first, and a client
+    // whose call is cut (silent longer than every flood connection) sees UNAVAILABLE and retries.
+    this.cap = new ConnectionCap(limits.maxConnections, { evictable: () => true });
     const handlers = this.handlers(false);
     this.server.addService(LIST_SERVICE, handlers);
     this.server.addService(renamed(LIST_SERVICE, SEED_SERVICE), this.handlers(true));
@@ -70,11 +101,36 @@ export class ApiServer {
 
   /** Binds the socket; the caller has cleared a stale one with prepareSocketPath (core/unix-socket.ts). */
   async listen(socketPath: string, group: string): Promise<void> {
-    await new Promise<void>((resolve, reject) =>
-      this.server.bindAsync(`unix:${socketPath}`, grpc.ServerCredentials.createInsecure(), (err) =>
-        err ? reject(err) : resolve(),
-      ),
-    );
+    const injector = this.server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
+    const listener = net.createServer((socket) => {
+      const outcome = this.cap.admit(socket);
+      if (outcome !== 'refused') injector.injectConnection(socket);
+      if (outcome === 'admitted') return;
+      const n = this.limitLog.take('cap');
+      if (n !== undefined) {
+        this.log.warn(
+          { limit: this.limits.maxConnections, occurrences: n, outcome },
+          outcome === 'refused'
+            ? 'API connection limit reached: every connection is busy; new connection refused'
+            : 'API connection limit reached: closed the connection silent longest to make room',
+        );
+      }
+    });
+    await new Promise<void>((resolve, reject) => {
+      listener.once('error', (err: NodeJS.ErrnoException) =>
+        reject(
+          err.code === 'EADDRINUSE'
+            ? failedPrecondition(
+                `another process bound the API socket ${socketPath} while this one was starting`,
+              )
+            : internal(`cannot listen on API socket ${socketPath}: ${err.message}`),
+        ),
+      );
+      listener.listen(socketPath, () => resolve());
+    });
+    listener.on('error', (err) => this.log.error({ err: err.message }, 'API socket error'));
+    this.listener = listener;
+    this.injector = injector;
     secureSocket(socketPath, group);
   }
 
@@ -84,19 +140,29 @@ export class ApiServer {
     for (const name of ['', OWN_SERVICE, SEED_SERVICE]) this.health.setStatus(name, s);
   }
 
-  /** Stops accepting calls and waits up to `graceMs` for running ones before cutting them off. */
+  /**
+   * Stops accepting connections and calls; idle connections are told to go at once (GOAWAY), calls in
+   * flight may finish within `graceMs`, then every connection is closed.
+   */
   async close(graceMs = 5000): Promise<void> {
     this.setServing(false);
+    const listener = this.listener;
+    this.listener = undefined;
+    const closed = listener ? new Promise<void>((resolve) => listener.close(() => resolve())) : undefined;
     await new Promise<void>((resolve) => {
       const timer = setTimeout(() => {
         this.server.forceShutdown();
         resolve();
       }, graceMs);
+      timer.unref();
       this.server.tryShutdown(() => {
         clearTimeout(timer);
         resolve();
       });
     });
+    this.injector?.destroy();
+    this.cap.destroyAll();
+    await closed;
   }
 
   private handlers(seed: boolean): WorkloadNetworkingServer {

@@ -43,6 +43,20 @@ export interface DaemonConfig {
   maxInFlight: number;
   /** "HOST:PORT" for the Prometheus endpoint; empty = off. */
   metricsListen: string;
+  /** Connections the gRPC API holds at once; at the cap the longest-silent one makes room. */
+  apiMaxConnections: number;
+  /** An API connection without calls for this long is closed (the client reconnects when it needs to). */
+  apiIdleTimeoutMs: number;
+  /** Connections the CNI endpoint holds at once; at the cap one still sending its request makes room. */
+  cniMaxConnections: number;
+  /** Time a CNI connection has to send its request headers. */
+  cniHeaderTimeoutMs: number;
+  /** Time a CNI request has, after its headers, to send its body. */
+  cniBodyTimeoutMs: number;
+  /** A kept-alive CNI connection without a request for this long is closed. */
+  cniIdleTimeoutMs: number;
+  /** On SIGTERM, how long in-flight calls may take before both servers close every connection. */
+  shutdownTimeoutMs: number;
   linux: LinuxConfig;
   dpu: DpuConfig;
 }
@@ -58,6 +72,13 @@ export const DEFAULT_CONFIG: DaemonConfig = {
   logLevel: 'info',
   maxInFlight: 1024,
   metricsListen: '',
+  apiMaxConnections: 512,
+  apiIdleTimeoutMs: 60_000,
+  cniMaxConnections: 512,
+  cniHeaderTimeoutMs: 5000,
+  cniBodyTimeoutMs: 10_000,
+  cniIdleTimeoutMs: 5000,
+  shutdownTimeoutMs: 5000,
   linux: { hostNetns: '', linkGroup: 0x776e, detachGroup: 0x776f },
   dpu: {
     agentSocket: '/run/workloadnet/agent.sock',
@@ -83,6 +104,17 @@ export const OPTION_DOCS: Record<string, string> = {
   logLevel: 'Log level: trace, debug, info, warn, error or fatal.',
   maxInFlight: 'Attach calls allowed in flight at once; further calls get RESOURCE_EXHAUSTED.',
   metricsListen: 'HOST:PORT of the Prometheus /metrics endpoint; empty disables it. Keep it on loopback.',
+  apiMaxConnections:
+    'Connections the gRPC API holds at once; at the cap the connection silent longest is closed to make room.',
+  apiIdleTimeoutMs:
+    'An API connection without a call for this long is closed (ms); clients reconnect on demand.',
+  cniMaxConnections:
+    'Connections the CNI endpoint holds at once; at the cap one still sending its request is closed to make room.',
+  cniHeaderTimeoutMs: 'Time a CNI connection has to send its request headers (ms).',
+  cniBodyTimeoutMs: 'Time a CNI request has, after its headers, to send its body (ms).',
+  cniIdleTimeoutMs: 'A kept-alive CNI connection without a new request for this long is closed (ms).',
+  shutdownTimeoutMs:
+    'On SIGTERM, how long in-flight calls may finish before every connection is closed and the daemon exits (ms).',
   'linux.hostNetns': "Network namespace path facing the workloads; empty means the daemon's own.",
   'linux.linkGroup': 'Link group number marking host interfaces created by workloadnet.',
   'linux.detachGroup':
@@ -174,6 +206,17 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
   if (!['trace', 'debug', 'info', 'warn', 'error', 'fatal'].includes(c.logLevel))
     fail(`unknown logLevel "${c.logLevel}"`);
   if (!Number.isInteger(c.maxInFlight) || c.maxInFlight < 1) fail('maxInFlight must be a positive integer');
+  for (const key of [
+    'apiMaxConnections',
+    'apiIdleTimeoutMs',
+    'cniMaxConnections',
+    'cniHeaderTimeoutMs',
+    'cniBodyTimeoutMs',
+    'cniIdleTimeoutMs',
+    'shutdownTimeoutMs',
+  ] as const) {
+    if (!Number.isInteger(c[key]) || c[key] < 1) fail(`${key} must be a positive integer`);
+  }
   if (c.metricsListen && !/^[^\s]+:\d{1,5}$/.test(c.metricsListen)) fail('metricsListen must be HOST:PORT');
   if (!Number.isInteger(c.linux.linkGroup) || c.linux.linkGroup < 1 || c.linux.linkGroup > 0xffffffff) {
     fail('linux.linkGroup must be an integer in 1..4294967295');

@@ -5,7 +5,8 @@ import { IpAllocator } from './ip-allocator';
 import { LOGGER, type Logger } from './logger';
 import { METRICS, Metrics } from './metrics';
 import { NETNS_OPENER, kernelNetnsOpener, type NetnsOpener } from './netns';
-import { ALLOCATOR, Orchestrator, STORE } from './orchestrator';
+import { ALLOCATOR, ORCHESTRATOR, Orchestrator, STORE } from './orchestrator';
+import { ServiceGate } from './service-gate';
 import { Store } from './store';
 import { WORKLOAD_SERVICE } from './workload-service';
 
@@ -18,11 +19,15 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
   c.bind<DaemonConfig>(CONFIG).toConstantValue(config);
   c.bind<Logger>(LOGGER).toConstantValue(logger);
   c.bind<Metrics>(METRICS).toConstantValue(metrics);
-  c.bind<Store>(STORE).toDynamicValue(() => Store.open(config.stateDir));
+  c.bind<Store>(STORE).toDynamicValue(() => Store.open(config.stateDir, { logger }));
   c.bind<IpAllocator>(ALLOCATOR).toDynamicValue(
     () => new IpAllocator(config.podCidrs.map((cidr) => ({ cidr }))),
   );
   c.bind<NetnsOpener>(NETNS_OPENER).toConstantValue(kernelNetnsOpener);
-  c.bind<Orchestrator>(WORKLOAD_SERVICE).to(Orchestrator);
+  c.bind<Orchestrator>(ORCHESTRATOR).to(Orchestrator);
+  // What the API and the endpoints serve: the orchestrator behind the start-up gate (service-gate.ts).
+  c.bind<ServiceGate>(WORKLOAD_SERVICE).toDynamicValue(
+    (ctx) => new ServiceGate(() => ctx.container.get<Orchestrator>(ORCHESTRATOR)),
+  );
   return c;
 }

@@ -4,52 +4,70 @@ import { BACKEND, type Backend } from './backend';
 import { CONFIG, type DaemonConfig } from './config';
 import { ENDPOINT, startAll, type Lifecycle } from './lifecycle';
 import { LOGGER, type Logger } from './logger';
-import { STORE, type Orchestrator } from './orchestrator';
+import { ORCHESTRATOR, STORE, type Orchestrator } from './orchestrator';
+import type { ServiceGate } from './service-gate';
 import { prepareSocketPath } from './unix-socket';
 import type { Store } from './store';
 import { WORKLOAD_SERVICE } from './workload-service';
 
 /**
- * The daemon: its parts, started in this order and stopped in reverse. The socket guard comes first
- * (refuse to run beside a live daemon before touching anything: its backend would take our in-flight
- * attachments for orphans), then the backend, the store and reconcile, the API, and the endpoints
- * bound under ENDPOINT (the CNI endpoint, metrics).
+ * The daemon: its parts, started in this order and stopped in reverse.
+ *
+ * 1. The socket guard: refuse to run beside a live daemon before touching anything (its backend
+ *    would take our in-flight attachments for orphans).
+ * 2. The sockets: the gRPC API and the endpoints bound under ENDPOINT (CNI, metrics) listen at once,
+ *    behind the service gate, so a runtime calling during a restart is held, not refused.
+ * 3. The backend, 4. the store and the start-up reconcile.
+ * 5. Serving: the gate opens. Stopping it is the graceful part: stop accepting, let calls in flight
+ *    finish (up to shutdownTimeoutMs), close every connection; only then the store and the backend.
  */
 export class Daemon {
   private stopAll?: () => Promise<void>;
   private readyTimer?: NodeJS.Timeout;
+  private api?: ApiServer;
+  private closing?: Promise<void>;
 
   constructor(private readonly container: Container) {}
 
+  /** The orchestrator itself (past the gate). */
   get service(): Orchestrator {
-    return this.container.get<Orchestrator>(WORKLOAD_SERVICE);
+    return this.container.get<Orchestrator>(ORCHESTRATOR);
   }
 
   async start(): Promise<void> {
     const config = this.container.get<DaemonConfig>(CONFIG);
     const log = this.container.get<Logger>(LOGGER);
-    let api: ApiServer | undefined;
+    const gate = this.container.get<ServiceGate>(WORKLOAD_SERVICE);
+    const endpoints = this.container.isBound(ENDPOINT) ? this.container.getAll<Lifecycle>(ENDPOINT) : [];
+    const closeSockets = (): Promise<void> => (this.closing ??= this.closeSockets(endpoints, config));
     const parts: Lifecycle[] = [
       { name: 'socket guard', start: () => prepareSocketPath(config.socket), stop: async () => undefined },
+      {
+        name: 'sockets',
+        start: async () => {
+          this.api = new ApiServer(gate, log, {
+            maxConnections: config.apiMaxConnections,
+            idleTimeoutMs: config.apiIdleTimeoutMs,
+          });
+          await this.api.listen(config.socket, config.socketGroup);
+          for (const ep of endpoints) await ep.start();
+        },
+        stop: closeSockets,
+      },
       lazy('backend', () => this.container.get<Backend>(BACKEND)),
       {
         name: 'store and reconcile',
         start: async () => void (await this.service.init()),
         stop: () => this.container.get<Store>(STORE).close(),
       },
-      {
-        name: 'api',
-        start: () => (api = new ApiServer(this.service, log)).listen(config.socket, config.socketGroup),
-        stop: () => api?.close() ?? Promise.resolve(),
-      },
-      ...(this.container.isBound(ENDPOINT) ? this.container.getAll<Lifecycle>(ENDPOINT) : []),
+      { name: 'serving', start: async () => gate.open(), stop: closeSockets },
     ];
     this.stopAll = await startAll(parts, (part, err) =>
       log.warn({ part, err: (err as Error).message }, 'stopping a part failed'),
     );
     const ready = async (): Promise<void> => {
       const st = await this.service.status().catch(() => undefined);
-      api?.setServing(st?.ready ?? false);
+      this.api?.setServing(st?.ready ?? false);
     };
     await ready();
     // Health clients see readiness changes (pool exhausted, agent lost) without calling Status.
@@ -60,10 +78,21 @@ export class Daemon {
     );
   }
 
+  /**
+   * Stops accepting on every socket at once, lets calls in flight finish for up to shutdownTimeoutMs,
+   * closes every connection, then stops the store and the backend.
+   */
   async stop(): Promise<void> {
     clearInterval(this.readyTimer);
     await this.stopAll?.();
     this.stopAll = undefined;
+  }
+
+  private async closeSockets(endpoints: Lifecycle[], config: DaemonConfig): Promise<void> {
+    await Promise.all([
+      ...endpoints.map((ep) => ep.stop().catch(() => undefined)),
+      this.api?.close(config.shutdownTimeoutMs),
+    ]);
   }
 }
 

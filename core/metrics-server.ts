@@ -42,7 +42,16 @@ export class MetricsServer implements Lifecycle {
     });
   }
 
-  stop(): Promise<void> {
-    return new Promise((resolve) => this.server.close(() => resolve()));
+  /** Stops accepting, closes idle (kept-alive) connections at once and the rest after `graceMs`. */
+  stop(graceMs = 5000): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => this.server.closeAllConnections(), graceMs);
+      timer.unref();
+      this.server.close(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+      this.server.closeIdleConnections();
+    });
   }
 }

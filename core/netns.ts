@@ -147,6 +147,26 @@ export class NetnsHandle implements Netns {
     const pathFd = await new Promise<number>((resolve, reject) =>
       fs.open(netnsPath, O_PATH, (err, n) => (err ? reject(openFailure(netnsPath, err)) : resolve(n))),
     );
+    return NetnsHandle.fromPathFd(netnsPath, pathFd, opts);
+  }
+
+  /**
+   * open(), synchronously: for a thread that does nothing else (a worker), never the event loop, where a
+   * path walk on a slow filesystem would stall everything.
+   */
+  static openSync(netnsPath: string, opts: OpenOptions = {}): NetnsHandle {
+    checkPathForm(netnsPath, opts.workload === true);
+    let pathFd: number;
+    try {
+      pathFd = fs.openSync(netnsPath, O_PATH);
+    } catch (err) {
+      throw openFailure(netnsPath, err as NodeJS.ErrnoException);
+    }
+    return NetnsHandle.fromPathFd(netnsPath, pathFd, opts);
+  }
+
+  /** The checks on a path resolved with O_PATH (closed here), then the real open. */
+  private static fromPathFd(netnsPath: string, pathFd: number, opts: OpenOptions): NetnsHandle {
     let fd: number;
     let st: fs.Stats;
     try {

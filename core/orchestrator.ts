@@ -38,6 +38,8 @@ import type {
 
 export const STORE = Symbol.for('workloadnet.Store');
 export const ALLOCATOR = Symbol.for('workloadnet.IpAllocator');
+/** The orchestrator itself; WORKLOAD_SERVICE is what is served (the orchestrator behind a gate). */
+export const ORCHESTRATOR = Symbol.for('workloadnet.Orchestrator');
 
 /**
  * Attaches that open their namespace and program at once; more wait in order (up to maxInFlight, past
@@ -334,6 +336,8 @@ export class Orchestrator implements WorkloadService {
     }));
     const reasons = [...health.reasons.filter(() => !health.ready)];
     if (!health.ready && reasons.length === 0) reasons.push(`backend ${this.backend.name} is not ready`);
+    const writes = this.store.writeHealth();
+    if (!writes.ok) reasons.push(`${writes.reason} (writes failing since ${writes.since})`);
     if (!this.allocator.configured) reasons.push('no pod CIDR is configured');
     else if (this.allocator.exhausted) reasons.push('the address pool is exhausted');
     const pools = this.allocator.usage();

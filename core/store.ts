@@ -1,9 +1,14 @@
+import { randomUUID } from 'node:crypto';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
 import type { IpAssignment } from './backend';
 import type { Attachment } from './workload-service';
 import { failedPrecondition } from './errors';
+import { checkStoreFile } from './store-file-check';
+import type { Logger } from './logger';
+import { StoreWriteHealth, type WriteHealth } from './store-write-health';
 
 // The single source of truth for attachments and the addresses they hold. LMDB gives us ACID
 // copy-on-write transactions (the same family as containerd's bbolt), so an attachment row and the
@@ -35,7 +40,7 @@ type Migration = (dbs: Databases) => void;
  * 10,000 rows (List, start-up) allocated ~48 MiB instead of ~15 and took 6 times as long. lmdb writes
  * a new structure in the same transaction as the first row that uses it.
  */
-const SHARED_STRUCTURES_KEY = Symbol.for('structures');
+export const SHARED_STRUCTURES_KEY = Symbol.for('structures');
 
 /**
  * Address space reserved for the memory map up front (virtual only: the file grows with the data, and
@@ -69,7 +74,33 @@ migrations[2] = ({ attachments }) => {
   for (const { key, value } of rows) void attachments.put(key, value);
 };
 
+/** Who created a store, recorded once when it is created, so that a new store is recognisable. */
+export interface StoreIdentity {
+  /** Random id of this store; a store restored from a backup keeps it, a new one never shares it. */
+  storeId: string;
+  /** Node (host) name that created the store. */
+  node: string;
+  /** ISO time of creation (for a store older than identities: when its identity was first recorded). */
+  createdAt: string;
+}
+
+export interface StoreOptions {
+  /** Node name recorded in a new store's identity; defaults to the host name. */
+  node?: string;
+  /** Where write failures and recoveries are reported. */
+  logger?: Logger;
+  /** How often a store whose writes fail retries with a probe write (ms). */
+  writeProbeIntervalMs?: number;
+}
+
+/** The data file inside the state directory. */
+export const STORE_FILE = 'workloadnet.mdb';
+
 export class Store {
+  private readonly health: StoreWriteHealth;
+  private identityValue!: StoreIdentity;
+  private isNewValue = false;
+
   private constructor(
     /** Directory holding the store, for messages. */
     readonly dir: string,
@@ -77,20 +108,42 @@ export class Store {
     private readonly attachments: Database<AttachmentRecord, string>,
     private readonly allocations: Database<string, string>,
     private readonly meta: Database<unknown, string>,
-  ) {}
+    opts: StoreOptions,
+  ) {
+    this.health = new StoreWriteHealth(
+      path.join(dir, STORE_FILE),
+      () => this.root.transaction(() => void this.meta.put('writeProbe', Date.now())),
+      opts.logger,
+      opts.writeProbeIntervalMs,
+    );
+  }
 
   /**
    * Opens (creating if needed) the store under `stateDir`, migrating older layouts and refusing a
-   * store written by a newer version of the daemon.
+   * store written by a newer version of the daemon, or a data file that is damaged (checked before it
+   * is mapped, since lmdb would crash on it).
    */
-  static open(stateDir: string): Store {
+  static open(stateDir: string, opts: StoreOptions = {}): Store {
     fs.mkdirSync(stateDir, { recursive: true, mode: 0o750 });
+    const file = path.join(stateDir, STORE_FILE);
+    const report = checkStoreFile(file);
+    if (report.problems.length > 0) {
+      throw failedPrecondition(
+        `the state store ${file} is damaged and will not be opened: ${report.problems.join('; ')}. ` +
+          `Move the state directory aside (keep it for analysis) and restart; see "A damaged state store" ` +
+          `in docs/troubleshooting.md`,
+      );
+    }
     const root = open({
-      path: path.join(stateDir, 'workloadnet.mdb'),
+      path: file,
       // Resolve a write only once it is on disk, so "committed before the call returns" holds across a
       // power loss and not just a process crash.
       overlappingSync: false,
       compression: false,
+      // With event-turn batching lmdb starts each batch with a write whose promise nobody holds; when
+      // the commit fails (full disk) that promise rejects unhandled and Node ends the process. Our
+      // writes are all transactions, which lmdb batches anyway.
+      eventTurnBatching: false,
       ...mapSizeOption(),
     });
     const store = new Store(
@@ -102,8 +155,14 @@ export class Store {
       }),
       root.openDB<string, string>({ name: 'allocations' }),
       root.openDB<unknown, string>({ name: 'meta' }),
+      opts,
     );
-    store.migrate();
+    try {
+      store.migrate(opts.node ?? os.hostname());
+    } catch (err) {
+      void root.close();
+      throw err;
+    }
     return store;
   }
 
@@ -113,27 +172,46 @@ export class Store {
     return typeof v === 'number' ? v : 0;
   }
 
-  private migrate(): void {
+  /** Who created this store and when. */
+  get identity(): StoreIdentity {
+    return this.identityValue;
+  }
+
+  /**
+   * True when this open created the store: no earlier daemon wrote to it. Beside a dataplane that
+   * already holds workloads, that means the state was lost, not that the workloads are orphans.
+   */
+  get isNew(): boolean {
+    return this.isNewValue;
+  }
+
+  /** Whether writes currently succeed; when not, since when and why. */
+  writeHealth(): WriteHealth {
+    return this.health.current;
+  }
+
+  private migrate(node: string): void {
     const found = this.schemaVersion;
     if (found > SCHEMA_VERSION) {
-      void this.root.close();
       throw failedPrecondition(
         `the state store at ${this.dir} was written by a newer workloadnet (schema ${found}, this build ` +
           `understands up to ${SCHEMA_VERSION}); downgrading is not supported: run the newer version or ` +
           `move the state directory aside`,
       );
     }
-    if (found === SCHEMA_VERSION) return;
+    const identity = asIdentity(this.meta.get('identity'));
+    if (identity) this.identityValue = identity;
+    if (found === SCHEMA_VERSION && identity) return;
+    this.isNewValue = found === 0 && !identity && this.attachments.getCount() === 0;
     this.root.transactionSync(() => {
       const dbs = { attachments: this.attachments, allocations: this.allocations, meta: this.meta };
       for (let v = found + 1; v <= SCHEMA_VERSION; v++) migrations[v]?.(dbs);
       this.meta.putSync('schemaVersion', SCHEMA_VERSION);
+      if (!identity) {
+        this.identityValue = { storeId: randomUUID(), node, createdAt: new Date().toISOString() };
+        this.meta.putSync('identity', this.identityValue);
+      }
     });
-  }
-
-  /** For schema tests: pretend the store was written by another version. */
-  setSchemaVersionForTest(version: number): void {
-    this.meta.putSync('schemaVersion', version);
   }
 
   get(key: string): AttachmentRecord | undefined {
@@ -179,7 +257,7 @@ export class Store {
    * address handed out per pool) ride along so that round-robin survives a restart.
    */
   async put(record: AttachmentRecord, cursors?: Record<string, string>): Promise<void> {
-    await this.root.transaction(() => {
+    await this.write(() => {
       const previous = this.attachments.get(record.key);
       const keep = new Set(record.ips.map((ip) => ip.address));
       for (const ip of previous?.ips ?? [])
@@ -193,7 +271,7 @@ export class Store {
   /** Removes an attachment and the address entries it owns, in one durable transaction. */
   async remove(key: string): Promise<IpAssignment[]> {
     let released: IpAssignment[] = [];
-    await this.root.transaction(() => {
+    await this.write(() => {
       const previous = this.attachments.get(key);
       if (!previous) return;
       released = previous.ips;
@@ -211,6 +289,23 @@ export class Store {
   }
 
   async close(): Promise<void> {
+    this.health.stop();
     await this.root.close();
   }
+
+  /**
+   * One durable write transaction. A full or failing disk rejects it with a WorkloadNetError naming the
+   * store (see store-write-health.ts) and never ends the process.
+   */
+  private write(body: () => void): Promise<void> {
+    return this.health.run(() => this.root.transaction(body));
+  }
+}
+
+function asIdentity(v: unknown): StoreIdentity | undefined {
+  if (!v || typeof v !== 'object') return undefined;
+  const { storeId, node, createdAt } = v as Record<string, unknown>;
+  if (typeof storeId !== 'string' || typeof node !== 'string' || typeof createdAt !== 'string')
+    return undefined;
+  return { storeId, node, createdAt };
 }

@@ -26,10 +26,18 @@
  * Any other path or method gets 404/405, still with X-CNI-Exit-Code: 1 and CNI error JSON, so a
  * mismatched forwarder prints something a person can act on. A body larger than maxBodyBytes is read
  * and discarded, and answered with CNI error 6, before anything is parsed or changed.
+ *
+ * Connections are bounded: the forwarder sends its whole request at once, so a connection that has
+ * not sent its headers within headerTimeoutMs, or its body within bodyTimeoutMs after them, is closed
+ * (408), as is a kept-alive one idle for idleTimeoutMs; at maxConnections a connection still sending
+ * its request is closed to make room for a new one. Calls being served are never cut short by these.
  */
 import { promises as fs } from 'node:fs';
 import * as http from 'node:http';
+import type * as net from 'node:net';
+import { ConnectionCap } from '../../core/connection-cap';
 import { WorkloadNetError, failedPrecondition } from '../../core/errors';
+import { LogRate } from '../../core/log-rate';
 import { prepareSocketPath } from '../../core/unix-socket';
 import type { WorkloadService } from '../../core/workload-service';
 import { CniError, CniErrorCode, formatCniError } from './cni-error';
@@ -44,7 +52,22 @@ export interface CniServerOptions {
   logger?: CniLogger;
   /** MTU for attachments whose network config sets none. */
   defaultMtu?: number;
+  /** Time a connection has to send its request headers; default 5 s. */
+  headerTimeoutMs?: number;
+  /** Time a request has, after its headers, to send its body; default 10 s. */
+  bodyTimeoutMs?: number;
+  /** A kept-alive connection idle this long is closed; default 5 s. */
+  idleTimeoutMs?: number;
+  /** Connections held at once; default 512. */
+  maxConnections?: number;
 }
+
+export const CNI_CONNECTION_DEFAULTS = {
+  headerTimeoutMs: 5000,
+  bodyTimeoutMs: 10_000,
+  idleTimeoutMs: 5000,
+  maxConnections: 512,
+} as const;
 
 export const CNI_ENDPOINT = '/v1/cni';
 export const CNI_EXIT_CODE_HEADER = 'X-CNI-Exit-Code';
@@ -59,6 +82,10 @@ export class CniServer {
   private readonly maxBody: number;
   private server: http.Server | undefined;
   private socketIno: number | undefined;
+  private cap: ConnectionCap | undefined;
+  /** Connections whose request is complete and being answered: never closed to make room. */
+  private readonly serving = new WeakSet<net.Socket>();
+  private readonly limitLog = new LogRate();
 
   constructor(
     service: WorkloadService,
@@ -78,7 +105,58 @@ export class CniServer {
     const socketPath = this.opts.socketPath;
     await prepareSocketPath(socketPath);
 
-    const server = http.createServer((req, res) => this.onRequest(req, res));
+    const limits = { ...CNI_CONNECTION_DEFAULTS, ...definedOnly(this.opts) };
+    const server = http.createServer(
+      {
+        headersTimeout: limits.headerTimeoutMs,
+        requestTimeout: limits.headerTimeoutMs + limits.bodyTimeoutMs,
+        keepAliveTimeout: limits.idleTimeoutMs,
+        // Node checks the two request timeouts on this interval (30 s by default).
+        connectionsCheckingInterval: Math.min(1000, limits.headerTimeoutMs),
+      },
+      (req, res) => this.onRequest(req, res),
+    );
+    const cap = new ConnectionCap(limits.maxConnections, {
+      evictable: (socket) => !this.serving.has(socket),
+    });
+    this.cap = cap;
+    server.on('connection', (socket: net.Socket) => {
+      const outcome = cap.admit(socket);
+      if (outcome === 'admitted') return;
+      const n = this.limitLog.take('cap');
+      if (n !== undefined) {
+        this.logger.warn(
+          { limit: limits.maxConnections, occurrences: n, outcome },
+          outcome === 'refused'
+            ? 'CNI connection limit reached: every connection is being served; new connection refused'
+            : 'CNI connection limit reached: closed a connection still sending its request to make room',
+        );
+      }
+    });
+    server.on('clientError', (err: NodeJS.ErrnoException, socket: net.Socket) => {
+      const timedOut = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
+      if (timedOut) {
+        const n = this.limitLog.take('timeout');
+        if (n !== undefined) {
+          this.logger.warn(
+            {
+              headerTimeoutMs: limits.headerTimeoutMs,
+              bodyTimeoutMs: limits.bodyTimeoutMs,
+              occurrences: n,
+            },
+            'CNI connection closed: no complete request in time',
+          );
+        }
+      }
+      if (socket.writable && !socket.destroyed) {
+        socket.end(
+          timedOut
+            ? 'HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n\r\n'
+            : 'HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n',
+        );
+      }
+      socket.destroy();
+    });
     await new Promise<void>((resolve, reject) => {
       const onError = (err: NodeJS.ErrnoException): void => {
         reject(
@@ -103,14 +181,28 @@ export class CniServer {
     this.logger.info({ socket: socketPath }, 'CNI endpoint listening');
   }
 
-  /** Stop accepting calls, let in-flight ones finish, and remove the socket. */
-  async close(): Promise<void> {
+  /**
+   * Stops accepting calls and closes idle connections at once; calls being served may finish within
+   * `graceMs`, after which every connection is closed. Removes the socket.
+   */
+  async close(graceMs = 5000): Promise<void> {
     const server = this.server;
     if (!server) return;
     this.server = undefined;
     await new Promise<void>((resolve) => {
-      server.close(() => resolve());
+      const timer = setTimeout(() => {
+        server.closeAllConnections();
+        this.cap?.destroyAll();
+      }, graceMs);
+      timer.unref();
+      server.close(() => {
+        clearTimeout(timer);
+        resolve();
+      });
       server.closeIdleConnections();
+      // Connections that have not finished sending a request are idle as far as we are concerned:
+      // nothing they could still send would be served.
+      this.cap?.closeWhere((socket) => !this.serving.has(socket));
     });
     // Remove the path only while it is still our socket: a successor may already have bound it.
     try {
@@ -156,6 +248,9 @@ export class CniServer {
     });
     req.on('error', (err) => this.logger.warn({ err }, 'CNI request stream failed'));
     req.on('end', () => {
+      const socket = req.socket;
+      this.serving.add(socket);
+      res.once('close', () => this.serving.delete(socket));
       if (oversize) {
         const err = new CniError(
           CniErrorCode.DECODING_FAILURE,
@@ -201,6 +296,15 @@ export class CniServer {
       return decodeError('"stdin" must be a string');
     return this.handler.handle(env, rawStdin ?? '');
   }
+}
+
+function definedOnly(opts: CniServerOptions): Partial<typeof CNI_CONNECTION_DEFAULTS> {
+  const out: Record<string, number> = {};
+  for (const key of Object.keys(CNI_CONNECTION_DEFAULTS) as Array<keyof typeof CNI_CONNECTION_DEFAULTS>) {
+    const v = opts[key];
+    if (v !== undefined) out[key] = v;
+  }
+  return out;
 }
 
 function decodeError(msg: string): CniReply {

@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { status } from '@grpc/grpc-js';
+import { LogRate } from '../../core/log-rate';
 import type { Logger } from '../../core/logger';
 import type {
   Ack,
@@ -10,6 +11,7 @@ import type {
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { AgentCall, AgentPeer } from './agent-server';
 import type { Admission } from './hello-admission';
+import { PortStatusGate } from './port-status-gate';
 import { TokenBucket } from './rate-limiter';
 
 // One agent's stream, from its first message to its end. The session enforces the protocol's framing
@@ -63,6 +65,9 @@ export class AgentSession {
   private readonly heartbeats: TokenBucket;
   private droppedHeartbeats = 0;
   private floodWindowStart = Date.now();
+  /** Repeats and floods of PortStatus stop here (see port-status-gate.ts). */
+  private readonly portStatuses = new PortStatusGate();
+  private readonly dropLog = new LogRate();
   private readonly log: Logger;
 
   constructor(
@@ -181,7 +186,7 @@ export class AgentSession {
         if (msg.ack) this.host.ack(this, msg.ack);
         return;
       case 'port_status':
-        if (msg.portStatus) this.host.portStatus(this, msg.portStatus);
+        if (msg.portStatus) this.onPortStatus(msg.portStatus);
         return;
       case 'heartbeat':
         this.onHeartbeat();
@@ -241,8 +246,24 @@ export class AgentSession {
     }
   }
 
+  private onPortStatus(ps: PortStatus): void {
+    const passed = this.portStatuses.offer(ps);
+    if (passed) this.host.portStatus(this, passed);
+    else if (this.dropLog.take('port-status') !== undefined) this.reportDroppedStatuses();
+  }
+
+  private reportDroppedStatuses(): void {
+    const { duplicates, limited } = this.portStatuses.takeCounts();
+    if (duplicates + limited === 0) return;
+    this.log.warn(
+      { agentId: this.agentId, duplicates, overRate: limited },
+      'agent port statuses dropped: repeats of the last state, or over the per-port rate (the latest is kept)',
+    );
+  }
+
   private tick(): void {
     if (this.stateValue !== 'active') return;
+    for (const ps of this.portStatuses.due()) this.host.portStatus(this, ps);
     const now = Date.now();
     const late = now - this.lastTick - this.timing.heartbeatIntervalMs;
     this.lastTick = now;

@@ -4,10 +4,11 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { Worker, isMainThread, parentPort, receiveMessageOnPort, workerData } from 'node:worker_threads';
 import type { AttachSpec } from '../../core/backend';
+import { NetnsHandle } from '../../core/netns';
+import { NetlinkSocket } from '../../backends/linux/rtnetlink/socket';
 import { planAttachment, randomMac } from '../../backends/linux/attach-plan';
 import { hostSideRequests } from '../../backends/linux/host-side';
 import { resolveLinuxBackendOptions } from '../../backends/linux/linux-backend-options';
-import { NetnsHandle, openNetlinkSocket } from '../../backends/linux/netns';
 import {
   NLM_F_ACK,
   NLM_F_REQUEST,
@@ -45,12 +46,12 @@ import { percentile } from './stats';
 interface AttachJob {
   kind: 'attach';
   id: number;
-  spec: AttachSpec;
+  spec: Spec;
 }
 interface DetachJob {
   kind: 'detach';
   id: number;
-  spec: AttachSpec;
+  spec: Spec;
 }
 type Job = AttachJob | DetachJob;
 interface Done {
@@ -62,13 +63,15 @@ interface Done {
 
 // ---- worker side ----
 
+/** A spec as the prototype's jobs carry it: the worker opens the namespace itself. */
+type Spec = Omit<AttachSpec, 'netns'>;
+
 function workerMain(hostNetnsPath: string): void {
   const port = parentPort;
   if (!port) throw new Error('no parent port');
   const opts = resolveLinuxBackendOptions({ hostNetnsPath });
-  const hostNsFd = fs.openSync(hostNetnsPath, 'r');
-  const hostNs = NetnsHandle.borrow(hostNetnsPath, hostNsFd, fs.fstatSync(hostNsFd).ino);
-  const host = openNetlinkSocket(hostNs).fd;
+  const hostNs = NetnsHandle.openSync(hostNetnsPath);
+  const host = NetlinkSocket.openIn(hostNs).fd;
   const rbuf = Buffer.allocUnsafe(64 * 1024);
   let seq = 1;
 
@@ -101,11 +104,11 @@ function workerMain(hostNetnsPath: string): void {
     }
   };
 
-  const attach = (spec: AttachSpec): void => {
+  const attach = (spec: Spec): void => {
     const plan = planAttachment(spec, opts);
-    const nsFd = fs.openSync(spec.netnsPath, fs.constants.O_RDONLY | fs.constants.O_NONBLOCK);
-    const ns = NetnsHandle.borrow(spec.netnsPath, nsFd, spec.netnsInode);
-    const sock = openNetlinkSocket(ns);
+    const ns = NetnsHandle.openSync(spec.netnsPath, { workload: true });
+    const nsFd = ns.fd;
+    const sock = NetlinkSocket.openIn(ns);
     try {
       const echoed = exchange(host, [
         newVethRequest(
@@ -128,11 +131,11 @@ function workerMain(hostNetnsPath: string): void {
       exchange(host, [setLinkRequest({ index: link.index }, { alias: plan.alias })]);
     } finally {
       void sock.close();
-      fs.closeSync(nsFd);
+      ns.close();
     }
   };
 
-  const detachAll = (specs: AttachSpec[]): void => {
+  const detachAll = (specs: Spec[]): void => {
     if (specs.length === 0) return;
     exchange(
       host,
@@ -207,7 +210,7 @@ class WorkerClient {
     });
   }
 
-  run(kind: Job['kind'], spec: AttachSpec): Promise<void> {
+  run(kind: Job['kind'], spec: Spec): Promise<void> {
     const id = this.next++;
     return new Promise<void>((resolve, reject) => {
       this.waiting.set(id, { resolve, reject });
@@ -272,7 +275,7 @@ async function runPrototype(count: number, parallel: number, workers: number): P
       await ipBatch(batch.map((n) => `netns add ${n}`));
       created.push(...batch);
     }
-    const specs: AttachSpec[] = names.map((n, i) => ({
+    const specs: Spec[] = names.map((n, i) => ({
       key: `proto-${i}/eth0`,
       workloadId: `proto-${i}`,
       ifName: 'eth0',
@@ -283,8 +286,6 @@ async function runPrototype(count: number, parallel: number, workers: number): P
         {
           family: 4,
           address: `10.251.${Math.floor(i / 250)}.${(i % 250) + 2}`,
-          poolPrefixLength: 16,
-          pool: '10.251.0.0/16',
           gateway: '169.254.1.1',
         },
       ],

@@ -41,6 +41,7 @@ describe('workloadnet CLI: help', () => {
     ['detach'],
     ['gc'],
     ['install-cni'],
+    ['store', 'check'],
     ['version'],
   ]) {
     const name = cmd.length ? cmd.join('-') : 'main';

@@ -5,6 +5,7 @@ import * as path from 'node:path';
 import { open } from 'lmdb';
 import { SCHEMA_VERSION, Store, type AttachmentRecord } from '../../core/store';
 import type { WorkloadNetError } from '../../core/errors';
+import { setStoreSchemaVersion } from '../support/store-schema';
 
 function record(key: string, addresses: string[]): AttachmentRecord {
   const [workloadId = '', ifName = ''] = key.split('/');
@@ -62,8 +63,8 @@ describe('Store', () => {
   it('migrates a store written without a schema version to the current one, keeping its rows', async () => {
     const s = Store.open(dir);
     await s.put(record('old/eth0', ['10.0.0.9']));
-    s.setSchemaVersionForTest(0);
     await s.close();
+    await setStoreSchemaVersion(dir, 0);
     const migrated = Store.open(dir);
     expect(migrated.schemaVersion).to.equal(SCHEMA_VERSION);
     expect(migrated.get('old/eth0')?.ips[0]?.address).to.equal('10.0.0.9');
@@ -136,9 +137,8 @@ describe('Store', () => {
   });
 
   it('refuses a store written by a newer version with a message saying what to do', async () => {
-    const s = Store.open(dir);
-    s.setSchemaVersionForTest(SCHEMA_VERSION + 1);
-    await s.close();
+    await Store.open(dir).close();
+    await setStoreSchemaVersion(dir, SCHEMA_VERSION + 1);
     try {
       Store.open(dir);
       expect.fail('opening a newer store must fail');

@@ -1,0 +1,137 @@
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { status as grpcStatus, type ServiceError } from '@grpc/grpc-js';
+import { DEFAULT_CONFIG } from '../../core/config';
+import { DaemonProcess } from '../support/daemon-process';
+import { addNodeUplink, ipJson, isRoot, NetnsSet } from '../support/netns';
+
+// The state directory on a 1 MiB tmpfs that fills up. Before: the first Attach that needed the store
+// to grow ended the daemon (an unhandled "Commit failed"), the caller saw "Connection dropped" and
+// Status still said ready. Now the Attach fails with RESOURCE_EXHAUSTED naming the store, it is rolled
+// back (no link, no row, its address free), Status says not ready and why, and once there is room
+// again the daemon notices by itself and attaches work.
+
+const describeRoot = isRoot ? describe : describe.skip;
+const GROUP = String(DEFAULT_CONFIG.linux.linkGroup);
+
+describeRoot('a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', function () {
+  this.timeout(120_000);
+  const namespaces = new NetnsSet('wn-harden-');
+  let dir: string;
+  let mnt: string;
+  let node: string;
+  let daemon: DaemonProcess | undefined;
+
+  before(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-harden-full-'));
+    mnt = path.join(dir, 'tmpfs');
+    fs.mkdirSync(mnt);
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', mnt]);
+    node = namespaces.add().name;
+    addNodeUplink(node);
+  });
+  after(async () => {
+    await daemon?.stop().catch(() => undefined);
+    namespaces.cleanup();
+    execFileSync('umount', [mnt]);
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  const attach = (id: string, netnsPath: string) =>
+    daemon!.client.call(daemon!.client.raw.attach, {
+      workloadId: id,
+      netns: { netnsPath, ifName: 'eth0', mtu: 0 },
+      containerId: '',
+      pod: undefined,
+      dns: undefined,
+    });
+  const hostLinks = (): string[] =>
+    ipJson<Array<{ ifname?: string; ifalias?: string }>>(node, ['link', 'show', 'group', GROUP])
+      .filter((l) => l.ifname)
+      .map((l) => l.ifalias ?? '');
+
+  async function waitForReady(ready: boolean): Promise<string[]> {
+    for (let i = 0; i < 100; i++) {
+      const st = await daemon!.client.call(daemon!.client.raw.status, {});
+      if (st.ready === ready) return st.reasons;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+    throw new Error(`Status never became ${ready ? 'ready' : 'not ready'}`);
+  }
+
+  it('fails the Attach with RESOURCE_EXHAUSTED, lives, says not ready, and recovers by itself', async () => {
+    const stateDir = path.join(mnt, 'state');
+    daemon = await DaemonProcess.start({
+      dir,
+      netns: node,
+      args: ['--pod-cidr', '10.252.0.0/24', '--state-dir', stateDir],
+    });
+    const first = namespaces.add();
+    await attach('full-ok', first.path);
+
+    // Fill the filesystem to the last byte.
+    const filler = path.join(mnt, 'filler');
+    const fd = fs.openSync(filler, 'w');
+    const chunk = Buffer.alloc(4096, 1);
+    try {
+      for (;;) fs.writeSync(fd, chunk);
+    } catch (err) {
+      expect((err as NodeJS.ErrnoException).code).to.equal('ENOSPC');
+    } finally {
+      fs.closeSync(fd);
+    }
+
+    // lmdb reuses freed pages, so a write may still fit; sooner or later one needs the file to grow.
+    const workloads: Array<{ id: string; ns: { name: string; path: string } }> = [];
+    let failure: ServiceError | undefined;
+    let attached = 1;
+    for (let i = 0; i < 30 && !failure; i++) {
+      const w = { id: `full-${i}`, ns: namespaces.add() };
+      workloads.push(w);
+      try {
+        await attach(w.id, w.ns.path);
+        attached++;
+      } catch (err) {
+        failure = err as ServiceError;
+      }
+    }
+    expect(failure, 'an attach on the full disk failed').to.not.equal(undefined);
+    const failed = workloads[workloads.length - 1]!;
+    expect(failure!.code, failure!.details).to.equal(grpcStatus.RESOURCE_EXHAUSTED);
+    expect(failure!.details).to.include(path.join(stateDir, 'workloadnet.mdb')).and.match(/full/);
+
+    // The daemon lives and says why it is not ready.
+    const reasons = await waitForReady(false);
+    expect(reasons.join())
+      .to.include(stateDir)
+      .and.match(/writes failing since/);
+
+    // The failed attach was rolled back: no host link, no interface in the workload, no row, and the
+    // address is not held (the pool counts only the attached ones).
+    const links = hostLinks();
+    expect(
+      links.some((a) => a.endsWith(`${failed.id}/eth0`)),
+      'host link of the failed attach',
+    ).to.equal(false);
+    expect(links).to.have.length(attached);
+    const inWorkload = ipJson<Array<{ ifname?: string }>>(failed.ns.name, ['link', 'show']).map(
+      (l) => l.ifname,
+    );
+    expect(inWorkload).to.not.include('eth0');
+    const list = (await daemon.client.call(daemon.client.raw.list, {})).attachments;
+    expect(list.map((a) => a.workloadId)).to.not.include(failed.id);
+    const st = await daemon.client.call(daemon.client.raw.status, {});
+    expect(st.pools[0]?.used).to.equal(attached);
+
+    // Room again: the daemon's probe notices without any call, and the same workload attaches.
+    fs.unlinkSync(filler);
+    await waitForReady(true);
+    const again = await attach(failed.id, failed.ns.path);
+    expect(again.ip).to.have.length(1);
+    expect(hostLinks()).to.have.length(attached + 1);
+    expect(daemon.child.exitCode, 'the daemon is still running').to.equal(null);
+  });
+});
