@@ -83,6 +83,32 @@ export interface ReconcileOutcome {
   healthy: string[];
   /** Problems that did not prevent reconcile but an operator should see. */
   warnings: string[];
+  /**
+   * Dataplane objects of ours that no attachment accounts for, kept because the store cannot vouch for
+   * their absence (ReconcileOptions.storeIsNew): what the dataplane itself says of each, so the core
+   * can adopt it. Empty when the store vouches (orphans are then removed).
+   */
+  unclaimed?: UnclaimedAttachment[];
+}
+
+/** A workload's dataplane found without a row, as far as the dataplane can describe it. */
+export interface UnclaimedAttachment {
+  /** The attachment key its label names ("<workload id>/<interface>"). */
+  key: string;
+  /** The workload's addresses, as the dataplane routes them. */
+  addresses: string[];
+  mtu: number;
+  /** What detach needs to remove it (host interface name, and the like). */
+  dataplane: DataplaneResult;
+}
+
+export interface ReconcileOptions {
+  /**
+   * The store was created by this start: it has no memory of earlier workloads, so a dataplane object
+   * without a row is not evidence of an orphan (the state may have been lost). Such objects are kept
+   * and reported in ReconcileOutcome.unclaimed instead of being removed.
+   */
+  storeIsNew: boolean;
 }
 
 export interface BackendHealth {
@@ -121,8 +147,11 @@ export interface Backend {
   detach(att: AttachmentView): Promise<void>;
   /** Compare the dataplane with the stored attachment; an empty list means no drift. */
   check(att: AttachmentView): Promise<Drift[]>;
-  /** Called once at start-up with every stored attachment; removes orphans, reports missing ones. */
-  reconcile(atts: AttachmentView[]): Promise<ReconcileOutcome>;
+  /**
+   * Called once at start-up with every stored attachment; removes orphans (or, when the store is new,
+   * reports them as unclaimed), reports missing ones.
+   */
+  reconcile(atts: AttachmentView[], opts?: ReconcileOptions): Promise<ReconcileOutcome>;
   health(): Promise<BackendHealth>;
   stop(): Promise<void>;
 }

@@ -9,6 +9,7 @@ import {
   type DataplaneResult,
   type Drift,
   type IpAssignment,
+  type UnclaimedAttachment,
 } from './backend';
 import { CONFIG, type DaemonConfig } from './config';
 import { alreadyExists, asWorkloadNetError, notFound, unavailable } from './errors';
@@ -269,14 +270,16 @@ export class Orchestrator implements WorkloadService {
     const summary: ReconcileSummary = {
       at: new Date().toISOString(),
       orphansRemoved: 0,
+      adopted: 0,
       repaired: 0,
       released: 0,
       healthy: 0,
       warnings: [],
     };
     const rows = this.store.all();
-    const outcome = await this.backend.reconcile(rows.map(toView));
+    const outcome = await this.backend.reconcile(rows.map(toView), { storeIsNew: this.store.isNew });
     summary.orphansRemoved = outcome.orphansRemoved.length;
+    await this.adopt(outcome.unclaimed ?? [], summary);
     summary.healthy = outcome.healthy.length;
     summary.warnings.push(...outcome.warnings);
     const byKey = new Map(rows.map((r) => [r.key, r]));
@@ -303,6 +306,7 @@ export class Orchestrator implements WorkloadService {
     );
     for (const [outcomeName, n] of Object.entries({
       orphan_removed: summary.orphansRemoved,
+      adopted: summary.adopted,
       repaired: summary.repaired,
       released: summary.released,
       healthy: summary.healthy,
@@ -312,6 +316,46 @@ export class Orchestrator implements WorkloadService {
     this.lastReconcile = summary;
     this.log.info({ ...summary, ms: Date.now() - started }, 'reconcile finished');
     return summary;
+  }
+
+  /**
+   * The store is new, yet the dataplane holds workloads: the state was lost (a wiped disk, another
+   * --state-dir), not the workloads. Deleting them as orphans would cut live workloads off and hand
+   * their addresses out again, so each is recorded as it is instead: its addresses held, its host end
+   * known for Detach (by workload id, as CNI DEL sends it). Its namespace path is unknown; when the
+   * workload goes, its dataplane goes with it and the next start-up reconcile releases the row.
+   */
+  private async adopt(unclaimed: UnclaimedAttachment[], summary: ReconcileSummary): Promise<void> {
+    if (unclaimed.length === 0) return;
+    for (const u of unclaimed) {
+      const slash = u.key.lastIndexOf('/');
+      const record: AttachmentRecord = {
+        key: u.key,
+        workloadId: u.key.slice(0, slash),
+        ifName: u.key.slice(slash + 1),
+        netnsPath: '',
+        netnsInode: 0,
+        ips: u.addresses.map((address) => {
+          const family = address.includes(':') ? 6 : 4;
+          return { family, address, gateway: family === 4 ? GATEWAY_V4 : GATEWAY_V6 };
+        }),
+        mtu: u.mtu,
+        backend: this.backend.name,
+        origin: 'adopted',
+        state: 'ready',
+        createdAt: new Date().toISOString(),
+        dataplane: u.dataplane,
+      };
+      for (const ip of record.ips) this.restoreAllocation(record, ip);
+      await this.store.put(record, this.allocator.cursors());
+      summary.adopted++;
+    }
+    const message =
+      `the store at ${this.store.dir} is new, but the dataplane holds ${unclaimed.length} workload(s) ` +
+      'it does not know: adopted them (their addresses are held; Detach removes them) instead of deleting ' +
+      'them as orphans. If the state was lost, see "A lost state store" in docs/troubleshooting.md';
+    summary.warnings.push(message);
+    this.log.error({ adopted: unclaimed.map((u) => u.key) }, message);
   }
 
   /** Programs a recorded attachment's dataplane again, in the namespace it was recorded in. */

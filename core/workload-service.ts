@@ -79,6 +79,8 @@ export interface ServiceStatus {
 export interface ReconcileSummary {
   at: string;
   orphansRemoved: number;
+  /** Dataplane objects found without a row beside a new store, recorded as they are. */
+  adopted: number;
   repaired: number;
   released: number;
   healthy: number;

@@ -49,6 +49,8 @@ type Call = grpc.ClientDuplexStream<AgentMessage, ControllerMessage>;
 interface Snapshot {
   epoch: number;
   seen: Set<string>;
+  /** The daemon's store is new: ports the snapshot does not list are kept, not deleted. */
+  keepUnlisted: boolean;
 }
 
 export class AgentClient {
@@ -181,7 +183,11 @@ export class AgentClient {
           this.setSession({ state: 'rejected', reason: msg.helloReject.reason });
         } else if (msg.snapshotBegin) {
           if (this.opts.ignoreSnapshot) return;
-          this.snapshot = { epoch: msg.snapshotBegin.epoch, seen: new Set() };
+          this.snapshot = {
+            epoch: msg.snapshotBegin.epoch,
+            seen: new Set(),
+            keepUnlisted: msg.snapshotBegin.keepUnlisted,
+          };
           this.syncedValue = false;
           this.opts.changed();
         } else if (msg.upsert?.port) {
@@ -343,7 +349,13 @@ export class AgentClient {
       );
       return;
     }
-    for (const name of table.names()) {
+    if (snap.keepUnlisted) {
+      const kept = table.names().filter((n) => !snap.seen.has(n));
+      if (kept.length > 0) {
+        log.warn({ epoch, kept }, "the daemon's store is new: keeping ports the snapshot does not list");
+      }
+    }
+    for (const name of snap.keepUnlisted ? [] : table.names()) {
       if (snap.seen.has(name)) continue;
       const entry = table.get(name);
       if (!entry) continue;

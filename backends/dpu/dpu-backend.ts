@@ -5,6 +5,7 @@ import type {
   BackendHealth,
   DataplaneResult,
   Drift,
+  ReconcileOptions,
   ReconcileOutcome,
 } from '../../core/backend';
 import {
@@ -24,7 +25,7 @@ import { AgentLink, type LostAgent } from './agent-link';
 import type { AgentSession } from './agent-session';
 import { DesiredState } from './desired-state';
 import { decodeDetails, encodeDetails } from './details';
-import { createHostSide, type HostSide, type WorkloadPlacement } from './host-side';
+import { EndpointRefused, createHostSide, type HostSide, type WorkloadPlacement } from './host-side';
 import { LogThrottle } from './log-throttle';
 import { ownString } from './own-string';
 import { workloadInterface, workloadRoutes } from '../linux/workload-side';
@@ -51,12 +52,16 @@ export interface DpuBackendOptions {
   heartbeatTimeoutMs?: number;
   /** Namespace in which agents' endpoint netdevs appear; default the daemon's own. */
   hostNetnsPath?: string;
+  /** Link groups of the Linux backend's own links, which are never an agent's endpoint. */
+  linuxLinkGroups?: number[];
   logger?: Logger;
 }
 
 export { PROTOCOL_VERSION } from './hello-admission';
 /** Agent feature: acks carry a host netdev that the daemon moves into the workload namespace. */
 export const FEATURE_HOST_ENDPOINT = 'host-endpoint';
+/** How long after start-up an Attach waits for the first agent to (re)connect, instead of failing. */
+const STARTUP_AGENT_WAIT_MS = 15_000;
 /** Agent messages are small; anything near this is a broken or hostile agent. */
 export const MAX_AGENT_MESSAGE_BYTES = 64 * 1024;
 
@@ -80,6 +85,16 @@ export class DpuBackend implements Backend {
   private epoch = 0;
   /** Set once reconcile has restored the stored ports: before that a snapshot would wipe the agent. */
   private primed = false;
+  /**
+   * The store was new at start-up, so it cannot vouch that an empty (or short) desired state is all
+   * there is: snapshots then ask the agent to keep the ports they do not list.
+   */
+  private keepUnlisted = false;
+  private startedAt = Date.now();
+  /** An agent has held the slot since this daemon started. */
+  private agentSeen = false;
+  /** The store had ports at start-up: an agent held them, and is expected to reconnect. */
+  private agentExpected = false;
   private agentRemovedPorts = 0;
 
   constructor(private readonly opts: DpuBackendOptions) {
@@ -95,7 +110,7 @@ export class DpuBackend implements Backend {
         `dpu heartbeatTimeoutMs (${this.heartbeatTimeoutMs}) must be longer than heartbeatIntervalMs (${this.heartbeatIntervalMs})`,
       );
     }
-    this.hostSide = createHostSide(opts.hostNetnsPath, this.log);
+    this.hostSide = createHostSide(opts.hostNetnsPath, opts.linuxLinkGroups ?? [], this.log);
     this.link = new AgentLink(
       {
         agentSocket: opts.agentSocket,
@@ -123,6 +138,7 @@ export class DpuBackend implements Backend {
   }
 
   start(): Promise<void> {
+    this.startedAt = Date.now();
     return this.link.start();
   }
 
@@ -134,6 +150,7 @@ export class DpuBackend implements Backend {
   // ---- what the agent link reports -----------------------------------------------------------
 
   private established(s: AgentSession, prev: LostAgent | undefined): void {
+    this.agentSeen = true;
     if (prev && prev.agentId === s.agentId && prev.bootId !== s.bootId) {
       this.log.info(
         { agentId: s.agentId, oldBootId: prev.bootId, bootId: s.bootId, ports: this.desired.size },
@@ -172,7 +189,7 @@ export class DpuBackend implements Backend {
     const sync = new SnapshotSync(s.id, this.epoch, ports);
     this.sync?.abandon();
     this.sync = sync;
-    s.send({ snapshotBegin: { epoch: sync.epoch } });
+    s.send({ snapshotBegin: { epoch: sync.epoch, keepUnlisted: this.keepUnlisted } });
     for (const port of ports) s.send({ upsert: { port } });
     s.send({ syncComplete: { epoch: sync.epoch, portCount: ports.length } });
     this.log.info({ agentId: s.agentId, epoch: sync.epoch, ports: ports.length }, 'snapshot sent');
@@ -212,9 +229,14 @@ export class DpuBackend implements Backend {
           await this.hostSide.plumb({ ...cur.placement, endpoint, mac: cur.port.mac });
           this.log.info({ port: name, endpoint }, 're-plumbed a re-created endpoint into its workload');
         } catch (err) {
-          this.log.warn(
+          // A refused endpoint (the agent named a host netdev that is no VF of its) is an error worth
+          // an operator's eye; the port stays desired, and nothing on the host was touched.
+          const refused = err instanceof EndpointRefused;
+          this.log[refused ? 'error' : 'warn'](
             { port: name, endpoint, err: (err as Error).message },
-            'could not re-plumb a re-created endpoint',
+            refused
+              ? 'refused to re-plumb the endpoint the agent reported'
+              : 'could not re-plumb a re-created endpoint',
           );
         }
       });
@@ -309,12 +331,21 @@ export class DpuBackend implements Backend {
 
   // ---- the Backend interface -----------------------------------------------------------------
 
-  /** The session changes may be sent on, or UNAVAILABLE at once: callers must not wait for an agent. */
-  private requireAgent(): AgentSession {
+  /**
+   * The session changes may be sent on. Once an agent has been seen, a missing one is UNAVAILABLE at
+   * once: callers must not wait for an agent that went away. Right after the daemon restarted with
+   * ports to serve, though, their agent is still reconnecting (its backoff), and a runtime's call that
+   * arrives then waits for it a little, so that a daemon restart is invisible to runtimes.
+   */
+  private async requireAgent(): Promise<AgentSession> {
     if (!this.primed) {
       throw unavailable(
         'the DPU backend has not restored its ports yet (start-up reconcile not done); retry shortly',
       );
+    }
+    const waitLeft = STARTUP_AGENT_WAIT_MS - (Date.now() - this.startedAt);
+    if (!this.link.session && this.agentExpected && !this.agentSeen && waitLeft > 0) {
+      await this.link.waitForAgent(Math.min(waitLeft, this.ackTimeoutMs));
     }
     return this.link.requireHealthy();
   }
@@ -342,10 +373,10 @@ export class DpuBackend implements Backend {
   }
 
   /** Drops a port from desired state and tells the agent without waiting (the failure paths' rollback). */
-  private forget(key: string, s: AgentSession): void {
+  private forget(key: string, s: AgentSession, reason: string): void {
     const gen = this.desired.delete(key) ?? this.desired.tombstoneGeneration();
     this.supersede(key);
-    if (s === this.link.session && s.send({ delete: { name: key, generation: gen } }))
+    if (s === this.link.session && s.send({ delete: { name: key, generation: gen, reason } }))
       this.tombstones.set(key, gen);
   }
 
@@ -368,7 +399,7 @@ export class DpuBackend implements Backend {
   }
 
   private async attachLocked(spec: AttachSpec, planned: DataplaneResult): Promise<DataplaneResult> {
-    const s = this.requireAgent();
+    const s = await this.requireAgent();
     this.checkCapabilities(s, spec);
     const previous = this.desired.get(spec.key);
     const port = this.desired.upsert(portFields(spec, previous?.port.mac ?? macForKey(spec.key)));
@@ -384,17 +415,17 @@ export class DpuBackend implements Backend {
       }
       ack = await acked;
     } catch (err) {
-      this.forget(spec.key, s);
+      this.forget(spec.key, s, `attach failed: ${asWorkloadNetError(err).message}`);
       throw err;
     }
     if (ack.code !== AckCode.ACK_CODE_OK) {
-      this.forget(spec.key, s);
+      this.forget(spec.key, s, 'attach failed: the agent could not program the port');
       throw nackError(ack, who);
     }
 
     const endpoint = ack.endpoint?.netdev ?? '';
     if (!endpoint && s.hello?.capabilities?.features.includes(FEATURE_HOST_ENDPOINT)) {
-      this.forget(spec.key, s);
+      this.forget(spec.key, s, 'attach failed: the ack named no host endpoint');
       throw internal(
         `${who} was acknowledged without a host endpoint although the agent advertises "${FEATURE_HOST_ENDPOINT}"`,
       );
@@ -405,8 +436,10 @@ export class DpuBackend implements Backend {
       try {
         ({ mac } = await this.hostSide.plumb({ ...placement, endpoint, mac: port.mac, netns: spec.netns }));
       } catch (err) {
-        this.forget(spec.key, s);
-        throw asWorkloadNetError(err);
+        const failure = asWorkloadNetError(err);
+        if (failure instanceof EndpointRefused) this.log.error({ port: spec.key, endpoint }, failure.message);
+        this.forget(spec.key, s, `attach failed: ${failure.message}`);
+        throw failure;
       }
       this.desired.setPlacement(spec.key, placement);
     }
@@ -459,7 +492,7 @@ export class DpuBackend implements Backend {
       const who = `deletion of port ${att.key} (generation ${gen}) on DPU agent ${s.agentId}`;
       try {
         const acked = this.acks.wait(att.key, gen, s.id, this.ackTimeoutMs, who);
-        s.send({ delete: { name: att.key, generation: gen } });
+        s.send({ delete: { name: att.key, generation: gen, reason: '' } });
         const ack = await acked;
         if (ack.code !== AckCode.ACK_CODE_OK) throw nackError(ack, who);
       } catch (err) {
@@ -496,8 +529,19 @@ export class DpuBackend implements Backend {
     return drift;
   }
 
-  async reconcile(atts: AttachmentView[]): Promise<ReconcileOutcome> {
+  async reconcile(
+    atts: AttachmentView[],
+    opts: ReconcileOptions = { storeIsNew: false },
+  ): Promise<ReconcileOutcome> {
     const outcome: ReconcileOutcome = { orphansRemoved: [], missing: [], healthy: [], warnings: [] };
+    this.keepUnlisted = opts.storeIsNew;
+    this.agentExpected = atts.length > 0;
+    if (opts.storeIsNew) {
+      outcome.warnings.push(
+        'the store is new: DPU agents are asked to keep ports this daemon does not list (they may belong ' +
+          'to running workloads whose state was lost); see "A lost state store" in docs/troubleshooting.md',
+      );
+    }
     const withEndpoint: AttachmentView[] = [];
     for (const att of atts) {
       const d = decodeDetails(att.dataplane);
@@ -574,6 +618,7 @@ export class DpuBackend implements Backend {
       agentRemovedPorts: this.agentRemovedPorts,
     };
     if (this.opts.agentListen) details.agentListen = this.opts.agentListen;
+    if (this.keepUnlisted) details.agentsKeepUnlistedPorts = true;
     if (!this.primed) reasons.push('the start-up reconcile has not run yet');
     const s = this.link.session;
     if (s) {

@@ -11,6 +11,7 @@ import {
   type Link,
 } from '../linux/rtnetlink';
 import { checkWorkloadNamespace, workloadInterface, workloadSideRequests } from '../linux/workload-side';
+import { refuseEndpoint } from './endpoint-guard';
 
 // The host's half of a DPU port. The agent exposes each port to the host as a netdev (an SR-IOV VF on
 // real hardware, a veth end in the simulator); the daemon moves it into the workload's namespace,
@@ -63,8 +64,12 @@ export interface HostSide {
   close(): Promise<void>;
 }
 
-export function createHostSide(hostNetnsPath: string | undefined, log: Logger): HostSide {
-  return new NetlinkHostSide(hostNetnsPath, log);
+export function createHostSide(
+  hostNetnsPath: string | undefined,
+  ourGroups: readonly number[],
+  log: Logger,
+): HostSide {
+  return new NetlinkHostSide(hostNetnsPath, ourGroups, log);
 }
 
 /** The workload namespace, opened and checked against the inode recorded when the call was validated. */
@@ -85,6 +90,14 @@ async function openWorkloadNetns(path: string, inode: number): Promise<NetnsHand
   return ns;
 }
 
+/** The agent named a netdev that is not one to hand to a workload (see endpoint-guard.ts). */
+export class EndpointRefused extends WorkloadNetError {
+  constructor(message: string) {
+    super('FAILED_PRECONDITION', message);
+    this.name = 'EndpointRefused';
+  }
+}
+
 function netlinkFailure(what: string, err: unknown): WorkloadNetError {
   if (err instanceof WorkloadNetError) return err;
   if (err instanceof NetlinkError) return internal(`${what}: ${err.message}`);
@@ -96,6 +109,7 @@ class NetlinkHostSide implements HostSide {
 
   constructor(
     private readonly hostNetnsPath: string | undefined,
+    private readonly ourGroups: readonly number[],
     private readonly log: Logger,
   ) {}
 
@@ -158,11 +172,21 @@ class NetlinkHostSide implements HostSide {
         `the DPU agent reported endpoint ${req.endpoint}, but no such netdev exists in the host namespace ${this.hostNetnsPath ?? "(the daemon's own)"}`,
       );
     }
+    const refused = await refuseEndpoint({ sock: hostSock, ourGroups: this.ourGroups }, inHost, req.mac);
+    if (refused) {
+      throw new EndpointRefused(
+        `the DPU agent reported ${req.endpoint} as the host end of its port, but ${refused}; refusing to move it into ${req.netnsPath}`,
+      );
+    }
     try {
       // Down first: a VF that is up in the host may be in use there, and renaming needs it down.
       await hostSock.request(setLinkRequest({ index: inHost.index }, { up: false }));
       await hostSock.request(setLinkRequest({ index: inHost.index }, { netnsFd: wns.fd }));
     } catch (err) {
+      // Still in the host: leave it as it was found.
+      if (inHost.up) {
+        await hostSock.request(setLinkRequest({ index: inHost.index }, { up: true })).catch(() => undefined);
+      }
       throw netlinkFailure(`moving endpoint ${req.endpoint} into ${req.netnsPath}`, err);
     }
     // The ifindex survives the move unless it is taken in the target; look it up by name to be sure.

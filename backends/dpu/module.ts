@@ -18,6 +18,7 @@ export function dpuBackendModule(config: DaemonConfig, logger: Logger): Containe
           ackTimeoutMs: config.dpu.ackTimeoutMs,
           heartbeatIntervalMs: config.dpu.heartbeatIntervalMs,
           hostNetnsPath: config.linux.hostNetns || undefined,
+          linuxLinkGroups: [config.linux.linkGroup, config.linux.detachGroup],
           logger: logger.child({ backend: 'dpu' }),
         }),
     );

@@ -17,7 +17,9 @@ import type {
   BackendHealth,
   DataplaneResult,
   Drift,
+  ReconcileOptions,
   ReconcileOutcome,
+  UnclaimedAttachment,
 } from '../../core/backend';
 import { WorkloadNetError, failedPrecondition, invalidArgument, type ErrorCode } from '../../core/errors';
 import { NetnsError, NetnsHandle, type Netns } from '../../core/netns';
@@ -31,7 +33,9 @@ import {
   type ResolvedLinuxBackendOptions,
 } from './linux-backend-options';
 import { NetlinkError } from './rtnetlink/errors';
+import { AF_INET, AF_INET6 } from './rtnetlink/inet';
 import { delLinkRequest, getLink, listLinks, setLinkRequest, type Link } from './rtnetlink/link';
+import { listRoutes } from './rtnetlink/route';
 import { NetlinkSocket } from './rtnetlink/socket';
 import { ensureSysctl, readSysctl } from './sysctl';
 import { createVethPair, type VethPair } from './veth-pair';
@@ -182,7 +186,10 @@ export class LinuxBackend implements Backend {
    * is an attach cut short (the core repairs it, which replaces the link). No per-attachment
    * requests, so it stays fast with thousands of attachments.
    */
-  async reconcile(atts: AttachmentView[]): Promise<ReconcileOutcome> {
+  async reconcile(
+    atts: AttachmentView[],
+    opts: ReconcileOptions = { storeIsNew: false },
+  ): Promise<ReconcileOutcome> {
     const host = await this.hostContext();
     const outcome: ReconcileOutcome = { orphansRemoved: [], missing: [], healthy: [], warnings: [] };
     const links = await listLinks(host.sock);
@@ -207,16 +214,46 @@ export class LinuxBackend implements Backend {
         outcome.warnings.push(`host interface ${name} is labelled for ${aliasKey} but belongs to ${att.key}`);
       }
     }
+    let unknown = ours.filter((l) => !expected.has(l.name));
+    if (opts.storeIsNew) {
+      // A new store beside complete attachments (labelled: the alias is written last) means lost
+      // state, not orphans: keep them and say what they are, so the core can adopt them.
+      const complete = unknown.filter((l) => keyFromAlias(l.alias) !== undefined);
+      outcome.unclaimed = await this.describeUnclaimed(host, complete);
+      unknown = unknown.filter((l) => keyFromAlias(l.alias) === undefined);
+    }
     // Links in the detaching group were on their way out when the daemon stopped; orphans join them.
-    const orphans = [
-      ...links.filter((l) => l.group === this.opts.detachGroup),
-      ...ours.filter((l) => !expected.has(l.name)),
-    ];
+    const orphans = [...links.filter((l) => l.group === this.opts.detachGroup), ...unknown];
     await this.deleteOrphans(host, orphans, outcome);
     if (outcome.orphansRemoved.length > 0) {
       this.opts.logger.info({ removed: outcome.orphansRemoved.length }, 'removed orphan host interfaces');
     }
     return outcome;
+  }
+
+  /** Each link's key (from its alias) and the workload addresses its host routes point at it (one dump). */
+  private async describeUnclaimed(host: HostContext, links: Link[]): Promise<UnclaimedAttachment[]> {
+    if (links.length === 0) return [];
+    const routes = [...(await listRoutes(host.sock, AF_INET)), ...(await listRoutes(host.sock, AF_INET6))];
+    return links.map((link) => {
+      const addresses = routes
+        .filter((r) => r.oif === link.index && /\/(32|128)$/.test(r.destination) && !r.gateway)
+        .map((r) => r.destination.replace(/\/(32|128)$/, ''))
+        .filter((a) => !a.startsWith('fe80:'));
+      return {
+        key: keyFromAlias(link.alias) as string,
+        addresses,
+        mtu: link.mtu,
+        dataplane: {
+          ifName: (keyFromAlias(link.alias) as string).split('/').pop() ?? '',
+          mac: '',
+          mtu: link.mtu,
+          hostIfName: link.name,
+          routes: [],
+          details: { hostIfName: link.name, linkGroup: this.opts.linkGroup },
+        },
+      };
+    });
   }
 
   /**

@@ -62,7 +62,10 @@ export class DaemonProcess {
     return d;
   }
 
-  /** Waits until the API answers Status (ready or not); fails with the daemon's log if it exits. */
+  /**
+   * Waits until the API answers Status (ready or not) past start-up (the daemon answers Status while it
+   * starts, without a reconcile summary); fails with the daemon's log if it exits.
+   */
   private async waitReady(timeoutMs = 20_000): Promise<void> {
     const deadline = Date.now() + timeoutMs;
     let exited = false;
@@ -73,7 +76,7 @@ export class DaemonProcess {
         if (exited) throw new Error(`daemon exited during start-up:\n${this.log()}`);
         if (fs.existsSync(this.socket)) {
           const ok = await probe.call(probe.raw.status, {}).then(
-            () => true,
+            (st) => st.reconcile !== undefined,
             () => false,
           );
           if (ok) return;

@@ -278,6 +278,24 @@ describe('DPU backend with the simulator', function () {
     );
   });
 
+  it('asks the agent to keep the ports it holds when the store is new (lost), instead of wiping them', async () => {
+    backend = await startBackend(dir);
+    const s = sim('dpu-a', [], 'boot-1');
+    await connected(s);
+    for (const i of [1, 2]) await attachTo(backend, spec(i));
+    await s.waitForState((x) => x.ports.length === 2, 'two ports');
+    await backend.stop();
+
+    // A new, empty store: the desired state is empty, but that is no evidence the ports are unwanted.
+    backend = await startBackend(dir, {}, false);
+    const outcome = await backend.reconcile([], { storeIsNew: true });
+    expect(outcome.warnings.join(' ')).to.match(/the store is new: DPU agents are asked to keep ports/);
+    await waitUntil(async () => /keeping ports the snapshot does not list/.test(s.stderr), 'the kept ports');
+    await s.waitForState((x) => x.synced, 'synced');
+    expect(s.state()?.ports.map((p) => p.name)).to.deep.equal(['w1/eth0', 'w2/eth0']);
+    expect((await backend.health()).details?.agentsKeepUnlistedPorts).to.equal(true);
+  });
+
   it('reports not-ready when the agent stops heartbeating, and recovers when it resumes', async () => {
     backend = await startBackend(dir, { heartbeatIntervalMs: 100 });
     const s = sim('dpu-a');

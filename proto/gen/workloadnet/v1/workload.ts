@@ -151,6 +151,8 @@ export interface ReconcileStatus {
   released: number;
   healthy: number;
   warnings: string[];
+  /** Workloads found in the dataplane beside a new (lost?) store and recorded as they are. */
+  adopted: number;
 }
 
 export interface StatusResponse {
@@ -1646,7 +1648,7 @@ export const PoolStatus: MessageFns<PoolStatus> = {
 };
 
 function createBaseReconcileStatus(): ReconcileStatus {
-  return { at: '', orphansRemoved: 0, repaired: 0, released: 0, healthy: 0, warnings: [] };
+  return { at: '', orphansRemoved: 0, repaired: 0, released: 0, healthy: 0, warnings: [], adopted: 0 };
 }
 
 export const ReconcileStatus: MessageFns<ReconcileStatus> = {
@@ -1668,6 +1670,9 @@ export const ReconcileStatus: MessageFns<ReconcileStatus> = {
     }
     for (const v of message.warnings) {
       writer.uint32(50).string(v!);
+    }
+    if (message.adopted !== 0) {
+      writer.uint32(56).uint32(message.adopted);
     }
     return writer;
   },
@@ -1733,6 +1738,14 @@ export const ReconcileStatus: MessageFns<ReconcileStatus> = {
             message.warnings.push(reader.string());
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.adopted = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1759,6 +1772,7 @@ export const ReconcileStatus: MessageFns<ReconcileStatus> = {
       warnings: globalThis.Array.isArray(object?.warnings)
         ? object.warnings.map((e: any) => globalThis.String(e))
         : [],
+      adopted: isSet(object.adopted) ? globalThis.Number(object.adopted) : 0,
     };
   },
 
@@ -1782,6 +1796,9 @@ export const ReconcileStatus: MessageFns<ReconcileStatus> = {
     if (message.warnings?.length) {
       obj.warnings = message.warnings;
     }
+    if (message.adopted !== 0) {
+      obj.adopted = Math.round(message.adopted);
+    }
     return obj;
   },
 
@@ -1796,6 +1813,7 @@ export const ReconcileStatus: MessageFns<ReconcileStatus> = {
     message.released = object.released ?? 0;
     message.healthy = object.healthy ?? 0;
     message.warnings = object.warnings?.map((e) => e) || [];
+    message.adopted = object.adopted ?? 0;
     return message;
   },
 };

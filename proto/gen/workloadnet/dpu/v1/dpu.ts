@@ -302,6 +302,13 @@ export interface HelloReject {
 export interface SnapshotBegin {
   /** Increases with every snapshot the daemon sends in its lifetime. */
   epoch: number;
+  /**
+   * The daemon's store is new and cannot vouch that ports missing from this snapshot are unwanted
+   * (its state may have been lost while workloads kept running): the agent keeps every port it holds
+   * that the snapshot does not list, instead of deleting it after SyncComplete. An agent that ignores
+   * this field (older agents) would delete them: agents must honour it.
+   */
+  keepUnlisted: boolean;
 }
 
 export interface Upsert {
@@ -342,6 +349,12 @@ export interface Delete {
   name: string;
   /** A generation newer than any Upsert of this name; the agent acks with it. */
   generation: number;
+  /**
+   * Why, when the port goes for another reason than a Detach: the attach it was programmed for failed
+   * (for instance, the endpoint the agent reported is not one the daemon will hand to a workload).
+   * Empty for a plain Detach. Agents log it; older agents ignore it.
+   */
+  reason: string;
 }
 
 /** Ends the snapshot started by SnapshotBegin with the same epoch. */
@@ -1556,13 +1569,16 @@ export const HelloReject: MessageFns<HelloReject> = {
 };
 
 function createBaseSnapshotBegin(): SnapshotBegin {
-  return { epoch: 0 };
+  return { epoch: 0, keepUnlisted: false };
 }
 
 export const SnapshotBegin: MessageFns<SnapshotBegin> = {
   encode(message: SnapshotBegin, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.epoch !== 0) {
       writer.uint32(8).uint64(message.epoch);
+    }
+    if (message.keepUnlisted !== false) {
+      writer.uint32(16).bool(message.keepUnlisted);
     }
     return writer;
   },
@@ -1588,6 +1604,14 @@ export const SnapshotBegin: MessageFns<SnapshotBegin> = {
             message.epoch = longToNumber(reader.uint64());
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.keepUnlisted = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1601,13 +1625,23 @@ export const SnapshotBegin: MessageFns<SnapshotBegin> = {
   },
 
   fromJSON(object: any): SnapshotBegin {
-    return { epoch: isSet(object.epoch) ? globalThis.Number(object.epoch) : 0 };
+    return {
+      epoch: isSet(object.epoch) ? globalThis.Number(object.epoch) : 0,
+      keepUnlisted: isSet(object.keepUnlisted)
+        ? globalThis.Boolean(object.keepUnlisted)
+        : isSet(object.keep_unlisted)
+          ? globalThis.Boolean(object.keep_unlisted)
+          : false,
+    };
   },
 
   toJSON(message: SnapshotBegin): unknown {
     const obj: any = {};
     if (message.epoch !== 0) {
       obj.epoch = Math.round(message.epoch);
+    }
+    if (message.keepUnlisted !== false) {
+      obj.keepUnlisted = message.keepUnlisted;
     }
     return obj;
   },
@@ -1618,6 +1652,7 @@ export const SnapshotBegin: MessageFns<SnapshotBegin> = {
   fromPartial<I extends Exact<DeepPartial<SnapshotBegin>, I>>(object: I): SnapshotBegin {
     const message = createBaseSnapshotBegin();
     message.epoch = object.epoch ?? 0;
+    message.keepUnlisted = object.keepUnlisted ?? false;
     return message;
   },
 };
@@ -2010,7 +2045,7 @@ export const Route: MessageFns<Route> = {
 };
 
 function createBaseDelete(): Delete {
-  return { name: '', generation: 0 };
+  return { name: '', generation: 0, reason: '' };
 }
 
 export const Delete: MessageFns<Delete> = {
@@ -2020,6 +2055,9 @@ export const Delete: MessageFns<Delete> = {
     }
     if (message.generation !== 0) {
       writer.uint32(16).uint64(message.generation);
+    }
+    if (message.reason !== '') {
+      writer.uint32(26).string(message.reason);
     }
     return writer;
   },
@@ -2053,6 +2091,14 @@ export const Delete: MessageFns<Delete> = {
             message.generation = longToNumber(reader.uint64());
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2069,6 +2115,7 @@ export const Delete: MessageFns<Delete> = {
     return {
       name: isSet(object.name) ? globalThis.String(object.name) : '',
       generation: isSet(object.generation) ? globalThis.Number(object.generation) : 0,
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : '',
     };
   },
 
@@ -2080,6 +2127,9 @@ export const Delete: MessageFns<Delete> = {
     if (message.generation !== 0) {
       obj.generation = Math.round(message.generation);
     }
+    if (message.reason !== '') {
+      obj.reason = message.reason;
+    }
     return obj;
   },
 
@@ -2090,6 +2140,7 @@ export const Delete: MessageFns<Delete> = {
     const message = createBaseDelete();
     message.name = object.name ?? '';
     message.generation = object.generation ?? 0;
+    message.reason = object.reason ?? '';
     return message;
   },
 };

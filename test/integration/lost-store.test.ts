@@ -1,0 +1,119 @@
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { DEFAULT_CONFIG } from '../../core/config';
+import type { AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
+import { DaemonProcess } from '../support/daemon-process';
+import { addNodeUplink, ipJson, isRoot, NetnsSet } from '../support/netns';
+
+// The store is lost while workloads run (a wiped state directory): the daemon starts with a new, empty
+// store beside a dataplane full of live workloads. It must not delete them as orphans nor hand their
+// addresses out again: it adopts them, says so loudly, and Detach (as CNI DEL sends it, by workload id)
+// still removes them.
+
+const describeRoot = isRoot ? describe : describe.skip;
+const GROUP = String(DEFAULT_CONFIG.linux.linkGroup);
+
+function pings(fromNetns: string, to: string): boolean {
+  try {
+    execFileSync('ip', ['netns', 'exec', fromNetns, 'ping', '-c', '1', '-W', '2', to], { stdio: 'ignore' });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+describeRoot('a lost store beside running workloads (root, test-owned namespaces)', function () {
+  this.timeout(60_000);
+  const namespaces = new NetnsSet('wn-lost-');
+  let dir: string;
+  let node: string;
+  let daemon: DaemonProcess | undefined;
+
+  before(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-lost-'));
+    node = namespaces.add().name;
+    addNodeUplink(node, '10.254.9.1');
+  });
+  after(async () => {
+    await daemon?.stop().catch(() => undefined);
+    namespaces.cleanup();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  const start = (): Promise<DaemonProcess> =>
+    DaemonProcess.start({ dir, netns: node, args: ['--pod-cidr', '10.254.0.0/29'] });
+  const attach = (d: DaemonProcess, id: string, netnsPath: string): Promise<AttachResponse> =>
+    d.client.call(d.client.raw.attach, {
+      workloadId: id,
+      netns: { netnsPath, ifName: 'eth0', mtu: 0 },
+      containerId: '',
+      pod: undefined,
+      dns: undefined,
+    });
+  const hostLinks = (): string[] =>
+    ipJson<Array<{ ifname?: string }>>(node, ['link', 'show', 'group', GROUP])
+      .map((l) => l.ifname)
+      .filter((n): n is string => n !== undefined)
+      .sort();
+  const aliases = (): string[] =>
+    ipJson<Array<{ ifalias?: string }>>(node, ['link', 'show', 'group', GROUP])
+      .map((l) => l.ifalias)
+      .filter((a): a is string => a !== undefined);
+  const addressOf = (r: AttachResponse): string => r.ips[0]?.cidr.split('/')[0] ?? '';
+
+  it('adopts the running workloads instead of deleting them, and never hands their addresses out twice', async () => {
+    daemon = await start();
+    const w1 = namespaces.add();
+    const w2 = namespaces.add();
+    const r1 = await attach(daemon, 'lost-1', w1.path);
+    const r2 = await attach(daemon, 'lost-2', w2.path);
+    const linksBefore = hostLinks();
+    expect(linksBefore).to.have.length(2);
+    await daemon.stop();
+
+    fs.rmSync(path.join(dir, 'state'), { recursive: true, force: true });
+    daemon = await start();
+
+    const status = await daemon.client.call(daemon.client.raw.status, {});
+    expect(status.reconcile?.adopted).to.equal(2);
+    expect(status.reconcile?.orphansRemoved).to.equal(0);
+    expect(status.reconcile?.warnings.join('\n')).to.match(
+      /store .* is new, but the dataplane holds 2 workload/,
+    );
+    expect(fs.readFileSync(daemon.logFile, 'utf8')).to.match(/"level":50.*adopted them/);
+    expect(hostLinks(), 'no live workload lost its link').to.deep.equal(linksBefore);
+    expect(pings(w1.name, addressOf(r2)), 'the workloads still talk').to.equal(true);
+
+    const list = (await daemon.client.call(daemon.client.raw.list, {})).attachments;
+    expect(list.map((a) => a.workloadId).sort()).to.deep.equal(['lost-1', 'lost-2']);
+    const adoptedAddresses = list.flatMap((a) => a.result?.ips.map((i) => i.cidr) ?? []).sort();
+    expect(adoptedAddresses).to.deep.equal([r1.ips[0]?.cidr, r2.ips[0]?.cidr].sort());
+
+    // The /29 has five addresses to hand out; two are held by the adopted workloads.
+    const fresh = await Promise.all(
+      [3, 4, 5].map(async (i) => addressOf(await attach(daemon!, `fresh-${i}`, namespaces.add().path))),
+    );
+    expect(fresh).to.not.include(addressOf(r1));
+    expect(fresh).to.not.include(addressOf(r2));
+
+    // Detach by workload id, as a CNI DEL does, removes an adopted workload's host link.
+    await daemon.client.call(daemon.client.raw.detach, {
+      workloadId: 'lost-1',
+      netns: { netnsPath: '', ifName: '', mtu: 0 },
+    });
+    expect(aliases()).to.not.include('workloadnet:lost-1/eth0');
+    expect(aliases()).to.include('workloadnet:lost-2/eth0');
+    expect(hostLinks()).to.have.length(linksBefore.length - 1 + fresh.length);
+
+    // The store is no longer new: the next start trusts it, and the adopted workload is healthy.
+    await daemon.stop();
+    daemon = await start();
+    const again = await daemon.client.call(daemon.client.raw.status, {});
+    expect(again.reconcile?.adopted).to.equal(0);
+    expect(again.reconcile?.orphansRemoved).to.equal(0);
+    expect(again.reconcile?.healthy).to.equal(1 + fresh.length);
+  });
+});
