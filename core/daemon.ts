@@ -4,6 +4,7 @@ import { BACKEND, type Backend } from './backend';
 import { CONFIG, type DaemonConfig } from './config';
 import { LOGGER, type Logger } from './logger';
 import { STORE, type Orchestrator } from './orchestrator';
+import { POOL_SUPPLY, type PoolSupply } from './pool-supply';
 import { prepareSocketPath } from './unix-socket';
 import type { Store } from './store';
 import { WORKLOAD_SERVICE } from './workload-service';
@@ -38,6 +39,7 @@ export class Daemon {
     await prepareSocketPath(config.socket);
     const backend = this.container.get<Backend>(BACKEND);
     await backend.start();
+    await this.container.get<PoolSupply>(POOL_SUPPLY).start();
     const service = this.service;
     await service.init();
     this.api = new ApiServer(service, log);
@@ -61,6 +63,7 @@ export class Daemon {
     clearInterval(this.readyTimer);
     for (const ep of this.endpoints.reverse()) await ep.close().catch(() => undefined);
     await this.api?.close();
+    await this.container.get<PoolSupply>(POOL_SUPPLY).stop();
     await this.container.get<Backend>(BACKEND).stop();
     await this.container.get<Store>(STORE).close();
   }

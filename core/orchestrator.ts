@@ -17,6 +17,7 @@ import { KeyedMutex } from './keyed-mutex';
 import { LOGGER, type Logger } from './logger';
 import { METRICS, Metrics } from './metrics';
 import { netnsStillPresent, openNetnsPath, type OpenNetns } from './netns-path';
+import { POOL_SUPPLY, type PoolSupply } from './pool-supply';
 import { Store, type AttachmentRecord } from './store';
 import { validateIfName, validateMetadata, validateMtu, validateWorkloadId } from './validation';
 import type {
@@ -73,6 +74,7 @@ export class Orchestrator implements WorkloadService {
     @inject(CONFIG) private readonly config: DaemonConfig,
     @inject(LOGGER) private readonly log: Logger,
     @inject(METRICS) private readonly metrics: Metrics,
+    @inject(POOL_SUPPLY) private readonly pools: PoolSupply,
   ) {}
 
   /**
@@ -222,9 +224,7 @@ export class Orchestrator implements WorkloadService {
         );
       }
 
-      if (!this.allocator.configured)
-        throw unavailable('no pod CIDR is configured; set podCidrs and restart the daemon');
-      const allocated = this.allocator.allocate();
+      const allocated = await this.pools.allocate();
       const record: AttachmentRecord = {
         key,
         workloadId,
@@ -373,9 +373,9 @@ export class Orchestrator implements WorkloadService {
     }));
     const reasons = [...health.reasons.filter(() => !health.ready)];
     if (!health.ready && reasons.length === 0) reasons.push(`backend ${this.backend.name} is not ready`);
-    if (!this.allocator.configured) reasons.push('no pod CIDR is configured');
-    else if (this.allocator.exhausted) reasons.push('the address pool is exhausted');
-    const pools = this.allocator.usage();
+    const poolStatus = this.pools.status();
+    reasons.push(...poolStatus.reasons);
+    const pools = poolStatus.pools;
     for (const p of pools) {
       this.metrics.poolSize.set({ pool: p.cidr, family: String(p.family) }, p.size);
       this.metrics.poolUsed.set({ pool: p.cidr, family: String(p.family) }, p.used);
@@ -396,6 +396,7 @@ export class Orchestrator implements WorkloadService {
       backend: this.backend.name,
       backendDetails: { ...(health.details ?? {}) },
       pools,
+      poolSource: poolStatus.source,
       attachments,
       reconcile: this.lastReconcile,
     };
