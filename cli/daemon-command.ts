@@ -7,6 +7,7 @@ import {
   type ConfigOverrides,
   type DaemonConfig,
   type LogLevel,
+  type PoolSourceName,
 } from '../core/config';
 import { createContainer } from '../core/container';
 import { Daemon, type Endpoint } from '../core/daemon';
@@ -14,6 +15,7 @@ import { createLogger } from '../core/logger';
 import { Metrics } from '../core/metrics';
 import { MetricsServer } from '../core/metrics-server';
 import { cniEndpoint } from './cni-endpoint';
+import { bindPoolSource } from './pool-source-wiring';
 
 export interface DaemonFlags {
   config?: string;
@@ -33,6 +35,17 @@ export interface DaemonFlags {
   tlsKey?: string;
   tlsCa?: string;
   ackTimeoutMs?: string;
+  poolSource?: string;
+  nodeName?: string;
+  kubeconfig?: string;
+  etcdEndpoints?: string;
+  clusterCidr?: string[];
+  blockSize?: string;
+  etcdPrefix?: string;
+  etcdCa?: string;
+  etcdCert?: string;
+  etcdKey?: string;
+  emptyBlockGraceSeconds?: string;
 }
 
 /** Embedded defaults, then the config file, then flags. */
@@ -57,6 +70,20 @@ export function effectiveConfig(flags: DaemonFlags): DaemonConfig {
       tlsCa: flags.tlsCa,
       ackTimeoutMs: flags.ackTimeoutMs === undefined ? undefined : Number(flags.ackTimeoutMs),
     },
+    poolSource: flags.poolSource as PoolSourceName | undefined,
+    nodeName: flags.nodeName,
+    kubeconfig: flags.kubeconfig,
+    etcd: {
+      endpoints: flags.etcdEndpoints?.split(',').filter((e) => e !== ''),
+      clusterCidrs: flags.clusterCidr && flags.clusterCidr.length > 0 ? flags.clusterCidr : undefined,
+      blockSize: flags.blockSize === undefined ? undefined : Number(flags.blockSize),
+      prefix: flags.etcdPrefix,
+      ca: flags.etcdCa,
+      cert: flags.etcdCert,
+      key: flags.etcdKey,
+      emptyBlockGraceSeconds:
+        flags.emptyBlockGraceSeconds === undefined ? undefined : Number(flags.emptyBlockGraceSeconds),
+    },
   };
   return mergeConfig(DEFAULT_CONFIG, file, fromFlags);
 }
@@ -73,6 +100,7 @@ export async function runDaemon(flags: DaemonFlags): Promise<void> {
   const metrics = new Metrics({ processMetrics: true });
   const container = createContainer(config, logger, metrics);
   bindBackend(container, config, logger);
+  bindPoolSource(container, config, logger);
   const daemon = new Daemon(container);
   try {
     await daemon.start((service) => {
