@@ -4,6 +4,7 @@ import { LinuxBackend } from '../backends/linux/linux-backend';
 import { BACKEND, type Backend } from '../core/backend';
 import type { DaemonConfig } from '../core/config';
 import type { Logger } from '../core/logger';
+import { mayServeIpv6 } from './pool-source-wiring';
 
 // The one module that knows every backend: it binds the configured one. Tests bind their own instead.
 
@@ -19,7 +20,7 @@ function createBackend(config: DaemonConfig, logger: Logger): Backend {
         hostNetnsPath: config.linux.hostNetns || undefined,
         linkGroup: config.linux.linkGroup,
         detachGroup: config.linux.detachGroup,
-        ipv6: config.podCidrs.some((c) => c.includes(':')),
+        ipv6: mayServeIpv6(config),
         logger: log,
       });
     case 'dpu':

@@ -19,3 +19,19 @@ export function bindPoolSource(container: Container, config: DaemonConfig, logge
       return;
   }
 }
+
+/**
+ * Whether IPv6 addresses may be handed out, known before any pool exists (the Linux backend enables
+ * IPv6 forwarding at start). A Node's ranges are only known later and may be dual-stack, so the
+ * kubernetes source says yes.
+ */
+export function mayServeIpv6(config: DaemonConfig): boolean {
+  switch (config.poolSource) {
+    case 'static':
+      return config.podCidrs.some((c) => c.includes(':'));
+    case 'etcd':
+      return config.etcd.clusterCidrs.some((c) => c.includes(':'));
+    case 'kubernetes':
+      return true;
+  }
+}

@@ -18,6 +18,9 @@ import { aliveKey, BlockRegistry } from './block-registry';
 // to be unreachable. Owned blocks live in the local store too, so the daemon starts and serves
 // without etcd.
 
+/** Ticks between two reconciliations with etcd while connected (one range read each). */
+const SYNC_EVERY_TICKS = 10;
+
 export interface EtcdPoolSourceOptions {
   endpoints: string[];
   clusterCidrs: string[];
@@ -66,6 +69,7 @@ export class EtcdPoolSource implements PoolSource {
   private full = new Set<4 | 6>();
   private stopped = false;
   private ticking = false;
+  private ticks = 0;
   private readonly claimTimeoutMs: number;
   private readonly callTimeoutMs: number;
   private readonly aliveTtl: number;
@@ -314,7 +318,8 @@ export class EtcdPoolSource implements PoolSource {
     if (this.ticking || this.stopped) return;
     this.ticking = true;
     try {
-      if (!this.synced) await this.sync();
+      // Reconcile at (re)connection, and now and then: an operator may have released blocks meanwhile.
+      if (!this.synced || ++this.ticks % SYNC_EVERY_TICKS === 0) await this.sync();
       if (this.synced) {
         await this.keepAlive();
         for (const l of this.layouts)

@@ -39,6 +39,7 @@ export class EtcdCluster {
 
   /** Creates the namespace (lo up) and starts every member; resolves when the cluster answers. */
   static async start(dir: string, size = 3, prefix = 'wn-pools-'): Promise<EtcdCluster> {
+    fs.mkdirSync(dir, { recursive: true });
     const c = new EtcdCluster(dir, size, prefix);
     addNetns(c.netns);
     execFileSync('ip', ['-n', c.netns, 'link', 'set', 'lo', 'up']);
@@ -91,6 +92,8 @@ export class EtcdCluster {
       '--log-level',
       'warn',
     ];
+    // A killed member leaves its socket file behind, and etcd refuses to bind over it.
+    fs.rmSync(path.join(this.dir, `${m.name}.sock:0`), { force: true });
     const log = fs.openSync(path.join(this.dir, `${m.name}.log`), 'a');
     const child = spawn('ip', args, { stdio: ['ignore', log, log], cwd: this.dir });
     fs.closeSync(log);
