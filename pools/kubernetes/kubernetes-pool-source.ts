@@ -39,6 +39,7 @@ export class KubernetesPoolSource implements PoolSource {
   private invalid: string[] = [];
   private lastError = '';
   private retry?: NodeJS.Timeout;
+  private api?: CoreV1Api;
   private backoff: number;
   private stopped = false;
 
@@ -77,10 +78,12 @@ export class KubernetesPoolSource implements PoolSource {
     informer.on('add', onNode);
     informer.on('update', onNode);
     informer.on('delete', (node) => {
+      this.reachable();
       if (node.metadata?.name === this.opts.nodeName) this.apply(undefined);
     });
     informer.on('error', (err: unknown) => this.restartLater(err));
     this.informer = informer;
+    this.api = api;
     // Not awaited: the daemon starts and serves (not ready) while the API is unreachable.
     informer.start().catch((err: unknown) => this.restartLater(err));
   }
@@ -155,16 +158,30 @@ export class KubernetesPoolSource implements PoolSource {
     this.backoff = this.opts.backoffMs?.initial ?? 500;
   }
 
+  /**
+   * Resumes the list+watch after a failure. One Node read first tells whether the API is back: a
+   * resumed watch that brings no event would not say so, and Status would go on claiming it is down.
+   */
+  private async restart(): Promise<void> {
+    if (this.stopped) return;
+    try {
+      await this.api!.readNode({ name: this.opts.nodeName });
+      this.reachable();
+    } catch (err) {
+      // Any answer from the API server (a 404 included) means it is reachable; the watch says the rest.
+      if (typeof (err as { code?: unknown }).code !== 'number') return this.restartLater(err);
+      this.reachable();
+    }
+    this.informer?.start().catch((e: unknown) => this.restartLater(e));
+  }
+
   private restartLater(err: unknown): void {
     if (this.stopped) return;
     this.connected = false;
     this.lastError = describe(err);
     this.opts.logger.warn({ err: this.lastError, retryMs: this.backoff }, 'Kubernetes list+watch failed');
     clearTimeout(this.retry);
-    this.retry = setTimeout(() => {
-      if (this.stopped) return;
-      this.informer?.start().catch((e: unknown) => this.restartLater(e));
-    }, this.backoff);
+    this.retry = setTimeout(() => void this.restart(), this.backoff);
     this.retry.unref();
     this.backoff = Math.min(this.backoff * 2, this.opts.backoffMs?.max ?? 30_000);
   }
