@@ -171,8 +171,11 @@ export class IpAllocator {
     }
     // Pick every family's pool before taking anything, so exhaustion never needs a rollback and never
     // moves a cursor.
+    const wanted = families ?? this.families();
+    if (wanted.length === 0)
+      throw exhausted('no IP pool hands out addresses: every pool is draining; wait for a new range');
     const picks: IpPool[] = [];
-    for (const family of families ?? this.families()) {
+    for (const family of wanted) {
       const pool = this.poolWithSpace(family);
       if (pool === undefined) throw this.exhaustedError(family);
       picks.push(pool);
