@@ -10,7 +10,7 @@ import {
   type IpAssignment,
 } from './backend';
 import { CONFIG, type DaemonConfig } from './config';
-import { alreadyExists, asWorkloadNetError, exhausted, notFound, unavailable } from './errors';
+import { alreadyExists, asWorkloadNetError, exhausted, notFound } from './errors';
 import { IpAllocator } from './ip-allocator';
 import { ConcurrencyLimit } from './concurrency-limit';
 import { KeyedMutex } from './keyed-mutex';
