@@ -79,6 +79,9 @@ export class PoolSupply {
       reasons.push('the address pool is exhausted');
     const pools = this.allocator.report().map((p) => ({ ...p, source: source.kind }));
     this.metrics?.poolSourceConnected.set({ source: source.kind }, source.connected ? 1 : 0);
+    // Pools come and go (blocks, Node ranges): drop the series of gone ones; the caller sets the rest.
+    this.metrics?.poolSize.reset();
+    this.metrics?.poolUsed.reset();
     return { source, pools, reasons };
   }
 }

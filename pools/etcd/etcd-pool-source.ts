@@ -380,6 +380,8 @@ export class EtcdPoolSource implements PoolSource {
         this.lost.delete(block);
         await this.cache!.remove(block);
       }
+    // Other nodes may have given blocks back since the range was found full: let claims try again.
+    this.full.clear();
     this.synced = true;
   }
 

@@ -7,6 +7,7 @@ import {
   type V1NodeList,
 } from '@kubernetes/client-node';
 import { parseCidr } from '../../core/cidr';
+import { failedPrecondition } from '../../core/errors';
 import type { IpAllocator } from '../../core/ip-allocator';
 import type { Logger } from '../../core/logger';
 import type { PoolSource, PoolSourceStatus } from '../../core/pool-source';
@@ -190,9 +191,17 @@ export class KubernetesPoolSource implements PoolSource {
 /** The kubeconfig file, else $KUBECONFIG, else the in-cluster service account. */
 export function loadKubeConfig(file: string): KubeConfig {
   const kc = new KubeConfig();
-  if (file) kc.loadFromFile(file);
-  else if (process.env.KUBECONFIG) kc.loadFromDefault();
-  else kc.loadFromCluster();
+  try {
+    if (file) kc.loadFromFile(file);
+    else if (process.env.KUBECONFIG) kc.loadFromDefault();
+    else if (process.env.KUBERNETES_SERVICE_HOST) kc.loadFromCluster();
+    else
+      throw new Error(
+        'no credentials: pass --kubeconfig FILE, set $KUBECONFIG, or run the daemon in a pod with a service account',
+      );
+  } catch (err) {
+    throw failedPrecondition(`kubernetes pool source: ${(err as Error).message}`);
+  }
   return kc;
 }
 

@@ -3,6 +3,9 @@ import { spawnSync } from 'node:child_process';
 import { effectiveConfig } from '../../cli/daemon-command';
 import { DEFAULT_CONFIG, mergeConfig, type ConfigOverrides } from '../../core/config';
 import { WorkloadNetError } from '../../core/errors';
+import { IpAllocator } from '../../core/ip-allocator';
+import { silentLogger } from '../../core/logger';
+import { KubernetesPoolSource } from '../../pools/kubernetes/kubernetes-pool-source';
 import { blockAt, blockIndex, blockLayout, reservedInBlock } from '../../pools/etcd/block-layout';
 import { CLI } from '../support/daemon-process';
 
@@ -86,6 +89,36 @@ describe('pool source configuration', () => {
     );
     expect(r.status, r.stderr).to.equal(4);
     expect(r.stderr).to.match(/cannot reach etcd/);
+  });
+
+  it('the kubernetes source refuses to start without credentials, saying where they come from', async () => {
+    const saved = { k: process.env.KUBECONFIG, h: process.env.KUBERNETES_SERVICE_HOST };
+    delete process.env.KUBECONFIG;
+    delete process.env.KUBERNETES_SERVICE_HOST;
+    try {
+      const source = new KubernetesPoolSource({ nodeName: 'n', kubeconfig: '', logger: silentLogger() });
+      const err = await source.start(new IpAllocator([])).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect((err as WorkloadNetError).code).to.equal('FAILED_PRECONDITION');
+      expect((err as Error).message).to.match(
+        /--kubeconfig FILE, set \$KUBECONFIG, or run the daemon in a pod/,
+      );
+      const missing = new KubernetesPoolSource({
+        nodeName: 'n',
+        kubeconfig: '/nonexistent/kubeconfig',
+        logger: silentLogger(),
+      });
+      const err2 = await missing.start(new IpAllocator([])).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect((err2 as Error).message).to.match(/kubernetes pool source: .*nonexistent/);
+    } finally {
+      if (saved.k !== undefined) process.env.KUBECONFIG = saved.k;
+      if (saved.h !== undefined) process.env.KUBERNETES_SERVICE_HOST = saved.h;
+    }
   });
 
   it('cluster commands need endpoints', () => {
