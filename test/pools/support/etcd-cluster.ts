@@ -42,9 +42,14 @@ export class EtcdCluster {
     fs.mkdirSync(dir, { recursive: true });
     const c = new EtcdCluster(dir, size, prefix);
     addNetns(c.netns);
-    execFileSync('ip', ['-n', c.netns, 'link', 'set', 'lo', 'up']);
-    for (let i = 0; i < size; i++) c.startMember(i, 'new');
-    await c.waitHealthy();
+    try {
+      execFileSync('ip', ['-n', c.netns, 'link', 'set', 'lo', 'up']);
+      for (let i = 0; i < size; i++) c.startMember(i, 'new');
+      await c.waitHealthy();
+    } catch (err) {
+      await c.stop();
+      throw err;
+    }
     return c;
   }
 
