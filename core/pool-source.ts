@@ -38,6 +38,8 @@ export interface PoolSource {
    * the rest follows in the background. Must not fail because the backing service is down.
    */
   start(allocator: IpAllocator): Promise<void>;
+  /** status().ready, cheaply: asked on every attach. */
+  isReady(): boolean;
   status(): PoolSourceStatus;
   /**
    * Optional: called on attach when a family has no free address. Resolves once more addresses are

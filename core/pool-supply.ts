@@ -53,8 +53,10 @@ export class PoolSupply {
    * or cannot supply more in time; RESOURCE_EXHAUSTED when a static pool is full.
    */
   async allocate(): Promise<AllocatedIp[]> {
-    const st = this.source.status();
-    if (!st.ready) throw unavailable(`address pools are not ready (${st.kind}): ${st.reasons.join('; ')}`);
+    if (!this.source.isReady()) {
+      const st = this.source.status();
+      throw unavailable(`address pools are not ready (${st.kind}): ${st.reasons.join('; ')}`);
+    }
     const families = this.source.families();
     if (families === undefined && !this.allocator.configured)
       throw unavailable('no pod CIDR is configured; set podCidrs and restart the daemon');

@@ -14,6 +14,10 @@ export class StaticPoolSource implements PoolSource {
 
   async start(_allocator: IpAllocator): Promise<void> {}
 
+  isReady(): boolean {
+    return true;
+  }
+
   status(): PoolSourceStatus {
     return { kind: this.kind, ready: true, connected: true, reasons: [] };
   }

@@ -135,10 +135,14 @@ export class EtcdPoolSource implements PoolSource {
     };
   }
 
+  isReady(): boolean {
+    return this.connected || this.layouts.every((l) => this.ownsBlockOf(l.family));
+  }
+
   status(): PoolSourceStatus {
     const reasons: string[] = [];
     const missing = this.layouts.filter((l) => !this.ownsBlockOf(l.family));
-    const ready = this.connected || missing.length === 0;
+    const ready = this.isReady();
     for (const l of missing)
       if (!this.connected)
         reasons.push(

@@ -89,10 +89,14 @@ export class KubernetesPoolSource implements PoolSource {
     informer.start().catch((err: unknown) => this.restartLater(err));
   }
 
+  isReady(): boolean {
+    return this.ranges.length > 0;
+  }
+
   status(): PoolSourceStatus {
     const node = this.opts.nodeName;
     const reasons: string[] = [];
-    const ready = this.ranges.length > 0;
+    const ready = this.isReady();
     if (!this.connected)
       reasons.push(`Kubernetes API unreachable${this.lastError ? ` (${this.lastError})` : ''}; retrying`);
     if (!ready) {
