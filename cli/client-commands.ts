@@ -221,7 +221,16 @@ function formatStatus(st: StatusResponse): string {
   lines.push(`backend:     ${st.backend}`);
   for (const [k, v] of Object.entries(st.backendDetails)) lines.push(`  ${k}: ${v}`);
   lines.push(`attachments: ${st.attachments}`);
-  for (const p of st.pools) lines.push(`pool:        ${p.cidr} (IPv${p.family}) ${p.used}/${p.size} used`);
+  if (st.poolSource && st.poolSource.kind !== 'static') {
+    const src = st.poolSource;
+    lines.push(`pool source: ${src.kind} (${src.connected ? 'connected' : 'not connected'})`);
+    for (const r of src.reasons) lines.push(`  reason:    ${r}`);
+    for (const [k, v] of Object.entries(src.details)) lines.push(`  ${k}: ${v}`);
+  }
+  for (const p of st.pools)
+    lines.push(
+      `pool:        ${p.cidr} (IPv${p.family}) ${p.used}/${p.size} used${p.state === 'draining' ? ', draining' : ''}`,
+    );
   if (st.reconcile) {
     const r = st.reconcile;
     lines.push(

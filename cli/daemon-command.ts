@@ -8,6 +8,7 @@ import {
   type ConfigOverrides,
   type DaemonConfig,
   type LogLevel,
+  type PoolSourceName,
 } from '../core/config';
 import { createContainer } from '../core/container';
 import { Daemon } from '../core/daemon';
@@ -18,6 +19,7 @@ import { WORKLOAD_SERVICE, type WorkloadService } from '../core/workload-service
 import { Metrics } from '../core/metrics';
 import { MetricsServer } from '../core/metrics-server';
 import { cniEndpoint } from './cni-endpoint';
+import { bindPoolSource } from './pool-source-wiring';
 
 export interface DaemonFlags {
   config?: string;
@@ -37,6 +39,17 @@ export interface DaemonFlags {
   tlsKey?: string;
   tlsCa?: string;
   ackTimeoutMs?: string;
+  poolSource?: string;
+  nodeName?: string;
+  kubeconfig?: string;
+  etcdEndpoints?: string;
+  clusterCidr?: string[];
+  blockSize?: string;
+  etcdPrefix?: string;
+  etcdCa?: string;
+  etcdCert?: string;
+  etcdKey?: string;
+  emptyBlockGraceSeconds?: string;
 }
 
 /** Embedded defaults, then the config file, then flags. */
@@ -61,6 +74,20 @@ export function effectiveConfig(flags: DaemonFlags): DaemonConfig {
       tlsCa: flags.tlsCa,
       ackTimeoutMs: flags.ackTimeoutMs === undefined ? undefined : Number(flags.ackTimeoutMs),
     },
+    poolSource: flags.poolSource as PoolSourceName | undefined,
+    nodeName: flags.nodeName,
+    kubeconfig: flags.kubeconfig,
+    etcd: {
+      endpoints: flags.etcdEndpoints?.split(',').filter((e) => e !== ''),
+      clusterCidrs: flags.clusterCidr && flags.clusterCidr.length > 0 ? flags.clusterCidr : undefined,
+      blockSize: flags.blockSize === undefined ? undefined : Number(flags.blockSize),
+      prefix: flags.etcdPrefix,
+      ca: flags.etcdCa,
+      cert: flags.etcdCert,
+      key: flags.etcdKey,
+      emptyBlockGraceSeconds:
+        flags.emptyBlockGraceSeconds === undefined ? undefined : Number(flags.emptyBlockGraceSeconds),
+    },
   };
   return mergeConfig(DEFAULT_CONFIG, file, fromFlags);
 }
@@ -78,6 +105,7 @@ export async function runDaemon(flags: DaemonFlags): Promise<void> {
   const metrics = new Metrics({ processMetrics: true });
   const container = createContainer(config, logger, metrics);
   container.load(backendModule(config, logger), endpointsModule(config, logger, metrics));
+  bindPoolSource(container, config, logger);
   const daemon = new Daemon(container);
   try {
     await daemon.start();

@@ -3,6 +3,7 @@ import './threadpool';
 import { Command, Option } from 'commander';
 import { runDaemon, type DaemonFlags } from './daemon-command';
 import { registerClientCommands } from './client-commands';
+import { registerClusterCommand } from './cluster-command';
 import { registerStoreCommands } from './store-command';
 import { VERSION } from '../core/api-server';
 import { DEFAULT_CONFIG } from '../core/config';
@@ -84,13 +85,43 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
       '--ack-timeout-ms <n>',
       `dpu: how long Attach waits for the agent (default ${DEFAULT_CONFIG.dpu.ackTimeoutMs})`,
     )
+    .addOption(
+      new Option(
+        '--pool-source <kind>',
+        `where address pools come from (default ${DEFAULT_CONFIG.poolSource}: --pod-cidr)`,
+      ).choices(['static', 'kubernetes', 'etcd']),
+    )
+    .option('--node-name <name>', "kubernetes/etcd: this node's name (default: the host name)")
+    .option('--kubeconfig <file>', 'kubernetes: kubeconfig (default: $KUBECONFIG, else in-cluster)')
+    .option('--etcd-endpoints <urls>', 'etcd: comma-separated client URLs of the etcd members')
+    .option(
+      '--cluster-cidr <cidr>',
+      'etcd: cluster range cut into blocks, one per family (repeatable)',
+      collect,
+      [],
+    )
+    .option(
+      '--block-size <prefixlen>',
+      `etcd: IPv4 block prefix length (default ${DEFAULT_CONFIG.etcd.blockSize}; IPv6 blocks /${96 + DEFAULT_CONFIG.etcd.blockSize})`,
+    )
+    .option('--etcd-prefix <prefix>', `etcd: key prefix (default ${DEFAULT_CONFIG.etcd.prefix})`)
+    .option('--etcd-ca <file>', 'etcd: CA of the etcd server certificates (https endpoints)')
+    .option('--etcd-cert <file>', 'etcd: client certificate for mutual TLS')
+    .option('--etcd-key <file>', 'etcd: client key for mutual TLS')
+    .option(
+      '--empty-block-grace-seconds <n>',
+      `etcd: give back a block empty this long (default ${DEFAULT_CONFIG.etcd.emptyBlockGraceSeconds})`,
+    )
     .addHelpText(
       'after',
-      '\nExample:\n  workloadnet daemon --pod-cidr 10.88.0.0/16 --pod-cidr fd00:88::/64 --mtu 1450',
+      '\nExamples:\n  workloadnet daemon --pod-cidr 10.88.0.0/16 --pod-cidr fd00:88::/64 --mtu 1450\n' +
+        '  workloadnet daemon --pool-source kubernetes --node-name worker-1\n' +
+        '  workloadnet daemon --pool-source etcd --etcd-endpoints http://10.0.0.1:2379 --cluster-cidr 10.96.0.0/12',
     )
     .action((flags: DaemonFlags) => runDaemon(flags));
 
   registerClientCommands(program);
+  registerClusterCommand(program);
   registerStoreCommands(program);
   return program;
 }

@@ -207,7 +207,20 @@ export class ApiServer {
           backendDetails: Object.fromEntries(
             Object.entries(st.backendDetails).map(([k, v]) => [k, String(v)]),
           ),
-          pools: st.pools.map((p) => ({ cidr: p.cidr, family: p.family, size: p.size, used: p.used })),
+          pools: st.pools.map((p) => ({
+            cidr: p.cidr,
+            family: p.family,
+            size: p.size,
+            used: p.used,
+            state: p.state ?? 'active',
+            source: p.source ?? '',
+          })),
+          poolSource: st.poolSource && {
+            ...st.poolSource,
+            details: Object.fromEntries(
+              Object.entries(st.poolSource.details ?? {}).map(([k, v]) => [k, String(v)]),
+            ),
+          },
           attachments: st.attachments,
           reconcile: st.reconcile,
           version: VERSION,

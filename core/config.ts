@@ -1,4 +1,5 @@
 import * as fs from 'node:fs';
+import { parseCidr } from './cidr';
 import { invalidArgument } from './errors';
 
 // The daemon's configuration: embedded defaults, then a JSON file (--config), then command-line flags.
@@ -6,6 +7,7 @@ import { invalidArgument } from './errors';
 // checked against.
 
 export type BackendName = 'linux' | 'dpu';
+export type PoolSourceName = 'static' | 'kubernetes' | 'etcd';
 export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal';
 
 export interface LinuxConfig {
@@ -29,6 +31,22 @@ export interface DpuConfig {
   heartbeatIntervalMs: number;
 }
 
+export interface EtcdConfig {
+  /** Client URLs of the etcd cluster's members. */
+  endpoints: string[];
+  /** Cluster-wide ranges cut into blocks, at most one per family. */
+  clusterCidrs: string[];
+  /** Prefix length of IPv4 blocks; IPv6 blocks hold as many addresses (prefix 96 + this). */
+  blockSize: number;
+  /** Key prefix of everything workloadnet keeps in etcd. */
+  prefix: string;
+  ca: string;
+  cert: string;
+  key: string;
+  /** How long a block stays empty before it is given back. */
+  emptyBlockGraceSeconds: number;
+}
+
 export interface DaemonConfig {
   socket: string;
   cniSocket: string;
@@ -37,6 +55,12 @@ export interface DaemonConfig {
   stateDir: string;
   backend: BackendName;
   podCidrs: string[];
+  /** Where the address pools come from: podCidrs (static), a Node's podCIDRs, or etcd blocks. */
+  poolSource: PoolSourceName;
+  /** This node's name for the kubernetes and etcd sources; empty = the host name. */
+  nodeName: string;
+  /** kubeconfig file for the kubernetes source; empty = $KUBECONFIG, else the in-cluster account. */
+  kubeconfig: string;
   mtu: number;
   logLevel: LogLevel;
   /** Attach calls allowed in flight at once; more are refused with RESOURCE_EXHAUSTED. */
@@ -59,6 +83,7 @@ export interface DaemonConfig {
   shutdownTimeoutMs: number;
   linux: LinuxConfig;
   dpu: DpuConfig;
+  etcd: EtcdConfig;
 }
 
 export const DEFAULT_CONFIG: DaemonConfig = {
@@ -68,6 +93,9 @@ export const DEFAULT_CONFIG: DaemonConfig = {
   stateDir: '/var/lib/workloadnet',
   backend: 'linux',
   podCidrs: ['10.88.0.0/16'],
+  poolSource: 'static',
+  nodeName: '',
+  kubeconfig: '',
   mtu: 1500,
   logLevel: 'info',
   maxInFlight: 1024,
@@ -89,6 +117,16 @@ export const DEFAULT_CONFIG: DaemonConfig = {
     ackTimeoutMs: 5000,
     heartbeatIntervalMs: 1000,
   },
+  etcd: {
+    endpoints: [],
+    clusterCidrs: [],
+    blockSize: 26,
+    prefix: '/workloadnet',
+    ca: '',
+    cert: '',
+    key: '',
+    emptyBlockGraceSeconds: 300,
+  },
 };
 
 /** One line per option, keyed by its dotted path in the config file. */
@@ -100,6 +138,11 @@ export const OPTION_DOCS: Record<string, string> = {
   backend: 'Dataplane backend: "linux" (veth + rtnetlink) or "dpu" (SmartNIC agent over gRPC).',
   podCidrs:
     'Address pools, at most one address per family per attachment (e.g. ["10.88.0.0/16","fd00:88::/64"]).',
+  poolSource:
+    'Where address pools come from: "static" (podCidrs), "kubernetes" (this Node\'s spec.podCIDRs) or "etcd" (blocks of etcd.clusterCidrs claimed in etcd). See docs/pool-sources.md.',
+  nodeName: 'Node name for the kubernetes and etcd pool sources; empty means the host name.',
+  kubeconfig:
+    'kubernetes pool source: kubeconfig file; empty means $KUBECONFIG, else the in-cluster service account.',
   mtu: 'MTU of workload interfaces (68-65535), unless a call asks for another.',
   logLevel: 'Log level: trace, debug, info, warn, error or fatal.',
   maxInFlight: 'Attach calls allowed in flight at once; further calls get RESOURCE_EXHAUSTED.',
@@ -127,24 +170,36 @@ export const OPTION_DOCS: Record<string, string> = {
   'dpu.ackTimeoutMs': 'How long Attach waits for the agent to acknowledge the port (ms).',
   'dpu.heartbeatIntervalMs':
     'Interval of heartbeats to agents (ms); an agent silent for 3 intervals is lost.',
+  'etcd.endpoints': 'etcd pool source: client URLs of the etcd members (e.g. ["https://10.0.0.1:2379"]).',
+  'etcd.clusterCidrs': 'etcd pool source: cluster ranges cut into blocks, at most one per family.',
+  'etcd.blockSize':
+    'etcd pool source: IPv4 block prefix length (20-30, default 26 = 64 addresses); IPv6 blocks are /(96+blockSize).',
+  'etcd.prefix': 'etcd pool source: key prefix of block ownership and node liveness keys.',
+  'etcd.ca': 'etcd pool source: CA bundle (PEM file) of the etcd server certificates; empty = plain HTTP.',
+  'etcd.cert': 'etcd pool source: client certificate (PEM file) for etcd mutual TLS.',
+  'etcd.key': 'etcd pool source: client private key (PEM file) for etcd mutual TLS.',
+  'etcd.emptyBlockGraceSeconds':
+    'etcd pool source: how long an owned block stays empty before it is given back to the cluster.',
 };
 
 /** A partial configuration as read from a file or assembled from flags. */
-export type ConfigOverrides = Partial<Omit<DaemonConfig, 'linux' | 'dpu'>> & {
+export type ConfigOverrides = Partial<Omit<DaemonConfig, 'linux' | 'dpu' | 'etcd'>> & {
   linux?: Partial<LinuxConfig>;
   dpu?: Partial<DpuConfig>;
+  etcd?: Partial<EtcdConfig>;
 };
 
 export function mergeConfig(base: DaemonConfig, ...layers: ConfigOverrides[]): DaemonConfig {
   let out: DaemonConfig = structuredClone(base);
   for (const layer of layers) {
-    const { linux, dpu, ...top } = layer;
+    const { linux, dpu, etcd, ...top } = layer;
     const defined = Object.fromEntries(Object.entries(top).filter(([, v]) => v !== undefined));
     out = {
       ...out,
       ...defined,
       linux: { ...out.linux, ...stripUndefined(linux) },
       dpu: { ...out.dpu, ...stripUndefined(dpu) },
+      etcd: { ...out.etcd, ...stripUndefined(etcd) },
     };
   }
   return validateConfig(out);
@@ -178,7 +233,7 @@ export function loadConfigFile(file: string): ConfigOverrides {
 function checkKeys(obj: Record<string, unknown>, prefix: string, file: string): void {
   for (const [k, v] of Object.entries(obj)) {
     const dotted = prefix + k;
-    if ((k === 'linux' || k === 'dpu') && prefix === '') {
+    if ((k === 'linux' || k === 'dpu' || k === 'etcd') && prefix === '') {
       if (!v || typeof v !== 'object') throw invalidArgument(`${file}: "${k}" must be an object`);
       checkKeys(v as Record<string, unknown>, `${k}.`, file);
     } else if (!(dotted in OPTION_DOCS)) {
@@ -234,8 +289,71 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
   }
   if (!Number.isInteger(c.dpu.ackTimeoutMs) || c.dpu.ackTimeoutMs < 1)
     fail('dpu.ackTimeoutMs must be a positive integer');
+  validatePoolSource(c, fail);
   return c;
+}
+
+function validatePoolSource(c: DaemonConfig, fail: (msg: string) => never): void {
+  if (!['static', 'kubernetes', 'etcd'].includes(c.poolSource))
+    fail(`poolSource must be "static", "kubernetes" or "etcd", not "${String(c.poolSource)}"`);
+  if (
+    typeof c.nodeName !== 'string' ||
+    (c.nodeName !== '' && !/^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/.test(c.nodeName))
+  )
+    fail(
+      `nodeName "${String(c.nodeName)}" is not a valid node name (lowercase letters, digits, "-" and ".")`,
+    );
+  const e = c.etcd;
+  const list = (v: unknown): boolean => Array.isArray(v) && v.every((x) => typeof x === 'string');
+  if (!list(e.endpoints)) fail('etcd.endpoints must be a list of URLs');
+  if (!list(e.clusterCidrs)) fail('etcd.clusterCidrs must be a list of CIDR strings');
+  if (!Number.isInteger(e.blockSize) || e.blockSize < 20 || e.blockSize > 30)
+    fail(`etcd.blockSize must be an IPv4 prefix length in 20..30, not ${e.blockSize}`);
+  if (typeof e.prefix !== 'string' || !e.prefix.startsWith('/') || e.prefix.endsWith('/'))
+    fail('etcd.prefix must start with "/" and not end with one (e.g. /workloadnet)');
+  if (!Number.isInteger(e.emptyBlockGraceSeconds) || e.emptyBlockGraceSeconds < 0)
+    fail('etcd.emptyBlockGraceSeconds must be a non-negative integer');
+  if ((e.cert === '') !== (e.key === '')) fail('etcd.cert and etcd.key go together');
+  if (c.poolSource !== 'etcd') return;
+  if (e.endpoints.length === 0) fail('poolSource "etcd" needs etcd.endpoints (--etcd-endpoints)');
+  for (const url of e.endpoints)
+    if (!/^https?:\/\/[^\s/]+$/.test(url)) fail(`etcd endpoint "${url}" must look like http(s)://HOST:PORT`);
+  if (e.endpoints.some((u) => u.startsWith('https:')) && !e.ca) fail('https etcd endpoints need etcd.ca');
+  if (e.clusterCidrs.length === 0) fail('poolSource "etcd" needs etcd.clusterCidrs (--cluster-cidr)');
+  const families = new Set<number>();
+  for (const text of e.clusterCidrs) {
+    let cidr;
+    try {
+      cidr = parseCidr(text);
+    } catch (err) {
+      return fail(`etcd.clusterCidrs: ${(err as Error).message}`);
+    }
+    if (families.has(cidr.family))
+      fail(`etcd.clusterCidrs has two IPv${cidr.family} ranges; give one per family`);
+    families.add(cidr.family);
+    const block = cidr.family === 4 ? e.blockSize : 96 + e.blockSize;
+    if (cidr.prefixLength > block)
+      fail(
+        `cluster CIDR ${cidr.text} is smaller than one /${block} block; use a larger range or etcd.blockSize`,
+      );
+  }
 }
 
 /** inversify identifier of the effective configuration. */
 export const CONFIG = Symbol.for('workloadnet.Config');
+
+/**
+ * Whether IPv6 addresses may be handed out, known before any pool exists (the Linux backend enables
+ * IPv6 forwarding at start). A Node's ranges are only known later and may be dual-stack, so the
+ * kubernetes source says yes.
+ */
+export function mayServeIpv6(config: DaemonConfig): boolean {
+  switch (config.poolSource) {
+    case 'static':
+      return config.podCidrs.some((c) => c.includes(':'));
+    case 'etcd':
+      return config.etcd.clusterCidrs.some((c) => c.includes(':'));
+    case 'kubernetes':
+      return true;
+  }
+}

@@ -6,13 +6,17 @@ import { LOGGER, type Logger } from './logger';
 import { METRICS, Metrics } from './metrics';
 import { NETNS_OPENER, kernelNetnsOpener, type NetnsOpener } from './netns';
 import { ALLOCATOR, ORCHESTRATOR, Orchestrator, STORE } from './orchestrator';
+import { POOL_SOURCE, type PoolSource } from './pool-source';
+import { POOL_SUPPLY, PoolSupply } from './pool-supply';
 import { ServiceGate } from './service-gate';
+import { StaticPoolSource } from './static-pool-source';
 import { Store } from './store';
 import { WORKLOAD_SERVICE } from './workload-service';
 
 // The one place where core services are bound. The backend arrives as a ContainerModule loaded by the
 // caller (the daemon's wiring picks it from config; a test loads its own), so core never imports a
-// backend. Endpoints (CNI, metrics) are bound under ENDPOINT the same way.
+// backend. Endpoints (CNI, metrics) are bound under ENDPOINT the same way. The pool source defaults to
+// the static one; the daemon's wiring rebinds POOL_SOURCE for the others.
 
 export function createContainer(config: DaemonConfig, logger: Logger, metrics = new Metrics()): Container {
   const c = new Container({ defaultScope: 'Singleton' });
@@ -20,8 +24,13 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
   c.bind<Logger>(LOGGER).toConstantValue(logger);
   c.bind<Metrics>(METRICS).toConstantValue(metrics);
   c.bind<Store>(STORE).toDynamicValue(() => Store.open(config.stateDir, { logger }));
+  // The static source's pools are the allocator's from the start; other sources add theirs.
   c.bind<IpAllocator>(ALLOCATOR).toDynamicValue(
-    () => new IpAllocator(config.podCidrs.map((cidr) => ({ cidr }))),
+    () => new IpAllocator(config.poolSource === 'static' ? config.podCidrs.map((cidr) => ({ cidr })) : []),
+  );
+  c.bind<PoolSource>(POOL_SOURCE).toDynamicValue(() => new StaticPoolSource());
+  c.bind<PoolSupply>(POOL_SUPPLY).toDynamicValue(
+    (ctx) => new PoolSupply(ctx.container.get(POOL_SOURCE), ctx.container.get(ALLOCATOR), metrics),
   );
   c.bind<NetnsOpener>(NETNS_OPENER).toConstantValue(kernelNetnsOpener);
   c.bind<Orchestrator>(ORCHESTRATOR).to(Orchestrator);

@@ -6,6 +6,7 @@ import { ENDPOINT, startAll, type Lifecycle } from './lifecycle';
 import { LOGGER, type Logger } from './logger';
 import { ORCHESTRATOR, STORE, type Orchestrator } from './orchestrator';
 import type { ServiceGate } from './service-gate';
+import { POOL_SUPPLY, type PoolSupply } from './pool-supply';
 import { prepareSocketPath } from './unix-socket';
 import type { Store } from './store';
 import { WORKLOAD_SERVICE } from './workload-service';
@@ -17,8 +18,9 @@ import { WORKLOAD_SERVICE } from './workload-service';
  *    would take our in-flight attachments for orphans).
  * 2. The sockets: the gRPC API and the endpoints bound under ENDPOINT (CNI, metrics) listen at once,
  *    behind the service gate, so a runtime calling during a restart is held, not refused.
- * 3. The backend, 4. the store and the start-up reconcile.
- * 5. Serving: the gate opens. Stopping it is the graceful part: stop accepting, let calls in flight
+ * 3. The backend, 4. the pool source (static pools, a Node's ranges, or etcd blocks), 5. the store
+ *    and the start-up reconcile.
+ * 6. Serving: the gate opens. Stopping it is the graceful part: stop accepting, let calls in flight
  *    finish (up to shutdownTimeoutMs), close every connection; only then the store and the backend.
  */
 export class Daemon {
@@ -55,6 +57,10 @@ export class Daemon {
         stop: closeSockets,
       },
       lazy('backend', () => this.container.get<Backend>(BACKEND)),
+      lazy('pool source', () => {
+        const supply = this.container.get<PoolSupply>(POOL_SUPPLY);
+        return { name: 'pool source', start: () => supply.start(), stop: () => supply.stop() };
+      }),
       {
         name: 'store and reconcile',
         start: async () => void (await this.service.init()),

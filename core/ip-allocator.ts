@@ -7,8 +7,15 @@
 //
 // The allocator keeps no durable state of its own: the store is the source of truth, and on start the
 // caller rebuilds it with markUsed() for every stored address plus restoreCursors().
+//
+// Pools come and go while the daemon runs (a pool source adds a Node's new range or a claimed block):
+// a pool is active (hands out addresses) or draining (keeps serving and holding the addresses in use,
+// takes no new ones). A draining pool is removed once its last address is released, and an empty pool
+// is removed at once. An address restored while no pool holds it yet (a range the source has not
+// reported since the restart) stays held, and is marked used in whichever pool later covers it, so it
+// is never handed out twice.
 
-import { cidrContains, parseAddress, type Cidr } from './cidr';
+import { cidrContains, parseAddress, parseCidr, type Cidr } from './cidr';
 import { exhausted, failedPrecondition, invalidArgument, WorkloadNetError } from './errors';
 import { IpPool } from './ip-pool';
 
@@ -16,7 +23,12 @@ export interface PoolConfig {
   cidr: string;
   /** Addresses or CIDRs inside the pool that are never handed out. */
   reserved?: string[];
+  /** A block cut from a larger range: every address is usable (see ip-pool.ts). */
+  wholeBlock?: boolean;
 }
+
+/** Active pools hand out addresses; draining ones only keep those in use until they are released. */
+export type PoolState = 'active' | 'draining';
 
 export interface AllocatedIp {
   family: 4 | 6;
@@ -31,23 +43,26 @@ export interface PoolUsageReport {
   used: number;
 }
 
+/** Usage plus whether the pool still hands out addresses. */
+export interface PoolReport extends PoolUsageReport {
+  state: PoolState;
+}
+
 const FAMILIES: ReadonlyArray<4 | 6> = [4, 6];
 
 export class IpAllocator {
-  private readonly pools: IpPool[];
+  private readonly pools: IpPool[] = [];
+  private readonly draining = new Set<IpPool>();
+  /** Addresses restored while no pool held them (see the top of this file). */
+  private readonly unpooled = new Set<string>();
+  private listener?: () => void;
 
   constructor(pools: PoolConfig[]) {
-    this.pools = pools.map((p) => new IpPool(p.cidr, p.reserved));
-    for (let i = 0; i < this.pools.length; i++) {
-      for (let j = i + 1; j < this.pools.length; j++) {
-        const a = this.pools[i]!.cidr;
-        const b = this.pools[j]!.cidr;
-        if (a.family === b.family && (cidrContains(a, b.network) || cidrContains(b, a.network))) {
-          throw invalidArgument(
-            `IP pools ${a.text} and ${b.text} overlap; every address must belong to one pool`,
-          );
-        }
-      }
+    for (const p of pools) {
+      const text = parseCidr(p.cidr).text;
+      if (this.pools.some((q) => q.cidr.text === text))
+        throw invalidArgument(`IP pools ${text} and ${text} overlap; every address must belong to one pool`);
+      this.addPool(p);
     }
   }
 
@@ -56,23 +71,111 @@ export class IpAllocator {
     return this.pools.length > 0;
   }
 
-  /** Some configured family has no free address left in any of its pools. */
+  /** Some family with an active pool has no free address left in any of its active pools. */
   get exhausted(): boolean {
     return this.families().some((family) => this.poolWithSpace(family) === undefined);
   }
 
+  /** Called synchronously after every change of usage or pools (a pool source watches free space). */
+  onChange(listener: (() => void) | undefined): void {
+    this.listener = listener;
+  }
+
   /**
-   * One address per configured family. Throws FAILED_PRECONDITION with no pools and RESOURCE_EXHAUSTED
-   * when a family is full; on any failure nothing stays allocated.
+   * Adds a pool, or makes a draining pool with the same CIDR active again (then `reserved` and
+   * `wholeBlock` keep their first values). Throws INVALID_ARGUMENT when it overlaps another pool.
+   * Returns false when the pool was already active.
    */
-  allocate(): AllocatedIp[] {
-    if (!this.configured) {
+  addPool(config: PoolConfig): boolean {
+    const pool = new IpPool(config.cidr, config.reserved, { wholeBlock: config.wholeBlock });
+    const same = this.pools.find((p) => p.cidr.text === pool.cidr.text);
+    if (same) {
+      const reactivated = this.draining.delete(same);
+      if (reactivated) this.changed();
+      return reactivated;
+    }
+    for (const other of this.pools) {
+      const a = other.cidr;
+      const b = pool.cidr;
+      if (a.family === b.family && (cidrContains(a, b.network) || cidrContains(b, a.network))) {
+        throw invalidArgument(
+          `IP pools ${a.text} and ${b.text} overlap; every address must belong to one pool`,
+        );
+      }
+    }
+    for (const address of this.unpooled) {
+      if (!pool.contains(address)) continue;
+      try {
+        pool.markUsed(address);
+      } catch (err) {
+        // Reserved in the new pool: it can never be handed out there, which is what holding it means.
+        if (!(err instanceof WorkloadNetError)) throw err;
+      }
+      this.unpooled.delete(address);
+    }
+    this.pools.push(pool);
+    this.changed();
+    return true;
+  }
+
+  /**
+   * Stops handing out addresses from a pool. It is removed at once when none of its addresses is in
+   * use, else when the last one is released. Unknown CIDRs are ignored.
+   */
+  drainPool(cidr: string): 'removed' | 'draining' | 'absent' {
+    const pool = this.findPool(cidr);
+    if (!pool) return 'absent';
+    if (pool.used === 0) {
+      this.removePool(pool);
+      return 'removed';
+    }
+    if (!this.draining.has(pool)) {
+      this.draining.add(pool);
+      this.changed();
+    }
+    return 'draining';
+  }
+
+  /**
+   * Makes exactly these pools active: each is added (or reactivated), every other pool drains. This is
+   * how a source that reports its whole set of ranges (a Node's podCIDRs) applies an update.
+   */
+  setPools(configs: PoolConfig[]): void {
+    const wanted = new Set(configs.map((c) => parseCidr(c.cidr).text));
+    for (const c of configs) this.addPool(c);
+    for (const p of [...this.pools]) if (!wanted.has(p.cidr.text)) this.drainPool(p.cidr.text);
+  }
+
+  /** Whether the pool with this CIDR is present, and in which state. */
+  stateOf(cidr: string): PoolState | undefined {
+    const pool = this.findPool(cidr);
+    if (!pool) return undefined;
+    return this.draining.has(pool) ? 'draining' : 'active';
+  }
+
+  /** Free addresses of one family across its active pools. */
+  freeIn(family: 4 | 6): number {
+    let free = 0;
+    for (const p of this.pools) if (p.family === family && !this.draining.has(p)) free += p.free;
+    return free;
+  }
+
+  /**
+   * One address per family: the given families, or by default every family with an active pool.
+   * Throws FAILED_PRECONDITION with no pools and RESOURCE_EXHAUSTED when a family is full (or has no
+   * active pool); on any failure nothing stays allocated.
+   */
+  allocate(families?: ReadonlyArray<4 | 6>): AllocatedIp[] {
+    if (!this.configured && families === undefined) {
       throw failedPrecondition('no IP pool is configured; add at least one pool CIDR to the configuration');
     }
     // Pick every family's pool before taking anything, so exhaustion never needs a rollback and never
     // moves a cursor.
+    const wanted = families ?? this.families();
+    if (wanted.length === 0)
+      throw exhausted('no IP pool hands out addresses: every pool is draining; wait for a new range');
     const picks: IpPool[] = [];
-    for (const family of this.families()) {
+    for (const family of wanted) {
       const pool = this.poolWithSpace(family);
       if (pool === undefined) throw this.exhaustedError(family);
       picks.push(pool);
@@ -84,6 +187,7 @@ export class IpAllocator {
       for (const ip of out) this.poolFor(ip.address)?.release(ip.address);
       throw err;
     }
+    this.changed();
     return out;
   }
 
@@ -95,19 +199,28 @@ export class IpAllocator {
     let firstError: WorkloadNetError | undefined;
     for (const address of addresses) {
       try {
-        this.poolFor(address)?.release(address);
+        const pool = this.poolFor(address);
+        if (pool === undefined) this.unpooled.delete(address);
+        pool?.release(address);
+        if (pool !== undefined && pool.used === 0 && this.draining.has(pool)) this.removePool(pool);
       } catch (err) {
         if (firstError === undefined && err instanceof WorkloadNetError) firstError = err;
         else if (!(err instanceof WorkloadNetError)) throw err;
       }
     }
+    this.changed();
     if (firstError !== undefined) throw firstError;
   }
 
-  /** Marks an address as held (restore from the store). Throws INVALID_ARGUMENT when no pool holds it. */
+  /**
+   * Marks an address as held (restore from the store). Throws INVALID_ARGUMENT when no pool holds it;
+   * the address is then still held for a pool that covers it later.
+   */
   markUsed(address: string): void {
     const pool = this.poolFor(address);
     if (pool === undefined) {
+      parseAddress(address);
+      this.unpooled.add(address);
       throw invalidArgument(
         `${address} is in none of the configured IP pools (${this.pools.map((p) => p.cidr.text).join(', ') || 'none'})`,
       );
@@ -123,6 +236,17 @@ export class IpAllocator {
 
   usage(): PoolUsageReport[] {
     return this.pools.map((p) => ({ cidr: p.cidr.text, family: p.family, size: p.size, used: p.used }));
+  }
+
+  /** usage() with each pool's state. */
+  report(): PoolReport[] {
+    return this.pools.map((p) => ({
+      cidr: p.cidr.text,
+      family: p.family,
+      size: p.size,
+      used: p.used,
+      state: this.draining.has(p) ? 'draining' : 'active',
+    }));
   }
 
   /** Each pool's round-robin cursor, keyed by canonical CIDR, for persisting across restarts. */
@@ -151,19 +275,38 @@ export class IpAllocator {
     }
   }
 
-  private families(): Array<4 | 6> {
-    return FAMILIES.filter((f) => this.pools.some((p) => p.family === f));
+  /** Families with an active pool. */
+  families(): Array<4 | 6> {
+    return FAMILIES.filter((f) => this.pools.some((p) => p.family === f && !this.draining.has(p)));
   }
 
   private poolWithSpace(family: 4 | 6): IpPool | undefined {
-    return this.pools.find((p) => p.family === family && p.free > 0);
+    return this.pools.find((p) => p.family === family && p.free > 0 && !this.draining.has(p));
+  }
+
+  private findPool(cidr: string): IpPool | undefined {
+    const text = parseCidr(cidr).text;
+    return this.pools.find((p) => p.cidr.text === text);
+  }
+
+  private removePool(pool: IpPool): void {
+    this.pools.splice(this.pools.indexOf(pool), 1);
+    this.draining.delete(pool);
+    this.changed();
+  }
+
+  private changed(): void {
+    this.listener?.();
   }
 
   private exhaustedError(family: 4 | 6): WorkloadNetError {
-    const pools = this.pools
-      .filter((p) => p.family === family)
-      .map((p) => `${p.cidr.text}: ${p.used} of ${p.size} in use`)
-      .join(', ');
+    const pools =
+      this.pools
+        .filter((p) => p.family === family)
+        .map(
+          (p) => `${p.cidr.text}: ${p.used} of ${p.size} in use${this.draining.has(p) ? ', draining' : ''}`,
+        )
+        .join(', ') || 'none';
     return exhausted(
       `no free IPv${family} address: every IPv${family} pool is full (${pools}); ` +
         'detach workloads or configure a larger or additional pool',

@@ -7,6 +7,9 @@
 //   - offset 1, kept for the node/gateway side by convention, as host-local and most CNI setups do;
 //   - for IPv4, the last address (broadcast);
 //   - every address or CIDR listed in `reserved`.
+// A `wholeBlock` pool is a block cut from a larger range (an etcd block): its first and last addresses
+// are ordinary addresses of that range, and the gateway is link-local, so only `reserved` is withheld.
+// Withholding three addresses per /26 block would waste 5% of a cluster range.
 // An IPv6 pool larger than 2^20 addresses only hands out its first 2^20 offsets: a node never runs a
 // million workloads, and tracking a /64 bit by bit is impossible. IPv4 pools must be /8 or longer (a
 // 2 MiB bitmap at most) and leave at least one usable address, so /31 and /32 are rejected.
@@ -44,7 +47,7 @@ export class IpPool {
   /** Offset of the last address handed out (host-local's lastReserved), or -1 before the first. */
   private last = -1;
 
-  constructor(cidr: string, reserved: string[] = []) {
+  constructor(cidr: string, reserved: string[] = [], opts: { wholeBlock?: boolean } = {}) {
     this.cidr = parseCidr(cidr);
     this.family = this.cidr.family;
     const { text, prefixLength } = this.cidr;
@@ -69,13 +72,16 @@ export class IpPool {
       if (off < this.span && !this.bit(this.blocked, off)) blockedCount++;
       this.block(off);
     };
-    blockCounted(0);
-    if (this.span > 1) blockCounted(1);
-    if (this.family === 4 && this.span > 2) blockCounted(this.span - 1);
+    if (!opts.wholeBlock) {
+      blockCounted(0);
+      if (this.span > 1) blockCounted(1);
+      if (this.family === 4 && this.span > 2) blockCounted(this.span - 1);
+    }
     for (const entry of reserved) this.reservedOffsets(entry, blockCounted);
 
     this.usable = Math.max(0, this.span - blockedCount);
     if (this.usable === 0) {
+      if (opts.wholeBlock) throw invalidArgument(`IP block ${text} has no usable address: all are reserved`);
       const why =
         this.family === 4
           ? 'the network address, the node/gateway address (offset 1) and the broadcast address are never handed out'

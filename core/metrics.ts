@@ -58,6 +58,36 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly poolSourceConnected = new Gauge({
+    name: 'workloadnet_pool_source_connected',
+    help: 'Pool source: 1 while it reaches its backing service (Kubernetes API, etcd), else 0.',
+    labelNames: ['source'] as const,
+    registers: [this.registry],
+  });
+  readonly blocksOwned = new Gauge({
+    name: 'workloadnet_pool_blocks_owned',
+    help: 'etcd pool source: address blocks this node owns, by family.',
+    labelNames: ['family'] as const,
+    registers: [this.registry],
+  });
+  readonly blockClaims = new Counter({
+    name: 'workloadnet_pool_block_claims_total',
+    help: 'etcd pool source: block claim attempts by outcome (claimed, lost_race, full, error) and mode.',
+    labelNames: ['outcome', 'mode'] as const,
+    registers: [this.registry],
+  });
+  readonly blockClaimSeconds = new Histogram({
+    name: 'workloadnet_pool_block_claim_duration_seconds',
+    help: 'etcd pool source: time to claim one block (listing and compare-and-create transactions).',
+    buckets: [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5],
+    registers: [this.registry],
+  });
+  readonly blockReleases = new Counter({
+    name: 'workloadnet_pool_block_releases_total',
+    help: 'etcd pool source: empty blocks given back after the grace period.',
+    registers: [this.registry],
+  });
+
   constructor(opts: { processMetrics?: boolean } = {}) {
     if (opts.processMetrics) collectDefaultMetrics({ register: this.registry });
   }

@@ -12,12 +12,13 @@ import {
   type UnclaimedAttachment,
 } from './backend';
 import { CONFIG, type DaemonConfig } from './config';
-import { alreadyExists, asWorkloadNetError, notFound, unavailable } from './errors';
+import { alreadyExists, asWorkloadNetError, notFound } from './errors';
 import type { AllocatedIp, IpAllocator } from './ip-allocator';
 import { KeyedMutex } from './keyed-mutex';
 import { LOGGER, type Logger } from './logger';
 import { METRICS, Metrics } from './metrics';
 import { NETNS_OPENER, netnsStillPresent, type Netns, type NetnsOpener } from './netns';
+import { POOL_SUPPLY, type PoolSupply } from './pool-supply';
 import { Store, type AttachmentRecord } from './store';
 import {
   DEFAULT_IF_NAME,
@@ -73,6 +74,7 @@ export class Orchestrator implements WorkloadService {
     @inject(CONFIG) private readonly config: DaemonConfig,
     @inject(LOGGER) private readonly log: Logger,
     @inject(METRICS) private readonly metrics: Metrics,
+    @inject(POOL_SUPPLY) private readonly pools: PoolSupply,
   ) {
     this.admission = new Admission(config.maxInFlight, ATTACH_CONCURRENCY);
   }
@@ -97,7 +99,7 @@ export class Orchestrator implements WorkloadService {
         const existing = this.store.get(req.key);
         if (existing) return sameAttachment(existing, req, netns);
 
-        const allocated = this.allocateAddresses();
+        const allocated = await this.pools.allocate();
         try {
           const record = newRecord(req, netns.inode, allocated, this.backend.name);
           const spec: AttachSpec = { ...toSpec(record), netns };
@@ -118,12 +120,6 @@ export class Orchestrator implements WorkloadService {
     } finally {
       netns.close();
     }
-  }
-
-  private allocateAddresses(): AllocatedIp[] {
-    if (!this.allocator.configured)
-      throw unavailable('no pod CIDR is configured; set podCidrs and restart the daemon');
-    return this.allocator.allocate();
   }
 
   /**
@@ -382,9 +378,9 @@ export class Orchestrator implements WorkloadService {
     if (!health.ready && reasons.length === 0) reasons.push(`backend ${this.backend.name} is not ready`);
     const writes = this.store.writeHealth();
     if (!writes.ok) reasons.push(`${writes.reason} (writes failing since ${writes.since})`);
-    if (!this.allocator.configured) reasons.push('no pod CIDR is configured');
-    else if (this.allocator.exhausted) reasons.push('the address pool is exhausted');
-    const pools = this.allocator.usage();
+    const poolStatus = this.pools.status();
+    reasons.push(...poolStatus.reasons);
+    const pools = poolStatus.pools;
     for (const p of pools) {
       this.metrics.poolSize.set({ pool: p.cidr, family: String(p.family) }, p.size);
       this.metrics.poolUsed.set({ pool: p.cidr, family: String(p.family) }, p.used);
@@ -405,6 +401,7 @@ export class Orchestrator implements WorkloadService {
       backend: this.backend.name,
       backendDetails: { ...(health.details ?? {}) },
       pools,
+      poolSource: poolStatus.source,
       attachments,
       reconcile: this.lastReconcile,
     };

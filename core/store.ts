@@ -283,6 +283,14 @@ export class Store {
     return released;
   }
 
+  /**
+   * A database of its own in the same environment for a pool source's durable state (the etcd blocks
+   * this node owns), so the node serves from it when the source's backing service is unreachable.
+   */
+  poolSourceState<V>(): Database<V, string> {
+    return this.root.openDB<V, string>({ name: 'pool-source' });
+  }
+
   cursors(): Record<string, string> {
     const c = this.meta.get('cursors');
     return c && typeof c === 'object' ? (c as Record<string, string>) : {};

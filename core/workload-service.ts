@@ -2,6 +2,7 @@
 // their own protocol and translate to these calls; they never touch the store or a backend.
 
 import type { DataplaneResult, Drift, IpAssignment } from './backend';
+import type { PoolSourceStatus } from './pool-source';
 
 export interface PodMetadata {
   uid?: string;
@@ -64,6 +65,10 @@ export interface PoolUsage {
   family: 4 | 6;
   size: number;
   used: number;
+  /** "active" (hands out addresses) or "draining" (keeps those in use, takes no new ones). */
+  state?: 'active' | 'draining';
+  /** Kind of the pool source that supplied it. */
+  source?: string;
 }
 
 export interface ServiceStatus {
@@ -72,6 +77,8 @@ export interface ServiceStatus {
   backend: string;
   backendDetails: Record<string, string | number | boolean>;
   pools: PoolUsage[];
+  /** Where the pools come from, and whether that source is connected. */
+  poolSource?: PoolSourceStatus;
   attachments: number;
   reconcile?: ReconcileSummary;
 }

@@ -1,6 +1,6 @@
 import { ContainerModule } from 'inversify';
 import { BACKEND, type Backend } from '../../core/backend';
-import type { DaemonConfig } from '../../core/config';
+import { mayServeIpv6, type DaemonConfig } from '../../core/config';
 import type { Logger } from '../../core/logger';
 import { LinuxBackend } from './linux-backend';
 
@@ -13,7 +13,7 @@ export function linuxBackendModule(config: DaemonConfig, logger: Logger): Contai
           hostNetnsPath: config.linux.hostNetns || undefined,
           linkGroup: config.linux.linkGroup,
           detachGroup: config.linux.detachGroup,
-          ipv6: config.podCidrs.some((c) => c.includes(':')),
+          ipv6: mayServeIpv6(config),
           logger: logger.child({ backend: 'linux' }),
         }),
     );

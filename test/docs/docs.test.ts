@@ -35,12 +35,14 @@ describe('documentation', () => {
     }
   });
 
-  it('ships an example config with every option, which the daemon accepts', () => {
-    const file = path.join(ROOT, 'packaging', 'config.example.json');
-    expect(flatKeys(JSON.parse(fs.readFileSync(file, 'utf8')) as object).sort()).to.deep.equal(
-      [...configKeys].sort(),
+  it('ships example configs that together show every option, each accepted by the daemon', () => {
+    // config.example.json: the daemon's options; config.pools.example.json: the cluster pool sources.
+    const files = ['config.example.json', 'config.pools.example.json'].map((f) =>
+      path.join(ROOT, 'packaging', f),
     );
-    expect(() => mergeConfig(DEFAULT_CONFIG, loadConfigFile(file))).to.not.throw();
+    const keys = new Set(files.flatMap((f) => flatKeys(JSON.parse(fs.readFileSync(f, 'utf8')) as object)));
+    expect([...keys].sort()).to.deep.equal([...configKeys].sort());
+    for (const file of files) expect(() => mergeConfig(DEFAULT_CONFIG, loadConfigFile(file))).to.not.throw();
   });
 
   it('documents every CLI command and every daemon flag in docs/operations.md', () => {

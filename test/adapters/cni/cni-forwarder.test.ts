@@ -356,8 +356,18 @@ describe('workloadnet-cni forwarder', function () {
     });
 
     it('waits longer than STATUS does by default for ADD/DEL/CHECK/GC (10 s)', async () => {
-      await fake.attach({ workloadId: 'ctr-restart', ifName: 'eth0', netnsPath: '/proc/1/ns/net' });
-      fake.mutations.length = 0;
+      // Recorded as the service would have it; DEL needs no namespace, so none is opened here.
+      fake.attachments.set('ctr-restart/eth0', {
+        key: 'ctr-restart/eth0',
+        workloadId: 'ctr-restart',
+        ifName: 'eth0',
+        netnsPath: '/proc/1/ns/net',
+        ips: [],
+        mtu: 1500,
+        backend: 'fake',
+        state: 'ready',
+        createdAt: new Date().toISOString(),
+      });
       const call = runShim(shim, { ...add, CNI_COMMAND: 'DEL' }, cfg({ socket: sock }));
       await listenAfter(2500);
       const run = await call;

@@ -142,6 +142,32 @@ export interface PoolStatus {
   family: number;
   size: number;
   used: number;
+  /**
+   * "active" (hands out addresses) or "draining" (keeps those in use, takes no new ones: the range was
+   * removed from the Node, or the block is being given back).
+   */
+  state: string;
+  /** Kind of the pool source that supplied it: "static", "kubernetes", "etcd". */
+  source: string;
+}
+
+/** Where the node's address pools come from. */
+export interface PoolSourceStatus {
+  kind: string;
+  /** The source has supplied its pools; while false, Attach fails UNAVAILABLE. */
+  ready: boolean;
+  /**
+   * The source reaches its backing service (Kubernetes API, etcd). An etcd node keeps attaching from
+   * the blocks it owns while disconnected.
+   */
+  connected: boolean;
+  reasons: string[];
+  details: { [key: string]: string };
+}
+
+export interface PoolSourceStatus_DetailsEntry {
+  key: string;
+  value: string;
 }
 
 export interface ReconcileStatus {
@@ -166,6 +192,7 @@ export interface StatusResponse {
   reconcile?: ReconcileStatus | undefined;
   /** The daemon's version (package.json). */
   version: string;
+  poolSource?: PoolSourceStatus | undefined;
 }
 
 export interface StatusResponse_BackendDetailsEntry {
@@ -1531,7 +1558,7 @@ export const StatusRequest: MessageFns<StatusRequest> = {
 };
 
 function createBasePoolStatus(): PoolStatus {
-  return { cidr: '', family: 0, size: 0, used: 0 };
+  return { cidr: '', family: 0, size: 0, used: 0, state: '', source: '' };
 }
 
 export const PoolStatus: MessageFns<PoolStatus> = {
@@ -1547,6 +1574,12 @@ export const PoolStatus: MessageFns<PoolStatus> = {
     }
     if (message.used !== 0) {
       writer.uint32(32).uint64(message.used);
+    }
+    if (message.state !== '') {
+      writer.uint32(42).string(message.state);
+    }
+    if (message.source !== '') {
+      writer.uint32(50).string(message.source);
     }
     return writer;
   },
@@ -1596,6 +1629,22 @@ export const PoolStatus: MessageFns<PoolStatus> = {
             message.used = longToNumber(reader.uint64());
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.state = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.source = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1614,6 +1663,8 @@ export const PoolStatus: MessageFns<PoolStatus> = {
       family: isSet(object.family) ? globalThis.Number(object.family) : 0,
       size: isSet(object.size) ? globalThis.Number(object.size) : 0,
       used: isSet(object.used) ? globalThis.Number(object.used) : 0,
+      state: isSet(object.state) ? globalThis.String(object.state) : '',
+      source: isSet(object.source) ? globalThis.String(object.source) : '',
     };
   },
 
@@ -1631,6 +1682,12 @@ export const PoolStatus: MessageFns<PoolStatus> = {
     if (message.used !== 0) {
       obj.used = Math.round(message.used);
     }
+    if (message.state !== '') {
+      obj.state = message.state;
+    }
+    if (message.source !== '') {
+      obj.source = message.source;
+    }
     return obj;
   },
 
@@ -1643,6 +1700,262 @@ export const PoolStatus: MessageFns<PoolStatus> = {
     message.family = object.family ?? 0;
     message.size = object.size ?? 0;
     message.used = object.used ?? 0;
+    message.state = object.state ?? '';
+    message.source = object.source ?? '';
+    return message;
+  },
+};
+
+function createBasePoolSourceStatus(): PoolSourceStatus {
+  return { kind: '', ready: false, connected: false, reasons: [], details: {} };
+}
+
+export const PoolSourceStatus: MessageFns<PoolSourceStatus> = {
+  encode(message: PoolSourceStatus, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.kind !== '') {
+      writer.uint32(10).string(message.kind);
+    }
+    if (message.ready !== false) {
+      writer.uint32(16).bool(message.ready);
+    }
+    if (message.connected !== false) {
+      writer.uint32(24).bool(message.connected);
+    }
+    for (const v of message.reasons) {
+      writer.uint32(34).string(v!);
+    }
+    globalThis.Object.entries(message.details).forEach(([key, value]: [string, string]) => {
+      PoolSourceStatus_DetailsEntry.encode({ key: key as any, value }, writer.uint32(42).fork()).join();
+    });
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PoolSourceStatus {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePoolSourceStatus();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.ready = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.connected = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.reasons.push(reader.string());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            const entry5 = PoolSourceStatus_DetailsEntry.decode(reader, reader.uint32());
+            if (entry5.value !== undefined) {
+              message.details[entry5.key] = entry5.value;
+            }
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PoolSourceStatus {
+    return {
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : '',
+      ready: isSet(object.ready) ? globalThis.Boolean(object.ready) : false,
+      connected: isSet(object.connected) ? globalThis.Boolean(object.connected) : false,
+      reasons: globalThis.Array.isArray(object?.reasons)
+        ? object.reasons.map((e: any) => globalThis.String(e))
+        : [],
+      details: isObject(object.details)
+        ? (globalThis.Object.entries(object.details) as [string, any][]).reduce(
+            (acc: { [key: string]: string }, [key, value]: [string, any]) => {
+              globalThis.Object.defineProperty(acc, key, {
+                value: globalThis.String(value),
+                enumerable: true,
+                configurable: true,
+                writable: true,
+              });
+              return acc;
+            },
+            {},
+          )
+        : {},
+    };
+  },
+
+  toJSON(message: PoolSourceStatus): unknown {
+    const obj: any = {};
+    if (message.kind !== '') {
+      obj.kind = message.kind;
+    }
+    if (message.ready !== false) {
+      obj.ready = message.ready;
+    }
+    if (message.connected !== false) {
+      obj.connected = message.connected;
+    }
+    if (message.reasons?.length) {
+      obj.reasons = message.reasons;
+    }
+    if (message.details) {
+      const entries = globalThis.Object.entries(message.details) as [string, string][];
+      if (entries.length > 0) {
+        obj.details = {};
+        entries.forEach(([k, v]) => {
+          obj.details[k] = v;
+        });
+      }
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PoolSourceStatus>, I>>(base?: I): PoolSourceStatus {
+    return PoolSourceStatus.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PoolSourceStatus>, I>>(object: I): PoolSourceStatus {
+    const message = createBasePoolSourceStatus();
+    message.kind = object.kind ?? '';
+    message.ready = object.ready ?? false;
+    message.connected = object.connected ?? false;
+    message.reasons = object.reasons?.map((e) => e) || [];
+    message.details = (globalThis.Object.entries(object.details ?? {}) as [string, string][]).reduce(
+      (acc: { [key: string]: string }, [key, value]: [string, string]) => {
+        if (value !== undefined) {
+          acc[key] = globalThis.String(value);
+        }
+        return acc;
+      },
+      {},
+    );
+    return message;
+  },
+};
+
+function createBasePoolSourceStatus_DetailsEntry(): PoolSourceStatus_DetailsEntry {
+  return { key: '', value: '' };
+}
+
+export const PoolSourceStatus_DetailsEntry: MessageFns<PoolSourceStatus_DetailsEntry> = {
+  encode(message: PoolSourceStatus_DetailsEntry, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.key !== '') {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== '') {
+      writer.uint32(18).string(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PoolSourceStatus_DetailsEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePoolSourceStatus_DetailsEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.value = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PoolSourceStatus_DetailsEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : '',
+      value: isSet(object.value) ? globalThis.String(object.value) : '',
+    };
+  },
+
+  toJSON(message: PoolSourceStatus_DetailsEntry): unknown {
+    const obj: any = {};
+    if (message.key !== '') {
+      obj.key = message.key;
+    }
+    if (message.value !== '') {
+      obj.value = message.value;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PoolSourceStatus_DetailsEntry>, I>>(
+    base?: I,
+  ): PoolSourceStatus_DetailsEntry {
+    return PoolSourceStatus_DetailsEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PoolSourceStatus_DetailsEntry>, I>>(
+    object: I,
+  ): PoolSourceStatus_DetailsEntry {
+    const message = createBasePoolSourceStatus_DetailsEntry();
+    message.key = object.key ?? '';
+    message.value = object.value ?? '';
     return message;
   },
 };
@@ -1828,6 +2141,7 @@ function createBaseStatusResponse(): StatusResponse {
     attachments: 0,
     reconcile: undefined,
     version: '',
+    poolSource: undefined,
   };
 }
 
@@ -1856,6 +2170,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     }
     if (message.version !== '') {
       writer.uint32(66).string(message.version);
+    }
+    if (message.poolSource !== undefined) {
+      PoolSourceStatus.encode(message.poolSource, writer.uint32(74).fork()).join();
     }
     return writer;
   },
@@ -1940,6 +2257,14 @@ export const StatusResponse: MessageFns<StatusResponse> = {
             message.version = reader.string();
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.poolSource = PoolSourceStatus.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1992,6 +2317,11 @@ export const StatusResponse: MessageFns<StatusResponse> = {
       attachments: isSet(object.attachments) ? globalThis.Number(object.attachments) : 0,
       reconcile: isSet(object.reconcile) ? ReconcileStatus.fromJSON(object.reconcile) : undefined,
       version: isSet(object.version) ? globalThis.String(object.version) : '',
+      poolSource: isSet(object.poolSource)
+        ? PoolSourceStatus.fromJSON(object.poolSource)
+        : isSet(object.pool_source)
+          ? PoolSourceStatus.fromJSON(object.pool_source)
+          : undefined,
     };
   },
 
@@ -2027,6 +2357,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     if (message.version !== '') {
       obj.version = message.version;
     }
+    if (message.poolSource !== undefined) {
+      obj.poolSource = PoolSourceStatus.toJSON(message.poolSource);
+    }
     return obj;
   },
 
@@ -2053,6 +2386,10 @@ export const StatusResponse: MessageFns<StatusResponse> = {
         ? ReconcileStatus.fromPartial(object.reconcile)
         : undefined;
     message.version = object.version ?? '';
+    message.poolSource =
+      object.poolSource !== undefined && object.poolSource !== null
+        ? PoolSourceStatus.fromPartial(object.poolSource)
+        : undefined;
     return message;
   },
 };

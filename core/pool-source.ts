@@ -1,0 +1,54 @@
+// The seam between the core and wherever the node's address ranges come from. The core allocates
+// addresses locally from the pools in its IpAllocator; a pool source only decides which pools exist:
+// the configured pod CIDRs (static), a Node's spec.podCIDRs (kubernetes), or blocks claimed in a cluster
+// store (etcd). A source adds pools and drains them (a draining pool keeps serving the addresses in use
+// and takes no new ones); it never yanks a pool from under live addresses.
+//
+// The attach path never waits for a source in steady state: it allocates from the pools already there
+// and asks the source only when a family has no free address left (needMore), which a source may answer
+// by getting more within a bounded time or by failing UNAVAILABLE at once when it cannot.
+
+import type { IpAllocator } from './ip-allocator';
+
+/** What a source reports for Status and metrics. */
+export interface PoolSourceStatus {
+  /** "static", "kubernetes", "etcd". */
+  kind: string;
+  /** Attaches can be served (the source has supplied its pools). */
+  ready: boolean;
+  /** The source reaches its backing service (always true for static). */
+  connected: boolean;
+  /** Why it is not ready, or what an operator should know (a draining range, a lost claim). */
+  reasons: string[];
+  /** Free-form facts for `status` (node name, blocks owned, last error). */
+  details?: Record<string, string | number | boolean>;
+}
+
+export interface PoolSource {
+  readonly kind: string;
+  /**
+   * The address families every attachment gets one address of, or undefined for "every family the
+   * allocator has an active pool of". A source whose pools may be missing for a while (no block of a
+   * family claimed yet) names them, so an attach fails rather than silently going single-stack.
+   */
+  families(): ReadonlyArray<4 | 6> | undefined;
+  /**
+   * Supplies the allocator's pools. Resolves once the pools the source can supply without its backing
+   * service (configuration, local cache) are in the allocator, before stored addresses are restored;
+   * the rest follows in the background. Must not fail because the backing service is down.
+   */
+  start(allocator: IpAllocator): Promise<void>;
+  /** status().ready, cheaply: asked on every attach. */
+  isReady(): boolean;
+  status(): PoolSourceStatus;
+  /**
+   * Optional: called on attach when a family has no free address. Resolves once more addresses are
+   * in the allocator; rejects (UNAVAILABLE, retryable) promptly when they cannot be had in a bounded
+   * time. Sources without it make that attach fail with RESOURCE_EXHAUSTED.
+   */
+  needMore?(family: 4 | 6): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** inversify identifier under which the active pool source is bound. */
+export const POOL_SOURCE = Symbol.for('workloadnet.PoolSource');

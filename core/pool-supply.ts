@@ -1,0 +1,92 @@
+import { unavailable, WorkloadNetError } from './errors';
+import type { AllocatedIp, IpAllocator, PoolState } from './ip-allocator';
+import type { Metrics } from './metrics';
+import type { PoolSource, PoolSourceStatus } from './pool-source';
+
+// What the orchestrator asks for addresses and for the pools' part of Status: the allocator's pools
+// under the rules of the active pool source. Attach stays local: a source is consulted only when a
+// family has no free address left.
+
+/** One pool the node serves from, as Status shows it. */
+export interface PoolView {
+  cidr: string;
+  family: 4 | 6;
+  size: number;
+  used: number;
+  state: PoolState;
+  /** Kind of the source that supplied it. */
+  source: string;
+}
+
+export interface PoolSupplyStatus {
+  source: PoolSourceStatus;
+  pools: PoolView[];
+  /** Reasons the node cannot attach now (added to Status' reasons). */
+  reasons: string[];
+}
+
+/** A source that has just supplied addresses may lose them to a concurrent attach; try this often. */
+const NEED_MORE_ROUNDS = 3;
+
+export class PoolSupply {
+  constructor(
+    private readonly source: PoolSource,
+    private readonly allocator: IpAllocator,
+    private readonly metrics?: Metrics,
+  ) {}
+
+  get kind(): string {
+    return this.source.kind;
+  }
+
+  /** Puts the source's pools into the allocator; called before stored addresses are restored. */
+  start(): Promise<void> {
+    return this.source.start(this.allocator);
+  }
+
+  stop(): Promise<void> {
+    return this.source.stop();
+  }
+
+  /**
+   * One address per family for a new attachment. UNAVAILABLE (retryable) while the source is not ready
+   * or cannot supply more in time; RESOURCE_EXHAUSTED when a static pool is full.
+   */
+  async allocate(): Promise<AllocatedIp[]> {
+    if (!this.source.isReady()) {
+      const st = this.source.status();
+      throw unavailable(`address pools are not ready (${st.kind}): ${st.reasons.join('; ')}`);
+    }
+    const families = this.source.families();
+    if (families === undefined && !this.allocator.configured)
+      throw unavailable('no pod CIDR is configured; set podCidrs and restart the daemon');
+    for (let round = 0; ; round++) {
+      try {
+        return this.allocator.allocate(families);
+      } catch (err) {
+        const full = err instanceof WorkloadNetError && err.code === 'RESOURCE_EXHAUSTED';
+        if (!full || this.source.needMore === undefined || round >= NEED_MORE_ROUNDS) throw err;
+        for (const family of families ?? this.allocator.families())
+          if (this.allocator.freeIn(family) === 0) await this.source.needMore(family);
+      }
+    }
+  }
+
+  status(): PoolSupplyStatus {
+    const source = this.source.status();
+    const reasons = source.ready ? [] : source.reasons.slice();
+    if (source.ready && this.source.families() === undefined && !this.allocator.configured)
+      reasons.push('no pod CIDR is configured');
+    else if (source.ready && this.source.needMore === undefined && this.allocator.exhausted)
+      reasons.push('the address pool is exhausted');
+    const pools = this.allocator.report().map((p) => ({ ...p, source: source.kind }));
+    this.metrics?.poolSourceConnected.set({ source: source.kind }, source.connected ? 1 : 0);
+    // Pools come and go (blocks, Node ranges): drop the series of gone ones; the caller sets the rest.
+    this.metrics?.poolSize.reset();
+    this.metrics?.poolUsed.reset();
+    return { source, pools, reasons };
+  }
+}
+
+/** inversify identifier of the PoolSupply. */
+export const POOL_SUPPLY = Symbol.for('workloadnet.PoolSupply');

@@ -1,0 +1,62 @@
+import type { Etcd3, Namespace } from 'etcd3';
+
+// Block ownership as etcd keys, under the configured prefix:
+//   blocks/<block, "/" written "-">  = owning node name. Durable: no lease, so a daemon restart or
+//                                      upgrade never frees a block whose workloads still run.
+//   nodes/<node>/alive               = lease-bound: exists while the node's daemon is alive.
+// Every change is a transaction that compares first (create only if absent, delete only if still ours),
+// so two nodes can never both own a block whatever the timing: etcd's linearizable transactions are
+// the only arbiter, as with Calico's block affinities and flannel's subnet leases.
+
+export const BLOCKS = 'blocks/';
+export const NODES = 'nodes/';
+
+export const blockKey = (block: string): string => `${BLOCKS}${block.replace('/', '-')}`;
+export const aliveKey = (node: string): string => `${NODES}${node}/alive`;
+
+function blockOfKey(key: string): string | undefined {
+  const name = key.slice(BLOCKS.length);
+  const dash = name.lastIndexOf('-');
+  return dash < 0 ? undefined : `${name.slice(0, dash)}/${name.slice(dash + 1)}`;
+}
+
+export class BlockRegistry {
+  readonly ns: Namespace;
+
+  constructor(client: Etcd3 | Namespace, prefix: string) {
+    this.ns = client.namespace(`${prefix}/`);
+  }
+
+  /** Every claimed block and its owner (one range read). */
+  async blocks(): Promise<Map<string, string>> {
+    const all = await this.ns.getAll().prefix(BLOCKS).strings();
+    const out = new Map<string, string>();
+    for (const [key, node] of Object.entries(all)) {
+      const block = blockOfKey(key);
+      if (block) out.set(block, node);
+    }
+    return out;
+  }
+
+  /** Claims a block for `node` if nobody owns it. True when this call created the key. */
+  async create(block: string, node: string): Promise<boolean> {
+    const key = blockKey(block);
+    const res = await this.ns.if(key, 'Create', '==', 0).then(this.ns.put(key).value(node)).commit();
+    return res.succeeded;
+  }
+
+  /** Gives a block back if `node` still owns it. True when this call deleted the key. */
+  async release(block: string, node: string): Promise<boolean> {
+    const key = blockKey(block);
+    const res = await this.ns.if(key, 'Value', '==', node).then(this.ns.delete().key(key)).commit();
+    return res.succeeded;
+  }
+
+  /** Names of nodes whose alive key exists. */
+  async aliveNodes(): Promise<Set<string>> {
+    const keys = await this.ns.getAll().prefix(NODES).keys();
+    const out = new Set<string>();
+    for (const k of keys) if (k.endsWith('/alive')) out.add(k.slice(NODES.length, -'/alive'.length));
+    return out;
+  }
+}

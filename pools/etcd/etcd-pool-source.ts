@@ -1,0 +1,440 @@
+import * as fs from 'node:fs';
+import { Etcd3, type IOptions, type Lease } from 'etcd3';
+import { unavailable, WorkloadNetError } from '../../core/errors';
+import type { IpAllocator } from '../../core/ip-allocator';
+import type { Logger } from '../../core/logger';
+import type { Metrics } from '../../core/metrics';
+import type { PoolSource, PoolSourceStatus } from '../../core/pool-source';
+import type { Store } from '../../core/store';
+import { BlockCache } from './block-cache';
+import { claimBlock } from './block-claimer';
+import { blockIndex, blockLayout, reservedInBlock, type BlockLayout } from './block-layout';
+import { aliveKey, BlockRegistry } from './block-registry';
+
+// Address blocks of cluster CIDRs claimed in etcd (see docs/pool-sources.md). The attach path never
+// talks to etcd while the node's blocks have free addresses: blocks are claimed ahead of need, in the
+// background, when the free addresses of a family fall below a threshold. Only an attach that finds a
+// family full waits for a claim, for a bounded time, and fails UNAVAILABLE at once when etcd is known
+// to be unreachable. Owned blocks live in the local store too, so the daemon starts and serves
+// without etcd.
+
+/** Ticks between two reconciliations with etcd while connected (one range read each). */
+const SYNC_EVERY_TICKS = 10;
+
+export interface EtcdPoolSourceOptions {
+  endpoints: string[];
+  clusterCidrs: string[];
+  /** IPv4 block prefix length (IPv6 blocks: 96 + it). */
+  blockSize: number;
+  prefix: string;
+  /** PEM files; ca alone = TLS, with cert and key = mutual TLS. */
+  tls?: { ca: string; cert?: string; key?: string };
+  nodeName: string;
+  emptyBlockGraceMs: number;
+  store: Store;
+  logger: Logger;
+  metrics: Metrics;
+  /** How long an attach waits for a block claim when its family is full. */
+  claimTimeoutMs?: number;
+  /** Deadline of one etcd call. */
+  callTimeoutMs?: number;
+  /** TTL of the node's alive key. */
+  aliveTtlSeconds?: number;
+  /** Period of the maintenance loop (reconnect, claim ahead, release empty blocks). */
+  tickMs?: number;
+}
+
+interface OwnedBlock {
+  family: 4 | 6;
+  /** When it was first seen empty (ms), for the release grace period. */
+  emptySince?: number;
+}
+
+export class EtcdPoolSource implements PoolSource {
+  readonly kind = 'etcd';
+  private readonly layouts: BlockLayout[];
+  private readonly owned = new Map<string, OwnedBlock>();
+  private readonly claims = new Map<4 | 6, Promise<void>>();
+  /** Blocks cached as ours that etcd gives to another node: kept draining, shown in Status. */
+  private readonly lost = new Map<string, string>();
+  private client?: Etcd3;
+  private registry?: BlockRegistry;
+  private cache?: BlockCache;
+  private allocator?: IpAllocator;
+  private lease?: Lease;
+  private timer?: NodeJS.Timeout;
+  private connected = false;
+  private synced = false;
+  private lastError = '';
+  private full = new Set<4 | 6>();
+  private stopped = false;
+  private ticking = false;
+  private ticks = 0;
+  private readonly claimTimeoutMs: number;
+  private readonly callTimeoutMs: number;
+  private readonly aliveTtl: number;
+  private readonly tickMs: number;
+
+  constructor(private readonly opts: EtcdPoolSourceOptions) {
+    this.layouts = opts.clusterCidrs.map((c) => blockLayout(c, opts.blockSize));
+    this.claimTimeoutMs = opts.claimTimeoutMs ?? 3000;
+    this.callTimeoutMs = opts.callTimeoutMs ?? 2000;
+    this.aliveTtl = opts.aliveTtlSeconds ?? 10;
+    this.tickMs = opts.tickMs ?? 1000;
+  }
+
+  families(): ReadonlyArray<4 | 6> {
+    return this.layouts.map((l) => l.family);
+  }
+
+  /** Free addresses below which a family gets another block in the background: a quarter block. */
+  private lowWater(layout: BlockLayout): number {
+    return Math.max(1, layout.blockAddresses >> 2);
+  }
+
+  async start(allocator: IpAllocator): Promise<void> {
+    this.allocator = allocator;
+    this.cache = new BlockCache(this.opts.store);
+    for (const [block, entry] of this.cache.all()) {
+      if (entry.node !== this.opts.nodeName) {
+        this.opts.logger.warn(
+          { block, owner: entry.node, node: this.opts.nodeName },
+          'cached block belongs to another node name; ignored',
+        );
+        continue;
+      }
+      const layout = this.layoutOf(block);
+      if (!layout) {
+        this.opts.logger.warn({ block }, 'cached block is outside the configured cluster CIDRs; ignored');
+        continue;
+      }
+      this.serve(block, layout);
+    }
+    allocator.onChange(() => this.claimAheadIfLow());
+    this.client = new Etcd3(this.clientOptions());
+    this.registry = new BlockRegistry(this.client, this.opts.prefix);
+    this.timer = setInterval(() => void this.tick(), this.tickMs);
+    this.timer.unref();
+    void this.tick();
+  }
+
+  private clientOptions(): IOptions {
+    const tls = this.opts.tls;
+    return {
+      hosts: this.opts.endpoints,
+      dialTimeout: this.callTimeoutMs,
+      // Unary calls get a deadline so nothing waits on a dead member; streams (lease keep-alive) do not.
+      defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + this.callTimeoutMs }),
+      credentials: tls?.ca
+        ? {
+            rootCertificate: fs.readFileSync(tls.ca),
+            certChain: tls.cert ? fs.readFileSync(tls.cert) : undefined,
+            privateKey: tls.key ? fs.readFileSync(tls.key) : undefined,
+          }
+        : undefined,
+    };
+  }
+
+  isReady(): boolean {
+    return this.connected || this.layouts.every((l) => this.ownsBlockOf(l.family));
+  }
+
+  status(): PoolSourceStatus {
+    const reasons: string[] = [];
+    const missing = this.layouts.filter((l) => !this.ownsBlockOf(l.family));
+    const ready = this.isReady();
+    for (const l of missing)
+      if (!this.connected)
+        reasons.push(
+          `node ${this.opts.nodeName} owns no IPv${l.family} block of ${l.cluster.text} and etcd is unreachable${this.lastError ? ` (${this.lastError})` : ''}`,
+        );
+    if (ready && !this.connected)
+      reasons.push(`etcd is unreachable (${this.lastError || 'connecting'}); serving from owned blocks only`);
+    for (const f of this.full) reasons.push(`every IPv${f} block of the cluster CIDR is claimed`);
+    for (const [block, owner] of this.lost)
+      reasons.push(
+        `block ${block} is now owned by node ${owner} in etcd; draining its addresses in use here`,
+      );
+    const v4 = [...this.owned.values()].filter((b) => b.family === 4).length;
+    return {
+      kind: this.kind,
+      ready,
+      connected: this.connected,
+      reasons,
+      details: {
+        node: this.opts.nodeName,
+        endpoints: this.opts.endpoints.join(','),
+        blocksOwned: this.owned.size,
+        blocksOwnedV4: v4,
+        blocksOwnedV6: this.owned.size - v4,
+      },
+    };
+  }
+
+  /**
+   * An attach found `family` full. Waits for a claim (joining one already running) for at most
+   * claimTimeoutMs; fails UNAVAILABLE at once when etcd is known to be unreachable.
+   */
+  async needMore(family: 4 | 6): Promise<void> {
+    const layout = this.layouts.find((l) => l.family === family);
+    if (!layout) return;
+    if (!this.connected) {
+      throw unavailable(
+        `no free IPv${family} address in the blocks node ${this.opts.nodeName} owns, and etcd is unreachable ` +
+          `(${this.lastError || 'not connected yet'}); retry when etcd is back`,
+      );
+    }
+    if (this.full.has(family) && this.allocator!.freeIn(family) === 0) {
+      throw new WorkloadNetError(
+        'RESOURCE_EXHAUSTED',
+        `every IPv${family} block of ${layout.cluster.text} is claimed and this node's blocks are full`,
+        true,
+      );
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () =>
+          reject(
+            unavailable(
+              `no free IPv${family} address and claiming a block in etcd took over ${this.claimTimeoutMs} ms; retry`,
+            ),
+          ),
+        this.claimTimeoutMs,
+      );
+    });
+    try {
+      await Promise.race([this.claim(layout, 'sync'), timeout]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearInterval(this.timer);
+    this.allocator?.onChange(undefined);
+    // The alive key goes with its lease: a clean stop says "not alive" at once. The blocks stay ours.
+    await this.lease?.revoke().catch(() => undefined);
+    this.client?.close();
+  }
+
+  private layoutOf(block: string): BlockLayout | undefined {
+    return this.layouts.find((l) => blockIndex(l, block) !== undefined);
+  }
+
+  private ownsBlockOf(family: 4 | 6): boolean {
+    for (const b of this.owned.values()) if (b.family === family) return true;
+    return false;
+  }
+
+  /** Puts an owned block into the allocator. */
+  private serve(block: string, layout: BlockLayout): void {
+    this.allocator!.addPool({ cidr: block, wholeBlock: true, reserved: reservedInBlock(layout, block) });
+    this.owned.set(block, { family: layout.family });
+    this.countBlocks();
+  }
+
+  private countBlocks(): void {
+    for (const l of this.layouts)
+      this.opts.metrics.blocksOwned.set(
+        { family: String(l.family) },
+        [...this.owned.values()].filter((b) => b.family === l.family).length,
+      );
+  }
+
+  private claimAheadIfLow(): void {
+    if (!this.connected || this.stopped) return;
+    for (const l of this.layouts) {
+      if (this.claims.has(l.family) || this.full.has(l.family)) continue;
+      if (this.allocator!.freeIn(l.family) < this.lowWater(l))
+        this.claim(l, 'ahead').catch((err: unknown) =>
+          this.opts.logger.warn(
+            { err: (err as Error).message, family: l.family },
+            'block claim ahead failed',
+          ),
+        );
+    }
+  }
+
+  /** One claim per family at a time; callers arriving meanwhile wait for the same one. */
+  private claim(layout: BlockLayout, mode: 'ahead' | 'sync'): Promise<void> {
+    const running = this.claims.get(layout.family);
+    if (running) return running;
+    const p = this.doClaim(layout, mode).finally(() => this.claims.delete(layout.family));
+    this.claims.set(layout.family, p);
+    return p;
+  }
+
+  private async doClaim(layout: BlockLayout, mode: 'ahead' | 'sync'): Promise<void> {
+    const started = process.hrtime.bigint();
+    let result;
+    try {
+      result = await claimBlock(this.registry!, layout, this.opts.nodeName);
+    } catch (err) {
+      this.opts.metrics.blockClaims.inc({ outcome: 'error', mode });
+      throw this.failed(err);
+    }
+    this.reachable();
+    if ('full' in result) {
+      this.full.add(layout.family);
+      this.opts.metrics.blockClaims.inc({ outcome: 'full', mode });
+      throw new WorkloadNetError(
+        'RESOURCE_EXHAUSTED',
+        `every IPv${layout.family} block of ${layout.cluster.text} is claimed by some node; ` +
+          "release a dead node's blocks (workloadnet cluster release-node) or add a larger cluster CIDR",
+        true,
+      );
+    }
+    if (result.attempts > 1)
+      this.opts.metrics.blockClaims.inc({ outcome: 'lost_race', mode }, result.attempts - 1);
+    // Cache before serving: an address handed out must lie in a block the node knows after a crash.
+    await this.cache!.add(result.block, {
+      node: this.opts.nodeName,
+      cluster: layout.cluster.text,
+      claimedAt: new Date().toISOString(),
+    });
+    this.serve(result.block, layout);
+    this.opts.metrics.blockClaims.inc({ outcome: 'claimed', mode });
+    this.opts.metrics.blockClaimSeconds.observe(Number(process.hrtime.bigint() - started) / 1e9);
+    this.opts.logger.info({ block: result.block, mode, attempts: result.attempts }, 'claimed address block');
+  }
+
+  private reachable(): void {
+    if (!this.connected) this.opts.logger.info({ endpoints: this.opts.endpoints }, 'etcd reachable');
+    this.connected = true;
+    this.lastError = '';
+  }
+
+  /** Records an etcd failure; returns the error to throw to an attach. */
+  private failed(err: unknown): WorkloadNetError {
+    if (err instanceof WorkloadNetError) return err;
+    const message = err instanceof Error ? err.message : String(err);
+    if (this.connected) this.opts.logger.warn({ err: message }, 'etcd unreachable');
+    this.connected = false;
+    this.synced = false;
+    this.lastError = message.split('\n')[0]!.slice(0, 200);
+    return unavailable(`etcd is unreachable (${this.lastError}); retry`);
+  }
+
+  /** Maintenance: reconnect and reconcile, keep the alive key, claim ahead, release empty blocks. */
+  private async tick(): Promise<void> {
+    if (this.ticking || this.stopped) return;
+    this.ticking = true;
+    try {
+      // Reconcile at (re)connection, and now and then: an operator may have released blocks meanwhile.
+      if (!this.synced || ++this.ticks % SYNC_EVERY_TICKS === 0) await this.sync();
+      if (this.synced) {
+        await this.keepAlive();
+        for (const l of this.layouts)
+          if (!this.ownsBlockOf(l.family)) await this.claim(l, 'ahead').catch(() => undefined);
+        this.claimAheadIfLow();
+        await this.releaseEmptyBlocks();
+      }
+    } catch (err) {
+      this.failed(err);
+    } finally {
+      this.ticking = false;
+    }
+  }
+
+  /**
+   * Reconciles the cached blocks with etcd, in etcd's favour: blocks etcd says are ours are served;
+   * cached blocks etcd lost (a release cut short by a crash, or an operator's forced release) are
+   * claimed again when free and dropped when empty; ones another node now owns drain.
+   */
+  private async sync(): Promise<void> {
+    const blocks = await this.registry!.blocks();
+    this.reachable();
+    const me = this.opts.nodeName;
+    for (const [block, owner] of blocks) {
+      const layout = this.layoutOf(block);
+      if (owner !== me || !layout || this.owned.has(block)) continue;
+      await this.cache!.add(block, {
+        node: me,
+        cluster: layout.cluster.text,
+        claimedAt: new Date().toISOString(),
+      });
+      this.serve(block, layout);
+      this.opts.logger.info({ block }, 'etcd lists a block of ours the cache lacked; serving it');
+    }
+    for (const block of [...this.owned.keys()]) {
+      const owner = blocks.get(block);
+      if (owner === me) continue;
+      const inUse = this.allocator!.report().find((p) => p.cidr === block)?.used ?? 0;
+      if (owner === undefined && inUse > 0 && (await this.registry!.create(block, me))) {
+        this.opts.logger.warn(
+          { block, inUse },
+          'block with addresses in use was missing in etcd; claimed it again',
+        );
+        continue;
+      }
+      this.owned.delete(block);
+      this.countBlocks();
+      this.allocator!.drainPool(block);
+      if (owner !== undefined && inUse > 0) this.lost.set(block, owner);
+      if (owner === undefined || inUse === 0) await this.cache!.remove(block);
+      this.opts.logger.warn(
+        { block, owner, inUse },
+        'cached block is not ours in etcd; stopped handing it out',
+      );
+    }
+    for (const [block] of this.lost)
+      if (this.allocator!.stateOf(block) === undefined) {
+        this.lost.delete(block);
+        await this.cache!.remove(block);
+      }
+    // Other nodes may have given blocks back since the range was found full: let claims try again.
+    this.full.clear();
+    this.synced = true;
+  }
+
+  /** The lease-bound key that says this node is alive; re-created when its lease was lost. */
+  private async keepAlive(): Promise<void> {
+    if (this.lease && !this.lease.revoked()) return;
+    const lease = this.registry!.ns.lease(this.aliveTtl, { autoKeepAlive: true });
+    lease.on('lost', (err) => {
+      if (this.lease === lease) this.lease = undefined;
+      this.failed(err);
+    });
+    lease.on('keepaliveSucceeded', () => this.reachable());
+    this.lease = lease;
+    await lease
+      .put(aliveKey(this.opts.nodeName))
+      .value(JSON.stringify({ since: new Date().toISOString(), pid: process.pid }));
+  }
+
+  /**
+   * Gives back blocks that have been empty for the grace period, as long as the family keeps enough
+   * free addresses without them (so the last block of a family is kept). The block leaves the
+   * allocator first, in the same tick as the emptiness check, so no attach can take an address of it
+   * while etcd deletes the key; if etcd refuses, it is served again.
+   */
+  private async releaseEmptyBlocks(): Promise<void> {
+    const now = Date.now();
+    const used = new Map(this.allocator!.report().map((p) => [p.cidr, p.used]));
+    for (const [block, b] of this.owned) {
+      if ((used.get(block) ?? 0) > 0) {
+        b.emptySince = undefined;
+        continue;
+      }
+      b.emptySince ??= now;
+      if (now - b.emptySince < this.opts.emptyBlockGraceMs) continue;
+      const layout = this.layoutOf(block)!;
+      if (this.allocator!.freeIn(b.family) - layout.blockAddresses < this.lowWater(layout)) continue;
+      if (this.allocator!.drainPool(block) !== 'removed') continue;
+      this.owned.delete(block);
+      this.countBlocks();
+      try {
+        await this.registry!.release(block, this.opts.nodeName);
+        await this.cache!.remove(block);
+        this.full.delete(b.family);
+        this.opts.metrics.blockReleases.inc();
+        this.opts.logger.info({ block }, 'released empty address block');
+      } catch (err) {
+        this.serve(block, layout);
+        throw err;
+      }
+    }
+  }
+}

@@ -1,0 +1,289 @@
+import { execFileSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as https from 'node:https';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import * as path from 'node:path';
+
+// A stand-in for the Kubernetes API server, written for the tests because no real one can be installed
+// here. It speaks only what a node's pool source uses, as the real one does: HTTPS with a bearer token,
+// Node get, list and watch (newline-delimited JSON events) with a metadata.name field selector and
+// resourceVersion; a watch from a version older than the retained history gets an ERROR event with a
+// 410 "Expired" Status, as after etcd compaction. Tests drive it: change Nodes, drop watch connections,
+// expire history, stop and start it.
+
+interface NodeObject {
+  apiVersion: 'v1';
+  kind: 'Node';
+  metadata: { name: string; uid: string; resourceVersion: string };
+  spec: { podCIDR?: string; podCIDRs?: string[] };
+}
+
+interface WatchEvent {
+  rv: number;
+  type: 'ADDED' | 'MODIFIED' | 'DELETED';
+  node: NodeObject;
+}
+
+interface Watcher {
+  name?: string;
+  res: ServerResponse;
+}
+
+const TOKEN = 'stand-in-token';
+
+export interface RequestLogEntry {
+  verb: 'get' | 'list' | 'watch';
+  fieldSelector?: string;
+  resourceVersion?: string;
+}
+
+export class StandInKubeApiServer {
+  readonly requests: RequestLogEntry[] = [];
+  private rv = 1000;
+  /** Versions at or below this are gone from history: watching from them gets 410. */
+  private compactedRv = 0;
+  private readonly nodes = new Map<string, NodeObject>();
+  private readonly history: WatchEvent[] = [];
+  private readonly watchers = new Set<Watcher>();
+  private readonly sockets = new Set<Socket>();
+  private server?: https.Server;
+  private port = 0;
+
+  private constructor(
+    readonly dir: string,
+    private readonly tls: { key: Buffer; cert: Buffer; ca: Buffer },
+  ) {}
+
+  static async start(dir: string): Promise<StandInKubeApiServer> {
+    fs.mkdirSync(dir, { recursive: true });
+    makePki(dir);
+    const read = (f: string): Buffer => fs.readFileSync(path.join(dir, f));
+    const s = new StandInKubeApiServer(dir, {
+      key: read('server.key'),
+      cert: read('server.crt'),
+      ca: read('ca.crt'),
+    });
+    await s.listen();
+    return s;
+  }
+
+  /** Starts serving (again, on the same port after stop()). */
+  async listen(): Promise<void> {
+    const server = https.createServer({ key: this.tls.key, cert: this.tls.cert }, (req, res) =>
+      this.handle(req, res),
+    );
+    server.on('connection', (sock: Socket) => {
+      this.sockets.add(sock);
+      sock.on('close', () => this.sockets.delete(sock));
+    });
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.port, '127.0.0.1', () => resolve());
+    });
+    this.port = (server.address() as AddressInfo).port;
+    this.server = server;
+  }
+
+  /** Stops serving and cuts every connection (the API server went away). */
+  async stop(): Promise<void> {
+    const server = this.server;
+    this.server = undefined;
+    this.dropWatches();
+    for (const s of this.sockets) s.destroy();
+    if (server) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  /** A kubeconfig for this server: its CA and a bearer token. */
+  kubeconfig(): string {
+    const file = path.join(this.dir, 'kubeconfig.yaml');
+    const ca = this.tls.ca.toString('base64');
+    fs.writeFileSync(
+      file,
+      [
+        'apiVersion: v1',
+        'kind: Config',
+        'clusters:',
+        '- name: stand-in',
+        '  cluster:',
+        `    server: https://127.0.0.1:${this.port}`,
+        `    certificate-authority-data: ${ca}`,
+        'users:',
+        '- name: node',
+        '  user:',
+        `    token: ${TOKEN}`,
+        'contexts:',
+        '- name: stand-in',
+        '  context: {cluster: stand-in, user: node}',
+        'current-context: stand-in',
+        '',
+      ].join('\n'),
+    );
+    return file;
+  }
+
+  get resourceVersion(): number {
+    return this.rv;
+  }
+
+  /** Creates or updates a Node's ranges (undefined = no podCIDRs at all). */
+  setNode(name: string, podCIDRs?: string[], legacyPodCIDR?: string): void {
+    const existing = this.nodes.get(name);
+    const node: NodeObject = {
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: { name, uid: existing?.metadata.uid ?? `uid-${name}`, resourceVersion: String(++this.rv) },
+      spec: {
+        ...(legacyPodCIDR ? { podCIDR: legacyPodCIDR } : podCIDRs?.[0] ? { podCIDR: podCIDRs[0] } : {}),
+        ...(podCIDRs ? { podCIDRs } : {}),
+      },
+    };
+    this.nodes.set(name, node);
+    this.emit({ rv: this.rv, type: existing ? 'MODIFIED' : 'ADDED', node });
+  }
+
+  deleteNode(name: string): void {
+    const node = this.nodes.get(name);
+    if (!node) return;
+    this.nodes.delete(name);
+    this.emit({
+      rv: ++this.rv,
+      type: 'DELETED',
+      node: { ...node, metadata: { ...node.metadata, resourceVersion: String(this.rv) } },
+    });
+  }
+
+  /** Ends every open watch response abruptly, as a dropped connection or an API server restart does. */
+  dropWatches(): void {
+    for (const w of this.watchers) w.res.socket?.destroy();
+    this.watchers.clear();
+  }
+
+  /** Forgets all history up to now: a watch resumed from an older version gets 410 Gone. */
+  expireHistory(): void {
+    this.compactedRv = this.rv;
+    this.history.length = 0;
+  }
+
+  count(verb: RequestLogEntry['verb']): number {
+    return this.requests.filter((r) => r.verb === verb).length;
+  }
+
+  private emit(ev: WatchEvent): void {
+    this.history.push(ev);
+    for (const w of this.watchers)
+      if (w.name === undefined || w.name === ev.node.metadata.name) this.send(w.res, ev);
+  }
+
+  private send(res: ServerResponse, ev: { type: string; object: unknown } | WatchEvent): void {
+    const line = 'node' in ev ? { type: ev.type, object: ev.node } : ev;
+    res.write(`${JSON.stringify(line)}\n`);
+  }
+
+  private handle(req: IncomingMessage, res: ServerResponse): void {
+    const url = new URL(req.url ?? '/', 'https://stand-in');
+    const reply = (code: number, body: unknown): void => {
+      res.writeHead(code, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    };
+    const status = (code: number, reason: string, message: string): void =>
+      reply(code, { kind: 'Status', apiVersion: 'v1', status: 'Failure', reason, message, code });
+    if (req.headers.authorization !== `Bearer ${TOKEN}`) return status(401, 'Unauthorized', 'Unauthorized');
+    if (req.method !== 'GET') return status(405, 'MethodNotAllowed', 'the stand-in serves GET only');
+
+    const one = /^\/api\/v1\/nodes\/([^/]+)$/.exec(url.pathname);
+    if (one) {
+      this.requests.push({ verb: 'get' });
+      const node = this.nodes.get(decodeURIComponent(one[1]!));
+      return node ? reply(200, node) : status(404, 'NotFound', `nodes "${one[1]}" not found`);
+    }
+    if (url.pathname !== '/api/v1/nodes') return status(404, 'NotFound', 'the stand-in serves nodes only');
+
+    const selector = url.searchParams.get('fieldSelector') ?? undefined;
+    let name: string | undefined;
+    if (selector !== undefined) {
+      const m = /^metadata\.name=(.+)$/.exec(selector);
+      if (!m) return status(400, 'BadRequest', `field selector "${selector}" not supported by the stand-in`);
+      name = m[1];
+    }
+    const rvParam = url.searchParams.get('resourceVersion') ?? undefined;
+    const matches = (n: NodeObject): boolean => name === undefined || n.metadata.name === name;
+
+    if (url.searchParams.get('watch') !== 'true') {
+      this.requests.push({ verb: 'list', fieldSelector: selector, resourceVersion: rvParam });
+      return reply(200, {
+        apiVersion: 'v1',
+        kind: 'NodeList',
+        metadata: { resourceVersion: String(this.rv) },
+        items: [...this.nodes.values()].filter(matches),
+      });
+    }
+
+    this.requests.push({ verb: 'watch', fieldSelector: selector, resourceVersion: rvParam });
+    res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+    const from = rvParam ? Number(rvParam) : this.rv;
+    if (from < this.compactedRv) {
+      this.send(res, {
+        type: 'ERROR',
+        object: {
+          kind: 'Status',
+          apiVersion: 'v1',
+          status: 'Failure',
+          reason: 'Expired',
+          message: `too old resource version: ${from} (${this.compactedRv})`,
+          code: 410,
+        },
+      });
+      res.end();
+      return;
+    }
+    for (const ev of this.history) if (ev.rv > from && matches(ev.node)) this.send(res, ev);
+    const watcher: Watcher = { name, res };
+    this.watchers.add(watcher);
+    res.on('close', () => this.watchers.delete(watcher));
+  }
+}
+
+function openssl(dir: string, args: string[]): void {
+  execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+}
+
+/** A test CA and a server certificate for 127.0.0.1 signed by it. */
+function makePki(dir: string): void {
+  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+  openssl(dir, [
+    'req',
+    '-x509',
+    ...ec,
+    '-keyout',
+    'ca.key',
+    '-out',
+    'ca.crt',
+    '-subj',
+    '/CN=stand-in-ca',
+    '-days',
+    '2',
+  ]);
+  openssl(dir, ['req', ...ec, '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=kube-apiserver']);
+  fs.writeFileSync(
+    path.join(dir, 'server.ext'),
+    'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n',
+  );
+  openssl(dir, [
+    'x509',
+    '-req',
+    '-in',
+    'server.csr',
+    '-CA',
+    'ca.crt',
+    '-CAkey',
+    'ca.key',
+    '-CAcreateserial',
+    '-out',
+    'server.crt',
+    '-days',
+    '2',
+    '-extfile',
+    'server.ext',
+  ]);
+}
