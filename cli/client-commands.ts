@@ -118,31 +118,66 @@ export function registerClientCommands(program: Command): void {
   clientCommand(program, 'gc', 'detach every attachment except the workloads named')
     .argument('[keep...]', 'workload ids (or workload/ifname) to keep')
     .option('--all', 'allow an empty keep list, which detaches everything')
+    .option(
+      '--namespaces-gone',
+      'instead of a keep list: run the leak sweep now (detach attachments whose namespace is gone)',
+    )
+    .option('--dry-run', 'with no keep list: show what the leak sweep would detach, change nothing')
     .option('--json', 'print JSON')
-    .addHelpText('after', '\nExample:\n  workloadnet gc $(crictl pods -q)')
-    .action((keep: string[], opts: GlobalOpts & { all?: boolean }) => {
-      if (keep.length === 0 && !opts.all) {
-        process.stderr.write(
-          'workloadnet: gc with no workloads to keep detaches everything; pass --all if you mean it\n',
-        );
-        process.exitCode = EXIT.usage;
-        return Promise.resolve();
-      }
-      return withClient(opts, async (c) => {
-        const res = await c.call(c.raw.gc, {
-          keep: keep.map((k) => {
-            const [workloadId = '', ifName = ''] = k.split('/');
-            return { workloadId, ifName };
-          }),
+    .addHelpText(
+      'after',
+      '\nExamples:\n  workloadnet gc $(crictl pods -q)\n  workloadnet gc --dry-run\n  workloadnet gc --namespaces-gone',
+    )
+    .action(
+      (keep: string[], opts: GlobalOpts & { all?: boolean; namespacesGone?: boolean; dryRun?: boolean }) => {
+        if (opts.dryRun || opts.namespacesGone) {
+          if (keep.length > 0) {
+            process.stderr.write('workloadnet: --dry-run and --namespaces-gone take no keep list\n');
+            process.exitCode = EXIT.usage;
+            return Promise.resolve();
+          }
+          return withClient(opts, async (c) => {
+            const res = await c.call(c.raw.gc, {
+              keep: [],
+              namespacesGone: true,
+              dryRun: opts.dryRun ?? false,
+            });
+            const names = (refs: Array<{ workloadId: string; ifName: string }>): string =>
+              refs.map((r) => `${r.workloadId}/${r.ifName}`).join(' ') || '(none)';
+            process.stdout.write(
+              opts.json
+                ? json(res)
+                : `${opts.dryRun ? 'would detach' : 'detached'} (namespace gone on two sweeps): ${names(res.removed)}\n` +
+                    `namespace gone, seen once (detached by the next sweep if still gone): ${names(res.suspected)}\n`,
+            );
+            return EXIT.ok;
+          });
+        }
+        if (keep.length === 0 && !opts.all) {
+          process.stderr.write(
+            'workloadnet: gc with no workloads to keep detaches everything; pass --all if you mean it\n',
+          );
+          process.exitCode = EXIT.usage;
+          return Promise.resolve();
+        }
+        return withClient(opts, async (c) => {
+          const res = await c.call(c.raw.gc, {
+            keep: keep.map((k) => {
+              const [workloadId = '', ifName = ''] = k.split('/');
+              return { workloadId, ifName };
+            }),
+            namespacesGone: false,
+            dryRun: false,
+          });
+          process.stdout.write(
+            opts.json
+              ? json(res)
+              : `removed ${res.removed.length}: ${res.removed.map((r) => `${r.workloadId}/${r.ifName}`).join(' ')}\n`,
+          );
+          return EXIT.ok;
         });
-        process.stdout.write(
-          opts.json
-            ? json(res)
-            : `removed ${res.removed.length}: ${res.removed.map((r) => `${r.workloadId}/${r.ifName}`).join(' ')}\n`,
-        );
-        return EXIT.ok;
-      });
-    });
+      },
+    );
 
   program
     .command('install-cni')

@@ -39,6 +39,7 @@ export interface DaemonFlags {
   tlsKey?: string;
   tlsCa?: string;
   ackTimeoutMs?: string;
+  sweepIntervalMs?: string;
   poolSource?: string;
   nodeName?: string;
   kubeconfig?: string;
@@ -74,6 +75,7 @@ export function effectiveConfig(flags: DaemonFlags): DaemonConfig {
       tlsCa: flags.tlsCa,
       ackTimeoutMs: flags.ackTimeoutMs === undefined ? undefined : Number(flags.ackTimeoutMs),
     },
+    sweepIntervalMs: flags.sweepIntervalMs === undefined ? undefined : Number(flags.sweepIntervalMs),
     poolSource: flags.poolSource as PoolSourceName | undefined,
     nodeName: flags.nodeName,
     kubeconfig: flags.kubeconfig,

@@ -82,6 +82,10 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
     .option('--tls-key <file>', 'dpu: server key for --agent-listen')
     .option('--tls-ca <file>', 'dpu: CA that agent certificates must chain to')
     .option(
+      '--sweep-interval-ms <n>',
+      `period of the leak sweep that detaches attachments whose namespace is gone; 0 = off (default ${DEFAULT_CONFIG.sweepIntervalMs})`,
+    )
+    .option(
       '--ack-timeout-ms <n>',
       `dpu: how long Attach waits for the agent (default ${DEFAULT_CONFIG.dpu.ackTimeoutMs})`,
     )

@@ -27,7 +27,14 @@ import {
 } from '../proto/gen/workloadnet/v1/workload';
 import { addressToBytes } from './cidr';
 import { ConnectionCap } from './connection-cap';
-import { asWorkloadNetError, failedPrecondition, internal, unavailable, WorkloadNetError } from './errors';
+import {
+  asWorkloadNetError,
+  failedPrecondition,
+  internal,
+  invalidArgument,
+  unavailable,
+  WorkloadNetError,
+} from './errors';
 import type { Logger } from './logger';
 import { LogRate } from './log-rate';
 import { secureSocket } from './unix-socket';
@@ -236,15 +243,15 @@ export class ApiServer {
         return { ok: drift.length === 0, drift };
       }),
       gc: this.unary<GCRequest, GCResponse>('GC', async (req) => {
+        if (req.namespacesGone) {
+          const swept = await s.sweep(req.dryRun);
+          return { removed: swept.released.map(toRef), suspected: swept.suspected.map(toRef) };
+        }
+        if (req.dryRun) throw invalidArgument('dry_run is supported with namespaces_gone only');
         const res = await s.gc(
           req.keep.map((k) => ({ workloadId: k.workloadId, ifName: k.ifName || undefined })),
         );
-        return {
-          removed: res.removed.map((key) => {
-            const [workloadId = '', ifName = ''] = key.split('/');
-            return { workloadId, ifName };
-          }),
-        };
+        return { removed: res.removed.map(toRef), suspected: [] };
       }),
     };
   }
@@ -302,6 +309,12 @@ function renamed<T extends grpc.ServiceDefinition>(def: T, serviceName: string):
     };
   }
   return out as unknown as T;
+}
+
+/** An attachment key ("<workload>/<interface>") as the API's reference; neither part contains '/'. */
+function toRef(key: string): { workloadId: string; ifName: string } {
+  const slash = key.lastIndexOf('/');
+  return { workloadId: key.slice(0, slash), ifName: key.slice(slash + 1) };
 }
 
 export function toAttachResponse(att: Attachment): AttachResponse {

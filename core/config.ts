@@ -81,6 +81,8 @@ export interface DaemonConfig {
   cniIdleTimeoutMs: number;
   /** On SIGTERM, how long in-flight calls may take before both servers close every connection. */
   shutdownTimeoutMs: number;
+  /** Period of the sweep that releases attachments whose namespace is gone; 0 turns it off. */
+  sweepIntervalMs: number;
   linux: LinuxConfig;
   dpu: DpuConfig;
   etcd: EtcdConfig;
@@ -107,6 +109,7 @@ export const DEFAULT_CONFIG: DaemonConfig = {
   cniBodyTimeoutMs: 10_000,
   cniIdleTimeoutMs: 5000,
   shutdownTimeoutMs: 5000,
+  sweepIntervalMs: 60_000,
   linux: { hostNetns: '', linkGroup: 0x776e, detachGroup: 0x776f },
   dpu: {
     agentSocket: '/run/workloadnet/agent.sock',
@@ -158,6 +161,8 @@ export const OPTION_DOCS: Record<string, string> = {
   cniIdleTimeoutMs: 'A kept-alive CNI connection without a new request for this long is closed (ms).',
   shutdownTimeoutMs:
     'On SIGTERM, how long in-flight calls may finish before every connection is closed and the daemon exits (ms).',
+  sweepIntervalMs:
+    'Period of the leak sweep (ms): an attachment whose namespace is gone on two sweeps in a row is detached; 0 turns it off.',
   'linux.hostNetns': "Network namespace path facing the workloads; empty means the daemon's own.",
   'linux.linkGroup': 'Link group number marking host interfaces created by workloadnet.',
   'linux.detachGroup':
@@ -272,6 +277,8 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
   ] as const) {
     if (!Number.isInteger(c[key]) || c[key] < 1) fail(`${key} must be a positive integer`);
   }
+  if (!Number.isInteger(c.sweepIntervalMs) || c.sweepIntervalMs < 0)
+    fail('sweepIntervalMs must be 0 (off) or a positive integer (ms)');
   if (c.metricsListen && !/^[^\s]+:\d{1,5}$/.test(c.metricsListen)) fail('metricsListen must be HOST:PORT');
   if (!Number.isInteger(c.linux.linkGroup) || c.linux.linkGroup < 1 || c.linux.linkGroup > 0xffffffff) {
     fail('linux.linkGroup must be an integer in 1..4294967295');

@@ -22,6 +22,7 @@ import { WORKLOAD_SERVICE } from './workload-service';
  *    and the start-up reconcile.
  * 6. Serving: the gate opens. Stopping it is the graceful part: stop accepting, let calls in flight
  *    finish (up to shutdownTimeoutMs), close every connection; only then the store and the backend.
+ * 7. The leak sweep (core/leak-sweep.ts), every sweepIntervalMs.
  */
 export class Daemon {
   private stopAll?: () => Promise<void>;
@@ -67,6 +68,11 @@ export class Daemon {
         stop: () => this.container.get<Store>(STORE).close(),
       },
       { name: 'serving', start: async () => gate.open(), stop: closeSockets },
+      {
+        name: 'leak sweep',
+        start: async () => this.service.sweeper.start(),
+        stop: async () => this.service.sweeper.stop(),
+      },
     ];
     this.stopAll = await startAll(parts, (part, err) =>
       log.warn({ part, err: (err as Error).message }, 'stopping a part failed'),

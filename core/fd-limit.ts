@@ -1,15 +1,10 @@
-import * as koffi from 'koffi';
+import { RLIMIT_NOFILE, getrlimit, raiseSoftRlimit } from './libc';
 
 // The daemon's descriptor budget. Every API and CNI connection holds a descriptor; at the limit Node
 // can accept nothing (EMFILE) and the daemon falls silent. So at start the soft RLIMIT_NOFILE is raised
 // to the hard limit (Node's own start-up usually has done so already; a parent that lowered it again,
 // or an embedding, may not), and the connection caps are kept below it with a reserve for what the
 // daemon needs itself (netlink sockets, namespace handles, the store, agent streams, a Status call).
-//
-// getrlimit/setrlimit are bound through koffi, as the Linux backend binds setns; this binding belongs
-// with the other libc calls in one module once that module is shared.
-
-const RLIMIT_NOFILE = 7;
 
 /** Descriptors kept free of connections. */
 export const FD_RESERVE = 256;
@@ -21,48 +16,19 @@ export interface FdLimit {
   before: number;
 }
 
-interface Bindings {
-  getrlimit: koffi.KoffiFunction;
-  setrlimit: koffi.KoffiFunction;
-}
-
-let bindings: Bindings | undefined;
-
-function libc(): Bindings {
-  if (!bindings) {
-    const lib = koffi.load('libc.so.6');
-    // struct rlimit { rlim_t rlim_cur, rlim_max; } with a 64-bit rlim_t (64-bit Linux).
-    koffi.struct('wn_rlimit', { cur: 'uint64_t', max: 'uint64_t' });
-    bindings = {
-      getrlimit: lib.func('int getrlimit(int resource, _Out_ wn_rlimit *rlim)'),
-      setrlimit: lib.func('int setrlimit(int resource, const wn_rlimit *rlim)'),
-    };
-  }
-  return bindings;
-}
-
-/** RLIM_INFINITY and anything past 2^53 count as "no limit" here. */
-const toNumber = (v: unknown): number => {
-  const n = Number(v);
-  return Number.isSafeInteger(n) ? n : Number.MAX_SAFE_INTEGER;
-};
-
 export function getFdLimit(): { soft: number; hard: number } {
-  const out = { cur: 0, max: 0 };
-  if (Number(libc().getrlimit(RLIMIT_NOFILE, out)) !== 0)
-    throw new Error(`getrlimit(RLIMIT_NOFILE) failed: errno ${koffi.errno()}`);
-  return { soft: toNumber(out.cur), hard: toNumber(out.max) };
+  return getrlimit(RLIMIT_NOFILE);
 }
 
 /** Raises the soft descriptor limit to the hard one; returns both (unchanged when it cannot). */
 export function raiseFdLimit(): FdLimit {
   const { soft, hard } = getFdLimit();
   if (soft >= hard) return { soft, hard, before: soft };
-  // Read again rather than pass `hard` back: RLIM_INFINITY does not survive the trip through a number.
-  const out = { cur: 0, max: 0 };
-  libc().getrlimit(RLIMIT_NOFILE, out);
-  if (Number(libc().setrlimit(RLIMIT_NOFILE, { cur: out.max, max: out.max })) !== 0)
+  try {
+    raiseSoftRlimit(RLIMIT_NOFILE);
+  } catch {
     return { soft, hard, before: soft };
+  }
   return { ...getFdLimit(), before: soft };
 }
 

@@ -1,5 +1,5 @@
 // The few libc calls Node does not offer: setns(2), socket(2) for AF_NETLINK, setsockopt(2), ioctl(2),
-// close(2). The one place the project binds libc, through koffi, whose npm package ships prebuilt
+// close(2), getrlimit(2)/setrlimit(2). The one place the project binds libc, through koffi, whose npm package ships prebuilt
 // binaries (no compiler at install time). The library is loaded on first use so that merely importing
 // this module works on any platform.
 
@@ -41,6 +41,8 @@ export class SyscallError extends Error {
 }
 
 interface Bindings {
+  getrlimit: koffi.KoffiFunction;
+  setrlimit: koffi.KoffiFunction;
   setns: koffi.KoffiFunction;
   socket: koffi.KoffiFunction;
   setsockopt: koffi.KoffiFunction;
@@ -53,7 +55,11 @@ let bindings: Bindings | undefined;
 function libc(): Bindings {
   if (!bindings) {
     const lib = koffi.load('libc.so.6');
+    // struct rlimit { rlim_t rlim_cur, rlim_max; } with a 64-bit rlim_t (64-bit Linux).
+    koffi.struct('wn_rlimit', { cur: 'uint64_t', max: 'uint64_t' });
     bindings = {
+      getrlimit: lib.func('int getrlimit(int resource, _Out_ wn_rlimit *rlim)'),
+      setrlimit: lib.func('int setrlimit(int resource, const wn_rlimit *rlim)'),
       setns: lib.func('int setns(int fd, int nstype)'),
       socket: lib.func('int socket(int domain, int type, int protocol)'),
       setsockopt: lib.func(
@@ -100,4 +106,29 @@ export function ioctlNoArg(fd: number, request: number): number {
 /** Synchronous close, for failure paths where the fd was never handed to Node's fs. */
 export function closeFd(fd: number): void {
   libc().close(fd);
+}
+
+export const RLIMIT_NOFILE = 7;
+
+/** RLIM_INFINITY and anything past 2^53 count as "no limit" here. */
+const rlimitNumber = (v: unknown): number => {
+  const n = Number(v);
+  return Number.isSafeInteger(n) ? n : Number.MAX_SAFE_INTEGER;
+};
+
+/** getrlimit(2): the soft and hard limit of `resource`. */
+export function getrlimit(resource: number): { soft: number; hard: number } {
+  const out = { cur: 0, max: 0 };
+  check(`getrlimit(${resource})`, libc().getrlimit(resource, out));
+  return { soft: rlimitNumber(out.cur), hard: rlimitNumber(out.max) };
+}
+
+/**
+ * Raises the soft limit of `resource` to its hard limit (setrlimit(2)). The hard limit is passed back
+ * as read, not through a number: RLIM_INFINITY does not survive that trip.
+ */
+export function raiseSoftRlimit(resource: number): void {
+  const out = { cur: 0, max: 0 };
+  check(`getrlimit(${resource})`, libc().getrlimit(resource, out));
+  check(`setrlimit(${resource})`, libc().setrlimit(resource, { cur: out.max, max: out.max }));
 }

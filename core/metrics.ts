@@ -51,6 +51,12 @@ export class Metrics {
     help: "DPU backend: seconds since the agent's last heartbeat.",
     registers: [this.registry],
   });
+  readonly sweepReleased = new Counter({
+    name: 'workloadnet_sweep_released_total',
+    help: 'Attachments the leak sweep detached because their network namespace was gone.',
+    registers: [this.registry],
+  });
+
   readonly reconciled = new Counter({
     name: 'workloadnet_reconcile_items_total',
     help: 'Items handled by start-up reconcile, by outcome (orphan_removed, repaired, released, healthy).',

@@ -15,6 +15,7 @@ import { CONFIG, type DaemonConfig } from './config';
 import { alreadyExists, asWorkloadNetError, notFound } from './errors';
 import type { AllocatedIp, IpAllocator } from './ip-allocator';
 import { KeyedMutex } from './keyed-mutex';
+import { LeakSweep, type SweepResult } from './leak-sweep';
 import { LOGGER, type Logger } from './logger';
 import { METRICS, Metrics } from './metrics';
 import { NETNS_OPENER, netnsStillPresent, type Netns, type NetnsOpener } from './netns';
@@ -65,6 +66,8 @@ export class Orchestrator implements WorkloadService {
   /** Keys whose row is written while their dataplane is still being programmed: not shown yet. */
   private readonly programming = new Set<string>();
   private lastReconcile?: ReconcileSummary;
+  /** Releases attachments whose namespace is gone (see leak-sweep.ts). */
+  readonly sweeper: LeakSweep;
 
   constructor(
     @inject(BACKEND) private readonly backend: Backend,
@@ -77,6 +80,22 @@ export class Orchestrator implements WorkloadService {
     @inject(POOL_SUPPLY) private readonly pools: PoolSupply,
   ) {
     this.admission = new Admission(config.maxInFlight, ATTACH_CONCURRENCY);
+    this.sweeper = new LeakSweep(
+      {
+        rows: () => this.store.rows(),
+        release: (rec, why) =>
+          this.locks.run(rec.workloadId, async () => {
+            const current = this.store.get(rec.key);
+            // Detached, or attached again, since the sweep looked: not the attachment it saw.
+            if (current?.createdAt !== rec.createdAt) return false;
+            await this.teardown(current, why);
+            return true;
+          }),
+      },
+      config.sweepIntervalMs,
+      log.child({ part: 'sweep' }),
+      () => metrics.sweepReleased.inc(),
+    );
   }
 
   attach(call: AttachCall): Promise<Attachment> {
@@ -435,6 +454,11 @@ export class Orchestrator implements WorkloadService {
       if (!rec) throw notFound(`workload ${workloadId} has no attachment ${key}`);
       return this.backend.check(toView(rec));
     });
+  }
+
+  /** Releases, now, the attachments the leak sweep would; with `dryRun`, only says which. */
+  sweep(dryRun: boolean): Promise<SweepResult> {
+    return dryRun ? this.sweeper.preview() : this.sweeper.sweep();
   }
 
   async gc(keep: Array<{ workloadId: string; ifName?: string }>, origin?: string): Promise<GcResult> {

@@ -1,3 +1,4 @@
+import type { SweepResult } from './leak-sweep';
 import type {
   AttachCall,
   Attachment,
@@ -70,5 +71,9 @@ export class ServiceGate implements WorkloadService {
 
   gc(keep: Array<{ workloadId: string; ifName?: string }>, origin?: string): Promise<GcResult> {
     return this.through((s) => s.gc(keep, origin));
+  }
+
+  sweep(dryRun: boolean): Promise<SweepResult> {
+    return this.through((s) => s.sweep(dryRun));
   }
 }

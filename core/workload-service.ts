@@ -2,6 +2,7 @@
 // their own protocol and translate to these calls; they never touch the store or a backend.
 
 import type { DataplaneResult, Drift, IpAssignment } from './backend';
+import type { SweepResult } from './leak-sweep';
 import type { PoolSourceStatus } from './pool-source';
 
 export interface PodMetadata {
@@ -116,6 +117,12 @@ export interface WorkloadService {
    * created through `origin` when it is given, so a CNI runtime's GC never removes API-made attachments.
    */
   gc(keep: Array<{ workloadId: string; ifName?: string }>, origin?: string): Promise<GcResult>;
+  /**
+   * What the periodic leak sweep does, now: detach attachments whose namespace was seen gone on the
+   * previous sweep too (released), and note those seen gone for the first time (suspected). With
+   * `dryRun`, nothing changes and nothing counts as a sighting.
+   */
+  sweep(dryRun: boolean): Promise<SweepResult>;
 }
 
 /** inversify identifier of the orchestrator. */

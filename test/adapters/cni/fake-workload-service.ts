@@ -1,5 +1,6 @@
 import type { Drift, IpAssignment } from '../../../core/backend';
 import { WorkloadNetError, alreadyExists, invalidArgument, notFound } from '../../../core/errors';
+import type { SweepResult } from '../../../core/leak-sweep';
 import { NetnsHandle } from '../../../core/netns';
 import type {
   AttachCall,
@@ -151,5 +152,9 @@ export class FakeWorkloadService implements WorkloadService {
       }
     }
     return { removed };
+  }
+
+  async sweep(): Promise<SweepResult> {
+    return { released: [], suspected: [] };
   }
 }

@@ -1,6 +1,6 @@
 import { ChildProcess, spawn, SpawnOptions } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
-import * as koffi from 'koffi';
+import { CLONE_NEWNET, setns } from '../../../core/libc';
 
 // Starts a process directly inside a network namespace, with no launcher in between: the JS thread
 // enters the namespace, forks (a child inherits the forking thread's namespaces), and switches back, all
@@ -8,23 +8,12 @@ import * as koffi from 'koffi';
 // namespace (containerd) execs CNI plugins, so a benchmark pays no `ip netns exec`/`nsenter` exec on
 // top. child_process.spawn() forks and execs before it returns, which is what makes the window safe.
 
-const CLONE_NEWNET = 0x40000000;
-
-interface Libc {
-  setns(fd: number, nstype: number): number;
-}
-
-let libc: Libc | undefined;
 let homeFd: number | undefined;
 
-function init(): { api: Libc; home: number } {
-  if (!libc) {
-    const lib = koffi.load('libc.so.6');
-    libc = { setns: lib.func('int setns(int fd, int nstype)') as Libc['setns'] };
-  }
-  // The namespace to come back to, fixed at first use (the thread's own, i.e. the process').
+/** The namespace to come back to, fixed at first use (the thread's own, i.e. the process'). */
+function home(): number {
   homeFd ??= openSync('/proc/thread-self/ns/net', 'r');
-  return { api: libc, home: homeFd };
+  return homeFd;
 }
 
 export function spawnInNetns(
@@ -33,18 +22,18 @@ export function spawnInNetns(
   args: readonly string[],
   options: SpawnOptions,
 ): ChildProcess {
-  const { api, home } = init();
+  const back = home();
   const target = openSync(netnsPath, 'r');
   try {
-    if (api.setns(target, CLONE_NEWNET) !== 0) {
-      throw new Error(`setns(${netnsPath}) failed: errno ${koffi.errno()}`);
-    }
+    setns(target, CLONE_NEWNET);
     try {
       return spawn(file, args, options);
     } finally {
-      if (api.setns(home, CLONE_NEWNET) !== 0) {
+      try {
+        setns(back, CLONE_NEWNET);
+      } catch (err) {
         // Carrying on in the wrong namespace would silently run everything after this elsewhere.
-        process.stderr.write(`cannot return to the original network namespace (errno ${koffi.errno()})\n`);
+        process.stderr.write(`cannot return to the original network namespace (${String(err)})\n`);
         process.abort();
       }
     }

@@ -253,10 +253,21 @@ export interface AttachmentRef {
 export interface GCRequest {
   /** The attachments to keep; every other attachment is detached. */
   keep: AttachmentRef[];
+  /**
+   * Instead of a keep list: what the periodic leak sweep does, now. Attachments whose network
+   * namespace is gone (its path names nothing, or another namespace) and was gone on the previous
+   * sweep too are detached; those gone for the first time are reported in `suspected`. `keep` is
+   * ignored.
+   */
+  namespacesGone: boolean;
+  /** With namespaces_gone: change nothing; `removed` lists what a sweep now would detach. */
+  dryRun: boolean;
 }
 
 export interface GCResponse {
   removed: AttachmentRef[];
+  /** With namespaces_gone: attachments whose namespace is gone for the first time seen. */
+  suspected: AttachmentRef[];
 }
 
 function createBaseNetNSAttachment(): NetNSAttachment {
@@ -3344,13 +3355,19 @@ export const AttachmentRef: MessageFns<AttachmentRef> = {
 };
 
 function createBaseGCRequest(): GCRequest {
-  return { keep: [] };
+  return { keep: [], namespacesGone: false, dryRun: false };
 }
 
 export const GCRequest: MessageFns<GCRequest> = {
   encode(message: GCRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     for (const v of message.keep) {
       AttachmentRef.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.namespacesGone !== false) {
+      writer.uint32(16).bool(message.namespacesGone);
+    }
+    if (message.dryRun !== false) {
+      writer.uint32(24).bool(message.dryRun);
     }
     return writer;
   },
@@ -3376,6 +3393,22 @@ export const GCRequest: MessageFns<GCRequest> = {
             message.keep.push(AttachmentRef.decode(reader, reader.uint32()));
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.namespacesGone = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.dryRun = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3393,6 +3426,16 @@ export const GCRequest: MessageFns<GCRequest> = {
       keep: globalThis.Array.isArray(object?.keep)
         ? object.keep.map((e: any) => AttachmentRef.fromJSON(e))
         : [],
+      namespacesGone: isSet(object.namespacesGone)
+        ? globalThis.Boolean(object.namespacesGone)
+        : isSet(object.namespaces_gone)
+          ? globalThis.Boolean(object.namespaces_gone)
+          : false,
+      dryRun: isSet(object.dryRun)
+        ? globalThis.Boolean(object.dryRun)
+        : isSet(object.dry_run)
+          ? globalThis.Boolean(object.dry_run)
+          : false,
     };
   },
 
@@ -3400,6 +3443,12 @@ export const GCRequest: MessageFns<GCRequest> = {
     const obj: any = {};
     if (message.keep?.length) {
       obj.keep = message.keep.map((e) => AttachmentRef.toJSON(e));
+    }
+    if (message.namespacesGone !== false) {
+      obj.namespacesGone = message.namespacesGone;
+    }
+    if (message.dryRun !== false) {
+      obj.dryRun = message.dryRun;
     }
     return obj;
   },
@@ -3410,18 +3459,23 @@ export const GCRequest: MessageFns<GCRequest> = {
   fromPartial<I extends Exact<DeepPartial<GCRequest>, I>>(object: I): GCRequest {
     const message = createBaseGCRequest();
     message.keep = object.keep?.map((e) => AttachmentRef.fromPartial(e)) || [];
+    message.namespacesGone = object.namespacesGone ?? false;
+    message.dryRun = object.dryRun ?? false;
     return message;
   },
 };
 
 function createBaseGCResponse(): GCResponse {
-  return { removed: [] };
+  return { removed: [], suspected: [] };
 }
 
 export const GCResponse: MessageFns<GCResponse> = {
   encode(message: GCResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     for (const v of message.removed) {
       AttachmentRef.encode(v!, writer.uint32(10).fork()).join();
+    }
+    for (const v of message.suspected) {
+      AttachmentRef.encode(v!, writer.uint32(18).fork()).join();
     }
     return writer;
   },
@@ -3447,6 +3501,14 @@ export const GCResponse: MessageFns<GCResponse> = {
             message.removed.push(AttachmentRef.decode(reader, reader.uint32()));
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.suspected.push(AttachmentRef.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3464,6 +3526,9 @@ export const GCResponse: MessageFns<GCResponse> = {
       removed: globalThis.Array.isArray(object?.removed)
         ? object.removed.map((e: any) => AttachmentRef.fromJSON(e))
         : [],
+      suspected: globalThis.Array.isArray(object?.suspected)
+        ? object.suspected.map((e: any) => AttachmentRef.fromJSON(e))
+        : [],
     };
   },
 
@@ -3471,6 +3536,9 @@ export const GCResponse: MessageFns<GCResponse> = {
     const obj: any = {};
     if (message.removed?.length) {
       obj.removed = message.removed.map((e) => AttachmentRef.toJSON(e));
+    }
+    if (message.suspected?.length) {
+      obj.suspected = message.suspected.map((e) => AttachmentRef.toJSON(e));
     }
     return obj;
   },
@@ -3481,6 +3549,7 @@ export const GCResponse: MessageFns<GCResponse> = {
   fromPartial<I extends Exact<DeepPartial<GCResponse>, I>>(object: I): GCResponse {
     const message = createBaseGCResponse();
     message.removed = object.removed?.map((e) => AttachmentRef.fromPartial(e)) || [];
+    message.suspected = object.suspected?.map((e) => AttachmentRef.fromPartial(e)) || [];
     return message;
   },
 };

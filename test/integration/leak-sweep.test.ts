@@ -1,0 +1,143 @@
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import type { ApiClient } from '../../cli/api-client';
+import { CLI, DaemonProcess } from '../support/daemon-process';
+import { addNodeUplink, isRoot, NetnsSet } from '../support/netns';
+import { SimProcess } from '../backends/dpu/sim-process';
+
+// A workload's namespace deleted behind the daemon's back (no DEL: a runtime crash, a node-local
+// cleanup) must not keep its address and dataplane until the next restart. The leak sweep releases it
+// after seeing the namespace gone twice, and never touches a workload whose namespace exists. Both
+// backends, real daemons, namespaces deleted with ip(8).
+
+const describeRoot = isRoot ? describe : describe.skip;
+const SWEEP_MS = 400;
+
+async function waitUntil(check: () => Promise<boolean>, what: string, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (Date.now() < deadline) {
+    if (await check()) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error(`timed out waiting for ${what}`);
+}
+
+async function attach(client: ApiClient, workloadId: string, netnsPath: string): Promise<void> {
+  await client.call(client.raw.attach, {
+    workloadId,
+    netns: { netnsPath, ifName: 'eth0', mtu: 0 },
+    containerId: '',
+    pod: undefined,
+    dns: undefined,
+  });
+}
+
+const listed = async (client: ApiClient): Promise<string[]> =>
+  (await client.call(client.raw.list, {})).attachments.map((a) => a.workloadId).sort();
+
+describeRoot('leak sweep: namespaces deleted behind the daemon (root, test-owned namespaces)', function () {
+  this.timeout(60_000);
+  const namespaces = new NetnsSet('wn-sweep-');
+  let dir: string;
+  let node: string;
+  const stops: Array<() => Promise<unknown>> = [];
+
+  beforeEach(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-sweep-'));
+    node = namespaces.add().name;
+    addNodeUplink(node);
+  });
+  afterEach(async () => {
+    for (const stop of stops.splice(0).reverse()) await stop().catch(() => undefined);
+    namespaces.cleanup();
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  async function sweepsAway(daemon: DaemonProcess): Promise<void> {
+    const client = daemon.client;
+    const gone = namespaces.add();
+    const kept = namespaces.add();
+    await attach(client, 'sweep-gone', gone.path);
+    await attach(client, 'sweep-kept', kept.path);
+    const used = async (): Promise<number> =>
+      Number((await client.call(client.raw.status, {})).pools[0]?.used ?? -1);
+    expect(await used()).to.equal(2);
+
+    execFileSync('ip', ['netns', 'del', gone.name]);
+    // Seen gone once first: the dry run names it as suspected (or, if two sweeps already saw it, as
+    // about to go), and changes nothing.
+    const dry = execFileSync(
+      process.execPath,
+      [CLI, 'gc', '--dry-run', '--json', '--socket', daemon.socket],
+      {
+        encoding: 'utf8',
+      },
+    );
+    const refs = JSON.parse(dry) as {
+      removed: Array<{ workloadId: string }>;
+      suspected: Array<{ workloadId: string }>;
+    };
+    expect([...refs.removed, ...refs.suspected].map((r) => r.workloadId)).to.include('sweep-gone');
+    expect([...refs.removed, ...refs.suspected].map((r) => r.workloadId)).to.not.include('sweep-kept');
+
+    await waitUntil(async () => !(await listed(client)).includes('sweep-gone'), 'the sweep to release it');
+    expect(await listed(client)).to.deep.equal(['sweep-kept']);
+    expect(await used()).to.equal(1);
+    expect(fs.readFileSync(daemon.logFile, 'utf8')).to.match(
+      /"workloadId":"sweep-gone".*released an attachment whose network namespace is gone/,
+    );
+    // More sweeps pass; the workload whose namespace exists is never touched.
+    await new Promise((r) => setTimeout(r, 3 * SWEEP_MS));
+    expect(await listed(client)).to.deep.equal(['sweep-kept']);
+  }
+
+  it('linux backend: releases the attachment and its host link, keeps the live one', async () => {
+    const daemon = await DaemonProcess.start({
+      dir,
+      netns: node,
+      args: ['--pod-cidr', '10.252.7.0/24', '--sweep-interval-ms', String(SWEEP_MS)],
+    });
+    stops.push(() => daemon.stop());
+    await sweepsAway(daemon);
+    const links = execFileSync('ip', ['-n', node, '-j', 'link', 'show', 'group', '30574'], {
+      encoding: 'utf8',
+    });
+    expect(
+      (JSON.parse(links) as Array<{ ifalias?: string }>).map((l) => l.ifalias).filter(Boolean),
+    ).to.deep.equal(['workloadnet:sweep-kept/eth0']);
+  });
+
+  it('dpu backend: releases the attachment and the agent drops its port', async () => {
+    const agentSocket = path.join(dir, 'agent.sock');
+    const daemon = await DaemonProcess.start({
+      dir,
+      netns: node,
+      args: [
+        '--backend',
+        'dpu',
+        '--agent-socket',
+        agentSocket,
+        '--pod-cidr',
+        '10.252.8.0/24',
+        '--sweep-interval-ms',
+        String(SWEEP_MS),
+      ],
+    });
+    stops.push(() => daemon.stop());
+    const sim = SimProcess.start({
+      socket: agentSocket,
+      agentId: 'sweep-dpu',
+      stateFile: path.join(dir, 'sim.json'),
+    });
+    stops.push(() => sim.stop('SIGKILL'));
+    await waitUntil(async () => (await daemon.client.call(daemon.client.raw.status, {})).ready, 'the agent');
+    await sweepsAway(daemon);
+    await sim.waitForState(
+      (s) => s.ports.map((p) => p.name).join() === 'sweep-kept/eth0',
+      'the agent to drop the port',
+    );
+  });
+});
