@@ -210,7 +210,11 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
 
   it('GC keeps exactly the named attachments', async () => {
     for (const w of ['a', 'b', 'c']) await attach(req(w));
-    const res = await d.client.call(d.client.raw.gc, { keep: [{ workloadId: 'b', ifName: '' }], namespacesGone: false, dryRun: false });
+    const res = await d.client.call(d.client.raw.gc, {
+      keep: [{ workloadId: 'b', ifName: '' }],
+      namespacesGone: false,
+      dryRun: false,
+    });
     expect(res.removed.map((r) => r.workloadId).sort()).to.deep.equal(['a', 'c']);
     expect((await list()).attachments.map((a) => a.workloadId)).to.deep.equal(['b']);
   });

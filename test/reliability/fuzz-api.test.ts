@@ -306,7 +306,9 @@ describeRoot('fuzz: workload API input (recording backend, root for test-owned n
         const keep = [...residents.map((workloadId) => ({ workloadId, ifName: 'eth0' })), ...extra];
         const r = await outcome(client.call(client.raw.gc, { keep, namespacesGone: false, dryRun: false }));
         const valid = extra.every((k) => oracle.workloadId(k.workloadId) && oracle.ifName(k.ifName));
-        const tooBig = GCRequest.encode({ keep, namespacesGone: false, dryRun: false }).finish().length > MAX_MESSAGE_BYTES;
+        const tooBig =
+          GCRequest.encode({ keep, namespacesGone: false, dryRun: false }).finish().length >
+          MAX_MESSAGE_BYTES;
         expect(codeName(r.code), r.details).to.equal(
           tooBig ? 'RESOURCE_EXHAUSTED' : valid ? 'OK' : 'INVALID_ARGUMENT',
         );
