@@ -1,10 +1,10 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { expect } from 'chai';
 import type { AttachmentView, DataplaneResult } from '../../../core/backend';
 import type { TestSpec } from '../../support/attach-spec';
-import { WorkloadNetError, type ErrorCode } from '../../../core/errors';
+import { rejection } from '../../support/expect-error';
+import type { ErrorCode, WorkloadNetError } from '../../../core/errors';
 import { DpuBackend, type DpuBackendOptions } from '../../../backends/dpu';
 
 // Shared set-up for the DPU backend tests: a scratch directory per test, a backend listening on a
@@ -69,15 +69,4 @@ export function view(s: TestSpec, dataplane: DataplaneResult | undefined): Attac
 }
 
 /** Awaits a promise that must fail with a WorkloadNetError of `code`; returns the error. */
-export async function expectCode(p: Promise<unknown>, code: ErrorCode): Promise<WorkloadNetError> {
-  let err: unknown;
-  try {
-    await p;
-  } catch (e) {
-    err = e;
-  }
-  expect(err, `expected ${code}, but it succeeded`).to.be.instanceOf(WorkloadNetError);
-  const w = err as WorkloadNetError;
-  expect(w.code, w.message).to.equal(code);
-  return w;
-}
+export const expectCode = (p: Promise<unknown>, code: ErrorCode): Promise<WorkloadNetError> => rejection(p, code);
