@@ -10,11 +10,11 @@ import { SEED_SERVICE } from '../../core/api-server';
 import { AttachRequest } from '../../proto/gen/workloadnet/v1/workload';
 import { CLI, DaemonProcess } from '../support/daemon-process';
 import { isRoot, NetnsSet } from '../support/netns';
-import { cniEnvelope, parseCniError, postCni } from './cni-http';
+import { cniEnvelope, parseCniError, postCni } from '../support/cni-http';
 import { codeName, outcome } from './grpc-outcome';
 import { hostLinksInGroup } from './kernel-view';
 import { makeNodeNamespace } from './node-namespace';
-import { makeTestPki, type TestPki } from './test-pki';
+import { makeTestPki, type TestPki } from '../support/pki';
 import { TLS_PROBE_MAIN, type ProbeResult } from './tls-probe';
 
 // What the daemon must refuse or protect whoever asks: socket permissions, the host's and its own
