@@ -11,7 +11,7 @@ import { AttachRequest } from '../../proto/gen/workloadnet/v1/workload';
 import { CLI, DaemonProcess } from '../support/daemon-process';
 import { isRoot, NetnsSet } from '../support/netns';
 import { cniEnvelope, parseCniError, postCni } from '../support/cni-http';
-import { codeName, outcome } from './grpc-outcome';
+import { codeName, outcome } from '../support/grpc-outcome';
 import { hostLinksInGroup } from './kernel-view';
 import { makeNodeNamespace } from './node-namespace';
 import { makeTestPki, type TestPki } from '../support/pki';
