@@ -1,21 +1,13 @@
 import { expect } from 'chai';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import type { SimState } from '../../backends/dpu-sim/state-file';
 import { SimProcess, sleep } from '../backends/dpu/sim-process';
-import {
-  AttachChurn,
-  churnSummary,
-  churnWorkloads,
-  type ChurnCounts,
-  type ChurnWorkload,
-} from '../support/attach-churn';
+import type { AttachChurn, ChurnCounts } from '../support/attach-churn';
 import { DaemonProcess } from '../support/daemon-process';
-import { isRoot, NetnsSet } from '../support/netns';
+import { isRoot } from '../support/netns';
 import { codeName } from '../support/grpc-outcome';
-import { SeededRandom } from './seeded-random';
+import { TortureRig } from '../support/torture-rig';
 import { scaled, TORTURE_KILLS, TORTURE_SEED } from './torture-settings';
 
 // Attach/detach churn through the real daemon with the DPU backend while either the daemon or the
@@ -43,57 +35,54 @@ type Phase = 'up' | 'agent-down' | 'daemon-down';
 
 describeRoot('torture: DPU backend with the simulator under SIGKILL of daemon and agent (root)', function () {
   this.timeout(60_000 + TORTURE_KILLS * 10_000);
-  const namespaces = new NetnsSet('wnr-');
-  const rnd = new SeededRandom(TORTURE_SEED ^ 0x5a5a5a5a);
-  const tally: Tally = {
-    daemonKills: 0,
-    simKills: 0,
-    simResumes: 0,
-    attachOk: 0,
-    attachFailed: 0,
-    detachOk: 0,
-    detachFailed: 0,
-    invariantChecks: 0,
-  };
-  let dir: string;
+  const rig = new TortureRig<Tally>({
+    name: 'torture-dpu',
+    seed: TORTURE_SEED,
+    stream: 0x5a5a5a5a,
+    workers: WORKERS,
+    tally: {
+      daemonKills: 0,
+      simKills: 0,
+      simResumes: 0,
+      attachOk: 0,
+      attachFailed: 0,
+      detachOk: 0,
+      detachFailed: 0,
+      invariantChecks: 0,
+    },
+  });
+  const { rnd, tally } = rig;
   let node: string;
   let agentSocket: string;
   let stateFile: string;
-  let workloads: ChurnWorkload[];
-  let daemon: DaemonProcess | undefined;
   let sim: SimProcess | undefined;
   let bootSerial = 0;
   let bootId = '';
 
   before(() => {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wnr-torture-dpu-'));
-    agentSocket = path.join(dir, 'agent.sock');
-    stateFile = path.join(dir, 'sim-state.json');
+    rig.setUp('td-', WORKLOADS);
+    agentSocket = path.join(rig.dir, 'agent.sock');
+    stateFile = path.join(rig.dir, 'sim-state.json');
     // The daemon runs in a node namespace of its own; with the simulator's "none" dataplane nothing is
     // plumbed, but workload paths must still be real network namespaces to pass validation.
-    node = namespaces.add().name;
-    workloads = churnWorkloads(namespaces, 'td-', WORKLOADS);
+    node = rig.namespaces.add().name;
   });
 
   after(async () => {
     await sim?.stop('SIGKILL');
-    await daemon?.kill('SIGKILL').catch(() => undefined);
-    namespaces.cleanup();
-    fs.rmSync(dir, { recursive: true, force: true });
-    console.log(
-      `      torture-dpu (seed ${TORTURE_SEED}): ${tally.daemonKills + tally.simKills} SIGKILLs survived ` +
-        `(daemon ${tally.daemonKills}, simulator ${tally.simKills}, of which ${tally.simResumes} resumed the same boot), ` +
-        `${churnSummary(tally)}, ` +
-        `${tally.invariantChecks} invariant checks`,
+    await rig.tearDown(
+      `${tally.daemonKills + tally.simKills} SIGKILLs survived ` +
+        `(daemon ${tally.daemonKills}, simulator ${tally.simKills}, of which ${tally.simResumes} resumed the same boot)`,
+      `${tally.invariantChecks} invariant checks`,
     );
   });
 
-  const startDaemon = (): Promise<DaemonProcess> =>
-    DaemonProcess.start({
-      dir,
+  const startDaemon = async (): Promise<DaemonProcess> =>
+    (rig.daemon = await DaemonProcess.start({
+      dir: rig.dir,
       netns: node,
       flags: { backend: 'dpu', 'agent-socket': agentSocket, 'pod-cidr': POOL, 'ack-timeout-ms': '3000' },
-    });
+    }));
 
   /** Starts the simulator, keeping its boot (and so its saved port table) or booting it afresh. */
   function startSim(sameBoot: boolean): SimProcess {
@@ -109,12 +98,7 @@ describeRoot('torture: DPU backend with the simulator under SIGKILL of daemon an
 
   /** Churn until stopped; a failure is a bug unless the daemon is down, or the agent is and it says so. */
   const churn = (d: DaemonProcess, ctl: { phase: Phase }): AttachChurn =>
-    new AttachChurn({
-      client: d.client,
-      workloads,
-      choices: rnd,
-      workers: WORKERS,
-      counts: tally,
+    rig.churn(d, {
       judgeFailure: (what, r) => {
         if (ctl.phase === 'daemon-down') return undefined;
         if (ctl.phase === 'agent-down' && AGENT_DOWN_CODES.has(r.code)) return undefined;
@@ -199,7 +183,7 @@ describeRoot('torture: DPU backend with the simulator under SIGKILL of daemon an
   }
 
   it(`keeps store and simulator consistent across ${TORTURE_KILLS} SIGKILLs of the daemon or the agent during churn`, async () => {
-    daemon = await startDaemon();
+    let daemon = await startDaemon();
     sim = startSim(false);
     await waitForResync(daemon, sim, 'start-up');
     for (let round = 0; round < TORTURE_KILLS; round++) {

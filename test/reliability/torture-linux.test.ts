@@ -1,21 +1,12 @@
 import { expect } from 'chai';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
 import { DEFAULT_CONFIG } from '../../core/config';
-import {
-  AttachChurn,
-  churnSummary,
-  churnWorkloads,
-  type ChurnCounts,
-  type ChurnWorkload,
-} from '../support/attach-churn';
+import type { AttachChurn, ChurnCounts, ChurnWorkload } from '../support/attach-churn';
 import { DaemonProcess, type DaemonProcessOptions } from '../support/daemon-process';
-import { isRoot, NetnsSet } from '../support/netns';
+import { isRoot } from '../support/netns';
 import { codeName } from '../support/grpc-outcome';
+import { TortureRig } from '../support/torture-rig';
 import { hostLinksInGroup, ipv4Addresses, pings, routes } from './kernel-view';
 import { makeNodeNamespace } from './node-namespace';
-import { SeededRandom } from './seeded-random';
 import { scaled, TORTURE_KILLS, TORTURE_SEED } from './torture-settings';
 
 // Attach/detach churn through the real daemon (Linux backend, in a test-owned node namespace) while
@@ -43,41 +34,41 @@ describeRoot(
   'torture: linux backend under SIGKILL during attach/detach churn (root, test-owned namespaces)',
   function () {
     this.timeout(60_000 + TORTURE_KILLS * 10_000);
-    const namespaces = new NetnsSet('wnr-');
-    const rnd = new SeededRandom(TORTURE_SEED);
-    const tally: Tally = {
-      kills: 0,
-      killsDuringStartup: 0,
-      attachOk: 0,
-      attachFailed: 0,
-      detachOk: 0,
-      detachFailed: 0,
-      invariantChecks: 0,
-      pings: 0,
-    };
-    let dir: string;
+    const rig = new TortureRig<Tally>({
+      name: 'torture-linux',
+      seed: TORTURE_SEED,
+      workers: WORKERS,
+      tally: {
+        kills: 0,
+        killsDuringStartup: 0,
+        attachOk: 0,
+        attachFailed: 0,
+        detachOk: 0,
+        detachFailed: 0,
+        invariantChecks: 0,
+        pings: 0,
+      },
+    });
+    const { rnd, tally } = rig;
     let node: string;
-    let workloads: ChurnWorkload[];
-    let daemon: DaemonProcess | undefined;
 
-    const daemonOptions = (): DaemonProcessOptions => ({ dir, netns: node, flags: { 'pod-cidr': POOL } });
+    const daemonOptions = (): DaemonProcessOptions => ({
+      dir: rig.dir,
+      netns: node,
+      flags: { 'pod-cidr': POOL },
+    });
 
     before(() => {
-      dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wnr-torture-linux-'));
-      node = makeNodeNamespace(namespaces);
-      workloads = churnWorkloads(namespaces, 'tl-', WORKLOADS);
+      rig.setUp('tl-', WORKLOADS);
+      node = makeNodeNamespace(rig.namespaces);
     });
 
-    after(async () => {
-      await daemon?.kill('SIGKILL').catch(() => undefined);
-      namespaces.cleanup();
-      fs.rmSync(dir, { recursive: true, force: true });
-      console.log(
-        `      torture-linux (seed ${TORTURE_SEED}): ${tally.kills} SIGKILLs survived (${tally.killsDuringStartup} during start-up reconcile), ` +
-          `${churnSummary(tally)}, ` +
-          `${tally.invariantChecks} invariant checks, ${tally.pings} pings`,
-      );
-    });
+    after(() =>
+      rig.tearDown(
+        `${tally.kills} SIGKILLs survived (${tally.killsDuringStartup} during start-up reconcile)`,
+        `${tally.invariantChecks} invariant checks, ${tally.pings} pings`,
+      ),
+    );
 
     /**
      * Workers attach and detach random workloads until stopped. A failure before that is a bug (every
@@ -85,12 +76,7 @@ describeRoot(
      * off by the kill.
      */
     const churn = (d: DaemonProcess): AttachChurn =>
-      new AttachChurn({
-        client: d.client,
-        workloads,
-        choices: rnd,
-        workers: WORKERS,
-        counts: tally,
+      rig.churn(d, {
         judgeFailure: (what, r, stopping) =>
           stopping ? undefined : `${what}: ${codeName(r.code)} ${r.details}`,
         judgeAttached: (what, res) =>
@@ -157,7 +143,7 @@ describeRoot(
 
       // Workload side: eth0 exists exactly when attached, and holds exactly the stored address.
       const seen = await Promise.all(
-        workloads.map(async (w) => ({ w, addrs: await ipv4Addresses(w.ns.name, 'eth0') })),
+        rig.workloads.map(async (w) => ({ w, addrs: await ipv4Addresses(w.ns.name, 'eth0') })),
       );
       for (const { w, addrs } of seen) {
         const stored = addressOf.get(w.id);
@@ -168,7 +154,7 @@ describeRoot(
       tally.invariantChecks++;
 
       // Traffic: each survivor reaches the next one around the ring.
-      const attached = workloads.filter((w) => addressOf.has(w.id));
+      const attached = rig.workloads.filter((w) => addressOf.has(w.id));
       if (attached.length >= 2) {
         const results = await Promise.all(
           attached.map(async (w, i) => {
@@ -186,8 +172,9 @@ describeRoot(
     }
 
     it(`keeps kernel and store consistent across ${TORTURE_KILLS} SIGKILLs during concurrent attach/detach churn`, async () => {
-      const start = (): Promise<DaemonProcess> => DaemonProcess.start(daemonOptions());
-      daemon = await start();
+      const start = async (): Promise<DaemonProcess> =>
+        (rig.daemon = await DaemonProcess.start(daemonOptions()));
+      let daemon = await start();
       for (let round = 0; round < TORTURE_KILLS; round++) {
         const load = churn(daemon);
         await sleep(rnd.int(5, 400));

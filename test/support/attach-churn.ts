@@ -15,11 +15,6 @@ export interface ChurnWorkload {
   ns: { name: string; path: string };
 }
 
-/** `count` workloads `<prefix>0`, `<prefix>1`, …, each in a namespace of its own from `namespaces`. */
-export function churnWorkloads(namespaces: NetnsSet, prefix: string, count: number): ChurnWorkload[] {
-  return Array.from({ length: count }, (_, i) => ({ id: `${prefix}${i}`, ns: namespaces.add() }));
-}
-
 /** The churn's random choices: the torture tests' seeded generator, so that a run can be replayed. */
 export interface ChurnChoices {
   pick<T>(items: readonly T[]): T;
@@ -33,9 +28,6 @@ export interface ChurnCounts {
   detachOk: number;
   detachFailed: number;
 }
-
-export const churnSummary = (c: ChurnCounts): string =>
-  `attaches ok/failed ${c.attachOk}/${c.attachFailed}, detaches ok/failed ${c.detachOk}/${c.detachFailed}`;
 
 export interface ChurnOptions {
   client: ApiClient;
@@ -58,6 +50,16 @@ export class AttachChurn {
   /** Settles when every worker has stopped. */
   readonly done: Promise<void>;
   private stopping = false;
+
+  /** `count` workloads `<prefix>0`, `<prefix>1`, …, each in a namespace of its own from `namespaces`. */
+  static workloads(namespaces: NetnsSet, prefix: string, count: number): ChurnWorkload[] {
+    return Array.from({ length: count }, (_, i) => ({ id: `${prefix}${i}`, ns: namespaces.add() }));
+  }
+
+  /** The counts as the torture tests print them. */
+  static summary(c: ChurnCounts): string {
+    return `attaches ok/failed ${c.attachOk}/${c.attachFailed}, detaches ok/failed ${c.detachOk}/${c.detachFailed}`;
+  }
 
   constructor(private readonly o: ChurnOptions) {
     this.done = Promise.all(Array.from({ length: o.workers }, () => this.worker())).then(() => undefined);
