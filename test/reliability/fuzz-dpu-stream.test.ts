@@ -10,6 +10,7 @@ import {
   type ControllerMessage,
   PortOperState,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import { okAck } from '../backends/dpu/fixtures';
 import { RawAgent } from '../backends/dpu/raw-agent';
 import { SimProcess, sleep, waitUntil } from '../backends/dpu/sim-process';
 import { attachRequest, detachRequest } from '../support/attach-request';
@@ -479,16 +480,7 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
       await agent.next((m) => !!m.syncComplete, 'the snapshot');
       for (const m of agent.received.filter((x) => x.upsert?.port)) {
         const port = m.upsert?.port;
-        if (port)
-          agent.send({
-            ack: {
-              name: port.name,
-              generation: port.generation,
-              code: AckCode.ACK_CODE_OK,
-              message: '',
-              retryable: false,
-            },
-          });
+        if (port) agent.send(okAck(port.name, port.generation));
       }
       agent.send({
         portStatus: {

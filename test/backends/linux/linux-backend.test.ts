@@ -9,7 +9,7 @@ import type { AttachmentView, DataplaneResult, IpAssignment } from '../../../cor
 import { hostLinkName } from '../../../backends/linux/host-link-name';
 import { LinuxBackend } from '../../../backends/linux/linux-backend';
 import { NetnsPool, ip, ipJson, netnsExec, netnsInode, netnsPath, pings } from './netns-fixture';
-import { attachTo, type TestSpec } from '../../support/attach-spec';
+import { attachTo, testSpec, type TestSpec } from '../../support/attach-spec';
 import { rejection } from '../../support/expect-error';
 
 // Integration tests against the real kernel. The "host" side is a test-owned node namespace with an
@@ -52,17 +52,10 @@ function specFor(
   ips: IpAssignment[],
   opts: { ifName?: string; mtu?: number; workloadId?: string } = {},
 ): TestSpec {
-  const workloadId = opts.workloadId ?? `${ns}-wl`;
-  const ifName = opts.ifName ?? 'eth0';
-  return {
-    key: `${workloadId}/${ifName}`,
-    workloadId,
-    ifName,
-    netnsPath: netnsPath(ns),
-    netnsInode: netnsInode(ns),
-    ips,
+  return testSpec(opts.workloadId ?? `${ns}-wl`, { path: netnsPath(ns), inode: netnsInode(ns) }, ips, {
+    ifName: opts.ifName ?? 'eth0',
     mtu: opts.mtu ?? 1500,
-  };
+  });
 }
 
 function viewOf(spec: TestSpec, dataplane?: DataplaneResult): AttachmentView {
