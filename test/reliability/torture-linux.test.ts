@@ -4,8 +4,9 @@ import type { AttachChurn, ChurnCounts, ChurnWorkload } from '../support/attach-
 import { DaemonProcess, type DaemonProcessOptions } from '../support/daemon-process';
 import { isRoot } from '../support/netns';
 import { codeName } from '../support/grpc-outcome';
+import { pings } from '../support/ping';
 import { TortureRig } from '../support/torture-rig';
-import { hostLinksInGroup, ipv4Addresses, pings, routes } from './kernel-view';
+import { hostLinksInGroup, ipv4Addresses, routes } from './kernel-view';
 import { makeNodeNamespace } from './node-namespace';
 import { scaled, TORTURE_KILLS, TORTURE_SEED } from './torture-settings';
 
@@ -159,7 +160,9 @@ describeRoot(
         const results = await Promise.all(
           attached.map(async (w, i) => {
             const peer = attached[(i + 1) % attached.length] as ChurnWorkload;
-            return { from: w.id, to: peer.id, ok: await pings(w.ns.name, addressOf.get(peer.id) ?? '') };
+            // ARP for the gateway may take a moment, hence the 3 s wait.
+            const ok = await pings(w.ns.name, addressOf.get(peer.id) ?? '', { waitSeconds: 3 });
+            return { from: w.id, to: peer.id, ok };
           }),
         );
         tally.pings += results.length;

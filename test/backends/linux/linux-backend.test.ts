@@ -8,9 +8,10 @@ import { promisify } from 'node:util';
 import type { AttachmentView, DataplaneResult, IpAssignment } from '../../../core/backend';
 import { hostLinkName } from '../../../backends/linux/host-link-name';
 import { LinuxBackend } from '../../../backends/linux/linux-backend';
-import { NetnsPool, ip, ipJson, netnsExec, netnsInode, netnsPath, pings } from './netns-fixture';
+import { NetnsPool, ip, ipJson, netnsExec, netnsInode, netnsPath } from './netns-fixture';
 import { attachTo, testSpec, type TestSpec } from '../../support/attach-spec';
 import { rejection } from '../../support/expect-error';
+import { pings } from '../../support/ping';
 
 // Integration tests against the real kernel. The "host" side is a test-owned node namespace with an
 // uplink (10.250.0.1/32); workloads get namespaces beside it. Nothing touches the machine's own
