@@ -4,8 +4,9 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { CLI } from '../support/daemon-process';
 import { InProcessDaemon } from '../support/in-process-daemon';
-import { isRoot, NetnsSet } from '../support/netns';
+import { attachRequest } from '../support/attach-request';
 import { RecordingBackend } from '../support/recording-backend';
+import { StandInNamespaces } from '../support/stand-in-netns';
 
 // The real `workloadnet` binary against a running daemon (recording backend), through the public API.
 
@@ -28,8 +29,6 @@ function runAsync(args: string[]): Promise<{ code: number; stdout: string; stder
     });
   });
 }
-
-const describeRoot = isRoot ? describe : describe.skip;
 
 describe('workloadnet CLI: help', () => {
   for (const cmd of [
@@ -67,8 +66,9 @@ describe('workloadnet CLI: help', () => {
   });
 });
 
-describeRoot('workloadnet CLI against a daemon (root, test namespace)', () => {
-  const namespaces = new NetnsSet('wncli-');
+// The recording backend enters no namespace, so a stand-in serves.
+describe('workloadnet CLI against a daemon (root, test namespace)', () => {
+  const namespaces = new StandInNamespaces();
   let d: InProcessDaemon;
   let backend: RecordingBackend;
   let netnsPath: string;
@@ -76,15 +76,10 @@ describeRoot('workloadnet CLI against a daemon (root, test namespace)', () => {
   before(async () => {
     netnsPath = namespaces.add().path;
     backend = new RecordingBackend();
-    d = await InProcessDaemon.start(backend);
+    d = await InProcessDaemon.start(backend, {}, { netns: namespaces });
     for (const id of ['alpha', 'beta']) {
-      await d.client.call(d.client.raw.attach, {
-        workloadId: id,
-        netns: { netnsPath, ifName: 'eth0', mtu: 0 },
-        containerId: '',
-        pod: { uid: 'u1', namespace: 'default', name: `pod-${id}` },
-        dns: undefined,
-      });
+      const pod = { uid: 'u1', namespace: 'default', name: `pod-${id}` };
+      await d.client.call(d.client.raw.attach, attachRequest(id, netnsPath, 'eth0', { pod }));
     }
   });
   after(async () => {

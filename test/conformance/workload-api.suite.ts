@@ -6,7 +6,9 @@ import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import type { ApiClient } from '../../cli/api-client';
 import type { AttachRequest, AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
+import { attachRequest } from '../support/attach-request';
 import { addNodeUplink, ipJson, isRoot, NetnsSet } from '../support/netns';
+import { pings } from '../support/ping';
 
 // One workload-API conformance suite that every backend must pass: the same calls, the same answers,
 // real traffic between workloads. A target starts "its" daemon (and whatever else it needs, such as a
@@ -26,15 +28,6 @@ export interface ConformanceTarget {
 }
 
 export const NODE_ADDRESS = '10.250.0.1';
-
-function ping(fromNetns: string, to: string): boolean {
-  try {
-    execFileSync('ip', ['netns', 'exec', fromNetns, 'ping', '-c', '1', '-W', '2', to], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 function linkNames(netns: string): string[] {
   return ipJson<Array<{ ifname: string }>>(netns, ['link', 'show'])
@@ -62,13 +55,8 @@ export function conformanceSuite(target: ConformanceTarget): void {
         workloadId,
         netns: { netnsPath, ifName: 'eth0', mtu: 0 },
       });
-    const req = (workloadId: string, netnsPath: string, ifName = 'eth0'): AttachRequest => ({
-      workloadId,
-      netns: { netnsPath, ifName, mtu: 0 },
-      containerId: '',
-      pod: undefined,
-      dns: undefined,
-    });
+    const req = (workloadId: string, netnsPath: string, ifName = 'eth0'): AttachRequest =>
+      attachRequest(workloadId, netnsPath, ifName);
 
     before(async () => {
       dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-conf-'));
@@ -101,9 +89,9 @@ export function conformanceSuite(target: ConformanceTarget): void {
         const routes = ipJson<Array<{ dst: string; gateway?: string }>>(w.name, ['route', 'show']);
         expect(routes.find((x) => x.dst === 'default')?.gateway).to.equal('169.254.1.1');
       }
-      expect(ping(w1.name, addressOf(r2)), 'workload 1 -> workload 2').to.equal(true);
-      expect(ping(w2.name, addressOf(r1)), 'workload 2 -> workload 1').to.equal(true);
-      if (target.nodeTraffic) expect(ping(w1.name, NODE_ADDRESS), 'workload -> node').to.equal(true);
+      expect(await pings(w1.name, addressOf(r2)), 'workload 1 -> workload 2').to.equal(true);
+      expect(await pings(w2.name, addressOf(r1)), 'workload 2 -> workload 1').to.equal(true);
+      if (target.nodeTraffic) expect(await pings(w1.name, NODE_ADDRESS), 'workload -> node').to.equal(true);
     });
 
     it('returns the same result when Attach is repeated and creates nothing new', async () => {

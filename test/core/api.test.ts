@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import * as grpc from '@grpc/grpc-js';
 import { internal, unavailable } from '../../core/errors';
 import type { AttachRequest } from '../../proto/gen/workloadnet/v1/workload';
+import { attachRequest } from '../support/attach-request';
 import { InProcessDaemon } from '../support/in-process-daemon';
 import { isRoot, NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
@@ -31,13 +32,8 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
   let backend: RecordingBackend;
   let d: InProcessDaemon;
 
-  const req = (workloadId: string, netnsPath = ns1, ifName = 'eth0'): AttachRequest => ({
-    workloadId,
-    netns: { netnsPath, ifName, mtu: 0 },
-    containerId: '',
-    pod: undefined,
-    dns: undefined,
-  });
+  const req = (workloadId: string, netnsPath = ns1, ifName = 'eth0'): AttachRequest =>
+    attachRequest(workloadId, netnsPath, ifName);
 
   before(() => {
     ns1 = namespaces.add().path;
@@ -221,11 +217,9 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
 
   it('keeps attachments and addresses across a restart and reconciles the dataplane', async () => {
     const first = await attach(req('w1'));
-    const dir = d.dir;
-    await d.stop();
     // The "dataplane" lost w1 while the daemon was down, and its namespace still exists: repaired.
     const fresh = new RecordingBackend();
-    d = await InProcessDaemon.start(fresh, {}, dir);
+    d = await d.restart(fresh);
     const st = await status();
     expect(st.reconcile?.repaired).to.equal(1);
     expect(fresh.programmed.has('w1/eth0')).to.equal(true);
@@ -270,9 +264,7 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
       expect(codeOf(await rejects(attach(req('w1'))))).to.equal('INTERNAL');
       expect((await status()).pools[0]?.used).to.equal(0);
       expect(planning.calls.map((c) => c.op)).to.deep.equal(['attach', 'detach']);
-      const dir = d.dir;
-      await d.stop();
-      d = await InProcessDaemon.start(new RecordingBackend(), {}, dir);
+      d = await d.restart(new RecordingBackend());
       const st = await status();
       expect(st.attachments).to.equal(0);
       expect(st.pools[0]?.used).to.equal(0);
@@ -281,10 +273,8 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
 
     it('repairs with the stored plan at restart when the dataplane was lost', async () => {
       const first = await attach(req('w1'));
-      const dir = d.dir;
-      await d.stop();
       const fresh = new RecordingBackend();
-      d = await InProcessDaemon.start(fresh, {}, dir);
+      d = await d.restart(fresh);
       expect((await status()).reconcile?.repaired).to.equal(1);
       expect(fresh.plans).to.equal(0);
       expect(await attach(req('w1'))).to.deep.equal(first);
@@ -293,10 +283,8 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
     it('records what the backend reports when it differs from the plan', async () => {
       planning.report = (planned) => ({ ...planned, hostIfName: 'vf7', details: { endpoint: 'vf7' } });
       const res = await attach(req('w1'));
-      const dir = d.dir;
-      await d.stop();
       const fresh = new RecordingBackend();
-      d = await InProcessDaemon.start(fresh, {}, dir);
+      d = await d.restart(fresh);
       const stored = [...(await d.daemon.service.list())].find((a) => a.key === 'w1/eth0');
       expect(stored?.dataplane?.hostIfName).to.equal('vf7');
       expect(stored?.dataplane?.details).to.deep.equal({ endpoint: 'vf7' });

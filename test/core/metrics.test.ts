@@ -2,10 +2,9 @@ import { expect } from 'chai';
 import { internal } from '../../core/errors';
 import { MetricsServer } from '../../core/metrics-server';
 import { InProcessDaemon } from '../support/in-process-daemon';
-import { isRoot, NetnsSet } from '../support/netns';
+import { attachRequest } from '../support/attach-request';
 import { RecordingBackend } from '../support/recording-backend';
-
-const describeRoot = isRoot ? describe : describe.skip;
+import { StandInNamespaces } from '../support/stand-in-netns';
 
 /** The value of one sample line, e.g. `workloadnet_errors_total{op="attach",code="INTERNAL"}`. */
 function sample(text: string, name: string, labels: Record<string, string>): number | undefined {
@@ -17,15 +16,16 @@ function sample(text: string, name: string, labels: Record<string, string>): num
   return undefined;
 }
 
-describeRoot('Prometheus metrics (root, test namespace)', () => {
-  const namespaces = new NetnsSet('wnm-');
+// The recording backend enters no namespace, so a stand-in serves.
+describe('Prometheus metrics (root, test namespace)', () => {
+  const namespaces = new StandInNamespaces();
   let d: InProcessDaemon;
   let server: MetricsServer;
   let backend: RecordingBackend;
 
   before(async () => {
     backend = new RecordingBackend();
-    d = await InProcessDaemon.start(backend);
+    d = await InProcessDaemon.start(backend, {}, { netns: namespaces });
     server = new MetricsServer('127.0.0.1:0', d.metrics);
     await server.start();
   });
@@ -39,24 +39,10 @@ describeRoot('Prometheus metrics (root, test namespace)', () => {
     const netnsPath = namespaces.add().path;
     const n = 4;
     for (let i = 0; i < n; i++) {
-      await d.client.call(d.client.raw.attach, {
-        workloadId: `m${i}`,
-        netns: { netnsPath, ifName: 'eth0', mtu: 0 },
-        containerId: '',
-        pod: undefined,
-        dns: undefined,
-      });
+      await d.client.call(d.client.raw.attach, attachRequest(`m${i}`, netnsPath));
     }
     backend.failAttach = internal('boom');
-    await d.client
-      .call(d.client.raw.attach, {
-        workloadId: 'bad',
-        netns: { netnsPath, ifName: 'eth0', mtu: 0 },
-        containerId: '',
-        pod: undefined,
-        dns: undefined,
-      })
-      .catch(() => undefined);
+    await d.client.call(d.client.raw.attach, attachRequest('bad', netnsPath)).catch(() => undefined);
     await d.client.call(d.client.raw.status, {});
 
     const res = await fetch(`http://127.0.0.1:${server.port}/metrics`);

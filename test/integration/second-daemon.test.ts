@@ -3,7 +3,8 @@ import { execFileSync, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { CLI, DaemonProcess } from '../support/daemon-process';
+import { attachRequest } from '../support/attach-request';
+import { daemonCommand, DaemonProcess } from '../support/daemon-process';
 import { ipJson, isRoot, NetnsSet } from '../support/netns';
 
 // A second daemon started on the same socket must refuse to run before it touches anything: its
@@ -21,7 +22,7 @@ describeRoot('a second daemon on the same socket (root, test-owned namespaces)',
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-second-'));
     const node = namespaces.add().name;
     execFileSync('ip', ['-n', node, 'link', 'set', 'lo', 'up']);
-    daemon = await DaemonProcess.start({ dir, netns: node, args: ['--pod-cidr', '10.248.0.0/24'] });
+    daemon = await DaemonProcess.start({ dir, netns: node, flags: { 'pod-cidr': '10.248.0.0/24' } });
   });
   after(async () => {
     await daemon.stop();
@@ -31,35 +32,15 @@ describeRoot('a second daemon on the same socket (root, test-owned namespaces)',
 
   it('exits with a clear message and leaves the running daemon’s attachments and links alone', async () => {
     const w = namespaces.add();
-    await daemon.client.call(daemon.client.raw.attach, {
-      workloadId: 'first',
-      netns: { netnsPath: w.path, ifName: 'eth0', mtu: 0 },
-      containerId: '',
-      pod: undefined,
-      dns: undefined,
-    });
+    await daemon.client.call(daemon.client.raw.attach, attachRequest('first', w.path));
     const node = daemon.opts.netns ?? '';
     const linksBefore = ipJson<Array<{ ifname?: string }>>(node, ['link', 'show']).map((l) => l.ifname);
-    const second = spawnSync(
-      'ip',
-      [
-        'netns',
-        'exec',
-        node,
-        process.execPath,
-        CLI,
-        'daemon',
-        '--socket',
-        daemon.socket,
-        '--cni-socket',
-        path.join(dir, 'cni2.sock'),
-        '--state-dir',
-        path.join(dir, 'state'),
-        '--pod-cidr',
-        '10.248.0.0/24',
-      ],
-      { encoding: 'utf8', timeout: 20_000 },
-    );
+    // The same socket, state and pool as the first; only the CNI socket differs.
+    const { file, args } = daemonCommand({
+      ...daemon.opts,
+      flags: { ...daemon.opts.flags, 'cni-socket': path.join(dir, 'cni2.sock') },
+    });
+    const second = spawnSync(file, args, { encoding: 'utf8', timeout: 20_000 });
     expect(second.status).to.equal(1);
     expect(second.stderr).to.match(/another daemon is already serving/);
     expect(ipJson<Array<{ ifname?: string }>>(node, ['link', 'show']).map((l) => l.ifname)).to.deep.equal(

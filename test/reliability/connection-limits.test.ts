@@ -8,7 +8,7 @@ import { ApiClient } from '../../cli/api-client';
 import type { StatusResponse } from '../../proto/gen/workloadnet/v1/workload';
 import { DaemonProcess } from '../support/daemon-process';
 import { isRoot, NetnsSet } from '../support/netns';
-import { cniEnvelope, postCni } from './cni-http';
+import { cniEnvelope, postCni } from '../support/cni-http';
 import { makeNodeNamespace } from './node-namespace';
 
 // A few thousand connections that hold the daemon's descriptors: idle and slow (slow body, slow chunked

@@ -7,11 +7,12 @@ import fc from 'fast-check';
 import { ApiClient } from '../../cli/api-client';
 import { MAX_MESSAGE_BYTES } from '../../core/api-server';
 import { AttachRequest, GCRequest } from '../../proto/gen/workloadnet/v1/workload';
+import { attachRequest } from '../support/attach-request';
 import { DaemonProcess } from '../support/daemon-process';
 import { InProcessDaemon } from '../support/in-process-daemon';
 import { isRoot, NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
-import { codeName, outcome } from './grpc-outcome';
+import { codeName, outcome } from '../support/grpc-outcome';
 import { makeFifo, makeNetnsPathZoo, type NetnsPathZoo } from './netns-path-zoo';
 import { makeNodeNamespace } from './node-namespace';
 import { checkProperty } from './property-check';
@@ -370,7 +371,7 @@ describeRoot('fuzz: a FIFO as the namespace path (real daemon, root)', function 
     daemon = await DaemonProcess.start({
       dir,
       netns: makeNodeNamespace(namespaces),
-      args: ['--pod-cidr', '10.248.0.0/24'],
+      flags: { 'pod-cidr': '10.248.0.0/24' },
     });
   });
 
@@ -389,15 +390,7 @@ describeRoot('fuzz: a FIFO as the namespace path (real daemon, root)', function 
       const started = Date.now();
       const results = await Promise.all(
         Array.from({ length: 20 }, (_, i) =>
-          outcome(
-            quick.call(quick.raw.attach, {
-              workloadId: `fifo-${i}`,
-              netns: { netnsPath: fifo, ifName: 'eth0', mtu: 0 },
-              containerId: '',
-              pod: undefined,
-              dns: undefined,
-            }),
-          ),
+          outcome(quick.call(quick.raw.attach, attachRequest(`fifo-${i}`, fifo))),
         ),
       );
       const codes: Record<string, number> = {};
@@ -406,15 +399,7 @@ describeRoot('fuzz: a FIFO as the namespace path (real daemon, root)', function 
       expect(Date.now() - started, 'ms to refuse 20 FIFO paths').to.be.lessThan(2_000);
       // The threadpool still works: a real attach goes through.
       const ok = namespaces.add();
-      const r = await outcome(
-        quick.call(quick.raw.attach, {
-          workloadId: 'after-fifo',
-          netns: { netnsPath: ok.path, ifName: 'eth0', mtu: 0 },
-          containerId: '',
-          pod: undefined,
-          dns: undefined,
-        }),
-      );
+      const r = await outcome(quick.call(quick.raw.attach, attachRequest('after-fifo', ok.path)));
       expect(codeName(r.code), r.details).to.equal('OK');
     } finally {
       quick.close();

@@ -9,7 +9,7 @@ import { buildShim, runShim } from '../adapters/cni/cni-harness';
 import { InProcessDaemon } from '../support/in-process-daemon';
 import { isRoot, NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
-import { cniEnvelope, parseCniError, postCni, rawExchange, type CniAnswer } from './cni-http';
+import { cniEnvelope, parseCniError, postCni, rawExchange, type CniAnswer } from '../support/cni-http';
 import { makeNetnsPathZoo, type NetnsPathZoo } from './netns-path-zoo';
 import { checkProperty } from './property-check';
 import { scaled, TORTURE_SEED } from './torture-settings';

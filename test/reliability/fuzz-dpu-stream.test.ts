@@ -10,11 +10,13 @@ import {
   type ControllerMessage,
   PortOperState,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import { okAck } from '../backends/dpu/fixtures';
 import { RawAgent } from '../backends/dpu/raw-agent';
 import { SimProcess, sleep, waitUntil } from '../backends/dpu/sim-process';
+import { attachRequest, detachRequest } from '../support/attach-request';
 import { DaemonProcess } from '../support/daemon-process';
 import { isRoot, NetnsSet } from '../support/netns';
-import { codeName, outcome } from './grpc-outcome';
+import { codeName, outcome } from '../support/grpc-outcome';
 import { checkProperty } from './property-check';
 import { scaled, TORTURE_SEED } from './torture-settings';
 
@@ -230,18 +232,13 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
     daemon = await DaemonProcess.start({
       dir,
       netns: node,
-      args: [
-        '--backend',
-        'dpu',
-        '--agent-socket',
-        agentSocket,
-        '--pod-cidr',
-        '10.247.0.0/24',
-        '--ack-timeout-ms',
-        '2000',
-        '--log-level',
-        'info',
-      ],
+      flags: {
+        backend: 'dpu',
+        'agent-socket': agentSocket,
+        'pod-cidr': '10.247.0.0/24',
+        'ack-timeout-ms': '2000',
+        'log-level': 'info',
+      },
     });
     sim = startSim();
     await waitUntil(
@@ -251,13 +248,7 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
     );
     for (let i = 0; i < 6; i++) {
       const ns = namespaces.add();
-      await daemon.client.call(daemon.client.raw.attach, {
-        workloadId: `fz-${i}`,
-        netns: { netnsPath: ns.path, ifName: 'eth0', mtu: 0 },
-        containerId: '',
-        pod: undefined,
-        dns: undefined,
-      });
+      await daemon.client.call(daemon.client.raw.attach, attachRequest(`fz-${i}`, ns.path));
     }
     knownKeys = Array.from({ length: 6 }, (_, i) => `fz-${i}/eth0`);
     // The well-behaved agent leaves; from now on only the fuzzer speaks to the daemon.
@@ -459,20 +450,9 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
     expect(state.ports.map((p) => p.name).sort()).to.deep.equal([...knownKeys].sort());
     expect(await attachments()).to.equal(baseline);
     const ns = namespaces.add();
-    const r = await outcome(
-      daemon.client.call(daemon.client.raw.attach, {
-        workloadId: 'fz-after',
-        netns: { netnsPath: ns.path, ifName: 'eth0', mtu: 0 },
-        containerId: '',
-        pod: undefined,
-        dns: undefined,
-      }),
-    );
+    const r = await outcome(daemon.client.call(daemon.client.raw.attach, attachRequest('fz-after', ns.path)));
     expect(codeName(r.code), r.details).to.equal('OK');
-    await daemon.client.call(daemon.client.raw.detach, {
-      workloadId: 'fz-after',
-      netns: { netnsPath: ns.path, ifName: 'eth0', mtu: 0 },
-    });
+    await daemon.client.call(daemon.client.raw.detach, detachRequest('fz-after', ns.path));
     for (const k of knownKeys) {
       const check = await daemon.client.call(daemon.client.raw.check, {
         workloadId: k.split('/')[0] ?? '',
@@ -500,16 +480,7 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
       await agent.next((m) => !!m.syncComplete, 'the snapshot');
       for (const m of agent.received.filter((x) => x.upsert?.port)) {
         const port = m.upsert?.port;
-        if (port)
-          agent.send({
-            ack: {
-              name: port.name,
-              generation: port.generation,
-              code: AckCode.ACK_CODE_OK,
-              message: '',
-              retryable: false,
-            },
-          });
+        if (port) agent.send(okAck(port.name, port.generation));
       }
       agent.send({
         portStatus: {

@@ -9,7 +9,7 @@ import { DaemonProcess } from '../support/daemon-process';
 import { InProcessDaemon } from '../support/in-process-daemon';
 import { isRoot, NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
-import { cniEnvelope } from './cni-http';
+import { cniEnvelope } from '../support/cni-http';
 import { makeNodeNamespace } from './node-namespace';
 
 // SIGTERM while clients hold idle connections. Before: the daemon was still alive 30 s later with 50
@@ -107,7 +107,7 @@ describeRoot('graceful shutdown (root, test-owned namespaces)', function () {
   it('lets a call in flight finish before it stops, and refuses new connections meanwhile', async () => {
     const backend = new RecordingBackend();
     backend.attachDelayMs = 1000;
-    const d = await InProcessDaemon.start(backend, { shutdownTimeoutMs: 5000 }, dir);
+    const d = await InProcessDaemon.start(backend, { shutdownTimeoutMs: 5000 }, { dir });
     const ns = namespaces.add();
     const attaching = d.client.call(d.client.raw.attach, {
       workloadId: 'in-flight',

@@ -2,7 +2,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 
 // What the kernel says, read with ip(8) from test code: the host links in our link group, the routes
-// of the node namespace, a workload's eth0 addresses, and whether one workload reaches another.
+// of the node namespace, and a workload's eth0 addresses.
 
 const execFileP = promisify(execFile);
 
@@ -39,14 +39,4 @@ export async function ipv4Addresses(netns: string, dev: string): Promise<string[
   const link = links.find((l) => l.ifname === dev);
   if (!link) return undefined;
   return (link.addr_info ?? []).filter((a) => a.family === 'inet').map((a) => `${a.local}/${a.prefixlen}`);
-}
-
-/** One ICMP echo from inside `netns`; ARP for the gateway may take a moment, hence the 3 s wait. */
-export async function pings(netns: string, to: string): Promise<boolean> {
-  try {
-    await execFileP('ip', ['netns', 'exec', netns, 'ping', '-c', '1', '-W', '3', to]);
-    return true;
-  } catch {
-    return false;
-  }
 }

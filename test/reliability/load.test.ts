@@ -12,7 +12,7 @@ import { InProcessDaemon } from '../support/in-process-daemon';
 import { isRoot, NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
 import { runBurst as burst, type BurstOutcome, type BurstReport } from './api-burst';
-import { codeName } from './grpc-outcome';
+import { codeName } from '../support/grpc-outcome';
 import { hostLinksInGroup } from './kernel-view';
 import { makeNodeNamespace } from './node-namespace';
 import { fmtLatency, sampleStatusDuring as sampled, type StatusLatency } from './status-sampler';

@@ -8,13 +8,13 @@ import * as grpc from '@grpc/grpc-js';
 import { DEFAULT_CONFIG } from '../../core/config';
 import { SEED_SERVICE } from '../../core/api-server';
 import { AttachRequest } from '../../proto/gen/workloadnet/v1/workload';
-import { CLI, DaemonProcess } from '../support/daemon-process';
+import { daemonCommand, DaemonProcess } from '../support/daemon-process';
 import { isRoot, NetnsSet } from '../support/netns';
-import { cniEnvelope, parseCniError, postCni } from './cni-http';
-import { codeName, outcome } from './grpc-outcome';
+import { cniEnvelope, parseCniError, postCni } from '../support/cni-http';
+import { codeName, outcome } from '../support/grpc-outcome';
 import { hostLinksInGroup } from './kernel-view';
 import { makeNodeNamespace } from './node-namespace';
-import { makeTestPki, type TestPki } from './test-pki';
+import { makeTestPki, type TestPki } from '../support/pki';
 import { TLS_PROBE_MAIN, type ProbeResult } from './tls-probe';
 
 // What the daemon must refuse or protect whoever asks: socket permissions, the host's and its own
@@ -291,33 +291,19 @@ describeRoot('security (root, test-owned namespaces)', function () {
       const badDir = fs.mkdtempSync(path.join(dir, 'bad-'));
       const badKey = path.join(badDir, 'bad.key');
       fs.writeFileSync(badKey, `-----BEGIN PRIVATE KEY-----\n${secret}\n-----END PRIVATE KEY-----\n`);
-      const args = [
-        CLI,
-        'daemon',
-        '--socket',
-        path.join(badDir, 'api.sock'),
-        '--cni-socket',
-        path.join(badDir, 'cni.sock'),
-        '--state-dir',
-        path.join(badDir, 'state'),
-        '--log-level',
-        'debug',
-        '--backend',
-        'dpu',
-        '--agent-socket',
-        path.join(badDir, 'agent.sock'),
-        '--agent-listen',
-        '127.0.0.1:0',
-        '--tls-cert',
-        pki.serverCert,
-        '--tls-key',
-        badKey,
-        '--tls-ca',
-        pki.ca,
-      ];
-      const child = spawn('ip', ['netns', 'exec', node, process.execPath, ...args], {
-        stdio: ['ignore', 'pipe', 'pipe'],
+      const { file, args } = daemonCommand({
+        dir: badDir,
+        netns: node,
+        flags: {
+          backend: 'dpu',
+          'agent-socket': path.join(badDir, 'agent.sock'),
+          'agent-listen': '127.0.0.1:0',
+          'tls-cert': pki.serverCert,
+          'tls-key': badKey,
+          'tls-ca': pki.ca,
+        },
       });
+      const child = spawn(file, args, { stdio: ['ignore', 'pipe', 'pipe'] });
       let output = '';
       child.stdout.on('data', (c: Buffer) => (output += c.toString()));
       child.stderr.on('data', (c: Buffer) => (output += c.toString()));

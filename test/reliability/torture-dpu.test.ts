@@ -1,16 +1,13 @@
 import { expect } from 'chai';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
-import type { ApiClient } from '../../cli/api-client';
 import type { SimState } from '../../backends/dpu-sim/state-file';
-import type { AttachRequest } from '../../proto/gen/workloadnet/v1/workload';
 import { SimProcess, sleep } from '../backends/dpu/sim-process';
+import type { AttachChurn, ChurnCounts } from '../support/attach-churn';
 import { DaemonProcess } from '../support/daemon-process';
-import { isRoot, NetnsSet } from '../support/netns';
-import { codeName, outcome } from './grpc-outcome';
-import { SeededRandom } from './seeded-random';
+import { isRoot } from '../support/netns';
+import { codeName } from '../support/grpc-outcome';
+import { TortureRig } from '../support/torture-rig';
 import { scaled, TORTURE_KILLS, TORTURE_SEED } from './torture-settings';
 
 // Attach/detach churn through the real daemon with the DPU backend while either the daemon or the
@@ -27,19 +24,10 @@ const AGENT_ID = 'torture-dpu';
 /** While the agent is down, an Attach fails at once with UNAVAILABLE (or times out waiting for its ack). */
 const AGENT_DOWN_CODES = new Set([grpc.status.UNAVAILABLE, grpc.status.DEADLINE_EXCEEDED]);
 
-interface Workload {
-  id: string;
-  ns: { name: string; path: string };
-}
-
-interface Tally {
+interface Tally extends ChurnCounts {
   daemonKills: number;
   simKills: number;
   simResumes: number;
-  attachOk: number;
-  attachFailed: number;
-  detachOk: number;
-  detachFailed: number;
   invariantChecks: number;
 }
 
@@ -47,66 +35,54 @@ type Phase = 'up' | 'agent-down' | 'daemon-down';
 
 describeRoot('torture: DPU backend with the simulator under SIGKILL of daemon and agent (root)', function () {
   this.timeout(60_000 + TORTURE_KILLS * 10_000);
-  const namespaces = new NetnsSet('wnr-');
-  const rnd = new SeededRandom(TORTURE_SEED ^ 0x5a5a5a5a);
-  const tally: Tally = {
-    daemonKills: 0,
-    simKills: 0,
-    simResumes: 0,
-    attachOk: 0,
-    attachFailed: 0,
-    detachOk: 0,
-    detachFailed: 0,
-    invariantChecks: 0,
-  };
-  let dir: string;
+  const rig = new TortureRig<Tally>({
+    name: 'torture-dpu',
+    seed: TORTURE_SEED,
+    stream: 0x5a5a5a5a,
+    workers: WORKERS,
+    tally: {
+      daemonKills: 0,
+      simKills: 0,
+      simResumes: 0,
+      attachOk: 0,
+      attachFailed: 0,
+      detachOk: 0,
+      detachFailed: 0,
+      invariantChecks: 0,
+    },
+  });
+  const { rnd, tally } = rig;
   let node: string;
   let agentSocket: string;
   let stateFile: string;
-  let workloads: Workload[];
-  let daemon: DaemonProcess | undefined;
   let sim: SimProcess | undefined;
   let bootSerial = 0;
   let bootId = '';
 
   before(() => {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wnr-torture-dpu-'));
-    agentSocket = path.join(dir, 'agent.sock');
-    stateFile = path.join(dir, 'sim-state.json');
+    rig.setUp('td-', WORKLOADS);
+    agentSocket = path.join(rig.dir, 'agent.sock');
+    stateFile = path.join(rig.dir, 'sim-state.json');
     // The daemon runs in a node namespace of its own; with the simulator's "none" dataplane nothing is
     // plumbed, but workload paths must still be real network namespaces to pass validation.
-    node = namespaces.add().name;
-    workloads = Array.from({ length: WORKLOADS }, (_, i) => ({ id: `td-${i}`, ns: namespaces.add() }));
+    node = rig.namespaces.add().name;
   });
 
   after(async () => {
     await sim?.stop('SIGKILL');
-    await daemon?.kill('SIGKILL').catch(() => undefined);
-    namespaces.cleanup();
-    fs.rmSync(dir, { recursive: true, force: true });
-    console.log(
-      `      torture-dpu (seed ${TORTURE_SEED}): ${tally.daemonKills + tally.simKills} SIGKILLs survived ` +
-        `(daemon ${tally.daemonKills}, simulator ${tally.simKills}, of which ${tally.simResumes} resumed the same boot), ` +
-        `attaches ok/failed ${tally.attachOk}/${tally.attachFailed}, detaches ok/failed ${tally.detachOk}/${tally.detachFailed}, ` +
-        `${tally.invariantChecks} invariant checks`,
+    await rig.tearDown(
+      `${tally.daemonKills + tally.simKills} SIGKILLs survived ` +
+        `(daemon ${tally.daemonKills}, simulator ${tally.simKills}, of which ${tally.simResumes} resumed the same boot)`,
+      `${tally.invariantChecks} invariant checks`,
     );
   });
 
-  const startDaemon = (): Promise<DaemonProcess> =>
-    DaemonProcess.start({
-      dir,
+  const startDaemon = async (): Promise<DaemonProcess> =>
+    (rig.daemon = await DaemonProcess.start({
+      dir: rig.dir,
       netns: node,
-      args: [
-        '--backend',
-        'dpu',
-        '--agent-socket',
-        agentSocket,
-        '--pod-cidr',
-        POOL,
-        '--ack-timeout-ms',
-        '3000',
-      ],
-    });
+      flags: { backend: 'dpu', 'agent-socket': agentSocket, 'pod-cidr': POOL, 'ack-timeout-ms': '3000' },
+    }));
 
   /** Starts the simulator, keeping its boot (and so its saved port table) or booting it afresh. */
   function startSim(sameBoot: boolean): SimProcess {
@@ -120,52 +96,15 @@ describeRoot('torture: DPU backend with the simulator under SIGKILL of daemon an
     });
   }
 
-  const req = (w: Workload): AttachRequest => ({
-    workloadId: w.id,
-    netns: { netnsPath: w.ns.path, ifName: 'eth0', mtu: 0 },
-    containerId: '',
-    pod: undefined,
-    dns: undefined,
-  });
-
   /** Churn until stopped; a failure is a bug unless the daemon is down, or the agent is and it says so. */
-  function churn(
-    client: ApiClient,
-    ctl: { phase: Phase; stopping: boolean },
-  ): { done: Promise<void>; unexpected: string[] } {
-    const unexpected: string[] = [];
-    const judge = (what: string, code: grpc.status, details: string): void => {
-      if (ctl.phase === 'daemon-down') return;
-      if (ctl.phase === 'agent-down' && AGENT_DOWN_CODES.has(code)) return;
-      unexpected.push(`${what} (${ctl.phase}): ${codeName(code)} ${details}`);
-    };
-    const worker = async (): Promise<void> => {
-      while (!ctl.stopping) {
-        const w = rnd.pick(workloads);
-        if (rnd.chance(0.6)) {
-          const r = await outcome(client.call(client.raw.attach, req(w)));
-          if (r.code === grpc.status.OK) tally.attachOk++;
-          else {
-            tally.attachFailed++;
-            judge(`attach ${w.id}`, r.code, r.details);
-          }
-        } else {
-          const r = await outcome(
-            client.call(client.raw.detach, {
-              workloadId: w.id,
-              netns: { netnsPath: w.ns.path, ifName: 'eth0', mtu: 0 },
-            }),
-          );
-          if (r.code === grpc.status.OK) tally.detachOk++;
-          else {
-            tally.detachFailed++;
-            judge(`detach ${w.id}`, r.code, r.details);
-          }
-        }
-      }
-    };
-    return { done: Promise.all(Array.from({ length: WORKERS }, worker)).then(() => undefined), unexpected };
-  }
+  const churn = (d: DaemonProcess, ctl: { phase: Phase }): AttachChurn =>
+    rig.churn(d, {
+      judgeFailure: (what, r) => {
+        if (ctl.phase === 'daemon-down') return undefined;
+        if (ctl.phase === 'agent-down' && AGENT_DOWN_CODES.has(r.code)) return undefined;
+        return `${what} (${ctl.phase}): ${codeName(r.code)} ${r.details}`;
+      },
+    });
 
   /** Waits until the simulator has applied a snapshot on the daemon's current session. */
   async function waitForResync(d: DaemonProcess, s: SimProcess, where: string): Promise<SimState> {
@@ -244,16 +183,16 @@ describeRoot('torture: DPU backend with the simulator under SIGKILL of daemon an
   }
 
   it(`keeps store and simulator consistent across ${TORTURE_KILLS} SIGKILLs of the daemon or the agent during churn`, async () => {
-    daemon = await startDaemon();
+    let daemon = await startDaemon();
     sim = startSim(false);
     await waitForResync(daemon, sim, 'start-up');
     for (let round = 0; round < TORTURE_KILLS; round++) {
-      const ctl: { phase: Phase; stopping: boolean } = { phase: 'up', stopping: false };
-      const load = churn(daemon.client, ctl);
+      const ctl: { phase: Phase } = { phase: 'up' };
+      const load = churn(daemon, ctl);
       await sleep(rnd.int(5, 400));
       if (rnd.chance(0.5)) {
         ctl.phase = 'daemon-down';
-        ctl.stopping = true;
+        load.stop();
         await daemon.kill('SIGKILL');
         tally.daemonKills++;
         await load.done;
@@ -268,7 +207,7 @@ describeRoot('torture: DPU backend with the simulator under SIGKILL of daemon an
         if (sameBoot) tally.simResumes++;
         sim = startSim(sameBoot);
         await sleep(rnd.int(0, 300));
-        ctl.stopping = true;
+        load.stop();
         await load.done;
       }
       expect(

@@ -1,18 +1,13 @@
 import { expect } from 'chai';
-import { spawn } from 'node:child_process';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
-import * as grpc from '@grpc/grpc-js';
-import type { ApiClient } from '../../cli/api-client';
 import { DEFAULT_CONFIG } from '../../core/config';
-import type { AttachRequest } from '../../proto/gen/workloadnet/v1/workload';
-import { CLI, DaemonProcess } from '../support/daemon-process';
-import { isRoot, NetnsSet } from '../support/netns';
-import { codeName, outcome } from './grpc-outcome';
-import { hostLinksInGroup, ipv4Addresses, pings, routes } from './kernel-view';
+import type { AttachChurn, ChurnCounts, ChurnWorkload } from '../support/attach-churn';
+import { DaemonProcess, type DaemonProcessOptions } from '../support/daemon-process';
+import { isRoot } from '../support/netns';
+import { codeName } from '../support/grpc-outcome';
+import { pings } from '../support/ping';
+import { TortureRig } from '../support/torture-rig';
+import { hostLinksInGroup, ipv4Addresses, routes } from './kernel-view';
 import { makeNodeNamespace } from './node-namespace';
-import { SeededRandom } from './seeded-random';
 import { scaled, TORTURE_KILLS, TORTURE_SEED } from './torture-settings';
 
 // Attach/detach churn through the real daemon (Linux backend, in a test-owned node namespace) while
@@ -27,18 +22,9 @@ const POOL = '10.254.0.0/24';
 const WORKLOADS = scaled(16);
 const WORKERS = 6;
 
-interface Workload {
-  id: string;
-  ns: { name: string; path: string };
-}
-
-interface Tally {
+interface Tally extends ChurnCounts {
   kills: number;
   killsDuringStartup: number;
-  attachOk: number;
-  attachFailed: number;
-  detachOk: number;
-  detachFailed: number;
   invariantChecks: number;
   pings: number;
 }
@@ -49,115 +35,60 @@ describeRoot(
   'torture: linux backend under SIGKILL during attach/detach churn (root, test-owned namespaces)',
   function () {
     this.timeout(60_000 + TORTURE_KILLS * 10_000);
-    const namespaces = new NetnsSet('wnr-');
-    const rnd = new SeededRandom(TORTURE_SEED);
-    const tally: Tally = {
-      kills: 0,
-      killsDuringStartup: 0,
-      attachOk: 0,
-      attachFailed: 0,
-      detachOk: 0,
-      detachFailed: 0,
-      invariantChecks: 0,
-      pings: 0,
-    };
-    let dir: string;
+    const rig = new TortureRig<Tally>({
+      name: 'torture-linux',
+      seed: TORTURE_SEED,
+      workers: WORKERS,
+      tally: {
+        kills: 0,
+        killsDuringStartup: 0,
+        attachOk: 0,
+        attachFailed: 0,
+        detachOk: 0,
+        detachFailed: 0,
+        invariantChecks: 0,
+        pings: 0,
+      },
+    });
+    const { rnd, tally } = rig;
     let node: string;
-    let workloads: Workload[];
-    let daemon: DaemonProcess | undefined;
 
-    const daemonArgs = (): string[] => ['--pod-cidr', POOL];
+    const daemonOptions = (): DaemonProcessOptions => ({
+      dir: rig.dir,
+      netns: node,
+      flags: { 'pod-cidr': POOL },
+    });
 
     before(() => {
-      dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wnr-torture-linux-'));
-      node = makeNodeNamespace(namespaces);
-      workloads = Array.from({ length: WORKLOADS }, (_, i) => ({ id: `tl-${i}`, ns: namespaces.add() }));
+      rig.setUp('tl-', WORKLOADS);
+      node = makeNodeNamespace(rig.namespaces);
     });
 
-    after(async () => {
-      await daemon?.kill('SIGKILL').catch(() => undefined);
-      namespaces.cleanup();
-      fs.rmSync(dir, { recursive: true, force: true });
-      console.log(
-        `      torture-linux (seed ${TORTURE_SEED}): ${tally.kills} SIGKILLs survived (${tally.killsDuringStartup} during start-up reconcile), ` +
-          `attaches ok/failed ${tally.attachOk}/${tally.attachFailed}, detaches ok/failed ${tally.detachOk}/${tally.detachFailed}, ` +
-          `${tally.invariantChecks} invariant checks, ${tally.pings} pings`,
-      );
-    });
-
-    const req = (w: Workload): AttachRequest => ({
-      workloadId: w.id,
-      netns: { netnsPath: w.ns.path, ifName: 'eth0', mtu: 0 },
-      containerId: '',
-      pod: undefined,
-      dns: undefined,
-    });
+    after(() =>
+      rig.tearDown(
+        `${tally.kills} SIGKILLs survived (${tally.killsDuringStartup} during start-up reconcile)`,
+        `${tally.invariantChecks} invariant checks, ${tally.pings} pings`,
+      ),
+    );
 
     /**
-     * Workers attach and detach random workloads until `stopping` is set. A failure before that is a
-     * bug (every workload always uses its own namespace, the pool is large enough); after it, the call
-     * was cut off by the kill.
+     * Workers attach and detach random workloads until stopped. A failure before that is a bug (every
+     * workload always uses its own namespace, the pool is large enough); after it, the call was cut
+     * off by the kill.
      */
-    function churn(
-      client: ApiClient,
-      ctl: { stopping: boolean },
-    ): { done: Promise<void>; unexpected: string[] } {
-      const unexpected: string[] = [];
-      const worker = async (): Promise<void> => {
-        while (!ctl.stopping) {
-          const w = rnd.pick(workloads);
-          if (rnd.chance(0.6)) {
-            const r = await outcome(client.call(client.raw.attach, req(w)));
-            if (r.code === grpc.status.OK) {
-              tally.attachOk++;
-              if (r.value?.ip.length !== 1)
-                unexpected.push(`attach ${w.id} returned ${r.value?.ip.length} addresses`);
-            } else {
-              tally.attachFailed++;
-              if (!ctl.stopping) unexpected.push(`attach ${w.id}: ${codeName(r.code)} ${r.details}`);
-            }
-          } else {
-            const r = await outcome(
-              client.call(client.raw.detach, {
-                workloadId: w.id,
-                netns: { netnsPath: w.ns.path, ifName: 'eth0', mtu: 0 },
-              }),
-            );
-            if (r.code === grpc.status.OK) tally.detachOk++;
-            else {
-              tally.detachFailed++;
-              if (!ctl.stopping) unexpected.push(`detach ${w.id}: ${codeName(r.code)} ${r.details}`);
-            }
-          }
-        }
-      };
-      return { done: Promise.all(Array.from({ length: WORKERS }, worker)).then(() => undefined), unexpected };
-    }
+    const churn = (d: DaemonProcess): AttachChurn =>
+      rig.churn(d, {
+        judgeFailure: (what, r, stopping) =>
+          stopping ? undefined : `${what}: ${codeName(r.code)} ${r.details}`,
+        judgeAttached: (what, res) =>
+          res.ip.length === 1 ? undefined : `${what} returned ${res.ip.length} addresses`,
+      });
 
     /** Starts a daemon on the same state and SIGKILLs it at a random moment of its start-up (reconcile). */
     async function killDuringStartup(): Promise<void> {
-      const args = [
-        CLI,
-        'daemon',
-        '--socket',
-        path.join(dir, 'api.sock'),
-        '--cni-socket',
-        path.join(dir, 'cni.sock'),
-        '--state-dir',
-        path.join(dir, 'state'),
-        '--log-level',
-        'debug',
-        ...daemonArgs(),
-      ];
-      const log = fs.openSync(path.join(dir, 'daemon.log'), 'a');
-      const child = spawn('ip', ['netns', 'exec', node, process.execPath, ...args], {
-        stdio: ['ignore', log, log],
-      });
-      fs.closeSync(log);
-      const exited = new Promise<void>((r) => child.once('exit', () => r()));
+      const starting = DaemonProcess.launch(daemonOptions());
       await sleep(rnd.int(50, 700));
-      child.kill('SIGKILL');
-      await exited;
+      await starting.kill('SIGKILL');
       tally.kills++;
       tally.killsDuringStartup++;
     }
@@ -213,7 +144,7 @@ describeRoot(
 
       // Workload side: eth0 exists exactly when attached, and holds exactly the stored address.
       const seen = await Promise.all(
-        workloads.map(async (w) => ({ w, addrs: await ipv4Addresses(w.ns.name, 'eth0') })),
+        rig.workloads.map(async (w) => ({ w, addrs: await ipv4Addresses(w.ns.name, 'eth0') })),
       );
       for (const { w, addrs } of seen) {
         const stored = addressOf.get(w.id);
@@ -224,12 +155,14 @@ describeRoot(
       tally.invariantChecks++;
 
       // Traffic: each survivor reaches the next one around the ring.
-      const attached = workloads.filter((w) => addressOf.has(w.id));
+      const attached = rig.workloads.filter((w) => addressOf.has(w.id));
       if (attached.length >= 2) {
         const results = await Promise.all(
           attached.map(async (w, i) => {
-            const peer = attached[(i + 1) % attached.length] as Workload;
-            return { from: w.id, to: peer.id, ok: await pings(w.ns.name, addressOf.get(peer.id) ?? '') };
+            const peer = attached[(i + 1) % attached.length] as ChurnWorkload;
+            // ARP for the gateway may take a moment, hence the 3 s wait.
+            const ok = await pings(w.ns.name, addressOf.get(peer.id) ?? '', { waitSeconds: 3 });
+            return { from: w.id, to: peer.id, ok };
           }),
         );
         tally.pings += results.length;
@@ -242,14 +175,13 @@ describeRoot(
     }
 
     it(`keeps kernel and store consistent across ${TORTURE_KILLS} SIGKILLs during concurrent attach/detach churn`, async () => {
-      const start = (): Promise<DaemonProcess> =>
-        DaemonProcess.start({ dir, netns: node, args: daemonArgs() });
-      daemon = await start();
+      const start = async (): Promise<DaemonProcess> =>
+        (rig.daemon = await DaemonProcess.start(daemonOptions()));
+      let daemon = await start();
       for (let round = 0; round < TORTURE_KILLS; round++) {
-        const ctl = { stopping: false };
-        const load = churn(daemon.client, ctl);
+        const load = churn(daemon);
         await sleep(rnd.int(5, 400));
-        ctl.stopping = true;
+        load.stop();
         await daemon.kill('SIGKILL');
         tally.kills++;
         await load.done;

@@ -1,5 +1,5 @@
 import * as fs from 'node:fs';
-import type { AttachSpec, Backend, DataplaneResult } from '../../core/backend';
+import type { AttachSpec, Backend, DataplaneResult, IpAssignment } from '../../core/backend';
 import { NetnsHandle, type Netns } from '../../core/netns';
 
 // Backend tests call a backend the way the core does: with the workload's namespace open, and the
@@ -7,6 +7,29 @@ import { NetnsHandle, type Netns } from '../../core/netns';
 
 /** An AttachSpec as tests write it: the namespace is opened by attachTo. */
 export type TestSpec = Omit<AttachSpec, 'netns'> & { netns?: Netns };
+
+/**
+ * A spec for `workloadId`'s interface (eth0 unless `over` names another) in the namespace `netns`
+ * (its path and inode), MTU 1500; `over` sets anything else.
+ */
+export function testSpec(
+  workloadId: string,
+  netns: { path: string; inode: number },
+  ips: IpAssignment[],
+  over: Partial<TestSpec> = {},
+): TestSpec {
+  const ifName = over.ifName ?? 'eth0';
+  return {
+    key: `${workloadId}/${ifName}`,
+    workloadId,
+    ifName,
+    netnsPath: netns.path,
+    netnsInode: netns.inode,
+    ips,
+    mtu: 1500,
+    ...over,
+  };
+}
 
 /**
  * Plans (unless `planned` is given, as the core does on a repair) and attaches `spec` like the core does, with the namespace opened for the call and closed

@@ -13,7 +13,38 @@ export interface DaemonProcessOptions {
   dir: string;
   /** Test-owned namespace name to run the daemon in (via `ip netns exec`). */
   netns?: string;
+  /**
+   * Daemon flags by name, without the dashes (`{ 'pod-cidr': '10.0.0.0/24' }`). They override the
+   * defaults: --socket, --cni-socket and --state-dir in `dir`, --log-level debug.
+   */
+  flags?: Record<string, string>;
+  /** Arguments after the flags, as given. */
   args?: string[];
+}
+
+/** The daemon's flags for `opts`: its defaults with the caller's over them. */
+function daemonFlags(
+  opts: DaemonProcessOptions,
+): Record<string, string> & { socket: string; 'cni-socket': string } {
+  return {
+    socket: path.join(opts.dir, 'api.sock'),
+    'cni-socket': path.join(opts.dir, 'cni.sock'),
+    'state-dir': path.join(opts.dir, 'state'),
+    'log-level': 'debug',
+    ...opts.flags,
+  };
+}
+
+/**
+ * The command line that runs the daemon `opts` describes (inside `opts.netns` when given), for tests
+ * that run it their own way: to completion, or killed in the middle of its start-up.
+ */
+export function daemonCommand(opts: DaemonProcessOptions): { file: string; args: string[] } {
+  const flags = Object.entries(daemonFlags(opts)).flatMap(([name, value]) => [`--${name}`, value]);
+  const daemon = [CLI, 'daemon', ...flags, ...(opts.args ?? [])];
+  return opts.netns
+    ? { file: 'ip', args: ['netns', 'exec', opts.netns, process.execPath, ...daemon] }
+    : { file: process.execPath, args: daemon };
 }
 
 export class DaemonProcess {
@@ -28,38 +59,30 @@ export class DaemonProcess {
   }
 
   get socket(): string {
-    return path.join(this.opts.dir, 'api.sock');
+    return daemonFlags(this.opts).socket;
   }
   get cniSocket(): string {
-    return path.join(this.opts.dir, 'cni.sock');
+    return daemonFlags(this.opts)['cni-socket'];
   }
   get logFile(): string {
     return path.join(this.opts.dir, 'daemon.log');
   }
 
+  /** Starts the daemon and waits until its API answers. */
   static async start(opts: DaemonProcessOptions): Promise<DaemonProcess> {
-    fs.mkdirSync(opts.dir, { recursive: true });
-    const args = [
-      CLI,
-      'daemon',
-      '--socket',
-      path.join(opts.dir, 'api.sock'),
-      '--cni-socket',
-      path.join(opts.dir, 'cni.sock'),
-      '--state-dir',
-      path.join(opts.dir, 'state'),
-      '--log-level',
-      'debug',
-      ...(opts.args ?? []),
-    ];
-    const cmd = opts.netns ? 'ip' : process.execPath;
-    const argv = opts.netns ? ['netns', 'exec', opts.netns, process.execPath, ...args] : args;
-    const log = fs.openSync(path.join(opts.dir, 'daemon.log'), 'a');
-    const child = spawn(cmd, argv, { stdio: ['ignore', log, log] });
-    fs.closeSync(log);
-    const d = new DaemonProcess(child, opts);
+    const d = DaemonProcess.launch(opts);
     await d.waitReady();
     return d;
+  }
+
+  /** Starts the daemon without waiting for it: the test may kill it while it starts up. */
+  static launch(opts: DaemonProcessOptions): DaemonProcess {
+    fs.mkdirSync(opts.dir, { recursive: true });
+    const { file, args } = daemonCommand(opts);
+    const log = fs.openSync(path.join(opts.dir, 'daemon.log'), 'a');
+    const child = spawn(file, args, { stdio: ['ignore', log, log] });
+    fs.closeSync(log);
+    return new DaemonProcess(child, opts);
   }
 
   /**

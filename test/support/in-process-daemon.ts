@@ -9,10 +9,22 @@ import { createContainer } from '../../core/container';
 import { Daemon } from '../../core/daemon';
 import { silentLogger } from '../../core/logger';
 import { Metrics } from '../../core/metrics';
+import { NETNS_OPENER, type NetnsOpener } from '../../core/netns';
+
+export interface InProcessDaemonOptions {
+  /** Directory for the sockets and the state; a new temporary one by default. */
+  dir?: string;
+  /**
+   * Opens workloads' namespaces instead of the kernel (see StandInNamespaces), for tests whose backend
+   * never enters one.
+   */
+  netns?: NetnsOpener;
+}
 
 /**
  * A daemon in the test process with the test's backend loaded as its backend module, serving the real
- * gRPC API on a temporary unix socket.
+ * gRPC API on a temporary unix socket. Workloads' namespaces are opened by the kernel unless the
+ * options give a stand-in opener.
  */
 export class InProcessDaemon {
   readonly client: ApiClient;
@@ -21,6 +33,8 @@ export class InProcessDaemon {
     readonly daemon: Daemon,
     readonly config: DaemonConfig,
     readonly metrics: Metrics,
+    private readonly overrides: ConfigOverrides,
+    private readonly opts: InProcessDaemonOptions,
   ) {
     this.client = new ApiClient(config.socket, 10_000);
   }
@@ -32,8 +46,9 @@ export class InProcessDaemon {
   static async start(
     backend: Backend,
     overrides: ConfigOverrides = {},
-    dir = InProcessDaemon.tempDir(),
+    opts: InProcessDaemonOptions = {},
   ): Promise<InProcessDaemon> {
+    const dir = opts.dir ?? InProcessDaemon.tempDir();
     const config = mergeConfig(DEFAULT_CONFIG, {
       socket: path.join(dir, 'api.sock'),
       cniSocket: path.join(dir, 'cni.sock'),
@@ -44,9 +59,19 @@ export class InProcessDaemon {
     const metrics = new Metrics();
     const container = createContainer(config, silentLogger(), metrics);
     container.load(new ContainerModule((bind) => void bind<Backend>(BACKEND).toConstantValue(backend)));
+    if (opts.netns) container.rebind<NetnsOpener>(NETNS_OPENER).toConstantValue(opts.netns);
     const daemon = new Daemon(container);
     await daemon.start();
-    return new InProcessDaemon(daemon, config, metrics);
+    return new InProcessDaemon(daemon, config, metrics, overrides, opts);
+  }
+
+  /**
+   * Stops this daemon and starts another on the same directory (socket and state), configuration and
+   * options, with `backend` as its dataplane: a restart, as after a crash or an upgrade.
+   */
+  async restart(backend: Backend): Promise<InProcessDaemon> {
+    await this.stop();
+    return InProcessDaemon.start(backend, this.overrides, { ...this.opts, dir: this.dir });
   }
 
   get dir(): string {

@@ -1,43 +1,17 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import { promises as fs } from 'node:fs';
-import * as http from 'node:http';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { CniServer } from '../../../adapters/cni/cni-server';
 import { WorkloadNetError } from '../../../core/errors';
+import { postCni, type CniAnswer } from '../../support/cni-http';
 import { FakeWorkloadService } from './fake-workload-service';
 
 // The socket's lifecycle and the HTTP envelope, spoken directly with Node's http client.
 
-interface Answer {
-  status: number;
-  exitCode: string | undefined;
-  contentType: string | undefined;
-  body: string;
-}
-
-function request(socketPath: string, method: string, urlPath: string, body?: string): Promise<Answer> {
-  return new Promise((resolve, reject) => {
-    const req = http.request(
-      { socketPath, method, path: urlPath, headers: { 'Content-Type': 'application/json' } },
-      (res) => {
-        const chunks: Buffer[] = [];
-        res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () =>
-          resolve({
-            status: res.statusCode ?? 0,
-            exitCode: res.headers['x-cni-exit-code'] as string | undefined,
-            contentType: res.headers['content-type'],
-            body: Buffer.concat(chunks).toString('utf8'),
-          }),
-        );
-      },
-    );
-    req.on('error', reject);
-    req.end(body);
-  });
-}
+const request = (socketPath: string, method: string, urlPath: string, body = ''): Promise<CniAnswer> =>
+  postCni(socketPath, body, { method, path: urlPath });
 
 describe('CniServer', () => {
   let dir: string;

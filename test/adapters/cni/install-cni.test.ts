@@ -4,7 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { CniServer } from '../../../adapters/cni/cni-server';
 import { installCni, parseChain } from '../../../adapters/cni/install';
-import { WorkloadNetError } from '../../../core/errors';
+import { rejection } from '../../support/expect-error';
 import { buildShim, runShim } from './cni-harness';
 import { FakeWorkloadService } from './fake-workload-service';
 
@@ -31,16 +31,6 @@ describe('installCni', function () {
     binDir = path.join(case_, 'opt', 'cni', 'bin');
     confDir = path.join(case_, 'etc', 'cni', 'net.d');
   });
-
-  async function rejection(p: Promise<unknown>): Promise<WorkloadNetError> {
-    try {
-      await p;
-    } catch (err) {
-      expect(err).to.be.instanceOf(WorkloadNetError);
-      return err as WorkloadNetError;
-    }
-    throw new Error('expected a rejection');
-  }
 
   it('installs the forwarder as "workloadnet" and a conflist that names it and the socket', async () => {
     const out = await installCni({

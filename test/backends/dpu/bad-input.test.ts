@@ -1,9 +1,8 @@
 import { expect } from 'chai';
 import * as path from 'node:path';
 import { status } from '@grpc/grpc-js';
-import { AckCode } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { DpuBackend } from '../../../backends/dpu';
-import { removeDir, scratchDir, spec, startBackend } from './fixtures';
+import { okAck, removeDir, scratchDir, spec, startBackend } from './fixtures';
 import { RawAgent } from './raw-agent';
 import { sleep } from './sim-process';
 import { attachTo } from '../../support/attach-spec';
@@ -46,9 +45,7 @@ describe('DPU backend: bad agent input', function () {
 
   it('ends a stream whose first message is not Hello with INVALID_ARGUMENT', async () => {
     const a = agent();
-    a.send({
-      ack: { name: 'x/eth0', generation: 1, code: AckCode.ACK_CODE_OK, message: '', retryable: false },
-    });
+    a.send(okAck('x/eth0', 1));
     const end = await a.end();
     expect(end.code).to.equal(status.INVALID_ARGUMENT);
     expect(end.details).to.match(/first message must be Hello, got ack/);
@@ -103,15 +100,7 @@ describe('DPU backend: bad agent input', function () {
     a.send(RawAgent.hello('dpu-1'));
     await a.next((m) => !!m.syncComplete, 'sync complete');
     for (let i = 0; i < 50; i++) {
-      a.send({
-        ack: {
-          name: `nobody-${i}/eth0`,
-          generation: 99,
-          code: AckCode.ACK_CODE_OK,
-          message: '',
-          retryable: false,
-        },
-      });
+      a.send(okAck(`nobody-${i}/eth0`, 99));
     }
     const seen = a.received.length;
     await a.next((m) => !!m.heartbeat, 'a heartbeat after the bogus acks', 2000, seen);
@@ -128,35 +117,11 @@ describe('DPU backend: bad agent input', function () {
     const up = await a.next((m) => !!m.upsert, 'the upsert');
     const port = up.upsert?.port;
     if (!port) throw new Error('upsert without a port');
-    a.send({
-      ack: {
-        name: port.name,
-        generation: port.generation - 1,
-        code: AckCode.ACK_CODE_OK,
-        message: '',
-        retryable: false,
-      },
-    });
-    a.send({
-      ack: {
-        name: port.name,
-        generation: port.generation + 5,
-        code: AckCode.ACK_CODE_OK,
-        message: '',
-        retryable: false,
-      },
-    });
+    a.send(okAck(port.name, port.generation - 1));
+    a.send(okAck(port.name, port.generation + 5));
     await sleep(200);
     expect(settled, 'attach completed on a wrong generation').to.equal(false);
-    a.send({
-      ack: {
-        name: port.name,
-        generation: port.generation,
-        code: AckCode.ACK_CODE_OK,
-        message: '',
-        retryable: false,
-      },
-    });
+    a.send(okAck(port.name, port.generation));
     const res = await attach;
     expect(res.details?.dpuGeneration).to.equal(port.generation);
     expect(a.isEnded).to.equal(false);

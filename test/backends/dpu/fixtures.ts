@@ -1,15 +1,16 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { expect } from 'chai';
 import type { AttachmentView, DataplaneResult } from '../../../core/backend';
-import type { TestSpec } from '../../support/attach-spec';
-import { WorkloadNetError, type ErrorCode } from '../../../core/errors';
+import { testSpec, type TestSpec } from '../../support/attach-spec';
+import { rejection } from '../../support/expect-error';
+import type { ErrorCode, WorkloadNetError } from '../../../core/errors';
 import { DpuBackend, type DpuBackendOptions } from '../../../backends/dpu';
+import { AckCode, type AgentMessage } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 
 // Shared set-up for the DPU backend tests: a scratch directory per test, a backend listening on a
-// socket inside it, and attach specs that need no real namespace (the simulator's default dataplane
-// touches nothing on the host).
+// socket inside it, attach specs that need no real namespace (the simulator's default dataplane
+// touches nothing on the host), and the agent's messages that hand-driven agents send.
 
 export function scratchDir(): string {
   return fs.mkdtempSync(path.join(os.tmpdir(), 'wnd-'));
@@ -36,23 +37,13 @@ export async function startBackend(
 }
 
 export function spec(i: number, over: Partial<TestSpec> = {}): TestSpec {
-  const workloadId = `w${i}`;
-  return {
-    key: `${workloadId}/eth0`,
-    workloadId,
-    ifName: 'eth0',
-    netnsPath: `/var/run/netns/unused-${i}`,
-    netnsInode: 0,
-    ips: [
-      {
-        family: 4,
-        address: `10.90.${Math.floor(i / 250)}.${(i % 250) + 2}`,
-        gateway: '169.254.1.1',
-      },
-    ],
-    mtu: 1500,
-    ...over,
-  };
+  const address = `10.90.${Math.floor(i / 250)}.${(i % 250) + 2}`;
+  return testSpec(
+    `w${i}`,
+    { path: `/var/run/netns/unused-${i}`, inode: 0 },
+    [{ family: 4, address, gateway: '169.254.1.1' }],
+    over,
+  );
 }
 
 export function view(s: TestSpec, dataplane: DataplaneResult | undefined): AttachmentView {
@@ -69,15 +60,10 @@ export function view(s: TestSpec, dataplane: DataplaneResult | undefined): Attac
 }
 
 /** Awaits a promise that must fail with a WorkloadNetError of `code`; returns the error. */
-export async function expectCode(p: Promise<unknown>, code: ErrorCode): Promise<WorkloadNetError> {
-  let err: unknown;
-  try {
-    await p;
-  } catch (e) {
-    err = e;
-  }
-  expect(err, `expected ${code}, but it succeeded`).to.be.instanceOf(WorkloadNetError);
-  const w = err as WorkloadNetError;
-  expect(w.code, w.message).to.equal(code);
-  return w;
+export const expectCode = (p: Promise<unknown>, code: ErrorCode): Promise<WorkloadNetError> =>
+  rejection(p, code);
+
+/** An agent's "port programmed" answer: an OK ack of `name` at `generation`. */
+export function okAck(name: string, generation: number): AgentMessage {
+  return { ack: { name, generation, code: AckCode.ACK_CODE_OK, message: '', retryable: false } };
 }

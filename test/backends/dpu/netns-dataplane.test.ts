@@ -1,10 +1,11 @@
 import { expect } from 'chai';
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { DataplaneResult } from '../../../core/backend';
 import type { DpuBackend } from '../../../backends/dpu';
 import { NetnsSet, ipJson, isRoot } from '../../support/netns';
+import { pings } from '../../support/ping';
 import { removeDir, scratchDir, spec, startBackend, view } from './fixtures';
 import { SimProcess, waitUntil } from './sim-process';
 import { attachTo, type TestSpec } from '../../support/attach-spec';
@@ -27,15 +28,9 @@ function linkNames(netns: string): string[] {
   return ipJson<Array<{ ifname: string }>>(netns, ['link', 'show']).map((l) => l.ifname);
 }
 
-/** Asynchronous, so that the daemon running in this process keeps answering heartbeats meanwhile. */
-function ping(fromNetns: string, to: string): Promise<boolean> {
-  return new Promise((resolve) => {
-    const p = spawn('ip', ['netns', 'exec', fromNetns, 'ping', '-c', '3', '-i', '0.2', '-W', '1', to], {
-      stdio: 'ignore',
-    });
-    p.on('exit', (code) => resolve(code === 0));
-  });
-}
+/** Three quick echoes: one answer is enough. */
+const ping = (fromNetns: string, to: string): Promise<boolean> =>
+  pings(fromNetns, to, { count: 3, intervalSeconds: 0.2, waitSeconds: 1 });
 
 (isRoot ? describe : describe.skip)('DPU offload with the netns dataplane (needs root)', function () {
   this.timeout(60_000);

@@ -1,109 +1,32 @@
 import { expect } from 'chai';
-import { execFileSync } from 'node:child_process';
-import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { DpuBackend } from '../../../backends/dpu';
+import { makeCa, makeLeaf, makeTestPki, type TestPki } from '../../support/pki';
 import { expectCode, removeDir, scratchDir, startBackend } from './fixtures';
 import { SimProcess, sleep } from './sim-process';
 
 // Agents over TCP: mutual TLS, and the hello's agent id must be a name the client certificate carries.
 // Certificates are made fresh with openssl for every run.
 
-interface Pki {
-  dir: string;
-  ca: string;
-  serverCert: string;
-  serverKey: string;
-  /** Client certificate for "dpu-a" signed by the trusted CA. */
-  clientCert: string;
-  clientKey: string;
-  /** Client certificate for "dpu-a" signed by a CA the daemon does not trust. */
+/**
+ * The test PKI for agent "dpu-a" (also named "dpu-a.example"), and a client certificate for "dpu-a"
+ * signed by a CA the daemon does not trust.
+ */
+interface Pki extends TestPki {
   rogueCert: string;
   rogueKey: string;
 }
 
-function openssl(dir: string, args: string[]): void {
-  execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
-}
-
-function makeCa(dir: string, name: string): void {
-  openssl(dir, [
-    'req',
-    '-x509',
-    '-newkey',
-    'ec',
-    '-pkeyopt',
-    'ec_paramgen_curve:prime256v1',
-    '-nodes',
-    '-keyout',
-    `${name}.key`,
-    '-out',
-    `${name}.crt`,
-    '-subj',
-    `/CN=${name}`,
-    '-days',
-    '2',
-  ]);
-}
-
-function makeLeaf(dir: string, ca: string, name: string, cn: string, ext: string): void {
-  openssl(dir, [
-    'req',
-    '-newkey',
-    'ec',
-    '-pkeyopt',
-    'ec_paramgen_curve:prime256v1',
-    '-nodes',
-    '-keyout',
-    `${name}.key`,
-    '-out',
-    `${name}.csr`,
-    '-subj',
-    `/CN=${cn}`,
-  ]);
-  fs.writeFileSync(path.join(dir, `${name}.ext`), ext);
-  openssl(dir, [
-    'x509',
-    '-req',
-    '-in',
-    `${name}.csr`,
-    '-CA',
-    `${ca}.crt`,
-    '-CAkey',
-    `${ca}.key`,
-    '-CAcreateserial',
-    '-out',
-    `${name}.crt`,
-    '-days',
-    '2',
-    '-extfile',
-    `${name}.ext`,
-  ]);
-}
-
 function makePki(dir: string): Pki {
-  makeCa(dir, 'ca');
-  makeCa(dir, 'rogue-ca');
-  makeLeaf(
+  const pki = makeTestPki(dir, 'dpu-a', ['dpu-a.example']);
+  const rogue = makeLeaf(
     dir,
-    'ca',
-    'server',
-    'workloadnetd',
-    'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n',
+    makeCa(dir, 'rogue-ca'),
+    'rogue',
+    'dpu-a',
+    'subjectAltName=DNS:dpu-a\nextendedKeyUsage=clientAuth\n',
   );
-  makeLeaf(dir, 'ca', 'client', 'dpu-a', 'subjectAltName=DNS:dpu-a.example\nextendedKeyUsage=clientAuth\n');
-  makeLeaf(dir, 'rogue-ca', 'rogue', 'dpu-a', 'subjectAltName=DNS:dpu-a\nextendedKeyUsage=clientAuth\n');
-  const p = (f: string): string => path.join(dir, f);
-  return {
-    dir,
-    ca: p('ca.crt'),
-    serverCert: p('server.crt'),
-    serverKey: p('server.key'),
-    clientCert: p('client.crt'),
-    clientKey: p('client.key'),
-    rogueCert: p('rogue.crt'),
-    rogueKey: p('rogue.key'),
-  };
+  return { ...pki, rogueCert: rogue.cert, rogueKey: rogue.key };
 }
 
 describe('DPU backend: agents over mutual TLS', function () {

@@ -6,11 +6,12 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
 import type { AttachmentView, DataplaneResult, IpAssignment } from '../../../core/backend';
-import { WorkloadNetError } from '../../../core/errors';
 import { hostLinkName } from '../../../backends/linux/host-link-name';
 import { LinuxBackend } from '../../../backends/linux/linux-backend';
-import { NetnsPool, ip, ipJson, netnsExec, netnsInode, netnsPath, pings } from './netns-fixture';
-import { attachTo, type TestSpec } from '../../support/attach-spec';
+import { NetnsPool, ip, ipJson, netnsExec, netnsInode, netnsPath } from './netns-fixture';
+import { attachTo, testSpec, type TestSpec } from '../../support/attach-spec';
+import { rejection } from '../../support/expect-error';
+import { pings } from '../../support/ping';
 
 // Integration tests against the real kernel. The "host" side is a test-owned node namespace with an
 // uplink (10.250.0.1/32); workloads get namespaces beside it. Nothing touches the machine's own
@@ -52,17 +53,10 @@ function specFor(
   ips: IpAssignment[],
   opts: { ifName?: string; mtu?: number; workloadId?: string } = {},
 ): TestSpec {
-  const workloadId = opts.workloadId ?? `${ns}-wl`;
-  const ifName = opts.ifName ?? 'eth0';
-  return {
-    key: `${workloadId}/${ifName}`,
-    workloadId,
-    ifName,
-    netnsPath: netnsPath(ns),
-    netnsInode: netnsInode(ns),
-    ips,
+  return testSpec(opts.workloadId ?? `${ns}-wl`, { path: netnsPath(ns), inode: netnsInode(ns) }, ips, {
+    ifName: opts.ifName ?? 'eth0',
     mtu: opts.mtu ?? 1500,
-  };
+  });
 }
 
 function viewOf(spec: TestSpec, dataplane?: DataplaneResult): AttachmentView {
@@ -74,16 +68,6 @@ async function groupLinks(node: string, group = GROUP): Promise<IpLink[]> {
   return (await ipJson<IpLink>(node, 'link', 'show', 'group', String(group))).filter(
     (l) => l.ifname !== undefined,
   );
-}
-
-async function rejection(p: Promise<unknown>): Promise<WorkloadNetError> {
-  try {
-    await p;
-  } catch (err) {
-    expect(err).to.be.instanceOf(WorkloadNetError);
-    return err as WorkloadNetError;
-  }
-  throw new Error('expected a rejection');
 }
 
 describe('LinuxBackend (routed veth, real kernel)', function () {

@@ -34,16 +34,6 @@ export async function netnsExec(ns: string, ...cmd: string[]): Promise<string> {
   return stdout;
 }
 
-/** True when `ping -c1 -W2 dst` from inside `ns` gets an answer. */
-export async function pings(ns: string, dst: string): Promise<boolean> {
-  try {
-    await netnsExec(ns, 'ping', '-c1', '-W2', '-q', dst);
-    return true;
-  } catch {
-    return false;
-  }
-}
-
 export function netnsPath(name: string): string {
   return `/var/run/netns/${name}`;
 }

@@ -8,9 +8,11 @@ import * as net from 'node:net';
 export interface CniAnswer {
   status: number;
   exitCode: string | undefined;
+  contentType: string | undefined;
   body: string;
 }
 
+/** Sends `body` to the CNI endpoint (a POST to /v1/cni unless `opts` says otherwise). */
 export function postCni(
   socketPath: string,
   body: string | Buffer,
@@ -32,6 +34,7 @@ export function postCni(
           resolve({
             status: res.statusCode ?? 0,
             exitCode: res.headers['x-cni-exit-code'] as string | undefined,
+            contentType: res.headers['content-type'],
             body: Buffer.concat(chunks).toString('utf8'),
           }),
         );

@@ -1,0 +1,21 @@
+import { execFile } from 'node:child_process';
+
+// Reachability between test-owned namespaces: ping(8) run inside one of them. Asynchronous, so that a
+// daemon or backend running in the test process keeps answering (heartbeats, API calls) meanwhile.
+
+export interface PingOptions {
+  /** Echo requests to send; one answer is enough. Default 1. */
+  count?: number;
+  /** Seconds to wait for an answer. Default 2. */
+  waitSeconds?: number;
+  /** Seconds between requests when there are several (ping's own default is 1). */
+  intervalSeconds?: number;
+}
+
+/** Whether `to` answers an ICMP echo sent from inside the namespace named `netns`. */
+export function pings(netns: string, to: string, opts: PingOptions = {}): Promise<boolean> {
+  const args = ['netns', 'exec', netns, 'ping', '-q', '-c', String(opts.count ?? 1)];
+  args.push('-W', String(opts.waitSeconds ?? 2));
+  if (opts.intervalSeconds !== undefined) args.push('-i', String(opts.intervalSeconds));
+  return new Promise((resolve) => execFile('ip', [...args, to], (err) => resolve(err === null)));
+}
