@@ -54,14 +54,18 @@ export interface DpuBackendOptions {
   hostNetnsPath?: string;
   /** Link groups of the Linux backend's own links, which are never an agent's endpoint. */
   linuxLinkGroups?: number[];
+  /**
+   * After a restart (the store existed), how long from start-up an Attach waits for the agent to
+   * reconnect before failing UNAVAILABLE, so that a daemon restart is invisible to runtimes. Default
+   * 15000; 0 fails at once.
+   */
+  startupAgentWaitMs?: number;
   logger?: Logger;
 }
 
 export { PROTOCOL_VERSION } from './hello-admission';
 /** Agent feature: acks carry a host netdev that the daemon moves into the workload namespace. */
 export const FEATURE_HOST_ENDPOINT = 'host-endpoint';
-/** How long after start-up an Attach waits for the first agent to (re)connect, instead of failing. */
-const STARTUP_AGENT_WAIT_MS = 15_000;
 /** Agent messages are small; anything near this is a broken or hostile agent. */
 export const MAX_AGENT_MESSAGE_BYTES = 64 * 1024;
 
@@ -91,9 +95,10 @@ export class DpuBackend implements Backend {
    */
   private keepUnlisted = false;
   private startedAt = Date.now();
+  private readonly startupAgentWaitMs: number;
   /** An agent has held the slot since this daemon started. */
   private agentSeen = false;
-  /** The store had ports at start-up: an agent held them, and is expected to reconnect. */
+  /** A daemon ran here before this start (its store existed): its agent is expected to reconnect. */
   private agentExpected = false;
   private agentRemovedPorts = 0;
 
@@ -110,6 +115,7 @@ export class DpuBackend implements Backend {
         `dpu heartbeatTimeoutMs (${this.heartbeatTimeoutMs}) must be longer than heartbeatIntervalMs (${this.heartbeatIntervalMs})`,
       );
     }
+    this.startupAgentWaitMs = opts.startupAgentWaitMs ?? 15_000;
     this.hostSide = createHostSide(opts.hostNetnsPath, opts.linuxLinkGroups ?? [], this.log);
     this.link = new AgentLink(
       {
@@ -333,9 +339,10 @@ export class DpuBackend implements Backend {
 
   /**
    * The session changes may be sent on. Once an agent has been seen, a missing one is UNAVAILABLE at
-   * once: callers must not wait for an agent that went away. Right after the daemon restarted with
-   * ports to serve, though, their agent is still reconnecting (its backoff), and a runtime's call that
-   * arrives then waits for it a little, so that a daemon restart is invisible to runtimes.
+   * once: callers must not wait for an agent that went away. Right after the daemon restarted, though,
+   * its agent is still reconnecting (its backoff), and a runtime's call that arrives then waits for it
+   * a little (startupAgentWaitMs), so that a daemon restart is invisible to runtimes. A first start
+   * (new store) fails at once.
    */
   private async requireAgent(): Promise<AgentSession> {
     if (!this.primed) {
@@ -343,7 +350,7 @@ export class DpuBackend implements Backend {
         'the DPU backend has not restored its ports yet (start-up reconcile not done); retry shortly',
       );
     }
-    const waitLeft = STARTUP_AGENT_WAIT_MS - (Date.now() - this.startedAt);
+    const waitLeft = this.startupAgentWaitMs - (Date.now() - this.startedAt);
     if (!this.link.session && this.agentExpected && !this.agentSeen && waitLeft > 0) {
       await this.link.waitForAgent(Math.min(waitLeft, this.ackTimeoutMs));
     }
@@ -535,7 +542,8 @@ export class DpuBackend implements Backend {
   ): Promise<ReconcileOutcome> {
     const outcome: ReconcileOutcome = { orphansRemoved: [], missing: [], healthy: [], warnings: [] };
     this.keepUnlisted = opts.storeIsNew;
-    this.agentExpected = atts.length > 0;
+    // A store that existed before this start means a daemon ran here before, with its agent.
+    this.agentExpected = !opts.storeIsNew;
     if (opts.storeIsNew) {
       outcome.warnings.push(
         'the store is new: DPU agents are asked to keep ports this daemon does not list (they may belong ' +

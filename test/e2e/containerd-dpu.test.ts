@@ -12,11 +12,6 @@ let sim: SimProcess | undefined;
 containerdSuite('dpu (simulator, netns dataplane)', {
   podCidr: '10.249.0.0/24',
   subnetPrefix: '10.249.0.',
-  // The forwarder gets through as soon as the new daemon binds its socket, but until the agent has
-  // reconnected the daemon answers UNAVAILABLE (CNI 11). Making calls wait for the agent is the daemon-
-  // side half of issue 16 (start-up), not the forwarder's.
-  addDuringRestartGap:
-    'the DPU daemon answers UNAVAILABLE until its agent reconnects; needs the daemon-side start-up wait',
   daemonArgs: ({ work }) => ['--backend', 'dpu', '--agent-socket', path.join(work, 'agent.sock')],
   async beforeDaemon({ nodeNetns, work }) {
     const dpu = namespaces.add();

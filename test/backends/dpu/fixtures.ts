@@ -29,6 +29,8 @@ export async function startBackend(
     agentSocket: path.join(dir, 'agent.sock'),
     ackTimeoutMs: 3000,
     heartbeatIntervalMs: 200,
+    // Attach fails at once without an agent, even right after start-up (the daemon waits after a restart).
+    startupAgentWaitMs: 0,
     ...opts,
   });
   await b.start();
