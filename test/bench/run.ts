@@ -7,6 +7,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { benchAllocator } from './allocator.bench';
+import { benchPools } from './pools.bench';
 import { renderChart, type ChartPanel } from './chart';
 import { benchCniShim } from './cni-shim.bench';
 import { benchContainerdWithReferenceBridge, type ContainerdPodResult } from './containerd.bench';
@@ -53,6 +54,7 @@ interface Report {
   allocator: Array<{ name: string; value: number; unit: string }>;
   dpu: Array<{ name: string; value: number; unit: string }>;
   scale?: Array<{ name: string; value: number; unit: string }>;
+  pools?: Array<{ name: string; value: number; unit: string }>;
   burst?: BurstMetric[];
   ratios: Record<string, number>;
   /** The floor's p50s beside ptp's, and every dataplane/CNI row in multiples of the floor. */
@@ -77,7 +79,7 @@ interface Report {
   benchLoopMaxDelayMs?: number;
 }
 
-const SECTIONS = ['dataplane', 'cni', 'burst', 'containerd', 'core', 'dpu', 'scale'] as const;
+const SECTIONS = ['dataplane', 'cni', 'burst', 'containerd', 'core', 'pools', 'dpu', 'scale'] as const;
 
 const USAGE = `usage: npm run bench -- [options]        (as root: the benchmark creates network namespaces)
        node dist/test/bench/run.js --from-json FILE [--svg FILE]   (print and re-chart a saved run)
@@ -102,6 +104,8 @@ sections:
   burst       N concurrent attaches/detaches to the daemon: CPU per op, Status latency, event-loop delay
   containerd  whole pods through containerd, bridge vs workloadnet
   core        the daemon over gRPC with a recording backend; the allocator
+  pools       attach with the etcd pool source against the static one (a real 3-member etcd), block
+              claim latency, etcd writes per 1,000 attaches
   dpu         the DPU backend with its simulator
   scale       10,000 attachments held by the daemon (DPU backend + simulator)`;
 
@@ -278,7 +282,7 @@ function print(r: Report): void {
         [60, 0, 10, 10, 0],
       ),
     );
-  for (const a of [...(r.burst ?? []), ...r.allocator, ...r.dpu, ...(r.scale ?? [])])
+  for (const a of [...(r.burst ?? []), ...r.allocator, ...(r.pools ?? []), ...r.dpu, ...(r.scale ?? [])])
     console.log(`${a.name}: ${a.value.toFixed(2)} ${a.unit}`);
   const burstCpu = r.burst?.find((b) => /^daemon CPU per attach,/.test(b.name));
   if (burstCpu && f?.attachCpuMsPerOp)
@@ -422,6 +426,10 @@ async function main(): Promise<void> {
     r.core.push(...(await benchDaemonRecording({ count: Math.max(count, 500), parallel })));
     step('allocator');
     r.allocator.push(...benchAllocator());
+  }
+  if (want('pools')) {
+    step('pool sources: etcd against static (a real 3-member etcd cluster)');
+    r.pools = await benchPools({ count: Math.max(count, 200), parallel: Math.min(parallel, 8) });
   }
   if (want('dpu')) {
     step('dpu backend + simulator');
