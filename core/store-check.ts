@@ -5,7 +5,7 @@ import { SHARED_STRUCTURES_KEY, STORE_FILE, type AttachmentRecord, type StoreIde
 
 // The offline check behind `workloadnet store check`: the same file check the daemon runs before it
 // maps the store, then (when that passes) every row read through lmdb without writing anything, and
-// the address index held against the rows.
+// no address held by two rows.
 
 export interface StoreCheckResult {
   file: string;
@@ -38,7 +38,6 @@ export async function checkStore(stateDir: string): Promise<StoreCheckResult> {
       name: 'attachments',
       sharedStructuresKey: SHARED_STRUCTURES_KEY,
     });
-    const allocations = root.openDB<string, string>({ name: 'allocations' });
     const version = meta.get('schemaVersion');
     if (typeof version === 'number') result.schemaVersion = version;
     const identity = meta.get('identity') as StoreIdentity | undefined;
@@ -57,18 +56,8 @@ export async function checkStore(stateDir: string): Promise<StoreCheckResult> {
         holder.set(ip.address, key);
       }
     }
-    const index = new Map<string, string>();
-    for (const { key, value } of allocations.getRange()) index.set(String(key), value);
-    for (const [address, key] of holder) {
-      if (index.get(address) !== key)
-        result.problems.push(`address ${address} of ${key} is missing from the address index`);
-    }
-    for (const [address, key] of index) {
-      if (holder.get(address) !== key)
-        result.problems.push(`the address index names ${key} for ${address}, but that row does not hold it`);
-    }
     result.attachments = rows;
-    result.addresses = index.size;
+    result.addresses = holder.size;
   } catch (err) {
     result.problems.push(`cannot be read: ${(err as Error).message}`);
   } finally {

@@ -11,8 +11,9 @@ import type { Logger } from './logger';
 import { StoreWriteHealth, type WriteHealth } from './store-write-health';
 
 // The single source of truth for attachments and the addresses they hold. LMDB gives us ACID
-// copy-on-write transactions (the same family as containerd's bbolt), so an attachment row and the
-// address index entries it owns always change together: a crash leaves either both or neither.
+// copy-on-write transactions (the same family as containerd's bbolt): an attachment row, with the
+// addresses it holds, is written whole or not at all. (Stores written before this build also hold an
+// address index, "allocations", that nothing reads any more; it is left as it is.)
 
 /** Version of the record layout written by this build. Bump it and add a migration when it changes. */
 export const SCHEMA_VERSION = 2;
@@ -26,7 +27,6 @@ export interface AttachmentRecord extends Attachment {
 /** The store's databases, as a migration sees them. */
 interface Databases {
   attachments: Database<AttachmentRecord, string>;
-  allocations: Database<string, string>;
   meta: Database<unknown, string>;
 }
 
@@ -106,7 +106,6 @@ export class Store {
     readonly dir: string,
     private readonly root: RootDatabase,
     private readonly attachments: Database<AttachmentRecord, string>,
-    private readonly allocations: Database<string, string>,
     private readonly meta: Database<unknown, string>,
     opts: StoreOptions,
   ) {
@@ -153,7 +152,6 @@ export class Store {
         name: 'attachments',
         sharedStructuresKey: SHARED_STRUCTURES_KEY,
       }),
-      root.openDB<string, string>({ name: 'allocations' }),
       root.openDB<unknown, string>({ name: 'meta' }),
       opts,
     );
@@ -204,7 +202,7 @@ export class Store {
     if (found === SCHEMA_VERSION && identity) return;
     this.isNewValue = found === 0 && !identity && this.attachments.getCount() === 0;
     this.root.transactionSync(() => {
-      const dbs = { attachments: this.attachments, allocations: this.allocations, meta: this.meta };
+      const dbs = { attachments: this.attachments, meta: this.meta };
       for (let v = found + 1; v <= SCHEMA_VERSION; v++) migrations[v]?.(dbs);
       this.meta.putSync('schemaVersion', SCHEMA_VERSION);
       if (!identity) {
@@ -244,40 +242,24 @@ export class Store {
     return this.attachments.getCount();
   }
 
-  /** Every allocated address with the key of the attachment holding it. */
-  allocationIndex(): Map<string, string> {
-    const out = new Map<string, string>();
-    for (const { key, value } of this.allocations.getRange()) out.set(key, value);
-    return out;
-  }
-
   /**
-   * Writes an attachment and its address index entries in one durable transaction. Index entries of
-   * addresses the record no longer holds are removed in the same transaction. Pool cursors (the last
-   * address handed out per pool) ride along so that round-robin survives a restart.
+   * Writes an attachment (with the addresses it holds) in one durable transaction. Pool cursors (the
+   * last address handed out per pool) ride along so that round-robin survives a restart.
    */
   async put(record: AttachmentRecord, cursors?: Record<string, string>): Promise<void> {
     await this.write(() => {
-      const previous = this.attachments.get(record.key);
-      const keep = new Set(record.ips.map((ip) => ip.address));
-      for (const ip of previous?.ips ?? [])
-        if (!keep.has(ip.address)) void this.allocations.remove(ip.address);
-      for (const ip of record.ips) void this.allocations.put(ip.address, record.key);
       void this.attachments.put(record.key, record);
       if (cursors) void this.meta.put('cursors', cursors);
     });
   }
 
-  /** Removes an attachment and the address entries it owns, in one durable transaction. */
+  /** Removes an attachment in one durable transaction; returns the addresses it held. */
   async remove(key: string): Promise<IpAssignment[]> {
     let released: IpAssignment[] = [];
     await this.write(() => {
       const previous = this.attachments.get(key);
       if (!previous) return;
       released = previous.ips;
-      for (const ip of previous.ips) {
-        if (this.allocations.get(ip.address) === key) void this.allocations.remove(ip.address);
-      }
       void this.attachments.remove(key);
     });
     return released;
