@@ -1,5 +1,5 @@
 import type { Logger } from './logger';
-import { netnsStillPresent } from './netns';
+import type { NetnsOpener } from './netns';
 import type { AttachmentRecord } from './store';
 
 // Attachments whose workload vanished without a DEL (a runtime crash, a node-local cleanup) keep their
@@ -31,6 +31,7 @@ export class LeakSweep {
 
   constructor(
     private readonly target: SweepTarget,
+    private readonly netns: NetnsOpener,
     private readonly intervalMs: number,
     private readonly log: Logger,
     private readonly onRelease: () => void,
@@ -71,7 +72,7 @@ export class LeakSweep {
       if (!rec.netnsPath) continue;
       if (now - Date.parse(rec.createdAt) < minAgeMs) continue;
       // One namespace at a time: a sweep is background work and must not crowd out the API.
-      if (await netnsStillPresent(rec.netnsPath, rec.netnsInode)) continue;
+      if (await this.netns.stillPresent(rec.netnsPath, rec.netnsInode)) continue;
       if (this.seenGone.get(rec.key) !== rec.createdAt) {
         seen.set(rec.key, rec.createdAt);
         result.suspected.push(rec.key);

@@ -109,6 +109,8 @@ export interface Netns {
 export interface NetnsOpener {
   /** Opens and validates a workload's namespace (see NetnsHandle.open with `workload`). */
   openWorkload(netnsPath: string): Promise<Netns>;
+  /** Whether `netnsPath` still names the namespace recorded as `inode` (reconcile, the leak sweep). */
+  stillPresent(netnsPath: string, inode: number): Promise<boolean>;
 }
 
 /** inversify identifier of the NetnsOpener. */
@@ -117,6 +119,7 @@ export const NETNS_OPENER = Symbol.for('workloadnet.NetnsOpener');
 /** The opener the daemon uses: real namespaces. */
 export const kernelNetnsOpener: NetnsOpener = {
   openWorkload: (netnsPath) => NetnsHandle.open(netnsPath, { workload: true }),
+  stillPresent: (netnsPath, inode) => netnsStillPresent(netnsPath, inode),
 };
 
 /** An open network namespace. The fd pins the namespace: it exists as long as the handle is open. */

@@ -18,7 +18,7 @@ import { KeyedMutex } from './keyed-mutex';
 import { LeakSweep, type SweepResult } from './leak-sweep';
 import { LOGGER, type Logger } from './logger';
 import { METRICS, Metrics } from './metrics';
-import { NETNS_OPENER, netnsStillPresent, type Netns, type NetnsOpener } from './netns';
+import { NETNS_OPENER, type Netns, type NetnsOpener } from './netns';
 import { POOL_SUPPLY, type PoolSupply } from './pool-supply';
 import { Store, type AttachmentRecord } from './store';
 import {
@@ -92,6 +92,7 @@ export class Orchestrator implements WorkloadService {
             return true;
           }),
       },
+      netns,
       config.sweepIntervalMs,
       log.child({ part: 'sweep' }),
       () => metrics.sweepReleased.inc(),
@@ -302,7 +303,7 @@ export class Orchestrator implements WorkloadService {
       outcome.missing.map(async (key) => {
         const rec = byKey.get(key);
         if (!rec) return;
-        if (await netnsStillPresent(rec.netnsPath, rec.netnsInode)) {
+        if (await this.netns.stillPresent(rec.netnsPath, rec.netnsInode)) {
           try {
             await this.repair(rec);
             summary.repaired++;

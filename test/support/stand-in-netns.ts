@@ -8,9 +8,6 @@ import { NetnsError, type Netns, type NetnsOpener } from '../../core/netns';
 // the kernel, so those suites need no root. Whether a path is a real, allowed namespace is the kernel
 // opener's business, and is tested against real namespaces (core/netns.test.ts, the API's bad-input
 // and restart tests, the reliability suites).
-//
-// Start-up reconcile still asks the kernel whether a recorded namespace exists, so a test that
-// restarts the daemon and expects a repair needs real namespaces.
 
 export class StandInNamespaces implements NetnsOpener {
   private dir: string | undefined;
@@ -53,6 +50,14 @@ export class StandInNamespaces implements NetnsOpener {
         throw new Error(`${netnsPath} is a stand-in namespace: there is nothing to enter`);
       },
     };
+  }
+
+  async stillPresent(netnsPath: string, inode: number): Promise<boolean> {
+    try {
+      return fs.statSync(netnsPath).ino === inode;
+    } catch {
+      return false;
+    }
   }
 
   /** Deletes every stand-in. */
