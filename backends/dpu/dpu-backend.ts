@@ -79,6 +79,12 @@ export class DpuBackend implements Backend {
   private readonly acks = new AckWaiter();
   /** Deletes sent and not yet acked: name → generation of the Delete. */
   private readonly tombstones = new Map<string, number>();
+  /**
+   * While snapshots keep unlisted ports (a new store), a port this daemon itself removed is not removed
+   * by the next snapshot: its Delete is kept here until the agent confirms it, and sent again after
+   * every snapshot until then.
+   */
+  private readonly unconfirmedDeletes = new Map<string, number>();
   private readonly throttle = new LogThrottle();
   private readonly hostSide: HostSide;
   /** Serialises attach, detach and re-plumbing of one port. */
@@ -198,6 +204,12 @@ export class DpuBackend implements Backend {
     s.send({ snapshotBegin: { epoch: sync.epoch, keepUnlisted: this.keepUnlisted } });
     for (const port of ports) s.send({ upsert: { port } });
     s.send({ syncComplete: { epoch: sync.epoch, portCount: ports.length } });
+    // The snapshot keeps what it does not list; what this daemon removed must still go.
+    for (const [name, generation] of this.unconfirmedDeletes) {
+      if (this.desired.has(name)) continue;
+      if (s.send({ delete: { name, generation, reason: 'removed while the agent was away' } }))
+        this.tombstones.set(name, generation);
+    }
     this.log.info({ agentId: s.agentId, epoch: sync.epoch, ports: ports.length }, 'snapshot sent');
     if (sync.complete) this.syncFinished(sync);
   }
@@ -282,6 +294,8 @@ export class DpuBackend implements Backend {
       }
     } else if (!entry && tomb === ack.generation) {
       this.tombstones.delete(ack.name);
+      if (ack.code === AckCode.ACK_CODE_OK && this.unconfirmedDeletes.get(ack.name) === ack.generation)
+        this.unconfirmedDeletes.delete(ack.name);
     } else {
       this.unexpectedAck(s, ack, entry?.port.generation ?? tomb);
     }
@@ -383,6 +397,7 @@ export class DpuBackend implements Backend {
   private forget(key: string, s: AgentSession, reason: string): void {
     const gen = this.desired.delete(key) ?? this.desired.tombstoneGeneration();
     this.supersede(key);
+    if (this.keepUnlisted) this.unconfirmedDeletes.set(key, gen);
     if (s === this.link.session && s.send({ delete: { name: key, generation: gen, reason } }))
       this.tombstones.set(key, gen);
   }
@@ -411,6 +426,7 @@ export class DpuBackend implements Backend {
     const previous = this.desired.get(spec.key);
     const port = this.desired.upsert(portFields(spec, previous?.port.mac ?? macForKey(spec.key)));
     this.tombstones.delete(spec.key);
+    this.unconfirmedDeletes.delete(spec.key);
     this.supersede(spec.key);
     const who = `port ${spec.key} (generation ${port.generation}) on DPU agent ${s.agentId}`;
 
@@ -493,6 +509,7 @@ export class DpuBackend implements Backend {
     }
     const gen = this.desired.delete(att.key);
     this.supersede(att.key);
+    if (gen !== undefined && this.keepUnlisted) this.unconfirmedDeletes.set(att.key, gen);
     const s = this.link.session;
     if (gen !== undefined && s?.healthy) {
       this.tombstones.set(att.key, gen);
