@@ -12,7 +12,7 @@ import { daemonCommand, DaemonProcess } from '../support/daemon-process';
 import { isRoot, NetnsSet } from '../support/netns';
 import { cniEnvelope, parseCniError, postCni } from '../support/cni-http';
 import { codeName, outcome } from '../support/grpc-outcome';
-import { hostLinksInGroup } from './kernel-view';
+import { hostLinksInGroup } from '../support/kernel-view';
 import { makeNodeNamespace } from './node-namespace';
 import { makeTestPki, type TestPki } from '../support/pki';
 import { TLS_PROBE_MAIN, type ProbeResult } from './tls-probe';
