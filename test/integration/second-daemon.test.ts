@@ -13,7 +13,7 @@ const describeRoot = isRoot ? describe : describe.skip;
 
 describeRoot('a second daemon on the same socket (root, test-owned namespaces)', function () {
   this.timeout(60_000);
-  const fx = useNodeFixture({ prefix: 'wn2-', dirPrefix: 'wn-second-', loopbackOnly: true });
+  const fx = useNodeFixture({ prefix: 'wn2-', dirPrefix: 'wn-second-', shape: 'loopback' });
   const namespaces = fx.namespaces;
   let daemon: DaemonProcess;
 

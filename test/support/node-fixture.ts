@@ -16,8 +16,11 @@ export interface NodeFixtureOptions {
   dirPrefix?: string;
   /** An address for the node's uplink (a /32 on it). */
   uplinkAddress?: string;
-  /** Only bring lo up in the node namespace: no uplink, no default route. */
-  loopbackOnly?: boolean;
+  /**
+   * What the node namespace gets: an uplink with a default route (default), only lo up, or nothing
+   * (a bare namespace, as some benchmarks measure).
+   */
+  shape?: 'uplink' | 'loopback' | 'bare';
   /** How cleanup stops the daemon: SIGTERM (a graceful shutdown) unless told. */
   stopSignal?: NodeJS.Signals;
 }
@@ -45,8 +48,9 @@ export class NodeFixture {
   setUp(): void {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), this.opts.dirPrefix ?? this.opts.prefix));
     const node = this.namespaces.add().name;
-    if (this.opts.loopbackOnly) execFileSync('ip', ['-n', node, 'link', 'set', 'lo', 'up']);
-    else addNodeUplink(node, this.opts.uplinkAddress);
+    const shape = this.opts.shape ?? 'uplink';
+    if (shape === 'loopback') execFileSync('ip', ['-n', node, 'link', 'set', 'lo', 'up']);
+    else if (shape === 'uplink') addNodeUplink(node, this.opts.uplinkAddress);
     this.made = { dir, node };
   }
 
