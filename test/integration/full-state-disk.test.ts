@@ -20,7 +20,6 @@ const describeRoot = isRoot ? describe : describe.skip;
 describeRoot('a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', function () {
   this.timeout(120_000);
   const fx = new NodeFixture({ prefix: 'wn-harden-', dirPrefix: 'wn-harden-full-' });
-  const namespaces = fx.namespaces;
   let mnt: string;
   let daemon: DaemonProcess;
 
@@ -54,7 +53,7 @@ describeRoot('a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', fun
   it('fails the Attach with RESOURCE_EXHAUSTED, lives, says not ready, and recovers by itself', async () => {
     const stateDir = path.join(mnt, 'state');
     daemon = await fx.startDaemon({ args: ['--pod-cidr', '10.252.0.0/24', '--state-dir', stateDir] });
-    const first = namespaces.add();
+    const first = fx.namespaces.add();
     await attach('full-ok', first.path);
 
     // Fill the filesystem to the last byte.
@@ -74,7 +73,7 @@ describeRoot('a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', fun
     let failure: ServiceError | undefined;
     let attached = 1;
     for (let i = 0; i < 30 && !failure; i++) {
-      const w = { id: `full-${i}`, ns: namespaces.add() };
+      const w = { id: `full-${i}`, ns: fx.namespaces.add() };
       workloads.push(w);
       try {
         await attach(w.id, w.ns.path);

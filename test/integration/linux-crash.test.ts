@@ -16,14 +16,13 @@ const describeRoot = isRoot ? describe : describe.skip;
 describeRoot('linux backend crash recovery (root, test-owned namespaces)', function () {
   this.timeout(120_000);
   const fx = useNodeFixture({ prefix: 'wnx-', dirPrefix: 'wn-crash-' });
-  const namespaces = fx.namespaces;
   let daemon: DaemonProcess;
 
   const start = () => fx.startDaemon({ args: ['--pod-cidr', '10.253.0.0/24'] });
 
   it('recovers a consistent state after SIGKILL during 50 concurrent attaches', async () => {
     daemon = await start();
-    const workloads = Array.from({ length: 50 }, (_, i) => ({ id: `crash-${i}`, ns: namespaces.add() }));
+    const workloads = Array.from({ length: 50 }, (_, i) => ({ id: `crash-${i}`, ns: fx.namespaces.add() }));
     const client = daemon.client;
     const calls = workloads.map((w) =>
       client.call(client.raw.attach, attachRequest(w.id, w.ns.path)).then(

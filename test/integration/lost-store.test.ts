@@ -19,7 +19,6 @@ const describeRoot = isRoot ? describe : describe.skip;
 describeRoot('a lost store beside running workloads (root, test-owned namespaces)', function () {
   this.timeout(60_000);
   const fx = useNodeFixture({ prefix: 'wn-lost-', uplinkAddress: '10.254.9.1' });
-  const namespaces = fx.namespaces;
   let daemon: DaemonProcess;
 
   const start = (): Promise<DaemonProcess> => fx.startDaemon({ args: ['--pod-cidr', '10.254.0.0/29'] });
@@ -33,8 +32,8 @@ describeRoot('a lost store beside running workloads (root, test-owned namespaces
 
   it('adopts the running workloads instead of deleting them, and never hands their addresses out twice', async () => {
     daemon = await start();
-    const w1 = namespaces.add();
-    const w2 = namespaces.add();
+    const w1 = fx.namespaces.add();
+    const w2 = fx.namespaces.add();
     const r1 = await attach(daemon, 'lost-1', w1.path);
     const r2 = await attach(daemon, 'lost-2', w2.path);
     const linksBefore = await hostLinks();
@@ -61,7 +60,7 @@ describeRoot('a lost store beside running workloads (root, test-owned namespaces
 
     // The /29 has five addresses to hand out; two are held by the adopted workloads.
     const fresh = await Promise.all(
-      [3, 4, 5].map(async (i) => addressOf(await attach(daemon, `fresh-${i}`, namespaces.add().path))),
+      [3, 4, 5].map(async (i) => addressOf(await attach(daemon, `fresh-${i}`, fx.namespaces.add().path))),
     );
     expect(fresh).to.not.include(addressOf(r1));
     expect(fresh).to.not.include(addressOf(r2));

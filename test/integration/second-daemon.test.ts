@@ -14,7 +14,6 @@ const describeRoot = isRoot ? describe : describe.skip;
 describeRoot('a second daemon on the same socket (root, test-owned namespaces)', function () {
   this.timeout(60_000);
   const fx = useNodeFixture({ prefix: 'wn2-', dirPrefix: 'wn-second-', shape: 'loopback' });
-  const namespaces = fx.namespaces;
   let daemon: DaemonProcess;
 
   before(async () => {
@@ -22,7 +21,7 @@ describeRoot('a second daemon on the same socket (root, test-owned namespaces)',
   });
 
   it('exits with a clear message and leaves the running daemon’s attachments and links alone', async () => {
-    const w = namespaces.add();
+    const w = fx.namespaces.add();
     await daemon.client.call(daemon.client.raw.attach, attachRequest('first', w.path));
     const node = daemon.opts.netns ?? '';
     const linksBefore = ipJson<Array<{ ifname?: string }>>(node, ['link', 'show']).map((l) => l.ifname);

@@ -73,7 +73,6 @@ function fdCount(pid: number): number {
 describeRoot('bounded connections (root, test-owned namespaces)', function () {
   this.timeout(120_000);
   const fx = useNodeFixture({ prefix: 'wn-harden-', dirPrefix: 'wn-harden-conn-', stopSignal: 'SIGKILL' });
-  const namespaces = fx.namespaces;
   let daemon: DaemonProcess;
 
   before(async () => {
@@ -131,7 +130,7 @@ describeRoot('bounded connections (root, test-owned namespaces)', function () {
         client.close();
       }
       // So does a CNI ADD, from a real workload namespace.
-      const w = namespaces.add();
+      const w = fx.namespaces.add();
       const env = {
         CNI_COMMAND: 'ADD',
         CNI_CONTAINERID: 'conn-flood',

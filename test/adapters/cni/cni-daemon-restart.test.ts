@@ -14,7 +14,6 @@ const describeRoot = isRoot ? describe : describe.skip;
 describeRoot('CNI calls across a daemon restart (real daemon, linux backend, root)', function () {
   this.timeout(90_000);
   const fx = useNodeFixture({ prefix: 'wnc-rs-', uplinkAddress: '10.250.7.1' });
-  const namespaces = fx.namespaces;
   let daemon: DaemonProcess | undefined;
   const shim = path.resolve(__dirname, '..', '..', '..', 'bin', 'workloadnet-cni');
 
@@ -51,12 +50,12 @@ describeRoot('CNI calls across a daemon restart (real daemon, linux backend, roo
   }
 
   it('serves an ADD and a DEL issued while the daemon is dead, once it is back', async () => {
-    const old = namespaces.add();
+    const old = fx.namespaces.add();
     const added = await call('ADD', 'before-kill', old.path);
     expect(added.exitCode, added.stdout).to.equal(0);
 
     await daemon?.kill('SIGKILL');
-    const fresh = namespaces.add();
+    const fresh = fx.namespaces.add();
     // Both start while no daemon listens (the dead one's socket refuses), and retry.
     const pendingAdd = call('ADD', 'during-restart', fresh.path);
     const pendingDel = call('DEL', 'before-kill', old.path);
