@@ -8,6 +8,7 @@ import { spawnInNetns } from '../e2e/support/spawn-in-netns';
 import { nativeTool } from './native-tool';
 import { percentile } from './stats';
 import { childOutput } from '../support/child-output';
+import type { OpRow } from './op-row';
 
 // The floor: what the Linux backend's kernel work costs with nothing else around it. netlink-floor.c
 // sends, per workload, the same rtnetlink messages in the same writes on sockets in the same
@@ -17,17 +18,8 @@ import { childOutput } from '../support/child-output';
 //
 //   node dist/test/bench/floor.bench.js [count] [parallel]
 
-export interface FloorRow {
-  name: string;
-  op: 'attach' | 'detach';
-  p50Ms: number;
-  p99Ms: number;
-  perSecondAtParallel: number;
-  /** User + system CPU of the floor process per operation, over the rate run. */
-  cpuMsPerOp: number;
-  /** Its system part. */
-  cpuSysMsPerOp: number;
-}
+/** A floor row; its CPU is the floor process's. */
+export type FloorRow = OpRow;
 
 export const FLOOR_ROW_NAME = 'floor: same netlink messages from C';
 
