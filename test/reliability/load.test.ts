@@ -66,8 +66,7 @@ describeRoot('load: concurrent calls over gRPC (root for test-owned namespaces)'
     let d: InProcessDaemon | undefined;
 
     afterEach(async () => {
-      await d?.stop();
-      if (d) fs.rmSync(d.dir, { recursive: true, force: true });
+      await d?.dispose();
       d = undefined;
     });
 
