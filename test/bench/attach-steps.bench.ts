@@ -1,8 +1,8 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { DaemonProcess } from '../support/daemon-process';
-import { NetnsSet } from '../support/netns';
+import { attachRequest } from '../support/attach-request';
+import { NodeFixture } from '../support/node-fixture';
 import { FLOOR_STEPS, benchFloor } from './floor.bench';
 import { percentile, ratePerSecond, timeMs } from './stats';
 
@@ -28,14 +28,6 @@ export interface StepsReport {
   floorAttachP50Us: number;
 }
 
-const req = (workloadId: string, netnsPath: string) => ({
-  workloadId,
-  netns: { netnsPath, ifName: 'eth0', mtu: 0 },
-  containerId: '',
-  pod: undefined,
-  dns: undefined,
-});
-
 function stepDurations(m: Marks): Array<[string, number]> {
   const at = (k: string): number => m[k] ?? NaN;
   const backendEnd = at('backend:end');
@@ -58,20 +50,17 @@ function stepDurations(m: Marks): Array<[string, number]> {
 }
 
 export async function benchAttachSteps(opts: { count: number; parallel: number }): Promise<StepsReport> {
-  const namespaces = new NetnsSet('wnb-');
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-bench-steps-'));
-  const traceFile = path.join(dir, 'steps.json');
-  const node = namespaces.add().name;
-  const workloads = Array.from({ length: opts.count }, () => namespaces.add().path);
+  const fx = new NodeFixture({ prefix: 'wnb-', dirPrefix: 'wn-bench-steps-', shape: 'bare' });
+  fx.setUp();
+  const traceFile = path.join(fx.dir, 'steps.json');
+  const workloads = Array.from({ length: opts.count }, () => fx.namespaces.add().path);
   const saved = { options: process.env.NODE_OPTIONS, out: process.env.WN_ATTACH_STEPS_OUT };
-  let d: DaemonProcess | undefined;
   try {
     // The daemon inherits this process's environment.
     process.env.NODE_OPTIONS = `${saved.options ?? ''} --require ${HOOK}`.trim();
     process.env.WN_ATTACH_STEPS_OUT = traceFile;
-    d = await DaemonProcess.start({
-      dir: path.join(dir, 'daemon'),
-      netns: node,
+    const d = await fx.startDaemon({
+      dir: path.join(fx.dir, 'daemon'),
       args: ['--pod-cidr', '10.96.0.0/16', '--log-level', 'warn'],
     });
     process.env.NODE_OPTIONS = saved.options;
@@ -81,7 +70,7 @@ export async function benchAttachSteps(opts: { count: number; parallel: number }
     const c = d.client;
     const at = (i: number): string => workloads[i % workloads.length] ?? '';
     await ratePerSecond(
-      workloads.map((_, i) => () => c.call(c.raw.attach, req(`warm-${i}`, at(i)))),
+      workloads.map((_, i) => () => c.call(c.raw.attach, attachRequest(`warm-${i}`, at(i)))),
       opts.parallel,
     );
     await ratePerSecond(
@@ -90,13 +79,12 @@ export async function benchAttachSteps(opts: { count: number; parallel: number }
     );
     const clientMs: number[] = [];
     for (let i = 0; i < opts.count; i++)
-      clientMs.push(await timeMs(() => c.call(c.raw.attach, req(`seq-${i}`, at(i)))));
+      clientMs.push(await timeMs(() => c.call(c.raw.attach, attachRequest(`seq-${i}`, at(i)))));
     for (let i = 0; i < opts.count; i++)
       await c.call(c.raw.detach, { workloadId: `seq-${i}`, netns: undefined });
     const statusMs: number[] = [];
     for (let i = 0; i < opts.count; i++) statusMs.push(await timeMs(() => c.call(c.raw.status, {})));
     await d.stop();
-    d = undefined;
     const records = (JSON.parse(fs.readFileSync(traceFile, 'utf8')) as Marks[]).slice(-opts.count);
     const per = records.map(stepDurations);
     const daemon = (per[0] ?? []).map(([name], k): [string, number] => [
@@ -116,9 +104,7 @@ export async function benchAttachSteps(opts: { count: number; parallel: number }
       floorAttachP50Us: (fa?.p50Ms ?? NaN) * 1000,
     };
   } finally {
-    await d?.stop().catch(() => undefined);
-    namespaces.cleanup();
-    fs.rmSync(dir, { recursive: true, force: true });
+    await fx.cleanup();
   }
 }
 

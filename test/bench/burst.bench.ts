@@ -1,13 +1,11 @@
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { spawnInNetns } from '../e2e/support/spawn-in-netns';
 import { runBurst } from '../reliability/api-burst';
-import { makeNodeNamespace } from '../reliability/node-namespace';
 import { sampleStatusDuring, type StatusLatency } from '../reliability/status-sampler';
-import { DaemonProcess } from '../support/daemon-process';
-import { NetnsSet } from '../support/netns';
+import { NodeFixture } from '../support/node-fixture';
 import { cpuSince, processCpu } from './process-cpu';
+import { childOutput } from '../support/child-output';
 
 // A burst against the real daemon (Linux backend, in a test-owned node namespace): N Attach calls at
 // once from a client process of their own, then N Detach calls, as test/reliability/load.test.ts does.
@@ -27,47 +25,29 @@ export interface BurstMetric {
 const METRICS_ADDR = '127.0.0.1:9464';
 
 /** The daemon's event-loop delay maximum since the previous scrape, in ms. */
-function scrapeLoopMaxMs(nodeNetnsPath: string): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const child = spawnInNetns(
-      nodeNetnsPath,
-      'curl',
-      ['-sS', '--max-time', '5', `http://${METRICS_ADDR}/metrics`],
-      {
-        stdio: ['ignore', 'pipe', 'pipe'],
-      },
-    );
-    const out: Buffer[] = [];
-    const err: Buffer[] = [];
-    child.stdout?.on('data', (b: Buffer) => out.push(b));
-    child.stderr?.on('data', (b: Buffer) => err.push(b));
-    child.on('error', reject);
-    child.on('close', (code) => {
-      const text = Buffer.concat(out).toString('utf8');
-      const m = /^nodejs_eventloop_lag_max_seconds(?:\{[^}]*\})? ([0-9.eE+-]+)$/m.exec(text);
-      if (code !== 0 || !m?.[1])
-        reject(new Error(`scraping the daemon's metrics failed (${code}): ${Buffer.concat(err).toString()}`));
-      else resolve(Number(m[1]) * 1000);
-    });
-  });
+async function scrapeLoopMaxMs(nodeNetnsPath: string): Promise<number> {
+  const { code, stdout, stderr } = await childOutput(
+    spawnInNetns(nodeNetnsPath, 'curl', ['-sS', '--max-time', '5', `http://${METRICS_ADDR}/metrics`], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    }),
+  );
+  const m = /^nodejs_eventloop_lag_max_seconds(?:\{[^}]*\})? ([0-9.eE+-]+)$/m.exec(stdout);
+  if (code !== 0 || !m?.[1]) throw new Error(`scraping the daemon's metrics failed (${code}): ${stderr}`);
+  return Number(m[1]) * 1000;
 }
 
 export async function benchDaemonBurst(opts: { burst: number }): Promise<BurstMetric[]> {
   const n = opts.burst;
-  const namespaces = new NetnsSet('wnb-');
-  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-bench-burst-'));
-  let daemon: DaemonProcess | undefined;
+  const fx = new NodeFixture({ prefix: 'wnb-', dirPrefix: 'wn-bench-burst-' });
   try {
-    const node = makeNodeNamespace(namespaces);
-    const nodePath = `/var/run/netns/${node}`;
-    const pathsFile = path.join(dir, 'netns-paths');
-    fs.writeFileSync(pathsFile, Array.from({ length: n }, () => namespaces.add().path).join('\n'));
-    const d = await DaemonProcess.start({
-      dir: path.join(dir, 'daemon'),
-      netns: node,
+    fx.setUp();
+    const nodePath = `/var/run/netns/${fx.node}`;
+    const pathsFile = path.join(fx.dir, 'netns-paths');
+    fs.writeFileSync(pathsFile, Array.from({ length: n }, () => fx.namespaces.add().path).join('\n'));
+    const d = await fx.startDaemon({
+      dir: path.join(fx.dir, 'daemon'),
       args: ['--pod-cidr', '10.94.0.0/16', '--log-level', 'warn', '--metrics-listen', METRICS_ADDR],
     });
-    daemon = d;
     const pid = d.child.pid;
     if (pid === undefined) throw new Error('daemon has no pid');
     const burst = (op: 'attach' | 'detach', prefix: string) =>
@@ -123,9 +103,7 @@ export async function benchDaemonBurst(opts: { burst: number }): Promise<BurstMe
     ];
     return [...rows('attach', attach), ...rows('detach', detach)];
   } finally {
-    await daemon?.stop().catch(() => undefined);
-    namespaces.cleanup();
-    fs.rmSync(dir, { recursive: true, force: true });
+    await fx.cleanup();
   }
 }
 

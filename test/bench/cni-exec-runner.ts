@@ -3,6 +3,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { spawnInNetns } from '../e2e/support/spawn-in-netns';
 import { nativeTool } from './native-tool';
+import { childOutput } from '../support/child-output';
 
 // Drives cni-exec (cni-exec.c beside this file's source): the plugin calls of one benchmark phase are
 // written to files, and the native runner executes and times them inside the node namespace, so a call
@@ -52,21 +53,13 @@ export async function runPluginCalls(
         await fs.writeFile(path.join(dir, `${i}.in`), c.stdin);
       }),
     );
-    const out = await new Promise<string>((resolve, reject) => {
-      const child = spawnInNetns(netnsPath, bin, [plugin, String(parallel), dir, String(calls.length)], {
+    const run = await childOutput(
+      spawnInNetns(netnsPath, bin, [plugin, String(parallel), dir, String(calls.length)], {
         stdio: ['ignore', 'pipe', 'pipe'],
-      });
-      const chunks: Buffer[] = [];
-      const errs: Buffer[] = [];
-      child.stdout?.on('data', (b: Buffer) => chunks.push(b));
-      child.stderr?.on('data', (b: Buffer) => errs.push(b));
-      child.on('error', reject);
-      child.on('close', (code) =>
-        code === 0
-          ? resolve(Buffer.concat(chunks).toString('utf8'))
-          : reject(new Error(`cni-exec exited ${code}: ${Buffer.concat(errs).toString('utf8')}`)),
-      );
-    });
+      }),
+    );
+    if (run.code !== 0) throw new Error(`cni-exec exited ${run.code}: ${run.stderr}`);
+    const out = run.stdout;
     const ms: number[] = [];
     const cpu: number[] = [];
     const sys: number[] = [];

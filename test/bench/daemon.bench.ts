@@ -9,6 +9,7 @@ import { NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
 import { cpuSince, processCpu } from './process-cpu';
 import { percentile, ratePerSecond, timeMs } from './stats';
+import { attachRequest } from '../support/attach-request';
 
 // The daemon as a runtime sees it: Attach/Detach through gRPC on the unix socket. With the recording
 // backend it measures the core alone (validation, allocation, durable store writes, gRPC); with the
@@ -26,14 +27,6 @@ export interface DaemonBenchRow {
   cpuSysMsPerOp?: number;
 }
 
-const req = (workloadId: string, netnsPath: string) => ({
-  workloadId,
-  netns: { netnsPath, ifName: 'eth0', mtu: 0 },
-  containerId: '',
-  pod: undefined,
-  dns: undefined,
-});
-
 async function measure(
   client: ApiClient,
   name: string,
@@ -47,7 +40,10 @@ async function measure(
   // Warm-up, not timed, as for every row of the benchmark: the daemon is long-running, and its first
   // few hundred calls run unoptimised JavaScript.
   await ratePerSecond(
-    Array.from({ length: count }, (_, i) => () => client.call(client.raw.attach, req(`warm-${i}`, at(i)))),
+    Array.from(
+      { length: count },
+      (_, i) => () => client.call(client.raw.attach, attachRequest(`warm-${i}`, at(i))),
+    ),
     parallel,
   );
   await ratePerSecond(
@@ -60,7 +56,7 @@ async function measure(
   const attachMs: number[] = [];
   const detachMs: number[] = [];
   for (let i = 0; i < count; i++)
-    attachMs.push(await timeMs(() => client.call(client.raw.attach, req(`seq-${i}`, at(i)))));
+    attachMs.push(await timeMs(() => client.call(client.raw.attach, attachRequest(`seq-${i}`, at(i)))));
   for (let i = 0; i < count; i++)
     detachMs.push(
       await timeMs(() => client.call(client.raw.detach, { workloadId: `seq-${i}`, netns: undefined })),
@@ -74,7 +70,10 @@ async function measure(
   };
   const attachRate = await withCpu(() =>
     ratePerSecond(
-      Array.from({ length: count }, (_, i) => () => client.call(client.raw.attach, req(`par-${i}`, at(i)))),
+      Array.from(
+        { length: count },
+        (_, i) => () => client.call(client.raw.attach, attachRequest(`par-${i}`, at(i))),
+      ),
       parallel,
     ),
   );

@@ -8,6 +8,7 @@ import { DpuBackend } from '../../backends/dpu';
 import { encodeDetails } from '../../backends/dpu/details';
 import { macForKey } from '../../backends/dpu/port-spec';
 import { percentile } from './stats';
+import { waitUntil } from '../support/wait-until';
 
 // The DPU backend's own costs, with the simulator as the agent (zero latency, no dataplane): Attach
 // latency through the whole protocol round trip, the time to resynchronise a large snapshot after the
@@ -97,13 +98,9 @@ function rssMiB(pid: number): number {
   return m?.[1] ? Number(m[1]) / 1024 : NaN;
 }
 
-async function until(pred: () => Promise<boolean>, what: string, timeoutMs: number): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!(await pred())) {
-    if (Date.now() > end) throw new Error(`bench: timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-}
+/** Polls often: some waits sit inside a measured interval. */
+const until = (pred: () => Promise<boolean>, what: string, timeoutMs: number): Promise<void> =>
+  waitUntil(pred, `bench: ${what}`, timeoutMs, { intervalMs: 5 });
 
 export async function benchDpu(opts: { count: number; ports: number }): Promise<BenchResult[]> {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wnd-bench-'));

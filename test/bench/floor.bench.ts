@@ -7,6 +7,8 @@ import * as path from 'node:path';
 import { spawnInNetns } from '../e2e/support/spawn-in-netns';
 import { nativeTool } from './native-tool';
 import { percentile } from './stats';
+import { childOutput } from '../support/child-output';
+import type { OpRow } from './op-row';
 
 // The floor: what the Linux backend's kernel work costs with nothing else around it. netlink-floor.c
 // sends, per workload, the same rtnetlink messages in the same writes on sockets in the same
@@ -16,17 +18,8 @@ import { percentile } from './stats';
 //
 //   node dist/test/bench/floor.bench.js [count] [parallel]
 
-export interface FloorRow {
-  name: string;
-  op: 'attach' | 'detach';
-  p50Ms: number;
-  p99Ms: number;
-  perSecondAtParallel: number;
-  /** User + system CPU of the floor process per operation, over the rate run. */
-  cpuMsPerOp: number;
-  /** Its system part. */
-  cpuSysMsPerOp: number;
-}
+/** A floor row; its CPU is the floor process's. */
+export type FloorRow = OpRow;
 
 export const FLOOR_ROW_NAME = 'floor: same netlink messages from C';
 
@@ -102,24 +95,14 @@ export async function benchFloor(opts: { count: number; parallel: number }): Pro
     }
     const pathsFile = path.join(dir, 'paths');
     await fs.writeFile(pathsFile, workloads.map((n) => `/var/run/netns/${n}\n`).join(''));
-    const out = await new Promise<string>((resolve, reject) => {
-      const child = spawnInNetns(
-        `/var/run/netns/${node}`,
-        bin,
-        [String(opts.count), String(opts.parallel), pathsFile],
-        { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NETLINK_FLOOR_STEPS: '1' } },
-      );
-      const chunks: Buffer[] = [];
-      const errs: Buffer[] = [];
-      child.stdout?.on('data', (b: Buffer) => chunks.push(b));
-      child.stderr?.on('data', (b: Buffer) => errs.push(b));
-      child.on('error', reject);
-      child.on('close', (code) =>
-        code === 0
-          ? resolve(Buffer.concat(chunks).toString('utf8'))
-          : reject(new Error(`netlink-floor exited ${code}: ${Buffer.concat(errs).toString('utf8').trim()}`)),
-      );
-    });
+    const run = await childOutput(
+      spawnInNetns(`/var/run/netns/${node}`, bin, [String(opts.count), String(opts.parallel), pathsFile], {
+        stdio: ['ignore', 'pipe', 'pipe'],
+        env: { ...process.env, NETLINK_FLOOR_STEPS: '1' },
+      }),
+    );
+    if (run.code !== 0) throw new Error(`netlink-floor exited ${run.code}: ${run.stderr.trim()}`);
+    const out = run.stdout;
     const phases = parse(out);
     const row = (op: 'attach' | 'detach'): FloorRow => {
       const seq = phases.get(`${op}-seq`);

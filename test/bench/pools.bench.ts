@@ -25,6 +25,7 @@ import { NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
 import { EtcdCluster } from '../pools/support/etcd-cluster';
 import { percentile, ratePerSecond, timeMs } from './stats';
+import { attachRequest } from '../support/attach-request';
 
 export interface PoolBenchRow {
   name: string;
@@ -70,14 +71,6 @@ async function startDaemon(
   };
 }
 
-const attachReq = (workloadId: string, netnsPath: string) => ({
-  workloadId,
-  netns: { netnsPath, ifName: 'eth0', mtu: 0 },
-  containerId: '',
-  pod: undefined,
-  dns: undefined,
-});
-
 /** Sequential attach latencies (ms) and the attach rate at `parallel`, after an untimed warm-up. */
 async function measureAttach(
   d: BenchDaemon,
@@ -86,7 +79,7 @@ async function measureAttach(
   parallel: number,
 ): Promise<{ p50: number; p99: number; rate: number }> {
   const c = d.client;
-  const attach = (id: string) => () => c.call(c.raw.attach, attachReq(id, netnsPath));
+  const attach = (id: string) => () => c.call(c.raw.attach, attachRequest(id, netnsPath));
   const detach = (id: string) => () => c.call(c.raw.detach, { workloadId: id, netns: undefined });
   await ratePerSecond(
     Array.from({ length: count }, (_, i) => attach(`warm-${i}`)),
@@ -203,7 +196,10 @@ export async function benchPools(opts: { count: number; parallel: number }): Pro
       const before = await etcd.revision();
       const c = e.client;
       await ratePerSecond(
-        Array.from({ length: 1000 }, (_, i) => () => c.call(c.raw.attach, attachReq(`w-${i}`, netnsPath))),
+        Array.from(
+          { length: 1000 },
+          (_, i) => () => c.call(c.raw.attach, attachRequest(`w-${i}`, netnsPath)),
+        ),
         opts.parallel,
       );
       await ratePerSecond(

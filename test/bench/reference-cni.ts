@@ -7,6 +7,7 @@ import { REFERENCE_PLUGIN_DIR, referencePluginConfig } from '../e2e/support/refe
 import { runPluginCalls, type PhaseResult } from './cni-exec-runner';
 import { cpuSince, processCpu } from './process-cpu';
 import { percentile } from './stats';
+import type { OpRow } from './op-row';
 
 // The baseline workloadnet is measured against: Debian's reference CNI plugins (ptp or bridge, with
 // host-local IPAM) executed exactly as a runtime executes them. The plugin process is started by a small
@@ -22,22 +23,11 @@ export interface ReferenceCniBenchOptions {
   parallel: number;
 }
 
-export interface ReferenceCniResult {
-  name: string;
-  op: 'attach' | 'detach';
-  /** Sequential latency of one ADD/DEL (one workload at a time). */
-  p50Ms: number;
-  p99Ms: number;
-  /** Completed operations per second with `parallel` in flight. */
-  perSecondAtParallel: number;
-  /**
-   * User + system CPU per operation over the rate run: the plugin processes and the children they
-   * waited for (host-local), plus the process named by `serverPid` (the daemon behind a forwarder).
-   */
-  cpuMsPerOp: number;
-  /** Its system part. */
-  cpuSysMsPerOp: number;
-}
+/**
+ * A plugin's row (ADD is attach, DEL detach). Its CPU: the plugin processes and the children they
+ * waited for (host-local), plus the process named by `serverPid` (the daemon behind a forwarder).
+ */
+export type ReferenceCniResult = OpRow;
 
 const CNI_VERSION = '1.0.0';
 /** Untimed ADD+DEL rounds over all workloads before measuring. */

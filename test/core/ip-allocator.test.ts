@@ -1,21 +1,8 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
 import { formatAddress, parseCidr } from '../../core/cidr';
-import { WorkloadNetError, type ErrorCode } from '../../core/errors';
+import { expectError } from '../support/expect-error';
 import { IpAllocator, type PoolConfig } from '../../core/ip-allocator';
-
-function expectError(fn: () => unknown, code: ErrorCode, message?: RegExp): WorkloadNetError {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).to.be.instanceOf(WorkloadNetError);
-    const e = err as WorkloadNetError;
-    expect(e.code, e.message).to.equal(code);
-    if (message) expect(e.message).to.match(message);
-    return e;
-  }
-  expect.fail(`expected a ${code} error`);
-}
 
 /** Every address a pool may hand out, computed the naive way (all addresses minus the excluded ones). */
 function usableAddresses(pool: PoolConfig): string[] {

@@ -1,21 +1,8 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
 import { formatAddress, parseCidr } from '../../core/cidr';
-import { WorkloadNetError, type ErrorCode } from '../../core/errors';
+import { expectError } from '../support/expect-error';
 import { IpPool, IPV6_POOL_WINDOW } from '../../core/ip-pool';
-
-function expectError(fn: () => unknown, code: ErrorCode, message?: RegExp): WorkloadNetError {
-  try {
-    fn();
-  } catch (err) {
-    expect(err).to.be.instanceOf(WorkloadNetError);
-    const e = err as WorkloadNetError;
-    expect(e.code, e.message).to.equal(code);
-    if (message) expect(e.message).to.match(message);
-    return e;
-  }
-  expect.fail(`expected a ${code} error`);
-}
 
 /**
  * A deliberately naive model of a pool: the list of every address of the CIDR in order, which of them

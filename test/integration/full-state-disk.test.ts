@@ -1,12 +1,13 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { status as grpcStatus, type ServiceError } from '@grpc/grpc-js';
-import { DEFAULT_CONFIG } from '../../core/config';
-import { DaemonProcess } from '../support/daemon-process';
-import { addNodeUplink, ipJson, isRoot, NetnsSet } from '../support/netns';
+import type { DaemonProcess } from '../support/daemon-process';
+import { attachRequest } from '../support/attach-request';
+import { linuxHostLinks } from '../support/kernel-view';
+import { ipJson, isRoot } from '../support/netns';
+import { NodeFixture } from '../support/node-fixture';
 
 // The state directory on a 1 MiB tmpfs that fills up. Before: the first Attach that needed the store
 // to grow ended the daemon (an unhandled "Commit failed"), the caller saw "Connection dropped" and
@@ -15,47 +16,34 @@ import { addNodeUplink, ipJson, isRoot, NetnsSet } from '../support/netns';
 // again the daemon notices by itself and attaches work.
 
 const describeRoot = isRoot ? describe : describe.skip;
-const GROUP = String(DEFAULT_CONFIG.linux.linkGroup);
 
 describeRoot('a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', function () {
   this.timeout(120_000);
-  const namespaces = new NetnsSet('wn-harden-');
-  let dir: string;
+  const fx = new NodeFixture({ prefix: 'wn-harden-', dirPrefix: 'wn-harden-full-' });
   let mnt: string;
-  let node: string;
-  let daemon: DaemonProcess | undefined;
+  let daemon: DaemonProcess;
 
   before(() => {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-harden-full-'));
-    mnt = path.join(dir, 'tmpfs');
+    fx.setUp();
+    mnt = path.join(fx.dir, 'tmpfs');
     fs.mkdirSync(mnt);
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', mnt]);
-    node = namespaces.add().name;
-    addNodeUplink(node);
   });
   after(async () => {
-    await daemon?.stop().catch(() => undefined);
-    namespaces.cleanup();
+    // The daemon holds the store open on the tmpfs: stop it before unmounting, unmount before removing.
+    await fx.daemon?.stop().catch(() => undefined);
     execFileSync('umount', [mnt]);
-    fs.rmSync(dir, { recursive: true, force: true });
+    await fx.cleanup();
   });
 
   const attach = (id: string, netnsPath: string) =>
-    daemon!.client.call(daemon!.client.raw.attach, {
-      workloadId: id,
-      netns: { netnsPath, ifName: 'eth0', mtu: 0 },
-      containerId: '',
-      pod: undefined,
-      dns: undefined,
-    });
-  const hostLinks = (): string[] =>
-    ipJson<Array<{ ifname?: string; ifalias?: string }>>(node, ['link', 'show', 'group', GROUP])
-      .filter((l) => l.ifname)
-      .map((l) => l.ifalias ?? '');
+    daemon.client.call(daemon.client.raw.attach, attachRequest(id, netnsPath));
+  const hostLinks = async (): Promise<string[]> =>
+    (await linuxHostLinks(fx.node)).map((l) => l.ifalias ?? '');
 
   async function waitForReady(ready: boolean): Promise<string[]> {
     for (let i = 0; i < 100; i++) {
-      const st = await daemon!.client.call(daemon!.client.raw.status, {});
+      const st = await daemon.client.call(daemon.client.raw.status, {});
       if (st.ready === ready) return st.reasons;
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -64,12 +52,8 @@ describeRoot('a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', fun
 
   it('fails the Attach with RESOURCE_EXHAUSTED, lives, says not ready, and recovers by itself', async () => {
     const stateDir = path.join(mnt, 'state');
-    daemon = await DaemonProcess.start({
-      dir,
-      netns: node,
-      args: ['--pod-cidr', '10.252.0.0/24', '--state-dir', stateDir],
-    });
-    const first = namespaces.add();
+    daemon = await fx.startDaemon({ args: ['--pod-cidr', '10.252.0.0/24', '--state-dir', stateDir] });
+    const first = fx.namespaces.add();
     await attach('full-ok', first.path);
 
     // Fill the filesystem to the last byte.
@@ -89,7 +73,7 @@ describeRoot('a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', fun
     let failure: ServiceError | undefined;
     let attached = 1;
     for (let i = 0; i < 30 && !failure; i++) {
-      const w = { id: `full-${i}`, ns: namespaces.add() };
+      const w = { id: `full-${i}`, ns: fx.namespaces.add() };
       workloads.push(w);
       try {
         await attach(w.id, w.ns.path);
@@ -111,7 +95,7 @@ describeRoot('a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', fun
 
     // The failed attach was rolled back: no host link, no interface in the workload, no row, and the
     // address is not held (the pool counts only the attached ones).
-    const links = hostLinks();
+    const links = await hostLinks();
     expect(
       links.some((a) => a.endsWith(`${failed.id}/eth0`)),
       'host link of the failed attach',
@@ -131,7 +115,7 @@ describeRoot('a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', fun
     await waitForReady(true);
     const again = await attach(failed.id, failed.ns.path);
     expect(again.ip).to.have.length(1);
-    expect(hostLinks()).to.have.length(attached + 1);
+    expect(await hostLinks()).to.have.length(attached + 1);
     expect(daemon.child.exitCode, 'the daemon is still running').to.equal(null);
   });
 });

@@ -1,12 +1,15 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import type { ApiClient } from '../../cli/api-client';
 import { CLI, DaemonProcess } from '../support/daemon-process';
-import { addNodeUplink, isRoot, NetnsSet } from '../support/netns';
+import { isRoot } from '../support/netns';
 import { SimProcess } from '../backends/dpu/sim-process';
+import { waitUntil } from '../support/wait-until';
+import { attachRequest } from '../support/attach-request';
+import { linuxHostLinks } from '../support/kernel-view';
+import { NodeFixture } from '../support/node-fixture';
 
 // A workload's namespace deleted behind the daemon's back (no DEL: a runtime crash, a node-local
 // cleanup) must not keep its address and dataplane until the next restart. The leak sweep releases it
@@ -16,23 +19,11 @@ import { SimProcess } from '../backends/dpu/sim-process';
 const describeRoot = isRoot ? describe : describe.skip;
 const SWEEP_MS = 400;
 
-async function waitUntil(check: () => Promise<boolean>, what: string, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (Date.now() < deadline) {
-    if (await check()) return;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`timed out waiting for ${what}`);
-}
+/** How long a sweep may take to show. */
+const SWEEP_WAIT_MS = 15_000;
 
 async function attach(client: ApiClient, workloadId: string, netnsPath: string): Promise<void> {
-  await client.call(client.raw.attach, {
-    workloadId,
-    netns: { netnsPath, ifName: 'eth0', mtu: 0 },
-    containerId: '',
-    pod: undefined,
-    dns: undefined,
-  });
+  await client.call(client.raw.attach, attachRequest(workloadId, netnsPath));
 }
 
 const listed = async (client: ApiClient): Promise<string[]> =>
@@ -40,26 +31,20 @@ const listed = async (client: ApiClient): Promise<string[]> =>
 
 describeRoot('leak sweep: namespaces deleted behind the daemon (root, test-owned namespaces)', function () {
   this.timeout(60_000);
-  const namespaces = new NetnsSet('wn-sweep-');
-  let dir: string;
-  let node: string;
+  // A fresh node for each test: each runs its own daemon with its own backend.
+  const fx = new NodeFixture({ prefix: 'wn-sweep-' });
   const stops: Array<() => Promise<unknown>> = [];
 
-  beforeEach(() => {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-sweep-'));
-    node = namespaces.add().name;
-    addNodeUplink(node);
-  });
+  beforeEach(() => fx.setUp());
   afterEach(async () => {
     for (const stop of stops.splice(0).reverse()) await stop().catch(() => undefined);
-    namespaces.cleanup();
-    fs.rmSync(dir, { recursive: true, force: true });
+    await fx.cleanup();
   });
 
   async function sweepsAway(daemon: DaemonProcess): Promise<void> {
     const client = daemon.client;
-    const gone = namespaces.add();
-    const kept = namespaces.add();
+    const gone = fx.namespaces.add();
+    const kept = fx.namespaces.add();
     await attach(client, 'sweep-gone', gone.path);
     await attach(client, 'sweep-kept', kept.path);
     const used = async (): Promise<number> =>
@@ -83,7 +68,14 @@ describeRoot('leak sweep: namespaces deleted behind the daemon (root, test-owned
     expect([...refs.removed, ...refs.suspected].map((r) => r.workloadId)).to.include('sweep-gone');
     expect([...refs.removed, ...refs.suspected].map((r) => r.workloadId)).to.not.include('sweep-kept');
 
-    await waitUntil(async () => !(await listed(client)).includes('sweep-gone'), 'the sweep to release it');
+    await waitUntil(
+      async () => !(await listed(client)).includes('sweep-gone'),
+      'the sweep to release it',
+      SWEEP_WAIT_MS,
+      {
+        intervalMs: 100,
+      },
+    );
     expect(await listed(client)).to.deep.equal(['sweep-kept']);
     expect(await used()).to.equal(1);
     expect(fs.readFileSync(daemon.logFile, 'utf8')).to.match(
@@ -96,25 +88,21 @@ describeRoot('leak sweep: namespaces deleted behind the daemon (root, test-owned
 
   it('linux backend: releases the attachment and its host link, keeps the live one', async () => {
     const daemon = await DaemonProcess.start({
-      dir,
-      netns: node,
+      dir: fx.dir,
+      netns: fx.node,
       args: ['--pod-cidr', '10.252.7.0/24', '--sweep-interval-ms', String(SWEEP_MS)],
     });
     stops.push(() => daemon.stop());
     await sweepsAway(daemon);
-    const links = execFileSync('ip', ['-n', node, '-j', 'link', 'show', 'group', '30574'], {
-      encoding: 'utf8',
-    });
-    expect(
-      (JSON.parse(links) as Array<{ ifalias?: string }>).map((l) => l.ifalias).filter(Boolean),
-    ).to.deep.equal(['workloadnet:sweep-kept/eth0']);
+    const links = await linuxHostLinks(fx.node);
+    expect(links.map((l) => l.ifalias).filter(Boolean)).to.deep.equal(['workloadnet:sweep-kept/eth0']);
   });
 
   it('dpu backend: releases the attachment and the agent drops its port', async () => {
-    const agentSocket = path.join(dir, 'agent.sock');
+    const agentSocket = path.join(fx.dir, 'agent.sock');
     const daemon = await DaemonProcess.start({
-      dir,
-      netns: node,
+      dir: fx.dir,
+      netns: fx.node,
       args: [
         '--backend',
         'dpu',
@@ -130,10 +118,17 @@ describeRoot('leak sweep: namespaces deleted behind the daemon (root, test-owned
     const sim = SimProcess.start({
       socket: agentSocket,
       agentId: 'sweep-dpu',
-      stateFile: path.join(dir, 'sim.json'),
+      stateFile: path.join(fx.dir, 'sim.json'),
     });
     stops.push(() => sim.stop('SIGKILL'));
-    await waitUntil(async () => (await daemon.client.call(daemon.client.raw.status, {})).ready, 'the agent');
+    await waitUntil(
+      async () => (await daemon.client.call(daemon.client.raw.status, {})).ready,
+      'the agent',
+      SWEEP_WAIT_MS,
+      {
+        intervalMs: 100,
+      },
+    );
     await sweepsAway(daemon);
     await sim.waitForState(
       (s) => s.ports.map((p) => p.name).join() === 'sweep-kept/eth0',

@@ -1,12 +1,13 @@
 import { expect } from 'chai';
-import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
-import { DEFAULT_CONFIG } from '../../core/config';
 import type { AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
-import { DaemonProcess } from '../support/daemon-process';
-import { addNodeUplink, ipJson, isRoot, NetnsSet } from '../support/netns';
+import type { DaemonProcess } from '../support/daemon-process';
+import { attachRequest } from '../support/attach-request';
+import { linuxHostLinks } from '../support/kernel-view';
+import { isRoot } from '../support/netns';
+import { useNodeFixture } from '../support/node-fixture';
+import { pings } from '../support/ping';
 
 // The store is lost while workloads run (a wiped state directory): the daemon starts with a new, empty
 // store beside a dataplane full of live workloads. It must not delete them as orphans nor hand their
@@ -14,67 +15,32 @@ import { addNodeUplink, ipJson, isRoot, NetnsSet } from '../support/netns';
 // still removes them.
 
 const describeRoot = isRoot ? describe : describe.skip;
-const GROUP = String(DEFAULT_CONFIG.linux.linkGroup);
-
-function pings(fromNetns: string, to: string): boolean {
-  try {
-    execFileSync('ip', ['netns', 'exec', fromNetns, 'ping', '-c', '1', '-W', '2', to], { stdio: 'ignore' });
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 describeRoot('a lost store beside running workloads (root, test-owned namespaces)', function () {
   this.timeout(60_000);
-  const namespaces = new NetnsSet('wn-lost-');
-  let dir: string;
-  let node: string;
-  let daemon: DaemonProcess | undefined;
+  const fx = useNodeFixture({ prefix: 'wn-lost-', uplinkAddress: '10.254.9.1' });
+  let daemon: DaemonProcess;
 
-  before(() => {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-lost-'));
-    node = namespaces.add().name;
-    addNodeUplink(node, '10.254.9.1');
-  });
-  after(async () => {
-    await daemon?.stop().catch(() => undefined);
-    namespaces.cleanup();
-    fs.rmSync(dir, { recursive: true, force: true });
-  });
-
-  const start = (): Promise<DaemonProcess> =>
-    DaemonProcess.start({ dir, netns: node, args: ['--pod-cidr', '10.254.0.0/29'] });
+  const start = (): Promise<DaemonProcess> => fx.startDaemon({ args: ['--pod-cidr', '10.254.0.0/29'] });
   const attach = (d: DaemonProcess, id: string, netnsPath: string): Promise<AttachResponse> =>
-    d.client.call(d.client.raw.attach, {
-      workloadId: id,
-      netns: { netnsPath, ifName: 'eth0', mtu: 0 },
-      containerId: '',
-      pod: undefined,
-      dns: undefined,
-    });
-  const hostLinks = (): string[] =>
-    ipJson<Array<{ ifname?: string }>>(node, ['link', 'show', 'group', GROUP])
-      .map((l) => l.ifname)
-      .filter((n): n is string => n !== undefined)
-      .sort();
-  const aliases = (): string[] =>
-    ipJson<Array<{ ifalias?: string }>>(node, ['link', 'show', 'group', GROUP])
-      .map((l) => l.ifalias)
-      .filter((a): a is string => a !== undefined);
+    d.client.call(d.client.raw.attach, attachRequest(id, netnsPath));
+  const hostLinks = async (): Promise<string[]> =>
+    (await linuxHostLinks(fx.node)).map((l) => l.ifname).sort();
+  const aliases = async (): Promise<string[]> =>
+    (await linuxHostLinks(fx.node)).map((l) => l.ifalias).filter((a): a is string => a !== undefined);
   const addressOf = (r: AttachResponse): string => r.ips[0]?.cidr.split('/')[0] ?? '';
 
   it('adopts the running workloads instead of deleting them, and never hands their addresses out twice', async () => {
     daemon = await start();
-    const w1 = namespaces.add();
-    const w2 = namespaces.add();
+    const w1 = fx.namespaces.add();
+    const w2 = fx.namespaces.add();
     const r1 = await attach(daemon, 'lost-1', w1.path);
     const r2 = await attach(daemon, 'lost-2', w2.path);
-    const linksBefore = hostLinks();
+    const linksBefore = await hostLinks();
     expect(linksBefore).to.have.length(2);
     await daemon.stop();
 
-    fs.rmSync(path.join(dir, 'state'), { recursive: true, force: true });
+    fs.rmSync(path.join(fx.dir, 'state'), { recursive: true, force: true });
     daemon = await start();
 
     const status = await daemon.client.call(daemon.client.raw.status, {});
@@ -84,8 +50,8 @@ describeRoot('a lost store beside running workloads (root, test-owned namespaces
       /store .* is new, but the dataplane holds 2 workload/,
     );
     expect(fs.readFileSync(daemon.logFile, 'utf8')).to.match(/"level":50.*adopted them/);
-    expect(hostLinks(), 'no live workload lost its link').to.deep.equal(linksBefore);
-    expect(pings(w1.name, addressOf(r2)), 'the workloads still talk').to.equal(true);
+    expect(await hostLinks(), 'no live workload lost its link').to.deep.equal(linksBefore);
+    expect(await pings(w1.name, addressOf(r2)), 'the workloads still talk').to.equal(true);
 
     const list = (await daemon.client.call(daemon.client.raw.list, {})).attachments;
     expect(list.map((a) => a.workloadId).sort()).to.deep.equal(['lost-1', 'lost-2']);
@@ -94,7 +60,7 @@ describeRoot('a lost store beside running workloads (root, test-owned namespaces
 
     // The /29 has five addresses to hand out; two are held by the adopted workloads.
     const fresh = await Promise.all(
-      [3, 4, 5].map(async (i) => addressOf(await attach(daemon!, `fresh-${i}`, namespaces.add().path))),
+      [3, 4, 5].map(async (i) => addressOf(await attach(daemon, `fresh-${i}`, fx.namespaces.add().path))),
     );
     expect(fresh).to.not.include(addressOf(r1));
     expect(fresh).to.not.include(addressOf(r2));
@@ -104,9 +70,9 @@ describeRoot('a lost store beside running workloads (root, test-owned namespaces
       workloadId: 'lost-1',
       netns: { netnsPath: '', ifName: '', mtu: 0 },
     });
-    expect(aliases()).to.not.include('workloadnet:lost-1/eth0');
-    expect(aliases()).to.include('workloadnet:lost-2/eth0');
-    expect(hostLinks()).to.have.length(linksBefore.length - 1 + fresh.length);
+    expect(await aliases()).to.not.include('workloadnet:lost-1/eth0');
+    expect(await aliases()).to.include('workloadnet:lost-2/eth0');
+    expect(await hostLinks()).to.have.length(linksBefore.length - 1 + fresh.length);
 
     // The store is no longer new: the next start trusts it, and the adopted workload is healthy.
     await daemon.stop();

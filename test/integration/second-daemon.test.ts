@@ -1,11 +1,10 @@
 import { expect } from 'chai';
-import { execFileSync, spawnSync } from 'node:child_process';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
+import { spawnSync } from 'node:child_process';
 import * as path from 'node:path';
 import { attachRequest } from '../support/attach-request';
-import { daemonCommand, DaemonProcess } from '../support/daemon-process';
-import { ipJson, isRoot, NetnsSet } from '../support/netns';
+import { daemonCommand, type DaemonProcess } from '../support/daemon-process';
+import { ipJson, isRoot } from '../support/netns';
+import { useNodeFixture } from '../support/node-fixture';
 
 // A second daemon started on the same socket must refuse to run before it touches anything: its
 // start-up reconcile would otherwise take the first daemon's links for orphans.
@@ -14,31 +13,22 @@ const describeRoot = isRoot ? describe : describe.skip;
 
 describeRoot('a second daemon on the same socket (root, test-owned namespaces)', function () {
   this.timeout(60_000);
-  const namespaces = new NetnsSet('wn2-');
-  let dir: string;
+  const fx = useNodeFixture({ prefix: 'wn2-', dirPrefix: 'wn-second-', shape: 'loopback' });
   let daemon: DaemonProcess;
 
   before(async () => {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-second-'));
-    const node = namespaces.add().name;
-    execFileSync('ip', ['-n', node, 'link', 'set', 'lo', 'up']);
-    daemon = await DaemonProcess.start({ dir, netns: node, flags: { 'pod-cidr': '10.248.0.0/24' } });
-  });
-  after(async () => {
-    await daemon.stop();
-    namespaces.cleanup();
-    fs.rmSync(dir, { recursive: true, force: true });
+    daemon = await fx.startDaemon({ flags: { 'pod-cidr': '10.248.0.0/24' } });
   });
 
   it('exits with a clear message and leaves the running daemon’s attachments and links alone', async () => {
-    const w = namespaces.add();
+    const w = fx.namespaces.add();
     await daemon.client.call(daemon.client.raw.attach, attachRequest('first', w.path));
     const node = daemon.opts.netns ?? '';
     const linksBefore = ipJson<Array<{ ifname?: string }>>(node, ['link', 'show']).map((l) => l.ifname);
     // The same socket, state and pool as the first; only the CNI socket differs.
     const { file, args } = daemonCommand({
       ...daemon.opts,
-      flags: { ...daemon.opts.flags, 'cni-socket': path.join(dir, 'cni2.sock') },
+      flags: { ...daemon.opts.flags, 'cni-socket': path.join(fx.dir, 'cni2.sock') },
     });
     const second = spawnSync(file, args, { encoding: 'utf8', timeout: 20_000 });
     expect(second.status).to.equal(1);

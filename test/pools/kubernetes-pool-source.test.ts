@@ -16,6 +16,7 @@ import { isRoot, NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
 import { eventually, grpcCode, inBlock } from './support/pool-nodes';
 import { StandInKubeApiServer } from './support/standin-kube-apiserver';
+import { attachRequest } from '../support/attach-request';
 
 // The kubernetes pool source with the real @kubernetes/client-node against a stand-in API server
 // (HTTPS, test CA, bearer token; Node get/list/watch with field selector and resourceVersion, 410 on
@@ -56,13 +57,7 @@ class Node {
   }
 
   async attach(workloadId: string, netnsPath: string): Promise<string[]> {
-    const res = await this.client.call(this.client.raw.attach, {
-      workloadId,
-      netns: { netnsPath, ifName: 'eth0', mtu: 0 },
-      containerId: '',
-      pod: undefined,
-      dns: undefined,
-    });
+    const res = await this.client.call(this.client.raw.attach, attachRequest(workloadId, netnsPath));
     return res.ips.map((i) => i.cidr.split('/')[0]!);
   }
 

@@ -1,15 +1,14 @@
 import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as net from 'node:net';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { Metadata } from '@grpc/grpc-js';
 import { ApiClient } from '../../cli/api-client';
 import type { StatusResponse } from '../../proto/gen/workloadnet/v1/workload';
-import { DaemonProcess } from '../support/daemon-process';
-import { isRoot, NetnsSet } from '../support/netns';
+import type { DaemonProcess } from '../support/daemon-process';
+import { isRoot } from '../support/netns';
+import { useNodeFixture } from '../support/node-fixture';
 import { cniEnvelope, postCni } from '../support/cni-http';
-import { makeNodeNamespace } from './node-namespace';
 
 // A few thousand connections that hold the daemon's descriptors: idle and slow (slow body, slow chunked
 // body) on the CNI socket, idle HTTP/2 connections on the API socket. Before: slow CNI requests were
@@ -73,26 +72,13 @@ function fdCount(pid: number): number {
 
 describeRoot('bounded connections (root, test-owned namespaces)', function () {
   this.timeout(120_000);
-  const namespaces = new NetnsSet('wn-harden-');
-  let dir: string;
-  let node: string;
+  const fx = useNodeFixture({ prefix: 'wn-harden-', dirPrefix: 'wn-harden-conn-', stopSignal: 'SIGKILL' });
   let daemon: DaemonProcess;
 
   before(async () => {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-harden-conn-'));
-    node = makeNodeNamespace(namespaces);
-    const config = path.join(dir, 'config.json');
+    const config = path.join(fx.dir, 'config.json');
     fs.writeFileSync(config, JSON.stringify(LIMITS));
-    daemon = await DaemonProcess.start({
-      dir,
-      netns: node,
-      args: ['--config', config, '--pod-cidr', '10.245.0.0/24'],
-    });
-  });
-  after(async () => {
-    await daemon?.kill('SIGKILL').catch(() => undefined);
-    namespaces.cleanup();
-    fs.rmSync(dir, { recursive: true, force: true });
+    daemon = await fx.startDaemon({ args: ['--config', config, '--pod-cidr', '10.245.0.0/24'] });
   });
 
   it('holds at most its caps, still answers Status and a CNI ADD, and closes slow and idle connections in time', async () => {
@@ -144,7 +130,7 @@ describeRoot('bounded connections (root, test-owned namespaces)', function () {
         client.close();
       }
       // So does a CNI ADD, from a real workload namespace.
-      const w = namespaces.add();
+      const w = fx.namespaces.add();
       const env = {
         CNI_COMMAND: 'ADD',
         CNI_CONTAINERID: 'conn-flood',

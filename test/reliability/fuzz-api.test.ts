@@ -17,6 +17,7 @@ import { makeFifo, makeNetnsPathZoo, type NetnsPathZoo } from './netns-path-zoo'
 import { makeNodeNamespace } from './node-namespace';
 import { checkProperty } from './property-check';
 import { scaled, TORTURE_SEED } from './torture-settings';
+import { fuzzTally } from './fuzz-tally';
 
 // Property tests on the workload API with the recording backend: whatever a caller sends, the daemon
 // answers (it never crashes or hangs), refuses bad input with INVALID_ARGUMENT and a message, accepts
@@ -117,7 +118,7 @@ describeRoot('fuzz: workload API input (recording backend, root for test-owned n
   const namespaces = new NetnsSet('wnr-');
   const backend = new RecordingBackend();
   const residents = ['resident-a', 'resident-b'];
-  const tried: Record<string, number> = {};
+  const { tried, count, params } = fuzzTally();
   let zoo: NetnsPathZoo;
   let d: InProcessDaemon;
   let client: ApiClient;
@@ -132,8 +133,7 @@ describeRoot('fuzz: workload API input (recording backend, root for test-owned n
   });
 
   after(async () => {
-    await d?.stop();
-    if (d) fs.rmSync(d.dir, { recursive: true, force: true });
+    await d?.dispose();
     zoo?.cleanup();
     namespaces.cleanup();
     console.log(
@@ -173,13 +173,6 @@ describeRoot('fuzz: workload API input (recording backend, root for test-owned n
       programmed: [...backend.programmed.keys()].sort(),
     });
   }
-
-  const count = (name: string): void => void (tried[name] = (tried[name] ?? 0) + 1);
-  const params = (numRuns: number): fc.Parameters<unknown> => ({
-    numRuns,
-    seed: TORTURE_SEED,
-    endOnFailure: true,
-  });
 
   it(`answers Attach with INVALID_ARGUMENT for every invalid input and changes nothing, OK only for valid input (${RUNS.attach} runs)`, async () => {
     const paths = fc.oneof(

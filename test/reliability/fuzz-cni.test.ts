@@ -13,6 +13,7 @@ import { cniEnvelope, parseCniError, postCni, rawExchange, type CniAnswer } from
 import { makeNetnsPathZoo, type NetnsPathZoo } from './netns-path-zoo';
 import { checkProperty } from './property-check';
 import { scaled, TORTURE_SEED } from './torture-settings';
+import { fuzzTally } from './fuzz-tally';
 
 // Property tests on the daemon's CNI endpoint (the real CniServer on the real orchestrator, recording
 // backend): whatever arrives — malformed, huge or deeply nested JSON, wrong types, path tricks in
@@ -55,7 +56,7 @@ describeRoot('fuzz: CNI endpoint input (recording backend, root for test-owned n
   this.timeout(180_000);
   const namespaces = new NetnsSet('wnr-');
   const backend = new RecordingBackend();
-  const tried: Record<string, number> = {};
+  const { tried, count, params } = fuzzTally();
   const codesSeen: Record<string, number> = {};
   let zoo: NetnsPathZoo;
   let d: InProcessDaemon;
@@ -74,20 +75,12 @@ describeRoot('fuzz: CNI endpoint input (recording backend, root for test-owned n
 
   after(async () => {
     await server?.close();
-    await d?.stop();
-    if (d) fs.rmSync(d.dir, { recursive: true, force: true });
+    await d?.dispose();
     zoo?.cleanup();
     namespaces.cleanup();
     console.log(
       `      fuzz-cni (fast-check seed ${TORTURE_SEED}): inputs tried per property ${JSON.stringify(tried)}; CNI codes answered ${JSON.stringify(codesSeen)}`,
     );
-  });
-
-  const count = (name: string): void => void (tried[name] = (tried[name] ?? 0) + 1);
-  const params = (numRuns: number): fc.Parameters<unknown> => ({
-    numRuns,
-    seed: TORTURE_SEED,
-    endOnFailure: true,
   });
 
   async function stored(): Promise<string> {

@@ -7,6 +7,7 @@ import * as path from 'node:path';
 import { ApiClient } from '../../cli/api-client';
 import { DaemonProcess } from '../support/daemon-process';
 import { InProcessDaemon } from '../support/in-process-daemon';
+import { attachRequest } from '../support/attach-request';
 import { isRoot, NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
 import { cniEnvelope } from '../support/cni-http';
@@ -109,13 +110,7 @@ describeRoot('graceful shutdown (root, test-owned namespaces)', function () {
     backend.attachDelayMs = 1000;
     const d = await InProcessDaemon.start(backend, { shutdownTimeoutMs: 5000 }, { dir });
     const ns = namespaces.add();
-    const attaching = d.client.call(d.client.raw.attach, {
-      workloadId: 'in-flight',
-      netns: { netnsPath: ns.path, ifName: 'eth0', mtu: 0 },
-      containerId: '',
-      pod: undefined,
-      dns: undefined,
-    });
+    const attaching = d.client.call(d.client.raw.attach, attachRequest('in-flight', ns.path));
     while (backend.calls.length === 0) await new Promise((r) => setTimeout(r, 10));
     const stopping = d.daemon.stop();
     // Not accepting any more: a new client cannot connect.

@@ -13,7 +13,7 @@ import { isRoot, NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
 import { runBurst as burst, type BurstOutcome, type BurstReport } from './api-burst';
 import { codeName } from '../support/grpc-outcome';
-import { hostLinksInGroup } from './kernel-view';
+import { hostLinksInGroup } from '../support/kernel-view';
 import { makeNodeNamespace } from './node-namespace';
 import { fmtLatency, sampleStatusDuring as sampled, type StatusLatency } from './status-sampler';
 import { scaled } from './torture-settings';
@@ -66,8 +66,7 @@ describeRoot('load: concurrent calls over gRPC (root for test-owned namespaces)'
     let d: InProcessDaemon | undefined;
 
     afterEach(async () => {
-      await d?.stop();
-      if (d) fs.rmSync(d.dir, { recursive: true, force: true });
+      await d?.dispose();
       d = undefined;
     });
 

@@ -1,7 +1,6 @@
 import { expect } from 'chai';
 import { execFile, spawn } from 'node:child_process';
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
@@ -9,11 +8,12 @@ import { DEFAULT_CONFIG } from '../../core/config';
 import { SEED_SERVICE } from '../../core/api-server';
 import { AttachRequest } from '../../proto/gen/workloadnet/v1/workload';
 import { daemonCommand, DaemonProcess } from '../support/daemon-process';
-import { isRoot, NetnsSet } from '../support/netns';
+import { attachRequest } from '../support/attach-request';
+import { isRoot } from '../support/netns';
+import { useNodeFixture } from '../support/node-fixture';
 import { cniEnvelope, parseCniError, postCni } from '../support/cni-http';
 import { codeName, outcome } from '../support/grpc-outcome';
-import { hostLinksInGroup } from './kernel-view';
-import { makeNodeNamespace } from './node-namespace';
+import { hostLinksInGroup } from '../support/kernel-view';
 import { makeTestPki, type TestPki } from '../support/pki';
 import { TLS_PROBE_MAIN, type ProbeResult } from './tls-probe';
 
@@ -42,53 +42,31 @@ function expectSocket(p: string, mode: number, gid: number): void {
   expect(st.gid, `group of ${p}`).to.equal(gid);
 }
 
-const attachReq = (workloadId: string, netnsPath: string): AttachRequest => ({
-  workloadId,
-  netns: { netnsPath, ifName: 'eth0', mtu: 0 },
-  containerId: '',
-  pod: undefined,
-  dns: undefined,
-});
-
 describeRoot('security (root, test-owned namespaces)', function () {
   this.timeout(90_000);
 
   describe('linux backend daemon in a node namespace, --socket-group daemon', () => {
-    const namespaces = new NetnsSet('wnr-');
-    let dir: string;
-    let node: string;
+    const fx = useNodeFixture({ prefix: 'wnr-', dirPrefix: 'wnr-security-', stopSignal: 'SIGKILL' });
     let daemon: DaemonProcess;
     let protectedPaths: string[];
 
     before(async () => {
-      dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wnr-security-'));
-      node = makeNodeNamespace(namespaces);
-      daemon = await DaemonProcess.start({
-        dir,
-        netns: node,
-        args: ['--pod-cidr', '10.246.0.0/24', '--socket-group', 'daemon'],
-      });
+      daemon = await fx.startDaemon({ args: ['--pod-cidr', '10.246.0.0/24', '--socket-group', 'daemon'] });
       const pid = daemon.child.pid;
-      fs.symlinkSync('/proc/1/ns/net', path.join(dir, 'link-to-pid1'));
-      fs.symlinkSync(`/var/run/netns/${node}`, path.join(dir, 'link-to-own'));
+      fs.symlinkSync('/proc/1/ns/net', path.join(fx.dir, 'link-to-pid1'));
+      fs.symlinkSync(`/var/run/netns/${fx.node}`, path.join(fx.dir, 'link-to-own'));
       // The daemon's own namespace is the node namespace: by its bind mount, by its pid, as /proc/self
       // seen from the daemon. PID 1's is the machine's.
       protectedPaths = [
         '/proc/1/ns/net',
-        path.join(dir, 'link-to-pid1'),
-        `/var/run/netns/${node}`,
+        path.join(fx.dir, 'link-to-pid1'),
+        `/var/run/netns/${fx.node}`,
         `/proc/${pid}/ns/net`,
         `/proc/${pid}/task/${pid}/ns/net`,
         '/proc/self/ns/net',
         '/proc/thread-self/ns/net',
-        path.join(dir, 'link-to-own'),
+        path.join(fx.dir, 'link-to-own'),
       ];
-    });
-
-    after(async () => {
-      await daemon?.kill('SIGKILL').catch(() => undefined);
-      namespaces.cleanup();
-      fs.rmSync(dir, { recursive: true, force: true });
     });
 
     /**
@@ -102,7 +80,7 @@ describeRoot('security (root, test-owned namespaces)', function () {
 
     async function nothingCreated(): Promise<void> {
       expect((await daemon.client.call(daemon.client.raw.list, {})).attachments).to.deep.equal([]);
-      expect(await hostLinksInGroup(node, DEFAULT_CONFIG.linux.linkGroup)).to.deep.equal([]);
+      expect(await hostLinksInGroup(fx.node, DEFAULT_CONFIG.linux.linkGroup)).to.deep.equal([]);
       expect((await daemon.client.call(daemon.client.raw.status, {})).pools[0]?.used).to.equal(0);
     }
 
@@ -114,7 +92,7 @@ describeRoot('security (root, test-owned namespaces)', function () {
 
     it("refuses to attach its own network namespace or PID 1's over gRPC, however the path is spelled", async () => {
       for (const p of protectedPaths) {
-        const r = await outcome(daemon.client.call(daemon.client.raw.attach, attachReq('steal-host', p)));
+        const r = await outcome(daemon.client.call(daemon.client.raw.attach, attachRequest('steal-host', p)));
         expect(codeName(r.code), `${p}: ${r.details}`).to.equal('INVALID_ARGUMENT');
         expect(r.details, p).to.match(refusal(p));
       }
@@ -141,7 +119,7 @@ describeRoot('security (root, test-owned namespaces)', function () {
     });
 
     it('rejects a gRPC request over 1 MiB with RESOURCE_EXHAUSTED under both service names, and keeps serving', async () => {
-      const big = attachReq('x'.repeat(MIB + 100), `/var/run/netns/${node}`);
+      const big = attachRequest('x'.repeat(MIB + 100), `/var/run/netns/${fx.node}`);
       const own = await outcome(daemon.client.call(daemon.client.raw.attach, big));
       expect(codeName(own.code), own.details).to.equal('RESOURCE_EXHAUSTED');
 
@@ -163,7 +141,7 @@ describeRoot('security (root, test-owned namespaces)', function () {
 
       // Just under the limit is an ordinary request: refused for its content, not its size.
       const justUnder = await outcome(
-        daemon.client.call(daemon.client.raw.attach, attachReq('y'.repeat(MIB - 200), '/nonexistent')),
+        daemon.client.call(daemon.client.raw.attach, attachRequest('y'.repeat(MIB - 200), '/nonexistent')),
       );
       expect(codeName(justUnder.code), justUnder.details.slice(0, 200)).to.equal('INVALID_ARGUMENT');
 
@@ -175,50 +153,30 @@ describeRoot('security (root, test-owned namespaces)', function () {
   });
 
   describe('DPU backend daemon with agents over mutual TLS', () => {
-    const namespaces = new NetnsSet('wnr-');
-    let dir: string;
-    let node: string;
+    const fx = useNodeFixture({ prefix: 'wnr-', dirPrefix: 'wnr-security-tls-', stopSignal: 'SIGKILL' });
     let pki: TestPki;
     let daemon: DaemonProcess;
     let port: number;
 
     before(async () => {
-      dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wnr-security-tls-'));
-      pki = makeTestPki(path.join(dir, 'pki'));
-      node = makeNodeNamespace(namespaces);
-      daemon = await DaemonProcess.start({
-        dir,
-        netns: node,
-        args: [
-          '--backend',
-          'dpu',
-          '--agent-socket',
-          path.join(dir, 'agent.sock'),
-          '--agent-listen',
-          '127.0.0.1:0',
-          '--tls-cert',
-          pki.serverCert,
-          '--tls-key',
-          pki.serverKey,
-          '--tls-ca',
-          pki.ca,
-          '--pod-cidr',
-          '10.245.0.0/24',
-          '--socket-group',
-          '1',
-        ],
+      pki = makeTestPki(path.join(fx.dir, 'pki'));
+      daemon = await fx.startDaemon({
+        flags: {
+          backend: 'dpu',
+          'agent-socket': path.join(fx.dir, 'agent.sock'),
+          'agent-listen': '127.0.0.1:0',
+          'tls-cert': pki.serverCert,
+          'tls-key': pki.serverKey,
+          'tls-ca': pki.ca,
+          'pod-cidr': '10.245.0.0/24',
+          'socket-group': '1',
+        },
       });
       const m = /listening for DPU agents.*?\(port (\d+)\)|\(port (\d+)\).*?listening for DPU agents/.exec(
         fs.readFileSync(daemon.logFile, 'utf8'),
       );
       port = Number(m?.[1] ?? m?.[2]);
       if (!port) throw new Error(`no agent port in the daemon log:\n${daemon.log()}`);
-    });
-
-    after(async () => {
-      await daemon?.kill('SIGKILL').catch(() => undefined);
-      namespaces.cleanup();
-      fs.rmSync(dir, { recursive: true, force: true });
     });
 
     /** Runs the probe agent inside the node namespace, where the daemon's loopback listener is. */
@@ -230,7 +188,7 @@ describeRoot('security (root, test-owned namespaces)', function () {
       const args = [
         'netns',
         'exec',
-        node,
+        fx.node,
         process.execPath,
         TLS_PROBE_MAIN,
         `127.0.0.1:${port}`,
@@ -246,7 +204,7 @@ describeRoot('security (root, test-owned namespaces)', function () {
     it('creates its sockets with the numeric --socket-group, and the agent socket for root only', () => {
       expectSocket(daemon.socket, 0o660, 1);
       expectSocket(daemon.cniSocket, 0o660, 1);
-      expect((fs.statSync(path.join(dir, 'agent.sock')).mode & 0o777).toString(8)).to.equal('600');
+      expect((fs.statSync(path.join(fx.dir, 'agent.sock')).mode & 0o777).toString(8)).to.equal('600');
     });
 
     it('accepts an agent whose client certificate chains to the CA and names it', async () => {
@@ -288,12 +246,12 @@ describeRoot('security (root, test-owned namespaces)', function () {
     async function startWithBadKey(
       secret: string,
     ): Promise<{ code: number | null; output: string; badKey: string }> {
-      const badDir = fs.mkdtempSync(path.join(dir, 'bad-'));
+      const badDir = fs.mkdtempSync(path.join(fx.dir, 'bad-'));
       const badKey = path.join(badDir, 'bad.key');
       fs.writeFileSync(badKey, `-----BEGIN PRIVATE KEY-----\n${secret}\n-----END PRIVATE KEY-----\n`);
       const { file, args } = daemonCommand({
         dir: badDir,
-        netns: node,
+        netns: fx.node,
         flags: {
           backend: 'dpu',
           'agent-socket': path.join(badDir, 'agent.sock'),
@@ -338,10 +296,10 @@ describeRoot('security (root, test-owned namespaces)', function () {
       // A DPU daemon without an agent: should validation let the path through, the call stops at
       // "no agent" and nothing anywhere is programmed. This test process runs in the machine's own
       // network namespace, which is what PID 1's normally is.
-      const safeDir = fs.mkdtempSync(path.join(dir, 'noagent-'));
+      const safeDir = fs.mkdtempSync(path.join(fx.dir, 'noagent-'));
       const d = await DaemonProcess.start({
         dir: safeDir,
-        netns: node,
+        netns: fx.node,
         args: [
           '--backend',
           'dpu',
@@ -353,7 +311,7 @@ describeRoot('security (root, test-owned namespaces)', function () {
       });
       try {
         const r = await outcome(
-          d.client.call(d.client.raw.attach, attachReq('machine-ns', `/proc/${process.pid}/ns/net`)),
+          d.client.call(d.client.raw.attach, attachRequest('machine-ns', `/proc/${process.pid}/ns/net`)),
         );
         expect(codeName(r.code), r.details).to.equal('INVALID_ARGUMENT');
       } finally {

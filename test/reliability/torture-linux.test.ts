@@ -6,7 +6,7 @@ import { isRoot } from '../support/netns';
 import { codeName } from '../support/grpc-outcome';
 import { pings } from '../support/ping';
 import { TortureRig } from '../support/torture-rig';
-import { hostLinksInGroup, ipv4Addresses, routes } from './kernel-view';
+import { hostLinksInGroup, ipv4Addresses, routes } from '../support/kernel-view';
 import { makeNodeNamespace } from './node-namespace';
 import { scaled, TORTURE_KILLS, TORTURE_SEED } from './torture-settings';
 

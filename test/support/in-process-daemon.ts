@@ -82,4 +82,10 @@ export class InProcessDaemon {
     this.client.close();
     await this.daemon.stop();
   }
+
+  /** Stops the daemon for good and removes its directory (sockets and state). */
+  async dispose(): Promise<void> {
+    await this.stop();
+    fs.rmSync(this.dir, { recursive: true, force: true });
+  }
 }

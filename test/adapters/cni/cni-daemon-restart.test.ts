@@ -1,9 +1,8 @@
 import { expect } from 'chai';
-import { promises as fs } from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
-import { DaemonProcess } from '../../support/daemon-process';
-import { NetnsSet, addNodeUplink, isRoot } from '../../support/netns';
+import type { DaemonProcess } from '../../support/daemon-process';
+import { isRoot } from '../../support/netns';
+import { useNodeFixture } from '../../support/node-fixture';
 import { runShim } from './cni-harness';
 
 // The real daemon (dist/cli/workloadnet.js) killed with SIGKILL and started again 1.5 s later: CNI calls
@@ -14,30 +13,15 @@ const describeRoot = isRoot ? describe : describe.skip;
 
 describeRoot('CNI calls across a daemon restart (real daemon, linux backend, root)', function () {
   this.timeout(90_000);
-  const namespaces = new NetnsSet('wnc-rs-');
-  let dir: string;
-  let node: string;
+  const fx = useNodeFixture({ prefix: 'wnc-rs-', uplinkAddress: '10.250.7.1' });
   let daemon: DaemonProcess | undefined;
   const shim = path.resolve(__dirname, '..', '..', '..', 'bin', 'workloadnet-cni');
 
   const start = async (): Promise<DaemonProcess> =>
-    DaemonProcess.start({
-      dir: path.join(dir, 'daemon'),
-      netns: node,
-      args: ['--pod-cidr', '10.253.7.0/24'],
-    });
+    fx.startDaemon({ dir: path.join(fx.dir, 'daemon'), args: ['--pod-cidr', '10.253.7.0/24'] });
 
   before(async () => {
-    dir = await fs.mkdtemp(path.join(os.tmpdir(), 'wnc-rs-'));
-    node = namespaces.add().name;
-    addNodeUplink(node, '10.250.7.1');
     daemon = await start();
-  });
-
-  after(async () => {
-    await daemon?.stop();
-    namespaces.cleanup();
-    await fs.rm(dir, { recursive: true, force: true });
   });
 
   afterEach(function () {
@@ -66,12 +50,12 @@ describeRoot('CNI calls across a daemon restart (real daemon, linux backend, roo
   }
 
   it('serves an ADD and a DEL issued while the daemon is dead, once it is back', async () => {
-    const old = namespaces.add();
+    const old = fx.namespaces.add();
     const added = await call('ADD', 'before-kill', old.path);
     expect(added.exitCode, added.stdout).to.equal(0);
 
     await daemon?.kill('SIGKILL');
-    const fresh = namespaces.add();
+    const fresh = fx.namespaces.add();
     // Both start while no daemon listens (the dead one's socket refuses), and retry.
     const pendingAdd = call('ADD', 'during-restart', fresh.path);
     const pendingDel = call('DEL', 'before-kill', old.path);

@@ -3,10 +3,10 @@ import * as path from 'node:path';
 import { Writable } from 'node:stream';
 import type { DataplaneResult } from '../../../core/backend';
 import { createLogger } from '../../../core/logger';
-import { AckCode, PortOperState } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+import { PortOperState } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { DpuBackend } from '../../../backends/dpu';
 import { PORT_STATUS_MESSAGE_MAX, PortStatusGate } from '../../../backends/dpu/port-status-gate';
-import { removeDir, scratchDir, spec, startBackend, view } from './fixtures';
+import { okAck, removeDir, scratchDir, spec, startBackend, view } from './fixtures';
 import { RawAgent } from './raw-agent';
 import { sleep } from './sim-process';
 import { attachTo } from '../../support/attach-spec';
@@ -56,15 +56,7 @@ describe('DPU backend: a PortStatus flood', function () {
     const attaching = attachTo(backend, spec(1));
     const up = await agent.next((m) => !!m.upsert, 'the upsert');
     const port = up.upsert!.port!;
-    agent.send({
-      ack: {
-        name: port.name,
-        generation: port.generation,
-        code: AckCode.ACK_CODE_OK,
-        message: '',
-        retryable: false,
-      },
-    });
+    agent.send(okAck(port.name, port.generation));
     return { name: port.name, dataplane: await attaching };
   }
 

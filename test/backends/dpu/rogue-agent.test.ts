@@ -3,10 +3,10 @@ import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { DpuBackend } from '../../../backends/dpu';
-import { AckCode, type Port } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+import type { Port } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { attachTo } from '../../support/attach-spec';
 import { NetnsSet, addNodeUplink, ipJson, isRoot } from '../../support/netns';
-import { expectCode, removeDir, scratchDir, spec, startBackend } from './fixtures';
+import { expectCode, okAck, removeDir, scratchDir, spec, startBackend } from './fixtures';
 import { RawAgent } from './raw-agent';
 
 // A DPU agent is outside the host's trust: the netdev it names as a port's host end is moved into a
@@ -83,16 +83,7 @@ interface IpLink {
       const port = up.upsert!.port!;
       const netdev = endpoint(port);
       const before = nodeState();
-      agent.send({
-        ack: {
-          name: port.name,
-          generation: port.generation,
-          code: AckCode.ACK_CODE_OK,
-          message: '',
-          retryable: false,
-          endpoint: { netdev, mac: port.mac },
-        },
-      });
+      agent.send(okAck(port.name, port.generation, { endpoint: { netdev, mac: port.mac } }));
       return { result, port, before };
     }
 

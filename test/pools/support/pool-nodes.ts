@@ -5,6 +5,8 @@ import type { StatusResponse } from '../../../proto/gen/workloadnet/v1/workload'
 import { DaemonProcess } from '../../support/daemon-process';
 import { addNodeUplink, type NetnsSet } from '../../support/netns';
 import type { EtcdCluster } from './etcd-cluster';
+import { attachRequest } from '../../support/attach-request';
+import { waitUntil } from '../../support/wait-until';
 
 // Daemons as separate cluster nodes: each runs in the etcd cluster's namespace (so it reaches etcd on
 // that loopback) and programs its own node namespace through --host-netns.
@@ -52,33 +54,16 @@ export function status(d: DaemonProcess): Promise<StatusResponse> {
   return d.client.call(d.client.raw.status, {});
 }
 
-/** Polls until `check` passes (returns true) or the time is up; then fails with the last state. */
-export async function eventually(
-  what: string,
-  check: () => Promise<boolean>,
-  timeoutMs = 20_000,
-): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  while (Date.now() < deadline) {
-    try {
-      if (await check()) return;
-    } catch (err) {
-      last = err;
-    }
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  throw new Error(`timed out waiting for ${what}${last ? `: ${String(last)}` : ''}`);
+/**
+ * Polls until `check` passes (returns true) or the time is up; then fails with the last state. Calls
+ * that fail meanwhile (a daemon restarting, etcd electing) count as "not yet".
+ */
+export function eventually(what: string, check: () => Promise<boolean>, timeoutMs = 20_000): Promise<void> {
+  return waitUntil(check, what, timeoutMs, { intervalMs: 100, retryOnError: true });
 }
 
 export async function attach(d: DaemonProcess, workloadId: string, netnsPath: string): Promise<string[]> {
-  const res = await d.client.call(d.client.raw.attach, {
-    workloadId,
-    netns: { netnsPath, ifName: 'eth0', mtu: 0 },
-    containerId: '',
-    pod: undefined,
-    dns: undefined,
-  });
+  const res = await d.client.call(d.client.raw.attach, attachRequest(workloadId, netnsPath));
   return res.ips.map((i) => i.cidr.split('/')[0]!);
 }
 

@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
+import { DEFAULT_CONFIG } from '../../core/config';
 
 // What the kernel says, read with ip(8) from test code: the host links in our link group, the routes
 // of the node namespace, and a workload's eth0 addresses.
@@ -20,6 +21,11 @@ export interface HostLink {
 export async function hostLinksInGroup(node: string, group: number): Promise<HostLink[]> {
   const links = await ipJsonAsync<Array<Partial<HostLink>>>(node, ['link', 'show', 'group', String(group)]);
   return links.filter((l): l is HostLink => typeof l.ifname === 'string');
+}
+
+/** Host links the Linux backend made in the node namespace: those in its default link group. */
+export function linuxHostLinks(node: string): Promise<HostLink[]> {
+  return hostLinksInGroup(node, DEFAULT_CONFIG.linux.linkGroup);
 }
 
 export interface RouteEntry {
