@@ -1,8 +1,8 @@
 import * as fs from 'node:fs';
 import type { Command } from 'commander';
-import { Etcd3 } from 'etcd3';
+import type { Etcd3 } from 'etcd3';
 import { DEFAULT_CONFIG, loadConfigFile, mergeConfig, type EtcdConfig } from '../core/config';
-import { BlockRegistry } from '../pools/etcd/block-registry';
+import type { BlockRegistry } from '../pools/etcd/block-registry';
 import { EXIT } from './client-commands';
 import { json, table } from './output';
 
@@ -43,6 +43,9 @@ async function withRegistry(opts: ClusterOpts, fn: (r: BlockRegistry) => Promise
   try {
     const e = etcdSettings(opts);
     const timeoutMs = Number(opts.timeout) * 1000;
+    // Imported here, not at the top: every workloadnet command (the daemon too) loads this file.
+    const { Etcd3 } = await import('etcd3');
+    const { BlockRegistry } = await import('../pools/etcd/block-registry');
     client = new Etcd3({
       hosts: e.endpoints,
       dialTimeout: timeoutMs,

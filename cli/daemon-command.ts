@@ -107,7 +107,7 @@ export async function runDaemon(flags: DaemonFlags): Promise<void> {
   const metrics = new Metrics({ processMetrics: true });
   const container = createContainer(config, logger, metrics);
   container.load(backendModule(config, logger), endpointsModule(config, logger, metrics));
-  bindPoolSource(container, config, logger);
+  await bindPoolSource(container, config, logger);
   const daemon = new Daemon(container);
   try {
     await daemon.start();

@@ -46,7 +46,7 @@ class Node {
     });
     const container = createContainer(config, silentLogger(), new Metrics());
     container.bind<Backend>(BACKEND).toConstantValue(new RecordingBackend());
-    bindPoolSource(container, config, silentLogger());
+    await bindPoolSource(container, config, silentLogger());
     const daemon = new Daemon(container);
     await daemon.start();
     return new Node(daemon, config.socket);
