@@ -51,9 +51,11 @@ describeRoot('leak sweep: namespaces deleted behind the daemon (root, test-owned
       Number((await client.call(client.raw.status, {})).pools[0]?.used ?? -1);
     expect(await used()).to.equal(2);
 
+    // The sweep never touches an attachment younger than one interval: let both grow older first.
+    await new Promise((r) => setTimeout(r, SWEEP_MS + 100));
+    // The dry run names only the one whose namespace is gone, as suspected (or, if two sweeps already
+    // saw it, as about to go), and changes nothing.
     execFileSync('ip', ['netns', 'del', gone.name]);
-    // Seen gone once first: the dry run names it as suspected (or, if two sweeps already saw it, as
-    // about to go), and changes nothing.
     const dry = execFileSync(
       process.execPath,
       [CLI, 'gc', '--dry-run', '--json', '--socket', daemon.socket],
