@@ -67,7 +67,7 @@ describe('workloadnet CLI: help', () => {
 });
 
 // The recording backend enters no namespace, so a stand-in serves.
-describe('workloadnet CLI against a daemon (root, test namespace)', () => {
+describe('workloadnet CLI against a daemon (stand-in namespaces, no root needed)', () => {
   const namespaces = new StandInNamespaces();
   let d: InProcessDaemon;
   let backend: RecordingBackend;

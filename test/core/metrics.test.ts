@@ -17,7 +17,7 @@ function sample(text: string, name: string, labels: Record<string, string>): num
 }
 
 // The recording backend enters no namespace, so a stand-in serves.
-describe('Prometheus metrics (root, test namespace)', () => {
+describe('Prometheus metrics (stand-in namespaces, no root needed)', () => {
   const namespaces = new StandInNamespaces();
   let d: InProcessDaemon;
   let server: MetricsServer;
