@@ -68,11 +68,23 @@ export class LeakSweep {
     const seen = new Map<string, string>();
     const minAgeMs = this.intervalMs > 0 ? this.intervalMs : 0;
     const now = Date.now();
-    for (const rec of [...this.target.rows()]) {
-      if (!rec.netnsPath) continue;
-      if (now - Date.parse(rec.createdAt) < minAgeMs) continue;
-      // One namespace at a time: a sweep is background work and must not crowd out the API.
-      if (await this.netns.stillPresent(rec.netnsPath, rec.netnsInode)) continue;
+    // What the sweep looks at, taken from the rows up front (the store is not read across awaits);
+    // the row itself is read again, under the workload's lock, only when it is released.
+    const candidates: AttachmentRecord[] = [];
+    for (const rec of this.target.rows()) {
+      if (rec.netnsPath && now - Date.parse(rec.createdAt) >= minAgeMs) candidates.push(rec);
+    }
+    // Interfaces of one workload share a namespace: look at each namespace once per sweep.
+    const present = new Map<string, boolean>();
+    for (const rec of candidates) {
+      const ns = `${rec.netnsInode} ${rec.netnsPath}`;
+      let alive = present.get(ns);
+      if (alive === undefined) {
+        // One namespace at a time: a sweep is background work and must not crowd out the API.
+        alive = await this.netns.stillPresent(rec.netnsPath, rec.netnsInode);
+        present.set(ns, alive);
+      }
+      if (alive) continue;
       if (this.seenGone.get(rec.key) !== rec.createdAt) {
         seen.set(rec.key, rec.createdAt);
         result.suspected.push(rec.key);

@@ -281,12 +281,17 @@ export class NetnsHandle implements Netns {
   }
 }
 
-/** Whether the namespace at `netnsPath` still exists and is the one recorded (same inode). */
+/**
+ * Whether the namespace at `netnsPath` still exists and is the one recorded (same nsfs inode). A stat
+ * is enough: the namespace was checked as a network namespace when it was recorded, and nsfs gives a
+ * live namespace an inode no other holds. Asked for every attachment on every leak sweep, so it opens
+ * nothing.
+ */
 export async function netnsStillPresent(netnsPath: string, inode: number): Promise<boolean> {
+  if (!netnsPath) return false;
   try {
-    const ns = await NetnsHandle.open(netnsPath);
-    ns.close();
-    return ns.inode === inode;
+    const st = await fs.promises.stat(netnsPath);
+    return st.ino === inode && st.dev === originalNamespace().dev;
   } catch {
     return false;
   }
