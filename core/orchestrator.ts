@@ -66,6 +66,12 @@ export class Orchestrator implements WorkloadService {
   /** Keys whose row is written while their dataplane is still being programmed: not shown yet. */
   private readonly programming = new Set<string>();
   private lastReconcile?: ReconcileSummary;
+  /**
+   * The attachment that carries each namespace's default routes, by the namespace's inode: one per
+   * namespace, or a second interface's default route would clash with the first (EEXIST). Rebuilt from
+   * the store at start-up; an entry goes when its attachment goes.
+   */
+  private readonly defaultRouteHolders = new Map<number, string>();
   /** Releases attachments whose namespace is gone (see leak-sweep.ts). */
   readonly sweeper: LeakSweep;
 
@@ -120,8 +126,10 @@ export class Orchestrator implements WorkloadService {
         if (existing) return sameAttachment(existing, req, netns);
 
         const allocated = await this.pools.allocate();
+        const defaultRoute = await this.claimDefaultRoute(netns.inode, req);
         try {
-          const record = newRecord(req, netns.inode, allocated, this.backend.name);
+          const routes = defaultRoute ? undefined : this.config.podCidrs.slice();
+          const record = newRecord(req, netns.inode, allocated, this.backend.name, defaultRoute, routes);
           const spec: AttachSpec = { ...toSpec(record), netns };
           record.dataplane = this.backend.plan(spec);
           await this.programAndRecord(record, spec);
@@ -132,7 +140,10 @@ export class Orchestrator implements WorkloadService {
           return record;
         } catch (err) {
           // A row that could not be removed keeps its addresses: they follow the row (see reconcile).
-          if (!this.store.get(req.key)) this.allocator.release(allocated.map((a) => a.address));
+          if (!this.store.get(req.key)) {
+            this.allocator.release(allocated.map((a) => a.address));
+            this.dropDefaultRoute(netns.inode, req.key);
+          }
           log.warn({ err: (err as Error).message }, 'attach failed; rolled back');
           throw err;
         }
@@ -140,6 +151,27 @@ export class Orchestrator implements WorkloadService {
     } finally {
       netns.close();
     }
+  }
+
+  /**
+   * Whether a new attachment in this namespace carries its default routes: yes unless another
+   * attachment there already does. A holder whose namespace is gone (its inode reused by a new one) is
+   * forgotten. Claimed before programming, so two workloads sharing a namespace never both claim it.
+   */
+  private async claimDefaultRoute(inode: number, req: AttachRequest): Promise<boolean> {
+    const holder = this.defaultRouteHolders.get(inode);
+    if (holder !== undefined && holder !== req.key) {
+      const rec = this.store.get(holder);
+      // Without a row the holder is an attach still being programmed: it holds the route.
+      if (!rec || (await this.netns.stillPresent(rec.netnsPath, rec.netnsInode))) return false;
+      if (this.defaultRouteHolders.get(inode) !== holder) return false;
+    }
+    this.defaultRouteHolders.set(inode, req.key);
+    return true;
+  }
+
+  private dropDefaultRoute(inode: number, key: string): void {
+    if (this.defaultRouteHolders.get(inode) === key) this.defaultRouteHolders.delete(inode);
   }
 
   /**
@@ -236,6 +268,7 @@ export class Orchestrator implements WorkloadService {
     }
     await this.store.remove(rec.key);
     this.allocator.release(rec.ips.map((i) => i.address));
+    this.dropDefaultRoute(rec.netnsInode, rec.key);
   }
 
   /** Runs one API operation and records its latency and result code. */
@@ -257,7 +290,10 @@ export class Orchestrator implements WorkloadService {
    * API starts serving.
    */
   async init(): Promise<ReconcileSummary> {
-    for (const rec of this.store.all()) for (const ip of rec.ips) this.restoreAllocation(rec, ip);
+    for (const rec of this.store.all()) {
+      for (const ip of rec.ips) this.restoreAllocation(rec, ip);
+      if (rec.defaultRoute !== false && rec.netnsInode) this.defaultRouteHolders.set(rec.netnsInode, rec.key);
+    }
     this.allocator.restoreCursors(this.store.cursors());
     return this.reconcile();
   }
@@ -507,6 +543,8 @@ function newRecord(
   netnsInode: number,
   allocated: AllocatedIp[],
   backend: string,
+  defaultRoute: boolean,
+  routes: string[] | undefined,
 ): AttachmentRecord {
   return {
     key: req.key,
@@ -523,6 +561,8 @@ function newRecord(
     })),
     mtu: req.mtu,
     backend,
+    defaultRoute,
+    ...(routes ? { routes } : {}),
     dns: req.dns,
     origin: req.origin,
     state: 'ready',
@@ -548,6 +588,9 @@ function toSpec(rec: AttachmentRecord): Omit<AttachSpec, 'netns'> {
     netnsInode: rec.netnsInode,
     ips: rec.ips,
     mtu: rec.mtu,
+    network: rec.network,
+    defaultRoute: rec.defaultRoute,
+    routes: rec.routes,
   };
 }
 

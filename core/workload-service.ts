@@ -52,6 +52,15 @@ export interface Attachment {
   ips: IpAssignment[];
   mtu: number;
   backend: string;
+  /** The network the interface belongs to (rows recorded before networks existed have none: default). */
+  network?: string;
+  /**
+   * Whether the interface carries its namespace's default routes (absent means yes). One interface per
+   * namespace does; the others route their network's ranges (`routes`) only.
+   */
+  defaultRoute?: boolean;
+  /** Ranges routed through this interface, when it does not carry the default routes. */
+  routes?: string[];
   dns?: DnsInfo;
   dataplane?: DataplaneResult;
   /** Entry point that created it ("api" or "cni"). */
