@@ -2,24 +2,24 @@ import { randomUUID } from 'node:crypto';
 import { inject, injectable } from 'inversify';
 import { Admission } from './admission';
 import {
-  BACKEND,
   type AttachmentView,
   type AttachSpec,
   type Backend,
+  type BackendHealth,
   type DataplaneResult,
   type Drift,
   type IpAssignment,
   type UnclaimedAttachment,
 } from './backend';
-import { CONFIG, type DaemonConfig } from './config';
+import { CONFIG, DEFAULT_NETWORK, type DaemonConfig } from './config';
 import { alreadyExists, asWorkloadNetError, notFound } from './errors';
-import type { AllocatedIp, IpAllocator } from './ip-allocator';
+import type { AllocatedIp } from './ip-allocator';
 import { KeyedMutex } from './keyed-mutex';
 import { LeakSweep, type SweepResult } from './leak-sweep';
 import { LOGGER, type Logger } from './logger';
 import { METRICS, Metrics } from './metrics';
 import { NETNS_OPENER, type Netns, type NetnsOpener } from './netns';
-import { POOL_SUPPLY, type PoolSupply } from './pool-supply';
+import { NETWORKS, type Network, type NetworkSet } from './network';
 import { Store, type AttachmentRecord } from './store';
 import {
   DEFAULT_IF_NAME,
@@ -27,6 +27,7 @@ import {
   validateAttach,
   validateIfName,
   validateWorkloadId,
+  validateNetworkName,
   type AttachRequest,
 } from './validation';
 import type {
@@ -34,6 +35,8 @@ import type {
   Attachment,
   DetachCall,
   GcResult,
+  NetworkStatus,
+  PoolUsage,
   ReconcileSummary,
   ServiceStatus,
   WorkloadService,
@@ -76,14 +79,12 @@ export class Orchestrator implements WorkloadService {
   readonly sweeper: LeakSweep;
 
   constructor(
-    @inject(BACKEND) private readonly backend: Backend,
+    @inject(NETWORKS) private readonly networks: NetworkSet,
     @inject(STORE) private readonly store: Store,
-    @inject(ALLOCATOR) private readonly allocator: IpAllocator,
     @inject(NETNS_OPENER) private readonly netns: NetnsOpener,
     @inject(CONFIG) private readonly config: DaemonConfig,
     @inject(LOGGER) private readonly log: Logger,
     @inject(METRICS) private readonly metrics: Metrics,
-    @inject(POOL_SUPPLY) private readonly pools: PoolSupply,
   ) {
     this.admission = new Admission(config.maxInFlight, ATTACH_CONCURRENCY);
     this.sweeper = new LeakSweep(
@@ -106,9 +107,13 @@ export class Orchestrator implements WorkloadService {
   }
 
   attach(call: AttachCall): Promise<Attachment> {
-    return this.metered('attach', () => {
-      const req = validateAttach(call, this.config.mtu);
-      return this.admission.run(() => this.attachWorkload(req));
+    const label = { backend: this.networks.primary.backend.name };
+    return this.metered('attach', label, () => {
+      // The network first: its MTU is the default, and an unknown one is refused before anything.
+      const network = this.networks.get(validateNetworkName(call.network));
+      label.backend = network.backend.name;
+      const req = validateAttach({ ...call, network: network.name }, network.config.mtu);
+      return this.admission.run(() => this.attachWorkload(req, network));
     });
   }
 
@@ -117,22 +122,28 @@ export class Orchestrator implements WorkloadService {
    * behind: the backend undoes its own steps, programAndRecord removes the row, and the addresses go
    * back to the pool right where they were taken.
    */
-  private async attachWorkload(req: AttachRequest): Promise<Attachment> {
-    const log = this.log.child({ workloadId: req.workloadId, ifName: req.ifName, requestId: randomUUID() });
+  private async attachWorkload(req: AttachRequest, network: Network): Promise<Attachment> {
+    const log = this.log.child({
+      workloadId: req.workloadId,
+      ifName: req.ifName,
+      network: req.network,
+      requestId: randomUUID(),
+    });
+    const backend = network.backend;
     const netns = await this.netns.openWorkload(req.netnsPath);
     try {
       return await this.locks.run(req.workloadId, async () => {
         const existing = this.store.get(req.key);
         if (existing) return sameAttachment(existing, req, netns);
 
-        const allocated = await this.pools.allocate();
-        const defaultRoute = await this.claimDefaultRoute(netns.inode, req);
+        const allocated = await network.pools.allocate();
+        const defaultRoute = network.config.defaultRoute && (await this.claimDefaultRoute(netns.inode, req));
         try {
-          const routes = defaultRoute ? undefined : this.config.podCidrs.slice();
-          const record = newRecord(req, netns.inode, allocated, this.backend.name, defaultRoute, routes);
+          const routes = defaultRoute ? undefined : network.ranges();
+          const record = newRecord(req, netns.inode, allocated, backend.name, defaultRoute, routes);
           const spec: AttachSpec = { ...toSpec(record), netns };
-          record.dataplane = this.backend.plan(spec);
-          await this.programAndRecord(record, spec);
+          record.dataplane = backend.plan(spec);
+          await this.programAndRecord(record, spec, network);
           log.info(
             { ips: record.ips.map((i) => i.address), hostIf: record.dataplane.hostIfName },
             'attached',
@@ -141,7 +152,7 @@ export class Orchestrator implements WorkloadService {
         } catch (err) {
           // A row that could not be removed keeps its addresses: they follow the row (see reconcile).
           if (!this.store.get(req.key)) {
-            this.allocator.release(allocated.map((a) => a.address));
+            network.allocator.release(allocated.map((a) => a.address));
             this.dropDefaultRoute(netns.inode, req.key);
           }
           log.warn({ err: (err as Error).message }, 'attach failed; rolled back');
@@ -182,13 +193,17 @@ export class Orchestrator implements WorkloadService {
    * the namespace exists, released when it is gone), or a dataplane without a row, which carries the
    * attachment's name and is removed as an orphan.
    */
-  private async programAndRecord(record: AttachmentRecord, spec: AttachSpec): Promise<void> {
+  private async programAndRecord(
+    record: AttachmentRecord,
+    spec: AttachSpec,
+    network: Network,
+  ): Promise<void> {
     const planned = record.dataplane as DataplaneResult;
     this.programming.add(record.key);
     try {
       const [programmed, stored] = await Promise.allSettled([
-        this.backend.attach(spec, planned),
-        this.store.put(record, this.allocator.cursors()),
+        network.backend.attach(spec, planned),
+        this.store.put(record, this.networks.cursors()),
       ]);
       let failure: unknown =
         programmed.status === 'rejected' ? programmed.reason : (stored as PromiseRejectedResult).reason;
@@ -214,7 +229,7 @@ export class Orchestrator implements WorkloadService {
   /** Takes down whatever of a failed attach's dataplane is left. */
   private async undoProgramming(rec: AttachmentRecord): Promise<void> {
     try {
-      await this.backend.detach(toView(rec));
+      await this.networks.backendOf(rec).detach(toView(rec));
     } catch (err) {
       this.log.warn(
         { workloadId: rec.workloadId, ifName: rec.ifName, err: (err as Error).message },
@@ -236,7 +251,7 @@ export class Orchestrator implements WorkloadService {
   }
 
   detach(call: DetachCall): Promise<void> {
-    return this.metered('detach', async () => {
+    return this.metered('detach', { backend: this.networks.primary.backend.name }, async () => {
       const workloadId = validateWorkloadId(call.workloadId);
       const ifName = call.ifName ? validateIfName(call.ifName) : undefined;
       const log = this.log.child({ workloadId, ifName, requestId: randomUUID() });
@@ -259,7 +274,7 @@ export class Orchestrator implements WorkloadService {
    */
   private async teardown(rec: AttachmentRecord, why: string): Promise<void> {
     try {
-      await this.backend.detach(toView(rec));
+      await this.networks.backendOf(rec).detach(toView(rec));
     } catch (err) {
       this.log.warn(
         { workloadId: rec.workloadId, ifName: rec.ifName, why, err: (err as Error).message },
@@ -267,12 +282,12 @@ export class Orchestrator implements WorkloadService {
       );
     }
     await this.store.remove(rec.key);
-    this.allocator.release(rec.ips.map((i) => i.address));
+    this.networks.of(rec)?.allocator.release(rec.ips.map((i) => i.address));
     this.dropDefaultRoute(rec.netnsInode, rec.key);
   }
 
   /** Runs one API operation and records its latency and result code. */
-  private async metered<T>(op: string, fn: () => Promise<T>): Promise<T> {
+  private async metered<T>(op: string, label: { backend: string }, fn: () => Promise<T>): Promise<T> {
     const start = process.hrtime.bigint();
     let code = 'OK';
     try {
@@ -281,7 +296,7 @@ export class Orchestrator implements WorkloadService {
       code = asWorkloadNetError(err).code;
       throw err;
     } finally {
-      this.metrics.observe(op, this.backend.name, code, Number(process.hrtime.bigint() - start) / 1e9);
+      this.metrics.observe(op, label.backend, code, Number(process.hrtime.bigint() - start) / 1e9);
     }
   }
 
@@ -294,13 +309,22 @@ export class Orchestrator implements WorkloadService {
       for (const ip of rec.ips) this.restoreAllocation(rec, ip);
       if (rec.defaultRoute !== false && rec.netnsInode) this.defaultRouteHolders.set(rec.netnsInode, rec.key);
     }
-    this.allocator.restoreCursors(this.store.cursors());
+    this.networks.restoreCursors(this.store.cursors());
     return this.reconcile();
   }
 
   private restoreAllocation(rec: AttachmentRecord, ip: IpAssignment): void {
+    const network = this.networks.of(rec);
+    if (!network) {
+      // Its network was removed from the config: the attachment keeps working and can be detached.
+      this.log.warn(
+        { workloadId: rec.workloadId, network: rec.network, address: ip.address },
+        'attachment of a network this node no longer serves',
+      );
+      return;
+    }
     try {
-      this.allocator.markUsed(ip.address);
+      network.allocator.markUsed(ip.address);
     } catch (err) {
       // The pool was reconfigured and no longer contains this address: the attachment keeps it (the
       // workload is using it) but it can never be handed out again, which is what we want.
@@ -329,14 +353,21 @@ export class Orchestrator implements WorkloadService {
       warnings: [],
     };
     const rows = this.store.all();
-    const outcome = await this.backend.reconcile(rows.map(toView), { storeIsNew: this.store.isNew });
-    summary.orphansRemoved = outcome.orphansRemoved.length;
-    await this.adopt(outcome.unclaimed ?? [], summary);
-    summary.healthy = outcome.healthy.length;
-    summary.warnings.push(...outcome.warnings);
+    // Each backend reconciles the attachments it programmed, and only those: to it, another backend's
+    // are not its orphans.
+    const missing: string[] = [];
+    for (const backend of this.networks.backends()) {
+      const own = rows.filter((r) => this.networks.backendOf(r) === backend);
+      const outcome = await backend.reconcile(own.map(toView), { storeIsNew: this.store.isNew });
+      summary.orphansRemoved += outcome.orphansRemoved.length;
+      await this.adopt(outcome.unclaimed ?? [], summary, backend);
+      summary.healthy += outcome.healthy.length;
+      summary.warnings.push(...outcome.warnings);
+      missing.push(...outcome.missing);
+    }
     const byKey = new Map(rows.map((r) => [r.key, r]));
     await Promise.all(
-      outcome.missing.map(async (key) => {
+      missing.map(async (key) => {
         const rec = byKey.get(key);
         if (!rec) return;
         if (await this.netns.stillPresent(rec.netnsPath, rec.netnsInode)) {
@@ -377,8 +408,13 @@ export class Orchestrator implements WorkloadService {
    * known for Detach (by workload id, as CNI DEL sends it). Its namespace path is unknown; when the
    * workload goes, its dataplane goes with it and the next start-up reconcile releases the row.
    */
-  private async adopt(unclaimed: UnclaimedAttachment[], summary: ReconcileSummary): Promise<void> {
+  private async adopt(
+    unclaimed: UnclaimedAttachment[],
+    summary: ReconcileSummary,
+    backend: Backend,
+  ): Promise<void> {
     if (unclaimed.length === 0) return;
+    const network = this.networks.networks.find((n) => n.backend === backend) ?? this.networks.primary;
     for (const u of unclaimed) {
       const slash = u.key.lastIndexOf('/');
       const record: AttachmentRecord = {
@@ -392,14 +428,15 @@ export class Orchestrator implements WorkloadService {
           return { family, address, gateway: family === 4 ? GATEWAY_V4 : GATEWAY_V6 };
         }),
         mtu: u.mtu,
-        backend: this.backend.name,
+        backend: backend.name,
+        network: network.name,
         origin: 'adopted',
         state: 'ready',
         createdAt: new Date().toISOString(),
         dataplane: u.dataplane,
       };
       for (const ip of record.ips) this.restoreAllocation(record, ip);
-      await this.store.put(record, this.allocator.cursors());
+      await this.store.put(record, this.networks.cursors());
       summary.adopted++;
     }
     const message =
@@ -416,8 +453,9 @@ export class Orchestrator implements WorkloadService {
     try {
       if (netns.inode !== rec.netnsInode) throw new Error(`${rec.netnsPath} now names another namespace`);
       const spec: AttachSpec = { ...toSpec(rec), netns };
+      const backend = this.networks.backendOf(rec);
       // The recorded plan again: the repaired interface keeps its MAC, so peers' neighbour caches hold.
-      const dataplane = await this.backend.attach(spec, rec.dataplane ?? this.backend.plan(spec));
+      const dataplane = await backend.attach(spec, rec.dataplane ?? backend.plan(spec));
       await this.store.put({ ...rec, dataplane });
     } finally {
       netns.close();
@@ -425,41 +463,65 @@ export class Orchestrator implements WorkloadService {
   }
 
   async status(): Promise<ServiceStatus> {
-    const health = await this.backend.health().catch((err: unknown) => ({
-      ready: false,
-      reasons: [`backend health check failed: ${asWorkloadNetError(err).message}`],
-      details: {},
-    }));
-    const reasons = [...health.reasons.filter(() => !health.ready)];
-    if (!health.ready && reasons.length === 0) reasons.push(`backend ${this.backend.name} is not ready`);
+    const healths = new Map(
+      await Promise.all(this.networks.backends().map(async (b) => [b, await backendHealth(b)] as const)),
+    );
     const writes = this.store.writeHealth();
-    if (!writes.ok) reasons.push(`${writes.reason} (writes failing since ${writes.since})`);
-    const poolStatus = this.pools.status();
-    reasons.push(...poolStatus.reasons);
-    const pools = poolStatus.pools;
-    for (const p of pools) {
-      this.metrics.poolSize.set({ pool: p.cidr, family: String(p.family) }, p.size);
-      this.metrics.poolUsed.set({ pool: p.cidr, family: String(p.family) }, p.used);
+    const several = this.networks.networks.length > 1;
+    const reasons: string[] = [];
+    const networks: NetworkStatus[] = [];
+    // Each supply's status() resets the pool gauges (pools come and go): read them all, then set.
+    const supplies = this.networks.networks.map((n) => [n, n.pools.status()] as const);
+    for (const [network, poolStatus] of supplies) {
+      const health = healths.get(network.backend) ?? { ready: false, reasons: [] };
+      const own = [...health.reasons.filter(() => !health.ready)];
+      if (!health.ready && own.length === 0) own.push(`backend ${network.backend.name} is not ready`);
+      own.push(...poolStatus.reasons);
+      const pools: PoolUsage[] = poolStatus.pools.map((p) => ({ ...p, network: network.name }));
+      for (const p of pools) {
+        this.metrics.poolSize.set({ pool: p.cidr, family: String(p.family) }, p.size);
+        this.metrics.poolUsed.set({ pool: p.cidr, family: String(p.family) }, p.used);
+      }
+      for (const r of own)
+        if (!reasons.includes(r)) reasons.push(several ? `network ${network.name}: ${r}` : r);
+      networks.push({
+        name: network.name,
+        backend: network.backend.name,
+        ready: own.length === 0,
+        reasons: own,
+        mtu: network.config.mtu,
+        defaultRoute: network.config.defaultRoute,
+        routes: network.config.defaultRoute ? [] : network.ranges(),
+        pools,
+        backendDetails: { ...(health.details ?? {}) },
+      });
     }
+    if (!writes.ok) reasons.push(`${writes.reason} (writes failing since ${writes.since})`);
     const attachments = this.store.count();
     this.metrics.attachments.set(attachments);
-    this.metrics.backendReady.set({ backend: this.backend.name }, health.ready ? 1 : 0);
-    const details: Record<string, string | number | boolean> = health.details ?? {};
-    if (details.agentSocket !== undefined) {
-      // Agent-based backends report their live session (sessionId) in the health details.
-      this.metrics.agentConnected.set(details.sessionId ? 1 : 0);
-      if (typeof details.lastHeartbeatAgeMs === 'number')
-        this.metrics.agentHeartbeatAge.set(details.lastHeartbeatAgeMs / 1000);
+    for (const [b, health] of healths) {
+      this.metrics.backendReady.set({ backend: b.name }, health.ready ? 1 : 0);
+      const details: Record<string, string | number | boolean> = health.details ?? {};
+      if (details.agentSocket !== undefined) {
+        // Agent-based backends report their live session (sessionId) in the health details.
+        this.metrics.agentConnected.set(details.sessionId ? 1 : 0);
+        if (typeof details.lastHeartbeatAgeMs === 'number')
+          this.metrics.agentHeartbeatAge.set(details.lastHeartbeatAgeMs / 1000);
+      }
     }
+    const primary = this.networks.primary;
+    const primaryHealth = healths.get(primary.backend);
+    const primarySupply = supplies.find(([n]) => n === primary)?.[1];
     return {
       ready: reasons.length === 0,
       reasons,
-      backend: this.backend.name,
-      backendDetails: { ...(health.details ?? {}) },
-      pools,
-      poolSource: poolStatus.source,
+      backend: primary.backend.name,
+      backendDetails: { ...(primaryHealth?.details ?? {}) },
+      pools: networks.flatMap((n) => n.pools),
+      poolSource: primarySupply?.source,
       attachments,
       reconcile: this.lastReconcile,
+      networks,
     };
   }
 
@@ -489,7 +551,7 @@ export class Orchestrator implements WorkloadService {
     return this.locks.run(workloadId, async () => {
       const rec = this.store.get(key);
       if (!rec) throw notFound(`workload ${workloadId} has no attachment ${key}`);
-      return this.backend.check(toView(rec));
+      return this.networks.backendOf(rec).check(toView(rec));
     });
   }
 
@@ -498,7 +560,12 @@ export class Orchestrator implements WorkloadService {
     return dryRun ? this.sweeper.preview() : this.sweeper.sweep();
   }
 
-  async gc(keep: Array<{ workloadId: string; ifName?: string }>, origin?: string): Promise<GcResult> {
+  async gc(
+    keep: Array<{ workloadId: string; ifName?: string }>,
+    origin?: string,
+    network?: string,
+  ): Promise<GcResult> {
+    if (network !== undefined) this.networks.get(validateNetworkName(network));
     const wholeWorkloads = new Set<string>();
     const keys = new Set<string>();
     for (const k of keep) {
@@ -511,6 +578,7 @@ export class Orchestrator implements WorkloadService {
       .filter(
         (r) =>
           (origin === undefined || (r.origin ?? 'api') === origin) &&
+          (network === undefined || (r.network || DEFAULT_NETWORK) === network) &&
           !wholeWorkloads.has(r.workloadId) &&
           !keys.has(r.key),
       );
@@ -532,6 +600,11 @@ export class Orchestrator implements WorkloadService {
 
 /** A repeated Attach: the same namespace gets the recorded result; another one is refused. */
 function sameAttachment(existing: AttachmentRecord, req: AttachRequest, netns: Netns): AttachmentRecord {
+  const network = existing.network || DEFAULT_NETWORK;
+  if (network !== req.network)
+    throw alreadyExists(
+      `workload ${req.workloadId} already has ${req.ifName} on network ${network}; detach it before attaching it to network ${req.network}`,
+    );
   if (existing.netnsPath === req.netnsPath && existing.netnsInode === netns.inode) return existing;
   throw alreadyExists(
     `workload ${req.workloadId} is already attached as ${req.ifName} in ${existing.netnsPath}; detach it before attaching it to another namespace`,
@@ -561,6 +634,7 @@ function newRecord(
     })),
     mtu: req.mtu,
     backend,
+    network: req.network,
     defaultRoute,
     ...(routes ? { routes } : {}),
     dns: req.dns,
@@ -601,4 +675,12 @@ function toView(rec: AttachmentRecord): AttachmentView {
 function publicView(rec: AttachmentRecord): Attachment {
   const { netnsInode: _inode, ...rest } = rec;
   return rest;
+}
+
+async function backendHealth(b: Backend): Promise<BackendHealth> {
+  return b.health().catch((err: unknown) => ({
+    ready: false,
+    reasons: [`backend health check failed: ${asWorkloadNetError(err).message}`],
+    details: {},
+  }));
 }

@@ -34,6 +34,11 @@ export interface CniReply {
 export interface CniHandlerOptions {
   /** MTU for attachments whose config sets none; undefined leaves it to the service's default. */
   defaultMtu?: number;
+  /**
+   * The network config's `name` selects the daemon's network (a node with named networks). Off, every
+   * config means the one `default` network, whatever its name, as before networks existed.
+   */
+  networkFromName?: boolean;
   logger?: CniLogger;
 }
 
@@ -120,6 +125,7 @@ export class CniHandler {
       ifName: req.ifName,
       origin: 'cni',
     };
+    if (this.opts.networkFromName) call.network = req.config.name;
     const pod = { uid: req.args.podUid, namespace: req.args.podNamespace, name: req.args.podName };
     if (pod.uid || pod.namespace || pod.name) {
       call.pod = Object.fromEntries(Object.entries(pod).filter(([, v]) => v !== undefined));
@@ -206,8 +212,10 @@ export class CniHandler {
 
   private async gc(req: GcRequest): Promise<void> {
     const keep = req.validAttachments.map((a) => ({ workloadId: a.containerId, ifName: a.ifName }));
-    // Scoped to CNI-made attachments: the runtime only knows its own, not those attached over gRPC.
-    const { removed } = await this.service.gc(keep, 'cni');
+    // Scoped to CNI-made attachments: the runtime only knows its own, not those attached over gRPC;
+    // and to this config's network: it lists only that network's attachments (Multus calls each).
+    const network = this.opts.networkFromName ? req.config.name : undefined;
+    const { removed } = await this.service.gc(keep, 'cni', network);
     if (removed.length > 0)
       this.logger.info({ removed }, 'CNI GC detached attachments the runtime no longer has');
   }
