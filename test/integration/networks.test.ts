@@ -7,6 +7,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
 import { SimProcess, waitUntil } from '../backends/dpu/sim-process';
 import { attachRequest, detachRequest } from '../support/attach-request';
+import { cniEnvelope, postCni } from '../support/cni-http';
 import { DaemonProcess } from '../support/daemon-process';
 import { addNodeUplink, ipJson, isRoot, NetnsSet } from '../support/netns';
 import { pings } from '../support/ping';
@@ -225,6 +226,62 @@ describeRoot(
         (await daemon.client.call(daemon.client.raw.list, {})).attachments.filter((a) => a.network === 'fast')
           .length,
       );
+    });
+
+    describe('over CNI, as Multus calls a plugin: the network config name selects the network', () => {
+      const cni = async (
+        command: string,
+        containerId: string,
+        netns: string,
+        ifName: string,
+        name: string,
+        extra: Record<string, unknown> = {},
+      ): Promise<{ exitCode: string | undefined; json: Record<string, unknown> }> => {
+        const env = {
+          CNI_COMMAND: command,
+          CNI_CONTAINERID: containerId,
+          CNI_NETNS: netns,
+          CNI_IFNAME: ifName,
+          CNI_PATH: '/opt/cni/bin',
+        };
+        const stdin = JSON.stringify({ cniVersion: '1.1.0', name, type: 'workloadnet', ...extra });
+        const answer = await postCni(daemon.cniSocket, cniEnvelope(env, stdin));
+        return {
+          exitCode: answer.exitCode,
+          json: answer.body ? (JSON.parse(answer.body) as Record<string, unknown>) : {},
+        };
+      };
+      const cniIps = (json: Record<string, unknown>): string[] =>
+        (json.ips as Array<{ address: string }>).map((i) => i.address.split('/')[0] ?? '');
+
+      it('adds eth0 on default and net1 on fast for one container, refuses an unknown name with 7, scopes GC to the network, deletes both', async () => {
+        const w = namespaces.add();
+        const eth0 = await cni('ADD', 'ctr-multus', w.path, 'eth0', 'default');
+        expect(eth0.exitCode, JSON.stringify(eth0.json)).to.equal('0');
+        const net1 = await cni('ADD', 'ctr-multus', w.path, 'net1', 'fast');
+        expect(net1.exitCode, JSON.stringify(net1.json)).to.equal('0');
+        expect(inCidr(cniIps(eth0.json)[0] ?? '', DEFAULT_CIDR)).to.equal(true);
+        expect(inCidr(cniIps(net1.json)[0] ?? '', FAST_CIDR)).to.equal(true);
+        expect(links(w.name).map((l) => l.ifname)).to.have.members(['lo', 'eth0', 'net1']);
+
+        const unknown = await cni('ADD', 'ctr-multus', w.path, 'net2', 'nosuch');
+        expect(unknown.exitCode).to.equal('1');
+        expect(unknown.json.code).to.equal(7);
+        expect(links(w.name).map((l) => l.ifname)).to.not.include('net2');
+
+        // The runtime's GC for "default" lists only default's attachments: fast's net1 must survive it.
+        const gc = await cni('GC', '', '', '', 'default', {
+          'cni.dev/valid-attachments': [{ containerID: 'ctr-multus', ifname: 'eth0' }],
+        });
+        expect(gc.exitCode, JSON.stringify(gc.json)).to.equal('0');
+        const got = await daemon.client.call(daemon.client.raw.get, { workloadId: 'ctr-multus', ifName: '' });
+        expect(got.attachments.map((a) => a.ifName).sort()).to.deep.equal(['eth0', 'net1']);
+
+        expect((await cni('DEL', 'ctr-multus', w.path, 'net1', 'fast')).exitCode).to.equal('0');
+        expect(links(w.name).map((l) => l.ifname)).to.deep.equal(['lo', 'eth0']);
+        expect((await cni('DEL', 'ctr-multus', w.path, 'eth0', 'default')).exitCode).to.equal('0');
+        expect(links(w.name).map((l) => l.ifname)).to.deep.equal(['lo']);
+      });
     });
   },
 );
