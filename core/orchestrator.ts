@@ -75,6 +75,8 @@ export class Orchestrator implements WorkloadService {
    * the store at start-up; an entry goes when its attachment goes.
    */
   private readonly defaultRouteHolders = new Map<number, string>();
+  /** Attachments per network name, kept as rows come and go (Status reads it every 2 s: no scan). */
+  private readonly perNetwork = new Map<string, number>();
   /** Releases attachments whose namespace is gone (see leak-sweep.ts). */
   readonly sweeper: LeakSweep;
 
@@ -144,6 +146,7 @@ export class Orchestrator implements WorkloadService {
           const spec: AttachSpec = { ...toSpec(record), netns };
           record.dataplane = backend.plan(spec);
           await this.programAndRecord(record, spec, network);
+          this.counted(record, 1);
           log.info(
             { ips: record.ips.map((i) => i.address), hostIf: record.dataplane.hostIfName },
             'attached',
@@ -179,6 +182,11 @@ export class Orchestrator implements WorkloadService {
     }
     this.defaultRouteHolders.set(inode, req.key);
     return true;
+  }
+
+  private counted(rec: AttachmentRecord, delta: 1 | -1): void {
+    const name = rec.network || DEFAULT_NETWORK;
+    this.perNetwork.set(name, (this.perNetwork.get(name) ?? 0) + delta);
   }
 
   private dropDefaultRoute(inode: number, key: string): void {
@@ -282,6 +290,7 @@ export class Orchestrator implements WorkloadService {
       );
     }
     await this.store.remove(rec.key);
+    this.counted(rec, -1);
     this.networks.of(rec)?.allocator.release(rec.ips.map((i) => i.address));
     this.dropDefaultRoute(rec.netnsInode, rec.key);
   }
@@ -306,6 +315,7 @@ export class Orchestrator implements WorkloadService {
    */
   async init(): Promise<ReconcileSummary> {
     for (const rec of this.store.all()) {
+      this.counted(rec, 1);
       for (const ip of rec.ips) this.restoreAllocation(rec, ip);
       if (rec.defaultRoute !== false && rec.netnsInode) this.defaultRouteHolders.set(rec.netnsInode, rec.key);
     }
@@ -437,6 +447,7 @@ export class Orchestrator implements WorkloadService {
       };
       for (const ip of record.ips) this.restoreAllocation(record, ip);
       await this.store.put(record, this.networks.cursors());
+      this.counted(record, 1);
       summary.adopted++;
     }
     const message =
@@ -494,7 +505,13 @@ export class Orchestrator implements WorkloadService {
         routes: network.config.defaultRoute ? [] : network.ranges(),
         pools,
         backendDetails: { ...(health.details ?? {}) },
+        attachments: this.perNetwork.get(network.name) ?? 0,
       });
+      this.metrics.networkReady.set(
+        { network: network.name, backend: network.backend.name },
+        own.length ? 0 : 1,
+      );
+      this.metrics.networkAttachments.set({ network: network.name }, this.perNetwork.get(network.name) ?? 0);
     }
     if (!writes.ok) reasons.push(`${writes.reason} (writes failing since ${writes.since})`);
     const attachments = this.store.count();

@@ -97,6 +97,8 @@ export interface NetworkStatus {
   routes: string[];
   pools: PoolUsage[];
   backendDetails: Record<string, string | number | boolean>;
+  /** Attachments recorded on it. */
+  attachments: number;
 }
 
 export interface ServiceStatus {

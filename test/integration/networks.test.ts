@@ -222,10 +222,11 @@ describeRoot(
       const st = await daemon.client.call(daemon.client.raw.status, {});
       const fast = st.networks.find((n) => n.name === 'fast');
       // The peers of the earlier tests hold fast addresses; this workload's is back in the pool.
-      expect(fast?.pools[0]?.used).to.equal(
-        (await daemon.client.call(daemon.client.raw.list, {})).attachments.filter((a) => a.network === 'fast')
-          .length,
-      );
+      const listed = (await daemon.client.call(daemon.client.raw.list, {})).attachments.filter(
+        (a) => a.network === 'fast',
+      ).length;
+      expect(fast?.pools[0]?.used).to.equal(listed);
+      expect(fast?.attachments).to.equal(listed);
     });
 
     describe('over CNI, as Multus calls a plugin: the network config name selects the network', () => {

@@ -224,6 +224,7 @@ export interface NetworkStatus {
   routes: string[];
   pools: PoolStatus[];
   backendDetails: { [key: string]: string };
+  attachments: number;
 }
 
 export interface NetworkStatus_BackendDetailsEntry {
@@ -2601,6 +2602,7 @@ function createBaseNetworkStatus(): NetworkStatus {
     routes: [],
     pools: [],
     backendDetails: {},
+    attachments: 0,
   };
 }
 
@@ -2633,6 +2635,9 @@ export const NetworkStatus: MessageFns<NetworkStatus> = {
     globalThis.Object.entries(message.backendDetails).forEach(([key, value]: [string, string]) => {
       NetworkStatus_BackendDetailsEntry.encode({ key: key as any, value }, writer.uint32(74).fork()).join();
     });
+    if (message.attachments !== 0) {
+      writer.uint32(80).uint64(message.attachments);
+    }
     return writer;
   },
 
@@ -2724,6 +2729,14 @@ export const NetworkStatus: MessageFns<NetworkStatus> = {
             }
             continue;
           }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.attachments = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2783,6 +2796,7 @@ export const NetworkStatus: MessageFns<NetworkStatus> = {
               {},
             )
           : {},
+      attachments: isSet(object.attachments) ? globalThis.Number(object.attachments) : 0,
     };
   },
 
@@ -2821,6 +2835,9 @@ export const NetworkStatus: MessageFns<NetworkStatus> = {
         });
       }
     }
+    if (message.attachments !== 0) {
+      obj.attachments = Math.round(message.attachments);
+    }
     return obj;
   },
 
@@ -2845,6 +2862,7 @@ export const NetworkStatus: MessageFns<NetworkStatus> = {
       }
       return acc;
     }, {});
+    message.attachments = object.attachments ?? 0;
     return message;
   },
 };
