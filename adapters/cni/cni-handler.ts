@@ -17,6 +17,7 @@ import {
   type GcRequest,
   parseCniRequest,
 } from './cni-request';
+import type { NetworkConfig } from './cni-config';
 import { formatCniResult, mergeWithPrevResult, resultFromAttachment } from './cni-result';
 import { LATEST_CNI_VERSION, SUPPORTED_CNI_VERSIONS, isSupportedCniVersion } from './cni-version';
 
@@ -94,7 +95,7 @@ export class CniHandler {
         await this.check(req);
         return '';
       case 'STATUS':
-        await this.status();
+        await this.status(req.config);
         return '';
       case 'GC':
         await this.gc(req);
@@ -193,19 +194,31 @@ export class CniHandler {
     }
   }
 
-  private async status(): Promise<void> {
+  private async status(config: NetworkConfig): Promise<void> {
     let status;
     try {
       status = await this.service.status();
     } catch (err) {
       throw cniErrorFromService(err, 'STATUS');
     }
-    if (!status.ready) {
-      const reasons = status.reasons.length > 0 ? status.reasons.join('; ') : 'no reason given';
+    // With named networks, a runtime asks about the network its config selects: a DPU network whose
+    // agent is away does not stop pods on the host network.
+    const network = this.opts.networkFromName
+      ? status.networks?.find((n) => n.name === config.name)
+      : undefined;
+    if (this.opts.networkFromName && !network)
+      throw new CniError(
+        CniErrorCode.INVALID_NETWORK_CONFIG,
+        `unknown network "${config.name}"; this node serves ${(status.networks ?? []).map((n) => `"${n.name}"`).join(', ')}`,
+      );
+    const ready = network ? network.ready : status.ready;
+    if (!ready) {
+      const all = network ? network.reasons : status.reasons;
+      const reasons = all.length > 0 ? all.join('; ') : 'no reason given';
       throw new CniError(
         CniErrorCode.PLUGIN_NOT_AVAILABLE,
         `workloadnet is not ready: ${reasons}`,
-        `backend ${status.backend}`,
+        `backend ${network?.backend ?? status.backend}`,
       );
     }
   }

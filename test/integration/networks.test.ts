@@ -283,6 +283,38 @@ describeRoot(
         expect((await cni('DEL', 'ctr-multus', w.path, 'eth0', 'default')).exitCode).to.equal('0');
         expect(links(w.name).map((l) => l.ifname)).to.deep.equal(['lo']);
       });
+
+      it('answers STATUS for the network its config selects: fast is unavailable while its agent is away, default is not', async () => {
+        await sim.stop();
+        await waitUntil(
+          async () =>
+            (await daemon.client.call(daemon.client.raw.status, {})).networks.find((n) => n.name === 'fast')
+              ?.ready === false,
+          'the fast network to notice its agent is gone',
+          15_000,
+        );
+        try {
+          expect((await cni('STATUS', '', '', '', 'default')).exitCode).to.equal('0');
+          const fast = await cni('STATUS', '', '', '', 'fast');
+          expect(fast.exitCode).to.equal('1');
+          expect(fast.json.code).to.equal(50);
+          const unknown = await cni('STATUS', '', '', '', 'nosuch');
+          expect(unknown.json.code).to.equal(7);
+        } finally {
+          sim = SimProcess.start({
+            socket: agentSocket(),
+            agentId: 'wn-net-dpu',
+            stateFile: path.join(dir, 'sim-state.json'),
+            extra: ['--dataplane', 'netns', '--dpu-netns', dpu, '--host-netns', `/var/run/netns/${node}`],
+          });
+        }
+        await waitUntil(
+          async () => (await daemon.client.call(daemon.client.raw.status, {})).ready,
+          'the agent back',
+          15_000,
+        );
+        expect((await cni('STATUS', '', '', '', 'fast')).exitCode).to.equal('0');
+      });
     });
   },
 );
