@@ -341,6 +341,14 @@ function validateNetworks(c: DaemonConfig, fail: (msg: string) => never): void {
   if (!Array.isArray(c.networks)) fail('networks must be a list of objects');
   const names = new Set<string>();
   const ranges: Array<{ network: string; cidr: Cidr }> = [];
+  if (
+    c.networks.length > 0 &&
+    c.poolSource !== 'static' &&
+    !c.networks.some((n) => (n as { name?: unknown } | null)?.name === DEFAULT_NETWORK)
+  )
+    fail(
+      `poolSource "${c.poolSource}" supplies the "default" network's pools; networks has none named "default"`,
+    );
   for (const [i, n] of c.networks.entries()) {
     if (!n || typeof n !== 'object' || Array.isArray(n)) fail(`networks[${i}] must be an object`);
     for (const k of Object.keys(n))
