@@ -139,8 +139,9 @@ export class Orchestrator implements WorkloadService {
         if (existing) return sameAttachment(existing, req, netns);
 
         const allocated = await network.pools.allocate();
-        const defaultRoute = network.config.defaultRoute && (await this.claimDefaultRoute(netns.inode, req));
         try {
+          const defaultRoute =
+            network.config.defaultRoute && (await this.claimDefaultRoute(netns.inode, req));
           const routes = defaultRoute ? undefined : network.ranges();
           const record = newRecord(req, netns.inode, allocated, backend.name, defaultRoute, routes);
           const spec: AttachSpec = { ...toSpec(record), netns };
@@ -157,7 +158,7 @@ export class Orchestrator implements WorkloadService {
           if (!this.store.get(req.key)) {
             network.allocator.release(allocated.map((a) => a.address));
             this.dropDefaultRoute(netns.inode, req.key);
-          }
+          } else this.counted({ network: req.network }, 1);
           log.warn({ err: (err as Error).message }, 'attach failed; rolled back');
           throw err;
         }
@@ -184,7 +185,7 @@ export class Orchestrator implements WorkloadService {
     return true;
   }
 
-  private counted(rec: AttachmentRecord, delta: 1 | -1): void {
+  private counted(rec: { network?: string }, delta: 1 | -1): void {
     const name = rec.network || DEFAULT_NETWORK;
     this.perNetwork.set(name, (this.perNetwork.get(name) ?? 0) + delta);
   }
