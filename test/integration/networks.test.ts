@@ -9,6 +9,7 @@ import { SimProcess, waitUntil } from '../backends/dpu/sim-process';
 import { attachRequest, detachRequest } from '../support/attach-request';
 import { cniEnvelope, postCni } from '../support/cni-http';
 import { DaemonProcess } from '../support/daemon-process';
+import { linuxHostLinks } from '../support/kernel-view';
 import { addNodeUplink, ipJson, isRoot, NetnsSet } from '../support/netns';
 import { pings } from '../support/ping';
 
@@ -20,6 +21,8 @@ const DEFAULT_CIDR = '10.254.10.0/24';
 const FAST_CIDR = '10.254.20.0/24';
 const FAST_EXTRA_ROUTE = '10.254.99.0/24';
 const FAST_MTU = 1400;
+/** The leak sweep's period here: short, so that a deleted namespace's attachments go within the test. */
+const SWEEP_MS = 300;
 
 const describeRoot = isRoot ? describe : describe.skip;
 
@@ -80,6 +83,7 @@ describeRoot(
         configFile,
         JSON.stringify({
           dpu: { agentSocket: agentSocket() },
+          sweepIntervalMs: SWEEP_MS,
           networks: [
             { name: 'default', backend: 'linux', podCidrs: [DEFAULT_CIDR] },
             {
@@ -227,6 +231,30 @@ describeRoot(
       ).length;
       expect(fast?.pools[0]?.used).to.equal(listed);
       expect(fast?.attachments).to.equal(listed);
+    });
+
+    it('releases both interfaces of a workload whose namespace is deleted, each through its own backend (leak sweep)', async () => {
+      const w = namespaces.add();
+      await attach('net-swept', w.path, 'eth0');
+      await attach('net-swept', w.path, 'net1', 'fast');
+      const portsBefore = sim.state()?.ports.map((p) => p.name) ?? [];
+      expect(portsBefore).to.include('net-swept/net1');
+      execFileSync('ip', ['netns', 'del', w.name]);
+      await waitUntil(
+        async () =>
+          !(await daemon.client.call(daemon.client.raw.list, {})).attachments.some(
+            (a) => a.workloadId === 'net-swept',
+          ),
+        'the sweep to release both',
+        15_000,
+        { intervalMs: 100 },
+      );
+      expect((await linuxHostLinks(node)).map((l) => l.ifalias)).to.not.include('workloadnet:net-swept/eth0');
+      await waitUntil(
+        async () => !(sim.state()?.ports ?? []).some((p) => p.name === 'net-swept/net1'),
+        'the agent to drop the port',
+        5_000,
+      );
     });
 
     describe('over CNI, as Multus calls a plugin: the network config name selects the network', () => {
