@@ -8,7 +8,7 @@ import type { AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
 import { SimProcess, waitUntil } from '../backends/dpu/sim-process';
 import { attachRequest, detachRequest } from '../support/attach-request';
 import { cniEnvelope, postCni } from '../support/cni-http';
-import { DaemonProcess } from '../support/daemon-process';
+import { CLI, DaemonProcess } from '../support/daemon-process';
 import { linuxHostLinks } from '../support/kernel-view';
 import { addNodeUplink, ipJson, isRoot, NetnsSet } from '../support/netns';
 import { pings } from '../support/ping';
@@ -176,6 +176,31 @@ describeRoot(
       const list = await daemon.client.call(daemon.client.raw.list, {});
       const mine = list.attachments.filter((a) => a.workloadId === 'net-w');
       expect(mine.map((a) => `${a.ifName}:${a.network}`).sort()).to.deep.equal(['eth0:default', 'net1:fast']);
+    });
+
+    it('shows the network of each attachment in ls and inspect, and every network in status', () => {
+      const cli = (...args: string[]): string =>
+        execFileSync(process.execPath, [CLI, ...args, '--socket', daemon.socket], { encoding: 'utf8' });
+      const ls = cli('ls').split('\n');
+      expect(ls[0]).to.match(/\bNETWORK\b/);
+      expect(
+        ls.some((l) => /^net-w\s+-\s+net1\s+fast\s+10\.254\.20\./.test(l)),
+        ls.join('\n'),
+      ).to.equal(true);
+      expect(
+        ls.some((l) => /^net-w\s+-\s+eth0\s+default\s+10\.254\.10\./.test(l)),
+        ls.join('\n'),
+      ).to.equal(true);
+      expect(cli('inspect', 'net-w'))
+        .to.match(/network:\s+fast/)
+        .and.match(/network:\s+default/);
+      const status = cli('status');
+      expect(status).to.match(/network:\s+default \(linux, mtu 1500, default route\) \d+ attached, ready/);
+      expect(status).to.match(
+        new RegExp(
+          `network:\\s+fast \\(dpu, mtu ${FAST_MTU}, routes [^)]*10\\.254\\.20\\.0/24[^)]*\\) \\d+ attached, ready`,
+        ),
+      );
     });
 
     it('refuses the same interface on another network with ALREADY_EXISTS', async () => {
