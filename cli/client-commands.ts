@@ -3,7 +3,8 @@ import type { Command } from 'commander';
 import * as grpc from '@grpc/grpc-js';
 import { installCni, parseChain } from '../adapters/cni/install';
 import { VERSION } from '../core/api-server';
-import { DEFAULT_CONFIG } from '../core/config';
+import { DEFAULT_CONFIG, DEFAULT_NETWORK } from '../core/config';
+import { invalidArgument } from '../core/errors';
 import type { Attachment, StatusResponse } from '../proto/gen/workloadnet/v1/workload';
 import { ApiClient, isUnreachable } from './api-client';
 import { attachmentJson, formatInspect } from './inspect-format';
@@ -186,6 +187,11 @@ export function registerClientCommands(program: Command): void {
     .option('--conf-dir <dir>', 'CNI configuration directory', '/etc/cni/net.d')
     .option('--cni-socket <path>', 'the daemon’s CNI socket', DEFAULT_CONFIG.cniSocket)
     .option('--name <name>', 'network name in the conflist', 'workloadnet')
+    .option(
+      '--network <name>',
+      'the daemon network (config "networks") this conflist selects: names the conflist after it; ' +
+        'a network other than "default" is written as 90-<name>.conflist, after the runtime’s default',
+    )
     .option('--mtu <n>', 'MTU to put in the conflist (default: the daemon’s)')
     .option(
       '--chain <plugins>',
@@ -203,7 +209,9 @@ The forwarder is dist/bin/workloadnet-cni, built by npm run build when a C compi
 
 Examples:
   workloadnet install-cni --bin-dir /opt/cni/bin --conf-dir /etc/cni/net.d
-  workloadnet install-cni --chain portmap,bandwidth     hostPort and bandwidth annotations for pods`,
+  workloadnet install-cni --chain portmap,bandwidth     hostPort and bandwidth annotations for pods
+  workloadnet install-cni --network default             the pod network of a daemon with named networks
+  workloadnet install-cni --network fast                a secondary network (e.g. for Multus)`,
     )
     .action(
       async (opts: {
@@ -211,16 +219,22 @@ Examples:
         confDir: string;
         cniSocket: string;
         name: string;
+        network?: string;
         mtu?: string;
         force?: boolean;
         chain?: string;
       }) => {
+        if (opts.network !== undefined && opts.name !== 'workloadnet' && opts.name !== opts.network)
+          throw invalidArgument(
+            `--name ${opts.name} and --network ${opts.network} disagree: the network's name is the conflist's name; give one`,
+          );
         const res = await installCni({
           chain: opts.chain === undefined ? [] : parseChain(opts.chain),
           binDir: opts.binDir,
           confDir: opts.confDir,
           cniSocket: opts.cniSocket,
-          name: opts.name,
+          name: opts.network ?? opts.name,
+          secondary: opts.network !== undefined && opts.network !== DEFAULT_NETWORK,
           force: opts.force ?? false,
           shimPath: path.resolve(__dirname, '..', 'bin', 'workloadnet-cni'),
           mtu: opts.mtu ? Number(opts.mtu) : undefined,
@@ -266,6 +280,15 @@ function formatStatus(st: StatusResponse): string {
     lines.push(
       `pool:        ${p.cidr} (IPv${p.family}) ${p.used}/${p.size} used${p.state === 'draining' ? ', draining' : ''}`,
     );
+  // One network is the node as it always was; several are listed each with its backend and routing.
+  if (st.networks.length > 1)
+    for (const n of st.networks) {
+      const routing = n.defaultRoute ? 'default route' : `routes ${n.routes.join(',') || '-'}`;
+      lines.push(
+        `network:     ${n.name} (${n.backend}, mtu ${n.mtu}, ${routing}) ${n.attachments} attached, ${n.ready ? 'ready' : 'not ready'}`,
+      );
+      for (const r of n.reasons) lines.push(`  reason:    ${r}`);
+    }
   if (st.reconcile) {
     const r = st.reconcile;
     lines.push(
@@ -279,11 +302,12 @@ function formatStatus(st: StatusResponse): string {
 
 function formatList(atts: Attachment[]): string {
   return table(
-    ['WORKLOAD', 'POD', 'INTERFACE', 'IPS', 'BACKEND', 'STATE', 'AGE'],
+    ['WORKLOAD', 'POD', 'INTERFACE', 'NETWORK', 'IPS', 'BACKEND', 'STATE', 'AGE'],
     atts.map((a) => [
       a.workloadId,
       a.pod && (a.pod.namespace || a.pod.name) ? `${a.pod.namespace}/${a.pod.name}` : '-',
       a.ifName,
+      a.network || DEFAULT_NETWORK,
       (a.result?.ips ?? []).map((i) => i.cidr).join(',') || '-',
       a.result?.backend ?? '-',
       a.state,

@@ -10,7 +10,8 @@ export function cniEndpoint(service: WorkloadService, config: DaemonConfig, logg
   const server = new CniServer(service, {
     socketPath: config.cniSocket,
     logger: logger.child({ endpoint: 'cni' }),
-    defaultMtu: config.mtu,
+    // With named networks each has its MTU, which the core applies; the config's `name` picks one.
+    ...(config.networks.length > 0 ? { networkFromName: true } : { defaultMtu: config.mtu }),
     headerTimeoutMs: config.cniHeaderTimeoutMs,
     bodyTimeoutMs: config.cniBodyTimeoutMs,
     idleTimeoutMs: config.cniIdleTimeoutMs,

@@ -1,5 +1,5 @@
 import { ContainerModule } from 'inversify';
-import { backendModule } from './backend-wiring';
+import { backendModules } from './backend-wiring';
 import {
   DEFAULT_CONFIG,
   loadConfigFile,
@@ -106,7 +106,7 @@ export async function runDaemon(flags: DaemonFlags): Promise<void> {
   config = applyFdBudget(config, logger);
   const metrics = new Metrics({ processMetrics: true });
   const container = createContainer(config, logger, metrics);
-  container.load(backendModule(config, logger), endpointsModule(config, logger, metrics));
+  container.load(...backendModules(config, logger), endpointsModule(config, logger, metrics));
   await bindPoolSource(container, config, logger);
   const daemon = new Daemon(container);
   try {

@@ -28,6 +28,7 @@ function formatOne(att: Attachment, now: number): string {
   const lines: [string, string][] = [
     ['workload', att.workloadId],
     ['interface', att.ifName],
+    ['network', att.network || 'default'],
   ];
   const pod = att.pod;
   if (pod && (pod.namespace || pod.name || pod.uid)) {

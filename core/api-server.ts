@@ -21,11 +21,13 @@ import {
   type GetRequest,
   type GetResponse,
   type ListRequest,
+  type PoolStatus,
   type StatusRequest,
   type StatusResponse,
   type WorkloadNetworkingServer,
 } from '../proto/gen/workloadnet/v1/workload';
 import { addressToBytes } from './cidr';
+import { DEFAULT_NETWORK } from './config';
 import { ConnectionCap } from './connection-cap';
 import {
   asWorkloadNetError,
@@ -38,7 +40,7 @@ import {
 import type { Logger } from './logger';
 import { LogRate } from './log-rate';
 import { secureSocket } from './unix-socket';
-import type { Attachment, WorkloadService } from './workload-service';
+import type { Attachment, PoolUsage, WorkloadService } from './workload-service';
 
 /** The original contract's service name, served too so that its clients connect unchanged. */
 export const SEED_SERVICE = 'metropolis.node.core.network.workloads.WorkloadNetworking';
@@ -182,6 +184,7 @@ export class ApiServer {
           ifName: req.netns?.ifName ?? '',
           mtu: req.netns?.mtu || undefined,
           containerId: req.containerId || undefined,
+          network: req.network || undefined,
           pod: req.pod,
           dns: req.dns
             ? {
@@ -214,14 +217,7 @@ export class ApiServer {
           backendDetails: Object.fromEntries(
             Object.entries(st.backendDetails).map(([k, v]) => [k, String(v)]),
           ),
-          pools: st.pools.map((p) => ({
-            cidr: p.cidr,
-            family: p.family,
-            size: p.size,
-            used: p.used,
-            state: p.state ?? 'active',
-            source: p.source ?? '',
-          })),
+          pools: st.pools.map(toProtoPool),
           poolSource: st.poolSource && {
             ...st.poolSource,
             details: Object.fromEntries(
@@ -231,6 +227,13 @@ export class ApiServer {
           attachments: st.attachments,
           reconcile: st.reconcile,
           version: VERSION,
+          networks: (st.networks ?? []).map((n) => ({
+            ...n,
+            pools: n.pools.map(toProtoPool),
+            backendDetails: Object.fromEntries(
+              Object.entries(n.backendDetails).map(([k, v]) => [k, String(v)]),
+            ),
+          })),
         };
       }),
       // Encoded as the rows are read, into one buffer (see LIST_SERVICE below).
@@ -345,6 +348,18 @@ export function toAttachResponse(att: Attachment): AttachResponse {
       : undefined,
     backend: att.backend,
     backendDetails: Object.fromEntries(Object.entries(dp?.details ?? {}).map(([k, v]) => [k, String(v)])),
+    network: att.network ?? DEFAULT_NETWORK,
+  };
+}
+
+function toProtoPool(p: PoolUsage): PoolStatus {
+  return {
+    cidr: p.cidr,
+    family: p.family,
+    size: p.size,
+    used: p.used,
+    state: p.state ?? 'active',
+    source: p.source ?? '',
   };
 }
 
@@ -360,5 +375,6 @@ function toProtoAttachment(att: Attachment): ProtoAttachment {
     result: toAttachResponse(att),
     state: att.state,
     createdAt: att.createdAt,
+    network: att.network ?? DEFAULT_NETWORK,
   };
 }

@@ -39,6 +39,16 @@ export interface AttachSpec {
   netns: Netns;
   ips: IpAssignment[];
   mtu: number;
+  /** Name of the network the interface belongs to (absent: recorded before networks existed). */
+  network?: string;
+  /**
+   * Whether this interface carries the namespace's default routes (absent means yes). Without them it
+   * gets a gateway route scoped to itself and routes to `routes` only, so a second interface in a
+   * namespace never clashes with the first (see backends/linux/workload-side.ts).
+   */
+  defaultRoute?: boolean;
+  /** Without the default route: the ranges (CIDRs) routed through this interface's gateway. */
+  routes?: string[];
 }
 
 /** What a backend reports back about the programmed interface. */
@@ -64,6 +74,10 @@ export interface AttachmentView {
   netnsInode: number;
   ips: IpAssignment[];
   mtu: number;
+  network?: string;
+  /** As in AttachSpec: absent means yes. */
+  defaultRoute?: boolean;
+  routes?: string[];
   /** Undefined when the attach never completed (a crash or failure mid-way). */
   dataplane?: DataplaneResult;
 }

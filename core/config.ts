@@ -1,5 +1,5 @@
 import * as fs from 'node:fs';
-import { parseCidr } from './cidr';
+import { cidrContains, parseCidr, type Cidr } from './cidr';
 import { invalidArgument } from './errors';
 
 // The daemon's configuration: embedded defaults, then a JSON file (--config), then command-line flags.
@@ -47,6 +47,34 @@ export interface EtcdConfig {
   emptyBlockGraceSeconds: number;
 }
 
+/** One named network as the config file gives it (see docs/configuration.md, "Networks"). */
+export interface NetworkConfig {
+  /** What selects it: Attach's `network`, a CNI network config's `name`. */
+  name: string;
+  backend: BackendName;
+  /** Its own address pools (the `default` network may take them from poolSource instead). */
+  podCidrs?: string[];
+  /** MTU of its interfaces unless a call asks for another; the daemon's mtu when absent. */
+  mtu?: number;
+  /** Whether its interfaces carry the workload's default route; by default only `default`'s do. */
+  defaultRoute?: boolean;
+  /** More ranges routed through its interfaces when they do not carry the default route. */
+  routes?: string[];
+}
+
+/** A network with every default filled in. */
+export interface ResolvedNetwork {
+  name: string;
+  backend: BackendName;
+  podCidrs: string[];
+  mtu: number;
+  defaultRoute: boolean;
+  routes: string[];
+}
+
+/** The network an Attach without one, and every seed-contract client, gets. */
+export const DEFAULT_NETWORK = 'default';
+
 export interface DaemonConfig {
   socket: string;
   cniSocket: string;
@@ -83,6 +111,8 @@ export interface DaemonConfig {
   shutdownTimeoutMs: number;
   /** Period of the sweep that releases attachments whose namespace is gone; 0 turns it off. */
   sweepIntervalMs: number;
+  /** Named networks; empty means one network, `default`, made of backend, podCidrs and mtu. */
+  networks: NetworkConfig[];
   linux: LinuxConfig;
   dpu: DpuConfig;
   etcd: EtcdConfig;
@@ -110,6 +140,7 @@ export const DEFAULT_CONFIG: DaemonConfig = {
   cniIdleTimeoutMs: 5000,
   shutdownTimeoutMs: 5000,
   sweepIntervalMs: 60_000,
+  networks: [],
   linux: { hostNetns: '', linkGroup: 0x776e, detachGroup: 0x776f },
   dpu: {
     agentSocket: '/run/workloadnet/agent.sock',
@@ -163,6 +194,8 @@ export const OPTION_DOCS: Record<string, string> = {
     'On SIGTERM, how long in-flight calls may finish before every connection is closed and the daemon exits (ms).',
   sweepIntervalMs:
     'Period of the leak sweep (ms): an attachment whose namespace is gone on two sweeps in a row is detached; 0 turns it off.',
+  networks:
+    'Named networks: [{"name", "backend" ("linux"|"dpu"), "podCidrs", "mtu", "defaultRoute", "routes"}]. Empty means one network, "default", made of backend, podCidrs and mtu. See docs/networks.md.',
   'linux.hostNetns': "Network namespace path facing the workloads; empty means the daemon's own.",
   'linux.linkGroup': 'Link group number marking host interfaces created by workloadnet.',
   'linux.detachGroup':
@@ -297,7 +330,94 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
   if (!Number.isInteger(c.dpu.ackTimeoutMs) || c.dpu.ackTimeoutMs < 1)
     fail('dpu.ackTimeoutMs must be a positive integer');
   validatePoolSource(c, fail);
+  validateNetworks(c, fail);
   return c;
+}
+
+const NETWORK_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
+const NETWORK_KEYS = new Set(['name', 'backend', 'podCidrs', 'mtu', 'defaultRoute', 'routes']);
+
+function validateNetworks(c: DaemonConfig, fail: (msg: string) => never): void {
+  if (!Array.isArray(c.networks)) fail('networks must be a list of objects');
+  const names = new Set<string>();
+  const ranges: Array<{ network: string; cidr: Cidr }> = [];
+  if (
+    c.networks.length > 0 &&
+    c.poolSource !== 'static' &&
+    !c.networks.some((n) => (n as { name?: unknown } | null)?.name === DEFAULT_NETWORK)
+  )
+    fail(
+      `poolSource "${c.poolSource}" supplies the "default" network's pools; networks has none named "default"`,
+    );
+  for (const [i, n] of c.networks.entries()) {
+    if (!n || typeof n !== 'object' || Array.isArray(n)) fail(`networks[${i}] must be an object`);
+    for (const k of Object.keys(n))
+      if (!NETWORK_KEYS.has(k))
+        fail(`networks[${i}]: unknown key "${k}" (known: ${[...NETWORK_KEYS].join(', ')})`);
+    const where = `network "${String(n.name)}"`;
+    if (typeof n.name !== 'string' || !NETWORK_NAME.test(n.name) || n.name.length > 64)
+      fail(
+        `networks[${i}].name must be 1-64 letters, digits, "_", "." and "-", starting with a letter or digit`,
+      );
+    if (names.has(n.name)) fail(`two networks are named "${n.name}"`);
+    names.add(n.name);
+    if (n.backend !== 'linux' && n.backend !== 'dpu')
+      fail(`${where}: backend must be "linux" or "dpu", not "${String(n.backend)}"`);
+    if (n.mtu !== undefined && (!Number.isInteger(n.mtu) || n.mtu < 68 || n.mtu > 65535))
+      fail(`${where}: mtu must be an integer in 68..65535`);
+    if (n.defaultRoute !== undefined && typeof n.defaultRoute !== 'boolean')
+      fail(`${where}: defaultRoute must be true or false`);
+    for (const key of ['podCidrs', 'routes'] as const) {
+      const v = n[key];
+      if (v === undefined) continue;
+      if (!Array.isArray(v) || v.some((x) => typeof x !== 'string'))
+        fail(`${where}: ${key} must be a list of CIDR strings`);
+      for (const text of v) {
+        let cidr;
+        try {
+          cidr = parseCidr(text);
+        } catch (err) {
+          return fail(`${where}: ${key}: ${(err as Error).message}`);
+        }
+        if (key === 'podCidrs') {
+          const clash = ranges.find((r) => overlaps(r.cidr, cidr));
+          if (clash)
+            fail(`${where}: pod CIDR ${text} overlaps ${clash.cidr.text} of network "${clash.network}"`);
+          ranges.push({ network: n.name, cidr });
+        }
+      }
+    }
+    const ownPools = n.name === DEFAULT_NETWORK && c.poolSource !== 'static';
+    if (!ownPools && (n.podCidrs ?? []).length === 0)
+      fail(`${where} has no podCidrs (only the "default" network takes its pools from poolSource)`);
+  }
+}
+
+function overlaps(a: Cidr, b: Cidr): boolean {
+  return a.family === b.family && (cidrContains(a, b.network) || cidrContains(b, a.network));
+}
+
+/** The networks the daemon serves: the configured ones, or the one `default` network made of the flags. */
+export function effectiveNetworks(c: DaemonConfig): ResolvedNetwork[] {
+  if (c.networks.length === 0)
+    return [
+      {
+        name: DEFAULT_NETWORK,
+        backend: c.backend,
+        podCidrs: c.podCidrs,
+        mtu: c.mtu,
+        defaultRoute: true,
+        routes: [],
+      },
+    ];
+  return c.networks.map((n) => ({
+    name: n.name,
+    backend: n.backend,
+    podCidrs: n.podCidrs ?? [],
+    mtu: n.mtu ?? c.mtu,
+    defaultRoute: n.defaultRoute ?? n.name === DEFAULT_NETWORK,
+    routes: n.routes ?? [],
+  }));
 }
 
 function validatePoolSource(c: DaemonConfig, fail: (msg: string) => never): void {
@@ -355,6 +475,7 @@ export const CONFIG = Symbol.for('workloadnet.Config');
  * kubernetes source says yes.
  */
 export function mayServeIpv6(config: DaemonConfig): boolean {
+  if (effectiveNetworks(config).some((n) => n.podCidrs.some((c) => c.includes(':')))) return true;
   switch (config.poolSource) {
     case 'static':
       return config.podCidrs.some((c) => c.includes(':'));

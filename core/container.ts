@@ -1,10 +1,12 @@
 import 'reflect-metadata';
 import { Container } from 'inversify';
-import { CONFIG, type DaemonConfig } from './config';
+import { BACKEND, type Backend } from './backend';
+import { CONFIG, DEFAULT_NETWORK, effectiveNetworks, type DaemonConfig } from './config';
 import { IpAllocator } from './ip-allocator';
 import { LOGGER, type Logger } from './logger';
 import { METRICS, Metrics } from './metrics';
 import { NETNS_OPENER, kernelNetnsOpener, type NetnsOpener } from './netns';
+import { NETWORKS, Network, NetworkSet, chooseBackend } from './network';
 import { ALLOCATOR, ORCHESTRATOR, Orchestrator, STORE } from './orchestrator';
 import { POOL_SOURCE, type PoolSource } from './pool-source';
 import { POOL_SUPPLY, PoolSupply } from './pool-supply';
@@ -16,7 +18,9 @@ import { WORKLOAD_SERVICE } from './workload-service';
 // The one place where core services are bound. The backend arrives as a ContainerModule loaded by the
 // caller (the daemon's wiring picks it from config; a test loads its own), so core never imports a
 // backend. Endpoints (CNI, metrics) are bound under ENDPOINT the same way. The pool source defaults to
-// the static one; the daemon's wiring rebinds POOL_SOURCE for the others.
+// the static one; the daemon's wiring rebinds POOL_SOURCE for the others. Networks: the `default`
+// network's pools are ALLOCATOR and POOL_SUPPLY (its source may be any); every other network has
+// static pools of its own. Backends are bound under BACKEND, one binding per kind in use.
 
 export function createContainer(config: DaemonConfig, logger: Logger, metrics = new Metrics()): Container {
   const c = new Container({ defaultScope: 'Singleton' });
@@ -24,14 +28,31 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
   c.bind<Logger>(LOGGER).toConstantValue(logger);
   c.bind<Metrics>(METRICS).toConstantValue(metrics);
   c.bind<Store>(STORE).toDynamicValue(() => Store.open(config.stateDir, { logger }));
+  const networks = effectiveNetworks(config);
+  const primary = networks.find((n) => n.name === DEFAULT_NETWORK) ?? networks[0];
   // The static source's pools are the allocator's from the start; other sources add theirs.
   c.bind<IpAllocator>(ALLOCATOR).toDynamicValue(
-    () => new IpAllocator(config.poolSource === 'static' ? config.podCidrs.map((cidr) => ({ cidr })) : []),
+    () =>
+      new IpAllocator(
+        config.poolSource === 'static' ? (primary?.podCidrs ?? []).map((cidr) => ({ cidr })) : [],
+      ),
   );
   c.bind<PoolSource>(POOL_SOURCE).toDynamicValue(() => new StaticPoolSource());
   c.bind<PoolSupply>(POOL_SUPPLY).toDynamicValue(
     (ctx) => new PoolSupply(ctx.container.get(POOL_SOURCE), ctx.container.get(ALLOCATOR), metrics),
   );
+  c.bind<NetworkSet>(NETWORKS).toDynamicValue((ctx) => {
+    const backends = ctx.container.getAll<Backend>(BACKEND);
+    return new NetworkSet(
+      networks.map((n) => {
+        const backend = chooseBackend(n, backends);
+        if (n === primary)
+          return new Network(n, backend, ctx.container.get(ALLOCATOR), ctx.container.get(POOL_SUPPLY));
+        const allocator = new IpAllocator(n.podCidrs.map((cidr) => ({ cidr })));
+        return new Network(n, backend, allocator, new PoolSupply(new StaticPoolSource(), allocator, metrics));
+      }),
+    );
+  });
   c.bind<NetnsOpener>(NETNS_OPENER).toConstantValue(kernelNetnsOpener);
   c.bind<Orchestrator>(ORCHESTRATOR).to(Orchestrator);
   // What the API and the endpoints serve: the orchestrator behind the start-up gate (service-gate.ts).

@@ -1,12 +1,11 @@
 import type { Container } from 'inversify';
 import { ApiServer } from './api-server';
-import { BACKEND, type Backend } from './backend';
 import { CONFIG, type DaemonConfig } from './config';
 import { ENDPOINT, startAll, type Lifecycle } from './lifecycle';
 import { LOGGER, type Logger } from './logger';
 import { ORCHESTRATOR, STORE, type Orchestrator } from './orchestrator';
 import type { ServiceGate } from './service-gate';
-import { POOL_SUPPLY, type PoolSupply } from './pool-supply';
+import { NETWORKS, type NetworkSet } from './network';
 import { prepareSocketPath } from './unix-socket';
 import type { Store } from './store';
 import { WORKLOAD_SERVICE } from './workload-service';
@@ -18,8 +17,8 @@ import { WORKLOAD_SERVICE } from './workload-service';
  *    would take our in-flight attachments for orphans).
  * 2. The sockets: the gRPC API and the endpoints bound under ENDPOINT (CNI, metrics) listen at once,
  *    behind the service gate, so a runtime calling during a restart is held, not refused.
- * 3. The backend, 4. the pool source (static pools, a Node's ranges, or etcd blocks), 5. the store
- *    and the start-up reconcile.
+ * 3. The backends (each one the networks use, once), 4. the pool sources (static pools, a Node's
+ *    ranges, or etcd blocks; one per network), 5. the store and the start-up reconcile.
  * 6. Serving: the gate opens. Stopping it is the graceful part: stop accepting, let calls in flight
  *    finish (up to shutdownTimeoutMs), close every connection; only then the store and the backend.
  * 7. The leak sweep (core/leak-sweep.ts), every sweepIntervalMs.
@@ -57,10 +56,16 @@ export class Daemon {
         },
         stop: closeSockets,
       },
-      lazy('backend', () => this.container.get<Backend>(BACKEND)),
-      lazy('pool source', () => {
-        const supply = this.container.get<PoolSupply>(POOL_SUPPLY);
-        return { name: 'pool source', start: () => supply.start(), stop: () => supply.stop() };
+      lazy('backends', () => {
+        const backends = this.container.get<NetworkSet>(NETWORKS).backends();
+        return allOf('backends', backends);
+      }),
+      lazy('pool sources', () => {
+        const supplies = this.container.get<NetworkSet>(NETWORKS).networks.map((n) => n.pools);
+        return allOf(
+          'pool sources',
+          supplies.map((s) => ({ name: 'pool source', start: () => s.start(), stop: () => s.stop() })),
+        );
       }),
       {
         name: 'store and reconcile',
@@ -84,8 +89,14 @@ export class Daemon {
     await ready();
     // Health clients see readiness changes (pool exhausted, agent lost) without calling Status.
     this.readyTimer = setInterval(() => void ready(), 2000).unref();
+    const networks = this.container.get<NetworkSet>(NETWORKS).networks;
     log.info(
-      { socket: config.socket, backend: this.container.get<Backend>(BACKEND).name, pools: config.podCidrs },
+      {
+        socket: config.socket,
+        backend: networks[0]?.backend.name,
+        pools: networks[0]?.config.podCidrs,
+        networks: networks.map((n) => `${n.name}:${n.backend.name}`),
+      },
       'workloadnetd ready',
     );
   }
@@ -115,5 +126,33 @@ function lazy(name: string, get: () => Lifecycle): Lifecycle {
     name,
     start: () => (part = get()).start(),
     stop: () => part?.stop() ?? Promise.resolve(),
+  };
+}
+
+/**
+ * Several parts started in order as one: if one fails, those already started are stopped; stopping
+ * goes in reverse.
+ */
+function allOf(name: string, parts: readonly Lifecycle[]): Lifecycle {
+  const started: Lifecycle[] = [];
+  const stop = async (): Promise<void> => {
+    let first: unknown;
+    for (const p of started.splice(0).reverse()) await p.stop().catch((err: unknown) => (first ??= err));
+    if (first !== undefined) throw first;
+  };
+  return {
+    name,
+    start: async () => {
+      for (const p of parts) {
+        try {
+          await p.start();
+        } catch (err) {
+          await stop().catch(() => undefined);
+          throw err;
+        }
+        started.push(p);
+      }
+    },
+    stop,
   };
 }

@@ -41,6 +41,18 @@ export class Metrics {
     labelNames: ['backend'] as const,
     registers: [this.registry],
   });
+  readonly networkReady = new Gauge({
+    name: 'workloadnet_network_ready',
+    help: '1 when the network can attach (its backend healthy, its pools ready), else 0.',
+    labelNames: ['network', 'backend'] as const,
+    registers: [this.registry],
+  });
+  readonly networkAttachments = new Gauge({
+    name: 'workloadnet_network_attachments',
+    help: 'Attachments held in the store, per network.',
+    labelNames: ['network'] as const,
+    registers: [this.registry],
+  });
   readonly agentConnected = new Gauge({
     name: 'workloadnet_agent_connected',
     help: 'DPU backend: 1 while an agent holds a session, else 0.',

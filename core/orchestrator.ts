@@ -2,24 +2,24 @@ import { randomUUID } from 'node:crypto';
 import { inject, injectable } from 'inversify';
 import { Admission } from './admission';
 import {
-  BACKEND,
   type AttachmentView,
   type AttachSpec,
   type Backend,
+  type BackendHealth,
   type DataplaneResult,
   type Drift,
   type IpAssignment,
   type UnclaimedAttachment,
 } from './backend';
-import { CONFIG, type DaemonConfig } from './config';
+import { CONFIG, DEFAULT_NETWORK, type DaemonConfig } from './config';
 import { alreadyExists, asWorkloadNetError, notFound } from './errors';
-import type { AllocatedIp, IpAllocator } from './ip-allocator';
+import type { AllocatedIp } from './ip-allocator';
 import { KeyedMutex } from './keyed-mutex';
 import { LeakSweep, type SweepResult } from './leak-sweep';
 import { LOGGER, type Logger } from './logger';
 import { METRICS, Metrics } from './metrics';
 import { NETNS_OPENER, type Netns, type NetnsOpener } from './netns';
-import { POOL_SUPPLY, type PoolSupply } from './pool-supply';
+import { NETWORKS, type Network, type NetworkSet } from './network';
 import { Store, type AttachmentRecord } from './store';
 import {
   DEFAULT_IF_NAME,
@@ -27,6 +27,7 @@ import {
   validateAttach,
   validateIfName,
   validateWorkloadId,
+  validateNetworkName,
   type AttachRequest,
 } from './validation';
 import type {
@@ -34,6 +35,8 @@ import type {
   Attachment,
   DetachCall,
   GcResult,
+  NetworkStatus,
+  PoolUsage,
   ReconcileSummary,
   ServiceStatus,
   WorkloadService,
@@ -66,18 +69,24 @@ export class Orchestrator implements WorkloadService {
   /** Keys whose row is written while their dataplane is still being programmed: not shown yet. */
   private readonly programming = new Set<string>();
   private lastReconcile?: ReconcileSummary;
+  /**
+   * The attachment that carries each namespace's default routes, by the namespace's inode: one per
+   * namespace, or a second interface's default route would clash with the first (EEXIST). Rebuilt from
+   * the store at start-up; an entry goes when its attachment goes.
+   */
+  private readonly defaultRouteHolders = new Map<number, string>();
+  /** Attachments per network name, kept as rows come and go (Status reads it every 2 s: no scan). */
+  private readonly perNetwork = new Map<string, number>();
   /** Releases attachments whose namespace is gone (see leak-sweep.ts). */
   readonly sweeper: LeakSweep;
 
   constructor(
-    @inject(BACKEND) private readonly backend: Backend,
+    @inject(NETWORKS) private readonly networks: NetworkSet,
     @inject(STORE) private readonly store: Store,
-    @inject(ALLOCATOR) private readonly allocator: IpAllocator,
     @inject(NETNS_OPENER) private readonly netns: NetnsOpener,
     @inject(CONFIG) private readonly config: DaemonConfig,
     @inject(LOGGER) private readonly log: Logger,
     @inject(METRICS) private readonly metrics: Metrics,
-    @inject(POOL_SUPPLY) private readonly pools: PoolSupply,
   ) {
     this.admission = new Admission(config.maxInFlight, ATTACH_CONCURRENCY);
     this.sweeper = new LeakSweep(
@@ -100,9 +109,13 @@ export class Orchestrator implements WorkloadService {
   }
 
   attach(call: AttachCall): Promise<Attachment> {
-    return this.metered('attach', () => {
-      const req = validateAttach(call, this.config.mtu);
-      return this.admission.run(() => this.attachWorkload(req));
+    const label = { backend: this.networks.primary.backend.name };
+    return this.metered('attach', label, () => {
+      // The network first: its MTU is the default, and an unknown one is refused before anything.
+      const network = this.networks.get(validateNetworkName(call.network));
+      label.backend = network.backend.name;
+      const req = validateAttach({ ...call, network: network.name }, network.config.mtu);
+      return this.admission.run(() => this.attachWorkload(req, network));
     });
   }
 
@@ -111,20 +124,30 @@ export class Orchestrator implements WorkloadService {
    * behind: the backend undoes its own steps, programAndRecord removes the row, and the addresses go
    * back to the pool right where they were taken.
    */
-  private async attachWorkload(req: AttachRequest): Promise<Attachment> {
-    const log = this.log.child({ workloadId: req.workloadId, ifName: req.ifName, requestId: randomUUID() });
+  private async attachWorkload(req: AttachRequest, network: Network): Promise<Attachment> {
+    const log = this.log.child({
+      workloadId: req.workloadId,
+      ifName: req.ifName,
+      network: req.network,
+      requestId: randomUUID(),
+    });
+    const backend = network.backend;
     const netns = await this.netns.openWorkload(req.netnsPath);
     try {
       return await this.locks.run(req.workloadId, async () => {
         const existing = this.store.get(req.key);
         if (existing) return sameAttachment(existing, req, netns);
 
-        const allocated = await this.pools.allocate();
+        const allocated = await network.pools.allocate();
         try {
-          const record = newRecord(req, netns.inode, allocated, this.backend.name);
+          const defaultRoute =
+            network.config.defaultRoute && (await this.claimDefaultRoute(netns.inode, req));
+          const routes = defaultRoute ? undefined : network.ranges();
+          const record = newRecord(req, netns.inode, allocated, backend.name, defaultRoute, routes);
           const spec: AttachSpec = { ...toSpec(record), netns };
-          record.dataplane = this.backend.plan(spec);
-          await this.programAndRecord(record, spec);
+          record.dataplane = backend.plan(spec);
+          await this.programAndRecord(record, spec, network);
+          this.counted(record, 1);
           log.info(
             { ips: record.ips.map((i) => i.address), hostIf: record.dataplane.hostIfName },
             'attached',
@@ -132,7 +155,10 @@ export class Orchestrator implements WorkloadService {
           return record;
         } catch (err) {
           // A row that could not be removed keeps its addresses: they follow the row (see reconcile).
-          if (!this.store.get(req.key)) this.allocator.release(allocated.map((a) => a.address));
+          if (!this.store.get(req.key)) {
+            network.allocator.release(allocated.map((a) => a.address));
+            this.dropDefaultRoute(netns.inode, req.key);
+          } else this.counted({ network: req.network }, 1);
           log.warn({ err: (err as Error).message }, 'attach failed; rolled back');
           throw err;
         }
@@ -143,6 +169,32 @@ export class Orchestrator implements WorkloadService {
   }
 
   /**
+   * Whether a new attachment in this namespace carries its default routes: yes unless another
+   * attachment there already does. A holder whose namespace is gone (its inode reused by a new one) is
+   * forgotten. Claimed before programming, so two workloads sharing a namespace never both claim it.
+   */
+  private async claimDefaultRoute(inode: number, req: AttachRequest): Promise<boolean> {
+    const holder = this.defaultRouteHolders.get(inode);
+    if (holder !== undefined && holder !== req.key) {
+      const rec = this.store.get(holder);
+      // Without a row the holder is an attach still being programmed: it holds the route.
+      if (!rec || (await this.netns.stillPresent(rec.netnsPath, rec.netnsInode))) return false;
+      if (this.defaultRouteHolders.get(inode) !== holder) return false;
+    }
+    this.defaultRouteHolders.set(inode, req.key);
+    return true;
+  }
+
+  private counted(rec: { network?: string }, delta: 1 | -1): void {
+    const name = rec.network || DEFAULT_NETWORK;
+    this.perNetwork.set(name, (this.perNetwork.get(name) ?? 0) + delta);
+  }
+
+  private dropDefaultRoute(inode: number, key: string): void {
+    if (this.defaultRouteHolders.get(inode) === key) this.defaultRouteHolders.delete(inode);
+  }
+
+  /**
    * The one way an attachment is recorded. The row, with the planned dataplane, is written in one
    * durable transaction while the backend programs, and stays hidden from List and Get until both are
    * done. If the backend reports more than it planned (an agent's endpoint), the row is updated before
@@ -150,13 +202,17 @@ export class Orchestrator implements WorkloadService {
    * the namespace exists, released when it is gone), or a dataplane without a row, which carries the
    * attachment's name and is removed as an orphan.
    */
-  private async programAndRecord(record: AttachmentRecord, spec: AttachSpec): Promise<void> {
+  private async programAndRecord(
+    record: AttachmentRecord,
+    spec: AttachSpec,
+    network: Network,
+  ): Promise<void> {
     const planned = record.dataplane as DataplaneResult;
     this.programming.add(record.key);
     try {
       const [programmed, stored] = await Promise.allSettled([
-        this.backend.attach(spec, planned),
-        this.store.put(record, this.allocator.cursors()),
+        network.backend.attach(spec, planned),
+        this.store.put(record, this.networks.cursors()),
       ]);
       let failure: unknown =
         programmed.status === 'rejected' ? programmed.reason : (stored as PromiseRejectedResult).reason;
@@ -182,7 +238,7 @@ export class Orchestrator implements WorkloadService {
   /** Takes down whatever of a failed attach's dataplane is left. */
   private async undoProgramming(rec: AttachmentRecord): Promise<void> {
     try {
-      await this.backend.detach(toView(rec));
+      await this.networks.backendOf(rec).detach(toView(rec));
     } catch (err) {
       this.log.warn(
         { workloadId: rec.workloadId, ifName: rec.ifName, err: (err as Error).message },
@@ -204,7 +260,7 @@ export class Orchestrator implements WorkloadService {
   }
 
   detach(call: DetachCall): Promise<void> {
-    return this.metered('detach', async () => {
+    return this.metered('detach', { backend: this.networks.primary.backend.name }, async () => {
       const workloadId = validateWorkloadId(call.workloadId);
       const ifName = call.ifName ? validateIfName(call.ifName) : undefined;
       const log = this.log.child({ workloadId, ifName, requestId: randomUUID() });
@@ -227,7 +283,7 @@ export class Orchestrator implements WorkloadService {
    */
   private async teardown(rec: AttachmentRecord, why: string): Promise<void> {
     try {
-      await this.backend.detach(toView(rec));
+      await this.networks.backendOf(rec).detach(toView(rec));
     } catch (err) {
       this.log.warn(
         { workloadId: rec.workloadId, ifName: rec.ifName, why, err: (err as Error).message },
@@ -235,11 +291,13 @@ export class Orchestrator implements WorkloadService {
       );
     }
     await this.store.remove(rec.key);
-    this.allocator.release(rec.ips.map((i) => i.address));
+    this.counted(rec, -1);
+    this.networks.of(rec)?.allocator.release(rec.ips.map((i) => i.address));
+    this.dropDefaultRoute(rec.netnsInode, rec.key);
   }
 
   /** Runs one API operation and records its latency and result code. */
-  private async metered<T>(op: string, fn: () => Promise<T>): Promise<T> {
+  private async metered<T>(op: string, label: { backend: string }, fn: () => Promise<T>): Promise<T> {
     const start = process.hrtime.bigint();
     let code = 'OK';
     try {
@@ -248,7 +306,7 @@ export class Orchestrator implements WorkloadService {
       code = asWorkloadNetError(err).code;
       throw err;
     } finally {
-      this.metrics.observe(op, this.backend.name, code, Number(process.hrtime.bigint() - start) / 1e9);
+      this.metrics.observe(op, label.backend, code, Number(process.hrtime.bigint() - start) / 1e9);
     }
   }
 
@@ -257,14 +315,27 @@ export class Orchestrator implements WorkloadService {
    * API starts serving.
    */
   async init(): Promise<ReconcileSummary> {
-    for (const rec of this.store.all()) for (const ip of rec.ips) this.restoreAllocation(rec, ip);
-    this.allocator.restoreCursors(this.store.cursors());
+    for (const rec of this.store.all()) {
+      this.counted(rec, 1);
+      for (const ip of rec.ips) this.restoreAllocation(rec, ip);
+      if (rec.defaultRoute !== false && rec.netnsInode) this.defaultRouteHolders.set(rec.netnsInode, rec.key);
+    }
+    this.networks.restoreCursors(this.store.cursors());
     return this.reconcile();
   }
 
   private restoreAllocation(rec: AttachmentRecord, ip: IpAssignment): void {
+    const network = this.networks.of(rec);
+    if (!network) {
+      // Its network was removed from the config: the attachment keeps working and can be detached.
+      this.log.warn(
+        { workloadId: rec.workloadId, network: rec.network, address: ip.address },
+        'attachment of a network this node no longer serves',
+      );
+      return;
+    }
     try {
-      this.allocator.markUsed(ip.address);
+      network.allocator.markUsed(ip.address);
     } catch (err) {
       // The pool was reconfigured and no longer contains this address: the attachment keeps it (the
       // workload is using it) but it can never be handed out again, which is what we want.
@@ -293,14 +364,21 @@ export class Orchestrator implements WorkloadService {
       warnings: [],
     };
     const rows = this.store.all();
-    const outcome = await this.backend.reconcile(rows.map(toView), { storeIsNew: this.store.isNew });
-    summary.orphansRemoved = outcome.orphansRemoved.length;
-    await this.adopt(outcome.unclaimed ?? [], summary);
-    summary.healthy = outcome.healthy.length;
-    summary.warnings.push(...outcome.warnings);
+    // Each backend reconciles the attachments it programmed, and only those: to it, another backend's
+    // are not its orphans.
+    const missing: string[] = [];
+    for (const backend of this.networks.backends()) {
+      const own = rows.filter((r) => this.networks.backendOf(r) === backend);
+      const outcome = await backend.reconcile(own.map(toView), { storeIsNew: this.store.isNew });
+      summary.orphansRemoved += outcome.orphansRemoved.length;
+      await this.adopt(outcome.unclaimed ?? [], summary, backend);
+      summary.healthy += outcome.healthy.length;
+      summary.warnings.push(...outcome.warnings);
+      missing.push(...outcome.missing);
+    }
     const byKey = new Map(rows.map((r) => [r.key, r]));
     await Promise.all(
-      outcome.missing.map(async (key) => {
+      missing.map(async (key) => {
         const rec = byKey.get(key);
         if (!rec) return;
         if (await this.netns.stillPresent(rec.netnsPath, rec.netnsInode)) {
@@ -341,8 +419,13 @@ export class Orchestrator implements WorkloadService {
    * known for Detach (by workload id, as CNI DEL sends it). Its namespace path is unknown; when the
    * workload goes, its dataplane goes with it and the next start-up reconcile releases the row.
    */
-  private async adopt(unclaimed: UnclaimedAttachment[], summary: ReconcileSummary): Promise<void> {
+  private async adopt(
+    unclaimed: UnclaimedAttachment[],
+    summary: ReconcileSummary,
+    backend: Backend,
+  ): Promise<void> {
     if (unclaimed.length === 0) return;
+    const network = this.networks.networks.find((n) => n.backend === backend) ?? this.networks.primary;
     for (const u of unclaimed) {
       const slash = u.key.lastIndexOf('/');
       const record: AttachmentRecord = {
@@ -356,14 +439,16 @@ export class Orchestrator implements WorkloadService {
           return { family, address, gateway: family === 4 ? GATEWAY_V4 : GATEWAY_V6 };
         }),
         mtu: u.mtu,
-        backend: this.backend.name,
+        backend: backend.name,
+        network: network.name,
         origin: 'adopted',
         state: 'ready',
         createdAt: new Date().toISOString(),
         dataplane: u.dataplane,
       };
       for (const ip of record.ips) this.restoreAllocation(record, ip);
-      await this.store.put(record, this.allocator.cursors());
+      await this.store.put(record, this.networks.cursors());
+      this.counted(record, 1);
       summary.adopted++;
     }
     const message =
@@ -380,8 +465,9 @@ export class Orchestrator implements WorkloadService {
     try {
       if (netns.inode !== rec.netnsInode) throw new Error(`${rec.netnsPath} now names another namespace`);
       const spec: AttachSpec = { ...toSpec(rec), netns };
+      const backend = this.networks.backendOf(rec);
       // The recorded plan again: the repaired interface keeps its MAC, so peers' neighbour caches hold.
-      const dataplane = await this.backend.attach(spec, rec.dataplane ?? this.backend.plan(spec));
+      const dataplane = await backend.attach(spec, rec.dataplane ?? backend.plan(spec));
       await this.store.put({ ...rec, dataplane });
     } finally {
       netns.close();
@@ -389,41 +475,71 @@ export class Orchestrator implements WorkloadService {
   }
 
   async status(): Promise<ServiceStatus> {
-    const health = await this.backend.health().catch((err: unknown) => ({
-      ready: false,
-      reasons: [`backend health check failed: ${asWorkloadNetError(err).message}`],
-      details: {},
-    }));
-    const reasons = [...health.reasons.filter(() => !health.ready)];
-    if (!health.ready && reasons.length === 0) reasons.push(`backend ${this.backend.name} is not ready`);
+    const healths = new Map(
+      await Promise.all(this.networks.backends().map(async (b) => [b, await backendHealth(b)] as const)),
+    );
     const writes = this.store.writeHealth();
-    if (!writes.ok) reasons.push(`${writes.reason} (writes failing since ${writes.since})`);
-    const poolStatus = this.pools.status();
-    reasons.push(...poolStatus.reasons);
-    const pools = poolStatus.pools;
-    for (const p of pools) {
-      this.metrics.poolSize.set({ pool: p.cidr, family: String(p.family) }, p.size);
-      this.metrics.poolUsed.set({ pool: p.cidr, family: String(p.family) }, p.used);
+    const several = this.networks.networks.length > 1;
+    const reasons: string[] = [];
+    const networks: NetworkStatus[] = [];
+    // Each supply's status() resets the pool gauges (pools come and go): read them all, then set.
+    const supplies = this.networks.networks.map((n) => [n, n.pools.status()] as const);
+    for (const [network, poolStatus] of supplies) {
+      const health = healths.get(network.backend) ?? { ready: false, reasons: [] };
+      const own = [...health.reasons.filter(() => !health.ready)];
+      if (!health.ready && own.length === 0) own.push(`backend ${network.backend.name} is not ready`);
+      own.push(...poolStatus.reasons);
+      const pools: PoolUsage[] = poolStatus.pools.map((p) => ({ ...p, network: network.name }));
+      for (const p of pools) {
+        this.metrics.poolSize.set({ pool: p.cidr, family: String(p.family) }, p.size);
+        this.metrics.poolUsed.set({ pool: p.cidr, family: String(p.family) }, p.used);
+      }
+      for (const r of own)
+        if (!reasons.includes(r)) reasons.push(several ? `network ${network.name}: ${r}` : r);
+      networks.push({
+        name: network.name,
+        backend: network.backend.name,
+        ready: own.length === 0,
+        reasons: own,
+        mtu: network.config.mtu,
+        defaultRoute: network.config.defaultRoute,
+        routes: network.config.defaultRoute ? [] : network.ranges(),
+        pools,
+        backendDetails: { ...(health.details ?? {}) },
+        attachments: this.perNetwork.get(network.name) ?? 0,
+      });
+      this.metrics.networkReady.set(
+        { network: network.name, backend: network.backend.name },
+        own.length ? 0 : 1,
+      );
+      this.metrics.networkAttachments.set({ network: network.name }, this.perNetwork.get(network.name) ?? 0);
     }
+    if (!writes.ok) reasons.push(`${writes.reason} (writes failing since ${writes.since})`);
     const attachments = this.store.count();
     this.metrics.attachments.set(attachments);
-    this.metrics.backendReady.set({ backend: this.backend.name }, health.ready ? 1 : 0);
-    const details: Record<string, string | number | boolean> = health.details ?? {};
-    if (details.agentSocket !== undefined) {
-      // Agent-based backends report their live session (sessionId) in the health details.
-      this.metrics.agentConnected.set(details.sessionId ? 1 : 0);
-      if (typeof details.lastHeartbeatAgeMs === 'number')
-        this.metrics.agentHeartbeatAge.set(details.lastHeartbeatAgeMs / 1000);
+    for (const [b, health] of healths) {
+      this.metrics.backendReady.set({ backend: b.name }, health.ready ? 1 : 0);
+      const details: Record<string, string | number | boolean> = health.details ?? {};
+      if (details.agentSocket !== undefined) {
+        // Agent-based backends report their live session (sessionId) in the health details.
+        this.metrics.agentConnected.set(details.sessionId ? 1 : 0);
+        if (typeof details.lastHeartbeatAgeMs === 'number')
+          this.metrics.agentHeartbeatAge.set(details.lastHeartbeatAgeMs / 1000);
+      }
     }
+    const primary = this.networks.primary;
+    const primaryHealth = healths.get(primary.backend);
+    const primarySupply = supplies.find(([n]) => n === primary)?.[1];
     return {
       ready: reasons.length === 0,
       reasons,
-      backend: this.backend.name,
-      backendDetails: { ...(health.details ?? {}) },
-      pools,
-      poolSource: poolStatus.source,
+      backend: primary.backend.name,
+      backendDetails: { ...(primaryHealth?.details ?? {}) },
+      pools: networks.flatMap((n) => n.pools),
+      poolSource: primarySupply?.source,
       attachments,
       reconcile: this.lastReconcile,
+      networks,
     };
   }
 
@@ -453,7 +569,7 @@ export class Orchestrator implements WorkloadService {
     return this.locks.run(workloadId, async () => {
       const rec = this.store.get(key);
       if (!rec) throw notFound(`workload ${workloadId} has no attachment ${key}`);
-      return this.backend.check(toView(rec));
+      return this.networks.backendOf(rec).check(toView(rec));
     });
   }
 
@@ -462,7 +578,12 @@ export class Orchestrator implements WorkloadService {
     return dryRun ? this.sweeper.preview() : this.sweeper.sweep();
   }
 
-  async gc(keep: Array<{ workloadId: string; ifName?: string }>, origin?: string): Promise<GcResult> {
+  async gc(
+    keep: Array<{ workloadId: string; ifName?: string }>,
+    origin?: string,
+    network?: string,
+  ): Promise<GcResult> {
+    if (network !== undefined) this.networks.get(validateNetworkName(network));
     const wholeWorkloads = new Set<string>();
     const keys = new Set<string>();
     for (const k of keep) {
@@ -475,6 +596,7 @@ export class Orchestrator implements WorkloadService {
       .filter(
         (r) =>
           (origin === undefined || (r.origin ?? 'api') === origin) &&
+          (network === undefined || (r.network || DEFAULT_NETWORK) === network) &&
           !wholeWorkloads.has(r.workloadId) &&
           !keys.has(r.key),
       );
@@ -496,6 +618,11 @@ export class Orchestrator implements WorkloadService {
 
 /** A repeated Attach: the same namespace gets the recorded result; another one is refused. */
 function sameAttachment(existing: AttachmentRecord, req: AttachRequest, netns: Netns): AttachmentRecord {
+  const network = existing.network || DEFAULT_NETWORK;
+  if (network !== req.network)
+    throw alreadyExists(
+      `workload ${req.workloadId} already has ${req.ifName} on network ${network}; detach it before attaching it to network ${req.network}`,
+    );
   if (existing.netnsPath === req.netnsPath && existing.netnsInode === netns.inode) return existing;
   throw alreadyExists(
     `workload ${req.workloadId} is already attached as ${req.ifName} in ${existing.netnsPath}; detach it before attaching it to another namespace`,
@@ -507,6 +634,8 @@ function newRecord(
   netnsInode: number,
   allocated: AllocatedIp[],
   backend: string,
+  defaultRoute: boolean,
+  routes: string[] | undefined,
 ): AttachmentRecord {
   return {
     key: req.key,
@@ -523,6 +652,9 @@ function newRecord(
     })),
     mtu: req.mtu,
     backend,
+    network: req.network,
+    defaultRoute,
+    ...(routes ? { routes } : {}),
     dns: req.dns,
     origin: req.origin,
     state: 'ready',
@@ -548,6 +680,9 @@ function toSpec(rec: AttachmentRecord): Omit<AttachSpec, 'netns'> {
     netnsInode: rec.netnsInode,
     ips: rec.ips,
     mtu: rec.mtu,
+    network: rec.network,
+    defaultRoute: rec.defaultRoute,
+    routes: rec.routes,
   };
 }
 
@@ -558,4 +693,12 @@ function toView(rec: AttachmentRecord): AttachmentView {
 function publicView(rec: AttachmentRecord): Attachment {
   const { netnsInode: _inode, ...rest } = rec;
   return rest;
+}
+
+async function backendHealth(b: Backend): Promise<BackendHealth> {
+  return b.health().catch((err: unknown) => ({
+    ready: false,
+    reasons: [`backend health check failed: ${asWorkloadNetError(err).message}`],
+    details: {},
+  }));
 }

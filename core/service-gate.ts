@@ -69,8 +69,12 @@ export class ServiceGate implements WorkloadService {
     return this.through((s) => s.check(workloadId, ifName));
   }
 
-  gc(keep: Array<{ workloadId: string; ifName?: string }>, origin?: string): Promise<GcResult> {
-    return this.through((s) => s.gc(keep, origin));
+  gc(
+    keep: Array<{ workloadId: string; ifName?: string }>,
+    origin?: string,
+    network?: string,
+  ): Promise<GcResult> {
+    return this.through((s) => s.gc(keep, origin, network));
   }
 
   sweep(dryRun: boolean): Promise<SweepResult> {

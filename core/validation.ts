@@ -1,3 +1,4 @@
+import { DEFAULT_NETWORK } from './config';
 import { invalidArgument } from './errors';
 import type { AttachCall, DnsInfo, PodMetadata } from './workload-service';
 
@@ -55,6 +56,8 @@ export function validateMetadata(field: string, value: unknown): string | undefi
 export interface AttachRequest {
   workloadId: string;
   ifName: string;
+  /** The network the interface joins (DEFAULT_NETWORK when the call names none). */
+  network: string;
   /** `${workloadId}/${ifName}`: neither part may contain '/', so the key is unambiguous. */
   key: string;
   netnsPath: string;
@@ -71,6 +74,16 @@ export const DEFAULT_IF_NAME = 'eth0';
 /** Attachment key: neither part may contain '/', so the key is unambiguous. */
 export const attachmentKey = (workloadId: string, ifName: string): string => `${workloadId}/${ifName}`;
 
+/** A network name as a call gives it; undefined when it gives none. Whether it exists is the core's. */
+export function validateNetworkName(name: unknown): string | undefined {
+  if (name === undefined || name === '') return undefined;
+  if (typeof name !== 'string' || name.length > 64 || !/^[A-Za-z0-9][A-Za-z0-9_.-]*$/.test(name))
+    throw invalidArgument(
+      `network name ${JSON.stringify(String(name).slice(0, 64))} must be 1-64 letters, digits, "_", "." and "-", starting with a letter or digit`,
+    );
+  return name;
+}
+
 /** Checks every field of an Attach call; the namespace path itself is checked when it is opened. */
 export function validateAttach(call: AttachCall, defaultMtu: number): AttachRequest {
   const workloadId = validateWorkloadId(call.workloadId);
@@ -83,6 +96,7 @@ export function validateAttach(call: AttachCall, defaultMtu: number): AttachRequ
   return {
     workloadId,
     ifName,
+    network: validateNetworkName(call.network) ?? DEFAULT_NETWORK,
     key: attachmentKey(workloadId, ifName),
     netnsPath: call.netnsPath,
     mtu: validateMtu(call.mtu || defaultMtu),

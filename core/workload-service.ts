@@ -22,6 +22,8 @@ export interface AttachCall {
   mtu?: number;
   /** DNS settings to echo back in results (CNI runtimeConfig.dns). */
   dns?: DnsInfo;
+  /** The network the interface joins; absent means "default". Unknown → INVALID_ARGUMENT. */
+  network?: string;
   /** Which entry point created the attachment ("api" by default, "cni"); GC can be scoped to one. */
   origin?: string;
 }
@@ -52,6 +54,15 @@ export interface Attachment {
   ips: IpAssignment[];
   mtu: number;
   backend: string;
+  /** The network the interface belongs to (rows recorded before networks existed have none: default). */
+  network?: string;
+  /**
+   * Whether the interface carries its namespace's default routes (absent means yes). One interface per
+   * namespace does; the others route their network's ranges (`routes`) only.
+   */
+  defaultRoute?: boolean;
+  /** Ranges routed through this interface, when it does not carry the default routes. */
+  routes?: string[];
   dns?: DnsInfo;
   dataplane?: DataplaneResult;
   /** Entry point that created it ("api" or "cni"). */
@@ -70,6 +81,24 @@ export interface PoolUsage {
   state?: 'active' | 'draining';
   /** Kind of the pool source that supplied it. */
   source?: string;
+  /** The network whose pool it is. */
+  network?: string;
+}
+
+/** One network as Status shows it. */
+export interface NetworkStatus {
+  name: string;
+  backend: string;
+  ready: boolean;
+  reasons: string[];
+  mtu: number;
+  defaultRoute: boolean;
+  /** Ranges its interfaces route when they do not carry the default route. */
+  routes: string[];
+  pools: PoolUsage[];
+  backendDetails: Record<string, string | number | boolean>;
+  /** Attachments recorded on it. */
+  attachments: number;
 }
 
 export interface ServiceStatus {
@@ -82,6 +111,8 @@ export interface ServiceStatus {
   poolSource?: PoolSourceStatus;
   attachments: number;
   reconcile?: ReconcileSummary;
+  /** Every network the node serves (the fields above describe the `default` one's backend). */
+  networks?: NetworkStatus[];
 }
 
 export interface ReconcileSummary {
@@ -114,9 +145,14 @@ export interface WorkloadService {
   check(workloadId: string, ifName: string): Promise<Drift[]>;
   /**
    * Keep exactly the attachments named (workloadId + ifName) and detach all others — only among those
-   * created through `origin` when it is given, so a CNI runtime's GC never removes API-made attachments.
+   * created through `origin` when it is given, so a CNI runtime's GC never removes API-made attachments,
+   * and only among those of `network` when it is given (a runtime lists one network's at a time).
    */
-  gc(keep: Array<{ workloadId: string; ifName?: string }>, origin?: string): Promise<GcResult>;
+  gc(
+    keep: Array<{ workloadId: string; ifName?: string }>,
+    origin?: string,
+    network?: string,
+  ): Promise<GcResult>;
   /**
    * What the periodic leak sweep does, now: detach attachments whose namespace was seen gone on the
    * previous sweep too (released), and note those seen gone for the first time (suspected). With

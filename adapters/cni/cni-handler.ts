@@ -17,6 +17,7 @@ import {
   type GcRequest,
   parseCniRequest,
 } from './cni-request';
+import type { NetworkConfig } from './cni-config';
 import { formatCniResult, mergeWithPrevResult, resultFromAttachment } from './cni-result';
 import { LATEST_CNI_VERSION, SUPPORTED_CNI_VERSIONS, isSupportedCniVersion } from './cni-version';
 
@@ -34,6 +35,11 @@ export interface CniReply {
 export interface CniHandlerOptions {
   /** MTU for attachments whose config sets none; undefined leaves it to the service's default. */
   defaultMtu?: number;
+  /**
+   * The network config's `name` selects the daemon's network (a node with named networks). Off, every
+   * config means the one `default` network, whatever its name, as before networks existed.
+   */
+  networkFromName?: boolean;
   logger?: CniLogger;
 }
 
@@ -89,7 +95,7 @@ export class CniHandler {
         await this.check(req);
         return '';
       case 'STATUS':
-        await this.status();
+        await this.status(req.config);
         return '';
       case 'GC':
         await this.gc(req);
@@ -120,6 +126,7 @@ export class CniHandler {
       ifName: req.ifName,
       origin: 'cni',
     };
+    if (this.opts.networkFromName) call.network = req.config.name;
     const pod = { uid: req.args.podUid, namespace: req.args.podNamespace, name: req.args.podName };
     if (pod.uid || pod.namespace || pod.name) {
       call.pod = Object.fromEntries(Object.entries(pod).filter(([, v]) => v !== undefined));
@@ -187,27 +194,41 @@ export class CniHandler {
     }
   }
 
-  private async status(): Promise<void> {
+  private async status(config: NetworkConfig): Promise<void> {
     let status;
     try {
       status = await this.service.status();
     } catch (err) {
       throw cniErrorFromService(err, 'STATUS');
     }
-    if (!status.ready) {
-      const reasons = status.reasons.length > 0 ? status.reasons.join('; ') : 'no reason given';
+    // With named networks, a runtime asks about the network its config selects: a DPU network whose
+    // agent is away does not stop pods on the host network.
+    const network = this.opts.networkFromName
+      ? status.networks?.find((n) => n.name === config.name)
+      : undefined;
+    if (this.opts.networkFromName && !network)
+      throw new CniError(
+        CniErrorCode.INVALID_NETWORK_CONFIG,
+        `unknown network "${config.name}"; this node serves ${(status.networks ?? []).map((n) => `"${n.name}"`).join(', ')}`,
+      );
+    const ready = network ? network.ready : status.ready;
+    if (!ready) {
+      const all = network ? network.reasons : status.reasons;
+      const reasons = all.length > 0 ? all.join('; ') : 'no reason given';
       throw new CniError(
         CniErrorCode.PLUGIN_NOT_AVAILABLE,
         `workloadnet is not ready: ${reasons}`,
-        `backend ${status.backend}`,
+        `backend ${network?.backend ?? status.backend}`,
       );
     }
   }
 
   private async gc(req: GcRequest): Promise<void> {
     const keep = req.validAttachments.map((a) => ({ workloadId: a.containerId, ifName: a.ifName }));
-    // Scoped to CNI-made attachments: the runtime only knows its own, not those attached over gRPC.
-    const { removed } = await this.service.gc(keep, 'cni');
+    // Scoped to CNI-made attachments: the runtime only knows its own, not those attached over gRPC;
+    // and to this config's network: it lists only that network's attachments (Multus calls each).
+    const network = this.opts.networkFromName ? req.config.name : undefined;
+    const { removed } = await this.service.gc(keep, 'cni', network);
     if (removed.length > 0)
       this.logger.info({ removed }, 'CNI GC detached attachments the runtime no longer has');
   }

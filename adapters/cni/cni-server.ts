@@ -52,6 +52,8 @@ export interface CniServerOptions {
   logger?: CniLogger;
   /** MTU for attachments whose network config sets none. */
   defaultMtu?: number;
+  /** The network config's `name` selects the daemon's network (see CniHandlerOptions). */
+  networkFromName?: boolean;
   /** Time a connection has to send its request headers; default 5 s. */
   headerTimeoutMs?: number;
   /** Time a request has, after its headers, to send its body; default 10 s. */
@@ -93,11 +95,11 @@ export class CniServer {
   ) {
     this.logger = opts.logger ?? silentLogger;
     this.maxBody = opts.maxBodyBytes ?? DEFAULT_MAX_BODY;
-    const handlerOpts =
-      opts.defaultMtu === undefined
-        ? { logger: this.logger }
-        : { logger: this.logger, defaultMtu: opts.defaultMtu };
-    this.handler = new CniHandler(service, handlerOpts);
+    this.handler = new CniHandler(service, {
+      logger: this.logger,
+      ...(opts.defaultMtu === undefined ? {} : { defaultMtu: opts.defaultMtu }),
+      ...(opts.networkFromName ? { networkFromName: true } : {}),
+    });
   }
 
   async listen(): Promise<void> {

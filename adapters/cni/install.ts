@@ -14,8 +14,16 @@ export interface InstallCniOptions {
   confDir: string;
   /** The daemon's CNI socket, written into the config for the forwarder. */
   cniSocket: string;
-  /** Network name; also names the file 10-<name>.conflist. */
+  /**
+   * Network name; also names the file 10-<name>.conflist. On a daemon with named networks it selects
+   * the network.
+   */
   name: string;
+  /**
+   * A secondary network's conflist (not the runtime's default): written as 90-<name>.conflist, so a
+   * runtime that takes the first conflist of its directory as the pod network keeps the default one.
+   */
+  secondary?: boolean;
   /** Replace files that workloadnet did not write. */
   force: boolean;
   /** The built forwarder (npm run build puts it at dist/bin/workloadnet-cni). */
@@ -76,7 +84,7 @@ const SUN_PATH_MAX = 107;
 export async function installCni(opts: InstallCniOptions): Promise<InstalledCni> {
   validate(opts);
   const binary = path.join(opts.binDir, CNI_PLUGIN_TYPE);
-  const conflist = path.join(opts.confDir, `10-${opts.name}.conflist`);
+  const conflist = path.join(opts.confDir, `${opts.secondary ? 90 : 10}-${opts.name}.conflist`);
 
   const shim = await fs.readFile(opts.shimPath).catch((err: NodeJS.ErrnoException) => {
     if (err.code === 'ENOENT') {

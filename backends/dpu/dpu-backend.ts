@@ -684,6 +684,7 @@ function placementOf(a: AttachSpec | AttachmentView): WorkloadPlacement {
     ifName: ownString(a.ifName),
     mtu: a.mtu,
     ips,
+    ...(a.defaultRoute === false ? { defaultRoute: false, routes: (a.routes ?? []).map(ownString) } : {}),
   };
 }
 

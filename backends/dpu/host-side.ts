@@ -30,6 +30,9 @@ export interface PlumbRequest {
   /** The MAC the port was programmed with; used to recognise a netdev that was already moved. */
   mac: string;
   ips: IpAssignment[];
+  /** The network's routing, as in AttachSpec (absent: the default route). */
+  defaultRoute?: boolean;
+  routes?: string[];
   /** The workload's namespace, when the caller has it open (an Attach); else it is opened by path. */
   netns?: Netns;
 }
@@ -50,6 +53,8 @@ export interface InspectRequest {
   ifName: string;
   mtu: number;
   ips: IpAssignment[];
+  defaultRoute?: boolean;
+  routes?: string[];
 }
 
 export interface HostSide {

@@ -2,10 +2,9 @@
 // spec and the options: the workload's interface, and the host end's name, label and group.
 
 import * as crypto from 'node:crypto';
-import type { IpAssignment } from '../../core/backend';
 import { hostLinkAlias, hostLinkName } from './host-link-name';
 import type { ResolvedLinuxBackendOptions } from './linux-backend-options';
-import { workloadInterface, type WorkloadInterface } from './workload-side';
+import { workloadInterface, type WorkloadInterface, type WorkloadInterfaceInput } from './workload-side';
 
 export interface AttachPlan extends WorkloadInterface {
   key: string;
@@ -15,11 +14,8 @@ export interface AttachPlan extends WorkloadInterface {
 }
 
 /** What a plan is made from: an AttachSpec or a stored AttachmentView. */
-export interface PlanInput {
+export interface PlanInput extends WorkloadInterfaceInput {
   key: string;
-  ifName: string;
-  ips: readonly IpAssignment[];
-  mtu: number;
 }
 
 export function planAttachment(input: PlanInput, opts: ResolvedLinuxBackendOptions): AttachPlan {

@@ -6,6 +6,14 @@
 // "onlink" default route would do without the host route, but then the gateway is not a route a
 // reader can see in `ip route`, and the kernel accepts it on any interface, right or wrong.)
 //
+// A namespace may hold several of our interfaces (a workload's eth0 and net1, or two workloads sharing
+// it), all with the same link-local gateway. Only one of them carries the default route (the core
+// decides which: `defaultRoute`); the others route only their network's ranges through the gateway.
+// Two "169.254.1.1/32 dev X scope link" routes of the same metric clash (EEXIST) even on different
+// interfaces, so the routes of an interface without the default route carry a metric of their own:
+// its ifindex, unique in the namespace. The interface with the default route keeps metric 0, as a
+// workload with one interface always had.
+//
 // This file is part of the Linux backend's public netlink surface: the DPU backend configures and
 // checks the VFs it moves into workloads with it, so both backends give a workload the same side.
 
@@ -35,14 +43,24 @@ export interface WorkloadInterface {
   /** Link-local gateways the workload routes through (decided by the core with each address). */
   gatewayV4: string;
   gatewayV6: string;
+  /** Whether this interface carries the namespace's default routes. */
+  defaultRoute: boolean;
+  /** Without the default route: the ranges (canonical CIDRs) routed through this interface's gateway. */
+  routes: string[];
 }
 
-/** The workload interface for an attachment's name, MTU and addresses. */
-export function workloadInterface(input: {
+/** What the workload interface is made from: an AttachSpec, a stored AttachmentView, a DPU placement. */
+export interface WorkloadInterfaceInput {
   ifName: string;
   mtu: number;
   ips: readonly IpAssignment[];
-}): WorkloadInterface {
+  /** Absent means yes: attachments recorded before networks existed all carry the default route. */
+  defaultRoute?: boolean;
+  routes?: readonly string[];
+}
+
+/** The workload interface for an attachment's name, MTU and addresses. */
+export function workloadInterface(input: WorkloadInterfaceInput): WorkloadInterface {
   const v4 = input.ips.filter((ip) => ip.family === 4);
   const v6 = input.ips.filter((ip) => ip.family === 6);
   return {
@@ -52,7 +70,24 @@ export function workloadInterface(input: {
     v6: v6.map((ip) => ({ address: canonicalAddress(ip.address), prefixLength: 128 })),
     gatewayV4: v4[0] ? canonicalAddress(v4[0].gateway) : '',
     gatewayV6: v6[0] ? canonicalAddress(v6[0].gateway) : '',
+    defaultRoute: input.defaultRoute !== false,
+    routes: input.defaultRoute === false ? (input.routes ?? []).map(canonicalCidr) : [],
   };
+}
+
+function canonicalCidr(cidr: string): string {
+  const slash = cidr.indexOf('/');
+  return `${canonicalAddress(cidr.slice(0, slash))}${cidr.slice(slash)}`;
+}
+
+/** The ranges of one family that an interface without the default route sends through its gateway. */
+function rangesOf(iface: WorkloadInterface, family: 4 | 6): string[] {
+  return iface.routes.filter((r) => r.includes(':') === (family === 6));
+}
+
+/** Metric of an interface's routes: 0 with the default route, else its ifindex (see the top). */
+export function routeMetric(iface: WorkloadInterface, index: number): number {
+  return iface.defaultRoute ? 0 : index;
 }
 
 /** Routes programmed inside the workload namespace, as reported in results. */
@@ -60,9 +95,12 @@ export function workloadRoutes(iface: WorkloadInterface): RouteInfo[] {
   const routes: RouteInfo[] = [];
   if (iface.v4.length > 0) {
     routes.push({ destination: `${iface.gatewayV4}/32` });
-    routes.push({ destination: '0.0.0.0/0', gateway: iface.gatewayV4 });
+    for (const destination of iface.defaultRoute ? ['0.0.0.0/0'] : rangesOf(iface, 4))
+      routes.push({ destination, gateway: iface.gatewayV4 });
   }
-  if (iface.v6.length > 0) routes.push({ destination: '::/0', gateway: iface.gatewayV6 });
+  if (iface.v6.length > 0)
+    for (const destination of iface.defaultRoute ? ['::/0'] : rangesOf(iface, 6))
+      routes.push({ destination, gateway: iface.gatewayV6 });
   return routes;
 }
 
@@ -94,26 +132,31 @@ export function workloadSideRequests(
       ),
     );
   }
+  const priority = routeMetric(iface, index);
+  const via = (destination: string, gateway: string): NetlinkRequest =>
+    newRouteRequest(
+      { destination, gateway, oif: index, protocol: RTPROT_STATIC, ...(priority ? { priority } : {}) },
+      { replace },
+    );
   if (iface.v4.length > 0) {
     reqs.push(
       newRouteRequest(
-        { destination: `${iface.gatewayV4}/32`, oif: index, scope: RT_SCOPE_LINK, protocol: RTPROT_STATIC },
-        { replace },
-      ),
-      newRouteRequest(
-        { destination: 'default', gateway: iface.gatewayV4, oif: index, protocol: RTPROT_STATIC },
-        { replace },
-      ),
-    );
-  }
-  if (iface.v6.length > 0) {
-    reqs.push(
-      newRouteRequest(
-        { destination: 'default', gateway: iface.gatewayV6, oif: index, protocol: RTPROT_STATIC },
+        {
+          destination: `${iface.gatewayV4}/32`,
+          oif: index,
+          scope: RT_SCOPE_LINK,
+          protocol: RTPROT_STATIC,
+          ...(priority ? { priority } : {}),
+        },
         { replace },
       ),
     );
+    for (const dst of iface.defaultRoute ? ['default'] : rangesOf(iface, 4))
+      reqs.push(via(dst, iface.gatewayV4));
   }
+  if (iface.v6.length > 0)
+    for (const dst of iface.defaultRoute ? ['default'] : rangesOf(iface, 6))
+      reqs.push(via(dst, iface.gatewayV6));
   return reqs;
 }
 
@@ -210,21 +253,36 @@ export async function checkWorkloadSide(
         message: `route to the gateway ${iface.gatewayV4} via ${iface.ifName} is missing`,
       });
     }
-    if (!routes.some((r) => r.destination === '0.0.0.0/0' && r.gateway === iface.gatewayV4)) {
-      drift.push({
-        kind: 'route-missing',
-        message: `IPv4 default route via ${iface.gatewayV4} dev ${iface.ifName} is missing`,
-      });
-    }
+    drift.push(
+      ...missingRoutes(
+        routes,
+        iface.defaultRoute ? ['0.0.0.0/0'] : rangesOf(iface, 4),
+        iface.gatewayV4,
+        iface,
+      ),
+    );
   }
   if (iface.v6.length > 0) {
     const routes = await listRoutes(sock, AF_INET6, { oif: link.index });
-    if (!routes.some((r) => r.destination === '::/0' && r.gateway === iface.gatewayV6)) {
-      drift.push({
-        kind: 'route-missing',
-        message: `IPv6 default route via ${iface.gatewayV6} dev ${iface.ifName} is missing`,
-      });
-    }
+    drift.push(
+      ...missingRoutes(routes, iface.defaultRoute ? ['::/0'] : rangesOf(iface, 6), iface.gatewayV6, iface),
+    );
   }
   return drift;
+}
+
+function missingRoutes(
+  have: ReadonlyArray<{ destination: string; gateway?: string }>,
+  want: readonly string[],
+  gateway: string,
+  iface: WorkloadInterface,
+): Drift[] {
+  return want
+    .filter((dst) => !have.some((r) => r.destination === dst && r.gateway === gateway))
+    .map((dst) => ({
+      kind: 'route-missing',
+      message: dst.endsWith('/0')
+        ? `IPv${dst.includes(':') ? 6 : 4} default route via ${gateway} dev ${iface.ifName} is missing`
+        : `route to ${dst} via ${gateway} dev ${iface.ifName} is missing`,
+    }));
 }

@@ -113,7 +113,7 @@ describe('workloadnet CLI against a daemon (stand-in namespaces, no root needed)
     const r = await runAsync(['ls', ...sock()]);
     expect(r.code).to.equal(0);
     const lines = r.stdout.trim().split('\n');
-    expect(lines[0]).to.match(/^WORKLOAD\s+POD\s+INTERFACE\s+IPS\s+BACKEND\s+STATE\s+AGE$/);
+    expect(lines[0]).to.match(/^WORKLOAD\s+POD\s+INTERFACE\s+NETWORK\s+IPS\s+BACKEND\s+STATE\s+AGE$/);
     expect(
       lines
         .slice(1)

@@ -28,7 +28,9 @@ function attachment(
       dns: undefined,
       backend,
       backendDetails: details,
+      network: 'default',
     },
+    network: 'default',
   };
 }
 

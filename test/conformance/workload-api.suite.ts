@@ -50,10 +50,10 @@ export function conformanceSuite(target: ConformanceTarget): void {
     const sleepers: ChildProcess[] = [];
 
     const attach = (r: AttachRequest) => handle.client.call(handle.client.raw.attach, r);
-    const detach = (workloadId: string, netnsPath = '') =>
+    const detach = (workloadId: string, netnsPath = '', ifName = 'eth0') =>
       handle.client.call(handle.client.raw.detach, {
         workloadId,
-        netns: { netnsPath, ifName: 'eth0', mtu: 0 },
+        netns: { netnsPath, ifName, mtu: 0 },
       });
     const req = (workloadId: string, netnsPath: string, ifName = 'eth0'): AttachRequest =>
       attachRequest(workloadId, netnsPath, ifName);
@@ -92,6 +92,78 @@ export function conformanceSuite(target: ConformanceTarget): void {
       expect(await pings(w1.name, addressOf(r2)), 'workload 1 -> workload 2').to.equal(true);
       expect(await pings(w2.name, addressOf(r1)), 'workload 2 -> workload 1').to.equal(true);
       if (target.nodeTraffic) expect(await pings(w1.name, NODE_ADDRESS), 'workload -> node').to.equal(true);
+    });
+
+    /** The IPv4 routes of a namespace, as ip(8) shows them. */
+    const routesIn = (netns: string) =>
+      ipJson<Array<{ dst: string; gateway?: string; dev: string; metric?: number }>>(netns, [
+        '-4',
+        'route',
+        'show',
+      ]);
+    const v4On = (netns: string, dev: string): string[] =>
+      ipJson<Array<{ addr_info: Array<{ local: string; family: string }> }>>(netns, [
+        'addr',
+        'show',
+        'dev',
+        dev,
+      ])
+        .flatMap((l) => l.addr_info)
+        .filter((a) => a.family === 'inet')
+        .map((a) => a.local);
+
+    it('attaches a second interface of one workload: both addressed, one default route, traffic on both, detach one keeps the other', async () => {
+      const w = namespaces.add();
+      const peer = namespaces.add();
+      const r0 = await attach(req('conf-multi', w.path, 'eth0'));
+      const r1 = await attach(req('conf-multi', w.path, 'net1'));
+      const rp = await attach(req('conf-multi-peer', peer.path));
+      expect(v4On(w.name, 'eth0')).to.deep.equal([addressOf(r0)]);
+      expect(v4On(w.name, 'net1')).to.deep.equal([addressOf(r1)]);
+      expect(addressOf(r1)).to.not.equal(addressOf(r0));
+      const routes = routesIn(w.name);
+      const defaults = routes.filter((r) => r.dst === 'default');
+      expect(
+        defaults.map((r) => r.dev),
+        'one default route, on the first interface',
+      ).to.deep.equal(['eth0']);
+      expect(
+        routes.some((r) => r.dst === '10.251.0.0/24' && r.dev === 'net1' && r.gateway === '169.254.1.1'),
+        'the network range through net1',
+      ).to.equal(true);
+      expect(r1.routes.map((r) => r.destination)).to.not.include('0.0.0.0/0');
+      expect(await pings(w.name, addressOf(rp), { from: 'eth0' }), 'eth0 -> peer').to.equal(true);
+      expect(await pings(w.name, addressOf(rp), { from: 'net1' }), 'net1 -> peer').to.equal(true);
+      expect(await pings(peer.name, addressOf(r1)), 'peer -> net1').to.equal(true);
+      await detach('conf-multi', w.path, 'eth0');
+      expect(linkNames(w.name)).to.not.include('eth0');
+      expect(v4On(w.name, 'net1')).to.deep.equal([addressOf(r1)]);
+      expect(await pings(w.name, addressOf(rp), { from: 'net1' }), 'net1 -> peer after eth0 left').to.equal(
+        true,
+      );
+      expect(await pings(peer.name, addressOf(r1)), 'peer -> net1 after eth0 left').to.equal(true);
+      const left = await handle.client.call(handle.client.raw.get, { workloadId: 'conf-multi', ifName: '' });
+      expect(left.attachments.map((a) => a.ifName)).to.deep.equal(['net1']);
+      await detach('conf-multi', w.path, 'net1');
+      await detach('conf-multi-peer', peer.path);
+    });
+
+    it('attaches two workloads sharing one namespace under different interface names', async () => {
+      const w = namespaces.add();
+      const peer = namespaces.add();
+      const ra = await attach(req('conf-share-a', w.path, 'eth0'));
+      const rb = await attach(req('conf-share-b', w.path, 'eth1'));
+      await attach(req('conf-share-peer', peer.path));
+      expect(v4On(w.name, 'eth0')).to.deep.equal([addressOf(ra)]);
+      expect(v4On(w.name, 'eth1')).to.deep.equal([addressOf(rb)]);
+      expect(routesIn(w.name).filter((r) => r.dst === 'default')).to.have.length(1);
+      expect(await pings(peer.name, addressOf(ra)), 'peer -> a').to.equal(true);
+      expect(await pings(peer.name, addressOf(rb)), 'peer -> b').to.equal(true);
+      await detach('conf-share-a', w.path);
+      expect(await pings(peer.name, addressOf(rb)), 'peer -> b after a left').to.equal(true);
+      await detach('conf-share-b', w.path, 'eth1');
+      await detach('conf-share-peer', peer.path);
+      expect(linkNames(w.name)).to.deep.equal(['lo']);
     });
 
     it('returns the same result when Attach is repeated and creates nothing new', async () => {

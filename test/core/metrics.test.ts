@@ -63,6 +63,11 @@ describe('Prometheus metrics (stand-in namespaces, no root needed)', () => {
       n,
     );
     expect(sample(text, 'workloadnet_attachments', {})).to.equal(n);
+    // One network, "default", with the failed attach not counted.
+    expect(sample(text, 'workloadnet_network_attachments', { network: 'default' })).to.equal(n);
+    expect(sample(text, 'workloadnet_network_ready', { network: 'default', backend: 'recording' })).to.equal(
+      1,
+    );
     expect((await fetch(`http://127.0.0.1:${server.port}/other`)).status).to.equal(404);
   });
 });

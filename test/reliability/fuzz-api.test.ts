@@ -158,6 +158,7 @@ describeRoot('fuzz: workload API input (recording backend, root for test-owned n
       netns: { netnsPath, ifName, mtu },
       containerId,
       pod: podName ? { uid: '', namespace: '', name: podName } : undefined,
+      network: '',
       dns: undefined,
     };
   }

@@ -10,6 +10,8 @@ export interface PingOptions {
   waitSeconds?: number;
   /** Seconds between requests when there are several (ping's own default is 1). */
   intervalSeconds?: number;
+  /** Interface to send from (ping -I): the route lookup is bound to it, and so is the source address. */
+  from?: string;
 }
 
 /** Whether `to` answers an ICMP echo sent from inside the namespace named `netns`. */
@@ -17,5 +19,6 @@ export function pings(netns: string, to: string, opts: PingOptions = {}): Promis
   const args = ['netns', 'exec', netns, 'ping', '-q', '-c', String(opts.count ?? 1)];
   args.push('-W', String(opts.waitSeconds ?? 2));
   if (opts.intervalSeconds !== undefined) args.push('-i', String(opts.intervalSeconds));
+  if (opts.from !== undefined) args.push('-I', opts.from);
   return new Promise((resolve) => execFile('ip', [...args, to], (err) => resolve(err === null)));
 }

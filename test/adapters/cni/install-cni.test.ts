@@ -61,6 +61,24 @@ describe('installCni', function () {
     expect((await fs.readdir(confDir)).filter((f) => f.endsWith('.tmp'))).to.deep.equal([]);
   });
 
+  it('writes a secondary network as 90-<name>.conflist, named after the network it selects', async () => {
+    const out = await installCni({
+      binDir,
+      confDir,
+      cniSocket,
+      name: 'fast',
+      secondary: true,
+      force: false,
+      shimPath,
+    });
+    expect(out.conflist).to.equal(path.join(confDir, '90-fast.conflist'));
+    const list = JSON.parse(await fs.readFile(out.conflist, 'utf8')) as { name: string };
+    expect(list.name).to.equal('fast');
+    const primary = await installCni({ binDir, confDir, cniSocket, name: 'default', force: false, shimPath });
+    // A runtime takes the first conflist by name as its pod network: the default one sorts first.
+    expect((await fs.readdir(confDir)).sort()[0]).to.equal(path.basename(primary.conflist));
+  });
+
   it('overwrites its own files on a second run without force', async () => {
     await installCni({ binDir, confDir, cniSocket, name: 'wnc-pods', force: false, shimPath });
     const out = await installCni({

@@ -75,6 +75,11 @@ export interface AttachRequest {
   containerId: string;
   pod?: PodMetadata | undefined;
   dns?: DNS | undefined;
+  /**
+   * The network the interface joins; empty means "default". A network the node does not serve is
+   * INVALID_ARGUMENT. Added by workloadnet (issue 14).
+   */
+  network: string;
 }
 
 export interface Interface {
@@ -121,6 +126,8 @@ export interface AttachResponse {
    * keys may change between releases; the host-side interface is also listed in `interfaces`.
    */
   backendDetails: { [key: string]: string };
+  /** The network the interface belongs to. */
+  network: string;
 }
 
 export interface AttachResponse_BackendDetailsEntry {
@@ -193,9 +200,34 @@ export interface StatusResponse {
   /** The daemon's version (package.json). */
   version: string;
   poolSource?: PoolSourceStatus | undefined;
+  /**
+   * Every network the node serves; backend, backend_details and pool_source above describe the
+   * "default" network's (or the first one's), pools lists every network's.
+   */
+  networks: NetworkStatus[];
 }
 
 export interface StatusResponse_BackendDetailsEntry {
+  key: string;
+  value: string;
+}
+
+export interface NetworkStatus {
+  name: string;
+  backend: string;
+  ready: boolean;
+  reasons: string[];
+  mtu: number;
+  /** Whether its interfaces carry the workload's default route (one interface per namespace does). */
+  defaultRoute: boolean;
+  /** Ranges routed through its interfaces when they do not carry the default route. */
+  routes: string[];
+  pools: PoolStatus[];
+  backendDetails: { [key: string]: string };
+  attachments: number;
+}
+
+export interface NetworkStatus_BackendDetailsEntry {
   key: string;
   value: string;
 }
@@ -210,6 +242,8 @@ export interface Attachment {
   /** Always "ready": an attachment is listed (List, Get) only once its dataplane is programmed. */
   state: string;
   createdAt: string;
+  /** The network the interface belongs to. */
+  network: string;
 }
 
 export interface ListRequest {}
@@ -604,7 +638,7 @@ export const DNS: MessageFns<DNS> = {
 };
 
 function createBaseAttachRequest(): AttachRequest {
-  return { workloadId: '', netns: undefined, containerId: '', pod: undefined, dns: undefined };
+  return { workloadId: '', netns: undefined, containerId: '', pod: undefined, dns: undefined, network: '' };
 }
 
 export const AttachRequest: MessageFns<AttachRequest> = {
@@ -623,6 +657,9 @@ export const AttachRequest: MessageFns<AttachRequest> = {
     }
     if (message.dns !== undefined) {
       DNS.encode(message.dns, writer.uint32(42).fork()).join();
+    }
+    if (message.network !== '') {
+      writer.uint32(50).string(message.network);
     }
     return writer;
   },
@@ -680,6 +717,14 @@ export const AttachRequest: MessageFns<AttachRequest> = {
             message.dns = DNS.decode(reader, reader.uint32());
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.network = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -707,6 +752,7 @@ export const AttachRequest: MessageFns<AttachRequest> = {
           : '',
       pod: isSet(object.pod) ? PodMetadata.fromJSON(object.pod) : undefined,
       dns: isSet(object.dns) ? DNS.fromJSON(object.dns) : undefined,
+      network: isSet(object.network) ? globalThis.String(object.network) : '',
     };
   },
 
@@ -727,6 +773,9 @@ export const AttachRequest: MessageFns<AttachRequest> = {
     if (message.dns !== undefined) {
       obj.dns = DNS.toJSON(message.dns);
     }
+    if (message.network !== '') {
+      obj.network = message.network;
+    }
     return obj;
   },
 
@@ -744,6 +793,7 @@ export const AttachRequest: MessageFns<AttachRequest> = {
     message.pod =
       object.pod !== undefined && object.pod !== null ? PodMetadata.fromPartial(object.pod) : undefined;
     message.dns = object.dns !== undefined && object.dns !== null ? DNS.fromPartial(object.dns) : undefined;
+    message.network = object.network ?? '';
     return message;
   },
 };
@@ -1068,7 +1118,16 @@ export const Route: MessageFns<Route> = {
 };
 
 function createBaseAttachResponse(): AttachResponse {
-  return { ip: [], interfaces: [], ips: [], routes: [], dns: undefined, backend: '', backendDetails: {} };
+  return {
+    ip: [],
+    interfaces: [],
+    ips: [],
+    routes: [],
+    dns: undefined,
+    backend: '',
+    backendDetails: {},
+    network: '',
+  };
 }
 
 export const AttachResponse: MessageFns<AttachResponse> = {
@@ -1094,6 +1153,9 @@ export const AttachResponse: MessageFns<AttachResponse> = {
     globalThis.Object.entries(message.backendDetails).forEach(([key, value]: [string, string]) => {
       AttachResponse_BackendDetailsEntry.encode({ key: key as any, value }, writer.uint32(58).fork()).join();
     });
+    if (message.network !== '') {
+      writer.uint32(66).string(message.network);
+    }
     return writer;
   },
 
@@ -1169,6 +1231,14 @@ export const AttachResponse: MessageFns<AttachResponse> = {
             }
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.network = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1222,6 +1292,7 @@ export const AttachResponse: MessageFns<AttachResponse> = {
               {},
             )
           : {},
+      network: isSet(object.network) ? globalThis.String(object.network) : '',
     };
   },
 
@@ -1254,6 +1325,9 @@ export const AttachResponse: MessageFns<AttachResponse> = {
         });
       }
     }
+    if (message.network !== '') {
+      obj.network = message.network;
+    }
     return obj;
   },
 
@@ -1276,6 +1350,7 @@ export const AttachResponse: MessageFns<AttachResponse> = {
       }
       return acc;
     }, {});
+    message.network = object.network ?? '';
     return message;
   },
 };
@@ -2153,6 +2228,7 @@ function createBaseStatusResponse(): StatusResponse {
     reconcile: undefined,
     version: '',
     poolSource: undefined,
+    networks: [],
   };
 }
 
@@ -2184,6 +2260,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     }
     if (message.poolSource !== undefined) {
       PoolSourceStatus.encode(message.poolSource, writer.uint32(74).fork()).join();
+    }
+    for (const v of message.networks) {
+      NetworkStatus.encode(v!, writer.uint32(82).fork()).join();
     }
     return writer;
   },
@@ -2276,6 +2355,14 @@ export const StatusResponse: MessageFns<StatusResponse> = {
             message.poolSource = PoolSourceStatus.decode(reader, reader.uint32());
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.networks.push(NetworkStatus.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2333,6 +2420,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
         : isSet(object.pool_source)
           ? PoolSourceStatus.fromJSON(object.pool_source)
           : undefined,
+      networks: globalThis.Array.isArray(object?.networks)
+        ? object.networks.map((e: any) => NetworkStatus.fromJSON(e))
+        : [],
     };
   },
 
@@ -2371,6 +2461,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     if (message.poolSource !== undefined) {
       obj.poolSource = PoolSourceStatus.toJSON(message.poolSource);
     }
+    if (message.networks?.length) {
+      obj.networks = message.networks.map((e) => NetworkStatus.toJSON(e));
+    }
     return obj;
   },
 
@@ -2401,6 +2494,7 @@ export const StatusResponse: MessageFns<StatusResponse> = {
       object.poolSource !== undefined && object.poolSource !== null
         ? PoolSourceStatus.fromPartial(object.poolSource)
         : undefined;
+    message.networks = object.networks?.map((e) => NetworkStatus.fromPartial(e)) || [];
     return message;
   },
 };
@@ -2497,6 +2591,374 @@ export const StatusResponse_BackendDetailsEntry: MessageFns<StatusResponse_Backe
   },
 };
 
+function createBaseNetworkStatus(): NetworkStatus {
+  return {
+    name: '',
+    backend: '',
+    ready: false,
+    reasons: [],
+    mtu: 0,
+    defaultRoute: false,
+    routes: [],
+    pools: [],
+    backendDetails: {},
+    attachments: 0,
+  };
+}
+
+export const NetworkStatus: MessageFns<NetworkStatus> = {
+  encode(message: NetworkStatus, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== '') {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.backend !== '') {
+      writer.uint32(18).string(message.backend);
+    }
+    if (message.ready !== false) {
+      writer.uint32(24).bool(message.ready);
+    }
+    for (const v of message.reasons) {
+      writer.uint32(34).string(v!);
+    }
+    if (message.mtu !== 0) {
+      writer.uint32(40).uint32(message.mtu);
+    }
+    if (message.defaultRoute !== false) {
+      writer.uint32(48).bool(message.defaultRoute);
+    }
+    for (const v of message.routes) {
+      writer.uint32(58).string(v!);
+    }
+    for (const v of message.pools) {
+      PoolStatus.encode(v!, writer.uint32(66).fork()).join();
+    }
+    globalThis.Object.entries(message.backendDetails).forEach(([key, value]: [string, string]) => {
+      NetworkStatus_BackendDetailsEntry.encode({ key: key as any, value }, writer.uint32(74).fork()).join();
+    });
+    if (message.attachments !== 0) {
+      writer.uint32(80).uint64(message.attachments);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): NetworkStatus {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseNetworkStatus();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.backend = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.ready = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.reasons.push(reader.string());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.mtu = reader.uint32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.defaultRoute = reader.bool();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.routes.push(reader.string());
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.pools.push(PoolStatus.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            const entry9 = NetworkStatus_BackendDetailsEntry.decode(reader, reader.uint32());
+            if (entry9.value !== undefined) {
+              message.backendDetails[entry9.key] = entry9.value;
+            }
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.attachments = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): NetworkStatus {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : '',
+      backend: isSet(object.backend) ? globalThis.String(object.backend) : '',
+      ready: isSet(object.ready) ? globalThis.Boolean(object.ready) : false,
+      reasons: globalThis.Array.isArray(object?.reasons)
+        ? object.reasons.map((e: any) => globalThis.String(e))
+        : [],
+      mtu: isSet(object.mtu) ? globalThis.Number(object.mtu) : 0,
+      defaultRoute: isSet(object.defaultRoute)
+        ? globalThis.Boolean(object.defaultRoute)
+        : isSet(object.default_route)
+          ? globalThis.Boolean(object.default_route)
+          : false,
+      routes: globalThis.Array.isArray(object?.routes)
+        ? object.routes.map((e: any) => globalThis.String(e))
+        : [],
+      pools: globalThis.Array.isArray(object?.pools)
+        ? object.pools.map((e: any) => PoolStatus.fromJSON(e))
+        : [],
+      backendDetails: isObject(object.backendDetails)
+        ? (globalThis.Object.entries(object.backendDetails) as [string, any][]).reduce(
+            (acc: { [key: string]: string }, [key, value]: [string, any]) => {
+              globalThis.Object.defineProperty(acc, key, {
+                value: globalThis.String(value),
+                enumerable: true,
+                configurable: true,
+                writable: true,
+              });
+              return acc;
+            },
+            {},
+          )
+        : isObject(object.backend_details)
+          ? (globalThis.Object.entries(object.backend_details) as [string, any][]).reduce(
+              (acc: { [key: string]: string }, [key, value]: [string, any]) => {
+                globalThis.Object.defineProperty(acc, key, {
+                  value: globalThis.String(value),
+                  enumerable: true,
+                  configurable: true,
+                  writable: true,
+                });
+                return acc;
+              },
+              {},
+            )
+          : {},
+      attachments: isSet(object.attachments) ? globalThis.Number(object.attachments) : 0,
+    };
+  },
+
+  toJSON(message: NetworkStatus): unknown {
+    const obj: any = {};
+    if (message.name !== '') {
+      obj.name = message.name;
+    }
+    if (message.backend !== '') {
+      obj.backend = message.backend;
+    }
+    if (message.ready !== false) {
+      obj.ready = message.ready;
+    }
+    if (message.reasons?.length) {
+      obj.reasons = message.reasons;
+    }
+    if (message.mtu !== 0) {
+      obj.mtu = Math.round(message.mtu);
+    }
+    if (message.defaultRoute !== false) {
+      obj.defaultRoute = message.defaultRoute;
+    }
+    if (message.routes?.length) {
+      obj.routes = message.routes;
+    }
+    if (message.pools?.length) {
+      obj.pools = message.pools.map((e) => PoolStatus.toJSON(e));
+    }
+    if (message.backendDetails) {
+      const entries = globalThis.Object.entries(message.backendDetails) as [string, string][];
+      if (entries.length > 0) {
+        obj.backendDetails = {};
+        entries.forEach(([k, v]) => {
+          obj.backendDetails[k] = v;
+        });
+      }
+    }
+    if (message.attachments !== 0) {
+      obj.attachments = Math.round(message.attachments);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<NetworkStatus>, I>>(base?: I): NetworkStatus {
+    return NetworkStatus.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<NetworkStatus>, I>>(object: I): NetworkStatus {
+    const message = createBaseNetworkStatus();
+    message.name = object.name ?? '';
+    message.backend = object.backend ?? '';
+    message.ready = object.ready ?? false;
+    message.reasons = object.reasons?.map((e) => e) || [];
+    message.mtu = object.mtu ?? 0;
+    message.defaultRoute = object.defaultRoute ?? false;
+    message.routes = object.routes?.map((e) => e) || [];
+    message.pools = object.pools?.map((e) => PoolStatus.fromPartial(e)) || [];
+    message.backendDetails = (
+      globalThis.Object.entries(object.backendDetails ?? {}) as [string, string][]
+    ).reduce((acc: { [key: string]: string }, [key, value]: [string, string]) => {
+      if (value !== undefined) {
+        acc[key] = globalThis.String(value);
+      }
+      return acc;
+    }, {});
+    message.attachments = object.attachments ?? 0;
+    return message;
+  },
+};
+
+function createBaseNetworkStatus_BackendDetailsEntry(): NetworkStatus_BackendDetailsEntry {
+  return { key: '', value: '' };
+}
+
+export const NetworkStatus_BackendDetailsEntry: MessageFns<NetworkStatus_BackendDetailsEntry> = {
+  encode(
+    message: NetworkStatus_BackendDetailsEntry,
+    writer: BinaryWriter = new BinaryWriter(),
+  ): BinaryWriter {
+    if (message.key !== '') {
+      writer.uint32(10).string(message.key);
+    }
+    if (message.value !== '') {
+      writer.uint32(18).string(message.value);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): NetworkStatus_BackendDetailsEntry {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseNetworkStatus_BackendDetailsEntry();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.key = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.value = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): NetworkStatus_BackendDetailsEntry {
+    return {
+      key: isSet(object.key) ? globalThis.String(object.key) : '',
+      value: isSet(object.value) ? globalThis.String(object.value) : '',
+    };
+  },
+
+  toJSON(message: NetworkStatus_BackendDetailsEntry): unknown {
+    const obj: any = {};
+    if (message.key !== '') {
+      obj.key = message.key;
+    }
+    if (message.value !== '') {
+      obj.value = message.value;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<NetworkStatus_BackendDetailsEntry>, I>>(
+    base?: I,
+  ): NetworkStatus_BackendDetailsEntry {
+    return NetworkStatus_BackendDetailsEntry.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<NetworkStatus_BackendDetailsEntry>, I>>(
+    object: I,
+  ): NetworkStatus_BackendDetailsEntry {
+    const message = createBaseNetworkStatus_BackendDetailsEntry();
+    message.key = object.key ?? '';
+    message.value = object.value ?? '';
+    return message;
+  },
+};
+
 function createBaseAttachment(): Attachment {
   return {
     workloadId: '',
@@ -2507,6 +2969,7 @@ function createBaseAttachment(): Attachment {
     result: undefined,
     state: '',
     createdAt: '',
+    network: '',
   };
 }
 
@@ -2535,6 +2998,9 @@ export const Attachment: MessageFns<Attachment> = {
     }
     if (message.createdAt !== '') {
       writer.uint32(66).string(message.createdAt);
+    }
+    if (message.network !== '') {
+      writer.uint32(74).string(message.network);
     }
     return writer;
   },
@@ -2616,6 +3082,14 @@ export const Attachment: MessageFns<Attachment> = {
             message.createdAt = reader.string();
             continue;
           }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.network = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2658,6 +3132,7 @@ export const Attachment: MessageFns<Attachment> = {
         : isSet(object.created_at)
           ? globalThis.String(object.created_at)
           : '',
+      network: isSet(object.network) ? globalThis.String(object.network) : '',
     };
   },
 
@@ -2687,6 +3162,9 @@ export const Attachment: MessageFns<Attachment> = {
     if (message.createdAt !== '') {
       obj.createdAt = message.createdAt;
     }
+    if (message.network !== '') {
+      obj.network = message.network;
+    }
     return obj;
   },
 
@@ -2707,6 +3185,7 @@ export const Attachment: MessageFns<Attachment> = {
         : undefined;
     message.state = object.state ?? '';
     message.createdAt = object.createdAt ?? '';
+    message.network = object.network ?? '';
     return message;
   },
 };

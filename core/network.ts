@@ -1,0 +1,105 @@
+import type { Backend } from './backend';
+import { DEFAULT_NETWORK, type ResolvedNetwork } from './config';
+import { failedPrecondition, invalidArgument } from './errors';
+import type { IpAllocator } from './ip-allocator';
+import type { PoolSupply } from './pool-supply';
+
+// A named network: its backend, its own pools, and how its interfaces route. A node may serve several
+// (the pod's eth0 on a host veth, net1 on a DPU VF); each attachment belongs to one and is attached,
+// checked, reconciled and released by that network's backend. Core sees backends only through the
+// Backend interface, each built once by DI however many networks use it.
+
+export class Network {
+  constructor(
+    readonly config: ResolvedNetwork,
+    readonly backend: Backend,
+    readonly allocator: IpAllocator,
+    readonly pools: PoolSupply,
+  ) {}
+
+  get name(): string {
+    return this.config.name;
+  }
+
+  /**
+   * What an interface of this network routes through its gateway when it does not carry the default
+   * route: the network's own ranges (its configured pools, or those its pool source supplied) and its
+   * extra routes.
+   */
+  ranges(): string[] {
+    const pools = this.config.podCidrs.length
+      ? this.config.podCidrs
+      : this.allocator.report().map((p) => p.cidr);
+    return [...new Set([...pools, ...this.config.routes])];
+  }
+}
+
+export class NetworkSet {
+  private readonly byName: Map<string, Network>;
+
+  constructor(readonly networks: readonly Network[]) {
+    this.byName = new Map(networks.map((n) => [n.name, n]));
+  }
+
+  /** The network a call names; absent means `default`. INVALID_ARGUMENT for one this node lacks. */
+  get(name: string | undefined): Network {
+    const n = this.byName.get(name || DEFAULT_NETWORK);
+    if (n) return n;
+    throw invalidArgument(
+      `unknown network "${name || DEFAULT_NETWORK}"; this node serves ${[...this.byName.keys()].map((k) => `"${k}"`).join(', ')}`,
+    );
+  }
+
+  /** The network of a stored attachment, if the node still serves it. */
+  of(rec: { network?: string }): Network | undefined {
+    return this.byName.get(rec.network || DEFAULT_NETWORK);
+  }
+
+  /** The backend that programmed a stored attachment: its network's, or the one of the same name. */
+  backendOf(rec: { network?: string; backend: string }): Backend {
+    const own = this.of(rec);
+    if (own && own.backend.name === rec.backend) return own.backend;
+    const same = this.backends().find((b) => b.name === rec.backend);
+    if (same) return same;
+    if (own) return own.backend;
+    const any = this.networks[0];
+    if (!any) throw failedPrecondition('no network is configured');
+    return any.backend;
+  }
+
+  /** Every distinct backend, in the order of the networks that use them. */
+  backends(): Backend[] {
+    return [...new Set(this.networks.map((n) => n.backend))];
+  }
+
+  /** The network Status and the seed contract describe first: `default`, else the first one. */
+  get primary(): Network {
+    return this.byName.get(DEFAULT_NETWORK) ?? (this.networks[0] as Network);
+  }
+
+  /** Every network's pool cursors, merged (CIDRs never overlap between networks). */
+  cursors(): Record<string, string> {
+    if (this.networks.length === 1) return this.primary.allocator.cursors();
+    return Object.assign({}, ...this.networks.map((n) => n.allocator.cursors())) as Record<string, string>;
+  }
+
+  restoreCursors(cursors: Record<string, string>): void {
+    for (const n of this.networks) n.allocator.restoreCursors(cursors);
+  }
+}
+
+/**
+ * Picks each network's backend among those bound: the one of its kind, or, when a test binds a single
+ * stand-in backend, that one for every network.
+ */
+export function chooseBackend(network: ResolvedNetwork, backends: readonly Backend[]): Backend {
+  const own = backends.find((b) => b.name === network.backend);
+  if (own) return own;
+  if (backends.length === 1 && backends[0]) return backends[0];
+  throw failedPrecondition(
+    `network "${network.name}" needs the ${network.backend} backend, which is not loaded (loaded: ${backends.map((b) => b.name).join(', ') || 'none'})`,
+  );
+}
+
+/** inversify identifier of the NetworkSet. */
+export const NETWORKS = Symbol.for('workloadnet.Networks');
