@@ -44,6 +44,8 @@ export function vethPairRequest(plan: AttachPlan, peerMac: string, workloadNsFd:
       group: plan.linkGroup,
       // The host end can be brought up in the same request; the peer cannot (see VethSpec.up).
       up: true,
+      // One queue each, as the kernel would end up with anyway, but without its two RCU waits.
+      queues: 1,
       peer: { name: plan.ifName, mtu: plan.mtu, mac: peerMac, netnsFd: workloadNsFd },
     },
     { echo: true },

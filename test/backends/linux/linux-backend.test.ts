@@ -157,6 +157,14 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
       expect(r1).to.include({ ifName: 'eth0', mtu: 1450, hostIfName: hostLinkName(s1.key) });
     });
 
+    it('gives both ends one transmit and one receive queue', async () => {
+      // Asked for in the create: the kernel's default (one per CPU, cut down to one) costs two RCU waits.
+      type Queues = { ifname: string; num_tx_queues: number; num_rx_queues: number };
+      const [peer] = await ipJson<Queues>(w1, '-d', 'link', 'show', 'dev', 'eth0');
+      const [host] = await ipJson<Queues>(node, '-d', 'link', 'show', 'dev', r1.hostIfName ?? '');
+      for (const end of [peer, host]) expect(end).to.include({ num_tx_queues: 1, num_rx_queues: 1 });
+    });
+
     it('gives the workload a /32 and routes via the link-local gateway', async () => {
       const addrs = await ipJson<IpAddr>(w1, '-4', 'addr', 'show', 'dev', 'eth0');
       expect(addrs[0]?.addr_info.map((a) => `${a.local}/${a.prefixlen}`)).to.deep.equal(['10.251.0.2/32']);
