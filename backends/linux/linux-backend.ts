@@ -3,12 +3,14 @@
 // addresses and a default route via a link-local gateway; the host end answers for that gateway
 // (proxy ARP, or holding fe80::1 for IPv6) and a /32 (/128) route per address points at it.
 //
-// Every change goes through rtnetlink from this process (no `ip`, `sysctl` or `nsenter`), with the
-// I/O on the libuv threadpool so that the event loop never waits for the kernel. One long-lived
-// socket serves the host namespace for all concurrent operations (replies are matched by sequence
-// number); each attach opens a short-lived socket inside its workload's namespace. Requests for one
-// namespace are batched: an attach is three writes (create the pair; then the workload side and the
-// host side concurrently), and a detach is one small write plus a share of a group delete.
+// Every change goes through rtnetlink from this process (no `ip`, `sysctl` or `nsenter`), and the
+// event loop never waits for the kernel. An attach's whole exchange runs on the netlink thread
+// (netlink-thread.ts): one message there and one back, the thread's own host socket, a short-lived
+// socket inside the workload's namespace, four writes (create the pair, the workload side, the host
+// side, the alias). Everything else uses one long-lived host socket whose I/O is on the libuv
+// threadpool (replies matched by sequence number): a detach is one small write plus a share of a
+// group delete. The threadpool path also runs an attach when the thread is off or gone, or when the
+// host link's name is taken (it checks for a leftover and explains).
 
 import type {
   AttachSpec,

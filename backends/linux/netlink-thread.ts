@@ -13,7 +13,7 @@
 import * as path from 'node:path';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { WorkloadNetError, type ErrorCode } from '../../core/errors';
-import { closeFd } from '../../core/libc';
+import { closeFd, setThreadNice } from '../../core/libc';
 import type { Netns } from '../../core/netns';
 import { attachExchange, type AttachExchangeResult, type AttachJob } from './attach-exchange';
 import { BlockingNetlinkSocket } from './rtnetlink/blocking-socket';
@@ -167,6 +167,9 @@ export class NetlinkThread {
   }
 }
 
+/** Nice value of the thread, relative to none: below the event loop under contention, not starved. */
+const THREAD_NICE = 5;
+
 /** Longer than any one exchange can take: each read gives up after SO_RCVTIMEO (10 s). */
 const STOP_GRACE_MS = 15_000;
 
@@ -177,6 +180,13 @@ function serve(data: ThreadData): void {
   const port = parentPort;
   if (!port) return;
   const host = BlockingNetlinkSocket.fromFd(data.hostFd, data.hostLabel);
+  try {
+    // Under a burst this thread runs back to back; the main thread answers Status meanwhile. On a
+    // machine with few CPUs the scheduler gives that event loop precedence this way.
+    setThreadNice(THREAD_NICE);
+  } catch {
+    // Only ever a small loss: the thread keeps the daemon's priority.
+  }
   port.on('message', (req: Request) => {
     if (req.kind === 'stop') {
       // Nothing else keeps this thread alive: it ends, and the main thread closes the host socket.
