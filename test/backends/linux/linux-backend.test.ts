@@ -507,4 +507,28 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
       expect(await ipJson<IpRoute>(node, '-4', 'route', 'show', 'root', '10.251.1.0/24')).to.deep.equal([]);
     });
   });
+
+  describe('without the netlink thread', () => {
+    it('programs the same attachment through the threadpool, and rolls back the same way', async () => {
+      const other = new LinuxBackend({ hostNetnsPath: netnsPath(node), netlinkThread: false });
+      await other.start();
+      try {
+        const w = await pool.add('pool-path');
+        const spec = specFor(w, [v4('10.251.2.2')]);
+        const res = await attachTo(other, spec);
+        expect(await other.check(viewOf(spec, res))).to.deep.equal([]);
+        const [host] = await ipJson<IpLink>(node, 'link', 'show', 'dev', res.hostIfName ?? '');
+        expect(host?.ifalias).to.equal(`workloadnet:${spec.key}`);
+        expect(await pings(w, '10.250.0.1')).to.equal(true);
+        await other.detach(viewOf(spec, res));
+        const bad = await pool.add('pool-path-bad');
+        await netnsExec(bad, 'sh', '-c', 'echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6');
+        const err = await rejection(attachTo(other, specFor(bad, [v4('10.251.2.3'), v6('fd00:77:1::3')])));
+        expect(err.message).to.match(/configuring eth0 in .*RTM_NEWADDR failed: EACCES/);
+        expect((await ipJson<IpLink>(bad, 'link', 'show')).map((l) => l.ifname)).to.deep.equal(['lo']);
+      } finally {
+        await other.stop();
+      }
+    });
+  });
 });
