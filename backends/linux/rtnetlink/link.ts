@@ -141,8 +141,8 @@ export interface VethSpec {
   /**
    * IFLA_NUM_TX_QUEUES and IFLA_NUM_RX_QUEUES of both ends. Without them a veth is allocated with a
    * queue per possible CPU and then cut down to one real queue, and cutting down the transmit queues
-   * waits for an expedited RCU grace period (synchronize_net under the RTNL lock), once per end: on
-   * a machine whose other CPUs are busy that wait was most of the create (see docs/benchmarks.md).
+   * waits for an expedited RCU grace period (synchronize_net under the RTNL lock), once per end: with
+   * the other CPU busy those waits were about half of the create (see docs/benchmarks.md).
    */
   queues?: number;
   peer: {
