@@ -455,7 +455,9 @@ export class LinuxBackend implements Backend {
   private async startThread(ns: NetnsHandle): Promise<NetlinkThread | undefined> {
     if (!this.opts.netlinkThread) return undefined;
     try {
-      return await NetlinkThread.start(ns);
+      return await NetlinkThread.start(ns, (why) =>
+        this.opts.logger.error({ why }, 'netlink thread ended; attaches use the threadpool from now on'),
+      );
     } catch (err) {
       this.opts.logger.warn(
         { err: (err as Error).message },

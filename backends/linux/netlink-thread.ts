@@ -78,6 +78,7 @@ export class NetlinkThread {
   private constructor(
     private readonly worker: Worker,
     private readonly hostFd: number,
+    onDeath: ((why: string) => void) | undefined,
   ) {
     this.exited = new Promise((resolve) => worker.once('exit', () => resolve()));
     worker.on('message', (reply: Reply) => {
@@ -89,7 +90,10 @@ export class NetlinkThread {
       settle?.({ ...rest, error: error && fromWire(error) } as AttachExchangeResult);
     });
     const fail = (why: string): void => {
-      this.stopped ??= new WorkloadNetError('UNAVAILABLE', `linux backend: the netlink thread ${why}`, true);
+      if (!this.stopped) {
+        this.stopped = new WorkloadNetError('UNAVAILABLE', `linux backend: the netlink thread ${why}`, true);
+        onDeath?.(this.stopped.message);
+      }
       for (const settle of this.waiting.values())
         settle({ ok: false, step: 'veth', error: this.stopped, times: NO_TIMES });
       this.waiting.clear();
@@ -100,9 +104,10 @@ export class NetlinkThread {
 
   /**
    * Starts the thread with a socket of its own in the host namespace; resolves once it serves. A thread
-   * that cannot start rejects here, and the backend keeps the threadpool path.
+   * that cannot start rejects here, and the backend keeps the threadpool path. `onDeath` hears of a
+   * thread that ends other than by stop().
    */
-  static async start(hostNs: Netns): Promise<NetlinkThread> {
+  static async start(hostNs: Netns, onDeath?: (why: string) => void): Promise<NetlinkThread> {
     const hostFd = netlinkFdIn(hostNs);
     configureNetlinkFd(hostFd);
     let worker: Worker;
@@ -128,7 +133,7 @@ export class NetlinkThread {
       throw err;
     }
     worker.unref();
-    return new NetlinkThread(worker, hostFd);
+    return new NetlinkThread(worker, hostFd, onDeath);
   }
 
   /** False once the thread has died: the backend then uses the threadpool path. */
