@@ -10,6 +10,7 @@
 import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as path from 'node:path';
+import { isMainThread } from 'node:worker_threads';
 
 type Marks = Record<string, number>;
 
@@ -50,7 +51,8 @@ function load(rel: string): Record<string, unknown> | undefined {
   }
 }
 
-if (out) {
+// NODE_OPTIONS reaches the daemon's worker threads too; only the main thread is timed here.
+if (out && isMainThread) {
   const orchestrator = load('core/orchestrator.js');
   const Orchestrator = orchestrator?.Orchestrator as { prototype: Record<string, unknown> } | undefined;
   const attach = Orchestrator?.prototype.attach;
