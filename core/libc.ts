@@ -48,6 +48,8 @@ interface Bindings {
   setsockopt: koffi.KoffiFunction;
   close: koffi.KoffiFunction;
   ioctl: koffi.KoffiFunction;
+  gettid: koffi.KoffiFunction;
+  setpriority: koffi.KoffiFunction;
 }
 
 let bindings: Bindings | undefined;
@@ -68,6 +70,8 @@ function libc(): Bindings {
       close: lib.func('int close(int fd)'),
       // Declared without the variadic argument: the requests we use take none.
       ioctl: lib.func('int ioctl(int fd, unsigned long request)'),
+      gettid: lib.func('int gettid(void)'),
+      setpriority: lib.func('int setpriority(int which, int who, int prio)'),
     };
   }
   return bindings;
@@ -106,6 +110,15 @@ export function ioctlNoArg(fd: number, request: number): number {
 /** Synchronous close, for failure paths where the fd was never handed to Node's fs. */
 export function closeFd(fd: number): void {
   libc().close(fd);
+}
+
+/**
+ * Sets the nice value of the calling thread only (Linux applies PRIO_PROCESS with a thread id to that
+ * thread). Raising it needs no privilege.
+ */
+export function setThreadNice(nice: number): void {
+  const PRIO_PROCESS = 0;
+  check('setpriority', libc().setpriority(PRIO_PROCESS, check('gettid', libc().gettid()), nice));
 }
 
 export const RLIMIT_NOFILE = 7;

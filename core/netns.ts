@@ -198,6 +198,14 @@ export class NetnsHandle implements Netns {
     }
   }
 
+  /**
+   * A handle on a namespace fd that its owner keeps open and already checked (the core's handle, lent
+   * to a backend's worker thread for one call; fds are shared by all threads). Closing it is a no-op.
+   */
+  static borrow(netnsPath: string, fd: number, inode: number): NetnsHandle {
+    return new NetnsHandle(netnsPath, fd, inode, false);
+  }
+
   /** The process's own namespace (the one the main thread was in at start-up). Closing it is a no-op. */
   static own(): NetnsHandle {
     const o = originalNamespace();

@@ -25,6 +25,11 @@ export interface LinuxBackendOptions {
   detachGroup?: number;
   /** Also enable IPv6 forwarding at start (dual-stack pools). Default false. */
   ipv6?: boolean;
+  /**
+   * Run each attach's netlink exchange on a dedicated worker thread (one message each way) instead of
+   * one libuv threadpool hop per write and per reply. Default true; false is for comparison.
+   */
+  netlinkThread?: boolean;
   logger?: LinuxBackendLogger;
 }
 
@@ -33,6 +38,7 @@ export interface ResolvedLinuxBackendOptions {
   linkGroup: number;
   detachGroup: number;
   ipv6: boolean;
+  netlinkThread: boolean;
   logger: LinuxBackendLogger;
 }
 
@@ -67,6 +73,7 @@ export function resolveLinuxBackendOptions(opts: LinuxBackendOptions): ResolvedL
     linkGroup,
     detachGroup,
     ipv6: opts.ipv6 ?? false,
+    netlinkThread: opts.netlinkThread ?? true,
     logger: opts.logger ?? silent,
   };
 }

@@ -3,12 +3,14 @@
 // addresses and a default route via a link-local gateway; the host end answers for that gateway
 // (proxy ARP, or holding fe80::1 for IPv6) and a /32 (/128) route per address points at it.
 //
-// Every change goes through rtnetlink from this process (no `ip`, `sysctl` or `nsenter`), with the
-// I/O on the libuv threadpool so that the event loop never waits for the kernel. One long-lived
-// socket serves the host namespace for all concurrent operations (replies are matched by sequence
-// number); each attach opens a short-lived socket inside its workload's namespace. Requests for one
-// namespace are batched: an attach is three writes (create the pair; then the workload side and the
-// host side concurrently), and a detach is one small write plus a share of a group delete.
+// Every change goes through rtnetlink from this process (no `ip`, `sysctl` or `nsenter`), and the
+// event loop never waits for the kernel. An attach's whole exchange runs on the netlink thread
+// (netlink-thread.ts): one message there and one back, the thread's own host socket, a short-lived
+// socket inside the workload's namespace, four writes (create the pair, the workload side, the host
+// side, the alias). Everything else uses one long-lived host socket whose I/O is on the libuv
+// threadpool (replies matched by sequence number): a detach is one small write plus a share of a
+// group delete. The threadpool path also runs an attach when the thread is off or gone, or when the
+// host link's name is taken (it checks for a leftover and explains).
 
 import type {
   AttachSpec,
@@ -23,6 +25,7 @@ import type {
 } from '../../core/backend';
 import { WorkloadNetError, failedPrecondition, invalidArgument, type ErrorCode } from '../../core/errors';
 import { NetnsError, NetnsHandle, type Netns } from '../../core/netns';
+import type { AttachStep } from './attach-exchange';
 import { planAttachment, randomMac, type AttachPlan } from './attach-plan';
 import { GroupDeleter } from './group-deleter';
 import { checkHostSide, hostSideRequests } from './host-side';
@@ -32,6 +35,7 @@ import {
   type LinuxBackendOptions,
   type ResolvedLinuxBackendOptions,
 } from './linux-backend-options';
+import { NetlinkThread } from './netlink-thread';
 import { NetlinkError } from './rtnetlink/errors';
 import { AF_INET, AF_INET6 } from './rtnetlink/inet';
 import { delLinkRequest, getLink, listLinks, setLinkRequest, type Link } from './rtnetlink/link';
@@ -53,6 +57,8 @@ interface HostContext {
   ns: NetnsHandle;
   sock: NetlinkSocket;
   deleter: GroupDeleter;
+  /** Runs attaches' netlink exchanges; undefined when it could not start or is turned off. */
+  thread: NetlinkThread | undefined;
 }
 
 export class LinuxBackend implements Backend {
@@ -108,9 +114,34 @@ export class LinuxBackend implements Backend {
       );
     }
     refuseHostNamespace(spec, host.ns);
+    if (!host.thread?.alive) return this.attachOnThreadpool(host, spec, plan, planned);
+    const r = await host.thread.attach({
+      plan,
+      mac: planned.mac,
+      netnsFd: spec.netns.fd,
+      netnsPath: spec.netnsPath,
+      netnsInode: spec.netns.inode,
+    });
+    if (r.ok) return planned;
+    if (r.pair) await this.rollback(host, plan, r.pair);
+    const err = r.error;
+    // A name already taken needs the leftover check and the explanation: the threadpool path has them.
+    if (r.step === 'veth' && err instanceof NetlinkError && err.code === 'EEXIST')
+      return this.attachOnThreadpool(host, spec, plan, planned);
+    if (r.step === 'socket' || !(err instanceof NetlinkError)) throw err;
+    throw fromNetlink(err, `attach ${spec.key}: ${stepDescription(r.step, plan, spec.netnsPath)}`);
+  }
+
+  /** The same exchange as the netlink thread's, each request through the libuv threadpool. */
+  private async attachOnThreadpool(
+    host: HostContext,
+    spec: AttachSpec,
+    plan: AttachPlan,
+    planned: DataplaneResult,
+  ): Promise<DataplaneResult> {
     const workload = NetlinkSocket.openIn(spec.netns);
     try {
-      const pair = await step(spec.key, 'creating the veth pair', () =>
+      const pair = await step(spec.key, stepDescription('veth', plan, spec.netnsPath), () =>
         createVethPair(
           { host: host.sock, workload, workloadNs: spec.netns, logger: this.opts.logger },
           plan,
@@ -120,7 +151,7 @@ export class LinuxBackend implements Backend {
       try {
         await this.configureBothSides(host, workload, plan, pair, spec.netnsPath);
         // Last, so that a link with its alias is a complete attachment (see reconcile).
-        await step(spec.key, `labelling host interface ${plan.hostName}`, () =>
+        await step(spec.key, stepDescription('alias', plan, spec.netnsPath), () =>
           host.sock.request(setLinkRequest({ index: pair.hostIndex }, { alias: plan.alias })),
         );
       } catch (err) {
@@ -358,6 +389,7 @@ export class LinuxBackend implements Backend {
     if (!pending) return;
     const host = await pending.catch(() => undefined);
     if (host) {
+      await host.thread?.stop();
       await host.sock.close();
       host.ns.close();
     }
@@ -397,7 +429,12 @@ export class LinuxBackend implements Backend {
       const lo = await getLink(sock, { name: 'lo' });
       if (!lo) throw failedPrecondition(`linux backend: no loopback interface in ${ns.path}`);
       await sock.request(setLinkRequest({ index: lo.index }, {}));
-      return { ns, sock, deleter: new GroupDeleter(sock, this.opts.detachGroup) };
+      return {
+        ns,
+        sock,
+        deleter: new GroupDeleter(sock, this.opts.detachGroup),
+        thread: await this.startThread(ns),
+      };
     } catch (err) {
       void sock?.close();
       ns.close();
@@ -411,6 +448,22 @@ export class LinuxBackend implements Backend {
         throw needsRoot(`entering ${ns.path}`);
       }
       throw err;
+    }
+  }
+
+  /** The netlink thread, unless turned off; one that cannot start leaves the threadpool path in use. */
+  private async startThread(ns: NetnsHandle): Promise<NetlinkThread | undefined> {
+    if (!this.opts.netlinkThread) return undefined;
+    try {
+      return await NetlinkThread.start(ns, (why) =>
+        this.opts.logger.error({ why }, 'netlink thread ended; attaches use the threadpool from now on'),
+      );
+    } catch (err) {
+      this.opts.logger.warn(
+        { err: (err as Error).message },
+        'netlink thread did not start; attaches use the threadpool (slower)',
+      );
+      return undefined;
     }
   }
 
@@ -444,10 +497,10 @@ export class LinuxBackend implements Backend {
     netnsPath: string,
   ): Promise<void> {
     const [w, h] = await Promise.allSettled([
-      step(plan.key, `configuring ${plan.ifName} in ${netnsPath}`, () =>
+      step(plan.key, stepDescription('workload', plan, netnsPath), () =>
         workload.batchOrThrow(workloadSideRequests(plan, pair.peerIndex)),
       ),
-      step(plan.key, `configuring host interface ${plan.hostName}`, () =>
+      step(plan.key, stepDescription('host', plan, netnsPath), () =>
         host.sock.batchOrThrow(hostSideRequests(plan, pair.hostIndex)),
       ),
     ]);
@@ -482,6 +535,22 @@ function dataplaneResult(plan: AttachPlan, mac: string): DataplaneResult {
     routes: workloadRoutes(plan),
     details: { hostIfName: plan.hostName, linkGroup: plan.linkGroup },
   };
+}
+
+/** What an attach was doing at `step`, as its errors say. */
+function stepDescription(step: AttachStep, plan: AttachPlan, netnsPath: string): string {
+  switch (step) {
+    case 'socket':
+      return `opening a netlink socket in ${netnsPath}`;
+    case 'veth':
+      return 'creating the veth pair';
+    case 'workload':
+      return `configuring ${plan.ifName} in ${netnsPath}`;
+    case 'host':
+      return `configuring host interface ${plan.hostName}`;
+    case 'alias':
+      return `labelling host interface ${plan.hostName}`;
+  }
 }
 
 /** Runs one named step; kernel errors become WorkloadNetErrors that say what was being done. */

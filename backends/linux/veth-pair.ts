@@ -15,6 +15,7 @@ import {
   newVethRequest,
   type Link,
 } from './rtnetlink/link';
+import type { NetlinkMessage, NetlinkRequest } from './rtnetlink/message';
 import type { NetlinkSocket } from './rtnetlink/socket';
 
 export interface VethPair {
@@ -31,23 +32,45 @@ export interface VethPairContext {
   logger: LinuxBackendLogger;
 }
 
-export async function createVethPair(
-  ctx: VethPairContext,
-  plan: AttachPlan,
-  peerMac: string,
-): Promise<VethPair> {
-  const request = newVethRequest(
+/**
+ * The one request that creates the pair. Its echo carries the host ifindex and, in IFLA_LINK, the
+ * peer's: no GETLINK needed (see vethPairFromEcho).
+ */
+export function vethPairRequest(plan: AttachPlan, peerMac: string, workloadNsFd: number): NetlinkRequest {
+  return newVethRequest(
     {
       name: plan.hostName,
       mtu: plan.mtu,
       group: plan.linkGroup,
       // The host end can be brought up in the same request; the peer cannot (see VethSpec.up).
       up: true,
-      peer: { name: plan.ifName, mtu: plan.mtu, mac: peerMac, netnsFd: ctx.workloadNs.fd },
+      // One queue each, as the kernel would end up with anyway, but without its two RCU waits.
+      queues: 1,
+      peer: { name: plan.ifName, mtu: plan.mtu, mac: peerMac, netnsFd: workloadNsFd },
     },
-    // The echoed link carries the host ifindex and, in IFLA_LINK, the peer's: no GETLINK needed.
     { echo: true },
   );
+}
+
+/**
+ * The pair's ifindexes from the replies to vethPairRequest, as far as the echo tells them: `peerIndex`
+ * is undefined when the kernel did not echo (before 6.3) or the echo lacks the peer's index; the
+ * caller then asks the workload namespace for its interface by name.
+ */
+export function vethPairFromEcho(replies: readonly NetlinkMessage[]): Partial<VethPair> {
+  const echoed = replies.find((m) => m.type === RTM_NEWLINK);
+  if (!echoed) return {};
+  const link = decodeLink(echoed);
+  const peerIndex = link.linkIndex === link.index ? undefined : link.linkIndex;
+  return { hostIndex: link.index, peerIndex };
+}
+
+export async function createVethPair(
+  ctx: VethPairContext,
+  plan: AttachPlan,
+  peerMac: string,
+): Promise<VethPair> {
+  const request = vethPairRequest(plan, peerMac, ctx.workloadNs.fd);
   let replies;
   try {
     replies = await ctx.host.request(request);
@@ -59,19 +82,21 @@ export async function createVethPair(
       throw again;
     });
   }
-  const echoed = replies.find((m) => m.type === RTM_NEWLINK);
-  const hostLink: Link | undefined = echoed
-    ? decodeLink(echoed)
-    : await getLink(ctx.host, { name: plan.hostName });
-  if (!hostLink) throw new Error(`host interface ${plan.hostName} vanished right after it was created`);
-  let peerIndex = hostLink.linkIndex;
-  if (peerIndex === undefined || peerIndex === hostLink.index) {
+  const echoed = vethPairFromEcho(replies);
+  let hostIndex = echoed.hostIndex;
+  if (hostIndex === undefined) {
+    const hostLink: Link | undefined = await getLink(ctx.host, { name: plan.hostName });
+    if (!hostLink) throw new Error(`host interface ${plan.hostName} vanished right after it was created`);
+    hostIndex = hostLink.index;
+  }
+  let peerIndex = echoed.peerIndex;
+  if (peerIndex === undefined) {
     // Kernels before 6.3 do not echo RTM_NEWLINK; ask the workload namespace instead.
     const peer = await getLink(ctx.workload, { name: plan.ifName });
     if (!peer) throw new Error(`workload interface ${plan.ifName} vanished right after it was created`);
     peerIndex = peer.index;
   }
-  return { hostIndex: hostLink.index, peerIndex };
+  return { hostIndex, peerIndex };
 }
 
 /**

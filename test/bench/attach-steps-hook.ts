@@ -10,6 +10,7 @@
 import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as path from 'node:path';
+import { isMainThread } from 'node:worker_threads';
 
 type Marks = Record<string, number>;
 
@@ -50,7 +51,8 @@ function load(rel: string): Record<string, unknown> | undefined {
   }
 }
 
-if (out) {
+// NODE_OPTIONS reaches the daemon's worker threads too; only the main thread is timed here.
+if (out && isMainThread) {
   const orchestrator = load('core/orchestrator.js');
   const Orchestrator = orchestrator?.Orchestrator as { prototype: Record<string, unknown> } | undefined;
   const attach = Orchestrator?.prototype.attach;
@@ -78,14 +80,29 @@ if (out) {
       });
     };
   } else process.stderr.write('attach-steps-hook: KeyedMutex.run not found; lock not timed\n');
-  wrap(load('core/netns-path.js'), 'openNetnsPath', 'openNetns');
+  wrap(load('core/netns.js')?.kernelNetnsOpener as Record<string, unknown>, 'openWorkload', 'openNetns');
   wrap((load('core/store.js')?.Store as { prototype: Record<string, unknown> })?.prototype, 'put', 'store');
   const linux = load('backends/linux/linux-backend.js')?.LinuxBackend as
     { prototype: Record<string, unknown> } | undefined;
   wrap(linux?.prototype, 'plan', 'plan');
   wrap(linux?.prototype, 'attach', 'backend');
   wrap(linux?.prototype, 'configureBothSides', 'sides');
-  wrap(load('backends/linux/netns.js'), 'openNetlinkSocket', 'socket');
+  // The threadpool path (netlinkThread off, or a name already taken).
   wrap(load('backends/linux/veth-pair.js'), 'createVethPair', 'veth');
+  // The netlink thread reports the time of each part of its exchange (µs) with the result.
+  const NetlinkThread = load('backends/linux/netlink-thread.js')?.NetlinkThread as
+    { prototype: Record<string, unknown> } | undefined;
+  const threadAttach = NetlinkThread?.prototype.attach;
+  if (NetlinkThread && typeof threadAttach === 'function') {
+    NetlinkThread.prototype.attach = function (this: unknown, ...args: unknown[]): unknown {
+      mark('thread:start');
+      const me = current;
+      return ((threadAttach as AnyFn).apply(this, args) as Promise<{ times?: Marks }>).then((r) => {
+        mark('thread:end');
+        if (me) for (const [k, v] of Object.entries(r.times ?? {})) me.marks[`in-thread:${k}`] = v;
+        return r;
+      });
+    };
+  } else process.stderr.write('attach-steps-hook: NetlinkThread.attach not found; not timed\n');
   process.on('exit', () => fs.writeFileSync(out, JSON.stringify(records)));
 }

@@ -32,16 +32,24 @@ function stepDurations(m: Marks): Array<[string, number]> {
   const at = (k: string): number => m[k] ?? NaN;
   const backendEnd = at('backend:end');
   const storeEnd = at('store:end');
+  const inThread = (k: string): number => m[`in-thread:${k}`] ?? NaN;
+  const threadParts = ['socket', 'veth', 'workload', 'host', 'alias'].reduce((a, k) => a + inThread(k), 0);
   return [
     ['validate and admit (before the namespace is opened)', at('openNetns:start')],
     ['open and check the namespace', at('openNetns:end') - at('openNetns:start')],
     ['take the workload lock', at('locked') - at('openNetns:end')],
     ['allocate, build the record, plan', at('backend:start') - at('locked')],
-    ['backend: host context, plan, namespace handle', at('socket:start') - at('backend:start')],
-    ['backend: socket in the namespace', at('socket:end') - at('socket:start')],
-    ['backend: create the veth pair', at('veth:end') - at('veth:start')],
-    ['backend: configure both sides', at('sides:end') - at('sides:start')],
-    ['backend: alias (and the rest)', backendEnd - at('sides:end')],
+    ['backend: host context, plan, until posted to the thread', at('thread:start') - at('backend:start')],
+    ['backend: netlink thread, message to answer', at('thread:end') - at('thread:start')],
+    ['  in the thread: socket in the namespace', inThread('socket')],
+    ['  in the thread: create the veth pair', inThread('veth')],
+    ['  in the thread: workload side', inThread('workload')],
+    ['  in the thread: host side', inThread('host')],
+    ['  in the thread: alias', inThread('alias')],
+    ['  the two messages (round trip less the parts)', at('thread:end') - at('thread:start') - threadParts],
+    ['backend: after the thread answered', backendEnd - at('thread:end')],
+    ['threadpool path: create the veth pair', at('veth:end') - at('veth:start')],
+    ['threadpool path: configure both sides', at('sides:end') - at('sides:start')],
     ['(store write, overlapping the backend)', storeEnd - at('store:start')],
     ['store write past the backend', Math.max(0, storeEnd - backendEnd)],
     ['after both, until attach() resolves', at('end') - Math.max(backendEnd, storeEnd)],

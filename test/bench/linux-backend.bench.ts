@@ -84,14 +84,19 @@ async function runPhase(ops: Array<() => Promise<unknown>>, parallel: number): P
   };
 }
 
-export async function benchLinuxBackend(opts: { count: number; parallel: number }): Promise<BenchRow[]> {
+export async function benchLinuxBackend(opts: {
+  count: number;
+  parallel: number;
+  /** The backend's netlink thread (default) or, false, its threadpool path. */
+  netlinkThread?: boolean;
+}): Promise<BenchRow[]> {
   const pool = new NetnsPool();
   let backend: LinuxBackend | undefined;
   try {
     const node = await pool.addNode();
     const names = await pool.addMany('bench', opts.count);
     const specs = names.map((n, i) => specFor(n, i));
-    backend = new LinuxBackend({ hostNetnsPath: netnsPath(node) });
+    backend = new LinuxBackend({ hostNetnsPath: netnsPath(node), netlinkThread: opts.netlinkThread });
     await backend.start();
     const b = backend;
 
@@ -152,10 +157,11 @@ export async function benchLinuxBackend(opts: { count: number; parallel: number 
 if (require.main === module) {
   const count = Number(process.argv[2] ?? 200);
   const parallel = Number(process.argv[3] ?? 16);
-  benchLinuxBackend({ count, parallel }).then(
+  const netlinkThread = process.argv[4] !== 'threadpool';
+  benchLinuxBackend({ count, parallel, netlinkThread }).then(
     (rows) => {
       console.log(
-        `count=${count} parallel=${parallel} UV_THREADPOOL_SIZE=${process.env.UV_THREADPOOL_SIZE ?? '4 (default)'}`,
+        `count=${count} parallel=${parallel} ${netlinkThread ? 'netlink thread' : 'threadpool path'} UV_THREADPOOL_SIZE=${process.env.UV_THREADPOOL_SIZE ?? '4 (default)'}`,
       );
       console.table(
         rows.map((r) => ({

@@ -20,7 +20,8 @@
  * Per attach (the backend's order):
  *   open the namespace (O_RDONLY|O_NONBLOCK), fstat, NS_GET_NSTYPE; setns into it, socket(), setns
  *   back; NETLINK_EXT_ACK, NETLINK_CAP_ACK, SO_RCVTIMEO, SO_RCVBUFFORCE
- *   host:     RTM_NEWLINK veth, peer born in the namespace (ACK|ECHO|CREATE|EXCL) -> echo + ACK
+ *   host:     RTM_NEWLINK veth, peer born in the namespace, one queue each (ACK|ECHO|CREATE|EXCL)
+ *             -> echo + ACK
  *   workload: [SETLINK lo up, SETLINK eth0 up, NEWADDR /32 nodad, NEWROUTE gw/32 scope link,
  *              NEWROUTE default via gw (ACK)]                 one write
  *   host:     [SETLINK proxy_arp+forwarding, NEWROUTE /32 replace (ACK)]   one write
@@ -264,6 +265,8 @@ static void attach(struct worker *w, int i) {
   attr_str(&m, IFLA_IFNAME, name);
   attr_u32(&m, IFLA_MTU, MTU);
   attr_u32(&m, IFLA_GROUP, LINK_GROUP);
+  attr_u32(&m, IFLA_NUM_TX_QUEUES, 1);
+  attr_u32(&m, IFLA_NUM_RX_QUEUES, 1);
   size_t li = nest_begin(&m, IFLA_LINKINFO | NLA_F_NESTED);
   attr_str(&m, IFLA_INFO_KIND, "veth");
   size_t data = nest_begin(&m, IFLA_INFO_DATA | NLA_F_NESTED);
@@ -273,6 +276,8 @@ static void attach(struct worker *w, int i) {
   attr_u32(&m, IFLA_MTU, MTU);
   attr(&m, IFLA_ADDRESS, mac, 6);
   attr_u32(&m, IFLA_NET_NS_FD, (uint32_t)ns);
+  attr_u32(&m, IFLA_NUM_TX_QUEUES, 1);
+  attr_u32(&m, IFLA_NUM_RX_QUEUES, 1);
   nest_end(&m, peer);
   nest_end(&m, data);
   nest_end(&m, li);

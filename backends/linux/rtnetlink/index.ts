@@ -150,3 +150,4 @@ export {
   newRouteRequest,
 } from './route';
 export { type BatchOutcome, NetlinkSocket, type NetlinkSocketOptions } from './socket';
+export { BlockingNetlinkSocket } from './blocking-socket';

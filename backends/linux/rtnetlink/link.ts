@@ -61,6 +61,8 @@ export const IFLA_AF_SPEC = 26;
 export const IFLA_GROUP = 27;
 export const IFLA_NET_NS_FD = 28;
 export const IFLA_EXT_MASK = 29;
+export const IFLA_NUM_TX_QUEUES = 31;
+export const IFLA_NUM_RX_QUEUES = 32;
 export const IFLA_CARRIER = 33;
 export const IFLA_LINK_NETNSID = 37;
 
@@ -121,6 +123,8 @@ export interface NewLinkSpec extends LinkSettings {
   kind: string;
   /** IFLA_INFO_DATA content, kind-specific. */
   infoData?: readonly Attribute[];
+  /** Transmit and receive queues (IFLA_NUM_TX_QUEUES, IFLA_NUM_RX_QUEUES); only a create sets them. */
+  queues?: number;
 }
 
 export interface VethSpec {
@@ -134,6 +138,13 @@ export interface VethSpec {
    * pair is linked, and opening a veth without a peer fails with ENOTCONN.
    */
   up?: boolean;
+  /**
+   * IFLA_NUM_TX_QUEUES and IFLA_NUM_RX_QUEUES of both ends. Without them a veth is allocated with a
+   * queue per possible CPU and then cut down to one real queue, and cutting down the transmit queues
+   * waits for an expedited RCU grace period (synchronize_net under the RTNL lock), once per end: with
+   * the other CPU busy those waits were about half of the create (see docs/benchmarks.md).
+   */
+  queues?: number;
   peer: {
     name: string;
     mtu?: number;
@@ -219,6 +230,11 @@ function settingsAttributes(s: LinkSettings): Attribute[] {
   return attrs;
 }
 
+function queueAttributes(queues: number | undefined): Attribute[] {
+  if (queues === undefined) return [];
+  return [attrU32(IFLA_NUM_TX_QUEUES, queues), attrU32(IFLA_NUM_RX_QUEUES, queues)];
+}
+
 function selectorHeader(sel: LinkSelector, extra: { flags: number; change: number }): Buffer {
   if (sel.index === undefined && sel.name === undefined)
     throw new TypeError('a link selector needs an index or a name');
@@ -233,12 +249,16 @@ function selectorAttributes(sel: LinkSelector): Attribute[] {
 
 /** RTM_NEWLINK creating a link; fails with EEXIST rather than modifying one that exists. */
 export function newLinkRequest(spec: NewLinkSpec, opts: { echo?: boolean } = {}): NetlinkRequest {
-  const { kind, infoData, ...settings } = spec;
+  const { kind, infoData, queues, ...settings } = spec;
   const linkinfo: Attribute[] = [attrString(IFLA_INFO_KIND, kind)];
   if (infoData) linkinfo.push(attrNest(IFLA_INFO_DATA, infoData));
   const payload = Buffer.concat([
     encodeIfinfomsg(upFlags(settings.up)),
-    encodeAttributes([...settingsAttributes(settings), attrNest(IFLA_LINKINFO, linkinfo)]),
+    encodeAttributes([
+      ...settingsAttributes(settings),
+      ...queueAttributes(queues),
+      attrNest(IFLA_LINKINFO, linkinfo),
+    ]),
   ]);
   return { type: RTM_NEWLINK, flags: NLM_F_CREATE | NLM_F_EXCL | (opts.echo ? NLM_F_ECHO : 0), payload };
 }
@@ -253,6 +273,7 @@ export function newVethRequest(spec: VethSpec, opts: { echo?: boolean } = {}): N
   if (spec.peer.mtu !== undefined) peerAttrs.push(attrU32(IFLA_MTU, spec.peer.mtu));
   if (spec.peer.mac !== undefined) peerAttrs.push(attrBytes(IFLA_ADDRESS, macBytes(spec.peer.mac)));
   if (spec.peer.netnsFd !== undefined) peerAttrs.push(attrU32(IFLA_NET_NS_FD, spec.peer.netnsFd));
+  peerAttrs.push(...queueAttributes(spec.queues));
   // VETH_INFO_PEER is not a plain nest: it starts with the peer's own ifinfomsg.
   const peer = attrBytes(VETH_INFO_PEER, Buffer.concat([encodeIfinfomsg(), encodeAttributes(peerAttrs)]));
   return newLinkRequest(
@@ -264,6 +285,7 @@ export function newVethRequest(spec: VethSpec, opts: { echo?: boolean } = {}): N
       group: spec.group,
       up: spec.up,
       infoData: [peer],
+      queues: spec.queues,
     },
     opts,
   );

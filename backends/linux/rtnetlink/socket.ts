@@ -130,22 +130,7 @@ export class NetlinkSocket {
    * and configures it. On failure the fd is closed.
    */
   static fromFd(fd: number, opts: NetlinkSocketOptions = {}): NetlinkSocket {
-    try {
-      // Errors carry the kernel's message; ACKs do not echo the whole request back.
-      setsockoptInt(fd, SOL_NETLINK, NETLINK_EXT_ACK, 1);
-      setsockoptInt(fd, SOL_NETLINK, NETLINK_CAP_ACK, 1);
-      setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, timeval(opts.receiveTimeoutMs ?? 10_000));
-      const rcvbuf = opts.receiveBufferBytes ?? 4 * 1024 * 1024;
-      try {
-        setsockoptInt(fd, SOL_SOCKET, SO_RCVBUFFORCE, rcvbuf);
-      } catch {
-        // Without CAP_NET_ADMIN only the capped SO_RCVBUF works; a smaller buffer is still correct.
-        setsockoptInt(fd, SOL_SOCKET, SO_RCVBUF, rcvbuf);
-      }
-    } catch (err) {
-      closeFd(fd);
-      throw err;
-    }
+    configureNetlinkFd(fd, opts);
     return new NetlinkSocket(fd, opts.label ?? `netlink fd ${fd}`, opts.ackEveryRequest ?? false);
   }
 
@@ -156,21 +141,7 @@ export class NetlinkSocket {
 
   /** A socket that acts inside `ns` for its whole life (created there: ~12 µs of setns window). */
   static openIn(ns: Netns, opts: NetlinkSocketOptions = {}): NetlinkSocket {
-    let fd: number;
-    try {
-      fd = ns.enter(() => socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
-    } catch (err) {
-      if (err instanceof WorkloadNetError) throw err;
-      if ((err as { code?: string }).code === 'EPERM') {
-        throw new WorkloadNetError(
-          'FAILED_PRECONDITION',
-          `not allowed to enter network namespace ${ns.path} (needs root or CAP_SYS_ADMIN)`,
-        );
-      }
-      throw new WorkloadNetError('INTERNAL', `cannot open a netlink socket in ${ns.path}: ${String(err)}`);
-    }
-    // Socket options do not depend on the namespace, so they are set after switching back.
-    return NetlinkSocket.fromFd(fd, { label: ns.path, ...opts });
+    return NetlinkSocket.fromFd(netlinkFdIn(ns), { label: ns.path, ...opts });
   }
 
   get closed(): boolean {
@@ -403,6 +374,48 @@ export class NetlinkSocket {
 
   private failWritten(error: Error): void {
     for (const [seq, p] of [...this.pending]) if (p.written) this.settle(seq, error);
+  }
+}
+
+/**
+ * Sets the options every NETLINK_ROUTE socket of ours has (see NetlinkSocketOptions); on failure the fd
+ * is closed.
+ */
+export function configureNetlinkFd(fd: number, opts: NetlinkSocketOptions = {}): void {
+  try {
+    // Errors carry the kernel's message; ACKs do not echo the whole request back.
+    setsockoptInt(fd, SOL_NETLINK, NETLINK_EXT_ACK, 1);
+    setsockoptInt(fd, SOL_NETLINK, NETLINK_CAP_ACK, 1);
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, timeval(opts.receiveTimeoutMs ?? 10_000));
+    const rcvbuf = opts.receiveBufferBytes ?? 4 * 1024 * 1024;
+    try {
+      setsockoptInt(fd, SOL_SOCKET, SO_RCVBUFFORCE, rcvbuf);
+    } catch {
+      // Without CAP_NET_ADMIN only the capped SO_RCVBUF works; a smaller buffer is still correct.
+      setsockoptInt(fd, SOL_SOCKET, SO_RCVBUF, rcvbuf);
+    }
+  } catch (err) {
+    closeFd(fd);
+    throw err;
+  }
+}
+
+/**
+ * A NETLINK_ROUTE socket fd created inside `ns` (~12 µs of setns window on the calling thread), not yet
+ * configured. A refused setns becomes a WorkloadNetError that says what is missing.
+ */
+export function netlinkFdIn(ns: Netns): number {
+  try {
+    return ns.enter(() => socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
+  } catch (err) {
+    if (err instanceof WorkloadNetError) throw err;
+    if ((err as { code?: string }).code === 'EPERM') {
+      throw new WorkloadNetError(
+        'FAILED_PRECONDITION',
+        `not allowed to enter network namespace ${ns.path} (needs root or CAP_SYS_ADMIN)`,
+      );
+    }
+    throw new WorkloadNetError('INTERNAL', `cannot open a netlink socket in ${ns.path}: ${String(err)}`);
   }
 }
 

@@ -157,6 +157,14 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
       expect(r1).to.include({ ifName: 'eth0', mtu: 1450, hostIfName: hostLinkName(s1.key) });
     });
 
+    it('gives both ends one transmit and one receive queue', async () => {
+      // Asked for in the create: the kernel's default (one per CPU, cut down to one) costs two RCU waits.
+      type Queues = { ifname: string; num_tx_queues: number; num_rx_queues: number };
+      const [peer] = await ipJson<Queues>(w1, '-d', 'link', 'show', 'dev', 'eth0');
+      const [host] = await ipJson<Queues>(node, '-d', 'link', 'show', 'dev', r1.hostIfName ?? '');
+      for (const end of [peer, host]) expect(end).to.include({ num_tx_queues: 1, num_rx_queues: 1 });
+    });
+
     it('gives the workload a /32 and routes via the link-local gateway', async () => {
       const addrs = await ipJson<IpAddr>(w1, '-4', 'addr', 'show', 'dev', 'eth0');
       expect(addrs[0]?.addr_info.map((a) => `${a.local}/${a.prefixlen}`)).to.deep.equal(['10.251.0.2/32']);
@@ -497,6 +505,30 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
       expect(await pings(names[0]!, '10.251.1.21')).to.equal(true);
       await Promise.all(specs.map((s, i) => backend.detach(viewOf(s, results[i]))));
       expect(await ipJson<IpRoute>(node, '-4', 'route', 'show', 'root', '10.251.1.0/24')).to.deep.equal([]);
+    });
+  });
+
+  describe('without the netlink thread', () => {
+    it('programs the same attachment through the threadpool, and rolls back the same way', async () => {
+      const other = new LinuxBackend({ hostNetnsPath: netnsPath(node), netlinkThread: false });
+      await other.start();
+      try {
+        const w = await pool.add('pool-path');
+        const spec = specFor(w, [v4('10.251.2.2')]);
+        const res = await attachTo(other, spec);
+        expect(await other.check(viewOf(spec, res))).to.deep.equal([]);
+        const [host] = await ipJson<IpLink>(node, 'link', 'show', 'dev', res.hostIfName ?? '');
+        expect(host?.ifalias).to.equal(`workloadnet:${spec.key}`);
+        expect(await pings(w, '10.250.0.1')).to.equal(true);
+        await other.detach(viewOf(spec, res));
+        const bad = await pool.add('pool-path-bad');
+        await netnsExec(bad, 'sh', '-c', 'echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6');
+        const err = await rejection(attachTo(other, specFor(bad, [v4('10.251.2.3'), v6('fd00:77:1::3')])));
+        expect(err.message).to.match(/configuring eth0 in .*RTM_NEWADDR failed: EACCES/);
+        expect((await ipJson<IpLink>(bad, 'link', 'show')).map((l) => l.ifname)).to.deep.equal(['lo']);
+      } finally {
+        await other.stop();
+      }
     });
   });
 });

@@ -1,0 +1,81 @@
+import { expect } from 'chai';
+import { NetnsHandle } from '../../../core/netns';
+import {
+  BlockingNetlinkSocket,
+  NetlinkError,
+  RTM_NEWLINK,
+  decodeLink,
+  delLinkRequest,
+  newVethRequest,
+  setLinkRequest,
+} from '../../../backends/linux/rtnetlink';
+import { NetnsPool, ipJson, netnsPath } from './netns-fixture';
+
+// The synchronous socket the netlink thread uses, against a real kernel in a test-owned namespace
+// (here on the test's main thread, which is fine for a test: each call is short).
+describe('blocking netlink socket', function () {
+  this.timeout(30_000);
+  const pool = new NetnsPool();
+  let ns: NetnsHandle;
+  let sock: BlockingNetlinkSocket;
+  let name: string;
+
+  before(async () => {
+    name = await pool.add('bsock');
+    ns = await NetnsHandle.open(netnsPath(name));
+    sock = BlockingNetlinkSocket.openIn(ns);
+  });
+
+  after(async () => {
+    sock?.close();
+    ns?.close();
+    await pool.cleanup();
+  });
+
+  it('returns the echo of a create, and acts inside the namespace it was opened in', async () => {
+    const replies = sock.request(newVethRequest({ name: 'x0', peer: { name: 'x1' } }, { echo: true }));
+    const echoed = replies.filter((m) => m.type === RTM_NEWLINK).map(decodeLink);
+    expect(echoed.map((l) => l.name)).to.deep.equal(['x0']);
+    const links = await ipJson<{ ifname: string; ifindex: number }>(name, 'link', 'show', 'dev', 'x0');
+    expect(links[0]?.ifindex).to.equal(echoed[0]?.index);
+    sock.request(delLinkRequest({ name: 'x0' }));
+  });
+
+  it('reports each request of a batch separately, confirming those before a failure without their own ACK', async () => {
+    const outcomes = sock.batch([
+      newVethRequest({ name: 'b0', peer: { name: 'b1' } }),
+      setLinkRequest({ name: 'b0' }, { mtu: 1300 }),
+      setLinkRequest({ name: 'missing0' }, { mtu: 1300 }),
+      setLinkRequest({ name: 'b0' }, { mtu: 1280 }),
+    ]);
+    expect(outcomes.map((o) => o.ok)).to.deep.equal([true, true, false, true]);
+    const failed = outcomes[2];
+    expect(failed && !failed.ok && failed.error).to.be.instanceOf(NetlinkError);
+    expect(failed && !failed.ok && failed.error.code).to.equal('ENODEV');
+    const [b0] = await ipJson<{ mtu: number }>(name, 'link', 'show', 'b0');
+    expect(b0?.mtu).to.equal(1280);
+    sock.request(delLinkRequest({ name: 'b0' }));
+  });
+
+  it("throws a request's own failure with the kernel's errno", () => {
+    expect(() => sock.request(delLinkRequest({ name: 'nothere0' })))
+      .to.throw(NetlinkError)
+      .with.property('code', 'ENODEV');
+  });
+
+  it('keeps answering after a failure (sequence numbers stay in step)', () => {
+    for (let i = 0; i < 3; i++) {
+      expect(() => sock.request(delLinkRequest({ name: 'nothere0' }))).to.throw(NetlinkError);
+      sock.request(newVethRequest({ name: `s${i}`, peer: { name: `s${i}p` } }));
+      sock.request(delLinkRequest({ name: `s${i}` }));
+    }
+  });
+
+  it('refuses to be used once closed', () => {
+    const own = BlockingNetlinkSocket.openIn(ns);
+    own.close();
+    expect(() => own.batch([setLinkRequest({ name: 'lo' }, {})]))
+      .to.throw(NetlinkError)
+      .with.property('code', 'EBADF');
+  });
+});
