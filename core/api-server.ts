@@ -191,6 +191,7 @@ export class ApiServer {
                 domain: req.dns.domain || undefined,
               }
             : undefined,
+          dpu: req.dpu || undefined,
         });
         return toAttachResponse(att);
       }),

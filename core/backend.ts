@@ -39,6 +39,8 @@ export interface AttachSpec {
   netns: Netns;
   ips: IpAssignment[];
   mtu: number;
+  /** The DPU agent the caller asked for (dpu backend); others ignore it. */
+  dpu?: string;
 }
 
 /** What a backend reports back about the programmed interface. */
@@ -153,6 +155,11 @@ export interface Backend {
    */
   reconcile(atts: AttachmentView[], opts?: ReconcileOptions): Promise<ReconcileOutcome>;
   health(): Promise<BackendHealth>;
+  /**
+   * "degraded" when the attachment's dataplane is out of the backend's reach for now (its DPU agent is
+   * away) though it is still programmed; "ready" when not implemented.
+   */
+  attachmentState?(att: AttachmentView): 'ready' | 'degraded';
   stop(): Promise<void>;
 }
 

@@ -122,7 +122,7 @@ export class Orchestrator implements WorkloadService {
         const allocated = await this.pools.allocate();
         try {
           const record = newRecord(req, netns.inode, allocated, this.backend.name);
-          const spec: AttachSpec = { ...toSpec(record), netns };
+          const spec: AttachSpec = { ...toSpec(record), netns, dpu: req.dpu };
           record.dataplane = this.backend.plan(spec);
           await this.programAndRecord(record, spec);
           log.info(
@@ -432,7 +432,7 @@ export class Orchestrator implements WorkloadService {
   }
 
   private *visibleRows(): Generator<Attachment> {
-    for (const rec of this.store.rows()) if (!this.programming.has(rec.key)) yield publicView(rec);
+    for (const rec of this.store.rows()) if (!this.programming.has(rec.key)) yield this.withState(rec);
   }
 
   async get(workloadId: string, ifName?: string): Promise<Attachment[]> {
@@ -444,7 +444,14 @@ export class Orchestrator implements WorkloadService {
     ).filter((r) => !this.programming.has(r.key));
     if (found.length === 0)
       throw notFound(`workload ${workloadId}${ifName ? ` has no interface ${ifName}` : ' is not attached'}`);
-    return found.map(publicView);
+    return found.map((r) => this.withState(r));
+  }
+
+  /** The public view, with the state the backend sees now (a DPU port whose agent is away: degraded). */
+  private withState(rec: AttachmentRecord): Attachment {
+    const view = publicView(rec);
+    const state = this.backend.attachmentState?.(toView(rec));
+    return state && state !== view.state ? { ...view, state } : view;
   }
 
   async check(workloadId: string, ifName: string): Promise<Drift[]> {

@@ -63,6 +63,8 @@ export interface AttachRequest {
   containerId?: string;
   dns?: DnsInfo;
   origin: string;
+  /** The DPU agent the caller asked for; placement chooses when unset. */
+  dpu?: string;
 }
 
 /** The interface a workload gets when the caller names none. */
@@ -90,5 +92,16 @@ export function validateAttach(call: AttachCall, defaultMtu: number): AttachRequ
     containerId: validateMetadata('container id', call.containerId),
     dns: call.dns,
     origin: call.origin ?? 'api',
+    dpu: validateDpuId(call.dpu),
   };
+}
+
+/** A DPU agent id as agents send it in their hello: 1-253 printable ASCII characters, no spaces. */
+export function validateDpuId(value: unknown): string | undefined {
+  if (value === undefined || value === '') return undefined;
+  if (typeof value !== 'string' || value.length > 253 || !/^[\x21-\x7e]+$/.test(value))
+    throw invalidArgument(
+      `dpu must be a DPU agent id (1-253 printable characters without spaces), got ${JSON.stringify(String(value).slice(0, 64))}`,
+    );
+  return value;
 }

@@ -24,6 +24,8 @@ export interface AttachCall {
   dns?: DnsInfo;
   /** Which entry point created the attachment ("api" by default, "cni"); GC can be scoped to one. */
   origin?: string;
+  /** The agent the caller asked for (DPU backend); placement chooses when unset. */
+  dpu?: string;
 }
 
 export interface DetachCall {
@@ -56,8 +58,11 @@ export interface Attachment {
   dataplane?: DataplaneResult;
   /** Entry point that created it ("api" or "cni"). */
   origin?: string;
-  /** Always "ready": an attachment is recorded only once its dataplane is programmed. */
-  state: 'ready';
+  /**
+   * "ready" once its dataplane is programmed (an attachment is recorded only then); "degraded" while
+   * the backend cannot reach its dataplane (its DPU agent is away), computed when read.
+   */
+  state: 'ready' | 'degraded';
   createdAt: string;
 }
 

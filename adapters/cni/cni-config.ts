@@ -42,6 +42,8 @@ export interface NetworkConfig {
   socket?: string;
   /** Static DNS from the config file ("dns" key, spec field names). */
   dns?: DnsInfo;
+  /** DPU backend: the agent this network's ports go to ("dpu" key); CNI_ARGS WORKLOADNET_DPU wins. */
+  dpu?: string;
   prevResult?: CniResult;
   runtimeConfig: RuntimeConfig;
   /** Only on GC; undefined when the runtime sent none. */
@@ -248,6 +250,8 @@ export function parseNetworkConfig(raw: Record<string, unknown>, cniVersion: str
   }
   const socket = optString(raw.socket, 'socket');
   if (socket) config.socket = socket;
+  const dpu = optString(raw.dpu, 'dpu');
+  if (dpu) config.dpu = dpu;
   const dns = parseConfigDns(raw.dns);
   if (dns) config.dns = dns;
   if (raw.prevResult !== undefined && raw.prevResult !== null)

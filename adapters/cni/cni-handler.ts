@@ -127,6 +127,9 @@ export class CniHandler {
     const mtu = req.config.mtu ?? this.opts.defaultMtu;
     if (mtu !== undefined) call.mtu = mtu;
     if (dns) call.dns = dns;
+    // The pod's own choice (CNI_ARGS) is more specific than its network's.
+    const dpu = req.args.dpu ?? req.config.dpu;
+    if (dpu) call.dpu = dpu;
 
     const attachment = await this.service.attach(call).catch((err: unknown) => {
       throw netnsEnvironmentError(err);

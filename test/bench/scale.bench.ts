@@ -82,6 +82,7 @@ export async function benchScale(opts: { attachments: number; parallel: number }
           containerId: '',
           pod: undefined,
           dns: undefined,
+          dpu: '',
         });
       }
     };

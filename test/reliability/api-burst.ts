@@ -107,7 +107,12 @@ async function main(): Promise<void> {
       try {
         if (op === 'attach') {
           const r = await call<{ ips: Array<{ cidr: string }> }>((md, o, cb) =>
-            c.attach({ workloadId, netns, containerId: '', pod: undefined, dns: undefined }, md, o, cb),
+            c.attach(
+              { workloadId, netns, containerId: '', pod: undefined, dns: undefined, dpu: '' },
+              md,
+              o,
+              cb,
+            ),
           );
           return { code: grpc.status.OK, details: '', address: (r.ips[0]?.cidr ?? '').split('/')[0] ?? '' };
         }

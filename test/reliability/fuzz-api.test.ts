@@ -159,6 +159,7 @@ describeRoot('fuzz: workload API input (recording backend, root for test-owned n
       containerId,
       pod: podName ? { uid: '', namespace: '', name: podName } : undefined,
       dns: undefined,
+      dpu: '',
     };
   }
 

@@ -197,7 +197,10 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
   let agentSocket: string;
   let daemon: DaemonProcess;
   let sim: SimProcess | undefined;
+  /** The attachments while their agent is away (degraded), which no fuzzed stream may change. */
   let baseline: string;
+  /** The same while their agent was connected (ready), which a resync must bring back. */
+  let whileConnected: string;
   let knownKeys: string[];
 
   const count = (name: string): void => void (tried[name] = (tried[name] ?? 0) + 1);
@@ -251,10 +254,13 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
       await daemon.client.call(daemon.client.raw.attach, attachRequest(`fz-${i}`, ns.path));
     }
     knownKeys = Array.from({ length: 6 }, (_, i) => `fz-${i}/eth0`);
+    whileConnected = await attachments();
     // The well-behaved agent leaves; from now on only the fuzzer speaks to the daemon.
     await sim.stop();
     sim = undefined;
     baseline = await attachments();
+    // Their DPU is away: still programmed there, but out of reach.
+    expect(baseline).to.equal(whileConnected.replaceAll('"state":"ready"', '"state":"degraded"'));
   });
 
   after(async () => {
@@ -448,7 +454,7 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
       15_000,
     );
     expect(state.ports.map((p) => p.name).sort()).to.deep.equal([...knownKeys].sort());
-    expect(await attachments()).to.equal(baseline);
+    expect(await attachments()).to.equal(whileConnected);
     const ns = namespaces.add();
     const r = await outcome(daemon.client.call(daemon.client.raw.attach, attachRequest('fz-after', ns.path)));
     expect(codeName(r.code), r.details).to.equal('OK');

@@ -15,6 +15,7 @@ export function attachRequest(
     containerId: '',
     pod: undefined,
     dns: undefined,
+    dpu: '',
     ...more,
   };
 }

@@ -30,28 +30,42 @@ const ack = (name: string, generation: number, code = AckCode.ACK_CODE_OK, messa
 describe('DPU desired state', () => {
   it('gives every change a newer generation, also across delete and re-add of a name', () => {
     const d = new DesiredState();
-    const a1 = d.upsert(portFields(spec(1)));
-    const a2 = d.upsert(portFields(spec(1)));
+    const a1 = d.upsert(portFields(spec(1)), 'x');
+    const a2 = d.upsert(portFields(spec(1)), 'x');
     const del = d.delete(a2.name);
-    const a3 = d.upsert(portFields(spec(1)));
+    const a3 = d.upsert(portFields(spec(1)), 'x');
     expect([a1.generation, a2.generation, del, a3.generation]).to.deep.equal([1, 2, 3, 4]);
   });
 
   it('keeps restored generations and continues above the highest', () => {
     const d = new DesiredState();
-    d.restore(portFields(spec(1)), 41);
-    d.restore(portFields(spec(2)), 7);
-    expect(d.upsert(portFields(spec(3))).generation).to.equal(42);
-    expect(d.snapshot().map((p) => [p.name, p.generation])).to.deep.equal([
+    d.restore(portFields(spec(1)), 41, 'x');
+    d.restore(portFields(spec(2)), 7, 'x');
+    expect(d.upsert(portFields(spec(3)), 'x').generation).to.equal(42);
+    expect(d.snapshot('x').map((p) => [p.name, p.generation])).to.deep.equal([
       ['w1/eth0', 41],
       ['w2/eth0', 7],
       ['w3/eth0', 42],
     ]);
   });
 
+  it("snapshots and counts each agent's ports apart, and follows a port that was re-placed", () => {
+    const d = new DesiredState();
+    d.upsert(portFields(spec(1)), 'a');
+    d.upsert(portFields(spec(2)), 'b');
+    d.upsert(portFields(spec(3)), 'b');
+    expect(d.snapshot('a').map((p) => p.name)).to.deep.equal(['w1/eth0']);
+    expect(d.snapshot('b').map((p) => p.name)).to.deep.equal(['w2/eth0', 'w3/eth0']);
+    expect([d.countOn('a'), d.countOn('b'), d.countOn('c')]).to.deep.equal([1, 2, 0]);
+    d.upsert(portFields(spec(1)), 'b');
+    d.delete('w2/eth0');
+    expect([d.countOn('a'), d.countOn('b')]).to.deep.equal([0, 2]);
+    expect(d.agents()).to.deep.equal(['b']);
+  });
+
   it('records an ack only at the current generation', () => {
     const d = new DesiredState();
-    const p = d.upsert(portFields(spec(1)));
+    const p = d.upsert(portFields(spec(1)), 'x');
     expect(d.recordAck(p.name, { generation: p.generation - 1, ok: true, message: '' })).to.equal(false);
     expect(d.recordAck('nobody', { generation: p.generation, ok: true, message: '' })).to.equal(false);
     expect(d.recordAck(p.name, { generation: p.generation, ok: true, message: '' })).to.equal(true);
@@ -222,16 +236,21 @@ describe('DPU hello admission', () => {
     expect(admitHello(hello('dpu-a', { bootId: '' }), unix, undefined).ok).to.equal(false);
   });
 
-  it('refuses a second live agent, naming the same-id case, and takes over from a silent one', () => {
+  it('refuses a second live session of the same agent, and takes over from a silent one', () => {
     const same = admitHello(hello('dpu-a'), unix, current);
     expect(same.ok === false && same.code).to.equal(status.ALREADY_EXISTS);
     expect(same.ok === false && same.reason).to.match(/same id is refused/);
-    const other = admitHello(hello('dpu-b'), unix, current);
-    expect(other.ok === false && other.reason).to.match(/serves one agent at a time/);
     expect(admitHello(hello('dpu-a'), unix, { ...current, healthy: false })).to.deep.equal({
       ok: true,
       replaces: 's1',
     });
+  });
+
+  it('admits other agents beside the live ones, up to the limit', () => {
+    expect(admitHello(hello('dpu-b'), unix, undefined, 1, 2)).to.deep.equal({ ok: true });
+    const full = admitHello(hello('dpu-c'), unix, undefined, 2, 2);
+    expect(full.ok === false && full.code).to.equal(status.RESOURCE_EXHAUSTED);
+    expect(full.ok === false && full.reason).to.match(/serves 2 DPU agents.*dpu-c is refused/);
   });
 
   it('requires a TLS agent id to be one of the certificate names', () => {

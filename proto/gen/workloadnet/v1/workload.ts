@@ -75,6 +75,12 @@ export interface AttachRequest {
   containerId: string;
   pod?: PodMetadata | undefined;
   dns?: DNS | undefined;
+  /**
+   * DPU backend: the id of the DPU agent the port must be placed on. Empty lets the daemon choose the
+   * healthy agent with the most free VFs. A named agent that is away fails UNAVAILABLE; a full one
+   * RESOURCE_EXHAUSTED. Other backends ignore it.
+   */
+  dpu: string;
 }
 
 export interface Interface {
@@ -207,7 +213,11 @@ export interface Attachment {
   containerId: string;
   pod?: PodMetadata | undefined;
   result?: AttachResponse | undefined;
-  /** Always "ready": an attachment is listed (List, Get) only once its dataplane is programmed. */
+  /**
+   * "ready": an attachment is listed (List, Get) only once its dataplane is programmed. "degraded": it
+   * was programmed, but the backend cannot reach its dataplane now (its DPU agent is away); the DPU
+   * keeps what it programmed, and Detach still works.
+   */
   state: string;
   createdAt: string;
 }
@@ -604,7 +614,7 @@ export const DNS: MessageFns<DNS> = {
 };
 
 function createBaseAttachRequest(): AttachRequest {
-  return { workloadId: '', netns: undefined, containerId: '', pod: undefined, dns: undefined };
+  return { workloadId: '', netns: undefined, containerId: '', pod: undefined, dns: undefined, dpu: '' };
 }
 
 export const AttachRequest: MessageFns<AttachRequest> = {
@@ -623,6 +633,9 @@ export const AttachRequest: MessageFns<AttachRequest> = {
     }
     if (message.dns !== undefined) {
       DNS.encode(message.dns, writer.uint32(42).fork()).join();
+    }
+    if (message.dpu !== '') {
+      writer.uint32(58).string(message.dpu);
     }
     return writer;
   },
@@ -680,6 +693,14 @@ export const AttachRequest: MessageFns<AttachRequest> = {
             message.dns = DNS.decode(reader, reader.uint32());
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.dpu = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -707,6 +728,7 @@ export const AttachRequest: MessageFns<AttachRequest> = {
           : '',
       pod: isSet(object.pod) ? PodMetadata.fromJSON(object.pod) : undefined,
       dns: isSet(object.dns) ? DNS.fromJSON(object.dns) : undefined,
+      dpu: isSet(object.dpu) ? globalThis.String(object.dpu) : '',
     };
   },
 
@@ -727,6 +749,9 @@ export const AttachRequest: MessageFns<AttachRequest> = {
     if (message.dns !== undefined) {
       obj.dns = DNS.toJSON(message.dns);
     }
+    if (message.dpu !== '') {
+      obj.dpu = message.dpu;
+    }
     return obj;
   },
 
@@ -744,6 +769,7 @@ export const AttachRequest: MessageFns<AttachRequest> = {
     message.pod =
       object.pod !== undefined && object.pod !== null ? PodMetadata.fromPartial(object.pod) : undefined;
     message.dns = object.dns !== undefined && object.dns !== null ? DNS.fromPartial(object.dns) : undefined;
+    message.dpu = object.dpu ?? '';
     return message;
   },
 };

@@ -1,0 +1,185 @@
+import { expect } from 'chai';
+import * as path from 'node:path';
+import type { DataplaneResult } from '../../../core/backend';
+import type { DpuBackend } from '../../../backends/dpu';
+import { decodeDetails } from '../../../backends/dpu/details';
+import { expectCode, removeDir, scratchDir, spec, startBackend, view } from './fixtures';
+import { SimProcess, waitUntil } from './sim-process';
+import { attachTo } from '../../support/attach-spec';
+
+// Several DPUs on one node: two real simulator processes serve one backend. Placement, a DPU that goes
+// away and comes back, and what the node reports meanwhile, observed from both ends (the backend's
+// results and health, each simulator's state file).
+
+describe('DPU fleet: two simulators serving one backend', function () {
+  this.timeout(30_000);
+  let dir: string;
+  let sock: string;
+  let backend: DpuBackend | undefined;
+  const sims: SimProcess[] = [];
+
+  function sim(agentId: string, extra: string[] = [], bootId?: string): SimProcess {
+    const s = SimProcess.start({
+      socket: sock,
+      agentId,
+      bootId,
+      stateFile: path.join(dir, `${agentId}.json`),
+      extra,
+    });
+    sims.push(s);
+    return s;
+  }
+
+  const connected = (s: SimProcess): Promise<unknown> =>
+    s.waitForState((st) => st.session.state === 'connected' && st.synced, 'connected and synced');
+
+  const portsOf = (s: SimProcess): string[] => (s.state()?.ports ?? []).map((p) => p.name).sort();
+  const agentOf = (r: DataplaneResult): string | undefined => decodeDetails(r)?.agentId;
+
+  async function twoAgents(aExtra: string[] = [], bExtra: string[] = []): Promise<[SimProcess, SimProcess]> {
+    backend = await startBackend(dir);
+    const a = sim('dpu-a', aExtra, 'boot-a1');
+    const b = sim('dpu-b', bExtra, 'boot-b1');
+    await Promise.all([connected(a), connected(b)]);
+    return [a, b];
+  }
+
+  beforeEach(() => {
+    dir = scratchDir();
+    sock = path.join(dir, 'agent.sock');
+  });
+
+  afterEach(async () => {
+    await Promise.all(sims.splice(0).map((s) => s.stop('SIGKILL')));
+    await backend?.stop();
+    backend = undefined;
+    removeDir(dir);
+  });
+
+  it('holds a session per agent and is ready with both, reporting each', async () => {
+    await twoAgents();
+    const h = await backend!.health();
+    expect(h.ready, h.reasons.join('; ')).to.equal(true);
+    expect(h.details).to.include({ agents: 2, agentsHealthy: 2 });
+    expect(h.details).to.not.have.property('agentsAway');
+  });
+
+  it('places each new port on the agent with the most free VFs, ties by id, then refuses when all are full', async () => {
+    const [a, b] = await twoAgents(['--max-ports', '4'], ['--max-ports', '2']);
+    const placed: Array<string | undefined> = [];
+    for (let i = 1; i <= 6; i++) placed.push(agentOf(await attachTo(backend!, spec(i))));
+    // Free (a, b): 4,2 → a; 3,2 → a; 2,2 → a (id); 1,2 → b; 1,1 → a (id); 0,1 → b.
+    expect(placed).to.deep.equal(['dpu-a', 'dpu-a', 'dpu-a', 'dpu-b', 'dpu-a', 'dpu-b']);
+    await a.waitForState((s) => s.ports.length === 4, 'four ports on a');
+    await b.waitForState((s) => s.ports.length === 2, 'two ports on b');
+    expect(portsOf(a)).to.deep.equal(['w1/eth0', 'w2/eth0', 'w3/eth0', 'w5/eth0']);
+
+    const err = await expectCode(attachTo(backend!, spec(7)), 'RESOURCE_EXHAUSTED');
+    expect(err.message).to.match(/every healthy DPU agent is full \(dpu-a: 4\/4, dpu-b: 2\/2\)/);
+    // Nothing left behind: neither agent got the port, and the backend does not hold it.
+    expect((await backend!.health()).details?.ports).to.equal(6);
+    expect(portsOf(a)).to.not.include('w7/eth0');
+    expect(portsOf(b)).to.not.include('w7/eth0');
+  });
+
+  it('places a port on the agent the caller names, and refuses an unknown or full one cleanly', async () => {
+    const [a, b] = await twoAgents(['--max-ports', '8'], ['--max-ports', '1']);
+    const r = await attachTo(backend!, spec(1, { dpu: 'dpu-b' }));
+    expect(agentOf(r)).to.equal('dpu-b');
+    await b.waitForState((s) => s.ports.length === 1, 'the port on b');
+    expect(portsOf(a)).to.deep.equal([]);
+
+    const full = await expectCode(attachTo(backend!, spec(2, { dpu: 'dpu-b' })), 'RESOURCE_EXHAUSTED');
+    expect(full.message).to.match(/DPU agent dpu-b holds its maximum of 1 ports/);
+    const unknown = await expectCode(attachTo(backend!, spec(3, { dpu: 'dpu-z' })), 'UNAVAILABLE');
+    expect(unknown.message).to.match(/DPU agent dpu-z is not connected/);
+    expect((await backend!.health()).details?.ports).to.equal(1);
+    expect(portsOf(a)).to.deep.equal([]);
+  });
+
+  it('stays ready when one DPU dies: its ports are degraded, new ports go to the other until it is full, then a clean error', async () => {
+    const [a, b] = await twoAgents(['--max-ports', '8'], ['--max-ports', '2']);
+    const onA = await attachTo(backend!, spec(1));
+    const onB = await attachTo(backend!, spec(2, { dpu: 'dpu-b' }));
+    expect([agentOf(onA), agentOf(onB)]).to.deep.equal(['dpu-a', 'dpu-b']);
+    await a.stop('SIGKILL');
+    await waitUntil(async () => (await backend!.health()).details?.agentsHealthy === 1, 'the loss noticed');
+
+    const h = await backend!.health();
+    expect(h.ready, h.reasons.join('; ')).to.equal(true);
+    expect(h.details).to.include({ agentsAway: 'dpu-a', agentsHealthy: 1 });
+    expect(h.reasons.join(' ')).to.match(/DPU agent dpu-a disconnected/);
+    expect(backend!.attachmentState(view(spec(1), onA))).to.equal('degraded');
+    expect(backend!.attachmentState(view(spec(2), onB))).to.equal('ready');
+    const drift = await backend!.check(view(spec(1), onA));
+    expect(drift.map((d) => d.kind)).to.include('dpu-down');
+
+    // The port on the dead DPU never moves: repairing it waits for its own agent.
+    await expectCode(attachTo(backend!, spec(1)), 'UNAVAILABLE');
+    const named = await expectCode(attachTo(backend!, spec(5, { dpu: 'dpu-a' })), 'UNAVAILABLE');
+    expect(named.message).to.match(/DPU agent dpu-a disconnected/);
+    expect(agentOf(await attachTo(backend!, spec(3)))).to.equal('dpu-b');
+    const err = await expectCode(attachTo(backend!, spec(4)), 'RESOURCE_EXHAUSTED');
+    expect(err.message).to.match(/DPU agent dpu-b holds its maximum of 2 ports/);
+    await b.waitForState((s) => s.ports.length === 2, 'two ports on b');
+    expect(portsOf(b)).to.deep.equal(['w2/eth0', 'w3/eth0']);
+
+    await b.stop('SIGKILL');
+    await waitUntil(async () => !(await backend!.health()).ready, 'no agent left');
+    const none = await expectCode(attachTo(backend!, spec(6)), 'UNAVAILABLE');
+    expect(none.message).to.match(/no DPU agent is healthy.*dpu-a.*dpu-b/);
+  });
+
+  it('lets Detach succeed while the DPU is down, and the agent drops the port in its next snapshot', async () => {
+    const [a] = await twoAgents();
+    const r1 = await attachTo(backend!, spec(1, { dpu: 'dpu-a' }));
+    await attachTo(backend!, spec(2, { dpu: 'dpu-a' }));
+    await a.waitForState((s) => s.ports.length === 2, 'two ports on a');
+    await a.stop('SIGKILL');
+    await waitUntil(async () => (await backend!.health()).details?.agentsHealthy === 1, 'the loss noticed');
+    await backend!.detach(view(spec(1), r1));
+    // Back with the same boot: it kept both ports, and the snapshot takes w1 away.
+    const again = sim('dpu-a', [], 'boot-a1');
+    const st = await again.waitForState((s) => s.synced && s.ports.length === 1, 'w1 dropped');
+    expect(st.ports.map((p) => p.name)).to.deep.equal(['w2/eth0']);
+  });
+
+  it('sends the dead agent back with a new boot exactly its ports, at their generations', async () => {
+    const [a, b] = await twoAgents();
+    const mine: DataplaneResult[] = [];
+    for (const i of [1, 2, 3]) mine.push(await attachTo(backend!, spec(i, { dpu: 'dpu-a' })));
+    await attachTo(backend!, spec(4, { dpu: 'dpu-b' }));
+    await attachTo(backend!, spec(5, { dpu: 'dpu-b' }));
+    await a.stop('SIGKILL');
+    await waitUntil(async () => (await backend!.health()).details?.agentsHealthy === 1, 'the loss noticed');
+
+    const reborn = sim('dpu-a', [], 'boot-a2');
+    const st = await reborn.waitForState((s) => s.synced && s.ports.length === 3, 'three ports back');
+    expect(st.bootId).to.equal('boot-a2');
+    expect(st.ports.map((p) => [p.name, p.generation])).to.deep.equal(
+      mine.map((r, i) => [`w${i + 1}/eth0`, r.details?.dpuGeneration]),
+    );
+    expect(portsOf(b)).to.deep.equal(['w4/eth0', 'w5/eth0']);
+    expect(backend!.attachmentState(view(spec(1), mine[0]))).to.equal('ready');
+    const h = await backend!.health();
+    expect(h.details).to.include({ agents: 2, agentsHealthy: 2 });
+  });
+
+  it('restores each port to its own agent after a daemon restart, and sends each agent only its ports', async () => {
+    const [a, b] = await twoAgents();
+    const r1 = await attachTo(backend!, spec(1, { dpu: 'dpu-a' }));
+    const r2 = await attachTo(backend!, spec(2, { dpu: 'dpu-b' }));
+    await backend!.stop();
+    backend = await startBackend(dir, {}, false);
+    await backend.reconcile([view(spec(1), r1), view(spec(2), r2)], { storeIsNew: false });
+    await Promise.all([
+      a.waitForState((s) => s.synced && s.session.state === 'connected', 'a back'),
+      b.waitForState((s) => s.synced && s.session.state === 'connected', 'b back'),
+    ]);
+    await waitUntil(async () => (await backend!.health()).details?.agentsHealthy === 2, 'both agents');
+    expect(portsOf(a)).to.deep.equal(['w1/eth0']);
+    expect(portsOf(b)).to.deep.equal(['w2/eth0']);
+    // A repair of w2 (as the core does for a missing port) stays on dpu-b whatever the request says.
+    expect(agentOf(await attachTo(backend!, spec(2, { dpu: 'dpu-a' }), r2))).to.equal('dpu-b');
+  });
+});
