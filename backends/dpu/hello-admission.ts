@@ -65,7 +65,7 @@ export function admitHello(
       return {
         ok: false,
         code: status.RESOURCE_EXHAUSTED,
-        reason: `this daemon already serves ${others} DPU agents, its limit (dpu.maxAgents); agent ${hello.agentId} is refused`,
+        reason: `this daemon already serves ${others} DPU agents, its limit; agent ${hello.agentId} is refused`,
       };
     }
     return { ok: true };

@@ -365,6 +365,27 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
       expect(ifs.find((i) => i.sandbox === nsA)?.mtu).to.equal(1400);
     });
 
+    it('passes the DPU named by the network config, and the one in CNI_ARGS over it', async () => {
+      const byConfig = await cni(env('ADD', 'ctr1', nsA), config('1.1.0', { dpu: 'dpu-b' }));
+      expect(byConfig.exitCode, byConfig.stdout).to.equal(0);
+      expect(fake.attachCalls[0]?.dpu).to.equal('dpu-b');
+      const byArgs = await cni(
+        env('ADD', 'ctr2', nsA, {
+          CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAME=web-1;WORKLOADNET_DPU=dpu-c',
+        }),
+        config('1.1.0', { dpu: 'dpu-b' }),
+      );
+      expect(byArgs.exitCode, byArgs.stdout).to.equal(0);
+      expect(fake.attachCalls[1]?.dpu).to.equal('dpu-c');
+      const neither = await cni(env('ADD', 'ctr3', nsA), config('1.1.0'));
+      expect(neither.exitCode, neither.stdout).to.equal(0);
+      expect(fake.attachCalls[2]?.dpu).to.equal(undefined);
+      const bad = await cni(env('ADD', 'ctr4', nsA), config('1.1.0', { dpu: 7 }));
+      expectError(bad, 7);
+      expect(String(bad.json?.msg)).to.match(/dpu must be a string/);
+      expect(fake.attachCalls).to.have.length(3);
+    });
+
     it("echoes containerd's capitalised runtimeConfig.dns in the result", async () => {
       const runtimeConfig = {
         dns: { Servers: ['10.96.0.10'], Searches: ['default.svc.cluster.local'], Options: ['ndots:5'] },

@@ -6,6 +6,10 @@ import { decodeDetails } from '../../../backends/dpu/details';
 import { expectCode, removeDir, scratchDir, spec, startBackend, view } from './fixtures';
 import { SimProcess, waitUntil } from './sim-process';
 import { attachTo } from '../../support/attach-spec';
+import { attachRequest, detachRequest } from '../../support/attach-request';
+import { DaemonProcess } from '../../support/daemon-process';
+import { codeName, outcome } from '../../support/grpc-outcome';
+import { NetnsSet, isRoot } from '../../support/netns';
 
 // Several DPUs on one node: two real simulator processes serve one backend. Placement, a DPU that goes
 // away and comes back, and what the node reports meanwhile, observed from both ends (the backend's
@@ -181,5 +185,78 @@ describe('DPU fleet: two simulators serving one backend', function () {
     expect(portsOf(b)).to.deep.equal(['w2/eth0']);
     // A repair of w2 (as the core does for a missing port) stays on dpu-b whatever the request says.
     expect(agentOf(await attachTo(backend!, spec(2, { dpu: 'dpu-a' }), r2))).to.equal('dpu-b');
+  });
+});
+
+const describeRoot = isRoot ? describe : describe.skip;
+
+describeRoot('DPU fleet through the workload API (real daemon, root for test-owned namespaces)', function () {
+  this.timeout(60_000);
+  const namespaces = new NetnsSet('wn-fleet-');
+  let dir: string;
+  let daemon: DaemonProcess | undefined;
+  const sims: SimProcess[] = [];
+
+  before(async () => {
+    dir = scratchDir();
+    const agentSocket = path.join(dir, 'agent.sock');
+    daemon = await DaemonProcess.start({
+      dir,
+      netns: namespaces.add().name,
+      args: ['--backend', 'dpu', '--agent-socket', agentSocket, '--pod-cidr', '10.253.0.0/24'],
+    });
+    for (const id of ['dpu-a', 'dpu-b'])
+      sims.push(
+        SimProcess.start({
+          socket: agentSocket,
+          agentId: id,
+          stateFile: path.join(dir, `${id}.json`),
+          extra: ['--max-ports', '8'],
+        }),
+      );
+    const d = daemon;
+    await waitUntil(
+      async () => (await d.client.call(d.client.raw.status, {})).backendDetails.agentsHealthy === '2',
+      'both agents',
+      15_000,
+    );
+  });
+
+  after(async () => {
+    await Promise.all(sims.splice(0).map((s) => s.stop('SIGKILL')));
+    await daemon?.stop();
+    namespaces.cleanup();
+    removeDir(dir);
+  });
+
+  it('places by the request dpu field, reports the agent, and reads degraded while that DPU is away', async () => {
+    const d = daemon!;
+    const ns = namespaces.add();
+    const r = await d.client.call(
+      d.client.raw.attach,
+      attachRequest('api-1', ns.path, 'eth0', { dpu: 'dpu-b' }),
+    );
+    expect(r.backendDetails.dpuAgentId).to.equal('dpu-b');
+    await sims[1]!.waitForState((s) => s.ports.some((p) => p.name === 'api-1/eth0'), 'the port on b');
+    expect(sims[0]!.state()?.ports ?? []).to.deep.equal([]);
+
+    const bad = await outcome(
+      d.client.call(d.client.raw.attach, attachRequest('api-2', ns.path, 'eth1', { dpu: 'not an id' })),
+    );
+    expect(codeName(bad.code)).to.equal('INVALID_ARGUMENT');
+    expect(bad.details).to.match(/dpu must be a DPU agent id/);
+
+    await sims[1]!.stop('SIGKILL');
+    await waitUntil(
+      async () => (await d.client.call(d.client.raw.status, {})).backendDetails.agentsAway === 'dpu-b',
+      'the loss noticed',
+    );
+    const st = await d.client.call(d.client.raw.status, {});
+    expect(st.ready, st.reasons.join('; ')).to.equal(true);
+    const got = await d.client.call(d.client.raw.get, { workloadId: 'api-1', ifName: '' });
+    expect(got.attachments.map((a) => a.state)).to.deep.equal(['degraded']);
+    await d.client.call(d.client.raw.detach, detachRequest('api-1', ns.path));
+    const list = await d.client.call(d.client.raw.list, {});
+    expect(list.attachments.map((a) => a.workloadId)).to.not.include('api-1');
   });
 });
