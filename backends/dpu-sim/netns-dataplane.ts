@@ -22,6 +22,7 @@ import {
 import type { Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { Dataplane, Programmed } from './dataplane';
 import type { PortEntry } from './port-table';
+import type { VfIdentity } from './vf-pool';
 
 // A DPU made of a network namespace. Each port is a veth pair: the "VF" end appears in the host
 // namespace (where the daemon moves it into the workload), the "representor" end stays in the DPU
@@ -36,12 +37,13 @@ export interface NetnsDataplaneOptions {
   dpuNetns: string;
   /** Namespace where VF ends appear; default this process's. */
   hostNetns?: string;
-  /** Ports the simulator resumed from its state file; every other port found in the DPU is removed. */
-  keepPorts: string[];
+  /** Representors of the ports the simulator resumed from its state file; every other one is removed. */
+  keepRepresentors: string[];
   log: Logger;
 }
 
-const REPRESENTOR = /^rp[0-9a-f]{8}$/;
+/** Representors by VF ("rp<pf>v<vf>"), and by port name hash as earlier simulators named them. */
+const REPRESENTOR = /^rp([0-9a-f]{8}|\d+v\d+)$/;
 
 /** Interface names derived from the port name: stable, unique enough, within IFNAMSIZ. */
 export function portNetdevNames(portName: string): { vf: string; representor: string } {
@@ -84,7 +86,7 @@ export class NetnsDataplane implements Dataplane {
     if (dpu.isOwn) throw new Error("--dpu-netns must not be the simulator's own namespace");
     const dp = new NetnsDataplane(dpu, host, NetlinkSocket.openIn(dpu), o.log);
     await dp.prepare();
-    await dp.removeAllBut(new Set(o.keepPorts.map((p) => portNetdevNames(p).representor)));
+    await dp.removeAllBut(new Set(o.keepRepresentors));
     return dp;
   }
 
@@ -132,8 +134,8 @@ export class NetnsDataplane implements Dataplane {
     this.gateways.add(address);
   }
 
-  async program(port: Port, previous: PortEntry | undefined): Promise<Programmed> {
-    const names = portNetdevNames(port.name);
+  async program(port: Port, previous: PortEntry | undefined, vf: VfIdentity): Promise<Programmed> {
+    const names = { vf: vf.netdev, representor: vf.representor };
     let rep = await getLink(this.sock, { name: names.representor });
     if (!rep) {
       await this.sock.request(
@@ -178,12 +180,22 @@ export class NetnsDataplane implements Dataplane {
       { port: port.name, representor: names.representor, vf: names.vf },
       'port plumbed in the DPU namespace',
     );
-    return { endpoint: { netdev: names.vf, mac: port.mac }, representor: names.representor };
+    return {
+      endpoint: {
+        netdev: names.vf,
+        mac: port.mac,
+        pfIndex: vf.pf,
+        vfIndex: vf.vf,
+        pciAddress: vf.pciAddress,
+        representor: names.representor,
+      },
+      representor: names.representor,
+    };
   }
 
   async remove(entry: PortEntry): Promise<void> {
     // Deleting the representor deletes its VF too, wherever the daemon has moved it; routes go with it.
-    const { representor } = portNetdevNames(entry.port.name);
+    const representor = entry.representor ?? portNetdevNames(entry.port.name).representor;
     try {
       await this.sock.request(delLinkRequest({ name: representor }));
     } catch (err) {

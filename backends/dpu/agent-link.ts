@@ -31,6 +31,8 @@ export interface LinkEvents {
   established(session: AgentSession, previous: LostAgent | undefined): void;
   ack(session: AgentSession, ack: Ack): void;
   portStatus(session: AgentSession, ps: PortStatus): void;
+  /** The agent sent a new inventory (session.inventory). */
+  inventory(session: AgentSession): void;
   /** A slot's session ended, for whatever reason; called once per session. */
   lost(session: AgentSession, reason: string): void;
 }
@@ -176,6 +178,9 @@ export class AgentLink {
         },
         portStatus: (s, ps) => {
           if (this.holders.get(s.agentId) === s) this.events.portStatus(s, ps);
+        },
+        inventory: (s) => {
+          if (this.holders.get(s.agentId) === s) this.events.inventory(s);
         },
         closed: (s, reason) => this.closed(s, reason),
       },

@@ -17,7 +17,13 @@ import {
 } from '../../core/errors';
 import { KeyedMutex } from '../../core/keyed-mutex';
 import { silentLogger, type Logger } from '../../core/logger';
-import { AckCode, PortOperState, type Ack, type PortStatus } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import {
+  AckCode,
+  PortOperState,
+  type Ack,
+  type Endpoint,
+  type PortStatus,
+} from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import { ackCodeName, nackError } from './ack-code';
 import { AckWaiter } from './ack-waiter';
 import { AgentLink, type LostAgent } from './agent-link';
@@ -70,8 +76,11 @@ export interface DpuBackendOptions {
 export { PROTOCOL_VERSION } from './hello-admission';
 /** Agent feature: acks carry a host netdev that the daemon moves into the workload namespace. */
 export const FEATURE_HOST_ENDPOINT = 'host-endpoint';
-/** Agent messages are small; anything near this is a broken or hostile agent. */
-export const MAX_AGENT_MESSAGE_BYTES = 64 * 1024;
+/**
+ * Agent messages are small but for an inventory, which lists every VF (some 6,000 fit); anything
+ * larger is a broken or hostile agent.
+ */
+export const MAX_AGENT_MESSAGE_BYTES = 256 * 1024;
 
 export class DpuBackend implements Backend {
   readonly name = 'dpu';
@@ -136,6 +145,7 @@ export class DpuBackend implements Backend {
         established: (sess, previous) => this.established(sess, previous),
         ack: (sess, ack) => this.onAck(sess, ack),
         portStatus: (sess, ps) => this.onPortStatus(sess, ps),
+        inventory: (sess) => this.onInventory(sess),
         lost: (sess, reason) => this.onLost(sess, reason),
       },
     );
@@ -203,6 +213,21 @@ export class DpuBackend implements Backend {
   }
 
   /** The agent's ports only: each agent holds what was placed on it. */
+  private onInventory(s: AgentSession): void {
+    const inv = s.inventory;
+    if (!inv) return;
+    this.log.info(
+      {
+        agentId: s.agentId,
+        pfs: inv.pfs.map((pf) => `${pf.name}:${pf.linkState}`).join(','),
+        vfTotal: inv.vfTotal,
+        vfFree: inv.vfFree,
+        firmware: inv.firmwareVersion,
+      },
+      'agent inventory',
+    );
+  }
+
   private sendSnapshot(s: AgentSession): void {
     const st = this.stateOf(s.agentId);
     const ports = this.desired.snapshot(s.agentId);
@@ -252,6 +277,15 @@ export class DpuBackend implements Backend {
     for (const e of candidates) {
       const endpoint = e.ack?.endpoint?.netdev;
       if (!endpoint || !inHost.has(endpoint)) continue;
+      const sess = this.link.sessionOf(agentId);
+      const refusal = sess && e.ack?.endpoint ? inventoryRefusal(sess, e.ack.endpoint) : undefined;
+      if (refusal) {
+        this.log.error(
+          { port: e.port.name, endpoint, reason: refusal },
+          'refused to re-plumb the endpoint the agent reported',
+        );
+        continue;
+      }
       const { name, generation } = e.port;
       await this.locks.run(name, async () => {
         const cur = this.desired.get(name);
@@ -402,7 +436,7 @@ export class DpuBackend implements Backend {
     return this.link.sessions().map((s) => ({
       agentId: s.agentId,
       healthy: s.healthy,
-      capacity: s.hello?.capabilities?.maxPorts || Number.POSITIVE_INFINITY,
+      capacity: capacityOf(s),
       used: this.desired.countOn(s.agentId),
     }));
   }
@@ -487,7 +521,16 @@ export class DpuBackend implements Backend {
       );
     }
     let mac = ack.endpoint?.mac || port.mac;
-    if (endpoint) {
+    if (endpoint && ack.endpoint) {
+      const refusal = inventoryRefusal(s, ack.endpoint);
+      if (refusal) {
+        const failure = new EndpointRefused(
+          `the DPU agent reported ${endpoint} as the host end of its port, but ${refusal}; refusing to move it into ${spec.netnsPath}`,
+        );
+        this.log.error({ port: spec.key, endpoint }, failure.message);
+        this.forget(spec.key, s, `attach failed: ${failure.message}`);
+        throw failure;
+      }
       const placement = placementOf(spec);
       try {
         ({ mac } = await this.hostSide.plumb({ ...placement, endpoint, mac: port.mac, netns: spec.netns }));
@@ -510,6 +553,10 @@ export class DpuBackend implements Backend {
         endpoint,
         agentId: s.agentId,
         bootId: s.bootId,
+        pf: ack.endpoint?.pfIndex,
+        vf: ack.endpoint?.vfIndex,
+        pciAddress: ack.endpoint?.pciAddress ?? '',
+        representor: ack.endpoint?.representor ?? '',
       }),
     };
   }
@@ -621,7 +668,14 @@ export class DpuBackend implements Backend {
         continue;
       }
       const endpoint = d.endpoint
-        ? { netdev: ownString(d.endpoint), mac: ownString(att.dataplane.mac) }
+        ? {
+            netdev: ownString(d.endpoint),
+            mac: ownString(att.dataplane.mac),
+            pfIndex: d.pf,
+            vfIndex: d.vf,
+            pciAddress: ownString(d.pciAddress ?? ''),
+            representor: ownString(d.representor ?? ''),
+          }
         : undefined;
       this.desired.restore(
         portFieldsFromView(att, d.mac || undefined),
@@ -762,6 +816,37 @@ export class DpuBackend implements Backend {
     const ready = reasons.length === 0;
     return { ready, reasons: ready ? notes : reasons, details };
   }
+}
+
+/**
+ * Ports an agent can hold: its VFs when it reported an inventory, bounded by the max_ports of its
+ * hello; no stated limit is unlimited.
+ */
+function capacityOf(s: AgentSession): number {
+  const maxPorts = s.hello?.capabilities?.maxPorts || Number.POSITIVE_INFINITY;
+  const inv = s.inventory;
+  return inv ? Math.min(inv.vfTotal, maxPorts) : maxPorts;
+}
+
+/**
+ * Why the endpoint an agent named is not one of its VFs, or undefined when it is. Version 1 agents
+ * send no inventory, and only the host guard applies to them; a version 2 agent's endpoint must be a
+ * VF its inventory lists (which also keeps it from naming another agent's VF), with the PF and VF
+ * index the inventory gives it.
+ */
+export function inventoryRefusal(s: AgentSession, endpoint: Endpoint): string | undefined {
+  if (s.version < 2) return undefined;
+  const inv = s.inventory;
+  if (!inv) return `DPU agent ${s.agentId} has sent no inventory, so no VF of it can be vouched for`;
+  const vf = inv.vf(endpoint.netdev);
+  if (!vf) return `it is not a VF in DPU agent ${s.agentId}'s inventory`;
+  if (
+    (endpoint.pfIndex !== undefined && endpoint.pfIndex !== vf.pf) ||
+    (endpoint.vfIndex !== undefined && endpoint.vfIndex !== vf.vf)
+  ) {
+    return `the ack names it PF ${endpoint.pfIndex ?? '-'} VF ${endpoint.vfIndex ?? '-'}, but the inventory lists it as PF ${vf.pf} VF ${vf.vf}`;
+  }
+  return undefined;
 }
 
 /** Where a port's host end belongs, kept with the port: its strings are copies of their own. */

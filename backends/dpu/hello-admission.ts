@@ -6,7 +6,12 @@ import type { AgentPeer } from './agent-server';
 // TLS certificate vouching for the id, no other live session of the same agent, and room for one more
 // agent. A node may carry several DPUs, each with a session of its own.
 
-export const PROTOCOL_VERSION = 1;
+/** The newest protocol version this daemon speaks. */
+export const PROTOCOL_VERSION = 2;
+/** The oldest it still speaks. */
+export const MIN_PROTOCOL_VERSION = 1;
+/** What the daemon tells agents it does (HelloAccept.capabilities.features). */
+export const DAEMON_FEATURES = ['inventory', 'qos', 'pf-select', 'keep-unlisted'];
 const MAX_ID_LENGTH = 253;
 const ID_PATTERN = /^[\x21-\x7e]+$/;
 
@@ -20,7 +25,13 @@ export interface CurrentSession {
 }
 
 export type Admission =
-  | { ok: true; /** A silent session this hello takes over from; the caller closes it. */ replaces?: string }
+  | {
+      ok: true;
+      /** The version the session speaks. */
+      version: number;
+      /** A silent session this hello takes over from; the caller closes it. */
+      replaces?: string;
+    }
   | { ok: false; code: status; reason: string };
 
 /**
@@ -34,13 +45,8 @@ export function admitHello(
   others = 0,
   maxAgents = Number.POSITIVE_INFINITY,
 ): Admission {
-  if (hello.protocolVersion !== PROTOCOL_VERSION) {
-    return {
-      ok: false,
-      code: status.FAILED_PRECONDITION,
-      reason: `protocol version ${hello.protocolVersion} is not supported; this daemon speaks version ${PROTOCOL_VERSION}`,
-    };
-  }
+  const version = negotiateVersion(hello);
+  if (typeof version === 'string') return { ok: false, code: status.FAILED_PRECONDITION, reason: version };
   for (const [what, v] of [
     ['agent_id', hello.agentId],
     ['boot_id', hello.bootId],
@@ -68,15 +74,34 @@ export function admitHello(
         reason: `this daemon already serves ${others} DPU agents, its limit; agent ${hello.agentId} is refused`,
       };
     }
-    return { ok: true };
+    return { ok: true, version };
   }
   // A session that went silent but was not reaped yet is half-dead: the agent talking now is the
   // better source of truth.
-  if (!current.healthy) return { ok: true, replaces: current.id };
+  if (!current.healthy) return { ok: true, version, replaces: current.id };
   const since = new Date(current.connectedAt).toISOString();
   return {
     ok: false,
     code: status.ALREADY_EXISTS,
     reason: `agent ${hello.agentId} is already connected (session ${current.id} from ${current.peerAddress} since ${since}); a second agent with the same id is refused`,
   };
+}
+
+/**
+ * The highest version both sides speak, or why there is none. An agent offers a range
+ * (min_protocol_version..max_protocol_version) or, as version 1 agents do, a single protocol_version.
+ */
+export function negotiateVersion(hello: Hello): number | string {
+  const ours = `this daemon speaks versions ${MIN_PROTOCOL_VERSION}-${PROTOCOL_VERSION}`;
+  const ranged = hello.maxProtocolVersion > 0;
+  const min = ranged ? hello.minProtocolVersion || 1 : hello.protocolVersion;
+  const max = ranged ? hello.maxProtocolVersion : hello.protocolVersion;
+  if (ranged && min > max)
+    return `protocol versions ${min}-${max} are an empty range (min_protocol_version above max_protocol_version); ${ours}`;
+  const picked = Math.min(max, PROTOCOL_VERSION);
+  if (picked < Math.max(min, MIN_PROTOCOL_VERSION) || picked < 1) {
+    const offered = ranged ? `versions ${min}-${max} are` : `version ${max} is`;
+    return `protocol ${offered} not supported; ${ours}`;
+  }
+  return picked;
 }

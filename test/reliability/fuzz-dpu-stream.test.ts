@@ -320,6 +320,8 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
                   maxMtu: act.maxMtu,
                   features: act.features,
                 },
+                minProtocolVersion: 0,
+                maxProtocolVersion: 0,
               },
             });
             await sleep(5);
@@ -335,7 +337,9 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
                   code: act.code as AckCode,
                   message: act.message,
                   retryable: act.retryable,
-                  endpoint: act.netdev ? { netdev: act.netdev, mac: '02:00:00:00:00:99' } : undefined,
+                  endpoint: act.netdev
+                    ? { netdev: act.netdev, mac: '02:00:00:00:00:99', pciAddress: '', representor: '' }
+                    : undefined,
                 },
               });
             }

@@ -169,6 +169,53 @@ describe('DPU fleet: two simulators serving one backend', function () {
     expect(h.details).to.include({ agents: 2, agentsHealthy: 2 });
   });
 
+  it('sizes placement by the VF pools the inventories report, and hands out real VFs', async () => {
+    const [a, b] = await twoAgents(['--pfs', '2', '--vfs-per-pf', '2'], ['--pfs', '1', '--vfs-per-pf', '1']);
+    const sa = await a.waitForState((s) => (s.inventoriesSent ?? 0) >= 1, 'an inventory sent');
+    expect(sa.protocolVersion).to.equal(2);
+    expect(sa.inventory?.pfs.map((pf) => [pf.index, pf.vfTotal, pf.vfFree])).to.deep.equal([
+      [0, 2, 2],
+      [1, 2, 2],
+    ]);
+    const placed: DataplaneResult[] = [];
+    for (let i = 1; i <= 5; i++) placed.push(await attachTo(backend!, spec(i)));
+    // Free (a, b): 4,1 → a; 3,1 → a; 2,1 → a; 1,1 → a (id); 0,1 → b.
+    expect(placed.map(agentOf)).to.deep.equal(['dpu-a', 'dpu-a', 'dpu-a', 'dpu-a', 'dpu-b']);
+    const err = await expectCode(attachTo(backend!, spec(6)), 'RESOURCE_EXHAUSTED');
+    expect(err.message).to.match(/dpu-a: 4\/4, dpu-b: 1\/1/);
+    const st = await a.waitForState(
+      (s) => s.ports.length === 4 && s.inventory?.pfs.every((pf) => pf.vfFree === 0) === true,
+      'a full pool, reported',
+    );
+    // Each port holds its own VF, lowest free first.
+    expect(st.ports.map((p) => [p.name, p.vf?.pf, p.vf?.vf])).to.deep.equal([
+      ['w1/eth0', 0, 0],
+      ['w2/eth0', 0, 1],
+      ['w3/eth0', 1, 0],
+      ['w4/eth0', 1, 1],
+    ]);
+    expect(b.state()?.ports.map((p) => p.vf)).to.deep.equal([{ pf: 0, vf: 0 }]);
+    // A VF comes back to the pool with its port, and goes to the next one.
+    await backend!.detach(view(spec(2), placed[1]));
+    await a.waitForState((s) => s.inventory?.pfs[0]?.vfFree === 1, 'the VF back in the inventory');
+    expect(agentOf(await attachTo(backend!, spec(7)))).to.equal('dpu-a');
+    const again = await a.waitForState((s) => s.ports.some((p) => p.name === 'w7/eth0'), 'w7 on a');
+    expect(again.ports.find((p) => p.name === 'w7/eth0')?.vf).to.deep.equal({ pf: 0, vf: 1 });
+  });
+
+  it('speaks version 1 with an agent that offers only that, with no inventory', async () => {
+    backend = await startBackend(dir);
+    const old = sim('dpu-old', ['--protocol', '1', '--pfs', '1', '--vfs-per-pf', '2']);
+    await connected(old);
+    const st = old.state();
+    expect(st?.protocolVersion).to.equal(1);
+    expect(st?.inventoriesSent ?? 0).to.equal(0);
+    // Its capacity comes from max_ports in its hello (the pool's size), as before version 2.
+    await attachTo(backend, spec(1));
+    await attachTo(backend, spec(2));
+    await expectCode(attachTo(backend, spec(3)), 'RESOURCE_EXHAUSTED');
+  });
+
   it('restores each port to its own agent after a daemon restart, and sends each agent only its ports', async () => {
     const [a, b] = await twoAgents();
     const r1 = await attachTo(backend!, spec(1, { dpu: 'dpu-a' }));

@@ -84,7 +84,9 @@ const ping = (fromNetns: string, to: string): Promise<boolean> =>
     const r2 = await attachTo(backend!, s2);
 
     // The VF is now the workload's eth0, with the port's MAC, the /32 and the default route.
-    expect(r1.hostIfName).to.match(/^vf[0-9a-f]{8}$/);
+    // A VF of the simulated DPU's pool: "<PF name>v<index>", its identity stored with the attachment.
+    expect(r1.hostIfName).to.match(/^s[0-9a-f]{4}f\d+v\d+$/);
+    expect(r1.details).to.include({ dpuPf: 0, dpuRepresentor: 'rp0v0' });
     const [eth0] = ipJson<Array<{ ifname: string; mtu: number; address: string; operstate: string }>>(
       w1.name,
       ['link', 'show', 'dev', 'eth0'],

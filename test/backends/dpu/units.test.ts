@@ -11,9 +11,18 @@ import { certificateNames } from '../../../backends/dpu/tls-identity';
 import { PortTable } from '../../../backends/dpu-sim/port-table';
 import { validatePort } from '../../../backends/dpu-sim/agent-client';
 import type { AgentPeer } from '../../../backends/dpu/agent-server';
-import { admitHello } from '../../../backends/dpu/hello-admission';
+import { admitHello, negotiateVersion } from '../../../backends/dpu/hello-admission';
+import { AgentInventory } from '../../../backends/dpu/agent-inventory';
+import { VfPool } from '../../../backends/dpu-sim/vf-pool';
 import { SnapshotSync } from '../../../backends/dpu/snapshot-sync';
-import { AckCode, type Ack, type Hello, type Port } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+import {
+  AckCode,
+  LinkState,
+  type Ack,
+  type Hello,
+  type PhysicalFunction,
+  type Port,
+} from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { WorkloadNetError } from '../../../core/errors';
 import { spec } from './fixtures';
 
@@ -163,7 +172,17 @@ describe('DPU port fields and stored details', () => {
       bootId: 'b',
     };
     const dp = { ifName: 'eth0', mac: '', mtu: 1500, routes: [], details: encodeDetails(d) };
-    expect(decodeDetails(dp)).to.deep.equal(d);
+    // A version 1 agent says nothing of the VF: no keys for it, and none read back.
+    expect(Object.keys(dp.details)).to.have.length(6);
+    expect(decodeDetails(dp)).to.deep.equal({
+      ...d,
+      pf: undefined,
+      vf: undefined,
+      pciAddress: '',
+      representor: '',
+    });
+    const v2 = { ...d, pf: 0, vf: 7, pciAddress: '0001:40:00.7', representor: 'rp0v7' };
+    expect(decodeDetails({ ...dp, details: encodeDetails(v2) })).to.deep.equal(v2);
     expect(decodeDetails({ ...dp, details: { hostVeth: 'wn123' } })).to.equal(undefined);
     expect(decodeDetails(undefined)).to.equal(undefined);
   });
@@ -221,13 +240,15 @@ describe('DPU hello admission', () => {
     bootId: 'b1',
     protocolVersion: 1,
     capabilities: undefined,
+    minProtocolVersion: 0,
+    maxProtocolVersion: 0,
     ...over,
   });
   const unix: AgentPeer = { transport: 'unix', address: 'unix:/x', certificateNames: [] };
   const current = { id: 's1', agentId: 'dpu-a', peerAddress: 'p', connectedAt: 0, healthy: true };
 
   it('accepts a well-formed hello when the slot is free', () => {
-    expect(admitHello(hello('dpu-a'), unix, undefined)).to.deep.equal({ ok: true });
+    expect(admitHello(hello('dpu-a'), unix, undefined)).to.deep.equal({ ok: true, version: 1 });
   });
 
   it('refuses ids with spaces or control characters', () => {
@@ -242,15 +263,36 @@ describe('DPU hello admission', () => {
     expect(same.ok === false && same.reason).to.match(/same id is refused/);
     expect(admitHello(hello('dpu-a'), unix, { ...current, healthy: false })).to.deep.equal({
       ok: true,
+      version: 1,
       replaces: 's1',
     });
   });
 
   it('admits other agents beside the live ones, up to the limit', () => {
-    expect(admitHello(hello('dpu-b'), unix, undefined, 1, 2)).to.deep.equal({ ok: true });
+    expect(admitHello(hello('dpu-b'), unix, undefined, 1, 2)).to.deep.equal({ ok: true, version: 1 });
     const full = admitHello(hello('dpu-c'), unix, undefined, 2, 2);
     expect(full.ok === false && full.code).to.equal(status.RESOURCE_EXHAUSTED);
     expect(full.ok === false && full.reason).to.match(/serves 2 DPU agents.*dpu-c is refused/);
+  });
+
+  it('picks the highest version both speak: older, newer and disjoint offers', () => {
+    const offer = (min: number, max: number): Hello =>
+      hello('dpu-a', { protocolVersion: min, minProtocolVersion: min, maxProtocolVersion: max });
+    expect(negotiateVersion(hello('dpu-a', { protocolVersion: 1 })), 'a version 1 agent').to.equal(1);
+    expect(negotiateVersion(hello('dpu-a', { protocolVersion: 2 })), 'a version 2 agent').to.equal(2);
+    expect(negotiateVersion(offer(1, 2))).to.equal(2);
+    expect(negotiateVersion(offer(1, 5)), 'a newer agent that still speaks ours').to.equal(2);
+    expect(negotiateVersion(offer(2, 9))).to.equal(2);
+    expect(negotiateVersion(offer(3, 4)), 'disjoint, newer').to.match(
+      /protocol versions 3-4 are not supported; this daemon speaks versions 1-2/,
+    );
+    expect(negotiateVersion(hello('dpu-a', { protocolVersion: 0 })), 'unset').to.match(
+      /version 0 is not supported/,
+    );
+    expect(negotiateVersion(hello('dpu-a', { protocolVersion: 7 }))).to.match(/version 7 is not supported/);
+    expect(negotiateVersion(offer(2, 1))).to.match(/empty range/);
+    const refused = admitHello(offer(3, 4), unix, undefined);
+    expect(refused.ok === false && refused.code).to.equal(status.FAILED_PRECONDITION);
   });
 
   it('requires a TLS agent id to be one of the certificate names', () => {
@@ -279,5 +321,71 @@ describe('DPU snapshot sync', () => {
     const s = new SnapshotSync('s', 1, [port('a', 1)]);
     expect(s.supersede('a')).to.equal(true);
     expect(new SnapshotSync('s', 2, []).complete).to.equal(true);
+  });
+});
+
+describe('DPU simulator VF pool', () => {
+  it('hands out the lowest free VF, on the PF asked for, and none when the PF or the pool is full', () => {
+    const pool = new VfPool('dpu-a', 2, 2);
+    expect(pool.allocate('p1')).to.deep.equal({ pf: 0, vf: 0 });
+    expect(pool.allocate('p1'), 'a port keeps its VF').to.deep.equal({ pf: 0, vf: 0 });
+    expect(pool.allocate('p2', 1)).to.deep.equal({ pf: 1, vf: 0 });
+    expect(pool.allocate('p3')).to.deep.equal({ pf: 0, vf: 1 });
+    expect(pool.allocate('p4', 0), 'PF 0 is full').to.equal(undefined);
+    expect(pool.allocate('p4', 7), 'no PF 7').to.equal(undefined);
+    expect(pool.allocate('p4')).to.deep.equal({ pf: 1, vf: 1 });
+    expect(pool.allocate('p5')).to.equal(undefined);
+    expect(pool.free).to.equal(0);
+    pool.release('p3');
+    expect(pool.allocate('p5')).to.deep.equal({ pf: 0, vf: 1 });
+  });
+
+  it('lists every VF in its inventory under names a host would give them, distinct per agent', () => {
+    const a = new VfPool('dpu-a', 2, 3);
+    a.allocate('p1');
+    const inv = a.inventory();
+    expect(inv.pfs.map((pf) => [pf.index, pf.vfTotal, pf.vfFree, pf.vfs.length])).to.deep.equal([
+      [0, 3, 2, 3],
+      [1, 3, 3, 3],
+    ]);
+    const vf = inv.pfs[1]?.vfs[2];
+    expect(vf?.netdev)
+      .to.equal(`${a.pfName(1)}v2`)
+      .and.to.have.length.at.most(15);
+    expect(new VfPool('dpu-b', 1, 1).pfName(0)).to.not.equal(a.pfName(0));
+    // The daemon takes it whole, and knows each VF by its netdev.
+    const parsed = AgentInventory.parse(inv);
+    if (typeof parsed === 'string') throw new Error(parsed);
+    expect(parsed.vf(vf?.netdev ?? '')).to.deep.equal({ pf: 1, vf: 2, pciAddress: vf?.pciAddress });
+    expect([parsed.vfTotal, parsed.vfFree]).to.deep.equal([6, 5]);
+  });
+});
+
+describe('DPU agent inventory', () => {
+  const pf = (over: Partial<PhysicalFunction> = {}): PhysicalFunction => ({
+    index: 0,
+    name: 'enp3s0f0',
+    pciAddress: '0000:03:00.0',
+    linkState: LinkState.LINK_STATE_UP,
+    speedMbps: 25000,
+    mtu: 1500,
+    vfTotal: 2,
+    vfFree: 2,
+    vfs: [{ index: 0, netdev: 'enp3s0f0v0', pciAddress: '0000:03:00.2' }],
+    ...over,
+  });
+  const parse = (pfs: PhysicalFunction[]): AgentInventory | string =>
+    AgentInventory.parse({ pfs, firmwareVersion: 'x', agentVersion: 'y' });
+
+  it('refuses what cannot be true, keeping nothing of it', () => {
+    expect(parse([pf(), pf()])).to.match(/PF 0 is listed twice/);
+    expect(parse([pf({ name: 'has space' })])).to.match(/no valid netdev name/);
+    expect(parse([pf({ pciAddress: 'nope' })])).to.match(/malformed PCI address/);
+    expect(parse([pf({ vfFree: 3 })])).to.match(/more free VFs/);
+    expect(parse([pf({ vfTotal: 0, vfFree: 0 })])).to.match(/lists 1 VFs but has 0/);
+    const dup = pf({ vfs: [pf().vfs[0]!, { ...pf().vfs[0]!, index: 1 }] });
+    expect(parse([dup])).to.match(/enp3s0f0v0 twice/);
+    expect(parse([pf({ vfs: [{ index: 0, netdev: 'a/b', pciAddress: '' }] })])).to.match(/VF 0 has no valid/);
+    expect(parse([pf()])).to.be.instanceOf(AgentInventory);
   });
 });
