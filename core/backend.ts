@@ -41,6 +41,19 @@ export interface AttachSpec {
   mtu: number;
   /** The DPU agent the caller asked for (dpu backend); others ignore it. */
   dpu?: string;
+  /** Settings of the port's VF (dpu backend); others ignore them. */
+  dpuPort?: DpuPortOptions;
+}
+
+/** Per-port VF settings, as SR-IOV CNI names them; an unset field keeps the agent's default. */
+export interface DpuPortOptions {
+  maxTxRateMbps?: number;
+  minTxRateMbps?: number;
+  spoofCheck?: boolean;
+  trust?: boolean;
+  linkState?: 'auto' | 'enable' | 'disable';
+  /** The PF the VF must come from. */
+  pf?: number;
 }
 
 /** What a backend reports back about the programmed interface. */

@@ -122,7 +122,7 @@ export class Orchestrator implements WorkloadService {
         const allocated = await this.pools.allocate();
         try {
           const record = newRecord(req, netns.inode, allocated, this.backend.name);
-          const spec: AttachSpec = { ...toSpec(record), netns, dpu: req.dpu };
+          const spec: AttachSpec = { ...toSpec(record), netns, dpu: req.dpu, dpuPort: req.dpuPort };
           record.dataplane = this.backend.plan(spec);
           await this.programAndRecord(record, spec);
           log.info(

@@ -1,7 +1,7 @@
 // The orchestrator's public surface: what the gRPC API and the CNI adapter both call. Adapters speak
 // their own protocol and translate to these calls; they never touch the store or a backend.
 
-import type { DataplaneResult, Drift, IpAssignment } from './backend';
+import type { DataplaneResult, DpuPortOptions, Drift, IpAssignment } from './backend';
 import type { SweepResult } from './leak-sweep';
 import type { PoolSourceStatus } from './pool-source';
 
@@ -26,6 +26,8 @@ export interface AttachCall {
   origin?: string;
   /** The agent the caller asked for (DPU backend); placement chooses when unset. */
   dpu?: string;
+  /** VF settings (DPU backend): rates, spoof check, trust, link state, PF. */
+  dpuPort?: DpuPortOptions;
 }
 
 export interface DetachCall {

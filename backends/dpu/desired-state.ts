@@ -172,6 +172,8 @@ function withGeneration(fields: PortFields, generation: number): Port {
     vni: fields.vni,
     workloadId: fields.workloadId,
     ifName: fields.ifName,
+    qos: fields.qos,
+    pf: fields.pf,
   };
 }
 

@@ -19,6 +19,8 @@ export interface DpuDetails {
   vf?: number;
   pciAddress?: string;
   representor?: string;
+  /** The port's VF settings (rates, spoof check, trust, link state, PF), as JSON; empty for none. */
+  portOptions?: string;
 }
 
 const KEYS = {
@@ -32,6 +34,7 @@ const KEYS = {
   vf: 'dpuVf',
   pciAddress: 'dpuPci',
   representor: 'dpuRepresentor',
+  portOptions: 'dpuPortOptions',
 } as const;
 
 export function encodeDetails(d: DpuDetails): Record<string, string | number | boolean> {
@@ -48,6 +51,7 @@ export function encodeDetails(d: DpuDetails): Record<string, string | number | b
   if (d.vf !== undefined) out[KEYS.vf] = d.vf;
   if (d.pciAddress) out[KEYS.pciAddress] = d.pciAddress;
   if (d.representor) out[KEYS.representor] = d.representor;
+  if (d.portOptions) out[KEYS.portOptions] = d.portOptions;
   return out;
 }
 
@@ -74,6 +78,7 @@ export function decodeDetails(dp: DataplaneResult | undefined): DpuDetails | und
     vf: index(d[KEYS.vf]),
     pciAddress: str(KEYS.pciAddress),
     representor: str(KEYS.representor),
+    portOptions: str(KEYS.portOptions),
   };
 }
 

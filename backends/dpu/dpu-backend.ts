@@ -2,6 +2,7 @@ import type {
   AttachSpec,
   AttachmentView,
   Backend,
+  DpuPortOptions,
   BackendHealth,
   DataplaneResult,
   Drift,
@@ -36,7 +37,15 @@ import { LogThrottle } from './log-throttle';
 import { ownString } from './own-string';
 import { workloadInterface, workloadRoutes } from '../linux/workload-side';
 import { place, type PlacementCandidate } from './placement';
-import { macForKey, portFields, portFieldsFromView } from './port-spec';
+import {
+  featuresNeeded,
+  macForKey,
+  portFields,
+  portFieldsFromView,
+  portOptions,
+  type PortFields,
+} from './port-spec';
+import { validateDpuPort } from '../../core/validation';
 import { SnapshotSync } from './snapshot-sync';
 
 // The DPU backend: the core asks for a port, this backend places it on one of the connected agents
@@ -442,7 +451,25 @@ export class DpuBackend implements Backend {
   }
 
   /** Refuses, before anything is sent, what the agent said in its hello that it cannot do. */
-  private checkCapabilities(s: AgentSession, spec: AttachSpec): void {
+  private checkCapabilities(s: AgentSession, spec: AttachSpec, port: PortFields): void {
+    const needed = featuresNeeded(port);
+    if (needed.length > 0 && s.version < 2) {
+      throw invalidArgument(
+        `DPU agent ${s.agentId} speaks protocol version ${s.version}, which carries no VF settings, but ${spec.key} asks for ${needed.map(([, what]) => what).join(', ')}`,
+      );
+    }
+    for (const [feature, what] of needed) {
+      if (!s.hasFeature(feature))
+        throw invalidArgument(
+          `DPU agent ${s.agentId} does not support ${what} (it does not advertise "${feature}"), which ${spec.key} asks for`,
+        );
+    }
+    const inv = s.inventory;
+    if (port.pf !== undefined && inv && !inv.hasPf(port.pf)) {
+      throw invalidArgument(
+        `DPU agent ${s.agentId} has no PF ${port.pf} (its PFs: ${inv.pfs.map((pf) => `${pf.index} ${pf.name}`).join(', ') || 'none'})`,
+      );
+    }
     const caps = s.hello?.capabilities;
     if (!caps) return;
     const v6 = spec.ips.find((i) => i.family === 6);
@@ -488,10 +515,13 @@ export class DpuBackend implements Backend {
 
   private async attachLocked(spec: AttachSpec, planned: DataplaneResult): Promise<DataplaneResult> {
     const s = await this.chooseAgent(spec);
-    this.checkCapabilities(s, spec);
-    const st = this.stateOf(s.agentId);
     const previous = this.desired.get(spec.key);
-    const port = this.desired.upsert(portFields(spec, previous?.port.mac ?? macForKey(spec.key)), s.agentId);
+    // A repair carries no options of its own: the port keeps those it was given.
+    const options = spec.dpuPort ?? (previous ? portOptions(previous.port) : undefined);
+    const fields = portFields(spec, previous?.port.mac ?? macForKey(spec.key), options);
+    this.checkCapabilities(s, spec, fields);
+    const st = this.stateOf(s.agentId);
+    const port = this.desired.upsert(fields, s.agentId);
     st.tombstones.delete(spec.key);
     st.unconfirmedDeletes.delete(spec.key);
     this.supersede(spec.key, s.agentId);
@@ -557,6 +587,7 @@ export class DpuBackend implements Backend {
         vf: ack.endpoint?.vfIndex,
         pciAddress: ack.endpoint?.pciAddress ?? '',
         representor: ack.endpoint?.representor ?? '',
+        portOptions: options ? JSON.stringify(options) : '',
       }),
     };
   }
@@ -678,7 +709,7 @@ export class DpuBackend implements Backend {
           }
         : undefined;
       this.desired.restore(
-        portFieldsFromView(att, d.mac || undefined),
+        portFieldsFromView(att, d.mac || undefined, storedOptions(d.portOptions)),
         d.generation,
         ownString(d.agentId),
         endpoint,
@@ -815,6 +846,16 @@ export class DpuBackend implements Backend {
     if (healthy.length === 0) reasons.push(...notes);
     const ready = reasons.length === 0;
     return { ready, reasons: ready ? notes : reasons, details };
+  }
+}
+
+/** The options stored with an attachment, or none when absent or not readable. */
+function storedOptions(json: string | undefined): DpuPortOptions | undefined {
+  if (!json) return undefined;
+  try {
+    return validateDpuPort(JSON.parse(json) as DpuPortOptions);
+  } catch {
+    return undefined;
   }
 }
 

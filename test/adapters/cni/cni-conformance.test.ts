@@ -386,6 +386,37 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
       expect(fake.attachCalls).to.have.length(3);
     });
 
+    it("passes the VF settings of the network config under SR-IOV CNI's keys, and refuses bad ones", async () => {
+      const vf = {
+        max_tx_rate: 100,
+        min_tx_rate: 10,
+        spoofchk: 'on',
+        trust: 'off',
+        link_state: 'enable',
+        pf: 1,
+      };
+      const ok = await cni(env('ADD', 'ctr1', nsA), config('1.1.0', vf));
+      expect(ok.exitCode, ok.stdout).to.equal(0);
+      expect(fake.attachCalls[0]?.dpuPort).to.deep.equal({
+        maxTxRateMbps: 100,
+        minTxRateMbps: 10,
+        spoofCheck: true,
+        trust: false,
+        linkState: 'enable',
+        pf: 1,
+      });
+      for (const [bad, msg] of [
+        [{ spoofchk: true }, /spoofchk must be "on" or "off"/],
+        [{ max_tx_rate: -1 }, /max_tx_rate must be a whole number/],
+        [{ link_state: 'up' }, /link_state must be/],
+      ] as const) {
+        const call = await cni(env('ADD', 'ctr9', nsA), config('1.1.0', bad));
+        expectError(call, 7);
+        expect(String(call.json?.msg)).to.match(msg);
+      }
+      expect(fake.attachCalls).to.have.length(1);
+    });
+
     it("echoes containerd's capitalised runtimeConfig.dns in the result", async () => {
       const runtimeConfig = {
         dns: { Servers: ['10.96.0.10'], Searches: ['default.svc.cluster.local'], Options: ['ndots:5'] },

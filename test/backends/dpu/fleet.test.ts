@@ -3,6 +3,7 @@ import * as path from 'node:path';
 import type { DataplaneResult } from '../../../core/backend';
 import type { DpuBackend } from '../../../backends/dpu';
 import { decodeDetails } from '../../../backends/dpu/details';
+import { Toggle, VfLinkState } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { expectCode, removeDir, scratchDir, spec, startBackend, view } from './fixtures';
 import { SimProcess, waitUntil } from './sim-process';
 import { attachTo } from '../../support/attach-spec';
@@ -214,6 +215,81 @@ describe('DPU fleet: two simulators serving one backend', function () {
     await attachTo(backend, spec(1));
     await attachTo(backend, spec(2));
     await expectCode(attachTo(backend, spec(3)), 'RESOURCE_EXHAUSTED');
+  });
+
+  it('sends VF settings to an agent that advertises them, and keeps them across a daemon restart', async () => {
+    backend = await startBackend(dir);
+    const a = sim('dpu-a', ['--pfs', '2', '--vfs-per-pf', '4'], 'boot-a1');
+    await connected(a);
+    const dpuPort = {
+      maxTxRateMbps: 100,
+      minTxRateMbps: 10,
+      spoofCheck: true,
+      trust: false,
+      linkState: 'enable' as const,
+      pf: 1,
+    };
+    const r = await attachTo(backend, spec(1, { dpuPort }));
+    expect(JSON.parse(String(r.details?.dpuPortOptions))).to.deep.equal(dpuPort);
+    const st = await a.waitForState((s) => s.ports.length === 1, 'the port');
+    expect(st.ports[0]?.qos).to.deep.equal({
+      maxTxRateMbps: 100,
+      minTxRateMbps: 10,
+      spoofCheck: Toggle.TOGGLE_ON,
+      trust: Toggle.TOGGLE_OFF,
+      linkState: VfLinkState.VF_LINK_STATE_ENABLE,
+    });
+    expect(st.ports[0]?.vf).to.deep.equal({ pf: 1, vf: 0 });
+
+    await backend.stop();
+    backend = await startBackend(dir, {}, false);
+    await backend.reconcile([view(spec(1), r)], { storeIsNew: false });
+    const again = await a.waitForState(
+      (s) => s.synced && s.session.state === 'connected' && s.session.sessionId !== st.session.sessionId,
+      'the snapshot of the restarted daemon',
+    );
+    expect(again.ports[0]?.qos?.maxTxRateMbps).to.equal(100);
+    expect(again.ports[0]?.pf).to.equal(1);
+  });
+
+  it('refuses VF settings the agent does not advertise, or a PF it lacks, before sending anything', async () => {
+    backend = await startBackend(dir);
+    const a = sim('dpu-a', ['--without-features', 'qos-rate,pf-select', '--pfs', '2', '--vfs-per-pf', '2']);
+    const old = sim('dpu-old', ['--protocol', '1']);
+    await Promise.all([connected(a), connected(old)]);
+    const rate = await expectCode(
+      attachTo(backend, spec(1, { dpu: 'dpu-a', dpuPort: { maxTxRateMbps: 50 } })),
+      'INVALID_ARGUMENT',
+    );
+    expect(rate.message).to.match(
+      /dpu-a does not support transmit rate limits \(it does not advertise "qos-rate"\)/,
+    );
+    const pf = await expectCode(
+      attachTo(backend, spec(2, { dpu: 'dpu-a', dpuPort: { pf: 0 } })),
+      'INVALID_ARGUMENT',
+    );
+    expect(pf.message).to.match(/"pf-select"/);
+    const v1 = await expectCode(
+      attachTo(backend, spec(3, { dpu: 'dpu-old', dpuPort: { trust: true } })),
+      'INVALID_ARGUMENT',
+    );
+    expect(v1.message).to.match(
+      /speaks protocol version 1, which carries no VF settings, but w3\/eth0 asks for VF trust/,
+    );
+    // What the agent does advertise goes through.
+    await attachTo(backend, spec(4, { dpu: 'dpu-a', dpuPort: { spoofCheck: false } }));
+
+    const full = sim('dpu-b', ['--pfs', '2', '--vfs-per-pf', '1']);
+    await connected(full);
+    const noPf = await expectCode(
+      attachTo(backend, spec(5, { dpu: 'dpu-b', dpuPort: { pf: 3 } })),
+      'INVALID_ARGUMENT',
+    );
+    expect(noPf.message).to.match(/dpu-b has no PF 3 \(its PFs: 0 s[0-9a-f]{4}f0, 1 s[0-9a-f]{4}f1\)/);
+    expect((await backend.health()).details?.ports).to.equal(1);
+    await a.waitForState((s) => s.ports.length === 1, 'only w4 on a');
+    expect(old.state()?.ports).to.deep.equal([]);
+    expect(full.state()?.ports).to.deep.equal([]);
   });
 
   it('restores each port to its own agent after a daemon restart, and sends each agent only its ports', async () => {

@@ -5,7 +5,8 @@ import { AckWaiter } from '../../../backends/dpu/ack-waiter';
 import { nackError } from '../../../backends/dpu/ack-code';
 import { DesiredState } from '../../../backends/dpu/desired-state';
 import { decodeDetails, encodeDetails } from '../../../backends/dpu/details';
-import { macForKey, portFields } from '../../../backends/dpu/port-spec';
+import { featuresNeeded, macForKey, portFields, portOptions } from '../../../backends/dpu/port-spec';
+import { validateDpuId, validateDpuPort } from '../../../core/validation';
 import { TokenBucket } from '../../../backends/dpu/rate-limiter';
 import { certificateNames } from '../../../backends/dpu/tls-identity';
 import { PortTable } from '../../../backends/dpu-sim/port-table';
@@ -180,8 +181,16 @@ describe('DPU port fields and stored details', () => {
       vf: undefined,
       pciAddress: '',
       representor: '',
+      portOptions: '',
     });
-    const v2 = { ...d, pf: 0, vf: 7, pciAddress: '0001:40:00.7', representor: 'rp0v7' };
+    const v2 = {
+      ...d,
+      pf: 0,
+      vf: 7,
+      pciAddress: '0001:40:00.7',
+      representor: 'rp0v7',
+      portOptions: '{"trust":true}',
+    };
     expect(decodeDetails({ ...dp, details: encodeDetails(v2) })).to.deep.equal(v2);
     expect(decodeDetails({ ...dp, details: { hostVeth: 'wn123' } })).to.equal(undefined);
     expect(decodeDetails(undefined)).to.equal(undefined);
@@ -387,5 +396,40 @@ describe('DPU agent inventory', () => {
     expect(parse([dup])).to.match(/enp3s0f0v0 twice/);
     expect(parse([pf({ vfs: [{ index: 0, netdev: 'a/b', pciAddress: '' }] })])).to.match(/VF 0 has no valid/);
     expect(parse([pf()])).to.be.instanceOf(AgentInventory);
+  });
+});
+
+describe('DPU fields of Attach (validation)', () => {
+  it('takes an agent id as agents send it, and refuses anything else', () => {
+    expect(validateDpuId('dpu-a')).to.equal('dpu-a');
+    expect(validateDpuId('')).to.equal(undefined);
+    expect(() => validateDpuId('dpu a')).to.throw(/dpu must be a DPU agent id/);
+    expect(() => validateDpuId('x'.repeat(254))).to.throw(/dpu must be a DPU agent id/);
+  });
+
+  it('checks VF settings: whole rates, min not above max, known link states', () => {
+    expect(validateDpuPort({ maxTxRateMbps: 100, minTxRateMbps: 100, trust: true })).to.deep.equal({
+      maxTxRateMbps: 100,
+      minTxRateMbps: 100,
+      trust: true,
+    });
+    expect(validateDpuPort({})).to.equal(undefined);
+    expect(() => validateDpuPort({ maxTxRateMbps: 10, minTxRateMbps: 20 })).to.throw(/must not be above/);
+    expect(() => validateDpuPort({ maxTxRateMbps: 1.5 })).to.throw(/whole number/);
+    expect(() => validateDpuPort({ pf: -1 })).to.throw(/whole number/);
+    expect(() => validateDpuPort({ linkState: 'up' as 'auto' })).to.throw(/auto, enable or disable/);
+  });
+
+  it('round-trips VF settings through the wire form', () => {
+    const o = { maxTxRateMbps: 5, spoofCheck: false, linkState: 'disable' as const, pf: 0 };
+    const fields = portFields(spec(1), undefined, o);
+    expect(portOptions(fields)).to.deep.equal(o);
+    expect(portFields(spec(1)).qos).to.equal(undefined);
+    expect(featuresNeeded(fields).map(([f]) => f)).to.deep.equal([
+      'qos-rate',
+      'qos-spoof-check',
+      'qos-link-state',
+      'pf-select',
+    ]);
   });
 });
