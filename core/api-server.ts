@@ -232,6 +232,13 @@ export class ApiServer {
           attachments: st.attachments,
           reconcile: st.reconcile,
           version: VERSION,
+          dpus: (st.dpus ?? []).map((d) => ({
+            ...d,
+            lastHeartbeatAgeMs: d.lastHeartbeatAgeMs ?? 0,
+            sessionId: d.sessionId ?? '',
+            peer: d.peer ?? '',
+            reason: d.reason ?? '',
+          })),
         };
       }),
       // Encoded as the rows are read, into one buffer (see LIST_SERVICE below).

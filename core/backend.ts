@@ -132,6 +132,38 @@ export interface BackendHealth {
   reasons: string[];
   /** Free-form facts for `status` (e.g. agent id, last heartbeat). */
   details?: Record<string, string | number | boolean>;
+  /** DPU backend: every agent it knows, by id. */
+  dpus?: DpuAgentStatus[];
+}
+
+/** One DPU agent as the backend sees it (Status.dpus, `workloadnet dpus`). */
+export interface DpuAgentStatus {
+  id: string;
+  connected: boolean;
+  healthy: boolean;
+  bootId: string;
+  protocolVersion: number;
+  firmwareVersion: string;
+  agentVersion: string;
+  pfs: Array<{
+    index: number;
+    name: string;
+    pciAddress: string;
+    linkState: string;
+    speedMbps: number;
+    mtu: number;
+    vfsTotal: number;
+    vfsFree: number;
+  }>;
+  vfsTotal: number;
+  vfsFree: number;
+  ports: number;
+  lastHeartbeatAgeMs?: number;
+  sessionId?: string;
+  peer?: string;
+  synced: boolean;
+  /** Why it is not healthy. */
+  reason?: string;
 }
 
 /**

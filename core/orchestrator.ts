@@ -6,6 +6,7 @@ import {
   type AttachmentView,
   type AttachSpec,
   type Backend,
+  type BackendHealth,
   type DataplaneResult,
   type Drift,
   type IpAssignment,
@@ -389,7 +390,7 @@ export class Orchestrator implements WorkloadService {
   }
 
   async status(): Promise<ServiceStatus> {
-    const health = await this.backend.health().catch((err: unknown) => ({
+    const health: BackendHealth = await this.backend.health().catch((err: unknown) => ({
       ready: false,
       reasons: [`backend health check failed: ${asWorkloadNetError(err).message}`],
       details: {},
@@ -411,10 +412,11 @@ export class Orchestrator implements WorkloadService {
     const details: Record<string, string | number | boolean> = health.details ?? {};
     if (details.agentSocket !== undefined) {
       // Agent-based backends report their live session (sessionId) in the health details.
-      this.metrics.agentConnected.set(details.sessionId ? 1 : 0);
+      this.metrics.agentConnected.set(details.sessionId || health.dpus?.some((d) => d.connected) ? 1 : 0);
       if (typeof details.lastHeartbeatAgeMs === 'number')
         this.metrics.agentHeartbeatAge.set(details.lastHeartbeatAgeMs / 1000);
     }
+    if (health.dpus) this.metrics.setDpus(health.dpus);
     return {
       ready: reasons.length === 0,
       reasons,
@@ -424,6 +426,7 @@ export class Orchestrator implements WorkloadService {
       poolSource: poolStatus.source,
       attachments,
       reconcile: this.lastReconcile,
+      dpus: health.dpus,
     };
   }
 

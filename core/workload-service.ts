@@ -1,7 +1,7 @@
 // The orchestrator's public surface: what the gRPC API and the CNI adapter both call. Adapters speak
 // their own protocol and translate to these calls; they never touch the store or a backend.
 
-import type { DataplaneResult, DpuPortOptions, Drift, IpAssignment } from './backend';
+import type { DataplaneResult, DpuAgentStatus, DpuPortOptions, Drift, IpAssignment } from './backend';
 import type { SweepResult } from './leak-sweep';
 import type { PoolSourceStatus } from './pool-source';
 
@@ -89,6 +89,8 @@ export interface ServiceStatus {
   poolSource?: PoolSourceStatus;
   attachments: number;
   reconcile?: ReconcileSummary;
+  /** DPU backend: its agents. */
+  dpus?: DpuAgentStatus[];
 }
 
 export interface ReconcileSummary {

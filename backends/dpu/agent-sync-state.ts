@@ -1,3 +1,4 @@
+import type { AgentInventory } from './agent-inventory';
 import type { SnapshotSync } from './snapshot-sync';
 
 // What the backend tracks of its exchange with one agent (by agent id, across its sessions): the
@@ -15,6 +16,9 @@ export class AgentSyncState {
    * every snapshot until then.
    */
   readonly unconfirmedDeletes = new Map<string, number>();
+  /** The last inventory and protocol version it reported, kept while it is away (for Status). */
+  inventory: AgentInventory | undefined;
+  version = 0;
 
   constructor(readonly agentId: string) {}
 }

@@ -2,6 +2,7 @@ import type {
   AttachSpec,
   AttachmentView,
   Backend,
+  DpuAgentStatus,
   DpuPortOptions,
   BackendHealth,
   DataplaneResult,
@@ -179,6 +180,10 @@ export class DpuBackend implements Backend {
 
   private established(s: AgentSession, prev: LostAgent | undefined): void {
     this.agentSeen = true;
+    const st = this.stateOf(s.agentId);
+    st.version = s.version;
+    // A new session reports its inventory afresh; a version 1 agent has none.
+    st.inventory = undefined;
     if (prev && prev.agentId === s.agentId && prev.bootId !== s.bootId) {
       this.log.info(
         { agentId: s.agentId, oldBootId: prev.bootId, bootId: s.bootId, ports: this.desired.size },
@@ -225,6 +230,7 @@ export class DpuBackend implements Backend {
   private onInventory(s: AgentSession): void {
     const inv = s.inventory;
     if (!inv) return;
+    this.stateOf(s.agentId).inventory = inv;
     this.log.info(
       {
         agentId: s.agentId,
@@ -845,7 +851,57 @@ export class DpuBackend implements Backend {
     // The node serves new ports while one agent is healthy; the rest are worth an operator's note.
     if (healthy.length === 0) reasons.push(...notes);
     const ready = reasons.length === 0;
-    return { ready, reasons: ready ? notes : reasons, details };
+    return { ready, reasons: ready ? notes : reasons, details, dpus: this.dpuStatuses(neverSeen) };
+  }
+
+  /** Every agent known: connected, gone, or holding ports without having connected since start-up. */
+  private dpuStatuses(neverSeen: string[]): DpuAgentStatus[] {
+    const out: DpuAgentStatus[] = [];
+    const base = (id: string): DpuAgentStatus => {
+      const st = this.agentStates.get(id);
+      const inv = st?.inventory;
+      return {
+        id,
+        connected: false,
+        healthy: false,
+        bootId: '',
+        protocolVersion: st?.version ?? 0,
+        firmwareVersion: inv?.firmwareVersion ?? '',
+        agentVersion: inv?.agentVersion ?? '',
+        pfs: (inv?.pfs ?? []).map((pf) => ({
+          index: pf.index,
+          name: pf.name,
+          pciAddress: pf.pciAddress,
+          linkState: pf.linkState,
+          speedMbps: pf.speedMbps,
+          mtu: pf.mtu,
+          vfsTotal: pf.vfTotal,
+          vfsFree: pf.vfFree,
+        })),
+        vfsTotal: inv?.vfTotal ?? 0,
+        vfsFree: inv?.vfFree ?? 0,
+        ports: this.desired.countOn(id),
+        synced: false,
+      };
+    };
+    for (const s of this.link.sessions()) {
+      const sync = this.agentStates.get(s.agentId)?.sync;
+      out.push({
+        ...base(s.agentId),
+        connected: true,
+        healthy: s.healthy,
+        bootId: s.bootId,
+        lastHeartbeatAgeMs: s.heartbeatAgeMs,
+        sessionId: s.id,
+        peer: s.peer.address,
+        synced: sync?.sessionId === s.id && sync.complete,
+        reason: s.healthy ? undefined : `silent for ${s.silenceMs} ms`,
+      });
+    }
+    for (const l of this.link.lost())
+      out.push({ ...base(l.agentId), bootId: l.bootId, reason: `disconnected: ${l.reason}` });
+    for (const id of neverSeen) out.push({ ...base(id), reason: 'holds ports but has not connected yet' });
+    return out.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
   }
 }
 

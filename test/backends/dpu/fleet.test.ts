@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
 import * as path from 'node:path';
 import type { DataplaneResult } from '../../../core/backend';
 import type { DpuBackend } from '../../../backends/dpu';
@@ -8,7 +9,7 @@ import { expectCode, removeDir, scratchDir, spec, startBackend, view } from './f
 import { SimProcess, waitUntil } from './sim-process';
 import { attachTo } from '../../support/attach-spec';
 import { attachRequest, detachRequest } from '../../support/attach-request';
-import { DaemonProcess } from '../../support/daemon-process';
+import { CLI, DaemonProcess } from '../../support/daemon-process';
 import { codeName, outcome } from '../../support/grpc-outcome';
 import { NetnsSet, isRoot } from '../../support/netns';
 
@@ -352,6 +353,34 @@ describeRoot('DPU fleet through the workload API (real daemon, root for test-own
     removeDir(dir);
   });
 
+  it('shows the fleet in Status.dpus and `workloadnet dpus` (text and --json)', async () => {
+    const d = daemon!;
+    const st = await d.client.call(d.client.raw.status, {});
+    expect(st.dpus.map((x) => [x.id, x.connected, x.healthy, x.protocolVersion])).to.deep.equal([
+      ['dpu-a', true, true, 2],
+      ['dpu-b', true, true, 2],
+    ]);
+    const a = st.dpus[0]!;
+    expect(a.firmwareVersion).to.equal('sim-fw-1.0');
+    expect(a.pfs.map((pf) => [pf.index, pf.linkState, pf.vfsTotal])).to.deep.equal([
+      [0, 'up', 2048],
+      [1, 'up', 2048],
+    ]);
+    expect(a.vfsTotal).to.equal(4096);
+    const cli = (...args: string[]): string =>
+      execFileSync(process.execPath, [CLI, 'dpus', '--socket', d.socket, ...args], { encoding: 'utf8' });
+    const listed = JSON.parse(cli('--json')) as Array<{ id: string; healthy: boolean; ports: number }>;
+    expect(listed.map((x) => [x.id, x.healthy])).to.deep.equal([
+      ['dpu-a', true],
+      ['dpu-b', true],
+    ]);
+    const text = cli();
+    expect(text).to.match(/^DPU\s+STATE\s+BOOT\s+PROTOCOL\s+FIRMWARE\s+PFS\s+VFS FREE\s+PORTS\s+HEARTBEAT/);
+    expect(text).to.match(
+      /dpu-a\s+ready\s+\S+\s+2\s+sim-fw-1\.0\s+s[0-9a-f]{4}f0:up,s[0-9a-f]{4}f1:up\s+\d+\/4096\s+0/,
+    );
+  });
+
   it('places by the request dpu field, reports the agent, and reads degraded while that DPU is away', async () => {
     const d = daemon!;
     const ns = namespaces.add();
@@ -376,6 +405,9 @@ describeRoot('DPU fleet through the workload API (real daemon, root for test-own
     );
     const st = await d.client.call(d.client.raw.status, {});
     expect(st.ready, st.reasons.join('; ')).to.equal(true);
+    const b = st.dpus.find((x) => x.id === 'dpu-b');
+    expect(b).to.include({ connected: false, healthy: false, ports: 1 });
+    expect(b?.reason).to.match(/^disconnected: /);
     const got = await d.client.call(d.client.raw.get, { workloadId: 'api-1', ifName: '' });
     expect(got.attachments.map((a) => a.state)).to.deep.equal(['degraded']);
     await d.client.call(d.client.raw.detach, detachRequest('api-1', ns.path));

@@ -7,6 +7,8 @@ import { DesiredState } from '../../../backends/dpu/desired-state';
 import { decodeDetails, encodeDetails } from '../../../backends/dpu/details';
 import { featuresNeeded, macForKey, portFields, portOptions } from '../../../backends/dpu/port-spec';
 import { validateDpuId, validateDpuPort } from '../../../core/validation';
+import { Metrics } from '../../../core/metrics';
+import type { DpuAgentStatus } from '../../../core/backend';
 import { TokenBucket } from '../../../backends/dpu/rate-limiter';
 import { certificateNames } from '../../../backends/dpu/tls-identity';
 import { PortTable } from '../../../backends/dpu-sim/port-table';
@@ -431,5 +433,37 @@ describe('DPU fields of Attach (validation)', () => {
       'qos-link-state',
       'pf-select',
     ]);
+  });
+});
+
+describe('DPU agent metrics', () => {
+  it('keeps one series per agent, for exactly the agents last reported', async () => {
+    const m = new Metrics();
+    const agent = (id: string, healthy: boolean, ports: number): DpuAgentStatus => ({
+      id,
+      connected: healthy,
+      healthy,
+      bootId: '',
+      protocolVersion: 2,
+      firmwareVersion: '',
+      agentVersion: '',
+      pfs: [],
+      vfsTotal: 8,
+      vfsFree: 8 - ports,
+      ports,
+      lastHeartbeatAgeMs: healthy ? 500 : undefined,
+      synced: true,
+    });
+    m.setDpus([agent('dpu-a', true, 3), agent('dpu-b', false, 1)]);
+    let text = await m.registry.metrics();
+    expect(text).to.include('workloadnet_dpu_agent_healthy{agent="dpu-a"} 1');
+    expect(text).to.include('workloadnet_dpu_agent_healthy{agent="dpu-b"} 0');
+    expect(text).to.include('workloadnet_dpu_agent_ports{agent="dpu-a"} 3');
+    expect(text).to.include('workloadnet_dpu_agent_vfs_free{agent="dpu-b"} 7');
+    expect(text).to.include('workloadnet_dpu_agent_heartbeat_age_seconds{agent="dpu-a"} 0.5');
+    expect(text).to.not.include('workloadnet_dpu_agent_heartbeat_age_seconds{agent="dpu-b"}');
+    m.setDpus([agent('dpu-b', true, 0)]);
+    text = await m.registry.metrics();
+    expect(text).to.not.include('agent="dpu-a"');
   });
 });
