@@ -7,6 +7,7 @@ import {
   AF_INET6,
   IPV4_DEVCONF_FORWARDING,
   IPV4_DEVCONF_PROXY_ARP,
+  IFA_F_NODAD,
   NetlinkError,
   delLinkRequest,
   delRouteRequest,
@@ -22,6 +23,7 @@ import {
 import type { Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { Dataplane, Programmed } from './dataplane';
 import type { PortEntry } from './port-table';
+import { deleteRootQdiscRequest, replaceTbfRequest } from './tbf-qdisc';
 import type { VfIdentity } from './vf-pool';
 
 // A DPU made of a network namespace. Each port is a veth pair: the "VF" end appears in the host
@@ -155,6 +157,19 @@ export class NetnsDataplane implements Dataplane {
       setLinkRequest({ index }, { inetConf: { [IPV4_DEVCONF_FORWARDING]: 1, [IPV4_DEVCONF_PROXY_ARP]: 1 } }),
     ]);
     for (const r of port.routes) if (r.gateway) await this.ensureGateway(r.gateway);
+    // IPv6 has no proxy NDP for a link-local gateway: the representor holds fe80::1 itself, so that the
+    // workload's default route via fe80::1 leads into the DPU.
+    for (const r of port.routes) {
+      if (!r.gateway.startsWith('fe80:')) continue;
+      try {
+        await this.sock.request(
+          newAddressRequest({ index, address: r.gateway, prefixLength: 64, flags: IFA_F_NODAD }),
+        );
+      } catch (err) {
+        if (!(err instanceof NetlinkError && err.code === 'EEXIST')) throw err;
+      }
+    }
+    await this.applyRate(index, port, previous);
     // Host routes to the workload through its representor; addresses the port no longer has lose theirs.
     const gone = (previous?.port.ips ?? []).filter((ip) => !port.ips.includes(ip));
     for (const cidr of gone) {
@@ -191,6 +206,23 @@ export class NetnsDataplane implements Dataplane {
       },
       representor: names.representor,
     };
+  }
+
+  /**
+   * max_tx_rate as a tbf on the representor: traffic the DPU sends towards the VF is shaped there (a
+   * veth pair has no other place a qdisc could hold it without a policer). No rate: the default qdisc.
+   */
+  private async applyRate(index: number, port: Port, previous: PortEntry | undefined): Promise<void> {
+    const rate = port.qos?.maxTxRateMbps ?? 0;
+    if (rate > 0) {
+      await this.sock.request(replaceTbfRequest({ ifindex: index, rateMbps: rate }));
+      return;
+    }
+    if (!previous?.port.qos?.maxTxRateMbps) return;
+    await this.sock.request(deleteRootQdiscRequest(index)).catch((err: unknown) => {
+      // Already the default: nothing to remove.
+      if (!(err instanceof NetlinkError && (err.code === 'ENOENT' || err.code === 'EINVAL'))) throw err;
+    });
   }
 
   async remove(entry: PortEntry): Promise<void> {
