@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import fc from 'fast-check';
 import { status } from '@grpc/grpc-js';
 import type { PeerCertificate } from 'node:tls';
 import { AckWaiter } from '../../../backends/dpu/ack-waiter';
@@ -23,6 +24,7 @@ import {
   LinkState,
   type Ack,
   type Hello,
+  type Inventory,
   type PhysicalFunction,
   type Port,
 } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
@@ -465,5 +467,73 @@ describe('DPU agent metrics', () => {
     m.setDpus([agent('dpu-b', true, 0)]);
     text = await m.registry.metrics();
     expect(text).to.not.include('agent="dpu-a"');
+  });
+});
+
+describe('DPU protocol version 2 messages, fuzzed', () => {
+  const inventory: fc.Arbitrary<Inventory> = fc.record({
+    pfs: fc.array(
+      fc.record({
+        index: fc.oneof(fc.nat(4), fc.constant(0xffffffff)),
+        name: fc.oneof(fc.constantFrom('pf0', 'pf1', 'lo', '', 'a b'), fc.string({ maxLength: 18 })),
+        pciAddress: fc.oneof(fc.constantFrom('0000:03:00.0', ''), fc.string({ maxLength: 14 })),
+        linkState: fc.integer({ min: -1, max: 3 }) as fc.Arbitrary<LinkState>,
+        speedMbps: fc.nat(),
+        mtu: fc.nat(),
+        vfTotal: fc.nat(6),
+        vfFree: fc.nat(6),
+        vfs: fc.array(
+          fc.record({
+            index: fc.nat(6),
+            netdev: fc.oneof(fc.constantFrom('vf0', 'vf1', 'vf2'), fc.string({ maxLength: 18 })),
+            pciAddress: fc.oneof(fc.constant(''), fc.string({ maxLength: 14 })),
+          }),
+          { maxLength: 5 },
+        ),
+      }),
+      { maxLength: 4 },
+    ),
+    firmwareVersion: fc.string({ maxLength: 300 }),
+    agentVersion: fc.string({ maxLength: 20 }),
+  });
+
+  it('parses any inventory into one that is consistent, or a reason, never throwing', () => {
+    fc.assert(
+      fc.property(inventory, (inv) => {
+        const parsed = AgentInventory.parse(inv);
+        if (typeof parsed === 'string') return parsed.length > 0;
+        expect(parsed.vfFree).to.be.at.most(parsed.vfTotal);
+        expect(parsed.firmwareVersion.length).to.be.at.most(128);
+        for (const pf of inv.pfs) {
+          for (const vf of pf.vfs)
+            expect(parsed.vf(vf.netdev)).to.deep.equal({
+              pf: pf.index,
+              vf: vf.index,
+              pciAddress: vf.pciAddress,
+            });
+        }
+        return true;
+      }),
+      { numRuns: 500, seed: 1308 },
+    );
+  });
+
+  it('negotiates any offer to a version both speak, or a reason', () => {
+    fc.assert(
+      fc.property(fc.nat(10), fc.nat(10), fc.nat(10), (v, min, max) => {
+        const picked = negotiateVersion({
+          agentId: 'a',
+          bootId: 'b',
+          protocolVersion: v,
+          capabilities: undefined,
+          minProtocolVersion: min,
+          maxProtocolVersion: max,
+        });
+        if (typeof picked === 'string') return /not supported|empty range/.test(picked);
+        const [lo, hi] = max > 0 ? [min || 1, max] : [v, v];
+        return picked >= Math.max(lo, 1) && picked <= Math.min(hi, 2);
+      }),
+      { numRuns: 500, seed: 1308 },
+    );
   });
 });
