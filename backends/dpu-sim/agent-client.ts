@@ -30,7 +30,7 @@ export const MIN_PROTOCOL_VERSION = 1;
 /** Version 2 features the simulator implements (it records QoS; netns mode enforces the rate). */
 export const SIM_V2_FEATURES = ['qos-rate', 'qos-spoof-check', 'qos-trust', 'qos-link-state', 'pf-select'];
 /** Inventory changes (free VFs) are sent at most this often. */
-const INVENTORY_COALESCE_MS = 250;
+const INVENTORY_COALESCE_MS = 1000;
 /** Limits the simulator claims in its hello. */
 export const SIM_MIN_MTU = 68;
 export const SIM_MAX_MTU = 9216;

@@ -28,6 +28,8 @@ export class VfPool {
   private readonly held = new Map<string, VfSlot>();
   /** Per PF, the VF indexes in use. */
   private readonly used: Array<Set<number>>;
+  /** Per PF, no VF below this index is free: allocation scans from here, not from 0. */
+  private readonly lowestFree: number[];
 
   constructor(
     agentId: string,
@@ -38,6 +40,7 @@ export class VfPool {
     if (vfsPerPf < 1 || vfsPerPf > 4096) throw new Error('--vfs-per-pf must be 1-4096');
     this.tag = createHash('sha256').update(agentId).digest('hex').slice(0, 4);
     this.used = Array.from({ length: pfs }, () => new Set<number>());
+    this.lowestFree = new Array<number>(pfs).fill(0);
   }
 
   get total(): number {
@@ -76,9 +79,10 @@ export class VfPool {
     for (const p of pfs) {
       const inUse = this.used[p];
       if (!inUse || inUse.size >= this.vfsPerPf) continue;
-      for (let vf = 0; vf < this.vfsPerPf; vf++) {
+      for (let vf = this.lowestFree[p] ?? 0; vf < this.vfsPerPf; vf++) {
         if (inUse.has(vf)) continue;
         if (mine) this.release(port);
+        this.lowestFree[p] = vf + 1;
         return this.claim(port, { pf: p, vf });
       }
     }
@@ -97,6 +101,7 @@ export class VfPool {
     if (!slot) return;
     this.held.delete(port);
     this.used[slot.pf]?.delete(slot.vf);
+    this.lowestFree[slot.pf] = Math.min(this.lowestFree[slot.pf] ?? 0, slot.vf);
   }
 
   inventory(): Inventory {
