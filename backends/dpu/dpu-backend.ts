@@ -427,7 +427,7 @@ export class DpuBackend implements Backend {
    * (startupAgentWaitMs), so that a daemon restart is invisible to runtimes. A first start (new store)
    * fails at once.
    */
-  private async chooseAgent(spec: AttachSpec): Promise<AgentSession> {
+  private async chooseAgent(spec: AttachSpec, port: PortFields): Promise<AgentSession> {
     if (!this.primed) {
       throw unavailable(
         'the DPU backend has not restored its ports yet (start-up reconcile not done); retry shortly',
@@ -441,7 +441,26 @@ export class DpuBackend implements Backend {
       if (missing) await this.link.waitForAgent(Math.min(waitLeft, this.ackTimeoutMs), target);
     }
     if (placedOn) return this.link.requireHealthy(placedOn);
-    const chosen = place(spec.dpu || undefined, this.candidates(), this.link);
+    let candidates = this.candidates();
+    // Unasked, a port that needs VF settings goes only to an agent that can apply them.
+    const needed = featuresNeeded(port);
+    if (!spec.dpu && needed.length > 0) {
+      const healthy = candidates.filter((c) => c.healthy);
+      const able = new Set(
+        this.link
+          .sessions()
+          .filter((x) => x.version >= 2 && needed.every(([f]) => x.hasFeature(f)))
+          .filter((x) => port.pf === undefined || !x.inventory || x.inventory.hasPf(port.pf))
+          .map((x) => x.agentId),
+      );
+      candidates = candidates.filter((c) => able.has(c.agentId));
+      if (healthy.length > 0 && !candidates.some((c) => c.healthy)) {
+        throw invalidArgument(
+          `no healthy DPU agent supports what ${spec.key} asks for (${needed.map(([, what]) => what).join(', ')}${port.pf !== undefined ? ` on PF ${port.pf}` : ''}); agents: ${healthy.map((c) => c.agentId).join(', ')}`,
+        );
+      }
+    }
+    const chosen = place(spec.dpu || undefined, candidates, this.link);
     if (!chosen.ok) throw chosen.error;
     return this.link.requireHealthy(chosen.agentId);
   }
@@ -520,11 +539,11 @@ export class DpuBackend implements Backend {
   }
 
   private async attachLocked(spec: AttachSpec, planned: DataplaneResult): Promise<DataplaneResult> {
-    const s = await this.chooseAgent(spec);
     const previous = this.desired.get(spec.key);
     // A repair carries no options of its own: the port keeps those it was given.
     const options = spec.dpuPort ?? (previous ? portOptions(previous.port) : undefined);
     const fields = portFields(spec, previous?.port.mac ?? macForKey(spec.key), options);
+    const s = await this.chooseAgent(spec, fields);
     this.checkCapabilities(s, spec, fields);
     const st = this.stateOf(s.agentId);
     const port = this.desired.upsert(fields, s.agentId);

@@ -293,6 +293,26 @@ describe('DPU fleet: two simulators serving one backend', function () {
     expect(full.state()?.ports).to.deep.equal([]);
   });
 
+  it('places a port with VF settings only on an agent that can apply them', async () => {
+    const [a, b] = await twoAgents(
+      ['--without-features', 'qos-rate', '--pfs', '2', '--vfs-per-pf', '8'],
+      ['--pfs', '1', '--vfs-per-pf', '2'],
+    );
+    // dpu-a has far more room, but no rate limits: the rated port goes to dpu-b, the plain one to a.
+    expect(agentOf(await attachTo(backend!, spec(1, { dpuPort: { maxTxRateMbps: 10 } })))).to.equal('dpu-b');
+    expect(agentOf(await attachTo(backend!, spec(2)))).to.equal('dpu-a');
+    await b.stop('SIGKILL');
+    await waitUntil(async () => (await backend!.health()).details?.agentsHealthy === 1, 'the loss noticed');
+    const err = await expectCode(
+      attachTo(backend!, spec(3, { dpuPort: { maxTxRateMbps: 10 } })),
+      'INVALID_ARGUMENT',
+    );
+    expect(err.message).to.match(
+      /no healthy DPU agent supports what w3\/eth0 asks for \(transmit rate limits\); agents: dpu-a/,
+    );
+    await a.waitForState((s) => s.ports.length === 1, 'only w2 on a');
+  });
+
   it('restores each port to its own agent after a daemon restart, and sends each agent only its ports', async () => {
     const [a, b] = await twoAgents();
     const r1 = await attachTo(backend!, spec(1, { dpu: 'dpu-a' }));
@@ -355,6 +375,11 @@ describeRoot('DPU fleet through the workload API (real daemon, root for test-own
 
   it('shows the fleet in Status.dpus and `workloadnet dpus` (text and --json)', async () => {
     const d = daemon!;
+    // The inventory follows the hello.
+    await waitUntil(
+      async () => (await d.client.call(d.client.raw.status, {})).dpus.every((x) => x.vfsTotal > 0),
+      'both inventories',
+    );
     const st = await d.client.call(d.client.raw.status, {});
     expect(st.dpus.map((x) => [x.id, x.connected, x.healthy, x.protocolVersion])).to.deep.equal([
       ['dpu-a', true, true, 2],
