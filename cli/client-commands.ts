@@ -20,7 +20,7 @@ interface GlobalOpts {
   timeout: string;
 }
 
-function withClient(opts: GlobalOpts, fn: (c: ApiClient) => Promise<number>): Promise<void> {
+export function withClient(opts: GlobalOpts, fn: (c: ApiClient) => Promise<number>): Promise<void> {
   const client = new ApiClient(opts.socket, Number(opts.timeout) * 1000);
   return fn(client).then(
     (code) => {
@@ -43,7 +43,7 @@ function withClient(opts: GlobalOpts, fn: (c: ApiClient) => Promise<number>): Pr
   );
 }
 
-function clientCommand(program: Command, name: string, description: string): Command {
+export function clientCommand(program: Command, name: string, description: string): Command {
   return program
     .command(name)
     .description(description)

@@ -4,6 +4,7 @@ import { Command, Option } from 'commander';
 import { runDaemon, type DaemonFlags } from './daemon-command';
 import { registerClientCommands } from './client-commands';
 import { registerClusterCommand } from './cluster-command';
+import { registerDpusCommand } from './dpus-command';
 import { registerStoreCommands } from './store-command';
 import { VERSION } from '../core/api-server';
 import { DEFAULT_CONFIG } from '../core/config';
@@ -31,6 +32,7 @@ Examples:
   workloadnet daemon --backend dpu --agent-socket /run/workloadnet/agent.sock
   workloadnet status                                    is the node ready to attach workloads?
   workloadnet ls --json                                 every attachment, as JSON
+  workloadnet dpus                                      the DPU agents: connected? VFs free? ports?
   workloadnet install-cni                               install the CNI forwarder and conflist
   workloadnet store check                               is the state store sound? (offline)
 
@@ -126,6 +128,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
 
   registerClientCommands(program);
   registerClusterCommand(program);
+  registerDpusCommand(program);
   registerStoreCommands(program);
   return program;
 }

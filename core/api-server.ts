@@ -194,6 +194,7 @@ export class ApiServer {
                 domain: req.dns.domain || undefined,
               }
             : undefined,
+          dpu: req.dpu || undefined,
         });
         return toAttachResponse(att);
       }),
@@ -233,6 +234,13 @@ export class ApiServer {
             backendDetails: Object.fromEntries(
               Object.entries(n.backendDetails).map(([k, v]) => [k, String(v)]),
             ),
+          })),
+          dpus: (st.dpus ?? []).map((d) => ({
+            ...d,
+            lastHeartbeatAgeMs: d.lastHeartbeatAgeMs ?? 0,
+            sessionId: d.sessionId ?? '',
+            peer: d.peer ?? '',
+            reason: d.reason ?? '',
           })),
         };
       }),

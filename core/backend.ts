@@ -49,6 +49,21 @@ export interface AttachSpec {
   defaultRoute?: boolean;
   /** Without the default route: the ranges (CIDRs) routed through this interface's gateway. */
   routes?: string[];
+  /** The DPU agent the caller asked for (dpu backend); others ignore it. */
+  dpu?: string;
+  /** Settings of the port's VF (dpu backend); others ignore them. */
+  dpuPort?: DpuPortOptions;
+}
+
+/** Per-port VF settings, as SR-IOV CNI names them; an unset field keeps the agent's default. */
+export interface DpuPortOptions {
+  maxTxRateMbps?: number;
+  minTxRateMbps?: number;
+  spoofCheck?: boolean;
+  trust?: boolean;
+  linkState?: 'auto' | 'enable' | 'disable';
+  /** The PF the VF must come from. */
+  pf?: number;
 }
 
 /** What a backend reports back about the programmed interface. */
@@ -131,6 +146,38 @@ export interface BackendHealth {
   reasons: string[];
   /** Free-form facts for `status` (e.g. agent id, last heartbeat). */
   details?: Record<string, string | number | boolean>;
+  /** DPU backend: every agent it knows, by id. */
+  dpus?: DpuAgentStatus[];
+}
+
+/** One DPU agent as the backend sees it (Status.dpus, `workloadnet dpus`). */
+export interface DpuAgentStatus {
+  id: string;
+  connected: boolean;
+  healthy: boolean;
+  bootId: string;
+  protocolVersion: number;
+  firmwareVersion: string;
+  agentVersion: string;
+  pfs: Array<{
+    index: number;
+    name: string;
+    pciAddress: string;
+    linkState: string;
+    speedMbps: number;
+    mtu: number;
+    vfsTotal: number;
+    vfsFree: number;
+  }>;
+  vfsTotal: number;
+  vfsFree: number;
+  ports: number;
+  lastHeartbeatAgeMs?: number;
+  sessionId?: string;
+  peer?: string;
+  synced: boolean;
+  /** Why it is not healthy. */
+  reason?: string;
 }
 
 /**
@@ -167,6 +214,11 @@ export interface Backend {
    */
   reconcile(atts: AttachmentView[], opts?: ReconcileOptions): Promise<ReconcileOutcome>;
   health(): Promise<BackendHealth>;
+  /**
+   * "degraded" when the attachment's dataplane is out of the backend's reach for now (its DPU agent is
+   * away) though it is still programmed; "ready" when not implemented.
+   */
+  attachmentState?(att: AttachmentView): 'ready' | 'degraded';
   stop(): Promise<void>;
 }
 

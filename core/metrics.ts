@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { DpuAgentStatus } from './backend';
 
 // Prometheus metrics of the daemon (prom-client). One registry per daemon so tests can run several in
 // one process without their counters mixing.
@@ -63,6 +64,50 @@ export class Metrics {
     help: "DPU backend: seconds since the agent's last heartbeat.",
     registers: [this.registry],
   });
+  readonly dpuAgentHealthy = new Gauge({
+    name: 'workloadnet_dpu_agent_healthy',
+    help: 'DPU backend: 1 while the agent is connected and heard from, else 0.',
+    labelNames: ['agent'] as const,
+    registers: [this.registry],
+  });
+  readonly dpuAgentPorts = new Gauge({
+    name: 'workloadnet_dpu_agent_ports',
+    help: 'DPU backend: ports placed on the agent.',
+    labelNames: ['agent'] as const,
+    registers: [this.registry],
+  });
+  readonly dpuAgentVfsFree = new Gauge({
+    name: 'workloadnet_dpu_agent_vfs_free',
+    help: 'DPU backend: free VFs the agent last reported in its inventory.',
+    labelNames: ['agent'] as const,
+    registers: [this.registry],
+  });
+  readonly dpuAgentHeartbeatAge = new Gauge({
+    name: 'workloadnet_dpu_agent_heartbeat_age_seconds',
+    help: "DPU backend: seconds since the agent's last heartbeat (connected agents).",
+    labelNames: ['agent'] as const,
+    registers: [this.registry],
+  });
+
+  /** The per-agent gauges, for exactly the agents given (an agent forgotten loses its series). */
+  setDpus(dpus: ReadonlyArray<DpuAgentStatus>): void {
+    for (const g of [
+      this.dpuAgentHealthy,
+      this.dpuAgentPorts,
+      this.dpuAgentVfsFree,
+      this.dpuAgentHeartbeatAge,
+    ])
+      g.reset();
+    for (const d of dpus) {
+      const agent = { agent: d.id };
+      this.dpuAgentHealthy.set(agent, d.healthy ? 1 : 0);
+      this.dpuAgentPorts.set(agent, d.ports);
+      if (d.vfsTotal) this.dpuAgentVfsFree.set(agent, d.vfsFree);
+      if (d.lastHeartbeatAgeMs !== undefined)
+        this.dpuAgentHeartbeatAge.set(agent, d.lastHeartbeatAgeMs / 1000);
+    }
+  }
+
   readonly sweepReleased = new Counter({
     name: 'workloadnet_sweep_released_total',
     help: 'Attachments the leak sweep detached because their network namespace was gone.',

@@ -144,7 +144,7 @@ export class Orchestrator implements WorkloadService {
             network.config.defaultRoute && (await this.claimDefaultRoute(netns.inode, req));
           const routes = defaultRoute ? undefined : network.ranges();
           const record = newRecord(req, netns.inode, allocated, backend.name, defaultRoute, routes);
-          const spec: AttachSpec = { ...toSpec(record), netns };
+          const spec: AttachSpec = { ...toSpec(record), netns, dpu: req.dpu, dpuPort: req.dpuPort };
           record.dataplane = backend.plan(spec);
           await this.programAndRecord(record, spec, network);
           this.counted(record, 1);
@@ -522,11 +522,13 @@ export class Orchestrator implements WorkloadService {
       const details: Record<string, string | number | boolean> = health.details ?? {};
       if (details.agentSocket !== undefined) {
         // Agent-based backends report their live session (sessionId) in the health details.
-        this.metrics.agentConnected.set(details.sessionId ? 1 : 0);
+        this.metrics.agentConnected.set(details.sessionId || health.dpus?.some((d) => d.connected) ? 1 : 0);
         if (typeof details.lastHeartbeatAgeMs === 'number')
           this.metrics.agentHeartbeatAge.set(details.lastHeartbeatAgeMs / 1000);
       }
     }
+    const dpus = [...healths.values()].flatMap((h) => h.dpus ?? []);
+    if (dpus.length) this.metrics.setDpus(dpus);
     const primary = this.networks.primary;
     const primaryHealth = healths.get(primary.backend);
     const primarySupply = supplies.find(([n]) => n === primary)?.[1];
@@ -540,6 +542,7 @@ export class Orchestrator implements WorkloadService {
       attachments,
       reconcile: this.lastReconcile,
       networks,
+      dpus: dpus.length ? dpus : undefined,
     };
   }
 
@@ -548,7 +551,7 @@ export class Orchestrator implements WorkloadService {
   }
 
   private *visibleRows(): Generator<Attachment> {
-    for (const rec of this.store.rows()) if (!this.programming.has(rec.key)) yield publicView(rec);
+    for (const rec of this.store.rows()) if (!this.programming.has(rec.key)) yield this.withState(rec);
   }
 
   async get(workloadId: string, ifName?: string): Promise<Attachment[]> {
@@ -560,7 +563,14 @@ export class Orchestrator implements WorkloadService {
     ).filter((r) => !this.programming.has(r.key));
     if (found.length === 0)
       throw notFound(`workload ${workloadId}${ifName ? ` has no interface ${ifName}` : ' is not attached'}`);
-    return found.map(publicView);
+    return found.map((r) => this.withState(r));
+  }
+
+  /** The public view, with the state the backend sees now (a DPU port whose agent is away: degraded). */
+  private withState(rec: AttachmentRecord): Attachment {
+    const view = publicView(rec);
+    const state = this.networks.backendOf(rec).attachmentState?.(toView(rec));
+    return state && state !== view.state ? { ...view, state } : view;
   }
 
   async check(workloadId: string, ifName: string): Promise<Drift[]> {

@@ -1,5 +1,6 @@
 import { DEFAULT_NETWORK } from './config';
 import { invalidArgument } from './errors';
+import type { DpuPortOptions } from './backend';
 import type { AttachCall, DnsInfo, PodMetadata } from './workload-service';
 
 // Input rules shared by every entry point (gRPC, CNI). They run before any state changes, so a rejected
@@ -66,6 +67,9 @@ export interface AttachRequest {
   containerId?: string;
   dns?: DnsInfo;
   origin: string;
+  /** The DPU agent the caller asked for; placement chooses when unset. */
+  dpu?: string;
+  dpuPort?: DpuPortOptions;
 }
 
 /** The interface a workload gets when the caller names none. */
@@ -104,5 +108,48 @@ export function validateAttach(call: AttachCall, defaultMtu: number): AttachRequ
     containerId: validateMetadata('container id', call.containerId),
     dns: call.dns,
     origin: call.origin ?? 'api',
+    dpu: validateDpuId(call.dpu),
+    dpuPort: validateDpuPort(call.dpuPort),
   };
+}
+
+/** A DPU agent id as agents send it in their hello: 1-253 printable ASCII characters, no spaces. */
+export function validateDpuId(value: unknown): string | undefined {
+  if (value === undefined || value === '') return undefined;
+  if (typeof value !== 'string' || value.length > 253 || !/^[\x21-\x7e]+$/.test(value))
+    throw invalidArgument(
+      `dpu must be a DPU agent id (1-253 printable characters without spaces), got ${JSON.stringify(String(value).slice(0, 64))}`,
+    );
+  return value;
+}
+
+const MAX_RATE_MBPS = 10_000_000;
+
+/** VF settings: whole rates in Mbit/s (min not above max), a known link state, a PF index. */
+export function validateDpuPort(o: DpuPortOptions | undefined): DpuPortOptions | undefined {
+  if (!o) return undefined;
+  const out: DpuPortOptions = {};
+  for (const k of ['maxTxRateMbps', 'minTxRateMbps', 'pf'] as const) {
+    const v = o[k];
+    if (v === undefined) continue;
+    if (!Number.isSafeInteger(v) || v < 0 || v > MAX_RATE_MBPS)
+      throw invalidArgument(`${k} must be a whole number from 0 to ${MAX_RATE_MBPS}, got ${String(v)}`);
+    out[k] = v;
+  }
+  if (out.maxTxRateMbps && out.minTxRateMbps && out.minTxRateMbps > out.maxTxRateMbps)
+    throw invalidArgument(
+      `minTxRateMbps (${out.minTxRateMbps}) must not be above maxTxRateMbps (${out.maxTxRateMbps})`,
+    );
+  for (const k of ['spoofCheck', 'trust'] as const) {
+    const v = o[k];
+    if (v === undefined) continue;
+    if (typeof v !== 'boolean') throw invalidArgument(`${k} must be true or false`);
+    out[k] = v;
+  }
+  if (o.linkState !== undefined) {
+    if (!['auto', 'enable', 'disable'].includes(o.linkState))
+      throw invalidArgument(`linkState must be auto, enable or disable, got ${JSON.stringify(o.linkState)}`);
+    out.linkState = o.linkState;
+  }
+  return Object.keys(out).length ? out : undefined;
 }

@@ -1,7 +1,7 @@
 // The orchestrator's public surface: what the gRPC API and the CNI adapter both call. Adapters speak
 // their own protocol and translate to these calls; they never touch the store or a backend.
 
-import type { DataplaneResult, Drift, IpAssignment } from './backend';
+import type { DataplaneResult, DpuAgentStatus, DpuPortOptions, Drift, IpAssignment } from './backend';
 import type { SweepResult } from './leak-sweep';
 import type { PoolSourceStatus } from './pool-source';
 
@@ -26,6 +26,10 @@ export interface AttachCall {
   network?: string;
   /** Which entry point created the attachment ("api" by default, "cni"); GC can be scoped to one. */
   origin?: string;
+  /** The agent the caller asked for (DPU backend); placement chooses when unset. */
+  dpu?: string;
+  /** VF settings (DPU backend): rates, spoof check, trust, link state, PF. */
+  dpuPort?: DpuPortOptions;
 }
 
 export interface DetachCall {
@@ -67,8 +71,11 @@ export interface Attachment {
   dataplane?: DataplaneResult;
   /** Entry point that created it ("api" or "cni"). */
   origin?: string;
-  /** Always "ready": an attachment is recorded only once its dataplane is programmed. */
-  state: 'ready';
+  /**
+   * "ready" once its dataplane is programmed (an attachment is recorded only then); "degraded" while
+   * the backend cannot reach its dataplane (its DPU agent is away), computed when read.
+   */
+  state: 'ready' | 'degraded';
   createdAt: string;
 }
 
@@ -113,6 +120,8 @@ export interface ServiceStatus {
   reconcile?: ReconcileSummary;
   /** Every network the node serves (the fields above describe the `default` one's backend). */
   networks?: NetworkStatus[];
+  /** DPU backend: its agents. */
+  dpus?: DpuAgentStatus[];
 }
 
 export interface ReconcileSummary {

@@ -9,6 +9,8 @@ export interface CniArgs {
   podName?: string;
   podUid?: string;
   podInfraContainerId?: string;
+  /** WORKLOADNET_DPU: the DPU agent this pod's port goes to (DPU backend). */
+  dpu?: string;
   /** Every pair as received, known or not. */
   all: Record<string, string>;
 }
@@ -19,6 +21,7 @@ const KNOWN_KEYS = new Set([
   'K8S_POD_NAME',
   'K8S_POD_UID',
   'K8S_POD_INFRA_CONTAINER_ID',
+  'WORKLOADNET_DPU',
 ]);
 
 function parseBool(value: string): boolean {
@@ -59,5 +62,6 @@ export function parseCniArgs(raw: string | undefined): CniArgs {
   if (all.K8S_POD_NAME) args.podName = all.K8S_POD_NAME;
   if (all.K8S_POD_UID) args.podUid = all.K8S_POD_UID;
   if (all.K8S_POD_INFRA_CONTAINER_ID) args.podInfraContainerId = all.K8S_POD_INFRA_CONTAINER_ID;
+  if (all.WORKLOADNET_DPU) args.dpu = all.WORKLOADNET_DPU;
   return args;
 }

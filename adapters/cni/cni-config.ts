@@ -1,3 +1,4 @@
+import type { DpuPortOptions } from '../../core/backend';
 import type { DnsInfo } from '../../core/workload-service';
 import { CniError, CniErrorCode } from './cni-error';
 import { type CniResult, parsePrevResult } from './cni-result';
@@ -42,6 +43,10 @@ export interface NetworkConfig {
   socket?: string;
   /** Static DNS from the config file ("dns" key, spec field names). */
   dns?: DnsInfo;
+  /** DPU backend: the agent this network's ports go to ("dpu" key); CNI_ARGS WORKLOADNET_DPU wins. */
+  dpu?: string;
+  /** DPU backend: VF settings, under SR-IOV CNI's keys (max_tx_rate, spoofchk, trust, ...). */
+  dpuPort?: DpuPortOptions;
   prevResult?: CniResult;
   runtimeConfig: RuntimeConfig;
   /** Only on GC; undefined when the runtime sent none. */
@@ -81,6 +86,42 @@ function optString(v: unknown, where: string): string | undefined {
   if (v === undefined || v === null || v === '') return undefined;
   if (typeof v !== 'string') throw invalid(`${where} must be a string`);
   return v;
+}
+
+function onOff(v: unknown, where: string): boolean | undefined {
+  if (v === undefined || v === null || v === '') return undefined;
+  if (v === 'on') return true;
+  if (v === 'off') return false;
+  throw invalid(`${where} must be "on" or "off"`);
+}
+
+function wholeNumber(v: unknown, where: string): number | undefined {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0)
+    throw invalid(`${where} must be a whole number >= 0`);
+  return v;
+}
+
+/** The VF settings of a network, under the keys SR-IOV CNI uses for them; undefined when none is set. */
+function parseVfSettings(raw: Record<string, unknown>): DpuPortOptions | undefined {
+  const out: DpuPortOptions = {};
+  const max = wholeNumber(raw.max_tx_rate, 'max_tx_rate');
+  if (max !== undefined) out.maxTxRateMbps = max;
+  const min = wholeNumber(raw.min_tx_rate, 'min_tx_rate');
+  if (min !== undefined) out.minTxRateMbps = min;
+  const spoof = onOff(raw.spoofchk, 'spoofchk');
+  if (spoof !== undefined) out.spoofCheck = spoof;
+  const trust = onOff(raw.trust, 'trust');
+  if (trust !== undefined) out.trust = trust;
+  const ls = optString(raw.link_state, 'link_state');
+  if (ls !== undefined) {
+    if (ls !== 'auto' && ls !== 'enable' && ls !== 'disable')
+      throw invalid('link_state must be "auto", "enable" or "disable"');
+    out.linkState = ls;
+  }
+  const pf = wholeNumber(raw.pf, 'pf');
+  if (pf !== undefined) out.pf = pf;
+  return Object.keys(out).length ? out : undefined;
 }
 
 function port(v: unknown, where: string): number {
@@ -248,6 +289,10 @@ export function parseNetworkConfig(raw: Record<string, unknown>, cniVersion: str
   }
   const socket = optString(raw.socket, 'socket');
   if (socket) config.socket = socket;
+  const dpu = optString(raw.dpu, 'dpu');
+  if (dpu) config.dpu = dpu;
+  const dpuPort = parseVfSettings(raw);
+  if (dpuPort) config.dpuPort = dpuPort;
   const dns = parseConfigDns(raw.dns);
   if (dns) config.dns = dns;
   if (raw.prevResult !== undefined && raw.prevResult !== null)

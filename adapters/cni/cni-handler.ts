@@ -134,6 +134,10 @@ export class CniHandler {
     const mtu = req.config.mtu ?? this.opts.defaultMtu;
     if (mtu !== undefined) call.mtu = mtu;
     if (dns) call.dns = dns;
+    // The pod's own choice (CNI_ARGS) is more specific than its network's.
+    const dpu = req.args.dpu ?? req.config.dpu;
+    if (dpu) call.dpu = dpu;
+    if (req.config.dpuPort) call.dpuPort = req.config.dpuPort;
 
     const attachment = await this.service.attach(call).catch((err: unknown) => {
       throw netnsEnvironmentError(err);

@@ -9,18 +9,28 @@ import {
   type Ack,
   type AgentMessage,
   type ControllerMessage,
+  type Inventory,
   type Port,
+  Toggle,
+  VfLinkState,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { Dataplane } from './dataplane';
 import type { FaultInjector } from './fault-injection';
 import type { PortTable } from './port-table';
 import type { SessionInfo } from './state-file';
+import type { VfPool } from './vf-pool';
 
 // The agent's side of the protocol: dial the daemon, say hello, apply the snapshot and every change
 // after it, ack each one, and keep the session alive with heartbeats. When the stream ends for any
 // reason it dials again with exponential backoff, as a DPU that outlives many daemon restarts must.
 
-export const PROTOCOL_VERSION = 1;
+/** The protocol versions the simulator speaks by default. */
+export const PROTOCOL_VERSION = 2;
+export const MIN_PROTOCOL_VERSION = 1;
+/** Version 2 features the simulator implements (it records QoS; netns mode enforces the rate). */
+export const SIM_V2_FEATURES = ['qos-rate', 'qos-spoof-check', 'qos-trust', 'qos-link-state', 'pf-select'];
+/** Inventory changes (free VFs) are sent at most this often. */
+const INVENTORY_COALESCE_MS = 1000;
 /** Limits the simulator claims in its hello. */
 export const SIM_MIN_MTU = 68;
 export const SIM_MAX_MTU = 9216;
@@ -35,6 +45,11 @@ export interface AgentClientOptions {
   ignoreSnapshot: boolean;
   backoffMaxMs: number;
   table: PortTable;
+  pool: VfPool;
+  /** The version range offered in the hello. */
+  protocol: { min: number; max: number };
+  /** Features not to advertise (and to refuse), to play an older or smaller agent. */
+  withoutFeatures: string[];
   dataplane: Dataplane;
   faults: FaultInjector;
   /** Called after every change of the table or the session, to persist them. */
@@ -65,6 +80,12 @@ export class AgentClient {
   private lastEpoch = 0;
   private snapshot: Snapshot | undefined;
   private wake: (() => void) | undefined;
+  private versionValue = 0;
+  private inventoriesSent = 0;
+  private lastInventory: Inventory | undefined;
+  private inventoryTimer: NodeJS.Timeout | undefined;
+  /** Sends on the current session, while there is one. */
+  private sendNow: ((m: AgentMessage) => void) | undefined;
 
   constructor(private readonly opts: AgentClientOptions) {
     this.client = new DpuAgentServiceClient(opts.controller, credentials(opts), {
@@ -83,6 +104,38 @@ export class AgentClient {
 
   get epoch(): number {
     return this.lastEpoch;
+  }
+
+  get protocolVersion(): number {
+    return this.versionValue;
+  }
+
+  get inventoryInfo(): { sent: number; last: Inventory | undefined } {
+    return { sent: this.inventoriesSent, last: this.lastInventory };
+  }
+
+  /** Features the hello advertises. */
+  get features(): string[] {
+    const v2 = this.opts.protocol.max >= 2 ? SIM_V2_FEATURES : [];
+    return [...this.opts.dataplane.features, ...v2].filter((f) => !this.opts.withoutFeatures.includes(f));
+  }
+
+  private sendInventory(): void {
+    if (!this.sendNow || this.versionValue < 2) return;
+    const inv = this.opts.pool.inventory();
+    this.lastInventory = inv;
+    this.inventoriesSent += 1;
+    this.sendNow({ inventory: inv });
+    this.opts.changed();
+  }
+
+  /** The pool changed: tell the daemon soon, once for a burst of changes. */
+  private inventoryChanged(): void {
+    if (this.inventoryTimer || this.versionValue < 2) return;
+    this.inventoryTimer = setTimeout(() => {
+      this.inventoryTimer = undefined;
+      this.sendInventory();
+    }, INVENTORY_COALESCE_MS);
   }
 
   /** Runs sessions until stop() is called. */
@@ -138,6 +191,10 @@ export class AgentClient {
         if (ended) return;
         ended = true;
         clearInterval(heartbeat);
+        this.sendNow = undefined;
+        this.versionValue = 0;
+        clearTimeout(this.inventoryTimer);
+        this.inventoryTimer = undefined;
         if (this.call === call) this.call = undefined;
         this.syncedValue = false;
         if (this.sessionInfo.state !== 'rejected') this.setSession(info);
@@ -159,8 +216,20 @@ export class AgentClient {
         if (msg.helloAccept) {
           accepted = true;
           const interval = Math.max(10, msg.helloAccept.heartbeatIntervalMs || 1000);
-          log.info({ sessionId: msg.helloAccept.sessionId, heartbeatIntervalMs: interval }, 'hello accepted');
+          // A version 1 daemon does not say; it speaks version 1.
+          this.versionValue = msg.helloAccept.protocolVersion || 1;
+          log.info(
+            {
+              sessionId: msg.helloAccept.sessionId,
+              heartbeatIntervalMs: interval,
+              version: this.versionValue,
+              daemon: msg.helloAccept.capabilities,
+            },
+            'hello accepted',
+          );
+          this.sendNow = (m) => void send(m);
           this.setSession({ state: 'connected', sessionId: msg.helloAccept.sessionId });
+          this.sendInventory();
           let seq = 0;
           let lastTick = Date.now();
           heartbeat = setInterval(() => {
@@ -236,18 +305,22 @@ export class AgentClient {
         if (st.code === grpc.status.OK) end({ state: 'disconnected', reason: 'the daemon ended the stream' });
       });
 
+      const { table, pool, protocol } = this.opts;
       const caps = {
-        maxPorts: this.opts.table.maxPorts,
+        maxPorts: table.maxPorts ? Math.min(table.maxPorts, pool.total) : pool.total,
         ipv6: true,
         minMtu: SIM_MIN_MTU,
         maxMtu: SIM_MAX_MTU,
-        features: this.opts.dataplane.features,
+        features: this.features,
       };
       call.write({
         hello: {
           agentId: this.opts.agentId,
           bootId: this.opts.bootId,
-          protocolVersion: PROTOCOL_VERSION,
+          // What a daemon that reads no range (version 1) takes: the oldest version offered.
+          protocolVersion: protocol.min,
+          minProtocolVersion: protocol.min === protocol.max ? 0 : protocol.min,
+          maxProtocolVersion: protocol.min === protocol.max ? 0 : protocol.max,
           capabilities: caps,
         },
       });
@@ -285,12 +358,28 @@ export class AgentClient {
         message: `port table full (${table.maxPorts} ports)`,
       };
     }
+    const unsupported = this.unsupportedBy(port);
+    if (unsupported) return { ...base, code: AckCode.ACK_CODE_UNSUPPORTED, message: unsupported };
     const injected = faults.injectedError();
     if (injected) return { ...base, code: injected.code, message: injected.message };
     const previous = table.get(port.name);
+    const { pool } = this.opts;
+    const slot = pool.allocate(port.name, port.pf);
+    if (!slot) {
+      return {
+        ...base,
+        code: AckCode.ACK_CODE_NO_RESOURCES,
+        retryable: true,
+        message:
+          port.pf === undefined
+            ? `no free VF (all ${pool.total} in use)`
+            : `no free VF on PF ${port.pf} (${pool.vfsPerPf} in use, or no such PF)`,
+      };
+    }
     try {
-      const { endpoint, representor } = await dataplane.program(port, previous);
-      table.set({ port, endpoint, representor });
+      const { endpoint, representor } = await dataplane.program(port, previous, pool.identity(slot));
+      table.set({ port, endpoint, representor, vf: slot });
+      this.inventoryChanged();
       this.opts.changed();
       log.debug(
         { port: port.name, generation: port.generation, endpoint: endpoint?.netdev, representor },
@@ -298,6 +387,7 @@ export class AgentClient {
       );
       return { ...base, code: AckCode.ACK_CODE_OK, endpoint };
     } catch (err) {
+      if (!previous) pool.release(port.name);
       log.warn({ port: port.name, err: (err as Error).message }, 'programming a port failed');
       return {
         ...base,
@@ -306,6 +396,26 @@ export class AgentClient {
         message: `dataplane: ${(err as Error).message}`,
       };
     }
+  }
+
+  /** What in the port needs a feature this agent does not advertise (a daemon should not send it). */
+  private unsupportedBy(port: Port): string | undefined {
+    const has = (f: string): boolean => this.features.includes(f);
+    const q = port.qos;
+    if (port.pf !== undefined && !has('pf-select'))
+      return 'PF selection (feature "pf-select") is not supported';
+    if (!q) return undefined;
+    if ((q.maxTxRateMbps || q.minTxRateMbps) && !has('qos-rate'))
+      return 'transmit rates (feature "qos-rate") are not supported';
+    if (q.spoofCheck !== Toggle.TOGGLE_UNSPECIFIED && !has('qos-spoof-check'))
+      return 'spoof check (feature "qos-spoof-check") is not supported';
+    if (q.trust !== Toggle.TOGGLE_UNSPECIFIED && !has('qos-trust'))
+      return 'trust (feature "qos-trust") is not supported';
+    if (q.linkState !== VfLinkState.VF_LINK_STATE_UNSPECIFIED && !has('qos-link-state'))
+      return 'VF link state (feature "qos-link-state") is not supported';
+    if (q.minTxRateMbps && q.maxTxRateMbps && q.minTxRateMbps > q.maxTxRateMbps)
+      return `min_tx_rate ${q.minTxRateMbps} is above max_tx_rate ${q.maxTxRateMbps}`;
+    return undefined;
   }
 
   private async applyDelete(name: string, generation: number): Promise<Ack> {
@@ -323,6 +433,8 @@ export class AgentClient {
         };
       }
       this.opts.table.delete(name);
+      this.opts.pool.release(name);
+      this.inventoryChanged();
       this.opts.changed();
     }
     // Deleting what is not there is success: the daemon's wish is already true.
@@ -366,6 +478,8 @@ export class AgentClient {
         continue;
       }
       table.delete(name);
+      this.opts.pool.release(name);
+      this.inventoryChanged();
       log.info({ port: name }, 'stale port removed after sync');
       await send({
         portStatus: {

@@ -1,5 +1,6 @@
 import type { Endpoint, Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { PortEntry } from './port-table';
+import type { VfIdentity } from './vf-pool';
 
 // What the simulator does to "program" a port. The default does nothing but remember it (a pure
 // control-plane agent); the netns dataplane plumbs real interfaces.
@@ -18,7 +19,7 @@ export interface Dataplane {
    * Makes the port exist as described (idempotent: an existing port is updated to match).
    * Throws with a message for the ack on failure.
    */
-  program(port: Port, previous: PortEntry | undefined): Promise<Programmed>;
+  program(port: Port, previous: PortEntry | undefined, vf: VfIdentity): Promise<Programmed>;
   /** Removes a port; succeeds when it is already gone. */
   remove(entry: PortEntry): Promise<void>;
   close(): Promise<void>;

@@ -2,11 +2,12 @@
 import { randomUUID } from 'node:crypto';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import pino from 'pino';
-import { AgentClient } from './agent-client';
+import { AgentClient, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION } from './agent-client';
 import { NoDataplane, type Dataplane } from './dataplane';
 import { FaultInjector, INJECTED_CODES, type InjectedErrorCode } from './fault-injection';
 import { PortTable } from './port-table';
 import { StateFile, readStateFile, type SimState } from './state-file';
+import { VfPool } from './vf-pool';
 
 // workloadnet-dpu-sim: a DPU agent in a process. It speaks the real agent protocol to a workloadnet
 // daemon, keeps its own port table, can misbehave on request, and can plumb real interfaces in a
@@ -34,6 +35,10 @@ interface CliOptions {
   tlsCa?: string;
   tlsServerName?: string;
   maxPorts: number;
+  pfs: number;
+  vfsPerPf: number;
+  protocol: { min: number; max: number };
+  withoutFeatures: string[];
   seed?: number;
   backoffMaxMs: number;
   logLevel: string;
@@ -50,6 +55,18 @@ function rate(v: string): number {
   if (!Number.isFinite(n) || n < 0 || n > 1)
     throw new InvalidArgumentError('expected a number between 0 and 1');
   return n;
+}
+
+function versionRange(v: string): { min: number; max: number } {
+  const m = /^(\d+)(?:-(\d+))?$/.exec(v);
+  const min = Number(m?.[1]);
+  const max = m?.[2] === undefined ? min : Number(m[2]);
+  if (!m || min < 1 || max < min) throw new InvalidArgumentError('expected VERSION or MIN-MAX, e.g. 1-2');
+  return { min, max };
+}
+
+function featureList(v: string): string[] {
+  return v.split(',').filter(Boolean);
 }
 
 function controllerTarget(v: string): string {
@@ -132,6 +149,26 @@ export function buildCommand(): Command {
       nonNegativeInt,
       0,
     )
+    .option('--pfs <n>', 'PFs of the simulated DPU (1-64)', nonNegativeInt, 2)
+    .option(
+      '--vfs-per-pf <n>',
+      'VFs per PF (1-4096); one per port, NO_RESOURCES when none is free',
+      nonNegativeInt,
+      2048,
+    )
+    .addOption(
+      new Option('--protocol <versions>', 'protocol versions to offer, VERSION or MIN-MAX')
+        .argParser(versionRange)
+        .default(
+          { min: MIN_PROTOCOL_VERSION, max: PROTOCOL_VERSION },
+          `${MIN_PROTOCOL_VERSION}-${PROTOCOL_VERSION}`,
+        ),
+    )
+    .option(
+      '--without-features <list>',
+      'comma-separated features not to advertise (and to refuse), e.g. qos-rate,pf-select',
+      featureList,
+    )
     .option('--seed <n>', 'seed for --error-rate decisions (default: random)', nonNegativeInt)
     .option('--backoff-max-ms <n>', 'longest wait between reconnect attempts', nonNegativeInt, 2000)
     .addOption(
@@ -144,6 +181,7 @@ export function buildCommand(): Command {
       `
 Examples:
   workloadnet-dpu-sim --controller unix:/run/workloadnet/agent.sock --agent-id dpu-0 --state-file /tmp/dpu-0.json
+  workloadnet-dpu-sim --controller unix:/run/workloadnet/agent.sock --agent-id dpu-1 --pfs 2 --vfs-per-pf 64
   workloadnet-dpu-sim --controller 10.0.0.1:7443 --agent-id dpu-0 --tls-cert a.crt --tls-key a.key --tls-ca ca.crt
   ip netns add dpu && workloadnet-dpu-sim --controller unix:/run/workloadnet/agent.sock --agent-id dpu-0 \\
       --dataplane netns --dpu-netns dpu
@@ -157,7 +195,8 @@ async function createDataplane(o: CliOptions, table: PortTable, log: pino.Logger
   if (!o.dpuNetns) throw new Error('--dataplane netns needs --dpu-netns');
   // Loaded only in netns mode, so the control-plane-only simulator needs no native FFI at all.
   const { NetnsDataplane } = await import('./netns-dataplane');
-  return NetnsDataplane.open({ dpuNetns: o.dpuNetns, hostNetns: o.hostNetns, keepPorts: table.names(), log });
+  const keepRepresentors = table.entries().flatMap((e) => (e.representor ? [e.representor] : []));
+  return NetnsDataplane.open({ dpuNetns: o.dpuNetns, hostNetns: o.hostNetns, keepRepresentors, log });
 }
 
 export async function main(argv: string[]): Promise<void> {
@@ -173,12 +212,16 @@ export async function main(argv: string[]): Promise<void> {
 
   const bootId = o.bootId ?? randomUUID();
   const table = new PortTable(o.maxPorts);
+  const pool = new VfPool(o.agentId, o.pfs, o.vfsPerPf);
+  o.withoutFeatures ??= [];
   // The same boot id means the DPU kept its state across an agent restart: pick up the ports it held.
   const previous = o.stateFile ? readStateFile(o.stateFile) : undefined;
   if (previous && previous.agentId === o.agentId && previous.bootId === bootId) {
     for (const p of previous.ports) {
-      const { endpoint, representor, ...port } = p;
-      table.set({ port, endpoint, representor });
+      const { endpoint, representor, vf, ...port } = p;
+      // A VF the current pool no longer has (run with fewer VFs) is given a new one on the next change.
+      if (vf && vf.pf < pool.pfs && vf.vf < pool.vfsPerPf) pool.claim(port.name, vf);
+      table.set({ port, endpoint, representor, vf });
     }
     log.info({ ports: table.size }, 'resumed the port table of the same boot');
   }
@@ -200,10 +243,22 @@ export async function main(argv: string[]): Promise<void> {
     synced: client.synced,
     epoch: client.epoch,
     session: client.session,
+    protocolVersion: client.protocolVersion,
+    inventoriesSent: client.inventoryInfo.sent,
+    ...(client.inventoryInfo.last
+      ? {
+          inventory: {
+            ...client.inventoryInfo.last,
+            // Every VF would make the file huge; the PFs with their counts say what tests need.
+            pfs: client.inventoryInfo.last.pfs.map(({ vfs: _vfs, ...pf }) => pf),
+          },
+        }
+      : {}),
     ports: table.entries().map((e) => ({
       ...e.port,
       ...(e.endpoint ? { endpoint: e.endpoint } : {}),
       ...(e.representor ? { representor: e.representor } : {}),
+      ...(e.vf ? { vf: e.vf } : {}),
     })),
   });
   const state = new StateFile(o.stateFile, render);
@@ -218,6 +273,9 @@ export async function main(argv: string[]): Promise<void> {
     ignoreSnapshot: o.ignoreSnapshot,
     backoffMaxMs: o.backoffMaxMs,
     table,
+    pool,
+    protocol: o.protocol,
+    withoutFeatures: o.withoutFeatures,
     dataplane,
     faults,
     changed: () => state.changed(),

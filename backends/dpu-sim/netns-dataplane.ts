@@ -7,6 +7,7 @@ import {
   AF_INET6,
   IPV4_DEVCONF_FORWARDING,
   IPV4_DEVCONF_PROXY_ARP,
+  IFA_F_NODAD,
   NetlinkError,
   delLinkRequest,
   delRouteRequest,
@@ -22,6 +23,8 @@ import {
 import type { Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { Dataplane, Programmed } from './dataplane';
 import type { PortEntry } from './port-table';
+import { deleteRootQdiscRequest, replaceTbfRequest } from './tbf-qdisc';
+import type { VfIdentity } from './vf-pool';
 
 // A DPU made of a network namespace. Each port is a veth pair: the "VF" end appears in the host
 // namespace (where the daemon moves it into the workload), the "representor" end stays in the DPU
@@ -36,12 +39,13 @@ export interface NetnsDataplaneOptions {
   dpuNetns: string;
   /** Namespace where VF ends appear; default this process's. */
   hostNetns?: string;
-  /** Ports the simulator resumed from its state file; every other port found in the DPU is removed. */
-  keepPorts: string[];
+  /** Representors of the ports the simulator resumed from its state file; every other one is removed. */
+  keepRepresentors: string[];
   log: Logger;
 }
 
-const REPRESENTOR = /^rp[0-9a-f]{8}$/;
+/** Representors by VF ("rp<pf>v<vf>"), and by port name hash as earlier simulators named them. */
+const REPRESENTOR = /^rp([0-9a-f]{8}|\d+v\d+)$/;
 
 /** Interface names derived from the port name: stable, unique enough, within IFNAMSIZ. */
 export function portNetdevNames(portName: string): { vf: string; representor: string } {
@@ -84,7 +88,7 @@ export class NetnsDataplane implements Dataplane {
     if (dpu.isOwn) throw new Error("--dpu-netns must not be the simulator's own namespace");
     const dp = new NetnsDataplane(dpu, host, NetlinkSocket.openIn(dpu), o.log);
     await dp.prepare();
-    await dp.removeAllBut(new Set(o.keepPorts.map((p) => portNetdevNames(p).representor)));
+    await dp.removeAllBut(new Set(o.keepRepresentors));
     return dp;
   }
 
@@ -132,8 +136,8 @@ export class NetnsDataplane implements Dataplane {
     this.gateways.add(address);
   }
 
-  async program(port: Port, previous: PortEntry | undefined): Promise<Programmed> {
-    const names = portNetdevNames(port.name);
+  async program(port: Port, previous: PortEntry | undefined, vf: VfIdentity): Promise<Programmed> {
+    const names = { vf: vf.netdev, representor: vf.representor };
     let rep = await getLink(this.sock, { name: names.representor });
     if (!rep) {
       await this.sock.request(
@@ -153,6 +157,19 @@ export class NetnsDataplane implements Dataplane {
       setLinkRequest({ index }, { inetConf: { [IPV4_DEVCONF_FORWARDING]: 1, [IPV4_DEVCONF_PROXY_ARP]: 1 } }),
     ]);
     for (const r of port.routes) if (r.gateway) await this.ensureGateway(r.gateway);
+    // IPv6 has no proxy NDP for a link-local gateway: the representor holds fe80::1 itself, so that the
+    // workload's default route via fe80::1 leads into the DPU.
+    for (const r of port.routes) {
+      if (!r.gateway.startsWith('fe80:')) continue;
+      try {
+        await this.sock.request(
+          newAddressRequest({ index, address: r.gateway, prefixLength: 64, flags: IFA_F_NODAD }),
+        );
+      } catch (err) {
+        if (!(err instanceof NetlinkError && err.code === 'EEXIST')) throw err;
+      }
+    }
+    await this.applyRate(index, port, previous);
     // Host routes to the workload through its representor; addresses the port no longer has lose theirs.
     const gone = (previous?.port.ips ?? []).filter((ip) => !port.ips.includes(ip));
     for (const cidr of gone) {
@@ -178,12 +195,39 @@ export class NetnsDataplane implements Dataplane {
       { port: port.name, representor: names.representor, vf: names.vf },
       'port plumbed in the DPU namespace',
     );
-    return { endpoint: { netdev: names.vf, mac: port.mac }, representor: names.representor };
+    return {
+      endpoint: {
+        netdev: names.vf,
+        mac: port.mac,
+        pfIndex: vf.pf,
+        vfIndex: vf.vf,
+        pciAddress: vf.pciAddress,
+        representor: names.representor,
+      },
+      representor: names.representor,
+    };
+  }
+
+  /**
+   * max_tx_rate as a tbf on the representor: traffic the DPU sends towards the VF is shaped there (a
+   * veth pair has no other place a qdisc could hold it without a policer). No rate: the default qdisc.
+   */
+  private async applyRate(index: number, port: Port, previous: PortEntry | undefined): Promise<void> {
+    const rate = port.qos?.maxTxRateMbps ?? 0;
+    if (rate > 0) {
+      await this.sock.request(replaceTbfRequest({ ifindex: index, rateMbps: rate }));
+      return;
+    }
+    if (!previous?.port.qos?.maxTxRateMbps) return;
+    await this.sock.request(deleteRootQdiscRequest(index)).catch((err: unknown) => {
+      // Already the default: nothing to remove.
+      if (!(err instanceof NetlinkError && (err.code === 'ENOENT' || err.code === 'EINVAL'))) throw err;
+    });
   }
 
   async remove(entry: PortEntry): Promise<void> {
     // Deleting the representor deletes its VF too, wherever the daemon has moved it; routes go with it.
-    const { representor } = portNetdevNames(entry.port.name);
+    const representor = entry.representor ?? portNetdevNames(entry.port.name).representor;
     try {
       await this.sock.request(delLinkRequest({ name: representor }));
     } catch (err) {

@@ -1,4 +1,5 @@
 import type { Endpoint, Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import type { VfSlot } from './vf-pool';
 
 // The simulator's own port table: what it believes it has programmed. It is deliberately separate from
 // anything the daemon holds, so that tests can see the two disagree and converge.
@@ -9,6 +10,8 @@ export interface PortEntry {
   endpoint?: Endpoint;
   /** The DPU-side interface of the port, when the dataplane created one. */
   representor?: string;
+  /** The VF the port holds. */
+  vf?: VfSlot;
 }
 
 export class PortTable {

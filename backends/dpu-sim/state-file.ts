@@ -1,6 +1,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import type { Endpoint, Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import type { Endpoint, Inventory, Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import type { VfSlot } from './vf-pool';
 
 // The simulator's state, written as JSON for tests and operators to read. Each write goes to a
 // temporary file that is then renamed over the old one, so a reader never sees half a file. Writes are
@@ -10,6 +11,7 @@ import type { Endpoint, Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 export interface StatePort extends Port {
   endpoint?: Endpoint;
   representor?: string;
+  vf?: VfSlot;
 }
 
 export interface SessionInfo {
@@ -31,6 +33,11 @@ export interface SimState {
   /** Epoch of the last snapshot applied. */
   epoch: number;
   session: SessionInfo;
+  /** The protocol version of the current session (0 while none is accepted). */
+  protocolVersion?: number;
+  /** Inventories sent since the process started, and the last one. */
+  inventoriesSent?: number;
+  inventory?: Omit<Inventory, 'pfs'> & { pfs: Array<Omit<Inventory['pfs'][number], 'vfs'>> };
   ports: StatePort[];
 }
 

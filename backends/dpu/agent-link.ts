@@ -6,10 +6,11 @@ import { AgentServer, type AgentCall, type AgentPeer, type TlsFiles } from './ag
 import { AgentSession, type SessionTiming } from './agent-session';
 import { admitHello, type Admission } from './hello-admission';
 
-// The daemon's link to its DPU agent: the listener agents connect to, the sessions on it, which one
-// holds the agent slot, heartbeats (in AgentSession), and what is known of an agent that went away.
-// It knows nothing of ports: what arrives on the admitted session goes to the backend through
-// LinkEvents, and the backend sends on the session the link hands it.
+// The daemon's link to its DPU agents: the listener agents connect to, the sessions on it, which
+// session holds each agent id's slot (a node may carry several DPUs, one session each), heartbeats (in
+// AgentSession), and what is known of agents that went away. It knows nothing of ports: what arrives
+// on an admitted session goes to the backend through LinkEvents, and the backend sends on the session
+// the link hands it.
 
 export interface AgentLinkOptions {
   /** Unix socket on which agents connect. */
@@ -18,21 +19,25 @@ export interface AgentLinkOptions {
   agentListen?: string;
   tls?: TlsFiles;
   maxMessageBytes: number;
+  /** Agents that may hold a session at once. */
+  maxAgents: number;
   timing: SessionTiming;
   logger: Logger;
 }
 
-/** What the backend hears from the agent slot's session. */
+/** What the backend hears from the sessions holding agent slots. */
 export interface LinkEvents {
-  /** An agent's hello was accepted and it now holds the slot. */
+  /** An agent's hello was accepted and it now holds its slot; `previous` is its last session's end. */
   established(session: AgentSession, previous: LostAgent | undefined): void;
   ack(session: AgentSession, ack: Ack): void;
   portStatus(session: AgentSession, ps: PortStatus): void;
-  /** The slot's session ended, for whatever reason; called once per session. */
+  /** The agent sent a new inventory (session.inventory). */
+  inventory(session: AgentSession): void;
+  /** A slot's session ended, for whatever reason; called once per session. */
   lost(session: AgentSession, reason: string): void;
 }
 
-/** An agent that held the slot and went away. */
+/** An agent that held its slot and went away. */
 export interface LostAgent {
   agentId: string;
   bootId: string;
@@ -40,13 +45,18 @@ export interface LostAgent {
   reason: string;
 }
 
+/** Agents that went away are remembered (for Status and messages); past this, the longest gone go. */
+const MAX_LOST_AGENTS = 256;
+
 export class AgentLink {
   private server: AgentServer | undefined;
   private readonly streams = new Set<AgentSession>();
-  /** The session holding the agent slot (accepted hello), if any. */
-  private holder: AgentSession | undefined;
-  private lostAgent: LostAgent | undefined;
-  private readonly waiters: Array<(s: AgentSession) => void> = [];
+  /** The session holding each agent id's slot (accepted hello). */
+  private readonly holders = new Map<string, AgentSession>();
+  /** Agents that held a slot and went away, by id, oldest first. */
+  private readonly lostAgents = new Map<string, LostAgent>();
+  /** Each returns true when it was served (and goes). */
+  private readonly waiters: Array<(s: AgentSession) => boolean> = [];
 
   constructor(
     private readonly opts: AgentLinkOptions,
@@ -58,14 +68,29 @@ export class AgentLink {
     return this.server?.tcpPort;
   }
 
-  /** The session holding the slot, healthy or not. */
-  get session(): AgentSession | undefined {
-    return this.holder;
+  /** The session holding `agentId`'s slot, healthy or not. */
+  sessionOf(agentId: string): AgentSession | undefined {
+    return this.holders.get(agentId);
   }
 
-  /** The agent that last held the slot, while none holds it. */
-  get lost(): LostAgent | undefined {
-    return this.lostAgent;
+  /** Every session holding a slot, healthy or not, by agent id. */
+  sessions(): AgentSession[] {
+    return [...this.holders.values()].sort((a, b) => compare(a.agentId, b.agentId));
+  }
+
+  /** The agent's last session's end, while it holds no slot. */
+  lostOf(agentId: string): LostAgent | undefined {
+    return this.lostAgents.get(agentId);
+  }
+
+  /** Agents that went away and hold no slot, by id. */
+  lost(): LostAgent[] {
+    return [...this.lostAgents.values()].sort((a, b) => compare(a.agentId, b.agentId));
+  }
+
+  /** Whether any agent ever held a slot or holds one now. */
+  get anyAgent(): boolean {
+    return this.holders.size > 0 || this.lostAgents.size > 0;
   }
 
   async start(): Promise<void> {
@@ -88,28 +113,44 @@ export class AgentLink {
     this.server = undefined;
   }
 
-  /** The session changes may be sent on, or UNAVAILABLE at once: callers must not wait for an agent. */
-  requireHealthy(): AgentSession {
-    const s = this.holder;
+  /**
+   * The session changes for `agentId` may be sent on, or UNAVAILABLE at once: callers must not wait
+   * for an agent.
+   */
+  requireHealthy(agentId: string): AgentSession {
+    const s = this.holders.get(agentId);
     if (s?.healthy) return s;
-    if (s)
-      throw unavailable(
-        `DPU agent ${s.agentId} has been silent for ${s.silenceMs} ms; retry once it is back`,
-      );
-    const lost = this.lostAgent;
-    throw unavailable(
-      lost
-        ? `DPU agent ${lost.agentId} disconnected ${Math.round((Date.now() - lost.at) / 1000)} s ago (${lost.reason}); retry once it reconnects`
-        : `no DPU agent is connected on ${this.where()}; start the agent and retry`,
-    );
+    throw unavailable(this.whyUnavailable(agentId));
   }
 
-  /** The next session to take the slot, or undefined after `timeoutMs`. */
-  waitForAgent(timeoutMs: number): Promise<AgentSession | undefined> {
+  /** Why `agentId` cannot take a change now, for a person. */
+  whyUnavailable(agentId: string): string {
+    const s = this.holders.get(agentId);
+    if (s) return `DPU agent ${s.agentId} has been silent for ${s.silenceMs} ms; retry once it is back`;
+    const lost = this.lostAgents.get(agentId);
+    if (lost)
+      return `DPU agent ${lost.agentId} disconnected ${Math.round((Date.now() - lost.at) / 1000)} s ago (${lost.reason}); retry once it reconnects`;
+    return `DPU agent ${agentId} is not connected on ${this.where()}; start it and retry`;
+  }
+
+  /** Why no agent can take a change now, for a person (no agent is healthy). */
+  whyNoneHealthy(): string {
+    const known = [...this.sessions().map((s) => s.agentId), ...this.lost().map((l) => l.agentId)];
+    if (known.length === 0) return `no DPU agent is connected on ${this.where()}; start the agent and retry`;
+    if (known.length === 1) return this.whyUnavailable(known[0] ?? '');
+    return `no DPU agent is healthy (${known.map((id) => this.whyUnavailable(id)).join('; ')})`;
+  }
+
+  /**
+   * The next session to take a slot (of `agentId`, when given), or undefined after `timeoutMs`.
+   */
+  waitForAgent(timeoutMs: number, agentId?: string): Promise<AgentSession | undefined> {
     return new Promise((resolve) => {
-      const waiter = (s: AgentSession): void => {
+      const waiter = (s: AgentSession): boolean => {
+        if (agentId !== undefined && s.agentId !== agentId) return false;
         clearTimeout(timer);
         resolve(s);
+        return true;
       };
       const timer = setTimeout(() => {
         const i = this.waiters.indexOf(waiter);
@@ -133,10 +174,13 @@ export class AgentLink {
         admit: (s, hello) => this.admit(s, hello),
         established: (s) => this.established(s),
         ack: (s, ack) => {
-          if (this.holder === s) this.events.ack(s, ack);
+          if (this.holders.get(s.agentId) === s) this.events.ack(s, ack);
         },
         portStatus: (s, ps) => {
-          if (this.holder === s) this.events.portStatus(s, ps);
+          if (this.holders.get(s.agentId) === s) this.events.portStatus(s, ps);
+        },
+        inventory: (s) => {
+          if (this.holders.get(s.agentId) === s) this.events.inventory(s);
         },
         closed: (s, reason) => this.closed(s, reason),
       },
@@ -147,7 +191,8 @@ export class AgentLink {
   }
 
   private admit(s: AgentSession, hello: Hello): Admission {
-    const current = this.holder && this.holder !== s ? this.holder : undefined;
+    const held = this.holders.get(hello.agentId);
+    const current = held && held !== s ? held : undefined;
     const admission = admitHello(
       hello,
       s.peer,
@@ -158,6 +203,8 @@ export class AgentLink {
         connectedAt: current.connectedAt,
         healthy: current.healthy,
       },
+      this.holders.size - (current ? 1 : 0),
+      this.opts.maxAgents,
     );
     if (admission.ok && admission.replaces && current) {
       current.close(status.UNAVAILABLE, `replaced by session ${s.id} after going silent`);
@@ -166,18 +213,27 @@ export class AgentLink {
   }
 
   private established(s: AgentSession): void {
-    const previous = this.lostAgent;
-    this.holder = s;
-    this.lostAgent = undefined;
-    for (const w of this.waiters.splice(0)) w(s);
+    const previous = this.lostAgents.get(s.agentId);
+    this.holders.set(s.agentId, s);
+    this.lostAgents.delete(s.agentId);
+    for (const w of this.waiters.splice(0)) if (!w(s)) this.waiters.push(w);
     this.events.established(s, previous);
   }
 
   private closed(s: AgentSession, reason: string): void {
     this.streams.delete(s);
-    if (this.holder !== s) return;
-    this.holder = undefined;
-    this.lostAgent = { agentId: s.agentId, bootId: s.bootId, at: Date.now(), reason };
+    if (this.holders.get(s.agentId) !== s) return;
+    this.holders.delete(s.agentId);
+    this.lostAgents.set(s.agentId, { agentId: s.agentId, bootId: s.bootId, at: Date.now(), reason });
+    while (this.lostAgents.size > MAX_LOST_AGENTS) {
+      const oldest = this.lostAgents.keys().next().value;
+      if (oldest === undefined) break;
+      this.lostAgents.delete(oldest);
+    }
     this.events.lost(s, reason);
   }
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
 }

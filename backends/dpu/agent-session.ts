@@ -7,10 +7,12 @@ import type {
   AgentMessage,
   ControllerMessage,
   Hello,
+  Inventory,
   PortStatus,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import { AgentInventory } from './agent-inventory';
 import type { AgentCall, AgentPeer } from './agent-server';
-import type { Admission } from './hello-admission';
+import { DAEMON_FEATURES, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, type Admission } from './hello-admission';
 import { PortStatusGate } from './port-status-gate';
 import { TokenBucket } from './rate-limiter';
 
@@ -25,6 +27,8 @@ export interface SessionHost {
   established(session: AgentSession): void;
   ack(session: AgentSession, ack: Ack): void;
   portStatus(session: AgentSession, ps: PortStatus): void;
+  /** A new inventory was accepted (session.inventory holds it). */
+  inventory(session: AgentSession): void;
   /** The stream ended, for whatever reason; called exactly once per session. */
   closed(session: AgentSession, reason: string): void;
 }
@@ -49,6 +53,7 @@ function kindOf(msg: AgentMessage): string {
   if (msg.ack) return 'ack';
   if (msg.portStatus) return 'port_status';
   if (msg.heartbeat) return 'heartbeat';
+  if (msg.inventory) return 'inventory';
   return 'empty';
 }
 
@@ -57,6 +62,10 @@ export class AgentSession {
   readonly connectedAt = Date.now();
   private stateValue: SessionState = 'awaiting-hello';
   private helloValue: Hello | undefined;
+  private versionValue = 0;
+  private inventoryValue: AgentInventory | undefined;
+  private inventoryAt: number | undefined;
+  private readonly inventoryLog = new LogRate();
   private lastReceived = Date.now();
   private lastHeartbeat: number | undefined;
   private heartbeatSeq = 0;
@@ -104,6 +113,26 @@ export class AgentSession {
 
   get hello(): Hello | undefined {
     return this.helloValue;
+  }
+
+  /** The protocol version the session speaks (0 before the hello is accepted). */
+  get version(): number {
+    return this.versionValue;
+  }
+
+  /** The agent's latest accepted inventory (version 2 agents). */
+  get inventory(): AgentInventory | undefined {
+    return this.inventoryValue;
+  }
+
+  /** When it arrived (ms since the epoch). */
+  get inventoryReceivedAt(): number | undefined {
+    return this.inventoryAt;
+  }
+
+  /** Whether the agent advertised `feature` in its hello. */
+  hasFeature(feature: string): boolean {
+    return this.helloValue?.capabilities?.features.includes(feature) ?? false;
   }
 
   get agentId(): string {
@@ -191,6 +220,9 @@ export class AgentSession {
       case 'heartbeat':
         this.onHeartbeat();
         return;
+      case 'inventory':
+        if (msg.inventory) this.onInventory(msg.inventory);
+        return;
       default:
         // A newer agent may send a message kind this daemon does not know; it is not an error.
         this.log.debug('ignoring an agent message of unknown kind');
@@ -210,10 +242,27 @@ export class AgentSession {
       return;
     }
     this.stateValue = 'active';
+    this.versionValue = admission.version;
     this.lastHeartbeat = Date.now();
-    this.send({ helloAccept: { sessionId: this.id, heartbeatIntervalMs: this.timing.heartbeatIntervalMs } });
+    this.send({
+      helloAccept: {
+        sessionId: this.id,
+        heartbeatIntervalMs: this.timing.heartbeatIntervalMs,
+        protocolVersion: admission.version,
+        capabilities: {
+          minProtocolVersion: MIN_PROTOCOL_VERSION,
+          maxProtocolVersion: PROTOCOL_VERSION,
+          features: DAEMON_FEATURES,
+        },
+      },
+    });
     this.log.info(
-      { agentId: hello.agentId, bootId: hello.bootId, capabilities: hello.capabilities },
+      {
+        agentId: hello.agentId,
+        bootId: hello.bootId,
+        version: admission.version,
+        capabilities: hello.capabilities,
+      },
       'agent session established',
     );
     this.lastTick = Date.now();
@@ -244,6 +293,28 @@ export class AgentSession {
         `heartbeat flood: ${this.droppedHeartbeats} heartbeats over the limit of ${HEARTBEATS_PER_INTERVAL} per ${this.timing.heartbeatIntervalMs} ms`,
       );
     }
+  }
+
+  private onInventory(inv: Inventory): void {
+    if (this.versionValue < 2) {
+      if (this.inventoryLog.take('v1') !== undefined)
+        this.log.warn({ agentId: this.agentId }, 'inventory from a version 1 session ignored');
+      return;
+    }
+    const parsed = AgentInventory.parse(inv);
+    if (typeof parsed === 'string') {
+      // The previous inventory stays: a broken update must not widen what the guard accepts.
+      if (this.inventoryLog.take('bad') !== undefined)
+        this.log.warn({ agentId: this.agentId, reason: parsed }, 'agent inventory refused');
+      return;
+    }
+    this.inventoryValue = parsed;
+    this.inventoryAt = Date.now();
+    this.log.debug(
+      { agentId: this.agentId, pfs: parsed.pfs.length, vfTotal: parsed.vfTotal, vfFree: parsed.vfFree },
+      'agent inventory',
+    );
+    this.host.inventory(this);
   }
 
   private onPortStatus(ps: PortStatus): void {

@@ -2,8 +2,9 @@ import type { Endpoint, Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { WorkloadPlacement } from './host-side';
 import type { PortFields } from './port-spec';
 
-// The ports the daemon wants the agent to hold, each tagged with a generation. This is the only thing
-// ever sent to an agent: a snapshot on every (re)connect, and single changes in between. Generations
+// The ports the daemon wants its agents to hold, each tagged with a generation and with the agent it
+// was placed on (a port never moves between agents on its own). This is the only thing ever sent to
+// an agent: a snapshot of its ports on every (re)connect, and single changes in between. Generations
 // come from one counter per process, so a name that is deleted and added again never reuses a
 // generation an old ack could still carry.
 
@@ -17,6 +18,8 @@ export interface PortAck {
 
 export interface DesiredPort {
   port: Port;
+  /** The agent the port is placed on. */
+  agentId: string;
   /** The last ack at the current generation, if any. */
   ack?: PortAck;
   /** Set by an unsolicited PortStatus from the agent. */
@@ -27,6 +30,8 @@ export interface DesiredPort {
 
 export class DesiredState {
   private readonly ports = new Map<string, DesiredPort>();
+  /** Ports per agent, for placement (kept, not counted, since it is asked on every attach). */
+  private readonly perAgent = new Map<string, number>();
   private lastGeneration = 0;
 
   private nextGeneration(): number {
@@ -34,31 +39,53 @@ export class DesiredState {
     return this.lastGeneration;
   }
 
-  /** Sets a port's desired fields and returns it with a fresh generation. */
-  upsert(fields: PortFields): Port {
+  /** Sets a port's desired fields on `agentId` and returns it with a fresh generation. */
+  upsert(fields: PortFields, agentId: string): Port {
     const port = withGeneration(fields, this.nextGeneration());
-    this.ports.set(port.name, entryFor(port));
+    this.put(entryFor(port, agentId));
     return port;
+  }
+
+  private put(entry: DesiredPort): void {
+    this.drop(entry.port.name);
+    this.ports.set(entry.port.name, entry);
+    this.perAgent.set(entry.agentId, (this.perAgent.get(entry.agentId) ?? 0) + 1);
+  }
+
+  private drop(name: string): boolean {
+    const old = this.ports.get(name);
+    if (!old) return false;
+    this.ports.delete(name);
+    const n = (this.perAgent.get(old.agentId) ?? 1) - 1;
+    if (n > 0) this.perAgent.set(old.agentId, n);
+    else this.perAgent.delete(old.agentId);
+    return true;
   }
 
   /**
    * Puts back a port recorded before a restart, keeping its generation, and moves the counter past
    * it so later changes are newer than anything restored.
    */
-  restore(fields: PortFields, generation: number, endpoint?: Endpoint, placement?: WorkloadPlacement): Port {
+  restore(
+    fields: PortFields,
+    generation: number,
+    agentId: string,
+    endpoint?: Endpoint,
+    placement?: WorkloadPlacement,
+  ): Port {
     const port = withGeneration(fields, generation);
     this.lastGeneration = Math.max(this.lastGeneration, generation);
-    const entry = entryFor(port, placement);
+    const entry = entryFor(port, agentId, placement);
     // The restored port was acknowledged before the restart; remember the endpoint so detach and check
     // know where the host side lives even before the agent acks the snapshot.
     if (endpoint) entry.ack = { generation, ok: true, message: 'restored', endpoint };
-    this.ports.set(port.name, entry);
+    this.put(entry);
     return port;
   }
 
   /** Forgets a port; returns the generation its Delete carries, or undefined when it was not desired. */
   delete(name: string): number | undefined {
-    if (!this.ports.delete(name)) return undefined;
+    if (!this.drop(name)) return undefined;
     return this.nextGeneration();
   }
 
@@ -79,11 +106,21 @@ export class DesiredState {
     return this.ports.size;
   }
 
-  /** Every desired port, ordered by name so that two snapshots of the same state are identical. */
-  snapshot(): Port[] {
-    return [...this.ports.values()]
-      .map((p) => p.port)
-      .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  /** Ports placed on `agentId`. */
+  countOn(agentId: string): number {
+    return this.perAgent.get(agentId) ?? 0;
+  }
+
+  /** Agents that have ports placed on them. */
+  agents(): string[] {
+    return [...this.perAgent.keys()];
+  }
+
+  /** Every port of `agentId`, ordered by name so that two snapshots of the same state are identical. */
+  snapshot(agentId: string): Port[] {
+    const out: Port[] = [];
+    for (const p of this.ports.values()) if (p.agentId === agentId) out.push(p.port);
+    return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
   }
 
   /** Records an ack if it is for the current generation; returns whether it was. */
@@ -105,13 +142,14 @@ export class DesiredState {
   }
 
   /** Oper states are reports of one agent session; a new session reports afresh. */
-  clearOperStates(): void {
-    for (const entry of this.ports.values()) entry.operState = undefined;
+  clearOperStates(agentId: string): void {
+    for (const entry of this.ports.values()) if (entry.agentId === agentId) entry.operState = undefined;
   }
 
-  setOperState(name: string, state: 'up' | 'down'): boolean {
+  /** Records a state `agentId` reported for a port it holds; false when the port is not its. */
+  setOperState(name: string, state: 'up' | 'down', agentId: string): boolean {
     const entry = this.ports.get(name);
-    if (!entry) return false;
+    if (entry?.agentId !== agentId) return false;
     entry.operState = state;
     return true;
   }
@@ -134,6 +172,8 @@ function withGeneration(fields: PortFields, generation: number): Port {
     vni: fields.vni,
     workloadId: fields.workloadId,
     ifName: fields.ifName,
+    qos: fields.qos,
+    pf: fields.pf,
   };
 }
 
@@ -141,6 +181,6 @@ function withGeneration(fields: PortFields, generation: number): Port {
  * An entry with every field present from the start, so that all entries share one layout with room
  * for the fields set later (an ack, a state, a placement) instead of growing a second array for them.
  */
-function entryFor(port: Port, placement?: WorkloadPlacement): DesiredPort {
-  return { port, ack: undefined, operState: undefined, placement };
+function entryFor(port: Port, agentId: string, placement?: WorkloadPlacement): DesiredPort {
+  return { port, agentId, ack: undefined, operState: undefined, placement };
 }

@@ -14,6 +14,13 @@ export interface DpuDetails {
   endpoint: string;
   agentId: string;
   bootId: string;
+  /** Which VF the endpoint is, when the agent said (protocol version 2); stable across reboots. */
+  pf?: number;
+  vf?: number;
+  pciAddress?: string;
+  representor?: string;
+  /** The port's VF settings (rates, spoof check, trust, link state, PF), as JSON; empty for none. */
+  portOptions?: string;
 }
 
 const KEYS = {
@@ -23,10 +30,15 @@ const KEYS = {
   endpoint: 'dpuEndpoint',
   agentId: 'dpuAgentId',
   bootId: 'dpuBootId',
+  pf: 'dpuPf',
+  vf: 'dpuVf',
+  pciAddress: 'dpuPci',
+  representor: 'dpuRepresentor',
+  portOptions: 'dpuPortOptions',
 } as const;
 
 export function encodeDetails(d: DpuDetails): Record<string, string | number | boolean> {
-  return {
+  const out: Record<string, string | number | boolean> = {
     [KEYS.port]: d.port,
     [KEYS.generation]: d.generation,
     [KEYS.mac]: d.mac,
@@ -34,6 +46,13 @@ export function encodeDetails(d: DpuDetails): Record<string, string | number | b
     [KEYS.agentId]: d.agentId,
     [KEYS.bootId]: d.bootId,
   };
+  // Version 1 agents say nothing of these; their attachments keep the keys they always had.
+  if (d.pf !== undefined) out[KEYS.pf] = d.pf;
+  if (d.vf !== undefined) out[KEYS.vf] = d.vf;
+  if (d.pciAddress) out[KEYS.pciAddress] = d.pciAddress;
+  if (d.representor) out[KEYS.representor] = d.representor;
+  if (d.portOptions) out[KEYS.portOptions] = d.portOptions;
+  return out;
 }
 
 /** The stored details, or undefined when they are missing or not ours (an attachment made by another backend). */
@@ -55,5 +74,14 @@ export function decodeDetails(dp: DataplaneResult | undefined): DpuDetails | und
     endpoint: str(KEYS.endpoint),
     agentId: str(KEYS.agentId),
     bootId: str(KEYS.bootId),
+    pf: index(d[KEYS.pf]),
+    vf: index(d[KEYS.vf]),
+    pciAddress: str(KEYS.pciAddress),
+    representor: str(KEYS.representor),
+    portOptions: str(KEYS.portOptions),
   };
+}
+
+function index(v: unknown): number | undefined {
+  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : undefined;
 }

@@ -2,6 +2,8 @@ import type {
   AttachSpec,
   AttachmentView,
   Backend,
+  DpuAgentStatus,
+  DpuPortOptions,
   BackendHealth,
   DataplaneResult,
   Drift,
@@ -10,7 +12,6 @@ import type {
 } from '../../core/backend';
 import {
   asWorkloadNetError,
-  exhausted,
   internal,
   invalidArgument,
   unavailable,
@@ -18,24 +19,41 @@ import {
 } from '../../core/errors';
 import { KeyedMutex } from '../../core/keyed-mutex';
 import { silentLogger, type Logger } from '../../core/logger';
-import { AckCode, PortOperState, type Ack, type PortStatus } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import {
+  AckCode,
+  PortOperState,
+  type Ack,
+  type Endpoint,
+  type PortStatus,
+} from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import { ackCodeName, nackError } from './ack-code';
 import { AckWaiter } from './ack-waiter';
 import { AgentLink, type LostAgent } from './agent-link';
 import type { AgentSession } from './agent-session';
+import { AgentSyncState } from './agent-sync-state';
 import { DesiredState } from './desired-state';
 import { decodeDetails, encodeDetails } from './details';
 import { EndpointRefused, createHostSide, type HostSide, type WorkloadPlacement } from './host-side';
 import { LogThrottle } from './log-throttle';
 import { ownString } from './own-string';
 import { workloadInterface, workloadRoutes } from '../linux/workload-side';
-import { macForKey, portFields, portFieldsFromView } from './port-spec';
+import { place, type PlacementCandidate } from './placement';
+import {
+  featuresNeeded,
+  macForKey,
+  portFields,
+  portFieldsFromView,
+  portOptions,
+  type PortFields,
+} from './port-spec';
+import { validateDpuPort } from '../../core/validation';
 import { SnapshotSync } from './snapshot-sync';
 
-// The DPU backend: the core asks for a port, this backend turns it into desired state, hands it to the
-// connected agent and waits for the agent to confirm it; then, if the agent exposes the port to the
-// host as a netdev (a VF), it moves that netdev into the workload's namespace. It programs no packet
-// path on the host itself: that is the DPU's job.
+// The DPU backend: the core asks for a port, this backend places it on one of the connected agents
+// (a node may carry several DPUs), turns it into desired state, hands it to that agent and waits for
+// the agent to confirm it; then, if the agent exposes the port to the host as a netdev (a VF), it moves
+// that netdev into the workload's namespace. It programs no packet path on the host itself: that is
+// the DPU's job. A port stays on the agent it was placed on for its whole life.
 
 export interface DpuBackendOptions {
   /** Unix socket on which agents connect. */
@@ -60,14 +78,19 @@ export interface DpuBackendOptions {
    * 15000; 0 fails at once.
    */
   startupAgentWaitMs?: number;
+  /** Agents that may hold a session at once. Default 16. */
+  maxAgents?: number;
   logger?: Logger;
 }
 
 export { PROTOCOL_VERSION } from './hello-admission';
 /** Agent feature: acks carry a host netdev that the daemon moves into the workload namespace. */
 export const FEATURE_HOST_ENDPOINT = 'host-endpoint';
-/** Agent messages are small; anything near this is a broken or hostile agent. */
-export const MAX_AGENT_MESSAGE_BYTES = 64 * 1024;
+/**
+ * Agent messages are small but for an inventory, which lists every VF (some 6,000 fit); anything
+ * larger is a broken or hostile agent.
+ */
+export const MAX_AGENT_MESSAGE_BYTES = 256 * 1024;
 
 export class DpuBackend implements Backend {
   readonly name = 'dpu';
@@ -77,21 +100,13 @@ export class DpuBackend implements Backend {
   private readonly heartbeatTimeoutMs: number;
   private readonly desired = new DesiredState();
   private readonly acks = new AckWaiter();
-  /** Deletes sent and not yet acked: name → generation of the Delete. */
-  private readonly tombstones = new Map<string, number>();
-  /**
-   * While snapshots keep unlisted ports (a new store), a port this daemon itself removed is not removed
-   * by the next snapshot: its Delete is kept here until the agent confirms it, and sent again after
-   * every snapshot until then.
-   */
-  private readonly unconfirmedDeletes = new Map<string, number>();
+  /** Per agent id: its snapshot in flight and its outstanding Deletes. */
+  private readonly agentStates = new Map<string, AgentSyncState>();
   private readonly throttle = new LogThrottle();
   private readonly hostSide: HostSide;
   /** Serialises attach, detach and re-plumbing of one port. */
   private readonly locks = new KeyedMutex();
   private readonly link: AgentLink;
-  private sync: SnapshotSync | undefined;
-  private lastSyncMs: number | undefined;
   private epoch = 0;
   /** Set once reconcile has restored the stored ports: before that a snapshot would wipe the agent. */
   private primed = false;
@@ -129,6 +144,7 @@ export class DpuBackend implements Backend {
         agentListen: opts.agentListen,
         tls: opts.tls,
         maxMessageBytes: MAX_AGENT_MESSAGE_BYTES,
+        maxAgents: opts.maxAgents ?? 16,
         timing: {
           heartbeatIntervalMs: this.heartbeatIntervalMs,
           heartbeatTimeoutMs: this.heartbeatTimeoutMs,
@@ -139,6 +155,7 @@ export class DpuBackend implements Backend {
         established: (sess, previous) => this.established(sess, previous),
         ack: (sess, ack) => this.onAck(sess, ack),
         portStatus: (sess, ps) => this.onPortStatus(sess, ps),
+        inventory: (sess) => this.onInventory(sess),
         lost: (sess, reason) => this.onLost(sess, reason),
       },
     );
@@ -163,6 +180,10 @@ export class DpuBackend implements Backend {
 
   private established(s: AgentSession, prev: LostAgent | undefined): void {
     this.agentSeen = true;
+    const st = this.stateOf(s.agentId);
+    st.version = s.version;
+    // A new session reports its inventory afresh; a version 1 agent has none.
+    st.inventory = undefined;
     if (prev && prev.agentId === s.agentId && prev.bootId !== s.bootId) {
       this.log.info(
         { agentId: s.agentId, oldBootId: prev.bootId, bootId: s.bootId, ports: this.desired.size },
@@ -179,12 +200,22 @@ export class DpuBackend implements Backend {
     }
   }
 
+  private stateOf(agentId: string): AgentSyncState {
+    let st = this.agentStates.get(agentId);
+    if (!st) {
+      st = new AgentSyncState(agentId);
+      this.agentStates.set(agentId, st);
+    }
+    return st;
+  }
+
   private onLost(s: AgentSession, reason: string): void {
     // Acks can only arrive on the session that got the change; the next snapshot settles the rest.
-    this.tombstones.clear();
-    this.desired.clearOperStates();
-    this.sync?.abandon();
-    this.sync = undefined;
+    const st = this.stateOf(s.agentId);
+    st.tombstones.clear();
+    this.desired.clearOperStates(s.agentId);
+    st.sync?.abandon();
+    st.sync = undefined;
     const failed = this.acks.failSession(s.id, (name) =>
       unavailable(
         `the stream to DPU agent ${s.agentId} ended while waiting for port ${name} (${reason}); retry once the agent is back`,
@@ -195,32 +226,50 @@ export class DpuBackend implements Backend {
     }
   }
 
+  /** The agent's ports only: each agent holds what was placed on it. */
+  private onInventory(s: AgentSession): void {
+    const inv = s.inventory;
+    if (!inv) return;
+    this.stateOf(s.agentId).inventory = inv;
+    this.log.info(
+      {
+        agentId: s.agentId,
+        pfs: inv.pfs.map((pf) => `${pf.name}:${pf.linkState}`).join(','),
+        vfTotal: inv.vfTotal,
+        vfFree: inv.vfFree,
+        firmware: inv.firmwareVersion,
+      },
+      'agent inventory',
+    );
+  }
+
   private sendSnapshot(s: AgentSession): void {
-    const ports = this.desired.snapshot();
+    const st = this.stateOf(s.agentId);
+    const ports = this.desired.snapshot(s.agentId);
     this.epoch += 1;
     const sync = new SnapshotSync(s.id, this.epoch, ports);
-    this.sync?.abandon();
-    this.sync = sync;
+    st.sync?.abandon();
+    st.sync = sync;
     s.send({ snapshotBegin: { epoch: sync.epoch, keepUnlisted: this.keepUnlisted } });
     for (const port of ports) s.send({ upsert: { port } });
     s.send({ syncComplete: { epoch: sync.epoch, portCount: ports.length } });
     // The snapshot keeps what it does not list; what this daemon removed must still go.
-    for (const [name, generation] of this.unconfirmedDeletes) {
-      if (this.desired.has(name)) continue;
+    for (const [name, generation] of st.unconfirmedDeletes) {
+      if (this.desired.get(name)?.agentId === s.agentId) continue;
       if (s.send({ delete: { name, generation, reason: 'removed while the agent was away' } }))
-        this.tombstones.set(name, generation);
+        st.tombstones.set(name, generation);
     }
     this.log.info({ agentId: s.agentId, epoch: sync.epoch, ports: ports.length }, 'snapshot sent');
-    if (sync.complete) this.syncFinished(sync);
+    if (sync.complete) this.syncFinished(st, sync);
   }
 
-  private syncFinished(sync: SnapshotSync): void {
-    this.lastSyncMs = sync.durationMs;
+  private syncFinished(st: AgentSyncState, sync: SnapshotSync): void {
+    st.lastSyncMs = sync.durationMs;
     this.log.info(
-      { epoch: sync.epoch, ms: this.lastSyncMs, failed: sync.failed.length },
+      { agentId: st.agentId, epoch: sync.epoch, ms: st.lastSyncMs, failed: sync.failed.length },
       sync.failed.length ? 'snapshot applied with failures' : 'snapshot applied',
     );
-    void this.replumbAfterSync().catch((err: unknown) =>
+    void this.replumbAfterSync(st.agentId).catch((err: unknown) =>
       this.log.warn({ err: (err as Error).message }, 'could not check host endpoints after a resync'),
     );
   }
@@ -229,15 +278,29 @@ export class DpuBackend implements Backend {
    * After a resync, an endpoint that sits in the host namespace instead of its workload is a VF the
    * agent re-created (a DPU reboot takes its VFs with it): move it back where the port was plumbed.
    */
-  private async replumbAfterSync(): Promise<void> {
+  private async replumbAfterSync(agentId: string): Promise<void> {
     const candidates = [...this.desired.entries()].filter(
-      (e) => e.placement && e.ack?.ok && e.ack.endpoint?.netdev && e.ack.generation === e.port.generation,
+      (e) =>
+        e.agentId === agentId &&
+        e.placement &&
+        e.ack?.ok &&
+        e.ack.endpoint?.netdev &&
+        e.ack.generation === e.port.generation,
     );
     if (candidates.length === 0) return;
     const inHost = await this.hostSide.hostLinkNames();
     for (const e of candidates) {
       const endpoint = e.ack?.endpoint?.netdev;
       if (!endpoint || !inHost.has(endpoint)) continue;
+      const sess = this.link.sessionOf(agentId);
+      const refusal = sess && e.ack?.endpoint ? inventoryRefusal(sess, e.ack.endpoint) : undefined;
+      if (refusal) {
+        this.log.error(
+          { port: e.port.name, endpoint, reason: refusal },
+          'refused to re-plumb the endpoint the agent reported',
+        );
+        continue;
+      }
       const { name, generation } = e.port;
       await this.locks.run(name, async () => {
         const cur = this.desired.get(name);
@@ -261,15 +324,19 @@ export class DpuBackend implements Backend {
     }
   }
 
-  /** A newer change of a port replaces its snapshot entry. */
-  private supersede(name: string): void {
-    const sync = this.sync;
-    if (sync?.supersede(name)) this.syncFinished(sync);
+  /** A newer change of a port replaces its entry in its agent's snapshot. */
+  private supersede(name: string, agentId: string): void {
+    const st = this.agentStates.get(agentId);
+    const sync = st?.sync;
+    if (st && sync?.supersede(name)) this.syncFinished(st, sync);
   }
 
   private onAck(s: AgentSession, ack: Ack): void {
-    const entry = this.desired.get(ack.name);
-    const tomb = this.tombstones.get(ack.name);
+    const st = this.stateOf(s.agentId);
+    // A port placed on another agent is none of this agent's business.
+    const placed = this.desired.get(ack.name);
+    const entry = placed?.agentId === s.agentId ? placed : undefined;
+    const tomb = st.tombstones.get(ack.name);
     const ok = ack.code === AckCode.ACK_CODE_OK;
     if (entry && entry.port.generation === ack.generation) {
       this.desired.recordAck(ack.name, {
@@ -278,8 +345,8 @@ export class DpuBackend implements Backend {
         message: ack.message,
         endpoint: ack.endpoint,
       });
-      const sync = this.sync;
-      if (sync?.sessionId === s.id && sync.ack(ack.name, ack.generation, ok)) this.syncFinished(sync);
+      const sync = st.sync;
+      if (sync?.sessionId === s.id && sync.ack(ack.name, ack.generation, ok)) this.syncFinished(st, sync);
       if (!ok && !this.acks.isWaiting(ack.name)) {
         this.log.warn(
           {
@@ -293,9 +360,9 @@ export class DpuBackend implements Backend {
         );
       }
     } else if (!entry && tomb === ack.generation) {
-      this.tombstones.delete(ack.name);
-      if (ack.code === AckCode.ACK_CODE_OK && this.unconfirmedDeletes.get(ack.name) === ack.generation)
-        this.unconfirmedDeletes.delete(ack.name);
+      st.tombstones.delete(ack.name);
+      if (ack.code === AckCode.ACK_CODE_OK && st.unconfirmedDeletes.get(ack.name) === ack.generation)
+        st.unconfirmedDeletes.delete(ack.name);
     } else {
       this.unexpectedAck(s, ack, entry?.port.generation ?? tomb);
     }
@@ -331,7 +398,7 @@ export class DpuBackend implements Backend {
       case PortOperState.PORT_OPER_STATE_UP:
       case PortOperState.PORT_OPER_STATE_DOWN: {
         const state = ps.operState === PortOperState.PORT_OPER_STATE_UP ? 'up' : 'down';
-        if (this.desired.setOperState(ps.name, state)) {
+        if (this.desired.setOperState(ps.name, state, s.agentId)) {
           this.log.info({ port: ps.name, state, message: ps.message }, 'port state changed');
           return;
         }
@@ -352,27 +419,82 @@ export class DpuBackend implements Backend {
   // ---- the Backend interface -----------------------------------------------------------------
 
   /**
-   * The session changes may be sent on. Once an agent has been seen, a missing one is UNAVAILABLE at
-   * once: callers must not wait for an agent that went away. Right after the daemon restarted, though,
-   * its agent is still reconnecting (its backoff), and a runtime's call that arrives then waits for it
-   * a little (startupAgentWaitMs), so that a daemon restart is invisible to runtimes. A first start
-   * (new store) fails at once.
+   * The session a port's changes go to. A port already placed stays on its agent; a new one goes to
+   * the agent the caller named, else to the healthy agent with the most room (placement.ts). Once an
+   * agent has been seen, a missing one is UNAVAILABLE at once: callers must not wait for an agent
+   * that went away. Right after the daemon restarted, though, its agents are still reconnecting (their
+   * backoff), and a runtime's call that arrives then waits for its agent a little
+   * (startupAgentWaitMs), so that a daemon restart is invisible to runtimes. A first start (new store)
+   * fails at once.
    */
-  private async requireAgent(): Promise<AgentSession> {
+  private async chooseAgent(spec: AttachSpec, port: PortFields): Promise<AgentSession> {
     if (!this.primed) {
       throw unavailable(
         'the DPU backend has not restored its ports yet (start-up reconcile not done); retry shortly',
       );
     }
+    const placedOn = this.desired.get(spec.key)?.agentId;
+    const target = placedOn ?? (spec.dpu || undefined);
     const waitLeft = this.startupAgentWaitMs - (Date.now() - this.startedAt);
-    if (!this.link.session && this.agentExpected && !this.agentSeen && waitLeft > 0) {
-      await this.link.waitForAgent(Math.min(waitLeft, this.ackTimeoutMs));
+    if (this.agentExpected && waitLeft > 0) {
+      const missing = target ? !this.link.sessionOf(target) : this.link.sessions().length === 0;
+      if (missing) await this.link.waitForAgent(Math.min(waitLeft, this.ackTimeoutMs), target);
     }
-    return this.link.requireHealthy();
+    if (placedOn) return this.link.requireHealthy(placedOn);
+    let candidates = this.candidates();
+    // Unasked, a port that needs VF settings goes only to an agent that can apply them.
+    const needed = featuresNeeded(port);
+    if (!spec.dpu && needed.length > 0) {
+      const healthy = candidates.filter((c) => c.healthy);
+      const able = new Set(
+        this.link
+          .sessions()
+          .filter((x) => x.version >= 2 && needed.every(([f]) => x.hasFeature(f)))
+          .filter((x) => port.pf === undefined || !x.inventory || x.inventory.hasPf(port.pf))
+          .map((x) => x.agentId),
+      );
+      candidates = candidates.filter((c) => able.has(c.agentId));
+      if (healthy.length > 0 && !candidates.some((c) => c.healthy)) {
+        throw invalidArgument(
+          `no healthy DPU agent supports what ${spec.key} asks for (${needed.map(([, what]) => what).join(', ')}${port.pf !== undefined ? ` on PF ${port.pf}` : ''}); agents: ${healthy.map((c) => c.agentId).join(', ')}`,
+        );
+      }
+    }
+    const chosen = place(spec.dpu || undefined, candidates, this.link);
+    if (!chosen.ok) throw chosen.error;
+    return this.link.requireHealthy(chosen.agentId);
+  }
+
+  /** Every agent holding a session, with its room for ports. */
+  private candidates(): PlacementCandidate[] {
+    return this.link.sessions().map((s) => ({
+      agentId: s.agentId,
+      healthy: s.healthy,
+      capacity: capacityOf(s),
+      used: this.desired.countOn(s.agentId),
+    }));
   }
 
   /** Refuses, before anything is sent, what the agent said in its hello that it cannot do. */
-  private checkCapabilities(s: AgentSession, spec: AttachSpec): void {
+  private checkCapabilities(s: AgentSession, spec: AttachSpec, port: PortFields): void {
+    const needed = featuresNeeded(port);
+    if (needed.length > 0 && s.version < 2) {
+      throw invalidArgument(
+        `DPU agent ${s.agentId} speaks protocol version ${s.version}, which carries no VF settings, but ${spec.key} asks for ${needed.map(([, what]) => what).join(', ')}`,
+      );
+    }
+    for (const [feature, what] of needed) {
+      if (!s.hasFeature(feature))
+        throw invalidArgument(
+          `DPU agent ${s.agentId} does not support ${what} (it does not advertise "${feature}"), which ${spec.key} asks for`,
+        );
+    }
+    const inv = s.inventory;
+    if (port.pf !== undefined && inv && !inv.hasPf(port.pf)) {
+      throw invalidArgument(
+        `DPU agent ${s.agentId} has no PF ${port.pf} (its PFs: ${inv.pfs.map((pf) => `${pf.index} ${pf.name}`).join(', ') || 'none'})`,
+      );
+    }
     const caps = s.hello?.capabilities;
     if (!caps) return;
     const v6 = spec.ips.find((i) => i.family === 6);
@@ -386,20 +508,16 @@ export class DpuBackend implements Backend {
         `MTU ${spec.mtu} is outside what DPU agent ${s.agentId} supports (${caps.minMtu || 'any'}-${caps.maxMtu || 'any'})`,
       );
     }
-    if (caps.maxPorts && !this.desired.has(spec.key) && this.desired.size >= caps.maxPorts) {
-      throw exhausted(
-        `DPU agent ${s.agentId} holds its maximum of ${caps.maxPorts} ports; detach a workload first`,
-      );
-    }
   }
 
   /** Drops a port from desired state and tells the agent without waiting (the failure paths' rollback). */
   private forget(key: string, s: AgentSession, reason: string): void {
+    const st = this.stateOf(s.agentId);
     const gen = this.desired.delete(key) ?? this.desired.tombstoneGeneration();
-    this.supersede(key);
-    if (this.keepUnlisted) this.unconfirmedDeletes.set(key, gen);
-    if (s === this.link.session && s.send({ delete: { name: key, generation: gen, reason } }))
-      this.tombstones.set(key, gen);
+    this.supersede(key, s.agentId);
+    if (this.keepUnlisted) st.unconfirmedDeletes.set(key, gen);
+    if (s === this.link.sessionOf(s.agentId) && s.send({ delete: { name: key, generation: gen, reason } }))
+      st.tombstones.set(key, gen);
   }
 
   /**
@@ -421,13 +539,17 @@ export class DpuBackend implements Backend {
   }
 
   private async attachLocked(spec: AttachSpec, planned: DataplaneResult): Promise<DataplaneResult> {
-    const s = await this.requireAgent();
-    this.checkCapabilities(s, spec);
     const previous = this.desired.get(spec.key);
-    const port = this.desired.upsert(portFields(spec, previous?.port.mac ?? macForKey(spec.key)));
-    this.tombstones.delete(spec.key);
-    this.unconfirmedDeletes.delete(spec.key);
-    this.supersede(spec.key);
+    // A repair carries no options of its own: the port keeps those it was given.
+    const options = spec.dpuPort ?? (previous ? portOptions(previous.port) : undefined);
+    const fields = portFields(spec, previous?.port.mac ?? macForKey(spec.key), options);
+    const s = await this.chooseAgent(spec, fields);
+    this.checkCapabilities(s, spec, fields);
+    const st = this.stateOf(s.agentId);
+    const port = this.desired.upsert(fields, s.agentId);
+    st.tombstones.delete(spec.key);
+    st.unconfirmedDeletes.delete(spec.key);
+    this.supersede(spec.key, s.agentId);
     const who = `port ${spec.key} (generation ${port.generation}) on DPU agent ${s.agentId}`;
 
     let ack: Ack;
@@ -454,7 +576,16 @@ export class DpuBackend implements Backend {
       );
     }
     let mac = ack.endpoint?.mac || port.mac;
-    if (endpoint) {
+    if (endpoint && ack.endpoint) {
+      const refusal = inventoryRefusal(s, ack.endpoint);
+      if (refusal) {
+        const failure = new EndpointRefused(
+          `the DPU agent reported ${endpoint} as the host end of its port, but ${refusal}; refusing to move it into ${spec.netnsPath}`,
+        );
+        this.log.error({ port: spec.key, endpoint }, failure.message);
+        this.forget(spec.key, s, `attach failed: ${failure.message}`);
+        throw failure;
+      }
       const placement = placementOf(spec);
       try {
         ({ mac } = await this.hostSide.plumb({ ...placement, endpoint, mac: port.mac, netns: spec.netns }));
@@ -477,6 +608,11 @@ export class DpuBackend implements Backend {
         endpoint,
         agentId: s.agentId,
         bootId: s.bootId,
+        pf: ack.endpoint?.pfIndex,
+        vf: ack.endpoint?.vfIndex,
+        pciAddress: ack.endpoint?.pciAddress ?? '',
+        representor: ack.endpoint?.representor ?? '',
+        portOptions: options ? JSON.stringify(options) : '',
       }),
     };
   }
@@ -486,9 +622,11 @@ export class DpuBackend implements Backend {
   }
 
   private async detachLocked(att: AttachmentView): Promise<void> {
+    const entry = this.desired.get(att.key);
+    const stored = decodeDetails(att.dataplane);
     // The latest ack knows best: after a DPU reboot the endpoint may have a new name.
-    const endpoint =
-      this.desired.get(att.key)?.ack?.endpoint?.netdev || decodeDetails(att.dataplane)?.endpoint || '';
+    const endpoint = entry?.ack?.endpoint?.netdev || stored?.endpoint || '';
+    const agentId = entry?.agentId ?? stored?.agentId ?? '';
     // Hand the netdev back first, so that the agent finds its VF where it left it when it reclaims it.
     let hostError: WorkloadNetError | undefined;
     if (endpoint) {
@@ -508,11 +646,12 @@ export class DpuBackend implements Backend {
       }
     }
     const gen = this.desired.delete(att.key);
-    this.supersede(att.key);
-    if (gen !== undefined && this.keepUnlisted) this.unconfirmedDeletes.set(att.key, gen);
-    const s = this.link.session;
+    this.supersede(att.key, agentId);
+    const st = this.stateOf(agentId);
+    if (gen !== undefined && this.keepUnlisted) st.unconfirmedDeletes.set(att.key, gen);
+    const s = this.link.sessionOf(agentId);
     if (gen !== undefined && s?.healthy) {
-      this.tombstones.set(att.key, gen);
+      st.tombstones.set(att.key, gen);
       const who = `deletion of port ${att.key} (generation ${gen}) on DPU agent ${s.agentId}`;
       try {
         const acked = this.acks.wait(att.key, gen, s.id, this.ackTimeoutMs, who);
@@ -529,8 +668,8 @@ export class DpuBackend implements Backend {
       }
     } else if (gen !== undefined) {
       this.log.info(
-        { port: att.key },
-        'port removed while no agent is connected; the next snapshot removes it',
+        { port: att.key, agentId },
+        'port removed while its DPU agent is away; its next snapshot removes it',
       );
     }
     if (hostError) throw hostError;
@@ -548,6 +687,11 @@ export class DpuBackend implements Backend {
     }
     if (entry.operState === 'down')
       drift.push({ kind: 'port-down', message: `the agent reports port ${att.key} down` });
+    if (!this.link.sessionOf(entry.agentId)?.healthy)
+      drift.push({
+        kind: 'dpu-down',
+        message: `port ${att.key} is on DPU agent ${entry.agentId}, which is away: ${this.link.whyUnavailable(entry.agentId)}`,
+      });
     const endpoint = decodeDetails(att.dataplane)?.endpoint || entry.ack?.endpoint?.netdev;
     if (endpoint) drift.push(...(await this.hostSide.inspect(att)));
     return drift;
@@ -570,7 +714,7 @@ export class DpuBackend implements Backend {
     const withEndpoint: AttachmentView[] = [];
     for (const att of atts) {
       const d = decodeDetails(att.dataplane);
-      if (!att.dataplane || !d) {
+      if (!att.dataplane || !d || !d.agentId) {
         outcome.missing.push(att.key);
         if (att.dataplane) {
           outcome.warnings.push(
@@ -580,11 +724,19 @@ export class DpuBackend implements Backend {
         continue;
       }
       const endpoint = d.endpoint
-        ? { netdev: ownString(d.endpoint), mac: ownString(att.dataplane.mac) }
+        ? {
+            netdev: ownString(d.endpoint),
+            mac: ownString(att.dataplane.mac),
+            pfIndex: d.pf,
+            vfIndex: d.vf,
+            pciAddress: ownString(d.pciAddress ?? ''),
+            representor: ownString(d.representor ?? ''),
+          }
         : undefined;
       this.desired.restore(
-        portFieldsFromView(att, d.mac || undefined),
+        portFieldsFromView(att, d.mac || undefined, storedOptions(d.portOptions)),
         d.generation,
+        ownString(d.agentId),
         endpoint,
         endpoint ? placementOf(att) : undefined,
       );
@@ -602,29 +754,39 @@ export class DpuBackend implements Backend {
     }
     // Only now may a snapshot go out: before this point it would have told the agent to drop ports.
     this.primed = true;
-    let s = this.link.session;
-    if (s) {
-      this.sendSnapshot(s);
-    } else if (outcome.missing.length > 0) {
+    let sessions = this.link.sessions();
+    for (const s of sessions) this.sendSnapshot(s);
+    if (sessions.length === 0 && outcome.missing.length > 0) {
       // The core repairs missing ports right after this returns, which needs an agent; one that is
       // reconnecting after our restart usually gets here within its backoff.
-      s = await this.link.waitForAgent(this.ackTimeoutMs);
+      const s = await this.link.waitForAgent(this.ackTimeoutMs);
+      sessions = s ? [s] : [];
     }
-    const sync = this.sync;
-    if (s && sync?.sessionId === s.id) {
-      const timedOut = await Promise.race([
-        sync.done.then(() => false),
-        new Promise<boolean>((r) => setTimeout(() => r(true), this.ackTimeoutMs).unref()),
-      ]);
-      if (timedOut)
-        outcome.warnings.push(
-          `DPU agent ${s.agentId} did not confirm the snapshot within ${this.ackTimeoutMs} ms`,
-        );
-      for (const name of sync.failed)
-        outcome.warnings.push(`${name}: the DPU agent could not re-program the port`);
-    } else if (!s) {
+    await Promise.all(
+      sessions.map(async (s) => {
+        const sync = this.agentStates.get(s.agentId)?.sync;
+        if (sync?.sessionId !== s.id) return;
+        const timedOut = await Promise.race([
+          sync.done.then(() => false),
+          new Promise<boolean>((r) => setTimeout(() => r(true), this.ackTimeoutMs).unref()),
+        ]);
+        if (timedOut)
+          outcome.warnings.push(
+            `DPU agent ${s.agentId} did not confirm the snapshot within ${this.ackTimeoutMs} ms`,
+          );
+        for (const name of sync.failed)
+          outcome.warnings.push(`${name}: DPU agent ${s.agentId} could not re-program the port`);
+      }),
+    );
+    if (sessions.length === 0) {
       outcome.warnings.push(
-        'no DPU agent connected yet; ports are restored and will be sent when one connects',
+        'no DPU agent connected yet; ports are restored and will be sent when their agents connect',
+      );
+    }
+    const away = this.desired.agents().filter((id) => !this.link.sessionOf(id));
+    if (sessions.length > 0 && away.length > 0) {
+      outcome.warnings.push(
+        `DPU agents not connected yet, their ports are sent when they are: ${away.sort().join(', ')}`,
       );
     }
     this.log.info(
@@ -634,8 +796,16 @@ export class DpuBackend implements Backend {
     return outcome;
   }
 
+  /** Degraded while the agent its port is placed on is away: the DPU keeps its last dataplane. */
+  attachmentState(att: AttachmentView): 'ready' | 'degraded' {
+    const agentId = this.desired.get(att.key)?.agentId ?? decodeDetails(att.dataplane)?.agentId;
+    if (agentId === undefined) return 'ready';
+    return this.link.sessionOf(agentId)?.healthy ? 'ready' : 'degraded';
+  }
+
   async health(): Promise<BackendHealth> {
     const reasons: string[] = [];
+    const notes: string[] = [];
     const details: Record<string, string | number | boolean> = {
       agentSocket: this.opts.agentSocket,
       ports: this.desired.size,
@@ -645,30 +815,154 @@ export class DpuBackend implements Backend {
     if (this.opts.agentListen) details.agentListen = this.opts.agentListen;
     if (this.keepUnlisted) details.agentsKeepUnlistedPorts = true;
     if (!this.primed) reasons.push('the start-up reconcile has not run yet');
-    const s = this.link.session;
-    if (s) {
-      details.agentId = s.agentId;
-      details.bootId = s.bootId;
-      details.sessionId = s.id;
-      details.agentPeer = s.peer.address;
-      details.lastHeartbeatAgeMs = s.heartbeatAgeMs;
-      details.synced = this.sync?.sessionId === s.id && this.sync.complete;
-      if (!s.healthy) reasons.push(`DPU agent ${s.agentId} has been silent for ${s.silenceMs} ms`);
-    } else {
-      const lost = this.link.lost;
-      if (lost) {
-        details.agentId = lost.agentId;
-        details.bootId = lost.bootId;
-        details.disconnectedAgoMs = Date.now() - lost.at;
-        reasons.push(`DPU agent ${lost.agentId} disconnected: ${lost.reason}`);
-      } else {
-        reasons.push(`no DPU agent connected on ${this.opts.agentSocket}`);
+    const sessions = this.link.sessions();
+    const lost = this.link.lost();
+    const healthy = sessions.filter((s) => s.healthy);
+    // An agent that has ports but never connected to this daemon (after a restart) is away as well.
+    const neverSeen = this.desired
+      .agents()
+      .filter((id) => !this.link.sessionOf(id) && !this.link.lostOf(id))
+      .sort();
+    const away = [
+      ...sessions.filter((s) => !s.healthy).map((s) => s.agentId),
+      ...lost.map((l) => l.agentId),
+      ...neverSeen,
+    ].sort();
+    details.agents = sessions.length + lost.length + neverSeen.length;
+    details.agentsHealthy = healthy.length;
+    if (away.length > 0) details.agentsAway = away.join(',');
+    const only = sessions.length + lost.length === 1;
+    for (const s of sessions) {
+      if (only) {
+        details.agentId = s.agentId;
+        details.bootId = s.bootId;
+        details.sessionId = s.id;
+        details.agentPeer = s.peer.address;
+        details.lastHeartbeatAgeMs = s.heartbeatAgeMs;
+        const sync = this.agentStates.get(s.agentId)?.sync;
+        details.synced = sync?.sessionId === s.id && sync.complete;
       }
+      if (!s.healthy) notes.push(`DPU agent ${s.agentId} has been silent for ${s.silenceMs} ms`);
+    }
+    for (const l of lost) {
+      if (only) {
+        details.agentId = l.agentId;
+        details.bootId = l.bootId;
+        details.disconnectedAgoMs = Date.now() - l.at;
+        details.synced = false;
+      }
+      notes.push(`DPU agent ${l.agentId} disconnected: ${l.reason}`);
+    }
+    for (const id of neverSeen) notes.push(`DPU agent ${id} holds ports but has not connected yet`);
+    if (sessions.length + lost.length === 0) {
+      notes.push(`no DPU agent connected on ${this.opts.agentSocket}`);
       details.synced = false;
     }
-    if (this.lastSyncMs !== undefined) details.lastSyncMs = this.lastSyncMs;
-    return { ready: reasons.length === 0, reasons, details };
+    if (healthy.length > 0 && only) {
+      const st = this.agentStates.get(healthy[0]?.agentId ?? '');
+      if (st?.lastSyncMs !== undefined) details.lastSyncMs = st.lastSyncMs;
+    } else {
+      const syncs = [...this.agentStates.values()]
+        .map((st) => st.lastSyncMs)
+        .filter((ms): ms is number => ms !== undefined);
+      if (syncs.length > 0) details.lastSyncMs = Math.max(...syncs);
+    }
+    // The node serves new ports while one agent is healthy; the rest are worth an operator's note.
+    if (healthy.length === 0) reasons.push(...notes);
+    const ready = reasons.length === 0;
+    return { ready, reasons: ready ? notes : reasons, details, dpus: this.dpuStatuses(neverSeen) };
   }
+
+  /** Every agent known: connected, gone, or holding ports without having connected since start-up. */
+  private dpuStatuses(neverSeen: string[]): DpuAgentStatus[] {
+    const out: DpuAgentStatus[] = [];
+    const base = (id: string): DpuAgentStatus => {
+      const st = this.agentStates.get(id);
+      const inv = st?.inventory;
+      return {
+        id,
+        connected: false,
+        healthy: false,
+        bootId: '',
+        protocolVersion: st?.version ?? 0,
+        firmwareVersion: inv?.firmwareVersion ?? '',
+        agentVersion: inv?.agentVersion ?? '',
+        pfs: (inv?.pfs ?? []).map((pf) => ({
+          index: pf.index,
+          name: pf.name,
+          pciAddress: pf.pciAddress,
+          linkState: pf.linkState,
+          speedMbps: pf.speedMbps,
+          mtu: pf.mtu,
+          vfsTotal: pf.vfTotal,
+          vfsFree: pf.vfFree,
+        })),
+        vfsTotal: inv?.vfTotal ?? 0,
+        vfsFree: inv?.vfFree ?? 0,
+        ports: this.desired.countOn(id),
+        synced: false,
+      };
+    };
+    for (const s of this.link.sessions()) {
+      const sync = this.agentStates.get(s.agentId)?.sync;
+      out.push({
+        ...base(s.agentId),
+        connected: true,
+        healthy: s.healthy,
+        bootId: s.bootId,
+        lastHeartbeatAgeMs: s.heartbeatAgeMs,
+        sessionId: s.id,
+        peer: s.peer.address,
+        synced: sync?.sessionId === s.id && sync.complete,
+        reason: s.healthy ? undefined : `silent for ${s.silenceMs} ms`,
+      });
+    }
+    for (const l of this.link.lost())
+      out.push({ ...base(l.agentId), bootId: l.bootId, reason: `disconnected: ${l.reason}` });
+    for (const id of neverSeen) out.push({ ...base(id), reason: 'holds ports but has not connected yet' });
+    return out.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  }
+}
+
+/** The options stored with an attachment, or none when absent or not readable. */
+function storedOptions(json: string | undefined): DpuPortOptions | undefined {
+  if (!json) return undefined;
+  try {
+    return validateDpuPort(JSON.parse(json) as DpuPortOptions);
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * Ports an agent can hold: its VFs when it reported an inventory, bounded by the max_ports of its
+ * hello; no stated limit is unlimited.
+ */
+function capacityOf(s: AgentSession): number {
+  const maxPorts = s.hello?.capabilities?.maxPorts || Number.POSITIVE_INFINITY;
+  const inv = s.inventory;
+  return inv ? Math.min(inv.vfTotal, maxPorts) : maxPorts;
+}
+
+/**
+ * Why the endpoint an agent named is not one of its VFs, or undefined when it is. Version 1 agents
+ * send no inventory, and only the host guard applies to them; a version 2 agent's endpoint must be a
+ * VF its inventory lists (which also keeps it from naming another agent's VF), with the PF and VF
+ * index the inventory gives it.
+ */
+export function inventoryRefusal(s: AgentSession, endpoint: Endpoint): string | undefined {
+  if (s.version < 2) return undefined;
+  const inv = s.inventory;
+  if (!inv) return `DPU agent ${s.agentId} has sent no inventory, so no VF of it can be vouched for`;
+  const vf = inv.vf(endpoint.netdev);
+  if (!vf) return `it is not a VF in DPU agent ${s.agentId}'s inventory`;
+  if (
+    (endpoint.pfIndex !== undefined && endpoint.pfIndex !== vf.pf) ||
+    (endpoint.vfIndex !== undefined && endpoint.vfIndex !== vf.vf)
+  ) {
+    return `the ack names it PF ${endpoint.pfIndex ?? '-'} VF ${endpoint.vfIndex ?? '-'}, but the inventory lists it as PF ${vf.pf} VF ${vf.vf}`;
+  }
+  return undefined;
 }
 
 /** Where a port's host end belongs, kept with the port: its strings are copies of their own. */

@@ -3,13 +3,19 @@ import type { Hello } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { AgentPeer } from './agent-server';
 
 // Whether an agent's hello opens a session. Checked in order: protocol version, well-formed ids, the
-// TLS certificate vouching for the id, and no other live session (a node has one DPU agent).
+// TLS certificate vouching for the id, no other live session of the same agent, and room for one more
+// agent. A node may carry several DPUs, each with a session of its own.
 
-export const PROTOCOL_VERSION = 1;
+/** The newest protocol version this daemon speaks. */
+export const PROTOCOL_VERSION = 2;
+/** The oldest it still speaks. */
+export const MIN_PROTOCOL_VERSION = 1;
+/** What the daemon tells agents it does (HelloAccept.capabilities.features). */
+export const DAEMON_FEATURES = ['inventory', 'qos', 'pf-select', 'keep-unlisted'];
 const MAX_ID_LENGTH = 253;
 const ID_PATTERN = /^[\x21-\x7e]+$/;
 
-/** What the daemon knows about the session that currently holds the agent slot. */
+/** What the daemon knows about the session that currently holds this agent id's slot. */
 export interface CurrentSession {
   id: string;
   agentId: string;
@@ -19,17 +25,28 @@ export interface CurrentSession {
 }
 
 export type Admission =
-  | { ok: true; /** A silent session this hello takes over from; the caller closes it. */ replaces?: string }
+  | {
+      ok: true;
+      /** The version the session speaks. */
+      version: number;
+      /** A silent session this hello takes over from; the caller closes it. */
+      replaces?: string;
+    }
   | { ok: false; code: status; reason: string };
 
-export function admitHello(hello: Hello, peer: AgentPeer, current: CurrentSession | undefined): Admission {
-  if (hello.protocolVersion !== PROTOCOL_VERSION) {
-    return {
-      ok: false,
-      code: status.FAILED_PRECONDITION,
-      reason: `protocol version ${hello.protocolVersion} is not supported; this daemon speaks version ${PROTOCOL_VERSION}`,
-    };
-  }
+/**
+ * `current` is the session holding the same agent id, if any; `others` the number of other agents
+ * holding a slot, against `maxAgents`.
+ */
+export function admitHello(
+  hello: Hello,
+  peer: AgentPeer,
+  current: CurrentSession | undefined,
+  others = 0,
+  maxAgents = Number.POSITIVE_INFINITY,
+): Admission {
+  const version = negotiateVersion(hello);
+  if (typeof version === 'string') return { ok: false, code: status.FAILED_PRECONDITION, reason: version };
   for (const [what, v] of [
     ['agent_id', hello.agentId],
     ['boot_id', hello.bootId],
@@ -49,17 +66,42 @@ export function admitHello(hello: Hello, peer: AgentPeer, current: CurrentSessio
       reason: `agent id ${hello.agentId} does not match the client certificate (names: ${peer.certificateNames.join(', ') || 'none'})`,
     };
   }
-  if (!current) return { ok: true };
+  if (!current) {
+    if (others >= maxAgents) {
+      return {
+        ok: false,
+        code: status.RESOURCE_EXHAUSTED,
+        reason: `this daemon already serves ${others} DPU agents, its limit; agent ${hello.agentId} is refused`,
+      };
+    }
+    return { ok: true, version };
+  }
   // A session that went silent but was not reaped yet is half-dead: the agent talking now is the
   // better source of truth.
-  if (!current.healthy) return { ok: true, replaces: current.id };
+  if (!current.healthy) return { ok: true, version, replaces: current.id };
   const since = new Date(current.connectedAt).toISOString();
   return {
     ok: false,
     code: status.ALREADY_EXISTS,
-    reason:
-      current.agentId === hello.agentId
-        ? `agent ${hello.agentId} is already connected (session ${current.id} from ${current.peerAddress} since ${since}); a second agent with the same id is refused`
-        : `agent ${current.agentId} is connected (session ${current.id} since ${since}); this daemon serves one agent at a time`,
+    reason: `agent ${hello.agentId} is already connected (session ${current.id} from ${current.peerAddress} since ${since}); a second agent with the same id is refused`,
   };
+}
+
+/**
+ * The highest version both sides speak, or why there is none. An agent offers a range
+ * (min_protocol_version..max_protocol_version) or, as version 1 agents do, a single protocol_version.
+ */
+export function negotiateVersion(hello: Hello): number | string {
+  const ours = `this daemon speaks versions ${MIN_PROTOCOL_VERSION}-${PROTOCOL_VERSION}`;
+  const ranged = hello.maxProtocolVersion > 0;
+  const min = ranged ? hello.minProtocolVersion || 1 : hello.protocolVersion;
+  const max = ranged ? hello.maxProtocolVersion : hello.protocolVersion;
+  if (ranged && min > max)
+    return `protocol versions ${min}-${max} are an empty range (min_protocol_version above max_protocol_version); ${ours}`;
+  const picked = Math.min(max, PROTOCOL_VERSION);
+  if (picked < Math.max(min, MIN_PROTOCOL_VERSION) || picked < 1) {
+    const offered = ranged ? `versions ${min}-${max} are` : `version ${max} is`;
+    return `protocol ${offered} not supported; ${ours}`;
+  }
+  return picked;
 }

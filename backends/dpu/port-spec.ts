@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
-import type { AttachSpec, AttachmentView, IpAssignment, RouteInfo } from '../../core/backend';
-import type { Port, Route } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import type { AttachSpec, AttachmentView, DpuPortOptions, IpAssignment, RouteInfo } from '../../core/backend';
+import { Toggle, VfLinkState, type Port, type Qos, type Route } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import { ownString } from './own-string';
 
 // Turns what the core asks for (an AttachSpec, or a stored AttachmentView at start-up) into the port
@@ -63,7 +63,7 @@ function toWireRoutes(routes: readonly RouteInfo[]): Route[] {
 type PortSource = Pick<AttachSpec, 'key' | 'workloadId' | 'ifName' | 'ips' | 'mtu'>;
 
 /** The port's fields; its strings are copies of their own, since desired state keeps them for long. */
-export function portFields(src: PortSource, mac = macForKey(src.key)): PortFields {
+export function portFields(src: PortSource, mac = macForKey(src.key), options?: DpuPortOptions): PortFields {
   return {
     name: ownString(src.key),
     mac: ownString(mac),
@@ -74,9 +74,72 @@ export function portFields(src: PortSource, mac = macForKey(src.key)): PortField
     vni: 0,
     workloadId: ownString(src.workloadId),
     ifName: ownString(src.ifName),
+    qos: wireQos(options),
+    pf: options?.pf,
   };
 }
 
-export function portFieldsFromView(att: AttachmentView, storedMac: string | undefined): PortFields {
-  return portFields(att, storedMac ?? macForKey(att.key));
+export function portFieldsFromView(
+  att: AttachmentView,
+  storedMac: string | undefined,
+  options?: DpuPortOptions,
+): PortFields {
+  return portFields(att, storedMac ?? macForKey(att.key), options);
+}
+
+const toggle = (v: boolean | undefined): Toggle =>
+  v === undefined ? Toggle.TOGGLE_UNSPECIFIED : v ? Toggle.TOGGLE_ON : Toggle.TOGGLE_OFF;
+
+const LINK_STATES = {
+  auto: VfLinkState.VF_LINK_STATE_AUTO,
+  enable: VfLinkState.VF_LINK_STATE_ENABLE,
+  disable: VfLinkState.VF_LINK_STATE_DISABLE,
+} as const;
+
+/** The QoS message for the options, or undefined when they set none of it (a port without QoS). */
+export function wireQos(o: DpuPortOptions | undefined): Qos | undefined {
+  if (!o) return undefined;
+  const qos: Qos = {
+    maxTxRateMbps: o.maxTxRateMbps ?? 0,
+    minTxRateMbps: o.minTxRateMbps ?? 0,
+    spoofCheck: toggle(o.spoofCheck),
+    trust: toggle(o.trust),
+    linkState: o.linkState ? LINK_STATES[o.linkState] : VfLinkState.VF_LINK_STATE_UNSPECIFIED,
+  };
+  const empty =
+    !qos.maxTxRateMbps &&
+    !qos.minTxRateMbps &&
+    qos.spoofCheck === Toggle.TOGGLE_UNSPECIFIED &&
+    qos.trust === Toggle.TOGGLE_UNSPECIFIED &&
+    qos.linkState === VfLinkState.VF_LINK_STATE_UNSPECIFIED;
+  return empty ? undefined : qos;
+}
+
+/** The options a port was given, back from its wire form (stored with the attachment). */
+export function portOptions(port: Pick<Port, 'qos' | 'pf'>): DpuPortOptions | undefined {
+  const q = port.qos;
+  const out: DpuPortOptions = {};
+  if (q?.maxTxRateMbps) out.maxTxRateMbps = q.maxTxRateMbps;
+  if (q?.minTxRateMbps) out.minTxRateMbps = q.minTxRateMbps;
+  if (q && q.spoofCheck !== Toggle.TOGGLE_UNSPECIFIED) out.spoofCheck = q.spoofCheck === Toggle.TOGGLE_ON;
+  if (q && q.trust !== Toggle.TOGGLE_UNSPECIFIED) out.trust = q.trust === Toggle.TOGGLE_ON;
+  const ls = (Object.keys(LINK_STATES) as Array<keyof typeof LINK_STATES>).find(
+    (k) => LINK_STATES[k] === q?.linkState,
+  );
+  if (ls) out.linkState = ls;
+  if (port.pf !== undefined) out.pf = port.pf;
+  return Object.keys(out).length ? out : undefined;
+}
+
+/** The features of an agent (Capabilities.features) that a port needs, with what each is for. */
+export function featuresNeeded(port: Pick<Port, 'qos' | 'pf'>): Array<[feature: string, what: string]> {
+  const q = port.qos;
+  const out: Array<[string, string]> = [];
+  if (q?.maxTxRateMbps || q?.minTxRateMbps) out.push(['qos-rate', 'transmit rate limits']);
+  if (q && q.spoofCheck !== Toggle.TOGGLE_UNSPECIFIED) out.push(['qos-spoof-check', 'spoof checking']);
+  if (q && q.trust !== Toggle.TOGGLE_UNSPECIFIED) out.push(['qos-trust', 'VF trust']);
+  if (q && q.linkState !== VfLinkState.VF_LINK_STATE_UNSPECIFIED)
+    out.push(['qos-link-state', 'a VF link state']);
+  if (port.pf !== undefined) out.push(['pf-select', 'choosing the PF']);
+  return out;
 }

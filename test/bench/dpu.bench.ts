@@ -79,6 +79,9 @@ function startSim(socket: string, bootId: string): ChildProcess {
       process.env.DPU_BENCH_SIM_LOG ?? 'warn',
       '--backoff-max-ms',
       '200',
+      // Room for the resync's ports: 3 PFs of 2,048 VFs (an inventory still within the 256 KiB limit).
+      '--pfs',
+      '3',
     ],
     {
       stdio: ['ignore', 'ignore', 'inherit'],

@@ -14,6 +14,7 @@ import { benchContainerdWithReferenceBridge, type ContainerdPodResult } from './
 import { benchDaemonLinux, benchDaemonRecording } from './daemon.bench';
 import { benchDaemonBurst, type BurstMetric } from './burst.bench';
 import { benchDpu } from './dpu.bench';
+import { benchDpuFleet } from './dpu-fleet.bench';
 import { FLOOR_ROW_NAME, FLOOR_STEPS, benchDiskFlush, benchFloor } from './floor.bench';
 import { benchLinuxBackend } from './linux-backend.bench';
 import { benchReferenceCni } from './reference-cni';
@@ -434,6 +435,8 @@ async function main(): Promise<void> {
   if (want('dpu')) {
     step('dpu backend + simulator');
     r.dpu.push(...(await benchDpu({ count: Math.max(count, 500), ports: 5000 })));
+    step('dpu fleet: netns dataplane, two agents');
+    r.dpu.push(...(await benchDpuFleet({ count: Math.max(count, 500) })));
   }
   if (want('scale')) {
     step('scale: 10,000 attachments held by the daemon (DPU backend + simulator, dataplane off)');

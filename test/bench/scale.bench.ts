@@ -83,6 +83,7 @@ export async function benchScale(opts: { attachments: number; parallel: number }
           pod: undefined,
           dns: undefined,
           network: '',
+          dpu: '',
         });
       }
     };

@@ -42,6 +42,7 @@ describe('workloadnet CLI: help', () => {
     ['install-cni'],
     ['store', 'check'],
     ['version'],
+    ['dpus'],
   ]) {
     const name = cmd.length ? cmd.join('-') : 'main';
     it(`prints the same --help for "${name}" as its snapshot, with examples`, () => {

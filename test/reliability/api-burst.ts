@@ -108,7 +108,7 @@ async function main(): Promise<void> {
         if (op === 'attach') {
           const r = await call<{ ips: Array<{ cidr: string }> }>((md, o, cb) =>
             c.attach(
-              { workloadId, netns, containerId: '', pod: undefined, dns: undefined, network: '' },
+              { workloadId, netns, containerId: '', pod: undefined, dns: undefined, network: '', dpu: '' },
               md,
               o,
               cb,

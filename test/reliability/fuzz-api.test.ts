@@ -160,6 +160,7 @@ describeRoot('fuzz: workload API input (recording backend, root for test-owned n
       pod: podName ? { uid: '', namespace: '', name: podName } : undefined,
       network: '',
       dns: undefined,
+      dpu: '',
     };
   }
 

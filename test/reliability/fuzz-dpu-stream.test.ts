@@ -8,6 +8,8 @@ import {
   AckCode,
   type AgentMessage,
   type ControllerMessage,
+  type Inventory,
+  LinkState,
   PortOperState,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import { okAck } from '../backends/dpu/fixtures';
@@ -45,7 +47,10 @@ type Action =
       maxMtu: number;
       ipv6: boolean;
       features: string[];
+      /** A version range (protocol 2); [0, 0] is a version 1 hello. */
+      range: [number, number];
     }
+  | { a: 'inventory'; inventory: Inventory }
   | {
       a: 'ack';
       name: NameSel;
@@ -54,6 +59,8 @@ type Action =
       message: string;
       retryable: boolean;
       netdev: string;
+      pfIndex: number | undefined;
+      vfIndex: number | undefined;
       times: number;
     }
   | { a: 'status'; name: NameSel; state: number; message: string }
@@ -100,8 +107,54 @@ const action: fc.Arbitrary<Action> = fc.oneof(
       minMtu: fc.oneof(fc.constant(68), fc.nat(70_000)),
       maxMtu: fc.oneof(fc.constant(9216), fc.nat(70_000)),
       ipv6: fc.boolean(),
-      features: fc.array(fc.oneof(fc.constantFrom('vlan', 'vni'), fc.string({ maxLength: 10 })), {
-        maxLength: 3,
+      features: fc.array(
+        fc.oneof(
+          fc.constantFrom('vlan', 'vni', 'qos-rate', 'qos-trust', 'pf-select'),
+          fc.string({ maxLength: 10 }),
+        ),
+        { maxLength: 3 },
+      ),
+      range: fc.oneof(
+        { weight: 3, arbitrary: fc.constant<[number, number]>([0, 0]) },
+        { weight: 3, arbitrary: fc.constantFrom<[number, number]>([1, 2], [2, 2], [1, 9]) },
+        { weight: 1, arbitrary: fc.tuple(fc.nat(5), fc.oneof(fc.nat(5), fc.constant(0xffffffff))) },
+      ),
+    }),
+  },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      a: fc.constant('inventory' as const),
+      inventory: fc.record({
+        pfs: fc.array(
+          fc.record({
+            index: fc.oneof(fc.nat(3), fc.constant(0xffffffff)),
+            name: fc.oneof(
+              fc.constantFrom('pf0', 'lo', '', 'a/b', 'x'.repeat(20)),
+              fc.string({ maxLength: 16 }),
+            ),
+            pciAddress: fc.constantFrom('0000:03:00.0', '', 'not-pci'),
+            linkState: fc.integer({ min: -1, max: 4 }) as fc.Arbitrary<LinkState>,
+            speedMbps: fc.nat(),
+            mtu: fc.nat(70_000),
+            vfTotal: fc.oneof(fc.nat(4), fc.constant(0xffffffff)),
+            vfFree: fc.nat(5),
+            vfs: fc.array(
+              fc.record({
+                index: fc.nat(5),
+                netdev: fc.oneof(
+                  fc.constantFrom('fuzz-vf0', 'lo', '', 'nonexistent9'),
+                  fc.string({ maxLength: 16 }),
+                ),
+                pciAddress: fc.constantFrom('0000:03:00.2', '', 'zz'),
+              }),
+              { maxLength: 4 },
+            ),
+          }),
+          { maxLength: 3 },
+        ),
+        firmwareVersion: fc.string({ maxLength: 200 }),
+        agentVersion: fc.string({ maxLength: 20 }),
       }),
     }),
   },
@@ -124,6 +177,8 @@ const action: fc.Arbitrary<Action> = fc.oneof(
       retryable: fc.boolean(),
       // Never a real link's name: with the "none" dataplane no endpoint is ever plumbed anyway.
       netdev: fc.constantFrom('', 'fuzz-vf0', 'nonexistent9'),
+      pfIndex: fc.option(fc.nat(3), { nil: undefined }),
+      vfIndex: fc.option(fc.nat(3), { nil: undefined }),
       times: fc.integer({ min: 1, max: 3 }),
     }),
   },
@@ -152,7 +207,7 @@ const action: fc.Arbitrary<Action> = fc.oneof(
     weight: 1,
     arbitrary: fc.record({
       a: fc.constant('oversize' as const),
-      bytes: fc.integer({ min: 65 * 1024, max: 2 * 1024 * 1024 }),
+      bytes: fc.integer({ min: 257 * 1024, max: 2 * 1024 * 1024 }),
     }),
   },
   {
@@ -197,7 +252,10 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
   let agentSocket: string;
   let daemon: DaemonProcess;
   let sim: SimProcess | undefined;
+  /** The attachments while their agent is away (degraded), which no fuzzed stream may change. */
   let baseline: string;
+  /** The same while their agent was connected (ready), which a resync must bring back. */
+  let whileConnected: string;
   let knownKeys: string[];
 
   const count = (name: string): void => void (tried[name] = (tried[name] ?? 0) + 1);
@@ -251,10 +309,13 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
       await daemon.client.call(daemon.client.raw.attach, attachRequest(`fz-${i}`, ns.path));
     }
     knownKeys = Array.from({ length: 6 }, (_, i) => `fz-${i}/eth0`);
+    whileConnected = await attachments();
     // The well-behaved agent leaves; from now on only the fuzzer speaks to the daemon.
     await sim.stop();
     sim = undefined;
     baseline = await attachments();
+    // Their DPU is away: still programmed there, but out of reach.
+    expect(baseline).to.equal(whileConnected.replaceAll('"state":"ready"', '"state":"degraded"'));
   });
 
   after(async () => {
@@ -314,6 +375,8 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
                   maxMtu: act.maxMtu,
                   features: act.features,
                 },
+                minProtocolVersion: act.range[0],
+                maxProtocolVersion: act.range[1],
               },
             });
             await sleep(5);
@@ -329,12 +392,24 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
                   code: act.code as AckCode,
                   message: act.message,
                   retryable: act.retryable,
-                  endpoint: act.netdev ? { netdev: act.netdev, mac: '02:00:00:00:00:99' } : undefined,
+                  endpoint: act.netdev
+                    ? {
+                        netdev: act.netdev,
+                        mac: '02:00:00:00:00:99',
+                        pfIndex: act.pfIndex,
+                        vfIndex: act.vfIndex,
+                        pciAddress: '',
+                        representor: '',
+                      }
+                    : undefined,
                 },
               });
             }
             break;
           }
+          case 'inventory':
+            send({ inventory: act.inventory });
+            break;
           case 'status':
             send({
               portStatus: {
@@ -448,7 +523,7 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
       15_000,
     );
     expect(state.ports.map((p) => p.name).sort()).to.deep.equal([...knownKeys].sort());
-    expect(await attachments()).to.equal(baseline);
+    expect(await attachments()).to.equal(whileConnected);
     const ns = namespaces.add();
     const r = await outcome(daemon.client.call(daemon.client.raw.attach, attachRequest('fz-after', ns.path)));
     expect(codeName(r.code), r.details).to.equal('OK');

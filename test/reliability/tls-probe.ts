@@ -52,6 +52,8 @@ function main(): void {
       agentId,
       bootId: 'probe',
       protocolVersion: 1,
+      minProtocolVersion: 0,
+      maxProtocolVersion: 0,
       capabilities: { maxPorts: 0, ipv6: true, minMtu: 68, maxMtu: 9216, features: [] },
     },
   });

@@ -16,6 +16,7 @@ export function attachRequest(
     pod: undefined,
     dns: undefined,
     network: '',
+    dpu: '',
     ...more,
   };
 }

@@ -365,6 +365,58 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
       expect(ifs.find((i) => i.sandbox === nsA)?.mtu).to.equal(1400);
     });
 
+    it('passes the DPU named by the network config, and the one in CNI_ARGS over it', async () => {
+      const byConfig = await cni(env('ADD', 'ctr1', nsA), config('1.1.0', { dpu: 'dpu-b' }));
+      expect(byConfig.exitCode, byConfig.stdout).to.equal(0);
+      expect(fake.attachCalls[0]?.dpu).to.equal('dpu-b');
+      const byArgs = await cni(
+        env('ADD', 'ctr2', nsA, {
+          CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAME=web-1;WORKLOADNET_DPU=dpu-c',
+        }),
+        config('1.1.0', { dpu: 'dpu-b' }),
+      );
+      expect(byArgs.exitCode, byArgs.stdout).to.equal(0);
+      expect(fake.attachCalls[1]?.dpu).to.equal('dpu-c');
+      const neither = await cni(env('ADD', 'ctr3', nsA), config('1.1.0'));
+      expect(neither.exitCode, neither.stdout).to.equal(0);
+      expect(fake.attachCalls[2]?.dpu).to.equal(undefined);
+      const bad = await cni(env('ADD', 'ctr4', nsA), config('1.1.0', { dpu: 7 }));
+      expectError(bad, 7);
+      expect(String(bad.json?.msg)).to.match(/dpu must be a string/);
+      expect(fake.attachCalls).to.have.length(3);
+    });
+
+    it("passes the VF settings of the network config under SR-IOV CNI's keys, and refuses bad ones", async () => {
+      const vf = {
+        max_tx_rate: 100,
+        min_tx_rate: 10,
+        spoofchk: 'on',
+        trust: 'off',
+        link_state: 'enable',
+        pf: 1,
+      };
+      const ok = await cni(env('ADD', 'ctr1', nsA), config('1.1.0', vf));
+      expect(ok.exitCode, ok.stdout).to.equal(0);
+      expect(fake.attachCalls[0]?.dpuPort).to.deep.equal({
+        maxTxRateMbps: 100,
+        minTxRateMbps: 10,
+        spoofCheck: true,
+        trust: false,
+        linkState: 'enable',
+        pf: 1,
+      });
+      for (const [bad, msg] of [
+        [{ spoofchk: true }, /spoofchk must be "on" or "off"/],
+        [{ max_tx_rate: -1 }, /max_tx_rate must be a whole number/],
+        [{ link_state: 'up' }, /link_state must be/],
+      ] as const) {
+        const call = await cni(env('ADD', 'ctr9', nsA), config('1.1.0', bad));
+        expectError(call, 7);
+        expect(String(call.json?.msg)).to.match(msg);
+      }
+      expect(fake.attachCalls).to.have.length(1);
+    });
+
     it("echoes containerd's capitalised runtimeConfig.dns in the result", async () => {
       const runtimeConfig = {
         dns: { Servers: ['10.96.0.10'], Searches: ['default.svc.cluster.local'], Options: ['ndots:5'] },

@@ -27,6 +27,11 @@ describe('CNI protocol pieces', () => {
       });
     });
 
+    it('reads WORKLOADNET_DPU, the DPU agent a pod asks for, without IgnoreUnknown', () => {
+      expect(parseCniArgs('WORKLOADNET_DPU=dpu-b;K8S_POD_NAME=web').dpu).to.equal('dpu-b');
+      expect(parseCniArgs('K8S_POD_NAME=web').dpu).to.equal(undefined);
+    });
+
     it('keeps everything after the first "=" as the value', () => {
       expect(parseCniArgs('IgnoreUnknown=true;TOKEN=a=b==').all.TOKEN).to.equal('a=b==');
     });

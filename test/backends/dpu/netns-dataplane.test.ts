@@ -7,6 +7,7 @@ import type { DpuBackend } from '../../../backends/dpu';
 import { NetnsSet, ipJson, isRoot } from '../../support/netns';
 import { pings } from '../../support/ping';
 import { removeDir, scratchDir, spec, startBackend, view } from './fixtures';
+import { measureMbps } from './throughput';
 import { SimProcess, waitUntil } from './sim-process';
 import { attachTo, type TestSpec } from '../../support/attach-spec';
 
@@ -84,7 +85,9 @@ const ping = (fromNetns: string, to: string): Promise<boolean> =>
     const r2 = await attachTo(backend!, s2);
 
     // The VF is now the workload's eth0, with the port's MAC, the /32 and the default route.
-    expect(r1.hostIfName).to.match(/^vf[0-9a-f]{8}$/);
+    // A VF of the simulated DPU's pool: "<PF name>v<index>", its identity stored with the attachment.
+    expect(r1.hostIfName).to.match(/^s[0-9a-f]{4}f\d+v\d+$/);
+    expect(r1.details).to.include({ dpuPf: 0, dpuRepresentor: 'rp0v0' });
     const [eth0] = ipJson<Array<{ ifname: string; mtu: number; address: string; operstate: string }>>(
       w1.name,
       ['link', 'show', 'dev', 'eth0'],
@@ -127,6 +130,51 @@ const ping = (fromNetns: string, to: string): Promise<boolean> =>
     expect(await ping(w1.name, '10.90.0.4'), 'ping to a detached workload').to.equal(false);
     expect(linkNames(dpu.name), sim!.stderr.slice(-3000)).to.not.include(rep2);
     expect(linkNames(w2.name)).to.not.include('eth0');
+  });
+
+  it('carries IPv6 across the DPU: each representor answers for fe80::1', async () => {
+    const v6 = (i: number, ns: { path: string }): TestSpec =>
+      spec(i, {
+        netnsPath: ns.path,
+        netnsInode: fs.statSync(ns.path).ino,
+        ips: [
+          { family: 4, address: `10.90.0.${i + 2}`, gateway: '169.254.1.1' },
+          { family: 6, address: `fd00:90::${i + 2}`, gateway: 'fe80::1' },
+        ],
+      });
+    await attachTo(backend!, v6(1, w1));
+    await attachTo(backend!, v6(2, w2));
+    const routes = ipJson<Array<{ dst: string; gateway?: string }>>(w1.name, ['-6', 'route', 'show']);
+    expect(routes.find((r) => r.dst === 'default')?.gateway).to.equal('fe80::1');
+    expect(await ping(w1.name, 'fd00:90::4'), 'ping6 w1 → w2').to.equal(true);
+    expect(await ping(w2.name, 'fd00:90::3'), 'ping6 w2 → w1').to.equal(true);
+  });
+
+  it('shapes a port to its max_tx_rate with a tbf on its representor, measured with real traffic', async () => {
+    const limited = spec(2, {
+      netnsPath: w2.path,
+      netnsInode: fs.statSync(w2.path).ino,
+      dpuPort: { maxTxRateMbps: 40 },
+    });
+    const r1 = await attachTo(backend!, workloadSpec(1, w1));
+    const r2 = await attachTo(backend!, limited);
+    const rep2 = String(r2.details?.dpuRepresentor);
+    const rep1 = String(r1.details?.dpuRepresentor);
+    const qdisc = JSON.parse(
+      execFileSync('tc', ['-n', dpu.name, '-j', 'qdisc', 'show', 'dev', rep2], { encoding: 'utf8' }),
+    ) as Array<{ kind: string }>;
+    expect(qdisc.map((q) => q.kind)).to.include('tbf');
+    const unshaped = JSON.parse(
+      execFileSync('tc', ['-n', dpu.name, '-j', 'qdisc', 'show', 'dev', rep1], { encoding: 'utf8' }),
+    ) as Array<{ kind: string }>;
+    expect(unshaped.map((q) => q.kind)).to.not.include('tbf');
+
+    const toLimited = await measureMbps(w1.name, w2.name, '10.90.0.4');
+    const toFree = await measureMbps(w2.name, w1.name, '10.90.0.3');
+    // The shaper holds the rate (with room for the burst), and it is what holds it: the other
+    // direction, through an unshaped representor, runs far faster.
+    expect(toLimited, `shaped: ${toLimited.toFixed(1)} Mbit/s`).to.be.within(10, 40 * 1.25);
+    expect(toFree, `unshaped: ${toFree.toFixed(1)} Mbit/s`).to.be.greaterThan(4 * 40);
   });
 
   it('puts re-created VFs back into their workloads after the DPU reboots', async () => {

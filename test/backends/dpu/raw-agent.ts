@@ -54,6 +54,8 @@ export class RawAgent {
         bootId: `boot-${agentId}`,
         protocolVersion: 1,
         capabilities: { maxPorts: 0, ipv6: true, minMtu: 68, maxMtu: 9216, features: [] },
+        minProtocolVersion: 0,
+        maxProtocolVersion: 0,
         ...over,
       },
     };

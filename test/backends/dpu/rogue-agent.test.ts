@@ -3,11 +3,12 @@ import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { DpuBackend } from '../../../backends/dpu';
-import type { Port } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+import { LinkState, type AgentMessage, type Port } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { attachTo } from '../../support/attach-spec';
 import { NetnsSet, addNodeUplink, ipJson, isRoot } from '../../support/netns';
 import { expectCode, okAck, removeDir, scratchDir, spec, startBackend } from './fixtures';
 import { RawAgent } from './raw-agent';
+import { waitUntil } from './sim-process';
 
 // A DPU agent is outside the host's trust: the netdev it names as a port's host end is moved into a
 // workload only when it looks like a VF nobody on the host uses. Here a real gRPC client plays a rogue
@@ -83,7 +84,11 @@ interface IpLink {
       const port = up.upsert!.port!;
       const netdev = endpoint(port);
       const before = nodeState();
-      agent.send(okAck(port.name, port.generation, { endpoint: { netdev, mac: port.mac } }));
+      agent.send(
+        okAck(port.name, port.generation, {
+          endpoint: { netdev, mac: port.mac, pciAddress: '', representor: '' },
+        }),
+      );
       return { result, port, before };
     }
 
@@ -176,6 +181,179 @@ interface IpLink {
       await result;
       expect(linkNames(workload.name)).to.include('eth0');
       expect(linkNames(node.name)).to.not.include(vf);
+    });
+  },
+);
+
+// From protocol version 2 an agent also has to name a VF of its own: one its inventory lists, with the
+// PF and VF index the inventory gives it. A netdev that would pass the host guard but is no listed VF,
+// another agent's VF, and any endpoint of an agent that sent no inventory are refused the same way:
+// nothing moved, the port's Delete says why.
+(isRoot ? describe : describe.skip)(
+  'DPU backend: a version 2 agent hands over only VFs its inventory lists (root)',
+  function () {
+    this.timeout(30_000);
+    const spaces = new NetnsSet('wn-fleet-rogue-');
+    let node: { name: string; path: string };
+    let workload: { name: string; path: string };
+    let dir: string;
+    let backend: DpuBackend;
+    const agents = new Map<string, RawAgent>();
+    let beat: NodeJS.Timeout | undefined;
+    let n = 100;
+
+    const ip = (...args: string[]): void => void execFileSync('ip', ['-n', node.name, ...args]);
+    const features = ['host-endpoint'];
+
+    function inventory(pfName: string, vfs: string[]): AgentMessage {
+      return {
+        inventory: {
+          firmwareVersion: 'fw',
+          agentVersion: 'raw',
+          pfs: [
+            {
+              index: 0,
+              name: pfName,
+              pciAddress: '0000:30:00.0',
+              linkState: LinkState.LINK_STATE_UP,
+              speedMbps: 25_000,
+              mtu: 9000,
+              vfTotal: vfs.length,
+              vfFree: vfs.length,
+              vfs: vfs.map((netdev, index) => ({ index, netdev, pciAddress: `0001:40:00.${index}` })),
+            },
+          ],
+        },
+      };
+    }
+
+    async function connect(agentId: string, inv: AgentMessage | undefined): Promise<RawAgent> {
+      const a = new RawAgent(path.join(dir, 'agent.sock'));
+      a.send(
+        RawAgent.hello(agentId, {
+          protocolVersion: 1,
+          minProtocolVersion: 1,
+          maxProtocolVersion: 2,
+          capabilities: { maxPorts: 0, ipv6: true, minMtu: 68, maxMtu: 9216, features },
+        }),
+      );
+      const accept = await a.next((m) => !!m.helloAccept, 'the accept');
+      expect(accept.helloAccept?.protocolVersion).to.equal(2);
+      expect(accept.helloAccept?.capabilities?.features).to.include('inventory');
+      if (inv) a.send(inv);
+      await a.next((m) => !!m.syncComplete, 'the (empty) snapshot');
+      agents.set(agentId, a);
+      return a;
+    }
+
+    before(() => {
+      node = spaces.add();
+      workload = spaces.add();
+      addNodeUplink(node.name, '10.99.0.1');
+    });
+
+    after(() => spaces.cleanup());
+
+    beforeEach(async () => {
+      dir = scratchDir();
+      backend = await startBackend(dir, { hostNetnsPath: node.path, ackTimeoutMs: 3000 });
+      await connect('dpu-a', inventory('pfa', ['avf0', 'avf1', 'up0']));
+      await connect('dpu-b', inventory('pfb', ['bvf0']));
+      await connect('dpu-c', undefined);
+      beat = setInterval(() => {
+        for (const a of agents.values()) a.send({ heartbeat: { seq: 1, sentAtUnixMs: Date.now() } });
+      }, 50);
+      await waitUntil(async () => (await backend.health()).details?.agentsHealthy === 3, 'three agents');
+    });
+
+    afterEach(async () => {
+      clearInterval(beat);
+      for (const a of agents.values()) a.close();
+      agents.clear();
+      await backend.stop();
+      removeDir(dir);
+      const present = new Set(ipJson<IpLink[]>(node.name, ['link', 'show']).map((l) => l.ifname));
+      for (const l of ['avf0', 'avf1', 'bvf0', 'stray0']) if (present.has(l)) ip('link', 'del', l);
+    });
+
+    /** Attaches one port on `agentId`, which acks it as `netdev` (created first with the port's MAC). */
+    async function ackAs(
+      agentId: string,
+      netdev: string,
+      more: { pfIndex?: number; vfIndex?: number; create?: boolean } = {},
+    ): Promise<{ result: Promise<unknown>; port: Port }> {
+      n++;
+      const a = agents.get(agentId)!;
+      const from = a.received.length;
+      const s = {
+        ...spec(n),
+        netnsPath: workload.path,
+        netnsInode: fs.statSync(workload.path).ino,
+        dpu: agentId,
+      };
+      const result = attachTo(backend, s);
+      result.catch(() => undefined);
+      const port = (await a.next((m) => !!m.upsert, 'the upsert', 5000, from)).upsert!.port!;
+      if (more.create !== false)
+        ip('link', 'add', netdev, 'address', port.mac, 'type', 'veth', 'peer', 'name', `${netdev}p`);
+      a.send(
+        okAck(port.name, port.generation, {
+          endpoint: {
+            netdev,
+            mac: port.mac,
+            pfIndex: more.pfIndex,
+            vfIndex: more.vfIndex,
+            pciAddress: '',
+            representor: '',
+          },
+        }),
+      );
+      return { result, port };
+    }
+
+    async function expectRefused(agentId: string, netdev: string, why: RegExp, more = {}): Promise<void> {
+      const { result, port } = await ackAs(agentId, netdev, more);
+      const err = await expectCode(result, 'FAILED_PRECONDITION');
+      expect(err.message).to.match(new RegExp(`reported ${netdev} as the host end`));
+      expect(err.message).to.match(why);
+      expect(ipJson<IpLink[]>(workload.name, ['link', 'show']).map((l) => l.ifname)).to.deep.equal(['lo']);
+      const del = await agents
+        .get(agentId)!
+        .next((m) => m.delete?.name === port.name, 'the Delete of the refused port');
+      expect(del.delete?.reason).to.match(why);
+    }
+
+    it('refuses a clean netdev that is no VF in its inventory', async () => {
+      await expectRefused('dpu-a', 'stray0', /not a VF in DPU agent dpu-a's inventory/);
+      expect(ipJson<IpLink[]>(node.name, ['link', 'show']).map((l) => l.ifname)).to.include('stray0');
+    });
+
+    it("refuses another agent's VF", async () => {
+      await expectRefused('dpu-b', 'avf0', /not a VF in DPU agent dpu-b's inventory/);
+    });
+
+    it('refuses a VF named with another PF/VF index than the inventory gives it', async () => {
+      await expectRefused('dpu-a', 'avf1', /names it PF 0 VF 0, but the inventory lists it as PF 0 VF 1/, {
+        pfIndex: 0,
+        vfIndex: 0,
+      });
+    });
+
+    it('refuses any endpoint of an agent that sent no inventory', async () => {
+      await expectRefused('dpu-c', 'stray0', /dpu-c has sent no inventory/);
+    });
+
+    it('still applies the host guard to a listed netdev: the uplink stays', async () => {
+      await expectRefused('dpu-a', 'up0', /but it carries (MAC|address)/, { create: false });
+      const up0 = ipJson<Array<{ flags: string[] }>>(node.name, ['link', 'show', 'dev', 'up0'])[0];
+      expect(up0?.flags).to.include('UP');
+    });
+
+    it('moves its own listed VF, and records which VF it is', async () => {
+      const { result } = await ackAs('dpu-a', 'avf1', { pfIndex: 0, vfIndex: 1 });
+      const r = (await result) as { details?: Record<string, unknown> };
+      expect(r.details).to.include({ dpuAgentId: 'dpu-a', dpuPf: 0, dpuVf: 1 });
+      expect(ipJson<IpLink[]>(workload.name, ['link', 'show']).map((l) => l.ifname)).to.include('eth0');
     });
   },
 );

@@ -1,19 +1,33 @@
 import { expect } from 'chai';
+import fc from 'fast-check';
 import { status } from '@grpc/grpc-js';
 import type { PeerCertificate } from 'node:tls';
 import { AckWaiter } from '../../../backends/dpu/ack-waiter';
 import { nackError } from '../../../backends/dpu/ack-code';
 import { DesiredState } from '../../../backends/dpu/desired-state';
 import { decodeDetails, encodeDetails } from '../../../backends/dpu/details';
-import { macForKey, portFields } from '../../../backends/dpu/port-spec';
+import { featuresNeeded, macForKey, portFields, portOptions } from '../../../backends/dpu/port-spec';
+import { validateDpuId, validateDpuPort } from '../../../core/validation';
+import { Metrics } from '../../../core/metrics';
+import type { DpuAgentStatus } from '../../../core/backend';
 import { TokenBucket } from '../../../backends/dpu/rate-limiter';
 import { certificateNames } from '../../../backends/dpu/tls-identity';
 import { PortTable } from '../../../backends/dpu-sim/port-table';
 import { validatePort } from '../../../backends/dpu-sim/agent-client';
 import type { AgentPeer } from '../../../backends/dpu/agent-server';
-import { admitHello } from '../../../backends/dpu/hello-admission';
+import { admitHello, negotiateVersion } from '../../../backends/dpu/hello-admission';
+import { AgentInventory } from '../../../backends/dpu/agent-inventory';
+import { VfPool } from '../../../backends/dpu-sim/vf-pool';
 import { SnapshotSync } from '../../../backends/dpu/snapshot-sync';
-import { AckCode, type Ack, type Hello, type Port } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+import {
+  AckCode,
+  LinkState,
+  type Ack,
+  type Hello,
+  type Inventory,
+  type PhysicalFunction,
+  type Port,
+} from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { WorkloadNetError } from '../../../core/errors';
 import { spec } from './fixtures';
 
@@ -30,28 +44,42 @@ const ack = (name: string, generation: number, code = AckCode.ACK_CODE_OK, messa
 describe('DPU desired state', () => {
   it('gives every change a newer generation, also across delete and re-add of a name', () => {
     const d = new DesiredState();
-    const a1 = d.upsert(portFields(spec(1)));
-    const a2 = d.upsert(portFields(spec(1)));
+    const a1 = d.upsert(portFields(spec(1)), 'x');
+    const a2 = d.upsert(portFields(spec(1)), 'x');
     const del = d.delete(a2.name);
-    const a3 = d.upsert(portFields(spec(1)));
+    const a3 = d.upsert(portFields(spec(1)), 'x');
     expect([a1.generation, a2.generation, del, a3.generation]).to.deep.equal([1, 2, 3, 4]);
   });
 
   it('keeps restored generations and continues above the highest', () => {
     const d = new DesiredState();
-    d.restore(portFields(spec(1)), 41);
-    d.restore(portFields(spec(2)), 7);
-    expect(d.upsert(portFields(spec(3))).generation).to.equal(42);
-    expect(d.snapshot().map((p) => [p.name, p.generation])).to.deep.equal([
+    d.restore(portFields(spec(1)), 41, 'x');
+    d.restore(portFields(spec(2)), 7, 'x');
+    expect(d.upsert(portFields(spec(3)), 'x').generation).to.equal(42);
+    expect(d.snapshot('x').map((p) => [p.name, p.generation])).to.deep.equal([
       ['w1/eth0', 41],
       ['w2/eth0', 7],
       ['w3/eth0', 42],
     ]);
   });
 
+  it("snapshots and counts each agent's ports apart, and follows a port that was re-placed", () => {
+    const d = new DesiredState();
+    d.upsert(portFields(spec(1)), 'a');
+    d.upsert(portFields(spec(2)), 'b');
+    d.upsert(portFields(spec(3)), 'b');
+    expect(d.snapshot('a').map((p) => p.name)).to.deep.equal(['w1/eth0']);
+    expect(d.snapshot('b').map((p) => p.name)).to.deep.equal(['w2/eth0', 'w3/eth0']);
+    expect([d.countOn('a'), d.countOn('b'), d.countOn('c')]).to.deep.equal([1, 2, 0]);
+    d.upsert(portFields(spec(1)), 'b');
+    d.delete('w2/eth0');
+    expect([d.countOn('a'), d.countOn('b')]).to.deep.equal([0, 2]);
+    expect(d.agents()).to.deep.equal(['b']);
+  });
+
   it('records an ack only at the current generation', () => {
     const d = new DesiredState();
-    const p = d.upsert(portFields(spec(1)));
+    const p = d.upsert(portFields(spec(1)), 'x');
     expect(d.recordAck(p.name, { generation: p.generation - 1, ok: true, message: '' })).to.equal(false);
     expect(d.recordAck('nobody', { generation: p.generation, ok: true, message: '' })).to.equal(false);
     expect(d.recordAck(p.name, { generation: p.generation, ok: true, message: '' })).to.equal(true);
@@ -149,7 +177,25 @@ describe('DPU port fields and stored details', () => {
       bootId: 'b',
     };
     const dp = { ifName: 'eth0', mac: '', mtu: 1500, routes: [], details: encodeDetails(d) };
-    expect(decodeDetails(dp)).to.deep.equal(d);
+    // A version 1 agent says nothing of the VF: no keys for it, and none read back.
+    expect(Object.keys(dp.details)).to.have.length(6);
+    expect(decodeDetails(dp)).to.deep.equal({
+      ...d,
+      pf: undefined,
+      vf: undefined,
+      pciAddress: '',
+      representor: '',
+      portOptions: '',
+    });
+    const v2 = {
+      ...d,
+      pf: 0,
+      vf: 7,
+      pciAddress: '0001:40:00.7',
+      representor: 'rp0v7',
+      portOptions: '{"trust":true}',
+    };
+    expect(decodeDetails({ ...dp, details: encodeDetails(v2) })).to.deep.equal(v2);
     expect(decodeDetails({ ...dp, details: { hostVeth: 'wn123' } })).to.equal(undefined);
     expect(decodeDetails(undefined)).to.equal(undefined);
   });
@@ -207,13 +253,15 @@ describe('DPU hello admission', () => {
     bootId: 'b1',
     protocolVersion: 1,
     capabilities: undefined,
+    minProtocolVersion: 0,
+    maxProtocolVersion: 0,
     ...over,
   });
   const unix: AgentPeer = { transport: 'unix', address: 'unix:/x', certificateNames: [] };
   const current = { id: 's1', agentId: 'dpu-a', peerAddress: 'p', connectedAt: 0, healthy: true };
 
   it('accepts a well-formed hello when the slot is free', () => {
-    expect(admitHello(hello('dpu-a'), unix, undefined)).to.deep.equal({ ok: true });
+    expect(admitHello(hello('dpu-a'), unix, undefined)).to.deep.equal({ ok: true, version: 1 });
   });
 
   it('refuses ids with spaces or control characters', () => {
@@ -222,16 +270,42 @@ describe('DPU hello admission', () => {
     expect(admitHello(hello('dpu-a', { bootId: '' }), unix, undefined).ok).to.equal(false);
   });
 
-  it('refuses a second live agent, naming the same-id case, and takes over from a silent one', () => {
+  it('refuses a second live session of the same agent, and takes over from a silent one', () => {
     const same = admitHello(hello('dpu-a'), unix, current);
     expect(same.ok === false && same.code).to.equal(status.ALREADY_EXISTS);
     expect(same.ok === false && same.reason).to.match(/same id is refused/);
-    const other = admitHello(hello('dpu-b'), unix, current);
-    expect(other.ok === false && other.reason).to.match(/serves one agent at a time/);
     expect(admitHello(hello('dpu-a'), unix, { ...current, healthy: false })).to.deep.equal({
       ok: true,
+      version: 1,
       replaces: 's1',
     });
+  });
+
+  it('admits other agents beside the live ones, up to the limit', () => {
+    expect(admitHello(hello('dpu-b'), unix, undefined, 1, 2)).to.deep.equal({ ok: true, version: 1 });
+    const full = admitHello(hello('dpu-c'), unix, undefined, 2, 2);
+    expect(full.ok === false && full.code).to.equal(status.RESOURCE_EXHAUSTED);
+    expect(full.ok === false && full.reason).to.match(/serves 2 DPU agents.*dpu-c is refused/);
+  });
+
+  it('picks the highest version both speak: older, newer and disjoint offers', () => {
+    const offer = (min: number, max: number): Hello =>
+      hello('dpu-a', { protocolVersion: min, minProtocolVersion: min, maxProtocolVersion: max });
+    expect(negotiateVersion(hello('dpu-a', { protocolVersion: 1 })), 'a version 1 agent').to.equal(1);
+    expect(negotiateVersion(hello('dpu-a', { protocolVersion: 2 })), 'a version 2 agent').to.equal(2);
+    expect(negotiateVersion(offer(1, 2))).to.equal(2);
+    expect(negotiateVersion(offer(1, 5)), 'a newer agent that still speaks ours').to.equal(2);
+    expect(negotiateVersion(offer(2, 9))).to.equal(2);
+    expect(negotiateVersion(offer(3, 4)), 'disjoint, newer').to.match(
+      /protocol versions 3-4 are not supported; this daemon speaks versions 1-2/,
+    );
+    expect(negotiateVersion(hello('dpu-a', { protocolVersion: 0 })), 'unset').to.match(
+      /version 0 is not supported/,
+    );
+    expect(negotiateVersion(hello('dpu-a', { protocolVersion: 7 }))).to.match(/version 7 is not supported/);
+    expect(negotiateVersion(offer(2, 1))).to.match(/empty range/);
+    const refused = admitHello(offer(3, 4), unix, undefined);
+    expect(refused.ok === false && refused.code).to.equal(status.FAILED_PRECONDITION);
   });
 
   it('requires a TLS agent id to be one of the certificate names', () => {
@@ -260,5 +334,206 @@ describe('DPU snapshot sync', () => {
     const s = new SnapshotSync('s', 1, [port('a', 1)]);
     expect(s.supersede('a')).to.equal(true);
     expect(new SnapshotSync('s', 2, []).complete).to.equal(true);
+  });
+});
+
+describe('DPU simulator VF pool', () => {
+  it('hands out the lowest free VF, on the PF asked for, and none when the PF or the pool is full', () => {
+    const pool = new VfPool('dpu-a', 2, 2);
+    expect(pool.allocate('p1')).to.deep.equal({ pf: 0, vf: 0 });
+    expect(pool.allocate('p1'), 'a port keeps its VF').to.deep.equal({ pf: 0, vf: 0 });
+    expect(pool.allocate('p2', 1)).to.deep.equal({ pf: 1, vf: 0 });
+    expect(pool.allocate('p3')).to.deep.equal({ pf: 0, vf: 1 });
+    expect(pool.allocate('p4', 0), 'PF 0 is full').to.equal(undefined);
+    expect(pool.allocate('p4', 7), 'no PF 7').to.equal(undefined);
+    expect(pool.allocate('p4')).to.deep.equal({ pf: 1, vf: 1 });
+    expect(pool.allocate('p5')).to.equal(undefined);
+    expect(pool.free).to.equal(0);
+    pool.release('p3');
+    expect(pool.allocate('p5')).to.deep.equal({ pf: 0, vf: 1 });
+  });
+
+  it('lists every VF in its inventory under names a host would give them, distinct per agent', () => {
+    const a = new VfPool('dpu-a', 2, 3);
+    a.allocate('p1');
+    const inv = a.inventory();
+    expect(inv.pfs.map((pf) => [pf.index, pf.vfTotal, pf.vfFree, pf.vfs.length])).to.deep.equal([
+      [0, 3, 2, 3],
+      [1, 3, 3, 3],
+    ]);
+    const vf = inv.pfs[1]?.vfs[2];
+    expect(vf?.netdev)
+      .to.equal(`${a.pfName(1)}v2`)
+      .and.to.have.length.at.most(15);
+    expect(new VfPool('dpu-b', 1, 1).pfName(0)).to.not.equal(a.pfName(0));
+    // The daemon takes it whole, and knows each VF by its netdev.
+    const parsed = AgentInventory.parse(inv);
+    if (typeof parsed === 'string') throw new Error(parsed);
+    expect(parsed.vf(vf?.netdev ?? '')).to.deep.equal({ pf: 1, vf: 2, pciAddress: vf?.pciAddress });
+    expect([parsed.vfTotal, parsed.vfFree]).to.deep.equal([6, 5]);
+  });
+});
+
+describe('DPU agent inventory', () => {
+  const pf = (over: Partial<PhysicalFunction> = {}): PhysicalFunction => ({
+    index: 0,
+    name: 'enp3s0f0',
+    pciAddress: '0000:03:00.0',
+    linkState: LinkState.LINK_STATE_UP,
+    speedMbps: 25000,
+    mtu: 1500,
+    vfTotal: 2,
+    vfFree: 2,
+    vfs: [{ index: 0, netdev: 'enp3s0f0v0', pciAddress: '0000:03:00.2' }],
+    ...over,
+  });
+  const parse = (pfs: PhysicalFunction[]): AgentInventory | string =>
+    AgentInventory.parse({ pfs, firmwareVersion: 'x', agentVersion: 'y' });
+
+  it('refuses what cannot be true, keeping nothing of it', () => {
+    expect(parse([pf(), pf()])).to.match(/PF 0 is listed twice/);
+    expect(parse([pf({ name: 'has space' })])).to.match(/no valid netdev name/);
+    expect(parse([pf({ pciAddress: 'nope' })])).to.match(/malformed PCI address/);
+    expect(parse([pf({ vfFree: 3 })])).to.match(/more free VFs/);
+    expect(parse([pf({ vfTotal: 0, vfFree: 0 })])).to.match(/lists 1 VFs but has 0/);
+    const dup = pf({ vfs: [pf().vfs[0]!, { ...pf().vfs[0]!, index: 1 }] });
+    expect(parse([dup])).to.match(/enp3s0f0v0 twice/);
+    expect(parse([pf({ vfs: [{ index: 0, netdev: 'a/b', pciAddress: '' }] })])).to.match(/VF 0 has no valid/);
+    expect(parse([pf()])).to.be.instanceOf(AgentInventory);
+  });
+});
+
+describe('DPU fields of Attach (validation)', () => {
+  it('takes an agent id as agents send it, and refuses anything else', () => {
+    expect(validateDpuId('dpu-a')).to.equal('dpu-a');
+    expect(validateDpuId('')).to.equal(undefined);
+    expect(() => validateDpuId('dpu a')).to.throw(/dpu must be a DPU agent id/);
+    expect(() => validateDpuId('x'.repeat(254))).to.throw(/dpu must be a DPU agent id/);
+  });
+
+  it('checks VF settings: whole rates, min not above max, known link states', () => {
+    expect(validateDpuPort({ maxTxRateMbps: 100, minTxRateMbps: 100, trust: true })).to.deep.equal({
+      maxTxRateMbps: 100,
+      minTxRateMbps: 100,
+      trust: true,
+    });
+    expect(validateDpuPort({})).to.equal(undefined);
+    expect(() => validateDpuPort({ maxTxRateMbps: 10, minTxRateMbps: 20 })).to.throw(/must not be above/);
+    expect(() => validateDpuPort({ maxTxRateMbps: 1.5 })).to.throw(/whole number/);
+    expect(() => validateDpuPort({ pf: -1 })).to.throw(/whole number/);
+    expect(() => validateDpuPort({ linkState: 'up' as 'auto' })).to.throw(/auto, enable or disable/);
+  });
+
+  it('round-trips VF settings through the wire form', () => {
+    const o = { maxTxRateMbps: 5, spoofCheck: false, linkState: 'disable' as const, pf: 0 };
+    const fields = portFields(spec(1), undefined, o);
+    expect(portOptions(fields)).to.deep.equal(o);
+    expect(portFields(spec(1)).qos).to.equal(undefined);
+    expect(featuresNeeded(fields).map(([f]) => f)).to.deep.equal([
+      'qos-rate',
+      'qos-spoof-check',
+      'qos-link-state',
+      'pf-select',
+    ]);
+  });
+});
+
+describe('DPU agent metrics', () => {
+  it('keeps one series per agent, for exactly the agents last reported', async () => {
+    const m = new Metrics();
+    const agent = (id: string, healthy: boolean, ports: number): DpuAgentStatus => ({
+      id,
+      connected: healthy,
+      healthy,
+      bootId: '',
+      protocolVersion: 2,
+      firmwareVersion: '',
+      agentVersion: '',
+      pfs: [],
+      vfsTotal: 8,
+      vfsFree: 8 - ports,
+      ports,
+      lastHeartbeatAgeMs: healthy ? 500 : undefined,
+      synced: true,
+    });
+    m.setDpus([agent('dpu-a', true, 3), agent('dpu-b', false, 1)]);
+    let text = await m.registry.metrics();
+    expect(text).to.include('workloadnet_dpu_agent_healthy{agent="dpu-a"} 1');
+    expect(text).to.include('workloadnet_dpu_agent_healthy{agent="dpu-b"} 0');
+    expect(text).to.include('workloadnet_dpu_agent_ports{agent="dpu-a"} 3');
+    expect(text).to.include('workloadnet_dpu_agent_vfs_free{agent="dpu-b"} 7');
+    expect(text).to.include('workloadnet_dpu_agent_heartbeat_age_seconds{agent="dpu-a"} 0.5');
+    expect(text).to.not.include('workloadnet_dpu_agent_heartbeat_age_seconds{agent="dpu-b"}');
+    m.setDpus([agent('dpu-b', true, 0)]);
+    text = await m.registry.metrics();
+    expect(text).to.not.include('agent="dpu-a"');
+  });
+});
+
+describe('DPU protocol version 2 messages, fuzzed', () => {
+  const inventory: fc.Arbitrary<Inventory> = fc.record({
+    pfs: fc.array(
+      fc.record({
+        index: fc.oneof(fc.nat(4), fc.constant(0xffffffff)),
+        name: fc.oneof(fc.constantFrom('pf0', 'pf1', 'lo', '', 'a b'), fc.string({ maxLength: 18 })),
+        pciAddress: fc.oneof(fc.constantFrom('0000:03:00.0', ''), fc.string({ maxLength: 14 })),
+        linkState: fc.integer({ min: -1, max: 3 }) as fc.Arbitrary<LinkState>,
+        speedMbps: fc.nat(),
+        mtu: fc.nat(),
+        vfTotal: fc.nat(6),
+        vfFree: fc.nat(6),
+        vfs: fc.array(
+          fc.record({
+            index: fc.nat(6),
+            netdev: fc.oneof(fc.constantFrom('vf0', 'vf1', 'vf2'), fc.string({ maxLength: 18 })),
+            pciAddress: fc.oneof(fc.constant(''), fc.string({ maxLength: 14 })),
+          }),
+          { maxLength: 5 },
+        ),
+      }),
+      { maxLength: 4 },
+    ),
+    firmwareVersion: fc.string({ maxLength: 300 }),
+    agentVersion: fc.string({ maxLength: 20 }),
+  });
+
+  it('parses any inventory into one that is consistent, or a reason, never throwing', () => {
+    fc.assert(
+      fc.property(inventory, (inv) => {
+        const parsed = AgentInventory.parse(inv);
+        if (typeof parsed === 'string') return parsed.length > 0;
+        expect(parsed.vfFree).to.be.at.most(parsed.vfTotal);
+        expect(parsed.firmwareVersion.length).to.be.at.most(128);
+        for (const pf of inv.pfs) {
+          for (const vf of pf.vfs)
+            expect(parsed.vf(vf.netdev)).to.deep.equal({
+              pf: pf.index,
+              vf: vf.index,
+              pciAddress: vf.pciAddress,
+            });
+        }
+        return true;
+      }),
+      { numRuns: 500, seed: 1308 },
+    );
+  });
+
+  it('negotiates any offer to a version both speak, or a reason', () => {
+    fc.assert(
+      fc.property(fc.nat(10), fc.nat(10), fc.nat(10), (v, min, max) => {
+        const picked = negotiateVersion({
+          agentId: 'a',
+          bootId: 'b',
+          protocolVersion: v,
+          capabilities: undefined,
+          minProtocolVersion: min,
+          maxProtocolVersion: max,
+        });
+        if (typeof picked === 'string') return /not supported|empty range/.test(picked);
+        const [lo, hi] = max > 0 ? [min || 1, max] : [v, v];
+        return picked >= Math.max(lo, 1) && picked <= Math.min(hi, 2);
+      }),
+      { numRuns: 500, seed: 1308 },
+    );
   });
 });

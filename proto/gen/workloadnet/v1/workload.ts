@@ -77,9 +77,15 @@ export interface AttachRequest {
   dns?: DNS | undefined;
   /**
    * The network the interface joins; empty means "default". A network the node does not serve is
-   * INVALID_ARGUMENT. Added by workloadnet (issue 14).
+   * INVALID_ARGUMENT.
    */
   network: string;
+  /**
+   * DPU backend: the id of the DPU agent the port must be placed on. Empty lets the daemon choose the
+   * healthy agent with the most free VFs. A named agent that is away fails UNAVAILABLE; a full one
+   * RESOURCE_EXHAUSTED. Other backends ignore it.
+   */
+  dpu: string;
 }
 
 export interface Interface {
@@ -205,6 +211,8 @@ export interface StatusResponse {
    * "default" network's (or the first one's), pools lists every network's.
    */
   networks: NetworkStatus[];
+  /** DPU backend: every agent the daemon knows (connected, or gone but holding ports), by id. */
+  dpus: DpuStatus[];
 }
 
 export interface StatusResponse_BackendDetailsEntry {
@@ -232,6 +240,45 @@ export interface NetworkStatus_BackendDetailsEntry {
   value: string;
 }
 
+/** One DPU agent as the daemon sees it (workloadnet dpus). */
+export interface DpuStatus {
+  id: string;
+  /** Holds a session now. */
+  connected: boolean;
+  /** Connected and heard from within the silence limit: new ports may go to it. */
+  healthy: boolean;
+  bootId: string;
+  /** The protocol version of its session (of its last one, when disconnected). */
+  protocolVersion: number;
+  firmwareVersion: string;
+  agentVersion: string;
+  pfs: DpuPhysicalFunction[];
+  vfsTotal: number;
+  vfsFree: number;
+  /** Ports placed on it. */
+  ports: number;
+  /** Milliseconds since its last heartbeat (connected agents). */
+  lastHeartbeatAgeMs: number;
+  sessionId: string;
+  peer: string;
+  /** Its current session's snapshot is applied. */
+  synced: boolean;
+  /** Why it is not healthy, for a person. */
+  reason: string;
+}
+
+export interface DpuPhysicalFunction {
+  index: number;
+  name: string;
+  pciAddress: string;
+  /** "up", "down" or "unknown". */
+  linkState: string;
+  speedMbps: number;
+  mtu: number;
+  vfsTotal: number;
+  vfsFree: number;
+}
+
 export interface Attachment {
   workloadId: string;
   ifName: string;
@@ -239,7 +286,11 @@ export interface Attachment {
   containerId: string;
   pod?: PodMetadata | undefined;
   result?: AttachResponse | undefined;
-  /** Always "ready": an attachment is listed (List, Get) only once its dataplane is programmed. */
+  /**
+   * "ready": an attachment is listed (List, Get) only once its dataplane is programmed. "degraded": it
+   * was programmed, but the backend cannot reach its dataplane now (its DPU agent is away); the DPU
+   * keeps what it programmed, and Detach still works.
+   */
   state: string;
   createdAt: string;
   /** The network the interface belongs to. */
@@ -638,7 +689,15 @@ export const DNS: MessageFns<DNS> = {
 };
 
 function createBaseAttachRequest(): AttachRequest {
-  return { workloadId: '', netns: undefined, containerId: '', pod: undefined, dns: undefined, network: '' };
+  return {
+    workloadId: '',
+    netns: undefined,
+    containerId: '',
+    pod: undefined,
+    dns: undefined,
+    network: '',
+    dpu: '',
+  };
 }
 
 export const AttachRequest: MessageFns<AttachRequest> = {
@@ -660,6 +719,9 @@ export const AttachRequest: MessageFns<AttachRequest> = {
     }
     if (message.network !== '') {
       writer.uint32(50).string(message.network);
+    }
+    if (message.dpu !== '') {
+      writer.uint32(58).string(message.dpu);
     }
     return writer;
   },
@@ -725,6 +787,14 @@ export const AttachRequest: MessageFns<AttachRequest> = {
             message.network = reader.string();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.dpu = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -753,6 +823,7 @@ export const AttachRequest: MessageFns<AttachRequest> = {
       pod: isSet(object.pod) ? PodMetadata.fromJSON(object.pod) : undefined,
       dns: isSet(object.dns) ? DNS.fromJSON(object.dns) : undefined,
       network: isSet(object.network) ? globalThis.String(object.network) : '',
+      dpu: isSet(object.dpu) ? globalThis.String(object.dpu) : '',
     };
   },
 
@@ -776,6 +847,9 @@ export const AttachRequest: MessageFns<AttachRequest> = {
     if (message.network !== '') {
       obj.network = message.network;
     }
+    if (message.dpu !== '') {
+      obj.dpu = message.dpu;
+    }
     return obj;
   },
 
@@ -794,6 +868,7 @@ export const AttachRequest: MessageFns<AttachRequest> = {
       object.pod !== undefined && object.pod !== null ? PodMetadata.fromPartial(object.pod) : undefined;
     message.dns = object.dns !== undefined && object.dns !== null ? DNS.fromPartial(object.dns) : undefined;
     message.network = object.network ?? '';
+    message.dpu = object.dpu ?? '';
     return message;
   },
 };
@@ -2229,6 +2304,7 @@ function createBaseStatusResponse(): StatusResponse {
     version: '',
     poolSource: undefined,
     networks: [],
+    dpus: [],
   };
 }
 
@@ -2263,6 +2339,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     }
     for (const v of message.networks) {
       NetworkStatus.encode(v!, writer.uint32(82).fork()).join();
+    }
+    for (const v of message.dpus) {
+      DpuStatus.encode(v!, writer.uint32(90).fork()).join();
     }
     return writer;
   },
@@ -2363,6 +2442,14 @@ export const StatusResponse: MessageFns<StatusResponse> = {
             message.networks.push(NetworkStatus.decode(reader, reader.uint32()));
             continue;
           }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.dpus.push(DpuStatus.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2423,6 +2510,7 @@ export const StatusResponse: MessageFns<StatusResponse> = {
       networks: globalThis.Array.isArray(object?.networks)
         ? object.networks.map((e: any) => NetworkStatus.fromJSON(e))
         : [],
+      dpus: globalThis.Array.isArray(object?.dpus) ? object.dpus.map((e: any) => DpuStatus.fromJSON(e)) : [],
     };
   },
 
@@ -2464,6 +2552,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     if (message.networks?.length) {
       obj.networks = message.networks.map((e) => NetworkStatus.toJSON(e));
     }
+    if (message.dpus?.length) {
+      obj.dpus = message.dpus.map((e) => DpuStatus.toJSON(e));
+    }
     return obj;
   },
 
@@ -2495,6 +2586,7 @@ export const StatusResponse: MessageFns<StatusResponse> = {
         ? PoolSourceStatus.fromPartial(object.poolSource)
         : undefined;
     message.networks = object.networks?.map((e) => NetworkStatus.fromPartial(e)) || [];
+    message.dpus = object.dpus?.map((e) => DpuStatus.fromPartial(e)) || [];
     return message;
   },
 };
@@ -2955,6 +3047,567 @@ export const NetworkStatus_BackendDetailsEntry: MessageFns<NetworkStatus_Backend
     const message = createBaseNetworkStatus_BackendDetailsEntry();
     message.key = object.key ?? '';
     message.value = object.value ?? '';
+    return message;
+  },
+};
+
+function createBaseDpuStatus(): DpuStatus {
+  return {
+    id: '',
+    connected: false,
+    healthy: false,
+    bootId: '',
+    protocolVersion: 0,
+    firmwareVersion: '',
+    agentVersion: '',
+    pfs: [],
+    vfsTotal: 0,
+    vfsFree: 0,
+    ports: 0,
+    lastHeartbeatAgeMs: 0,
+    sessionId: '',
+    peer: '',
+    synced: false,
+    reason: '',
+  };
+}
+
+export const DpuStatus: MessageFns<DpuStatus> = {
+  encode(message: DpuStatus, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== '') {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.connected !== false) {
+      writer.uint32(16).bool(message.connected);
+    }
+    if (message.healthy !== false) {
+      writer.uint32(24).bool(message.healthy);
+    }
+    if (message.bootId !== '') {
+      writer.uint32(34).string(message.bootId);
+    }
+    if (message.protocolVersion !== 0) {
+      writer.uint32(40).uint32(message.protocolVersion);
+    }
+    if (message.firmwareVersion !== '') {
+      writer.uint32(50).string(message.firmwareVersion);
+    }
+    if (message.agentVersion !== '') {
+      writer.uint32(58).string(message.agentVersion);
+    }
+    for (const v of message.pfs) {
+      DpuPhysicalFunction.encode(v!, writer.uint32(66).fork()).join();
+    }
+    if (message.vfsTotal !== 0) {
+      writer.uint32(72).uint32(message.vfsTotal);
+    }
+    if (message.vfsFree !== 0) {
+      writer.uint32(80).uint32(message.vfsFree);
+    }
+    if (message.ports !== 0) {
+      writer.uint32(88).uint32(message.ports);
+    }
+    if (message.lastHeartbeatAgeMs !== 0) {
+      writer.uint32(96).uint64(message.lastHeartbeatAgeMs);
+    }
+    if (message.sessionId !== '') {
+      writer.uint32(106).string(message.sessionId);
+    }
+    if (message.peer !== '') {
+      writer.uint32(114).string(message.peer);
+    }
+    if (message.synced !== false) {
+      writer.uint32(120).bool(message.synced);
+    }
+    if (message.reason !== '') {
+      writer.uint32(130).string(message.reason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DpuStatus {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDpuStatus();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.connected = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.healthy = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.bootId = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.protocolVersion = reader.uint32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.firmwareVersion = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.agentVersion = reader.string();
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.pfs.push(DpuPhysicalFunction.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.vfsTotal = reader.uint32();
+            continue;
+          }
+          case 10: {
+            if (tag !== 80) {
+              break;
+            }
+
+            message.vfsFree = reader.uint32();
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.ports = reader.uint32();
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.lastHeartbeatAgeMs = longToNumber(reader.uint64());
+            continue;
+          }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.sessionId = reader.string();
+            continue;
+          }
+          case 14: {
+            if (tag !== 114) {
+              break;
+            }
+
+            message.peer = reader.string();
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.synced = reader.bool();
+            continue;
+          }
+          case 16: {
+            if (tag !== 130) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DpuStatus {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : '',
+      connected: isSet(object.connected) ? globalThis.Boolean(object.connected) : false,
+      healthy: isSet(object.healthy) ? globalThis.Boolean(object.healthy) : false,
+      bootId: isSet(object.bootId)
+        ? globalThis.String(object.bootId)
+        : isSet(object.boot_id)
+          ? globalThis.String(object.boot_id)
+          : '',
+      protocolVersion: isSet(object.protocolVersion)
+        ? globalThis.Number(object.protocolVersion)
+        : isSet(object.protocol_version)
+          ? globalThis.Number(object.protocol_version)
+          : 0,
+      firmwareVersion: isSet(object.firmwareVersion)
+        ? globalThis.String(object.firmwareVersion)
+        : isSet(object.firmware_version)
+          ? globalThis.String(object.firmware_version)
+          : '',
+      agentVersion: isSet(object.agentVersion)
+        ? globalThis.String(object.agentVersion)
+        : isSet(object.agent_version)
+          ? globalThis.String(object.agent_version)
+          : '',
+      pfs: globalThis.Array.isArray(object?.pfs)
+        ? object.pfs.map((e: any) => DpuPhysicalFunction.fromJSON(e))
+        : [],
+      vfsTotal: isSet(object.vfsTotal)
+        ? globalThis.Number(object.vfsTotal)
+        : isSet(object.vfs_total)
+          ? globalThis.Number(object.vfs_total)
+          : 0,
+      vfsFree: isSet(object.vfsFree)
+        ? globalThis.Number(object.vfsFree)
+        : isSet(object.vfs_free)
+          ? globalThis.Number(object.vfs_free)
+          : 0,
+      ports: isSet(object.ports) ? globalThis.Number(object.ports) : 0,
+      lastHeartbeatAgeMs: isSet(object.lastHeartbeatAgeMs)
+        ? globalThis.Number(object.lastHeartbeatAgeMs)
+        : isSet(object.last_heartbeat_age_ms)
+          ? globalThis.Number(object.last_heartbeat_age_ms)
+          : 0,
+      sessionId: isSet(object.sessionId)
+        ? globalThis.String(object.sessionId)
+        : isSet(object.session_id)
+          ? globalThis.String(object.session_id)
+          : '',
+      peer: isSet(object.peer) ? globalThis.String(object.peer) : '',
+      synced: isSet(object.synced) ? globalThis.Boolean(object.synced) : false,
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : '',
+    };
+  },
+
+  toJSON(message: DpuStatus): unknown {
+    const obj: any = {};
+    if (message.id !== '') {
+      obj.id = message.id;
+    }
+    if (message.connected !== false) {
+      obj.connected = message.connected;
+    }
+    if (message.healthy !== false) {
+      obj.healthy = message.healthy;
+    }
+    if (message.bootId !== '') {
+      obj.bootId = message.bootId;
+    }
+    if (message.protocolVersion !== 0) {
+      obj.protocolVersion = Math.round(message.protocolVersion);
+    }
+    if (message.firmwareVersion !== '') {
+      obj.firmwareVersion = message.firmwareVersion;
+    }
+    if (message.agentVersion !== '') {
+      obj.agentVersion = message.agentVersion;
+    }
+    if (message.pfs?.length) {
+      obj.pfs = message.pfs.map((e) => DpuPhysicalFunction.toJSON(e));
+    }
+    if (message.vfsTotal !== 0) {
+      obj.vfsTotal = Math.round(message.vfsTotal);
+    }
+    if (message.vfsFree !== 0) {
+      obj.vfsFree = Math.round(message.vfsFree);
+    }
+    if (message.ports !== 0) {
+      obj.ports = Math.round(message.ports);
+    }
+    if (message.lastHeartbeatAgeMs !== 0) {
+      obj.lastHeartbeatAgeMs = Math.round(message.lastHeartbeatAgeMs);
+    }
+    if (message.sessionId !== '') {
+      obj.sessionId = message.sessionId;
+    }
+    if (message.peer !== '') {
+      obj.peer = message.peer;
+    }
+    if (message.synced !== false) {
+      obj.synced = message.synced;
+    }
+    if (message.reason !== '') {
+      obj.reason = message.reason;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DpuStatus>, I>>(base?: I): DpuStatus {
+    return DpuStatus.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DpuStatus>, I>>(object: I): DpuStatus {
+    const message = createBaseDpuStatus();
+    message.id = object.id ?? '';
+    message.connected = object.connected ?? false;
+    message.healthy = object.healthy ?? false;
+    message.bootId = object.bootId ?? '';
+    message.protocolVersion = object.protocolVersion ?? 0;
+    message.firmwareVersion = object.firmwareVersion ?? '';
+    message.agentVersion = object.agentVersion ?? '';
+    message.pfs = object.pfs?.map((e) => DpuPhysicalFunction.fromPartial(e)) || [];
+    message.vfsTotal = object.vfsTotal ?? 0;
+    message.vfsFree = object.vfsFree ?? 0;
+    message.ports = object.ports ?? 0;
+    message.lastHeartbeatAgeMs = object.lastHeartbeatAgeMs ?? 0;
+    message.sessionId = object.sessionId ?? '';
+    message.peer = object.peer ?? '';
+    message.synced = object.synced ?? false;
+    message.reason = object.reason ?? '';
+    return message;
+  },
+};
+
+function createBaseDpuPhysicalFunction(): DpuPhysicalFunction {
+  return { index: 0, name: '', pciAddress: '', linkState: '', speedMbps: 0, mtu: 0, vfsTotal: 0, vfsFree: 0 };
+}
+
+export const DpuPhysicalFunction: MessageFns<DpuPhysicalFunction> = {
+  encode(message: DpuPhysicalFunction, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.index !== 0) {
+      writer.uint32(8).uint32(message.index);
+    }
+    if (message.name !== '') {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.pciAddress !== '') {
+      writer.uint32(26).string(message.pciAddress);
+    }
+    if (message.linkState !== '') {
+      writer.uint32(34).string(message.linkState);
+    }
+    if (message.speedMbps !== 0) {
+      writer.uint32(40).uint32(message.speedMbps);
+    }
+    if (message.mtu !== 0) {
+      writer.uint32(48).uint32(message.mtu);
+    }
+    if (message.vfsTotal !== 0) {
+      writer.uint32(56).uint32(message.vfsTotal);
+    }
+    if (message.vfsFree !== 0) {
+      writer.uint32(64).uint32(message.vfsFree);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DpuPhysicalFunction {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDpuPhysicalFunction();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.index = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.pciAddress = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.linkState = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.speedMbps = reader.uint32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.mtu = reader.uint32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.vfsTotal = reader.uint32();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.vfsFree = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DpuPhysicalFunction {
+    return {
+      index: isSet(object.index) ? globalThis.Number(object.index) : 0,
+      name: isSet(object.name) ? globalThis.String(object.name) : '',
+      pciAddress: isSet(object.pciAddress)
+        ? globalThis.String(object.pciAddress)
+        : isSet(object.pci_address)
+          ? globalThis.String(object.pci_address)
+          : '',
+      linkState: isSet(object.linkState)
+        ? globalThis.String(object.linkState)
+        : isSet(object.link_state)
+          ? globalThis.String(object.link_state)
+          : '',
+      speedMbps: isSet(object.speedMbps)
+        ? globalThis.Number(object.speedMbps)
+        : isSet(object.speed_mbps)
+          ? globalThis.Number(object.speed_mbps)
+          : 0,
+      mtu: isSet(object.mtu) ? globalThis.Number(object.mtu) : 0,
+      vfsTotal: isSet(object.vfsTotal)
+        ? globalThis.Number(object.vfsTotal)
+        : isSet(object.vfs_total)
+          ? globalThis.Number(object.vfs_total)
+          : 0,
+      vfsFree: isSet(object.vfsFree)
+        ? globalThis.Number(object.vfsFree)
+        : isSet(object.vfs_free)
+          ? globalThis.Number(object.vfs_free)
+          : 0,
+    };
+  },
+
+  toJSON(message: DpuPhysicalFunction): unknown {
+    const obj: any = {};
+    if (message.index !== 0) {
+      obj.index = Math.round(message.index);
+    }
+    if (message.name !== '') {
+      obj.name = message.name;
+    }
+    if (message.pciAddress !== '') {
+      obj.pciAddress = message.pciAddress;
+    }
+    if (message.linkState !== '') {
+      obj.linkState = message.linkState;
+    }
+    if (message.speedMbps !== 0) {
+      obj.speedMbps = Math.round(message.speedMbps);
+    }
+    if (message.mtu !== 0) {
+      obj.mtu = Math.round(message.mtu);
+    }
+    if (message.vfsTotal !== 0) {
+      obj.vfsTotal = Math.round(message.vfsTotal);
+    }
+    if (message.vfsFree !== 0) {
+      obj.vfsFree = Math.round(message.vfsFree);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DpuPhysicalFunction>, I>>(base?: I): DpuPhysicalFunction {
+    return DpuPhysicalFunction.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DpuPhysicalFunction>, I>>(object: I): DpuPhysicalFunction {
+    const message = createBaseDpuPhysicalFunction();
+    message.index = object.index ?? 0;
+    message.name = object.name ?? '';
+    message.pciAddress = object.pciAddress ?? '';
+    message.linkState = object.linkState ?? '';
+    message.speedMbps = object.speedMbps ?? 0;
+    message.mtu = object.mtu ?? 0;
+    message.vfsTotal = object.vfsTotal ?? 0;
+    message.vfsFree = object.vfsFree ?? 0;
     return message;
   },
 };

@@ -62,10 +62,18 @@ export const protobufFileName = 'workloadnet/dpu/v1/dpu.proto';
  *    re-programs everything).
  */
 
-/** The version this file describes. The daemon rejects a Hello with any other version. */
+/**
+ * Protocol versions. An agent offers a range in its Hello (min_protocol_version..max_protocol_version,
+ * or only protocol_version, which older agents send); the daemon picks the highest version both speak
+ * and names it in HelloAccept, or rejects a disjoint range (FAILED_PRECONDITION).
+ * Version 2 adds Inventory, the Endpoint's PF/VF identity, Port QoS and PF selection, and the daemon's
+ * answer in HelloAccept. Everything version 2 adds is a new field or message: a version 1 peer ignores
+ * what it does not know. See docs/dpu-protocol.md, "Versions and compatibility".
+ */
 export enum ProtocolVersion {
   PROTOCOL_VERSION_UNSPECIFIED = 0,
   PROTOCOL_VERSION_1 = 1,
+  PROTOCOL_VERSION_2 = 2,
   UNRECOGNIZED = -1,
 }
 
@@ -77,6 +85,9 @@ export function protocolVersionFromJSON(object: any): ProtocolVersion {
     case 1:
     case 'PROTOCOL_VERSION_1':
       return ProtocolVersion.PROTOCOL_VERSION_1;
+    case 2:
+    case 'PROTOCOL_VERSION_2':
+      return ProtocolVersion.PROTOCOL_VERSION_2;
     case -1:
     case 'UNRECOGNIZED':
     default:
@@ -90,7 +101,48 @@ export function protocolVersionToJSON(object: ProtocolVersion): string {
       return 'PROTOCOL_VERSION_UNSPECIFIED';
     case ProtocolVersion.PROTOCOL_VERSION_1:
       return 'PROTOCOL_VERSION_1';
+    case ProtocolVersion.PROTOCOL_VERSION_2:
+      return 'PROTOCOL_VERSION_2';
     case ProtocolVersion.UNRECOGNIZED:
+    default:
+      return 'UNRECOGNIZED';
+  }
+}
+
+export enum LinkState {
+  LINK_STATE_UNSPECIFIED = 0,
+  LINK_STATE_UP = 1,
+  LINK_STATE_DOWN = 2,
+  UNRECOGNIZED = -1,
+}
+
+export function linkStateFromJSON(object: any): LinkState {
+  switch (object) {
+    case 0:
+    case 'LINK_STATE_UNSPECIFIED':
+      return LinkState.LINK_STATE_UNSPECIFIED;
+    case 1:
+    case 'LINK_STATE_UP':
+      return LinkState.LINK_STATE_UP;
+    case 2:
+    case 'LINK_STATE_DOWN':
+      return LinkState.LINK_STATE_DOWN;
+    case -1:
+    case 'UNRECOGNIZED':
+    default:
+      return LinkState.UNRECOGNIZED;
+  }
+}
+
+export function linkStateToJSON(object: LinkState): string {
+  switch (object) {
+    case LinkState.LINK_STATE_UNSPECIFIED:
+      return 'LINK_STATE_UNSPECIFIED';
+    case LinkState.LINK_STATE_UP:
+      return 'LINK_STATE_UP';
+    case LinkState.LINK_STATE_DOWN:
+      return 'LINK_STATE_DOWN';
+    case LinkState.UNRECOGNIZED:
     default:
       return 'UNRECOGNIZED';
   }
@@ -205,11 +257,98 @@ export function portOperStateToJSON(object: PortOperState): string {
   }
 }
 
+export enum Toggle {
+  TOGGLE_UNSPECIFIED = 0,
+  TOGGLE_ON = 1,
+  TOGGLE_OFF = 2,
+  UNRECOGNIZED = -1,
+}
+
+export function toggleFromJSON(object: any): Toggle {
+  switch (object) {
+    case 0:
+    case 'TOGGLE_UNSPECIFIED':
+      return Toggle.TOGGLE_UNSPECIFIED;
+    case 1:
+    case 'TOGGLE_ON':
+      return Toggle.TOGGLE_ON;
+    case 2:
+    case 'TOGGLE_OFF':
+      return Toggle.TOGGLE_OFF;
+    case -1:
+    case 'UNRECOGNIZED':
+    default:
+      return Toggle.UNRECOGNIZED;
+  }
+}
+
+export function toggleToJSON(object: Toggle): string {
+  switch (object) {
+    case Toggle.TOGGLE_UNSPECIFIED:
+      return 'TOGGLE_UNSPECIFIED';
+    case Toggle.TOGGLE_ON:
+      return 'TOGGLE_ON';
+    case Toggle.TOGGLE_OFF:
+      return 'TOGGLE_OFF';
+    case Toggle.UNRECOGNIZED:
+    default:
+      return 'UNRECOGNIZED';
+  }
+}
+
+export enum VfLinkState {
+  VF_LINK_STATE_UNSPECIFIED = 0,
+  /** VF_LINK_STATE_AUTO - Follows the PF's link. */
+  VF_LINK_STATE_AUTO = 1,
+  VF_LINK_STATE_ENABLE = 2,
+  VF_LINK_STATE_DISABLE = 3,
+  UNRECOGNIZED = -1,
+}
+
+export function vfLinkStateFromJSON(object: any): VfLinkState {
+  switch (object) {
+    case 0:
+    case 'VF_LINK_STATE_UNSPECIFIED':
+      return VfLinkState.VF_LINK_STATE_UNSPECIFIED;
+    case 1:
+    case 'VF_LINK_STATE_AUTO':
+      return VfLinkState.VF_LINK_STATE_AUTO;
+    case 2:
+    case 'VF_LINK_STATE_ENABLE':
+      return VfLinkState.VF_LINK_STATE_ENABLE;
+    case 3:
+    case 'VF_LINK_STATE_DISABLE':
+      return VfLinkState.VF_LINK_STATE_DISABLE;
+    case -1:
+    case 'UNRECOGNIZED':
+    default:
+      return VfLinkState.UNRECOGNIZED;
+  }
+}
+
+export function vfLinkStateToJSON(object: VfLinkState): string {
+  switch (object) {
+    case VfLinkState.VF_LINK_STATE_UNSPECIFIED:
+      return 'VF_LINK_STATE_UNSPECIFIED';
+    case VfLinkState.VF_LINK_STATE_AUTO:
+      return 'VF_LINK_STATE_AUTO';
+    case VfLinkState.VF_LINK_STATE_ENABLE:
+      return 'VF_LINK_STATE_ENABLE';
+    case VfLinkState.VF_LINK_STATE_DISABLE:
+      return 'VF_LINK_STATE_DISABLE';
+    case VfLinkState.UNRECOGNIZED:
+    default:
+      return 'UNRECOGNIZED';
+  }
+}
+
 export interface AgentMessage {
   hello?: Hello | undefined;
   ack?: Ack | undefined;
   portStatus?: PortStatus | undefined;
   heartbeat?: Heartbeat | undefined;
+  /** Version 2: what the DPU has, sent right after Hello and again whenever it changes. */
+  inventory?: Inventory | undefined;
 }
 
 export interface Hello {
@@ -220,9 +359,15 @@ export interface Hello {
   agentId: string;
   /** Changes whenever the agent lost its programmed state (reboot, firmware restart). */
   bootId: string;
-  /** PROTOCOL_VERSION_1 for this file. */
+  /** The one version an agent speaks when it offers no range (version 1 agents set only this). */
   protocolVersion: number;
   capabilities?: Capabilities | undefined;
+  /**
+   * The range of versions the agent speaks; when max_protocol_version is set it replaces
+   * protocol_version.
+   */
+  minProtocolVersion: number;
+  maxProtocolVersion: number;
 }
 
 export interface Capabilities {
@@ -235,9 +380,49 @@ export interface Capabilities {
   maxMtu: number;
   /**
    * Optional features. Known: "host-endpoint" (acks carry a host netdev the daemon moves into the
-   * workload namespace; without it the daemon programs nothing on the host side), "vlan", "vni".
+   * workload namespace; without it the daemon programs nothing on the host side), "vlan", "vni", and
+   * from version 2 "qos-rate" (Port.qos max/min transmit rate), "qos-spoof-check", "qos-trust",
+   * "qos-link-state" and "pf-select" (Port.pf). The daemon refuses a port that needs a feature the
+   * agent did not name, before sending it.
    */
   features: string[];
+}
+
+/**
+ * The DPU as it is now. Each Inventory replaces the previous one whole. It must fit in the daemon's
+ * receive limit (256 KiB: some 6,000 VFs).
+ */
+export interface Inventory {
+  pfs: PhysicalFunction[];
+  firmwareVersion: string;
+  agentVersion: string;
+}
+
+export interface PhysicalFunction {
+  /** The PF's index as Port.pf and Endpoint.pf_index name it. */
+  index: number;
+  /** Netdev name of the PF (uplink) on the host, e.g. "enp3s0f0". */
+  name: string;
+  /** PCI address, "0000:03:00.0". */
+  pciAddress: string;
+  linkState: LinkState;
+  speedMbps: number;
+  mtu: number;
+  vfTotal: number;
+  /** VFs not holding a port now. */
+  vfFree: number;
+  /**
+   * Every VF of the PF that the agent may name as a port's endpoint. The daemon moves into a workload
+   * only a netdev listed here (by this agent).
+   */
+  vfs: VirtualFunction[];
+}
+
+export interface VirtualFunction {
+  index: number;
+  /** Its netdev name in the host namespace, e.g. "enp3s0f0v7". */
+  netdev: string;
+  pciAddress: string;
 }
 
 /** The result of applying one Upsert or Delete. */
@@ -261,6 +446,14 @@ export interface Endpoint {
   netdev: string;
   /** Its MAC address, when the agent set or knows it. */
   mac: string;
+  /**
+   * Version 2: which VF it is (stable across reboots, unlike the netdev name), and its representor
+   * on the DPU.
+   */
+  pfIndex?: number | undefined;
+  vfIndex?: number | undefined;
+  pciAddress: string;
+  representor: string;
 }
 
 /** An unsolicited change in a port's state (link went down, stale port removed after sync). */
@@ -291,6 +484,21 @@ export interface HelloAccept {
   sessionId: string;
   /** How often both sides send Heartbeat; silence for three intervals means the peer is dead. */
   heartbeatIntervalMs: number;
+  /** The version the session speaks: the highest both sides offer. Unset (0) from a version 1 daemon. */
+  protocolVersion: number;
+  /** What the daemon does, so that an agent can tell what it may rely on. */
+  capabilities?: DaemonCapabilities | undefined;
+}
+
+export interface DaemonCapabilities {
+  /** The range of versions the daemon speaks. */
+  minProtocolVersion: number;
+  maxProtocolVersion: number;
+  /**
+   * Known: "inventory" (it reads Inventory and guards endpoints with it), "qos" (it may send
+   * Port.qos), "pf-select" (it may send Port.pf), "keep-unlisted" (SnapshotBegin.keep_unlisted).
+   */
+  features: string[];
 }
 
 export interface HelloReject {
@@ -336,6 +544,19 @@ export interface Port {
   workloadId: string;
   /** Interface name inside the workload's namespace, for the agent's logs and diagnostics. */
   ifName: string;
+  /** Version 2: per-VF settings, only those the agent advertised (features "qos-*"). */
+  qos?: Qos | undefined;
+  /** Version 2: the PF the port's VF must come from (feature "pf-select"); unset lets the agent choose. */
+  pf?: number | undefined;
+}
+
+/** Settings of the port's VF, as SR-IOV CNI names them. Zero and UNSPECIFIED mean "the agent's default". */
+export interface Qos {
+  maxTxRateMbps: number;
+  minTxRateMbps: number;
+  spoofCheck: Toggle;
+  trust: Toggle;
+  linkState: VfLinkState;
 }
 
 export interface Route {
@@ -365,7 +586,13 @@ export interface SyncComplete {
 }
 
 function createBaseAgentMessage(): AgentMessage {
-  return { hello: undefined, ack: undefined, portStatus: undefined, heartbeat: undefined };
+  return {
+    hello: undefined,
+    ack: undefined,
+    portStatus: undefined,
+    heartbeat: undefined,
+    inventory: undefined,
+  };
 }
 
 export const AgentMessage: MessageFns<AgentMessage> = {
@@ -381,6 +608,9 @@ export const AgentMessage: MessageFns<AgentMessage> = {
     }
     if (message.heartbeat !== undefined) {
       Heartbeat.encode(message.heartbeat, writer.uint32(34).fork()).join();
+    }
+    if (message.inventory !== undefined) {
+      Inventory.encode(message.inventory, writer.uint32(42).fork()).join();
     }
     return writer;
   },
@@ -430,6 +660,14 @@ export const AgentMessage: MessageFns<AgentMessage> = {
             message.heartbeat = Heartbeat.decode(reader, reader.uint32());
             continue;
           }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.inventory = Inventory.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -452,6 +690,7 @@ export const AgentMessage: MessageFns<AgentMessage> = {
           ? PortStatus.fromJSON(object.port_status)
           : undefined,
       heartbeat: isSet(object.heartbeat) ? Heartbeat.fromJSON(object.heartbeat) : undefined,
+      inventory: isSet(object.inventory) ? Inventory.fromJSON(object.inventory) : undefined,
     };
   },
 
@@ -468,6 +707,9 @@ export const AgentMessage: MessageFns<AgentMessage> = {
     }
     if (message.heartbeat !== undefined) {
       obj.heartbeat = Heartbeat.toJSON(message.heartbeat);
+    }
+    if (message.inventory !== undefined) {
+      obj.inventory = Inventory.toJSON(message.inventory);
     }
     return obj;
   },
@@ -488,12 +730,23 @@ export const AgentMessage: MessageFns<AgentMessage> = {
       object.heartbeat !== undefined && object.heartbeat !== null
         ? Heartbeat.fromPartial(object.heartbeat)
         : undefined;
+    message.inventory =
+      object.inventory !== undefined && object.inventory !== null
+        ? Inventory.fromPartial(object.inventory)
+        : undefined;
     return message;
   },
 };
 
 function createBaseHello(): Hello {
-  return { agentId: '', bootId: '', protocolVersion: 0, capabilities: undefined };
+  return {
+    agentId: '',
+    bootId: '',
+    protocolVersion: 0,
+    capabilities: undefined,
+    minProtocolVersion: 0,
+    maxProtocolVersion: 0,
+  };
 }
 
 export const Hello: MessageFns<Hello> = {
@@ -509,6 +762,12 @@ export const Hello: MessageFns<Hello> = {
     }
     if (message.capabilities !== undefined) {
       Capabilities.encode(message.capabilities, writer.uint32(34).fork()).join();
+    }
+    if (message.minProtocolVersion !== 0) {
+      writer.uint32(40).uint32(message.minProtocolVersion);
+    }
+    if (message.maxProtocolVersion !== 0) {
+      writer.uint32(48).uint32(message.maxProtocolVersion);
     }
     return writer;
   },
@@ -558,6 +817,22 @@ export const Hello: MessageFns<Hello> = {
             message.capabilities = Capabilities.decode(reader, reader.uint32());
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.minProtocolVersion = reader.uint32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.maxProtocolVersion = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -588,6 +863,16 @@ export const Hello: MessageFns<Hello> = {
           ? globalThis.Number(object.protocol_version)
           : 0,
       capabilities: isSet(object.capabilities) ? Capabilities.fromJSON(object.capabilities) : undefined,
+      minProtocolVersion: isSet(object.minProtocolVersion)
+        ? globalThis.Number(object.minProtocolVersion)
+        : isSet(object.min_protocol_version)
+          ? globalThis.Number(object.min_protocol_version)
+          : 0,
+      maxProtocolVersion: isSet(object.maxProtocolVersion)
+        ? globalThis.Number(object.maxProtocolVersion)
+        : isSet(object.max_protocol_version)
+          ? globalThis.Number(object.max_protocol_version)
+          : 0,
     };
   },
 
@@ -605,6 +890,12 @@ export const Hello: MessageFns<Hello> = {
     if (message.capabilities !== undefined) {
       obj.capabilities = Capabilities.toJSON(message.capabilities);
     }
+    if (message.minProtocolVersion !== 0) {
+      obj.minProtocolVersion = Math.round(message.minProtocolVersion);
+    }
+    if (message.maxProtocolVersion !== 0) {
+      obj.maxProtocolVersion = Math.round(message.maxProtocolVersion);
+    }
     return obj;
   },
 
@@ -620,6 +911,8 @@ export const Hello: MessageFns<Hello> = {
       object.capabilities !== undefined && object.capabilities !== null
         ? Capabilities.fromPartial(object.capabilities)
         : undefined;
+    message.minProtocolVersion = object.minProtocolVersion ?? 0;
+    message.maxProtocolVersion = object.maxProtocolVersion ?? 0;
     return message;
   },
 };
@@ -767,6 +1060,451 @@ export const Capabilities: MessageFns<Capabilities> = {
     message.minMtu = object.minMtu ?? 0;
     message.maxMtu = object.maxMtu ?? 0;
     message.features = object.features?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseInventory(): Inventory {
+  return { pfs: [], firmwareVersion: '', agentVersion: '' };
+}
+
+export const Inventory: MessageFns<Inventory> = {
+  encode(message: Inventory, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.pfs) {
+      PhysicalFunction.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.firmwareVersion !== '') {
+      writer.uint32(18).string(message.firmwareVersion);
+    }
+    if (message.agentVersion !== '') {
+      writer.uint32(26).string(message.agentVersion);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Inventory {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseInventory();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.pfs.push(PhysicalFunction.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.firmwareVersion = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.agentVersion = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Inventory {
+    return {
+      pfs: globalThis.Array.isArray(object?.pfs)
+        ? object.pfs.map((e: any) => PhysicalFunction.fromJSON(e))
+        : [],
+      firmwareVersion: isSet(object.firmwareVersion)
+        ? globalThis.String(object.firmwareVersion)
+        : isSet(object.firmware_version)
+          ? globalThis.String(object.firmware_version)
+          : '',
+      agentVersion: isSet(object.agentVersion)
+        ? globalThis.String(object.agentVersion)
+        : isSet(object.agent_version)
+          ? globalThis.String(object.agent_version)
+          : '',
+    };
+  },
+
+  toJSON(message: Inventory): unknown {
+    const obj: any = {};
+    if (message.pfs?.length) {
+      obj.pfs = message.pfs.map((e) => PhysicalFunction.toJSON(e));
+    }
+    if (message.firmwareVersion !== '') {
+      obj.firmwareVersion = message.firmwareVersion;
+    }
+    if (message.agentVersion !== '') {
+      obj.agentVersion = message.agentVersion;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Inventory>, I>>(base?: I): Inventory {
+    return Inventory.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Inventory>, I>>(object: I): Inventory {
+    const message = createBaseInventory();
+    message.pfs = object.pfs?.map((e) => PhysicalFunction.fromPartial(e)) || [];
+    message.firmwareVersion = object.firmwareVersion ?? '';
+    message.agentVersion = object.agentVersion ?? '';
+    return message;
+  },
+};
+
+function createBasePhysicalFunction(): PhysicalFunction {
+  return {
+    index: 0,
+    name: '',
+    pciAddress: '',
+    linkState: 0,
+    speedMbps: 0,
+    mtu: 0,
+    vfTotal: 0,
+    vfFree: 0,
+    vfs: [],
+  };
+}
+
+export const PhysicalFunction: MessageFns<PhysicalFunction> = {
+  encode(message: PhysicalFunction, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.index !== 0) {
+      writer.uint32(8).uint32(message.index);
+    }
+    if (message.name !== '') {
+      writer.uint32(18).string(message.name);
+    }
+    if (message.pciAddress !== '') {
+      writer.uint32(26).string(message.pciAddress);
+    }
+    if (message.linkState !== 0) {
+      writer.uint32(32).int32(message.linkState);
+    }
+    if (message.speedMbps !== 0) {
+      writer.uint32(40).uint32(message.speedMbps);
+    }
+    if (message.mtu !== 0) {
+      writer.uint32(48).uint32(message.mtu);
+    }
+    if (message.vfTotal !== 0) {
+      writer.uint32(56).uint32(message.vfTotal);
+    }
+    if (message.vfFree !== 0) {
+      writer.uint32(64).uint32(message.vfFree);
+    }
+    for (const v of message.vfs) {
+      VirtualFunction.encode(v!, writer.uint32(74).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PhysicalFunction {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePhysicalFunction();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.index = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.pciAddress = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.linkState = reader.int32() as any;
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.speedMbps = reader.uint32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.mtu = reader.uint32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.vfTotal = reader.uint32();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.vfFree = reader.uint32();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.vfs.push(VirtualFunction.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PhysicalFunction {
+    return {
+      index: isSet(object.index) ? globalThis.Number(object.index) : 0,
+      name: isSet(object.name) ? globalThis.String(object.name) : '',
+      pciAddress: isSet(object.pciAddress)
+        ? globalThis.String(object.pciAddress)
+        : isSet(object.pci_address)
+          ? globalThis.String(object.pci_address)
+          : '',
+      linkState: isSet(object.linkState)
+        ? linkStateFromJSON(object.linkState)
+        : isSet(object.link_state)
+          ? linkStateFromJSON(object.link_state)
+          : 0,
+      speedMbps: isSet(object.speedMbps)
+        ? globalThis.Number(object.speedMbps)
+        : isSet(object.speed_mbps)
+          ? globalThis.Number(object.speed_mbps)
+          : 0,
+      mtu: isSet(object.mtu) ? globalThis.Number(object.mtu) : 0,
+      vfTotal: isSet(object.vfTotal)
+        ? globalThis.Number(object.vfTotal)
+        : isSet(object.vf_total)
+          ? globalThis.Number(object.vf_total)
+          : 0,
+      vfFree: isSet(object.vfFree)
+        ? globalThis.Number(object.vfFree)
+        : isSet(object.vf_free)
+          ? globalThis.Number(object.vf_free)
+          : 0,
+      vfs: globalThis.Array.isArray(object?.vfs)
+        ? object.vfs.map((e: any) => VirtualFunction.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: PhysicalFunction): unknown {
+    const obj: any = {};
+    if (message.index !== 0) {
+      obj.index = Math.round(message.index);
+    }
+    if (message.name !== '') {
+      obj.name = message.name;
+    }
+    if (message.pciAddress !== '') {
+      obj.pciAddress = message.pciAddress;
+    }
+    if (message.linkState !== 0) {
+      obj.linkState = linkStateToJSON(message.linkState);
+    }
+    if (message.speedMbps !== 0) {
+      obj.speedMbps = Math.round(message.speedMbps);
+    }
+    if (message.mtu !== 0) {
+      obj.mtu = Math.round(message.mtu);
+    }
+    if (message.vfTotal !== 0) {
+      obj.vfTotal = Math.round(message.vfTotal);
+    }
+    if (message.vfFree !== 0) {
+      obj.vfFree = Math.round(message.vfFree);
+    }
+    if (message.vfs?.length) {
+      obj.vfs = message.vfs.map((e) => VirtualFunction.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PhysicalFunction>, I>>(base?: I): PhysicalFunction {
+    return PhysicalFunction.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PhysicalFunction>, I>>(object: I): PhysicalFunction {
+    const message = createBasePhysicalFunction();
+    message.index = object.index ?? 0;
+    message.name = object.name ?? '';
+    message.pciAddress = object.pciAddress ?? '';
+    message.linkState = object.linkState ?? 0;
+    message.speedMbps = object.speedMbps ?? 0;
+    message.mtu = object.mtu ?? 0;
+    message.vfTotal = object.vfTotal ?? 0;
+    message.vfFree = object.vfFree ?? 0;
+    message.vfs = object.vfs?.map((e) => VirtualFunction.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseVirtualFunction(): VirtualFunction {
+  return { index: 0, netdev: '', pciAddress: '' };
+}
+
+export const VirtualFunction: MessageFns<VirtualFunction> = {
+  encode(message: VirtualFunction, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.index !== 0) {
+      writer.uint32(8).uint32(message.index);
+    }
+    if (message.netdev !== '') {
+      writer.uint32(18).string(message.netdev);
+    }
+    if (message.pciAddress !== '') {
+      writer.uint32(26).string(message.pciAddress);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): VirtualFunction {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseVirtualFunction();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.index = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.netdev = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.pciAddress = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): VirtualFunction {
+    return {
+      index: isSet(object.index) ? globalThis.Number(object.index) : 0,
+      netdev: isSet(object.netdev) ? globalThis.String(object.netdev) : '',
+      pciAddress: isSet(object.pciAddress)
+        ? globalThis.String(object.pciAddress)
+        : isSet(object.pci_address)
+          ? globalThis.String(object.pci_address)
+          : '',
+    };
+  },
+
+  toJSON(message: VirtualFunction): unknown {
+    const obj: any = {};
+    if (message.index !== 0) {
+      obj.index = Math.round(message.index);
+    }
+    if (message.netdev !== '') {
+      obj.netdev = message.netdev;
+    }
+    if (message.pciAddress !== '') {
+      obj.pciAddress = message.pciAddress;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<VirtualFunction>, I>>(base?: I): VirtualFunction {
+    return VirtualFunction.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<VirtualFunction>, I>>(object: I): VirtualFunction {
+    const message = createBaseVirtualFunction();
+    message.index = object.index ?? 0;
+    message.netdev = object.netdev ?? '';
+    message.pciAddress = object.pciAddress ?? '';
     return message;
   },
 };
@@ -924,7 +1662,7 @@ export const Ack: MessageFns<Ack> = {
 };
 
 function createBaseEndpoint(): Endpoint {
-  return { netdev: '', mac: '' };
+  return { netdev: '', mac: '', pfIndex: undefined, vfIndex: undefined, pciAddress: '', representor: '' };
 }
 
 export const Endpoint: MessageFns<Endpoint> = {
@@ -934,6 +1672,18 @@ export const Endpoint: MessageFns<Endpoint> = {
     }
     if (message.mac !== '') {
       writer.uint32(18).string(message.mac);
+    }
+    if (message.pfIndex !== undefined) {
+      writer.uint32(24).uint32(message.pfIndex);
+    }
+    if (message.vfIndex !== undefined) {
+      writer.uint32(32).uint32(message.vfIndex);
+    }
+    if (message.pciAddress !== '') {
+      writer.uint32(42).string(message.pciAddress);
+    }
+    if (message.representor !== '') {
+      writer.uint32(50).string(message.representor);
     }
     return writer;
   },
@@ -967,6 +1717,38 @@ export const Endpoint: MessageFns<Endpoint> = {
             message.mac = reader.string();
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.pfIndex = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.vfIndex = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.pciAddress = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.representor = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -983,6 +1765,22 @@ export const Endpoint: MessageFns<Endpoint> = {
     return {
       netdev: isSet(object.netdev) ? globalThis.String(object.netdev) : '',
       mac: isSet(object.mac) ? globalThis.String(object.mac) : '',
+      pfIndex: isSet(object.pfIndex)
+        ? globalThis.Number(object.pfIndex)
+        : isSet(object.pf_index)
+          ? globalThis.Number(object.pf_index)
+          : undefined,
+      vfIndex: isSet(object.vfIndex)
+        ? globalThis.Number(object.vfIndex)
+        : isSet(object.vf_index)
+          ? globalThis.Number(object.vf_index)
+          : undefined,
+      pciAddress: isSet(object.pciAddress)
+        ? globalThis.String(object.pciAddress)
+        : isSet(object.pci_address)
+          ? globalThis.String(object.pci_address)
+          : '',
+      representor: isSet(object.representor) ? globalThis.String(object.representor) : '',
     };
   },
 
@@ -994,6 +1792,18 @@ export const Endpoint: MessageFns<Endpoint> = {
     if (message.mac !== '') {
       obj.mac = message.mac;
     }
+    if (message.pfIndex !== undefined) {
+      obj.pfIndex = Math.round(message.pfIndex);
+    }
+    if (message.vfIndex !== undefined) {
+      obj.vfIndex = Math.round(message.vfIndex);
+    }
+    if (message.pciAddress !== '') {
+      obj.pciAddress = message.pciAddress;
+    }
+    if (message.representor !== '') {
+      obj.representor = message.representor;
+    }
     return obj;
   },
 
@@ -1004,6 +1814,10 @@ export const Endpoint: MessageFns<Endpoint> = {
     const message = createBaseEndpoint();
     message.netdev = object.netdev ?? '';
     message.mac = object.mac ?? '';
+    message.pfIndex = object.pfIndex ?? undefined;
+    message.vfIndex = object.vfIndex ?? undefined;
+    message.pciAddress = object.pciAddress ?? '';
+    message.representor = object.representor ?? '';
     return message;
   },
 };
@@ -1409,7 +2223,7 @@ export const ControllerMessage: MessageFns<ControllerMessage> = {
 };
 
 function createBaseHelloAccept(): HelloAccept {
-  return { sessionId: '', heartbeatIntervalMs: 0 };
+  return { sessionId: '', heartbeatIntervalMs: 0, protocolVersion: 0, capabilities: undefined };
 }
 
 export const HelloAccept: MessageFns<HelloAccept> = {
@@ -1419,6 +2233,12 @@ export const HelloAccept: MessageFns<HelloAccept> = {
     }
     if (message.heartbeatIntervalMs !== 0) {
       writer.uint32(16).uint32(message.heartbeatIntervalMs);
+    }
+    if (message.protocolVersion !== 0) {
+      writer.uint32(24).uint32(message.protocolVersion);
+    }
+    if (message.capabilities !== undefined) {
+      DaemonCapabilities.encode(message.capabilities, writer.uint32(34).fork()).join();
     }
     return writer;
   },
@@ -1452,6 +2272,22 @@ export const HelloAccept: MessageFns<HelloAccept> = {
             message.heartbeatIntervalMs = reader.uint32();
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.protocolVersion = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.capabilities = DaemonCapabilities.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1476,6 +2312,12 @@ export const HelloAccept: MessageFns<HelloAccept> = {
         : isSet(object.heartbeat_interval_ms)
           ? globalThis.Number(object.heartbeat_interval_ms)
           : 0,
+      protocolVersion: isSet(object.protocolVersion)
+        ? globalThis.Number(object.protocolVersion)
+        : isSet(object.protocol_version)
+          ? globalThis.Number(object.protocol_version)
+          : 0,
+      capabilities: isSet(object.capabilities) ? DaemonCapabilities.fromJSON(object.capabilities) : undefined,
     };
   },
 
@@ -1487,6 +2329,12 @@ export const HelloAccept: MessageFns<HelloAccept> = {
     if (message.heartbeatIntervalMs !== 0) {
       obj.heartbeatIntervalMs = Math.round(message.heartbeatIntervalMs);
     }
+    if (message.protocolVersion !== 0) {
+      obj.protocolVersion = Math.round(message.protocolVersion);
+    }
+    if (message.capabilities !== undefined) {
+      obj.capabilities = DaemonCapabilities.toJSON(message.capabilities);
+    }
     return obj;
   },
 
@@ -1497,6 +2345,122 @@ export const HelloAccept: MessageFns<HelloAccept> = {
     const message = createBaseHelloAccept();
     message.sessionId = object.sessionId ?? '';
     message.heartbeatIntervalMs = object.heartbeatIntervalMs ?? 0;
+    message.protocolVersion = object.protocolVersion ?? 0;
+    message.capabilities =
+      object.capabilities !== undefined && object.capabilities !== null
+        ? DaemonCapabilities.fromPartial(object.capabilities)
+        : undefined;
+    return message;
+  },
+};
+
+function createBaseDaemonCapabilities(): DaemonCapabilities {
+  return { minProtocolVersion: 0, maxProtocolVersion: 0, features: [] };
+}
+
+export const DaemonCapabilities: MessageFns<DaemonCapabilities> = {
+  encode(message: DaemonCapabilities, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.minProtocolVersion !== 0) {
+      writer.uint32(8).uint32(message.minProtocolVersion);
+    }
+    if (message.maxProtocolVersion !== 0) {
+      writer.uint32(16).uint32(message.maxProtocolVersion);
+    }
+    for (const v of message.features) {
+      writer.uint32(26).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DaemonCapabilities {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDaemonCapabilities();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.minProtocolVersion = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.maxProtocolVersion = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.features.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DaemonCapabilities {
+    return {
+      minProtocolVersion: isSet(object.minProtocolVersion)
+        ? globalThis.Number(object.minProtocolVersion)
+        : isSet(object.min_protocol_version)
+          ? globalThis.Number(object.min_protocol_version)
+          : 0,
+      maxProtocolVersion: isSet(object.maxProtocolVersion)
+        ? globalThis.Number(object.maxProtocolVersion)
+        : isSet(object.max_protocol_version)
+          ? globalThis.Number(object.max_protocol_version)
+          : 0,
+      features: globalThis.Array.isArray(object?.features)
+        ? object.features.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: DaemonCapabilities): unknown {
+    const obj: any = {};
+    if (message.minProtocolVersion !== 0) {
+      obj.minProtocolVersion = Math.round(message.minProtocolVersion);
+    }
+    if (message.maxProtocolVersion !== 0) {
+      obj.maxProtocolVersion = Math.round(message.maxProtocolVersion);
+    }
+    if (message.features?.length) {
+      obj.features = message.features;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DaemonCapabilities>, I>>(base?: I): DaemonCapabilities {
+    return DaemonCapabilities.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DaemonCapabilities>, I>>(object: I): DaemonCapabilities {
+    const message = createBaseDaemonCapabilities();
+    message.minProtocolVersion = object.minProtocolVersion ?? 0;
+    message.maxProtocolVersion = object.maxProtocolVersion ?? 0;
+    message.features = object.features?.map((e) => e) || [];
     return message;
   },
 };
@@ -1737,6 +2701,8 @@ function createBasePort(): Port {
     vni: 0,
     workloadId: '',
     ifName: '',
+    qos: undefined,
+    pf: undefined,
   };
 }
 
@@ -1771,6 +2737,12 @@ export const Port: MessageFns<Port> = {
     }
     if (message.ifName !== '') {
       writer.uint32(82).string(message.ifName);
+    }
+    if (message.qos !== undefined) {
+      Qos.encode(message.qos, writer.uint32(90).fork()).join();
+    }
+    if (message.pf !== undefined) {
+      writer.uint32(96).uint32(message.pf);
     }
     return writer;
   },
@@ -1868,6 +2840,22 @@ export const Port: MessageFns<Port> = {
             message.ifName = reader.string();
             continue;
           }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.qos = Qos.decode(reader, reader.uint32());
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.pf = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1902,6 +2890,8 @@ export const Port: MessageFns<Port> = {
         : isSet(object.if_name)
           ? globalThis.String(object.if_name)
           : '',
+      qos: isSet(object.qos) ? Qos.fromJSON(object.qos) : undefined,
+      pf: isSet(object.pf) ? globalThis.Number(object.pf) : undefined,
     };
   },
 
@@ -1937,6 +2927,12 @@ export const Port: MessageFns<Port> = {
     if (message.ifName !== '') {
       obj.ifName = message.ifName;
     }
+    if (message.qos !== undefined) {
+      obj.qos = Qos.toJSON(message.qos);
+    }
+    if (message.pf !== undefined) {
+      obj.pf = Math.round(message.pf);
+    }
     return obj;
   },
 
@@ -1955,6 +2951,157 @@ export const Port: MessageFns<Port> = {
     message.vni = object.vni ?? 0;
     message.workloadId = object.workloadId ?? '';
     message.ifName = object.ifName ?? '';
+    message.qos = object.qos !== undefined && object.qos !== null ? Qos.fromPartial(object.qos) : undefined;
+    message.pf = object.pf ?? undefined;
+    return message;
+  },
+};
+
+function createBaseQos(): Qos {
+  return { maxTxRateMbps: 0, minTxRateMbps: 0, spoofCheck: 0, trust: 0, linkState: 0 };
+}
+
+export const Qos: MessageFns<Qos> = {
+  encode(message: Qos, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.maxTxRateMbps !== 0) {
+      writer.uint32(8).uint32(message.maxTxRateMbps);
+    }
+    if (message.minTxRateMbps !== 0) {
+      writer.uint32(16).uint32(message.minTxRateMbps);
+    }
+    if (message.spoofCheck !== 0) {
+      writer.uint32(24).int32(message.spoofCheck);
+    }
+    if (message.trust !== 0) {
+      writer.uint32(32).int32(message.trust);
+    }
+    if (message.linkState !== 0) {
+      writer.uint32(40).int32(message.linkState);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): Qos {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseQos();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.maxTxRateMbps = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.minTxRateMbps = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.spoofCheck = reader.int32() as any;
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.trust = reader.int32() as any;
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.linkState = reader.int32() as any;
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): Qos {
+    return {
+      maxTxRateMbps: isSet(object.maxTxRateMbps)
+        ? globalThis.Number(object.maxTxRateMbps)
+        : isSet(object.max_tx_rate_mbps)
+          ? globalThis.Number(object.max_tx_rate_mbps)
+          : 0,
+      minTxRateMbps: isSet(object.minTxRateMbps)
+        ? globalThis.Number(object.minTxRateMbps)
+        : isSet(object.min_tx_rate_mbps)
+          ? globalThis.Number(object.min_tx_rate_mbps)
+          : 0,
+      spoofCheck: isSet(object.spoofCheck)
+        ? toggleFromJSON(object.spoofCheck)
+        : isSet(object.spoof_check)
+          ? toggleFromJSON(object.spoof_check)
+          : 0,
+      trust: isSet(object.trust) ? toggleFromJSON(object.trust) : 0,
+      linkState: isSet(object.linkState)
+        ? vfLinkStateFromJSON(object.linkState)
+        : isSet(object.link_state)
+          ? vfLinkStateFromJSON(object.link_state)
+          : 0,
+    };
+  },
+
+  toJSON(message: Qos): unknown {
+    const obj: any = {};
+    if (message.maxTxRateMbps !== 0) {
+      obj.maxTxRateMbps = Math.round(message.maxTxRateMbps);
+    }
+    if (message.minTxRateMbps !== 0) {
+      obj.minTxRateMbps = Math.round(message.minTxRateMbps);
+    }
+    if (message.spoofCheck !== 0) {
+      obj.spoofCheck = toggleToJSON(message.spoofCheck);
+    }
+    if (message.trust !== 0) {
+      obj.trust = toggleToJSON(message.trust);
+    }
+    if (message.linkState !== 0) {
+      obj.linkState = vfLinkStateToJSON(message.linkState);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<Qos>, I>>(base?: I): Qos {
+    return Qos.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<Qos>, I>>(object: I): Qos {
+    const message = createBaseQos();
+    message.maxTxRateMbps = object.maxTxRateMbps ?? 0;
+    message.minTxRateMbps = object.minTxRateMbps ?? 0;
+    message.spoofCheck = object.spoofCheck ?? 0;
+    message.trust = object.trust ?? 0;
+    message.linkState = object.linkState ?? 0;
     return message;
   },
 };

@@ -1,0 +1,56 @@
+import type { Command } from 'commander';
+import type { DpuStatus, StatusResponse } from '../proto/gen/workloadnet/v1/workload';
+import { EXIT, clientCommand, withClient } from './client-commands';
+import { json, table } from './output';
+
+// `workloadnet dpus`: the node's DPU agents as the daemon sees them (Status.dpus), one row each, with
+// the PFs below. Exit code 3 when no agent is healthy, like `status` when the node is not ready.
+
+interface DpusOpts {
+  socket: string;
+  timeout: string;
+  json?: boolean;
+}
+
+export function registerDpusCommand(program: Command): void {
+  clientCommand(program, 'dpus', 'list the DPU agents: connection, protocol, firmware, PFs, VFs, ports')
+    .option('--json', 'print JSON (the Status API’s dpus)')
+    .addHelpText(
+      'after',
+      "\nExit code 3 when no DPU agent is healthy (or the daemon runs another backend).\nExamples:\n  workloadnet dpus\n  workloadnet dpus --json | jq -r '.[] | select(.healthy | not) | .id'",
+    )
+    .action((opts: DpusOpts) =>
+      withClient(opts, async (c) => {
+        const st = await c.call(c.raw.status, {});
+        process.stdout.write(opts.json ? json(st.dpus) : formatDpus(st));
+        return st.dpus.some((d) => d.healthy) ? EXIT.ok : EXIT.notReady;
+      }),
+    );
+}
+
+export function formatDpus(st: StatusResponse): string {
+  if (st.backend !== 'dpu') return `the daemon runs the ${st.backend} backend, which has no DPU agents\n`;
+  if (st.dpus.length === 0) return 'no DPU agent has connected\n';
+  const rows = st.dpus.map((d) => [
+    d.id,
+    state(d),
+    d.bootId || '-',
+    d.protocolVersion ? String(d.protocolVersion) : '-',
+    d.firmwareVersion || '-',
+    d.pfs.map((pf) => `${pf.name}:${pf.linkState}`).join(',') || '-',
+    d.vfsTotal ? `${d.vfsFree}/${d.vfsTotal}` : '-',
+    String(d.ports),
+    d.connected ? `${(Number(d.lastHeartbeatAgeMs) / 1000).toFixed(1)}s` : '-',
+  ]);
+  let out = table(
+    ['DPU', 'STATE', 'BOOT', 'PROTOCOL', 'FIRMWARE', 'PFS', 'VFS FREE', 'PORTS', 'HEARTBEAT'],
+    rows,
+  );
+  for (const d of st.dpus) if (d.reason) out += `${d.id}: ${d.reason}\n`;
+  return out;
+}
+
+function state(d: DpuStatus): string {
+  if (d.healthy) return d.synced ? 'ready' : 'syncing';
+  return d.connected ? 'silent' : 'away';
+}
