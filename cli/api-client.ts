@@ -11,6 +11,9 @@ type Unary<Req, Res> = (
   cb: (err: grpc.ServiceError | null, res?: Res) => void,
 ) => grpc.ClientUnaryCall;
 
+/** The daemon's send limit (core/api-server.ts: 64 × its 1 MiB request limit). */
+const MAX_ANSWER_BYTES = 64 * 1024 * 1024;
+
 export class ApiClient {
   readonly raw: WorkloadNetworkingClient;
 
@@ -18,7 +21,11 @@ export class ApiClient {
     socketPath: string,
     private readonly timeoutMs = 30_000,
   ) {
-    this.raw = new WorkloadNetworkingClient(`unix:${socketPath}`, grpc.credentials.createInsecure());
+    // A List of every attachment is the API's one large answer (about 420 bytes a row): accept what the
+    // daemon may send, not grpc-js' default 4 MiB, which 10,000 DPU attachments already exceed.
+    this.raw = new WorkloadNetworkingClient(`unix:${socketPath}`, grpc.credentials.createInsecure(), {
+      'grpc.max_receive_message_length': MAX_ANSWER_BYTES,
+    });
   }
 
   call<Req, Res>(method: Unary<Req, Res>, req: Req): Promise<Res> {

@@ -50,26 +50,34 @@ export async function benchScale(opts: { attachments: number; parallel: number }
     'warn',
   ];
   const workload = namespaces.add().path;
-  const sim = spawn(
-    process.execPath,
-    [
-      SIM_MAIN,
-      '--controller',
-      `unix:${agentSocket}`,
-      '--agent-id',
-      'scale',
-      '--backoff-max-ms',
-      '100',
-      '--log-level',
-      'warn',
-    ],
-    { stdio: 'ignore' },
+  // A simulated DPU offers 4,096 VFs (2 PFs of 2,048, like a large real card): the node holds its
+  // attachments on as many DPUs as it takes, placed by free VFs.
+  const sims = Array.from({ length: Math.max(1, Math.ceil(opts.attachments / 4000)) }, (_, i) =>
+    spawn(
+      process.execPath,
+      [
+        SIM_MAIN,
+        '--controller',
+        `unix:${agentSocket}`,
+        '--agent-id',
+        `scale-${i}`,
+        '--backoff-max-ms',
+        '100',
+        '--log-level',
+        'warn',
+      ],
+      { stdio: 'ignore' },
+    ),
   );
   let d = await DaemonProcess.start({ dir, args });
   try {
+    // Ready, and every DPU connected: placement must see them all before the fill starts.
     const ready = async (): Promise<void> => {
-      while (!(await d.client.call(d.client.raw.status, {})).ready)
+      for (;;) {
+        const st = await d.client.call(d.client.raw.status, {});
+        if (st.ready && st.dpus.filter((a) => a.healthy).length === sims.length) return;
         await new Promise((r) => setTimeout(r, 20));
+      }
     };
     await ready();
     let next = 0;
@@ -123,7 +131,7 @@ export async function benchScale(opts: { attachments: number; parallel: number }
     ];
   } finally {
     await d.stop().catch(() => undefined);
-    sim.kill('SIGTERM');
+    for (const sim of sims) sim.kill('SIGTERM');
     namespaces.cleanup();
     fs.rmSync(dir, { recursive: true, force: true });
   }
