@@ -149,7 +149,7 @@ export const DEFAULT_CONFIG: DaemonConfig = {
     tlsKey: '',
     tlsCa: '',
     ackTimeoutMs: 5000,
-    heartbeatIntervalMs: 1000,
+    heartbeatIntervalMs: 500,
   },
   etcd: {
     endpoints: [],

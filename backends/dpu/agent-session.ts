@@ -69,7 +69,7 @@ export class AgentSession {
   private lastReceived = Date.now();
   private lastHeartbeat: number | undefined;
   private heartbeatSeq = 0;
-  private lastTick = 0;
+  private lastWatch = 0;
   private readonly timers: NodeJS.Timeout[] = [];
   private readonly heartbeats: TokenBucket;
   private droppedHeartbeats = 0;
@@ -265,8 +265,11 @@ export class AgentSession {
       },
       'agent session established',
     );
-    this.lastTick = Date.now();
+    this.lastWatch = Date.now();
     this.timers.push(setInterval(() => this.tick(), this.timing.heartbeatIntervalMs));
+    // Silence is judged four times per interval, so a stalled agent is dropped within a quarter interval
+    // of the limit rather than up to a whole one after it.
+    this.timers.push(setInterval(() => this.watch(), this.watchPeriodMs));
     this.host.established(this);
   }
 
@@ -332,14 +335,24 @@ export class AgentSession {
     );
   }
 
+  private get watchPeriodMs(): number {
+    return Math.max(10, Math.floor(this.timing.heartbeatIntervalMs / 4));
+  }
+
   private tick(): void {
     if (this.stateValue !== 'active') return;
     for (const ps of this.portStatuses.due()) this.host.portStatus(this, ps);
+    this.heartbeatSeq += 1;
+    this.send({ heartbeat: { seq: this.heartbeatSeq, sentAtUnixMs: Date.now() } });
+  }
+
+  private watch(): void {
+    if (this.stateValue !== 'active') return;
     const now = Date.now();
-    const late = now - this.lastTick - this.timing.heartbeatIntervalMs;
-    this.lastTick = now;
-    // A tick that fires far too late means this process was busy, and the agent's messages may be
-    // sitting unread in the socket: judge its silence on the next tick instead of blaming it.
+    const late = now - this.lastWatch - this.watchPeriodMs;
+    this.lastWatch = now;
+    // A check that fires far too late means this process was busy, and the agent's messages may be
+    // sitting unread in the socket: judge its silence on the next check instead of blaming it.
     if (late > this.timing.heartbeatIntervalMs) {
       this.log.warn({ lateMs: late }, 'event loop stalled; skipping one liveness check');
     } else if (this.silenceMs > this.timing.heartbeatTimeoutMs) {
@@ -347,9 +360,6 @@ export class AgentSession {
         status.UNAVAILABLE,
         `no message from the agent for ${this.silenceMs} ms (limit ${this.timing.heartbeatTimeoutMs} ms)`,
       );
-      return;
     }
-    this.heartbeatSeq += 1;
-    this.send({ heartbeat: { seq: this.heartbeatSeq, sentAtUnixMs: Date.now() } });
   }
 }

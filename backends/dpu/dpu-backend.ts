@@ -64,7 +64,7 @@ export interface DpuBackendOptions {
   tls?: { cert: string; key: string; ca: string };
   /** How long Attach waits for the agent's ack. Default 5000. */
   ackTimeoutMs?: number;
-  /** Heartbeat period in both directions. Default 1000. */
+  /** Heartbeat period in both directions. Default 500 (an agent silent for 1.5 s is lost). */
   heartbeatIntervalMs?: number;
   /** Silence after which an agent is considered gone. Default three heartbeat intervals. */
   heartbeatTimeoutMs?: number;
@@ -91,6 +91,14 @@ export const FEATURE_HOST_ENDPOINT = 'host-endpoint';
  * larger is a broken or hostile agent.
  */
 export const MAX_AGENT_MESSAGE_BYTES = 256 * 1024;
+
+/**
+ * Heartbeats every 500 ms, so a stalled DPU is known lost 1.5 s into its silence and its new ports go
+ * to another one: at 1 s the detection alone (3 s) exceeded the 2 s in which a node should have moved on.
+ * A heartbeat is a few bytes; the test fixtures run at 200 ms under full load without false losses, and
+ * a daemon whose own event loop stalled skips one liveness check instead of blaming the agent.
+ */
+export const DEFAULT_HEARTBEAT_INTERVAL_MS = 500;
 
 export class DpuBackend implements Backend {
   readonly name = 'dpu';
@@ -126,7 +134,10 @@ export class DpuBackend implements Backend {
   constructor(private readonly opts: DpuBackendOptions) {
     this.log = opts.logger ?? silentLogger();
     this.ackTimeoutMs = positive('ackTimeoutMs', opts.ackTimeoutMs ?? 5000);
-    this.heartbeatIntervalMs = positive('heartbeatIntervalMs', opts.heartbeatIntervalMs ?? 1000);
+    this.heartbeatIntervalMs = positive(
+      'heartbeatIntervalMs',
+      opts.heartbeatIntervalMs ?? DEFAULT_HEARTBEAT_INTERVAL_MS,
+    );
     this.heartbeatTimeoutMs = positive(
       'heartbeatTimeoutMs',
       opts.heartbeatTimeoutMs ?? 3 * this.heartbeatIntervalMs,
