@@ -37,6 +37,20 @@ export function defaultRoutes(ips: readonly IpAssignment[]): RouteInfo[] {
 }
 
 /**
+ * The routes the workload's interface has: one default route per family, or, on an interface that does
+ * not carry the namespace's default route (a secondary network), its network's ranges via the gateway.
+ */
+export function portRoutes(src: Pick<AttachSpec, 'ips' | 'defaultRoute' | 'routes'>): RouteInfo[] {
+  if (src.defaultRoute !== false) return defaultRoutes(src.ips);
+  const out: RouteInfo[] = [];
+  for (const destination of src.routes ?? []) {
+    const ip = src.ips.find((i) => i.family === (destination.includes(':') ? 6 : 4));
+    if (ip) out.push({ destination, gateway: ip.gateway });
+  }
+  return out;
+}
+
+/**
  * Nearly every port has the same routes (one default route per family via the link-local gateway), so
  * ports share one frozen list per distinct set instead of each holding its own (~150 bytes a port).
  * Route lists are never modified after they are built; freezing makes sure of it.
@@ -60,7 +74,10 @@ function toWireRoutes(routes: readonly RouteInfo[]): Route[] {
   return wire;
 }
 
-type PortSource = Pick<AttachSpec, 'key' | 'workloadId' | 'ifName' | 'ips' | 'mtu'>;
+type PortSource = Pick<
+  AttachSpec,
+  'key' | 'workloadId' | 'ifName' | 'ips' | 'mtu' | 'defaultRoute' | 'routes'
+>;
 
 /** The port's fields; its strings are copies of their own, since desired state keeps them for long. */
 export function portFields(src: PortSource, mac = macForKey(src.key), options?: DpuPortOptions): PortFields {
@@ -68,7 +85,7 @@ export function portFields(src: PortSource, mac = macForKey(src.key), options?: 
     name: ownString(src.key),
     mac: ownString(mac),
     ips: src.ips.map((ip) => ownString(hostPrefix(ip))),
-    routes: toWireRoutes(defaultRoutes(src.ips)),
+    routes: toWireRoutes(portRoutes(src)),
     mtu: src.mtu,
     vlan: 0,
     vni: 0,

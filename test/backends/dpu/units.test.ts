@@ -167,6 +167,22 @@ describe('DPU port fields and stored details', () => {
     ]);
   });
 
+  it("gives a port without the namespace's default route its network's ranges via the gateway", () => {
+    const ips = [
+      { family: 4 as const, address: '10.91.0.3', gateway: '169.254.1.1' },
+      { family: 6 as const, address: 'fd00:91::3', gateway: 'fe80::1' },
+    ];
+    const f = portFields(spec(1, { ips, defaultRoute: false, routes: ['10.91.0.0/24', 'fd00:91::/64'] }));
+    expect(f.routes).to.deep.equal([
+      { destination: '10.91.0.0/24', gateway: '169.254.1.1' },
+      { destination: 'fd00:91::/64', gateway: 'fe80::1' },
+    ]);
+    expect(portFields(spec(1, { ips, defaultRoute: true, routes: ['10.91.0.0/24'] })).routes).to.deep.equal([
+      { destination: '0.0.0.0/0', gateway: '169.254.1.1' },
+      { destination: '::/0', gateway: 'fe80::1' },
+    ]);
+  });
+
   it('round-trips its details and ignores details of another backend', () => {
     const d = {
       port: 'w1/eth0',
