@@ -534,7 +534,9 @@ export interface Port {
   ips: string[];
   /**
    * The workload's default routes, one per family, via the link-local gateway ("0.0.0.0/0" via
-   * "169.254.1.1", "::/0" via "fe80::1"); the agent needs them only when it answers for the gateway.
+   * "169.254.1.1", "::/0" via "fe80::1"), or, on an interface without the namespace's default route
+   * (a secondary network), its network's ranges via the same gateways; the agent needs them only when
+   * it answers for the gateway.
    */
   routes: Route[];
   mtu: number;
