@@ -460,8 +460,7 @@ export class DpuBackend implements Backend {
       const able = new Set(
         this.link
           .sessions()
-          .filter((x) => x.version >= 2 && needed.every(([f]) => x.hasFeature(f)))
-          .filter((x) => port.pf === undefined || !x.inventory || x.inventory.hasPf(port.pf))
+          .filter((x) => vfSettingsRefusal(x, spec.key, port) === undefined)
           .map((x) => x.agentId),
       );
       candidates = candidates.filter((c) => able.has(c.agentId));
@@ -488,24 +487,8 @@ export class DpuBackend implements Backend {
 
   /** Refuses, before anything is sent, what the agent said in its hello that it cannot do. */
   private checkCapabilities(s: AgentSession, spec: AttachSpec, port: PortFields): void {
-    const needed = featuresNeeded(port);
-    if (needed.length > 0 && s.version < 2) {
-      throw invalidArgument(
-        `DPU agent ${s.agentId} speaks protocol version ${s.version}, which carries no VF settings, but ${spec.key} asks for ${needed.map(([, what]) => what).join(', ')}`,
-      );
-    }
-    for (const [feature, what] of needed) {
-      if (!s.hasFeature(feature))
-        throw invalidArgument(
-          `DPU agent ${s.agentId} does not support ${what} (it does not advertise "${feature}"), which ${spec.key} asks for`,
-        );
-    }
-    const inv = s.inventory;
-    if (port.pf !== undefined && inv && !inv.hasPf(port.pf)) {
-      throw invalidArgument(
-        `DPU agent ${s.agentId} has no PF ${port.pf} (its PFs: ${inv.pfs.map((pf) => `${pf.index} ${pf.name}`).join(', ') || 'none'})`,
-      );
-    }
+    const refusal = vfSettingsRefusal(s, spec.key, port);
+    if (refusal) throw invalidArgument(refusal);
     const caps = s.hello?.capabilities;
     if (!caps) return;
     const v6 = spec.ips.find((i) => i.family === 6);
@@ -977,6 +960,27 @@ export function inventoryRefusal(s: AgentSession, endpoint: Endpoint): string | 
 }
 
 /** Where a port's host end belongs, kept with the port: its strings are copies of their own. */
+/**
+ * Why an agent cannot apply a port's VF settings (QoS, PF choice), or undefined when it can or the port
+ * has none. Placement skips such agents; a port placed on one by name is refused before sending.
+ */
+function vfSettingsRefusal(s: AgentSession, key: string, port: PortFields): string | undefined {
+  const needed = featuresNeeded(port);
+  if (needed.length === 0) return undefined;
+  if (s.version < 2) {
+    return `DPU agent ${s.agentId} speaks protocol version ${s.version}, which carries no VF settings, but ${key} asks for ${needed.map(([, what]) => what).join(', ')}`;
+  }
+  for (const [feature, what] of needed) {
+    if (!s.hasFeature(feature))
+      return `DPU agent ${s.agentId} does not support ${what} (it does not advertise "${feature}"), which ${key} asks for`;
+  }
+  const inv = s.inventory;
+  if (port.pf !== undefined && inv && !inv.hasPf(port.pf)) {
+    return `DPU agent ${s.agentId} has no PF ${port.pf} (its PFs: ${inv.pfs.map((pf) => `${pf.index} ${pf.name}`).join(', ') || 'none'})`;
+  }
+  return undefined;
+}
+
 function placementOf(a: AttachSpec | AttachmentView): WorkloadPlacement {
   const ips = a.ips.map((ip) => ({
     family: ip.family,
