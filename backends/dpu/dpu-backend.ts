@@ -510,8 +510,11 @@ export class DpuBackend implements Backend {
     const gen = this.desired.delete(key) ?? this.desired.tombstoneGeneration();
     this.supersede(key, s.agentId);
     if (this.keepUnlisted) st.unconfirmedDeletes.set(key, gen);
-    if (s === this.link.sessionOf(s.agentId) && s.send({ delete: { name: key, generation: gen, reason } }))
-      st.tombstones.set(key, gen);
+    // The agent's current session, which need not be `s`: a session that took over from `s` in the
+    // same turn of the event loop (a hello replacing a silent one) was sent its snapshot while this
+    // port was still desired, before this failure reached here.
+    const current = this.link.sessionOf(s.agentId);
+    if (current?.send({ delete: { name: key, generation: gen, reason } })) st.tombstones.set(key, gen);
   }
 
   /**
@@ -644,7 +647,17 @@ export class DpuBackend implements Backend {
     const st = this.stateOf(agentId);
     if (gen !== undefined && this.keepUnlisted) st.unconfirmedDeletes.set(att.key, gen);
     const s = this.link.sessionOf(agentId);
-    if (gen !== undefined && s?.healthy) {
+    if (gen !== undefined && s && !s.healthy) {
+      // A session gone quiet may still be alive, and may already hold its snapshot (with this port):
+      // tell it now rather than leave the port there until the next snapshot. Waiting for its ack
+      // would only hold Detach for the ack timeout.
+      if (s.send({ delete: { name: att.key, generation: gen, reason: 'detached' } }))
+        st.tombstones.set(att.key, gen);
+      this.log.info(
+        { port: att.key, agentId },
+        'port removed while its DPU agent is silent; told it without waiting for the ack',
+      );
+    } else if (gen !== undefined && s) {
       st.tombstones.set(att.key, gen);
       const who = `deletion of port ${att.key} (generation ${gen}) on DPU agent ${s.agentId}`;
       try {

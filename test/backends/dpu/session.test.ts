@@ -198,6 +198,8 @@ describe('DPU backend with the simulator', function () {
     expect(st.ports.map((p) => [p.name, p.generation])).to.deep.equal(
       results.map((r, i) => [`w${i + 1}/eth0`, r.details?.dpuGeneration]),
     );
+    // The simulator counts itself synced on SyncComplete; the daemon, once the snapshot's acks are in.
+    await waitUntil(async () => (await backend!.health()).details?.synced === true, 'daemon sees the sync');
     const h = await backend.health();
     expect(h.details).to.include({ bootId: 'boot-2', synced: true });
   });
