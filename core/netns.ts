@@ -23,8 +23,10 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { WorkloadNetError } from './errors';
 import { CLONE_NEWNET, NS_GET_NSTYPE, ioctlNoArg, setns } from './libc';
+import { PathWalkPolicy } from './path-walk-policy';
 
 const MAX_PATH = 4096;
+const walkPolicy = new PathWalkPolicy();
 /** open(2) flag Node does not export: resolve the path without opening the file (same on every Linux arch). */
 const O_PATH = 0o10000000;
 
@@ -142,11 +144,18 @@ export class NetnsHandle implements Netns {
    */
   static async open(netnsPath: string, opts: OpenOptions = {}): Promise<NetnsHandle> {
     checkPathForm(netnsPath, opts.workload === true);
-    // The path is opened with O_PATH first: that resolves it (on the threadpool, since a path walk may
-    // wait on a slow filesystem) without opening the file itself, so a FIFO cannot block and a device
-    // cannot act. Only once fstat shows an nsfs file is it opened for real, through /proc/self/fd/N:
-    // that names the very inode already checked (no race with a re-pointed path) and involves no
-    // filesystem but /proc and nsfs, so it is done synchronously, as are the checks on the open fd.
+    // The path is opened with O_PATH first: that resolves it without opening the file itself, so a
+    // FIFO cannot block and a device cannot act. Only once fstat shows an nsfs file is it opened for
+    // real, through /proc/self/fd/N: that names the very inode already checked (no race with a
+    // re-pointed path) and involves no filesystem but /proc and nsfs, so it is done synchronously, as
+    // are the checks on the open fd. The resolving itself is synchronous only where the path's
+    // directory is on a local filesystem (path-walk-policy.ts) and the file is no symlink (which
+    // could lead anywhere); otherwise it runs on the threadpool, since a walk may wait on a slow one.
+    const allowed = walkPolicy.syncWalkAllowed(netnsPath);
+    if (allowed === true || (allowed !== false && (await allowed))) {
+      const pathFd = openPathNoFollow(netnsPath);
+      if (pathFd !== undefined) return NetnsHandle.fromPathFd(netnsPath, pathFd, opts);
+    }
     const pathFd = await new Promise<number>((resolve, reject) =>
       fs.open(netnsPath, O_PATH, (err, n) => (err ? reject(openFailure(netnsPath, err)) : resolve(n))),
     );
@@ -303,6 +312,29 @@ export async function netnsStillPresent(netnsPath: string, inode: number): Promi
   } catch {
     return false;
   }
+}
+
+/**
+ * The path resolved with O_PATH, synchronously, without following a final symlink: undefined when the
+ * last component is one (the caller resolves it on the threadpool instead).
+ */
+function openPathNoFollow(netnsPath: string): number | undefined {
+  let fd: number;
+  try {
+    fd = fs.openSync(netnsPath, O_PATH | fs.constants.O_NOFOLLOW);
+  } catch (err) {
+    throw openFailure(netnsPath, err as NodeJS.ErrnoException);
+  }
+  let link: boolean;
+  try {
+    link = fs.fstatSync(fd).isSymbolicLink();
+  } catch (err) {
+    fs.closeSync(fd);
+    throw openFailure(netnsPath, err as NodeJS.ErrnoException);
+  }
+  if (!link) return fd;
+  fs.closeSync(fd);
+  return undefined;
 }
 
 function checkPathForm(netnsPath: string, strict: boolean): void {

@@ -74,6 +74,33 @@ describe('network namespace handles', function () {
     }
   });
 
+  it('follows a symlink to a namespace file (resolved off the event loop) and reports the target', async () => {
+    const link = path.join(tmp, 'link-to-ns');
+    fs.symlinkSync(netnsPath(ns), link);
+    const h = await NetnsHandle.open(link, { workload: true });
+    try {
+      expect(h.inode).to.equal(netnsInode(ns));
+    } finally {
+      h.close();
+      fs.unlinkSync(link);
+    }
+  });
+
+  it("refuses a symlink to the host's namespace as a workload's", async () => {
+    const link = path.join(tmp, 'link-to-own');
+    fs.symlinkSync('/proc/self/ns/net', link);
+    try {
+      await expectRejected(
+        NetnsHandle.open(link, { workload: true }),
+        'protected',
+        'INVALID_ARGUMENT',
+        /refusing/,
+      );
+    } finally {
+      fs.unlinkSync(link);
+    }
+  });
+
   it('rejects a regular file', async () => {
     const file = path.join(tmp, 'not-a-netns');
     fs.writeFileSync(file, 'x');
