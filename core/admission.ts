@@ -7,20 +7,36 @@
 // two hundred attaches running at once, those runs grew long enough that a Status call waited over
 // 100 ms behind them; with a few dozen, they stay short, and the kernel, which serialises link
 // changes anyway, finishes the two hundred no later.
+//
+// Why starts are paced: the synchronous start of an attach (validation done, the namespace opened,
+// addresses taken, the plan made, the netlink thread and the store handed their work) is a few hundred
+// microseconds of the event loop. When a store commit finishes a dozen attaches at once, each freed slot
+// used to start the next waiter right there, so the dozen starts ran in the same turn as the dozen
+// answers. Now at most `startsPerTurn` attaches start in one turn of the event loop; the others start
+// in the next turns, after timers and I/O (Status among them) have had theirs.
 
 import { exhausted } from './errors';
+
+/** Attaches started in one event-loop turn, at most. */
+export const STARTS_PER_TURN = 4;
 
 export class Admission {
   private admitted = 0;
   private running = 0;
   private readonly waiting: Array<() => void> = [];
+  private startedThisTurn = 0;
+  private turnEndScheduled = false;
 
   constructor(
     private readonly maxInFlight: number,
     private readonly concurrency: number,
+    private readonly startsPerTurn = STARTS_PER_TURN,
   ) {
-    if (!Number.isInteger(concurrency) || concurrency < 1) {
-      throw new RangeError(`concurrency must be a positive integer, not ${concurrency}`);
+    for (const [what, v] of [
+      ['concurrency', concurrency],
+      ['startsPerTurn', startsPerTurn],
+    ] as const) {
+      if (!Number.isInteger(v) || v < 1) throw new RangeError(`${what} must be a positive integer, not ${v}`);
     }
   }
 
@@ -30,18 +46,40 @@ export class Admission {
     }
     this.admitted++;
     try {
-      if (this.running < this.concurrency) this.running++;
+      // Those already waiting go first.
+      if (this.waiting.length === 0 && this.running < this.concurrency && this.ticket()) this.running++;
       else await new Promise<void>((resolve) => this.waiting.push(resolve));
       try {
         return await fn();
       } finally {
-        // The slot passes straight to the next waiter, if any.
-        const next = this.waiting.shift();
-        if (next) next();
-        else this.running--;
+        this.running--;
+        this.pump();
       }
     } finally {
       this.admitted--;
     }
+  }
+
+  /** Starts waiters while a slot and this turn's starts allow. */
+  private pump(): void {
+    while (this.waiting.length > 0 && this.running < this.concurrency && this.ticket()) {
+      this.running++;
+      this.waiting.shift()?.();
+    }
+  }
+
+  /** One start in the current turn, if any is left; the turn ends (and pump resumes) in setImmediate. */
+  private ticket(): boolean {
+    if (this.startedThisTurn >= this.startsPerTurn) return false;
+    this.startedThisTurn++;
+    if (!this.turnEndScheduled) {
+      this.turnEndScheduled = true;
+      setImmediate(() => {
+        this.turnEndScheduled = false;
+        this.startedThisTurn = 0;
+        this.pump();
+      });
+    }
+    return true;
   }
 }

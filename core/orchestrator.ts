@@ -66,6 +66,8 @@ export const GATEWAY_V6 = 'fe80::1';
 export class Orchestrator implements WorkloadService {
   private readonly locks = new KeyedMutex();
   private readonly admission: Admission;
+  /** Detaches are neither refused nor bounded here, only paced (see admission.ts). */
+  private readonly detachPace = new Admission(Number.POSITIVE_INFINITY, Number.MAX_SAFE_INTEGER);
   /** Keys whose row is written while their dataplane is still being programmed: not shown yet. */
   private readonly programming = new Set<string>();
   private lastReconcile?: ReconcileSummary;
@@ -125,12 +127,15 @@ export class Orchestrator implements WorkloadService {
    * back to the pool right where they were taken.
    */
   private async attachWorkload(req: AttachRequest, network: Network): Promise<Attachment> {
-    const log = this.log.child({
+    // The fields every line of this call carries, passed with each line: a pino child per call cost
+    // more of the event loop than the attach's own planning (burst profiles, docs/benchmarks.md), and a
+    // call logs one line.
+    const ctx = {
       workloadId: req.workloadId,
       ifName: req.ifName,
       network: req.network,
       requestId: randomUUID(),
-    });
+    };
     const backend = network.backend;
     const netns = await this.netns.openWorkload(req.netnsPath);
     try {
@@ -148,8 +153,8 @@ export class Orchestrator implements WorkloadService {
           record.dataplane = backend.plan(spec);
           await this.programAndRecord(record, spec, network);
           this.counted(record, 1);
-          log.info(
-            { ips: record.ips.map((i) => i.address), hostIf: record.dataplane.hostIfName },
+          this.log.info(
+            { ...ctx, ips: record.ips.map((i) => i.address), hostIf: record.dataplane.hostIfName },
             'attached',
           );
           return record;
@@ -159,7 +164,7 @@ export class Orchestrator implements WorkloadService {
             network.allocator.release(allocated.map((a) => a.address));
             this.dropDefaultRoute(netns.inode, req.key);
           } else this.counted({ network: req.network }, 1);
-          log.warn({ err: (err as Error).message }, 'attach failed; rolled back');
+          this.log.warn({ ...ctx, err: (err as Error).message }, 'attach failed; rolled back');
           throw err;
         }
       });
@@ -263,17 +268,19 @@ export class Orchestrator implements WorkloadService {
     return this.metered('detach', { backend: this.networks.primary.backend.name }, async () => {
       const workloadId = validateWorkloadId(call.workloadId);
       const ifName = call.ifName ? validateIfName(call.ifName) : undefined;
-      const log = this.log.child({ workloadId, ifName, requestId: randomUUID() });
-      await this.locks.run(workloadId, async () => {
-        const records = ifName
-          ? [this.store.get(attachmentKey(workloadId, ifName))].filter(isDefined)
-          : this.store.byWorkload(workloadId);
-        for (const rec of records) await this.teardown(rec, 'detach');
-        log.info(
-          { detached: records.length },
-          records.length ? 'detached' : 'detach of unknown workload: nothing to do',
-        );
-      });
+      const ctx = { workloadId, ifName, requestId: randomUUID() };
+      await this.detachPace.run(() =>
+        this.locks.run(workloadId, async () => {
+          const records = ifName
+            ? [this.store.get(attachmentKey(workloadId, ifName))].filter(isDefined)
+            : this.store.byWorkload(workloadId);
+          for (const rec of records) await this.teardown(rec, 'detach');
+          this.log.info(
+            { ...ctx, detached: records.length },
+            records.length ? 'detached' : 'detach of unknown workload: nothing to do',
+          );
+        }),
+      );
     });
   }
 
