@@ -29,3 +29,12 @@ export async function ratePerSecond(jobs: Array<() => Promise<unknown>>, paralle
   const seconds = Number(process.hrtime.bigint() - t) / 1e9;
   return jobs.length / seconds;
 }
+
+/**
+ * The largest stall of an event loop, in ms, from the largest interval `monitorEventLoopDelay` saw.
+ * Node records the whole interval between two of its checks, `resolutionMs` included (an idle loop
+ * watched at 10 ms reports about 10.1 ms), so the stall is what lies beyond that.
+ */
+export function loopStallMs(maxIntervalMs: number, resolutionMs: number): number {
+  return Math.max(0, maxIntervalMs - resolutionMs);
+}
