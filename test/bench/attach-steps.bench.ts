@@ -1,6 +1,8 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
+import { service as healthService } from 'grpc-health-check';
 import { attachRequest } from '../support/attach-request';
 import { NodeFixture } from '../support/node-fixture';
 import { FLOOR_STEPS, benchFloor } from './floor.bench';
@@ -21,9 +23,11 @@ type Marks = Record<string, number>;
 export interface StepsReport {
   /** p50 per step of the daemon's attach, µs, in order. */
   daemon: Array<[string, number]>;
-  /** p50 of the whole Attach as the gRPC client sees it, and of an empty Status round trip, µs. */
+  /** p50 of the whole Attach as the gRPC client sees it, and of a Status round trip, µs. */
   clientAttachP50Us: number;
   statusP50Us: number;
+  /** p50 of a gRPC health check round trip, µs: the transport and both ends' gRPC code, nothing else. */
+  healthP50Us: number;
   floor: Array<[string, number]>;
   floorAttachP50Us: number;
 }
@@ -92,6 +96,7 @@ export async function benchAttachSteps(opts: { count: number; parallel: number }
       await c.call(c.raw.detach, { workloadId: `seq-${i}`, netns: undefined });
     const statusMs: number[] = [];
     for (let i = 0; i < opts.count; i++) statusMs.push(await timeMs(() => c.call(c.raw.status, {})));
+    const healthMs = await healthRoundTrips(d.socket, opts.count);
     await d.stop();
     const records = (JSON.parse(fs.readFileSync(traceFile, 'utf8')) as Marks[]).slice(-opts.count);
     const per = records.map(stepDurations);
@@ -108,11 +113,33 @@ export async function benchAttachSteps(opts: { count: number; parallel: number }
       daemon,
       clientAttachP50Us: percentile(clientMs, 50) * 1000,
       statusP50Us: percentile(statusMs, 50) * 1000,
+      healthP50Us: percentile(healthMs, 50) * 1000,
       floor: FLOOR_STEPS.map((s, k): [string, number] => [s, floor.attachStepsP50Us[k] ?? NaN]),
       floorAttachP50Us: (fa?.p50Ms ?? NaN) * 1000,
     };
   } finally {
     await fx.cleanup();
+  }
+}
+
+type HealthCheck = (req: { service: string }, cb: (err: Error | null) => void) => void;
+
+/** `count` health checks, one at a time after as many untimed ones, each timed in ms. */
+async function healthRoundTrips(socket: string, count: number): Promise<number[]> {
+  const Client = grpc.makeGenericClientConstructor(healthService, 'Health');
+  const client = new Client(`unix:${socket}`, grpc.credentials.createInsecure()) as unknown as {
+    check: HealthCheck;
+    close(): void;
+  };
+  const check = (): Promise<void> =>
+    new Promise((resolve, reject) => client.check({ service: '' }, (err) => (err ? reject(err) : resolve())));
+  try {
+    for (let i = 0; i < count; i++) await check();
+    const out: number[] = [];
+    for (let i = 0; i < count; i++) out.push(await timeMs(check));
+    return out;
+  } finally {
+    client.close();
   }
 }
 
@@ -129,7 +156,8 @@ if (require.main === module) {
       for (const [n, v] of r.daemon) row(n, v);
       console.log('seen by the gRPC client:');
       row('Attach round trip', r.clientAttachP50Us);
-      row('Status round trip (empty call)', r.statusP50Us);
+      row('Status round trip', r.statusP50Us);
+      row('health check round trip (the gRPC transport alone)', r.healthP50Us);
       console.log('floor (netlink-floor.c), same run:');
       for (const [n, v] of r.floor) row(n, v);
       row('floor attach in all', r.floorAttachP50Us);
