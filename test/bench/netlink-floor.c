@@ -11,7 +11,9 @@
  * COUNT workload namespace paths, one a line. Phases, in order: "warm" (one untimed attach+detach
  * round, PARALLEL threads), "attach-seq" and "detach-seq" (one at a time), "attach-par" and
  * "detach-par" (PARALLEL threads, each synchronous; concurrent detaches share group deletes the way
- * the backend's GroupDeleter does). It prints "lat PHASE I MICROSECONDS" per operation and
+ * the backend's GroupDeleter does), then "attach-cold" and "detach-cold": one at a time again, with
+ * COLD_KIB (16 MiB) of memory written before each operation, untimed, so that the kernel's data
+ * starts out of the CPU caches, as it does in a daemon whose other work runs between attaches. It prints "lat PHASE I MICROSECONDS" per operation and
  * "phase PHASE WALL_US USER_US SYS_US" per phase (CPU of the whole process from getrusage: the
  * kernel's work in write() counts as system time). With NETLINK_FLOOR_STEPS=1 in the environment it
  * also prints "step I US_OPEN US_SOCKET US_NEWLINK US_WORKLOAD US_HOST US_ALIAS US_CLOSE" for each
@@ -428,6 +430,15 @@ struct phase {
 };
 static pthread_mutex_t phase_mu = PTHREAD_MUTEX_INITIALIZER;
 
+/* Memory written before each operation of the cold phases: more than this machine's caches hold. */
+#define COLD_KIB 16384
+static volatile unsigned char *cold_buf; /* set for the cold phases only */
+
+/* One write per cache line of COLD_KIB: evicts what the previous operation left in the caches. */
+static void evict_caches(void) {
+  for (size_t k = 0; k < (size_t)COLD_KIB * 1024; k += 64) cold_buf[k]++;
+}
+
 struct thread_arg {
   struct phase *p;
   int id;
@@ -442,6 +453,7 @@ static void *run_worker(void *arg) {
     int i = t->p->next < count ? t->p->next++ : -1;
     pthread_mutex_unlock(&phase_mu);
     if (i < 0) break;
+    if (cold_buf) evict_caches();
     long long t0 = now_us();
     if (t->p->detaching)
       detach(&w, i);
@@ -526,5 +538,8 @@ int main(int argc, char **argv) {
   run_phase("detach-seq", 1, 1, 1);
   run_phase("attach-par", 0, parallel, 1);
   run_phase("detach-par", 1, parallel, 1);
+  if (!(cold_buf = calloc(COLD_KIB, 1024))) die("out of memory");
+  run_phase("attach-cold", 0, 1, 1);
+  run_phase("detach-cold", 1, 1, 1);
   return 0;
 }

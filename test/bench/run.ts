@@ -69,6 +69,8 @@ interface Report {
     ptpDetachP50Ms?: number;
     /** One pwrite + fdatasync where the daemon's store lives: the floor of a durable write. */
     diskFlushP50Ms?: number;
+    /** The floor's sequential attach with the CPU caches evicted before each one, p50. */
+    coldAttachP50Ms?: number;
     /** The floor's sequential attach step by step, p50 µs. */
     attachStepsP50Us?: Record<string, number>;
     rows: FloorRatio[];
@@ -77,6 +79,8 @@ interface Report {
   floorStepsP50Us?: Record<string, number>;
   /** Measured with the floor, copied into `floor` by floorSummary. */
   diskFlushP50Ms?: number;
+  /** Measured with the floor, copied into `floor` by floorSummary. */
+  floorColdAttachP50Ms?: number;
   /** Largest event-loop delay seen in this (benchmark) process during the dataplane section. */
   benchLoopMaxDelayMs?: number;
 }
@@ -195,6 +199,7 @@ function floorSummary(r: Report): Report['floor'] {
     ptpAttachP50Ms: ptpA?.p50Ms,
     ptpDetachP50Ms: ptpD?.p50Ms,
     diskFlushP50Ms: r.diskFlushP50Ms,
+    coldAttachP50Ms: r.floorColdAttachP50Ms,
     attachStepsP50Us: r.floorStepsP50Us,
     rows: rows
       .filter((x) => x.name !== FLOOR_ROW_NAME)
@@ -227,6 +232,10 @@ function print(r: Report): void {
         `detach ${f.detachP50Ms.toFixed(2)} ms (ptp+host-local ${ptp(f.ptpDetachP50Ms)}); ` +
         `one disk flush (the store's) ${f.diskFlushP50Ms === undefined ? 'not measured' : `${f.diskFlushP50Ms.toFixed(2)} ms`}`,
     );
+    if (f.coldAttachP50Ms !== undefined)
+      console.log(
+        `floor attach p50 with the CPU caches evicted before each (16 MiB written): ${f.coldAttachP50Ms.toFixed(2)} ms`,
+      );
     if (f.attachStepsP50Us)
       console.log(
         `floor attach, p50 µs per step: ${Object.entries(f.attachStepsP50Us)
@@ -392,6 +401,7 @@ async function main(): Promise<void> {
     r.dataplane.push(...floor.rows);
     r.floorStepsP50Us = Object.fromEntries(FLOOR_STEPS.map((s, k) => [s, floor.attachStepsP50Us[k] ?? NaN]));
     r.diskFlushP50Ms = benchDiskFlush();
+    r.floorColdAttachP50Ms = floor.coldAttachP50Ms;
     step('ptp + host-local');
     r.dataplane.push(...(await benchReferenceCni({ plugin: 'ptp', count, parallel })));
     step('bridge + host-local');
