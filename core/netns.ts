@@ -23,7 +23,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { WorkloadNetError } from './errors';
 import { CLONE_NEWNET, NS_GET_NSTYPE, ioctlNoArg, setns } from './libc';
-import { PathWalkPolicy } from './path-walk-policy';
+import { PathWalkPolicy, isProcNamespaceLink } from './path-walk-policy';
 
 const MAX_PATH = 4096;
 const walkPolicy = new PathWalkPolicy();
@@ -150,10 +150,11 @@ export class NetnsHandle implements Netns {
     // re-pointed path) and involves no filesystem but /proc and nsfs, so it is done synchronously, as
     // are the checks on the open fd. The resolving itself is synchronous only where the path's
     // directory is on a local filesystem (path-walk-policy.ts) and the file is no symlink (which
-    // could lead anywhere); otherwise it runs on the threadpool, since a walk may wait on a slow one.
+    // could lead anywhere) other than procfs's own /proc/<pid>/ns/<type> links; otherwise it runs on
+    // the threadpool, since a walk may wait on a slow filesystem.
     const allowed = walkPolicy.syncWalkAllowed(netnsPath);
     if (allowed === true || (allowed !== false && (await allowed))) {
-      const pathFd = openPathNoFollow(netnsPath);
+      const pathFd = openPathInline(netnsPath, isProcNamespaceLink(netnsPath));
       if (pathFd !== undefined) return NetnsHandle.fromPathFd(netnsPath, pathFd, opts);
     }
     const pathFd = await new Promise<number>((resolve, reject) =>
@@ -315,13 +316,14 @@ export async function netnsStillPresent(netnsPath: string, inode: number): Promi
 }
 
 /**
- * The path resolved with O_PATH, synchronously, without following a final symlink: undefined when the
- * last component is one (the caller resolves it on the threadpool instead).
+ * The path resolved with O_PATH, synchronously. A final symlink is followed only when `followLink`;
+ * otherwise the result is undefined when the last component is one (the caller resolves it on the
+ * threadpool instead).
  */
-function openPathNoFollow(netnsPath: string): number | undefined {
+function openPathInline(netnsPath: string, followLink: boolean): number | undefined {
   let fd: number;
   try {
-    fd = fs.openSync(netnsPath, O_PATH | fs.constants.O_NOFOLLOW);
+    fd = fs.openSync(netnsPath, followLink ? O_PATH : O_PATH | fs.constants.O_NOFOLLOW);
   } catch (err) {
     throw openFailure(netnsPath, err as NodeJS.ErrnoException);
   }

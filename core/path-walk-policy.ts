@@ -69,9 +69,17 @@ export class PathWalkPolicy {
 const PROC_NS_FILE = /^\/proc\/(?:[0-9]+|self|thread-self)\/(?:task\/[0-9]+\/)?ns\/[a-z_]+$/;
 
 /**
+ * Whether `file` is a process's namespace link (/proc/<pid>/ns/<type>): a link procfs resolves into
+ * nsfs itself, so following it walks no other filesystem.
+ */
+export function isProcNamespaceLink(file: string): boolean {
+  return PROC_NS_FILE.test(file);
+}
+
+/**
  * Every /proc/<pid>/ns/<type> shares procfs's verdict; any other path (/proc/<pid>/root/… included,
  * which leads into another filesystem) its directory's.
  */
 function directoryOf(file: string): string {
-  return PROC_NS_FILE.test(file) ? '/proc' : path.dirname(file);
+  return isProcNamespaceLink(file) ? '/proc' : path.dirname(file);
 }

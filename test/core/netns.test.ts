@@ -1,12 +1,32 @@
 import { expect } from 'chai';
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
+import { createRequire } from 'node:module';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { NetlinkSocket, listLinks } from '../../backends/linux/rtnetlink';
 import { openProcSysFile, readSysctl } from '../../backends/linux/sysctl';
 import { NetnsError, NetnsHandle, netnsStillPresent } from '../../core/netns';
 import { NetnsPool, ip, netnsExec, netnsInode, netnsPath } from '../backends/linux/netns-fixture';
+
+// The fs module itself (not an import's copy of its bindings), so that a test can see netns.ts call it.
+const nodeFs = createRequire(__filename)('node:fs') as typeof fs;
+
+/** How many times `fn` resolved a path through fs.open, i.e. on the threadpool. */
+async function threadpoolOpens(fn: () => Promise<void>): Promise<number> {
+  const real = nodeFs.open;
+  let calls = 0;
+  nodeFs.open = ((...args: unknown[]) => {
+    calls++;
+    return (real as (...a: unknown[]) => void)(...args);
+  }) as typeof real;
+  try {
+    await fn();
+  } finally {
+    nodeFs.open = real;
+  }
+  return calls;
+}
 
 function threadNetnsInode(): number {
   return fs.statSync('/proc/thread-self/ns/net').ino;
@@ -74,14 +94,25 @@ describe('network namespace handles', function () {
     }
   });
 
+  it('resolves a bind-mounted namespace file and a /proc/<pid>/ns/net link without the threadpool', async () => {
+    const opens = await threadpoolOpens(async () => {
+      for (const p of [netnsPath(ns), `/proc/${process.pid}/ns/net`]) (await NetnsHandle.open(p)).close();
+    });
+    expect(opens).to.equal(0);
+  });
+
   it('follows a symlink to a namespace file (resolved off the event loop) and reports the target', async () => {
     const link = path.join(tmp, 'link-to-ns');
     fs.symlinkSync(netnsPath(ns), link);
-    const h = await NetnsHandle.open(link, { workload: true });
+    let h: NetnsHandle | undefined;
+    const opens = await threadpoolOpens(async () => {
+      h = await NetnsHandle.open(link, { workload: true });
+    });
     try {
-      expect(h.inode).to.equal(netnsInode(ns));
+      expect(opens).to.equal(1);
+      expect(h?.inode).to.equal(netnsInode(ns));
     } finally {
-      h.close();
+      h?.close();
       fs.unlinkSync(link);
     }
   });
