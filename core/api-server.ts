@@ -24,8 +24,10 @@ import {
   type PoolStatus,
   type StatusRequest,
   type StatusResponse,
+  type VfSettings,
   type WorkloadNetworkingServer,
 } from '../proto/gen/workloadnet/v1/workload';
+import type { DpuPortOptions } from './backend';
 import { addressToBytes } from './cidr';
 import { DEFAULT_NETWORK } from './config';
 import { ConnectionCap } from './connection-cap';
@@ -195,6 +197,7 @@ export class ApiServer {
               }
             : undefined,
           dpu: req.dpu || undefined,
+          dpuPort: fromVfSettings(req.vf),
         });
         return toAttachResponse(att);
       }),
@@ -326,6 +329,22 @@ function renamed<T extends grpc.ServiceDefinition>(def: T, serviceName: string):
 function toRef(key: string): { workloadId: string; ifName: string } {
   const slash = key.lastIndexOf('/');
   return { workloadId: key.slice(0, slash), ifName: key.slice(slash + 1) };
+}
+
+/**
+ * The request's VF settings in the core's terms, unchecked: the core validates them (a link state it
+ * does not know included) with the same rules as the CNI network config's.
+ */
+function fromVfSettings(vf: VfSettings | undefined): DpuPortOptions | undefined {
+  if (!vf) return undefined;
+  const out: DpuPortOptions = {};
+  if (vf.maxTxRateMbps !== undefined) out.maxTxRateMbps = vf.maxTxRateMbps;
+  if (vf.minTxRateMbps !== undefined) out.minTxRateMbps = vf.minTxRateMbps;
+  if (vf.spoofCheck !== undefined) out.spoofCheck = vf.spoofCheck;
+  if (vf.trust !== undefined) out.trust = vf.trust;
+  if (vf.linkState) out.linkState = vf.linkState as DpuPortOptions['linkState'];
+  if (vf.pf !== undefined) out.pf = vf.pf;
+  return out;
 }
 
 export function toAttachResponse(att: Attachment): AttachResponse {

@@ -439,4 +439,60 @@ describeRoot('DPU fleet through the workload API (real daemon, root for test-own
     const list = await d.client.call(d.client.raw.list, {});
     expect(list.attachments.map((a) => a.workloadId)).to.not.include('api-1');
   });
+
+  it('takes VF settings from the request vf field as from the CNI config, and refuses bad ones before anything changes', async () => {
+    const d = daemon!;
+    const ns = namespaces.add();
+    const r = await d.client.call(
+      d.client.raw.attach,
+      attachRequest('vf-1', ns.path, 'eth0', {
+        dpu: 'dpu-a',
+        vf: {
+          maxTxRateMbps: 200,
+          minTxRateMbps: 20,
+          spoofCheck: false,
+          trust: true,
+          linkState: 'auto',
+          pf: 1,
+        },
+      }),
+    );
+    expect(JSON.parse(r.backendDetails.dpuPortOptions ?? '{}')).to.deep.equal({
+      maxTxRateMbps: 200,
+      minTxRateMbps: 20,
+      spoofCheck: false,
+      trust: true,
+      linkState: 'auto',
+      pf: 1,
+    });
+    const st = await sims[0]!.waitForState((s) => s.ports.some((p) => p.name === 'vf-1/eth0'), 'the port');
+    const port = st.ports.find((p) => p.name === 'vf-1/eth0');
+    expect(port?.qos).to.deep.equal({
+      maxTxRateMbps: 200,
+      minTxRateMbps: 20,
+      spoofCheck: Toggle.TOGGLE_OFF,
+      trust: Toggle.TOGGLE_ON,
+      linkState: VfLinkState.VF_LINK_STATE_AUTO,
+    });
+    expect(port?.vf?.pf).to.equal(1);
+
+    const used = async (): Promise<number | undefined> =>
+      (await d.client.call(d.client.raw.status, {})).pools[0]?.used;
+    const before = await used();
+    for (const [vf, message] of [
+      [{ linkState: 'sideways' }, /linkState must be auto, enable or disable/],
+      [{ linkState: '', maxTxRateMbps: 10, minTxRateMbps: 20 }, /must not be above maxTxRateMbps/],
+      [{ linkState: '', pf: 7 }, /PF 7/],
+    ] as const) {
+      const bad = await outcome(
+        d.client.call(d.client.raw.attach, attachRequest('vf-2', ns.path, 'eth1', { dpu: 'dpu-a', vf })),
+      );
+      expect(codeName(bad.code), bad.details).to.equal('INVALID_ARGUMENT');
+      expect(bad.details).to.match(message);
+    }
+    expect(await used()).to.equal(before);
+    expect((sims[0]!.state()?.ports ?? []).map((p) => p.name)).to.deep.equal(['vf-1/eth0']);
+    await d.client.call(d.client.raw.detach, detachRequest('vf-1', ns.path));
+    await sims[0]!.waitForState((s) => s.ports.length === 0, 'the port gone');
+  });
 });

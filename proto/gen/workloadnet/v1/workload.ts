@@ -86,6 +86,25 @@ export interface AttachRequest {
    * RESOURCE_EXHAUSTED. Other backends ignore it.
    */
   dpu: string;
+  /**
+   * DPU backend: settings of the port's VF, the same as the CNI network config's max_tx_rate,
+   * min_tx_rate, spoofchk, trust, link_state and pf. An unset field keeps the agent's default; a
+   * setting the chosen agent does not support is INVALID_ARGUMENT, before anything is sent. A repeated
+   * Attach of an existing port keeps the settings it was given first. Other backends ignore it.
+   */
+  vf?: VfSettings | undefined;
+}
+
+export interface VfSettings {
+  /** Mbit/s; 0 means no limit. */
+  maxTxRateMbps?: number | undefined;
+  minTxRateMbps?: number | undefined;
+  spoofCheck?: boolean | undefined;
+  trust?: boolean | undefined;
+  /** "auto" (follows the PF's link), "enable" or "disable"; empty keeps the agent's default. */
+  linkState: string;
+  /** The PF the VF must come from; unset lets the agent choose. */
+  pf?: number | undefined;
 }
 
 export interface Interface {
@@ -697,6 +716,7 @@ function createBaseAttachRequest(): AttachRequest {
     dns: undefined,
     network: '',
     dpu: '',
+    vf: undefined,
   };
 }
 
@@ -722,6 +742,9 @@ export const AttachRequest: MessageFns<AttachRequest> = {
     }
     if (message.dpu !== '') {
       writer.uint32(58).string(message.dpu);
+    }
+    if (message.vf !== undefined) {
+      VfSettings.encode(message.vf, writer.uint32(66).fork()).join();
     }
     return writer;
   },
@@ -795,6 +818,14 @@ export const AttachRequest: MessageFns<AttachRequest> = {
             message.dpu = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.vf = VfSettings.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -824,6 +855,7 @@ export const AttachRequest: MessageFns<AttachRequest> = {
       dns: isSet(object.dns) ? DNS.fromJSON(object.dns) : undefined,
       network: isSet(object.network) ? globalThis.String(object.network) : '',
       dpu: isSet(object.dpu) ? globalThis.String(object.dpu) : '',
+      vf: isSet(object.vf) ? VfSettings.fromJSON(object.vf) : undefined,
     };
   },
 
@@ -850,6 +882,9 @@ export const AttachRequest: MessageFns<AttachRequest> = {
     if (message.dpu !== '') {
       obj.dpu = message.dpu;
     }
+    if (message.vf !== undefined) {
+      obj.vf = VfSettings.toJSON(message.vf);
+    }
     return obj;
   },
 
@@ -869,6 +904,180 @@ export const AttachRequest: MessageFns<AttachRequest> = {
     message.dns = object.dns !== undefined && object.dns !== null ? DNS.fromPartial(object.dns) : undefined;
     message.network = object.network ?? '';
     message.dpu = object.dpu ?? '';
+    message.vf =
+      object.vf !== undefined && object.vf !== null ? VfSettings.fromPartial(object.vf) : undefined;
+    return message;
+  },
+};
+
+function createBaseVfSettings(): VfSettings {
+  return {
+    maxTxRateMbps: undefined,
+    minTxRateMbps: undefined,
+    spoofCheck: undefined,
+    trust: undefined,
+    linkState: '',
+    pf: undefined,
+  };
+}
+
+export const VfSettings: MessageFns<VfSettings> = {
+  encode(message: VfSettings, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.maxTxRateMbps !== undefined) {
+      writer.uint32(8).uint32(message.maxTxRateMbps);
+    }
+    if (message.minTxRateMbps !== undefined) {
+      writer.uint32(16).uint32(message.minTxRateMbps);
+    }
+    if (message.spoofCheck !== undefined) {
+      writer.uint32(24).bool(message.spoofCheck);
+    }
+    if (message.trust !== undefined) {
+      writer.uint32(32).bool(message.trust);
+    }
+    if (message.linkState !== '') {
+      writer.uint32(42).string(message.linkState);
+    }
+    if (message.pf !== undefined) {
+      writer.uint32(48).uint32(message.pf);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): VfSettings {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseVfSettings();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.maxTxRateMbps = reader.uint32();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.minTxRateMbps = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.spoofCheck = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.trust = reader.bool();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.linkState = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.pf = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): VfSettings {
+    return {
+      maxTxRateMbps: isSet(object.maxTxRateMbps)
+        ? globalThis.Number(object.maxTxRateMbps)
+        : isSet(object.max_tx_rate_mbps)
+          ? globalThis.Number(object.max_tx_rate_mbps)
+          : undefined,
+      minTxRateMbps: isSet(object.minTxRateMbps)
+        ? globalThis.Number(object.minTxRateMbps)
+        : isSet(object.min_tx_rate_mbps)
+          ? globalThis.Number(object.min_tx_rate_mbps)
+          : undefined,
+      spoofCheck: isSet(object.spoofCheck)
+        ? globalThis.Boolean(object.spoofCheck)
+        : isSet(object.spoof_check)
+          ? globalThis.Boolean(object.spoof_check)
+          : undefined,
+      trust: isSet(object.trust) ? globalThis.Boolean(object.trust) : undefined,
+      linkState: isSet(object.linkState)
+        ? globalThis.String(object.linkState)
+        : isSet(object.link_state)
+          ? globalThis.String(object.link_state)
+          : '',
+      pf: isSet(object.pf) ? globalThis.Number(object.pf) : undefined,
+    };
+  },
+
+  toJSON(message: VfSettings): unknown {
+    const obj: any = {};
+    if (message.maxTxRateMbps !== undefined) {
+      obj.maxTxRateMbps = Math.round(message.maxTxRateMbps);
+    }
+    if (message.minTxRateMbps !== undefined) {
+      obj.minTxRateMbps = Math.round(message.minTxRateMbps);
+    }
+    if (message.spoofCheck !== undefined) {
+      obj.spoofCheck = message.spoofCheck;
+    }
+    if (message.trust !== undefined) {
+      obj.trust = message.trust;
+    }
+    if (message.linkState !== '') {
+      obj.linkState = message.linkState;
+    }
+    if (message.pf !== undefined) {
+      obj.pf = Math.round(message.pf);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<VfSettings>, I>>(base?: I): VfSettings {
+    return VfSettings.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<VfSettings>, I>>(object: I): VfSettings {
+    const message = createBaseVfSettings();
+    message.maxTxRateMbps = object.maxTxRateMbps ?? undefined;
+    message.minTxRateMbps = object.minTxRateMbps ?? undefined;
+    message.spoofCheck = object.spoofCheck ?? undefined;
+    message.trust = object.trust ?? undefined;
+    message.linkState = object.linkState ?? '';
+    message.pf = object.pf ?? undefined;
     return message;
   },
 };
