@@ -84,7 +84,7 @@ describe('workloadnet CLI against a daemon (stand-in namespaces, no root needed)
     }
   });
   after(async () => {
-    await d.stop();
+    await d.dispose();
     namespaces.cleanup();
   });
 

@@ -45,7 +45,7 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
     backend = new RecordingBackend();
     d = await InProcessDaemon.start(backend);
   });
-  afterEach(async () => d.stop());
+  afterEach(async () => d.dispose());
 
   const attach = (r: AttachRequest) => d.client.call(d.client.raw.attach, r);
   const status = () => d.client.call(d.client.raw.status, {});
@@ -130,7 +130,7 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
 
   it('runs 200 concurrent attaches for different workloads in parallel with distinct addresses', async function () {
     this.timeout(60_000);
-    await d.stop();
+    await d.dispose();
     backend = new RecordingBackend();
     backend.attachDelayMs = 5;
     d = await InProcessDaemon.start(backend, { podCidrs: ['10.78.0.0/16'] });
@@ -149,7 +149,7 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
   });
 
   it('reports RESOURCE_EXHAUSTED and not-ready when the pool is used up, and recovers after a detach', async () => {
-    await d.stop();
+    await d.dispose();
     backend = new RecordingBackend();
     // A /29 has 8 addresses: network, broadcast and the node's address leave 5.
     d = await InProcessDaemon.start(backend, { podCidrs: ['10.79.0.0/29'] });
@@ -165,7 +165,7 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
   });
 
   it('is not ready when no pod CIDR is configured, and Attach says why', async () => {
-    await d.stop();
+    await d.dispose();
     d = await InProcessDaemon.start(new RecordingBackend(), { podCidrs: [] });
     const st = await status();
     expect(st.ready).to.equal(false);
@@ -181,7 +181,7 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
   });
 
   it('gives one address per family in a dual-stack pool', async () => {
-    await d.stop();
+    await d.dispose();
     d = await InProcessDaemon.start(new RecordingBackend(), { podCidrs: ['10.80.0.0/24', 'fd00:80::/64'] });
     const res = await attach(req('w1'));
     expect(res.ip.map((b) => b.length).sort()).to.deep.equal([16, 4]);
@@ -231,7 +231,7 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
   describe('recording an attachment (the row is written while the backend programs)', () => {
     let planning: RecordingBackend;
     beforeEach(async () => {
-      await d.stop();
+      await d.dispose();
       planning = new RecordingBackend();
       d = await InProcessDaemon.start(planning);
     });

@@ -17,7 +17,7 @@ describe('gRPC health and reflection', () => {
     backend = new RecordingBackend();
     d = await InProcessDaemon.start(backend);
   });
-  after(async () => d.stop());
+  after(async () => d.dispose());
 
   it('serves grpc.health.v1 with SERVING while ready', async () => {
     const Client = grpc.makeGenericClientConstructor(healthService, 'Health');

@@ -31,7 +31,7 @@ describe('Prometheus metrics (stand-in namespaces, no root needed)', () => {
   });
   after(async () => {
     await server.stop();
-    await d.stop();
+    await d.dispose();
     namespaces.cleanup();
   });
 

@@ -25,7 +25,7 @@ describe('original workload contract (metropolis.node.core.network.workloads)', 
   });
   afterEach(async () => {
     seed.close();
-    await d.stop();
+    await d.dispose();
   });
 
   const call = <Res>(fn: (cb: (err: grpc.ServiceError | null, res: Res) => void) => void): Promise<Res> =>
