@@ -10,11 +10,12 @@ import { childOutput } from '../support/child-output';
 
 // A burst against the real daemon (Linux backend, in a test-owned node namespace): N Attach calls at
 // once from a client process of their own, then N Detach calls, as test/reliability/load.test.ts does.
-// Three bursts of each; measured per burst and given as medians: the daemon's CPU (user + system, from /proc) per operation, Status latency
-// sampled every 10 ms on a connection of its own, and the daemon's largest event-loop stall, read
-// from its Prometheus endpoint (prom-client's monitorEventLoopDelay, 10 ms resolution, reset by each
-// scrape: one scrape before the burst, one after). The metric is the longest interval between two
-// checks, so the 10 ms between checks is taken off: what is left is how long the loop was held.
+// Three bursts of each, measured per burst and given as medians: the daemon's CPU (user + system, from
+// /proc) per operation, Status latency sampled every 10 ms on a connection of its own, and the
+// daemon's largest event-loop stall, read from its Prometheus endpoint (prom-client's
+// monitorEventLoopDelay, 10 ms resolution, reset by each scrape: one scrape before the burst, one
+// after). The metric is the longest interval between two checks, so the 10 ms between checks is taken
+// off: what is left is how long the loop was held.
 //
 //   node dist/test/bench/burst.bench.js [N]
 

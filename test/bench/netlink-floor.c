@@ -13,11 +13,12 @@
  * "detach-par" (PARALLEL threads, each synchronous; concurrent detaches share group deletes the way
  * the backend's GroupDeleter does), then "attach-cold" and "detach-cold": one at a time again, with
  * COLD_KIB (16 MiB) of memory written before each operation, untimed, so that the kernel's data
- * starts out of the CPU caches, as it does in a daemon whose other work runs between attaches. It prints "lat PHASE I MICROSECONDS" per operation and
- * "phase PHASE WALL_US USER_US SYS_US" per phase (CPU of the whole process from getrusage: the
- * kernel's work in write() counts as system time). With NETLINK_FLOOR_STEPS=1 in the environment it
- * also prints "step I US_OPEN US_SOCKET US_NEWLINK US_WORKLOAD US_HOST US_ALIAS US_CLOSE" for each
- * attach of the sequential phase (where the floor's own time goes).
+ * starts out of the CPU caches, as it does in a daemon whose other work runs between attaches. It
+ * prints "lat PHASE I MICROSECONDS" per operation and "phase PHASE WALL_US USER_US SYS_US" per phase
+ * (CPU of the whole process from getrusage: the kernel's work in write() counts as system time). With
+ * NETLINK_FLOOR_STEPS=1 in the environment it also prints
+ * "step I US_OPEN US_SOCKET US_NEWLINK US_WORKLOAD US_HOST US_ALIAS US_CLOSE" for each attach of the
+ * sequential phase (where the floor's own time goes).
  *
  * Per attach (the backend's order):
  *   open the namespace (O_RDONLY|O_NONBLOCK), fstat, NS_GET_NSTYPE; setns into it, socket(), setns
