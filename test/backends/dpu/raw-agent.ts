@@ -21,6 +21,7 @@ export class RawAgent {
   private readonly call: grpc.ClientDuplexStream<AgentMessage, ControllerMessage>;
   private waiters: Array<() => void> = [];
   private endValue: StreamEnd | undefined;
+  private keepAliveTimer: NodeJS.Timeout | undefined;
 
   constructor(socketPath: string) {
     this.client = new DpuAgentServiceClient(`unix:${socketPath}`, grpc.credentials.createInsecure());
@@ -65,6 +66,18 @@ export class RawAgent {
     this.call.write(msg);
   }
 
+  /**
+   * Sends a heartbeat every `intervalMs`, as a real agent does, so that a test about something else is
+   * not ended by the daemon's silence limit when it pauses between messages.
+   */
+  keepAlive(intervalMs: number): void {
+    let seq = 0;
+    clearInterval(this.keepAliveTimer);
+    this.keepAliveTimer = setInterval(() => {
+      if (!this.isEnded) this.send({ heartbeat: { seq: ++seq, sentAtUnixMs: Date.now() } });
+    }, intervalMs);
+  }
+
   get isEnded(): boolean {
     return this.endValue !== undefined;
   }
@@ -107,6 +120,7 @@ export class RawAgent {
   }
 
   close(): void {
+    clearInterval(this.keepAliveTimer);
     this.call.cancel();
     this.client.close();
   }
