@@ -112,6 +112,8 @@ describe('DPU backend: bad agent input', function () {
     const a = agent();
     a.send(RawAgent.hello('dpu-1'));
     await a.next((m) => !!m.syncComplete, 'sync complete');
+    // The pause below is two thirds of the 300 ms silence limit: heartbeats keep a slow run in session.
+    a.keepAlive(50);
     let settled = false;
     const attach = attachTo(backend, spec(1)).finally(() => (settled = true));
     const up = await a.next((m) => !!m.upsert, 'the upsert');

@@ -60,6 +60,8 @@ interface IpLink {
         }),
       );
       await agent.next((m) => !!m.syncComplete, 'the (empty) snapshot');
+      // The tests are about what the agent says, not about its silence (600 ms ends a session).
+      agent.keepAlive(100);
     });
 
     afterEach(async () => {
