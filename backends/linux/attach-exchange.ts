@@ -32,21 +32,33 @@ export type AttachStep = 'socket' | 'veth' | 'workload' | 'host' | 'alias';
 /** Time spent in each part, µs (for the per-step benchmark). */
 export type AttachStepTimes = Record<AttachStep, number>;
 
-export type AttachExchangeResult =
-  | { ok: true; pair: VethPair; times: AttachStepTimes }
-  | {
-      ok: false;
-      step: AttachStep;
-      error: unknown;
-      /** Set when the pair exists: the caller deletes it. */
-      pair?: VethPair;
-      times: AttachStepTimes;
-    };
+/**
+ * When the thread began the exchange, in µs on the monotonic clock that every thread of the process
+ * shares (`process.hrtime`): with the moment the job was posted, it tells the hop to the thread from
+ * the one back (for the per-step benchmark). Absent when the exchange never began (the thread was gone).
+ */
+interface ExchangeStart {
+  startedAtUs?: number;
+}
+
+export type AttachExchangeResult = ExchangeStart &
+  (
+    | { ok: true; pair: VethPair; times: AttachStepTimes }
+    | {
+        ok: false;
+        step: AttachStep;
+        error: unknown;
+        /** Set when the pair exists: the caller deletes it. */
+        pair?: VethPair;
+        times: AttachStepTimes;
+      }
+  );
 
 export function attachExchange(host: BlockingNetlinkSocket, job: AttachJob): AttachExchangeResult {
   const { plan } = job;
   const times: AttachStepTimes = { socket: 0, veth: 0, workload: 0, host: 0, alias: 0 };
   let t = process.hrtime.bigint();
+  const startedAtUs = Number(t / 1000n);
   const lap = (step: AttachStep): void => {
     const now = process.hrtime.bigint();
     times[step] = Number(now - t) / 1000;
@@ -59,7 +71,7 @@ export function attachExchange(host: BlockingNetlinkSocket, job: AttachJob): Att
     workload = BlockingNetlinkSocket.openIn(ns, { label: job.netnsPath });
   } catch (error) {
     lap('socket');
-    return { ok: false, step: 'socket', error, times };
+    return { ok: false, step: 'socket', error, times, startedAtUs };
   }
   lap('socket');
   let pair: VethPair | undefined;
@@ -78,16 +90,16 @@ export function attachExchange(host: BlockingNetlinkSocket, job: AttachJob): Att
     step = 'host';
     const h = firstFailure(host.batch(hostSideRequests(plan, hostIndex)));
     lap(step);
-    if (w) return { ok: false, step: 'workload', error: w, pair, times };
-    if (h) return { ok: false, step: 'host', error: h, pair, times };
+    if (w) return { ok: false, step: 'workload', error: w, pair, times, startedAtUs };
+    if (h) return { ok: false, step: 'host', error: h, pair, times, startedAtUs };
     // Last, so that a link with its alias is a complete attachment (see LinuxBackend.reconcile).
     step = 'alias';
     host.request(setLinkRequest({ index: hostIndex }, { alias: plan.alias }));
     lap(step);
-    return { ok: true, pair, times };
+    return { ok: true, pair, times, startedAtUs };
   } catch (error) {
     lap(step);
-    return { ok: false, step, error, pair, times };
+    return { ok: false, step, error, pair, times, startedAtUs };
   } finally {
     workload.close();
   }

@@ -97,9 +97,13 @@ if (out && isMainThread) {
     NetlinkThread.prototype.attach = function (this: unknown, ...args: unknown[]): unknown {
       mark('thread:start');
       const me = current;
-      return ((threadAttach as AnyFn).apply(this, args) as Promise<{ times?: Marks }>).then((r) => {
+      type Result = { times?: Marks; startedAtUs?: number };
+      return ((threadAttach as AnyFn).apply(this, args) as Promise<Result>).then((r) => {
         mark('thread:end');
-        if (me) for (const [k, v] of Object.entries(r.times ?? {})) me.marks[`in-thread:${k}`] = v;
+        if (!me) return r;
+        for (const [k, v] of Object.entries(r.times ?? {})) me.marks[`in-thread:${k}`] = v;
+        // The thread's clock is this thread's (process.hrtime is one monotonic clock per process).
+        if (r.startedAtUs !== undefined) me.marks['thread:began'] = r.startedAtUs - Number(me.t0 / 1000n);
         return r;
       });
     };
