@@ -52,7 +52,7 @@ function stepDurations(m: Marks): Array<[string, number]> {
     ['  in the thread: alias', inThread('alias')],
     ['  the two messages (round trip less the parts)', at('thread:end') - at('thread:start') - threadParts],
     ['    posted until the thread began', at('thread:began') - at('thread:start')],
-    ['    the thread done until its answer ran here', at('thread:end') - at('thread:began') - threadParts],
+    ['    its last step until its answer ran here', at('thread:end') - at('thread:began') - threadParts],
     ['backend: after the thread answered', backendEnd - at('thread:end')],
     ['threadpool path: create the veth pair', at('veth:end') - at('veth:start')],
     ['threadpool path: configure both sides', at('sides:end') - at('sides:start')],
