@@ -972,7 +972,6 @@ export function inventoryRefusal(s: AgentSession, endpoint: Endpoint): string | 
   return undefined;
 }
 
-/** Where a port's host end belongs, kept with the port: its strings are copies of their own. */
 /**
  * Why an agent cannot apply a port's VF settings (QoS, PF choice), or undefined when it can or the port
  * has none. Placement skips such agents; a port placed on one by name is refused before sending.
@@ -994,6 +993,7 @@ function vfSettingsRefusal(s: AgentSession, key: string, port: PortFields): stri
   return undefined;
 }
 
+/** Where a port's host end belongs, kept with the port: its strings are copies of their own. */
 function placementOf(a: AttachSpec | AttachmentView): WorkloadPlacement {
   const ips = a.ips.map((ip) => ({
     family: ip.family,

@@ -443,28 +443,20 @@ describeRoot('DPU fleet through the workload API (real daemon, root for test-own
   it('takes VF settings from the request vf field as from the CNI config, and refuses bad ones before anything changes', async () => {
     const d = daemon!;
     const ns = namespaces.add();
-    const r = await d.client.call(
-      d.client.raw.attach,
-      attachRequest('vf-1', ns.path, 'eth0', {
-        dpu: 'dpu-a',
-        vf: {
-          maxTxRateMbps: 200,
-          minTxRateMbps: 20,
-          spoofCheck: false,
-          trust: true,
-          linkState: 'auto',
-          pf: 1,
-        },
-      }),
-    );
-    expect(JSON.parse(r.backendDetails.dpuPortOptions ?? '{}')).to.deep.equal({
+    const vf = {
       maxTxRateMbps: 200,
       minTxRateMbps: 20,
       spoofCheck: false,
       trust: true,
       linkState: 'auto',
       pf: 1,
-    });
+    };
+    const r = await d.client.call(
+      d.client.raw.attach,
+      attachRequest('vf-1', ns.path, 'eth0', { dpu: 'dpu-a', vf }),
+    );
+    // The core's option names are the API field's.
+    expect(JSON.parse(r.backendDetails.dpuPortOptions ?? '{}')).to.deep.equal(vf);
     const st = await sims[0]!.waitForState((s) => s.ports.some((p) => p.name === 'vf-1/eth0'), 'the port');
     const port = st.ports.find((p) => p.name === 'vf-1/eth0');
     expect(port?.qos).to.deep.equal({
