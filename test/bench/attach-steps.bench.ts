@@ -7,6 +7,7 @@ import { attachRequest } from '../support/attach-request';
 import { NodeFixture } from '../support/node-fixture';
 import { FLOOR_STEPS, benchFloor } from './floor.bench';
 import { percentile, ratePerSecond, timeMs } from './stats';
+import { WARM_OPS_DEFAULT, warmRounds } from './warm-up';
 
 // Where a warm daemon's attach time goes, step by step, beside the floor's steps from the same run.
 // The daemon (Linux backend, in a test-owned node namespace) is started with attach-steps-hook.js
@@ -14,7 +15,9 @@ import { percentile, ratePerSecond, timeMs } from './stats';
 // a time over gRPC after an untimed warm-up, as in the daemon row. Not part of `npm run bench`: the
 // hook's wrappers cost a few microseconds per step.
 //
-//   node dist/test/bench/attach-steps.bench.js [count]
+//   node dist/test/bench/attach-steps.bench.js [count] [warm]
+//
+// `warm`: untimed attaches (and detaches) first, 3,000 by default (see warm-up.ts); 0 for one round.
 
 const HOOK = path.join(__dirname, 'attach-steps-hook.js');
 
@@ -63,7 +66,11 @@ function stepDurations(m: Marks): Array<[string, number]> {
   ];
 }
 
-export async function benchAttachSteps(opts: { count: number; parallel: number }): Promise<StepsReport> {
+export async function benchAttachSteps(opts: {
+  count: number;
+  parallel: number;
+  warmOps?: number;
+}): Promise<StepsReport> {
   const fx = new NodeFixture({ prefix: 'wnb-', dirPrefix: 'wn-bench-steps-', shape: 'bare' });
   fx.setUp();
   const traceFile = path.join(fx.dir, 'steps.json');
@@ -83,14 +90,16 @@ export async function benchAttachSteps(opts: { count: number; parallel: number }
     if (saved.out === undefined) delete process.env.WN_ATTACH_STEPS_OUT;
     const c = d.client;
     const at = (i: number): string => workloads[i % workloads.length] ?? '';
-    await ratePerSecond(
-      workloads.map((_, i) => () => c.call(c.raw.attach, attachRequest(`warm-${i}`, at(i)))),
-      opts.parallel,
-    );
-    await ratePerSecond(
-      workloads.map((_, i) => () => c.call(c.raw.detach, { workloadId: `warm-${i}`, netns: undefined })),
-      opts.parallel,
-    );
+    for (let round = 0; round < warmRounds(opts.warmOps ?? WARM_OPS_DEFAULT, opts.count); round++) {
+      await ratePerSecond(
+        workloads.map((_, i) => () => c.call(c.raw.attach, attachRequest(`warm-${i}`, at(i)))),
+        opts.parallel,
+      );
+      await ratePerSecond(
+        workloads.map((_, i) => () => c.call(c.raw.detach, { workloadId: `warm-${i}`, netns: undefined })),
+        opts.parallel,
+      );
+    }
     const clientMs: number[] = [];
     for (let i = 0; i < opts.count; i++)
       clientMs.push(await timeMs(() => c.call(c.raw.attach, attachRequest(`seq-${i}`, at(i)))));
@@ -147,12 +156,13 @@ async function healthRoundTrips(socket: string, count: number): Promise<number[]
 
 if (require.main === module) {
   const count = Number(process.argv[2] ?? 100);
-  benchAttachSteps({ count, parallel: 16 }).then(
+  const warmOps = Number(process.argv[3] ?? WARM_OPS_DEFAULT);
+  benchAttachSteps({ count, parallel: 16, warmOps }).then(
     (r) => {
       const row = (name: string, us: number): void =>
         console.log(`  ${name.padEnd(56)} ${Number.isFinite(us) ? us.toFixed(0).padStart(6) : '   n/a'} µs`);
       console.log(
-        `count ${count}, load ${os.loadavg()[0]?.toFixed(1)}; p50 of each step (they do not add up exactly)`,
+        `count ${count} after ${warmOps} untimed, load ${os.loadavg()[0]?.toFixed(1)}; p50 of each step (they do not add up exactly)`,
       );
       console.log('daemon attach, inside the daemon:');
       for (const [n, v] of r.daemon) row(n, v);

@@ -7,6 +7,7 @@ import { NodeFixture } from '../support/node-fixture';
 import { cpuSince, processCpu } from './process-cpu';
 import { loopStallMs, percentile } from './stats';
 import { childOutput } from '../support/child-output';
+import { WARM_OPS_DEFAULT, warmRounds } from './warm-up';
 
 // A burst against the real daemon (Linux backend, in a test-owned node namespace): N Attach calls at
 // once from a client process of their own, then N Detach calls, as test/reliability/load.test.ts does.
@@ -52,7 +53,11 @@ async function scrapeLoopMaxMs(nodeNetnsPath: string): Promise<number> {
   return loopStallMs(Number(m[1]) * 1000, PROM_LOOP_RESOLUTION_MS);
 }
 
-export async function benchDaemonBurst(opts: { burst: number }): Promise<BurstMetric[]> {
+export async function benchDaemonBurst(opts: {
+  burst: number;
+  /** Untimed attaches first, in bursts of the same size (see warm-up.ts). */
+  warmOps?: number;
+}): Promise<BurstMetric[]> {
   const n = opts.burst;
   const fx = new NodeFixture({ prefix: 'wnb-', dirPrefix: 'wn-bench-burst-' });
   try {
@@ -80,8 +85,10 @@ export async function benchDaemonBurst(opts: { burst: number }): Promise<BurstMe
       r.outcomes.filter((o) => o.code !== 0).length;
 
     // Warm-up, not timed (the daemon's JIT), as for every other row.
-    await burst('attach', 'warm-');
-    await burst('detach', 'warm-');
+    for (let round = 0; round < warmRounds(opts.warmOps ?? WARM_OPS_DEFAULT, n); round++) {
+      await burst('attach', 'warm-');
+      await burst('detach', 'warm-');
+    }
 
     const measured = async (op: 'attach' | 'detach'): Promise<Measured> => {
       await scrapeLoopMaxMs(nodePath);

@@ -10,6 +10,7 @@ import { RecordingBackend } from '../support/recording-backend';
 import { cpuSince, processCpu } from './process-cpu';
 import { percentile, ratePerSecond, timeMs } from './stats';
 import { attachRequest } from '../support/attach-request';
+import { WARM_OPS_DEFAULT, warmRounds } from './warm-up';
 
 // The daemon as a runtime sees it: Attach/Detach through gRPC on the unix socket. With the recording
 // backend it measures the core alone (validation, allocation, durable store writes, gRPC); with the
@@ -34,25 +35,27 @@ async function measure(
   count: number,
   parallel: number,
   /** The daemon's pid when it is a process of its own: its CPU per operation is then reported. */
-  daemonPid?: number,
+  daemonPid: number | undefined,
+  /** Untimed rounds of `count` attaches and detaches first (see warm-up.ts); 0 measures a fresh daemon. */
+  rounds: number,
 ): Promise<DaemonBenchRow[]> {
   const at = (i: number): string => netnsPaths[i % netnsPaths.length] ?? '';
-  // Warm-up, not timed, as for every row of the benchmark: the daemon is long-running, and its first
-  // few hundred calls run unoptimised JavaScript.
-  await ratePerSecond(
-    Array.from(
-      { length: count },
-      (_, i) => () => client.call(client.raw.attach, attachRequest(`warm-${i}`, at(i))),
-    ),
-    parallel,
-  );
-  await ratePerSecond(
-    Array.from(
-      { length: count },
-      (_, i) => () => client.call(client.raw.detach, { workloadId: `warm-${i}`, netns: undefined }),
-    ),
-    parallel,
-  );
+  for (let round = 0; round < rounds; round++) {
+    await ratePerSecond(
+      Array.from(
+        { length: count },
+        (_, i) => () => client.call(client.raw.attach, attachRequest(`warm-${i}`, at(i))),
+      ),
+      parallel,
+    );
+    await ratePerSecond(
+      Array.from(
+        { length: count },
+        (_, i) => () => client.call(client.raw.detach, { workloadId: `warm-${i}`, netns: undefined }),
+      ),
+      parallel,
+    );
+  }
   const attachMs: number[] = [];
   const detachMs: number[] = [];
   for (let i = 0; i < count; i++)
@@ -110,6 +113,8 @@ async function measure(
 export async function benchDaemonRecording(opts: {
   count: number;
   parallel: number;
+  /** Untimed attaches first (see warm-up.ts). */
+  warmOps?: number;
 }): Promise<DaemonBenchRow[]> {
   const namespaces = new NetnsSet('wnb-');
   const d = await InProcessDaemon.start(new RecordingBackend(), { podCidrs: ['10.90.0.0/16'] });
@@ -120,6 +125,8 @@ export async function benchDaemonRecording(opts: {
       [namespaces.add().path],
       opts.count,
       opts.parallel,
+      undefined,
+      warmRounds(opts.warmOps ?? WARM_OPS_DEFAULT, opts.count),
     );
   } finally {
     await d.stop();
@@ -127,8 +134,19 @@ export async function benchDaemonRecording(opts: {
   }
 }
 
-/** The real daemon process with the Linux backend, inside a test-owned node namespace. */
-export async function benchDaemonLinux(opts: { count: number; parallel: number }): Promise<DaemonBenchRow[]> {
+/** The name of the row measured on a fresh daemon, right after it started. */
+export const FRESH_DAEMON_ROW = 'fresh daemon (linux backend)';
+
+/**
+ * The real daemon process with the Linux backend, inside a test-owned node namespace: measured twice,
+ * right after it started (its first calls: the fresh row) and once it has settled (see warm-up.ts).
+ */
+export async function benchDaemonLinux(opts: {
+  count: number;
+  parallel: number;
+  /** Untimed attaches between the two measurements. */
+  warmOps?: number;
+}): Promise<DaemonBenchRow[]> {
   const namespaces = new NetnsSet('wnb-');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-bench-'));
   const node = namespaces.add().name;
@@ -140,14 +158,25 @@ export async function benchDaemonLinux(opts: { count: number; parallel: number }
     args: ['--pod-cidr', '10.91.0.0/16', '--log-level', 'warn'],
   });
   try {
-    return await measure(
+    const fresh = await measure(
+      d.client,
+      FRESH_DAEMON_ROW,
+      workloads,
+      opts.count,
+      opts.parallel,
+      d.child.pid,
+      0,
+    );
+    const settled = await measure(
       d.client,
       'workloadnet daemon (linux backend)',
       workloads,
       opts.count,
       opts.parallel,
       d.child.pid,
+      warmRounds(opts.warmOps ?? WARM_OPS_DEFAULT, opts.count),
     );
+    return [...settled, ...fresh];
   } finally {
     await d.stop();
     namespaces.cleanup();

@@ -4,6 +4,7 @@ import { LinuxBackend } from '../../backends/linux/linux-backend';
 import { NetnsPool, netnsInode, netnsPath } from '../backends/linux/netns-fixture';
 import { loopStallMs, percentile } from './stats';
 import { attachTo, type TestSpec } from '../support/attach-spec';
+import { WARM_OPS_DEFAULT, warmRounds } from './warm-up';
 
 // The Linux backend measured directly (no daemon, no API): attach and detach latency one at a time,
 // then the rate with `parallel` operations in flight, and the worst event-loop stall meanwhile. Runs in
@@ -89,6 +90,8 @@ export async function benchLinuxBackend(opts: {
   parallel: number;
   /** The backend's netlink thread (default) or, false, its threadpool path. */
   netlinkThread?: boolean;
+  /** Untimed attaches first (see warm-up.ts). */
+  warmOps?: number;
 }): Promise<BenchRow[]> {
   const pool = new NetnsPool();
   let backend: LinuxBackend | undefined;
@@ -105,8 +108,10 @@ export async function benchLinuxBackend(opts: {
     const detachOps = specs.map((s) => () => b.detach({ ...s, dataplane: results.get(s.key) }));
 
     // Warm-up, not timed: loads libc through koffi and lets the JIT optimise the hot paths.
-    await runPhase(attachOps, opts.parallel);
-    await runPhase(detachOps, opts.parallel);
+    for (let round = 0; round < warmRounds(opts.warmOps ?? WARM_OPS_DEFAULT, opts.count); round++) {
+      await runPhase(attachOps, opts.parallel);
+      await runPhase(detachOps, opts.parallel);
+    }
 
     const attachSeq = await runPhase(attachOps, 1);
     const detachSeq = await runPhase(detachOps, 1);

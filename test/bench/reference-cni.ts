@@ -8,6 +8,7 @@ import { runPluginCalls, type PhaseResult } from './cni-exec-runner';
 import { cpuSince, processCpu } from './process-cpu';
 import { percentile } from './stats';
 import type { OpRow } from './op-row';
+import { warmRounds } from './warm-up';
 
 // The baseline workloadnet is measured against: Debian's reference CNI plugins (ptp or bridge, with
 // host-local IPAM) executed exactly as a runtime executes them. The plugin process is started by a small
@@ -86,6 +87,8 @@ export interface CniPluginBenchOptions {
   nodeNetns?: string;
   /** A long-running process the plugin talks to (the daemon): its CPU counts too. */
   serverPid?: number;
+  /** With a server: untimed ADDs (and DELs) first, so that it has settled (see warm-up.ts). */
+  warmOps?: number;
 }
 
 /**
@@ -118,8 +121,9 @@ export async function benchCniPlugin(opts: CniPluginBenchOptions): Promise<Refer
     const cni = new CniInvoker(opts.binary, netnsPath(nodeNetns), config);
 
     // Warm-up, not timed: page cache for the binaries, and for the daemon its JIT (a long-running
-    // process serves pod events with optimised code; its first few hundred calls run unoptimised).
-    for (let round = 0; round < WARMUP_ROUNDS; round++) {
+    // process serves pod events with optimised code; it takes thousands of calls: see warm-up.ts).
+    const rounds = Math.max(WARMUP_ROUNDS, warmRounds(opts.warmOps ?? 0, workloads.length));
+    for (let round = 0; round < rounds; round++) {
       await cni.add(workloads, opts.parallel);
       await cni.del(workloads, opts.parallel);
     }

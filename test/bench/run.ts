@@ -11,7 +11,7 @@ import { benchPools } from './pools.bench';
 import { renderChart, type ChartPanel } from './chart';
 import { benchCniShim } from './cni-shim.bench';
 import { benchContainerdWithReferenceBridge, type ContainerdPodResult } from './containerd.bench';
-import { benchDaemonLinux, benchDaemonRecording } from './daemon.bench';
+import { FRESH_DAEMON_ROW, benchDaemonLinux, benchDaemonRecording } from './daemon.bench';
 import { benchDaemonBurst, type BurstMetric } from './burst.bench';
 import { benchDpu } from './dpu.bench';
 import { benchDpuFleet } from './dpu-fleet.bench';
@@ -21,6 +21,7 @@ import { benchReferenceCni } from './reference-cni';
 import { benchScale } from './scale.bench';
 import { loopStallMs } from './stats';
 import { benchWorkloadnetCni, benchWorkloadnetContainerd } from './workloadnet-cni.bench';
+import { WARM_OPS_DEFAULT } from './warm-up';
 
 interface LatencyRow {
   name: string;
@@ -47,7 +48,7 @@ interface FloorRatio {
 interface Report {
   at: string;
   machine: { cpus: number; model: string; node: string; kernel: string };
-  params: { count: number; parallel: number; pods: number };
+  params: { count: number; parallel: number; pods: number; warm?: number };
   dataplane: LatencyRow[];
   cni: LatencyRow[];
   cniForwarder: Array<{ name: string; p50Ms: number; p99Ms: number }>;
@@ -98,6 +99,9 @@ options:
   --parallel N    operations in flight for the rates (default 16)
   --pods N        containerd pods per row (default 10)
   --burst N       concurrent Attach calls in the daemon burst (default 200)
+  --warm N        untimed attaches (and detaches) a long-running process serves before it is
+                  measured: the daemon rows, the in-process rows (default ${WARM_OPS_DEFAULT}; its JIT
+                  settles after ~2,600); the daemon row is also measured fresh, right after start
   --scale N       attachments held by the scale section (default 10000)
   --only a,b      sections to run (default all): ${SECTIONS.join(', ')}
   --json FILE     write the full report as JSON
@@ -120,6 +124,7 @@ const KNOWN_OPTIONS = new Set([
   'parallel',
   'pods',
   'burst',
+  'warm',
   'scale',
   'only',
   'json',
@@ -164,6 +169,7 @@ function ratios(r: Report): Record<string, number> {
   const ptpD = find([...r.dataplane, ...r.cni], 'ptp', 'detach');
   for (const [label, name] of [
     ['daemon', 'workloadnet daemon (linux'],
+    ['fresh daemon', FRESH_DAEMON_ROW],
     ['backend', 'linux backend'],
     ['cni', 'workloadnet-cni'],
   ] as const) {
@@ -223,7 +229,13 @@ function print(r: Report): void {
   console.log(
     `\nworkloadnet benchmarks ${r.at} on ${r.machine.cpus}x ${r.machine.model}, node ${r.machine.node}, kernel ${r.machine.kernel}`,
   );
-  console.log(`count ${r.params.count}, ${r.params.parallel} in flight for rates, ${r.params.pods} pods\n`);
+  const warm =
+    r.params.warm === undefined
+      ? ''
+      : `, ${r.params.warm} untimed attaches before a long-running process is measured`;
+  console.log(
+    `count ${r.params.count}, ${r.params.parallel} in flight for rates, ${r.params.pods} pods${warm}\n`,
+  );
   const f = r.floor;
   if (f) {
     const ptp = (v: number | undefined): string => (v === undefined ? 'not run' : `${v.toFixed(2)} ms`);
@@ -367,6 +379,7 @@ async function main(): Promise<void> {
   const parallel = positiveInt('parallel', 16);
   const pods = positiveInt('pods', 10);
   const burstSize = positiveInt('burst', 200);
+  const warmOps = positiveInt('warm', WARM_OPS_DEFAULT);
   const scale = positiveInt('scale', 10_000);
   const only = arg('only')?.split(',');
   const unknown = only?.filter((x) => !(SECTIONS as readonly string[]).includes(x)) ?? [];
@@ -382,7 +395,7 @@ async function main(): Promise<void> {
       node: process.version,
       kernel: os.release(),
     },
-    params: { count, parallel, pods },
+    params: { count, parallel, pods, warm: warmOps },
     dataplane: [],
     cni: [],
     cniForwarder: [],
@@ -408,24 +421,24 @@ async function main(): Promise<void> {
     r.dataplane.push(...(await benchReferenceCni({ plugin: 'bridge', count, parallel })));
     step('linux backend (in process)');
     // Its sequential rows carry the rate at `parallel` too; the extra "(N in flight)" rows repeat it.
-    const backendRows = (await benchLinuxBackend({ count, parallel })).filter(
+    const backendRows = (await benchLinuxBackend({ count, parallel, warmOps })).filter(
       (x) => !x.name.includes('in flight'),
     );
     r.dataplane.push(...backendRows.map((x) => ({ ...x, name: 'linux backend (in process)' })));
     step('daemon with the linux backend, over gRPC');
-    r.dataplane.push(...(await benchDaemonLinux({ count, parallel })));
+    r.dataplane.push(...(await benchDaemonLinux({ count, parallel, warmOps })));
     loop.disable();
     r.benchLoopMaxDelayMs = loopStallMs(loop.max / 1e6, 1);
   }
   if (want('cni')) {
     step('workloadnet-cni forwarder, executed like ptp');
-    r.cni.push(...(await benchWorkloadnetCni({ count, parallel })));
+    r.cni.push(...(await benchWorkloadnetCni({ count, parallel, warmOps })));
     step('forwarder overhead');
     r.cniForwarder.push(...(await benchCniShim({ count: Math.max(50, count) })));
   }
   if (want('burst')) {
     step(`daemon burst: ${burstSize} concurrent attaches, then detaches`);
-    r.burst = await benchDaemonBurst({ burst: burstSize });
+    r.burst = await benchDaemonBurst({ burst: burstSize, warmOps });
   }
   if (want('containerd')) {
     step('containerd + bridge');
@@ -435,7 +448,7 @@ async function main(): Promise<void> {
   }
   if (want('core')) {
     step('core over gRPC with the recording backend');
-    r.core.push(...(await benchDaemonRecording({ count: Math.max(count, 500), parallel })));
+    r.core.push(...(await benchDaemonRecording({ count: Math.max(count, 500), parallel, warmOps })));
     step('allocator');
     r.allocator.push(...benchAllocator());
   }

@@ -7,6 +7,7 @@ import { installReferencePlugins } from '../e2e/support/reference-plugins';
 import { installWorkloadnetCni } from '../e2e/support/workloadnet-node';
 import { benchContainerdPods, type ContainerdPodResult } from './containerd.bench';
 import { benchCniPlugin, type ReferenceCniResult } from './reference-cni';
+import { WARM_OPS_DEFAULT } from './warm-up';
 
 // workloadnet as runtimes see it: the native forwarder executed per pod event, and whole pod lifecycles
 // through containerd, with the daemon (Linux backend) running in a test-owned node namespace. Measured
@@ -39,6 +40,8 @@ async function withDaemon<T>(
 export function benchWorkloadnetCni(opts: {
   count: number;
   parallel: number;
+  /** Untimed ADDs first, so that the daemon has settled (see warm-up.ts). */
+  warmOps?: number;
 }): Promise<ReferenceCniResult[]> {
   return withDaemon('10.92.0.0/16', ({ node, daemon }) =>
     benchCniPlugin({
@@ -49,6 +52,7 @@ export function benchWorkloadnetCni(opts: {
       parallel: opts.parallel,
       nodeNetns: node,
       serverPid: daemon.child.pid,
+      warmOps: opts.warmOps ?? WARM_OPS_DEFAULT,
     }),
   );
 }
