@@ -1,5 +1,5 @@
 // The whole netlink exchange of an attach, synchronously, as the netlink thread runs it: a socket in
-// the workload's namespace, the pair (echo + ACK), the workload side, the host side, the alias. The
+// the workload's namespace, the pair (echo + ACK), the host side, the workload side, the alias. The
 // same requests, in the same writes and the same order as the threadpool path in linux-backend.ts
 // (their builders are shared: veth-pair.ts, workload-side.ts, host-side.ts); only how they are sent
 // differs. Rollback is not done here: a failure after the pair exists reports the pair, and the
@@ -83,12 +83,13 @@ export function attachExchange(host: BlockingNetlinkSocket, job: AttachJob): Att
     const peerIndex = created.peerIndex ?? linkIndex(workload, plan.ifName);
     pair = { hostIndex, peerIndex };
     lap(step);
-    // The threadpool path sends these two concurrently and reports the workload side's failure first.
-    step = 'workload';
-    const w = firstFailure(workload.batch(workloadSideRequests(plan, peerIndex)));
-    lap(step);
+    // The host side first: its end must go without a link-local address before the workload end's
+    // up gives it a carrier (link-local.ts). A failure of the workload side is reported first.
     step = 'host';
     const h = firstFailure(host.batch(hostSideRequests(plan, hostIndex)));
+    lap(step);
+    step = 'workload';
+    const w = firstFailure(workload.batch(workloadSideRequests(plan, peerIndex)));
     lap(step);
     if (w) return { ok: false, step: 'workload', error: w, pair, times, startedAtUs };
     if (h) return { ok: false, step: 'host', error: h, pair, times, startedAtUs };

@@ -6,6 +6,7 @@
 
 import type { Drift } from '../../core/backend';
 import type { AttachPlan } from './attach-plan';
+import { noLinkLocalRequests } from './link-local';
 import { IFA_F_NODAD, newAddressRequest } from './rtnetlink/address';
 import { IPV4_DEVCONF_FORWARDING, IPV4_DEVCONF_PROXY_ARP, getLink, setLinkRequest } from './rtnetlink/link';
 import type { NetlinkRequest } from './rtnetlink/message';
@@ -24,6 +25,9 @@ const NO_ROUTE = new Set(['ENETUNREACH', 'EHOSTUNREACH', 'ESRCH']);
 /** All requests for the host side, in order, for one write. */
 export function hostSideRequests(plan: AttachPlan, hostIndex: number): NetlinkRequest[] {
   const reqs: NetlinkRequest[] = [
+    // Before the workload end comes up and gives this end its carrier (link-local.ts). A request of its
+    // own: an IPv6 refusal must not cost the IPv4 settings below.
+    ...noLinkLocalRequests(hostIndex, plan),
     // Per-interface inet settings cannot ride on the create (EAFNOSUPPORT), hence this SETLINK.
     setLinkRequest(
       { index: hostIndex },

@@ -488,7 +488,11 @@ export class LinuxBackend implements Backend {
     }
   }
 
-  /** The workload side and the host side are independent once the pair exists: one write each, concurrently. */
+  /**
+   * One write each side, the host side first: its end must go without a link-local address before the
+   * workload end's up gives it a carrier (link-local.ts). A failure of the workload side is reported
+   * first, as the netlink thread does.
+   */
   private async configureBothSides(
     host: HostContext,
     workload: NetlinkSocket,
@@ -496,14 +500,21 @@ export class LinuxBackend implements Backend {
     pair: VethPair,
     netnsPath: string,
   ): Promise<void> {
-    const [w, h] = await Promise.allSettled([
-      step(plan.key, stepDescription('workload', plan, netnsPath), () =>
-        workload.batchOrThrow(workloadSideRequests(plan, pair.peerIndex)),
-      ),
+    const settle = <T>(p: Promise<T>): Promise<PromiseSettledResult<T>> =>
+      p.then(
+        (value) => ({ status: 'fulfilled', value }),
+        (reason: unknown) => ({ status: 'rejected', reason }),
+      );
+    const h = await settle(
       step(plan.key, stepDescription('host', plan, netnsPath), () =>
         host.sock.batchOrThrow(hostSideRequests(plan, pair.hostIndex)),
       ),
-    ]);
+    );
+    const w = await settle(
+      step(plan.key, stepDescription('workload', plan, netnsPath), () =>
+        workload.batchOrThrow(workloadSideRequests(plan, pair.peerIndex)),
+      ),
+    );
     if (w.status === 'rejected') throw w.reason;
     if (h.status === 'rejected') throw h.reason;
   }

@@ -20,6 +20,7 @@
 import type { Drift, IpAssignment, RouteInfo } from '../../core/backend';
 import { NetnsHandle } from '../../core/netns';
 import { IFA_F_NODAD, listAddresses, newAddressRequest } from './rtnetlink/address';
+import { noLinkLocalRequests } from './link-local';
 import { AF_INET, AF_INET6, canonicalAddress } from './rtnetlink/inet';
 import { getLink, setLinkRequest } from './rtnetlink/link';
 import type { NetlinkRequest } from './rtnetlink/message';
@@ -119,9 +120,18 @@ export function workloadSideRequests(
   opts: WorkloadSideOptions = {},
 ): NetlinkRequest[] {
   const replace = opts.replace === true;
+  const noLinkLocal = noLinkLocalRequests(index, iface);
   const reqs: NetlinkRequest[] = [
     setLinkRequest({ name: 'lo' }, { up: true }),
-    setLinkRequest({ index }, { up: true, mtu: iface.mtu }),
+    ...(noLinkLocal.length === 0
+      ? [setLinkRequest({ index }, { up: true, mtu: iface.mtu })]
+      : // Before the interface comes up (link-local.ts), and after its MTU is set: a DPU's VF may
+        // arrive with an MTU below IPv6's minimum, and so without IPv6 state to set.
+        [
+          setLinkRequest({ index }, { mtu: iface.mtu }),
+          ...noLinkLocal,
+          setLinkRequest({ index }, { up: true }),
+        ]),
   ];
   for (const a of [...iface.v4, ...iface.v6]) {
     // NODAD: the address must work the moment Attach returns, not after duplicate detection.

@@ -25,9 +25,10 @@
  *   back; NETLINK_EXT_ACK, NETLINK_CAP_ACK, SO_RCVTIMEO, SO_RCVBUFFORCE
  *   host:     RTM_NEWLINK veth, peer born in the namespace, one queue each (ACK|ECHO|CREATE|EXCL)
  *             -> echo + ACK
- *   workload: [SETLINK lo up, SETLINK eth0 up, NEWADDR /32 nodad, NEWROUTE gw/32 scope link,
- *              NEWROUTE default via gw (ACK)]                 one write
- *   host:     [SETLINK proxy_arp+forwarding, NEWROUTE /32 replace (ACK)]   one write
+ *   host:     [SETLINK no IPv6 link-local, SETLINK proxy_arp+forwarding, NEWROUTE /32 replace (ACK)]
+ *                                                              one write
+ *   workload: [SETLINK lo up, SETLINK eth0 mtu, SETLINK eth0 no IPv6 link-local, SETLINK eth0 up,
+ *              NEWADDR /32 nodad, NEWROUTE gw/32 scope link, NEWROUTE default via gw (ACK)]   one write
  *   host:     SETLINK alias (ACK)
  *   close the workload socket and the namespace fd
  * Per detach:
@@ -230,6 +231,19 @@ static uint32_t workload_address(int i) {
   return htonl((10u << 24) | (254u << 16) | (uint32_t)((i / 250) << 8) | (uint32_t)(i % 250 + 2));
 }
 
+/* SETLINK: IFLA_AF_SPEC { AF_INET6 { IFLA_INET6_ADDR_GEN_MODE = none } }, no ACK (not the last). */
+static void no_link_local(struct buf *m, uint32_t seq, int index) {
+  size_t h = msg_begin(m, RTM_SETLINK, NLM_F_REQUEST, seq);
+  ifinfo(m, index, 0, 0);
+  size_t af = nest_begin(m, IFLA_AF_SPEC | NLA_F_NESTED);
+  size_t in6 = nest_begin(m, AF_INET6 | NLA_F_NESTED);
+  unsigned char mode = 1; /* IN6_ADDR_GEN_MODE_NONE */
+  attr(m, 8 /* IFLA_INET6_ADDR_GEN_MODE */, &mode, 1);
+  nest_end(m, in6);
+  nest_end(m, af);
+  msg_end(m, h);
+}
+
 static void attach(struct worker *w, int i) {
   long long mark = now_us(), *steps = sequential && step_us ? step_us[i] : NULL;
 #define STEP(k)                          \
@@ -292,12 +306,43 @@ static void attach(struct worker *w, int i) {
   host_index[i] = hidx;
   STEP(2);
 
-  /* 2a. Workload side: one write, ACK on the last request only. */
+  /* 2a. Host side first, one write: its end goes without a link-local address before the workload
+   * end's up gives it a carrier (backends/linux/link-local.ts). */
+  m.len = 0;
+  no_link_local(&m, ++w->seq, hidx);
+  h = msg_begin(&m, RTM_SETLINK, NLM_F_REQUEST, ++w->seq);
+  ifinfo(&m, hidx, 0, 0);
+  size_t af = nest_begin(&m, IFLA_AF_SPEC | NLA_F_NESTED);
+  size_t inet = nest_begin(&m, AF_INET | NLA_F_NESTED);
+  size_t conf = nest_begin(&m, 1 /* IFLA_INET_CONF */ | NLA_F_NESTED);
+  attr_u32(&m, IPV4_DEVCONF_FORWARDING, 1);
+  attr_u32(&m, IPV4_DEVCONF_PROXY_ARP, 1);
+  nest_end(&m, conf);
+  nest_end(&m, inet);
+  nest_end(&m, af);
+  msg_end(&m, h);
+  uint32_t host_last = ++w->seq;
+  h = msg_begin(&m, RTM_NEWROUTE, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE, host_last);
+  rtmsg_put(&m, 32, RTPROT_STATIC, RT_SCOPE_LINK, RTN_UNICAST);
+  attr_u32(&m, RTA_DST, addr);
+  attr_u32(&m, RTA_OIF, (uint32_t)hidx);
+  attr_u32(&m, RTA_TABLE, RT_TABLE_MAIN);
+  msg_end(&m, h);
+  send_all(w->host, &m);
+  await_ack(w->host, host_last, 0, NULL, NULL, "host side");
+  STEP(4);
+
+  /* 2b. Workload side: one write, ACK on the last request only. */
   m.len = 0;
   h = msg_begin(&m, RTM_SETLINK, NLM_F_REQUEST, ++w->seq);
   ifinfo(&m, 0, IFF_UP, IFF_UP);
   attr_str(&m, IFLA_IFNAME, "lo");
   msg_end(&m, h);
+  h = msg_begin(&m, RTM_SETLINK, NLM_F_REQUEST, ++w->seq);
+  ifinfo(&m, pidx, 0, 0);
+  attr_u32(&m, IFLA_MTU, MTU);
+  msg_end(&m, h);
+  no_link_local(&m, ++w->seq, pidx);
   h = msg_begin(&m, RTM_SETLINK, NLM_F_REQUEST, ++w->seq);
   ifinfo(&m, pidx, IFF_UP, IFF_UP);
   msg_end(&m, h);
@@ -324,30 +369,6 @@ static void attach(struct worker *w, int i) {
   send_all(wl, &m);
   await_ack(wl, wl_last, 0, NULL, NULL, "workload side");
   STEP(3);
-
-  /* 2b. Host side: one write (the backend sends it concurrently with 2a). */
-  m.len = 0;
-  h = msg_begin(&m, RTM_SETLINK, NLM_F_REQUEST, ++w->seq);
-  ifinfo(&m, hidx, 0, 0);
-  size_t af = nest_begin(&m, IFLA_AF_SPEC | NLA_F_NESTED);
-  size_t inet = nest_begin(&m, AF_INET | NLA_F_NESTED);
-  size_t conf = nest_begin(&m, 1 /* IFLA_INET_CONF */ | NLA_F_NESTED);
-  attr_u32(&m, IPV4_DEVCONF_FORWARDING, 1);
-  attr_u32(&m, IPV4_DEVCONF_PROXY_ARP, 1);
-  nest_end(&m, conf);
-  nest_end(&m, inet);
-  nest_end(&m, af);
-  msg_end(&m, h);
-  uint32_t host_last = ++w->seq;
-  h = msg_begin(&m, RTM_NEWROUTE, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE, host_last);
-  rtmsg_put(&m, 32, RTPROT_STATIC, RT_SCOPE_LINK, RTN_UNICAST);
-  attr_u32(&m, RTA_DST, addr);
-  attr_u32(&m, RTA_OIF, (uint32_t)hidx);
-  attr_u32(&m, RTA_TABLE, RT_TABLE_MAIN);
-  msg_end(&m, h);
-  send_all(w->host, &m);
-  await_ack(w->host, host_last, 0, NULL, NULL, "host side");
-  STEP(4);
 
   /* 3. The alias last: a host link with it is a complete attachment. */
   m.len = 0;

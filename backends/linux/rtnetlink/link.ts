@@ -76,6 +76,8 @@ export const VETH_INFO_PEER = 1;
 export const IFLA_INET_CONF = 1;
 export const IFLA_INET6_CONF = 1;
 export const IFLA_INET6_ADDR_GEN_MODE = 8;
+/** enum in6_addr_gen_mode: no automatic link-local (or other) address at all. */
+export const IN6_ADDR_GEN_MODE_NONE = 1;
 
 /** Per-interface IPv4 settings (enum IPV4_DEVCONF_*; /proc/sys/net/ipv4/conf/<if>/…). */
 export const IPV4_DEVCONF_FORWARDING = 1;

@@ -48,6 +48,13 @@ function v6(address: string): IpAssignment {
   return { family: 6, address, gateway: 'fe80::1' };
 }
 
+/** The addresses `ip -j addr show` lists (it also lists filtered-out entries as empty objects). */
+function ipv6Addresses(addrs: IpAddr[]): string[] {
+  return (addrs[0]?.addr_info ?? [])
+    .filter((x) => x.local !== undefined)
+    .map((x) => `${x.local}/${x.prefixlen}`);
+}
+
 function specFor(
   ns: string,
   ips: IpAssignment[],
@@ -206,6 +213,32 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
       ]);
     });
 
+    it('gives an IPv4-only link no IPv6 link-local address on either end', async () => {
+      // backends/linux/link-local.ts. The dual-stack test below sees the kernel's own fe80:: address
+      // on an interface with IPv6 addresses, the same way.
+      const ends: Array<[string, string]> = [
+        [w1, 'eth0'],
+        [node, r1.hostIfName!],
+      ];
+      for (const [ns, dev] of ends) {
+        const addrs = await ipJson<IpAddr>(ns, '-6', 'addr', 'show', 'dev', dev);
+        expect(ipv6Addresses(addrs), `${dev} in ${ns}`).to.deep.equal([]);
+        const mode = await netnsExec(ns, 'cat', `/proc/sys/net/ipv6/conf/${dev}/addr_gen_mode`);
+        expect(mode.trim(), `addr_gen_mode of ${dev}`).to.equal('1');
+      }
+    });
+
+    it('attaches an IPv4-only link whose MTU is below IPv6 minimum, which has no IPv6 settings', async () => {
+      const w = await pool.add('small-mtu');
+      const spec = specFor(w, [v4('10.251.0.40')], { mtu: 1200 });
+      const res = await attachTo(backend, spec);
+      const [link] = await ipJson<IpLink>(w, 'link', 'show', 'dev', 'eth0');
+      expect(link?.mtu).to.equal(1200);
+      expect(await pings(w, '10.250.0.1'), 'small-mtu → node').to.equal(true);
+      expect(await backend.check(viewOf(spec, res))).to.deep.equal([]);
+      await backend.detach(viewOf(spec, res));
+    });
+
     it('carries traffic between workloads and between a workload and the node', async () => {
       expect(await pings(w1, '10.251.0.3'), 'w1 → w2').to.equal(true);
       expect(await pings(w2, '10.251.0.2'), 'w2 → w1').to.equal(true);
@@ -261,6 +294,9 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
       expect(def.map((r) => [r.gateway, r.dev])).to.deep.equal([['fe80::1', 'eth0']]);
       const hostAddrs = await ipJson<IpAddr>(node, '-6', 'addr', 'show', 'dev', ra.hostIfName!);
       expect(hostAddrs[0]?.addr_info.map((x) => `${x.local}/${x.prefixlen}`)).to.include('fe80::1/64');
+      // With IPv6 addresses the workload keeps the kernel's own link-local address.
+      const linkLocal = await ipJson<IpAddr>(a, '-6', 'addr', 'show', 'dev', 'eth0', 'scope', 'link');
+      expect(ipv6Addresses(linkLocal).filter((x) => x.startsWith('fe80:'))).to.have.lengthOf(1);
       const hostRoutes = await ipJson<IpRoute>(node, '-6', 'route', 'show', 'fd00:77:1::12');
       expect(hostRoutes.map((r) => r.dev)).to.deep.equal([ra.hostIfName]);
       expect(ra.routes).to.deep.include({ destination: '::/0', gateway: 'fe80::1' });

@@ -1,0 +1,45 @@
+// An interface with no IPv6 address of ours gets no IPv6 link-local address either, on neither end of
+// the link. The kernel otherwise gives each end an fe80:: address when it comes up, with its routes,
+// multicast memberships and duplicate address detection: work done under the RTNL lock by its
+// address-configuration workers while the next attach waits for that lock, and undone again at detach.
+// An IPv4-only workload has no use for it: nothing routes IPv6 to it, and its namespace keeps ::1.
+// Measured (docs/benchmarks.md, "Settled and fresh"): the workload side's write 141-149 -> 76-79 µs
+// inside the daemon, one attach at a time.
+//
+// The setting must be made before the interface comes up (a veth end's link-local is configured once
+// both ends are up: the carrier), and cannot ride on the create (EAFNOSUPPORT). It is refused where the
+// interface has no IPv6 state at all, which is also where nothing needs turning off: a kernel without
+// IPv6, and an MTU below IPv6's minimum. Those are not asked.
+
+import * as fs from 'node:fs';
+import { IN6_ADDR_GEN_MODE_NONE, setLinkRequest } from './rtnetlink/link';
+import type { NetlinkRequest } from './rtnetlink/message';
+
+/** IPv6's minimum MTU (RFC 8200): below it the kernel keeps no IPv6 state on the interface. */
+export const IPV6_MIN_MTU = 1280;
+
+let kernelIpv6: boolean | undefined;
+
+/** Whether this kernel has IPv6 (not booted with ipv6.disable=1). */
+function kernelHasIpv6(): boolean {
+  kernelIpv6 ??= fs.existsSync('/proc/sys/net/ipv6');
+  return kernelIpv6;
+}
+
+/** What decides it: the interface's IPv6 addresses and its MTU. */
+export interface LinkLocalInput {
+  v6: readonly unknown[];
+  mtu: number;
+}
+
+/** Whether the interface goes without IPv6 link-local addresses (see the top). */
+export function withoutLinkLocal(iface: LinkLocalInput): boolean {
+  return iface.v6.length === 0 && iface.mtu >= IPV6_MIN_MTU && kernelHasIpv6();
+}
+
+/** The request that keeps the interface `index` from getting a link-local address, when it should. */
+export function noLinkLocalRequests(index: number, iface: LinkLocalInput): NetlinkRequest[] {
+  return withoutLinkLocal(iface)
+    ? [setLinkRequest({ index }, { inet6AddrGenMode: IN6_ADDR_GEN_MODE_NONE })]
+    : [];
+}
