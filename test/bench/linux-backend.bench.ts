@@ -9,9 +9,10 @@ import { WARM_OPS_DEFAULT, warmRounds } from './warm-up';
 // The Linux backend measured directly (no daemon, no API): attach and detach latency one at a time,
 // then the rate with `parallel` operations in flight, and the worst event-loop stall meanwhile. Runs in
 // test-owned namespaces (a node namespace standing for the host, one namespace per workload) that it
-// creates before and deletes after; namespace creation is not timed.
+// creates before and deletes after; namespace creation is not timed. It first runs 3,000 untimed
+// attaches and detaches (warm-up.ts).
 //
-//   node dist/test/bench/linux-backend.bench.js [count] [parallel]
+//   node dist/test/bench/linux-backend.bench.js [count] [parallel] [threadpool]
 
 export interface BenchRow {
   name: string;
