@@ -332,19 +332,12 @@ function toRef(key: string): { workloadId: string; ifName: string } {
 }
 
 /**
- * The request's VF settings in the core's terms, unchecked: the core validates them (a link state it
- * does not know included) with the same rules as the CNI network config's.
+ * The request's VF settings in the core's terms (the fields share their names), unchecked: the core
+ * validates them (a link state it does not know included) with the same rules as the CNI network
+ * config's, and keeps only the fields that are set. An empty link state is proto3's "unset".
  */
 function fromVfSettings(vf: VfSettings | undefined): DpuPortOptions | undefined {
-  if (!vf) return undefined;
-  const out: DpuPortOptions = {};
-  if (vf.maxTxRateMbps !== undefined) out.maxTxRateMbps = vf.maxTxRateMbps;
-  if (vf.minTxRateMbps !== undefined) out.minTxRateMbps = vf.minTxRateMbps;
-  if (vf.spoofCheck !== undefined) out.spoofCheck = vf.spoofCheck;
-  if (vf.trust !== undefined) out.trust = vf.trust;
-  if (vf.linkState) out.linkState = vf.linkState as DpuPortOptions['linkState'];
-  if (vf.pf !== undefined) out.pf = vf.pf;
-  return out;
+  return vf && { ...vf, linkState: (vf.linkState || undefined) as DpuPortOptions['linkState'] };
 }
 
 export function toAttachResponse(att: Attachment): AttachResponse {

@@ -33,7 +33,7 @@ export interface LinkLocalInput {
 }
 
 /** Whether the interface goes without IPv6 link-local addresses (see the top). */
-export function withoutLinkLocal(iface: LinkLocalInput): boolean {
+function withoutLinkLocal(iface: LinkLocalInput): boolean {
   return iface.v6.length === 0 && iface.mtu >= IPV6_MIN_MTU && kernelHasIpv6();
 }
 

@@ -500,21 +500,16 @@ export class LinuxBackend implements Backend {
     pair: VethPair,
     netnsPath: string,
   ): Promise<void> {
-    const settle = <T>(p: Promise<T>): Promise<PromiseSettledResult<T>> =>
-      p.then(
-        (value) => ({ status: 'fulfilled', value }),
-        (reason: unknown) => ({ status: 'rejected', reason }),
-      );
-    const h = await settle(
+    const [h] = await Promise.allSettled([
       step(plan.key, stepDescription('host', plan, netnsPath), () =>
         host.sock.batchOrThrow(hostSideRequests(plan, pair.hostIndex)),
       ),
-    );
-    const w = await settle(
+    ]);
+    const [w] = await Promise.allSettled([
       step(plan.key, stepDescription('workload', plan, netnsPath), () =>
         workload.batchOrThrow(workloadSideRequests(plan, pair.peerIndex)),
       ),
-    );
+    ]);
     if (w.status === 'rejected') throw w.reason;
     if (h.status === 'rejected') throw h.reason;
   }

@@ -31,8 +31,6 @@ export interface ReferenceCniBenchOptions {
 export type ReferenceCniResult = OpRow;
 
 const CNI_VERSION = '1.0.0';
-/** Untimed ADD+DEL rounds over all workloads before measuring. */
-const WARMUP_ROUNDS = 1;
 const NETWORK_NAME = 'wne-bench';
 const SUBNET = '10.253.0.0/16';
 /** What containerd gives plugins (on top of the CNI_ variables): a clean PATH. */
@@ -122,8 +120,8 @@ export async function benchCniPlugin(opts: CniPluginBenchOptions): Promise<Refer
 
     // Warm-up, not timed: page cache for the binaries, and for the daemon its JIT (a long-running
     // process serves pod events with optimised code; it takes thousands of calls: see warm-up.ts).
-    const rounds = Math.max(WARMUP_ROUNDS, warmRounds(opts.warmOps ?? 0, workloads.length));
-    for (let round = 0; round < rounds; round++) {
+    // One round without warmOps (warmRounds gives at least one).
+    for (let round = 0; round < warmRounds(opts.warmOps ?? 0, workloads.length); round++) {
       await cni.add(workloads, opts.parallel);
       await cni.del(workloads, opts.parallel);
     }
