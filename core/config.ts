@@ -16,6 +16,8 @@ export interface LinuxConfig {
   /** Link group that marks host interfaces created by workloadnet (orphans are found by it). */
   linkGroup: number;
   detachGroup: number;
+  /** Keep the kernel's IPv6 link-local (fe80::) addresses on interfaces without IPv6 addresses. */
+  ipv6LinkLocal: boolean;
 }
 
 export interface DpuConfig {
@@ -141,7 +143,7 @@ export const DEFAULT_CONFIG: DaemonConfig = {
   shutdownTimeoutMs: 5000,
   sweepIntervalMs: 60_000,
   networks: [],
-  linux: { hostNetns: '', linkGroup: 0x776e, detachGroup: 0x776f },
+  linux: { hostNetns: '', linkGroup: 0x776e, detachGroup: 0x776f, ipv6LinkLocal: false },
   dpu: {
     agentSocket: '/run/workloadnet/agent.sock',
     agentListen: '',
@@ -200,6 +202,8 @@ export const OPTION_DOCS: Record<string, string> = {
   'linux.linkGroup': 'Link group number marking host interfaces created by workloadnet.',
   'linux.detachGroup':
     'Link group host interfaces pass through while being deleted (many are deleted at once); give it to nothing else.',
+  'linux.ipv6LinkLocal':
+    "Keep the kernel's IPv6 link-local (fe80::) address on both ends of an IPv4-only link; false (default) turns it off.",
   'dpu.agentSocket': 'Unix socket on which DPU agents connect.',
   'dpu.agentListen': 'Optional HOST:PORT on which DPU agents connect over TCP with mutual TLS.',
   'dpu.tlsCert': 'Server certificate (PEM file) for dpu.agentListen.',
@@ -324,6 +328,7 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
   ) {
     fail('linux.detachGroup must be an integer in 1..4294967295 other than linux.linkGroup');
   }
+  if (typeof c.linux.ipv6LinkLocal !== 'boolean') fail('linux.ipv6LinkLocal must be true or false');
   if (c.dpu.agentListen && !(c.dpu.tlsCert && c.dpu.tlsKey && c.dpu.tlsCa)) {
     fail('dpu.agentListen needs dpu.tlsCert, dpu.tlsKey and dpu.tlsCa: agents over TCP must use mutual TLS');
   }

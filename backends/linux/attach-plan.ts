@@ -11,6 +11,8 @@ export interface AttachPlan extends WorkloadInterface {
   hostName: string;
   alias: string;
   linkGroup: number;
+  /** Keep IPv6 link-local addresses on an IPv4-only link (the ipv6LinkLocal option). */
+  ipv6LinkLocal: boolean;
 }
 
 /** What a plan is made from: an AttachSpec or a stored AttachmentView. */
@@ -25,6 +27,7 @@ export function planAttachment(input: PlanInput, opts: ResolvedLinuxBackendOptio
     hostName: hostLinkName(input.key),
     alias: hostLinkAlias(input.key),
     linkGroup: opts.linkGroup,
+    ipv6LinkLocal: opts.ipv6LinkLocal,
   };
 }
 

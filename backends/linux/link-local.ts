@@ -9,7 +9,8 @@
 // The setting must be made before the interface comes up (a veth end's link-local is configured once
 // both ends are up: the carrier), and cannot ride on the create (EAFNOSUPPORT). It is refused where the
 // interface has no IPv6 state at all, which is also where nothing needs turning off: a kernel without
-// IPv6, and an MTU below IPv6's minimum. Those are not asked.
+// IPv6, and an MTU below IPv6's minimum. Those are not asked. An operator who wants the addresses
+// (the kernel's default, and the reference plugins') sets linux.ipv6LinkLocal.
 
 import * as fs from 'node:fs';
 import { IN6_ADDR_GEN_MODE_NONE, setLinkRequest } from './rtnetlink/link';
@@ -26,15 +27,18 @@ function kernelHasIpv6(): boolean {
   return kernelIpv6;
 }
 
-/** What decides it: the interface's IPv6 addresses and its MTU. */
+/** What decides it: the interface's IPv6 addresses, its MTU, and whether the operator keeps them. */
 export interface LinkLocalInput {
   v6: readonly unknown[];
   mtu: number;
+  ipv6LinkLocal?: boolean;
 }
 
 /** Whether the interface goes without IPv6 link-local addresses (see the top). */
 function withoutLinkLocal(iface: LinkLocalInput): boolean {
-  return iface.v6.length === 0 && iface.mtu >= IPV6_MIN_MTU && kernelHasIpv6();
+  return (
+    iface.ipv6LinkLocal !== true && iface.v6.length === 0 && iface.mtu >= IPV6_MIN_MTU && kernelHasIpv6()
+  );
 }
 
 /** The request that keeps the interface `index` from getting a link-local address, when it should. */

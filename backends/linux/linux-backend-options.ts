@@ -26,6 +26,11 @@ export interface LinuxBackendOptions {
   /** Also enable IPv6 forwarding at start (dual-stack pools). Default false. */
   ipv6?: boolean;
   /**
+   * Keep the kernel's IPv6 link-local address on both ends of a link that has no IPv6 address of
+   * ours. Default false: such links get none (see link-local.ts).
+   */
+  ipv6LinkLocal?: boolean;
+  /**
    * Run each attach's netlink exchange on a dedicated worker thread (one message each way) instead of
    * one libuv threadpool hop per write and per reply. Default true; false is for comparison.
    */
@@ -38,6 +43,7 @@ export interface ResolvedLinuxBackendOptions {
   linkGroup: number;
   detachGroup: number;
   ipv6: boolean;
+  ipv6LinkLocal: boolean;
   netlinkThread: boolean;
   logger: LinuxBackendLogger;
 }
@@ -73,6 +79,7 @@ export function resolveLinuxBackendOptions(opts: LinuxBackendOptions): ResolvedL
     linkGroup,
     detachGroup,
     ipv6: opts.ipv6 ?? false,
+    ipv6LinkLocal: opts.ipv6LinkLocal ?? false,
     netlinkThread: opts.netlinkThread ?? true,
     logger: opts.logger ?? silent,
   };

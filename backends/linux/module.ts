@@ -13,6 +13,7 @@ export function linuxBackendModule(config: DaemonConfig, logger: Logger): Contai
           hostNetnsPath: config.linux.hostNetns || undefined,
           linkGroup: config.linux.linkGroup,
           detachGroup: config.linux.detachGroup,
+          ipv6LinkLocal: config.linux.ipv6LinkLocal,
           ipv6: mayServeIpv6(config),
           logger: logger.child({ backend: 'linux' }),
         }),

@@ -48,6 +48,8 @@ export interface WorkloadInterface {
   defaultRoute: boolean;
   /** Without the default route: the ranges (canonical CIDRs) routed through this interface's gateway. */
   routes: string[];
+  /** Keep the kernel's IPv6 link-local address although the interface has no IPv6 address (link-local.ts). */
+  ipv6LinkLocal?: boolean;
 }
 
 /** What the workload interface is made from: an AttachSpec, a stored AttachmentView, a DPU placement. */

@@ -544,6 +544,35 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
     });
   });
 
+  describe('with linux.ipv6LinkLocal', () => {
+    it('keeps the kernel IPv6 link-local address on both ends of an IPv4-only link', async () => {
+      const other = new LinuxBackend({ hostNetnsPath: netnsPath(node), ipv6LinkLocal: true });
+      await other.start();
+      try {
+        const w = await pool.add('keep-ll');
+        const spec = specFor(w, [v4('10.251.2.10')]);
+        const res = await attachTo(other, spec);
+        for (const [ns, dev] of [
+          [w, 'eth0'],
+          [node, res.hostIfName ?? ''],
+        ] as const) {
+          const addrs = ipv6Addresses(await ipJson<IpAddr>(ns, '-6', 'addr', 'show', 'dev', dev));
+          expect(
+            addrs.filter((a) => a.startsWith('fe80:')),
+            `${dev} in ${ns}`,
+          ).to.have.lengthOf(1);
+          const mode = await netnsExec(ns, 'cat', `/proc/sys/net/ipv6/conf/${dev}/addr_gen_mode`);
+          expect(mode.trim(), `addr_gen_mode of ${dev}`).to.not.equal('1');
+        }
+        expect(await pings(w, '10.250.0.1')).to.equal(true);
+        expect(await other.check(viewOf(spec, res))).to.deep.equal([]);
+        await other.detach(viewOf(spec, res));
+      } finally {
+        await other.stop();
+      }
+    });
+  });
+
   describe('without the netlink thread', () => {
     it('programs the same attachment through the threadpool, and rolls back the same way', async () => {
       const other = new LinuxBackend({ hostNetnsPath: netnsPath(node), netlinkThread: false });
