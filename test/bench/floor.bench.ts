@@ -8,6 +8,7 @@ import { spawnInNetns } from '../e2e/support/spawn-in-netns';
 import { nativeTool } from './native-tool';
 import { percentile } from './stats';
 import { childOutput } from '../support/child-output';
+import { trackNetns, untrackNetns } from '../support/netns-leftovers';
 import type { OpRow } from './op-row';
 
 // The floor: what the Linux backend's kernel work costs with nothing else around it. netlink-floor.c
@@ -97,6 +98,7 @@ export async function benchFloor(opts: { count: number; parallel: number }): Pro
     for (const batch of [[node], workloads]) {
       await ipBatch(batch.map((n) => `netns add ${n}`));
       created.push(...batch);
+      trackNetns(...batch);
     }
     const pathsFile = path.join(dir, 'paths');
     await fs.writeFile(pathsFile, workloads.map((n) => `/var/run/netns/${n}\n`).join(''));
@@ -138,6 +140,7 @@ export async function benchFloor(opts: { count: number; parallel: number }): Pro
     };
   } finally {
     // Deleting the namespaces takes any pair left by a failed run with them.
+    untrackNetns(...created);
     if (created.length > 0) await ipBatch(created.reverse().map((n) => `netns delete ${n}`)).catch(() => {});
     await fs.rm(dir, { recursive: true, force: true });
   }

@@ -1,5 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { trackNetns, untrackNetns } from './netns-leftovers';
 
 // Test-owned network namespaces, created and deleted by name. Test code may use ip(8); product code may
 // not.
@@ -12,10 +13,12 @@ export function uniqueName(prefix: string): string {
 
 export function addNetns(name: string): string {
   execFileSync('ip', ['netns', 'add', name]);
+  trackNetns(name);
   return `/var/run/netns/${name}`;
 }
 
 export function delNetns(name: string): void {
+  untrackNetns(name);
   try {
     execFileSync('ip', ['netns', 'del', name], { stdio: 'ignore' });
   } catch {
@@ -43,57 +46,16 @@ export function addNodeUplink(netns: string, address?: string): void {
   ip('route', 'add', 'default', 'dev', 'up0');
 }
 
-/**
- * Namespaces created through this helper are deleted in one call, and also when the process ends
- * without calling it: at exit, and on SIGINT, SIGTERM or SIGHUP where nothing else handles the signal
- * (a benchmark interrupted by hand; a mocha run handles SIGINT itself and runs its after hooks).
- * Benchmarks create thousands; an interrupted one used to leave them all behind.
- */
+/** Namespaces created through this helper are deleted in one call (and at exit: netns-leftovers.ts). */
 export class NetnsSet {
   private readonly names: string[] = [];
   constructor(private readonly prefix: string) {}
   add(): { name: string; path: string } {
     const name = uniqueName(this.prefix);
     this.names.push(name);
-    liveSets.add(this);
-    deleteLeftoversOnExit();
     return { name, path: addNetns(name) };
   }
   cleanup(): void {
     for (const n of this.names.splice(0)) delNetns(n);
-    liveSets.delete(this);
-  }
-  /** Deletes what is left in one ip(8) call; for the exit path, where every millisecond counts. */
-  static deleteLeftovers(): void {
-    const names = [...liveSets].flatMap((set) => set.names.splice(0));
-    liveSets.clear();
-    if (names.length === 0) return;
-    try {
-      execFileSync('ip', ['-force', '-batch', '-'], {
-        input: names.map((n) => `netns del ${n}\n`).join(''),
-        stdio: ['pipe', 'ignore', 'ignore'],
-      });
-    } catch {
-      // -force carries on past a namespace already gone; nothing else can be done at exit.
-    }
-  }
-}
-
-const liveSets = new Set<NetnsSet>();
-let exitHooked = false;
-
-function deleteLeftoversOnExit(): void {
-  if (exitHooked) return;
-  exitHooked = true;
-  process.once('exit', () => NetnsSet.deleteLeftovers());
-  for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
-    if (process.listenerCount(signal) > 0) continue;
-    const onSignal = (): void => {
-      NetnsSet.deleteLeftovers();
-      // Then the signal's default action, so the exit status still says what ended the process.
-      process.removeListener(signal, onSignal);
-      process.kill(process.pid, signal);
-    };
-    process.on(signal, onSignal);
   }
 }

@@ -2,6 +2,7 @@ import { execFile, execFileSync, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
+import { trackNetns, untrackNetns } from '../../support/netns-leftovers';
 
 // Shared by the CNI tests and the shim benchmark: build the real forwarder, run it like a runtime does,
 // and own a few test network namespaces (prefix wnc-).
@@ -68,11 +69,13 @@ export class TestNetns {
     if (!name.startsWith('wnc-')) throw new Error(`test netns ${name} must use the wnc- prefix`);
     execFileSync('ip', ['netns', 'add', name]);
     this.names.push(name);
+    trackNetns(name);
     return `/run/netns/${name}`;
   }
 
   removeAll(): void {
     for (const name of this.names.splice(0)) {
+      untrackNetns(name);
       try {
         execFileSync('ip', ['netns', 'delete', name], { stdio: 'ignore' });
       } catch {

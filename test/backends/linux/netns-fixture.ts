@@ -6,6 +6,7 @@ import { execFile } from 'node:child_process';
 import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import { promisify } from 'node:util';
+import { trackNetns, untrackNetns } from '../../support/netns-leftovers';
 
 const run = promisify(execFile);
 
@@ -53,6 +54,7 @@ export class NetnsPool {
     if (this.names.has(name)) name += `-${this.names.size}`;
     await ip('netns', 'add', name);
     this.names.add(name);
+    trackNetns(name);
     return name;
   }
 
@@ -65,6 +67,7 @@ export class NetnsPool {
       child.stdin?.end(batch);
     });
     names.forEach((n) => this.names.add(n));
+    trackNetns(...names);
     return names;
   }
 
@@ -87,12 +90,14 @@ export class NetnsPool {
   /** Deletes one namespace now (and forgets it). */
   async remove(name: string): Promise<void> {
     this.names.delete(name);
+    untrackNetns(name);
     await ip('netns', 'del', name);
   }
 
   async cleanup(): Promise<void> {
     const names = [...this.names];
     this.names.clear();
+    untrackNetns(...names);
     if (names.length === 0) return;
     const batch = names.map((n) => `netns del ${n}`).join('\n');
     await new Promise<void>((resolve) => {

@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import { existsSync } from 'node:fs';
+import { trackNetns, untrackNetns } from '../../support/netns-leftovers';
 import { run, runRaw } from './exec';
 
 // Test-owned network namespaces, created and deleted by name with iproute2. Every name starts with the
@@ -20,6 +21,7 @@ export function uniqueNetnsName(prefix: string, role: string): string {
  */
 export async function addNetns(name: string): Promise<string> {
   await run('ip', ['netns', 'add', name]);
+  trackNetns(name);
   try {
     await run('ip', ['-n', name, 'link', 'set', 'lo', 'up']);
   } catch (err) {
@@ -31,6 +33,7 @@ export async function addNetns(name: string): Promise<string> {
 
 /** Deletes a namespace by name; one that is already gone is fine. */
 export async function deleteNetns(name: string): Promise<void> {
+  untrackNetns(name);
   if (!existsSync(netnsPath(name))) return;
   const res = await runRaw('ip', ['netns', 'delete', name]);
   if (res.code !== 0 && existsSync(netnsPath(name))) {
