@@ -183,8 +183,10 @@ describeEtcd('etcd pool source (root, real 3-member etcd cluster, daemons as nod
       expect(down.poolSource?.connected).to.equal(false);
       expect(down.poolSource?.reasons.join(' ')).to.match(/etcd is unreachable/);
 
+      // What the node held while etcd was down, from its own view: once etcd is back the node may claim
+      // before this test could read etcd, so "the blocks before" are not etcd's after the restart.
+      const heldWhileDown = down.pools.map((p) => p.cidr);
       await etcd.restartAll();
-      const before = await blocksOf(n.name);
       let ips: string[] = [];
       await eventually(
         'an attach that needs a new block to succeed after etcd is back',
@@ -195,8 +197,13 @@ describeEtcd('etcd pool source (root, real 3-member etcd cluster, daemons as nod
         30_000,
       );
       const after = await blocksOf(n.name);
-      expect(after.length).to.be.greaterThan(before.length);
-      for (const ip of ips) expect(after.some((b) => inBlock(ip, b))).to.equal(true);
+      for (const ip of ips)
+        expect(
+          after.some((b) => inBlock(ip, b)),
+          `${ip} in an owned block`,
+        ).to.equal(true);
+      const fromNewBlock = ips.filter((ip) => !heldWhileDown.some((b) => inBlock(ip, b)));
+      expect(fromNewBlock, `${ips.join(', ')} against ${heldWhileDown.join(', ')}`).to.not.deep.equal([]);
     } finally {
       await etcd.restartAll();
     }
