@@ -500,18 +500,16 @@ export class LinuxBackend implements Backend {
     pair: VethPair,
     netnsPath: string,
   ): Promise<void> {
-    const [h] = await Promise.allSettled([
-      step(plan.key, stepDescription('host', plan, netnsPath), () =>
-        host.sock.batchOrThrow(hostSideRequests(plan, pair.hostIndex)),
-      ),
-    ]);
-    const [w] = await Promise.allSettled([
-      step(plan.key, stepDescription('workload', plan, netnsPath), () =>
-        workload.batchOrThrow(workloadSideRequests(plan, pair.peerIndex)),
-      ),
-    ]);
-    if (w.status === 'rejected') throw w.reason;
-    if (h.status === 'rejected') throw h.reason;
+    const hostFailure = await step(plan.key, stepDescription('host', plan, netnsPath), () =>
+      host.sock.batchOrThrow(hostSideRequests(plan, pair.hostIndex)),
+    ).then(
+      () => undefined,
+      (err: unknown) => ({ err }),
+    );
+    await step(plan.key, stepDescription('workload', plan, netnsPath), () =>
+      workload.batchOrThrow(workloadSideRequests(plan, pair.peerIndex)),
+    );
+    if (hostFailure) throw hostFailure.err;
   }
 
   /** Undo of createVethPair: deleting the host end removes both ends and everything on them. */

@@ -244,6 +244,17 @@ static void no_link_local(struct buf *m, uint32_t seq, int index) {
   msg_end(m, h);
 }
 
+/* A /32 route to `dst` on the link `oif` (scope link): the host's route to the workload, and the
+ * workload's route to its gateway. */
+static void link_route(struct buf *m, uint16_t flags, uint32_t seq, uint32_t dst, int oif) {
+  size_t h = msg_begin(m, RTM_NEWROUTE, NLM_F_REQUEST | NLM_F_CREATE | flags, seq);
+  rtmsg_put(m, 32, RTPROT_STATIC, RT_SCOPE_LINK, RTN_UNICAST);
+  attr_u32(m, RTA_DST, dst);
+  attr_u32(m, RTA_OIF, (uint32_t)oif);
+  attr_u32(m, RTA_TABLE, RT_TABLE_MAIN);
+  msg_end(m, h);
+}
+
 static void attach(struct worker *w, int i) {
   long long mark = now_us(), *steps = sequential && step_us ? step_us[i] : NULL;
 #define STEP(k)                          \
@@ -322,12 +333,7 @@ static void attach(struct worker *w, int i) {
   nest_end(&m, af);
   msg_end(&m, h);
   uint32_t host_last = ++w->seq;
-  h = msg_begin(&m, RTM_NEWROUTE, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_REPLACE, host_last);
-  rtmsg_put(&m, 32, RTPROT_STATIC, RT_SCOPE_LINK, RTN_UNICAST);
-  attr_u32(&m, RTA_DST, addr);
-  attr_u32(&m, RTA_OIF, (uint32_t)hidx);
-  attr_u32(&m, RTA_TABLE, RT_TABLE_MAIN);
-  msg_end(&m, h);
+  link_route(&m, NLM_F_ACK | NLM_F_REPLACE, host_last, addr, hidx);
   send_all(w->host, &m);
   await_ack(w->host, host_last, 0, NULL, NULL, "host side");
   STEP(4);
@@ -353,12 +359,7 @@ static void attach(struct worker *w, int i) {
   attr_u32(&m, IFA_LOCAL, addr);
   attr_u32(&m, IFA_ADDRESS, addr);
   msg_end(&m, h);
-  h = msg_begin(&m, RTM_NEWROUTE, NLM_F_REQUEST | NLM_F_CREATE | NLM_F_EXCL, ++w->seq);
-  rtmsg_put(&m, 32, RTPROT_STATIC, RT_SCOPE_LINK, RTN_UNICAST);
-  attr_u32(&m, RTA_DST, gateway);
-  attr_u32(&m, RTA_OIF, (uint32_t)pidx);
-  attr_u32(&m, RTA_TABLE, RT_TABLE_MAIN);
-  msg_end(&m, h);
+  link_route(&m, NLM_F_EXCL, ++w->seq, gateway, pidx);
   uint32_t wl_last = ++w->seq;
   h = msg_begin(&m, RTM_NEWROUTE, NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE | NLM_F_EXCL, wl_last);
   rtmsg_put(&m, 0, RTPROT_STATIC, RT_SCOPE_UNIVERSE, RTN_UNICAST);
