@@ -4,6 +4,7 @@ import { isRoot } from '../support/netns';
 import { netnsPath, runInNetns } from './support/netns';
 import { spawnInNetns } from './support/spawn-in-netns';
 import { WorkloadnetNode } from './support/workloadnet-node';
+import { requireProgram } from '../support/system-program';
 
 // workloadnet with the reference portmap and bandwidth plugins chained after it (install-cni --chain),
 // driven by a real containerd: hostPort and bandwidth annotations work as with any CNI network plugin.
@@ -38,10 +39,12 @@ describeRoot(
     });
 
     const nodeNs = (): string => netnsPath(node.nodeNetns);
-    const natRules = (): string =>
-      execFileSync('ip', ['netns', 'exec', node.nodeNetns, 'iptables-save', '-t', 'nat'], {
+    const natRules = (): string => {
+      requireProgram('iptables-save');
+      return execFileSync('ip', ['netns', 'exec', node.nodeNetns, 'iptables-save', '-t', 'nat'], {
         encoding: 'utf8',
       });
+    };
 
     /** A TCP server inside the pod's namespace that answers every connection with `greeting`. */
     async function listenInPod(podNetns: string, greeting: string): Promise<void> {

@@ -1,11 +1,11 @@
 import { expect } from 'chai';
-import { execFileSync } from 'node:child_process';
 import type { AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
 import type { DaemonProcess } from '../support/daemon-process';
 import { attachRequest } from '../support/attach-request';
 import { linuxHostLinks } from '../support/kernel-view';
 import { isRoot } from '../support/netns';
 import { useNodeFixture } from '../support/node-fixture';
+import { pings } from '../support/ping';
 
 // SIGKILL the daemon in the middle of 50 concurrent attaches, restart it, and check after reconcile
 // that the kernel and the store agree: no host link without a row, no row without its link, no address
@@ -69,7 +69,7 @@ describeRoot('linux backend crash recovery (root, test-owned namespaces)', funct
       const peer = list.find((x) => x.workloadId !== a.workloadId);
       if (!w || !peer) continue;
       const to = (peer.result?.ips[0]?.cidr ?? '').split('/')[0] ?? '';
-      execFileSync('ip', ['netns', 'exec', w.ns.name, 'ping', '-c', '1', '-W', '2', to], { stdio: 'ignore' });
+      expect(await pings(w.ns.name, to), `${w.id} reaches ${peer.workloadId}`).to.equal(true);
     }
     // Workloads whose attach was cut off can attach now.
     const missing = workloads.filter((w) => !list.some((a) => a.workloadId === w.id));

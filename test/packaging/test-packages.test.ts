@@ -74,6 +74,20 @@ describe('pretest: the Debian packages the tests need', () => {
     );
   });
 
+  it('is the pre-step of every script that runs suites or benchmarks, so none starts without its tools', () => {
+    const scripts = JSON.parse(fs.readFileSync(path.join(ROOT, 'package.json'), 'utf8')).scripts as Record<
+      string,
+      string
+    >;
+    const runners = Object.keys(scripts).filter((name) =>
+      /\bmocha\b|test\/bench\/run/.test(scripts[name] ?? ''),
+    );
+    expect(runners).to.include.members(['test', 'test:torture', 'bench']);
+    for (const name of runners) {
+      expect(scripts[`pre${name}`], `pre${name}`).to.contain('ensure-test-packages.sh');
+    }
+  });
+
   it('does nothing when every package is installed', () => {
     debian(wanted(), { uid: 0, apt: true });
     const r = run();

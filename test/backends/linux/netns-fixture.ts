@@ -7,6 +7,7 @@ import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import { promisify } from 'node:util';
 import { trackNetns, untrackNetns } from '../../support/netns-leftovers';
+import { requireProgram } from '../../support/system-program';
 
 const run = promisify(execFile);
 
@@ -31,6 +32,7 @@ export async function ipJson<T = unknown>(ns: string, ...args: string[]): Promis
 
 /** Runs a command inside a namespace (set-up and traffic only). */
 export async function netnsExec(ns: string, ...cmd: string[]): Promise<string> {
+  if (cmd[0] !== undefined && !cmd[0].startsWith('/')) requireProgram(cmd[0]);
   const { stdout } = await run('ip', ['netns', 'exec', ns, ...cmd], { encoding: 'utf8' });
   return stdout;
 }

@@ -3,6 +3,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Etcd3 } from 'etcd3';
 import { addNetns, delNetns, uniqueName } from '../../support/netns';
+import { requireProgram } from '../../support/system-program';
 
 // A real etcd cluster (Debian's etcd-server) of several members on the loopback of a test-owned
 // network namespace. Members can be killed and started again with their data, like a real outage.
@@ -62,6 +63,7 @@ export class EtcdCluster {
   }
 
   private startMember(i: number, state: 'new' | 'existing'): void {
+    requireProgram(ETCD_BIN);
     const m = this.members[i]!;
     const initialCluster = this.members.map((x) => `${x.name}=http://127.0.0.1:${x.peerPort}`).join(',');
     const args = [
@@ -141,6 +143,7 @@ export class EtcdCluster {
 
   /** Waits until a quorum write goes through. */
   async waitHealthy(timeoutMs = 20_000): Promise<void> {
+    requireProgram('etcdctl');
     const deadline = Date.now() + timeoutMs;
     let last = '';
     while (Date.now() < deadline) {
@@ -172,6 +175,7 @@ export class EtcdCluster {
 
   /** etcdctl inside the namespace, returning stdout. */
   etcdctl(...args: string[]): string {
+    requireProgram('etcdctl');
     return execFileSync(
       'ip',
       ['netns', 'exec', this.netns, 'etcdctl', '--endpoints', this.endpoints.join(','), ...args],
