@@ -1,5 +1,6 @@
 import * as fs from 'node:fs';
-import { cidrContains, parseCidr, type Cidr } from './cidr';
+import { cidrsOverlap } from './address-space';
+import { parseCidr, type Cidr } from './cidr';
 import { invalidArgument } from './errors';
 
 // The daemon's configuration: embedded defaults, then a JSON file (--config), then command-line flags.
@@ -345,7 +346,13 @@ const NETWORK_KEYS = new Set(['name', 'backend', 'podCidrs', 'mtu', 'defaultRout
 function validateNetworks(c: DaemonConfig, fail: (msg: string) => never): void {
   if (!Array.isArray(c.networks)) fail('networks must be a list of objects');
   const names = new Set<string>();
-  const ranges: Array<{ network: string; cidr: Cidr }> = [];
+  // Every network's pools, so that no address is in two networks: the configured podCidrs, and the
+  // cluster ranges the etcd source cuts the default network's blocks from (a Node's ranges are known
+  // only at run time; the address space refuses those, see core/address-space.ts).
+  const ranges: Array<{ network: string; cidr: Cidr; from: string }> = [];
+  if (c.networks.length > 0 && c.poolSource === 'etcd')
+    for (const text of c.etcd.clusterCidrs)
+      ranges.push({ network: DEFAULT_NETWORK, cidr: parseCidr(text), from: 'etcd.clusterCidrs' });
   if (
     c.networks.length > 0 &&
     c.poolSource !== 'static' &&
@@ -385,10 +392,16 @@ function validateNetworks(c: DaemonConfig, fail: (msg: string) => never): void {
           return fail(`${where}: ${key}: ${(err as Error).message}`);
         }
         if (key === 'podCidrs') {
-          const clash = ranges.find((r) => overlaps(r.cidr, cidr));
+          // The default network's own podCidrs may repeat the cluster range its source supplies.
+          const clash = ranges.find(
+            (r) => cidrsOverlap(r.cidr, cidr) && !(r.network === n.name && r.from !== 'podCidrs'),
+          );
           if (clash)
-            fail(`${where}: pod CIDR ${text} overlaps ${clash.cidr.text} of network "${clash.network}"`);
-          ranges.push({ network: n.name, cidr });
+            fail(
+              `${where}: pod CIDR ${text} overlaps ${clash.cidr.text} of network "${clash.network}"` +
+                (clash.from === 'podCidrs' ? '' : ` (its ${clash.from})`),
+            );
+          ranges.push({ network: n.name, cidr, from: 'podCidrs' });
         }
       }
     }
@@ -396,10 +409,6 @@ function validateNetworks(c: DaemonConfig, fail: (msg: string) => never): void {
     if (!ownPools && (n.podCidrs ?? []).length === 0)
       fail(`${where} has no podCidrs (only the "default" network takes its pools from poolSource)`);
   }
-}
-
-function overlaps(a: Cidr, b: Cidr): boolean {
-  return a.family === b.family && (cidrContains(a, b.network) || cidrContains(b, a.network));
 }
 
 /** The networks the daemon serves: the configured ones, or the one `default` network made of the flags. */

@@ -14,7 +14,11 @@
 // is removed at once. An address restored while no pool holds it yet (a range the source has not
 // reported since the restart) stays held, and is marked used in whichever pool later covers it, so it
 // is never handed out twice.
+//
+// A node serving several networks gives each its own allocator; joined to the node's AddressSpace,
+// an allocator also refuses a pool that overlaps another network's.
 
+import { cidrsOverlap, overlapError, type AddressSpace } from './address-space';
 import { cidrContains, parseAddress, parseCidr, type Cidr } from './cidr';
 import { exhausted, failedPrecondition, invalidArgument, WorkloadNetError } from './errors';
 import { IpPool } from './ip-pool';
@@ -56,6 +60,7 @@ export class IpAllocator {
   /** Addresses restored while no pool held them (see the top of this file). */
   private readonly unpooled = new Set<string>();
   private listener?: () => void;
+  private space?: { space: AddressSpace; network: string };
 
   constructor(pools: PoolConfig[]) {
     for (const p of pools) {
@@ -64,6 +69,24 @@ export class IpAllocator {
         throw invalidArgument(`IP pools ${text} and ${text} overlap; every address must belong to one pool`);
       this.addPool(p);
     }
+  }
+
+  /**
+   * Records this allocator's pools, present and future, as `network`'s in the node's address space.
+   * Throws INVALID_ARGUMENT, naming both networks, when a present pool overlaps another network's.
+   */
+  join(space: AddressSpace, network: string): void {
+    for (const p of this.pools) {
+      const other = space.conflict(network, p.cidr.text);
+      if (other) throw overlapError(network, p.cidr.text, other);
+    }
+    for (const p of this.pools) space.add(network, p.cidr.text);
+    this.space = { space, network };
+  }
+
+  /** Another network's pool that `cidr` overlaps, described, so it cannot become a pool here; else undefined. */
+  conflictElsewhere(cidr: string): string | undefined {
+    return this.space?.space.conflict(this.space.network, cidr);
   }
 
   /** At least one pool is configured. */
@@ -83,7 +106,8 @@ export class IpAllocator {
 
   /**
    * Adds a pool, or makes a draining pool with the same CIDR active again (then `reserved` and
-   * `wholeBlock` keep their first values). Throws INVALID_ARGUMENT when it overlaps another pool.
+   * `wholeBlock` keep their first values). Throws INVALID_ARGUMENT when it overlaps another pool, of
+   * this network or (once joined to an address space) of another.
    * Returns false when the pool was already active.
    */
   addPool(config: PoolConfig): boolean {
@@ -95,14 +119,13 @@ export class IpAllocator {
       return reactivated;
     }
     for (const other of this.pools) {
-      const a = other.cidr;
-      const b = pool.cidr;
-      if (a.family === b.family && (cidrContains(a, b.network) || cidrContains(b, a.network))) {
+      if (cidrsOverlap(other.cidr, pool.cidr)) {
         throw invalidArgument(
-          `IP pools ${a.text} and ${b.text} overlap; every address must belong to one pool`,
+          `IP pools ${other.cidr.text} and ${pool.cidr.text} overlap; every address must belong to one pool`,
         );
       }
     }
+    this.space?.space.add(this.space.network, pool.cidr.text);
     for (const address of this.unpooled) {
       if (!pool.contains(address)) continue;
       try {
@@ -292,6 +315,7 @@ export class IpAllocator {
   private removePool(pool: IpPool): void {
     this.pools.splice(this.pools.indexOf(pool), 1);
     this.draining.delete(pool);
+    this.space?.space.remove(this.space.network, pool.cidr.text);
     this.changed();
   }
 

@@ -1,3 +1,4 @@
+import { AddressSpace } from './address-space';
 import type { Backend } from './backend';
 import { DEFAULT_NETWORK, type ResolvedNetwork } from './config';
 import { failedPrecondition, invalidArgument } from './errors';
@@ -37,8 +38,14 @@ export class Network {
 export class NetworkSet {
   private readonly byName: Map<string, Network>;
 
+  /**
+   * Joins every network's allocator to one address space, so no pool, configured or supplied later by
+   * a pool source, ever overlaps another network's. Throws INVALID_ARGUMENT on an overlap at hand.
+   */
   constructor(readonly networks: readonly Network[]) {
     this.byName = new Map(networks.map((n) => [n.name, n]));
+    const space = new AddressSpace();
+    for (const n of networks) n.allocator.join(space, n.name);
   }
 
   /** The network a call names; absent means `default`. INVALID_ARGUMENT for one this node lacks. */

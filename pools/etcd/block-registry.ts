@@ -3,7 +3,9 @@ import type { Etcd3, Namespace } from 'etcd3';
 // Block ownership as etcd keys, under the configured prefix:
 //   blocks/<block, "/" written "-">  = owning node name. Durable: no lease, so a daemon restart or
 //                                      upgrade never frees a block whose workloads still run.
-//   nodes/<node>/alive               = lease-bound: exists while the node's daemon is alive.
+//   nodes/<node>/alive               = lease-bound: exists while the node's daemon is alive. Its value
+//                                      says which daemon holds the name (alive-key.ts); only that one
+//                                      serves the name's blocks, and only it deletes the key.
 // Every change is a transaction that compares first (create only if absent, delete only if still ours),
 // so two nodes can never both own a block whatever the timing: etcd's linearizable transactions are
 // the only arbiter, as with Calico's block affinities and flannel's subnet leases.
@@ -49,6 +51,35 @@ export class BlockRegistry {
   async release(block: string, node: string): Promise<boolean> {
     const key = blockKey(block);
     const res = await this.ns.if(key, 'Value', '==', node).then(this.ns.delete().key(key)).commit();
+    return res.succeeded;
+  }
+
+  /** The value of `node`'s alive key, or undefined when it does not exist. */
+  async alive(node: string): Promise<string | undefined> {
+    return (await this.ns.get(aliveKey(node)).string()) ?? undefined;
+  }
+
+  /**
+   * Writes `node`'s alive key bound to `lease` if it still holds `expected` (or, with undefined, does
+   * not exist). True when this call wrote it.
+   */
+  async takeAlive(
+    node: string,
+    expected: string | undefined,
+    value: string,
+    lease: string,
+  ): Promise<boolean> {
+    const key = aliveKey(node);
+    const cmp =
+      expected === undefined ? this.ns.if(key, 'Create', '==', 0) : this.ns.if(key, 'Value', '==', expected);
+    const res = await cmp.then(this.ns.put(key).value(value).lease(lease)).commit();
+    return res.succeeded;
+  }
+
+  /** Deletes `node`'s alive key if it still holds `value`, the deleting daemon's own. */
+  async dropAlive(node: string, value: string): Promise<boolean> {
+    const key = aliveKey(node);
+    const res = await this.ns.if(key, 'Value', '==', value).then(this.ns.delete().key(key)).commit();
     return res.succeeded;
   }
 

@@ -9,7 +9,8 @@ import type { Store } from '../../core/store';
 import { BlockCache } from './block-cache';
 import { claimBlock } from './block-claimer';
 import { blockIndex, blockLayout, reservedInBlock, type BlockLayout } from './block-layout';
-import { aliveKey, BlockRegistry } from './block-registry';
+import { aliveHolder, describeHolder, parseAliveHolder, sameDaemon } from './alive-key';
+import { BlockRegistry } from './block-registry';
 
 // Address blocks of cluster CIDRs claimed in etcd (see docs/pool-sources.md). The attach path never
 // talks to etcd while the node's blocks have free addresses: blocks are claimed ahead of need, in the
@@ -62,6 +63,10 @@ export class EtcdPoolSource implements PoolSource {
   private cache?: BlockCache;
   private allocator?: IpAllocator;
   private lease?: Lease;
+  /** What this daemon wrote into the node name's alive key, while it holds the key. */
+  private aliveValue?: string;
+  /** Why this daemon serves none of the name's blocks: another live daemon holds the name. */
+  private refusal?: string;
   private timer?: NodeJS.Timeout;
   private connected = false;
   private synced = false;
@@ -136,11 +141,13 @@ export class EtcdPoolSource implements PoolSource {
   }
 
   isReady(): boolean {
-    return this.connected || this.layouts.every((l) => this.ownsBlockOf(l.family));
+    return (
+      this.refusal === undefined && (this.connected || this.layouts.every((l) => this.ownsBlockOf(l.family)))
+    );
   }
 
   status(): PoolSourceStatus {
-    const reasons: string[] = [];
+    const reasons: string[] = this.refusal ? [this.refusal] : [];
     const missing = this.layouts.filter((l) => !this.ownsBlockOf(l.family));
     const ready = this.isReady();
     for (const l of missing)
@@ -214,7 +221,10 @@ export class EtcdPoolSource implements PoolSource {
     this.stopped = true;
     clearInterval(this.timer);
     this.allocator?.onChange(undefined);
-    // The alive key goes with its lease: a clean stop says "not alive" at once. The blocks stay ours.
+    // A clean stop says "not alive" at once; the blocks stay ours. Only the key's holder deletes it,
+    // and only while it holds the value this daemon wrote; the lease's keys go with the lease.
+    if (this.aliveValue)
+      await this.registry?.dropAlive(this.opts.nodeName, this.aliveValue).catch(() => undefined);
     await this.lease?.revoke().catch(() => undefined);
     this.client?.close();
   }
@@ -244,7 +254,7 @@ export class EtcdPoolSource implements PoolSource {
   }
 
   private claimAheadIfLow(): void {
-    if (!this.connected || this.stopped) return;
+    if (!this.connected || this.stopped || this.aliveValue === undefined) return;
     for (const l of this.layouts) {
       if (this.claims.has(l.family) || this.full.has(l.family)) continue;
       if (this.allocator!.freeIn(l.family) < this.lowWater(l))
@@ -317,15 +327,17 @@ export class EtcdPoolSource implements PoolSource {
     return unavailable(`etcd is unreachable (${this.lastError}); retry`);
   }
 
-  /** Maintenance: reconnect and reconcile, keep the alive key, claim ahead, release empty blocks. */
+  /** Maintenance: hold the node name, reconnect and reconcile, claim ahead, release empty blocks. */
   private async tick(): Promise<void> {
     if (this.ticking || this.stopped) return;
     this.ticking = true;
     try {
+      // Nothing is done under the name, not even adopting its blocks, before this daemon holds it.
+      await this.keepAlive();
+      if (this.aliveValue === undefined) return;
       // Reconcile at (re)connection, and now and then: an operator may have released blocks meanwhile.
       if (!this.synced || ++this.ticks % SYNC_EVERY_TICKS === 0) await this.sync();
       if (this.synced) {
-        await this.keepAlive();
         for (const l of this.layouts)
           if (!this.ownsBlockOf(l.family)) await this.claim(l, 'ahead').catch(() => undefined);
         this.claimAheadIfLow();
@@ -389,19 +401,50 @@ export class EtcdPoolSource implements PoolSource {
     this.synced = true;
   }
 
-  /** The lease-bound key that says this node is alive; re-created when its lease was lost. */
+  /**
+   * Holds the node name's lease-bound alive key: takes it when it is free, or held by this same daemon
+   * before a restart (its old lease may still live), and again when the lease was lost. While another
+   * live daemon holds it, this one is not ready and writes nothing under the name (alive-key.ts).
+   */
   private async keepAlive(): Promise<void> {
-    if (this.lease && !this.lease.revoked()) return;
+    if (this.lease && !this.lease.revoked() && this.aliveValue !== undefined) return;
+    const node = this.opts.nodeName;
+    const me = aliveHolder(this.opts.store.identity.storeId);
+    const current = await this.registry!.alive(node);
+    const holder = current === undefined ? undefined : parseAliveHolder(current);
+    if (current !== undefined && !(holder && sameDaemon(holder, me))) {
+      const refusal =
+        `node name ${node} is held by ${describeHolder(holder)}, whose alive key exists in etcd: this ` +
+        `daemon serves and claims none of ${node}'s blocks; give one of the two daemons another ` +
+        '--node-name, or stop the other one';
+      if (this.refusal !== refusal) this.opts.logger.error({ node, holder: current }, refusal);
+      this.refusal = refusal;
+      this.reachable();
+      return;
+    }
     const lease = this.registry!.ns.lease(this.aliveTtl, { autoKeepAlive: true });
     lease.on('lost', (err) => {
-      if (this.lease === lease) this.lease = undefined;
+      if (this.lease === lease) {
+        this.lease = undefined;
+        this.aliveValue = undefined;
+      }
       this.failed(err);
     });
     lease.on('keepaliveSucceeded', () => this.reachable());
+    const value = JSON.stringify(me);
+    let taken = false;
+    try {
+      taken = await this.registry!.takeAlive(node, current, value, await lease.grant());
+    } finally {
+      // Another daemon wrote the key between our read and our write: the next tick reads which.
+      if (!taken) await lease.revoke().catch(() => undefined);
+    }
+    if (!taken) return;
     this.lease = lease;
-    await lease
-      .put(aliveKey(this.opts.nodeName))
-      .value(JSON.stringify({ since: new Date().toISOString(), pid: process.pid }));
+    this.aliveValue = value;
+    if (this.refusal) this.opts.logger.info({ node }, 'node name free again; serving its blocks');
+    this.refusal = undefined;
+    this.reachable();
   }
 
   /**

@@ -18,6 +18,7 @@ import type { PoolSource, PoolSourceStatus } from '../../core/pool-source';
 // on 410 Gone). The library gives up on other errors (API down, connection refused); we start it
 // again with a capped backoff. A range that appears becomes a pool; one that disappears drains (its
 // addresses in use stay held, no new ones are handed out) and goes once its last address is released.
+// A range that overlaps another network's pool on this node is never used (core/address-space.ts).
 
 export interface KubernetesPoolSourceOptions {
   nodeName: string;
@@ -38,6 +39,8 @@ export class KubernetesPoolSource implements PoolSource {
   private nodeExists = false;
   private ranges: string[] = [];
   private invalid: string[] = [];
+  /** Node ranges left unused because another network on this node has pools in them. */
+  private refused: string[] = [];
   private lastError = '';
   private retry?: NodeJS.Timeout;
   private api?: CoreV1Api;
@@ -89,8 +92,12 @@ export class KubernetesPoolSource implements PoolSource {
     informer.start().catch((err: unknown) => this.restartLater(err));
   }
 
+  /**
+   * Not ready while a Node range is refused: serving from the rest would silently give attachments
+   * fewer addresses (an IPv6 one without the IPv4 one) than the Node's ranges promise.
+   */
   isReady(): boolean {
-    return this.ranges.length > 0;
+    return this.ranges.length > 0 && this.refused.length === 0;
   }
 
   status(): PoolSourceStatus {
@@ -108,6 +115,10 @@ export class KubernetesPoolSource implements PoolSource {
         );
     }
     for (const bad of this.invalid) reasons.push(`Node ${node}: ignored podCIDRs entry ${bad}`);
+    for (const why of this.refused)
+      reasons.push(
+        `Node ${node}: podCIDRs entry ${why}, so it is not used (an address may belong to one network only); change the Node's range or that network's podCidrs`,
+      );
     for (const p of this.allocator?.report() ?? [])
       if (p.state === 'draining')
         reasons.push(
@@ -135,18 +146,31 @@ export class KubernetesPoolSource implements PoolSource {
     const entries = node?.spec?.podCIDRs ?? (node?.spec?.podCIDR ? [node.spec.podCIDR] : []);
     const valid: string[] = [];
     const invalid: string[] = [];
+    const refused: string[] = [];
     for (const entry of entries) {
+      let text;
       try {
-        valid.push(parseCidr(entry).text);
+        text = parseCidr(entry).text;
       } catch (err) {
         invalid.push(`"${entry}" (${(err as Error).message})`);
+        continue;
       }
+      const other = this.allocator!.conflictElsewhere(text);
+      if (other) refused.push(`${text} overlaps ${other}`);
+      else valid.push(text);
     }
+    if (refused.join() !== this.refused.join())
+      for (const why of refused)
+        this.opts.logger.warn(
+          { node: this.opts.nodeName, range: why },
+          "Node range overlaps another network's pool; not used",
+        );
+    this.refused = refused;
     const pools = valid.map((cidr) => ({ cidr }));
     try {
       this.allocator!.setPools(pools);
     } catch (err) {
-      // Overlapping entries: keep what is there and say why.
+      // Entries overlapping each other or a range still draining: keep what is there and say why.
       invalid.push(`${valid.join(', ')} (${(err as Error).message})`);
       return;
     } finally {

@@ -98,6 +98,43 @@ describe('networks configuration', () => {
       ),
       /10\.1\.2\.0\/24 overlaps 10\.1\.0\.0\/16 of network "a"/,
     ));
+  it("refuses a named network's pod CIDR inside the etcd cluster range the default network's blocks come from", () => {
+    const etcd = {
+      poolSource: 'etcd' as const,
+      etcd: { endpoints: ['http://127.0.0.1:2379'], clusterCidrs: ['10.96.0.0/24', 'fd96::/112'] },
+    };
+    rejects(
+      {
+        ...etcd,
+        ...nets(
+          { name: 'default', backend: 'linux' },
+          { name: 'second', backend: 'linux', podCidrs: ['10.96.0.0/26'] },
+        ),
+      },
+      /network "second": pod CIDR 10\.96\.0\.0\/26 overlaps 10\.96\.0\.0\/24 of network "default" \(its etcd\.clusterCidrs\)/,
+    );
+    // Whatever the order of the networks, and for IPv6 too.
+    rejects(
+      {
+        ...etcd,
+        ...nets(
+          { name: 'second', backend: 'linux', podCidrs: ['fd96::ff00/120'] },
+          { name: 'default', backend: 'linux' },
+        ),
+      },
+      /network "second": pod CIDR fd96::ff00\/120 overlaps fd96::\/112 of network "default"/,
+    );
+    // Outside the cluster range, and the default network's own podCidrs repeating it, are fine.
+    expect(() =>
+      mergeConfig(DEFAULT_CONFIG, {
+        ...etcd,
+        ...nets(
+          { name: 'default', backend: 'linux', podCidrs: ['10.96.0.0/24'] },
+          { name: 'second', backend: 'linux', podCidrs: ['10.97.0.0/26'] },
+        ),
+      }),
+    ).to.not.throw();
+  });
   it('refuses an unknown backend', () =>
     rejects(nets({ name: 'a', backend: 'sriov' as never, podCidrs: ['10.1.0.0/24'] }), /backend must be/));
   it('refuses an unknown key, naming the known ones', () =>

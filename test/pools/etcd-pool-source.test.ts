@@ -126,6 +126,81 @@ describeEtcd('etcd pool source (root, real 3-member etcd cluster, daemons as nod
     expect(out.blocks.every((b) => b.nodeAlive)).to.equal(true);
   });
 
+  it("refuses a second daemon with a live daemon's node name: it serves none of its addresses, and its stop leaves the first one's alive key", async () => {
+    const first = nodes[0]!;
+    const aliveKey = `/workloadnet/nodes/${first.name}/alive`;
+    const held = await client!.get(aliveKey).string();
+    expect(held, 'the first holds its alive key').to.be.a('string');
+    // A cloned VM or a reused host name: another state directory, the same --node-name.
+    const clone = await startEtcdNode(first.name, root, etcd, namespaces, [V4, V6], [], 'node-a-clone');
+    try {
+      await eventually('the clone refused', async () =>
+        /node name node-a is held by/.test((await status(clone.daemon)).reasons.join(' ')),
+      );
+      const st = await status(clone.daemon);
+      expect(st.ready).to.equal(false);
+      expect(st.reasons.join(' ')).to.match(
+        /held by the daemon of store \S+ on host .*: this daemon serves and claims none of node-a's blocks; give one of the two daemons another --node-name/,
+      );
+      expect(st.pools, "none of node-a's blocks").to.deep.equal([]);
+      const w = workload();
+      const err = await attach(clone.daemon, w.id, w.path).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(grpcCode(err), String(err)).to.equal(grpc.status.UNAVAILABLE);
+      expect(String(err)).to.match(/node name node-a is held by/);
+      expect(await client!.get(aliveKey).string(), 'the clone wrote nothing').to.equal(held);
+    } finally {
+      await clone.daemon.stop();
+    }
+    expect(await client!.get(aliveKey).string(), "the clone's stop left the first one's key").to.equal(held);
+    const w = workload();
+    const ips = await attach(first.daemon, w.id, w.path);
+    const owned = await blocksOf(first.name);
+    for (const ip of ips) expect(owned.some((b) => inBlock(ip, b))).to.equal(true);
+  });
+
+  it('takes its own alive key back when restarted after SIGKILL while its old lease still lives', async () => {
+    const n = nodes[1]!;
+    const aliveKey = `/workloadnet/nodes/${n.name}/alive`;
+    const read = async (): Promise<{ value: string; lease: string; created: string } | undefined> => {
+      const kv = (await client!.get(aliveKey).exec()).kvs[0];
+      return (
+        kv && { value: kv.value.toString(), lease: String(kv.lease), created: String(kv.create_revision) }
+      );
+    };
+    const before = (await read())!;
+    await n.daemon.kill('SIGKILL');
+    // The killed daemon's lease lives on, whatever the time the restart takes: the test keeps it alive.
+    const keeper = await client!.leaseClient.leaseKeepAlive();
+    keeper.on('data', () => undefined);
+    const keep = (): void => void keeper.write({ ID: before.lease });
+    keep();
+    const ticker = setInterval(keep, 1000);
+    try {
+      await restartNode(n, etcd.netns);
+      await waitReady(n);
+      const now = (await read())!;
+      expect(now.value, 'written by the restarted daemon').to.not.equal(before.value);
+      expect(now.lease).to.not.equal(before.lease);
+      expect(now.created, 'taken over, not deleted and made again').to.equal(before.created);
+    } finally {
+      clearInterval(ticker);
+      keeper.end();
+    }
+    const w = workload();
+    await attach(n.daemon, w.id, w.path);
+    // The old lease expiring deletes nothing of the restarted daemon's.
+    await eventually(
+      'the old lease expired',
+      async () => Number((await client!.leaseClient.leaseTimeToLive({ ID: before.lease })).TTL) < 0,
+    );
+    const after = await read();
+    expect(after, 'the key is still there').to.not.equal(undefined);
+    expect(after!.lease).to.not.equal(before.lease);
+  });
+
   it('grows the etcd revision with block claims, not with attaches and detaches', async () => {
     const n = nodes[0]!;
     const blocksBefore = (await registry.blocks()).size;

@@ -6,7 +6,7 @@ import * as grpc from '@grpc/grpc-js';
 import { bindPoolSource } from '../../cli/pool-source-wiring';
 import { ApiClient } from '../../cli/api-client';
 import { BACKEND, type Backend } from '../../core/backend';
-import { DEFAULT_CONFIG, mergeConfig } from '../../core/config';
+import { DEFAULT_CONFIG, mergeConfig, type ConfigOverrides } from '../../core/config';
 import { createContainer } from '../../core/container';
 import { Daemon } from '../../core/daemon';
 import { silentLogger } from '../../core/logger';
@@ -35,7 +35,7 @@ class Node {
     this.client = new ApiClient(socket, 10_000);
   }
 
-  static async start(dir: string, kubeconfig: string): Promise<Node> {
+  static async start(dir: string, kubeconfig: string, more: ConfigOverrides = {}): Promise<Node> {
     const config = mergeConfig(DEFAULT_CONFIG, {
       socket: path.join(dir, 'api.sock'),
       cniSocket: path.join(dir, 'cni.sock'),
@@ -43,6 +43,7 @@ class Node {
       poolSource: 'kubernetes',
       nodeName: NODE,
       kubeconfig,
+      ...more,
     });
     const container = createContainer(config, silentLogger(), new Metrics());
     container.bind<Backend>(BACKEND).toConstantValue(new RecordingBackend());
@@ -56,8 +57,11 @@ class Node {
     return this.client.call(this.client.raw.status, {});
   }
 
-  async attach(workloadId: string, netnsPath: string): Promise<string[]> {
-    const res = await this.client.call(this.client.raw.attach, attachRequest(workloadId, netnsPath));
+  async attach(workloadId: string, netnsPath: string, network = ''): Promise<string[]> {
+    const res = await this.client.call(
+      this.client.raw.attach,
+      attachRequest(workloadId, netnsPath, 'eth0', { network }),
+    );
     return res.ips.map((i) => i.cidr.split('/')[0]!);
   }
 
@@ -180,6 +184,47 @@ describeRoot('kubernetes pool source (real client library, stand-in API server)'
       'the drained range gone',
       async () => !(await pools()).some((p) => p.startsWith('10.44.1.0/24')),
     );
+  });
+
+  it("stand-in API: does not use a Node range that overlaps another network's pool, and Status says why", async () => {
+    // The default network's pools come from Node worker-3; the network "second" has static ones.
+    api.setNode('worker-3', ['10.44.9.0/24']);
+    const other = await Node.start(path.join(root, 'node-3'), api.kubeconfig(), {
+      nodeName: 'worker-3',
+      networks: [
+        { name: 'default', backend: 'linux' },
+        { name: 'second', backend: 'linux', podCidrs: ['10.44.9.0/26'] },
+      ],
+    });
+    try {
+      const overlap = /podCIDRs entry 10\.44\.9\.0\/24 overlaps pool 10\.44\.9\.0\/26 of network "second"/;
+      await eventually('the overlap reported', async () =>
+        overlap.test((await other.status()).reasons.join(' ')),
+      );
+      const st = await other.status();
+      expect(st.ready).to.equal(false);
+      expect(st.reasons.join(' ')).to.match(/^network default: /);
+      expect(st.networks.map((n) => [n.name, n.ready, n.pools.map((p) => p.cidr)])).to.deep.equal([
+        ['default', false, []],
+        ['second', true, ['10.44.9.0/26']],
+      ]);
+      // No address of the range from the default network; the second network serves its own.
+      const refused = await other.attach('o1', ns()).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+      expect(grpcCode(refused), String(refused)).to.equal(grpc.status.UNAVAILABLE);
+      const [second] = await other.attach('o2', ns(), 'second');
+      expect(inBlock(second!, '10.44.9.0/26')).to.equal(true);
+
+      // The Node gets a range of its own: served, and the reason goes.
+      api.setNode('worker-3', ['10.44.8.0/24']);
+      await eventually('ready', async () => (await other.status()).ready);
+      const [ip] = await other.attach('o1', ns());
+      expect(inBlock(ip!, '10.44.8.0/24')).to.equal(true);
+    } finally {
+      await other.stop();
+    }
   });
 
   it('stand-in API: reconnects with backoff after the API server was down, and goes not ready when the Node is deleted', async () => {

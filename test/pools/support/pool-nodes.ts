@@ -26,6 +26,8 @@ export async function startEtcdNode(
   namespaces: NetnsSet,
   clusterCidrs: string[],
   extra: string[] = [],
+  /** Its state directory under root; two daemons may be given one node name. */
+  dirName = name,
 ): Promise<PoolNode> {
   const node = namespaces.add();
   addNodeUplink(node.name);
@@ -41,7 +43,7 @@ export async function startEtcdNode(
     node.path,
     ...extra,
   ];
-  const dir = path.join(root, name);
+  const dir = path.join(root, dirName);
   const daemon = await DaemonProcess.start({ dir, netns: etcd.netns, args });
   return { name, dir, nodeNetns: node.path, daemon, args };
 }
