@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
@@ -7,6 +6,7 @@ import type { IpAssignment } from './backend';
 import type { Attachment } from './workload-service';
 import { failedPrecondition } from './errors';
 import { checkStoreFile } from './store-file-check';
+import { prepareStateDir } from './store-room';
 import type { Logger } from './logger';
 import { StoreWriteHealth, type WriteHealth } from './store-write-health';
 
@@ -123,8 +123,8 @@ export class Store {
    * is mapped, since lmdb would crash on it).
    */
   static open(stateDir: string, opts: StoreOptions = {}): Store {
-    fs.mkdirSync(stateDir, { recursive: true, mode: 0o750 });
     const file = path.join(stateDir, STORE_FILE);
+    prepareStateDir(stateDir, file);
     const report = checkStoreFile(file);
     if (report.problems.length > 0) {
       throw failedPrecondition(
