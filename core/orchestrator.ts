@@ -374,15 +374,17 @@ export class Orchestrator implements WorkloadService {
     // Each backend reconciles the attachments it programmed, and only those: to it, another backend's
     // are not its orphans.
     const missing: string[] = [];
+    const adopted: AttachmentRecord[] = [];
     for (const backend of this.networks.backends()) {
       const own = rows.filter((r) => this.networks.backendOf(r) === backend);
       const outcome = await backend.reconcile(own.map(toView), { storeIsNew: this.store.isNew });
       summary.orphansRemoved += outcome.orphansRemoved.length;
-      await this.adopt(outcome.unclaimed ?? [], summary, backend);
+      adopted.push(...this.adoptable(outcome.unclaimed ?? [], backend));
       summary.healthy += outcome.healthy.length;
       summary.warnings.push(...outcome.warnings);
       missing.push(...outcome.missing);
     }
+    if (this.store.isNew) await this.adopt(adopted, summary);
     const byKey = new Map(rows.map((r) => [r.key, r]));
     await Promise.all(
       missing.map(async (key) => {
@@ -426,16 +428,11 @@ export class Orchestrator implements WorkloadService {
    * known for Detach (by workload id, as CNI DEL sends it). Its namespace path is unknown; when the
    * workload goes, its dataplane goes with it and the next start-up reconcile releases the row.
    */
-  private async adopt(
-    unclaimed: UnclaimedAttachment[],
-    summary: ReconcileSummary,
-    backend: Backend,
-  ): Promise<void> {
-    if (unclaimed.length === 0) return;
+  private adoptable(unclaimed: UnclaimedAttachment[], backend: Backend): AttachmentRecord[] {
     const network = this.networks.networks.find((n) => n.backend === backend) ?? this.networks.primary;
-    for (const u of unclaimed) {
+    return unclaimed.map((u) => {
       const slash = u.key.lastIndexOf('/');
-      const record: AttachmentRecord = {
+      return {
         key: u.key,
         workloadId: u.key.slice(0, slash),
         ifName: u.key.slice(slash + 1),
@@ -453,17 +450,27 @@ export class Orchestrator implements WorkloadService {
         createdAt: new Date().toISOString(),
         dataplane: u.dataplane,
       };
-      for (const ip of record.ips) this.restoreAllocation(record, ip);
-      await this.store.put(record, this.networks.cursors());
-      this.counted(record, 1);
-      summary.adopted++;
-    }
+    });
+  }
+
+  /**
+   * Records every adopted workload, and that the store is no longer new, in one transaction: a start
+   * killed before it commits leaves the store new, so the next start adopts them all again instead of
+   * taking the ones not yet recorded for orphans (one transaction is also what makes adopting
+   * thousands take milliseconds rather than one disk sync each).
+   */
+  private async adopt(adopted: AttachmentRecord[], summary: ReconcileSummary): Promise<void> {
+    for (const record of adopted) for (const ip of record.ips) this.restoreAllocation(record, ip);
+    await this.store.recordFirstReconcile(adopted, this.networks.cursors());
+    for (const record of adopted) this.counted(record, 1);
+    summary.adopted += adopted.length;
+    if (adopted.length === 0) return;
     const message =
-      `the store at ${this.store.dir} is new, but the dataplane holds ${unclaimed.length} workload(s) ` +
+      `the store at ${this.store.dir} is new, but the dataplane holds ${adopted.length} workload(s) ` +
       'it does not know: adopted them (their addresses are held; Detach removes them) instead of deleting ' +
       'them as orphans. If the state was lost, see "A lost state store" in docs/troubleshooting.md';
     summary.warnings.push(message);
-    this.log.error({ adopted: unclaimed.map((u) => u.key) }, message);
+    this.log.error({ adopted: adopted.map((u) => u.key) }, message);
   }
 
   /** Programs a recorded attachment's dataplane again, in the namespace it was recorded in. */
