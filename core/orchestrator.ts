@@ -12,7 +12,7 @@ import {
   type UnclaimedAttachment,
 } from './backend';
 import { CONFIG, DEFAULT_NETWORK, type DaemonConfig } from './config';
-import { alreadyExists, asWorkloadNetError, notFound } from './errors';
+import { alreadyExists, asWorkloadNetError, notFound, unavailable } from './errors';
 import type { AllocatedIp } from './ip-allocator';
 import { KeyedMutex } from './keyed-mutex';
 import { LeakSweep, type SweepResult } from './leak-sweep';
@@ -70,6 +70,11 @@ export class Orchestrator implements WorkloadService {
   private readonly detachPace = new Admission(Number.POSITIVE_INFINITY, Number.MAX_SAFE_INTEGER);
   /** Keys whose row is written while their dataplane is still being programmed: not shown yet. */
   private readonly programming = new Set<string>();
+  /** Attaches in flight, each settled once it has answered or rolled back (shutdown waits for them). */
+  private readonly attaching = new Set<Promise<unknown>>();
+  /** Attaches that shutdown cancelled while their backend programmed: it removed their rows already. */
+  private readonly cancelled = new Set<string>();
+  private stopping = false;
   private lastReconcile?: ReconcileSummary;
   /**
    * The attachment that carries each namespace's default routes, by the namespace's inode: one per
@@ -117,8 +122,47 @@ export class Orchestrator implements WorkloadService {
       const network = this.networks.get(validateNetworkName(call.network));
       label.backend = network.backend.name;
       const req = validateAttach({ ...call, network: network.name }, network.config.mtu);
-      return this.admission.run(() => this.attachWorkload(req, network));
+      return this.admission.run(() => this.tracked(this.attachWorkload(req, network)));
     });
+  }
+
+  /** Counts an attach as in flight until it has answered or rolled back (see drain). */
+  private tracked<T>(attach: Promise<T>): Promise<T> {
+    const settled = attach.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.attaching.add(settled);
+    void settled.then(() => this.attaching.delete(settled));
+    return attach;
+  }
+
+  /**
+   * Called on shutdown before the store closes. Attaches in flight get up to `boundMs` to answer or
+   * roll back; an attach still waiting on its backend after that (an agent that never acks) is
+   * cancelled: its row is removed now, while the store is open, so that the next start does not take
+   * it for a live attachment whose dataplane went missing and re-program a port its caller was told
+   * failed. What the backend programmed for it is undone when the backend answers, or removed as an
+   * orphan by the next start-up reconcile.
+   */
+  async drain(boundMs: number): Promise<void> {
+    this.stopping = true;
+    if (this.attaching.size > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        Promise.all(this.attaching),
+        new Promise((resolve) => (timer = setTimeout(resolve, boundMs))),
+      ]);
+      clearTimeout(timer);
+    }
+    const left = [...this.programming];
+    if (left.length === 0) return;
+    for (const key of left) this.cancelled.add(key);
+    await this.store.removeAll(left);
+    this.log.warn(
+      { attachments: left },
+      'shutdown: attaches still waiting on their backend were cancelled and their rows removed',
+    );
   }
 
   /**
@@ -160,7 +204,7 @@ export class Orchestrator implements WorkloadService {
           return record;
         } catch (err) {
           // A row that could not be removed keeps its addresses: they follow the row (see reconcile).
-          if (!this.store.get(req.key)) {
+          if (!this.rowLeft(req.key)) {
             network.allocator.release(allocated.map((a) => a.address));
             this.dropDefaultRoute(netns.inode, req.key);
           } else this.counted({ network: req.network }, 1);
@@ -213,12 +257,18 @@ export class Orchestrator implements WorkloadService {
     network: Network,
   ): Promise<void> {
     const planned = record.dataplane as DataplaneResult;
+    if (this.stopping) throw unavailable('the daemon is shutting down; retry once it is back');
     this.programming.add(record.key);
     try {
       const [programmed, stored] = await Promise.allSettled([
         network.backend.attach(spec, planned),
         this.store.put(record, this.networks.cursors()),
       ]);
+      if (this.cancelled.has(record.key)) {
+        // Shutdown removed the row and the caller has gone: whatever the backend did is undone.
+        await this.undoProgramming(record);
+        throw unavailable('the attach was cancelled by the daemon shutting down; retry once it is back');
+      }
       let failure: unknown =
         programmed.status === 'rejected' ? programmed.reason : (stored as PromiseRejectedResult).reason;
       if (programmed.status === 'fulfilled' && stored.status === 'fulfilled') {
@@ -237,6 +287,17 @@ export class Orchestrator implements WorkloadService {
       throw failure;
     } finally {
       this.programming.delete(record.key);
+    }
+  }
+
+  /** Whether a failed attach left its row behind (shutdown removes a cancelled one's itself). */
+  private rowLeft(key: string): boolean {
+    if (this.cancelled.has(key)) return false;
+    try {
+      return this.store.get(key) !== undefined;
+    } catch {
+      // The store closed under a call that outlived the shutdown: keep its addresses held.
+      return true;
     }
   }
 

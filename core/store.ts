@@ -300,6 +300,13 @@ export class Store {
     return released;
   }
 
+  /** Removes these attachments, whichever exist, in one durable transaction. */
+  async removeAll(keys: readonly string[]): Promise<void> {
+    await this.write(() => {
+      for (const key of keys) void this.attachments.remove(key);
+    });
+  }
+
   /**
    * A database of its own in the same environment for a pool source's durable state (the etcd blocks
    * this node owns), so the node serves from it when the source's backing service is unreachable.
