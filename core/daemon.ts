@@ -20,7 +20,8 @@ import { WORKLOAD_SERVICE } from './workload-service';
  * 3. The backends (each one the networks use, once), 4. the pool sources (static pools, a Node's
  *    ranges, or etcd blocks; one per network), 5. the store and the start-up reconcile.
  * 6. Serving: the gate opens. Stopping it is the graceful part: stop accepting, let calls in flight
- *    finish (up to shutdownTimeoutMs), close every connection; only then the store and the backend.
+ *    finish (up to shutdownTimeoutMs), close every connection; then attaches still in flight are
+ *    cancelled (their rows removed, see Orchestrator.drain); only then the store and the backend.
  * 7. The leak sweep (core/leak-sweep.ts), every sweepIntervalMs.
  */
 export class Daemon {
@@ -70,7 +71,13 @@ export class Daemon {
       {
         name: 'store and reconcile',
         start: async () => void (await this.service.init()),
-        stop: () => this.container.get<Store>(STORE).close(),
+        stop: async () => {
+          // Rows of attaches that did not finish go before the store closes (see drain).
+          await this.service.drain(DRAIN_MS).catch((err: unknown) => {
+            log.error({ err: (err as Error).message }, 'cannot remove the rows of cancelled attaches');
+          });
+          await this.container.get<Store>(STORE).close();
+        },
       },
       { name: 'serving', start: async () => gate.open(), stop: closeSockets },
       {
@@ -118,6 +125,13 @@ export class Daemon {
     ]);
   }
 }
+
+/**
+ * How long, once the sockets are closed, attaches still in flight get to answer or roll back before
+ * the store closes; those still waiting on their backend then are cancelled. Within the margin the
+ * daemon command allows beyond shutdownTimeoutMs.
+ */
+const DRAIN_MS = 1000;
 
 /** A part resolved from the container only when it starts (building a backend may already fail). */
 function lazy(name: string, get: () => Lifecycle): Lifecycle {

@@ -12,7 +12,7 @@ import {
   type UnclaimedAttachment,
 } from './backend';
 import { CONFIG, DEFAULT_NETWORK, type DaemonConfig } from './config';
-import { alreadyExists, asWorkloadNetError, notFound } from './errors';
+import { alreadyExists, asWorkloadNetError, notFound, unavailable } from './errors';
 import type { AllocatedIp } from './ip-allocator';
 import { KeyedMutex } from './keyed-mutex';
 import { LeakSweep, type SweepResult } from './leak-sweep';
@@ -70,6 +70,11 @@ export class Orchestrator implements WorkloadService {
   private readonly detachPace = new Admission(Number.POSITIVE_INFINITY, Number.MAX_SAFE_INTEGER);
   /** Keys whose row is written while their dataplane is still being programmed: not shown yet. */
   private readonly programming = new Set<string>();
+  /** Attaches in flight, each settled once it has answered or rolled back (shutdown waits for them). */
+  private readonly attaching = new Set<Promise<unknown>>();
+  /** Attaches that shutdown cancelled while their backend programmed: it removed their rows already. */
+  private readonly cancelled = new Set<string>();
+  private stopping = false;
   private lastReconcile?: ReconcileSummary;
   /**
    * The attachment that carries each namespace's default routes, by the namespace's inode: one per
@@ -117,8 +122,47 @@ export class Orchestrator implements WorkloadService {
       const network = this.networks.get(validateNetworkName(call.network));
       label.backend = network.backend.name;
       const req = validateAttach({ ...call, network: network.name }, network.config.mtu);
-      return this.admission.run(() => this.attachWorkload(req, network));
+      return this.admission.run(() => this.tracked(this.attachWorkload(req, network)));
     });
+  }
+
+  /** Counts an attach as in flight until it has answered or rolled back (see drain). */
+  private tracked<T>(attach: Promise<T>): Promise<T> {
+    const settled = attach.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.attaching.add(settled);
+    void settled.then(() => this.attaching.delete(settled));
+    return attach;
+  }
+
+  /**
+   * Called on shutdown before the store closes. Attaches in flight get up to `boundMs` to answer or
+   * roll back; an attach still waiting on its backend after that (an agent that never acks) is
+   * cancelled: its row is removed now, while the store is open, so that the next start does not take
+   * it for a live attachment whose dataplane went missing and re-program a port its caller was told
+   * failed. What the backend programmed for it is undone when the backend answers, or removed as an
+   * orphan by the next start-up reconcile.
+   */
+  async drain(boundMs: number): Promise<void> {
+    this.stopping = true;
+    if (this.attaching.size > 0) {
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        Promise.all(this.attaching),
+        new Promise((resolve) => (timer = setTimeout(resolve, boundMs))),
+      ]);
+      clearTimeout(timer);
+    }
+    const left = [...this.programming];
+    if (left.length === 0) return;
+    for (const key of left) this.cancelled.add(key);
+    await this.store.removeAll(left);
+    this.log.warn(
+      { attachments: left },
+      'shutdown: attaches still waiting on their backend were cancelled and their rows removed',
+    );
   }
 
   /**
@@ -160,7 +204,7 @@ export class Orchestrator implements WorkloadService {
           return record;
         } catch (err) {
           // A row that could not be removed keeps its addresses: they follow the row (see reconcile).
-          if (!this.store.get(req.key)) {
+          if (!this.rowLeft(req.key)) {
             network.allocator.release(allocated.map((a) => a.address));
             this.dropDefaultRoute(netns.inode, req.key);
           } else this.counted({ network: req.network }, 1);
@@ -213,12 +257,18 @@ export class Orchestrator implements WorkloadService {
     network: Network,
   ): Promise<void> {
     const planned = record.dataplane as DataplaneResult;
+    if (this.stopping) throw unavailable('the daemon is shutting down; retry once it is back');
     this.programming.add(record.key);
     try {
       const [programmed, stored] = await Promise.allSettled([
         network.backend.attach(spec, planned),
         this.store.put(record, this.networks.cursors()),
       ]);
+      if (this.cancelled.has(record.key)) {
+        // Shutdown removed the row and the caller has gone: whatever the backend did is undone.
+        await this.undoProgramming(record);
+        throw unavailable('the attach was cancelled by the daemon shutting down; retry once it is back');
+      }
       let failure: unknown =
         programmed.status === 'rejected' ? programmed.reason : (stored as PromiseRejectedResult).reason;
       if (programmed.status === 'fulfilled' && stored.status === 'fulfilled') {
@@ -237,6 +287,17 @@ export class Orchestrator implements WorkloadService {
       throw failure;
     } finally {
       this.programming.delete(record.key);
+    }
+  }
+
+  /** Whether a failed attach left its row behind (shutdown removes a cancelled one's itself). */
+  private rowLeft(key: string): boolean {
+    if (this.cancelled.has(key)) return false;
+    try {
+      return this.store.get(key) !== undefined;
+    } catch {
+      // The store closed under a call that outlived the shutdown: keep its addresses held.
+      return true;
     }
   }
 
@@ -374,15 +435,17 @@ export class Orchestrator implements WorkloadService {
     // Each backend reconciles the attachments it programmed, and only those: to it, another backend's
     // are not its orphans.
     const missing: string[] = [];
+    const adopted: AttachmentRecord[] = [];
     for (const backend of this.networks.backends()) {
       const own = rows.filter((r) => this.networks.backendOf(r) === backend);
       const outcome = await backend.reconcile(own.map(toView), { storeIsNew: this.store.isNew });
       summary.orphansRemoved += outcome.orphansRemoved.length;
-      await this.adopt(outcome.unclaimed ?? [], summary, backend);
+      adopted.push(...this.adoptable(outcome.unclaimed ?? [], backend));
       summary.healthy += outcome.healthy.length;
       summary.warnings.push(...outcome.warnings);
       missing.push(...outcome.missing);
     }
+    if (this.store.isNew) await this.adopt(adopted, summary);
     const byKey = new Map(rows.map((r) => [r.key, r]));
     await Promise.all(
       missing.map(async (key) => {
@@ -426,16 +489,11 @@ export class Orchestrator implements WorkloadService {
    * known for Detach (by workload id, as CNI DEL sends it). Its namespace path is unknown; when the
    * workload goes, its dataplane goes with it and the next start-up reconcile releases the row.
    */
-  private async adopt(
-    unclaimed: UnclaimedAttachment[],
-    summary: ReconcileSummary,
-    backend: Backend,
-  ): Promise<void> {
-    if (unclaimed.length === 0) return;
+  private adoptable(unclaimed: UnclaimedAttachment[], backend: Backend): AttachmentRecord[] {
     const network = this.networks.networks.find((n) => n.backend === backend) ?? this.networks.primary;
-    for (const u of unclaimed) {
+    return unclaimed.map((u) => {
       const slash = u.key.lastIndexOf('/');
-      const record: AttachmentRecord = {
+      return {
         key: u.key,
         workloadId: u.key.slice(0, slash),
         ifName: u.key.slice(slash + 1),
@@ -453,17 +511,27 @@ export class Orchestrator implements WorkloadService {
         createdAt: new Date().toISOString(),
         dataplane: u.dataplane,
       };
-      for (const ip of record.ips) this.restoreAllocation(record, ip);
-      await this.store.put(record, this.networks.cursors());
-      this.counted(record, 1);
-      summary.adopted++;
-    }
+    });
+  }
+
+  /**
+   * Records every adopted workload, and that the store is no longer new, in one transaction: a start
+   * killed before it commits leaves the store new, so the next start adopts them all again instead of
+   * taking the ones not yet recorded for orphans (one transaction is also what makes adopting
+   * thousands take milliseconds rather than one disk sync each).
+   */
+  private async adopt(adopted: AttachmentRecord[], summary: ReconcileSummary): Promise<void> {
+    for (const record of adopted) for (const ip of record.ips) this.restoreAllocation(record, ip);
+    await this.store.recordFirstReconcile(adopted, this.networks.cursors());
+    for (const record of adopted) this.counted(record, 1);
+    summary.adopted += adopted.length;
+    if (adopted.length === 0) return;
     const message =
-      `the store at ${this.store.dir} is new, but the dataplane holds ${unclaimed.length} workload(s) ` +
+      `the store at ${this.store.dir} is new, but the dataplane holds ${adopted.length} workload(s) ` +
       'it does not know: adopted them (their addresses are held; Detach removes them) instead of deleting ' +
       'them as orphans. If the state was lost, see "A lost state store" in docs/troubleshooting.md';
     summary.warnings.push(message);
-    this.log.error({ adopted: unclaimed.map((u) => u.key) }, message);
+    this.log.error({ adopted: adopted.map((u) => u.key) }, message);
   }
 
   /** Programs a recorded attachment's dataplane again, in the namespace it was recorded in. */

@@ -1,5 +1,4 @@
 import { randomUUID } from 'node:crypto';
-import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
@@ -7,6 +6,7 @@ import type { IpAssignment } from './backend';
 import type { Attachment } from './workload-service';
 import { failedPrecondition } from './errors';
 import { checkStoreFile } from './store-file-check';
+import { prepareStateDir } from './store-room';
 import type { Logger } from './logger';
 import { StoreWriteHealth, type WriteHealth } from './store-write-health';
 
@@ -93,6 +93,12 @@ export interface StoreOptions {
   writeProbeIntervalMs?: number;
 }
 
+/**
+ * Meta key present from the transaction that creates a store until the one that records its first
+ * reconcile (with the rows it adopted): while it is there, the store is new.
+ */
+const NEW_UNTIL_RECONCILED_KEY = 'newUntilReconciled';
+
 /** The data file inside the state directory. */
 export const STORE_FILE = 'workloadnet.mdb';
 
@@ -123,8 +129,8 @@ export class Store {
    * is mapped, since lmdb would crash on it).
    */
   static open(stateDir: string, opts: StoreOptions = {}): Store {
-    fs.mkdirSync(stateDir, { recursive: true, mode: 0o750 });
     const file = path.join(stateDir, STORE_FILE);
+    prepareStateDir(stateDir, file);
     const report = checkStoreFile(file);
     if (report.problems.length > 0) {
       throw failedPrecondition(
@@ -176,8 +182,9 @@ export class Store {
   }
 
   /**
-   * True when this open created the store: no earlier daemon wrote to it. Beside a dataplane that
-   * already holds workloads, that means the state was lost, not that the workloads are orphans.
+   * True when no daemon has yet finished a start-up reconcile with this store: it was created by this
+   * open, or by an earlier one that ended before recordFirstReconcile. Beside a dataplane that already
+   * holds workloads, that means the state was lost, not that the workloads are orphans.
    */
   get isNew(): boolean {
     return this.isNewValue;
@@ -199,17 +206,45 @@ export class Store {
     }
     const identity = asIdentity(this.meta.get('identity'));
     if (identity) this.identityValue = identity;
+    // A store created by an earlier start that ended before its first reconcile was recorded is still
+    // new: nothing it holds says which of the dataplane's workloads are ours.
+    this.isNewValue = this.meta.get(NEW_UNTIL_RECONCILED_KEY) === true;
     if (found === SCHEMA_VERSION && identity) return;
-    this.isNewValue = found === 0 && !identity && this.attachments.getCount() === 0;
+    const created = found === 0 && !identity && this.attachments.getCount() === 0;
+    this.isNewValue ||= created;
     this.root.transactionSync(() => {
       const dbs = { attachments: this.attachments, meta: this.meta };
       for (let v = found + 1; v <= SCHEMA_VERSION; v++) migrations[v]?.(dbs);
       this.meta.putSync('schemaVersion', SCHEMA_VERSION);
+      if (created) this.meta.putSync(NEW_UNTIL_RECONCILED_KEY, true);
       if (!identity) {
         this.identityValue = { storeId: randomUUID(), node, createdAt: new Date().toISOString() };
         this.meta.putSync('identity', this.identityValue);
       }
     });
+  }
+
+  /**
+   * Ends the store's being new: writes the rows the first reconcile adopted and, in the same durable
+   * transaction, that it is done. Until this commits, every start finds the store new again (a start
+   * killed part-way through adopting leaves either all of this or none of it), so a link not yet
+   * adopted is never taken for an orphan by the next start.
+   */
+  async recordFirstReconcile(
+    adopted: readonly AttachmentRecord[],
+    cursors: Record<string, string>,
+  ): Promise<void> {
+    if (!this.isNewValue) throw new Error('recordFirstReconcile: the store is not new');
+    // transactionSync: unlike lmdb's asynchronous transaction, it aborts (writes nothing) when its
+    // body throws part-way, e.g. on a row it cannot encode. It runs once, before the API serves.
+    await this.health.run(async () =>
+      this.root.transactionSync(() => {
+        for (const record of adopted) this.attachments.putSync(record.key, record);
+        if (adopted.length > 0) this.meta.putSync('cursors', cursors);
+        this.meta.removeSync(NEW_UNTIL_RECONCILED_KEY);
+      }),
+    );
+    this.isNewValue = false;
   }
 
   get(key: string): AttachmentRecord | undefined {
@@ -263,6 +298,13 @@ export class Store {
       void this.attachments.remove(key);
     });
     return released;
+  }
+
+  /** Removes these attachments, whichever exist, in one durable transaction. */
+  async removeAll(keys: readonly string[]): Promise<void> {
+    await this.write(() => {
+      for (const key of keys) void this.attachments.remove(key);
+    });
   }
 
   /**

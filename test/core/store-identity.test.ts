@@ -3,16 +3,31 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { open } from 'lmdb';
-import { STORE_FILE, Store } from '../../core/store';
+import { STORE_FILE, Store, type AttachmentRecord } from '../../core/store';
 import { StoreWriteHealth } from '../../core/store-write-health';
 import type { WorkloadNetError } from '../../core/errors';
+
+function row(workloadId: string): AttachmentRecord {
+  return {
+    key: `${workloadId}/eth0`,
+    workloadId,
+    ifName: 'eth0',
+    netnsPath: '',
+    netnsInode: 0,
+    ips: [{ family: 4, address: '10.0.0.1', gateway: '169.254.1.1' }],
+    mtu: 1500,
+    backend: 'linux',
+    state: 'ready',
+    createdAt: new Date(0).toISOString(),
+  };
+}
 
 describe('Store identity', () => {
   let dir: string;
   beforeEach(() => (dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-harden-identity-'))));
   afterEach(() => fs.rmSync(dir, { recursive: true, force: true }));
 
-  it('is written once when the store is created, and only that open calls the store new', async () => {
+  it('is written once when the store is created; the store is new until its first reconcile is recorded', async () => {
     const s = Store.open(dir, { node: 'node-a' });
     expect(s.isNew).to.equal(true);
     const id = s.identity;
@@ -20,9 +35,40 @@ describe('Store identity', () => {
     expect(id.storeId).to.match(/^[0-9a-f-]{36}$/);
     expect(Date.parse(id.createdAt)).to.be.closeTo(Date.now(), 60_000);
     await s.close();
+    // A start that ended before its reconcile: the next open finds the store new again.
+    const interrupted = Store.open(dir, { node: 'node-b' });
+    expect(interrupted.isNew).to.equal(true);
+    expect(interrupted.identity).to.deep.equal(id);
+    await interrupted.recordFirstReconcile([row('adopted')], { pool: '10.0.0.1' });
+    expect(interrupted.isNew).to.equal(false);
+    await interrupted.close();
     const again = Store.open(dir, { node: 'node-b' });
     expect(again.isNew).to.equal(false);
     expect(again.identity).to.deep.equal(id);
+    expect(again.all().map((r) => r.key)).to.deep.equal(['adopted/eth0']);
+    expect(again.cursors()).to.deep.equal({ pool: '10.0.0.1' });
+    await again.close();
+  });
+
+  it('records the adopted rows and the end of being new in one transaction: a failed write leaves it new with no rows', async () => {
+    const s = Store.open(dir);
+    const unwritable = {
+      family: 4 as const,
+      gateway: '',
+      get address(): string {
+        throw new Error('cannot encode');
+      },
+    };
+    const bad = { ...row('second'), ips: [unwritable] };
+    const err = await s.recordFirstReconcile([row('first'), bad], {}).then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(err, 'a row that cannot be encoded fails the write').to.be.instanceOf(Error);
+    await s.close();
+    const again = Store.open(dir);
+    expect(again.isNew).to.equal(true);
+    expect(again.count()).to.equal(0);
     await again.close();
   });
 
@@ -46,6 +92,7 @@ describe('Store identity', () => {
       state: 'ready',
       createdAt: new Date(0).toISOString(),
     });
+    await s.recordFirstReconcile([], {});
     const old = s.identity;
     await s.close();
     const raw = open({ path: path.join(dir, STORE_FILE), compression: false });

@@ -3,7 +3,7 @@ import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { status as grpcStatus, type ServiceError } from '@grpc/grpc-js';
-import type { DaemonProcess } from '../support/daemon-process';
+import { DaemonProcess } from '../support/daemon-process';
 import { attachRequest } from '../support/attach-request';
 import { linuxHostLinks } from '../support/kernel-view';
 import { ipJson, isRoot } from '../support/netns';
@@ -117,5 +117,57 @@ describeRoot('a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', fun
     expect(again.ip).to.have.length(1);
     expect(await hostLinks()).to.have.length(attached + 1);
     expect(daemon.child.exitCode, 'the daemon is still running').to.equal(null);
+  });
+});
+
+// The first start on a full state disk. Before: LMDB created its lock file and data file with
+// ftruncate and wrote through the map; the first page the full filesystem could not back ended the
+// daemon with SIGBUS (exit 135) right after "linux backend ready", with nothing about the disk, and a
+// service manager restarted it into the same crash. Now it refuses in words and exits 1.
+describeRoot('a first start on a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', function () {
+  this.timeout(60_000);
+  const fx = new NodeFixture({ prefix: 'wn-harden-', dirPrefix: 'wn-harden-first-full-' });
+  let mnt: string;
+
+  before(() => {
+    fx.setUp();
+    mnt = path.join(fx.dir, 'tmpfs');
+    fs.mkdirSync(mnt);
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', mnt]);
+  });
+  after(async () => {
+    await fx.daemon?.stop().catch(() => undefined);
+    execFileSync('umount', [mnt]);
+    await fx.cleanup();
+  });
+
+  it('refuses to start, naming the directory and ENOSPC, with exit 1 and no signal; starts once there is room', async () => {
+    const stateDir = path.join(mnt, 'state');
+    const filler = path.join(mnt, 'filler');
+    const fd = fs.openSync(filler, 'w');
+    try {
+      for (;;) fs.writeSync(fd, Buffer.alloc(4096, 1));
+    } catch (err) {
+      expect((err as NodeJS.ErrnoException).code).to.equal('ENOSPC');
+    } finally {
+      fs.closeSync(fd);
+    }
+
+    const args = ['--pod-cidr', '10.252.1.0/24', '--state-dir', stateDir];
+    const daemon = DaemonProcess.launch({ dir: fx.dir, netns: fx.node, args });
+    const { code, signal } = await new Promise<{ code: number | null; signal: NodeJS.Signals | null }>(
+      (resolve) => daemon.child.once('exit', (c, s) => resolve({ code: c, signal: s })),
+    );
+    daemon.client.close();
+    const log = fs.readFileSync(daemon.logFile, 'utf8');
+    expect(signal, log).to.equal(null);
+    expect(code, log).to.equal(1);
+    expect(log).to.include(`cannot create the state store in ${stateDir}`).and.include('ENOSPC');
+    expect(log).to.match(/free space there/);
+
+    fs.unlinkSync(filler);
+    const started = await fx.startDaemon({ args });
+    const st = await started.client.call(started.client.raw.status, {});
+    expect(st.ready, st.reasons.join()).to.equal(true);
   });
 });

@@ -4,6 +4,7 @@ import * as http from 'node:http';
 import * as net from 'node:net';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import type { ServiceError } from '@grpc/grpc-js';
 import { ApiClient } from '../../cli/api-client';
 import { DaemonProcess } from '../support/daemon-process';
 import { InProcessDaemon } from '../support/in-process-daemon';
@@ -12,6 +13,8 @@ import { isRoot, NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
 import { cniEnvelope } from '../support/cni-http';
 import { makeNodeNamespace } from './node-namespace';
+import { SimProcess } from '../backends/dpu/sim-process';
+import { waitUntil } from '../support/wait-until';
 
 // SIGTERM while clients hold idle connections. Before: the daemon was still alive 30 s later with 50
 // idle CNI connections (the CNI server waited for them to go, the API for its own idle clients), and
@@ -126,5 +129,83 @@ describeRoot('graceful shutdown (root, test-owned namespaces)', function () {
     expect(res.ip).to.have.length(1);
     await stopping;
     d.client.close();
+  });
+
+  // SIGTERM while an Attach waits for a DPU agent that never acks. Before: the caller got CANCELLED,
+  // the store closed at the shutdown deadline under the attach, its rollback could not remove the row
+  // ("Database is closed"), and the next start repaired that row into a live port: a port the runtime
+  // was told failed. Now the row of an attach still in flight goes before the store closes.
+  it('leaves no row and no port of an Attach cancelled by shutdown while its agent never acks', async () => {
+    const node = makeNodeNamespace(namespaces);
+    const agentSocket = path.join(dir, 'agent.sock');
+    const config = path.join(dir, 'config.json');
+    // The agent's silence outlasts the shutdown: it is the shutdown that ends the attach.
+    fs.writeFileSync(
+      config,
+      JSON.stringify({ shutdownTimeoutMs: SHUTDOWN_TIMEOUT_MS, dpu: { ackTimeoutMs: 120_000 } }),
+    );
+    const args = ['--config', config, '--backend', 'dpu', '--agent-socket', agentSocket];
+    const opts = { dir, netns: node, args: [...args, '--pod-cidr', '10.244.9.0/24'] };
+    const ready = async (d: DaemonProcess): Promise<void> =>
+      waitUntil(async () => (await d.client.call(d.client.raw.status, {})).ready, 'the agent', 20_000, {
+        intervalMs: 100,
+      });
+    const sims: SimProcess[] = [];
+    const daemons: DaemonProcess[] = [];
+    try {
+      daemons.push(await DaemonProcess.start(opts));
+      const daemon = daemons[0]!;
+      const silent = SimProcess.start({
+        socket: agentSocket,
+        agentId: 'stop-dpu',
+        stateFile: path.join(dir, 'silent.json'),
+        extra: ['--ack-latency-ms', '600000'],
+      });
+      sims.push(silent);
+      await ready(daemon);
+
+      const ns = namespaces.add();
+      const attaching = daemon.client
+        .call(daemon.client.raw.attach, attachRequest('cut-short', ns.path))
+        .then(
+          () => undefined,
+          (err: ServiceError) => err,
+        );
+      await silent.waitForState(
+        (s) => s.ports.some((p) => p.name === 'cut-short/eth0'),
+        'the port programmed, its ack withheld',
+      );
+      const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+        daemon.child.once('exit', (code, signal) => resolve({ code, signal })),
+      );
+      daemon.child.kill('SIGTERM');
+      const failure = await attaching;
+      expect(failure, 'the caller is told the attach failed').to.not.equal(undefined);
+      const { code, signal } = await exited;
+      expect(signal, daemon.log()).to.equal(null);
+      expect(code, daemon.log()).to.equal(0);
+      await silent.stop('SIGKILL');
+
+      // The agent comes back acking; the daemon restarts beside it.
+      const sim = SimProcess.start({
+        socket: agentSocket,
+        agentId: 'stop-dpu',
+        stateFile: path.join(dir, 'sim.json'),
+      });
+      sims.push(sim);
+      daemons.push(await DaemonProcess.start(opts));
+      const again = daemons[1]!;
+      await ready(again);
+      const st = await again.client.call(again.client.raw.status, {});
+      expect(st.reconcile?.repaired, JSON.stringify(st.reconcile)).to.equal(0);
+      expect(st.attachments).to.equal(0);
+      const list = (await again.client.call(again.client.raw.list, {})).attachments;
+      expect(list.map((a) => a.workloadId)).to.deep.equal([]);
+      const state = await sim.waitForState(() => true, 'the agent connected');
+      expect(state.ports.map((p) => p.name)).to.deep.equal([]);
+    } finally {
+      for (const d of daemons) await d.kill('SIGKILL').catch(() => undefined);
+      for (const s of sims) await s.stop('SIGKILL').catch(() => undefined);
+    }
   });
 });
