@@ -35,6 +35,7 @@ import { DesiredState } from './desired-state';
 import { decodeDetails, encodeDetails } from './details';
 import { EndpointRefused, createHostSide, type HostSide, type WorkloadPlacement } from './host-side';
 import { LogThrottle } from './log-throttle';
+import { monotonicMs } from './monotonic-clock';
 import { ownString } from './own-string';
 import { workloadInterface, workloadRoutes } from '../linux/workload-side';
 import { place, type PlacementCandidate } from './placement';
@@ -123,7 +124,7 @@ export class DpuBackend implements Backend {
    * there is: snapshots then ask the agent to keep the ports they do not list.
    */
   private keepUnlisted = false;
-  private startedAt = Date.now();
+  private startedAt = monotonicMs();
   private readonly startupAgentWaitMs: number;
   /** An agent has held the slot since this daemon started. */
   private agentSeen = false;
@@ -178,7 +179,7 @@ export class DpuBackend implements Backend {
   }
 
   start(): Promise<void> {
-    this.startedAt = Date.now();
+    this.startedAt = monotonicMs();
     return this.link.start();
   }
 
@@ -446,7 +447,7 @@ export class DpuBackend implements Backend {
     }
     const placedOn = this.desired.get(spec.key)?.agentId;
     const target = placedOn ?? (spec.dpu || undefined);
-    const waitLeft = this.startupAgentWaitMs - (Date.now() - this.startedAt);
+    const waitLeft = this.startupAgentWaitMs - (monotonicMs() - this.startedAt);
     if (this.agentExpected && waitLeft > 0) {
       const missing = target ? !this.link.sessionOf(target) : this.link.sessions().length === 0;
       if (missing) await this.link.waitForAgent(Math.min(waitLeft, this.ackTimeoutMs), target);
@@ -855,7 +856,7 @@ export class DpuBackend implements Backend {
       if (only) {
         details.agentId = l.agentId;
         details.bootId = l.bootId;
-        details.disconnectedAgoMs = Date.now() - l.at;
+        details.disconnectedAgoMs = monotonicMs() - l.at;
         details.synced = false;
       }
       notes.push(`DPU agent ${l.agentId} disconnected: ${l.reason}`);
