@@ -141,11 +141,11 @@ export class AgentClient {
   /** Runs sessions until stop() is called. */
   async run(): Promise<void> {
     while (!this.stopped) {
-      const started = Date.now();
+      const started = performance.now();
       const accepted = await this.runSession();
       if (this.stopped) break;
       // A session that got going resets the backoff; one refused or dropped at once does not.
-      if (accepted && Date.now() - started > 1000) this.backoffMs = 0;
+      if (accepted && performance.now() - started > 1000) this.backoffMs = 0;
       this.backoffMs = Math.min(this.opts.backoffMaxMs, this.backoffMs ? this.backoffMs * 2 : 100);
       const delay = Math.round(this.backoffMs * (0.8 + Math.random() * 0.4));
       this.opts.log.debug({ delayMs: delay }, 'reconnecting after backoff');
@@ -180,7 +180,9 @@ export class AgentClient {
       this.call = call;
       let accepted = false;
       let ended = false;
-      let lastReceived = Date.now();
+      // Intervals on the monotonic clock: a wall-clock step must not look like the daemon going silent
+      // (backends/dpu/monotonic-clock.ts says why; the simulator imports nothing of the backend's).
+      let lastReceived = performance.now();
       let heartbeat: NodeJS.Timeout | undefined;
       let queue: Promise<void> = Promise.resolve();
       this.snapshot = undefined;
@@ -231,14 +233,14 @@ export class AgentClient {
           this.setSession({ state: 'connected', sessionId: msg.helloAccept.sessionId });
           this.sendInventory();
           let seq = 0;
-          let lastTick = Date.now();
+          let lastTick = performance.now();
           heartbeat = setInterval(() => {
-            const now = Date.now();
+            const now = performance.now();
             // A late tick means this process stalled; the daemon's messages may be unread, not missing.
             const stalled = now - lastTick > 2 * interval;
             lastTick = now;
             if (!stalled && now - lastReceived > 3 * interval) {
-              log.warn({ silenceMs: Date.now() - lastReceived }, 'the daemon went silent; reconnecting');
+              log.warn({ silenceMs: Math.round(now - lastReceived) }, 'the daemon went silent; reconnecting');
               call.cancel();
               return;
             }
@@ -287,7 +289,7 @@ export class AgentClient {
       };
 
       call.on('data', (msg: ControllerMessage) => {
-        lastReceived = Date.now();
+        lastReceived = performance.now();
         queue = queue
           .then(() => handle(msg))
           .catch((err: unknown) => {

@@ -5,6 +5,7 @@ import type { Ack, Hello, PortStatus } from '../../proto/gen/workloadnet/dpu/v1/
 import { AgentServer, type AgentCall, type AgentPeer, type TlsFiles } from './agent-server';
 import { AgentSession, type SessionTiming } from './agent-session';
 import { admitHello, type Admission } from './hello-admission';
+import { monotonicMs } from './monotonic-clock';
 
 // The daemon's link to its DPU agents: the listener agents connect to, the sessions on it, which
 // session holds each agent id's slot (a node may carry several DPUs, one session each), heartbeats (in
@@ -41,6 +42,7 @@ export interface LinkEvents {
 export interface LostAgent {
   agentId: string;
   bootId: string;
+  /** When it went, monotonicMs(). */
   at: number;
   reason: string;
 }
@@ -129,7 +131,7 @@ export class AgentLink {
     if (s) return `DPU agent ${s.agentId} has been silent for ${s.silenceMs} ms; retry once it is back`;
     const lost = this.lostAgents.get(agentId);
     if (lost)
-      return `DPU agent ${lost.agentId} disconnected ${Math.round((Date.now() - lost.at) / 1000)} s ago (${lost.reason}); retry once it reconnects`;
+      return `DPU agent ${lost.agentId} disconnected ${Math.round((monotonicMs() - lost.at) / 1000)} s ago (${lost.reason}); retry once it reconnects`;
     return `DPU agent ${agentId} is not connected on ${this.where()}; start it and retry`;
   }
 
@@ -224,7 +226,7 @@ export class AgentLink {
     this.streams.delete(s);
     if (this.holders.get(s.agentId) !== s) return;
     this.holders.delete(s.agentId);
-    this.lostAgents.set(s.agentId, { agentId: s.agentId, bootId: s.bootId, at: Date.now(), reason });
+    this.lostAgents.set(s.agentId, { agentId: s.agentId, bootId: s.bootId, at: monotonicMs(), reason });
     while (this.lostAgents.size > MAX_LOST_AGENTS) {
       const oldest = this.lostAgents.keys().next().value;
       if (oldest === undefined) break;

@@ -14,6 +14,7 @@ import { AgentInventory } from './agent-inventory';
 import type { AgentCall, AgentPeer } from './agent-server';
 import { DAEMON_FEATURES, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, type Admission } from './hello-admission';
 import { PortStatusGate } from './port-status-gate';
+import { monotonicMs } from './monotonic-clock';
 import { TokenBucket } from './rate-limiter';
 
 // One agent's stream, from its first message to its end. The session enforces the protocol's framing
@@ -59,24 +60,27 @@ function kindOf(msg: AgentMessage): string {
 
 export class AgentSession {
   readonly id = randomUUID();
+  /** When the stream opened, wall clock (ms since the epoch), for people; ages use openedAt. */
   readonly connectedAt = Date.now();
+  private readonly openedAt = monotonicMs();
   private stateValue: SessionState = 'awaiting-hello';
   private helloValue: Hello | undefined;
   private versionValue = 0;
   private inventoryValue: AgentInventory | undefined;
   private inventoryAt: number | undefined;
-  private readonly inventoryLog = new LogRate();
-  private lastReceived = Date.now();
+  private readonly inventoryLog = new LogRate(undefined, monotonicMs);
+  /** These and the other instants below are monotonicMs(). */
+  private lastReceived = monotonicMs();
   private lastHeartbeat: number | undefined;
   private heartbeatSeq = 0;
   private lastWatch = 0;
   private readonly timers: NodeJS.Timeout[] = [];
   private readonly heartbeats: TokenBucket;
   private droppedHeartbeats = 0;
-  private floodWindowStart = Date.now();
+  private floodWindowStart = monotonicMs();
   /** Repeats and floods of PortStatus stop here (see port-status-gate.ts). */
   private readonly portStatuses = new PortStatusGate();
-  private readonly dropLog = new LogRate();
+  private readonly dropLog = new LogRate(undefined, monotonicMs);
   private readonly log: Logger;
 
   constructor(
@@ -145,12 +149,12 @@ export class AgentSession {
 
   /** Milliseconds since the last heartbeat from the agent (or since the hello, before the first one). */
   get heartbeatAgeMs(): number {
-    return Date.now() - (this.lastHeartbeat ?? this.connectedAt);
+    return monotonicMs() - (this.lastHeartbeat ?? this.openedAt);
   }
 
   /** Milliseconds since the agent last sent anything. */
   get silenceMs(): number {
-    return Date.now() - this.lastReceived;
+    return monotonicMs() - this.lastReceived;
   }
 
   /** Accepted and heard from recently: the only state in which changes are sent. */
@@ -194,7 +198,7 @@ export class AgentSession {
 
   private onMessage(msg: AgentMessage): void {
     if (this.stateValue === 'closed') return;
-    this.lastReceived = Date.now();
+    this.lastReceived = monotonicMs();
     const kind = kindOf(msg);
     if (this.stateValue === 'awaiting-hello') {
       if (!msg.hello) {
@@ -243,7 +247,7 @@ export class AgentSession {
     }
     this.stateValue = 'active';
     this.versionValue = admission.version;
-    this.lastHeartbeat = Date.now();
+    this.lastHeartbeat = monotonicMs();
     this.send({
       helloAccept: {
         sessionId: this.id,
@@ -265,7 +269,7 @@ export class AgentSession {
       },
       'agent session established',
     );
-    this.lastWatch = Date.now();
+    this.lastWatch = monotonicMs();
     this.timers.push(setInterval(() => this.tick(), this.timing.heartbeatIntervalMs));
     // Silence is judged four times per interval, so a stalled agent is dropped within a quarter interval
     // of the limit rather than up to a whole one after it.
@@ -275,10 +279,10 @@ export class AgentSession {
 
   private onHeartbeat(): void {
     if (this.heartbeats.take()) {
-      this.lastHeartbeat = Date.now();
+      this.lastHeartbeat = monotonicMs();
       return;
     }
-    const now = Date.now();
+    const now = monotonicMs();
     if (now - this.floodWindowStart > FLOOD_WINDOW_INTERVALS * this.timing.heartbeatIntervalMs) {
       this.floodWindowStart = now;
       this.droppedHeartbeats = 0;
@@ -348,7 +352,7 @@ export class AgentSession {
 
   private watch(): void {
     if (this.stateValue !== 'active') return;
-    const now = Date.now();
+    const now = monotonicMs();
     const late = now - this.lastWatch - this.watchPeriodMs;
     this.lastWatch = now;
     // A check that fires far too late means this process was busy, and the agent's messages may be

@@ -14,6 +14,8 @@ export interface PortAck {
   ok: boolean;
   message: string;
   endpoint?: Endpoint;
+  /** The boot id of the agent that named `endpoint`: a VF is that boot's (see DpuBackend.onAck). */
+  bootId?: string;
 }
 
 export interface DesiredPort {
@@ -26,6 +28,15 @@ export interface DesiredPort {
   operState?: 'up' | 'down';
   /** Where the port's host end was plumbed, so that a VF the agent re-creates can be put back. */
   placement?: WorkloadPlacement;
+  /** The link moved into the workload: what Detach moves out, under the name it came in with. */
+  plumbed?: PlumbedLink;
+}
+
+export interface PlumbedLink {
+  /** Its name in the host namespace, before the move. */
+  netdev: string;
+  /** Its index in the workload namespace; 0 when not known (a record from before it was kept). */
+  linkIndex: number;
 }
 
 export class DesiredState {
@@ -72,13 +83,18 @@ export class DesiredState {
     agentId: string,
     endpoint?: Endpoint,
     placement?: WorkloadPlacement,
+    endpointBootId?: string,
+    linkIndex = 0,
   ): Port {
     const port = withGeneration(fields, generation);
     this.lastGeneration = Math.max(this.lastGeneration, generation);
     const entry = entryFor(port, agentId, placement);
     // The restored port was acknowledged before the restart; remember the endpoint so detach and check
     // know where the host side lives even before the agent acks the snapshot.
-    if (endpoint) entry.ack = { generation, ok: true, message: 'restored', endpoint };
+    if (endpoint) {
+      entry.ack = { generation, ok: true, message: 'restored', endpoint, bootId: endpointBootId };
+      if (placement) entry.plumbed = { netdev: endpoint.netdev, linkIndex };
+    }
     this.put(entry);
     return port;
   }
@@ -131,9 +147,12 @@ export class DesiredState {
     return true;
   }
 
-  setPlacement(name: string, placement: WorkloadPlacement): void {
+  /** Where the port's host end was plumbed, and the link moved in. */
+  setPlacement(name: string, placement: WorkloadPlacement, plumbed: PlumbedLink): void {
     const entry = this.ports.get(name);
-    if (entry) entry.placement = placement;
+    if (!entry) return;
+    entry.placement = placement;
+    entry.plumbed = plumbed;
   }
 
   /** Every entry, for sweeps over the whole state. */
@@ -182,5 +201,5 @@ function withGeneration(fields: PortFields, generation: number): Port {
  * for the fields set later (an ack, a state, a placement) instead of growing a second array for them.
  */
 function entryFor(port: Port, agentId: string, placement?: WorkloadPlacement): DesiredPort {
-  return { port, agentId, ack: undefined, operState: undefined, placement };
+  return { port, agentId, ack: undefined, operState: undefined, placement, plumbed: undefined };
 }

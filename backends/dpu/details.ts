@@ -19,6 +19,8 @@ export interface DpuDetails {
   vf?: number;
   pciAddress?: string;
   representor?: string;
+  /** The endpoint's index in the workload namespace once moved there (Detach moves out that link). */
+  ifIndex?: number;
   /** The port's VF settings (rates, spoof check, trust, link state, PF), as JSON; empty for none. */
   portOptions?: string;
 }
@@ -34,6 +36,7 @@ const KEYS = {
   vf: 'dpuVf',
   pciAddress: 'dpuPci',
   representor: 'dpuRepresentor',
+  ifIndex: 'dpuIfIndex',
   portOptions: 'dpuPortOptions',
 } as const;
 
@@ -51,6 +54,7 @@ export function encodeDetails(d: DpuDetails): Record<string, string | number | b
   if (d.vf !== undefined) out[KEYS.vf] = d.vf;
   if (d.pciAddress) out[KEYS.pciAddress] = d.pciAddress;
   if (d.representor) out[KEYS.representor] = d.representor;
+  if (d.ifIndex) out[KEYS.ifIndex] = d.ifIndex;
   if (d.portOptions) out[KEYS.portOptions] = d.portOptions;
   return out;
 }
@@ -78,6 +82,7 @@ export function decodeDetails(dp: DataplaneResult | undefined): DpuDetails | und
     vf: index(d[KEYS.vf]),
     pciAddress: str(KEYS.pciAddress),
     representor: str(KEYS.representor),
+    ifIndex: index(d[KEYS.ifIndex]),
     portOptions: str(KEYS.portOptions),
   };
 }

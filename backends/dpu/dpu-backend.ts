@@ -31,10 +31,11 @@ import { AckWaiter } from './ack-waiter';
 import { AgentLink, type LostAgent } from './agent-link';
 import type { AgentSession } from './agent-session';
 import { AgentSyncState } from './agent-sync-state';
-import { DesiredState } from './desired-state';
+import { DesiredState, type DesiredPort } from './desired-state';
 import { decodeDetails, encodeDetails } from './details';
 import { EndpointRefused, createHostSide, type HostSide, type WorkloadPlacement } from './host-side';
 import { LogThrottle } from './log-throttle';
+import { monotonicMs } from './monotonic-clock';
 import { ownString } from './own-string';
 import { workloadInterface, workloadRoutes } from '../linux/workload-side';
 import { place, type PlacementCandidate } from './placement';
@@ -123,13 +124,15 @@ export class DpuBackend implements Backend {
    * there is: snapshots then ask the agent to keep the ports they do not list.
    */
   private keepUnlisted = false;
-  private startedAt = Date.now();
+  private startedAt = monotonicMs();
   private readonly startupAgentWaitMs: number;
   /** An agent has held the slot since this daemon started. */
   private agentSeen = false;
   /** A daemon ran here before this start (its store existed): its agent is expected to reconnect. */
   private agentExpected = false;
   private agentRemovedPorts = 0;
+  /** Acks refused for naming another endpoint than the one plumbed (see onAck). */
+  private refusedEndpointChanges = 0;
 
   constructor(private readonly opts: DpuBackendOptions) {
     this.log = opts.logger ?? silentLogger();
@@ -178,7 +181,7 @@ export class DpuBackend implements Backend {
   }
 
   start(): Promise<void> {
-    this.startedAt = Date.now();
+    this.startedAt = monotonicMs();
     return this.link.start();
   }
 
@@ -318,7 +321,8 @@ export class DpuBackend implements Backend {
         // Changed or gone meanwhile: whoever changed it plumbed it.
         if (!cur?.placement || cur.port.generation !== generation) return;
         try {
-          await this.hostSide.plumb({ ...cur.placement, endpoint, mac: cur.port.mac });
+          const { ifIndex } = await this.hostSide.plumb({ ...cur.placement, endpoint, mac: cur.port.mac });
+          this.desired.setPlacement(name, cur.placement, { netdev: endpoint, linkIndex: ifIndex });
           this.log.info({ port: name, endpoint }, 're-plumbed a re-created endpoint into its workload');
         } catch (err) {
           // A refused endpoint (the agent named a host netdev that is no VF of its) is an error worth
@@ -350,11 +354,19 @@ export class DpuBackend implements Backend {
     const tomb = st.tombstones.get(ack.name);
     const ok = ack.code === AckCode.ACK_CODE_OK;
     if (entry && entry.port.generation === ack.generation) {
+      const endpoint = this.endpointOf(s, entry, ack);
+      if (endpoint === 'refused') {
+        const sync = st.sync;
+        if (sync?.sessionId === s.id && sync.ack(ack.name, ack.generation, false))
+          this.syncFinished(st, sync);
+        return;
+      }
       this.desired.recordAck(ack.name, {
         generation: ack.generation,
         ok,
         message: ack.message,
-        endpoint: ack.endpoint,
+        endpoint: endpoint.endpoint,
+        bootId: endpoint.bootId,
       });
       const sync = st.sync;
       if (sync?.sessionId === s.id && sync.ack(ack.name, ack.generation, ok)) this.syncFinished(st, sync);
@@ -379,6 +391,45 @@ export class DpuBackend implements Backend {
     }
     // A waiter only ever takes its exact generation (matched above as current or tombstone).
     this.acks.deliver(ack, s.id);
+  }
+
+  /**
+   * The endpoint an ack at a port's current generation leaves recorded, or 'refused' (reported) when it
+   * names another one than the port already has. Detach and re-plumbing act on the recorded endpoint, so
+   * an agent re-acking a plumbed port as, say, `eth0` must not become the daemon's word for it: the
+   * endpoint stays what the daemon plumbed for as long as the DPU keeps the boot that created it. A DPU
+   * that rebooted (a new boot id) re-created its VFs and may name them anew; that endpoint is moved in
+   * only through the same guards as at Attach (replumbAfterSync). An ack that names no endpoint, or a
+   * negative one, keeps the one recorded.
+   */
+  private endpointOf(
+    s: AgentSession,
+    entry: DesiredPort,
+    ack: Ack,
+  ): { endpoint?: Endpoint; bootId: string } | 'refused' {
+    const recorded = entry.ack?.endpoint?.netdev ? entry.ack : undefined;
+    const offered = ack.endpoint?.netdev ? ack.endpoint : undefined;
+    if (!recorded?.endpoint) return { endpoint: offered, bootId: s.bootId };
+    if (!offered || ack.code !== AckCode.ACK_CODE_OK || sameEndpoint(recorded.endpoint, offered))
+      return { endpoint: recorded.endpoint, bootId: recorded.bootId ?? s.bootId };
+    if (recorded.bootId !== undefined && recorded.bootId !== s.bootId)
+      return { endpoint: offered, bootId: s.bootId };
+    this.refusedEndpointChanges += 1;
+    const n = this.throttle.occurrence('endpoint-change');
+    if (n !== undefined) {
+      this.log.error(
+        {
+          agentId: s.agentId,
+          port: ack.name,
+          generation: ack.generation,
+          endpoint: recorded.endpoint.netdev,
+          offered: offered.netdev.slice(0, 64),
+          occurrences: n,
+        },
+        'refused an ack naming another endpoint for a port already plumbed; the port keeps its endpoint',
+      );
+    }
+    return 'refused';
   }
 
   /** Acks for replaced generations are normal (logged quietly); for unknown ports, not (logged, throttled). */
@@ -446,7 +497,7 @@ export class DpuBackend implements Backend {
     }
     const placedOn = this.desired.get(spec.key)?.agentId;
     const target = placedOn ?? (spec.dpu || undefined);
-    const waitLeft = this.startupAgentWaitMs - (Date.now() - this.startedAt);
+    const waitLeft = this.startupAgentWaitMs - (monotonicMs() - this.startedAt);
     if (this.agentExpected && waitLeft > 0) {
       const missing = target ? !this.link.sessionOf(target) : this.link.sessions().length === 0;
       if (missing) await this.link.waitForAgent(Math.min(waitLeft, this.ackTimeoutMs), target);
@@ -573,6 +624,7 @@ export class DpuBackend implements Backend {
       );
     }
     let mac = ack.endpoint?.mac || port.mac;
+    let ifIndex = 0;
     if (endpoint && ack.endpoint) {
       const refusal = inventoryRefusal(s, ack.endpoint);
       if (refusal) {
@@ -585,14 +637,19 @@ export class DpuBackend implements Backend {
       }
       const placement = placementOf(spec);
       try {
-        ({ mac } = await this.hostSide.plumb({ ...placement, endpoint, mac: port.mac, netns: spec.netns }));
+        ({ mac, ifIndex } = await this.hostSide.plumb({
+          ...placement,
+          endpoint,
+          mac: port.mac,
+          netns: spec.netns,
+        }));
       } catch (err) {
         const failure = asWorkloadNetError(err);
         if (failure instanceof EndpointRefused) this.log.error({ port: spec.key, endpoint }, failure.message);
         this.forget(spec.key, s, `attach failed: ${failure.message}`);
         throw failure;
       }
-      this.desired.setPlacement(spec.key, placement);
+      this.desired.setPlacement(spec.key, placement, { netdev: endpoint, linkIndex: ifIndex });
     }
     return {
       ...planned,
@@ -609,6 +666,7 @@ export class DpuBackend implements Backend {
         vf: ack.endpoint?.vfIndex,
         pciAddress: ack.endpoint?.pciAddress ?? '',
         representor: ack.endpoint?.representor ?? '',
+        ifIndex,
         portOptions: options ? JSON.stringify(options) : '',
       }),
     };
@@ -621,8 +679,10 @@ export class DpuBackend implements Backend {
   private async detachLocked(att: AttachmentView): Promise<void> {
     const entry = this.desired.get(att.key);
     const stored = decodeDetails(att.dataplane);
-    // The latest ack knows best: after a DPU reboot the endpoint may have a new name.
-    const endpoint = entry?.ack?.endpoint?.netdev || stored?.endpoint || '';
+    // The link moved in goes back under the name it came with; which link that is, is told by its index
+    // and the port's MAC alone (host-side.ts), whatever an agent has said since.
+    const plumbed = entry?.plumbed;
+    const endpoint = plumbed?.netdev || stored?.endpoint || '';
     const agentId = entry?.agentId ?? stored?.agentId ?? '';
     // Hand the netdev back first, so that the agent finds its VF where it left it when it reclaims it.
     let hostError: WorkloadNetError | undefined;
@@ -630,6 +690,8 @@ export class DpuBackend implements Backend {
       try {
         await this.hostSide.unplumb({
           endpoint,
+          mac: entry?.port.mac ?? stored?.mac ?? '',
+          ifIndex: plumbed?.linkIndex ?? stored?.ifIndex ?? 0,
           netnsPath: att.netnsPath,
           netnsInode: att.netnsInode,
           ifName: att.ifName,
@@ -746,6 +808,8 @@ export class DpuBackend implements Backend {
         ownString(d.agentId),
         endpoint,
         endpoint ? placementOf(att) : undefined,
+        ownString(d.bootId),
+        d.ifIndex,
       );
       if (d.endpoint) withEndpoint.push(att);
       else outcome.healthy.push(att.key);
@@ -818,6 +882,7 @@ export class DpuBackend implements Backend {
       ports: this.desired.size,
       pendingAcks: this.acks.pending,
       agentRemovedPorts: this.agentRemovedPorts,
+      refusedEndpointChanges: this.refusedEndpointChanges,
     };
     if (this.opts.agentListen) details.agentListen = this.opts.agentListen;
     if (this.keepUnlisted) details.agentsKeepUnlistedPorts = true;
@@ -855,7 +920,7 @@ export class DpuBackend implements Backend {
       if (only) {
         details.agentId = l.agentId;
         details.bootId = l.bootId;
-        details.disconnectedAgoMs = Date.now() - l.at;
+        details.disconnectedAgoMs = monotonicMs() - l.at;
         details.synced = false;
       }
       notes.push(`DPU agent ${l.agentId} disconnected: ${l.reason}`);
@@ -1015,4 +1080,15 @@ function positive(what: string, v: number): number {
     throw invalidArgument(`dpu ${what} must be a positive number of milliseconds, got ${v}`);
   }
   return v;
+}
+
+/**
+ * Whether an ack names the endpoint already recorded: the same netdev, and the same MAC and VF where
+ * both say.
+ */
+function sameEndpoint(a: Endpoint, b: Endpoint): boolean {
+  if (a.netdev !== b.netdev) return false;
+  if (a.mac && b.mac && a.mac.toLowerCase() !== b.mac.toLowerCase()) return false;
+  if (a.pfIndex !== undefined && b.pfIndex !== undefined && a.pfIndex !== b.pfIndex) return false;
+  return a.vfIndex === undefined || b.vfIndex === undefined || a.vfIndex === b.vfIndex;
 }

@@ -1,5 +1,5 @@
 import type { Drift, IpAssignment } from '../../core/backend';
-import { WorkloadNetError, internal, invalidArgument } from '../../core/errors';
+import { WorkloadNetError, failedPrecondition, internal, invalidArgument } from '../../core/errors';
 import type { Logger } from '../../core/logger';
 import { NetnsError, NetnsHandle, type Netns } from '../../core/netns';
 import {
@@ -18,7 +18,9 @@ import { refuseEndpoint } from './endpoint-guard';
 // names it as the runtime asked, and configures the workload's side exactly as the Linux backend does
 // for its veths (backends/linux/workload-side.ts). The packet path behind the netdev is the DPU's
 // business. On detach the netdev goes back to the host namespace under its own name, so the agent
-// finds its VF where it left it.
+// finds its VF where it left it. Which netdev goes back is told by its index and the port's MAC, never
+// by a name found in the workload's namespace: there a name can be anyone's (the workload's eth0 from
+// another network), and the agent's word for it is not trusted with the workload's interfaces.
 
 export interface PlumbRequest {
   /** Netdev name the agent reported, in the host namespace. */
@@ -41,7 +43,12 @@ export interface PlumbRequest {
 export type WorkloadPlacement = Omit<PlumbRequest, 'endpoint' | 'mac' | 'netns'>;
 
 export interface UnplumbRequest {
+  /** The name the netdev gets back in the host namespace. */
   endpoint: string;
+  /** The port's MAC: the netdev was moved in only because it carried it (endpoint-guard.ts). */
+  mac: string;
+  /** Its index in the workload namespace, as plumb returned it; 0 when not known. */
+  ifIndex: number;
   netnsPath: string;
   netnsInode: number;
   ifName: string;
@@ -58,9 +65,12 @@ export interface InspectRequest {
 }
 
 export interface HostSide {
-  /** Moves the endpoint into the workload namespace and configures it; returns its MAC. */
-  plumb(req: PlumbRequest): Promise<{ mac: string }>;
-  /** Returns the endpoint to the host namespace; succeeds when the namespace or link is gone. */
+  /** Moves the endpoint into the workload namespace and configures it; returns its MAC and index there. */
+  plumb(req: PlumbRequest): Promise<{ mac: string; ifIndex: number }>;
+  /**
+   * Returns the link plumb moved in to the host namespace; succeeds when the namespace or link is gone.
+   * No other link is touched.
+   */
   unplumb(req: UnplumbRequest): Promise<void>;
   /** Differences between the workload interface and what was recorded. */
   inspect(req: InspectRequest): Promise<Drift[]>;
@@ -129,7 +139,7 @@ class NetlinkHostSide implements HostSide {
     return this.host;
   }
 
-  async plumb(req: PlumbRequest): Promise<{ mac: string }> {
+  async plumb(req: PlumbRequest): Promise<{ mac: string; ifIndex: number }> {
     const host = await this.hostNs();
     const wns = req.netns ?? (await openWorkloadNetns(req.netnsPath, req.netnsInode));
     if (!wns) {
@@ -151,7 +161,7 @@ class NetlinkHostSide implements HostSide {
         );
         throw netlinkFailure(`configuring ${req.ifName} (endpoint ${req.endpoint}) in ${req.netnsPath}`, err);
       }
-      return { mac: link.mac ?? req.mac };
+      return { mac: link.mac ?? req.mac, ifIndex: link.index };
     } finally {
       await wsock.close();
       // A namespace the caller opened is the caller's to close.
@@ -169,10 +179,9 @@ class NetlinkHostSide implements HostSide {
     const inHost = await getLink(hostSock, { name: req.endpoint });
     if (!inHost) {
       // A repeated attach (a repair, or a retry after the daemon crashed mid-way) finds the netdev
-      // already moved and renamed: adopt it when it carries the port's MAC.
-      const there =
-        (await getLink(wsock, { name: req.ifName })) ?? (await getLink(wsock, { name: req.endpoint }));
-      if (there && there.mac === req.mac) return there;
+      // already moved and renamed: adopt the one carrying the port's MAC.
+      const there = await this.plumbedLink(wsock, { ...req, ifIndex: 0 });
+      if (there) return there;
       throw internal(
         `the DPU agent reported endpoint ${req.endpoint}, but no such netdev exists in the host namespace ${this.hostNetnsPath ?? "(the daemon's own)"}`,
       );
@@ -227,8 +236,7 @@ class NetlinkHostSide implements HostSide {
     if (!wns) return;
     const wsock = NetlinkSocket.openIn(wns);
     try {
-      const link =
-        (await getLink(wsock, { name: req.ifName })) ?? (await getLink(wsock, { name: req.endpoint }));
+      const link = await this.plumbedLink(wsock, req);
       if (!link) return;
       const host = await this.hostNs();
       await this.moveOut(req.endpoint, link.index, wsock, host.ns);
@@ -239,6 +247,31 @@ class NetlinkHostSide implements HostSide {
       await wsock.close();
       wns.close();
     }
+  }
+
+  /**
+   * The link moved in for the port: the one at its recorded index while it carries the port's MAC, else
+   * the one link there carrying that MAC (a record without the index, or a VF re-created and plumbed
+   * again). Undefined when none does; an error when several do, since which one is the port's cannot be
+   * told.
+   */
+  private async plumbedLink(
+    wsock: NetlinkSocket,
+    req: { mac: string; ifIndex: number; netnsPath: string },
+  ): Promise<Link | undefined> {
+    const mac = req.mac.toLowerCase();
+    if (!mac) return undefined;
+    if (req.ifIndex > 0) {
+      const link = await getLink(wsock, { index: req.ifIndex });
+      if (link?.mac?.toLowerCase() === mac) return link;
+    }
+    const carrying = (await listLinks(wsock)).filter((l) => l.mac?.toLowerCase() === mac);
+    if (carrying.length > 1) {
+      throw failedPrecondition(
+        `${carrying.length} links in ${req.netnsPath} carry the port's MAC ${mac} (${carrying.map((l) => l.name).join(', ')}); which one is the port's cannot be told, so none is touched`,
+      );
+    }
+    return carrying[0];
   }
 
   async inspect(req: InspectRequest): Promise<Drift[]> {

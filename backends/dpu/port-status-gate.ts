@@ -1,4 +1,5 @@
 import type { PortStatus } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import { monotonicMs } from './monotonic-clock';
 import { TokenBucket } from './rate-limiter';
 
 // What of an agent's PortStatus stream reaches the backend (and its log). An agent repeating a port's
@@ -50,7 +51,7 @@ export class PortStatusGate {
 
   constructor(
     private readonly opts: PortStatusGateOptions = PORT_STATUS_GATE_DEFAULTS,
-    private readonly now: () => number = Date.now,
+    private readonly now: () => number = monotonicMs,
   ) {
     this.total = new TokenBucket(opts.totalBurst, opts.totalPerSecond / 1000, now);
   }

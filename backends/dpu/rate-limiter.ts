@@ -1,3 +1,5 @@
+import { monotonicMs } from './monotonic-clock';
+
 // A token bucket. Used for agent heartbeats: a healthy agent sends one per interval, so a handful of
 // tokens absorbs jitter and reconnect bursts while a flood is cut off without costing the daemon more
 // than a counter per message.
@@ -10,7 +12,7 @@ export class TokenBucket {
     private readonly capacity: number,
     /** Tokens added per millisecond. */
     private readonly refillPerMs: number,
-    private readonly now: () => number = Date.now,
+    private readonly now: () => number = monotonicMs,
   ) {
     this.tokens = capacity;
     this.last = now();

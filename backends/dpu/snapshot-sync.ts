@@ -1,11 +1,13 @@
 import type { Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import { monotonicMs } from './monotonic-clock';
 
 // One snapshot on its way to an agent: which of its ports are still unacknowledged, which failed, and
 // when the last ack came. A newer change of a port supersedes its snapshot entry (that generation will
 // never be acked), so the snapshot counts as applied without it.
 
 export class SnapshotSync {
-  readonly startedAt = Date.now();
+  /** monotonicMs() when it was sent. */
+  readonly startedAt = monotonicMs();
   readonly failed: string[] = [];
   readonly done: Promise<void>;
   private readonly remaining: Map<string, number>;
@@ -51,7 +53,7 @@ export class SnapshotSync {
 
   private finish(): boolean {
     if (this.finishedAt !== undefined) return false;
-    this.finishedAt = Date.now();
+    this.finishedAt = monotonicMs();
     this.resolveDone();
     return true;
   }

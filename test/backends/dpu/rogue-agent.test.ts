@@ -115,7 +115,11 @@ interface IpLink {
     function nodeState(): unknown {
       return {
         links: ipJson<IpLink[]>(node.name, ['link', 'show']).map((l) => [l.ifname, l.flags.includes('UP')]),
-        addrs: ipJson<unknown[]>(node.name, ['addr', 'show']),
+        // Duplicate address detection ends on its own a second or two after a link comes up: an address
+        // losing its "tentative" mark meanwhile is no change the attach made.
+        addrs: ipJson<Array<{ addr_info?: Array<Record<string, unknown>> }>>(node.name, ['addr', 'show']).map(
+          (l) => ({ ...l, addr_info: l.addr_info?.map((a) => ({ ...a, tentative: undefined })) }),
+        ),
         routes: ipJson<unknown[]>(node.name, ['route', 'show']),
       };
     }

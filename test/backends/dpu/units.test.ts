@@ -201,6 +201,7 @@ describe('DPU port fields and stored details', () => {
       vf: undefined,
       pciAddress: '',
       representor: '',
+      ifIndex: undefined,
       portOptions: '',
     });
     const v2 = {
@@ -209,6 +210,7 @@ describe('DPU port fields and stored details', () => {
       vf: 7,
       pciAddress: '0001:40:00.7',
       representor: 'rp0v7',
+      ifIndex: 12,
       portOptions: '{"trust":true}',
     };
     expect(decodeDetails({ ...dp, details: encodeDetails(v2) })).to.deep.equal(v2);

@@ -1,0 +1,118 @@
+import { expect } from 'chai';
+import * as path from 'node:path';
+import { Writable } from 'node:stream';
+import { createLogger } from '../../../core/logger';
+import type { DpuBackend } from '../../../backends/dpu';
+import { DpuStatus } from '../../../proto/gen/workloadnet/v1/workload';
+import { removeDir, scratchDir, startBackend } from './fixtures';
+import { RawAgent } from './raw-agent';
+import { waitUntil } from './sim-process';
+
+// The wall clock of a node can jump: NTP stepping a clock that drifted, an operator's `date -s`. The
+// daemon's view of its agents must not: a well-behaved agent's heartbeats were dropped as over the rate
+// limit for an hour after a step back (and its session ended as a "heartbeat flood"), Status failed to
+// serialize a negative heartbeat age, and a step forward ended every session as silent. Here the test
+// process's own Date.now (the daemon's, since the backend runs in it) jumps by an hour while a session
+// is live, with an agent heartbeating as the protocol asks.
+
+const HOUR_MS = 3_600_000;
+const HEARTBEAT_MS = 200;
+
+class LogSink extends Writable {
+  readonly lines: string[] = [];
+  override _write(chunk: Buffer, _enc: BufferEncoding, done: () => void): void {
+    this.lines.push(...chunk.toString('utf8').split('\n').filter(Boolean));
+    done();
+  }
+}
+
+describe('DPU backend: a wall-clock step while an agent is connected', function () {
+  this.timeout(30_000);
+  let dir: string;
+  let backend: DpuBackend;
+  let agent: RawAgent;
+  let sink: LogSink;
+  const realNow = Date.now;
+  /** The wall clock's step; Date.now is replaced before anything reads it, as a real step reaches all. */
+  let stepMs = 0;
+
+  beforeEach(async () => {
+    stepMs = 0;
+    Date.now = () => realNow() + stepMs;
+    dir = scratchDir();
+    sink = new LogSink();
+    backend = await startBackend(dir, {
+      heartbeatIntervalMs: HEARTBEAT_MS,
+      logger: createLogger('info', sink),
+    });
+    agent = new RawAgent(path.join(dir, 'agent.sock'));
+    agent.send(RawAgent.hello('dpu-clock'));
+    await agent.next((m) => !!m.helloAccept, 'hello accept');
+    // Twice per interval: well inside the rate limit (ten per interval) and the silence limit (three).
+    agent.keepAlive(HEARTBEAT_MS / 2);
+    await waitUntil(async () => (await backend.health()).ready, 'the agent healthy');
+  });
+
+  afterEach(async () => {
+    Date.now = realNow;
+    agent.close();
+    await backend.stop();
+    removeDir(dir);
+  });
+
+  const heartbeatsReceived = (): number => agent.received.filter((m) => !!m.heartbeat).length;
+
+  /** What Status and `workloadnet dpus` say of the agent, checked as the API would send it. */
+  async function expectAgentWell(sessionId: unknown, when: string): Promise<void> {
+    const h = await backend.health();
+    expect(h.ready, `${when}: ${h.reasons.join('; ')}`).to.equal(true);
+    expect(h.details?.sessionId, `${when}: the same session`).to.equal(sessionId);
+    expect(h.details?.lastHeartbeatAgeMs, `${when}: the heartbeat age`)
+      .to.be.a('number')
+      .within(0, 3 * HEARTBEAT_MS);
+    expect(h.dpus).to.have.length(1);
+    for (const d of h.dpus ?? []) {
+      expect(d.lastHeartbeatAgeMs, `${when}: ${d.id}'s heartbeat age`).to.be.within(0, 3 * HEARTBEAT_MS);
+      expect(d.healthy, `${when}: ${d.id} healthy`).to.equal(true);
+      // What the API sends for `workloadnet dpus` and Status (core/api-server.ts).
+      const wire = DpuStatus.fromPartial({
+        ...d,
+        lastHeartbeatAgeMs: d.lastHeartbeatAgeMs ?? 0,
+        sessionId: d.sessionId ?? '',
+        peer: d.peer ?? '',
+        reason: d.reason ?? '',
+      });
+      expect(DpuStatus.decode(DpuStatus.encode(wire).finish()).lastHeartbeatAgeMs).to.equal(
+        wire.lastHeartbeatAgeMs,
+      );
+    }
+  }
+
+  for (const [label, step] of [
+    ['one hour back', -HOUR_MS],
+    ['one hour forward', HOUR_MS],
+  ] as const) {
+    it(`${label}: the agent's heartbeats still count, its session lives on, and Status serializes`, async () => {
+      const sessionId = (await backend.health()).details?.sessionId;
+      expect(sessionId).to.be.a('string');
+      const linesBefore = sink.lines.length;
+
+      stepMs = step;
+      // At once, before the agent's next heartbeat: an age or a silence read off the wall clock is an
+      // hour off now.
+      await expectAgentWell(sessionId, 'right after the step');
+      // Ten of the daemon's heartbeats (two seconds): the session's silence is judged some forty times
+      // and the agent's heartbeats go through the rate limit some twenty times meanwhile.
+      const from = heartbeatsReceived();
+      await waitUntil(
+        () => agent.isEnded || heartbeatsReceived() >= from + 10,
+        "ten of the daemon's heartbeats after the step",
+        15_000,
+      );
+      expect(agent.isEnded, 'the session ended').to.equal(false);
+      await expectAgentWell(sessionId, 'two seconds on');
+      const said = sink.lines.slice(linesBefore).filter((l) => /rate limit|session ended|flood/.test(l));
+      expect(said, 'heartbeats dropped or the session ended').to.deep.equal([]);
+    });
+  }
+});
