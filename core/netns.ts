@@ -65,6 +65,23 @@ const NAMESPACE_KINDS: Record<number, string> = {
   0x20000000: 'PID',
 };
 
+/**
+ * The namespace type each /proc/<pid>/ns/<name> link names: procfs fixes the names, so a path of this
+ * form says its type before anything is opened (opening another process's namespace link needs ptrace
+ * rights over it, and a refusal for those would send the operator to the wrong problem).
+ */
+const PROC_LINK_KINDS: Record<string, string> = {
+  pid: 'PID',
+  pid_for_children: 'PID',
+  mnt: 'mount',
+  uts: 'UTS',
+  ipc: 'IPC',
+  user: 'user',
+  cgroup: 'cgroup',
+  time: 'time',
+  time_for_children: 'time',
+};
+
 /** The namespace the main thread runs in, opened at load so that we can always switch back. */
 const original: { fd: number; inode: number; dev: number } | Error = (() => {
   try {
@@ -144,6 +161,7 @@ export class NetnsHandle implements Netns {
    */
   static async open(netnsPath: string, opts: OpenOptions = {}): Promise<NetnsHandle> {
     checkPathForm(netnsPath, opts.workload === true);
+    checkProcLinkType(netnsPath);
     // The path is opened with O_PATH first: that resolves it without opening the file itself, so a
     // FIFO cannot block and a device cannot act. Only once fstat shows an nsfs file is it opened for
     // real, through /proc/self/fd/N: that names the very inode already checked (no race with a
@@ -169,6 +187,7 @@ export class NetnsHandle implements Netns {
    */
   static openSync(netnsPath: string, opts: OpenOptions = {}): NetnsHandle {
     checkPathForm(netnsPath, opts.workload === true);
+    checkProcLinkType(netnsPath);
     let pathFd: number;
     try {
       pathFd = fs.openSync(netnsPath, O_PATH);
@@ -352,6 +371,22 @@ function checkPathForm(netnsPath: string, strict: boolean): void {
       `netns path ${JSON.stringify(netnsPath)} must be absolute and normalised (no "..", "." or "//")`,
     );
   }
+}
+
+/**
+ * Refuses a /proc/<pid>/ns/<name> link of another type by its name, saying which type it is: the link
+ * may not even open (another process's needs ptrace rights), and a refusal for that would not say
+ * what is wrong.
+ */
+function checkProcLinkType(netnsPath: string): void {
+  if (!isProcNamespaceLink(netnsPath)) return;
+  const kind = PROC_LINK_KINDS[path.basename(netnsPath)];
+  if (kind === undefined) return;
+  throw new NetnsError(
+    'not-a-netns',
+    netnsPath,
+    `netns path ${netnsPath} is a ${kind} namespace, not a network namespace (use ${path.dirname(netnsPath)}/net)`,
+  );
 }
 
 /**

@@ -156,6 +156,29 @@ describe('network namespace handles', function () {
     );
   });
 
+  it("names the type of another process's namespace of the wrong type, not a permission or a missing workload", async () => {
+    // PID 1's links need ptrace rights over it: the open itself may be refused, so the name must tell.
+    for (const [link, kind] of [
+      ['/proc/1/ns/pid', 'PID'],
+      ['/proc/1/ns/mnt', 'mount'],
+      ['/proc/1/ns/user', 'user'],
+      [`/proc/${process.pid}/ns/uts`, 'UTS'],
+      ['/proc/1/task/1/ns/pid_for_children', 'PID'],
+    ] as const) {
+      for (const workload of [true, false]) {
+        await expectRejected(
+          NetnsHandle.open(link, { workload }),
+          'not-a-netns',
+          'INVALID_ARGUMENT',
+          new RegExp(
+            `^netns path ${link} is an? ${kind} namespace, not a network namespace \\(use /proc/.*/net\\)$`,
+          ),
+        );
+      }
+      expect(() => NetnsHandle.openSync(link)).to.throw(NetnsError, `is a ${kind} namespace`);
+    }
+  });
+
   it('rejects a FIFO without hanging', async () => {
     const fifo = path.join(tmp, 'fifo');
     await new Promise<void>((resolve, reject) =>
