@@ -46,9 +46,9 @@ export class LeakSweep {
    * Row (key and creation time) → when this process first saw it, on the monotonic clock. The age
    * guard reads this and not the row's recorded createdAt: a wall clock stepped forward would make a
    * row created a moment ago look old enough to release, one stepped back would keep every row young
-   * for as long as the step. The age observed here is a lower bound of the real one on any clock;
-   * after a restart every row starts from zero again, which delays a release by one interval and never
-   * hastens one.
+   * for as long as the step. The age observed here is a lower bound of the real one on any clock. Rows
+   * the store held when this process started (knownSinceStart) were recorded by an earlier one, so
+   * they are at least as old as this process: they count from its start, the clock's zero.
    */
   private firstSeen = new Map<string, number>();
   private timer?: NodeJS.Timeout;
@@ -63,6 +63,11 @@ export class LeakSweep {
     private readonly events: SweepEvents,
     private readonly clock: () => number = monotonicMs,
   ) {}
+
+  /** Rows recorded before this process started (read at start-up, before the API serves). */
+  knownSinceStart(rows: Iterable<AttachmentRecord>): void {
+    for (const rec of rows) if (rec.netnsPath) this.firstSeen.set(`${rec.key} ${rec.createdAt}`, 0);
+  }
 
   /** Why the last periodic sweep released nothing, while it lasts. */
   get hold(): Hold | undefined {

@@ -329,6 +329,7 @@ export class Orchestrator implements WorkloadService {
       if (rec.defaultRoute !== false && rec.netnsInode) this.defaultRouteHolders.set(rec.netnsInode, rec.key);
     }
     this.networks.restoreCursors(this.store.cursors());
+    this.sweeper.knownSinceStart(this.store.rows());
     return this.reconcile();
   }
 

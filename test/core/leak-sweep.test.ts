@@ -148,6 +148,21 @@ describe('leak sweep rules', () => {
     expect(rows.released).to.deep.equal([w!.workloadId]);
   });
 
+  it('counts rows recorded before the process started as known since its start, not since the first sweep', async () => {
+    const [w, fresh] = workloads(5);
+    rows.rows.delete(fresh!.key);
+    sweep.knownSinceStart(rows.rows.values());
+    rows.rows.set(fresh!.key, fresh!);
+    remove(w!);
+    remove(fresh!);
+    // One interval after the start: the earlier row is old enough, the one attached since is not.
+    mono = INTERVAL_MS;
+    expect((await sweep.sweep()).suspected).to.deep.equal([w!.key]);
+    mono += INTERVAL_MS / 2;
+    expect((await sweep.sweep(true)).released).to.deep.equal([w!.key]);
+    expect(rows.released).to.deep.equal([w!.workloadId]);
+  });
+
   it('releases one workload gone among several, on its second sighting', async () => {
     const all = workloads(5);
     await tick();
