@@ -1,14 +1,18 @@
 import type { Logger } from './logger';
-import type { NetnsOpener } from './netns';
+import type { NetnsOpener, NetnsPresence } from './netns';
 import type { AttachmentRecord } from './store';
+import { judgeGone, type Hold } from './sweep-guard';
 
 // Attachments whose workload vanished without a DEL (a runtime crash, a node-local cleanup) keep their
 // addresses and dataplane until something releases them; containerd 1.6 never calls CNI GC. So the
 // daemon sweeps: an attachment whose namespace is gone (the path names nothing, or another namespace
 // than the one recorded) on two sweeps in a row is detached. Two sightings, and never an attachment
-// younger than one interval, so that a namespace caught between its creation and its bind mount, or a
-// path being re-pointed, is not mistaken for a dead workload. Adopted attachments (no recorded path,
-// see the lost-store recovery) are left alone: their DEL or the next start-up releases them.
+// this process has known for less than one interval, so that a namespace caught between its creation
+// and its bind mount, or a path being re-pointed, is not mistaken for a dead workload. Adopted
+// attachments (no recorded path, see the lost-store recovery) are left alone: their DEL or the next
+// start-up releases them. A path that looks gone is evidence only when the daemon's view of its
+// directory is sound and few look gone at once (sweep-guard.ts); otherwise the sweep releases nothing
+// and says why, until the view is sound again or the operator forces it.
 
 export interface SweepTarget {
   rows(): Iterable<AttachmentRecord>;
@@ -21,21 +25,54 @@ export interface SweepResult {
   released: string[];
   /** Seen gone for the first time; the next sweep detaches them if they are still gone. */
   suspected: string[];
+  /** Why a periodic sweep would release nothing now (a forced one releases all the same). */
+  held?: string;
 }
+
+export interface SweepEvents {
+  /** One attachment released. */
+  released(): void;
+  /** The verdict of each periodic sweep: why it released nothing, or undefined. */
+  held(hold: Hold | undefined): void;
+}
+
+/** Milliseconds on a clock that wall-clock steps (NTP, an operator's `date -s`) do not move. */
+export const monotonicMs = (): number => performance.now();
 
 export class LeakSweep {
   /** Key → creation time of the row seen without its namespace on the last sweep. */
   private seenGone = new Map<string, string>();
+  /**
+   * Row (key and creation time) → when this process first saw it, on the monotonic clock. The age
+   * guard reads this and not the row's recorded createdAt: a wall clock stepped forward would make a
+   * row created a moment ago look old enough to release, one stepped back would keep every row young
+   * for as long as the step. The age observed here is a lower bound of the real one on any clock. Rows
+   * the store held when this process started (knownSinceStart) were recorded by an earlier one, so
+   * they are at least as old as this process: they count from its start, the clock's zero.
+   */
+  private firstSeen = new Map<string, number>();
   private timer?: NodeJS.Timeout;
   private running?: Promise<SweepResult>;
+  private lastHold?: Hold;
 
   constructor(
     private readonly target: SweepTarget,
     private readonly netns: NetnsOpener,
     private readonly intervalMs: number,
     private readonly log: Logger,
-    private readonly onRelease: () => void,
+    private readonly events: SweepEvents,
+    private readonly clock: () => number = monotonicMs,
   ) {}
+
+  /** Rows recorded before this process started (read at start-up, before the API serves). */
+  knownSinceStart(rows: Iterable<AttachmentRecord>): void {
+    for (const rec of rows) if (rec.netnsPath) this.firstSeen.set(`${rec.key} ${rec.createdAt}`, 0);
+  }
+
+  /** Why the last periodic sweep released nothing, while it lasts. */
+  get hold(): Hold | undefined {
+    return this.lastHold;
+  }
 
   start(): void {
     if (this.intervalMs <= 0 || this.timer) return;
@@ -52,40 +89,71 @@ export class LeakSweep {
     this.timer = undefined;
   }
 
-  /** One sweep now; never two at once. */
-  sweep(): Promise<SweepResult> {
-    this.running ??= this.pass(false).finally(() => (this.running = undefined));
+  /**
+   * One sweep now; never two at once. A forced sweep (the operator's `gc --namespaces-gone`) releases
+   * what is gone even while the guard holds, and waits for a periodic one under way rather than
+   * returning its result.
+   */
+  async sweep(force = false): Promise<SweepResult> {
+    while (this.running) {
+      if (!force) return this.running;
+      await this.running.catch(() => undefined);
+    }
+    this.running = this.pass(false, force).finally(() => (this.running = undefined));
     return this.running;
   }
 
-  /** What a sweep now would do, without doing it or counting as a sighting. */
+  /** What a forced sweep now would do, without doing it or counting as a sighting. */
   preview(): Promise<SweepResult> {
-    return this.pass(true);
+    return this.pass(true, true);
   }
 
-  private async pass(dryRun: boolean): Promise<SweepResult> {
+  private async pass(dryRun: boolean, force: boolean): Promise<SweepResult> {
     const result: SweepResult = { released: [], suspected: [] };
     const seen = new Map<string, string>();
     const minAgeMs = this.intervalMs > 0 ? this.intervalMs : 0;
-    const now = Date.now();
+    const now = this.clock();
+    const firstSeen = new Map<string, number>();
+    const namespaces = new Set<string>();
     // What the sweep looks at, taken from the rows up front (the store is not read across awaits);
     // the row itself is read again, under the workload's lock, only when it is released.
     const candidates: AttachmentRecord[] = [];
     for (const rec of this.target.rows()) {
-      if (rec.netnsPath && now - Date.parse(rec.createdAt) >= minAgeMs) candidates.push(rec);
+      if (!rec.netnsPath) continue;
+      namespaces.add(namespaceOf(rec));
+      const row = `${rec.key} ${rec.createdAt}`;
+      const since = this.firstSeen.get(row) ?? now;
+      firstSeen.set(row, since);
+      if (now - since >= minAgeMs) candidates.push(rec);
     }
+    if (!dryRun) this.firstSeen = firstSeen;
     // Interfaces of one workload share a namespace: look at each namespace once per sweep.
-    const present = new Map<string, boolean>();
+    const presence = new Map<string, NetnsPresence>();
+    const gone: AttachmentRecord[] = [];
+    const goneNamespaces = new Map<string, AttachmentRecord>();
+    let unseen = 0;
     for (const rec of candidates) {
-      const ns = `${rec.netnsInode} ${rec.netnsPath}`;
-      let alive = present.get(ns);
-      if (alive === undefined) {
+      const ns = namespaceOf(rec);
+      let p = presence.get(ns);
+      if (p === undefined) {
         // One namespace at a time: a sweep is background work and must not crowd out the API.
-        alive = await this.netns.stillPresent(rec.netnsPath, rec.netnsInode);
-        present.set(ns, alive);
+        p = await this.netns.presence(rec.netnsPath, rec.netnsInode);
+        presence.set(ns, p);
+        if (p === 'unseen') unseen++;
       }
-      if (alive) continue;
-      if (this.seenGone.get(rec.key) !== rec.createdAt) {
+      if (p !== 'gone') continue;
+      gone.push(rec);
+      goneNamespaces.set(ns, rec);
+    }
+    if (unseen > 0) {
+      this.log.debug({ unseen }, 'namespace paths that exist but show no namespace to the daemon; kept');
+    }
+    const hold = gone.length ? await judgeGone([...goneNamespaces.values()], namespaces.size) : undefined;
+    if (hold) result.held = hold.reason;
+    const holding = hold !== undefined && !force;
+    for (const rec of gone) {
+      if (this.seenGone.get(rec.key) !== rec.createdAt || holding) {
+        // Held, it stays a sighting: a forced sweep releases it at once, a sound view sees it again.
         seen.set(rec.key, rec.createdAt);
         result.suspected.push(rec.key);
         continue;
@@ -96,14 +164,35 @@ export class LeakSweep {
       }
       if (await this.target.release(rec, `leak sweep: network namespace ${rec.netnsPath} is gone`)) {
         result.released.push(rec.key);
-        this.onRelease();
+        this.events.released();
         this.log.info(
-          { workloadId: rec.workloadId, ifName: rec.ifName, netns: rec.netnsPath },
+          { workloadId: rec.workloadId, ifName: rec.ifName, netns: rec.netnsPath, forced: force },
           'released an attachment whose network namespace is gone',
         );
       }
     }
-    if (!dryRun) this.seenGone = seen;
+    if (dryRun) return result;
+    this.seenGone = seen;
+    if (!force) this.judged(hold);
+    this.log.debug(
+      { released: result.released.length, suspected: result.suspected.length, held: hold?.kind, force },
+      'leak sweep pass done',
+    );
     return result;
   }
+
+  /** Records a periodic sweep's verdict; logs when it changes, not on every sweep. */
+  private judged(hold: Hold | undefined): void {
+    if (hold?.reason !== this.lastHold?.reason) {
+      if (hold) this.log.warn({ kind: hold.kind }, hold.reason);
+      else this.log.info({}, 'leak sweep: the namespaces look sound again; releasing as usual');
+    }
+    this.lastHold = hold;
+    this.events.held(hold);
+  }
+}
+
+/** A namespace's identity as the sweep compares it: the inode recorded, at the path recorded. */
+function namespaceOf(rec: AttachmentRecord): string {
+  return `${rec.netnsInode} ${rec.netnsPath}`;
 }

@@ -1,5 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { DpuAgentStatus } from './backend';
+import { HOLD_KINDS, type HoldKind } from './sweep-guard';
 
 // Prometheus metrics of the daemon (prom-client). One registry per daemon so tests can run several in
 // one process without their counters mixing.
@@ -114,6 +115,18 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly sweepHeld = new Gauge({
+    name: 'workloadnet_sweep_held',
+    help: 'Leak sweep: 1 while it releases nothing because namespaces that look gone are no evidence (reason: directory_unreadable, directory_other_mount, directory_empty, too_many_gone), else 0.',
+    labelNames: ['reason'] as const,
+    registers: [this.registry],
+  });
+
+  /** The sweep's verdict: 1 for the reason it holds for, 0 for every other. */
+  setSweepHeld(kind: HoldKind | undefined): void {
+    for (const k of HOLD_KINDS) this.sweepHeld.set({ reason: k }, k === kind ? 1 : 0);
+  }
+
   readonly reconciled = new Counter({
     name: 'workloadnet_reconcile_items_total',
     help: 'Items handled by start-up reconcile, by outcome (orphan_removed, repaired, released, healthy).',
@@ -153,6 +166,7 @@ export class Metrics {
 
   constructor(opts: { processMetrics?: boolean } = {}) {
     if (opts.processMetrics) collectDefaultMetrics({ register: this.registry });
+    this.setSweepHeld(undefined);
   }
 
   /** Records one finished call. */

@@ -23,7 +23,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { WorkloadNetError } from './errors';
 import { CLONE_NEWNET, NS_GET_NSTYPE, ioctlNoArg, setns } from './libc';
-import { PathWalkPolicy, isProcNamespaceLink } from './path-walk-policy';
+import { PathWalkPolicy, isProcNamespaceLink, namespaceDirectoryOf } from './path-walk-policy';
 
 const MAX_PATH = 4096;
 const walkPolicy = new PathWalkPolicy();
@@ -65,6 +65,23 @@ const NAMESPACE_KINDS: Record<number, string> = {
   0x20000000: 'PID',
 };
 
+/**
+ * The namespace type each /proc/<pid>/ns/<name> link names: procfs fixes the names, so a path of this
+ * form says its type before anything is opened (opening another process's namespace link needs ptrace
+ * rights over it, and a refusal for those would send the operator to the wrong problem).
+ */
+const PROC_LINK_KINDS: Record<string, string> = {
+  pid: 'PID',
+  pid_for_children: 'PID',
+  mnt: 'mount',
+  uts: 'UTS',
+  ipc: 'IPC',
+  user: 'user',
+  cgroup: 'cgroup',
+  time: 'time',
+  time_for_children: 'time',
+};
+
 /** The namespace the main thread runs in, opened at load so that we can always switch back. */
 const original: { fd: number; inode: number; dev: number } | Error = (() => {
   try {
@@ -101,6 +118,12 @@ export interface Netns {
   readonly fd: number;
   /** nsfs inode: the namespace's identity. */
   readonly inode: number;
+  /**
+   * Device of the directory the path was found in (see path-walk-policy's namespaceDirectoryOf), when
+   * known: recorded with the attachment, so that the leak sweep can tell the mount it was made through
+   * from another one mounted over it later (sweep-guard.ts).
+   */
+  readonly dirDev?: number;
   readonly closed: boolean;
   close(): void;
   /** See NetnsHandle.enter. */
@@ -111,9 +134,19 @@ export interface Netns {
 export interface NetnsOpener {
   /** Opens and validates a workload's namespace (see NetnsHandle.open with `workload`). */
   openWorkload(netnsPath: string): Promise<Netns>;
-  /** Whether `netnsPath` still names the namespace recorded as `inode` (reconcile, the leak sweep). */
+  /** Whether `netnsPath` still names the namespace recorded as `inode`. */
   stillPresent(netnsPath: string, inode: number): Promise<boolean>;
+  /** What `netnsPath` shows of the namespace recorded as `inode` (reconcile, the leak sweep). */
+  presence(netnsPath: string, inode: number): Promise<NetnsPresence>;
 }
+
+/**
+ * What a path shows of a recorded namespace. `gone` is evidence: the path names nothing (unlinked, or
+ * its process exited) or another namespace. `unseen` is not: something is there but not a namespace
+ * (the file a bind mount covers, seen from a mount namespace the mount did not propagate to), or it
+ * cannot be looked at (no ptrace rights over the process).
+ */
+export type NetnsPresence = 'present' | 'gone' | 'unseen';
 
 /** inversify identifier of the NetnsOpener. */
 export const NETNS_OPENER = Symbol.for('workloadnet.NetnsOpener');
@@ -122,11 +155,13 @@ export const NETNS_OPENER = Symbol.for('workloadnet.NetnsOpener');
 export const kernelNetnsOpener: NetnsOpener = {
   openWorkload: (netnsPath) => NetnsHandle.open(netnsPath, { workload: true }),
   stillPresent: (netnsPath, inode) => netnsStillPresent(netnsPath, inode),
+  presence: (netnsPath, inode) => netnsPresence(netnsPath, inode),
 };
 
 /** An open network namespace. The fd pins the namespace: it exists as long as the handle is open. */
 export class NetnsHandle implements Netns {
   private isClosed = false;
+  private directoryDevice?: number;
 
   private constructor(
     /** The path it was opened from. */
@@ -144,6 +179,7 @@ export class NetnsHandle implements Netns {
    */
   static async open(netnsPath: string, opts: OpenOptions = {}): Promise<NetnsHandle> {
     checkPathForm(netnsPath, opts.workload === true);
+    checkProcLinkType(netnsPath);
     // The path is opened with O_PATH first: that resolves it without opening the file itself, so a
     // FIFO cannot block and a device cannot act. Only once fstat shows an nsfs file is it opened for
     // real, through /proc/self/fd/N: that names the very inode already checked (no race with a
@@ -155,12 +191,22 @@ export class NetnsHandle implements Netns {
     const allowed = walkPolicy.syncWalkAllowed(netnsPath);
     if (allowed === true || (allowed !== false && (await allowed))) {
       const pathFd = openPathInline(netnsPath, isProcNamespaceLink(netnsPath));
-      if (pathFd !== undefined) return NetnsHandle.fromPathFd(netnsPath, pathFd, opts);
+      if (pathFd !== undefined) {
+        const handle = NetnsHandle.fromPathFd(netnsPath, pathFd, opts);
+        // The directory was just walked on a local filesystem: its inode is cached, the stat is cheap.
+        handle.directoryDevice = directoryDeviceSync(netnsPath);
+        return handle;
+      }
     }
     const pathFd = await new Promise<number>((resolve, reject) =>
       fs.open(netnsPath, O_PATH, (err, n) => (err ? reject(openFailure(netnsPath, err)) : resolve(n))),
     );
-    return NetnsHandle.fromPathFd(netnsPath, pathFd, opts);
+    const handle = NetnsHandle.fromPathFd(netnsPath, pathFd, opts);
+    handle.directoryDevice = await fs.promises.stat(namespaceDirectoryOf(netnsPath)).then(
+      (st) => st.dev,
+      () => undefined,
+    );
+    return handle;
   }
 
   /**
@@ -169,6 +215,7 @@ export class NetnsHandle implements Netns {
    */
   static openSync(netnsPath: string, opts: OpenOptions = {}): NetnsHandle {
     checkPathForm(netnsPath, opts.workload === true);
+    checkProcLinkType(netnsPath);
     let pathFd: number;
     try {
       pathFd = fs.openSync(netnsPath, O_PATH);
@@ -229,6 +276,10 @@ export class NetnsHandle implements Netns {
 
   get closed(): boolean {
     return this.isClosed;
+  }
+
+  get dirDev(): number | undefined {
+    return this.directoryDevice;
   }
 
   /** Releases the fd. Closing an nsfs fd only drops a reference and never waits, so it is synchronous. */
@@ -306,13 +357,25 @@ export class NetnsHandle implements Netns {
  * nothing.
  */
 export async function netnsStillPresent(netnsPath: string, inode: number): Promise<boolean> {
-  if (!netnsPath) return false;
+  return (await netnsPresence(netnsPath, inode)) === 'present';
+}
+
+/**
+ * What `netnsPath` shows of the namespace recorded as `inode` (see NetnsPresence). Only a path that
+ * names nothing, or another namespace, counts as gone: whether the directory it is in is the one the
+ * attachment was made through is the sweep guard's question (sweep-guard.ts).
+ */
+export async function netnsPresence(netnsPath: string, inode: number): Promise<NetnsPresence> {
+  if (!netnsPath) return 'gone';
+  let st: fs.Stats;
   try {
-    const st = await fs.promises.stat(netnsPath);
-    return st.ino === inode && st.dev === originalNamespace().dev;
-  } catch {
-    return false;
+    st = await fs.promises.stat(netnsPath);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    return code === 'ENOENT' || code === 'ESRCH' || code === 'ENOTDIR' ? 'gone' : 'unseen';
   }
+  if (st.dev !== originalNamespace().dev) return 'unseen';
+  return st.ino === inode ? 'present' : 'gone';
 }
 
 /**
@@ -351,6 +414,31 @@ function checkPathForm(netnsPath: string, strict: boolean): void {
     throw bad(
       `netns path ${JSON.stringify(netnsPath)} must be absolute and normalised (no "..", "." or "//")`,
     );
+  }
+}
+
+/**
+ * Refuses a /proc/<pid>/ns/<name> link of another type by its name, saying which type it is: the link
+ * may not even open (another process's needs ptrace rights), and a refusal for that would not say
+ * what is wrong.
+ */
+function checkProcLinkType(netnsPath: string): void {
+  if (!isProcNamespaceLink(netnsPath)) return;
+  const kind = PROC_LINK_KINDS[path.basename(netnsPath)];
+  if (kind === undefined) return;
+  throw new NetnsError(
+    'not-a-netns',
+    netnsPath,
+    `netns path ${netnsPath} is a ${kind} namespace, not a network namespace (use ${path.dirname(netnsPath)}/net)`,
+  );
+}
+
+/** The device of the directory `netnsPath` was found in, or undefined when it cannot be read. */
+function directoryDeviceSync(netnsPath: string): number | undefined {
+  try {
+    return fs.statSync(namespaceDirectoryOf(netnsPath)).dev;
+  } catch {
+    return undefined;
   }
 }
 

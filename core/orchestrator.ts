@@ -21,6 +21,7 @@ import { METRICS, Metrics } from './metrics';
 import { NETNS_OPENER, type Netns, type NetnsOpener } from './netns';
 import { NETWORKS, type Network, type NetworkSet } from './network';
 import { Store, type AttachmentRecord } from './store';
+import { judgeGone } from './sweep-guard';
 import {
   DEFAULT_IF_NAME,
   attachmentKey,
@@ -111,7 +112,7 @@ export class Orchestrator implements WorkloadService {
       netns,
       config.sweepIntervalMs,
       log.child({ part: 'sweep' }),
-      () => metrics.sweepReleased.inc(),
+      { released: () => metrics.sweepReleased.inc(), held: (hold) => metrics.setSweepHeld(hold?.kind) },
     );
   }
 
@@ -192,7 +193,7 @@ export class Orchestrator implements WorkloadService {
           const defaultRoute =
             network.config.defaultRoute && (await this.claimDefaultRoute(netns.inode, req));
           const routes = defaultRoute ? undefined : network.ranges();
-          const record = newRecord(req, netns.inode, allocated, backend.name, defaultRoute, routes);
+          const record = newRecord(req, netns, allocated, backend.name, defaultRoute, routes);
           const spec: AttachSpec = { ...toSpec(record), netns, dpu: req.dpu, dpuPort: req.dpuPort };
           record.dataplane = backend.plan(spec);
           await this.programAndRecord(record, spec, network);
@@ -389,6 +390,7 @@ export class Orchestrator implements WorkloadService {
       if (rec.defaultRoute !== false && rec.netnsInode) this.defaultRouteHolders.set(rec.netnsInode, rec.key);
     }
     this.networks.restoreCursors(this.store.cursors());
+    this.sweeper.knownSinceStart(this.store.rows());
     return this.reconcile();
   }
 
@@ -447,11 +449,13 @@ export class Orchestrator implements WorkloadService {
     }
     if (this.store.isNew) await this.adopt(adopted, summary);
     const byKey = new Map(rows.map((r) => [r.key, r]));
+    const gone: AttachmentRecord[] = [];
     await Promise.all(
       missing.map(async (key) => {
         const rec = byKey.get(key);
         if (!rec) return;
-        if (await this.netns.stillPresent(rec.netnsPath, rec.netnsInode)) {
+        const presence = await this.netns.presence(rec.netnsPath, rec.netnsInode);
+        if (presence === 'present') {
           try {
             await this.repair(rec);
             summary.repaired++;
@@ -464,6 +468,27 @@ export class Orchestrator implements WorkloadService {
           }
           return;
         }
+        if (presence === 'unseen') {
+          summary.warnings.push(
+            `${key}: dataplane missing, and ${rec.netnsPath} shows the daemon no namespace; kept`,
+          );
+          return;
+        }
+        gone.push(rec);
+      }),
+    );
+    // A namespace that looks gone is evidence only through a sound view (sweep-guard.ts), the same
+    // judgement as the leak sweep's. Adopted rows have no path: their missing dataplane is the evidence.
+    const judged = gone.filter((r) => r.netnsPath);
+    const hold = judged.length
+      ? await judgeGone(uniqueNamespaces(judged), uniqueNamespaces(rows.filter((r) => r.netnsPath)).length)
+      : undefined;
+    if (hold)
+      summary.warnings.push(
+        `${judged.length} attachment(s) with their dataplane missing kept: ${hold.reason}`,
+      );
+    await Promise.all(
+      (hold ? gone.filter((r) => !r.netnsPath) : gone).map(async (rec) => {
         await this.teardown(rec, 'reconcile: dataplane and namespace gone');
         summary.released++;
       }),
@@ -590,6 +615,8 @@ export class Orchestrator implements WorkloadService {
       this.metrics.networkAttachments.set({ network: network.name }, this.perNetwork.get(network.name) ?? 0);
     }
     if (!writes.ok) reasons.push(`${writes.reason} (writes failing since ${writes.since})`);
+    const held = this.sweeper.hold;
+    if (held) reasons.push(held.reason);
     const attachments = this.store.count();
     this.metrics.attachments.set(attachments);
     for (const [b, health] of healths) {
@@ -658,9 +685,12 @@ export class Orchestrator implements WorkloadService {
     });
   }
 
-  /** Releases, now, the attachments the leak sweep would; with `dryRun`, only says which. */
+  /**
+   * Releases, now, the attachments the leak sweep would, even while its guard holds (the operator
+   * asked); with `dryRun`, only says which.
+   */
   sweep(dryRun: boolean): Promise<SweepResult> {
-    return dryRun ? this.sweeper.preview() : this.sweeper.sweep();
+    return dryRun ? this.sweeper.preview() : this.sweeper.sweep(true);
   }
 
   async gc(
@@ -716,7 +746,7 @@ function sameAttachment(existing: AttachmentRecord, req: AttachRequest, netns: N
 
 function newRecord(
   req: AttachRequest,
-  netnsInode: number,
+  netns: Pick<Netns, 'inode' | 'dirDev'>,
   allocated: AllocatedIp[],
   backend: string,
   defaultRoute: boolean,
@@ -727,7 +757,8 @@ function newRecord(
     workloadId: req.workloadId,
     ifName: req.ifName,
     netnsPath: req.netnsPath,
-    netnsInode,
+    netnsInode: netns.inode,
+    ...(netns.dirDev !== undefined ? { netnsDirDev: netns.dirDev } : {}),
     containerId: req.containerId,
     pod: req.pod,
     ips: allocated.map((a) => ({
@@ -750,6 +781,11 @@ function newRecord(
 /** Whether programming reported exactly what was planned (then the row written meanwhile is final). */
 function sameDataplane(a: DataplaneResult, b: DataplaneResult): boolean {
   return a === b || JSON.stringify(a) === JSON.stringify(b);
+}
+
+/** One row per namespace (interfaces of a workload share one), as the sweep guard counts them. */
+function uniqueNamespaces(rows: AttachmentRecord[]): AttachmentRecord[] {
+  return [...new Map(rows.map((r) => [`${r.netnsInode} ${r.netnsPath}`, r])).values()];
 }
 
 function isDefined<T>(v: T | undefined): v is T {
@@ -776,7 +812,7 @@ function toView(rec: AttachmentRecord): AttachmentView {
 }
 
 function publicView(rec: AttachmentRecord): Attachment {
-  const { netnsInode: _inode, ...rest } = rec;
+  const { netnsInode: _inode, netnsDirDev: _dirDev, ...rest } = rec;
   return rest;
 }
 

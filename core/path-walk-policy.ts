@@ -43,7 +43,7 @@ export class PathWalkPolicy {
    * known, else a promise that finds out (on the threadpool) and remembers.
    */
   syncWalkAllowed(file: string): boolean | Promise<boolean> {
-    const dir = directoryOf(file);
+    const dir = namespaceDirectoryOf(file);
     const v = this.verdicts.get(dir);
     if (v && this.now() - v.at < VERDICT_TTL_MS) return v.local;
     return this.judge(dir);
@@ -77,9 +77,11 @@ export function isProcNamespaceLink(file: string): boolean {
 }
 
 /**
- * Every /proc/<pid>/ns/<type> shares procfs's verdict; any other path (/proc/<pid>/root/… included,
- * which leads into another filesystem) its directory's.
+ * The directory a namespace path is found through: /proc for every /proc/<pid>/ns/<type> (they share
+ * procfs's walk verdict, and the procfs mount tells which PID namespace's processes the path names);
+ * for any other path (/proc/<pid>/root/… included, which leads into another filesystem) its
+ * directory.
  */
-function directoryOf(file: string): string {
+export function namespaceDirectoryOf(file: string): string {
   return isProcNamespaceLink(file) ? '/proc' : path.dirname(file);
 }

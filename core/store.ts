@@ -22,6 +22,11 @@ export const SCHEMA_VERSION = 2;
 export interface AttachmentRecord extends Attachment {
   /** Inode of the workload namespace when it was attached (detects a re-created namespace). */
   netnsInode: number;
+  /**
+   * Device of the directory the namespace path was found in at attach (absent in rows written before
+   * it was recorded): the leak sweep trusts a path's absence only on that same mount (sweep-guard.ts).
+   */
+  netnsDirDev?: number;
 }
 
 /** The store's databases, as a migration sees them. */

@@ -6,7 +6,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { NetlinkSocket, listLinks } from '../../backends/linux/rtnetlink';
 import { openProcSysFile, readSysctl } from '../../backends/linux/sysctl';
-import { NetnsError, NetnsHandle, netnsStillPresent } from '../../core/netns';
+import { NetnsError, NetnsHandle, netnsPresence, netnsStillPresent } from '../../core/netns';
 import { NetnsPool, ip, netnsExec, netnsInode, netnsPath } from '../backends/linux/netns-fixture';
 
 // The fs module itself (not an import's copy of its bindings), so that a test can see netns.ts call it.
@@ -156,6 +156,43 @@ describe('network namespace handles', function () {
     );
   });
 
+  it("names the type of another process's namespace of the wrong type, not a permission or a missing workload", async () => {
+    // PID 1's links need ptrace rights over it: the open itself may be refused, so the name must tell.
+    for (const [link, kind] of [
+      ['/proc/1/ns/pid', 'PID'],
+      ['/proc/1/ns/mnt', 'mount'],
+      ['/proc/1/ns/user', 'user'],
+      [`/proc/${process.pid}/ns/uts`, 'UTS'],
+      ['/proc/1/task/1/ns/pid_for_children', 'PID'],
+    ] as const) {
+      for (const workload of [true, false]) {
+        await expectRejected(
+          NetnsHandle.open(link, { workload }),
+          'not-a-netns',
+          'INVALID_ARGUMENT',
+          new RegExp(
+            `^netns path ${link} is an? ${kind} namespace, not a network namespace \\(use /proc/.*/net\\)$`,
+          ),
+        );
+      }
+      expect(() => NetnsHandle.openSync(link)).to.throw(NetnsError, `is a ${kind} namespace`);
+    }
+  });
+
+  it('records the device of the directory a namespace was found in (procfs for /proc/<pid>/ns/net)', async () => {
+    for (const [p, dir] of [
+      [netnsPath(ns), path.dirname(netnsPath(ns))],
+      [`/proc/${process.pid}/ns/net`, '/proc'],
+    ] as const) {
+      const h = await NetnsHandle.open(p);
+      try {
+        expect(h.dirDev, p).to.equal(fs.statSync(dir).dev);
+      } finally {
+        h.close();
+      }
+    }
+  });
+
   it('rejects a FIFO without hanging', async () => {
     const fifo = path.join(tmp, 'fifo');
     await new Promise<void>((resolve, reject) =>
@@ -206,6 +243,21 @@ describe('network namespace handles', function () {
     expect(await netnsStillPresent(netnsPath(ns), netnsInode(ns))).to.equal(true);
     expect(await netnsStillPresent(netnsPath(ns), netnsInode(ns) + 1)).to.equal(false);
     expect(await netnsStillPresent(netnsPath('wnl-does-not-exist'), 1)).to.equal(false);
+  });
+
+  it('counts only a path that names nothing or another namespace as gone, not one it cannot see', async () => {
+    expect(await netnsPresence(netnsPath(ns), netnsInode(ns))).to.equal('present');
+    expect(await netnsPresence(netnsPath(ns), netnsInode(ns) + 1)).to.equal('gone');
+    expect(await netnsPresence(netnsPath('wnl-does-not-exist'), 1)).to.equal('gone');
+    // What a mount namespace the bind mount never propagated to sees: the file it covers.
+    const covered = path.join(tmp, 'covered');
+    fs.writeFileSync(covered, '');
+    expect(await netnsPresence(covered, fs.statSync(covered).ino)).to.equal('unseen');
+    // A process that exited: its /proc entry is gone.
+    const exited = spawn('true');
+    await new Promise((r) => exited.once('exit', r));
+    await new Promise((r) => setTimeout(r, 50));
+    expect(await netnsPresence(`/proc/${exited.pid}/ns/net`, netnsInode(ns))).to.equal('gone');
   });
 
   it("recognises the process's own namespace", async () => {

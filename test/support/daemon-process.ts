@@ -20,6 +20,11 @@ export interface DaemonProcessOptions {
   flags?: Record<string, string>;
   /** Arguments after the flags, as given. */
   args?: string[];
+  /**
+   * A command the daemon is started through, inside `netns`, that execs its arguments in place (so that
+   * the child pid stays the daemon's): e.g. `unshare -m …` to give it another view of the file system.
+   */
+  wrap?: string[];
 }
 
 /** The daemon's flags for `opts`: its defaults with the caller's over them. */
@@ -41,10 +46,10 @@ function daemonFlags(
  */
 export function daemonCommand(opts: DaemonProcessOptions): { file: string; args: string[] } {
   const flags = Object.entries(daemonFlags(opts)).flatMap(([name, value]) => [`--${name}`, value]);
-  const daemon = [CLI, 'daemon', ...flags, ...(opts.args ?? [])];
-  return opts.netns
-    ? { file: 'ip', args: ['netns', 'exec', opts.netns, process.execPath, ...daemon] }
-    : { file: process.execPath, args: daemon };
+  const daemon = [...(opts.wrap ?? []), process.execPath, CLI, 'daemon', ...flags, ...(opts.args ?? [])];
+  if (opts.netns) return { file: 'ip', args: ['netns', 'exec', opts.netns, ...daemon] };
+  const [file = process.execPath, ...args] = daemon;
+  return { file, args };
 }
 
 export class DaemonProcess {

@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { NetnsError, type Netns, type NetnsOpener } from '../../core/netns';
+import { NetnsError, type Netns, type NetnsOpener, type NetnsPresence } from '../../core/netns';
 
 // Stand-in network namespaces for API tests whose backend never enters one (the recording backend):
 // each is an empty file in a scratch directory, and the core opens it through this opener instead of
@@ -58,6 +58,10 @@ export class StandInNamespaces implements NetnsOpener {
     } catch {
       return false;
     }
+  }
+
+  async presence(netnsPath: string, inode: number): Promise<NetnsPresence> {
+    return (await this.stillPresent(netnsPath, inode)) ? 'present' : 'gone';
   }
 
   /** Deletes every stand-in. */
