@@ -1,4 +1,5 @@
 import type * as net from 'node:net';
+import { monotonicMs } from './monotonic-clock';
 
 // A cap on the connections one endpoint holds. At the cap a newcomer is not simply refused: that would
 // let a client that opens connections and sits on them lock everyone else out (Status and health
@@ -26,7 +27,7 @@ export class ConnectionCap {
   constructor(
     readonly limit: number,
     private readonly policy: CapVictimPolicy,
-    private readonly now: () => number = Date.now,
+    private readonly now: () => number = monotonicMs,
   ) {}
 
   get size(): number {

@@ -1,4 +1,5 @@
 import type { Logger } from './logger';
+import { monotonicMs } from './monotonic-clock';
 import type { NetnsOpener, NetnsPresence } from './netns';
 import type { AttachmentRecord } from './store';
 import { judgeGone, type Hold } from './sweep-guard';
@@ -35,9 +36,6 @@ export interface SweepEvents {
   /** The verdict of each periodic sweep: why it released nothing, or undefined. */
   held(hold: Hold | undefined): void;
 }
-
-/** Milliseconds on a clock that wall-clock steps (NTP, an operator's `date -s`) do not move. */
-export const monotonicMs = (): number => performance.now();
 
 export class LeakSweep {
   /** Key → creation time of the row seen without its namespace on the last sweep. */

@@ -1,3 +1,4 @@
+import { monotonicMs } from './monotonic-clock';
 // At most one log line per kind of event per interval, each saying how many events it stands for, so
 // that a flood (connections over a limit, an agent repeating itself) costs a counter, not a log line.
 
@@ -6,7 +7,7 @@ export class LogRate {
 
   constructor(
     private readonly intervalMs = 10_000,
-    private readonly now: () => number = Date.now,
+    private readonly now: () => number = monotonicMs,
   ) {}
 
   /**

@@ -14,7 +14,7 @@ import { AgentInventory } from './agent-inventory';
 import type { AgentCall, AgentPeer } from './agent-server';
 import { DAEMON_FEATURES, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, type Admission } from './hello-admission';
 import { PortStatusGate } from './port-status-gate';
-import { monotonicMs } from './monotonic-clock';
+import { monotonicMs } from '../../core/monotonic-clock';
 import { TokenBucket } from './rate-limiter';
 
 // One agent's stream, from its first message to its end. The session enforces the protocol's framing

@@ -35,7 +35,7 @@ import { DesiredState, type DesiredPort } from './desired-state';
 import { decodeDetails, encodeDetails } from './details';
 import { EndpointRefused, createHostSide, type HostSide, type WorkloadPlacement } from './host-side';
 import { LogThrottle } from './log-throttle';
-import { monotonicMs } from './monotonic-clock';
+import { monotonicMs } from '../../core/monotonic-clock';
 import { ownString } from './own-string';
 import { workloadInterface, workloadRoutes } from '../linux/workload-side';
 import { place, type PlacementCandidate } from './placement';

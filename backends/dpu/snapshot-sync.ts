@@ -1,5 +1,5 @@
 import type { Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
-import { monotonicMs } from './monotonic-clock';
+import { monotonicMs } from '../../core/monotonic-clock';
 
 // One snapshot on its way to an agent: which of its ports are still unacknowledged, which failed, and
 // when the last ack came. A newer change of a port supersedes its snapshot entry (that generation will
