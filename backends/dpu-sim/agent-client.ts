@@ -54,6 +54,11 @@ export interface AgentClientOptions {
   faults: FaultInjector;
   /** Called after every change of the table or the session, to persist them. */
   changed: () => void;
+  /**
+   * Resolves once every change so far would survive a restart of this boot (is in the state file):
+   * an ack waits for it, since the daemon takes an ack as the change done for good.
+   */
+  kept: () => Promise<void>;
   /** Exits the process (the crash fault); the caller flushes state first. */
   crash: () => void;
   log: Logger;
@@ -185,6 +190,8 @@ export class AgentClient {
       let lastReceived = performance.now();
       let heartbeat: NodeJS.Timeout | undefined;
       let queue: Promise<void> = Promise.resolve();
+      /** Acks leave in the order of their changes, each once its change is kept. */
+      let acks: Promise<void> = Promise.resolve();
       this.snapshot = undefined;
       this.syncedValue = false;
       this.setSession({ state: 'connecting' });
@@ -271,7 +278,9 @@ export class AgentClient {
             return;
           }
           this.snapshot?.seen.add(msg.upsert.port.name);
-          await this.ackLater(send, await this.applyUpsert(msg.upsert.port));
+          const ack = await this.applyUpsert(msg.upsert.port);
+          acks = this.ackWhenKept(acks, send, ack);
+          if (this.opts.faults.shouldCrash()) await acks;
         } else if (msg.delete) {
           if (this.opts.faults.onChange() === 'drop-stream') {
             log.warn(
@@ -281,7 +290,9 @@ export class AgentClient {
             call.cancel();
             return;
           }
-          await this.ackLater(send, await this.applyDelete(msg.delete.name, msg.delete.generation));
+          const ack = await this.applyDelete(msg.delete.name, msg.delete.generation);
+          acks = this.ackWhenKept(acks, send, ack);
+          if (this.opts.faults.shouldCrash()) await acks;
         } else if (msg.syncComplete) {
           if (this.opts.ignoreSnapshot) return;
           await this.completeSync(msg.syncComplete.epoch, msg.syncComplete.portCount, send);
@@ -329,22 +340,33 @@ export class AgentClient {
     });
   }
 
-  private async ackLater(
+  /**
+   * Sends `ack` after the acks before it (`prev`), once its change is kept: an agent killed before its
+   * state file holds a change must not have acked it, or a restart of the same boot would bring back a
+   * port whose Delete the daemon already counts as done. Waiting holds up this ack, not the next change.
+   * The crash fault is decided now, for this change, and the process exits right after its ack.
+   */
+  private ackWhenKept(
+    prev: Promise<void>,
     send: (m: AgentMessage, flushed?: boolean) => Promise<void>,
     ack: Ack,
   ): Promise<void> {
-    const delay = this.opts.faults.ackLatencyMs;
+    const crash = this.opts.faults.shouldCrash();
+    const kept = this.opts.kept();
     const deliver = async (): Promise<void> => {
-      const crash = this.opts.faults.shouldCrash();
       await send({ ack }, crash);
       if (crash) {
         this.opts.log.warn({ port: ack.name }, 'fault injection: crashing after acking a change');
         this.opts.crash();
       }
     };
-    // Latency delays the ack, not the next change: a slow agent still works through its queue.
-    if (delay > 0) setTimeout(() => void deliver(), delay);
-    else await deliver();
+    const delay = this.opts.faults.ackLatencyMs;
+    return Promise.all([prev, kept]).then(() => {
+      // Latency delays the ack, not the next change: a slow agent still works through its queue.
+      if (delay > 0) setTimeout(() => void deliver(), delay);
+      else return deliver();
+      return undefined;
+    });
   }
 
   private async applyUpsert(port: Port): Promise<Ack> {

@@ -25,6 +25,7 @@ interface CliOptions {
   hostNetns?: string;
   stateFile?: string;
   ackLatencyMs: number;
+  stateWriteDelayMs: number;
   errorRate: number;
   errorCode: InjectedErrorCode;
   dropStreamAfter: number;
@@ -116,6 +117,12 @@ export function buildCommand(): Command {
       'JSON file rewritten atomically on every change: {agentId, bootId, synced, session, ports}',
     )
     .option('--ack-latency-ms <n>', 'delay every ack by N ms', nonNegativeInt, 0)
+    .option(
+      '--state-write-delay-ms <n>',
+      'a slow disk: each --state-file write lands N ms after it was taken (acks wait for it)',
+      nonNegativeInt,
+      0,
+    )
     .option('--error-rate <p>', 'refuse each Upsert with probability p (0..1)', rate, 0)
     .addOption(
       new Option('--error-code <code>', 'ack code of refused Upserts')
@@ -261,7 +268,7 @@ export async function main(argv: string[]): Promise<void> {
       ...(e.vf ? { vf: e.vf } : {}),
     })),
   });
-  const state = new StateFile(o.stateFile, render);
+  const state = new StateFile(o.stateFile, render, o.stateWriteDelayMs);
   const client: AgentClient = new AgentClient({
     controller: o.controller,
     agentId: o.agentId,
@@ -279,6 +286,7 @@ export async function main(argv: string[]): Promise<void> {
     dataplane,
     faults,
     changed: () => state.changed(),
+    kept: () => state.kept(),
     crash: () => {
       state.writeNow();
       // Let the last ack leave the socket before the process disappears, like firmware dying right

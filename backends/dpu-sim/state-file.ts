@@ -7,6 +7,11 @@ import type { VfSlot } from './vf-pool';
 // temporary file that is then renamed over the old one, so a reader never sees half a file. Writes are
 // coalesced: a burst of changes (a 5,000-port snapshot) costs a few rewrites, not one per port, and the
 // file always ends up showing the latest state.
+//
+// The file is also what a restart with the same boot id resumes: the DPU's memory. So a change counts
+// as kept only once a write that contains it has landed (kept()), and the agent acks nothing before
+// that: an ack whose change a SIGKILL could still undo would let the daemon forget a Delete the
+// resumed table then brings back.
 
 export interface StatePort extends Port {
   endpoint?: Endpoint;
@@ -55,17 +60,33 @@ export function readStateFile(file: string): SimState | undefined {
 export class StateFile {
   private writing: Promise<void> | undefined;
   private dirty = false;
+  /** Changes noted so far, and how many of them the file on disk holds. */
+  private noted = 0;
+  private written = 0;
+  private readonly keptWaiters: Array<{ upTo: number; resolve: () => void }> = [];
 
+  /** `writeDelayMs` stands for a slow disk: each write lands that long after it rendered the state. */
   constructor(
     private readonly file: string | undefined,
     private readonly render: () => SimState,
+    private readonly writeDelayMs = 0,
   ) {}
 
   /** Notes a change; the file is rewritten soon, with whatever the state is by then. */
   changed(): void {
     if (!this.file) return;
+    this.noted += 1;
     this.dirty = true;
     this.writing ??= this.drain();
+  }
+
+  /**
+   * Resolves once the file holds every change noted so far, so that a restart of the same boot would
+   * resume them; at once without a file (nothing is resumed then).
+   */
+  kept(): Promise<void> {
+    if (!this.file || this.written >= this.noted) return Promise.resolve();
+    return new Promise((resolve) => this.keptWaiters.push({ upTo: this.noted, resolve }));
   }
 
   private async drain(): Promise<void> {
@@ -82,8 +103,22 @@ export class StateFile {
   private async writeAsync(): Promise<void> {
     const file = this.file as string;
     const tmp = path.join(path.dirname(file), `.${path.basename(file)}.${process.pid}.tmp`);
-    await fs.promises.writeFile(tmp, JSON.stringify(this.render(), null, 1));
+    // Everything noted up to here is in what render() returns now.
+    const holds = this.noted;
+    const text = JSON.stringify(this.render(), null, 1);
+    if (this.writeDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.writeDelayMs));
+    // A synchronous write (before exiting) may have landed newer state meanwhile.
+    if (this.written >= holds) return;
+    await fs.promises.writeFile(tmp, text);
     await fs.promises.rename(tmp, file);
+    this.landed(holds);
+  }
+
+  private landed(holds: number): void {
+    this.written = Math.max(this.written, holds);
+    // Waiters queue in the order of the changes they wait for.
+    while (this.keptWaiters[0] && this.keptWaiters[0].upTo <= this.written)
+      this.keptWaiters.shift()?.resolve();
   }
 
   /** Waits until everything noted so far is on disk. */
@@ -94,8 +129,10 @@ export class StateFile {
   /** Writes the current state right now, synchronously (before exiting). */
   writeNow(): void {
     if (!this.file) return;
+    const holds = this.noted;
     const tmp = path.join(path.dirname(this.file), `.${path.basename(this.file)}.${process.pid}.sync.tmp`);
     fs.writeFileSync(tmp, JSON.stringify(this.render(), null, 1));
     fs.renameSync(tmp, this.file);
+    this.landed(holds);
   }
 }

@@ -12,9 +12,10 @@ import { scaled, TORTURE_KILLS, TORTURE_SEED } from './torture-settings';
 
 // Attach/detach churn through the real daemon with the DPU backend while either the daemon or the
 // agent simulator is SIGKILLed at random moments. The simulator comes back with its old boot id (it
-// resumes the port table its state file held, which may be behind) or a new one (its state is gone).
-// After every resync the store, the daemon's view and the simulator's table must agree: no address
-// held twice, every attachment's port in the simulator, and no simulator port without its attachment.
+// resumes the port table its state file held: behind by changes it had not acked yet, never by one it
+// acked) or a new one (its state is gone). After every resync the store, the daemon's view and the
+// simulator's table must agree: no address held twice, every attachment's port in the simulator, and
+// no simulator port without its attachment.
 
 const describeRoot = isRoot ? describe : describe.skip;
 const POOL = '10.252.0.0/24';
