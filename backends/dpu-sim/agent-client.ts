@@ -186,7 +186,7 @@ export class AgentClient {
       let accepted = false;
       let ended = false;
       // Intervals on the monotonic clock: a wall-clock step must not look like the daemon going silent
-      // (backends/dpu/monotonic-clock.ts says why; the simulator imports nothing of the backend's).
+      // (core/monotonic-clock.ts says why; the simulator imports nothing of the core).
       let lastReceived = performance.now();
       let heartbeat: NodeJS.Timeout | undefined;
       let queue: Promise<void> = Promise.resolve();
