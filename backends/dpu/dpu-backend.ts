@@ -399,8 +399,8 @@ export class DpuBackend implements Backend {
    * an agent re-acking a plumbed port as, say, `eth0` must not become the daemon's word for it: the
    * endpoint stays what the daemon plumbed for as long as the DPU keeps the boot that created it. A DPU
    * that rebooted (a new boot id) re-created its VFs and may name them anew; that endpoint is moved in
-   * only through the same guards as at Attach (replumbAfterSync). An ack that names no endpoint, or a
-   * negative one, keeps the one recorded.
+   * only through the same guards as at Attach (replumbAfterSync). Within one boot, an ack that names no
+   * endpoint, or a negative one, keeps the one recorded.
    */
   private endpointOf(
     s: AgentSession,
@@ -410,10 +410,12 @@ export class DpuBackend implements Backend {
     const recorded = entry.ack?.endpoint?.netdev ? entry.ack : undefined;
     const offered = ack.endpoint?.netdev ? ack.endpoint : undefined;
     if (!recorded?.endpoint) return { endpoint: offered, bootId: s.bootId };
+    // Another boot's endpoint went with that boot: what this boot acks OK (a netdev, or none for an
+    // agent without host endpoints) is the port's endpoint now.
+    if (ack.code === AckCode.ACK_CODE_OK && recorded.bootId !== undefined && recorded.bootId !== s.bootId)
+      return { endpoint: offered, bootId: s.bootId };
     if (!offered || ack.code !== AckCode.ACK_CODE_OK || sameEndpoint(recorded.endpoint, offered))
       return { endpoint: recorded.endpoint, bootId: recorded.bootId ?? s.bootId };
-    if (recorded.bootId !== undefined && recorded.bootId !== s.bootId)
-      return { endpoint: offered, bootId: s.bootId };
     this.refusedEndpointChanges += 1;
     const n = this.throttle.occurrence('endpoint-change');
     if (n !== undefined) {
