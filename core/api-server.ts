@@ -28,7 +28,7 @@ import {
   type WorkloadNetworkingServer,
 } from '../proto/gen/workloadnet/v1/workload';
 import type { DpuPortOptions } from './backend';
-import { addressToBytes } from './cidr';
+import { addressToBytes } from '../lib/cidr';
 import { DEFAULT_NETWORK } from './config';
 import { ConnectionCap } from './connection-cap';
 import {

@@ -19,7 +19,7 @@
 // an allocator also refuses a pool that overlaps another network's.
 
 import { cidrsOverlap, overlapError, type AddressSpace } from './address-space';
-import { cidrContains, parseAddress, parseCidr, type Cidr } from './cidr';
+import { cidrContains, parseAddress, parseCidr, type Cidr } from '../lib/cidr';
 import { exhausted, failedPrecondition, invalidArgument, WorkloadNetError } from './errors';
 import { IpPool } from './ip-pool';
 

@@ -1,6 +1,6 @@
 import type { Logger } from './logger';
 import { monotonicMs } from './monotonic-clock';
-import type { NetnsOpener, NetnsPresence } from './netns';
+import type { NetnsOpener, NetnsPresence } from '../lib/netns/netns-handle';
 import type { AttachmentRecord } from './store';
 import { judgeGone, type Hold } from './sweep-guard';
 

@@ -18,7 +18,7 @@ import { KeyedMutex } from './keyed-mutex';
 import { LeakSweep, type SweepResult } from './leak-sweep';
 import { LOGGER, type Logger } from './logger';
 import { METRICS, Metrics } from './metrics';
-import { NETNS_OPENER, type Netns, type NetnsOpener } from './netns';
+import { NETNS_OPENER, type Netns, type NetnsOpener } from '../lib/netns/netns-handle';
 import { NETWORKS, type Network, type NetworkSet } from './network';
 import { Store, type AttachmentRecord } from './store';
 import { judgeGone } from './sweep-guard';

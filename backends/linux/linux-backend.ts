@@ -24,7 +24,7 @@ import type {
   UnclaimedAttachment,
 } from '../../core/backend';
 import { WorkloadNetError, failedPrecondition, invalidArgument, type ErrorCode } from '../../core/errors';
-import { NetnsError, NetnsHandle, type Netns } from '../../core/netns';
+import { NetnsError, NetnsHandle, type Netns } from '../../lib/netns/netns-handle';
 import type { AttachStep } from './attach-exchange';
 import { planAttachment, randomMac, type AttachPlan } from './attach-plan';
 import { GroupDeleter } from './group-deleter';
@@ -36,11 +36,11 @@ import {
   type ResolvedLinuxBackendOptions,
 } from './linux-backend-options';
 import { NetlinkThread } from './netlink-thread';
-import { NetlinkError } from './rtnetlink/errors';
-import { AF_INET, AF_INET6 } from './rtnetlink/inet';
-import { delLinkRequest, getLink, listLinks, setLinkRequest, type Link } from './rtnetlink/link';
-import { listRoutes } from './rtnetlink/route';
-import { NetlinkSocket } from './rtnetlink/socket';
+import { NetlinkError } from '../../lib/rtnetlink/errors';
+import { AF_INET, AF_INET6 } from '../../lib/rtnetlink/inet';
+import { delLinkRequest, getLink, listLinks, setLinkRequest, type Link } from '../../lib/rtnetlink/link';
+import { listRoutes } from '../../lib/rtnetlink/route';
+import { NetlinkSocket } from '../../lib/rtnetlink/socket';
 import { ensureSysctl, readSysctl } from './sysctl';
 import { createVethPair, type VethPair } from './veth-pair';
 import { checkWorkloadNamespace, workloadRoutes, workloadSideRequests } from './workload-side';

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
 import net from 'node:net';
-import { addressToBytes, cidrContains, formatAddress, parseAddress, parseCidr } from '../../core/cidr';
+import { addressToBytes, cidrContains, formatAddress, parseAddress, parseCidr } from '../../lib/cidr';
 import type { WorkloadNetError } from '../../core/errors';
 import { expectError } from '../support/expect-error';
 

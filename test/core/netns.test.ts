@@ -4,9 +4,9 @@ import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { NetlinkSocket, listLinks } from '../../backends/linux/rtnetlink';
+import { NetlinkSocket, listLinks } from '../../lib/rtnetlink';
 import { openProcSysFile, readSysctl } from '../../backends/linux/sysctl';
-import { NetnsError, NetnsHandle, netnsPresence, netnsStillPresent } from '../../core/netns';
+import { NetnsError, NetnsHandle, netnsPresence, netnsStillPresent } from '../../lib/netns/netns-handle';
 import { NetnsPool, ip, netnsExec, netnsInode, netnsPath } from '../backends/linux/netns-fixture';
 
 // The fs module itself (not an import's copy of its bindings), so that a test can see netns.ts call it.

@@ -39,9 +39,9 @@ import {
   setsockopt,
   setsockoptInt,
   socket,
-} from '../../../core/libc';
-import { WorkloadNetError } from '../../../core/errors';
-import type { Netns } from '../../../core/netns';
+} from '../libc';
+import { WorkloadNetError } from '../../core/errors';
+import type { Netns } from '../netns/netns-handle';
 import { NetlinkError, decodeDoneMessage, decodeErrorMessage } from './errors';
 import {
   NLM_F_ACK,

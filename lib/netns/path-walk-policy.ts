@@ -1,6 +1,6 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { monotonicMs } from './monotonic-clock';
+import { monotonicMs } from '../../core/monotonic-clock';
 
 // Whether a namespace path may be resolved synchronously, on the event loop. Resolving a path can
 // wait as long as its filesystem makes it: on NFS, CIFS or FUSE that is unbounded, so such paths are

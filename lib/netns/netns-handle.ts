@@ -21,8 +21,8 @@
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { WorkloadNetError } from './errors';
-import { CLONE_NEWNET, NS_GET_NSTYPE, ioctlNoArg, setns } from './libc';
+import { WorkloadNetError } from '../../core/errors';
+import { CLONE_NEWNET, NS_GET_NSTYPE, ioctlNoArg, setns } from '../libc';
 import { PathWalkPolicy, isProcNamespaceLink, namespaceDirectoryOf } from './path-walk-policy';
 
 const MAX_PATH = 4096;

@@ -3,7 +3,7 @@
 // kernel's own explanation ("ipv4: Address already assigned"). We keep both: callers branch on
 // `code` ('EEXIST', 'ENODEV', …), people read `message`.
 
-import { errnoDescription, errnoName } from '../../../core/errno';
+import { errnoDescription, errnoName } from '../errno';
 import { decodeAttributes, getString, getU32, readS32, readU16, readU32 } from './attributes';
 import { NLM_F_ACK_TLVS, NLM_F_CAPPED, NLMSG_HDRLEN, nlmsgAlign, type NetlinkMessage } from './message';
 

@@ -7,7 +7,7 @@
 // RFC 5952 output is an extra call that is easy to forget. Strict parsing plus canonical output is
 // about 150 lines, all covered by the tests in test/core/cidr.test.ts.
 
-import { invalidArgument } from './errors';
+import { invalidArgument } from '../core/errors';
 
 export interface Cidr {
   family: 4 | 6;
