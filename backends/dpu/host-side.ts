@@ -1,7 +1,8 @@
 import type { Drift, IpAssignment } from '../../core/backend';
 import { WorkloadNetError, failedPrecondition, internal, invalidArgument } from '../../core/errors';
 import type { Logger } from '../../core/logger';
-import { NetnsError, NetnsHandle, type Netns } from '../../lib/netns/netns-handle';
+import { NetnsError } from '../../lib/netns/netns-error';
+import { NetnsHandle, type Netns } from '../../lib/netns/netns-handle';
 import {
   NetlinkError,
   NetlinkSocket,

@@ -1,6 +1,6 @@
 // Reading and writing net.* sysctls of a chosen network namespace through /proc/sys, without
 // spawning `sysctl` and without blocking the event loop: the file is opened inside the namespace
-// (see core/netns.ts), the read or write itself runs on the threadpool.
+// (see lib/netns/netns-handle.ts), the read or write itself runs on the threadpool.
 
 import * as fs from 'node:fs';
 import type { Netns } from '../../lib/netns/netns-handle';

@@ -58,6 +58,21 @@ export class NetlinkError extends Error {
   }
 }
 
+/**
+ * A netlink socket that could not be made inside a namespace: entering it was refused (`permission`:
+ * the process lacks root or CAP_SYS_ADMIN), or the socket call failed (`failed`). Not a kernel answer
+ * to a request, so not a NetlinkError.
+ */
+export class NetlinkSocketError extends Error {
+  constructor(
+    readonly reason: 'permission' | 'failed',
+    message: string,
+  ) {
+    super(message);
+    this.name = 'NetlinkSocketError';
+  }
+}
+
 const NOT_FOUND_CODES: ReadonlySet<string> = new Set(['ENODEV', 'ESRCH', 'ENOENT', 'EADDRNOTAVAIL']);
 
 /** `err` is a NetlinkError saying the object is gone (see NetlinkError.notFound). */
