@@ -1,4 +1,4 @@
-import { formatAddress } from '../core/cidr';
+import { formatAddress } from '../lib/cidr';
 import type { Attachment } from '../proto/gen/workloadnet/v1/workload';
 import { age } from './output';
 

@@ -1,4 +1,4 @@
-import { cidrContains, parseCidr, type Cidr } from './cidr';
+import { cidrContains, parseCidr, type Cidr } from '../lib/cidr';
 import { invalidArgument, type WorkloadNetError } from './errors';
 
 // Every pool of every network on the node, in one place. Two networks whose pools overlap hand the same

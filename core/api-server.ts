@@ -28,7 +28,7 @@ import {
   type WorkloadNetworkingServer,
 } from '../proto/gen/workloadnet/v1/workload';
 import type { DpuPortOptions } from './backend';
-import { addressToBytes } from './cidr';
+import { addressToBytes } from '../lib/cidr';
 import { DEFAULT_NETWORK } from './config';
 import { ConnectionCap } from './connection-cap';
 import {
@@ -36,8 +36,8 @@ import {
   failedPrecondition,
   internal,
   invalidArgument,
+  knownWorkloadNetError,
   unavailable,
-  WorkloadNetError,
 } from './errors';
 import type { Logger } from './logger';
 import { LogRate } from './log-rate';
@@ -277,7 +277,7 @@ export class ApiServer {
         (res) => callback(null, res),
         (err: unknown) => {
           const e = asWorkloadNetError(err);
-          if (!(err instanceof WorkloadNetError)) this.log.error({ method, err }, 'unexpected error');
+          if (!knownWorkloadNetError(err)) this.log.error({ method, err }, 'unexpected error');
           callback({ code: e.grpcCode, details: e.message });
         },
       );

@@ -2,7 +2,7 @@
 // the per-workload serialisation; a backend only programs (and unprograms) what it is told to. A
 // backend never sees the store and never allocates: everything it needs arrives in the spec.
 
-import type { Netns } from './netns';
+import type { Netns } from '../lib/netns/netns-handle';
 
 /** One address given to a workload interface, already allocated by the core. */
 export interface IpAssignment {

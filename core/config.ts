@@ -1,6 +1,6 @@
 import * as fs from 'node:fs';
 import { cidrsOverlap } from './address-space';
-import { parseCidr, type Cidr } from './cidr';
+import { parseCidr, type Cidr } from '../lib/cidr';
 import { invalidArgument } from './errors';
 
 // The daemon's configuration: embedded defaults, then a JSON file (--config), then command-line flags.

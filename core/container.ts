@@ -5,7 +5,7 @@ import { CONFIG, DEFAULT_NETWORK, effectiveNetworks, type DaemonConfig } from '.
 import { IpAllocator } from './ip-allocator';
 import { LOGGER, type Logger } from './logger';
 import { METRICS, Metrics } from './metrics';
-import { NETNS_OPENER, kernelNetnsOpener, type NetnsOpener } from './netns';
+import { NETNS_OPENER, kernelNetnsOpener, type NetnsOpener } from './netns-opener';
 import { NETWORKS, Network, NetworkSet, chooseBackend } from './network';
 import { ALLOCATOR, ORCHESTRATOR, Orchestrator, STORE } from './orchestrator';
 import { POOL_SOURCE, type PoolSource } from './pool-source';

@@ -1,4 +1,7 @@
 import { status } from '@grpc/grpc-js';
+import { CidrError } from '../lib/cidr';
+import { NetnsError, NetnsStateError } from '../lib/netns/netns-error';
+import { NetlinkSocketError } from '../lib/rtnetlink/errors';
 
 // Every failure that leaves the daemon carries a gRPC code and a sentence a person can act on. The CNI
 // adapter maps the same codes to CNI error codes, so the code is the contract, not the message.
@@ -42,9 +45,28 @@ export const failedPrecondition = (msg: string): WorkloadNetError =>
   new WorkloadNetError('FAILED_PRECONDITION', msg);
 export const internal = (msg: string): WorkloadNetError => new WorkloadNetError('INTERNAL', msg);
 
+/**
+ * `err` as a WorkloadNetError when it is an error the daemon expects: its own, or one of lib/'s, which
+ * carry no gRPC code and get theirs here, the one place that gives them one (message kept as is).
+ * Undefined for anything else: an unexpected error, a bug.
+ */
+export function knownWorkloadNetError(err: unknown): WorkloadNetError | undefined {
+  if (err instanceof WorkloadNetError) return err;
+  // Bad text for an address or CIDR, a path that is no usable namespace: the caller's input.
+  if (err instanceof CidrError || err instanceof NetnsError) return invalidArgument(err.message);
+  if (err instanceof NetnsStateError) {
+    return err.reason === 'no-own-namespace' ? failedPrecondition(err.message) : internal(err.message);
+  }
+  if (err instanceof NetlinkSocketError) {
+    return err.reason === 'permission' ? failedPrecondition(err.message) : internal(err.message);
+  }
+  return undefined;
+}
+
 /** Any thrown value as a WorkloadNetError; unknown errors become INTERNAL with their message kept. */
 export function asWorkloadNetError(err: unknown): WorkloadNetError {
-  if (err instanceof WorkloadNetError) return err;
+  const known = knownWorkloadNetError(err);
+  if (known) return known;
   const message = err instanceof Error ? err.message : String(err);
   return internal(message);
 }

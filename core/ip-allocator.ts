@@ -19,8 +19,14 @@
 // an allocator also refuses a pool that overlaps another network's.
 
 import { cidrsOverlap, overlapError, type AddressSpace } from './address-space';
-import { cidrContains, parseAddress, parseCidr, type Cidr } from './cidr';
-import { exhausted, failedPrecondition, invalidArgument, WorkloadNetError } from './errors';
+import { cidrContains, parseAddress, parseCidr, type Cidr } from '../lib/cidr';
+import {
+  exhausted,
+  failedPrecondition,
+  invalidArgument,
+  knownWorkloadNetError,
+  WorkloadNetError,
+} from './errors';
 import { IpPool } from './ip-pool';
 
 export interface PoolConfig {
@@ -132,7 +138,7 @@ export class IpAllocator {
         pool.markUsed(address);
       } catch (err) {
         // Reserved in the new pool: it can never be handed out there, which is what holding it means.
-        if (!(err instanceof WorkloadNetError)) throw err;
+        if (!knownWorkloadNetError(err)) throw err;
       }
       this.unpooled.delete(address);
     }
@@ -227,8 +233,9 @@ export class IpAllocator {
         pool?.release(address);
         if (pool !== undefined && pool.used === 0 && this.draining.has(pool)) this.removePool(pool);
       } catch (err) {
-        if (firstError === undefined && err instanceof WorkloadNetError) firstError = err;
-        else if (!(err instanceof WorkloadNetError)) throw err;
+        const known = knownWorkloadNetError(err);
+        if (!known) throw err;
+        firstError ??= known;
       }
     }
     this.changed();
@@ -293,7 +300,7 @@ export class IpAllocator {
       try {
         p.setCursor(c);
       } catch (err) {
-        if (!(err instanceof WorkloadNetError)) throw err;
+        if (!knownWorkloadNetError(err)) throw err;
       }
     }
   }

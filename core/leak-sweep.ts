@@ -1,6 +1,7 @@
 import type { Logger } from './logger';
 import { monotonicMs } from './monotonic-clock';
-import type { NetnsOpener, NetnsPresence } from './netns';
+import type { NetnsPresence } from '../lib/netns/netns-handle';
+import type { NetnsOpener } from './netns-opener';
 import type { AttachmentRecord } from './store';
 import { judgeGone, type Hold } from './sweep-guard';
 

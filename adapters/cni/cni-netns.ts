@@ -1,4 +1,5 @@
-import { NetnsError, NetnsHandle } from '../../core/netns';
+import { NetnsError } from '../../lib/netns/netns-error';
+import { NetnsHandle } from '../../lib/netns/netns-handle';
 import { CniError, CniErrorCode } from './cni-error';
 
 // A CNI_NETNS that is not a usable network namespace is the runtime's environment at fault: CNI code 4,

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import * as fs from 'node:fs';
 import type { Logger } from 'pino';
-import { NetnsHandle } from '../../core/netns';
+import { NetnsHandle } from '../../lib/netns/netns-handle';
 import {
   AF_INET,
   AF_INET6,
@@ -19,7 +19,7 @@ import {
   newVethRequest,
   setLinkRequest,
   NetlinkSocket,
-} from '../linux/rtnetlink';
+} from '../../lib/rtnetlink';
 import type { Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { Dataplane, Programmed } from './dataplane';
 import type { PortEntry } from './port-table';

@@ -7,7 +7,7 @@ import {
   attrU32,
   encodeAttributes,
   type NetlinkRequest,
-} from '../linux/rtnetlink';
+} from '../../lib/rtnetlink';
 
 // A token bucket filter (tbf) as the root qdisc of one interface, over rtnetlink: how the simulator
 // enforces a port's max_tx_rate on its representor. Only what tbf needs is encoded (tcmsg, TCA_KIND,

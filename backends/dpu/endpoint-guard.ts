@@ -5,7 +5,7 @@ import {
   listRoutes,
   type Link,
   type NetlinkSocket,
-} from '../linux/rtnetlink';
+} from '../../lib/rtnetlink';
 
 // The agent names the netdev that the daemon moves into a workload. An agent is not trusted with the
 // host: acked as the node's uplink, that uplink would become a workload's eth0 (and the node would lose

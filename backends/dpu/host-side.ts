@@ -1,7 +1,8 @@
 import type { Drift, IpAssignment } from '../../core/backend';
 import { WorkloadNetError, failedPrecondition, internal, invalidArgument } from '../../core/errors';
 import type { Logger } from '../../core/logger';
-import { NetnsError, NetnsHandle, type Netns } from '../../core/netns';
+import { NetnsError } from '../../lib/netns/netns-error';
+import { NetnsHandle, type Netns } from '../../lib/netns/netns-handle';
 import {
   NetlinkError,
   NetlinkSocket,
@@ -9,7 +10,7 @@ import {
   listLinks,
   setLinkRequest,
   type Link,
-} from '../linux/rtnetlink';
+} from '../../lib/rtnetlink';
 import { checkWorkloadNamespace, workloadInterface, workloadSideRequests } from '../linux/workload-side';
 import { refuseEndpoint } from './endpoint-guard';
 

@@ -6,12 +6,12 @@
 // backend deletes it on the threadpool (a delete holds write() ~20 ms, which would stall every attach
 // queued behind it on this thread).
 
-import { NetnsHandle } from '../../core/netns';
+import { NetnsHandle } from '../../lib/netns/netns-handle';
 import type { AttachPlan } from './attach-plan';
 import { hostSideRequests } from './host-side';
-import { BlockingNetlinkSocket } from './rtnetlink/blocking-socket';
-import { decodeLink, getLinkRequest, setLinkRequest } from './rtnetlink/link';
-import type { BatchOutcome } from './rtnetlink/socket';
+import { BlockingNetlinkSocket } from '../../lib/rtnetlink/blocking-socket';
+import { decodeLink, getLinkRequest, setLinkRequest } from '../../lib/rtnetlink/link';
+import type { BatchOutcome } from '../../lib/rtnetlink/socket';
 import { vethPairFromEcho, vethPairRequest, type VethPair } from './veth-pair';
 import { workloadSideRequests } from './workload-side';
 

@@ -9,9 +9,9 @@
 // The group holds nothing but links on their way out, so a crash in between leaves links that start-up
 // reconcile recognises by the group alone and deletes.
 
-import { NetlinkError } from './rtnetlink/errors';
-import { delLinkGroupRequest } from './rtnetlink/link';
-import type { NetlinkSocket } from './rtnetlink/socket';
+import { NetlinkError } from '../../lib/rtnetlink/errors';
+import { delLinkGroupRequest } from '../../lib/rtnetlink/link';
+import type { NetlinkSocket } from '../../lib/rtnetlink/socket';
 
 interface Waiter {
   resolve(): void;

@@ -7,9 +7,14 @@
 import type { Drift } from '../../core/backend';
 import type { AttachPlan } from './attach-plan';
 import { noLinkLocalRequests } from './link-local';
-import { IFA_F_NODAD, newAddressRequest } from './rtnetlink/address';
-import { IPV4_DEVCONF_FORWARDING, IPV4_DEVCONF_PROXY_ARP, getLink, setLinkRequest } from './rtnetlink/link';
-import type { NetlinkRequest } from './rtnetlink/message';
+import { IFA_F_NODAD, newAddressRequest } from '../../lib/rtnetlink/address';
+import {
+  IPV4_DEVCONF_FORWARDING,
+  IPV4_DEVCONF_PROXY_ARP,
+  getLink,
+  setLinkRequest,
+} from '../../lib/rtnetlink/link';
+import type { NetlinkRequest } from '../../lib/rtnetlink/message';
 import {
   RT_SCOPE_LINK,
   RTM_NEWROUTE,
@@ -17,8 +22,8 @@ import {
   decodeRoute,
   lookupRouteRequest,
   newRouteRequest,
-} from './rtnetlink/route';
-import type { NetlinkSocket } from './rtnetlink/socket';
+} from '../../lib/rtnetlink/route';
+import type { NetlinkSocket } from '../../lib/rtnetlink/socket';
 
 const NO_ROUTE = new Set(['ENETUNREACH', 'EHOSTUNREACH', 'ESRCH']);
 

@@ -13,8 +13,8 @@
 // (the kernel's default, and the reference plugins') sets linux.ipv6LinkLocal.
 
 import * as fs from 'node:fs';
-import { IN6_ADDR_GEN_MODE_NONE, setLinkRequest } from './rtnetlink/link';
-import type { NetlinkRequest } from './rtnetlink/message';
+import { IN6_ADDR_GEN_MODE_NONE, setLinkRequest } from '../../lib/rtnetlink/link';
+import type { NetlinkRequest } from '../../lib/rtnetlink/message';
 
 /** IPv6's minimum MTU (RFC 8200): below it the kernel keeps no IPv6 state on the interface. */
 export const IPV6_MIN_MTU = 1280;

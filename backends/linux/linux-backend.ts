@@ -23,8 +23,15 @@ import type {
   ReconcileOutcome,
   UnclaimedAttachment,
 } from '../../core/backend';
-import { WorkloadNetError, failedPrecondition, invalidArgument, type ErrorCode } from '../../core/errors';
-import { NetnsError, NetnsHandle, type Netns } from '../../core/netns';
+import {
+  WorkloadNetError,
+  failedPrecondition,
+  invalidArgument,
+  knownWorkloadNetError,
+  type ErrorCode,
+} from '../../core/errors';
+import { NetnsError } from '../../lib/netns/netns-error';
+import { NetnsHandle, type Netns } from '../../lib/netns/netns-handle';
 import type { AttachStep } from './attach-exchange';
 import { planAttachment, randomMac, type AttachPlan } from './attach-plan';
 import { GroupDeleter } from './group-deleter';
@@ -36,11 +43,11 @@ import {
   type ResolvedLinuxBackendOptions,
 } from './linux-backend-options';
 import { NetlinkThread } from './netlink-thread';
-import { NetlinkError } from './rtnetlink/errors';
-import { AF_INET, AF_INET6 } from './rtnetlink/inet';
-import { delLinkRequest, getLink, listLinks, setLinkRequest, type Link } from './rtnetlink/link';
-import { listRoutes } from './rtnetlink/route';
-import { NetlinkSocket } from './rtnetlink/socket';
+import { NetlinkError, NetlinkSocketError } from '../../lib/rtnetlink/errors';
+import { AF_INET, AF_INET6 } from '../../lib/rtnetlink/inet';
+import { delLinkRequest, getLink, listLinks, setLinkRequest, type Link } from '../../lib/rtnetlink/link';
+import { listRoutes } from '../../lib/rtnetlink/route';
+import { NetlinkSocket } from '../../lib/rtnetlink/socket';
 import { ensureSysctl, readSysctl } from './sysctl';
 import { createVethPair, type VethPair } from './veth-pair';
 import { checkWorkloadNamespace, workloadRoutes, workloadSideRequests } from './workload-side';
@@ -417,8 +424,8 @@ export class LinuxBackend implements Backend {
       ns = path === undefined ? NetnsHandle.own() : await NetnsHandle.open(path);
     } catch (err) {
       if (err instanceof NetnsError && err.reason === 'permission') throw needsRoot(`opening ${path}`);
-      if (err instanceof WorkloadNetError)
-        throw failedPrecondition(`linux backend: host namespace: ${err.message}`);
+      const known = knownWorkloadNetError(err);
+      if (known) throw failedPrecondition(`linux backend: host namespace: ${known.message}`);
       throw err;
     }
     let sock: NetlinkSocket | undefined;
@@ -440,13 +447,8 @@ export class LinuxBackend implements Backend {
       ns.close();
       if (err instanceof NetlinkError && (err.code === 'EPERM' || err.code === 'EACCES'))
         throw needsRoot('netlink');
-      if (
-        err instanceof WorkloadNetError &&
-        err.code === 'FAILED_PRECONDITION' &&
-        /not allowed/.test(err.message)
-      ) {
+      if (err instanceof NetlinkSocketError && err.reason === 'permission')
         throw needsRoot(`entering ${ns.path}`);
-      }
       throw err;
     }
   }

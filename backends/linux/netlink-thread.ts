@@ -12,13 +12,13 @@
 
 import * as path from 'node:path';
 import { Worker, isMainThread, parentPort, workerData } from 'node:worker_threads';
-import { WorkloadNetError, type ErrorCode } from '../../core/errors';
-import { closeFd, setThreadNice } from '../../core/libc';
-import type { Netns } from '../../core/netns';
+import { WorkloadNetError, knownWorkloadNetError, type ErrorCode } from '../../core/errors';
+import { closeFd, setThreadNice } from '../../lib/libc';
+import type { Netns } from '../../lib/netns/netns-handle';
 import { attachExchange, type AttachExchangeResult, type AttachJob } from './attach-exchange';
-import { BlockingNetlinkSocket } from './rtnetlink/blocking-socket';
-import { NetlinkError, type ExtendedAck } from './rtnetlink/errors';
-import { configureNetlinkFd, netlinkFdIn } from './rtnetlink/socket';
+import { BlockingNetlinkSocket } from '../../lib/rtnetlink/blocking-socket';
+import { NetlinkError, type ExtendedAck } from '../../lib/rtnetlink/errors';
+import { configureNetlinkFd, netlinkFdIn } from '../../lib/rtnetlink/socket';
 
 /** Marks the worker as ours, so that loading this file in some other worker starts nothing. */
 const ROLE = 'workloadnet-linux-netlink-thread';
@@ -50,8 +50,9 @@ function toWire(err: unknown): WireError {
       extack: err.extack,
       message: err.message,
     };
-  if (err instanceof WorkloadNetError)
-    return { kind: 'workloadnet', code: err.code, message: err.message, retryable: err.retryable };
+  const known = knownWorkloadNetError(err);
+  if (known)
+    return { kind: 'workloadnet', code: known.code, message: known.message, retryable: known.retryable };
   return { kind: 'error', message: err instanceof Error ? err.message : String(err) };
 }
 

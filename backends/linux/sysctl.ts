@@ -1,9 +1,9 @@
 // Reading and writing net.* sysctls of a chosen network namespace through /proc/sys, without
 // spawning `sysctl` and without blocking the event loop: the file is opened inside the namespace
-// (see core/netns.ts), the read or write itself runs on the threadpool.
+// (see lib/netns/netns-handle.ts), the read or write itself runs on the threadpool.
 
 import * as fs from 'node:fs';
-import type { Netns } from '../../core/netns';
+import type { Netns } from '../../lib/netns/netns-handle';
 
 /** Slash form below /proc/sys, e.g. "net/ipv4/ip_forward" or "net/ipv4/conf/wn1234/proxy_arp". */
 export type SysctlPath = string;

@@ -5,8 +5,8 @@
 import { alreadyExists } from '../../core/errors';
 import type { AttachPlan } from './attach-plan';
 import type { LinuxBackendLogger } from './linux-backend-options';
-import type { Netns } from '../../core/netns';
-import { NetlinkError } from './rtnetlink/errors';
+import type { Netns } from '../../lib/netns/netns-handle';
+import { NetlinkError } from '../../lib/rtnetlink/errors';
 import {
   RTM_NEWLINK,
   decodeLink,
@@ -14,9 +14,9 @@ import {
   getLink,
   newVethRequest,
   type Link,
-} from './rtnetlink/link';
-import type { NetlinkMessage, NetlinkRequest } from './rtnetlink/message';
-import type { NetlinkSocket } from './rtnetlink/socket';
+} from '../../lib/rtnetlink/link';
+import type { NetlinkMessage, NetlinkRequest } from '../../lib/rtnetlink/message';
+import type { NetlinkSocket } from '../../lib/rtnetlink/socket';
 
 export interface VethPair {
   /** ifindex of the host end, in the host namespace. */

@@ -18,14 +18,14 @@
 // checks the VFs it moves into workloads with it, so both backends give a workload the same side.
 
 import type { Drift, IpAssignment, RouteInfo } from '../../core/backend';
-import { NetnsHandle } from '../../core/netns';
-import { IFA_F_NODAD, listAddresses, newAddressRequest } from './rtnetlink/address';
+import { NetnsHandle } from '../../lib/netns/netns-handle';
+import { IFA_F_NODAD, listAddresses, newAddressRequest } from '../../lib/rtnetlink/address';
 import { noLinkLocalRequests } from './link-local';
-import { AF_INET, AF_INET6, canonicalAddress } from './rtnetlink/inet';
-import { getLink, setLinkRequest } from './rtnetlink/link';
-import type { NetlinkRequest } from './rtnetlink/message';
-import { RT_SCOPE_LINK, RTPROT_STATIC, listRoutes, newRouteRequest } from './rtnetlink/route';
-import { NetlinkSocket } from './rtnetlink/socket';
+import { AF_INET, AF_INET6, canonicalAddress } from '../../lib/rtnetlink/inet';
+import { getLink, setLinkRequest } from '../../lib/rtnetlink/link';
+import type { NetlinkRequest } from '../../lib/rtnetlink/message';
+import { RT_SCOPE_LINK, RTPROT_STATIC, listRoutes, newRouteRequest } from '../../lib/rtnetlink/route';
+import { NetlinkSocket } from '../../lib/rtnetlink/socket';
 
 export interface PlannedAddress {
   /** Canonical text. */

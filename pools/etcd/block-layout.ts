@@ -1,4 +1,4 @@
-import { cidrContains, familyBits, formatAddress, parseCidr, type Cidr } from '../../core/cidr';
+import { cidrContains, familyBits, formatAddress, parseCidr, type Cidr } from '../../lib/cidr';
 import { invalidArgument } from '../../core/errors';
 
 // How a cluster CIDR is cut into fixed-size blocks: block i starts at network + i * blockSize. Blocks

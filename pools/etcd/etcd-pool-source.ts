@@ -1,6 +1,6 @@
 import * as fs from 'node:fs';
 import { Etcd3, type IOptions, type Lease } from 'etcd3';
-import { unavailable, WorkloadNetError } from '../../core/errors';
+import { knownWorkloadNetError, unavailable, WorkloadNetError } from '../../core/errors';
 import type { IpAllocator } from '../../core/ip-allocator';
 import type { Logger } from '../../core/logger';
 import type { Metrics } from '../../core/metrics';
@@ -318,7 +318,8 @@ export class EtcdPoolSource implements PoolSource {
 
   /** Records an etcd failure; returns the error to throw to an attach. */
   private failed(err: unknown): WorkloadNetError {
-    if (err instanceof WorkloadNetError) return err;
+    const known = knownWorkloadNetError(err);
+    if (known) return known;
     const message = err instanceof Error ? err.message : String(err);
     if (this.connected) this.opts.logger.warn({ err: message }, 'etcd unreachable');
     this.connected = false;

@@ -6,7 +6,7 @@ import {
   type V1Node,
   type V1NodeList,
 } from '@kubernetes/client-node';
-import { parseCidr } from '../../core/cidr';
+import { parseCidr } from '../../lib/cidr';
 import { failedPrecondition } from '../../core/errors';
 import type { IpAllocator } from '../../core/ip-allocator';
 import type { Logger } from '../../core/logger';

@@ -80,7 +80,11 @@ if (out && isMainThread) {
       });
     };
   } else process.stderr.write('attach-steps-hook: KeyedMutex.run not found; lock not timed\n');
-  wrap(load('core/netns.js')?.kernelNetnsOpener as Record<string, unknown>, 'openWorkload', 'openNetns');
+  wrap(
+    load('core/netns-opener.js')?.kernelNetnsOpener as Record<string, unknown>,
+    'openWorkload',
+    'openNetns',
+  );
   wrap((load('core/store.js')?.Store as { prototype: Record<string, unknown> })?.prototype, 'put', 'store');
   const linux = load('backends/linux/linux-backend.js')?.LinuxBackend as
     { prototype: Record<string, unknown> } | undefined;

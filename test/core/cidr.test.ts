@@ -1,17 +1,25 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
 import net from 'node:net';
-import { addressToBytes, cidrContains, formatAddress, parseAddress, parseCidr } from '../../core/cidr';
-import type { WorkloadNetError } from '../../core/errors';
+import {
+  CidrError,
+  addressToBytes,
+  cidrContains,
+  formatAddress,
+  parseAddress,
+  parseCidr,
+} from '../../lib/cidr';
+import { asWorkloadNetError } from '../../core/errors';
 import { expectError } from '../support/expect-error';
 
-/** Whether parseAddress accepts `text`; a refusal must be INVALID_ARGUMENT. */
+/** Whether parseAddress accepts `text`; a refusal must be a CidrError the daemon answers INVALID_ARGUMENT. */
 function accepted(text: string): boolean {
   try {
     parseAddress(text);
     return true;
   } catch (err) {
-    expect((err as WorkloadNetError).code).to.equal('INVALID_ARGUMENT');
+    expect(err).to.be.instanceOf(CidrError);
+    expect(asWorkloadNetError(err).code).to.equal('INVALID_ARGUMENT');
     return false;
   }
 }

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import { formatAddress, parseCidr } from '../../core/cidr';
+import { formatAddress, parseCidr } from '../../lib/cidr';
 import { expectError } from '../support/expect-error';
 import { IpAllocator, type PoolConfig } from '../../core/ip-allocator';
 

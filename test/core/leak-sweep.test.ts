@@ -4,7 +4,8 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { LeakSweep, type SweepEvents } from '../../core/leak-sweep';
 import { silentLogger } from '../../core/logger';
-import type { Netns, NetnsOpener, NetnsPresence } from '../../core/netns';
+import type { NetnsOpener } from '../../core/netns-opener';
+import type { Netns, NetnsPresence } from '../../lib/netns/netns-handle';
 import type { AttachmentRecord } from '../../core/store';
 import type { Hold, HoldKind } from '../../core/sweep-guard';
 

@@ -4,9 +4,11 @@ import * as fs from 'node:fs';
 import { createRequire } from 'node:module';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { NetlinkSocket, listLinks } from '../../backends/linux/rtnetlink';
+import { NetlinkSocket, listLinks } from '../../lib/rtnetlink';
 import { openProcSysFile, readSysctl } from '../../backends/linux/sysctl';
-import { NetnsError, NetnsHandle, netnsPresence, netnsStillPresent } from '../../core/netns';
+import { asWorkloadNetError } from '../../core/errors';
+import { NetnsError } from '../../lib/netns/netns-error';
+import { NetnsHandle, netnsPresence, netnsStillPresent } from '../../lib/netns/netns-handle';
 import { NetnsPool, ip, netnsExec, netnsInode, netnsPath } from '../backends/linux/netns-fixture';
 
 // The fs module itself (not an import's copy of its bindings), so that a test can see netns.ts call it.
@@ -43,7 +45,7 @@ async function expectRejected(
   } catch (err) {
     expect(err).to.be.instanceOf(NetnsError);
     expect((err as NetnsError).reason).to.equal(reason);
-    expect((err as NetnsError).code).to.equal(code);
+    expect(asWorkloadNetError(err).code).to.equal(code);
     expect((err as Error).message).to.match(text);
     return;
   }

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { PathWalkPolicy } from '../../core/path-walk-policy';
+import { PathWalkPolicy } from '../../lib/netns/path-walk-policy';
 
 describe('path walk policy (which namespace paths are resolved on the event loop)', () => {
   let tmp: string;

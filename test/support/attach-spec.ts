@@ -1,6 +1,6 @@
 import * as fs from 'node:fs';
 import type { AttachSpec, Backend, DataplaneResult, IpAssignment } from '../../core/backend';
-import { NetnsHandle, type Netns } from '../../core/netns';
+import { NetnsHandle, type Netns } from '../../lib/netns/netns-handle';
 
 // Backend tests call a backend the way the core does: with the workload's namespace open, and the
 // backend's own plan. These helpers do both, so a test names only the attachment.

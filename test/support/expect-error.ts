@@ -1,16 +1,18 @@
 import { expect } from 'chai';
-import { WorkloadNetError, type ErrorCode } from '../../core/errors';
+import { knownWorkloadNetError, type WorkloadNetError, type ErrorCode } from '../../core/errors';
 
 // Errors as callers see them: a WorkloadNetError whose code (and message) a person can act on. One
-// place to assert that, for a call that throws and for a promise that rejects.
+// place to assert that, for a call that throws and for a promise that rejects. A lib/ error counts with
+// the code the daemon gives it (core/errors.ts), as the API and CNI would answer it.
 
 /** Stands for "nothing was thrown", which no error can be mistaken for. */
 const NOTHING: unique symbol = Symbol('nothing thrown');
 
-/** Asserts that `thrown` is a WorkloadNetError, of `code` and with `message` when given. */
+/** Asserts that `thrown` is a WorkloadNetError (or a lib/ error), of `code` and with `message` when given. */
 function workloadNetError(thrown: unknown, code?: ErrorCode, message?: RegExp | string): WorkloadNetError {
-  expect(thrown).to.be.instanceOf(WorkloadNetError);
-  const e = thrown as WorkloadNetError;
+  const e = knownWorkloadNetError(thrown);
+  expect(e, `not an error the daemon expects: ${String(thrown)}`).to.not.equal(undefined);
+  if (e === undefined) throw new Error('unreachable');
   if (code !== undefined) expect(e.code, e.message).to.equal(code);
   if (typeof message === 'string') expect(e.message).to.equal(message);
   else if (message) expect(e.message).to.match(message);

@@ -9,7 +9,7 @@ import { createContainer } from '../../core/container';
 import { Daemon } from '../../core/daemon';
 import { silentLogger } from '../../core/logger';
 import { Metrics } from '../../core/metrics';
-import { NETNS_OPENER, type NetnsOpener } from '../../core/netns';
+import { NETNS_OPENER, type NetnsOpener } from '../../core/netns-opener';
 
 export interface InProcessDaemonOptions {
   /** Directory for the sockets and the state; a new temporary one by default. */

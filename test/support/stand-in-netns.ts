@@ -1,7 +1,9 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { NetnsError, type Netns, type NetnsOpener, type NetnsPresence } from '../../core/netns';
+import type { NetnsOpener } from '../../core/netns-opener';
+import { NetnsError } from '../../lib/netns/netns-error';
+import type { Netns, NetnsPresence } from '../../lib/netns/netns-handle';
 
 // Stand-in network namespaces for API tests whose backend never enters one (the recording backend):
 // each is an empty file in a scratch directory, and the core opens it through this opener instead of

@@ -1,7 +1,7 @@
 import type { Drift, IpAssignment } from '../../../core/backend';
 import { WorkloadNetError, alreadyExists, invalidArgument, notFound } from '../../../core/errors';
 import type { SweepResult } from '../../../core/leak-sweep';
-import { NetnsHandle } from '../../../core/netns';
+import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import type {
   AttachCall,
   Attachment,

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { NetnsHandle } from '../../../core/netns';
+import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import {
   BlockingNetlinkSocket,
   NetlinkError,
@@ -8,7 +8,7 @@ import {
   delLinkRequest,
   newVethRequest,
   setLinkRequest,
-} from '../../../backends/linux/rtnetlink';
+} from '../../../lib/rtnetlink';
 import { NetnsPool, ipJson, netnsPath } from './netns-fixture';
 
 // The synchronous socket the netlink thread uses, against a real kernel in a test-owned namespace

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { NetnsHandle } from '../../../core/netns';
+import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import {
   NetlinkError,
   RTM_NEWLINK,
@@ -13,7 +13,7 @@ import {
   newVethRequest,
   setLinkRequest,
   NetlinkSocket,
-} from '../../../backends/linux/rtnetlink';
+} from '../../../lib/rtnetlink';
 import { NetnsPool, ipJson, netnsPath } from './netns-fixture';
 
 // The socket against a real kernel, inside a test-owned namespace.

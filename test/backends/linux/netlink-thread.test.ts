@@ -1,11 +1,11 @@
 import { expect } from 'chai';
 import * as fs from 'node:fs';
-import { NetnsHandle } from '../../../core/netns';
+import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import { WorkloadNetError } from '../../../core/errors';
 import { planAttachment, randomMac } from '../../../backends/linux/attach-plan';
 import { resolveLinuxBackendOptions } from '../../../backends/linux/linux-backend-options';
 import { NetlinkThread } from '../../../backends/linux/netlink-thread';
-import { NetlinkError } from '../../../backends/linux/rtnetlink';
+import { NetlinkError } from '../../../lib/rtnetlink';
 import { NetnsPool, ip, ipJson, netnsPath } from './netns-fixture';
 
 // The netlink thread on its own: one attach's exchange per message, its failures carried back with

@@ -50,14 +50,9 @@ import {
   NetlinkError,
   setLinkRequest,
   type NetlinkMessage,
-} from '../../../backends/linux/rtnetlink';
-import { isDump } from '../../../backends/linux/rtnetlink/socket';
-import {
-  IFLA_AF_SPEC,
-  IFLA_INFO_DATA,
-  IFLA_LINKINFO,
-  VETH_INFO_PEER,
-} from '../../../backends/linux/rtnetlink/link';
+} from '../../../lib/rtnetlink';
+import { isDump } from '../../../lib/rtnetlink/socket';
+import { IFLA_AF_SPEC, IFLA_INFO_DATA, IFLA_LINKINFO, VETH_INFO_PEER } from '../../../lib/rtnetlink/link';
 
 // Builds what the kernel would send, byte by byte, so that decoding is tested against the wire
 // layout rather than against our own encoder.

@@ -1,6 +1,6 @@
 import { ChildProcess, spawn, SpawnOptions } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
-import { CLONE_NEWNET, setns } from '../../../core/libc';
+import { CLONE_NEWNET, setns } from '../../../lib/libc';
 
 // Starts a process directly inside a network namespace, with no launcher in between: the JS thread
 // enters the namespace, forks (a child inherits the forking thread's namespaces), and switches back, all

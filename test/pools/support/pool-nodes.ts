@@ -1,6 +1,6 @@
 import * as path from 'node:path';
 import type * as grpc from '@grpc/grpc-js';
-import { cidrContains, parseAddress, parseCidr } from '../../../core/cidr';
+import { cidrContains, parseAddress, parseCidr } from '../../../lib/cidr';
 import type { StatusResponse } from '../../../proto/gen/workloadnet/v1/workload';
 import { DaemonProcess } from '../../support/daemon-process';
 import { addNodeUplink, type NetnsSet } from '../../support/netns';

@@ -2,7 +2,7 @@
 // core's address math does the parsing and RFC 5952 formatting, so text decoded from the kernel
 // compares equal to what the core stored.
 
-import { addressToBytes, formatAddress as formatValue, parseAddress } from '../../../core/cidr';
+import { addressToBytes, formatAddress as formatValue, parseAddress } from '../cidr';
 
 export const AF_UNSPEC = 0;
 export const AF_INET = 2;

@@ -8,7 +8,7 @@
 // requests and decode answers for one kind of object each; errors.ts turns NLMSG_ERROR into
 // NetlinkError (errno + name + the kernel's extended-ack text); socket.ts does the I/O.
 //
-// Typical use (with core/netns.ts for the namespace):
+// Typical use (with lib/netns for the namespace):
 //
 //   const ns = await NetnsHandle.open('/var/run/netns/x');
 //   const sock = NetlinkSocket.openIn(ns);
@@ -65,6 +65,7 @@ export {
   type AckPayload,
   type ExtendedAck,
   NetlinkError,
+  NetlinkSocketError,
   decodeDoneMessage,
   decodeErrorMessage,
   errnoName,

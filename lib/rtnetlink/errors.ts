@@ -3,7 +3,7 @@
 // kernel's own explanation ("ipv4: Address already assigned"). We keep both: callers branch on
 // `code` ('EEXIST', 'ENODEV', …), people read `message`.
 
-import { errnoDescription, errnoName } from '../../../core/errno';
+import { errnoDescription, errnoName } from '../errno';
 import { decodeAttributes, getString, getU32, readS32, readU16, readU32 } from './attributes';
 import { NLM_F_ACK_TLVS, NLM_F_CAPPED, NLMSG_HDRLEN, nlmsgAlign, type NetlinkMessage } from './message';
 
@@ -55,6 +55,21 @@ export class NetlinkError extends Error {
    */
   get notFound(): boolean {
     return NOT_FOUND_CODES.has(this.code);
+  }
+}
+
+/**
+ * A netlink socket that could not be made inside a namespace: entering it was refused (`permission`:
+ * the process lacks root or CAP_SYS_ADMIN), or the socket call failed (`failed`). Not a kernel answer
+ * to a request, so not a NetlinkError.
+ */
+export class NetlinkSocketError extends Error {
+  constructor(
+    readonly reason: 'permission' | 'failed',
+    message: string,
+  ) {
+    super(message);
+    this.name = 'NetlinkSocketError';
   }
 }
 

@@ -10,8 +10,8 @@
 
 import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
-import { closeFd } from '../../../core/libc';
-import type { Netns } from '../../../core/netns';
+import { closeFd } from '../libc';
+import type { Netns } from '../netns/netns-handle';
 import { NetlinkError, decodeDoneMessage, decodeErrorMessage } from './errors';
 import {
   NLM_F_ACK,

@@ -1,7 +1,7 @@
 // Network namespace handles: the one place that opens, identifies and validates a network namespace,
-// and the one way to act inside one. The core opens a workload's namespace once per Attach and hands
-// the handle to the backend; backends and the simulator open their own (the node's, the DPU's) here
-// too.
+// and the one way to act inside one. The core opens a workload's namespace once per Attach (through
+// core/netns-opener.ts) and hands the handle to the backend; backends and the simulator open their
+// own (the node's, the DPU's) here too.
 //
 // Both forms runtimes use are nsfs files: /proc/<pid>/ns/net and a bind mount such as
 // /var/run/netns/cni-<uuid> (no process inside). An nsfs file lives on the nsfs device (the same
@@ -21,38 +21,14 @@
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { WorkloadNetError } from './errors';
-import { CLONE_NEWNET, NS_GET_NSTYPE, ioctlNoArg, setns } from './libc';
+import { CLONE_NEWNET, NS_GET_NSTYPE, ioctlNoArg, setns } from '../libc';
+import { NetnsError, NetnsStateError } from './netns-error';
 import { PathWalkPolicy, isProcNamespaceLink, namespaceDirectoryOf } from './path-walk-policy';
 
 const MAX_PATH = 4096;
 const walkPolicy = new PathWalkPolicy();
 /** open(2) flag Node does not export: resolve the path without opening the file (same on every Linux arch). */
 const O_PATH = 0o10000000;
-
-/** Why a path is not usable as a network namespace. */
-export type NetnsFailure = 'missing' | 'not-a-netns' | 'protected' | 'permission' | 'io';
-
-/**
- * A path that cannot be used as a network namespace, and why. Always INVALID_ARGUMENT: whatever the
- * reason (even a namespace root may not open, PID 1's inside a sandbox), it is not one to attach a
- * workload to; entry points answer it in their own terms (CNI: code 4).
- */
-export class NetnsError extends WorkloadNetError {
-  constructor(
-    readonly reason: NetnsFailure,
-    readonly path: string,
-    message: string,
-  ) {
-    super('INVALID_ARGUMENT', message);
-    this.name = 'NetnsError';
-  }
-
-  /** The namespace does not exist (any more): the one test for "already gone". */
-  get notFound(): boolean {
-    return this.reason === 'missing';
-  }
-}
 
 /** CLONE_NEW* values NS_GET_NSTYPE returns, for saying what a wrong path is instead. */
 const NAMESPACE_KINDS: Record<number, string> = {
@@ -95,8 +71,8 @@ const original: { fd: number; inode: number; dev: number } | Error = (() => {
 
 function originalNamespace(): { fd: number; inode: number; dev: number } {
   if (original instanceof Error) {
-    throw new WorkloadNetError(
-      'FAILED_PRECONDITION',
+    throw new NetnsStateError(
+      'no-own-namespace',
       `cannot open this process's network namespace: ${original.message}`,
     );
   }
@@ -130,16 +106,6 @@ export interface Netns {
   enter<T>(create: () => T): T;
 }
 
-/** How the core opens a workload's namespace; injected, so that tests without root can stand in. */
-export interface NetnsOpener {
-  /** Opens and validates a workload's namespace (see NetnsHandle.open with `workload`). */
-  openWorkload(netnsPath: string): Promise<Netns>;
-  /** Whether `netnsPath` still names the namespace recorded as `inode`. */
-  stillPresent(netnsPath: string, inode: number): Promise<boolean>;
-  /** What `netnsPath` shows of the namespace recorded as `inode` (reconcile, the leak sweep). */
-  presence(netnsPath: string, inode: number): Promise<NetnsPresence>;
-}
-
 /**
  * What a path shows of a recorded namespace. `gone` is evidence: the path names nothing (unlinked, or
  * its process exited) or another namespace. `unseen` is not: something is there but not a namespace
@@ -147,16 +113,6 @@ export interface NetnsOpener {
  * cannot be looked at (no ptrace rights over the process).
  */
 export type NetnsPresence = 'present' | 'gone' | 'unseen';
-
-/** inversify identifier of the NetnsOpener. */
-export const NETNS_OPENER = Symbol.for('workloadnet.NetnsOpener');
-
-/** The opener the daemon uses: real namespaces. */
-export const kernelNetnsOpener: NetnsOpener = {
-  openWorkload: (netnsPath) => NetnsHandle.open(netnsPath, { workload: true }),
-  stillPresent: (netnsPath, inode) => netnsStillPresent(netnsPath, inode),
-  presence: (netnsPath, inode) => netnsPresence(netnsPath, inode),
-};
 
 /** An open network namespace. The fd pins the namespace: it exists as long as the handle is open. */
 export class NetnsHandle implements Netns {
@@ -240,7 +196,9 @@ export class NetnsHandle implements Netns {
       }
       fd = fs.openSync(`/proc/self/fd/${pathFd}`, fs.constants.O_RDONLY);
     } catch (err) {
-      throw err instanceof WorkloadNetError ? err : openFailure(netnsPath, err as NodeJS.ErrnoException);
+      throw err instanceof NetnsError || err instanceof NetnsStateError
+        ? err
+        : openFailure(netnsPath, err as NodeJS.ErrnoException);
     } finally {
       fs.closeSync(pathFd);
     }
@@ -296,7 +254,7 @@ export class NetnsHandle implements Netns {
    */
   enter<T>(create: () => T): T {
     if (this.isClosed)
-      throw new WorkloadNetError('INTERNAL', `network namespace handle for ${this.path} is closed`);
+      throw new NetnsStateError('closed', `network namespace handle for ${this.path} is closed`);
     const back = originalNamespace();
     if (this.inode === back.inode) return create();
     // If this throws we never left, so there is nothing to undo.

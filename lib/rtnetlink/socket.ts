@@ -39,10 +39,10 @@ import {
   setsockopt,
   setsockoptInt,
   socket,
-} from '../../../core/libc';
-import { WorkloadNetError } from '../../../core/errors';
-import type { Netns } from '../../../core/netns';
-import { NetlinkError, decodeDoneMessage, decodeErrorMessage } from './errors';
+} from '../libc';
+import { NetnsStateError } from '../netns/netns-error';
+import type { Netns } from '../netns/netns-handle';
+import { NetlinkError, NetlinkSocketError, decodeDoneMessage, decodeErrorMessage } from './errors';
 import {
   NLM_F_ACK,
   NLM_F_DUMP,
@@ -402,20 +402,20 @@ export function configureNetlinkFd(fd: number, opts: NetlinkSocketOptions = {}):
 
 /**
  * A NETLINK_ROUTE socket fd created inside `ns` (~12 µs of setns window on the calling thread), not yet
- * configured. A refused setns becomes a WorkloadNetError that says what is missing.
+ * configured. A refused setns becomes a NetlinkSocketError that says what is missing.
  */
 export function netlinkFdIn(ns: Netns): number {
   try {
     return ns.enter(() => socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE));
   } catch (err) {
-    if (err instanceof WorkloadNetError) throw err;
+    if (err instanceof NetnsStateError) throw err;
     if ((err as { code?: string }).code === 'EPERM') {
-      throw new WorkloadNetError(
-        'FAILED_PRECONDITION',
+      throw new NetlinkSocketError(
+        'permission',
         `not allowed to enter network namespace ${ns.path} (needs root or CAP_SYS_ADMIN)`,
       );
     }
-    throw new WorkloadNetError('INTERNAL', `cannot open a netlink socket in ${ns.path}: ${String(err)}`);
+    throw new NetlinkSocketError('failed', `cannot open a netlink socket in ${ns.path}: ${String(err)}`);
   }
 }
 

@@ -1,6 +1,5 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { monotonicMs } from './monotonic-clock';
 
 // Whether a namespace path may be resolved synchronously, on the event loop. Resolving a path can
 // wait as long as its filesystem makes it: on NFS, CIFS or FUSE that is unbounded, so such paths are
@@ -37,7 +36,8 @@ interface Verdict {
 export class PathWalkPolicy {
   private readonly verdicts = new Map<string, Verdict>();
 
-  constructor(private readonly now: () => number = monotonicMs) {}
+  /** `now` is a monotonic clock in ms: a wall-clock step must not expire or freeze every verdict. */
+  constructor(private readonly now: () => number = () => performance.now()) {}
 
   /**
    * Whether `file` may be resolved synchronously: a boolean at once when its directory's verdict is

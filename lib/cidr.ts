@@ -7,7 +7,16 @@
 // RFC 5952 output is an extra call that is easy to forget. Strict parsing plus canonical output is
 // about 150 lines, all covered by the tests in test/core/cidr.test.ts.
 
-import { invalidArgument } from './errors';
+/**
+ * Text that is not an address or a CIDR, or a value out of its family's range. Always the caller's
+ * input at fault: the daemon answers it INVALID_ARGUMENT (core/errors.ts).
+ */
+export class CidrError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'CidrError';
+  }
+}
 
 export interface Cidr {
   family: 4 | 6;
@@ -85,15 +94,15 @@ function parseV6(text: string): bigint | string {
   return value;
 }
 
-/** Parses one IPv4 (strict dotted decimal) or IPv6 address. Throws INVALID_ARGUMENT on anything else. */
+/** Parses one IPv4 (strict dotted decimal) or IPv6 address. Throws a CidrError on anything else. */
 export function parseAddress(text: string): { family: 4 | 6; value: bigint } {
   if (typeof text !== 'string' || text.length === 0 || text.length > MAX_TEXT) {
-    throw invalidArgument(`${quote(String(text))} is not an IP address`);
+    throw new CidrError(`${quote(String(text))} is not an IP address`);
   }
   const family: 4 | 6 = text.includes(':') ? 6 : 4;
   const result = family === 4 ? parseV4(text) : parseV6(text);
   if (typeof result === 'string') {
-    throw invalidArgument(`${quote(text)} is not a valid IPv${family} address: ${result}`);
+    throw new CidrError(`${quote(text)} is not a valid IPv${family} address: ${result}`);
   }
   return { family, value: result };
 }
@@ -107,7 +116,7 @@ const V4_MAPPED_PREFIX = 0xffffn << 32n;
 /** Canonical text: dotted decimal for IPv4, RFC 5952 for IPv6 (lowercase, no leading zeros, "::"). */
 export function formatAddress(family: 4 | 6, value: bigint): string {
   if (value < 0n || value >> BigInt(familyBits(family)) !== 0n) {
-    throw invalidArgument(`${value} is not an IPv${family} address value`);
+    throw new CidrError(`${value} is not an IPv${family} address value`);
   }
   if (family === 4) return formatV4(Number(value));
 
@@ -157,7 +166,7 @@ export function addressToBytes(text: string): Buffer {
  */
 export function parseCidr(text: string): Cidr {
   if (typeof text !== 'string' || !text.includes('/')) {
-    throw invalidArgument(
+    throw new CidrError(
       `${quote(String(text))} is not a CIDR: expected address/prefix, e.g. 10.88.0.0/16 or fd00::/64`,
     );
   }
@@ -168,15 +177,15 @@ export function parseCidr(text: string): Cidr {
   try {
     addr = parseAddress(addrText);
   } catch (err) {
-    throw invalidArgument(`${quote(text)} is not a CIDR: ${(err as Error).message}`);
+    throw new CidrError(`${quote(text)} is not a CIDR: ${(err as Error).message}`);
   }
   const bits = familyBits(addr.family);
   if (!PREFIX.test(prefixText)) {
-    throw invalidArgument(`${quote(text)} is not a CIDR: prefix length must be a number 0-${bits}`);
+    throw new CidrError(`${quote(text)} is not a CIDR: prefix length must be a number 0-${bits}`);
   }
   const prefixLength = Number(prefixText);
   if (prefixLength > bits) {
-    throw invalidArgument(
+    throw new CidrError(
       `${quote(text)}: prefix length ${prefixLength} is out of range for IPv${addr.family} (0-${bits})`,
     );
   }
@@ -184,7 +193,7 @@ export function parseCidr(text: string): Cidr {
   const network = (addr.value >> hostBits) << hostBits;
   const canonical = `${formatAddress(addr.family, network)}/${prefixLength}`;
   if (network !== addr.value) {
-    throw invalidArgument(`${text} has host bits set; did you mean ${canonical}?`);
+    throw new CidrError(`${text} has host bits set; did you mean ${canonical}?`);
   }
   return { family: addr.family, network, prefixLength, text: canonical };
 }
