@@ -1,5 +1,11 @@
 import type { Drift, IpAssignment } from '../../core/backend';
-import { WorkloadNetError, failedPrecondition, internal, invalidArgument } from '../../core/errors';
+import {
+  WorkloadNetError,
+  failedPrecondition,
+  internal,
+  invalidArgument,
+  knownWorkloadNetError,
+} from '../../core/errors';
 import type { Logger } from '../../core/logger';
 import { NetnsError } from '../../lib/netns/netns-error';
 import { NetnsHandle, type Netns } from '../../lib/netns/netns-handle';
@@ -115,7 +121,8 @@ export class EndpointRefused extends WorkloadNetError {
 }
 
 function netlinkFailure(what: string, err: unknown): WorkloadNetError {
-  if (err instanceof WorkloadNetError) return err;
+  const known = knownWorkloadNetError(err);
+  if (known) return known;
   if (err instanceof NetlinkError) return internal(`${what}: ${err.message}`);
   return internal(`${what}: ${(err as Error).message ?? String(err)}`);
 }
