@@ -17,12 +17,14 @@ import { NodeFixture } from '../support/node-fixture';
 
 const describeRoot = isRoot ? describe : describe.skip;
 
-describeRoot('a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', function () {
-  this.timeout(120_000);
-  const fx = new NodeFixture({ prefix: 'wn-harden-', dirPrefix: 'wn-harden-full-' });
-  let mnt: string;
-  let daemon: DaemonProcess;
-
+/**
+ * A node fixture whose directory holds a 1 MiB tmpfs, mounted before the suite's tests and unmounted
+ * after them. The daemon holds the store open on the tmpfs: it is stopped before the unmount, and the
+ * unmount comes before the directory is removed.
+ */
+function withTmpfsNode(dirPrefix: string): { fx: NodeFixture; mnt: () => string } {
+  const fx = new NodeFixture({ prefix: 'wn-harden-', dirPrefix });
+  let mnt = '';
   before(() => {
     fx.setUp();
     mnt = path.join(fx.dir, 'tmpfs');
@@ -30,11 +32,19 @@ describeRoot('a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', fun
     execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', mnt]);
   });
   after(async () => {
-    // The daemon holds the store open on the tmpfs: stop it before unmounting, unmount before removing.
     await fx.daemon?.stop().catch(() => undefined);
     execFileSync('umount', [mnt]);
     await fx.cleanup();
   });
+  return { fx, mnt: () => mnt };
+}
+
+describeRoot('a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', function () {
+  this.timeout(120_000);
+  const { fx, mnt: tmpfs } = withTmpfsNode('wn-harden-full-');
+  let mnt: string;
+  let daemon: DaemonProcess;
+  before(() => (mnt = tmpfs()));
 
   const attach = (id: string, netnsPath: string) =>
     daemon.client.call(daemon.client.raw.attach, attachRequest(id, netnsPath));
@@ -126,20 +136,9 @@ describeRoot('a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', fun
 // service manager restarted it into the same crash. Now it refuses in words and exits 1.
 describeRoot('a first start on a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', function () {
   this.timeout(60_000);
-  const fx = new NodeFixture({ prefix: 'wn-harden-', dirPrefix: 'wn-harden-first-full-' });
+  const { fx, mnt: tmpfs } = withTmpfsNode('wn-harden-first-full-');
   let mnt: string;
-
-  before(() => {
-    fx.setUp();
-    mnt = path.join(fx.dir, 'tmpfs');
-    fs.mkdirSync(mnt);
-    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=1m', 'tmpfs', mnt]);
-  });
-  after(async () => {
-    await fx.daemon?.stop().catch(() => undefined);
-    execFileSync('umount', [mnt]);
-    await fx.cleanup();
-  });
+  before(() => (mnt = tmpfs()));
 
   it('refuses to start, naming the directory and ENOSPC, with exit 1 and no signal; starts once there is room', async () => {
     const stateDir = path.join(mnt, 'state');
