@@ -451,12 +451,21 @@ export class Orchestrator implements WorkloadService {
     if (this.store.isNew) await this.adopt(adopted, summary);
     const byKey = new Map(rows.map((r) => [r.key, r]));
     const gone: AttachmentRecord[] = [];
+    // Rows written before the last reboot name workloads that cannot have survived it (namespaces do
+    // not), so each of them whose namespace is not there is released: that is evidence, whatever the
+    // view of the namespace directory, and whatever the backend reported of its dataplane (a DPU keeps
+    // its ports across the host's reboot).
+    const afterReboot = this.store.rowsFromEarlierBoot;
+    const suspects = new Set(missing);
+    if (afterReboot) for (const r of rows) if (r.netnsPath) suspects.add(r.key);
+    const dataplaneMissing = new Set(missing);
     await Promise.all(
-      missing.map(async (key) => {
+      [...suspects].map(async (key) => {
         const rec = byKey.get(key);
         if (!rec) return;
         const presence = await this.netns.presence(rec.netnsPath, rec.netnsInode);
         if (presence === 'present') {
+          if (!dataplaneMissing.has(key)) return;
           try {
             await this.repair(rec);
             summary.repaired++;
@@ -469,7 +478,7 @@ export class Orchestrator implements WorkloadService {
           }
           return;
         }
-        if (presence === 'unseen') {
+        if (presence === 'unseen' && !afterReboot) {
           summary.warnings.push(
             `${key}: dataplane missing, and ${rec.netnsPath} shows the daemon no namespace; kept`,
           );
@@ -481,9 +490,14 @@ export class Orchestrator implements WorkloadService {
     // A namespace that looks gone is evidence only through a sound view (sweep-guard.ts), the same
     // judgement as the leak sweep's. Adopted rows have no path: their missing dataplane is the evidence.
     const judged = gone.filter((r) => r.netnsPath);
-    const hold = judged.length
-      ? await judgeGone(uniqueNamespaces(judged), uniqueNamespaces(rows.filter((r) => r.netnsPath)).length)
-      : undefined;
+    const hold =
+      judged.length && !afterReboot
+        ? await judgeGone(uniqueNamespaces(judged), uniqueNamespaces(rows.filter((r) => r.netnsPath)).length)
+        : undefined;
+    if (afterReboot && judged.length > 0)
+      summary.warnings.push(
+        `${judged.length} attachment(s) recorded before this boot released: their namespaces did not survive the reboot`,
+      );
     if (hold)
       summary.warnings.push(
         `${judged.length} attachment(s) with their dataplane missing kept: ${hold.reason}`,
@@ -503,6 +517,10 @@ export class Orchestrator implements WorkloadService {
     })) {
       this.metrics.reconciled.inc({ outcome: outcomeName }, n);
     }
+    // Not being able to record it (a full disk) costs nothing now: the next start looks again.
+    await this.store.recordReconciledBoot().catch((err: unknown) => {
+      summary.warnings.push(`could not record this boot in the store: ${(err as Error).message}`);
+    });
     this.lastReconcile = summary;
     this.log.info({ ...summary, ms: Date.now() - started }, 'reconcile finished');
     return summary;

@@ -7,6 +7,7 @@ import type { Attachment } from './workload-service';
 import { failedPrecondition } from './errors';
 import { checkStoreFile } from './store-file-check';
 import { prepareStateDir } from './store-room';
+import { currentBootId } from '../lib/boot-id';
 import type { Logger } from './logger';
 import { StoreWriteHealth, type WriteHealth } from './store-write-health';
 
@@ -96,7 +97,15 @@ export interface StoreOptions {
   logger?: Logger;
   /** How often a store whose writes fail retries with a probe write (ms). */
   writeProbeIntervalMs?: number;
+  /** The kernel boot this daemon runs in; defaults to the kernel's boot id (lib/boot-id.ts). */
+  bootId?: string;
 }
+
+/**
+ * Meta key: the kernel boot in which a start-up reconcile last finished. Every row in the store was
+ * written in that boot or an earlier one, since a daemon serves only after its reconcile.
+ */
+const RECONCILED_BOOT_KEY = 'reconciledBoot';
 
 /**
  * Meta key present from the transaction that creates a store until the one that records its first
@@ -111,6 +120,7 @@ export class Store {
   private readonly health: StoreWriteHealth;
   private identityValue!: StoreIdentity;
   private isNewValue = false;
+  private readonly bootId: string;
 
   private constructor(
     /** Directory holding the store, for messages. */
@@ -120,6 +130,7 @@ export class Store {
     private readonly meta: Database<unknown, string>,
     opts: StoreOptions,
   ) {
+    this.bootId = opts.bootId ?? currentBootId();
     this.health = new StoreWriteHealth(
       path.join(dir, STORE_FILE),
       () => this.root.transaction(() => void this.meta.put('writeProbe', Date.now())),
@@ -193,6 +204,22 @@ export class Store {
    */
   get isNew(): boolean {
     return this.isNewValue;
+  }
+
+  /**
+   * True when every row was written in an earlier kernel boot than this one: the last reconcile
+   * finished under another boot id. Namespaces do not survive a reboot, so those rows' workloads are
+   * gone, even when the daemon cannot see their namespace paths. False when either boot is unknown.
+   */
+  get rowsFromEarlierBoot(): boolean {
+    const last = this.meta.get(RECONCILED_BOOT_KEY);
+    return typeof last === 'string' && last !== '' && this.bootId !== '' && last !== this.bootId;
+  }
+
+  /** Records that a start-up reconcile finished in this boot (see rowsFromEarlierBoot). */
+  async recordReconciledBoot(): Promise<void> {
+    if (this.meta.get(RECONCILED_BOOT_KEY) === this.bootId) return;
+    await this.write(() => void this.meta.put(RECONCILED_BOOT_KEY, this.bootId));
   }
 
   /** Whether writes currently succeed; when not, since when and why. */

@@ -1,5 +1,5 @@
-import * as fs from 'node:fs';
 import * as os from 'node:os';
+import { currentBootId } from '../../lib/boot-id';
 
 // Who holds a node name. Block keys name only the node, so two daemons started with one --node-name
 // (a cloned VM, a reused host name) would both serve its blocks and hand out the same addresses. The
@@ -25,7 +25,7 @@ export interface AliveHolder {
 export function aliveHolder(storeId: string): AliveHolder {
   return {
     store: storeId,
-    boot: bootId(),
+    boot: currentBootId(),
     host: os.hostname(),
     pid: process.pid,
     since: new Date().toISOString(),
@@ -60,12 +60,4 @@ export function sameDaemon(a: AliveHolder, b: AliveHolder): boolean {
 export function describeHolder(h: AliveHolder | undefined): string {
   if (!h) return 'a daemon that does not say which';
   return `the daemon of store ${h.store} on host ${h.host} (pid ${h.pid}, since ${h.since})`;
-}
-
-function bootId(): string {
-  try {
-    return fs.readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim();
-  } catch {
-    return '';
-  }
 }

@@ -10,6 +10,7 @@ import { waitUntil } from '../support/wait-until';
 import { attachRequest } from '../support/attach-request';
 import { linuxHostLinks } from '../support/kernel-view';
 import { NodeFixture } from '../support/node-fixture';
+import { Store } from '../../core/store';
 import { ipJson } from '../support/netns';
 
 // A workload's namespace deleted behind the daemon's back (no DEL: a runtime crash, a node-local
@@ -275,5 +276,44 @@ describeRoot('leak sweep: namespaces deleted behind the daemon (root, test-owned
     expect(await listed(client)).to.deep.equal(names.slice(1));
     expect((await linuxHostLinks(fx.node)).map((l) => l.ifalias)).to.deep.equal([aliases[1]]);
     expect(podLinks(pods[1]!.name)).to.include('eth0');
+  });
+  it('a daemon started after a reboot releases the workloads recorded before it, though all look gone at once', async () => {
+    const flags = ['--pod-cidr', '10.252.11.0/24', '--sweep-interval-ms', String(SWEEP_MS)];
+    const stateDir = path.join(fx.dir, 'state');
+    const first = await DaemonProcess.start({ dir: fx.dir, netns: fx.node, args: flags });
+    const pods = [fx.namespaces.add(), fx.namespaces.add(), fx.namespaces.add()];
+    const names = pods.map((_, i) => `reboot-${i}`);
+    for (const [i, pod] of pods.entries()) await attach(first.client, names[i]!, pod.path);
+    await first.stop();
+    // What a reboot leaves: every namespace gone, and with them the veth pairs.
+    for (const pod of pods) execFileSync('ip', ['netns', 'del', pod.name]);
+    // The kernel takes a namespace down in the background; its veth ends go with it.
+    await waitUntil(async () => (await linuxHostLinks(fx.node)).length === 0, 'the host links to go', 10_000);
+
+    // In the same boot, every namespace gone at once is no evidence: the guard keeps them all.
+    const sameBoot = await DaemonProcess.start({ dir: fx.dir, netns: fx.node, args: flags });
+    stops.push(() => sameBoot.stop());
+    const kept = await sameBoot.client.call(sameBoot.client.raw.status, {});
+    expect(kept.reconcile?.released).to.equal(0);
+    expect(kept.reconcile?.warnings.join('\n')).to.match(
+      /3 attachment\(s\) with their dataplane missing kept/,
+    );
+    expect(await listed(sameBoot.client)).to.deep.equal(names);
+    await sameBoot.stop();
+
+    // The store's last reconcile was in another boot: every row predates this one.
+    const store = Store.open(stateDir, { bootId: 'an-earlier-boot' });
+    await store.recordReconciledBoot();
+    await store.close();
+    const rebooted = await DaemonProcess.start({ dir: fx.dir, netns: fx.node, args: flags });
+    stops.push(() => rebooted.stop());
+    const st = await rebooted.client.call(rebooted.client.raw.status, {});
+    expect(st.reconcile?.released).to.equal(3);
+    expect(st.reconcile?.warnings.join('\n')).to.match(
+      /3 attachment\(s\) recorded before this boot released: their namespaces did not survive the reboot/,
+    );
+    expect(await listed(rebooted.client)).to.deep.equal([]);
+    expect(st.pools[0]?.used).to.equal(0);
+    expect(st.ready, st.reasons.join('; ')).to.equal(true);
   });
 });
