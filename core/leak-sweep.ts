@@ -3,7 +3,7 @@ import { monotonicMs } from './monotonic-clock';
 import type { NetnsPresence } from '../lib/netns/netns-handle';
 import type { NetnsOpener } from './netns-opener';
 import type { AttachmentRecord } from './store';
-import { judgeGone, type Hold } from './sweep-guard';
+import { judgeGone, namespaceOf, type Hold } from './sweep-guard';
 
 // Attachments whose workload vanished without a DEL (a runtime crash, a node-local cleanup) keep their
 // addresses and dataplane until something releases them; containerd 1.6 never calls CNI GC. So the
@@ -189,9 +189,4 @@ export class LeakSweep {
     this.lastHold = hold;
     this.events.held(hold);
   }
-}
-
-/** A namespace's identity as the sweep compares it: the inode recorded, at the path recorded. */
-function namespaceOf(rec: AttachmentRecord): string {
-  return `${rec.netnsInode} ${rec.netnsPath}`;
 }

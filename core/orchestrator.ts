@@ -22,7 +22,7 @@ import type { Netns } from '../lib/netns/netns-handle';
 import { NETNS_OPENER, type NetnsOpener } from './netns-opener';
 import { NETWORKS, type Network, type NetworkSet } from './network';
 import { Store, type AttachmentRecord } from './store';
-import { judgeGone } from './sweep-guard';
+import { judgeGone, uniqueNamespaces } from './sweep-guard';
 import {
   DEFAULT_IF_NAME,
   attachmentKey,
@@ -800,11 +800,6 @@ function newRecord(
 /** Whether programming reported exactly what was planned (then the row written meanwhile is final). */
 function sameDataplane(a: DataplaneResult, b: DataplaneResult): boolean {
   return a === b || JSON.stringify(a) === JSON.stringify(b);
-}
-
-/** One row per namespace (interfaces of a workload share one), as the sweep guard counts them. */
-function uniqueNamespaces(rows: AttachmentRecord[]): AttachmentRecord[] {
-  return [...new Map(rows.map((r) => [`${r.netnsInode} ${r.netnsPath}`, r])).values()];
 }
 
 function isDefined<T>(v: T | undefined): v is T {

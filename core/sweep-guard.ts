@@ -131,3 +131,15 @@ function devName(dev: number): string {
   const minor = (dev & 0xff) | (Math.floor(dev / 0x1000) & ~0xff);
   return `${major}:${minor}`;
 }
+
+/** A namespace's identity as the sweep and the reconcile compare it: the inode recorded, at the path recorded. */
+export function namespaceOf(rec: { netnsInode: number; netnsPath: string }): string {
+  return `${rec.netnsInode} ${rec.netnsPath}`;
+}
+
+/** One row per distinct namespace among `rows` (a workload's interfaces share one). */
+export function uniqueNamespaces<T extends { netnsInode: number; netnsPath: string }>(
+  rows: readonly T[],
+): T[] {
+  return [...new Map(rows.map((r) => [namespaceOf(r), r])).values()];
+}
