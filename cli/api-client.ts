@@ -11,7 +11,7 @@ type Unary<Req, Res> = (
   cb: (err: grpc.ServiceError | null, res?: Res) => void,
 ) => grpc.ClientUnaryCall;
 
-/** The daemon's send limit (core/api-server.ts: 64 × its 1 MiB request limit). */
+/** The daemon's send limit (core/serve/api-server.ts: 64 × its 1 MiB request limit). */
 const MAX_ANSWER_BYTES = 64 * 1024 * 1024;
 
 export class ApiClient {

@@ -2,7 +2,7 @@ import * as path from 'node:path';
 import type { Command } from 'commander';
 import * as grpc from '@grpc/grpc-js';
 import { installCni, parseChain } from '../adapters/cni/install';
-import { VERSION } from '../core/api-server';
+import { VERSION } from '../core/serve/api-server';
 import { DEFAULT_CONFIG, DEFAULT_NETWORK } from '../core/config';
 import { invalidArgument } from '../core/errors';
 import type { Attachment, StatusResponse } from '../proto/gen/workloadnet/v1/workload';

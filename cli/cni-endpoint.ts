@@ -1,8 +1,8 @@
 import { CniServer } from '../adapters/cni/cni-server';
 import type { DaemonConfig } from '../core/config';
-import type { Lifecycle } from '../core/lifecycle';
+import type { Lifecycle } from '../core/daemon/lifecycle';
 import type { Logger } from '../core/logger';
-import { secureSocket } from '../core/unix-socket';
+import { secureSocket } from '../core/serve/unix-socket';
 import type { WorkloadService } from '../core/workload-service';
 
 /** The CNI endpoint that the workloadnet-cni forwarder talks to, as one of the daemon's endpoints. */

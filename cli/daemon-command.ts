@@ -10,14 +10,14 @@ import {
   type LogLevel,
   type PoolSourceName,
 } from '../core/config';
-import { createContainer } from '../core/container';
-import { Daemon } from '../core/daemon';
-import { applyFdBudget } from '../core/fd-limit';
-import { ENDPOINT, type Lifecycle } from '../core/lifecycle';
+import { createContainer } from '../core/daemon/container';
+import { Daemon } from '../core/daemon/daemon';
+import { applyFdBudget } from '../core/daemon/fd-limit';
+import { ENDPOINT, type Lifecycle } from '../core/daemon/lifecycle';
 import { createLogger, type Logger } from '../core/logger';
 import { WORKLOAD_SERVICE, type WorkloadService } from '../core/workload-service';
 import { Metrics } from '../core/metrics';
-import { MetricsServer } from '../core/metrics-server';
+import { MetricsServer } from '../core/serve/metrics-server';
 import { cniEndpoint } from './cni-endpoint';
 import { bindPoolSource } from './pool-source-wiring';
 

@@ -1,6 +1,6 @@
 import type { Command } from 'commander';
 import { DEFAULT_CONFIG, loadConfigFile, mergeConfig } from '../core/config';
-import { checkStore, type StoreCheckResult } from '../core/store-check';
+import { checkStore, type StoreCheckResult } from '../core/store/store-check';
 import { EXIT } from './client-commands';
 import { json } from './output';
 

@@ -6,7 +6,7 @@ import { registerClientCommands } from './client-commands';
 import { registerClusterCommand } from './cluster-command';
 import { registerDpusCommand } from './dpus-command';
 import { registerStoreCommands } from './store-command';
-import { VERSION } from '../core/api-server';
+import { VERSION } from '../core/serve/api-server';
 import { DEFAULT_CONFIG } from '../core/config';
 
 // The workloadnet command: the daemon itself and the operator's client commands. Exit codes that

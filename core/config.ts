@@ -1,5 +1,5 @@
 import * as fs from 'node:fs';
-import { cidrsOverlap } from './address-space';
+import { cidrsOverlap } from './ipam/address-space';
 import { parseCidr, type Cidr } from '../lib/cidr';
 import { invalidArgument } from './errors';
 
@@ -348,7 +348,7 @@ function validateNetworks(c: DaemonConfig, fail: (msg: string) => never): void {
   const names = new Set<string>();
   // Every network's pools, so that no address is in two networks: the configured podCidrs, and the
   // cluster ranges the etcd source cuts the default network's blocks from (a Node's ranges are known
-  // only at run time; the address space refuses those, see core/address-space.ts).
+  // only at run time; the address space refuses those, see core/ipam/address-space.ts).
   const ranges: Array<{ network: string; cidr: Cidr; from: string }> = [];
   if (c.networks.length > 0 && c.poolSource === 'etcd')
     for (const text of c.etcd.clusterCidrs)

@@ -1,6 +1,6 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { DpuAgentStatus } from './backend';
-import { HOLD_KINDS, type HoldKind } from './sweep-guard';
+import { HOLD_KINDS, type HoldKind } from './reconcile/sweep-guard';
 
 // Prometheus metrics of the daemon (prom-client). One registry per daemon so tests can run several in
 // one process without their counters mixing.

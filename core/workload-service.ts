@@ -2,8 +2,8 @@
 // their own protocol and translate to these calls; they never touch the store or a backend.
 
 import type { DataplaneResult, DpuAgentStatus, DpuPortOptions, Drift, IpAssignment } from './backend';
-import type { SweepResult } from './leak-sweep';
-import type { PoolSourceStatus } from './pool-source';
+import type { SweepResult } from './reconcile/leak-sweep';
+import type { PoolSourceStatus } from './ipam/pool-source';
 
 export interface PodMetadata {
   uid?: string;

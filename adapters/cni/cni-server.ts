@@ -35,10 +35,10 @@
 import { promises as fs } from 'node:fs';
 import * as http from 'node:http';
 import type * as net from 'node:net';
-import { ConnectionCap } from '../../core/connection-cap';
+import { ConnectionCap } from '../../core/serve/connection-cap';
 import { WorkloadNetError, failedPrecondition } from '../../core/errors';
 import { LogRate } from '../../core/log-rate';
-import { prepareSocketPath } from '../../core/unix-socket';
+import { prepareSocketPath } from '../../core/serve/unix-socket';
 import type { WorkloadService } from '../../core/workload-service';
 import { CniError, CniErrorCode, formatCniError } from './cni-error';
 import { CniHandler, type CniReply } from './cni-handler';

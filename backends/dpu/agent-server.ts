@@ -2,7 +2,7 @@ import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
-import { prepareSocketPath } from '../../core/unix-socket';
+import { prepareSocketPath } from '../../core/serve/unix-socket';
 import type { Logger } from '../../core/logger';
 import { failedPrecondition, invalidArgument, unavailable } from '../../core/errors';
 import {

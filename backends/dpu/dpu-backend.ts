@@ -17,7 +17,7 @@ import {
   unavailable,
   type WorkloadNetError,
 } from '../../core/errors';
-import { KeyedMutex } from '../../core/keyed-mutex';
+import { KeyedMutex } from '../../core/attach/keyed-mutex';
 import { silentLogger, type Logger } from '../../core/logger';
 import {
   AckCode,
@@ -47,7 +47,7 @@ import {
   portOptions,
   type PortFields,
 } from './port-spec';
-import { validateDpuPort } from '../../core/validation';
+import { validateDpuPort } from '../../core/attach/validation';
 import { SnapshotSync } from './snapshot-sync';
 
 // The DPU backend: the core asks for a port, this backend places it on one of the connected agents

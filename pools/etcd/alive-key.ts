@@ -11,7 +11,7 @@ import { currentBootId } from '../../lib/boot-id';
 // its previous lease expires (seconds), then takes the free key.
 
 export interface AliveHolder {
-  /** The holder's store id (core/store.ts, StoreIdentity). */
+  /** The holder's store id (core/store/store.ts, StoreIdentity). */
   store: string;
   /** The holder's kernel boot id. */
   boot: string;

@@ -1,5 +1,5 @@
 import type { Database } from 'lmdb';
-import type { Store } from '../../core/store';
+import type { Store } from '../../core/store/store';
 
 // The blocks this node owns, kept in the local store: the daemon starts and serves from them with
 // etcd down. A claim is written here after etcd accepted it and before any address of it is handed

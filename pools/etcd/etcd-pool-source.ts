@@ -1,11 +1,11 @@
 import * as fs from 'node:fs';
 import { Etcd3, type IOptions, type Lease } from 'etcd3';
 import { knownWorkloadNetError, unavailable, WorkloadNetError } from '../../core/errors';
-import type { IpAllocator } from '../../core/ip-allocator';
+import type { IpAllocator } from '../../core/ipam/ip-allocator';
 import type { Logger } from '../../core/logger';
 import type { Metrics } from '../../core/metrics';
-import type { PoolSource, PoolSourceStatus } from '../../core/pool-source';
-import type { Store } from '../../core/store';
+import type { PoolSource, PoolSourceStatus } from '../../core/ipam/pool-source';
+import type { Store } from '../../core/store/store';
 import { BlockCache } from './block-cache';
 import { claimBlock } from './block-claimer';
 import { blockIndex, blockLayout, reservedInBlock, type BlockLayout } from './block-layout';

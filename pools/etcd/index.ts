@@ -3,9 +3,9 @@ import { ContainerModule } from 'inversify';
 import type { DaemonConfig } from '../../core/config';
 import type { Logger } from '../../core/logger';
 import { METRICS, type Metrics } from '../../core/metrics';
-import { STORE } from '../../core/orchestrator';
-import { POOL_SOURCE, type PoolSource } from '../../core/pool-source';
-import type { Store } from '../../core/store';
+import { STORE } from '../../core/attach/orchestrator';
+import { POOL_SOURCE, type PoolSource } from '../../core/ipam/pool-source';
+import type { Store } from '../../core/store/store';
 import { EtcdPoolSource } from './etcd-pool-source';
 
 /** Binds the etcd pool source in place of the default one. */

@@ -2,7 +2,7 @@ import * as os from 'node:os';
 import { ContainerModule } from 'inversify';
 import type { DaemonConfig } from '../../core/config';
 import type { Logger } from '../../core/logger';
-import { POOL_SOURCE, type PoolSource } from '../../core/pool-source';
+import { POOL_SOURCE, type PoolSource } from '../../core/ipam/pool-source';
 import { KubernetesPoolSource } from './kubernetes-pool-source';
 
 /** Binds the kubernetes pool source in place of the default one. */

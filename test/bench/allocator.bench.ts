@@ -4,8 +4,8 @@
 
 import v8 from 'node:v8';
 import vm from 'node:vm';
-import { IpAllocator } from '../../core/ip-allocator';
-import { IpPool } from '../../core/ip-pool';
+import { IpAllocator } from '../../core/ipam/ip-allocator';
+import { IpPool } from '../../core/ipam/ip-pool';
 
 export interface BenchRow {
   name: string;

@@ -53,7 +53,7 @@ function load(rel: string): Record<string, unknown> | undefined {
 
 // NODE_OPTIONS reaches the daemon's worker threads too; only the main thread is timed here.
 if (out && isMainThread) {
-  const orchestrator = load('core/orchestrator.js');
+  const orchestrator = load('core/attach/orchestrator.js');
   const Orchestrator = orchestrator?.Orchestrator as { prototype: Record<string, unknown> } | undefined;
   const attach = Orchestrator?.prototype.attach;
   if (Orchestrator && typeof attach === 'function') {
@@ -69,7 +69,7 @@ if (out && isMainThread) {
     };
   } else process.stderr.write('attach-steps-hook: Orchestrator.attach not found\n');
   // The moment the per-workload lock runs the attach's critical section.
-  const KeyedMutex = load('core/keyed-mutex.js')?.KeyedMutex as
+  const KeyedMutex = load('core/attach/keyed-mutex.js')?.KeyedMutex as
     { prototype: Record<string, unknown> } | undefined;
   const run = KeyedMutex?.prototype.run;
   if (KeyedMutex && typeof run === 'function') {
@@ -85,7 +85,11 @@ if (out && isMainThread) {
     'openWorkload',
     'openNetns',
   );
-  wrap((load('core/store.js')?.Store as { prototype: Record<string, unknown> })?.prototype, 'put', 'store');
+  wrap(
+    (load('core/store/store.js')?.Store as { prototype: Record<string, unknown> })?.prototype,
+    'put',
+    'store',
+  );
   const linux = load('backends/linux/linux-backend.js')?.LinuxBackend as
     { prototype: Record<string, unknown> } | undefined;
   wrap(linux?.prototype, 'plan', 'plan');

@@ -1,10 +1,10 @@
 import { expect } from 'chai';
 import { effectiveNetworks, DEFAULT_CONFIG, mergeConfig, type NetworkConfig } from '../../core/config';
 import { WorkloadNetError } from '../../core/errors';
-import { IpAllocator } from '../../core/ip-allocator';
-import { Network, NetworkSet } from '../../core/network';
-import { PoolSupply } from '../../core/pool-supply';
-import { StaticPoolSource } from '../../core/static-pool-source';
+import { IpAllocator } from '../../core/ipam/ip-allocator';
+import { Network, NetworkSet } from '../../core/ipam/network';
+import { PoolSupply } from '../../core/ipam/pool-supply';
+import { StaticPoolSource } from '../../core/ipam/static-pool-source';
 import { RecordingBackend } from '../support/recording-backend';
 
 // No address is ever in two networks' pools: the networks' allocators meet in one address space when

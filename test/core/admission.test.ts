@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { Admission } from '../../core/admission';
+import { Admission } from '../../core/attach/admission';
 import { WorkloadNetError } from '../../core/errors';
 
 const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));

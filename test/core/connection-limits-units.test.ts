@@ -2,8 +2,8 @@ import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import * as net from 'node:net';
 import * as path from 'node:path';
-import { ConnectionCap } from '../../core/connection-cap';
-import { FD_RESERVE, fitConnectionCaps, getFdLimit } from '../../core/fd-limit';
+import { ConnectionCap } from '../../core/serve/connection-cap';
+import { FD_RESERVE, fitConnectionCaps, getFdLimit } from '../../core/daemon/fd-limit';
 import { LogRate } from '../../core/log-rate';
 
 /** A socket that never connects; the cap reads only its byte counters and destroys it. */
@@ -75,7 +75,7 @@ describe('descriptor limit', () => {
   it('raises the soft limit to the hard limit at start', () => {
     // Node itself raises the soft limit when it starts, so the child lowers it first with setrlimit.
     const { hard } = getFdLimit();
-    const fdLimit = path.resolve(__dirname, '../../core/fd-limit.js');
+    const fdLimit = path.resolve(__dirname, '../../core/daemon/fd-limit.js');
     const script = `
       const koffi = require('koffi');
       const lib = koffi.load('libc.so.6');

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import fc from 'fast-check';
 import { formatAddress, parseCidr } from '../../lib/cidr';
 import { expectError } from '../support/expect-error';
-import { IpPool, IPV6_POOL_WINDOW } from '../../core/ip-pool';
+import { IpPool, IPV6_POOL_WINDOW } from '../../core/ipam/ip-pool';
 
 /**
  * A deliberately naive model of a pool: the list of every address of the CIDR in order, which of them

@@ -2,12 +2,12 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { LeakSweep, type SweepEvents } from '../../core/leak-sweep';
+import { LeakSweep, type SweepEvents } from '../../core/reconcile/leak-sweep';
 import { silentLogger } from '../../core/logger';
 import type { NetnsOpener } from '../../core/netns-opener';
 import type { Netns, NetnsPresence } from '../../lib/netns/netns-handle';
-import type { AttachmentRecord } from '../../core/store';
-import type { Hold, HoldKind } from '../../core/sweep-guard';
+import type { AttachmentRecord } from '../../core/store/store';
+import type { Hold, HoldKind } from '../../core/reconcile/sweep-guard';
 
 // The leak sweep's own rules, without a daemon: which rows it may release and when. Namespaces are
 // files in a scratch directory whose presence the test decides; the directories the guard judges

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { internal } from '../../core/errors';
-import { MetricsServer } from '../../core/metrics-server';
+import { MetricsServer } from '../../core/serve/metrics-server';
 import { InProcessDaemon } from '../support/in-process-daemon';
 import { attachRequest } from '../support/attach-request';
 import { RecordingBackend } from '../support/recording-backend';

@@ -8,7 +8,7 @@ import {
   type NetworkConfig,
 } from '../../core/config';
 import { WorkloadNetError } from '../../core/errors';
-import { validateNetworkName } from '../../core/validation';
+import { validateNetworkName } from '../../core/attach/validation';
 
 // Named networks in the config: none means one `default` network made of the flags, exactly as
 // before; bad input is refused with a message that says what to fix.

@@ -3,7 +3,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { open } from 'lmdb';
-import { SCHEMA_VERSION, Store, type AttachmentRecord } from '../../core/store';
+import { SCHEMA_VERSION, Store, type AttachmentRecord } from '../../core/store/store';
 import type { WorkloadNetError } from '../../core/errors';
 import { setStoreSchemaVersion } from '../support/store-schema';
 

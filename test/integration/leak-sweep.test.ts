@@ -10,7 +10,7 @@ import { waitUntil } from '../support/wait-until';
 import { attachRequest } from '../support/attach-request';
 import { linuxHostLinks } from '../support/kernel-view';
 import { NodeFixture } from '../support/node-fixture';
-import { Store } from '../../core/store';
+import { Store } from '../../core/store/store';
 import { ipJson } from '../support/netns';
 
 // A workload's namespace deleted behind the daemon's back (no DEL: a runtime crash, a node-local

@@ -3,8 +3,8 @@ import { spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { checkStoreFile } from '../../core/store-file-check';
-import { STORE_FILE, Store } from '../../core/store';
+import { checkStoreFile } from '../../core/store/store-file-check';
+import { STORE_FILE, Store } from '../../core/store/store';
 import { CLI } from '../support/daemon-process';
 import { isRoot, NetnsSet } from '../support/netns';
 

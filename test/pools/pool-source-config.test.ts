@@ -3,7 +3,7 @@ import { spawnSync } from 'node:child_process';
 import { effectiveConfig } from '../../cli/daemon-command';
 import { DEFAULT_CONFIG, mergeConfig, type ConfigOverrides } from '../../core/config';
 import { WorkloadNetError } from '../../core/errors';
-import { IpAllocator } from '../../core/ip-allocator';
+import { IpAllocator } from '../../core/ipam/ip-allocator';
 import { silentLogger } from '../../core/logger';
 import { KubernetesPoolSource } from '../../pools/kubernetes/kubernetes-pool-source';
 import { blockAt, blockIndex, blockLayout, reservedInBlock } from '../../pools/etcd/block-layout';

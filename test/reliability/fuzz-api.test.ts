@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import fc from 'fast-check';
 import { ApiClient } from '../../cli/api-client';
-import { MAX_MESSAGE_BYTES } from '../../core/api-server';
+import { MAX_MESSAGE_BYTES } from '../../core/serve/api-server';
 import { AttachRequest, GCRequest } from '../../proto/gen/workloadnet/v1/workload';
 import { attachRequest } from '../support/attach-request';
 import { DaemonProcess } from '../support/daemon-process';
@@ -24,7 +24,7 @@ import { fuzzTally } from './fuzz-tally';
 // exactly the valid input, and a refused call changes nothing: the same attachments, the same pool
 // usage, no call to the backend.
 //
-// The oracle below restates the documented input rules (README "The workload API", core/validation.ts
+// The oracle below restates the documented input rules (README "The workload API", core/attach/validation.ts
 // comments) independently of the daemon's code.
 
 const describeRoot = isRoot ? describe : describe.skip;

@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import { promisify } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import { DEFAULT_CONFIG } from '../../core/config';
-import { SEED_SERVICE } from '../../core/api-server';
+import { SEED_SERVICE } from '../../core/serve/api-server';
 import { AttachRequest } from '../../proto/gen/workloadnet/v1/workload';
 import { daemonCommand, DaemonProcess } from '../support/daemon-process';
 import { attachRequest } from '../support/attach-request';

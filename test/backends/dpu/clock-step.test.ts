@@ -74,7 +74,7 @@ describe('DPU backend: a wall-clock step while an agent is connected', function 
     for (const d of h.dpus ?? []) {
       expect(d.lastHeartbeatAgeMs, `${when}: ${d.id}'s heartbeat age`).to.be.within(0, 3 * HEARTBEAT_MS);
       expect(d.healthy, `${when}: ${d.id} healthy`).to.equal(true);
-      // What the API sends for `workloadnet dpus` and Status (core/api-server.ts).
+      // What the API sends for `workloadnet dpus` and Status (core/serve/api-server.ts).
       const wire = DpuStatus.fromPartial({
         ...d,
         lastHeartbeatAgeMs: d.lastHeartbeatAgeMs ?? 0,

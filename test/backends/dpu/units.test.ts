@@ -7,7 +7,7 @@ import { nackError } from '../../../backends/dpu/ack-code';
 import { DesiredState } from '../../../backends/dpu/desired-state';
 import { decodeDetails, encodeDetails } from '../../../backends/dpu/details';
 import { featuresNeeded, macForKey, portFields, portOptions } from '../../../backends/dpu/port-spec';
-import { validateDpuId, validateDpuPort } from '../../../core/validation';
+import { validateDpuId, validateDpuPort } from '../../../core/attach/validation';
 import { Metrics } from '../../../core/metrics';
 import type { DpuAgentStatus } from '../../../core/backend';
 import { TokenBucket } from '../../../backends/dpu/rate-limiter';

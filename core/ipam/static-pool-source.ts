@@ -2,7 +2,7 @@ import type { IpAllocator } from './ip-allocator';
 import type { PoolSource, PoolSourceStatus } from './pool-source';
 
 // The configured podCidrs, as every node had them before pool sources existed. The allocator is built
-// with those pools (core/container.ts), so this source has nothing to add and nothing to wait for; it
+// with those pools (core/daemon/container.ts), so this source has nothing to add and nothing to wait for; it
 // lives in core because it is that small and because it is the default.
 
 export class StaticPoolSource implements PoolSource {

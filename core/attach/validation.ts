@@ -1,7 +1,7 @@
-import { DEFAULT_NETWORK } from './config';
-import { invalidArgument } from './errors';
-import type { DpuPortOptions } from './backend';
-import type { AttachCall, DnsInfo, PodMetadata } from './workload-service';
+import { DEFAULT_NETWORK } from '../config';
+import { invalidArgument } from '../errors';
+import type { DpuPortOptions } from '../backend';
+import type { AttachCall, DnsInfo, PodMetadata } from '../workload-service';
 
 // Input rules shared by every entry point (gRPC, CNI). They run before any state changes, so a rejected
 // call has nothing to roll back.

@@ -19,14 +19,14 @@
 // an allocator also refuses a pool that overlaps another network's.
 
 import { cidrsOverlap, overlapError, type AddressSpace } from './address-space';
-import { cidrContains, parseAddress, parseCidr, type Cidr } from '../lib/cidr';
+import { cidrContains, parseAddress, parseCidr, type Cidr } from '../../lib/cidr';
 import {
   exhausted,
   failedPrecondition,
   invalidArgument,
   knownWorkloadNetError,
   WorkloadNetError,
-} from './errors';
+} from '../errors';
 import { IpPool } from './ip-pool';
 
 export interface PoolConfig {

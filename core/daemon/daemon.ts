@@ -1,14 +1,14 @@
 import type { Container } from 'inversify';
-import { ApiServer } from './api-server';
-import { CONFIG, type DaemonConfig } from './config';
+import { ApiServer } from '../serve/api-server';
+import { CONFIG, type DaemonConfig } from '../config';
 import { ENDPOINT, startAll, type Lifecycle } from './lifecycle';
-import { LOGGER, type Logger } from './logger';
-import { ORCHESTRATOR, STORE, type Orchestrator } from './orchestrator';
-import type { ServiceGate } from './service-gate';
-import { NETWORKS, type NetworkSet } from './network';
-import { prepareSocketPath } from './unix-socket';
-import type { Store } from './store';
-import { WORKLOAD_SERVICE } from './workload-service';
+import { LOGGER, type Logger } from '../logger';
+import { ORCHESTRATOR, STORE, type Orchestrator } from '../attach/orchestrator';
+import type { ServiceGate } from '../serve/service-gate';
+import { NETWORKS, type NetworkSet } from '../ipam/network';
+import { prepareSocketPath } from '../serve/unix-socket';
+import type { Store } from '../store/store';
+import { WORKLOAD_SERVICE } from '../workload-service';
 
 /**
  * The daemon: its parts, started in this order and stopped in reverse.
@@ -22,7 +22,7 @@ import { WORKLOAD_SERVICE } from './workload-service';
  * 6. Serving: the gate opens. Stopping it is the graceful part: stop accepting, let calls in flight
  *    finish (up to shutdownTimeoutMs), close every connection; then attaches still in flight are
  *    cancelled (their rows removed, see Orchestrator.drain); only then the store and the backend.
- * 7. The leak sweep (core/leak-sweep.ts), every sweepIntervalMs.
+ * 7. The leak sweep (core/reconcile/leak-sweep.ts), every sweepIntervalMs.
  */
 export class Daemon {
   private stopAll?: () => Promise<void>;

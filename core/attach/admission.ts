@@ -15,7 +15,7 @@
 // answers. Now at most `startsPerTurn` attaches start in one turn of the event loop; the others start
 // in the next turns, after timers and I/O (Status among them) have had theirs.
 
-import { exhausted } from './errors';
+import { exhausted } from '../errors';
 
 /** Attaches started in one event-loop turn, at most. */
 export const STARTS_PER_TURN = 4;

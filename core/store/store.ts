@@ -2,13 +2,13 @@ import { randomUUID } from 'node:crypto';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { open, type Database, type RootDatabase } from 'lmdb';
-import type { IpAssignment } from './backend';
-import type { Attachment } from './workload-service';
-import { failedPrecondition } from './errors';
+import type { IpAssignment } from '../backend';
+import type { Attachment } from '../workload-service';
+import { failedPrecondition } from '../errors';
 import { checkStoreFile } from './store-file-check';
 import { prepareStateDir } from './store-room';
-import { currentBootId } from '../lib/boot-id';
-import type { Logger } from './logger';
+import { currentBootId } from '../../lib/boot-id';
+import type { Logger } from '../logger';
 import { StoreWriteHealth, type WriteHealth } from './store-write-health';
 
 // The single source of truth for attachments and the addresses they hold. LMDB gives us ACID

@@ -1,8 +1,8 @@
-import type { Logger } from './logger';
-import { monotonicMs } from './monotonic-clock';
-import type { NetnsPresence } from '../lib/netns/netns-handle';
-import type { NetnsOpener } from './netns-opener';
-import type { AttachmentRecord } from './store';
+import type { Logger } from '../logger';
+import { monotonicMs } from '../monotonic-clock';
+import type { NetnsPresence } from '../../lib/netns/netns-handle';
+import type { NetnsOpener } from '../netns-opener';
+import type { AttachmentRecord } from '../store/store';
 import { judgeGone, namespaceOf, type Hold } from './sweep-guard';
 
 // Attachments whose workload vanished without a DEL (a runtime crash, a node-local cleanup) keep their

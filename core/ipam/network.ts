@@ -1,7 +1,7 @@
 import { AddressSpace } from './address-space';
-import type { Backend } from './backend';
-import { DEFAULT_NETWORK, type ResolvedNetwork } from './config';
-import { failedPrecondition, invalidArgument } from './errors';
+import type { Backend } from '../backend';
+import { DEFAULT_NETWORK, type ResolvedNetwork } from '../config';
+import { failedPrecondition, invalidArgument } from '../errors';
 import type { IpAllocator } from './ip-allocator';
 import type { PoolSupply } from './pool-supply';
 

@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as path from 'node:path';
-import { failedPrecondition, invalidArgument } from './errors';
+import { failedPrecondition, invalidArgument } from '../errors';
 
 // Safe handling of the daemon's listening sockets. A leftover socket file from a crashed daemon must be
 // removed or bind fails; a socket that still answers belongs to a live daemon and must not be stolen;

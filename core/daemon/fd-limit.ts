@@ -1,4 +1,4 @@
-import { RLIMIT_NOFILE, getrlimit, raiseSoftRlimit } from '../lib/libc';
+import { RLIMIT_NOFILE, getrlimit, raiseSoftRlimit } from '../../lib/libc';
 
 // The daemon's descriptor budget. Every API and CNI connection holds a descriptor; at the limit Node
 // can accept nothing (EMFILE) and the daemon falls silent. So at start the soft RLIMIT_NOFILE is raised

@@ -1,7 +1,7 @@
 import * as http from 'node:http';
-import type { Lifecycle } from './lifecycle';
-import { invalidArgument } from './errors';
-import type { Metrics } from './metrics';
+import type { Lifecycle } from '../daemon/lifecycle';
+import { invalidArgument } from '../errors';
+import type { Metrics } from '../metrics';
 
 // Serves /metrics for Prometheus. Off unless configured, and meant for loopback: it has no auth.
 export class MetricsServer implements Lifecycle {

@@ -10,19 +10,19 @@ import {
   type Drift,
   type IpAssignment,
   type UnclaimedAttachment,
-} from './backend';
-import { CONFIG, DEFAULT_NETWORK, type DaemonConfig } from './config';
-import { alreadyExists, asWorkloadNetError, notFound, unavailable } from './errors';
-import type { AllocatedIp } from './ip-allocator';
+} from '../backend';
+import { CONFIG, DEFAULT_NETWORK, type DaemonConfig } from '../config';
+import { alreadyExists, asWorkloadNetError, notFound, unavailable } from '../errors';
+import type { AllocatedIp } from '../ipam/ip-allocator';
 import { KeyedMutex } from './keyed-mutex';
-import { LeakSweep, type SweepResult } from './leak-sweep';
-import { LOGGER, type Logger } from './logger';
-import { METRICS, Metrics } from './metrics';
-import type { Netns } from '../lib/netns/netns-handle';
-import { NETNS_OPENER, type NetnsOpener } from './netns-opener';
-import { NETWORKS, type Network, type NetworkSet } from './network';
-import { Store, type AttachmentRecord } from './store';
-import { judgeGone, uniqueNamespaces } from './sweep-guard';
+import { LeakSweep, type SweepResult } from '../reconcile/leak-sweep';
+import { LOGGER, type Logger } from '../logger';
+import { METRICS, Metrics } from '../metrics';
+import type { Netns } from '../../lib/netns/netns-handle';
+import { NETNS_OPENER, type NetnsOpener } from '../netns-opener';
+import { NETWORKS, type Network, type NetworkSet } from '../ipam/network';
+import { Store, type AttachmentRecord } from '../store/store';
+import { judgeGone, uniqueNamespaces } from '../reconcile/sweep-guard';
 import {
   DEFAULT_IF_NAME,
   attachmentKey,
@@ -42,7 +42,7 @@ import type {
   ReconcileSummary,
   ServiceStatus,
   WorkloadService,
-} from './workload-service';
+} from '../workload-service';
 
 export const STORE = Symbol.for('workloadnet.Store');
 export const ALLOCATOR = Symbol.for('workloadnet.IpAllocator');

@@ -1,6 +1,6 @@
-import { unavailable, WorkloadNetError } from './errors';
+import { unavailable, WorkloadNetError } from '../errors';
 import type { AllocatedIp, IpAllocator, PoolState } from './ip-allocator';
-import type { Metrics } from './metrics';
+import type { Metrics } from '../metrics';
 import type { PoolSource, PoolSourceStatus } from './pool-source';
 
 // What the orchestrator asks for addresses and for the pools' part of Status: the allocator's pools

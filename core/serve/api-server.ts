@@ -26,10 +26,10 @@ import {
   type StatusResponse,
   type VfSettings,
   type WorkloadNetworkingServer,
-} from '../proto/gen/workloadnet/v1/workload';
-import type { DpuPortOptions } from './backend';
-import { addressToBytes } from '../lib/cidr';
-import { DEFAULT_NETWORK } from './config';
+} from '../../proto/gen/workloadnet/v1/workload';
+import type { DpuPortOptions } from '../backend';
+import { addressToBytes } from '../../lib/cidr';
+import { DEFAULT_NETWORK } from '../config';
 import { ConnectionCap } from './connection-cap';
 import {
   asWorkloadNetError,
@@ -38,11 +38,11 @@ import {
   invalidArgument,
   knownWorkloadNetError,
   unavailable,
-} from './errors';
-import type { Logger } from './logger';
-import { LogRate } from './log-rate';
+} from '../errors';
+import type { Logger } from '../logger';
+import { LogRate } from '../log-rate';
 import { secureSocket } from './unix-socket';
-import type { Attachment, PoolUsage, WorkloadService } from './workload-service';
+import type { Attachment, PoolUsage, WorkloadService } from '../workload-service';
 
 /** The original contract's service name, served too so that its clients connect unchanged. */
 export const SEED_SERVICE = 'metropolis.node.core.network.workloads.WorkloadNetworking';
@@ -53,7 +53,7 @@ export const MAX_MESSAGE_BYTES = 1024 * 1024;
 
 export const VERSION = '0.1.0';
 
-const PROTO_DIR = path.resolve(__dirname, '..', '..', 'proto');
+const PROTO_DIR = path.resolve(__dirname, '..', '..', '..', 'proto');
 
 export interface ApiServerLimits {
   /** Connections held at once; at the cap the one silent longest is closed to make room. */
@@ -110,7 +110,7 @@ export class ApiServer {
     new ReflectionService(pkg).addToServer(this.server);
   }
 
-  /** Binds the socket; the caller has cleared a stale one with prepareSocketPath (core/unix-socket.ts). */
+  /** Binds the socket; the caller has cleared a stale one with prepareSocketPath (core/serve/unix-socket.ts). */
   async listen(socketPath: string, group: string): Promise<void> {
     const injector = this.server.createConnectionInjector(grpc.ServerCredentials.createInsecure());
     const listener = net.createServer((socket) => {

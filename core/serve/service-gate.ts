@@ -1,4 +1,4 @@
-import type { SweepResult } from './leak-sweep';
+import type { SweepResult } from '../reconcile/leak-sweep';
 import type {
   AttachCall,
   Attachment,
@@ -6,7 +6,7 @@ import type {
   GcResult,
   ServiceStatus,
   WorkloadService,
-} from './workload-service';
+} from '../workload-service';
 
 // The daemon binds its sockets before its backend starts and its store is reconciled, so that a
 // runtime calling during a restart finds a socket that answers (the forwarder waits out a missing or

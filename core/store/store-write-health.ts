@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { WorkloadNetError } from './errors';
-import type { Logger } from './logger';
+import { WorkloadNetError } from '../errors';
+import type { Logger } from '../logger';
 
 // Whether the state store can be written. A full or read-only state disk must fail the call that
 // writes, with a code the caller can act on, and leave the daemon serving: the store remembers since

@@ -18,8 +18,8 @@
 // full 32-bit word, so finding the next free address skips 1024 addresses per summary-word check:
 // the worst case for 2^20 offsets is ~1024 summary checks, never a walk over every address.
 
-import { cidrContains, cidrSize, formatAddress, parseAddress, parseCidr, type Cidr } from '../lib/cidr';
-import { exhausted, internal, invalidArgument } from './errors';
+import { cidrContains, cidrSize, formatAddress, parseAddress, parseCidr, type Cidr } from '../../lib/cidr';
+import { exhausted, internal, invalidArgument } from '../errors';
 
 /** Largest number of offsets an IPv6 pool tracks (its first 2^20 addresses). */
 export const IPV6_POOL_WINDOW = 1 << 20;

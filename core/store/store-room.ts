@@ -1,5 +1,5 @@
 import * as fs from 'node:fs';
-import { exhausted, failedPrecondition, type WorkloadNetError } from './errors';
+import { exhausted, failedPrecondition, type WorkloadNetError } from '../errors';
 
 // Whether the state directory can hold a store that LMDB is about to create. LMDB sizes a new lock
 // file (and the map of the data file) with ftruncate and then writes through the memory map: on a

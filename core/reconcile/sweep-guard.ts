@@ -1,5 +1,5 @@
 import * as fs from 'node:fs';
-import { namespaceDirectoryOf } from '../lib/netns/path-walk-policy';
+import { namespaceDirectoryOf } from '../../lib/netns/path-walk-policy';
 
 // Whether namespaces that look gone are evidence that their workloads are gone, or only that the
 // daemon cannot see them. A daemon started in a mount namespace where /var/run/netns is another (empty)
