@@ -21,7 +21,7 @@ import { METRICS, Metrics } from '../metrics';
 import type { Netns } from '../../lib/netns/netns-handle';
 import { NETNS_OPENER, type NetnsOpener } from '../netns-opener';
 import { NETWORKS, type Network, type NetworkSet } from '../ipam/network';
-import { Store, type AttachmentRecord } from '../store/store';
+import { STORE, Store, type AttachmentRecord } from '../store/store';
 import { judgeGone, uniqueNamespaces } from '../reconcile/sweep-guard';
 import {
   DEFAULT_IF_NAME,
@@ -44,8 +44,6 @@ import type {
   WorkloadService,
 } from '../workload-service';
 
-export const STORE = Symbol.for('workloadnet.Store');
-export const ALLOCATOR = Symbol.for('workloadnet.IpAllocator');
 /** The orchestrator itself; WORKLOAD_SERVICE is what is served (the orchestrator behind a gate). */
 export const ORCHESTRATOR = Symbol.for('workloadnet.Orchestrator');
 

@@ -2,17 +2,17 @@ import 'reflect-metadata';
 import { Container } from 'inversify';
 import { BACKEND, type Backend } from '../backend';
 import { CONFIG, DEFAULT_NETWORK, effectiveNetworks, type DaemonConfig } from '../config';
-import { IpAllocator } from '../ipam/ip-allocator';
+import { ALLOCATOR, IpAllocator } from '../ipam/ip-allocator';
 import { LOGGER, type Logger } from '../logger';
 import { METRICS, Metrics } from '../metrics';
 import { NETNS_OPENER, kernelNetnsOpener, type NetnsOpener } from '../netns-opener';
 import { NETWORKS, Network, NetworkSet, chooseBackend } from '../ipam/network';
-import { ALLOCATOR, ORCHESTRATOR, Orchestrator, STORE } from '../attach/orchestrator';
+import { ORCHESTRATOR, Orchestrator } from '../attach/orchestrator';
 import { POOL_SOURCE, type PoolSource } from '../ipam/pool-source';
 import { POOL_SUPPLY, PoolSupply } from '../ipam/pool-supply';
 import { ServiceGate } from '../serve/service-gate';
 import { StaticPoolSource } from '../ipam/static-pool-source';
-import { Store } from '../store/store';
+import { STORE, Store } from '../store/store';
 import { WORKLOAD_SERVICE } from '../workload-service';
 
 // The one place where core services are bound. The backend arrives as a ContainerModule loaded by the

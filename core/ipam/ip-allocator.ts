@@ -344,3 +344,6 @@ export class IpAllocator {
     );
   }
 }
+
+/** The default network's allocator (DI token). */
+export const ALLOCATOR = Symbol.for('workloadnet.IpAllocator');

@@ -373,3 +373,6 @@ function asIdentity(v: unknown): StoreIdentity | undefined {
     return undefined;
   return { storeId, node, createdAt };
 }
+
+/** The daemon's one store (DI token). */
+export const STORE = Symbol.for('workloadnet.Store');

@@ -3,7 +3,7 @@ import { ContainerModule } from 'inversify';
 import type { DaemonConfig } from '../../core/config';
 import type { Logger } from '../../core/logger';
 import { METRICS, type Metrics } from '../../core/metrics';
-import { STORE } from '../../core/attach/orchestrator';
+import { STORE } from '../../core/store/store';
 import { POOL_SOURCE, type PoolSource } from '../../core/ipam/pool-source';
 import type { Store } from '../../core/store/store';
 import { EtcdPoolSource } from './etcd-pool-source';

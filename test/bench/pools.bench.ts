@@ -14,7 +14,7 @@ import { createContainer } from '../../core/daemon/container';
 import { Daemon } from '../../core/daemon/daemon';
 import { silentLogger } from '../../core/logger';
 import { Metrics } from '../../core/metrics';
-import { STORE } from '../../core/attach/orchestrator';
+import { STORE } from '../../core/store/store';
 import { POOL_SOURCE, type PoolSource } from '../../core/ipam/pool-source';
 import type { Store } from '../../core/store/store';
 import { claimBlock } from '../../pools/etcd/block-claimer';
