@@ -1,8 +1,8 @@
-// The orchestrator's public surface: what the gRPC API and the CNI adapter both call. Adapters speak
-// their own protocol and translate to these calls; they never touch the store or a backend.
+// The node's public surface: what the gRPC API and the CNI adapter both call (core/service implements it,
+// behind the start-up gate). Adapters speak their own protocol and translate to these calls; they never
+// touch the store or a backend.
 
 import type { DataplaneResult, DpuAgentStatus, DpuPortOptions, Drift, IpAssignment } from './backend';
-import type { SweepResult } from './reconcile/leak-sweep';
 import type { PoolSourceStatus } from './ipam/pool-source';
 
 export interface PodMetadata {
@@ -170,5 +170,15 @@ export interface WorkloadService {
   sweep(dryRun: boolean): Promise<SweepResult>;
 }
 
-/** inversify identifier of the orchestrator. */
+/** What a leak sweep did (or, in a dry run, would do). */
+export interface SweepResult {
+  /** Detached by this sweep (or, in a dry run, the ones it would detach). */
+  released: string[];
+  /** Seen gone for the first time; the next sweep detaches them if they are still gone. */
+  suspected: string[];
+  /** Why a periodic sweep would release nothing now (a forced one releases all the same). */
+  held?: string;
+}
+
+/** inversify identifier of what the API and the endpoints serve. */
 export const WORKLOAD_SERVICE = Symbol.for('workloadnet.WorkloadService');

@@ -1,3 +1,4 @@
+import { attachmentKey } from '../../core/attachment-key';
 import { WorkloadNetError } from '../../core/errors';
 import type { AttachCall, DetachCall, WorkloadService } from '../../core/workload-service';
 import {
@@ -164,7 +165,7 @@ export class CniHandler {
 
   private async check(req: AttachmentRequest): Promise<void> {
     await checkNetnsPath(req.netns);
-    const key = `${req.containerId}/${req.ifName}`;
+    const key = attachmentKey(req.containerId, req.ifName);
     const drift = await this.service.check(req.containerId, req.ifName);
     if (drift.length > 0) {
       throw new CniError(

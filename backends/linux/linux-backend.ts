@@ -12,6 +12,7 @@
 // group delete. The threadpool path also runs an attach when the thread is off or gone, or when the
 // host link's name is taken (it checks for a leftover and explains).
 
+import { parseAttachmentKey } from '../../core/attachment-key';
 import type {
   AttachSpec,
   AttachmentView,
@@ -283,7 +284,7 @@ export class LinuxBackend implements Backend {
         addresses,
         mtu: link.mtu,
         dataplane: {
-          ifName: (keyFromAlias(link.alias) as string).split('/').pop() ?? '',
+          ifName: parseAttachmentKey(keyFromAlias(link.alias) as string).ifName,
           mac: '',
           mtu: link.mtu,
           hostIfName: link.name,

@@ -1,3 +1,4 @@
+import { attachmentKey, type AttachmentKey } from '../attachment-key';
 import { DEFAULT_NETWORK } from '../config';
 import { invalidArgument } from '../errors';
 import type { DpuPortOptions } from '../backend';
@@ -59,8 +60,7 @@ export interface AttachRequest {
   ifName: string;
   /** The network the interface joins (DEFAULT_NETWORK when the call names none). */
   network: string;
-  /** `${workloadId}/${ifName}`: neither part may contain '/', so the key is unambiguous. */
-  key: string;
+  key: AttachmentKey;
   netnsPath: string;
   mtu: number;
   pod?: PodMetadata;
@@ -74,9 +74,6 @@ export interface AttachRequest {
 
 /** The interface a workload gets when the caller names none. */
 export const DEFAULT_IF_NAME = 'eth0';
-
-/** Attachment key: neither part may contain '/', so the key is unambiguous. */
-export const attachmentKey = (workloadId: string, ifName: string): string => `${workloadId}/${ifName}`;
 
 /** A network name as a call gives it; undefined when it gives none. Whether it exists is the core's. */
 export function validateNetworkName(name: unknown): string | undefined {

@@ -7,12 +7,12 @@ import { LOGGER, type Logger } from '../logger';
 import { METRICS, Metrics } from '../metrics';
 import { NETNS_OPENER, kernelNetnsOpener, type NetnsOpener } from '../netns-opener';
 import { NETWORKS, Network, NetworkSet, chooseBackend } from '../ipam/network';
-import { ORCHESTRATOR, Orchestrator } from '../attach/orchestrator';
 import { POOL_SOURCE, type PoolSource } from '../ipam/pool-source';
 import { POOL_SUPPLY, PoolSupply } from '../ipam/pool-supply';
 import { ServiceGate } from '../serve/service-gate';
 import { StaticPoolSource } from '../ipam/static-pool-source';
 import { STORE, Store } from '../store/store';
+import { NODE_SERVICE, NodeService } from '../service/node-service';
 import { WORKLOAD_SERVICE } from '../workload-service';
 
 // The one place where core services are bound. The backend arrives as a ContainerModule loaded by the
@@ -54,10 +54,10 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
     );
   });
   c.bind<NetnsOpener>(NETNS_OPENER).toConstantValue(kernelNetnsOpener);
-  c.bind<Orchestrator>(ORCHESTRATOR).to(Orchestrator);
-  // What the API and the endpoints serve: the orchestrator behind the start-up gate (service-gate.ts).
+  c.bind<NodeService>(NODE_SERVICE).to(NodeService);
+  // What the API and the endpoints serve: the node service behind the start-up gate (service-gate.ts).
   c.bind<ServiceGate>(WORKLOAD_SERVICE).toDynamicValue(
-    (ctx) => new ServiceGate(() => ctx.container.get<Orchestrator>(ORCHESTRATOR)),
+    (ctx) => new ServiceGate(() => ctx.container.get<NodeService>(NODE_SERVICE)),
   );
   return c;
 }

@@ -3,7 +3,7 @@ import { ApiServer } from '../serve/api-server';
 import { CONFIG, type DaemonConfig } from '../config';
 import { ENDPOINT, startAll, type Lifecycle } from './lifecycle';
 import { LOGGER, type Logger } from '../logger';
-import { ORCHESTRATOR, type Orchestrator } from '../attach/orchestrator';
+import { NODE_SERVICE, type NodeService } from '../service/node-service';
 import { STORE } from '../store/store';
 import type { ServiceGate } from '../serve/service-gate';
 import { NETWORKS, type NetworkSet } from '../ipam/network';
@@ -22,7 +22,7 @@ import { WORKLOAD_SERVICE } from '../workload-service';
  *    ranges, or etcd blocks; one per network), 5. the store and the start-up reconcile.
  * 6. Serving: the gate opens. Stopping it is the graceful part: stop accepting, let calls in flight
  *    finish (up to shutdownTimeoutMs), close every connection; then attaches still in flight are
- *    cancelled (their rows removed, see Orchestrator.drain); only then the store and the backend.
+ *    cancelled (their rows removed, see Orchestrator.drain in core/attach); only then the store and the backend.
  * 7. The leak sweep (core/reconcile/leak-sweep.ts), every sweepIntervalMs.
  */
 export class Daemon {
@@ -33,9 +33,9 @@ export class Daemon {
 
   constructor(private readonly container: Container) {}
 
-  /** The orchestrator itself (past the gate). */
-  get service(): Orchestrator {
-    return this.container.get<Orchestrator>(ORCHESTRATOR);
+  /** The node service itself (past the gate). */
+  get service(): NodeService {
+    return this.container.get<NodeService>(NODE_SERVICE);
   }
 
   async start(): Promise<void> {

@@ -224,7 +224,7 @@ export class IpAllocator {
    * Gives addresses back. Addresses of no pool are ignored (the pool may have been removed from the
    * configuration). Every address is processed even if one is malformed; that one is reported after.
    */
-  release(addresses: string[]): void {
+  release(addresses: readonly string[]): void {
     let firstError: WorkloadNetError | undefined;
     for (const address of addresses) {
       try {

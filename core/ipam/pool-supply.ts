@@ -3,9 +3,9 @@ import type { AllocatedIp, IpAllocator, PoolState } from './ip-allocator';
 import type { Metrics } from '../metrics';
 import type { PoolSource, PoolSourceStatus } from './pool-source';
 
-// What the orchestrator asks for addresses and for the pools' part of Status: the allocator's pools
-// under the rules of the active pool source. Attach stays local: a source is consulted only when a
-// family has no free address left.
+// Where the attach flow takes addresses and gives them back, and the pools' part of Status: the
+// allocator's pools under the rules of the active pool source. Attach stays local: a source is
+// consulted only when a family has no free address left.
 
 /** One pool the node serves from, as Status shows it. */
 export interface PoolView {
@@ -70,6 +70,19 @@ export class PoolSupply {
           if (this.allocator.freeIn(family) === 0) await this.source.needMore(family);
       }
     }
+  }
+
+  /** Gives addresses back: those of a detached attachment, or of an attach that failed. */
+  release(addresses: readonly string[]): void {
+    this.allocator.release(addresses);
+  }
+
+  /**
+   * Holds an address a recorded attachment uses (at start-up, or when one is adopted). Throws when no
+   * pool of this node contains it.
+   */
+  hold(address: string): void {
+    this.allocator.markUsed(address);
   }
 
   status(): PoolSupplyStatus {

@@ -3,6 +3,7 @@ import { monotonicMs } from '../monotonic-clock';
 import type { NetnsPresence } from '../../lib/netns/netns-handle';
 import type { NetnsOpener } from '../netns-opener';
 import type { AttachmentRecord } from '../store/store';
+import type { SweepResult } from '../workload-service';
 import { judgeGone, namespaceOf, type Hold } from './sweep-guard';
 
 // Attachments whose workload vanished without a DEL (a runtime crash, a node-local cleanup) keep their
@@ -20,15 +21,6 @@ export interface SweepTarget {
   rows(): Iterable<AttachmentRecord>;
   /** Detaches the attachment if it is still this row (same key, same creation); true when it did. */
   release(rec: AttachmentRecord, why: string): Promise<boolean>;
-}
-
-export interface SweepResult {
-  /** Detached by this sweep (or, in a dry run, the ones it would detach). */
-  released: string[];
-  /** Seen gone for the first time; the next sweep detaches them if they are still gone. */
-  suspected: string[];
-  /** Why a periodic sweep would release nothing now (a forced one releases all the same). */
-  held?: string;
 }
 
 export interface SweepEvents {

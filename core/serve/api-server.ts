@@ -1,3 +1,4 @@
+import { parseAttachmentKey } from '../attachment-key';
 import * as net from 'node:net';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
@@ -259,13 +260,16 @@ export class ApiServer {
       gc: this.unary<GCRequest, GCResponse>('GC', async (req) => {
         if (req.namespacesGone) {
           const swept = await s.sweep(req.dryRun);
-          return { removed: swept.released.map(toRef), suspected: swept.suspected.map(toRef) };
+          return {
+            removed: swept.released.map(parseAttachmentKey),
+            suspected: swept.suspected.map(parseAttachmentKey),
+          };
         }
         if (req.dryRun) throw invalidArgument('dry_run is supported with namespaces_gone only');
         const res = await s.gc(
           req.keep.map((k) => ({ workloadId: k.workloadId, ifName: k.ifName || undefined })),
         );
-        return { removed: res.removed.map(toRef), suspected: [] };
+        return { removed: res.removed.map(parseAttachmentKey), suspected: [] };
       }),
     };
   }
@@ -323,12 +327,6 @@ function renamed<T extends grpc.ServiceDefinition>(def: T, serviceName: string):
     };
   }
   return out as unknown as T;
-}
-
-/** An attachment key ("<workload>/<interface>") as the API's reference; neither part contains '/'. */
-function toRef(key: string): { workloadId: string; ifName: string } {
-  const slash = key.lastIndexOf('/');
-  return { workloadId: key.slice(0, slash), ifName: key.slice(slash + 1) };
 }
 
 /**

@@ -1,10 +1,10 @@
-import type { SweepResult } from '../reconcile/leak-sweep';
 import type {
   AttachCall,
   Attachment,
   DetachCall,
   GcResult,
   ServiceStatus,
+  SweepResult,
   WorkloadService,
 } from '../workload-service';
 

@@ -1,6 +1,6 @@
 import type { Drift, IpAssignment } from '../../../core/backend';
 import { WorkloadNetError, alreadyExists, invalidArgument, notFound } from '../../../core/errors';
-import type { SweepResult } from '../../../core/reconcile/leak-sweep';
+import type { SweepResult } from '../../../core/workload-service';
 import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import type {
   AttachCall,

@@ -1,0 +1,214 @@
+import type { AttachSpec, Backend, UnclaimedAttachment } from '../backend';
+import { parseAttachmentKey } from '../attachment-key';
+import type { AttachmentLedger } from '../attach/attachment-ledger';
+import { gatewayOf, toSpec, toView } from '../attach/attachment-views';
+import type { Logger } from '../logger';
+import type { Metrics } from '../metrics';
+import type { NetnsOpener } from '../netns-opener';
+import type { NetworkSet } from '../ipam/network';
+import type { AttachmentRecord, Store } from '../store/store';
+import type { ReconcileSummary } from '../workload-service';
+import { judgeGone, uniqueNamespaces } from './sweep-guard';
+
+// The start-up reconcile, run once before the API serves: the store's rows are loaded (their addresses
+// held, their default routes and counts restored), then the store is reconciled with each backend's
+// dataplane.
+
+export class StartupReconcile {
+  /** The summary of the run, for Status. */
+  last?: ReconcileSummary;
+
+  constructor(
+    private readonly ledger: AttachmentLedger,
+    private readonly netns: NetnsOpener,
+    private readonly metrics: Metrics,
+    private readonly log: Logger,
+  ) {}
+
+  private get store(): Store {
+    return this.ledger.store;
+  }
+
+  private get networks(): NetworkSet {
+    return this.ledger.networks;
+  }
+
+  /** Loads the rows, then reconciles. */
+  async run(): Promise<ReconcileSummary> {
+    for (const rec of this.store.all()) this.ledger.restore(rec);
+    this.networks.restoreCursors(this.store.cursors());
+    return this.reconcile();
+  }
+
+  /**
+   * The backend removes dataplane objects of ours that have no row (including those of an attach cut
+   * short by a crash). Attachments whose dataplane is missing are repaired when their namespace still
+   * exists (and kept, with a warning, if the repair fails) and released when it is gone, since a
+   * vanished namespace means the workload is gone too.
+   */
+  private async reconcile(): Promise<ReconcileSummary> {
+    const started = Date.now();
+    const summary: ReconcileSummary = {
+      at: new Date().toISOString(),
+      orphansRemoved: 0,
+      adopted: 0,
+      repaired: 0,
+      released: 0,
+      healthy: 0,
+      warnings: [],
+    };
+    const rows = this.store.all();
+    // Each backend reconciles the attachments it programmed, and only those: to it, another backend's
+    // are not its orphans.
+    const missing: string[] = [];
+    const adopted: AttachmentRecord[] = [];
+    for (const backend of this.networks.backends()) {
+      const own = rows.filter((r) => this.networks.backendOf(r) === backend);
+      const outcome = await backend.reconcile(own.map(toView), { storeIsNew: this.store.isNew });
+      summary.orphansRemoved += outcome.orphansRemoved.length;
+      adopted.push(...this.adoptable(outcome.unclaimed ?? [], backend));
+      summary.healthy += outcome.healthy.length;
+      summary.warnings.push(...outcome.warnings);
+      missing.push(...outcome.missing);
+    }
+    if (this.store.isNew) await this.adopt(adopted, summary);
+    const byKey = new Map(rows.map((r) => [r.key, r]));
+    const gone: AttachmentRecord[] = [];
+    // Rows written before the last reboot name workloads that cannot have survived it (namespaces do
+    // not), so each of them whose namespace is not there is released: that is evidence, whatever the
+    // view of the namespace directory, and whatever the backend reported of its dataplane (a DPU keeps
+    // its ports across the host's reboot).
+    const afterReboot = this.store.rowsFromEarlierBoot;
+    const suspects = new Set(missing);
+    if (afterReboot) for (const r of rows) if (r.netnsPath) suspects.add(r.key);
+    const dataplaneMissing = new Set(missing);
+    await Promise.all(
+      [...suspects].map(async (key) => {
+        const rec = byKey.get(key);
+        if (!rec) return;
+        const presence = await this.netns.presence(rec.netnsPath, rec.netnsInode);
+        if (presence === 'present') {
+          if (!dataplaneMissing.has(key)) return;
+          try {
+            await this.repair(rec);
+            summary.repaired++;
+          } catch (err) {
+            // The workload is still there, so its addresses stay held: releasing them could hand a
+            // live workload's address to another. Check reports the drift; Detach cleans up.
+            summary.warnings.push(
+              `${key}: dataplane missing and repair failed (${(err as Error).message}); kept`,
+            );
+          }
+          return;
+        }
+        if (presence === 'unseen' && !afterReboot) {
+          summary.warnings.push(
+            `${key}: dataplane missing, and ${rec.netnsPath} shows the daemon no namespace; kept`,
+          );
+          return;
+        }
+        gone.push(rec);
+      }),
+    );
+    // A namespace that looks gone is evidence only through a sound view (sweep-guard.ts), the same
+    // judgement as the leak sweep's. Adopted rows have no path: their missing dataplane is the evidence.
+    const judged = gone.filter((r) => r.netnsPath);
+    const hold =
+      judged.length && !afterReboot
+        ? await judgeGone(uniqueNamespaces(judged), uniqueNamespaces(rows.filter((r) => r.netnsPath)).length)
+        : undefined;
+    if (afterReboot && judged.length > 0)
+      summary.warnings.push(
+        `${judged.length} attachment(s) recorded before this boot released: their namespaces did not survive the reboot`,
+      );
+    if (hold)
+      summary.warnings.push(
+        `${judged.length} attachment(s) with their dataplane missing kept: ${hold.reason}`,
+      );
+    await Promise.all(
+      (hold ? gone.filter((r) => !r.netnsPath) : gone).map(async (rec) => {
+        await this.ledger.teardown(rec, 'reconcile: dataplane and namespace gone');
+        summary.released++;
+      }),
+    );
+    for (const [outcomeName, n] of Object.entries({
+      orphan_removed: summary.orphansRemoved,
+      adopted: summary.adopted,
+      repaired: summary.repaired,
+      released: summary.released,
+      healthy: summary.healthy,
+    })) {
+      this.metrics.reconciled.inc({ outcome: outcomeName }, n);
+    }
+    // Not being able to record it (a full disk) costs nothing now: the next start looks again.
+    await this.store.recordReconciledBoot().catch((err: unknown) => {
+      summary.warnings.push(`could not record this boot in the store: ${(err as Error).message}`);
+    });
+    this.last = summary;
+    this.log.info({ ...summary, ms: Date.now() - started }, 'reconcile finished');
+    return summary;
+  }
+
+  /**
+   * The store is new, yet the dataplane holds workloads: the state was lost (a wiped disk, another
+   * --state-dir), not the workloads. Deleting them as orphans would cut live workloads off and hand
+   * their addresses out again, so each is recorded as it is instead: its addresses held, its host end
+   * known for Detach (by workload id, as CNI DEL sends it). Its namespace path is unknown; when the
+   * workload goes, its dataplane goes with it and the next start-up reconcile releases the row.
+   */
+  private adoptable(unclaimed: UnclaimedAttachment[], backend: Backend): AttachmentRecord[] {
+    const network = this.networks.networks.find((n) => n.backend === backend) ?? this.networks.primary;
+    return unclaimed.map((u) => ({
+      key: u.key,
+      ...parseAttachmentKey(u.key),
+      netnsPath: '',
+      netnsInode: 0,
+      ips: u.addresses.map((address) => {
+        const family = address.includes(':') ? 6 : 4;
+        return { family, address, gateway: gatewayOf(family) };
+      }),
+      mtu: u.mtu,
+      backend: backend.name,
+      network: network.name,
+      origin: 'adopted',
+      state: 'ready',
+      createdAt: new Date().toISOString(),
+      dataplane: u.dataplane,
+    }));
+  }
+
+  /**
+   * Records every adopted workload, and that the store is no longer new, in one transaction: a start
+   * killed before it commits leaves the store new, so the next start adopts them all again instead of
+   * taking the ones not yet recorded for orphans (one transaction is also what makes adopting
+   * thousands take milliseconds rather than one disk sync each).
+   */
+  private async adopt(adopted: AttachmentRecord[], summary: ReconcileSummary): Promise<void> {
+    for (const record of adopted) this.ledger.holdAddresses(record);
+    await this.store.recordFirstReconcile(adopted, this.networks.cursors());
+    for (const record of adopted) this.ledger.added(record);
+    summary.adopted += adopted.length;
+    if (adopted.length === 0) return;
+    const message =
+      `the store at ${this.store.dir} is new, but the dataplane holds ${adopted.length} workload(s) ` +
+      'it does not know: adopted them (their addresses are held; Detach removes them) instead of deleting ' +
+      'them as orphans. If the state was lost, see "A lost state store" in docs/troubleshooting.md';
+    summary.warnings.push(message);
+    this.log.error({ adopted: adopted.map((u) => u.key) }, message);
+  }
+
+  /** Programs a recorded attachment's dataplane again, in the namespace it was recorded in. */
+  private async repair(rec: AttachmentRecord): Promise<void> {
+    const netns = await this.netns.openWorkload(rec.netnsPath);
+    try {
+      if (netns.inode !== rec.netnsInode) throw new Error(`${rec.netnsPath} now names another namespace`);
+      const spec: AttachSpec = { ...toSpec(rec), netns };
+      const backend = this.networks.backendOf(rec);
+      // The recorded plan again: the repaired interface keeps its MAC, so peers' neighbour caches hold.
+      const dataplane = await backend.attach(spec, rec.dataplane ?? backend.plan(spec));
+      await this.store.put({ ...rec, dataplane });
+    } finally {
+      netns.close();
+    }
+  }
+}

@@ -1,0 +1,120 @@
+import { inject, injectable } from 'inversify';
+import type { Drift } from '../backend';
+import { AttachmentLedger } from '../attach/attachment-ledger';
+import { Orchestrator } from '../attach/orchestrator';
+import { CONFIG, type DaemonConfig } from '../config';
+import { NETWORKS, type NetworkSet } from '../ipam/network';
+import { LOGGER, type Logger } from '../logger';
+import { METRICS, Metrics } from '../metrics';
+import { NETNS_OPENER, type NetnsOpener } from '../netns-opener';
+import { KeepListGc } from '../reconcile/keep-list-gc';
+import { LeakSweep } from '../reconcile/leak-sweep';
+import { StartupReconcile } from '../reconcile/startup-reconcile';
+import { STORE, Store } from '../store/store';
+import type {
+  AttachCall,
+  Attachment,
+  DetachCall,
+  GcResult,
+  ReconcileSummary,
+  ServiceStatus,
+  SweepResult,
+  WorkloadService,
+} from '../workload-service';
+import { NodeStatus } from './node-status';
+
+// The workload service of one node, put together from its parts: the attach flow (attach/), the
+// start-up reconcile, the leak sweep and GC (reconcile/), and Status. They share one ledger of the
+// recorded attachments (locks, addresses, default routes, counts).
+
+@injectable()
+export class NodeService implements WorkloadService {
+  private readonly orchestrator: Orchestrator;
+  private readonly reconcile: StartupReconcile;
+  private readonly keepListGc: KeepListGc;
+  private readonly nodeStatus: NodeStatus;
+  /** Releases attachments whose namespace is gone (see leak-sweep.ts). */
+  readonly sweeper: LeakSweep;
+
+  constructor(
+    @inject(NETWORKS) networks: NetworkSet,
+    @inject(STORE) private readonly store: Store,
+    @inject(NETNS_OPENER) netns: NetnsOpener,
+    @inject(CONFIG) config: DaemonConfig,
+    @inject(LOGGER) log: Logger,
+    @inject(METRICS) metrics: Metrics,
+  ) {
+    const ledger = new AttachmentLedger(store, networks, netns, log);
+    this.orchestrator = new Orchestrator(ledger, netns, config, log, metrics);
+    this.reconcile = new StartupReconcile(ledger, netns, metrics, log);
+    this.keepListGc = new KeepListGc(ledger, log);
+    this.sweeper = new LeakSweep(
+      { rows: () => store.rows(), release: (rec, why) => ledger.releaseIfUnchanged(rec, why) },
+      netns,
+      config.sweepIntervalMs,
+      log.child({ part: 'sweep' }),
+      { released: () => metrics.sweepReleased.inc(), held: (hold) => metrics.setSweepHeld(hold?.kind) },
+    );
+    this.nodeStatus = new NodeStatus(ledger, metrics, {
+      sweepHold: () => this.sweeper.hold,
+      lastReconcile: () => this.reconcile.last,
+    });
+  }
+
+  /**
+   * Loads allocations from the store and reconciles the store with the backends. Called once before
+   * the API starts serving.
+   */
+  init(): Promise<ReconcileSummary> {
+    this.sweeper.knownSinceStart(this.store.rows());
+    return this.reconcile.run();
+  }
+
+  /** Called on shutdown before the store closes (see Orchestrator.drain). */
+  drain(boundMs: number): Promise<void> {
+    return this.orchestrator.drain(boundMs);
+  }
+
+  attach(call: AttachCall): Promise<Attachment> {
+    return this.orchestrator.attach(call);
+  }
+
+  detach(call: DetachCall): Promise<void> {
+    return this.orchestrator.detach(call);
+  }
+
+  list(): Promise<Iterable<Attachment>> {
+    return this.orchestrator.list();
+  }
+
+  get(workloadId: string, ifName?: string): Promise<Attachment[]> {
+    return this.orchestrator.get(workloadId, ifName);
+  }
+
+  check(workloadId: string, ifName: string): Promise<Drift[]> {
+    return this.orchestrator.check(workloadId, ifName);
+  }
+
+  status(): Promise<ServiceStatus> {
+    return this.nodeStatus.read();
+  }
+
+  /**
+   * Releases, now, the attachments the leak sweep would, even while its guard holds (the operator
+   * asked); with `dryRun`, only says which.
+   */
+  sweep(dryRun: boolean): Promise<SweepResult> {
+    return dryRun ? this.sweeper.preview() : this.sweeper.sweep(true);
+  }
+
+  gc(
+    keep: Array<{ workloadId: string; ifName?: string }>,
+    origin?: string,
+    network?: string,
+  ): Promise<GcResult> {
+    return this.keepListGc.run(keep, origin, network);
+  }
+}
+
+/** The node service itself; WORKLOAD_SERVICE is what is served (it, behind the start-up gate). */
+export const NODE_SERVICE = Symbol.for('workloadnet.NodeService');
