@@ -49,7 +49,7 @@ import { AF_INET, AF_INET6 } from '../../lib/rtnetlink/inet';
 import { delLinkRequest, getLink, listLinks, setLinkRequest, type Link } from '../../lib/rtnetlink/link';
 import { listRoutes } from '../../lib/rtnetlink/route';
 import { NetlinkSocket } from '../../lib/rtnetlink/socket';
-import { ensureSysctl, readSysctl } from './sysctl';
+import { ensureSysctl, readSysctl } from '../../lib/netns/sysctl';
 import { createVethPair, type VethPair } from './veth-pair';
 import { checkWorkloadNamespace, workloadRoutes, workloadSideRequests } from './workload-side';
 

@@ -5,7 +5,7 @@ import { createRequire } from 'node:module';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { NetlinkSocket, listLinks } from '../../lib/rtnetlink';
-import { openProcSysFile, readSysctl } from '../../backends/linux/sysctl';
+import { openProcSysFile, readSysctl } from '../../lib/netns/sysctl';
 import { asWorkloadNetError } from '../../core/errors';
 import { NetnsError } from '../../lib/netns/netns-error';
 import { NetnsHandle, netnsPresence, netnsStillPresent } from '../../lib/netns/netns-handle';

@@ -3,7 +3,7 @@
 // (see lib/netns/netns-handle.ts), the read or write itself runs on the threadpool.
 
 import * as fs from 'node:fs';
-import type { Netns } from '../../lib/netns/netns-handle';
+import type { Netns } from './netns-handle';
 
 /** Slash form below /proc/sys, e.g. "net/ipv4/ip_forward" or "net/ipv4/conf/wn1234/proxy_arp". */
 export type SysctlPath = string;
