@@ -2,13 +2,13 @@ import { CniServer } from '../adapters/cni/cni-server';
 import type { DaemonConfig } from '../core/config';
 import type { Lifecycle } from '../core/daemon/lifecycle';
 import type { Logger } from '../core/logger';
-import { secureSocket } from '../core/serve/unix-socket';
 import type { WorkloadService } from '../core/workload-service';
 
 /** The CNI endpoint that the workloadnet-cni forwarder talks to, as one of the daemon's endpoints. */
 export function cniEndpoint(service: WorkloadService, config: DaemonConfig, logger: Logger): Lifecycle {
   const server = new CniServer(service, {
     socketPath: config.cniSocket,
+    socketGroup: config.socketGroup,
     logger: logger.child({ endpoint: 'cni' }),
     // With named networks each has its MTU, which the core applies; the config's `name` picks one.
     ...(config.networks.length > 0 ? { networkFromName: true } : { defaultMtu: config.mtu }),
@@ -19,10 +19,7 @@ export function cniEndpoint(service: WorkloadService, config: DaemonConfig, logg
   });
   return {
     name: 'cni',
-    start: async () => {
-      await server.listen();
-      secureSocket(config.cniSocket, config.socketGroup);
-    },
+    start: () => server.listen(),
     stop: () => server.close(config.shutdownTimeoutMs),
   };
 }

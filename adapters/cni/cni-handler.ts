@@ -1,4 +1,5 @@
 import { attachmentKey } from '../../core/attachment-key';
+import { silentLogger, type Logger } from '../../core/logger';
 import { WorkloadNetError } from '../../core/errors';
 import type { AttachCall, DetachCall, WorkloadService } from '../../core/workload-service';
 import {
@@ -8,7 +9,6 @@ import {
   cniErrorFromService,
   formatCniError,
 } from './cni-error';
-import { type CniLogger, silentLogger } from './cni-logger';
 import { checkNetnsPath, netnsEnvironmentError } from './cni-netns';
 import {
   type AttachmentRequest,
@@ -41,17 +41,17 @@ export interface CniHandlerOptions {
    * config means the one `default` network, whatever its name, as before networks existed.
    */
   networkFromName?: boolean;
-  logger?: CniLogger;
+  logger?: Logger;
 }
 
 export class CniHandler {
-  private readonly logger: CniLogger;
+  private readonly logger: Logger;
 
   constructor(
     private readonly service: WorkloadService,
     private readonly opts: CniHandlerOptions = {},
   ) {
-    this.logger = opts.logger ?? silentLogger;
+    this.logger = opts.logger ?? silentLogger();
   }
 
   /** Serve one call. Never throws: every failure becomes CNI error JSON and exit status 1. */

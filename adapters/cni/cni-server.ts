@@ -36,20 +36,22 @@ import { promises as fs } from 'node:fs';
 import * as http from 'node:http';
 import type * as net from 'node:net';
 import { ConnectionCap } from '../../core/serve/connection-cap';
-import { WorkloadNetError, failedPrecondition } from '../../core/errors';
+import { silentLogger, type Logger } from '../../core/logger';
+import { failedPrecondition } from '../../core/errors';
 import { LogRate } from '../../core/log-rate';
-import { prepareSocketPath } from '../../core/serve/unix-socket';
+import { listenOnSocket, prepareSocketPath } from '../../core/serve/unix-socket';
 import type { WorkloadService } from '../../core/workload-service';
 import { CniError, CniErrorCode, formatCniError } from './cni-error';
 import { CniHandler, type CniReply } from './cni-handler';
-import { type CniLogger, silentLogger } from './cni-logger';
 import { LATEST_CNI_VERSION } from './cni-version';
 
 export interface CniServerOptions {
   socketPath: string;
+  /** Group that may connect besides the owner (name or gid); empty: the owner's only. */
+  socketGroup?: string;
   /** Largest request body accepted; default 1 MiB (a CNI config is a few KiB). */
   maxBodyBytes?: number;
-  logger?: CniLogger;
+  logger?: Logger;
   /** MTU for attachments whose network config sets none. */
   defaultMtu?: number;
   /** The network config's `name` selects the daemon's network (see CniHandlerOptions). */
@@ -80,7 +82,7 @@ const DRAIN_FACTOR = 16;
 
 export class CniServer {
   private readonly handler: CniHandler;
-  private readonly logger: CniLogger;
+  private readonly logger: Logger;
   private readonly maxBody: number;
   private server: http.Server | undefined;
   private socketIno: number | undefined;
@@ -93,7 +95,7 @@ export class CniServer {
     service: WorkloadService,
     private readonly opts: CniServerOptions,
   ) {
-    this.logger = opts.logger ?? silentLogger;
+    this.logger = opts.logger ?? silentLogger();
     this.maxBody = opts.maxBodyBytes ?? DEFAULT_MAX_BODY;
     this.handler = new CniHandler(service, {
       logger: this.logger,
@@ -159,25 +161,7 @@ export class CniServer {
       }
       socket.destroy();
     });
-    await new Promise<void>((resolve, reject) => {
-      const onError = (err: NodeJS.ErrnoException): void => {
-        reject(
-          err.code === 'EADDRINUSE'
-            ? failedPrecondition(
-                `another process bound the CNI socket ${socketPath} while this one was starting`,
-              )
-            : new WorkloadNetError('INTERNAL', `cannot listen on CNI socket ${socketPath}: ${err.message}`),
-        );
-      };
-      server.once('error', onError);
-      server.listen(socketPath, () => {
-        server.off('error', onError);
-        resolve();
-      });
-    });
-    // bind() applied the umask (0755 with the usual 022, which lets nobody else connect); widening to
-    // 0660 afterwards therefore never exposes the socket to more than its owner and group.
-    await fs.chmod(socketPath, 0o660);
+    await listenOnSocket(server, socketPath, 'CNI', { group: this.opts.socketGroup ?? '' });
     this.socketIno = (await fs.stat(socketPath)).ino;
     this.server = server;
     this.logger.info({ socket: socketPath }, 'CNI endpoint listening');

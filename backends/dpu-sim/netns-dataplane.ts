@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
-import * as fs from 'node:fs';
 import type { Logger } from 'pino';
 import { NetnsHandle } from '../../lib/netns/netns-handle';
+import { writeSysctl } from '../../lib/netns/sysctl';
 import {
   AF_INET,
   AF_INET6,
@@ -57,16 +57,6 @@ function isGone(err: unknown): boolean {
   return err instanceof NetlinkError && err.notFound;
 }
 
-function writeProcSys(ns: NetnsHandle, rel: string, value: string): void {
-  // The file shows the sysctls of the namespace it was opened in; the simulator writes it at once.
-  const fd = ns.enter(() => fs.openSync(`/proc/sys/${rel}`, 'r+'));
-  try {
-    fs.writeSync(fd, `${value}\n`);
-  } finally {
-    fs.closeSync(fd);
-  }
-}
-
 export class NetnsDataplane implements Dataplane {
   readonly features = ['host-endpoint'];
   /** Gateway addresses already on the gateway device. */
@@ -94,9 +84,9 @@ export class NetnsDataplane implements Dataplane {
 
   /** Forwarding on and the loopback up, once per start. */
   private async prepare(): Promise<void> {
-    writeProcSys(this.dpu, 'net/ipv4/conf/all/forwarding', '1');
+    await writeSysctl(this.dpu, 'net/ipv4/conf/all/forwarding', '1');
     try {
-      writeProcSys(this.dpu, 'net/ipv6/conf/all/forwarding', '1');
+      await writeSysctl(this.dpu, 'net/ipv6/conf/all/forwarding', '1');
     } catch (err) {
       // A kernel booted without IPv6 has no such file; IPv4 still works.
       this.log.warn({ err: (err as Error).message }, 'IPv6 forwarding unavailable in the DPU namespace');

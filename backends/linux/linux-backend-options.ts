@@ -2,13 +2,7 @@
 // fails the daemon's start-up instead of the first Attach.
 
 import { invalidArgument } from '../../core/errors';
-
-/** The few logging calls the backend makes; a pino logger fits. */
-export interface LinuxBackendLogger {
-  info(obj: object, msg: string): void;
-  warn(obj: object, msg: string): void;
-  error(obj: object, msg: string): void;
-}
+import { silentLogger, type Logger } from '../../core/logger';
 
 export interface LinuxBackendOptions {
   /**
@@ -35,7 +29,7 @@ export interface LinuxBackendOptions {
    * one libuv threadpool hop per write and per reply. Default true; false is for comparison.
    */
   netlinkThread?: boolean;
-  logger?: LinuxBackendLogger;
+  logger?: Logger;
 }
 
 export interface ResolvedLinuxBackendOptions {
@@ -45,13 +39,11 @@ export interface ResolvedLinuxBackendOptions {
   ipv6: boolean;
   ipv6LinkLocal: boolean;
   netlinkThread: boolean;
-  logger: LinuxBackendLogger;
+  logger: Logger;
 }
 
 export const DEFAULT_LINK_GROUP = 0x776e;
 export const DEFAULT_DETACH_GROUP = 0x776f;
-
-const silent: LinuxBackendLogger = { info: () => undefined, warn: () => undefined, error: () => undefined };
 
 export function resolveLinuxBackendOptions(opts: LinuxBackendOptions): ResolvedLinuxBackendOptions {
   const linkGroup = opts.linkGroup ?? DEFAULT_LINK_GROUP;
@@ -81,6 +73,6 @@ export function resolveLinuxBackendOptions(opts: LinuxBackendOptions): ResolvedL
     ipv6: opts.ipv6 ?? false,
     ipv6LinkLocal: opts.ipv6LinkLocal ?? false,
     netlinkThread: opts.netlinkThread ?? true,
-    logger: opts.logger ?? silent,
+    logger: opts.logger ?? silentLogger(),
   };
 }

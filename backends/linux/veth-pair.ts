@@ -4,7 +4,7 @@
 
 import { alreadyExists } from '../../core/errors';
 import type { AttachPlan } from './attach-plan';
-import type { LinuxBackendLogger } from './linux-backend-options';
+import type { Logger } from '../../core/logger';
 import type { Netns } from '../../lib/netns/netns-handle';
 import { NetlinkError } from '../../lib/rtnetlink/errors';
 import {
@@ -29,7 +29,7 @@ export interface VethPairContext {
   host: NetlinkSocket;
   workload: NetlinkSocket;
   workloadNs: Netns;
-  logger: LinuxBackendLogger;
+  logger: Logger;
 }
 
 /**

@@ -32,17 +32,10 @@ import type { DpuPortOptions } from '../backend';
 import { addressToBytes } from '../../lib/cidr';
 import { DEFAULT_NETWORK } from '../config';
 import { ConnectionCap } from './connection-cap';
-import {
-  asWorkloadNetError,
-  failedPrecondition,
-  internal,
-  invalidArgument,
-  knownWorkloadNetError,
-  unavailable,
-} from '../errors';
+import { asWorkloadNetError, invalidArgument, knownWorkloadNetError, unavailable } from '../errors';
 import type { Logger } from '../logger';
 import { LogRate } from '../log-rate';
-import { secureSocket } from './unix-socket';
+import { listenOnSocket } from './unix-socket';
 import type { Attachment, PoolUsage, WorkloadService } from '../workload-service';
 
 /** The original contract's service name, served too so that its clients connect unchanged. */
@@ -128,22 +121,10 @@ export class ApiServer {
         );
       }
     });
-    await new Promise<void>((resolve, reject) => {
-      listener.once('error', (err: NodeJS.ErrnoException) =>
-        reject(
-          err.code === 'EADDRINUSE'
-            ? failedPrecondition(
-                `another process bound the API socket ${socketPath} while this one was starting`,
-              )
-            : internal(`cannot listen on API socket ${socketPath}: ${err.message}`),
-        ),
-      );
-      listener.listen(socketPath, () => resolve());
-    });
+    await listenOnSocket(listener, socketPath, 'API', { group });
     listener.on('error', (err) => this.log.error({ err: err.message }, 'API socket error'));
     this.listener = listener;
     this.injector = injector;
-    secureSocket(socketPath, group);
   }
 
   /** Tells health clients whether Attach can succeed now. */

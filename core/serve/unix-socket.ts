@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import * as net from 'node:net';
 import * as path from 'node:path';
-import { failedPrecondition, invalidArgument } from '../errors';
+import { failedPrecondition, internal, invalidArgument } from '../errors';
 
 // Safe handling of the daemon's listening sockets. A leftover socket file from a crashed daemon must be
 // removed or bind fails; a socket that still answers belongs to a live daemon and must not be stolen;
@@ -45,9 +45,41 @@ function answers(socketPath: string): Promise<boolean> {
   });
 }
 
-/** Restricts a freshly bound socket to its owner and group (0660), optionally handing it to a group. */
-export function secureSocket(socketPath: string, group: string): void {
-  fs.chmodSync(socketPath, 0o660);
+/**
+ * Listens on a socket path that prepareSocketPath has cleared, then secures it (secureSocket): the one
+ * way the daemon's net servers (the API, the CNI endpoint) take their socket. `what` names it in errors.
+ */
+export async function listenOnSocket(
+  server: net.Server,
+  socketPath: string,
+  what: string,
+  access: { group: string; mode?: number },
+): Promise<void> {
+  await new Promise<void>((resolve, reject) => {
+    const onError = (err: NodeJS.ErrnoException): void =>
+      reject(
+        err.code === 'EADDRINUSE'
+          ? failedPrecondition(
+              `another process bound the ${what} socket ${socketPath} while this one was starting`,
+            )
+          : internal(`cannot listen on ${what} socket ${socketPath}: ${err.message}`),
+      );
+    server.once('error', onError);
+    server.listen(socketPath, () => {
+      server.off('error', onError);
+      resolve();
+    });
+  });
+  secureSocket(socketPath, access.group, access.mode);
+}
+
+/**
+ * Restricts a freshly bound socket to its owner and group (0660 unless told), optionally handing it to
+ * a group. bind() applied the umask (0755 with the usual 022, which lets nobody else connect); setting
+ * the mode afterwards therefore never exposes the socket to more than it allows.
+ */
+export function secureSocket(socketPath: string, group: string, mode = 0o660): void {
+  fs.chmodSync(socketPath, mode);
   if (group) fs.chownSync(socketPath, process.getuid?.() ?? 0, resolveGid(group));
 }
 
