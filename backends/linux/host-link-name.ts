@@ -3,6 +3,7 @@
 // for `ip link show group …`); the link group marks every link we own.
 
 import * as crypto from 'node:crypto';
+import type { AttachmentView } from '../../core/backend';
 
 export const HOST_LINK_ALIAS_PREFIX = 'workloadnet:';
 /** IFALIASZ - 1. */
@@ -30,4 +31,10 @@ export function hostLinkAlias(key: string): string {
 /** The key an alias names, or undefined for an alias we did not write. */
 export function keyFromAlias(alias: string | undefined): string | undefined {
   return alias?.startsWith(HOST_LINK_ALIAS_PREFIX) ? alias.slice(HOST_LINK_ALIAS_PREFIX.length) : undefined;
+}
+
+/** The host interface name recorded with an attachment at attach time, if any. */
+export function recordedHostIfName(att: AttachmentView): string | undefined {
+  const v = att.dataplane?.details?.hostIfName;
+  return typeof v === 'string' && v !== '' ? v : undefined;
 }

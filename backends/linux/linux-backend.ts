@@ -12,7 +12,6 @@
 // group delete. The threadpool path also runs an attach when the thread is off or gone, or when the
 // host link's name is taken (it checks for a leftover and explains).
 
-import { parseAttachmentKey } from '../../core/attachment-key';
 import type {
   AttachSpec,
   AttachmentView,
@@ -22,7 +21,6 @@ import type {
   Drift,
   ReconcileOptions,
   ReconcileOutcome,
-  UnclaimedAttachment,
 } from '../../core/backend';
 import {
   WorkloadNetError,
@@ -37,7 +35,8 @@ import type { AttachStep } from './attach-exchange';
 import { planAttachment, randomMac, type AttachPlan } from './attach-plan';
 import { GroupDeleter } from './group-deleter';
 import { checkHostSide, hostSideRequests } from './host-side';
-import { hostLinkAlias, hostLinkName, keyFromAlias } from './host-link-name';
+import { recordedHostIfName } from './host-link-name';
+import { reconcileHostLinks } from './host-reconcile';
 import {
   resolveLinuxBackendOptions,
   type LinuxBackendOptions,
@@ -45,9 +44,7 @@ import {
 } from './linux-backend-options';
 import { NetlinkThread } from './netlink-thread';
 import { NetlinkError, NetlinkSocketError } from '../../lib/rtnetlink/errors';
-import { AF_INET, AF_INET6 } from '../../lib/rtnetlink/inet';
-import { delLinkRequest, getLink, listLinks, setLinkRequest, type Link } from '../../lib/rtnetlink/link';
-import { listRoutes } from '../../lib/rtnetlink/route';
+import { delLinkRequest, getLink, setLinkRequest } from '../../lib/rtnetlink/link';
 import { NetlinkSocket } from '../../lib/rtnetlink/socket';
 import { ensureSysctl, readSysctl } from '../../lib/netns/sysctl';
 import { createVethPair, type VethPair } from './veth-pair';
@@ -58,8 +55,6 @@ export type { LinuxBackendOptions } from './linux-backend-options';
 const IPV4_FORWARD = 'net/ipv4/ip_forward';
 const IPV6_FORWARD = 'net/ipv6/conf/all/forwarding';
 const RECOMMENDED_THREADPOOL = 16;
-/** Orphan deletes in flight at once: each costs ~20 ms in the kernel and holds a threadpool thread. */
-const RECONCILE_DELETE_CONCURRENCY = 8;
 
 interface HostContext {
   ns: NetnsHandle;
@@ -182,7 +177,7 @@ export class LinuxBackend implements Backend {
   async detach(att: AttachmentView): Promise<void> {
     const host = await this.hostContext();
     const plan = planAttachment(att, this.opts);
-    const hostName = stringDetail(att, 'hostIfName') ?? plan.hostName;
+    const hostName = recordedHostIfName(att) ?? plan.hostName;
     // Taking the link down withdraws its host routes at once, so a link that refuses to die no longer
     // attracts the workload's traffic.
     const [down] = await host.sock.batch([
@@ -218,123 +213,12 @@ export class LinuxBackend implements Backend {
     return [...workloadDrift, ...hostDrift];
   }
 
-  /**
-   * One dump of the host namespace's links. Links in our group that no attachment accounts for are
-   * deleted; attachments without their host link are reported missing, and so are those whose link
-   * lacks its alias: the alias is written last, once both sides are configured, so a link without it
-   * is an attach cut short (the core repairs it, which replaces the link). No per-attachment
-   * requests, so it stays fast with thousands of attachments.
-   */
+  /** See host-reconcile.ts. */
   async reconcile(
     atts: AttachmentView[],
     opts: ReconcileOptions = { storeIsNew: false },
   ): Promise<ReconcileOutcome> {
-    const host = await this.hostContext();
-    const outcome: ReconcileOutcome = { orphansRemoved: [], missing: [], healthy: [], warnings: [] };
-    const links = await listLinks(host.sock);
-    const ours = links.filter((l) => l.group === this.opts.linkGroup);
-    const byName = new Map(ours.map((l) => [l.name, l]));
-    const expected = new Set<string>();
-    for (const att of atts) {
-      const name = stringDetail(att, 'hostIfName') ?? hostLinkName(att.key);
-      expected.add(name);
-      const link = byName.get(name);
-      if (!link) {
-        outcome.missing.push(att.key);
-        continue;
-      }
-      if (link.alias === hostLinkAlias(att.key)) {
-        outcome.healthy.push(att.key);
-        continue;
-      }
-      outcome.missing.push(att.key);
-      const aliasKey = keyFromAlias(link.alias);
-      if (aliasKey !== undefined && !att.key.startsWith(aliasKey)) {
-        outcome.warnings.push(`host interface ${name} is labelled for ${aliasKey} but belongs to ${att.key}`);
-      }
-    }
-    let unknown = ours.filter((l) => !expected.has(l.name));
-    if (opts.storeIsNew) {
-      // A new store beside complete attachments (labelled: the alias is written last) means lost
-      // state, not orphans: keep them and say what they are, so the core can adopt them.
-      const complete = unknown.filter((l) => keyFromAlias(l.alias) !== undefined);
-      outcome.unclaimed = await this.describeUnclaimed(host, complete);
-      unknown = unknown.filter((l) => keyFromAlias(l.alias) === undefined);
-    }
-    // Links in the detaching group were on their way out when the daemon stopped; orphans join them.
-    const orphans = [...links.filter((l) => l.group === this.opts.detachGroup), ...unknown];
-    await this.deleteOrphans(host, orphans, outcome);
-    if (outcome.orphansRemoved.length > 0) {
-      this.opts.logger.info({ removed: outcome.orphansRemoved.length }, 'removed orphan host interfaces');
-    }
-    return outcome;
-  }
-
-  /** Each link's key (from its alias) and the workload addresses its host routes point at it (one dump). */
-  private async describeUnclaimed(host: HostContext, links: Link[]): Promise<UnclaimedAttachment[]> {
-    if (links.length === 0) return [];
-    const routes = [...(await listRoutes(host.sock, AF_INET)), ...(await listRoutes(host.sock, AF_INET6))];
-    return links.map((link) => {
-      const addresses = routes
-        .filter((r) => r.oif === link.index && /\/(32|128)$/.test(r.destination) && !r.gateway)
-        .map((r) => r.destination.replace(/\/(32|128)$/, ''))
-        .filter((a) => !a.startsWith('fe80:'));
-      return {
-        key: keyFromAlias(link.alias) as string,
-        addresses,
-        mtu: link.mtu,
-        dataplane: {
-          ifName: parseAttachmentKey(keyFromAlias(link.alias) as string).ifName,
-          mac: '',
-          mtu: link.mtu,
-          hostIfName: link.name,
-          routes: [],
-          details: { hostIfName: link.name, linkGroup: this.opts.linkGroup },
-        },
-      };
-    });
-  }
-
-  /**
-   * Moves the orphans into the detaching group and deletes them with one request, so that thousands
-   * of them take about as long as one; if that fails, they are deleted one by one.
-   */
-  private async deleteOrphans(host: HostContext, orphans: Link[], outcome: ReconcileOutcome): Promise<void> {
-    if (orphans.length === 0) return;
-    const label = (link: Link): string => `${link.name} (${link.alias ?? 'no alias'})`;
-    const moved = await host.sock.batch(
-      orphans.map((l) => setLinkRequest({ index: l.index }, { group: this.opts.detachGroup, up: false })),
-    );
-    const left: Link[] = [];
-    orphans.forEach((link, i) => {
-      const o = moved[i];
-      if (o?.ok) left.push(link);
-      else if (o?.error.notFound) outcome.orphansRemoved.push(label(link));
-      else
-        outcome.warnings.push(`could not remove orphan host interface ${label(link)}: ${o?.error.message}`);
-    });
-    try {
-      await host.deleter.flush();
-      outcome.orphansRemoved.push(...left.map(label));
-      return;
-    } catch (err) {
-      this.opts.logger.warn(
-        { err: (err as Error).message },
-        'group delete failed; deleting orphans one by one',
-      );
-    }
-    await forEachLimited(left, RECONCILE_DELETE_CONCURRENCY, async (link) => {
-      try {
-        await host.sock.request(delLinkRequest({ index: link.index }));
-        outcome.orphansRemoved.push(label(link));
-      } catch (err) {
-        if (err instanceof NetlinkError && err.notFound) outcome.orphansRemoved.push(label(link));
-        else
-          outcome.warnings.push(
-            `could not remove orphan host interface ${label(link)}: ${(err as Error).message}`,
-          );
-      }
-    });
+    return reconcileHostLinks(await this.hostContext(), atts, opts, this.opts);
   }
 
   /**
@@ -604,24 +488,4 @@ function refuseHostNamespace(spec: AttachSpec, hostNs: Netns): void {
       `${spec.netnsPath} is the host network namespace; refusing to attach a workload to it`,
     );
   }
-}
-
-function stringDetail(att: AttachmentView, name: string): string | undefined {
-  const v = att.dataplane?.details?.[name];
-  return typeof v === 'string' && v !== '' ? v : undefined;
-}
-
-async function forEachLimited<T>(
-  items: readonly T[],
-  limit: number,
-  fn: (item: T) => Promise<void>,
-): Promise<void> {
-  let next = 0;
-  const worker = async (): Promise<void> => {
-    while (next < items.length) {
-      const item = items[next++] as T;
-      await fn(item);
-    }
-  };
-  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, worker));
 }
