@@ -18,6 +18,7 @@ import {
   type WorkloadNetError,
 } from '../../core/errors';
 import { KeyedMutex } from '../../core/attach/keyed-mutex';
+import { LogRate } from '../../core/log-rate';
 import { silentLogger, type Logger } from '../../core/logger';
 import {
   AckCode,
@@ -34,7 +35,6 @@ import { AgentSyncState } from './agent-sync-state';
 import { DesiredState, type DesiredPort } from './desired-state';
 import { decodeDetails, encodeDetails } from './details';
 import { EndpointRefused, createHostSide, type HostSide, type WorkloadPlacement } from './host-side';
-import { LogThrottle } from './log-throttle';
 import { monotonicMs } from '../../core/monotonic-clock';
 import { ownString } from './own-string';
 import { workloadInterface, workloadRoutes } from '../linux/workload-side';
@@ -111,7 +111,7 @@ export class DpuBackend implements Backend {
   private readonly acks = new AckWaiter();
   /** Per agent id: its snapshot in flight and its outstanding Deletes. */
   private readonly agentStates = new Map<string, AgentSyncState>();
-  private readonly throttle = new LogThrottle();
+  private readonly logRate = new LogRate();
   private readonly hostSide: HostSide;
   /** Serialises attach, detach and re-plumbing of one port. */
   private readonly locks = new KeyedMutex();
@@ -417,7 +417,7 @@ export class DpuBackend implements Backend {
     if (!offered || ack.code !== AckCode.ACK_CODE_OK || sameEndpoint(recorded.endpoint, offered))
       return { endpoint: recorded.endpoint, bootId: recorded.bootId ?? s.bootId };
     this.refusedEndpointChanges += 1;
-    const n = this.throttle.occurrence('endpoint-change');
+    const n = this.logRate.occurrence('endpoint-change');
     if (n !== undefined) {
       this.log.error(
         {
@@ -440,7 +440,7 @@ export class DpuBackend implements Backend {
       this.log.debug({ port: ack.name, generation: ack.generation, current: newest }, 'stale ack ignored');
       return;
     }
-    const n = this.throttle.occurrence('unexpected-ack');
+    const n = this.logRate.occurrence('unexpected-ack');
     if (n === undefined) return;
     this.log.warn(
       { agentId: s.agentId, port: ack.name.slice(0, 256), generation: ack.generation, occurrences: n },
@@ -466,7 +466,7 @@ export class DpuBackend implements Backend {
           this.log.info({ port: ps.name, state, message: ps.message }, 'port state changed');
           return;
         }
-        const n = this.throttle.occurrence('unknown-status');
+        const n = this.logRate.occurrence('unknown-status');
         if (n !== undefined) {
           this.log.warn(
             { port: ps.name.slice(0, 256), occurrences: n },
