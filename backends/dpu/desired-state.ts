@@ -14,7 +14,7 @@ export interface PortAck {
   ok: boolean;
   message: string;
   endpoint?: Endpoint;
-  /** The boot id of the agent that named `endpoint`: a VF is that boot's (see DpuBackend.onAck). */
+  /** The boot id of the agent that named `endpoint`: a VF is that boot's (see AgentSync.endpointOf). */
   bootId?: string;
 }
 

@@ -1,0 +1,446 @@
+import { asWorkloadNetError, unavailable } from '../../core/errors';
+import { LogRate } from '../../core/log-rate';
+import type { Logger } from '../../core/logger';
+import {
+  AckCode,
+  PortOperState,
+  type Ack,
+  type Endpoint,
+  type Port,
+  type PortStatus,
+} from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import { ackCodeName, nackError } from './ack-code';
+import type { AckWaiter } from './ack-waiter';
+import type { AgentLink, LinkEvents, LostAgent } from './agent-link';
+import type { AgentSession } from './agent-session';
+import { AgentSyncState } from './agent-sync-state';
+import type { DesiredPort, DesiredState } from './desired-state';
+import type { PortFields } from './port-spec';
+import { SnapshotSync } from './snapshot-sync';
+
+// Keeps each agent's ports in step with the desired state: a snapshot of its ports on every session it
+// opens, single changes in between, Deletes until they are confirmed, and what its acks and port
+// statuses say of each port. This is all that the backend hears from its agents (the link's events);
+// the Backend verbs change the desired state and hand their changes here.
+
+export interface AgentSyncDeps {
+  link: AgentLink;
+  desired: DesiredState;
+  acks: AckWaiter;
+  ackTimeoutMs: number;
+  log: Logger;
+  /**
+   * Runs, unawaited, once an agent has applied a snapshot: a DPU that rebooted re-created its VFs in the
+   * host namespace, and they must go back into their workloads.
+   */
+  synced(agentId: string): Promise<void>;
+}
+
+export class AgentSync implements LinkEvents {
+  /** Per agent id: its snapshot in flight and its outstanding Deletes. */
+  private readonly states = new Map<string, AgentSyncState>();
+  private readonly logRate = new LogRate();
+  private epoch = 0;
+  private isPrimed = false;
+  /**
+   * The store was new at start-up, so it cannot vouch that an empty (or short) desired state is all
+   * there is: snapshots then ask the agent to keep the ports they do not list.
+   */
+  keepUnlisted = false;
+  private removedByAgents = 0;
+  /** Acks refused for naming another endpoint than the one plumbed (see endpointOf). */
+  private refusedEndpoints = 0;
+
+  constructor(private readonly deps: AgentSyncDeps) {}
+
+  /** Set once reconcile has restored the stored ports: before that a snapshot would wipe the agent. */
+  get primed(): boolean {
+    return this.isPrimed;
+  }
+
+  /** Ports that agents removed as not desired (their PortStatus REMOVED). */
+  get agentRemovedPorts(): number {
+    return this.removedByAgents;
+  }
+
+  get refusedEndpointChanges(): number {
+    return this.refusedEndpoints;
+  }
+
+  /** What is tracked of an agent's exchange, if anything is. */
+  state(agentId: string): AgentSyncState | undefined {
+    return this.states.get(agentId);
+  }
+
+  /** Every agent's exchange tracked since start-up. */
+  allStates(): IterableIterator<AgentSyncState> {
+    return this.states.values();
+  }
+
+  /**
+   * The stored ports are restored: from now on every session gets its snapshot, starting with the
+   * sessions open now, which are returned.
+   */
+  prime(): AgentSession[] {
+    this.isPrimed = true;
+    const sessions = this.deps.link.sessions();
+    for (const s of sessions) this.sendSnapshot(s);
+    return sessions;
+  }
+
+  /**
+   * Waits until each of `sessions` confirmed its snapshot, at most the ack timeout, adding a warning for
+   * each one that did not and for each port it could not re-program.
+   */
+  async awaitSnapshots(sessions: AgentSession[], warnings: string[]): Promise<void> {
+    const { ackTimeoutMs } = this.deps;
+    await Promise.all(
+      sessions.map(async (s) => {
+        const sync = this.states.get(s.agentId)?.sync;
+        if (sync?.sessionId !== s.id) return;
+        const timedOut = await Promise.race([
+          sync.done.then(() => false),
+          new Promise<boolean>((r) => setTimeout(() => r(true), ackTimeoutMs).unref()),
+        ]);
+        if (timedOut)
+          warnings.push(`DPU agent ${s.agentId} did not confirm the snapshot within ${ackTimeoutMs} ms`);
+        for (const name of sync.failed)
+          warnings.push(`${name}: DPU agent ${s.agentId} could not re-program the port`);
+      }),
+    );
+  }
+
+  /**
+   * Makes a port desired on `agentId` at a new generation: Deletes of it still outstanding no longer
+   * count, and a snapshot in flight stops waiting for its older generation.
+   */
+  upsert(fields: PortFields, agentId: string): Port {
+    const st = this.stateOf(agentId);
+    const port = this.deps.desired.upsert(fields, agentId);
+    st.tombstones.delete(fields.name);
+    st.unconfirmedDeletes.delete(fields.name);
+    this.supersede(fields.name, agentId);
+    return port;
+  }
+
+  /** Drops a port from desired state and tells the agent without waiting (the failure paths' rollback). */
+  forget(key: string, agentId: string, reason: string): void {
+    const st = this.stateOf(agentId);
+    const gen = this.deps.desired.delete(key) ?? this.deps.desired.tombstoneGeneration();
+    this.supersede(key, agentId);
+    if (this.keepUnlisted) st.unconfirmedDeletes.set(key, gen);
+    this.sendDelete(agentId, key, gen, reason);
+  }
+
+  /**
+   * Drops a port from desired state (Detach) and has its agent delete it, waiting for the ack from a
+   * healthy agent only. Never fails.
+   */
+  async remove(key: string, agentId: string): Promise<void> {
+    const { desired, link, acks, ackTimeoutMs, log } = this.deps;
+    const gen = desired.delete(key);
+    this.supersede(key, agentId);
+    const st = this.stateOf(agentId);
+    if (gen !== undefined && this.keepUnlisted) st.unconfirmedDeletes.set(key, gen);
+    const s = link.sessionOf(agentId);
+    if (gen !== undefined && s && !s.healthy) {
+      // A session gone quiet may still be alive, and may already hold its snapshot (with this port):
+      // tell it now rather than leave the port there until the next snapshot. Waiting for its ack
+      // would only hold Detach for the ack timeout.
+      this.sendDelete(agentId, key, gen, 'detached');
+      log.info(
+        { port: key, agentId },
+        'port removed while its DPU agent is silent; told it without waiting for the ack',
+      );
+    } else if (gen !== undefined && s) {
+      const who = `deletion of port ${key} (generation ${gen}) on DPU agent ${s.agentId}`;
+      try {
+        const acked = acks.wait(key, gen, s.id, ackTimeoutMs, who);
+        this.sendDelete(agentId, key, gen, '');
+        const ack = await acked;
+        if (ack.code !== AckCode.ACK_CODE_OK) throw nackError(ack, who);
+      } catch (err) {
+        // The port is no longer desired, so the next snapshot removes it whatever happened here:
+        // failing Detach would only keep the workload's addresses from being released.
+        log.warn(
+          { port: key, err: asWorkloadNetError(err).message },
+          'agent did not confirm a deletion; the next snapshot removes it',
+        );
+      }
+    } else if (gen !== undefined) {
+      log.info(
+        { port: key, agentId },
+        'port removed while its DPU agent is away; its next snapshot removes it',
+      );
+    }
+  }
+
+  /**
+   * Sends a Delete to the agent's current session and keeps it as outstanding until its ack; nothing is
+   * kept when the agent holds no session or its stream is over, since its next snapshot settles the port.
+   * The current session need not be the one a caller last saw: a session that took over in the same turn
+   * of the event loop (a hello replacing a silent one) was sent its snapshot while the port was still
+   * desired.
+   */
+  private sendDelete(agentId: string, name: string, generation: number, reason: string): void {
+    if (this.deps.link.sessionOf(agentId)?.send({ delete: { name, generation, reason } }))
+      this.stateOf(agentId).tombstones.set(name, generation);
+  }
+
+  // ---- what the agent link reports -----------------------------------------------------------
+
+  established(s: AgentSession, prev: LostAgent | undefined): void {
+    const st = this.stateOf(s.agentId);
+    st.version = s.version;
+    // A new session reports its inventory afresh; a version 1 agent has none.
+    st.inventory = undefined;
+    if (prev && prev.agentId === s.agentId && prev.bootId !== s.bootId) {
+      this.deps.log.info(
+        { agentId: s.agentId, oldBootId: prev.bootId, bootId: s.bootId, ports: this.deps.desired.size },
+        'agent restarted with a new boot id (its state is gone); the snapshot re-programs every port',
+      );
+    }
+    if (this.isPrimed) {
+      this.sendSnapshot(s);
+    } else {
+      this.deps.log.info(
+        { agentId: s.agentId },
+        'agent connected before the start-up reconcile; its snapshot waits for it',
+      );
+    }
+  }
+
+  lost(s: AgentSession, reason: string): void {
+    // Acks can only arrive on the session that got the change; the next snapshot settles the rest.
+    const st = this.stateOf(s.agentId);
+    st.tombstones.clear();
+    this.deps.desired.clearOperStates(s.agentId);
+    st.sync?.abandon();
+    st.sync = undefined;
+    const failed = this.deps.acks.failSession(s.id, (name) =>
+      unavailable(
+        `the stream to DPU agent ${s.agentId} ended while waiting for port ${name} (${reason}); retry once the agent is back`,
+      ),
+    );
+    if (failed > 0) {
+      this.deps.log.warn({ agentId: s.agentId, failed }, 'in-flight port changes failed: agent stream ended');
+    }
+  }
+
+  /** The agent's ports only: each agent holds what was placed on it. */
+  inventory(s: AgentSession): void {
+    const inv = s.inventory;
+    if (!inv) return;
+    this.stateOf(s.agentId).inventory = inv;
+    this.deps.log.info(
+      {
+        agentId: s.agentId,
+        pfs: inv.pfs.map((pf) => `${pf.name}:${pf.linkState}`).join(','),
+        vfTotal: inv.vfTotal,
+        vfFree: inv.vfFree,
+        firmware: inv.firmwareVersion,
+      },
+      'agent inventory',
+    );
+  }
+
+  ack(s: AgentSession, ack: Ack): void {
+    const st = this.stateOf(s.agentId);
+    // A port placed on another agent is none of this agent's business.
+    const placed = this.deps.desired.get(ack.name);
+    const entry = placed?.agentId === s.agentId ? placed : undefined;
+    const tomb = st.tombstones.get(ack.name);
+    const ok = ack.code === AckCode.ACK_CODE_OK;
+    if (entry && entry.port.generation === ack.generation) {
+      const endpoint = this.endpointOf(s, entry, ack);
+      if (endpoint === 'refused') {
+        const sync = st.sync;
+        if (sync?.sessionId === s.id && sync.ack(ack.name, ack.generation, false))
+          this.syncFinished(st, sync);
+        return;
+      }
+      this.deps.desired.recordAck(ack.name, {
+        generation: ack.generation,
+        ok,
+        message: ack.message,
+        endpoint: endpoint.endpoint,
+        bootId: endpoint.bootId,
+      });
+      const sync = st.sync;
+      if (sync?.sessionId === s.id && sync.ack(ack.name, ack.generation, ok)) this.syncFinished(st, sync);
+      if (!ok && !this.deps.acks.isWaiting(ack.name)) {
+        this.deps.log.warn(
+          {
+            agentId: s.agentId,
+            port: ack.name,
+            generation: ack.generation,
+            code: ackCodeName(ack.code),
+            message: ack.message,
+          },
+          'agent could not program a port',
+        );
+      }
+    } else if (!entry && tomb === ack.generation) {
+      st.tombstones.delete(ack.name);
+      if (ack.code === AckCode.ACK_CODE_OK && st.unconfirmedDeletes.get(ack.name) === ack.generation)
+        st.unconfirmedDeletes.delete(ack.name);
+    } else {
+      this.unexpectedAck(s, ack, entry?.port.generation ?? tomb);
+    }
+    // A waiter only ever takes its exact generation (matched above as current or tombstone).
+    this.deps.acks.deliver(ack, s.id);
+  }
+
+  portStatus(s: AgentSession, ps: PortStatus): void {
+    switch (ps.operState) {
+      case PortOperState.PORT_OPER_STATE_REMOVED:
+        this.removedByAgents += 1;
+        this.deps.log.info(
+          { agentId: s.agentId, port: ps.name.slice(0, 256), message: ps.message },
+          'agent removed a port that is not desired',
+        );
+        return;
+      case PortOperState.PORT_OPER_STATE_UP:
+      case PortOperState.PORT_OPER_STATE_DOWN: {
+        const state = ps.operState === PortOperState.PORT_OPER_STATE_UP ? 'up' : 'down';
+        if (this.deps.desired.setOperState(ps.name, state, s.agentId)) {
+          this.deps.log.info({ port: ps.name, state, message: ps.message }, 'port state changed');
+          return;
+        }
+        const n = this.logRate.occurrence('unknown-status');
+        if (n !== undefined) {
+          this.deps.log.warn(
+            { port: ps.name.slice(0, 256), occurrences: n },
+            'status for a port this daemon does not know; ignored',
+          );
+        }
+        return;
+      }
+      default:
+        this.deps.log.debug({ port: ps.name.slice(0, 256) }, 'port status without a known state ignored');
+    }
+  }
+
+  // ---- snapshots -----------------------------------------------------------------------------
+
+  private stateOf(agentId: string): AgentSyncState {
+    let st = this.states.get(agentId);
+    if (!st) {
+      st = new AgentSyncState(agentId);
+      this.states.set(agentId, st);
+    }
+    return st;
+  }
+
+  private sendSnapshot(s: AgentSession): void {
+    const st = this.stateOf(s.agentId);
+    const ports = this.deps.desired.snapshot(s.agentId);
+    this.epoch += 1;
+    const sync = new SnapshotSync(s.id, this.epoch, ports);
+    st.sync?.abandon();
+    st.sync = sync;
+    s.send({ snapshotBegin: { epoch: sync.epoch, keepUnlisted: this.keepUnlisted } });
+    for (const port of ports) s.send({ upsert: { port } });
+    s.send({ syncComplete: { epoch: sync.epoch, portCount: ports.length } });
+    // The snapshot keeps what it does not list; what this daemon removed must still go.
+    for (const [name, generation] of st.unconfirmedDeletes) {
+      if (this.deps.desired.get(name)?.agentId === s.agentId) continue;
+      this.sendDelete(s.agentId, name, generation, 'removed while the agent was away');
+    }
+    this.deps.log.info({ agentId: s.agentId, epoch: sync.epoch, ports: ports.length }, 'snapshot sent');
+    if (sync.complete) this.syncFinished(st, sync);
+  }
+
+  private syncFinished(st: AgentSyncState, sync: SnapshotSync): void {
+    st.lastSyncMs = sync.durationMs;
+    this.deps.log.info(
+      { agentId: st.agentId, epoch: sync.epoch, ms: st.lastSyncMs, failed: sync.failed.length },
+      sync.failed.length ? 'snapshot applied with failures' : 'snapshot applied',
+    );
+    void this.deps
+      .synced(st.agentId)
+      .catch((err: unknown) =>
+        this.deps.log.warn({ err: (err as Error).message }, 'could not check host endpoints after a resync'),
+      );
+  }
+
+  /** A newer change of a port replaces its entry in its agent's snapshot. */
+  private supersede(name: string, agentId: string): void {
+    const st = this.states.get(agentId);
+    const sync = st?.sync;
+    if (st && sync?.supersede(name)) this.syncFinished(st, sync);
+  }
+
+  // ---- acks ----------------------------------------------------------------------------------
+
+  /**
+   * The endpoint an ack at a port's current generation leaves recorded, or 'refused' (reported) when it
+   * names another one than the port already has. Detach and re-plumbing act on the recorded endpoint, so
+   * an agent re-acking a plumbed port as, say, `eth0` must not become the daemon's word for it: the
+   * endpoint stays what the daemon plumbed for as long as the DPU keeps the boot that created it. A DPU
+   * that rebooted (a new boot id) re-created its VFs and may name them anew; that endpoint is moved in
+   * only through the same guards as at Attach (endpoint-replumb.ts). Within one boot, an ack that names
+   * no endpoint, or a negative one, keeps the one recorded.
+   */
+  private endpointOf(
+    s: AgentSession,
+    entry: DesiredPort,
+    ack: Ack,
+  ): { endpoint?: Endpoint; bootId: string } | 'refused' {
+    const recorded = entry.ack?.endpoint?.netdev ? entry.ack : undefined;
+    const offered = ack.endpoint?.netdev ? ack.endpoint : undefined;
+    if (!recorded?.endpoint) return { endpoint: offered, bootId: s.bootId };
+    // Another boot's endpoint went with that boot: what this boot acks OK (a netdev, or none for an
+    // agent without host endpoints) is the port's endpoint now.
+    if (ack.code === AckCode.ACK_CODE_OK && recorded.bootId !== undefined && recorded.bootId !== s.bootId)
+      return { endpoint: offered, bootId: s.bootId };
+    if (!offered || ack.code !== AckCode.ACK_CODE_OK || sameEndpoint(recorded.endpoint, offered))
+      return { endpoint: recorded.endpoint, bootId: recorded.bootId ?? s.bootId };
+    this.refusedEndpoints += 1;
+    const n = this.logRate.occurrence('endpoint-change');
+    if (n !== undefined) {
+      this.deps.log.error(
+        {
+          agentId: s.agentId,
+          port: ack.name,
+          generation: ack.generation,
+          endpoint: recorded.endpoint.netdev,
+          offered: offered.netdev.slice(0, 64),
+          occurrences: n,
+        },
+        'refused an ack naming another endpoint for a port already plumbed; the port keeps its endpoint',
+      );
+    }
+    return 'refused';
+  }
+
+  /** Acks for replaced generations are normal (logged quietly); for unknown ports, not (logged, throttled). */
+  private unexpectedAck(s: AgentSession, ack: Ack, newest: number | undefined): void {
+    if (newest !== undefined && ack.generation < newest) {
+      this.deps.log.debug(
+        { port: ack.name, generation: ack.generation, current: newest },
+        'stale ack ignored',
+      );
+      return;
+    }
+    const n = this.logRate.occurrence('unexpected-ack');
+    if (n === undefined) return;
+    this.deps.log.warn(
+      { agentId: s.agentId, port: ack.name.slice(0, 256), generation: ack.generation, occurrences: n },
+      newest === undefined
+        ? 'ack for a port this daemon does not know; ignored'
+        : 'ack for a generation never sent; ignored',
+    );
+  }
+}
+
+/**
+ * Whether an ack names the endpoint already recorded: the same netdev, and the same MAC and VF where
+ * both say.
+ */
+function sameEndpoint(a: Endpoint, b: Endpoint): boolean {
+  if (a.netdev !== b.netdev) return false;
+  if (a.mac && b.mac && a.mac.toLowerCase() !== b.mac.toLowerCase()) return false;
+  if (a.pfIndex !== undefined && b.pfIndex !== undefined && a.pfIndex !== b.pfIndex) return false;
+  return a.vfIndex === undefined || b.vfIndex === undefined || a.vfIndex === b.vfIndex;
+}
