@@ -44,7 +44,7 @@ export interface AttachSpec {
   /**
    * Whether this interface carries the namespace's default routes (absent means yes). Without them it
    * gets a gateway route scoped to itself and routes to `routes` only, so a second interface in a
-   * namespace never clashes with the first (see backends/linux/workload-side.ts).
+   * namespace never clashes with the first (see backends/interface/workload-side.ts).
    */
   defaultRoute?: boolean;
   /** Without the default route: the ranges (CIDRs) routed through this interface's gateway. */

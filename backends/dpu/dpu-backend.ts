@@ -16,7 +16,7 @@ import {
   unavailable,
   type WorkloadNetError,
 } from '../../core/errors';
-import { KeyedMutex } from '../../core/attach/keyed-mutex';
+import { KeyedMutex } from '../../lib/keyed-mutex';
 import { silentLogger, type Logger } from '../../core/logger';
 import { AckCode, type Ack } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import { nackError } from './ack-code';
@@ -32,7 +32,7 @@ import { replumbRecreatedEndpoints } from './endpoint-replumb';
 import { EndpointRefused, createHostSide, type HostSide, type WorkloadPlacement } from './host-side';
 import { monotonicMs } from '../../core/monotonic-clock';
 import { ownString } from './own-string';
-import { workloadInterface, workloadRoutes } from '../linux/workload-side';
+import { workloadInterface, workloadRoutes } from '../interface/workload-side';
 import { placeNewPort } from './placement';
 import { macForKey, portFields, portFieldsFromView, portOptions, type PortFields } from './port-spec';
 import { validateDpuPort } from '../../core/attach/validation';

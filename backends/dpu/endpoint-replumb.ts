@@ -1,4 +1,4 @@
-import type { KeyedMutex } from '../../core/attach/keyed-mutex';
+import type { KeyedMutex } from '../../lib/keyed-mutex';
 import type { Logger } from '../../core/logger';
 import { inventoryRefusal } from './agent-capabilities';
 import type { AgentLink } from './agent-link';

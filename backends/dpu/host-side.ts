@@ -17,13 +17,13 @@ import {
   setLinkRequest,
   type Link,
 } from '../../lib/rtnetlink';
-import { checkWorkloadNamespace, workloadInterface, workloadSideRequests } from '../linux/workload-side';
+import { checkWorkloadNamespace, workloadInterface, workloadSideRequests } from '../interface/workload-side';
 import { refuseEndpoint } from './endpoint-guard';
 
 // The host's half of a DPU port. The agent exposes each port to the host as a netdev (an SR-IOV VF on
 // real hardware, a veth end in the simulator); the daemon moves it into the workload's namespace,
 // names it as the runtime asked, and configures the workload's side exactly as the Linux backend does
-// for its veths (backends/linux/workload-side.ts). The packet path behind the netdev is the DPU's
+// for its veths (backends/interface/workload-side.ts). The packet path behind the netdev is the DPU's
 // business. On detach the netdev goes back to the host namespace under its own name, so the agent
 // finds its VF where it left it. Which netdev goes back is told by its index and the port's MAC, never
 // by a name found in the workload's namespace: there a name can be anyone's (the workload's eth0 from

@@ -13,7 +13,7 @@ import { BlockingNetlinkSocket } from '../../lib/rtnetlink/blocking-socket';
 import { decodeLink, getLinkRequest, setLinkRequest } from '../../lib/rtnetlink/link';
 import type { BatchOutcome } from '../../lib/rtnetlink/socket';
 import { vethPairFromEcho, vethPairRequest, type VethPair } from './veth-pair';
-import { workloadSideRequests } from './workload-side';
+import { workloadSideRequests } from '../interface/workload-side';
 
 export interface AttachJob {
   plan: AttachPlan;

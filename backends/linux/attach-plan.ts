@@ -4,7 +4,11 @@
 import * as crypto from 'node:crypto';
 import { hostLinkAlias, hostLinkName } from './host-link-name';
 import type { ResolvedLinuxBackendOptions } from './linux-backend-options';
-import { workloadInterface, type WorkloadInterface, type WorkloadInterfaceInput } from './workload-side';
+import {
+  workloadInterface,
+  type WorkloadInterface,
+  type WorkloadInterfaceInput,
+} from '../interface/workload-side';
 
 export interface AttachPlan extends WorkloadInterface {
   key: string;

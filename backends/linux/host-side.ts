@@ -6,7 +6,7 @@
 
 import type { Drift } from '../../core/backend';
 import type { AttachPlan } from './attach-plan';
-import { noLinkLocalRequests } from './link-local';
+import { noLinkLocalRequests } from '../interface/link-local';
 import { IFA_F_NODAD, newAddressRequest } from '../../lib/rtnetlink/address';
 import {
   IPV4_DEVCONF_FORWARDING,

@@ -48,7 +48,7 @@ import { delLinkRequest, getLink, setLinkRequest } from '../../lib/rtnetlink/lin
 import { NetlinkSocket } from '../../lib/rtnetlink/socket';
 import { ensureSysctl, readSysctl } from '../../lib/netns/sysctl';
 import { createVethPair, type VethPair } from './veth-pair';
-import { checkWorkloadNamespace, workloadRoutes, workloadSideRequests } from './workload-side';
+import { checkWorkloadNamespace, workloadRoutes, workloadSideRequests } from '../interface/workload-side';
 
 export type { LinuxBackendOptions } from './linux-backend-options';
 

@@ -3,7 +3,7 @@ import type { Logger } from '../logger';
 import type { NetnsOpener } from '../netns-opener';
 import type { NetworkSet } from '../ipam/network';
 import type { AttachmentRecord, Store } from '../store/store';
-import { KeyedMutex } from './keyed-mutex';
+import { KeyedMutex } from '../../lib/keyed-mutex';
 import { toView } from './attachment-views';
 
 // What the daemon holds for its recorded attachments besides their rows: the per-workload locks that

@@ -69,7 +69,7 @@ if (out && isMainThread) {
     };
   } else process.stderr.write('attach-steps-hook: Orchestrator.attach not found\n');
   // The moment the per-workload lock runs the attach's critical section.
-  const KeyedMutex = load('core/attach/keyed-mutex.js')?.KeyedMutex as
+  const KeyedMutex = load('lib/keyed-mutex.js')?.KeyedMutex as
     { prototype: Record<string, unknown> } | undefined;
   const run = KeyedMutex?.prototype.run;
   if (KeyedMutex && typeof run === 'function') {

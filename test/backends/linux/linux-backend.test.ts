@@ -214,7 +214,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
     });
 
     it('gives an IPv4-only link no IPv6 link-local address on either end', async () => {
-      // backends/linux/link-local.ts. The dual-stack test below sees the kernel's own fe80:: address
+      // backends/interface/link-local.ts. The dual-stack test below sees the kernel's own fe80:: address
       // on an interface with IPv6 addresses, the same way.
       const ends: Array<[string, string]> = [
         [w1, 'eth0'],
