@@ -35,7 +35,7 @@ import { ownString } from './own-string';
 import { workloadInterface, workloadRoutes } from '../interface/workload-side';
 import { placeNewPort } from './placement';
 import { macForKey, portFields, portFieldsFromView, portOptions, type PortFields } from './port-spec';
-import { validateDpuPort } from '../../core/attach/validation';
+import { validateDpuPort } from '../../core/dpu-port-options';
 
 // The DPU backend: the core asks for a port, this backend places it on one of the connected agents
 // (a node may carry several DPUs), turns it into desired state, hands it to that agent and waits for

@@ -2,6 +2,7 @@ import { attachmentKey, type AttachmentKey } from '../attachment-key';
 import { DEFAULT_NETWORK } from '../config';
 import { invalidArgument } from '../errors';
 import type { DpuPortOptions } from '../backend';
+import { validateDpuPort } from '../dpu-port-options';
 import type { AttachCall, DnsInfo, PodMetadata } from '../workload-service';
 
 // Input rules shared by every entry point (gRPC, CNI). They run before any state changes, so a rejected
@@ -118,35 +119,4 @@ export function validateDpuId(value: unknown): string | undefined {
       `dpu must be a DPU agent id (1-253 printable characters without spaces), got ${JSON.stringify(String(value).slice(0, 64))}`,
     );
   return value;
-}
-
-const MAX_RATE_MBPS = 10_000_000;
-
-/** VF settings: whole rates in Mbit/s (min not above max), a known link state, a PF index. */
-export function validateDpuPort(o: DpuPortOptions | undefined): DpuPortOptions | undefined {
-  if (!o) return undefined;
-  const out: DpuPortOptions = {};
-  for (const k of ['maxTxRateMbps', 'minTxRateMbps', 'pf'] as const) {
-    const v = o[k];
-    if (v === undefined) continue;
-    if (!Number.isSafeInteger(v) || v < 0 || v > MAX_RATE_MBPS)
-      throw invalidArgument(`${k} must be a whole number from 0 to ${MAX_RATE_MBPS}, got ${String(v)}`);
-    out[k] = v;
-  }
-  if (out.maxTxRateMbps && out.minTxRateMbps && out.minTxRateMbps > out.maxTxRateMbps)
-    throw invalidArgument(
-      `minTxRateMbps (${out.minTxRateMbps}) must not be above maxTxRateMbps (${out.maxTxRateMbps})`,
-    );
-  for (const k of ['spoofCheck', 'trust'] as const) {
-    const v = o[k];
-    if (v === undefined) continue;
-    if (typeof v !== 'boolean') throw invalidArgument(`${k} must be true or false`);
-    out[k] = v;
-  }
-  if (o.linkState !== undefined) {
-    if (!['auto', 'enable', 'disable'].includes(o.linkState))
-      throw invalidArgument(`linkState must be auto, enable or disable, got ${JSON.stringify(o.linkState)}`);
-    out.linkState = o.linkState;
-  }
-  return Object.keys(out).length ? out : undefined;
 }
