@@ -2,7 +2,7 @@ import * as crypto from 'node:crypto';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
-import { prepareSocketPath } from '../../core/serve/unix-socket';
+import { prepareSocketPath, secureSocket } from '../../core/serve/unix-socket';
 import type { Logger } from '../../core/logger';
 import { failedPrecondition, invalidArgument, unavailable } from '../../core/errors';
 import {
@@ -121,7 +121,7 @@ export class AgentServer {
       throw unavailable(`cannot listen for DPU agents on ${socketPath}: ${(err as Error).message}`);
     }
     // Only root (the agent's usual identity on the host) may program ports through the socket.
-    await fs.promises.chmod(socketPath, 0o600);
+    secureSocket(socketPath, '', 0o600);
     if (listen && tls) {
       const creds = grpc.ServerCredentials.createSsl(
         readPem('CA', tls.ca),
