@@ -2,6 +2,7 @@
 // the per-workload serialisation; a backend only programs (and unprograms) what it is told to. A
 // backend never sees the store and never allocates: everything it needs arrives in the spec.
 
+import type { FabricDataplane } from './fabric/fabric-dataplane';
 import type { Netns } from '../lib/netns/netns-handle';
 
 /** One address given to a workload interface, already allocated by the core. */
@@ -219,6 +220,8 @@ export interface Backend {
    * away) though it is still programmed; "ready" when not implemented.
    */
   attachmentState?(att: AttachmentView): 'ready' | 'degraded';
+  /** The backend's part of the fabric between nodes, when it has one (core/fabric). */
+  readonly fabric?: FabricDataplane;
   stop(): Promise<void>;
 }
 

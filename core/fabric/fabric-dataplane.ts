@@ -1,0 +1,72 @@
+import type { Peer, Vtep } from './peer-source';
+
+// What a backend does for the fabric: make the node's own namespace (or the DPUs) reach every peer's
+// prefixes. The core hands it the peer table; the backend programs only objects of its own (its
+// route protocol, its VXLAN device) and never a foreign one.
+
+export type FabricMode = 'off' | 'routed' | 'vxlan' | 'hybrid' | 'external';
+
+export interface FabricSettings {
+  mode: Exclude<FabricMode, 'off'>;
+  /** The node address to use; empty: the address of the interface holding the default route. */
+  nodeIp: string;
+  vni: number;
+  /** VXLAN UDP port (4789 by default). */
+  port: number;
+  /** Cluster ranges: a lowest-priority unreachable route covers them, so an unknown peer fails fast. */
+  clusterCidrs: string[];
+}
+
+/** This node on the underlay, as the dataplane found it at prepare(). */
+export interface LocalNode {
+  /** The node's underlay addresses, the preferred first. */
+  underlay: string[];
+  /** The uplink: the interface holding the node address. */
+  uplink: string;
+  /** MTU of the uplink. */
+  mtu: number;
+  /** Subnets directly connected on the uplink (CIDR text): peers inside them are routed directly. */
+  subnets: string[];
+  /** The VXLAN endpoint, in modes that run one. */
+  vtep?: Vtep;
+}
+
+/** How one peer is reached now. */
+export interface PeerPath {
+  node: string;
+  /** direct: routes via the peer's underlay address; vxlan: through our device; unreachable: neither. */
+  path: 'direct' | 'vxlan' | 'unreachable' | 'external';
+  /** Why a peer is unreachable (an indirect peer in routed mode, no VTEP, no common family). */
+  reason?: string;
+  prefixes: string[];
+}
+
+export interface FabricReport {
+  /** Everything the last apply asked for is in the kernel. */
+  ready: boolean;
+  reasons: string[];
+  peers: PeerPath[];
+  /** Objects of ours in the kernel now. */
+  objects: { routes: number; neighbours: number; fdb: number };
+  /** Objects put back after they were removed or changed behind our back. */
+  repairs: number;
+}
+
+export interface FabricDataplane {
+  /**
+   * Finds the node's underlay and, in modes that need it, creates the VXLAN device or adopts the one
+   * already there (never recreated: an established peer loses no packet across a restart). Refuses,
+   * changing nothing, when a foreign device holds the VXLAN port.
+   */
+  prepare(settings: FabricSettings): Promise<LocalNode>;
+  /**
+   * Makes the kernel match the peers: per remote prefix one route, per VXLAN peer one permanent
+   * neighbour and one FDB entry, the catch-all; objects of ours that match no peer are removed. Called
+   * only once the peer source has a full list.
+   */
+  apply(peers: readonly Peer[]): Promise<FabricReport>;
+  /** The state of the last apply (and of the repairs since). */
+  report(): FabricReport;
+  /** Stops watching for drift; the kernel state stays (routes keep working while the daemon is away). */
+  stop(): Promise<void>;
+}
