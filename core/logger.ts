@@ -1,8 +1,9 @@
 import pino, { type Logger } from 'pino';
 import type { LogLevel } from './config';
 
-// Structured JSON logs (pino). Attach and Detach log through child loggers carrying the workload id and
-// a request id, so every line of one call can be found with one filter.
+// Structured JSON logs (pino), the one logger type of the daemon, its backends and adapters. Attach and
+// Detach log one line per call carrying the workload id and a request id, so every line of one call
+// can be found with one filter (no child logger per call: it cost more than the call's planning).
 
 export type { Logger };
 

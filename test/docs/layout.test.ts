@@ -1,0 +1,110 @@
+import { expect } from 'chai';
+import * as fs from 'node:fs';
+import * as path from 'node:path';
+import * as ts from 'typescript';
+
+// The rooms of docs/architecture.md, checked against the imports in the code: a new file cannot
+// quietly import upward, close a circle, or grow a room past what a reader can take in.
+
+const ROOT = path.resolve(__dirname, '..', '..', '..');
+const ROOMS = ['lib', 'core', 'backends', 'adapters', 'pools', 'cli'];
+const LONGEST_FILE = 600;
+const MOST_FILES_AT_CORE_ROOT = 12;
+
+function sourceFiles(dir: string): string[] {
+  return fs.readdirSync(path.join(ROOT, dir), { withFileTypes: true }).flatMap((e) => {
+    const rel = path.posix.join(dir, e.name);
+    if (e.isDirectory()) return sourceFiles(rel);
+    return e.name.endsWith('.ts') && !e.name.endsWith('.d.ts') ? [rel] : [];
+  });
+}
+
+/** Each file's project imports, as repository paths without extension (type-only ones included). */
+function importGraph(files: readonly string[]): Map<string, string[]> {
+  const known = new Set(files.map((f) => f.replace(/\.ts$/, '')));
+  const graph = new Map<string, string[]>();
+  for (const file of files) {
+    const text = fs.readFileSync(path.join(ROOT, file), 'utf8');
+    const targets = ts
+      .preProcessFile(text, true, true)
+      .importedFiles.map((i) => i.fileName)
+      .filter((spec) => spec.startsWith('.'))
+      .map((spec) => {
+        const target = path.posix.normalize(path.posix.join(path.posix.dirname(file), spec));
+        return known.has(target) ? target : path.posix.join(target, 'index');
+      })
+      .filter((t) => known.has(t) || t.startsWith('proto/'));
+    graph.set(file.replace(/\.ts$/, ''), targets);
+  }
+  return graph;
+}
+
+function cycles(graph: Map<string, string[]>): string[][] {
+  const found: string[][] = [];
+  const state = new Map<string, 'open' | 'done'>();
+  const stack: string[] = [];
+  const visit = (node: string): void => {
+    state.set(node, 'open');
+    stack.push(node);
+    for (const next of graph.get(node) ?? []) {
+      if (state.get(next) === 'open') found.push([...stack.slice(stack.indexOf(next)), next]);
+      else if (!state.has(next)) visit(next);
+    }
+    stack.pop();
+    state.set(node, 'done');
+  };
+  for (const node of graph.keys()) if (!state.has(node)) visit(node);
+  return found;
+}
+
+describe('layout of the rooms (docs/architecture.md)', () => {
+  const files = ROOMS.flatMap((r) => sourceFiles(r));
+  const graph = importGraph(files);
+  const importsOf = (prefix: string): Array<[string, string]> =>
+    [...graph]
+      .filter(([f]) => f.startsWith(prefix))
+      .flatMap(([f, ts]) => ts.map((t) => [f, t] as [string, string]));
+
+  it('has no import circle', () => {
+    expect(cycles(graph).map((c) => c.join(' -> '))).to.deep.equal([]);
+  });
+
+  it('lib/ imports nothing of the project outside lib/', () => {
+    expect(importsOf('lib/').filter(([, t]) => !t.startsWith('lib/'))).to.deep.equal([]);
+  });
+
+  it('the simulator imports only lib/ and proto/', () => {
+    expect(
+      importsOf('backends/dpu-sim/').filter(
+        ([, t]) => !t.startsWith('lib/') && !t.startsWith('proto/') && !t.startsWith('backends/dpu-sim/'),
+      ),
+    ).to.deep.equal([]);
+  });
+
+  it('the core imports no backend, adapter, pool source or command', () => {
+    expect(importsOf('core/').filter(([, t]) => !/^(core|lib|proto)\//.test(t))).to.deep.equal([]);
+  });
+
+  it("backends never import each other's rooms (backends/interface/ is shared)", () => {
+    const roomOf = (f: string): string => f.split('/').slice(0, 2).join('/');
+    expect(
+      importsOf('backends/').filter(
+        ([f, t]) =>
+          t.startsWith('backends/') && roomOf(t) !== roomOf(f) && roomOf(t) !== 'backends/interface',
+      ),
+    ).to.deep.equal([]);
+  });
+
+  it(`keeps at most ${MOST_FILES_AT_CORE_ROOT} files at the core's root (its seams)`, () => {
+    const atRoot = files.filter((f) => path.posix.dirname(f) === 'core');
+    expect(atRoot.length, atRoot.join(', ')).to.be.at.most(MOST_FILES_AT_CORE_ROOT);
+  });
+
+  it(`has no hand-written file over ${LONGEST_FILE} lines`, () => {
+    const long = [...files, ...sourceFiles('test')]
+      .map((f) => [f, fs.readFileSync(path.join(ROOT, f), 'utf8').split('\n').length - 1] as const)
+      .filter(([, n]) => n > LONGEST_FILE)
+      .map(([f, n]) => `${f}: ${n}`);
+    expect(long).to.deep.equal([]);
+  });
+});
