@@ -4,13 +4,12 @@ import { internal, unavailable } from '../../core/errors';
 import type { AttachRequest } from '../../proto/gen/workloadnet/v1/workload';
 import { attachRequest } from '../support/attach-request';
 import { InProcessDaemon } from '../support/in-process-daemon';
-import { isRoot, NetnsSet } from '../support/netns';
+import { NetnsSet } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { RecordingBackend } from '../support/recording-backend';
 
 // The workload API's semantics through a real gRPC client on the unix socket, with the backend swapped
 // for a recording one by rebinding it in the DI container.
-
-const describeRoot = isRoot ? describe : describe.skip;
 
 function codeOf(err: unknown): string {
   return grpc.status[(err as grpc.ServiceError).code] ?? 'none';

@@ -2,13 +2,11 @@ import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { isRoot } from './netns';
+import { describeRoot } from './describe-root';
 
 // The test helpers' own promise (netns-leftovers.ts): namespaces a test or benchmark made are gone when
 // its process ends, also when it is interrupted before its cleanup runs. A child process makes them,
 // then ends one way or another; the namespaces it printed must then be gone.
-
-const describeRoot = isRoot ? describe : describe.skip;
 
 /** What makes the namespaces in the child: the plain helper, or the Linux backend tests' pool. */
 type Maker = 'NetnsSet' | 'NetnsPool';
