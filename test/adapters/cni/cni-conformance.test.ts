@@ -4,7 +4,8 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { CniServer } from '../../../adapters/cni/cni-server';
 import { exhausted, notFound, unavailable } from '../../../core/errors';
-import { type ShimRun, TestNetns, buildShim, runShim } from './cni-harness';
+import { type ShimRun, buildShim, runShim } from './cni-harness';
+import { NetnsSet } from '../../support/netns';
 import { FakeWorkloadService } from './fake-workload-service';
 
 // CNI spec conformance end to end: the real compiled forwarder, the real HTTP server on a unix socket,
@@ -17,7 +18,7 @@ interface Call extends ShimRun {
 describe('CNI adapter through the forwarder and the daemon socket', function () {
   this.timeout(20000);
 
-  const netns = new TestNetns();
+  const netns = new NetnsSet('wnc-');
   let dir: string;
   let shim: string;
   let socketPath: string;
@@ -30,13 +31,12 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
     dir = await fs.mkdtemp(path.join(os.tmpdir(), 'wnc-cni-'));
     shim = await buildShim(dir);
     socketPath = path.join(dir, 'cni.sock');
-    const tag = String(process.pid % 100000);
-    nsA = netns.add(`wnc-${tag}-a`);
-    nsB = netns.add(`wnc-${tag}-b`);
+    nsA = netns.add('a').path;
+    nsB = netns.add('b').path;
   });
 
   after(async () => {
-    netns.removeAll();
+    netns.cleanup();
     await fs.rm(dir, { recursive: true, force: true });
   });
 
