@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import { CniServer } from '../../adapters/cni/cni-server';
 import { buildShim } from '../adapters/cni/cni-harness';
 import { NetnsSet } from '../support/netns';
-import { FakeWorkloadService } from '../adapters/cni/fake-workload-service';
+import { FakeWorkloadService } from './fake-workload-service';
 
 // The CNI forwarder's round trip, against the real CniServer with an in-memory service so that only the
 // adapter path is measured: exec of the forwarder, HTTP over the unix socket, the handler, the answer.

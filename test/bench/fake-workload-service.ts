@@ -1,7 +1,7 @@
-import type { Drift, IpAssignment } from '../../../core/backend';
-import { WorkloadNetError, alreadyExists, invalidArgument, notFound } from '../../../core/errors';
-import type { SweepResult } from '../../../core/reconcile/leak-sweep';
-import { NetnsHandle } from '../../../lib/netns/netns-handle';
+import type { Drift, IpAssignment } from '../../core/backend';
+import { WorkloadNetError, alreadyExists, invalidArgument, notFound } from '../../core/errors';
+import type { SweepResult } from '../../core/reconcile/leak-sweep';
+import { NetnsHandle } from '../../lib/netns/netns-handle';
 import type {
   AttachCall,
   Attachment,
@@ -9,7 +9,7 @@ import type {
   GcResult,
   ServiceStatus,
   WorkloadService,
-} from '../../../core/workload-service';
+} from '../../core/workload-service';
 
 /**
  * An in-memory WorkloadService with the orchestrator's documented semantics (idempotent attach per
