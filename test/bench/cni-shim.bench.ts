@@ -5,8 +5,9 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { CniServer } from '../../adapters/cni/cni-server';
-import { TestNetns, buildShim } from '../adapters/cni/cni-harness';
-import { FakeWorkloadService } from '../adapters/cni/fake-workload-service';
+import { buildShim } from '../adapters/cni/cni-harness';
+import { NetnsSet } from '../support/netns';
+import { FakeWorkloadService } from './fake-workload-service';
 
 // The CNI forwarder's round trip, against the real CniServer with an in-memory service so that only the
 // adapter path is measured: exec of the forwarder, HTTP over the unix socket, the handler, the answer.
@@ -96,13 +97,14 @@ function drive(driver: string, args: string[]): Promise<number[][]> {
 export async function benchCniShim(opts: { count: number; shim?: string }): Promise<BenchRow[]> {
   const count = Math.max(1, opts.count);
   const dir = await fs.mkdtemp(path.join(os.tmpdir(), 'wnc-bench-'));
-  const netns = new TestNetns();
+  const netns = new NetnsSet('wnc-bench-');
   const socketPath = path.join(dir, 'cni.sock');
   const server = new CniServer(new FakeWorkloadService(), { socketPath });
   try {
     const shim = opts.shim ? path.join(dir, 'workloadnet-cni') : await buildShim(dir);
     if (opts.shim) await fs.copyFile(opts.shim, shim);
-    const ns = netns.add(`wnc-bench-${process.pid % 100000}`);
+    // The path a runtime passes (/run, not the /var/run symlink), as this benchmark has always measured.
+    const ns = `/run/netns/${netns.add().name}`;
     await server.listen();
     const config = JSON.stringify({
       cniVersion: '1.0.0',
@@ -147,7 +149,7 @@ export async function benchCniShim(opts: { count: number; shim?: string }): Prom
     ];
   } finally {
     await server.close();
-    netns.removeAll();
+    netns.cleanup();
     await fs.rm(dir, { recursive: true, force: true });
   }
 }

@@ -1,7 +1,8 @@
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
 import type { DataplaneResult } from '../../core/backend';
 import { LinuxBackend } from '../../backends/linux/linux-backend';
-import { NetnsPool, netnsInode, netnsPath } from '../backends/linux/netns-fixture';
+import { netnsInode } from '../backends/linux/netns-fixture';
+import { NetnsSet, netnsPath } from '../support/netns';
 import { loopStallMs, percentile } from './stats';
 import { attachTo, type TestSpec } from '../support/attach-spec';
 import { WARM_OPS_DEFAULT, warmRounds } from './warm-up';
@@ -94,11 +95,11 @@ export async function benchLinuxBackend(opts: {
   /** Untimed attaches first (see warm-up.ts). */
   warmOps?: number;
 }): Promise<BenchRow[]> {
-  const pool = new NetnsPool();
+  const pool = new NetnsSet('wnl-');
   let backend: LinuxBackend | undefined;
   try {
-    const node = await pool.addNode();
-    const names = await pool.addMany('bench', opts.count);
+    const node = pool.addNode('10.250.0.1').name;
+    const names = pool.addMany(opts.count, 'bench').map((ns) => ns.name);
     const specs = names.map((n, i) => specFor(n, i));
     backend = new LinuxBackend({ hostNetnsPath: netnsPath(node), netlinkThread: opts.netlinkThread });
     await backend.start();
@@ -156,7 +157,7 @@ export async function benchLinuxBackend(opts: {
     ];
   } finally {
     await backend?.stop();
-    await pool.cleanup();
+    pool.cleanup();
   }
 }
 

@@ -7,7 +7,8 @@ import * as grpc from '@grpc/grpc-js';
 import type { ApiClient } from '../../cli/api-client';
 import type { AttachRequest, AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
 import { attachRequest } from '../support/attach-request';
-import { addNodeUplink, ipJson, isRoot, NetnsSet } from '../support/netns';
+import { addNodeUplink, ipJson, NetnsSet } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { pings } from '../support/ping';
 
 // One workload-API conformance suite that every backend must pass: the same calls, the same answers,
@@ -40,7 +41,6 @@ function addressOf(res: AttachResponse): string {
 }
 
 export function conformanceSuite(target: ConformanceTarget): void {
-  const describeRoot = isRoot ? describe : describe.skip;
   describeRoot(`workload API conformance: ${target.name} backend (root, test-owned namespaces)`, function () {
     this.timeout(60_000);
     const namespaces = new NetnsSet('wnk-');

@@ -1,16 +1,17 @@
 import { expect } from 'chai';
 import * as grpc from '@grpc/grpc-js';
+import type { ConfigOverrides } from '../../core/config';
 import { internal, unavailable } from '../../core/errors';
 import type { AttachRequest } from '../../proto/gen/workloadnet/v1/workload';
 import { attachRequest } from '../support/attach-request';
 import { InProcessDaemon } from '../support/in-process-daemon';
-import { isRoot, NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
+import { StandInNamespaces } from '../support/stand-in-netns';
 
 // The workload API's semantics through a real gRPC client on the unix socket, with the backend swapped
-// for a recording one by rebinding it in the DI container.
-
-const describeRoot = isRoot ? describe : describe.skip;
+// for a recording one by rebinding it in the DI container. The recording backend enters no namespace,
+// so stand-ins serve and the suite needs no root; the cases about which paths are namespaces go to the
+// kernel's opener, which refuses them without root too.
 
 function codeOf(err: unknown): string {
   return grpc.status[(err as grpc.ServiceError).code] ?? 'none';
@@ -25,13 +26,15 @@ async function rejects(p: Promise<unknown>): Promise<grpc.ServiceError> {
   throw new Error('expected the call to fail');
 }
 
-describeRoot('workload API (recording backend, needs root for test namespaces)', () => {
-  const namespaces = new NetnsSet('wnt-');
+describe('workload API (recording backend, stand-in namespaces, no root needed)', () => {
+  const namespaces = new StandInNamespaces();
   let ns1: string;
   let ns2: string;
   let backend: RecordingBackend;
   let d: InProcessDaemon;
 
+  const start = (b: RecordingBackend, overrides: ConfigOverrides = {}): Promise<InProcessDaemon> =>
+    InProcessDaemon.start(b, overrides, { netns: namespaces });
   const req = (workloadId: string, netnsPath = ns1, ifName = 'eth0'): AttachRequest =>
     attachRequest(workloadId, netnsPath, ifName);
 
@@ -43,7 +46,7 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
 
   beforeEach(async () => {
     backend = new RecordingBackend();
-    d = await InProcessDaemon.start(backend);
+    d = await start(backend);
   });
   afterEach(async () => d.dispose());
 
@@ -133,7 +136,7 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
     await d.dispose();
     backend = new RecordingBackend();
     backend.attachDelayMs = 5;
-    d = await InProcessDaemon.start(backend, { podCidrs: ['10.78.0.0/16'] });
+    d = await start(backend, { podCidrs: ['10.78.0.0/16'] });
     const results = await Promise.all(Array.from({ length: 200 }, (_, i) => attach(req(`c${i}`))));
     const ips = results.map((r) => r.ips[0]?.cidr);
     expect(new Set(ips).size).to.equal(200);
@@ -152,7 +155,7 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
     await d.dispose();
     backend = new RecordingBackend();
     // A /29 has 8 addresses: network, broadcast and the node's address leave 5.
-    d = await InProcessDaemon.start(backend, { podCidrs: ['10.79.0.0/29'] });
+    d = await start(backend, { podCidrs: ['10.79.0.0/29'] });
     for (let i = 0; i < 5; i++) await attach(req(`p${i}`));
     const err = await rejects(attach(req('one-too-many')));
     expect(codeOf(err)).to.equal('RESOURCE_EXHAUSTED');
@@ -166,7 +169,7 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
 
   it('is not ready when no pod CIDR is configured, and Attach says why', async () => {
     await d.dispose();
-    d = await InProcessDaemon.start(new RecordingBackend(), { podCidrs: [] });
+    d = await start(new RecordingBackend(), { podCidrs: [] });
     const st = await status();
     expect(st.ready).to.equal(false);
     expect(st.reasons.join()).to.include('no pod CIDR');
@@ -182,7 +185,7 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
 
   it('gives one address per family in a dual-stack pool', async () => {
     await d.dispose();
-    d = await InProcessDaemon.start(new RecordingBackend(), { podCidrs: ['10.80.0.0/24', 'fd00:80::/64'] });
+    d = await start(new RecordingBackend(), { podCidrs: ['10.80.0.0/24', 'fd00:80::/64'] });
     const res = await attach(req('w1'));
     expect(res.ip.map((b) => b.length).sort()).to.deep.equal([16, 4]);
     expect(res.ips.map((i) => i.family).sort()).to.deep.equal([4, 6]);
@@ -233,7 +236,7 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
     beforeEach(async () => {
       await d.dispose();
       planning = new RecordingBackend();
-      d = await InProcessDaemon.start(planning);
+      d = await start(planning);
     });
 
     it('returns and stores the planned result', async () => {
@@ -293,31 +296,49 @@ describeRoot('workload API (recording backend, needs root for test namespaces)',
   });
 
   describe('bad input is INVALID_ARGUMENT and stores nothing', () => {
-    const cases: Array<[string, () => AttachRequest]> = [
-      ['missing netns', () => ({ ...req('w1'), netns: undefined })],
-      ['empty workload id', () => req('')],
-      ['oversize workload id', () => req('x'.repeat(300))],
-      ['workload id with a slash', () => req('a/b')],
-      ['interface name longer than 15 bytes', () => req('w1', ns1, 'abcdefghijklmnop')],
-      ['interface name with a slash', () => req('w1', ns1, 'eth/0')],
-      ['relative netns path', () => req('w1', 'var/run/netns/x')],
-      ['netns path with ..', () => req('w1', '/var/run/netns/../netns/x')],
-      ['/etc/passwd as netns', () => req('w1', '/etc/passwd')],
-      ['a directory as netns', () => req('w1', '/tmp')],
-      ['a missing file as netns', () => req('w1', '/var/run/netns/does-not-exist')],
-      ['a mount namespace', () => req('w1', '/proc/self/ns/mnt')],
-      ["the daemon's own namespace", () => req('w1', '/proc/self/ns/net')],
-      ["PID 1's namespace", () => req('w1', '/proc/1/ns/net')],
-      ['an MTU out of range', () => ({ ...req('w1'), netns: { netnsPath: ns1, ifName: 'eth0', mtu: 20 } })],
+    // Whether a path names a namespace a workload may be in is the kernel opener's call (the stand-in
+    // opener would refuse any path of its own), so the path cases go to a daemon that opens namespaces
+    // through the kernel; the others need a namespace the opener accepts, to fail for their own reason.
+    let kernelBackend: RecordingBackend;
+    let kernel: InProcessDaemon;
+    before(async () => {
+      kernelBackend = new RecordingBackend();
+      kernel = await InProcessDaemon.start(kernelBackend);
+    });
+    after(async () => kernel.dispose());
+
+    type Opener = 'stand-in' | 'kernel';
+    const cases: Array<[string, () => AttachRequest, Opener]> = [
+      ['missing netns', () => ({ ...req('w1'), netns: undefined }), 'stand-in'],
+      ['empty workload id', () => req(''), 'stand-in'],
+      ['oversize workload id', () => req('x'.repeat(300)), 'stand-in'],
+      ['workload id with a slash', () => req('a/b'), 'stand-in'],
+      ['interface name longer than 15 bytes', () => req('w1', ns1, 'abcdefghijklmnop'), 'stand-in'],
+      ['interface name with a slash', () => req('w1', ns1, 'eth/0'), 'stand-in'],
+      ['relative netns path', () => req('w1', 'var/run/netns/x'), 'kernel'],
+      ['netns path with ..', () => req('w1', '/var/run/netns/../netns/x'), 'kernel'],
+      ['/etc/passwd as netns', () => req('w1', '/etc/passwd'), 'kernel'],
+      ['a directory as netns', () => req('w1', '/tmp'), 'kernel'],
+      ['a missing file as netns', () => req('w1', '/var/run/netns/does-not-exist'), 'kernel'],
+      ['a mount namespace', () => req('w1', '/proc/self/ns/mnt'), 'kernel'],
+      ["the daemon's own namespace", () => req('w1', '/proc/self/ns/net'), 'kernel'],
+      ["PID 1's namespace", () => req('w1', '/proc/1/ns/net'), 'kernel'],
+      [
+        'an MTU out of range',
+        () => ({ ...req('w1'), netns: { netnsPath: ns1, ifName: 'eth0', mtu: 20 } }),
+        'stand-in',
+      ],
     ];
-    for (const [name, make] of cases) {
+    for (const [name, make, opener] of cases) {
       it(`rejects ${name}`, async () => {
-        const err = await rejects(attach(make()));
+        const [daemon, dataplane] = opener === 'kernel' ? [kernel, kernelBackend] : [d, backend];
+        const { client } = daemon;
+        const err = await rejects(client.call(client.raw.attach, make()));
         expect(codeOf(err), err.details).to.equal('INVALID_ARGUMENT');
         expect(err.details.length).to.be.greaterThan(10);
-        expect((await list()).attachments).to.have.length(0);
-        expect((await status()).pools[0]?.used).to.equal(0);
-        expect(backend.calls).to.have.length(0);
+        expect((await client.call(client.raw.list, {})).attachments).to.have.length(0);
+        expect((await client.call(client.raw.status, {})).pools[0]?.used).to.equal(0);
+        expect(dataplane.calls).to.have.length(0);
       });
     }
   });

@@ -9,7 +9,8 @@ import { openProcSysFile, readSysctl } from '../../lib/netns/sysctl';
 import { asWorkloadNetError } from '../../core/errors';
 import { NetnsError } from '../../lib/netns/netns-error';
 import { NetnsHandle, netnsPresence, netnsStillPresent } from '../../lib/netns/netns-handle';
-import { NetnsPool, ip, netnsExec, netnsInode, netnsPath } from '../backends/linux/netns-fixture';
+import { ip, netnsExec, netnsInode } from '../backends/linux/netns-fixture';
+import { NetnsSet, netnsPath } from '../support/netns';
 
 // The fs module itself (not an import's copy of its bindings), so that a test can see netns.ts call it.
 const nodeFs = createRequire(__filename)('node:fs') as typeof fs;
@@ -54,20 +55,20 @@ async function expectRejected(
 
 describe('network namespace handles', function () {
   this.timeout(20_000);
-  const pool = new NetnsPool();
+  const pool = new NetnsSet('wnl-');
   let ns: string;
   let sleeper: ChildProcess | undefined;
   let tmp: string;
 
   before(async () => {
-    ns = await pool.add('ns');
+    ns = pool.add('ns').name;
     await ip('-n', ns, 'link', 'add', 'probe0', 'type', 'veth', 'peer', 'name', 'probe1');
     tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'wnl-netns-'));
   });
 
   after(async () => {
     sleeper?.kill();
-    await pool.cleanup();
+    pool.cleanup();
     fs.rmSync(tmp, { recursive: true, force: true });
   });
 

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { execFileSync, type ChildProcess } from 'node:child_process';
-import { isRoot } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { netnsPath, runInNetns } from './support/netns';
 import { spawnInNetns } from './support/spawn-in-netns';
 import { WorkloadnetNode } from './support/workloadnet-node';
@@ -13,8 +13,6 @@ import { requireProgram } from '../support/system-program';
 const NODE_IP = '10.250.0.1'; // the node uplink address WorkloadnetNode gives its namespace
 const HOST_PORT = 18080;
 const CONTAINER_PORT = 8080;
-
-const describeRoot = isRoot ? describe : describe.skip;
 
 describeRoot(
   'containerd end to end: workloadnet chained with portmap and bandwidth (linux backend, root)',

@@ -7,7 +7,8 @@ import * as path from 'node:path';
 import type { ApiClient } from '../../cli/api-client';
 import { SimProcess } from '../backends/dpu/sim-process';
 import { CLI, DaemonProcess } from '../support/daemon-process';
-import { addNodeUplink, isRoot, NetnsSet } from '../support/netns';
+import { addNodeUplink, NetnsSet } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { waitUntil } from '../support/wait-until';
 import { ContainerdHarness } from './support/containerd';
 import { addNetns, deleteNetns, runInNetns, uniqueNetnsName } from './support/netns';
@@ -23,8 +24,6 @@ import { installReferencePlugins } from './support/reference-plugins';
 
 const DEFAULT_CIDR = '10.248.10.0/24';
 const FAST_CIDR = '10.248.20.0/24';
-
-const describeRoot = isRoot ? describe : describe.skip;
 
 /** The delegating plugin: what Multus does for a pod with one additional network. */
 function delegateScript(forwarder: string, defaultConf: string, fastConf: string): string {

@@ -3,7 +3,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import type { ApiClient } from '../../cli/api-client';
 import { CLI } from '../support/daemon-process';
-import { isRoot } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { runInNetns } from './support/netns';
 import { WorkloadnetNode, type WorkloadnetNodeOptions } from './support/workloadnet-node';
 
@@ -18,7 +18,6 @@ export function containerdSuite(
     addDuringRestartGap?: string;
   },
 ): void {
-  const describeRoot = isRoot ? describe : describe.skip;
   describeRoot(`containerd end to end with workloadnet: ${backendName} backend (root)`, function () {
     this.timeout(180_000);
     const node = new WorkloadnetNode(opts);

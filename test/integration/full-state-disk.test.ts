@@ -6,7 +6,8 @@ import { status as grpcStatus, type ServiceError } from '@grpc/grpc-js';
 import { DaemonProcess } from '../support/daemon-process';
 import { attachRequest } from '../support/attach-request';
 import { linuxHostLinks } from '../support/kernel-view';
-import { ipJson, isRoot } from '../support/netns';
+import { ipJson } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { NodeFixture } from '../support/node-fixture';
 
 // The state directory on a 1 MiB tmpfs that fills up. Before: the first Attach that needed the store
@@ -14,8 +15,6 @@ import { NodeFixture } from '../support/node-fixture';
 // Status still said ready. Now the Attach fails with RESOURCE_EXHAUSTED naming the store, it is rolled
 // back (no link, no row, its address free), Status says not ready and why, and once there is room
 // again the daemon notices by itself and attaches work.
-
-const describeRoot = isRoot ? describe : describe.skip;
 
 /**
  * A node fixture whose directory holds a 1 MiB tmpfs, mounted before the suite's tests and unmounted

@@ -4,7 +4,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { ApiClient } from '../../cli/api-client';
 import { CLI, DaemonProcess } from '../support/daemon-process';
-import { isRoot } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { SimProcess } from '../backends/dpu/sim-process';
 import { waitUntil } from '../support/wait-until';
 import { attachRequest } from '../support/attach-request';
@@ -20,7 +20,6 @@ import { ipJson } from '../support/netns';
 // through. Both backends, real daemons, namespaces deleted with ip(8). The tests wait on sweeps the
 // daemon logs having run, never on time: a loaded machine runs fewer of them, not other ones.
 
-const describeRoot = isRoot ? describe : describe.skip;
 const SWEEP_MS = 400;
 
 /** How long a sweep may take to show. */

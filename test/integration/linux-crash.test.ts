@@ -3,15 +3,13 @@ import type { AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
 import type { DaemonProcess } from '../support/daemon-process';
 import { attachRequest } from '../support/attach-request';
 import { linuxHostLinks } from '../support/kernel-view';
-import { isRoot } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { useNodeFixture } from '../support/node-fixture';
 import { pings } from '../support/ping';
 
 // SIGKILL the daemon in the middle of 50 concurrent attaches, restart it, and check after reconcile
 // that the kernel and the store agree: no host link without a row, no row without its link, no address
 // twice, and every surviving workload still passes traffic.
-
-const describeRoot = isRoot ? describe : describe.skip;
 
 describeRoot('linux backend crash recovery (root, test-owned namespaces)', function () {
   this.timeout(120_000);

@@ -5,7 +5,7 @@ import type { AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
 import { DaemonProcess } from '../support/daemon-process';
 import { attachRequest } from '../support/attach-request';
 import { linuxHostLinks } from '../support/kernel-view';
-import { isRoot } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { useNodeFixture } from '../support/node-fixture';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
@@ -14,8 +14,6 @@ import { waitUntil } from '../support/wait-until';
 // store beside a dataplane full of live workloads. It must not delete them as orphans nor hand their
 // addresses out again: it adopts them, says so loudly, and Detach (as CNI DEL sends it, by workload id)
 // still removes them.
-
-const describeRoot = isRoot ? describe : describe.skip;
 
 describeRoot('a lost store beside running workloads (root, test-owned namespaces)', function () {
   this.timeout(60_000);

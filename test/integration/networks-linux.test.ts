@@ -8,14 +8,13 @@ import { waitUntil } from '../support/wait-until';
 import { attachRequest } from '../support/attach-request';
 import { DaemonProcess } from '../support/daemon-process';
 import { linuxHostLinks } from '../support/kernel-view';
-import { addNodeUplink, ipJson, isRoot, NetnsSet } from '../support/netns';
+import { addNodeUplink, ipJson, NetnsSet } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { pings } from '../support/ping';
 
 // Two dual-stack networks on the one Linux backend: the backend is built once and serves both, each
 // network allocates from its own pools, and an interface without the default route gets its network's
 // IPv4 and IPv6 ranges routed through the link-local gateways instead.
-
-const describeRoot = isRoot ? describe : describe.skip;
 
 const address = (res: AttachResponse, family: 4 | 6): string =>
   (res.ips.find((i) => i.family === family)?.cidr ?? '').split('/')[0] ?? '';

@@ -10,7 +10,8 @@ import { attachRequest, detachRequest } from '../support/attach-request';
 import { cniEnvelope, postCni } from '../support/cni-http';
 import { CLI, DaemonProcess } from '../support/daemon-process';
 import { linuxHostLinks } from '../support/kernel-view';
-import { addNodeUplink, ipJson, isRoot, NetnsSet } from '../support/netns';
+import { addNodeUplink, ipJson, NetnsSet } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { pings } from '../support/ping';
 
 // One daemon, two networks: `default` on the Linux backend (host veths) and `fast` on the DPU backend
@@ -23,8 +24,6 @@ const FAST_EXTRA_ROUTE = '10.254.99.0/24';
 const FAST_MTU = 1400;
 /** The leak sweep's period here: short, so that a deleted namespace's attachments go within the test. */
 const SWEEP_MS = 300;
-
-const describeRoot = isRoot ? describe : describe.skip;
 
 function v4(res: AttachResponse): string {
   return (res.ips.find((i) => i.family === 4)?.cidr ?? '').split('/')[0] ?? '';

@@ -3,13 +3,12 @@ import { spawnSync } from 'node:child_process';
 import * as path from 'node:path';
 import { attachRequest } from '../support/attach-request';
 import { daemonCommand, type DaemonProcess } from '../support/daemon-process';
-import { ipJson, isRoot } from '../support/netns';
+import { ipJson } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { useNodeFixture } from '../support/node-fixture';
 
 // A second daemon started on the same socket must refuse to run before it touches anything: its
 // start-up reconcile would otherwise take the first daemon's links for orphans.
-
-const describeRoot = isRoot ? describe : describe.skip;
 
 describeRoot('a second daemon on the same socket (root, test-owned namespaces)', function () {
   this.timeout(60_000);

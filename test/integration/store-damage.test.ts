@@ -6,12 +6,11 @@ import * as path from 'node:path';
 import { checkStoreFile } from '../../core/store/store-file-check';
 import { STORE_FILE, Store } from '../../core/store/store';
 import { CLI } from '../support/daemon-process';
-import { isRoot, NetnsSet } from '../support/netns';
+import { NetnsSet } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 
 // The real daemon on a damaged store: it exits 1 with the path and what is wrong, never by a signal
 // (before the file check, a half-truncated file ended it with SIGBUS and zeroed meta pages with SIGSEGV).
-
-const describeRoot = isRoot ? describe : describe.skip;
 
 function runDaemon(
   netns: string,

@@ -12,7 +12,8 @@ import { Daemon } from '../../core/daemon/daemon';
 import { silentLogger } from '../../core/logger';
 import { Metrics } from '../../core/metrics';
 import type { StatusResponse } from '../../proto/gen/workloadnet/v1/workload';
-import { isRoot, NetnsSet } from '../support/netns';
+import { NetnsSet } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { RecordingBackend } from '../support/recording-backend';
 import { eventually, grpcCode, inBlock } from './support/pool-nodes';
 import { StandInKubeApiServer } from './support/standin-kube-apiserver';
@@ -23,7 +24,6 @@ import { attachRequest } from '../support/attach-request';
 // expired versions), in a daemon wired exactly as `--pool-source kubernetes` wires it. The dataplane is
 // the recording backend: what is under test is where addresses come from.
 
-const describeRoot = isRoot ? describe : describe.skip;
 const NODE = 'worker-1';
 
 class Node {

@@ -6,7 +6,7 @@ import { Metadata } from '@grpc/grpc-js';
 import { ApiClient } from '../../cli/api-client';
 import type { StatusResponse } from '../../proto/gen/workloadnet/v1/workload';
 import type { DaemonProcess } from '../support/daemon-process';
-import { isRoot } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { useNodeFixture } from '../support/node-fixture';
 import { cniEnvelope, postCni } from '../support/cni-http';
 
@@ -16,8 +16,6 @@ import { cniEnvelope, postCni } from '../support/cni-http';
 // with nothing logged. Now each endpoint holds at most its cap (making room by closing a connection that
 // is silent or still sending its request), closes slow and idle connections within its timeouts, logs
 // that a limit bit (a few lines, not one per connection), and Status and a CNI ADD still answer.
-
-const describeRoot = isRoot ? describe : describe.skip;
 
 const LIMITS = {
   cniMaxConnections: 300,

@@ -10,7 +10,8 @@ import { AttachRequest, GCRequest } from '../../proto/gen/workloadnet/v1/workloa
 import { attachRequest } from '../support/attach-request';
 import { DaemonProcess } from '../support/daemon-process';
 import { InProcessDaemon } from '../support/in-process-daemon';
-import { isRoot, NetnsSet } from '../support/netns';
+import { NetnsSet } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { RecordingBackend } from '../support/recording-backend';
 import { codeName, outcome } from '../support/grpc-outcome';
 import { makeFifo, makeNetnsPathZoo, type NetnsPathZoo } from './netns-path-zoo';
@@ -27,7 +28,6 @@ import { fuzzTally } from './fuzz-tally';
 // The oracle below restates the documented input rules (README "The workload API", core/attach/validation.ts
 // comments) independently of the daemon's code.
 
-const describeRoot = isRoot ? describe : describe.skip;
 const RUNS = {
   attach: scaled(1500),
   detach: scaled(1000),

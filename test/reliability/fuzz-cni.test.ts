@@ -7,7 +7,8 @@ import { CniServer } from '../../adapters/cni/cni-server';
 import { SUPPORTED_CNI_VERSIONS } from '../../adapters/cni/cni-version';
 import { buildShim, runShim } from '../adapters/cni/cni-harness';
 import { InProcessDaemon } from '../support/in-process-daemon';
-import { isRoot, NetnsSet } from '../support/netns';
+import { NetnsSet } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { RecordingBackend } from '../support/recording-backend';
 import { cniEnvelope, parseCniError, postCni, rawExchange, type CniAnswer } from '../support/cni-http';
 import { makeNetnsPathZoo, type NetnsPathZoo } from './netns-path-zoo';
@@ -21,7 +22,6 @@ import { fuzzTally } from './fuzz-tally';
 // defines for that kind of mistake, the daemon keeps serving, and nothing is stored unless the call
 // was a valid ADD.
 
-const describeRoot = isRoot ? describe : describe.skip;
 const RUNS = {
   body: scaled(600),
   envelope: scaled(400),

@@ -17,7 +17,8 @@ import { RawAgent } from '../backends/dpu/raw-agent';
 import { SimProcess, sleep, waitUntil } from '../backends/dpu/sim-process';
 import { attachRequest, detachRequest } from '../support/attach-request';
 import { DaemonProcess } from '../support/daemon-process';
-import { isRoot, NetnsSet } from '../support/netns';
+import { NetnsSet } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { codeName, outcome } from '../support/grpc-outcome';
 import { checkProperty } from './property-check';
 import { scaled, TORTURE_SEED } from './torture-settings';
@@ -28,7 +29,6 @@ import { scaled, TORTURE_SEED } from './torture-settings';
 // at any point. Throughout, the daemon stays up, answers Status, and its attachments do not change;
 // afterwards a well-behaved agent resynchronises to exactly those attachments and new ones work.
 
-const describeRoot = isRoot ? describe : describe.skip;
 const RUNS = scaled(150);
 const AGENT_SERVICE_PATH = '/workloadnet.dpu.v1.DpuAgentService/Connect';
 

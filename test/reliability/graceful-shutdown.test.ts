@@ -9,7 +9,8 @@ import { ApiClient } from '../../cli/api-client';
 import { DaemonProcess } from '../support/daemon-process';
 import { InProcessDaemon } from '../support/in-process-daemon';
 import { attachRequest } from '../support/attach-request';
-import { isRoot, NetnsSet } from '../support/netns';
+import { NetnsSet } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { RecordingBackend } from '../support/recording-backend';
 import { cniEnvelope } from '../support/cni-http';
 import { makeNodeNamespace } from './node-namespace';
@@ -21,7 +22,6 @@ import { waitUntil } from '../support/wait-until';
 // the unit's stop timeout SIGKILLed it. Now it stops accepting, lets calls in flight finish, closes idle
 // connections at once and the rest at shutdownTimeoutMs, and exits 0.
 
-const describeRoot = isRoot ? describe : describe.skip;
 const SHUTDOWN_TIMEOUT_MS = 2000;
 /** Stopping the backend and the store after the servers, and process exit. */
 const MARGIN_MS = 2000;

@@ -9,7 +9,8 @@ import { DEFAULT_CONFIG } from '../../core/config';
 import type { AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
 import { DaemonProcess } from '../support/daemon-process';
 import { InProcessDaemon } from '../support/in-process-daemon';
-import { isRoot, NetnsSet } from '../support/netns';
+import { NetnsSet } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { RecordingBackend } from '../support/recording-backend';
 import { runBurst as burst, type BurstOutcome, type BurstReport } from './api-burst';
 import { codeName } from '../support/grpc-outcome';
@@ -30,7 +31,6 @@ import { scaled } from './torture-settings';
 // go would stall the very event loop whose responsiveness is being measured; with the Linux backend,
 // the sampler would otherwise wait behind this process handling two hundred answers.
 
-const describeRoot = isRoot ? describe : describe.skip;
 const BURST = scaled(1000);
 const LINUX_BURST = Math.min(scaled(200), 250);
 const STORED = scaled(3000);

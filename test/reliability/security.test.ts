@@ -9,7 +9,7 @@ import { SEED_SERVICE } from '../../core/serve/api-server';
 import { AttachRequest } from '../../proto/gen/workloadnet/v1/workload';
 import { daemonCommand, DaemonProcess } from '../support/daemon-process';
 import { attachRequest } from '../support/attach-request';
-import { isRoot } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { useNodeFixture } from '../support/node-fixture';
 import { cniEnvelope, parseCniError, postCni } from '../support/cni-http';
 import { codeName, outcome } from '../support/grpc-outcome';
@@ -21,7 +21,6 @@ import { TLS_PROBE_MAIN, type ProbeResult } from './tls-probe';
 // network namespace as a "workload", oversized requests, agents over TCP without a client
 // certificate, and TLS key material in its log.
 
-const describeRoot = isRoot ? describe : describe.skip;
 const execFileP = promisify(execFile);
 const MIB = 1024 * 1024;
 

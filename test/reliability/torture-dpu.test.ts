@@ -5,7 +5,7 @@ import type { SimState } from '../../backends/dpu-sim/state-file';
 import { SimProcess, sleep } from '../backends/dpu/sim-process';
 import type { AttachChurn, ChurnCounts } from '../support/attach-churn';
 import { DaemonProcess } from '../support/daemon-process';
-import { isRoot } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { codeName } from '../support/grpc-outcome';
 import { TortureRig } from '../support/torture-rig';
 import { scaled, TORTURE_KILLS, TORTURE_SEED } from './torture-settings';
@@ -17,7 +17,6 @@ import { scaled, TORTURE_KILLS, TORTURE_SEED } from './torture-settings';
 // simulator's table must agree: no address held twice, every attachment's port in the simulator, and
 // no simulator port without its attachment.
 
-const describeRoot = isRoot ? describe : describe.skip;
 const POOL = '10.252.0.0/24';
 const WORKLOADS = scaled(16);
 const WORKERS = 6;

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { DEFAULT_CONFIG } from '../../core/config';
 import type { AttachChurn, ChurnCounts, ChurnWorkload } from '../support/attach-churn';
 import { DaemonProcess, type DaemonProcessOptions } from '../support/daemon-process';
-import { isRoot } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { codeName } from '../support/grpc-outcome';
 import { pings } from '../support/ping';
 import { TortureRig } from '../support/torture-rig';
@@ -16,7 +16,6 @@ import { scaled, TORTURE_KILLS, TORTURE_SEED } from './torture-settings';
 // without its attachment, no attachment without its host link and workload interface, and every
 // surviving workload reaches another one.
 
-const describeRoot = isRoot ? describe : describe.skip;
 const GROUP = DEFAULT_CONFIG.linux.linkGroup;
 const POOL = '10.254.0.0/24';
 const WORKLOADS = scaled(16);

@@ -11,7 +11,8 @@ import { attachRequest, detachRequest } from '../support/attach-request';
 import { DaemonProcess } from '../support/daemon-process';
 import { codeName, outcome } from '../support/grpc-outcome';
 import { hostLinksInGroup, linuxHostLinks } from '../support/kernel-view';
-import { addNodeUplink, isRoot } from '../support/netns';
+import { addNodeUplink } from '../support/netns';
+import { describeRoot } from '../support/describe-root';
 import { TortureRig } from '../support/torture-rig';
 import { scaled, TORTURE_KILLS, TORTURE_SEED } from './torture-settings';
 
@@ -22,7 +23,6 @@ import { scaled, TORTURE_KILLS, TORTURE_SEED } from './torture-settings';
 // kernel (host veths in the link group, the workloads' interfaces and their one default route) and the
 // simulator's port table agree, and neither backend is left with an orphan or took the other's.
 
-const describeRoot = isRoot ? describe : describe.skip;
 const DEFAULT_POOL = '10.247.10.0/24';
 const FAST_POOL = '10.247.20.0/24';
 const WORKLOADS = scaled(12);

@@ -2,25 +2,24 @@ import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { isRoot } from './netns';
+import { describeRoot } from './describe-root';
 
 // The test helpers' own promise (netns-leftovers.ts): namespaces a test or benchmark made are gone when
 // its process ends, also when it is interrupted before its cleanup runs. A child process makes them,
 // then ends one way or another; the namespaces it printed must then be gone.
 
-const describeRoot = isRoot ? describe : describe.skip;
-
-/** What makes the namespaces in the child: the plain helper, or the Linux backend tests' pool. */
-type Maker = 'NetnsSet' | 'NetnsPool';
+/** What makes the namespaces in the child: one at a time, or in one batch (as the benchmarks do). */
+type Maker = 'NetnsSet' | 'NetnsSet.addMany';
 
 const MAKE: Record<Maker, (count: number) => string> = {
   NetnsSet: (count) => `
     const { NetnsSet } = require(${JSON.stringify(path.join(__dirname, 'netns.js'))});
     const set = new NetnsSet('wnt-sig-');
     const made = Promise.resolve(Array.from({ length: ${count} }, () => set.add().name));`,
-  NetnsPool: (count) => `
-    const { NetnsPool } = require(${JSON.stringify(path.join(__dirname, '../backends/linux/netns-fixture.js'))});
-    const made = new NetnsPool().addMany('sig', ${count});`,
+  'NetnsSet.addMany': (count) => `
+    const { NetnsSet } = require(${JSON.stringify(path.join(__dirname, 'netns.js'))});
+    const set = new NetnsSet('wnt-sig-');
+    const made = Promise.resolve(set.addMany(${count}).map((ns) => ns.name));`,
 };
 
 /** Starts a child that makes `count` namespaces, prints their names, then waits (or exits at once). */
@@ -58,7 +57,7 @@ describeRoot('namespaces made by the test helpers', function () {
   for (const [maker, signal] of [
     ['NetnsSet', 'SIGTERM'],
     ['NetnsSet', 'SIGINT'],
-    ['NetnsPool', 'SIGTERM'],
+    ['NetnsSet.addMany', 'SIGTERM'],
   ] as const) {
     it(`are deleted when a process that made them with ${maker} is ended by ${signal}, which still ends it`, async () => {
       const c = child(maker, 5, 'wait');

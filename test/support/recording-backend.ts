@@ -72,7 +72,12 @@ export class RecordingBackend implements Backend {
     this.programmed.delete(att.key);
   }
 
+  /** Drift that check() reports per key, as a backend that found an attachment's dataplane changed. */
+  readonly drift = new Map<string, Drift[]>();
+
   async check(att: AttachmentView): Promise<Drift[]> {
+    const found = this.drift.get(att.key);
+    if (found) return found;
     return this.programmed.has(att.key)
       ? []
       : [{ kind: 'interface-missing', message: `${att.key} is not programmed` }];

@@ -4,8 +4,11 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { CniServer } from '../../../adapters/cni/cni-server';
 import { exhausted, notFound, unavailable } from '../../../core/errors';
-import { type ShimRun, TestNetns, buildShim, runShim } from './cni-harness';
-import { FakeWorkloadService } from './fake-workload-service';
+import { type ShimRun, buildShim, runShim } from './cni-harness';
+import { NetnsSet } from '../../support/netns';
+import type { Attachment, WorkloadService } from '../../../core/workload-service';
+import { InProcessDaemon } from '../../support/in-process-daemon';
+import { RecordingBackend } from '../../support/recording-backend';
 
 // CNI spec conformance end to end: the real compiled forwarder, the real HTTP server on a unix socket,
 // and an in-memory WorkloadService standing in for the orchestrator.
@@ -17,38 +20,76 @@ interface Call extends ShimRun {
 describe('CNI adapter through the forwarder and the daemon socket', function () {
   this.timeout(20000);
 
-  const netns = new TestNetns();
+  const netns = new NetnsSet('wnc-');
   let dir: string;
   let shim: string;
   let socketPath: string;
   let nsA: string;
   let nsB: string;
-  let fake: FakeWorkloadService;
+  let backend: RecordingBackend;
+  let d: InProcessDaemon;
   let server: CniServer;
 
   before(async () => {
     dir = await fs.mkdtemp(path.join(os.tmpdir(), 'wnc-cni-'));
     shim = await buildShim(dir);
     socketPath = path.join(dir, 'cni.sock');
-    const tag = String(process.pid % 100000);
-    nsA = netns.add(`wnc-${tag}-a`);
-    nsB = netns.add(`wnc-${tag}-b`);
+    nsA = netns.add('a').path;
+    nsB = netns.add('b').path;
   });
 
   after(async () => {
-    netns.removeAll();
+    netns.cleanup();
     await fs.rm(dir, { recursive: true, force: true });
   });
 
+  // The real service (an in-process daemon with the recording backend) behind the CNI endpoint.
   beforeEach(async () => {
-    fake = new FakeWorkloadService();
-    server = new CniServer(fake, { socketPath });
+    backend = new RecordingBackend();
+    d = await InProcessDaemon.start(backend, { podCidrs: ['10.88.0.0/16', 'fd00:88::/64'] });
+    server = new CniServer(d.daemon.service, { socketPath });
     await server.listen();
   });
 
   afterEach(async () => {
     await server.close();
+    await d.dispose();
   });
+
+  /**
+   * The service's failures that no real daemon can be made to give on cue (NOT_FOUND or UNAVAILABLE on
+   * DEL, UNAVAILABLE on STATUS): the endpoint is served by a service that answers every call with `err`,
+   * the one stand-in service left, to pin how the adapter maps each code.
+   */
+  async function serveFailing(err: Error): Promise<void> {
+    await server.close();
+    const fail = async (): Promise<never> => {
+      throw err;
+    };
+    const failing: WorkloadService = {
+      attach: fail,
+      detach: fail,
+      status: fail,
+      list: fail,
+      get: fail,
+      check: fail,
+      gc: fail,
+      sweep: fail,
+    };
+    server = new CniServer(failing, { socketPath });
+    await server.listen();
+  }
+
+  async function attachments(): Promise<Attachment[]> {
+    return [...(await d.daemon.service.list())];
+  }
+
+  async function attachment(key: string): Promise<Attachment | undefined> {
+    return (await attachments()).find((a) => a.key === key);
+  }
+
+  /** What the dataplane was asked to do, in order: "attach ctr1/eth0", "detach ctr1/eth0". */
+  const dataplaneCalls = (): string[] => backend.calls.map((c) => `${c.op} ${c.key}`);
 
   function config(cniVersion: string, extra: Record<string, unknown> = {}): string {
     return JSON.stringify({ cniVersion, name: 'wnc-net', type: 'workloadnet', socket: socketPath, ...extra });
@@ -100,7 +141,7 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
           routes: Record<string, unknown>[];
         };
         expect(result.cniVersion).to.equal(version);
-        const att = fake.attachments.get('ctr1/eth0');
+        const att = await attachment('ctr1/eth0');
         expect(att, 'attachment in the service').to.not.equal(undefined);
         expect(att?.pod).to.deep.equal({ uid: 'uid-1', namespace: 'default', name: 'web-0' });
 
@@ -136,7 +177,7 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
         const second = await cni(env('ADD', 'ctr1', nsA), config(version));
         expect(first.exitCode).to.equal(0);
         expect(second.stdout).to.equal(first.stdout);
-        expect(fake.mutations.filter((m) => m.startsWith('attach'))).to.deep.equal(['attach ctr1/eth0']);
+        expect(dataplaneCalls().filter((m) => m.startsWith('attach'))).to.deep.equal(['attach ctr1/eth0']);
       });
 
       it('succeeds when DEL is repeated three times and releases the attachment', async () => {
@@ -146,14 +187,14 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
           expect(del.exitCode, del.stdout).to.equal(0);
           expect(del.stdout).to.equal('');
         }
-        expect(fake.attachments.size).to.equal(0);
+        expect(await attachments()).to.have.length(0);
       });
 
       it('succeeds on DEL with an empty CNI_NETNS and no prevResult', async () => {
         expect((await cni(env('ADD', 'ctr1', nsA), config(version))).exitCode).to.equal(0);
         const del = await cni(env('DEL', 'ctr1', ''), config(version));
         expect(del.exitCode, del.stdout).to.equal(0);
-        expect(fake.attachments.has('ctr1/eth0')).to.equal(false);
+        expect(await attachment('ctr1/eth0')).to.equal(undefined);
       });
 
       it('passes CHECK when nothing drifted and fails it listing the drift', async () => {
@@ -163,7 +204,9 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
         expect(ok.exitCode, ok.stdout).to.equal(0);
         expect(ok.stdout).to.equal('');
 
-        fake.drift.set('ctr1/eth0', [{ kind: 'address-missing', message: '10.88.0.2/32 is gone from eth0' }]);
+        backend.drift.set('ctr1/eth0', [
+          { kind: 'address-missing', message: '10.88.0.2/32 is gone from eth0' },
+        ]);
         const bad = await cni(env('CHECK', 'ctr1', nsA), config(version, { prevResult }));
         expectError(bad, 100);
         expect(bad.json?.msg).to.contain('address-missing').and.contain('10.88.0.2/32 is gone');
@@ -189,14 +232,14 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
             config(version, { 'cni.dev/valid-attachments': valid }),
           );
           expect(gc.exitCode, gc.stdout).to.equal(0);
-          expect([...fake.attachments.keys()].sort()).to.deep.equal(['keep1/eth0', 'keep2/eth0']);
+          expect((await attachments()).map((a) => a.key).sort()).to.deep.equal(['keep1/eth0', 'keep2/eth0']);
         });
 
         it('refuses GC without cni.dev/valid-attachments rather than detaching everything', async () => {
           expect((await cni(env('ADD', 'ctr1', nsA), config(version))).exitCode).to.equal(0);
           const gc = await cni({ CNI_COMMAND: 'GC', CNI_PATH: '/opt/cni/bin' }, config(version));
           expectError(gc, 7);
-          expect(fake.attachments.size).to.equal(1);
+          expect(await attachments()).to.have.length(1);
         });
 
         it('STATUS exits 0 when the service is ready and answers 50 with the reasons when not', async () => {
@@ -204,13 +247,10 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
           expect(ok.exitCode, ok.stdout).to.equal(0);
           expect(ok.stdout).to.equal('');
 
-          fake.ready = false;
-          fake.reasons = ['pool 10.88.0.0/16 exhausted', 'backend agent lost'];
+          backend.healthy = false;
           const notReady = await cni({ CNI_COMMAND: 'STATUS', CNI_PATH: '/opt/cni/bin' }, config(version));
           expectError(notReady, 50);
-          expect(notReady.json?.msg)
-            .to.contain('pool 10.88.0.0/16 exhausted')
-            .and.contain('backend agent lost');
+          expect(notReady.json?.msg).to.contain('recording backend set unhealthy');
         });
       } else {
         it('refuses GC and STATUS with code 1 because this version predates them', async () => {
@@ -222,7 +262,7 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
           expectError(gc, 1);
           const status = await cni({ CNI_COMMAND: 'STATUS', CNI_PATH: '/opt/cni/bin' }, config(version));
           expectError(status, 1);
-          expect(fake.attachments.size, 'GC removed nothing').to.equal(1);
+          expect(await attachments(), 'GC removed nothing').to.have.length(1);
         });
       }
     });
@@ -236,9 +276,9 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
   });
 
   describe('refusals leave the service untouched', () => {
-    afterEach(() => {
-      expect(fake.mutations, 'service mutations').to.deep.equal([]);
-      expect(fake.attachCalls, 'attach calls').to.deep.equal([]);
+    afterEach(async () => {
+      expect(dataplaneCalls(), 'dataplane calls').to.deep.equal([]);
+      expect(await attachments(), 'attachments').to.deep.equal([]);
     });
 
     it('answers code 4 to an unknown verb', async () => {
@@ -327,7 +367,7 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
 
   describe('service outcomes', () => {
     it('maps an exhausted pool to code 11 so the runtime retries', async () => {
-      fake.failNext = exhausted('pool 10.88.0.0/16 has no free address');
+      backend.failAttach = exhausted('pool 10.88.0.0/16 has no free address');
       const call = await cni(env('ADD', 'ctr1', nsA), config('1.0.0'));
       expectError(call, 11);
       expect(call.json?.msg).to.contain('no free address');
@@ -335,16 +375,16 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
     });
 
     it('treats NOT_FOUND from the service as a successful DEL, and UNAVAILABLE as try-again', async () => {
-      fake.failNext = notFound('no attachment ctr9/eth0');
+      await serveFailing(notFound('no attachment ctr9/eth0'));
       const gone = await cni(env('DEL', 'ctr9', nsA), config('1.0.0'));
       expect(gone.exitCode, gone.stdout).to.equal(0);
-      fake.failNext = unavailable('store is reopening');
+      await serveFailing(unavailable('store is reopening'));
       const busy = await cni(env('DEL', 'ctr9', nsA), config('1.0.0'));
       expectError(busy, 11);
     });
 
     it('answers STATUS with 50 when the service itself is unavailable', async () => {
-      fake.failNext = unavailable('DPU agent not connected');
+      await serveFailing(unavailable('DPU agent not connected'));
       const call = await cni({ CNI_COMMAND: 'STATUS', CNI_PATH: '/opt/cni/bin' }, config('1.1.0'));
       expectError(call, 50);
     });
@@ -354,13 +394,13 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
       const call = await cni(env('ADD', 'ctr1', nsB), config('1.0.0'));
       expectError(call, 7);
       expect(call.json?.msg).to.contain('DEL');
-      expect(fake.attachments.get('ctr1/eth0')?.netnsPath).to.equal(nsA);
+      expect((await attachment('ctr1/eth0'))?.netnsPath).to.equal(nsA);
     });
 
     it('passes the config MTU to the service and reports it in a 1.1.0 result', async () => {
       const call = await cni(env('ADD', 'ctr1', nsA), config('1.1.0', { mtu: 1400 }));
       expect(call.exitCode, call.stdout).to.equal(0);
-      expect(fake.attachCalls[0]?.mtu).to.equal(1400);
+      expect(backend.programmed.get('ctr1/eth0')?.mtu).to.equal(1400);
       const ifs = call.json?.interfaces as Record<string, unknown>[];
       expect(ifs.find((i) => i.sandbox === nsA)?.mtu).to.equal(1400);
     });
@@ -368,7 +408,7 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
     it('passes the DPU named by the network config, and the one in CNI_ARGS over it', async () => {
       const byConfig = await cni(env('ADD', 'ctr1', nsA), config('1.1.0', { dpu: 'dpu-b' }));
       expect(byConfig.exitCode, byConfig.stdout).to.equal(0);
-      expect(fake.attachCalls[0]?.dpu).to.equal('dpu-b');
+      expect(backend.programmed.get('ctr1/eth0')?.dpu).to.equal('dpu-b');
       const byArgs = await cni(
         env('ADD', 'ctr2', nsA, {
           CNI_ARGS: 'IgnoreUnknown=1;K8S_POD_NAME=web-1;WORKLOADNET_DPU=dpu-c',
@@ -376,14 +416,14 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
         config('1.1.0', { dpu: 'dpu-b' }),
       );
       expect(byArgs.exitCode, byArgs.stdout).to.equal(0);
-      expect(fake.attachCalls[1]?.dpu).to.equal('dpu-c');
+      expect(backend.programmed.get('ctr2/eth0')?.dpu).to.equal('dpu-c');
       const neither = await cni(env('ADD', 'ctr3', nsA), config('1.1.0'));
       expect(neither.exitCode, neither.stdout).to.equal(0);
-      expect(fake.attachCalls[2]?.dpu).to.equal(undefined);
+      expect(backend.programmed.get('ctr3/eth0')?.dpu).to.equal(undefined);
       const bad = await cni(env('ADD', 'ctr4', nsA), config('1.1.0', { dpu: 7 }));
       expectError(bad, 7);
       expect(String(bad.json?.msg)).to.match(/dpu must be a string/);
-      expect(fake.attachCalls).to.have.length(3);
+      expect(dataplaneCalls()).to.deep.equal(['attach ctr1/eth0', 'attach ctr2/eth0', 'attach ctr3/eth0']);
     });
 
     it("passes the VF settings of the network config under SR-IOV CNI's keys, and refuses bad ones", async () => {
@@ -397,7 +437,7 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
       };
       const ok = await cni(env('ADD', 'ctr1', nsA), config('1.1.0', vf));
       expect(ok.exitCode, ok.stdout).to.equal(0);
-      expect(fake.attachCalls[0]?.dpuPort).to.deep.equal({
+      expect(backend.programmed.get('ctr1/eth0')?.dpuPort).to.deep.equal({
         maxTxRateMbps: 100,
         minTxRateMbps: 10,
         spoofCheck: true,
@@ -414,7 +454,7 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
         expectError(call, 7);
         expect(String(call.json?.msg)).to.match(msg);
       }
-      expect(fake.attachCalls).to.have.length(1);
+      expect(dataplaneCalls()).to.deep.equal(['attach ctr1/eth0']);
     });
 
     it("echoes containerd's capitalised runtimeConfig.dns in the result", async () => {
@@ -429,7 +469,7 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
         search: ['default.svc.cluster.local'],
         options: ['ndots:5'],
       });
-      expect(fake.attachCalls[0]?.dns?.nameservers).to.deep.equal(['10.96.0.10']);
+      expect((await attachment('ctr1/eth0'))?.dns?.nameservers).to.deep.equal(['10.96.0.10']);
     });
 
     it("keeps an earlier plugin's prevResult first and shifts our interface indexes after it", async () => {
@@ -472,7 +512,7 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
         config('1.0.0'),
       );
       expect(call.exitCode, call.stdout).to.equal(0);
-      expect(fake.attachments.get('ctr1/eth0')?.pod?.name).to.equal(name);
+      expect((await attachment('ctr1/eth0'))?.pod?.name).to.equal(name);
     });
   });
 });

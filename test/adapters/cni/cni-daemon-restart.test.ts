@@ -1,15 +1,13 @@
 import { expect } from 'chai';
 import * as path from 'node:path';
 import type { DaemonProcess } from '../../support/daemon-process';
-import { isRoot } from '../../support/netns';
+import { describeRoot } from '../../support/describe-root';
 import { useNodeFixture } from '../../support/node-fixture';
 import { runShim } from './cni-harness';
 
 // The real daemon (dist/cli/workloadnet.js) killed with SIGKILL and started again 1.5 s later: CNI calls
 // a runtime makes in that window wait for it through the forwarder's retry and succeed, so a runtime
 // never sees a restart. Linux backend, daemon inside a test-owned node namespace.
-
-const describeRoot = isRoot ? describe : describe.skip;
 
 describeRoot('CNI calls across a daemon restart (real daemon, linux backend, root)', function () {
   this.timeout(90_000);

@@ -11,7 +11,9 @@ import { parseCniRequest } from '../../../adapters/cni/cni-request';
 import { CniServer } from '../../../adapters/cni/cni-server';
 import { LATEST_CNI_VERSION, SUPPORTED_CNI_VERSIONS } from '../../../adapters/cni/cni-version';
 import { buildShim, runShim } from './cni-harness';
-import { FakeWorkloadService } from './fake-workload-service';
+import { InProcessDaemon } from '../../support/in-process-daemon';
+import { RecordingBackend } from '../../support/recording-backend';
+import { StandInNamespaces } from '../../support/stand-in-netns';
 
 // What the native forwarder answers by itself (daemon unreachable, silent, or odd) and how it picks
 // the socket.
@@ -110,25 +112,28 @@ describe('workloadnet-cni forwarder', function () {
   });
 
   describe('socket selection', () => {
-    let fake: FakeWorkloadService;
+    let backend: RecordingBackend;
+    let daemon: InProcessDaemon;
     let server: CniServer;
     let real: string;
 
     beforeEach(async () => {
-      fake = new FakeWorkloadService();
+      backend = new RecordingBackend();
+      daemon = await InProcessDaemon.start(backend);
       real = path.join(dir, 'daemon.sock');
-      server = new CniServer(fake, { socketPath: real });
+      server = new CniServer(daemon.daemon.service, { socketPath: real });
       await server.listen();
     });
 
     afterEach(async () => {
       await server.close();
+      await daemon.dispose();
     });
 
     it('uses WORKLOADNET_CNI_SOCKET when the config has no "socket" field', async () => {
       const run = await runShim(shim, { ...status, WORKLOADNET_CNI_SOCKET: real }, cfg());
       expect(run.exitCode, run.stdout).to.equal(0);
-      expect(fake.mutations).to.deep.equal([]);
+      expect(backend.calls).to.deep.equal([]);
     });
 
     it('prefers the config\'s top-level "socket" over the environment', async () => {
@@ -176,10 +181,10 @@ describe('workloadnet-cni forwarder', function () {
     });
 
     it('answers VERSION with the versions the daemon speaks, exactly as the daemon does', async () => {
-      const daemonAnswer = await new CniHandler(new FakeWorkloadService()).handle(
-        { CNI_COMMAND: 'VERSION' },
-        '',
-      );
+      const daemon = await InProcessDaemon.start(new RecordingBackend());
+      const daemonAnswer = await new CniHandler(daemon.daemon.service)
+        .handle({ CNI_COMMAND: 'VERSION' }, '')
+        .finally(() => daemon.dispose());
       for (const stdin of ['{"cniVersion": "1.0.0"}', '', 'not json at all', cfg({ socket: nowhere })]) {
         const run = await runShim(shim, { CNI_COMMAND: 'VERSION', WORKLOADNET_CNI_SOCKET: nowhere }, stdin);
         expect(run.exitCode, run.stdout).to.equal(0);
@@ -279,7 +284,10 @@ describe('workloadnet-cni forwarder', function () {
   });
 
   describe('daemon restarts', () => {
-    let fake: FakeWorkloadService;
+    // The daemon's service is up throughout; what comes and goes is its CNI socket.
+    const namespaces = new StandInNamespaces();
+    let backend: RecordingBackend;
+    let daemon: InProcessDaemon;
     let server: CniServer | undefined;
     let sock: string;
     const add = {
@@ -291,14 +299,17 @@ describe('workloadnet-cni forwarder', function () {
     };
 
     beforeEach(async () => {
-      fake = new FakeWorkloadService();
+      backend = new RecordingBackend();
+      daemon = await InProcessDaemon.start(backend, {}, { netns: namespaces });
       sock = path.join(dir, `restart-${Math.random().toString(36).slice(2)}.sock`);
       await fs.rm(sock, { force: true });
     });
     afterEach(async () => {
       await server?.close();
       server = undefined;
+      await daemon.dispose();
     });
+    after(() => namespaces.cleanup());
 
     /** A socket file left by a process killed with SIGKILL: connecting to it is refused. */
     async function staleSocket(p: string): Promise<void> {
@@ -311,7 +322,7 @@ describe('workloadnet-cni forwarder', function () {
 
     async function listenAfter(ms: number): Promise<void> {
       await new Promise((r) => setTimeout(r, ms));
-      server = new CniServer(fake, { socketPath: sock });
+      server = new CniServer(daemon.daemon.service, { socketPath: sock });
       await server.listen();
     }
 
@@ -332,7 +343,7 @@ describe('workloadnet-cni forwarder', function () {
       // The daemon's own start-up removes the dead socket before binding a new one.
       await listenAfter(1500);
       const run = await call;
-      // The fake refuses the daemon's own namespace with 4: what matters is that the daemon answered.
+      // The daemon refuses its own namespace with 4: what matters is that the daemon answered.
       expect(JSON.parse(run.stdout || '{}'), run.stdout).to.not.have.property('code', 50);
       expect(run.stdout).to.not.contain(sock);
     });
@@ -356,23 +367,18 @@ describe('workloadnet-cni forwarder', function () {
     });
 
     it('waits longer than STATUS does by default for ADD/DEL/CHECK/GC (10 s)', async () => {
-      // Recorded as the service would have it; DEL needs no namespace, so none is opened here.
-      fake.attachments.set('ctr-restart/eth0', {
-        key: 'ctr-restart/eth0',
-        workloadId: 'ctr-restart',
-        ifName: 'eth0',
-        netnsPath: '/proc/1/ns/net',
-        ips: [],
-        mtu: 1500,
-        backend: 'fake',
-        state: 'ready',
-        createdAt: new Date().toISOString(),
-      });
-      const call = runShim(shim, { ...add, CNI_COMMAND: 'DEL' }, cfg({ socket: sock }));
+      // Attached while the CNI socket was up, before this test took it away.
+      const ns = namespaces.add().path;
+      await daemon.daemon.service.attach({ workloadId: 'ctr-restart', ifName: 'eth0', netnsPath: ns });
+      const call = runShim(shim, { ...add, CNI_COMMAND: 'DEL', CNI_NETNS: ns }, cfg({ socket: sock }));
       await listenAfter(2500);
       const run = await call;
       expect(run.exitCode, run.stdout).to.equal(0);
-      expect(fake.mutations).to.deep.equal(['detach ctr-restart/eth0']);
+      expect(backend.calls.map((c) => `${c.op} ${c.key}`)).to.deep.equal([
+        'attach ctr-restart/eth0',
+        'detach ctr-restart/eth0',
+      ]);
+      expect([...(await daemon.daemon.service.list())]).to.deep.equal([]);
     });
 
     it('takes the budget from the environment when the config sets none, and the config over it', async () => {

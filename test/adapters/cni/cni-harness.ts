@@ -1,11 +1,10 @@
-import { execFile, execFileSync, spawn } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
-import { trackNetns, untrackNetns } from '../../support/netns-leftovers';
 
-// Shared by the CNI tests and the shim benchmark: build the real forwarder, run it like a runtime does,
-// and own a few test network namespaces (prefix wnc-).
+// Shared by the CNI tests and the shim benchmark: build the real forwarder and run it like a runtime
+// does.
 
 const execFileP = promisify(execFile);
 
@@ -59,28 +58,4 @@ export function runShim(shim: string, env: Record<string, string>, stdin: string
     child.stdin.on('error', () => undefined);
     child.stdin.end(stdin);
   });
-}
-
-/** Network namespaces made with `ip netns add`, removed by name however the test ends. */
-export class TestNetns {
-  private readonly names: string[] = [];
-
-  add(name: string): string {
-    if (!name.startsWith('wnc-')) throw new Error(`test netns ${name} must use the wnc- prefix`);
-    execFileSync('ip', ['netns', 'add', name]);
-    this.names.push(name);
-    trackNetns(name);
-    return `/run/netns/${name}`;
-  }
-
-  removeAll(): void {
-    for (const name of this.names.splice(0)) {
-      untrackNetns(name);
-      try {
-        execFileSync('ip', ['netns', 'delete', name], { stdio: 'ignore' });
-      } catch {
-        // Already gone (a test deleted it on purpose); nothing else to clean.
-      }
-    }
-  }
 }

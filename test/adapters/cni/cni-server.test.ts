@@ -6,7 +6,8 @@ import * as path from 'node:path';
 import { CniServer } from '../../../adapters/cni/cni-server';
 import { WorkloadNetError } from '../../../core/errors';
 import { postCni, type CniAnswer } from '../../support/cni-http';
-import { FakeWorkloadService } from './fake-workload-service';
+import { InProcessDaemon } from '../../support/in-process-daemon';
+import { RecordingBackend } from '../../support/recording-backend';
 
 // The socket's lifecycle and the HTTP envelope, spoken directly with Node's http client.
 
@@ -17,6 +18,15 @@ describe('CniServer', () => {
   let dir: string;
   let socketPath: string;
   const started: CniServer[] = [];
+  // The real service behind every server here (an in-process daemon with the recording backend).
+  let backend: RecordingBackend;
+  let daemon: InProcessDaemon;
+
+  before(async () => {
+    backend = new RecordingBackend();
+    daemon = await InProcessDaemon.start(backend);
+  });
+  after(async () => daemon.dispose());
 
   beforeEach(async () => {
     dir = await fs.mkdtemp(path.join(os.tmpdir(), 'wnc-srv-'));
@@ -28,14 +38,17 @@ describe('CniServer', () => {
     await fs.rm(dir, { recursive: true, force: true });
   });
 
-  async function start(
-    opts: { maxBodyBytes?: number } = {},
-  ): Promise<{ server: CniServer; fake: FakeWorkloadService }> {
-    const fake = new FakeWorkloadService();
-    const server = new CniServer(fake, { socketPath, ...opts });
+  async function start(opts: { maxBodyBytes?: number } = {}): Promise<CniServer> {
+    const server = new CniServer(daemon.daemon.service, { socketPath, ...opts });
     await server.listen();
     started.push(server);
-    return { server, fake };
+    return server;
+  }
+
+  /** Nothing reached the service's state: no dataplane call, no attachment. */
+  async function expectUntouched(): Promise<void> {
+    expect(backend.calls).to.deep.equal([]);
+    expect([...(await daemon.daemon.service.list())]).to.deep.equal([]);
   }
 
   it('creates the socket with mode 0660 in a folder it creates', async () => {
@@ -47,7 +60,7 @@ describe('CniServer', () => {
 
   it('refuses to start while a live server holds the socket', async () => {
     await start();
-    const second = new CniServer(new FakeWorkloadService(), { socketPath });
+    const second = new CniServer(daemon.daemon.service, { socketPath });
     let caught: unknown;
     try {
       await second.listen();
@@ -94,7 +107,7 @@ describe('CniServer', () => {
   it('refuses to remove a path that is not a socket', async () => {
     await fs.mkdir(path.dirname(socketPath), { recursive: true });
     await fs.writeFile(socketPath, 'precious');
-    const server = new CniServer(new FakeWorkloadService(), { socketPath });
+    const server = new CniServer(daemon.daemon.service, { socketPath });
     let caught: unknown;
     try {
       await server.listen();
@@ -106,7 +119,7 @@ describe('CniServer', () => {
   });
 
   it('removes its socket on close', async () => {
-    const { server } = await start();
+    const server = await start();
     await server.close();
     started.splice(0);
     let code: string | undefined;
@@ -148,7 +161,7 @@ describe('CniServer', () => {
   });
 
   it('answers a malformed envelope with CNI error 6', async () => {
-    const { fake } = await start();
+    await start();
     for (const body of [
       'not json',
       '[1]',
@@ -159,15 +172,15 @@ describe('CniServer', () => {
       expect(answer.exitCode, body).to.equal('1');
       expect(JSON.parse(answer.body), body).to.include({ code: 6 });
     }
-    expect(fake.mutations).to.deep.equal([]);
+    await expectUntouched();
   });
 
   it('reads and refuses a body over maxBodyBytes with error 6, before parsing it', async () => {
-    const { fake } = await start({ maxBodyBytes: 1024 });
+    await start({ maxBodyBytes: 1024 });
     const envelope = JSON.stringify({ env: { CNI_COMMAND: 'VERSION' }, stdin: 'x'.repeat(4096) });
     const answer = await request(socketPath, 'POST', '/v1/cni', envelope);
     expect(answer.exitCode).to.equal('1');
     expect(JSON.parse(answer.body)).to.include({ code: 6 });
-    expect(fake.mutations).to.deep.equal([]);
+    await expectUntouched();
   });
 });

@@ -6,7 +6,8 @@ import { CniServer } from '../../../adapters/cni/cni-server';
 import { installCni, parseChain } from '../../../adapters/cni/install';
 import { rejection } from '../../support/expect-error';
 import { buildShim, runShim } from './cni-harness';
-import { FakeWorkloadService } from './fake-workload-service';
+import { InProcessDaemon } from '../../support/in-process-daemon';
+import { RecordingBackend } from '../../support/recording-backend';
 
 describe('installCni', function () {
   this.timeout(20000);
@@ -146,7 +147,8 @@ describe('installCni', function () {
 
   it('produces a plugin that reaches the daemon through the socket named in the conflist', async () => {
     const socketPath = path.join(dir, 'inst.sock');
-    const server = new CniServer(new FakeWorkloadService(), { socketPath });
+    const daemon = await InProcessDaemon.start(new RecordingBackend());
+    const server = new CniServer(daemon.daemon.service, { socketPath });
     await server.listen();
     try {
       const out = await installCni({
@@ -169,6 +171,7 @@ describe('installCni', function () {
       expect(JSON.parse(run.stdout)).to.have.property('supportedVersions');
     } finally {
       await server.close();
+      await daemon.dispose();
     }
   });
 

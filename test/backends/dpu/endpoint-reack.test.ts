@@ -8,7 +8,8 @@ import { PortOperState } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { AttachResponse } from '../../../proto/gen/workloadnet/v1/workload';
 import { attachRequest, detachRequest } from '../../support/attach-request';
 import { DaemonProcess } from '../../support/daemon-process';
-import { NetnsSet, addNodeUplink, ipJson, isRoot } from '../../support/netns';
+import { NetnsSet, addNodeUplink, ipJson } from '../../support/netns';
+import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';
 import { okAck } from './fixtures';
 import { RawAgent } from './raw-agent';
@@ -30,7 +31,7 @@ interface IpLink {
   flags: string[];
 }
 
-(isRoot ? describe : describe.skip)(
+describeRoot(
   "DPU backend: an agent re-acking a plumbed port cannot take the workload's other interface (root)",
   function () {
     this.timeout(60_000);

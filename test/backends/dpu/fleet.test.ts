@@ -11,7 +11,8 @@ import { attachTo } from '../../support/attach-spec';
 import { attachRequest, detachRequest } from '../../support/attach-request';
 import { CLI, DaemonProcess } from '../../support/daemon-process';
 import { codeName, outcome } from '../../support/grpc-outcome';
-import { NetnsSet, isRoot } from '../../support/netns';
+import { NetnsSet } from '../../support/netns';
+import { describeRoot } from '../../support/describe-root';
 
 // Several DPUs on one node: two real simulator processes serve one backend. Placement, a DPU that goes
 // away and comes back, and what the node reports meanwhile, observed from both ends (the backend's
@@ -331,8 +332,6 @@ describe('DPU fleet: two simulators serving one backend', function () {
     expect(agentOf(await attachTo(backend!, spec(2, { dpu: 'dpu-a' }), r2))).to.equal('dpu-b');
   });
 });
-
-const describeRoot = isRoot ? describe : describe.skip;
 
 describeRoot('DPU fleet through the workload API (real daemon, root for test-owned namespaces)', function () {
   this.timeout(60_000);

@@ -4,7 +4,8 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { DataplaneResult } from '../../../core/backend';
 import type { DpuBackend } from '../../../backends/dpu';
-import { NetnsSet, ipJson, isRoot } from '../../support/netns';
+import { NetnsSet, ipJson } from '../../support/netns';
+import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';
 import { removeDir, scratchDir, spec, startBackend, view } from './fixtures';
 import { measureMbps } from './throughput';
@@ -33,7 +34,7 @@ function linkNames(netns: string): string[] {
 const ping = (fromNetns: string, to: string): Promise<boolean> =>
   pings(fromNetns, to, { count: 3, intervalSeconds: 0.2, waitSeconds: 1 });
 
-(isRoot ? describe : describe.skip)('DPU offload with the netns dataplane (needs root)', function () {
+describeRoot('DPU offload with the netns dataplane (needs root)', function () {
   this.timeout(60_000);
   const nets = new NetnsSet('wnd-');
   let dir: string;

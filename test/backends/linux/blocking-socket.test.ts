@@ -9,19 +9,20 @@ import {
   newVethRequest,
   setLinkRequest,
 } from '../../../lib/rtnetlink';
-import { NetnsPool, ipJson, netnsPath } from './netns-fixture';
+import { ipJson } from './netns-fixture';
+import { NetnsSet, netnsPath } from '../../support/netns';
 
 // The synchronous socket the netlink thread uses, against a real kernel in a test-owned namespace
 // (here on the test's main thread, which is fine for a test: each call is short).
 describe('blocking netlink socket', function () {
   this.timeout(30_000);
-  const pool = new NetnsPool();
+  const pool = new NetnsSet('wnl-');
   let ns: NetnsHandle;
   let sock: BlockingNetlinkSocket;
   let name: string;
 
   before(async () => {
-    name = await pool.add('bsock');
+    name = pool.add('bsock').name;
     ns = await NetnsHandle.open(netnsPath(name));
     sock = BlockingNetlinkSocket.openIn(ns);
   });
@@ -29,7 +30,7 @@ describe('blocking netlink socket', function () {
   after(async () => {
     sock?.close();
     ns?.close();
-    await pool.cleanup();
+    pool.cleanup();
   });
 
   it('returns the echo of a create, and acts inside the namespace it was opened in', async () => {

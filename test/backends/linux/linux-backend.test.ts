@@ -8,7 +8,8 @@ import { promisify } from 'node:util';
 import type { AttachmentView, DataplaneResult, IpAssignment } from '../../../core/backend';
 import { hostLinkName } from '../../../backends/linux/host-link-name';
 import { LinuxBackend } from '../../../backends/linux/linux-backend';
-import { NetnsPool, ip, ipJson, netnsExec, netnsInode, netnsPath } from './netns-fixture';
+import { ip, ipJson, netnsExec, netnsInode } from './netns-fixture';
+import { NetnsSet, netnsPath } from '../../support/netns';
 import { attachTo, testSpec, type TestSpec } from '../../support/attach-spec';
 import { rejection } from '../../support/expect-error';
 import { pings } from '../../support/ping';
@@ -79,19 +80,19 @@ async function groupLinks(node: string, group = GROUP): Promise<IpLink[]> {
 
 describe('LinuxBackend (routed veth, real kernel)', function () {
   this.timeout(60_000);
-  const pool = new NetnsPool();
+  const pool = new NetnsSet('wnl-');
   let node: string;
   let backend: LinuxBackend;
 
   before(async () => {
-    node = await pool.addNode();
+    node = pool.addNode('10.250.0.1').name;
     backend = new LinuxBackend({ hostNetnsPath: netnsPath(node), ipv6: true });
     await backend.start();
   });
 
   after(async () => {
     await backend?.stop();
-    await pool.cleanup();
+    pool.cleanup();
   });
 
   describe('start', () => {
@@ -104,7 +105,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
       );
       expect(inNode.split('\n').filter(Boolean)).to.deep.equal(['1', '1']);
       // A second namespace was never touched by start().
-      const other = await pool.add('fwd');
+      const other = pool.add('fwd').name;
       expect((await netnsExec(other, 'cat', '/proc/sys/net/ipv4/ip_forward')).trim()).to.equal('0');
     });
 
@@ -145,8 +146,8 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
     let r2: DataplaneResult;
 
     before(async () => {
-      w1 = await pool.add('w1');
-      w2 = await pool.add('w2');
+      w1 = pool.add('w1').name;
+      w2 = pool.add('w2').name;
       s1 = specFor(w1, [v4('10.251.0.2')], { mtu: 1450 });
       s2 = specFor(w2, [v4('10.251.0.3')], { mtu: 1450 });
       r1 = await attachTo(backend, s1);
@@ -229,7 +230,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
     });
 
     it('attaches an IPv4-only link whose MTU is below IPv6 minimum, which has no IPv6 settings', async () => {
-      const w = await pool.add('small-mtu');
+      const w = pool.add('small-mtu').name;
       const spec = specFor(w, [v4('10.251.0.40')], { mtu: 1200 });
       const res = await attachTo(backend, spec);
       const [link] = await ipJson<IpLink>(w, 'link', 'show', 'dev', 'eth0');
@@ -281,8 +282,8 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
 
   describe('dual stack', () => {
     it('adds /128 addresses, a default via fe80::1, fe80::1/64 on the host end, and carries IPv6 traffic', async () => {
-      const a = await pool.add('d1');
-      const b = await pool.add('d2');
+      const a = pool.add('d1').name;
+      const b = pool.add('d2').name;
       const sa = specFor(a, [v4('10.251.0.12'), v6('fd00:77:1::12')]);
       const sb = specFor(b, [v4('10.251.0.13'), v6('fd00:77:1::13')]);
       const [ra, rb] = await Promise.all([attachTo(backend, sa), attachTo(backend, sb)]);
@@ -309,22 +310,22 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
 
   describe('detach', () => {
     it('succeeds after the workload namespace was deleted and leaves no host link', async () => {
-      const w = await pool.add('gone');
+      const w = pool.add('gone').name;
       const spec = specFor(w, [v4('10.251.0.20')]);
       const res = await attachTo(backend, spec);
-      await pool.remove(w);
+      pool.remove(w);
       await backend.detach(viewOf(spec, res));
       expect((await groupLinks(node)).map((l) => l.ifname)).to.not.include(res.hostIfName);
       expect(await ipJson<IpRoute>(node, '-4', 'route', 'show', '10.251.0.20')).to.deep.equal([]);
     });
 
     it('succeeds for an attachment that never finished', async () => {
-      const w = await pool.add('half');
+      const w = pool.add('half').name;
       await backend.detach(viewOf(specFor(w, [v4('10.251.0.21')])));
     });
 
     it('deletes concurrent detaches through the detaching group, both ends, and leaves the group empty', async () => {
-      const names = await pool.addMany('grp', 12);
+      const names = pool.addMany(12, 'grp').map((ns) => ns.name);
       const specs = names.map((n, i) => specFor(n, [v4(`10.251.2.${i + 2}`)]));
       const results = await Promise.all(specs.map((s) => attachTo(backend, s)));
       await Promise.all(specs.map((s, i) => backend.detach(viewOf(s, results[i]))));
@@ -336,7 +337,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
     });
 
     it('deletes its own link when the detaching group cannot be deleted, and leaves the foreign interface', async () => {
-      const w = await pool.add('stuck');
+      const w = pool.add('stuck').name;
       const spec = specFor(w, [v4('10.251.0.22')]);
       const res = await attachTo(backend, spec);
       // Loopback cannot be deleted, so a group delete that would include it fails as a whole.
@@ -375,7 +376,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
     });
 
     it('refuses an interface name that already exists in the namespace and leaves nothing behind', async () => {
-      const w = await pool.add('taken');
+      const w = pool.add('taken').name;
       await ip('-n', w, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'other0');
       const before = (await ipJson<IpLink>(w, 'link', 'show')).map((l) => l.ifname).sort();
       await expectRefused(
@@ -388,7 +389,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
     });
 
     it('rolls back the veth pair when a later step fails', async () => {
-      const w = await pool.add('noipv6');
+      const w = pool.add('noipv6').name;
       // With IPv6 disabled in the workload namespace the IPv6 address cannot be added.
       await netnsExec(w, 'sh', '-c', 'echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6');
       await expectRefused(
@@ -403,7 +404,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
 
   describe('leftovers and reconcile', () => {
     it('replaces a leftover host link of an earlier attempt that crashed', async () => {
-      const w = await pool.add('retry');
+      const w = pool.add('retry').name;
       const spec = specFor(w, [v4('10.251.0.40')]);
       const name = hostLinkName(spec.key);
       await ip(
@@ -437,12 +438,12 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
       });
       await other.start();
       try {
-        const keep = await pool.add('keep');
-        const orphan = await pool.add('orphan');
+        const keep = pool.add('keep').name;
+        const orphan = pool.add('orphan').name;
         const sKeep = specFor(keep, [v4('10.251.0.50')]);
         const sOrphan = specFor(orphan, [v4('10.251.0.51')]);
-        const sMissing = specFor(await pool.add('missing'), [v4('10.251.0.52')]);
-        const sFirst = specFor(await pool.add('first'), [v4('10.251.0.53')]);
+        const sMissing = specFor(pool.add('missing').name, [v4('10.251.0.52')]);
+        const sFirst = specFor(pool.add('first').name, [v4('10.251.0.53')]);
         const rFirst = await attachTo(backend, sFirst);
         const rKeep = await attachTo(other, sKeep);
         const rOrphan = await attachTo(other, sOrphan);
@@ -475,7 +476,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
 
   describe('an attach cut short', () => {
     it('leaves a host link without its alias, which reconcile reports missing and a repair replaces', async () => {
-      const w = await pool.add('half-done');
+      const w = pool.add('half-done').name;
       const spec = specFor(w, [v4('10.251.0.61')]);
       const res = await attachTo(backend, spec);
       // The alias is written last; without it the attachment may be half configured.
@@ -494,7 +495,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
 
   describe('a detach cut short', () => {
     it('leaves its link in the detaching group, which reconcile deletes and reports the attachment missing', async () => {
-      const w = await pool.add('cut');
+      const w = pool.add('cut').name;
       const spec = specFor(w, [v4('10.251.0.60')]);
       const res = await attachTo(backend, spec);
       // What a crash right after detach's first step leaves behind.
@@ -528,7 +529,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
 
   describe('concurrency', () => {
     it('attaches 20 workloads into 20 namespaces concurrently', async () => {
-      const names = await pool.addMany('par', 20);
+      const names = pool.addMany(20, 'par').map((ns) => ns.name);
       const specs = names.map((n, i) => specFor(n, [v4(`10.251.1.${i + 2}`)]));
       const results = await Promise.all(specs.map((s) => attachTo(backend, s)));
       expect(new Set(results.map((r) => r.hostIfName)).size).to.equal(20);
@@ -549,7 +550,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
       const other = new LinuxBackend({ hostNetnsPath: netnsPath(node), ipv6LinkLocal: true });
       await other.start();
       try {
-        const w = await pool.add('keep-ll');
+        const w = pool.add('keep-ll').name;
         const spec = specFor(w, [v4('10.251.2.10')]);
         const res = await attachTo(other, spec);
         for (const [ns, dev] of [
@@ -578,7 +579,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
       const other = new LinuxBackend({ hostNetnsPath: netnsPath(node), netlinkThread: false });
       await other.start();
       try {
-        const w = await pool.add('pool-path');
+        const w = pool.add('pool-path').name;
         const spec = specFor(w, [v4('10.251.2.2')]);
         const res = await attachTo(other, spec);
         expect(await other.check(viewOf(spec, res))).to.deep.equal([]);
@@ -586,7 +587,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
         expect(host?.ifalias).to.equal(`workloadnet:${spec.key}`);
         expect(await pings(w, '10.250.0.1')).to.equal(true);
         await other.detach(viewOf(spec, res));
-        const bad = await pool.add('pool-path-bad');
+        const bad = pool.add('pool-path-bad').name;
         await netnsExec(bad, 'sh', '-c', 'echo 1 > /proc/sys/net/ipv6/conf/default/disable_ipv6');
         const err = await rejection(attachTo(other, specFor(bad, [v4('10.251.2.3'), v6('fd00:77:1::3')])));
         expect(err.message).to.match(/configuring eth0 in .*RTM_NEWADDR failed: EACCES/);

@@ -14,18 +14,19 @@ import {
   setLinkRequest,
   NetlinkSocket,
 } from '../../../lib/rtnetlink';
-import { NetnsPool, ipJson, netnsPath } from './netns-fixture';
+import { ipJson } from './netns-fixture';
+import { NetnsSet, netnsPath } from '../../support/netns';
 
 // The socket against a real kernel, inside a test-owned namespace.
 describe('netlink socket', function () {
   this.timeout(30_000);
-  const pool = new NetnsPool();
+  const pool = new NetnsSet('wnl-');
   let ns: NetnsHandle;
   let sock: NetlinkSocket;
   let name: string;
 
   before(async () => {
-    name = await pool.add('sock');
+    name = pool.add('sock').name;
     ns = await NetnsHandle.open(netnsPath(name));
     sock = NetlinkSocket.openIn(ns);
   });
@@ -33,7 +34,7 @@ describe('netlink socket', function () {
   after(async () => {
     await sock?.close();
     ns?.close();
-    await pool.cleanup();
+    pool.cleanup();
   });
 
   it('hands each of many concurrent requests its own answer', async () => {

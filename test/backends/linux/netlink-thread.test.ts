@@ -6,13 +6,14 @@ import { planAttachment, randomMac } from '../../../backends/linux/attach-plan';
 import { resolveLinuxBackendOptions } from '../../../backends/linux/linux-backend-options';
 import { NetlinkThread } from '../../../backends/linux/netlink-thread';
 import { NetlinkError } from '../../../lib/rtnetlink';
-import { NetnsPool, ip, ipJson, netnsPath } from './netns-fixture';
+import { ip, ipJson } from './netns-fixture';
+import { NetnsSet, netnsPath } from '../../support/netns';
 
 // The netlink thread on its own: one attach's exchange per message, its failures carried back with
 // their class, step and errno, and a clean stop. (The backend's suite covers it inside attach.)
 describe('netlink thread', function () {
   this.timeout(30_000);
-  const pool = new NetnsPool();
+  const pool = new NetnsSet('wnl-');
   const opts = resolveLinuxBackendOptions({});
   let nodeName: string;
   let node: NetnsHandle;
@@ -20,7 +21,7 @@ describe('netlink thread', function () {
   const deaths: string[] = [];
 
   before(async () => {
-    nodeName = await pool.addNode();
+    nodeName = pool.addNode('10.250.0.1').name;
     node = await NetnsHandle.open(netnsPath(nodeName));
     thread = await NetlinkThread.start(node, (why) => deaths.push(why));
   });
@@ -28,7 +29,7 @@ describe('netlink thread', function () {
   after(async () => {
     await thread?.stop();
     node?.close();
-    await pool.cleanup();
+    pool.cleanup();
   });
 
   function openSockets(): number {
@@ -60,7 +61,7 @@ describe('netlink thread', function () {
   }
 
   it('runs a whole attach: the pair, both sides and the alias, and reports where the time went', async () => {
-    const w = await pool.add('thr');
+    const w = pool.add('thr').name;
     const { ns, plan, job: j } = await job(w, '10.251.3.2');
     try {
       const r = await thread.attach(j);
@@ -83,7 +84,7 @@ describe('netlink thread', function () {
   });
 
   it('carries a kernel failure back as a NetlinkError with its step, and the pair to roll back', async () => {
-    const w = await pool.add('thr-taken');
+    const w = pool.add('thr-taken').name;
     await ip('-n', w, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'other0');
     const { ns, job: j } = await job(w, '10.251.3.3');
     try {
@@ -106,7 +107,7 @@ describe('netlink thread', function () {
     expect(own.alive).to.equal(false);
     // Its host socket is the one socket it holds (its event loop's own fds are not sockets).
     expect(openSockets()).to.equal(socketsBefore - 1);
-    const w = await pool.add('thr-late');
+    const w = pool.add('thr-late').name;
     const { ns, job: j } = await job(w, '10.251.3.4');
     try {
       const r = await own.attach(j);

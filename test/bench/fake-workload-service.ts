@@ -1,20 +1,22 @@
-import type { Drift, IpAssignment } from '../../../core/backend';
-import { WorkloadNetError, alreadyExists, invalidArgument, notFound } from '../../../core/errors';
-import type { SweepResult } from '../../../core/workload-service';
-import { NetnsHandle } from '../../../lib/netns/netns-handle';
+import type { Drift, IpAssignment } from '../../core/backend';
+import { WorkloadNetError, alreadyExists, invalidArgument, notFound } from '../../core/errors';
+import { NetnsHandle } from '../../lib/netns/netns-handle';
 import type {
   AttachCall,
   Attachment,
   DetachCall,
   GcResult,
   ServiceStatus,
+  SweepResult,
   WorkloadService,
-} from '../../../core/workload-service';
+} from '../../core/workload-service';
 
 /**
  * An in-memory WorkloadService with the orchestrator's documented semantics (idempotent attach per
- * key, ALREADY_EXISTS for another netns, tolerant detach, GC keeps exactly the named attachments), so
- * the CNI adapter can be tested without a dataplane. Tests steer it through the public fields.
+ * key, ALREADY_EXISTS for another netns, tolerant detach, GC keeps exactly the named attachments).
+ * The CNI forwarder benchmark alone uses it, so that its figures are the adapter path's cost and not the
+ * store's or the allocator's; the tests serve the CNI endpoint from the real service (an in-process
+ * daemon with the recording backend, see test/adapters/cni/).
  */
 export class FakeWorkloadService implements WorkloadService {
   readonly attachments = new Map<string, Attachment>();
