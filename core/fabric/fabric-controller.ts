@@ -57,7 +57,6 @@ export class FabricController {
   private self?: NodeRecord;
   private prepareError?: string;
   private sourceError?: string;
-  private sourceStarting?: Promise<void>;
   private listening = false;
   private stopped = true;
   private coalesce?: NodeJS.Timeout;
@@ -96,8 +95,9 @@ export class FabricController {
     for (const t of [this.coalesce, this.expiry, this.retry]) clearTimeout(t);
     clearInterval(this.periodic);
     this.coalesce = this.expiry = this.retry = this.periodic = undefined;
-    await this.sourceStarting?.catch(() => undefined);
     await this.applying;
+    // Not waiting for a start that has not finished: a source that cannot reach its store may never
+    // finish starting; stopping it ends that.
     if (this.self) await this.opts.source?.stop();
     // The kernel state stays: pods keep reaching their peers while the daemon is away.
     if (this.local) for (const dp of this.opts.dataplanes) await dp.stop();
@@ -201,12 +201,13 @@ export class FabricController {
     }
     // Not awaited by start(): a source that cannot reach its store keeps trying on its own, and the
     // node serves its pods meanwhile.
-    this.sourceStarting = source.start(self).then(
+    void source.start(self).then(
       () => {
         this.sourceError = undefined;
         this.schedule();
       },
       (err: unknown) => {
+        if (this.stopped) return;
         this.sourceError = `peer source ${source.kind} did not start: ${asWorkloadNetError(err).message}`;
         this.opts.log.error({ err: this.sourceError }, 'peer source did not start; retrying');
         this.retryLater(() => this.startSource());
