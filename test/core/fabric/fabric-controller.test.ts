@@ -122,6 +122,8 @@ describe('fabric controller', () => {
     // Back, with a new underlay: its own record wins over the one kept by the grace.
     source.set([peer('n2', 2), { ...peer('n3', 3), underlay: ['192.0.2.33'] }]);
     await until(() => dp.applied.length === 3);
+    expect(dp.applied[2], 'one entry, its own').to.deep.equal(['n2', 'n3']);
+    expect(c.status().peers.find((p) => p.node === 'n3')?.withdrawnAt).to.equal(undefined);
     clock += GRACE_MS;
     await c.applyNow();
     expect(dp.applied.at(-1)).to.deep.equal(['n2', 'n3']);
