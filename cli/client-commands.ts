@@ -295,6 +295,7 @@ function formatStatus(st: StatusResponse): string {
       `fabric:      ${f.mode}, ${f.ready ? 'ready' : 'not ready'}, ${f.peers.length} peers (workloadnet peers)`,
     );
     for (const r of f.reasons) lines.push(`  reason:    ${r}`);
+    for (const w of f.warnings) lines.push(`  warning:   ${w}`);
   }
   if (st.reconcile) {
     const r = st.reconcile;

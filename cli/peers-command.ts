@@ -34,6 +34,7 @@ export function formatPeers(f: FabricStatus | undefined, now = Date.now()): stri
   if (!f || f.mode === 'off') return 'the fabric is off (daemon --fabric, config fabric.mode)\n';
   const lines = [`fabric:      ${f.mode}, ${f.ready ? 'ready' : 'not ready'}`];
   for (const r of f.reasons) lines.push(`  reason:    ${r}`);
+  for (const w of f.warnings) lines.push(`  warning:   ${w}`);
   if (f.node)
     lines.push(
       `this node:   ${f.node} ${f.underlay.join(',') || '-'} (uplink ${f.uplink || '-'}, mtu ${f.mtu}, pod mtu ${f.podMtu})`,

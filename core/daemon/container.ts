@@ -65,7 +65,8 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
   );
   c.bind<FabricController>(FABRIC_CONTROLLER).toDynamicValue((ctx) => {
     const settings = fabricSettings(config);
-    const backends = ctx.container.get<NetworkSet>(NETWORKS).backends();
+    const networkSet = ctx.container.get<NetworkSet>(NETWORKS);
+    const backends = networkSet.backends();
     return new FabricController({
       settings,
       nodeName: config.nodeName || os.hostname(),
@@ -75,6 +76,9 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
       dataplanes: settings ? backends.flatMap((b) => (b.fabric ? [b.fabric] : [])) : [],
       backends: backends.map((b) => b.name),
       withdrawGraceMs: config.fabric.withdrawGraceSeconds * 1000,
+      networks: networkSet.networks
+        .filter((n) => n.backend.fabric)
+        .map((n) => ({ name: n.name, mtu: n.config.mtu })),
       log: logger.child({ part: 'fabric' }),
       metrics,
     });

@@ -33,6 +33,8 @@ export interface FabricControllerOptions {
   /** Names of the backends in use, for the reason when none offers a fabric. */
   backends: readonly string[];
   withdrawGraceMs: number;
+  /** The networks whose backend offers the fabric, with their pod MTU: one above the fabric's is warned of. */
+  networks?: ReadonlyArray<{ name: string; mtu: number }>;
   log: Logger;
   metrics?: Metrics;
   /** Monotonic clock (ms) of the withdrawal grace; tests move it by hand. */
@@ -120,6 +122,7 @@ export class FabricController {
       mode,
       ready: reasons.length === 0,
       reasons,
+      warnings: local ? this.mtuWarnings(podMtu(mode, local)) : [],
       node: this.self?.node ?? '',
       underlay: local?.underlay ?? [],
       uplink: local?.uplink ?? '',
@@ -132,6 +135,20 @@ export class FabricController {
       repairs: reports.reduce((n, r) => n + r.repairs, 0),
       ...(this.lastApplyAt === undefined ? {} : { lastApply: new Date(this.lastApplyAt).toISOString() }),
     };
+  }
+
+  /**
+   * A pod MTU above what the fabric carries does not stop the node: its pods talk to each other, and
+   * to other nodes with small packets; large ones are dropped or fragmented on the way. So it is said,
+   * not made a reason.
+   */
+  private mtuWarnings(fits: number): string[] {
+    return (this.opts.networks ?? [])
+      .filter((n) => n.mtu > fits)
+      .map(
+        (n) =>
+          `network ${n.name}: mtu ${n.mtu} is larger than the ${this.mode} fabric carries (${fits}); set its mtu to ${fits} or less`,
+      );
   }
 
   private reasons(reports: FabricReport[]): string[] {

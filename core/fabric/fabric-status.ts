@@ -23,6 +23,8 @@ export interface FabricStatus {
   /** The peer source has a full list and the last peer table is in the dataplane. */
   ready: boolean;
   reasons: string[];
+  /** What works but not well (a pod MTU larger than the fabric carries); not part of `ready`. */
+  warnings: string[];
   /** This node as it publishes itself (empty until the dataplane has found its underlay). */
   node: string;
   underlay: string[];

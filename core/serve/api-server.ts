@@ -370,6 +370,7 @@ function toProtoFabric(f: FabricStatus): ProtoFabricStatus {
     mode: f.mode,
     ready: f.ready,
     reasons: f.reasons,
+    warnings: f.warnings,
     node: f.node,
     underlay: f.underlay,
     uplink: f.uplink,

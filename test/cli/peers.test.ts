@@ -83,6 +83,9 @@ describe('workloadnet peers', () => {
         /this node:\s+self-node 192\.0\.2\.1 \(uplink eth0, mtu 1500, pod mtu 1450\)/,
       );
       expect(r.stdout).to.match(/source:\s+static \(synced, connected\)/);
+      expect(r.stdout).to.include(
+        'warning:   network default: mtu 1500 is larger than the vxlan fabric carries (1450); set its mtu to 1450 or less',
+      );
       expect(r.stdout).to.match(/programmed:\s+3 routes, 2 neighbours, 2 fdb entries; 0 repairs/);
       const lines = r.stdout.split('\n');
       const header = lines.findIndex((l) => l.startsWith('NODE'));

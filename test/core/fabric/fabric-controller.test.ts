@@ -204,6 +204,24 @@ describe('fabric controller', () => {
     expect(c.status().ready).to.equal(true);
   });
 
+  it('warns of a network whose MTU is larger than the fabric carries, without losing readiness', async () => {
+    const c = make({
+      networks: [
+        { name: 'default', mtu: 1500 },
+        { name: 'small', mtu: 1400 },
+      ],
+    });
+    await c.start();
+    source.set([peer('n2', 2)]);
+    await until(() => dp.applied.length === 1);
+    const st = c.status();
+    expect(st.podMtu).to.equal(1450);
+    expect(st.warnings).to.deep.equal([
+      'network default: mtu 1500 is larger than the vxlan fabric carries (1450); set its mtu to 1450 or less',
+    ]);
+    expect(st.ready).to.equal(true);
+  });
+
   it('says so when no backend in use offers a fabric', async () => {
     const c = make({ dataplanes: [], backends: ['dpu'] });
     await c.start();

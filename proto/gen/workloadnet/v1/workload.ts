@@ -269,6 +269,8 @@ export interface FabricStatus {
   repairs: number;
   /** When the peer table was last applied (RFC 3339), empty before the first time. */
   lastApply: string;
+  /** What works but not well (a network's MTU larger than the fabric carries); not part of `ready`. */
+  warnings: string[];
 }
 
 export interface FabricVtep {
@@ -2993,6 +2995,7 @@ function createBaseFabricStatus(): FabricStatus {
     fdb: 0,
     repairs: 0,
     lastApply: '',
+    warnings: [],
   };
 }
 
@@ -3045,6 +3048,9 @@ export const FabricStatus: MessageFns<FabricStatus> = {
     }
     if (message.lastApply !== '') {
       writer.uint32(130).string(message.lastApply);
+    }
+    for (const v of message.warnings) {
+      writer.uint32(138).string(v!);
     }
     return writer;
   },
@@ -3190,6 +3196,14 @@ export const FabricStatus: MessageFns<FabricStatus> = {
             message.lastApply = reader.string();
             continue;
           }
+          case 17: {
+            if (tag !== 138) {
+              break;
+            }
+
+            message.warnings.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3234,6 +3248,9 @@ export const FabricStatus: MessageFns<FabricStatus> = {
         : isSet(object.last_apply)
           ? globalThis.String(object.last_apply)
           : '',
+      warnings: globalThis.Array.isArray(object?.warnings)
+        ? object.warnings.map((e: any) => globalThis.String(e))
+        : [],
     };
   },
 
@@ -3287,6 +3304,9 @@ export const FabricStatus: MessageFns<FabricStatus> = {
     if (message.lastApply !== '') {
       obj.lastApply = message.lastApply;
     }
+    if (message.warnings?.length) {
+      obj.warnings = message.warnings;
+    }
     return obj;
   },
 
@@ -3315,6 +3335,7 @@ export const FabricStatus: MessageFns<FabricStatus> = {
     message.fdb = object.fdb ?? 0;
     message.repairs = object.repairs ?? 0;
     message.lastApply = object.lastApply ?? '';
+    message.warnings = object.warnings?.map((e) => e) || [];
     return message;
   },
 };
