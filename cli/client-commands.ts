@@ -289,6 +289,14 @@ function formatStatus(st: StatusResponse): string {
       );
       for (const r of n.reasons) lines.push(`  reason:    ${r}`);
     }
+  if (st.fabric && st.fabric.mode !== 'off') {
+    const f = st.fabric;
+    lines.push(
+      `fabric:      ${f.mode}, ${f.ready ? 'ready' : 'not ready'}, ${f.peers.length} peers (workloadnet peers)`,
+    );
+    for (const r of f.reasons) lines.push(`  reason:    ${r}`);
+    for (const w of f.warnings) lines.push(`  warning:   ${w}`);
+  }
   if (st.reconcile) {
     const r = st.reconcile;
     lines.push(

@@ -1,3 +1,4 @@
+import * as path from 'node:path';
 import { ContainerModule } from 'inversify';
 import { backendModules } from './backend-wiring';
 import {
@@ -7,6 +8,7 @@ import {
   type BackendName,
   type ConfigOverrides,
   type DaemonConfig,
+  type FabricConfig,
   type LogLevel,
   type PoolSourceName,
 } from '../core/config';
@@ -51,6 +53,9 @@ export interface DaemonFlags {
   etcdCert?: string;
   etcdKey?: string;
   emptyBlockGraceSeconds?: string;
+  fabric?: string;
+  nodeIp?: string;
+  peersFile?: string;
 }
 
 /** Embedded defaults, then the config file, then flags. */
@@ -89,6 +94,12 @@ export function effectiveConfig(flags: DaemonFlags): DaemonConfig {
       key: flags.etcdKey,
       emptyBlockGraceSeconds:
         flags.emptyBlockGraceSeconds === undefined ? undefined : Number(flags.emptyBlockGraceSeconds),
+    },
+    fabric: {
+      mode: flags.fabric as FabricConfig['mode'] | undefined,
+      nodeIp: flags.nodeIp,
+      // A relative path means the operator's working directory, not the daemon's.
+      peersFile: flags.peersFile === undefined ? undefined : path.resolve(flags.peersFile),
     },
   };
   return mergeConfig(DEFAULT_CONFIG, file, fromFlags);

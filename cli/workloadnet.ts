@@ -5,6 +5,7 @@ import { runDaemon, type DaemonFlags } from './daemon-command';
 import { registerClientCommands } from './client-commands';
 import { registerClusterCommand } from './cluster-command';
 import { registerDpusCommand } from './dpus-command';
+import { registerPeersCommand } from './peers-command';
 import { registerStoreCommands } from './store-command';
 import { VERSION } from '../core/serve/api-server';
 import { DEFAULT_CONFIG } from '../core/config';
@@ -33,6 +34,7 @@ Examples:
   workloadnet status                                    is the node ready to attach workloads?
   workloadnet ls --json                                 every attachment, as JSON
   workloadnet dpus                                      the DPU agents: connected? VFs free? ports?
+  workloadnet peers                                     the other nodes: how each is reached
   workloadnet install-cni                               install the CNI forwarder and conflist
   workloadnet store check                               is the state store sound? (offline)
 
@@ -118,17 +120,33 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
       '--empty-block-grace-seconds <n>',
       `etcd: give back a block empty this long (default ${DEFAULT_CONFIG.etcd.emptyBlockGraceSeconds})`,
     )
+    .addOption(
+      new Option(
+        '--fabric <mode>',
+        'fabric between nodes (default auto: off with --pool-source static, hybrid with kubernetes/etcd)',
+      ).choices(['auto', 'off', 'routed', 'vxlan', 'hybrid', 'external']),
+    )
+    .option(
+      '--node-ip <address>',
+      "fabric: this node's underlay address (default: that of the default route)",
+    )
+    .option(
+      '--peers-file <file>',
+      'fabric: JSON file of the other nodes (static peer source), reloaded on change',
+    )
     .addHelpText(
       'after',
       '\nExamples:\n  workloadnet daemon --pod-cidr 10.88.0.0/16 --pod-cidr fd00:88::/64 --mtu 1450\n' +
         '  workloadnet daemon --pool-source kubernetes --node-name worker-1\n' +
-        '  workloadnet daemon --pool-source etcd --etcd-endpoints http://10.0.0.1:2379 --cluster-cidr 10.96.0.0/12',
+        '  workloadnet daemon --pool-source etcd --etcd-endpoints http://10.0.0.1:2379 --cluster-cidr 10.96.0.0/12\n' +
+        '  workloadnet daemon --pod-cidr 10.244.1.0/24 --fabric vxlan --peers-file /etc/workloadnet/peers.json',
     )
     .action((flags: DaemonFlags) => runDaemon(flags));
 
   registerClientCommands(program);
   registerClusterCommand(program);
   registerDpusCommand(program);
+  registerPeersCommand(program);
   registerStoreCommands(program);
   return program;
 }

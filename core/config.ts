@@ -1,7 +1,8 @@
 import * as fs from 'node:fs';
 import { cidrsOverlap } from './ipam/address-space';
-import { parseCidr, type Cidr } from '../lib/cidr';
+import { parseAddress, parseCidr, type Cidr } from '../lib/cidr';
 import { invalidArgument } from './errors';
+import type { FabricMode, FabricSettings } from './fabric/fabric-dataplane';
 
 // The daemon's configuration: embedded defaults, then a JSON file (--config), then command-line flags.
 // Each option is described once, in OPTION_DOCS, which the reference in docs/ and the CLI help are
@@ -48,6 +49,22 @@ export interface EtcdConfig {
   key: string;
   /** How long a block stays empty before it is given back. */
   emptyBlockGraceSeconds: number;
+}
+
+export interface FabricConfig {
+  /** off, routed, vxlan, hybrid, external; auto: off with the static pool source, hybrid with a cluster one. */
+  mode: FabricMode | 'auto';
+  /** The node's underlay address; empty = the address of the interface holding the default route. */
+  nodeIp: string;
+  vni: number;
+  /** VXLAN UDP port. */
+  port: number;
+  /** The static peer source's file of peers; empty = no peers. */
+  peersFile: string;
+  /** etcd peer source: TTL of the lease this node's record lives on. */
+  leaseTtlSeconds: number;
+  /** How long a peer that left its source stays programmed (it may only have lost its lease). */
+  withdrawGraceSeconds: number;
 }
 
 /** One named network as the config file gives it (see docs/configuration.md, "Networks"). */
@@ -119,6 +136,7 @@ export interface DaemonConfig {
   linux: LinuxConfig;
   dpu: DpuConfig;
   etcd: EtcdConfig;
+  fabric: FabricConfig;
 }
 
 export const DEFAULT_CONFIG: DaemonConfig = {
@@ -163,6 +181,15 @@ export const DEFAULT_CONFIG: DaemonConfig = {
     cert: '',
     key: '',
     emptyBlockGraceSeconds: 300,
+  },
+  fabric: {
+    mode: 'auto',
+    nodeIp: '',
+    vni: 30574,
+    port: 4789,
+    peersFile: '',
+    leaseTtlSeconds: 15,
+    withdrawGraceSeconds: 180,
   },
 };
 
@@ -223,19 +250,32 @@ export const OPTION_DOCS: Record<string, string> = {
   'etcd.key': 'etcd pool source: client private key (PEM file) for etcd mutual TLS.',
   'etcd.emptyBlockGraceSeconds':
     'etcd pool source: how long an owned block stays empty before it is given back to the cluster.',
+  'fabric.mode':
+    'Fabric between nodes: "off", "routed" (via directly connected peers), "vxlan", "hybrid" (routed in the subnet, VXLAN beyond) or "external" (publish only); "auto" (default) is off with the static pool source, hybrid with kubernetes or etcd. See docs/fabric.md.',
+  'fabric.nodeIp':
+    "Fabric: this node's underlay address; empty means the address of the interface holding the default route.",
+  'fabric.vni': 'Fabric: VXLAN network identifier (1-16777215, default 30574).',
+  'fabric.port': 'Fabric: VXLAN UDP port (default 4789).',
+  'fabric.peersFile':
+    'Fabric, static peer source: JSON file of the other nodes ({"peers":[...]}, see docs/fabric.md), reloaded on change; empty means no peers.',
+  'fabric.leaseTtlSeconds':
+    "Fabric, etcd peer source: TTL of the lease this node's record lives on (1-15 s): a dead node leaves its peers' tables after it.",
+  'fabric.withdrawGraceSeconds':
+    'Fabric: how long a peer that left its source stays programmed before its routes are removed (a lapsed lease is not proof of a dead node).',
 };
 
 /** A partial configuration as read from a file or assembled from flags. */
-export type ConfigOverrides = Partial<Omit<DaemonConfig, 'linux' | 'dpu' | 'etcd'>> & {
+export type ConfigOverrides = Partial<Omit<DaemonConfig, 'linux' | 'dpu' | 'etcd' | 'fabric'>> & {
   linux?: Partial<LinuxConfig>;
   dpu?: Partial<DpuConfig>;
   etcd?: Partial<EtcdConfig>;
+  fabric?: Partial<FabricConfig>;
 };
 
 export function mergeConfig(base: DaemonConfig, ...layers: ConfigOverrides[]): DaemonConfig {
   let out: DaemonConfig = structuredClone(base);
   for (const layer of layers) {
-    const { linux, dpu, etcd, ...top } = layer;
+    const { linux, dpu, etcd, fabric, ...top } = layer;
     const defined = Object.fromEntries(Object.entries(top).filter(([, v]) => v !== undefined));
     out = {
       ...out,
@@ -243,6 +283,7 @@ export function mergeConfig(base: DaemonConfig, ...layers: ConfigOverrides[]): D
       linux: { ...out.linux, ...stripUndefined(linux) },
       dpu: { ...out.dpu, ...stripUndefined(dpu) },
       etcd: { ...out.etcd, ...stripUndefined(etcd) },
+      fabric: { ...out.fabric, ...stripUndefined(fabric) },
     };
   }
   return validateConfig(out);
@@ -276,7 +317,7 @@ export function loadConfigFile(file: string): ConfigOverrides {
 function checkKeys(obj: Record<string, unknown>, prefix: string, file: string): void {
   for (const [k, v] of Object.entries(obj)) {
     const dotted = prefix + k;
-    if ((k === 'linux' || k === 'dpu' || k === 'etcd') && prefix === '') {
+    if ((k === 'linux' || k === 'dpu' || k === 'etcd' || k === 'fabric') && prefix === '') {
       if (!v || typeof v !== 'object') throw invalidArgument(`${file}: "${k}" must be an object`);
       checkKeys(v as Record<string, unknown>, `${k}.`, file);
     } else if (!(dotted in OPTION_DOCS)) {
@@ -337,7 +378,63 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
     fail('dpu.ackTimeoutMs must be a positive integer');
   validatePoolSource(c, fail);
   validateNetworks(c, fail);
+  validateFabric(c, fail);
   return c;
+}
+
+const FABRIC_MODES = ['auto', 'off', 'routed', 'vxlan', 'hybrid', 'external'];
+
+function validateFabric(c: DaemonConfig, fail: (msg: string) => never): void {
+  const f = c.fabric;
+  if (!FABRIC_MODES.includes(f.mode))
+    fail(`fabric.mode must be one of ${FABRIC_MODES.join(', ')}, not "${String(f.mode)}"`);
+  if (typeof f.nodeIp !== 'string') fail('fabric.nodeIp must be an address (text) or empty');
+  if (f.nodeIp !== '') {
+    try {
+      parseAddress(f.nodeIp);
+    } catch {
+      fail(`fabric.nodeIp "${f.nodeIp}" is not an IPv4 or IPv6 address (give the address, no prefix length)`);
+    }
+  }
+  if (!Number.isInteger(f.vni) || f.vni < 1 || f.vni > 0xffffff)
+    fail(`fabric.vni must be an integer in 1..16777215, not ${String(f.vni)}`);
+  if (!Number.isInteger(f.port) || f.port < 1 || f.port > 65535)
+    fail(`fabric.port must be a UDP port in 1..65535, not ${String(f.port)}`);
+  if (typeof f.peersFile !== 'string' || (f.peersFile !== '' && !f.peersFile.startsWith('/')))
+    fail('fabric.peersFile must be an absolute path or empty');
+  // The etcd source delivers the peers from etcd; a file beside it would be silently ignored.
+  if (f.peersFile !== '' && c.poolSource === 'etcd')
+    fail('fabric.peersFile is for the static peer source; with poolSource "etcd" the peers come from etcd');
+  if (!Number.isInteger(f.leaseTtlSeconds) || f.leaseTtlSeconds < 1 || f.leaseTtlSeconds > 15)
+    fail(
+      `fabric.leaseTtlSeconds must be an integer in 1..15 (a dead node is withdrawn after it), not ${String(f.leaseTtlSeconds)}`,
+    );
+  if (
+    !Number.isInteger(f.withdrawGraceSeconds) ||
+    f.withdrawGraceSeconds < 0 ||
+    f.withdrawGraceSeconds > 86400
+  )
+    fail(`fabric.withdrawGraceSeconds must be an integer in 0..86400, not ${String(f.withdrawGraceSeconds)}`);
+}
+
+/** What the fabric's dataplanes are prepared with; undefined when the fabric is off. */
+export function fabricSettings(c: DaemonConfig): FabricSettings | undefined {
+  const mode = fabricMode(c);
+  if (mode === 'off') return undefined;
+  return {
+    mode,
+    nodeIp: c.fabric.nodeIp,
+    vni: c.fabric.vni,
+    port: c.fabric.port,
+    // Only the etcd source knows the cluster's ranges; with the others no catch-all is programmed.
+    clusterCidrs: c.poolSource === 'etcd' ? c.etcd.clusterCidrs : [],
+  };
+}
+
+/** The fabric mode in effect: "auto" is off with the static pool source, hybrid with a cluster one. */
+export function fabricMode(c: DaemonConfig): FabricMode {
+  if (c.fabric.mode !== 'auto') return c.fabric.mode;
+  return c.poolSource === 'static' ? 'off' : 'hybrid';
 }
 
 const NETWORK_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;

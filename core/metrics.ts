@@ -164,6 +164,40 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly fabricReady = new Gauge({
+    name: 'workloadnet_fabric_ready',
+    help: 'Fabric: 1 when the peer source has a full list and the last peer table is in the dataplane, else 0 (absent when the fabric is off).',
+    registers: [this.registry],
+  });
+  readonly fabricPeers = new Gauge({
+    name: 'workloadnet_fabric_peers',
+    help: 'Fabric: peers in the table, by the path that reaches them (direct, vxlan, unreachable, external).',
+    labelNames: ['path'] as const,
+    registers: [this.registry],
+  });
+  readonly fabricPeersWithdrawing = new Gauge({
+    name: 'workloadnet_fabric_peers_withdrawing',
+    help: 'Fabric: peers that left their source and are kept programmed for fabric.withdrawGraceSeconds.',
+    registers: [this.registry],
+  });
+  readonly fabricObjects = new Gauge({
+    name: 'workloadnet_fabric_objects',
+    help: 'Fabric: objects of ours in the kernel, by kind (routes, neighbours, fdb).',
+    labelNames: ['kind'] as const,
+    registers: [this.registry],
+  });
+  readonly fabricRepairs = new Counter({
+    name: 'workloadnet_fabric_repairs_total',
+    help: 'Fabric: objects put back after they were removed or changed behind our back.',
+    registers: [this.registry],
+  });
+  readonly fabricApplies = new Counter({
+    name: 'workloadnet_fabric_applies_total',
+    help: 'Fabric: peer tables handed to the dataplane, by result (ok, not_ready, error).',
+    labelNames: ['result'] as const,
+    registers: [this.registry],
+  });
+
   constructor(opts: { processMetrics?: boolean } = {}) {
     if (opts.processMetrics) collectDefaultMetrics({ register: this.registry });
     this.setSweepHeld(undefined);

@@ -3,6 +3,7 @@
 // touch the store or a backend.
 
 import type { DataplaneResult, DpuAgentStatus, DpuPortOptions, Drift, IpAssignment } from './backend';
+import type { FabricStatus } from './fabric/fabric-status';
 import type { PoolSourceStatus } from './ipam/pool-source';
 
 export interface PodMetadata {
@@ -122,6 +123,11 @@ export interface ServiceStatus {
   networks?: NetworkStatus[];
   /** DPU backend: its agents. */
   dpus?: DpuAgentStatus[];
+  /**
+   * The fabric between nodes: whether this node reaches the other nodes' pods, and each peer. Not part
+   * of `ready`: a node attaches its own pods without it (and without its peer source).
+   */
+  fabric?: FabricStatus;
 }
 
 export interface ReconcileSummary {

@@ -1,7 +1,12 @@
 import 'reflect-metadata';
+import * as os from 'node:os';
 import { Container } from 'inversify';
+import { currentBootId } from '../../lib/boot-id';
 import { BACKEND, type Backend } from '../backend';
-import { CONFIG, DEFAULT_NETWORK, effectiveNetworks, type DaemonConfig } from '../config';
+import { CONFIG, DEFAULT_NETWORK, effectiveNetworks, fabricSettings, type DaemonConfig } from '../config';
+import { FABRIC_CONTROLLER, FabricController } from '../fabric/fabric-controller';
+import { PEER_SOURCE, type PeerSource } from '../fabric/peer-source';
+import { StaticPeerSource } from '../fabric/static-peer-source';
 import { ALLOCATOR, IpAllocator } from '../ipam/ip-allocator';
 import { LOGGER, type Logger } from '../logger';
 import { METRICS, Metrics } from '../metrics';
@@ -20,7 +25,9 @@ import { WORKLOAD_SERVICE } from '../workload-service';
 // backend. Endpoints (CNI, metrics) are bound under ENDPOINT the same way. The pool source defaults to
 // the static one; the daemon's wiring rebinds POOL_SOURCE for the others. Networks: the `default`
 // network's pools are ALLOCATOR and POOL_SUPPLY (its source may be any); every other network has
-// static pools of its own. Backends are bound under BACKEND, one binding per kind in use.
+// static pools of its own. Backends are bound under BACKEND, one binding per kind in use. The peer
+// source defaults to the static one (the peers file); the wiring rebinds PEER_SOURCE for etcd. The
+// fabric controller takes it to the dataplanes of the backends in use that offer one.
 
 export function createContainer(config: DaemonConfig, logger: Logger, metrics = new Metrics()): Container {
   const c = new Container({ defaultScope: 'Singleton' });
@@ -52,6 +59,29 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
         return new Network(n, backend, allocator, new PoolSupply(new StaticPoolSource(), allocator, metrics));
       }),
     );
+  });
+  c.bind<PeerSource>(PEER_SOURCE).toDynamicValue(
+    () => new StaticPeerSource(config.fabric.peersFile, logger.child({ part: 'peers' })),
+  );
+  c.bind<FabricController>(FABRIC_CONTROLLER).toDynamicValue((ctx) => {
+    const settings = fabricSettings(config);
+    const networkSet = ctx.container.get<NetworkSet>(NETWORKS);
+    const backends = networkSet.backends();
+    return new FabricController({
+      settings,
+      nodeName: config.nodeName || os.hostname(),
+      bootId: currentBootId(),
+      // Resolved only when the fabric is on: a cluster source connects when it is built.
+      source: settings ? ctx.container.get<PeerSource>(PEER_SOURCE) : undefined,
+      dataplanes: settings ? backends.flatMap((b) => (b.fabric ? [b.fabric] : [])) : [],
+      backends: backends.map((b) => b.name),
+      withdrawGraceMs: config.fabric.withdrawGraceSeconds * 1000,
+      networks: networkSet.networks
+        .filter((n) => n.backend.fabric)
+        .map((n) => ({ name: n.name, mtu: n.config.mtu })),
+      log: logger.child({ part: 'fabric' }),
+      metrics,
+    });
   });
   c.bind<NetnsOpener>(NETNS_OPENER).toConstantValue(kernelNetnsOpener);
   c.bind<NodeService>(NODE_SERVICE).to(NodeService);

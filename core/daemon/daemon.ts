@@ -2,6 +2,7 @@ import type { Container } from 'inversify';
 import { ApiServer } from '../serve/api-server';
 import { CONFIG, type DaemonConfig } from '../config';
 import { ENDPOINT, startAll, type Lifecycle } from './lifecycle';
+import { FABRIC_CONTROLLER, type FabricController } from '../fabric/fabric-controller';
 import { LOGGER, type Logger } from '../logger';
 import { NODE_SERVICE, type NodeService } from '../service/node-service';
 import { STORE } from '../store/store';
@@ -19,11 +20,13 @@ import { WORKLOAD_SERVICE } from '../workload-service';
  * 2. The sockets: the gRPC API and the endpoints bound under ENDPOINT (CNI, metrics) listen at once,
  *    behind the service gate, so a runtime calling during a restart is held, not refused.
  * 3. The backends (each one the networks use, once), 4. the pool sources (static pools, a Node's
- *    ranges, or etcd blocks; one per network), 5. the store and the start-up reconcile.
- * 6. Serving: the gate opens. Stopping it is the graceful part: stop accepting, let calls in flight
+ *    ranges, or etcd blocks; one per network), 5. the fabric (core/fabric: prepares the backends'
+ *    fabric, publishes this node, follows the peer source; it does not wait for the source's first
+ *    list), 6. the store and the start-up reconcile.
+ * 7. Serving: the gate opens. Stopping it is the graceful part: stop accepting, let calls in flight
  *    finish (up to shutdownTimeoutMs), close every connection; then attaches still in flight are
  *    cancelled (their rows removed, see Orchestrator.drain in core/attach); only then the store and the backend.
- * 7. The leak sweep (core/reconcile/leak-sweep.ts), every sweepIntervalMs.
+ * 8. The leak sweep (core/reconcile/leak-sweep.ts), every sweepIntervalMs.
  */
 export class Daemon {
   private stopAll?: () => Promise<void>;
@@ -69,6 +72,7 @@ export class Daemon {
           supplies.map((s) => ({ name: 'pool source', start: () => s.start(), stop: () => s.stop() })),
         );
       }),
+      lazy('fabric', () => this.container.get<FabricController>(FABRIC_CONTROLLER)),
       {
         name: 'store and reconcile',
         start: async () => void (await this.service.init()),

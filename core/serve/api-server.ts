@@ -17,6 +17,7 @@ import {
   type CheckResponse,
   type DetachRequest,
   type DetachResponse,
+  type FabricStatus as ProtoFabricStatus,
   type GCRequest,
   type GCResponse,
   type GetRequest,
@@ -37,6 +38,7 @@ import type { Logger } from '../logger';
 import { LogRate } from '../log-rate';
 import { listenOnSocket } from './unix-socket';
 import type { Attachment, PoolUsage, WorkloadService } from '../workload-service';
+import type { FabricStatus } from '../fabric/fabric-status';
 
 /** The original contract's service name, served too so that its clients connect unchanged. */
 export const SEED_SERVICE = 'metropolis.node.core.network.workloads.WorkloadNetworking';
@@ -227,6 +229,7 @@ export class ApiServer {
             peer: d.peer ?? '',
             reason: d.reason ?? '',
           })),
+          fabric: st.fabric && toProtoFabric(st.fabric),
         };
       }),
       // Encoded as the rows are read, into one buffer (see LIST_SERVICE below).
@@ -359,6 +362,34 @@ function toProtoPool(p: PoolUsage): PoolStatus {
     used: p.used,
     state: p.state ?? 'active',
     source: p.source ?? '',
+  };
+}
+
+function toProtoFabric(f: FabricStatus): ProtoFabricStatus {
+  return {
+    mode: f.mode,
+    ready: f.ready,
+    reasons: f.reasons,
+    warnings: f.warnings,
+    node: f.node,
+    underlay: f.underlay,
+    uplink: f.uplink,
+    mtu: f.mtu,
+    podMtu: f.podMtu,
+    vtep: f.vtep,
+    source: f.source && {
+      kind: f.source.kind,
+      ready: f.source.ready,
+      connected: f.source.connected,
+      reasons: f.source.reasons,
+      rejected: f.source.rejected,
+    },
+    peers: f.peers.map((p) => ({ ...p, withdrawnAt: p.withdrawnAt ?? '' })),
+    routes: f.objects.routes,
+    neighbours: f.objects.neighbours,
+    fdb: f.objects.fdb,
+    repairs: f.repairs,
+    lastApply: f.lastApply ?? '',
   };
 }
 

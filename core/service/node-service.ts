@@ -1,4 +1,4 @@
-import { inject, injectable } from 'inversify';
+import { inject, injectable, optional } from 'inversify';
 import type { Drift } from '../backend';
 import { AttachmentLedger } from '../attach/attachment-ledger';
 import { Orchestrator } from '../attach/orchestrator';
@@ -22,6 +22,7 @@ import type {
   WorkloadService,
 } from '../workload-service';
 import { NodeStatus } from './node-status';
+import { FABRIC_CONTROLLER, type FabricController } from '../fabric/fabric-controller';
 
 // The workload service of one node, put together from its parts: the attach flow (attach/), the
 // start-up reconcile, the leak sweep and GC (reconcile/), and Status. They share one ledger of the
@@ -43,6 +44,7 @@ export class NodeService implements WorkloadService {
     @inject(CONFIG) config: DaemonConfig,
     @inject(LOGGER) log: Logger,
     @inject(METRICS) metrics: Metrics,
+    @inject(FABRIC_CONTROLLER) @optional() fabric?: FabricController,
   ) {
     const ledger = new AttachmentLedger(store, networks, netns, log);
     this.orchestrator = new Orchestrator(ledger, netns, config, log, metrics);
@@ -58,6 +60,7 @@ export class NodeService implements WorkloadService {
     this.nodeStatus = new NodeStatus(ledger, metrics, {
       sweepHold: () => this.sweeper.hold,
       lastReconcile: () => this.reconcile.last,
+      fabric: () => fabric?.observe(),
     });
   }
 

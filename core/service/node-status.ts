@@ -1,6 +1,7 @@
 import type { Backend, BackendHealth } from '../backend';
 import type { AttachmentLedger } from '../attach/attachment-ledger';
 import { asWorkloadNetError } from '../errors';
+import type { FabricStatus } from '../fabric/fabric-status';
 import type { Metrics } from '../metrics';
 import type { NetworkStatus, PoolUsage, ReconcileSummary, ServiceStatus } from '../workload-service';
 
@@ -11,6 +12,11 @@ export interface StatusInputs {
   /** Why the leak sweep releases nothing now, if it does not. */
   sweepHold(): { reason: string } | undefined;
   lastReconcile(): ReconcileSummary | undefined;
+  /**
+   * The fabric between nodes (its gauges set from the same reading); its readiness is its own: a node
+   * attaches its pods without it.
+   */
+  fabric?(): FabricStatus | undefined;
 }
 
 export class NodeStatus {
@@ -79,6 +85,7 @@ export class NodeStatus {
     }
     const dpus = [...healths.values()].flatMap((h) => h.dpus ?? []);
     if (dpus.length) this.metrics.setDpus(dpus);
+    const fabric = this.inputs.fabric?.();
     const primary = networkSet.primary;
     const primaryHealth = healths.get(primary.backend);
     const primarySupply = supplies.find(([n]) => n === primary)?.[1];
@@ -93,6 +100,7 @@ export class NodeStatus {
       reconcile: this.inputs.lastReconcile(),
       networks,
       dpus: dpus.length ? dpus : undefined,
+      fabric,
     };
   }
 }

@@ -232,11 +232,76 @@ export interface StatusResponse {
   networks: NetworkStatus[];
   /** DPU backend: every agent the daemon knows (connected, or gone but holding ports), by id. */
   dpus: DpuStatus[];
+  /**
+   * The fabric between nodes (workloadnet peers). Its readiness is its own: `ready` above says whether
+   * this node can attach its pods, which it does without the fabric.
+   */
+  fabric?: FabricStatus | undefined;
 }
 
 export interface StatusResponse_BackendDetailsEntry {
   key: string;
   value: string;
+}
+
+/** Whether this node reaches the other nodes' pods, and how it reaches each. */
+export interface FabricStatus {
+  /** "off", "routed", "vxlan", "hybrid" or "external" (this node only publishes its record). */
+  mode: string;
+  /** The peer source has delivered a full list and the last peer table is in the dataplane. */
+  ready: boolean;
+  reasons: string[];
+  /** This node as it publishes itself. */
+  node: string;
+  underlay: string[];
+  uplink: string;
+  mtu: number;
+  /** The largest pod MTU that fits every path of the mode (the uplink's less the encapsulation). */
+  podMtu: number;
+  vtep?: FabricVtep | undefined;
+  source?: FabricPeerSource | undefined;
+  peers: FabricPeer[];
+  /** Objects of ours in the kernel now. */
+  routes: number;
+  neighbours: number;
+  fdb: number;
+  /** Objects put back after they were removed or changed behind the daemon's back, since it started. */
+  repairs: number;
+  /** When the peer table was last applied (RFC 3339), empty before the first time. */
+  lastApply: string;
+  /** What works but not well (a network's MTU larger than the fabric carries); not part of `ready`. */
+  warnings: string[];
+}
+
+export interface FabricVtep {
+  mac: string;
+  vni: number;
+  port: number;
+}
+
+/** Where the peers come from: "static" (a file), "etcd", "kubernetes". */
+export interface FabricPeerSource {
+  kind: string;
+  /** A first full list has arrived and the source follows changes. */
+  ready: boolean;
+  connected: boolean;
+  reasons: string[];
+  /** Records the source ignored, each with why (a node announcing a block it does not own). */
+  rejected: string[];
+}
+
+export interface FabricPeer {
+  node: string;
+  underlay: string[];
+  /** "direct" (routed via its underlay address), "vxlan", "unreachable" or "external". */
+  path: string;
+  prefixes: string[];
+  /** Why it is unreachable, or that only the withdrawal grace keeps it. */
+  reason: string;
+  /** When its record, prefixes or path last changed as this node saw it (RFC 3339). */
+  lastChange: string;
+  /** When it left the peer source (RFC 3339), while the withdrawal grace keeps it programmed. */
+  withdrawnAt: string;
 }
 
 export interface NetworkStatus {
@@ -2514,6 +2579,7 @@ function createBaseStatusResponse(): StatusResponse {
     poolSource: undefined,
     networks: [],
     dpus: [],
+    fabric: undefined,
   };
 }
 
@@ -2551,6 +2617,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     }
     for (const v of message.dpus) {
       DpuStatus.encode(v!, writer.uint32(90).fork()).join();
+    }
+    if (message.fabric !== undefined) {
+      FabricStatus.encode(message.fabric, writer.uint32(98).fork()).join();
     }
     return writer;
   },
@@ -2659,6 +2728,14 @@ export const StatusResponse: MessageFns<StatusResponse> = {
             message.dpus.push(DpuStatus.decode(reader, reader.uint32()));
             continue;
           }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.fabric = FabricStatus.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2720,6 +2797,7 @@ export const StatusResponse: MessageFns<StatusResponse> = {
         ? object.networks.map((e: any) => NetworkStatus.fromJSON(e))
         : [],
       dpus: globalThis.Array.isArray(object?.dpus) ? object.dpus.map((e: any) => DpuStatus.fromJSON(e)) : [],
+      fabric: isSet(object.fabric) ? FabricStatus.fromJSON(object.fabric) : undefined,
     };
   },
 
@@ -2764,6 +2842,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     if (message.dpus?.length) {
       obj.dpus = message.dpus.map((e) => DpuStatus.toJSON(e));
     }
+    if (message.fabric !== undefined) {
+      obj.fabric = FabricStatus.toJSON(message.fabric);
+    }
     return obj;
   },
 
@@ -2796,6 +2877,10 @@ export const StatusResponse: MessageFns<StatusResponse> = {
         : undefined;
     message.networks = object.networks?.map((e) => NetworkStatus.fromPartial(e)) || [];
     message.dpus = object.dpus?.map((e) => DpuStatus.fromPartial(e)) || [];
+    message.fabric =
+      object.fabric !== undefined && object.fabric !== null
+        ? FabricStatus.fromPartial(object.fabric)
+        : undefined;
     return message;
   },
 };
@@ -2888,6 +2973,784 @@ export const StatusResponse_BackendDetailsEntry: MessageFns<StatusResponse_Backe
     const message = createBaseStatusResponse_BackendDetailsEntry();
     message.key = object.key ?? '';
     message.value = object.value ?? '';
+    return message;
+  },
+};
+
+function createBaseFabricStatus(): FabricStatus {
+  return {
+    mode: '',
+    ready: false,
+    reasons: [],
+    node: '',
+    underlay: [],
+    uplink: '',
+    mtu: 0,
+    podMtu: 0,
+    vtep: undefined,
+    source: undefined,
+    peers: [],
+    routes: 0,
+    neighbours: 0,
+    fdb: 0,
+    repairs: 0,
+    lastApply: '',
+    warnings: [],
+  };
+}
+
+export const FabricStatus: MessageFns<FabricStatus> = {
+  encode(message: FabricStatus, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.mode !== '') {
+      writer.uint32(10).string(message.mode);
+    }
+    if (message.ready !== false) {
+      writer.uint32(16).bool(message.ready);
+    }
+    for (const v of message.reasons) {
+      writer.uint32(26).string(v!);
+    }
+    if (message.node !== '') {
+      writer.uint32(34).string(message.node);
+    }
+    for (const v of message.underlay) {
+      writer.uint32(42).string(v!);
+    }
+    if (message.uplink !== '') {
+      writer.uint32(50).string(message.uplink);
+    }
+    if (message.mtu !== 0) {
+      writer.uint32(56).uint32(message.mtu);
+    }
+    if (message.podMtu !== 0) {
+      writer.uint32(64).uint32(message.podMtu);
+    }
+    if (message.vtep !== undefined) {
+      FabricVtep.encode(message.vtep, writer.uint32(74).fork()).join();
+    }
+    if (message.source !== undefined) {
+      FabricPeerSource.encode(message.source, writer.uint32(82).fork()).join();
+    }
+    for (const v of message.peers) {
+      FabricPeer.encode(v!, writer.uint32(90).fork()).join();
+    }
+    if (message.routes !== 0) {
+      writer.uint32(96).uint32(message.routes);
+    }
+    if (message.neighbours !== 0) {
+      writer.uint32(104).uint32(message.neighbours);
+    }
+    if (message.fdb !== 0) {
+      writer.uint32(112).uint32(message.fdb);
+    }
+    if (message.repairs !== 0) {
+      writer.uint32(120).uint64(message.repairs);
+    }
+    if (message.lastApply !== '') {
+      writer.uint32(130).string(message.lastApply);
+    }
+    for (const v of message.warnings) {
+      writer.uint32(138).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FabricStatus {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFabricStatus();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.mode = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.ready = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.reasons.push(reader.string());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.node = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.underlay.push(reader.string());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.uplink = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.mtu = reader.uint32();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.podMtu = reader.uint32();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.vtep = FabricVtep.decode(reader, reader.uint32());
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.source = FabricPeerSource.decode(reader, reader.uint32());
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.peers.push(FabricPeer.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.routes = reader.uint32();
+            continue;
+          }
+          case 13: {
+            if (tag !== 104) {
+              break;
+            }
+
+            message.neighbours = reader.uint32();
+            continue;
+          }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.fdb = reader.uint32();
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.repairs = longToNumber(reader.uint64());
+            continue;
+          }
+          case 16: {
+            if (tag !== 130) {
+              break;
+            }
+
+            message.lastApply = reader.string();
+            continue;
+          }
+          case 17: {
+            if (tag !== 138) {
+              break;
+            }
+
+            message.warnings.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): FabricStatus {
+    return {
+      mode: isSet(object.mode) ? globalThis.String(object.mode) : '',
+      ready: isSet(object.ready) ? globalThis.Boolean(object.ready) : false,
+      reasons: globalThis.Array.isArray(object?.reasons)
+        ? object.reasons.map((e: any) => globalThis.String(e))
+        : [],
+      node: isSet(object.node) ? globalThis.String(object.node) : '',
+      underlay: globalThis.Array.isArray(object?.underlay)
+        ? object.underlay.map((e: any) => globalThis.String(e))
+        : [],
+      uplink: isSet(object.uplink) ? globalThis.String(object.uplink) : '',
+      mtu: isSet(object.mtu) ? globalThis.Number(object.mtu) : 0,
+      podMtu: isSet(object.podMtu)
+        ? globalThis.Number(object.podMtu)
+        : isSet(object.pod_mtu)
+          ? globalThis.Number(object.pod_mtu)
+          : 0,
+      vtep: isSet(object.vtep) ? FabricVtep.fromJSON(object.vtep) : undefined,
+      source: isSet(object.source) ? FabricPeerSource.fromJSON(object.source) : undefined,
+      peers: globalThis.Array.isArray(object?.peers)
+        ? object.peers.map((e: any) => FabricPeer.fromJSON(e))
+        : [],
+      routes: isSet(object.routes) ? globalThis.Number(object.routes) : 0,
+      neighbours: isSet(object.neighbours) ? globalThis.Number(object.neighbours) : 0,
+      fdb: isSet(object.fdb) ? globalThis.Number(object.fdb) : 0,
+      repairs: isSet(object.repairs) ? globalThis.Number(object.repairs) : 0,
+      lastApply: isSet(object.lastApply)
+        ? globalThis.String(object.lastApply)
+        : isSet(object.last_apply)
+          ? globalThis.String(object.last_apply)
+          : '',
+      warnings: globalThis.Array.isArray(object?.warnings)
+        ? object.warnings.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: FabricStatus): unknown {
+    const obj: any = {};
+    if (message.mode !== '') {
+      obj.mode = message.mode;
+    }
+    if (message.ready !== false) {
+      obj.ready = message.ready;
+    }
+    if (message.reasons?.length) {
+      obj.reasons = message.reasons;
+    }
+    if (message.node !== '') {
+      obj.node = message.node;
+    }
+    if (message.underlay?.length) {
+      obj.underlay = message.underlay;
+    }
+    if (message.uplink !== '') {
+      obj.uplink = message.uplink;
+    }
+    if (message.mtu !== 0) {
+      obj.mtu = Math.round(message.mtu);
+    }
+    if (message.podMtu !== 0) {
+      obj.podMtu = Math.round(message.podMtu);
+    }
+    if (message.vtep !== undefined) {
+      obj.vtep = FabricVtep.toJSON(message.vtep);
+    }
+    if (message.source !== undefined) {
+      obj.source = FabricPeerSource.toJSON(message.source);
+    }
+    if (message.peers?.length) {
+      obj.peers = message.peers.map((e) => FabricPeer.toJSON(e));
+    }
+    if (message.routes !== 0) {
+      obj.routes = Math.round(message.routes);
+    }
+    if (message.neighbours !== 0) {
+      obj.neighbours = Math.round(message.neighbours);
+    }
+    if (message.fdb !== 0) {
+      obj.fdb = Math.round(message.fdb);
+    }
+    if (message.repairs !== 0) {
+      obj.repairs = Math.round(message.repairs);
+    }
+    if (message.lastApply !== '') {
+      obj.lastApply = message.lastApply;
+    }
+    if (message.warnings?.length) {
+      obj.warnings = message.warnings;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<FabricStatus>, I>>(base?: I): FabricStatus {
+    return FabricStatus.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<FabricStatus>, I>>(object: I): FabricStatus {
+    const message = createBaseFabricStatus();
+    message.mode = object.mode ?? '';
+    message.ready = object.ready ?? false;
+    message.reasons = object.reasons?.map((e) => e) || [];
+    message.node = object.node ?? '';
+    message.underlay = object.underlay?.map((e) => e) || [];
+    message.uplink = object.uplink ?? '';
+    message.mtu = object.mtu ?? 0;
+    message.podMtu = object.podMtu ?? 0;
+    message.vtep =
+      object.vtep !== undefined && object.vtep !== null ? FabricVtep.fromPartial(object.vtep) : undefined;
+    message.source =
+      object.source !== undefined && object.source !== null
+        ? FabricPeerSource.fromPartial(object.source)
+        : undefined;
+    message.peers = object.peers?.map((e) => FabricPeer.fromPartial(e)) || [];
+    message.routes = object.routes ?? 0;
+    message.neighbours = object.neighbours ?? 0;
+    message.fdb = object.fdb ?? 0;
+    message.repairs = object.repairs ?? 0;
+    message.lastApply = object.lastApply ?? '';
+    message.warnings = object.warnings?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseFabricVtep(): FabricVtep {
+  return { mac: '', vni: 0, port: 0 };
+}
+
+export const FabricVtep: MessageFns<FabricVtep> = {
+  encode(message: FabricVtep, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.mac !== '') {
+      writer.uint32(10).string(message.mac);
+    }
+    if (message.vni !== 0) {
+      writer.uint32(16).uint32(message.vni);
+    }
+    if (message.port !== 0) {
+      writer.uint32(24).uint32(message.port);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FabricVtep {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFabricVtep();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.mac = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.vni = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.port = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): FabricVtep {
+    return {
+      mac: isSet(object.mac) ? globalThis.String(object.mac) : '',
+      vni: isSet(object.vni) ? globalThis.Number(object.vni) : 0,
+      port: isSet(object.port) ? globalThis.Number(object.port) : 0,
+    };
+  },
+
+  toJSON(message: FabricVtep): unknown {
+    const obj: any = {};
+    if (message.mac !== '') {
+      obj.mac = message.mac;
+    }
+    if (message.vni !== 0) {
+      obj.vni = Math.round(message.vni);
+    }
+    if (message.port !== 0) {
+      obj.port = Math.round(message.port);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<FabricVtep>, I>>(base?: I): FabricVtep {
+    return FabricVtep.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<FabricVtep>, I>>(object: I): FabricVtep {
+    const message = createBaseFabricVtep();
+    message.mac = object.mac ?? '';
+    message.vni = object.vni ?? 0;
+    message.port = object.port ?? 0;
+    return message;
+  },
+};
+
+function createBaseFabricPeerSource(): FabricPeerSource {
+  return { kind: '', ready: false, connected: false, reasons: [], rejected: [] };
+}
+
+export const FabricPeerSource: MessageFns<FabricPeerSource> = {
+  encode(message: FabricPeerSource, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.kind !== '') {
+      writer.uint32(10).string(message.kind);
+    }
+    if (message.ready !== false) {
+      writer.uint32(16).bool(message.ready);
+    }
+    if (message.connected !== false) {
+      writer.uint32(24).bool(message.connected);
+    }
+    for (const v of message.reasons) {
+      writer.uint32(34).string(v!);
+    }
+    for (const v of message.rejected) {
+      writer.uint32(42).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FabricPeerSource {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFabricPeerSource();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.kind = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.ready = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.connected = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.reasons.push(reader.string());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.rejected.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): FabricPeerSource {
+    return {
+      kind: isSet(object.kind) ? globalThis.String(object.kind) : '',
+      ready: isSet(object.ready) ? globalThis.Boolean(object.ready) : false,
+      connected: isSet(object.connected) ? globalThis.Boolean(object.connected) : false,
+      reasons: globalThis.Array.isArray(object?.reasons)
+        ? object.reasons.map((e: any) => globalThis.String(e))
+        : [],
+      rejected: globalThis.Array.isArray(object?.rejected)
+        ? object.rejected.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: FabricPeerSource): unknown {
+    const obj: any = {};
+    if (message.kind !== '') {
+      obj.kind = message.kind;
+    }
+    if (message.ready !== false) {
+      obj.ready = message.ready;
+    }
+    if (message.connected !== false) {
+      obj.connected = message.connected;
+    }
+    if (message.reasons?.length) {
+      obj.reasons = message.reasons;
+    }
+    if (message.rejected?.length) {
+      obj.rejected = message.rejected;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<FabricPeerSource>, I>>(base?: I): FabricPeerSource {
+    return FabricPeerSource.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<FabricPeerSource>, I>>(object: I): FabricPeerSource {
+    const message = createBaseFabricPeerSource();
+    message.kind = object.kind ?? '';
+    message.ready = object.ready ?? false;
+    message.connected = object.connected ?? false;
+    message.reasons = object.reasons?.map((e) => e) || [];
+    message.rejected = object.rejected?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseFabricPeer(): FabricPeer {
+  return { node: '', underlay: [], path: '', prefixes: [], reason: '', lastChange: '', withdrawnAt: '' };
+}
+
+export const FabricPeer: MessageFns<FabricPeer> = {
+  encode(message: FabricPeer, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.node !== '') {
+      writer.uint32(10).string(message.node);
+    }
+    for (const v of message.underlay) {
+      writer.uint32(18).string(v!);
+    }
+    if (message.path !== '') {
+      writer.uint32(26).string(message.path);
+    }
+    for (const v of message.prefixes) {
+      writer.uint32(34).string(v!);
+    }
+    if (message.reason !== '') {
+      writer.uint32(42).string(message.reason);
+    }
+    if (message.lastChange !== '') {
+      writer.uint32(50).string(message.lastChange);
+    }
+    if (message.withdrawnAt !== '') {
+      writer.uint32(58).string(message.withdrawnAt);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FabricPeer {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFabricPeer();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.node = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.underlay.push(reader.string());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.path = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.prefixes.push(reader.string());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.lastChange = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.withdrawnAt = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): FabricPeer {
+    return {
+      node: isSet(object.node) ? globalThis.String(object.node) : '',
+      underlay: globalThis.Array.isArray(object?.underlay)
+        ? object.underlay.map((e: any) => globalThis.String(e))
+        : [],
+      path: isSet(object.path) ? globalThis.String(object.path) : '',
+      prefixes: globalThis.Array.isArray(object?.prefixes)
+        ? object.prefixes.map((e: any) => globalThis.String(e))
+        : [],
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : '',
+      lastChange: isSet(object.lastChange)
+        ? globalThis.String(object.lastChange)
+        : isSet(object.last_change)
+          ? globalThis.String(object.last_change)
+          : '',
+      withdrawnAt: isSet(object.withdrawnAt)
+        ? globalThis.String(object.withdrawnAt)
+        : isSet(object.withdrawn_at)
+          ? globalThis.String(object.withdrawn_at)
+          : '',
+    };
+  },
+
+  toJSON(message: FabricPeer): unknown {
+    const obj: any = {};
+    if (message.node !== '') {
+      obj.node = message.node;
+    }
+    if (message.underlay?.length) {
+      obj.underlay = message.underlay;
+    }
+    if (message.path !== '') {
+      obj.path = message.path;
+    }
+    if (message.prefixes?.length) {
+      obj.prefixes = message.prefixes;
+    }
+    if (message.reason !== '') {
+      obj.reason = message.reason;
+    }
+    if (message.lastChange !== '') {
+      obj.lastChange = message.lastChange;
+    }
+    if (message.withdrawnAt !== '') {
+      obj.withdrawnAt = message.withdrawnAt;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<FabricPeer>, I>>(base?: I): FabricPeer {
+    return FabricPeer.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<FabricPeer>, I>>(object: I): FabricPeer {
+    const message = createBaseFabricPeer();
+    message.node = object.node ?? '';
+    message.underlay = object.underlay?.map((e) => e) || [];
+    message.path = object.path ?? '';
+    message.prefixes = object.prefixes?.map((e) => e) || [];
+    message.reason = object.reason ?? '';
+    message.lastChange = object.lastChange ?? '';
+    message.withdrawnAt = object.withdrawnAt ?? '';
     return message;
   },
 };

@@ -1,0 +1,378 @@
+import { asWorkloadNetError } from '../errors';
+import type { Logger } from '../logger';
+import type { Metrics } from '../metrics';
+import { monotonicMs } from '../monotonic-clock';
+import type {
+  FabricDataplane,
+  FabricMode,
+  FabricReport,
+  FabricSettings,
+  LocalNode,
+} from './fabric-dataplane';
+import type { FabricPeerStatus, FabricStatus } from './fabric-status';
+import type { NodeRecord, Peer, PeerSource } from './peer-source';
+import { podMtu } from './pod-mtu';
+import { WithdrawalGrace } from './withdrawal-grace';
+
+// The fabric's control loop: the peer source's table, taken to the backends' dataplanes. It finds
+// this node's underlay (prepare), publishes this node's record, and on every change of the table
+// (coalesced) applies it — only once the source has a full list, since before it a missing peer is
+// only a peer not yet listed — with the peers that left within the withdrawal grace still in it.
+// A periodic apply catches what a dataplane's own repair missed. Start-up never waits for the source:
+// the node serves its own pods meanwhile, and Status says the fabric is not ready and why.
+
+export interface FabricControllerOptions {
+  /** What the dataplanes are prepared with; absent: the fabric is off. */
+  settings?: FabricSettings;
+  nodeName: string;
+  bootId: string;
+  /** Where peers come from; absent when the mode is off. */
+  source?: PeerSource;
+  /** The dataplanes of the backends in use that offer one (the Linux backend's). */
+  dataplanes: readonly FabricDataplane[];
+  /** Names of the backends in use, for the reason when none offers a fabric. */
+  backends: readonly string[];
+  withdrawGraceMs: number;
+  /** The networks whose backend offers the fabric, with their pod MTU: one above the fabric's is warned of. */
+  networks?: ReadonlyArray<{ name: string; mtu: number }>;
+  log: Logger;
+  metrics?: Metrics;
+  /** Monotonic clock (ms) of the withdrawal grace; tests move it by hand. */
+  now?: () => number;
+  /** Changes of the table within this long are applied once (ms). */
+  coalesceMs?: number;
+  /** Period of the full apply (ms). */
+  reapplyMs?: number;
+  /** Wait before preparing again after prepare failed, or starting the source again (ms). */
+  retryMs?: number;
+}
+
+/** inversify identifier of the FabricController. */
+export const FABRIC_CONTROLLER = Symbol.for('workloadnet.FabricController');
+
+/** A part of the daemon's lifecycle (core/daemon/lifecycle.ts), started after the backends and pool sources. */
+export class FabricController {
+  readonly name = 'fabric';
+  private readonly grace: WithdrawalGrace;
+  private readonly now: () => number;
+  private local?: LocalNode;
+  private self?: NodeRecord;
+  private prepareError?: string;
+  private sourceError?: string;
+  private listening = false;
+  private stopped = true;
+  private coalesce?: NodeJS.Timeout;
+  private expiry?: NodeJS.Timeout;
+  private periodic?: NodeJS.Timeout;
+  private retry?: NodeJS.Timeout;
+  private applying?: Promise<void>;
+  private rerun = false;
+  private applyError?: string;
+  private lastApplyAt?: number;
+  private lastRepairs = 0;
+  /** Per peer: what it looked like at the last apply, and since when (wall clock). */
+  private readonly seen = new Map<string, { shape: string; since: number }>();
+  private peerRows: FabricPeerStatus[] = [];
+
+  constructor(private readonly opts: FabricControllerOptions) {
+    this.now = opts.now ?? monotonicMs;
+    this.grace = new WithdrawalGrace(opts.withdrawGraceMs, this.now);
+  }
+
+  get mode(): FabricMode {
+    return this.opts.settings?.mode ?? 'off';
+  }
+
+  async start(): Promise<void> {
+    if (!this.opts.settings) return;
+    this.stopped = false;
+    if (this.opts.dataplanes.length === 0) return;
+    this.periodic = setInterval(() => this.schedule(), this.opts.reapplyMs ?? 60_000);
+    this.periodic.unref();
+    await this.bringUp();
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    for (const t of [this.coalesce, this.expiry, this.retry]) clearTimeout(t);
+    clearInterval(this.periodic);
+    this.coalesce = this.expiry = this.retry = this.periodic = undefined;
+    await this.applying;
+    // Not waiting for a start that has not finished: a source that cannot reach its store may never
+    // finish starting; stopping it ends that.
+    if (this.self) await this.opts.source?.stop();
+    // The kernel state stays: pods keep reaching their peers while the daemon is away.
+    if (this.local) for (const dp of this.opts.dataplanes) await dp.stop();
+  }
+
+  /** Applies the table now rather than after the coalescing delay (tests, and the periodic apply). */
+  async applyNow(): Promise<void> {
+    clearTimeout(this.coalesce);
+    this.coalesce = undefined;
+    await this.run();
+  }
+
+  status(): FabricStatus {
+    const mode = this.mode;
+    const local = this.local;
+    const reports = this.local && mode !== 'external' ? this.opts.dataplanes.map((d) => d.report()) : [];
+    const source = mode === 'off' ? undefined : this.opts.source?.status();
+    const reasons = mode === 'off' ? [] : this.reasons(reports);
+    return {
+      mode,
+      ready: reasons.length === 0,
+      reasons,
+      warnings: local ? this.mtuWarnings(podMtu(mode, local)) : [],
+      node: this.self?.node ?? '',
+      underlay: local?.underlay ?? [],
+      uplink: local?.uplink ?? '',
+      mtu: local?.mtu ?? 0,
+      podMtu: local ? podMtu(mode, local) : 0,
+      ...(local?.vtep ? { vtep: local.vtep } : {}),
+      ...(source ? { source } : {}),
+      peers: this.peerRows,
+      objects: sumObjects(reports),
+      repairs: reports.reduce((n, r) => n + r.repairs, 0),
+      ...(this.lastApplyAt === undefined ? {} : { lastApply: new Date(this.lastApplyAt).toISOString() }),
+    };
+  }
+
+  /**
+   * A pod MTU above what the fabric carries does not stop the node: its pods talk to each other, and
+   * to other nodes with small packets; large ones are dropped or fragmented on the way. So it is said,
+   * not made a reason.
+   */
+  private mtuWarnings(fits: number): string[] {
+    return (this.opts.networks ?? [])
+      .filter((n) => n.mtu > fits)
+      .map(
+        (n) =>
+          `network ${n.name}: mtu ${n.mtu} is larger than the ${this.mode} fabric carries (${fits}); set its mtu to ${fits} or less`,
+      );
+  }
+
+  private reasons(reports: FabricReport[]): string[] {
+    const source = this.opts.source;
+    if (this.opts.dataplanes.length === 0)
+      return [
+        `no backend in use offers a fabric (${this.opts.backends.join(', ') || 'none'}); set fabric.mode to "off"`,
+      ];
+    if (this.prepareError) return [this.prepareError];
+    if (!this.local) return ['preparing the fabric dataplane'];
+    const out: string[] = [];
+    if (this.sourceError) out.push(this.sourceError);
+    if (!source) out.push('no peer source is configured');
+    else if (!source.synced)
+      out.push(
+        `waiting for the peer source (${source.kind}) to deliver its first full list`,
+        ...source.status().reasons,
+      );
+    else if (this.lastApplyAt === undefined && !this.applyError) out.push('applying the first peer table');
+    if (this.applyError) out.push(this.applyError);
+    for (const r of reports) if (!r.ready) out.push(...r.reasons);
+    return out;
+  }
+
+  /** Prepares the dataplanes and starts the source; retried while prepare fails. */
+  private async bringUp(): Promise<void> {
+    const { settings, log } = this.opts;
+    if (!settings) return;
+    try {
+      let first: LocalNode | undefined;
+      for (const dp of this.opts.dataplanes) {
+        const local = await dp.prepare(settings);
+        first ??= local;
+      }
+      this.local = first;
+      this.prepareError = undefined;
+    } catch (err) {
+      const msg = `fabric dataplane not prepared: ${asWorkloadNetError(err).message}`;
+      if (msg !== this.prepareError) log.error({ err: msg }, 'fabric not prepared; retrying');
+      this.prepareError = msg;
+      this.retryLater(() => this.bringUp());
+      return;
+    }
+    const local = this.local;
+    if (!local) return;
+    this.self = {
+      node: this.opts.nodeName,
+      underlay: local.underlay,
+      mtu: local.mtu,
+      ...(local.vtep ? { vtep: local.vtep } : {}),
+      bootId: this.opts.bootId,
+    };
+    log.info(
+      { mode: settings.mode, node: this.self.node, underlay: local.underlay, uplink: local.uplink },
+      'fabric prepared',
+    );
+    this.startSource();
+  }
+
+  private startSource(): void {
+    const source = this.opts.source;
+    const self = this.self;
+    if (!source || !self || this.stopped) return;
+    if (!this.listening) {
+      source.onChange(() => this.schedule());
+      this.listening = true;
+    }
+    // Not awaited by start(): a source that cannot reach its store keeps trying on its own, and the
+    // node serves its pods meanwhile.
+    void source.start(self).then(
+      () => {
+        this.sourceError = undefined;
+        this.schedule();
+      },
+      (err: unknown) => {
+        if (this.stopped) return;
+        this.sourceError = `peer source ${source.kind} did not start: ${asWorkloadNetError(err).message}`;
+        this.opts.log.error({ err: this.sourceError }, 'peer source did not start; retrying');
+        this.retryLater(() => this.startSource());
+      },
+    );
+  }
+
+  private retryLater(fn: () => unknown): void {
+    if (this.stopped) return;
+    this.retry = setTimeout(() => void fn(), this.opts.retryMs ?? 10_000);
+    this.retry.unref();
+  }
+
+  private schedule(): void {
+    if (this.stopped || this.coalesce) return;
+    this.coalesce = setTimeout(() => {
+      this.coalesce = undefined;
+      void this.run();
+    }, this.opts.coalesceMs ?? 100);
+    this.coalesce.unref();
+  }
+
+  /** One apply at a time; a change during one is applied right after it. */
+  private run(): Promise<void> {
+    if (this.applying) {
+      this.rerun = true;
+      return this.applying;
+    }
+    this.applying = (async () => {
+      do {
+        this.rerun = false;
+        await this.applyOnce();
+      } while (this.rerun && !this.stopped);
+    })().finally(() => (this.applying = undefined));
+    return this.applying;
+  }
+
+  private async applyOnce(): Promise<void> {
+    const source = this.opts.source;
+    if (this.stopped || !this.local || !source?.synced) return;
+    const table = this.grace.table(source.peers());
+    const metrics = this.opts.metrics;
+    let reports: FabricReport[] = [];
+    if (this.mode === 'external') {
+      // Routes come from elsewhere (BGP, the cloud); this node only publishes and reports.
+      reports = [externalReport(table)];
+    } else {
+      try {
+        for (const dp of this.opts.dataplanes) reports.push(await dp.apply(table));
+        this.applyError = undefined;
+      } catch (err) {
+        this.applyError = `applying the peer table failed: ${asWorkloadNetError(err).message}`;
+        this.opts.log.error({ err: this.applyError, peers: table.length }, 'fabric apply failed');
+        metrics?.fabricApplies.inc({ result: 'error' });
+        this.scheduleExpiry();
+        return;
+      }
+    }
+    this.lastApplyAt = Date.now();
+    this.peerRows = this.rows(table, reports);
+    metrics?.fabricApplies.inc({ result: reports.every((r) => r.ready) ? 'ok' : 'not_ready' });
+    this.setGauges(this.status());
+    this.scheduleExpiry();
+  }
+
+  /** An apply when the oldest withdrawal falls due, so it is removed on time, not at the next change. */
+  private scheduleExpiry(): void {
+    clearTimeout(this.expiry);
+    this.expiry = undefined;
+    const due = this.grace.nextDue();
+    if (due === undefined || this.stopped) return;
+    this.expiry = setTimeout(() => this.schedule(), Math.max(0, due - this.now()));
+    this.expiry.unref();
+  }
+
+  private rows(table: readonly Peer[], reports: readonly FabricReport[]): FabricPeerStatus[] {
+    const wall = Date.now();
+    const paths = new Map(reports.flatMap((r) => r.peers).map((p) => [p.node, p]));
+    const pending = this.grace.pending();
+    const rows: FabricPeerStatus[] = [];
+    const names = new Set<string>();
+    for (const peer of table) {
+      names.add(peer.node);
+      const path = paths.get(peer.node);
+      const withdrawn = pending.get(peer.node);
+      const shape = JSON.stringify([peer, path?.path, path?.reason]);
+      const prev = this.seen.get(peer.node);
+      const since = prev && prev.shape === shape ? prev.since : wall;
+      this.seen.set(peer.node, { shape, since });
+      const withdrawnAt = withdrawn ? wall - (this.now() - withdrawn.since) : undefined;
+      const reasons = [
+        path ? (path.reason ?? '') : 'not in the last report of the dataplane',
+        withdrawn
+          ? `left the peer source; kept for the withdrawal grace (${Math.round(this.opts.withdrawGraceMs / 1000)} s)`
+          : '',
+      ].filter((r) => r !== '');
+      rows.push({
+        node: peer.node,
+        underlay: peer.underlay,
+        path: path?.path ?? 'unreachable',
+        prefixes: path?.prefixes ?? peer.prefixes,
+        reason: reasons.join('; '),
+        lastChange: new Date(since).toISOString(),
+        ...(withdrawnAt === undefined ? {} : { withdrawnAt: new Date(withdrawnAt).toISOString() }),
+      });
+    }
+    for (const name of this.seen.keys()) if (!names.has(name)) this.seen.delete(name);
+    return rows;
+  }
+
+  /** Status as of now, with the fabric's gauges set from it (repairs happen between applies). */
+  observe(): FabricStatus {
+    const st = this.status();
+    if (st.mode !== 'off') this.setGauges(st);
+    return st;
+  }
+
+  private setGauges(st: FabricStatus): void {
+    const m = this.opts.metrics;
+    if (!m) return;
+    m.fabricReady.set(st.ready ? 1 : 0);
+    m.fabricPeers.reset();
+    for (const path of ['direct', 'vxlan', 'unreachable', 'external'] as const)
+      m.fabricPeers.set({ path }, st.peers.filter((p) => p.path === path).length);
+    m.fabricPeersWithdrawing.set(this.grace.pending().size);
+    for (const [kind, n] of Object.entries(st.objects)) m.fabricObjects.set({ kind }, n);
+    // The dataplanes count repairs since they started; the counter takes what is new.
+    if (st.repairs > this.lastRepairs) m.fabricRepairs.inc(st.repairs - this.lastRepairs);
+    this.lastRepairs = st.repairs;
+  }
+}
+
+function sumObjects(reports: readonly FabricReport[]): FabricReport['objects'] {
+  const out = { routes: 0, neighbours: 0, fdb: 0 };
+  for (const r of reports) {
+    out.routes += r.objects.routes;
+    out.neighbours += r.objects.neighbours;
+    out.fdb += r.objects.fdb;
+  }
+  return out;
+}
+
+function externalReport(table: readonly Peer[]): FabricReport {
+  return {
+    ready: true,
+    reasons: [],
+    peers: table.map((p) => ({ node: p.node, path: 'external', prefixes: p.prefixes })),
+    objects: { routes: 0, neighbours: 0, fdb: 0 },
+    repairs: 0,
+  };
+}

@@ -1,0 +1,45 @@
+import type { FabricMode, PeerPath } from './fabric-dataplane';
+import type { PeerSourceStatus, Vtep } from './peer-source';
+
+// The fabric as Status and `workloadnet peers` show it: whether this node reaches the others' pods
+// now, and per peer how.
+
+export interface FabricPeerStatus {
+  node: string;
+  underlay: string[];
+  /** How it is reached now (external: routes come from elsewhere; this node only publishes). */
+  path: PeerPath['path'];
+  prefixes: string[];
+  /** Why it is unreachable, or that it is kept only by the withdrawal grace. */
+  reason: string;
+  /** When its record, prefixes or path last changed as this node saw it (ISO time). */
+  lastChange: string;
+  /** When it left its source (ISO time), while the withdrawal grace still keeps it programmed. */
+  withdrawnAt?: string;
+}
+
+export interface FabricStatus {
+  mode: FabricMode;
+  /** The peer source has a full list and the last peer table is in the dataplane. */
+  ready: boolean;
+  reasons: string[];
+  /** What works but not well (a pod MTU larger than the fabric carries); not part of `ready`. */
+  warnings: string[];
+  /** This node as it publishes itself (empty until the dataplane has found its underlay). */
+  node: string;
+  underlay: string[];
+  uplink: string;
+  /** MTU of the uplink. */
+  mtu: number;
+  /** The largest pod MTU that fits every path of this mode (the uplink's less the encapsulation). */
+  podMtu: number;
+  vtep?: Vtep;
+  source?: PeerSourceStatus;
+  peers: FabricPeerStatus[];
+  /** Objects of ours in the kernel now. */
+  objects: { routes: number; neighbours: number; fdb: number };
+  /** Objects put back after they were removed or changed behind our back, since start. */
+  repairs: number;
+  /** When the peer table was last applied (ISO time). */
+  lastApply?: string;
+}

@@ -1,0 +1,93 @@
+import { formatAddress, parseAddress, parseCidr } from '../../lib/cidr';
+import { invalidArgument, type WorkloadNetError } from '../errors';
+import type { Peer } from './peer-source';
+
+// The static peer source's file (--peers-file): {"peers":[{"node","underlay","mtu","vtep","prefixes",
+// "bootId"}]}. A file that is wrong anywhere is refused whole, with the field named, so that a typo in
+// one entry never withdraws the others (the source keeps its previous table).
+
+const PEER_KEYS = new Set(['node', 'underlay', 'mtu', 'vtep', 'prefixes', 'bootId']);
+const VTEP_KEYS = new Set(['mac', 'vni', 'port']);
+const NODE_NAME = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
+const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
+
+/** The peers the text lists, canonical (addresses and prefixes as the kernel prints them), by node name. */
+export function parsePeersFile(text: string, file: string): Map<string, Peer> {
+  const fail = (msg: string): WorkloadNetError => invalidArgument(`peers file ${file}: ${msg}`);
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch (err) {
+    throw fail(`not valid JSON: ${(err as Error).message}`);
+  }
+  if (!isObject(doc) || !Array.isArray(doc.peers))
+    throw fail('must hold a JSON object with a "peers" list: {"peers":[{"node":…}]}');
+  for (const k of Object.keys(doc)) if (k !== 'peers') throw fail(`unknown key "${k}" (known: peers)`);
+  const peers = new Map<string, Peer>();
+  const owners = new Map<string, string>();
+  for (const [i, entry] of (doc.peers as unknown[]).entries()) {
+    const at = `peers[${i}]`;
+    if (!isObject(entry)) throw fail(`${at} must be an object`);
+    for (const k of Object.keys(entry))
+      if (!PEER_KEYS.has(k)) throw fail(`${at}: unknown key "${k}" (known: ${[...PEER_KEYS].join(', ')})`);
+    const peer = parsePeer(entry, at, fail);
+    if (peers.has(peer.node)) throw fail(`${at}.node: "${peer.node}" is listed twice`);
+    // Two nodes claiming one prefix would send its traffic to whichever was programmed last.
+    for (const p of peer.prefixes) {
+      const other = owners.get(p);
+      if (other) throw fail(`${at}.prefixes: ${p} is also listed for node "${other}"`);
+      owners.set(p, peer.node);
+    }
+    peers.set(peer.node, peer);
+  }
+  return peers;
+}
+
+function parsePeer(e: Record<string, unknown>, at: string, fail: (m: string) => WorkloadNetError): Peer {
+  if (typeof e.node !== 'string' || !NODE_NAME.test(e.node))
+    throw fail(`${at}.node must be a node name (lowercase letters, digits, "-" and ".")`);
+  if (!Array.isArray(e.underlay) || e.underlay.length === 0)
+    throw fail(`${at}.underlay must be a non-empty list of addresses`);
+  const underlay = e.underlay.map((a: unknown, j) => {
+    try {
+      const { family, value } = parseAddress(a as string);
+      return formatAddress(family, value);
+    } catch (err) {
+      throw fail(`${at}.underlay[${j}]: ${(err as Error).message}`);
+    }
+  });
+  const mtu = e.mtu ?? 1500;
+  if (!Number.isInteger(mtu) || (mtu as number) < 68 || (mtu as number) > 65535)
+    throw fail(`${at}.mtu must be an integer in 68..65535`);
+  let vtep: Peer['vtep'];
+  if (e.vtep !== undefined) {
+    const v = e.vtep;
+    if (!isObject(v)) throw fail(`${at}.vtep must be an object {"mac","vni","port"}`);
+    for (const k of Object.keys(v))
+      if (!VTEP_KEYS.has(k)) throw fail(`${at}.vtep: unknown key "${k}" (known: mac, vni, port)`);
+    const mac = typeof v.mac === 'string' ? v.mac.toLowerCase() : '';
+    if (!MAC.test(mac)) throw fail(`${at}.vtep.mac must be a MAC address like 0e:77:0a:00:00:02`);
+    const vni = v.vni ?? 30574;
+    if (!Number.isInteger(vni) || (vni as number) < 1 || (vni as number) > 0xffffff)
+      throw fail(`${at}.vtep.vni must be an integer in 1..16777215`);
+    const port = v.port ?? 4789;
+    if (!Number.isInteger(port) || (port as number) < 1 || (port as number) > 65535)
+      throw fail(`${at}.vtep.port must be an integer in 1..65535`);
+    vtep = { mac, vni: vni as number, port: port as number };
+  }
+  if (!Array.isArray(e.prefixes)) throw fail(`${at}.prefixes must be a list of CIDRs`);
+  const prefixes = e.prefixes.map((p: unknown, j) => {
+    try {
+      return parseCidr(p as string).text;
+    } catch (err) {
+      throw fail(`${at}.prefixes[${j}]: ${(err as Error).message}`);
+    }
+  });
+  const bootId = e.bootId ?? '';
+  if (typeof bootId !== 'string') throw fail(`${at}.bootId must be text`);
+  return { node: e.node, underlay, mtu: mtu as number, ...(vtep ? { vtep } : {}), bootId, prefixes };
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}

@@ -1,0 +1,264 @@
+import { expect } from 'chai';
+import { FabricController, type FabricControllerOptions } from '../../../core/fabric/fabric-controller';
+import type { FabricSettings } from '../../../core/fabric/fabric-dataplane';
+import { silentLogger } from '../../../core/logger';
+import { Metrics } from '../../../core/metrics';
+import { ManualPeerSource, RecordingFabricDataplane, peer, until } from './recording-fabric-dataplane';
+
+// The fabric controller against a peer source moved by hand and a dataplane that records its tables.
+// Time of the withdrawal grace is a clock the test moves; nothing waits on it.
+
+const SETTINGS: FabricSettings = { mode: 'vxlan', nodeIp: '', vni: 30574, port: 4789, clusterCidrs: [] };
+const GRACE_MS = 180_000;
+
+describe('fabric controller', () => {
+  let source: ManualPeerSource;
+  let dp: RecordingFabricDataplane;
+  let clock: number;
+  let metrics: Metrics;
+  let controller: FabricController | undefined;
+
+  beforeEach(() => {
+    source = new ManualPeerSource();
+    dp = new RecordingFabricDataplane();
+    clock = 1_000_000;
+    metrics = new Metrics();
+  });
+  afterEach(async () => {
+    await controller?.stop();
+    controller = undefined;
+  });
+
+  function make(over: Partial<FabricControllerOptions> = {}): FabricController {
+    controller = new FabricController({
+      settings: SETTINGS,
+      nodeName: 'n1',
+      bootId: 'boot-n1',
+      source,
+      dataplanes: [dp],
+      backends: ['linux'],
+      withdrawGraceMs: GRACE_MS,
+      log: silentLogger(),
+      metrics,
+      now: () => clock,
+      coalesceMs: 20,
+      ...over,
+    });
+    return controller;
+  }
+
+  it('prepares the dataplane and publishes this node with its underlay, MTU, VTEP and boot id', async () => {
+    await make().start();
+    expect(dp.prepared).to.deep.equal([SETTINGS]);
+    await until(() => source.started !== undefined);
+    expect(source.started).to.deep.equal({
+      node: 'n1',
+      underlay: ['192.0.2.1'],
+      mtu: 1500,
+      vtep: { mac: '0e:77:c0:00:02:01', vni: 30574, port: 4789 },
+      bootId: 'boot-n1',
+    });
+  });
+
+  it('applies nothing before the source has a full list, then the whole table', async () => {
+    const c = make();
+    await c.start();
+    source.set([peer('n2', 2)], false);
+    source.set([peer('n2', 2), peer('n3', 3)], false);
+    await c.applyNow();
+    expect(dp.applied).to.deep.equal([]);
+    const st = c.status();
+    expect(st.ready).to.equal(false);
+    expect(st.reasons.join(' ')).to.include(
+      'waiting for the peer source (manual) to deliver its first full list',
+    );
+    source.set([peer('n2', 2), peer('n3', 3)]);
+    await until(() => dp.applied.length === 1, 5000, 'the first apply');
+    expect(dp.applied[0]).to.deep.equal(['n2', 'n3']);
+    expect(c.status().ready).to.equal(true);
+  });
+
+  it('coalesces a burst of changes into one apply of the last table', async () => {
+    const c = make({ coalesceMs: 200 });
+    await c.start();
+    for (let i = 2; i < 12; i++)
+      source.set(Array.from({ length: i - 1 }, (_, j) => peer(`n${j + 2}`, j + 2)));
+    await until(() => dp.applied.length >= 1, 5000, 'an apply');
+    // Longer than the coalescing delay: a second apply would have come by now.
+    await new Promise((r) => setTimeout(r, 500));
+    expect(dp.applied.length).to.equal(1);
+    expect(dp.applied[0]).to.have.length(10);
+    void c;
+  });
+
+  it('keeps a peer that left the source programmed for the grace, then removes it', async () => {
+    const c = make();
+    await c.start();
+    source.set([peer('n2', 2), peer('n3', 3)]);
+    await until(() => dp.applied.length === 1);
+    source.set([peer('n2', 2)]);
+    await until(() => dp.applied.length === 2);
+    expect(dp.applied[1], 'still programmed within the grace').to.deep.equal(['n2', 'n3']);
+    const row = c.status().peers.find((p) => p.node === 'n3');
+    expect(row?.withdrawnAt, 'shown as withdrawing').to.be.a('string');
+    expect(row?.reason).to.include('withdrawal grace');
+    clock += GRACE_MS - 1;
+    await c.applyNow();
+    expect(dp.applied.at(-1)).to.deep.equal(['n2', 'n3']);
+    clock += 1;
+    await c.applyNow();
+    expect(dp.applied.at(-1), 'gone once the grace is over').to.deep.equal(['n2']);
+    expect(c.status().peers.map((p) => p.node)).to.deep.equal(['n2']);
+  });
+
+  it('cancels a withdrawal when the record comes back within the grace', async () => {
+    const c = make();
+    await c.start();
+    source.set([peer('n2', 2), peer('n3', 3)]);
+    await until(() => dp.applied.length === 1);
+    source.set([peer('n2', 2)]);
+    await until(() => dp.applied.length === 2);
+    clock += GRACE_MS / 2;
+    // Back, with a new underlay: its own record wins over the one kept by the grace.
+    source.set([peer('n2', 2), { ...peer('n3', 3), underlay: ['192.0.2.33'] }]);
+    await until(() => dp.applied.length === 3);
+    expect(dp.applied[2], 'one entry, its own').to.deep.equal(['n2', 'n3']);
+    expect(c.status().peers.find((p) => p.node === 'n3')?.withdrawnAt).to.equal(undefined);
+    clock += GRACE_MS;
+    await c.applyNow();
+    expect(dp.applied.at(-1)).to.deep.equal(['n2', 'n3']);
+    expect(dp.tables.at(-1)?.find((p) => p.node === 'n3')?.underlay).to.deep.equal(['192.0.2.33']);
+    expect(c.status().peers.find((p) => p.node === 'n3')?.withdrawnAt).to.equal(undefined);
+  });
+
+  it('applies nothing while the source has lost its full list, and keeps what is programmed', async () => {
+    const c = make();
+    await c.start();
+    source.set([peer('n2', 2)]);
+    await until(() => dp.applied.length === 1);
+    // A relist in progress: the table is partial, so nobody may be withdrawn on its word.
+    source.set([], false);
+    await c.applyNow();
+    expect(dp.applied).to.have.length(1);
+    expect(c.status().ready).to.equal(false);
+  });
+
+  it('with mode off prepares nothing, starts no source and is ready', async () => {
+    const c = make({ settings: undefined });
+    await c.start();
+    source.set([peer('n2', 2)]);
+    await c.applyNow();
+    expect(dp.prepared).to.deep.equal([]);
+    expect(source.started).to.equal(undefined);
+    expect(dp.applied).to.deep.equal([]);
+    expect(c.status()).to.include({ mode: 'off', ready: true });
+  });
+
+  it('with mode external publishes this node and reports peers, programming nothing', async () => {
+    const c = make({ settings: { ...SETTINGS, mode: 'external' } });
+    await c.start();
+    await until(() => source.started !== undefined);
+    source.set([peer('n2', 2)]);
+    await until(() => c.status().peers.length === 1);
+    expect(dp.applied).to.deep.equal([]);
+    const st = c.status();
+    expect(st.ready).to.equal(true);
+    expect(st.peers[0]).to.include({ node: 'n2', path: 'external' });
+    expect(st.podMtu).to.equal(1500);
+  });
+
+  it('does not wait for a source that cannot list: start returns, and Status says why', async () => {
+    source.startGate = new Promise(() => undefined);
+    const c = make();
+    await c.start();
+    const st = c.status();
+    expect(st.ready).to.equal(false);
+    expect(st.reasons.join(' ')).to.include('first full list');
+    expect(st.node).to.equal('n1');
+  });
+
+  it('says why when prepare is refused, and prepares again later', async () => {
+    dp.prepareError = new Error('UDP port 4789 is held by foreign device vx0');
+    const c = make({ retryMs: 20 });
+    await c.start();
+    expect(c.status().reasons).to.deep.equal([
+      'fabric dataplane not prepared: UDP port 4789 is held by foreign device vx0',
+    ]);
+    expect(source.started, 'nothing published before the dataplane is prepared').to.equal(undefined);
+    dp.prepareError = undefined;
+    await until(() => source.started !== undefined, 5000, 'a second prepare');
+    source.set([peer('n2', 2)]);
+    await until(() => c.status().ready);
+  });
+
+  it('reports a failed apply and applies again at the next change', async () => {
+    const c = make();
+    await c.start();
+    dp.applyError = new Error('RTNETLINK: Invalid argument');
+    source.set([peer('n2', 2)]);
+    await until(() => c.status().reasons.some((r) => r.includes('applying the peer table failed')));
+    expect(c.status().ready).to.equal(false);
+    dp.applyError = undefined;
+    source.set([peer('n2', 2), peer('n3', 3)]);
+    await until(() => dp.applied.length === 1);
+    expect(c.status().ready).to.equal(true);
+  });
+
+  it('warns of a network whose MTU is larger than the fabric carries, without losing readiness', async () => {
+    const c = make({
+      networks: [
+        { name: 'default', mtu: 1500 },
+        { name: 'small', mtu: 1400 },
+      ],
+    });
+    await c.start();
+    source.set([peer('n2', 2)]);
+    await until(() => dp.applied.length === 1);
+    const st = c.status();
+    expect(st.podMtu).to.equal(1450);
+    expect(st.warnings).to.deep.equal([
+      'network default: mtu 1500 is larger than the vxlan fabric carries (1450); set its mtu to 1450 or less',
+    ]);
+    expect(st.ready).to.equal(true);
+  });
+
+  it('says so when no backend in use offers a fabric', async () => {
+    const c = make({ dataplanes: [], backends: ['dpu'] });
+    await c.start();
+    expect(c.status().reasons[0]).to.include('no backend in use offers a fabric (dpu)');
+    expect(source.started).to.equal(undefined);
+  });
+
+  it('sets the fabric gauges: peers by path, objects, repairs', async () => {
+    const c = make();
+    await c.start();
+    const noVtep = { ...peer('n4', 4) };
+    delete noVtep.vtep;
+    source.set([peer('n2', 2), peer('n3', 3), noVtep]);
+    await until(() => dp.applied.length === 1);
+    dp.repairs = 3;
+    c.observe();
+    const text = await metrics.registry.metrics();
+    expect(text).to.match(/workloadnet_fabric_peers\{path="vxlan"\} 2/);
+    expect(text).to.match(/workloadnet_fabric_peers\{path="unreachable"\} 1/);
+    expect(text).to.match(/workloadnet_fabric_objects\{kind="routes"\} 3/);
+    expect(text).to.match(/workloadnet_fabric_repairs_total 3/);
+    expect(text).to.match(/workloadnet_fabric_ready 1/);
+    c.observe();
+    expect(await metrics.registry.metrics(), 'repairs counted once').to.match(
+      /workloadnet_fabric_repairs_total 3/,
+    );
+  });
+
+  it('stops the source and the dataplane, and leaves the kernel alone', async () => {
+    const c = make();
+    await c.start();
+    source.set([peer('n2', 2)]);
+    await until(() => dp.applied.length === 1);
+    await c.stop();
+    controller = undefined;
+    expect(source.stops).to.equal(1);
+    expect(dp.stopped).to.equal(1);
+    expect(dp.applied).to.have.length(1);
+  });
+});

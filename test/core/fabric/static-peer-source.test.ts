@@ -1,0 +1,180 @@
+import { expect } from 'chai';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { parsePeersFile } from '../../../core/fabric/peers-file';
+import type { NodeRecord } from '../../../core/fabric/peer-source';
+import { StaticPeerSource } from '../../../core/fabric/static-peer-source';
+import { silentLogger } from '../../../core/logger';
+import { until } from './recording-fabric-dataplane';
+
+// The static peer source: the peers a file lists, read again when it changes; a bad file changes
+// nothing; this node's own entry is skipped.
+
+const SELF: NodeRecord = { node: 'n1', underlay: ['192.0.2.1'], mtu: 1500, bootId: 'b1' };
+
+function entry(node: string, octet: number, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    node,
+    underlay: [`192.0.2.${octet}`],
+    mtu: 1500,
+    vtep: { mac: `0e:77:c0:00:02:0${octet}`, vni: 30574, port: 4789 },
+    prefixes: [`10.244.${octet}.0/24`],
+    bootId: '',
+    ...extra,
+  };
+}
+
+describe('static peer source', () => {
+  let dir: string;
+  let file: string;
+  let source: StaticPeerSource | undefined;
+  let changes: number;
+
+  beforeEach(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-peers-'));
+    file = path.join(dir, 'peers.json');
+    changes = 0;
+  });
+  afterEach(async () => {
+    await source?.stop();
+    source = undefined;
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** Writes the file the way config managers do: a new file renamed over the old one. */
+  function write(doc: unknown): void {
+    const tmp = `${file}.tmp`;
+    fs.writeFileSync(tmp, typeof doc === 'string' ? doc : JSON.stringify(doc));
+    fs.renameSync(tmp, file);
+  }
+
+  async function started(f = file, pollMs = 60_000): Promise<StaticPeerSource> {
+    source = new StaticPeerSource(f, silentLogger(), { pollMs });
+    source.onChange(() => changes++);
+    await source.start(SELF);
+    return source;
+  }
+
+  it('with no file is a synced, empty table', async () => {
+    const s = await started('');
+    expect(s.synced).to.equal(true);
+    expect(s.peers().size).to.equal(0);
+    expect(s.status()).to.deep.include({ kind: 'static', ready: true, reasons: [] });
+  });
+
+  it('lists the peers of the file, without this node', async () => {
+    write({ peers: [entry('n1', 1), entry('n2', 2), entry('n3', 3)] });
+    const s = await started();
+    expect(s.synced).to.equal(true);
+    expect([...s.peers().keys()]).to.deep.equal(['n2', 'n3']);
+    expect(s.peers().get('n2')).to.deep.equal({
+      node: 'n2',
+      underlay: ['192.0.2.2'],
+      mtu: 1500,
+      vtep: { mac: '0e:77:c0:00:02:02', vni: 30574, port: 4789 },
+      prefixes: ['10.244.2.0/24'],
+      bootId: '',
+    });
+  });
+
+  it('reads the file again when it is replaced, and says so', async () => {
+    write({ peers: [entry('n2', 2)] });
+    const s = await started();
+    const before = changes;
+    write({ peers: [entry('n2', 2), entry('n3', 3)] });
+    await until(() => s.peers().size === 2, 10_000, 'the new table (watch)');
+    expect(changes).to.be.greaterThan(before);
+  });
+
+  it('reads the file again on the poll when no event comes', async () => {
+    write({ peers: [entry('n2', 2)] });
+    const s = await started(file, 50);
+    // Written in place, with the watch closed: only the poll can see it.
+    (s as unknown as { watcher?: fs.FSWatcher }).watcher?.close();
+    fs.writeFileSync(file, JSON.stringify({ peers: [] }));
+    await until(() => s.peers().size === 0, 10_000, 'the new table (poll)');
+  });
+
+  it('refuses a bad file whole, names the field and keeps the table read before', async () => {
+    write({ peers: [entry('n2', 2), entry('n3', 3)] });
+    const s = await started();
+    write({ peers: [entry('n2', 2), entry('n3', 3, { prefixes: ['10.244.3.1/24'] })] });
+    await until(() => s.status().reasons.length > 0, 10_000, 'the refusal');
+    expect(s.status().reasons[0]).to.include(`peers file ${file}: peers[1].prefixes[0]`);
+    expect(s.status().reasons[0]).to.include('the table read before is kept');
+    expect(s.synced).to.equal(true);
+    expect([...s.peers().keys()]).to.deep.equal(['n2', 'n3']);
+    // Fixed: taken, and the reason goes.
+    write({ peers: [entry('n2', 2)] });
+    await until(() => s.peers().size === 1 && s.status().reasons.length === 0, 10_000, 'the fixed file');
+  });
+
+  it('is not synced while the file is missing or bad at start (nothing may be removed on its word)', async () => {
+    const s = await started();
+    expect(s.synced).to.equal(false);
+    expect(s.status().reasons).to.deep.equal([`peers file ${file} does not exist`]);
+    write('{"peers": [');
+    await until(() => s.status().reasons[0]?.includes('not valid JSON') ?? false, 10_000, 'the refusal');
+    expect(s.synced).to.equal(false);
+    write({ peers: [entry('n2', 2)] });
+    await until(() => s.synced, 10_000, 'the first good file');
+    expect(s.peers().size).to.equal(1);
+  });
+});
+
+describe('peers file', () => {
+  const parse = (doc: unknown): unknown => parsePeersFile(JSON.stringify(doc), '/etc/p.json');
+
+  it('takes the defaults for mtu, vni, port and boot id, and canonical addresses', () => {
+    const peers = parsePeersFile(
+      JSON.stringify({
+        peers: [
+          {
+            node: 'n2',
+            underlay: ['FD00::0002'],
+            vtep: { mac: '0E:77:00:00:00:02' },
+            prefixes: ['fd00:244::/64'],
+          },
+        ],
+      }),
+      '/etc/p.json',
+    );
+    expect(peers.get('n2')).to.deep.equal({
+      node: 'n2',
+      underlay: ['fd00::2'],
+      mtu: 1500,
+      vtep: { mac: '0e:77:00:00:00:02', vni: 30574, port: 4789 },
+      prefixes: ['fd00:244::/64'],
+      bootId: '',
+    });
+  });
+
+  for (const [what, doc, message] of [
+    ['no peers list', { nodes: [] }, 'must hold a JSON object with a "peers" list'],
+    ['an unknown key', { peers: [{ ...entry('n2', 2), vni: 1 }] }, 'peers[0]: unknown key "vni"'],
+    ['a bad node name', { peers: [entry('N_2', 2)] }, 'peers[0].node must be a node name'],
+    [
+      'no underlay',
+      { peers: [entry('n2', 2, { underlay: [] })] },
+      'peers[0].underlay must be a non-empty list',
+    ],
+    ['a bad underlay', { peers: [entry('n2', 2, { underlay: ['10.0.0.300'] })] }, 'peers[0].underlay[0]'],
+    ['a bad MAC', { peers: [entry('n2', 2, { vtep: { mac: 'zz' } })] }, 'peers[0].vtep.mac'],
+    [
+      'a bad VNI',
+      { peers: [entry('n2', 2, { vtep: { mac: '0e:77:00:00:00:02', vni: 0 } })] },
+      'peers[0].vtep.vni',
+    ],
+    ['a node twice', { peers: [entry('n2', 2), entry('n2', 3)] }, 'peers[1].node: "n2" is listed twice'],
+    [
+      'a prefix twice',
+      { peers: [entry('n2', 2), entry('n3', 3, { prefixes: ['10.244.2.0/24'] })] },
+      'peers[1].prefixes: 10.244.2.0/24 is also listed for node "n2"',
+    ],
+  ] as const) {
+    it(`refuses ${what}, naming the field`, () => {
+      expect(() => parse(doc)).to.throw(message);
+    });
+  }
+});
