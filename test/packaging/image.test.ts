@@ -84,10 +84,12 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
       netns: fx.node,
       nodeName: 'test-node',
     };
-    // The ConfigMap's config, with the one change a node outside a cluster needs: static pools.
+    // The ConfigMap's config, with the change a node outside a cluster needs (static pools) and a
+    // leak sweep every second rather than every minute.
     const config = JSON.parse(manifest.configJson) as Record<string, unknown>;
     config.poolSource = 'static';
     config.podCidrs = ['10.251.31.0/24'];
+    config.sweepIntervalMs = 1000;
     fs.mkdirSync(view.configDir, { recursive: true });
     fs.writeFileSync(path.join(view.configDir, 'config.json'), JSON.stringify(config));
     // A Kubernetes node has IPv4 forwarding on (kubeadm checks it); the unprivileged daemon cannot
@@ -107,6 +109,38 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
       );
     }
   });
+
+  /** The daemon container, started as the manifest says, or with some of its mounts left out. */
+  async function startDaemon(without: string[] = []): Promise<void> {
+    const daemon = container(manifest.pod, 'workloadnet');
+    const c = { ...daemon, volumeMounts: daemon.volumeMounts?.filter((m) => !without.includes(m.mountPath)) };
+    const run = await podman([
+      'run',
+      '--detach',
+      '--name',
+      daemonName,
+      ...podmanRunArgs(view, manifest.pod, c, built.image),
+    ]);
+    expect(run.code, run.stderr).to.equal(0);
+  }
+  async function stopDaemon(): Promise<void> {
+    const grace = String(manifest.pod.terminationGracePeriodSeconds ?? 30);
+    expect((await podman(['stop', '--time', grace, daemonName])).code).to.equal(0);
+    expect((await podman(['rm', daemonName])).code).to.equal(0);
+  }
+  const exec = (cmd: string[]) => podman(['exec', daemonName, ...cmd]);
+  const probe = async (cmd: string[] | undefined): Promise<number> => (await exec(cmd ?? [])).code;
+  const readiness = container(manifest.pod, 'workloadnet').readinessProbe?.exec?.command;
+  const listed = async (): Promise<string[]> =>
+    (JSON.parse((await exec(['workloadnet', 'ls', '--json'])).stdout) as Array<{ workloadId: string }>).map(
+      (a) => a.workloadId,
+    );
+  const hostLinks = (): Array<{ ifname: string; group?: string | number }> =>
+    ipJson<Array<{ ifname: string; group?: string | number }>>(fx.node, ['link', 'show']).filter(
+      (l) => String(l.group) === '30574',
+    );
+
+  const cniCall = { conf: '', env: {} as Record<string, string>, bin: '', ip: '', pod: '' };
 
   it('is built by one command, under 200 MiB, its layer the sorted tar the build wrote, Node.js 20', async () => {
     expect(built.image).to.match(/^localhost\/workloadnet:\d+\.\d+\.\d+-[0-9a-f]{12}$/);
@@ -167,24 +201,10 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
 
   it('runs the daemon, which becomes ready by the manifest readiness probe', async () => {
     const daemon = container(manifest.pod, 'workloadnet');
-    const run = await podman([
-      'run',
-      '--detach',
-      '--name',
-      daemonName,
-      ...podmanRunArgs(view, manifest.pod, daemon, built.image),
-    ]);
-    expect(run.code, run.stderr).to.equal(0);
-    const probe = async (cmd: string[] | undefined): Promise<number> =>
-      (await podman(['exec', daemonName, ...(cmd ?? [])])).code;
-    await waitUntil(
-      async () => (await probe(daemon.readinessProbe?.exec?.command)) === 0,
-      'the readiness probe to pass',
-      120_000,
-      {
-        intervalMs: 500,
-      },
-    );
+    await startDaemon();
+    await waitUntil(async () => (await probe(readiness)) === 0, 'the readiness probe to pass', 120_000, {
+      intervalMs: 500,
+    });
     expect(await probe(daemon.livenessProbe?.exec?.command)).to.equal(0);
     expect(await probe(daemon.startupProbe?.exec?.command)).to.equal(0);
     // Its sockets and store are on the node, where the manifest puts them.
@@ -197,7 +217,7 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
     }
   });
 
-  it('attaches a pod made after it started through the installed forwarder and conflist, and detaches it', async () => {
+  it('attaches a pod made after it started through the installed forwarder and conflist', async () => {
     const daemon = container(manifest.pod, 'workloadnet');
     const pod = fx.namespaces.add();
     // What libcni sends: the plugin's entry of the installed conflist with cniVersion and name. The
@@ -206,33 +226,74 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
       fs.readFileSync(path.join(view.root, 'etc', 'cni', 'net.d', '10-workloadnet.conflist'), 'utf8'),
     ) as { cniVersion: string; name: string; plugins: Array<{ socket: string }> };
     const entry = list.plugins[0] ?? { socket: '' };
-    const conf = JSON.stringify({
+    cniCall.conf = JSON.stringify({
       ...entry,
       cniVersion: list.cniVersion,
       name: list.name,
       socket: nodePathOf(view, manifest.pod, daemon, entry.socket),
     });
-    const bin = path.join(view.root, 'opt', 'cni', 'bin');
-    const env = { CNI_CONTAINERID: 'img-pod-1', CNI_NETNS: pod.path, CNI_IFNAME: 'eth0', CNI_PATH: bin };
-    const add = await runShim(path.join(bin, 'workloadnet'), { ...env, CNI_COMMAND: 'ADD' }, conf);
+    cniCall.bin = path.join(view.root, 'opt', 'cni', 'bin');
+    cniCall.env = {
+      CNI_CONTAINERID: 'img-pod-1',
+      CNI_NETNS: pod.path,
+      CNI_IFNAME: 'eth0',
+      CNI_PATH: cniCall.bin,
+    };
+    cniCall.pod = pod.name;
+    const add = await runShim(
+      path.join(cniCall.bin, 'workloadnet'),
+      { ...cniCall.env, CNI_COMMAND: 'ADD' },
+      cniCall.conf,
+    );
     expect(add.exitCode, add.stdout + add.stderr).to.equal(0);
     const result = JSON.parse(add.stdout) as { ips: Array<{ address: string }> };
-    const ip = result.ips[0]?.address.split('/')[0] ?? '';
-    expect(ip).to.match(/^10\.251\.31\./);
+    cniCall.ip = result.ips[0]?.address.split('/')[0] ?? '';
+    expect(cniCall.ip).to.match(/^10\.251\.31\./);
     const addrs = ipJson<Array<{ addr_info: Array<{ local: string }> }>>(pod.name, ['addr', 'show', 'eth0']);
-    expect(addrs[0]?.addr_info.map((a) => a.local)).to.include(ip);
-    expect(await pings(fx.node, ip, { count: 3, waitSeconds: 2 })).to.equal(true);
+    expect(addrs[0]?.addr_info.map((a) => a.local)).to.include(cniCall.ip);
+    expect(await pings(fx.node, cniCall.ip, { count: 3, waitSeconds: 2 })).to.equal(true);
     expect(await pings(pod.name, '10.250.31.1', { count: 3, waitSeconds: 2 })).to.equal(true);
+    expect(await listed()).to.deep.equal(['img-pod-1']);
+    expect(hostLinks()).to.have.length(1);
+  });
 
-    const del = await runShim(path.join(bin, 'workloadnet'), { ...env, CNI_COMMAND: 'DEL' }, conf);
+  it('started again without the netns mount, sees no pod namespace and releases nothing (the sweep holds)', async () => {
+    await stopDaemon();
+    await startDaemon(['/var/run/netns']);
+    await waitUntil(
+      async () => {
+        const st = await exec(['workloadnet', 'status', '--json']);
+        return (
+          st.stdout !== '' &&
+          (JSON.parse(st.stdout) as { reasons: string[] }).reasons.some((r) => r.includes('leak sweep held'))
+        );
+      },
+      'Status to say the leak sweep holds',
+      120_000,
+      { intervalMs: 500 },
+    );
+    // Not ready, so the rollout would stop here; still alive, so it is not restarted in a loop.
+    expect(await probe(readiness)).to.equal(3);
+    expect(await probe(container(manifest.pod, 'workloadnet').livenessProbe?.exec?.command)).to.equal(0);
+    expect(await listed()).to.deep.equal(['img-pod-1']);
+    expect(hostLinks()).to.have.length(1);
+    expect(await pings(fx.node, cniCall.ip, { count: 3, waitSeconds: 2 })).to.equal(true);
+  });
+
+  it('started again as the manifest says, detaches the pod through the forwarder, leaving nothing', async () => {
+    await stopDaemon();
+    await startDaemon();
+    await waitUntil(async () => (await probe(readiness)) === 0, 'the readiness probe to pass', 120_000, {
+      intervalMs: 500,
+    });
+    const del = await runShim(
+      path.join(cniCall.bin, 'workloadnet'),
+      { ...cniCall.env, CNI_COMMAND: 'DEL' },
+      cniCall.conf,
+    );
     expect(del.exitCode, del.stdout + del.stderr).to.equal(0);
-    const ls = await podman(['exec', daemonName, 'workloadnet', 'ls', '--json']);
-    expect(JSON.parse(ls.stdout)).to.deep.equal([]);
-    const links = ipJson<Array<{ group?: string | number }>>(fx.node, ['link', 'show']);
-    expect(
-      links.filter((l) => String(l.group) === '30574'),
-      'host ends left behind',
-    ).to.deep.equal([]);
+    expect(await listed()).to.deep.equal([]);
+    expect(hostLinks(), 'host ends left behind').to.deep.equal([]);
   });
 
   it('stops on SIGTERM within the grace period the manifest gives it', async () => {
