@@ -1,4 +1,4 @@
-import { Etcd3, type IWatchResponse, type Watcher } from 'etcd3';
+import { Etcd3, Range, type IKeyValue, type IWatchResponse, type Watcher } from 'etcd3';
 import type { Logger } from '../../core/logger';
 import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from '../../core/fabric/peer-source';
 import { blockLayout, type BlockLayout } from './block-layout';
@@ -16,6 +16,9 @@ import { RecordPublisher } from './record-publisher';
 // when etcd has compacted that revision (the watch is cancelled), the source lists again. Losing etcd
 // never empties the table: the last list stands until a newer one says otherwise.
 
+/** Keys per page of a full list. */
+const LIST_PAGE = 1000;
+
 export interface EtcdPeerSourceOptions {
   endpoints: string[];
   tls?: { ca: string; cert?: string; key?: string };
@@ -30,6 +33,8 @@ export interface EtcdPeerSourceOptions {
   logger: Logger;
   /** Deadline of one etcd call (ms). */
   callTimeoutMs?: number;
+  /** Keys per page of a full list. */
+  listPage?: number;
   /** Period of the maintenance loop: publish, list, watch again (ms). */
   tickMs?: number;
 }
@@ -163,12 +168,29 @@ export class EtcdPeerSource implements PeerSource {
     }
   }
 
-  /** Records and block ownership in one read, at one revision. */
+  /**
+   * Records and block ownership as of one revision: the whole prefix, read in pages pinned to the
+   * revision of the first (one response for 5,000 nodes would pass gRPC's 4 MiB message limit).
+   */
   private async list(): Promise<void> {
-    const res = await this.client!.getAll().prefix(this.root).exec();
+    const all = Range.prefix(this.root);
+    let start = all.start;
+    let revision: string | undefined;
+    const kvs: IKeyValue[] = [];
+    for (;;) {
+      const page = this.client!.getAll()
+        .inRange(new Range(start, all.end))
+        .limit(this.opts.listPage ?? LIST_PAGE);
+      if (revision !== undefined) page.revision(revision);
+      const res = await page.exec();
+      revision ??= res.header.revision;
+      kvs.push(...res.kvs);
+      if (!res.more || res.kvs.length === 0) break;
+      start = Buffer.concat([res.kvs[res.kvs.length - 1]!.key, Buffer.from([0])]);
+    }
     this.table.clear();
-    for (const kv of res.kvs) this.table.put(kv.key.toString().slice(this.root.length), kv.value.toString());
-    this.revision = Number(res.header.revision);
+    for (const kv of kvs) this.table.put(kv.key.toString().slice(this.root.length), kv.value.toString());
+    this.revision = Number(revision);
     this.needList = false;
     this.lists++;
     this.reachable();

@@ -18,6 +18,7 @@ export class RecordPublisher {
   private written?: string;
   /** Revision of the write. */
   writtenAt = 0;
+  private stopped = false;
   /** Why the record is not published, while another daemon's record holds the key. */
   refusal?: string;
 
@@ -53,13 +54,17 @@ export class RecordPublisher {
         this.written = undefined;
         this.onLost(err);
       });
+      let id: string;
       try {
-        this.leaseId = await lease.grant();
+        id = await lease.grant();
       } catch (err) {
         lease.release();
         throw err;
       }
+      // Stopped meanwhile: nobody would keep this lease, so never start keeping it alive.
+      if (this.stopped) return lease.release();
       this.lease = lease;
+      this.leaseId = id;
     }
     const value = encodeRecord(record);
     const current = (await this.client.get(this.key).exec()).kvs[0];
@@ -92,6 +97,7 @@ export class RecordPublisher {
 
   /** Stops keeping the lease alive, without revoking it: the record lives until the TTL runs out. */
   stop(): void {
+    this.stopped = true;
     const lease = this.lease;
     this.lease = undefined;
     lease?.release();

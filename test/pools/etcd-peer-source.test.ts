@@ -46,7 +46,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
   let seq = 0;
   const running: EtcdPeerSource[] = [];
 
-  function source(node: string, endpoints = etcd.localEndpoints): EtcdPeerSource {
+  function source(node: string, endpoints = etcd.localEndpoints, listPage?: number): EtcdPeerSource {
     const s = new EtcdPeerSource({
       endpoints,
       prefix,
@@ -56,6 +56,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
       leaseTtlSeconds: TTL,
       logger: silentLogger(),
       tickMs: 200,
+      listPage,
     });
     running.push(s);
     return s;
@@ -275,6 +276,24 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     // And it follows changes again after the list.
     await registry.create('10.96.3.0/26', 'n2');
     await until('new block after the list', () => prefixesOf(a, 'n2')?.length === 2);
+  });
+
+  it('lists more keys than one page holds, at one revision', async () => {
+    for (let i = 0; i < 16; i++) await registry.create(`10.96.${i >> 2}.${(i & 3) * 64}/26`, `m${i}`);
+    const ops = Array.from({ length: 16 }, (_, i) =>
+      client.put(`${prefix}/nodes/m${i}`).value(JSON.stringify(record(`m${i}`, `192.0.2.${10 + i}`))),
+    );
+    await client
+      .if(`${prefix}/nodes/m0`, 'Create', '==', 0)
+      .then(...ops)
+      .commit();
+    const a = source('n1', etcd.localEndpoints, 5);
+    await a.start(record('n1', '192.0.2.1'));
+    await until('n1 synced', () => a.synced);
+    expect(a.peers().size).to.equal(16);
+    for (let i = 0; i < 16; i++)
+      expect(prefixesOf(a, `m${i}`)).to.deep.equal([`10.96.${i >> 2}.${(i & 3) * 64}/26`]);
+    expect(a.listCount).to.equal(1);
   });
 
   it('writes its record again when it is deleted by hand while the daemon lives', async () => {
