@@ -16,6 +16,11 @@ const DEFAULT_LEASE_TTL_SECONDS = 15;
 /** The fabric options this module reads, whether or not the configuration defines them yet. */
 type FabricOptions = { fabric?: { leaseTtlSeconds?: number } };
 
+/** TTL of this node's record lease: fabric.leaseTtlSeconds when the configuration has it. */
+export function recordLeaseTtlSeconds(config: DaemonConfig): number {
+  return (config as DaemonConfig & FabricOptions).fabric?.leaseTtlSeconds ?? DEFAULT_LEASE_TTL_SECONDS;
+}
+
 /** Binds the etcd pool source in place of the default one, and the etcd peer source beside it. */
 export function etcdPoolSourceModule(config: DaemonConfig, logger: Logger): ContainerModule {
   const tls = config.etcd.ca
