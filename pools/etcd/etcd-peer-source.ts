@@ -1,8 +1,10 @@
 import { Etcd3, Range, type IKeyValue, type IWatchResponse, type Watcher } from 'etcd3';
+import { invalidArgument } from '../../core/errors';
 import type { Logger } from '../../core/logger';
 import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from '../../core/fabric/peer-source';
 import { blockLayout, type BlockLayout } from './block-layout';
 import { etcdClientOptions } from './etcd-client';
+import { decodeRecord, encodeRecord } from './node-record';
 import { PeerTable, recordKey } from './peer-table';
 import { RecordPublisher } from './record-publisher';
 
@@ -18,6 +20,10 @@ import { RecordPublisher } from './record-publisher';
 
 /** Keys per page of a full list. */
 const LIST_PAGE = 1000;
+/** How long a stop waits for etcd to confirm the watch's cancellation. */
+const STOP_WAIT_MS = 1000;
+
+const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms).unref());
 
 export interface EtcdPeerSourceOptions {
   endpoints: string[];
@@ -83,9 +89,17 @@ export class EtcdPeerSource implements PeerSource {
     return this.resumes;
   }
 
-  start(self: NodeRecord): Promise<void> {
+  /** Refuses a record of another node, or one other nodes would ignore, before connecting anything. */
+  async start(self: NodeRecord): Promise<void> {
     if (self.node !== this.opts.nodeName)
-      throw new Error(`node record names ${self.node}, but this source serves node ${this.opts.nodeName}`);
+      throw invalidArgument(
+        `node record names ${self.node}, but this source serves node ${this.opts.nodeName}`,
+      );
+    try {
+      decodeRecord(self.node, encodeRecord(self));
+    } catch (err) {
+      throw invalidArgument(`this node's record ${(err as Error).message}; other nodes would ignore it`);
+    }
     this.self = self;
     this.client = new Etcd3(
       etcdClientOptions({
@@ -107,7 +121,6 @@ export class EtcdPeerSource implements PeerSource {
     this.timer = setInterval(() => void this.tick(), this.opts.tickMs ?? 1000);
     this.timer.unref();
     void this.tick();
-    return Promise.resolve();
   }
 
   async stop(): Promise<void> {
@@ -115,7 +128,8 @@ export class EtcdPeerSource implements PeerSource {
     clearInterval(this.timer);
     const w = this.watcher;
     this.watcher = undefined;
-    await w?.cancel().catch(() => undefined);
+    // A cancel waits for etcd's answer; a member that no longer answers must not hold the stop up.
+    await Promise.race([w?.cancel().catch(() => undefined), sleep(STOP_WAIT_MS)]);
     // The record stays: a restart must not withdraw the node; its lease expires if it is really gone.
     this.publisher?.stop();
     this.client?.close();
