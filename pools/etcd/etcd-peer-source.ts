@@ -171,7 +171,10 @@ export class EtcdPeerSource implements PeerSource {
     if (this.ticking || this.stopped) return;
     this.ticking = true;
     try {
-      await this.publisher!.ensure(this.self!).catch((err: unknown) => this.failed(err));
+      await this.publisher!.ensure(this.self!).then(
+        (answered) => answered && this.reachable(),
+        (err: unknown) => this.failed(err),
+      );
       if (this.stopped) return;
       if (this.needList) await this.list();
       if (!this.watcher && !this.stopped) this.watch();

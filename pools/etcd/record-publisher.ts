@@ -42,9 +42,12 @@ export class RecordPublisher {
     this.written = undefined;
   }
 
-  /** Publishes `record` when it is not (yet, or any more); throws when etcd fails. */
-  async ensure(record: NodeRecord): Promise<void> {
-    if (this.published) return;
+  /**
+   * Publishes `record` when it is not (yet, or any more); throws when etcd fails. True when it talked
+   * to etcd (so etcd answered), false when there was nothing to do.
+   */
+  async ensure(record: NodeRecord): Promise<boolean> {
+    if (this.published) return false;
     if (!this.lease || this.lease.revoked()) {
       const lease = this.client.lease(this.ttlSeconds, { autoKeepAlive: true });
       lease.on('lost', (err: Error) => {
@@ -62,32 +65,41 @@ export class RecordPublisher {
         throw err;
       }
       // Stopped meanwhile: nobody would keep this lease, so never start keeping it alive.
-      if (this.stopped) return lease.release();
+      if (this.stopped) {
+        lease.release();
+        return true;
+      }
       this.lease = lease;
       this.leaseId = id;
     }
     const value = encodeRecord(record);
     const current = (await this.client.get(this.key).exec()).kvs[0];
     if (current && current.lease !== this.leaseId && !this.sameDaemon(current.value.toString(), record)) {
+      const stored = current.value.toString().slice(0, 200);
+      // A record without a lease never expires: no daemon writes one, so a person did.
       const refusal =
-        `the node record ${this.key} is held by another daemon under the same node name ` +
-        `(${current.value.toString().slice(0, 200)}); this node is not announced until that record's ` +
-        'lease expires: give one of the two daemons another --node-name, or stop the other one';
+        current.lease === '0'
+          ? `the node record ${this.key} was written without a lease (${stored}); this node is not ` +
+            'announced until it is deleted (etcdctl del)'
+          : `the node record ${this.key} is held by another daemon under the same node name ` +
+            `(${stored}); this node is not announced until that record's lease expires: give one of ` +
+            'the two daemons another --node-name, or stop the other one';
       if (this.refusal !== refusal) this.logger.error({ key: this.key }, refusal);
       this.refusal = refusal;
-      return;
+      return true;
     }
     const cmp = current
       ? this.client.if(this.key, 'Mod', '==', current.mod_revision)
       : this.client.if(this.key, 'Create', '==', 0);
     const res = await cmp.then(this.client.put(this.key).value(value).lease(this.leaseId!)).commit();
     // Lost a race with another writer: the next attempt reads who.
-    if (!res.succeeded) return;
+    if (!res.succeeded) return true;
     if (this.refusal) this.logger.info({ key: this.key }, 'node record free again; announcing this node');
     this.refusal = undefined;
     this.written = value;
     this.writtenAt = Number(res.header.revision);
     this.logger.info({ key: this.key, ttlSeconds: this.ttlSeconds }, 'published node record');
+    return true;
   }
 
   /** The value this daemon wrote, while it believes it is stored. */

@@ -325,6 +325,23 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     expect(clone.status().reasons).to.deep.equal([]);
   });
 
+  it('does not overwrite a record written by hand without a lease, says how to clear it, and publishes once it is gone', async () => {
+    const key = `${prefix}/nodes/n1`;
+    await client
+      .put(key)
+      .value(JSON.stringify({ ...record('n1', '192.0.2.200'), bootId: 'old-boot' }))
+      .exec();
+    const a = source('n1');
+    await a.start(record('n1', '192.0.2.1'));
+    await until('refused', () => a.status().reasons.some((r) => /written without a lease/.test(r)));
+    expect(a.status().reasons.join('\n')).to.match(
+      /the node record \S+\/nodes\/n1 was written without a lease \(.*192\.0\.2\.200.*\); this node is not announced until it is deleted \(etcdctl del\)/,
+    );
+    await client.delete().key(key).exec();
+    await until('published', async () => (await client.get(key).string())?.includes('192.0.2.1') === true);
+    await until('no reason left', () => a.status().reasons.length === 0);
+  });
+
   it('a restart of the same daemon (same boot) takes over its own live record at once', async () => {
     const a = await started('n1', '192.0.2.1');
     const b = await started('n2', '192.0.2.2');
