@@ -16,7 +16,8 @@ export const NODES = 'nodes/';
 export const blockKey = (block: string): string => `${BLOCKS}${block.replace('/', '-')}`;
 export const aliveKey = (node: string): string => `${NODES}${node}/alive`;
 
-function blockOfKey(key: string): string | undefined {
+/** The block a key under blocks/ names, as CIDR text (not validated). */
+export function blockOfKey(key: string): string | undefined {
   const name = key.slice(BLOCKS.length);
   const dash = name.lastIndexOf('-');
   return dash < 0 ? undefined : `${name.slice(0, dash)}/${name.slice(dash + 1)}`;

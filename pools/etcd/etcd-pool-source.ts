@@ -1,5 +1,4 @@
-import * as fs from 'node:fs';
-import { Etcd3, type IOptions, type Lease } from 'etcd3';
+import { Etcd3, type Lease } from 'etcd3';
 import { knownWorkloadNetError, unavailable, WorkloadNetError } from '../../core/errors';
 import type { IpAllocator } from '../../core/ipam/ip-allocator';
 import type { Logger } from '../../core/logger';
@@ -11,6 +10,7 @@ import { claimBlock } from './block-claimer';
 import { blockIndex, blockLayout, reservedInBlock, type BlockLayout } from './block-layout';
 import { aliveHolder, describeHolder, parseAliveHolder, sameDaemon } from './alive-key';
 import { BlockRegistry } from './block-registry';
+import { etcdClientOptions } from './etcd-client';
 
 // Address blocks of cluster CIDRs claimed in etcd (see docs/pool-sources.md). The attach path never
 // talks to etcd while the node's blocks have free addresses: blocks are claimed ahead of need, in the
@@ -116,28 +116,17 @@ export class EtcdPoolSource implements PoolSource {
       this.serve(block, layout);
     }
     allocator.onChange(() => this.claimAheadIfLow());
-    this.client = new Etcd3(this.clientOptions());
+    this.client = new Etcd3(
+      etcdClientOptions({
+        endpoints: this.opts.endpoints,
+        tls: this.opts.tls,
+        callTimeoutMs: this.callTimeoutMs,
+      }),
+    );
     this.registry = new BlockRegistry(this.client, this.opts.prefix);
     this.timer = setInterval(() => void this.tick(), this.tickMs);
     this.timer.unref();
     void this.tick();
-  }
-
-  private clientOptions(): IOptions {
-    const tls = this.opts.tls;
-    return {
-      hosts: this.opts.endpoints,
-      dialTimeout: this.callTimeoutMs,
-      // Unary calls get a deadline so nothing waits on a dead member; streams (lease keep-alive) do not.
-      defaultCallOptions: (ctx) => (ctx.isStream ? {} : { deadline: Date.now() + this.callTimeoutMs }),
-      credentials: tls?.ca
-        ? {
-            rootCertificate: fs.readFileSync(tls.ca),
-            certChain: tls.cert ? fs.readFileSync(tls.cert) : undefined,
-            privateKey: tls.key ? fs.readFileSync(tls.key) : undefined,
-          }
-        : undefined,
-    };
   }
 
   isReady(): boolean {

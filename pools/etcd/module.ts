@@ -5,12 +5,29 @@ import type { Logger } from '../../core/logger';
 import { METRICS, type Metrics } from '../../core/metrics';
 import { STORE } from '../../core/store/store';
 import { POOL_SOURCE, type PoolSource } from '../../core/ipam/pool-source';
+import { PEER_SOURCE, type PeerSource } from '../../core/fabric/peer-source';
 import type { Store } from '../../core/store/store';
+import { EtcdPeerSource } from './etcd-peer-source';
 import { EtcdPoolSource } from './etcd-pool-source';
 
-/** Binds the etcd pool source in place of the default one. */
+/** Default TTL of a node record's lease (s): a dead node is withdrawn within it. */
+const DEFAULT_LEASE_TTL_SECONDS = 15;
+
+/** The fabric options this module reads, whether or not the configuration defines them yet. */
+type FabricOptions = { fabric?: { leaseTtlSeconds?: number } };
+
+/** TTL of this node's record lease: fabric.leaseTtlSeconds when the configuration has it. */
+export function recordLeaseTtlSeconds(config: DaemonConfig): number {
+  return (config as DaemonConfig & FabricOptions).fabric?.leaseTtlSeconds ?? DEFAULT_LEASE_TTL_SECONDS;
+}
+
+/** Binds the etcd pool source in place of the default one, and the etcd peer source beside it. */
 export function etcdPoolSourceModule(config: DaemonConfig, logger: Logger): ContainerModule {
-  return new ContainerModule((_bind, _unbind, _isBound, rebind) => {
+  const tls = config.etcd.ca
+    ? { ca: config.etcd.ca, cert: config.etcd.cert, key: config.etcd.key }
+    : undefined;
+  const nodeName = config.nodeName || os.hostname();
+  return new ContainerModule((bind, _unbind, isBound, rebind) => {
     rebind<PoolSource>(POOL_SOURCE).toDynamicValue(
       (ctx) =>
         new EtcdPoolSource({
@@ -18,14 +35,27 @@ export function etcdPoolSourceModule(config: DaemonConfig, logger: Logger): Cont
           clusterCidrs: config.etcd.clusterCidrs,
           blockSize: config.etcd.blockSize,
           prefix: config.etcd.prefix,
-          tls: config.etcd.ca
-            ? { ca: config.etcd.ca, cert: config.etcd.cert, key: config.etcd.key }
-            : undefined,
-          nodeName: config.nodeName || os.hostname(),
+          tls,
+          nodeName,
           emptyBlockGraceMs: config.etcd.emptyBlockGraceSeconds * 1000,
           store: ctx.container.get<Store>(STORE),
           metrics: ctx.container.get<Metrics>(METRICS),
           logger: logger.child({ poolSource: 'etcd' }),
+        }),
+    );
+    // Peers come from the same etcd as the blocks; the source connects only when the fabric starts it.
+    (isBound(PEER_SOURCE) ? rebind<PeerSource>(PEER_SOURCE) : bind<PeerSource>(PEER_SOURCE)).toDynamicValue(
+      () =>
+        new EtcdPeerSource({
+          endpoints: config.etcd.endpoints,
+          tls,
+          prefix: config.etcd.prefix,
+          clusterCidrs: config.etcd.clusterCidrs,
+          blockSize: config.etcd.blockSize,
+          nodeName,
+          leaseTtlSeconds:
+            (config as DaemonConfig & FabricOptions).fabric?.leaseTtlSeconds ?? DEFAULT_LEASE_TTL_SECONDS,
+          logger: logger.child({ peerSource: 'etcd' }),
         }),
     );
   });

@@ -1,0 +1,218 @@
+import { parseCidr } from '../../lib/cidr';
+import type { Peer } from '../../core/fabric/peer-source';
+import { blockIndex, type BlockLayout } from './block-layout';
+import { BLOCKS, NODES, blockOfKey } from './block-registry';
+import { decodeRecord } from './node-record';
+
+// The other nodes as etcd says they are at one revision: node records and block ownership, kept as the
+// raw keys under the prefix (a full list, then the watch's changes) and turned into peers. A peer's
+// prefixes are the blocks whose keys name it, nothing else: a record may not add to them, and one that
+// tries is ignored as a whole. Blocks outside the configured cluster CIDRs are never routed (a forged
+// "blocks/0.0.0.0-0" must not become a default route).
+//
+// A change touches one or two nodes (a record's, a block's old and new owner); only those are worked
+// out again, so a watch event costs the same with 5 or 5,000 nodes.
+
+/** How many names a status line lists before it only counts. */
+const NAMES_SHOWN = 5;
+
+interface Block {
+  text: string;
+  family: 4 | 6;
+  network: bigint;
+}
+
+export class PeerTable {
+  /** Raw record per node name. */
+  private readonly records = new Map<string, string>();
+  /** Owner per block key name (the key's text after blocks/). */
+  private readonly blocks = new Map<string, string>();
+  /** Valid blocks per owner, by key name. */
+  private readonly byOwner = new Map<string, Map<string, Block>>();
+  /** Why a block key is not routed, by key name. */
+  private readonly badBlocks = new Map<string, string>();
+  /** Why a node's record is ignored, by node: what is wrong with it, or the blocks it may not announce. */
+  private readonly badRecords = new Map<string, string | string[]>();
+  /** Nodes to work out again. */
+  private readonly dirty = new Set<string>();
+  private view = new Map<string, Peer>();
+  private readonly viewText = new Map<string, string>();
+
+  constructor(
+    private readonly self: string,
+    private readonly layouts: readonly BlockLayout[],
+  ) {}
+
+  /** Forgets every key: a full list follows. */
+  clear(): void {
+    for (const node of this.records.keys()) this.dirty.add(node);
+    for (const owner of this.byOwner.keys()) this.dirty.add(owner);
+    this.records.clear();
+    this.blocks.clear();
+    this.byOwner.clear();
+    this.badBlocks.clear();
+  }
+
+  /** A key under the prefix (relative to it) now holds `value`. */
+  put(key: string, value: string): void {
+    const node = recordNode(key);
+    if (node !== undefined) {
+      this.records.set(node, value);
+      this.dirty.add(node);
+    } else if (key.startsWith(BLOCKS)) {
+      const name = key.slice(BLOCKS.length);
+      this.dropBlock(name);
+      this.blocks.set(name, value);
+      this.dirty.add(value);
+      const block = this.validBlock(name);
+      if (!block) {
+        this.badBlocks.set(
+          name,
+          `block key ${key} (owner ${value}) is not a block of the cluster CIDRs; not routed`,
+        );
+        return;
+      }
+      let owned = this.byOwner.get(value);
+      if (!owned) this.byOwner.set(value, (owned = new Map()));
+      owned.set(name, block);
+    }
+  }
+
+  /** A key under the prefix (relative to it) is gone. */
+  delete(key: string): void {
+    const node = recordNode(key);
+    if (node !== undefined) {
+      this.records.delete(node);
+      this.dirty.add(node);
+    } else if (key.startsWith(BLOCKS)) this.dropBlock(key.slice(BLOCKS.length));
+  }
+
+  /** This node's own record as stored, if any. */
+  ownRecord(): string | undefined {
+    return this.records.get(this.self);
+  }
+
+  /** Works out the nodes changes touched; true when peers() changed. */
+  recompute(): boolean {
+    let next: Map<string, Peer> | undefined;
+    for (const node of this.dirty) {
+      const peer = node === this.self ? undefined : this.peerOf(node);
+      const text = peer && JSON.stringify(peer);
+      if (text === this.viewText.get(node)) continue;
+      // Copy on change: a table handed out by peers() never changes under its holder.
+      next ??= new Map(this.view);
+      if (peer) {
+        next.set(node, peer);
+        this.viewText.set(node, text!);
+      } else {
+        next.delete(node);
+        this.viewText.delete(node);
+      }
+    }
+    this.dirty.clear();
+    if (next) this.view = next;
+    return next !== undefined;
+  }
+
+  peers(): ReadonlyMap<string, Peer> {
+    return this.view;
+  }
+
+  /** What the source ignored, each with why. */
+  rejected(): string[] {
+    // Owners are named as they are now, not as they were when the record was refused.
+    const records = [...this.badRecords].map(([node, why]) =>
+      typeof why === 'string'
+        ? `node ${node}: its record ${why}; record ignored`
+        : `node ${node}: its record announces ${why.map((p) => `${p} (${this.ownerOf(p)})`).join(', ')}, ` +
+          'which it does not own; record ignored',
+    );
+    return [...records, ...this.badBlocks.values()];
+  }
+
+  /** Nodes that own blocks but publish no record, with their blocks: nothing to route them to. */
+  unrouted(): Map<string, string[]> {
+    const out = new Map<string, string[]>();
+    for (const [owner, owned] of this.byOwner)
+      if (owner !== this.self && !this.records.has(owner) && owned.size > 0)
+        out.set(owner, sortBlocks([...owned.values()]));
+    return out;
+  }
+
+  /** One status line about unrouted blocks, or undefined when there are none. */
+  unroutedReason(): string | undefined {
+    const entries = [...this.unrouted()].sort(([a], [b]) => a.localeCompare(b));
+    if (entries.length === 0) return undefined;
+    const shown = entries
+      .slice(0, NAMES_SHOWN)
+      .map(([node, blocks]) => `${node} (${blocks.join(', ')})`)
+      .join(', ');
+    const more = entries.length > NAMES_SHOWN ? ` and ${entries.length - NAMES_SHOWN} more` : '';
+    return (
+      `blocks owned by nodes that publish no node record are unreachable from here: ${shown}${more}; ` +
+      'such a node is down or runs without the fabric'
+    );
+  }
+
+  /** The peer `node` is, or undefined (no record, or one that is refused: then said why). */
+  private peerOf(node: string): Peer | undefined {
+    this.badRecords.delete(node);
+    const text = this.records.get(node);
+    if (text === undefined) return undefined;
+    let read;
+    try {
+      read = decodeRecord(node, text);
+    } catch (err) {
+      this.badRecords.set(node, (err as Error).message);
+      return undefined;
+    }
+    const owned = [...(this.byOwner.get(node)?.values() ?? [])];
+    const mine = new Set(owned.map((b) => b.text));
+    const foreign = read.announced.filter((p) => !mine.has(p));
+    if (foreign.length > 0) {
+      this.badRecords.set(node, foreign);
+      return undefined;
+    }
+    return { ...read.record, prefixes: sortBlocks(owned) };
+  }
+
+  private dropBlock(name: string): void {
+    const owner = this.blocks.get(name);
+    if (owner === undefined) return;
+    this.blocks.delete(name);
+    this.badBlocks.delete(name);
+    this.dirty.add(owner);
+    const owned = this.byOwner.get(owner);
+    owned?.delete(name);
+    if (owned?.size === 0) this.byOwner.delete(owner);
+  }
+
+  private ownerOf(prefix: string): string {
+    const name = prefix.replace('/', '-');
+    const owner = this.blocks.get(name);
+    return owner !== undefined && !this.badBlocks.has(name) ? `owned by ${owner}` : 'owned by no node';
+  }
+
+  private validBlock(name: string): Block | undefined {
+    const text = blockOfKey(`${BLOCKS}${name}`);
+    if (text === undefined) return undefined;
+    if (!this.layouts.some((l) => blockIndex(l, text) !== undefined)) return undefined;
+    const c = parseCidr(text);
+    return { text: c.text, family: c.family, network: c.network };
+  }
+}
+
+function sortBlocks(blocks: Block[]): string[] {
+  return blocks
+    .sort((a, b) => a.family - b.family || (a.network < b.network ? -1 : a.network > b.network ? 1 : 0))
+    .map((b) => b.text);
+}
+
+/** The node a record key names (nodes/<node>), or undefined for any other key (an alive key too). */
+function recordNode(key: string): string | undefined {
+  if (!key.startsWith(NODES)) return undefined;
+  const name = key.slice(NODES.length);
+  return name.length > 0 && !name.includes('/') ? name : undefined;
+}
+
+export const recordKey = (node: string): string => `${NODES}${node}`;

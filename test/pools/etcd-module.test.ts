@@ -1,0 +1,64 @@
+import { expect } from 'chai';
+import { Container } from 'inversify';
+import { DEFAULT_CONFIG, mergeConfig, type DaemonConfig } from '../../core/config';
+import { WorkloadNetError } from '../../core/errors';
+import { PEER_SOURCE, type PeerSource } from '../../core/fabric/peer-source';
+import { POOL_SOURCE } from '../../core/ipam/pool-source';
+import { silentLogger } from '../../core/logger';
+import { EtcdPeerSource } from '../../pools/etcd/etcd-peer-source';
+import { etcdPoolSourceModule, recordLeaseTtlSeconds } from '../../pools/etcd/module';
+
+// With the etcd pool source, peers come from the same etcd: the module binds both, and building the
+// peer source connects nothing (only start() does).
+
+const config = mergeConfig(DEFAULT_CONFIG, {
+  poolSource: 'etcd',
+  nodeName: 'worker-1',
+  etcd: { endpoints: ['http://10.0.0.1:2379'], clusterCidrs: ['10.96.0.0/12'] },
+});
+
+describe('etcd module', () => {
+  it('binds the etcd peer source beside the pool source, whether or not a peer source was bound before', () => {
+    for (const boundBefore of [false, true]) {
+      const c = new Container({ defaultScope: 'Singleton' });
+      c.bind(POOL_SOURCE).toConstantValue({});
+      if (boundBefore) c.bind(PEER_SOURCE).toConstantValue({ kind: 'static' });
+      c.load(etcdPoolSourceModule(config, silentLogger()));
+      const peers = c.get<PeerSource>(PEER_SOURCE);
+      expect(peers).to.be.instanceOf(EtcdPeerSource);
+      expect(peers.kind).to.equal('etcd');
+      expect(peers.synced).to.equal(false);
+      expect(c.get(PEER_SOURCE), 'one per daemon').to.equal(peers);
+    }
+  });
+
+  it('refuses at start a record of another node, or one other nodes would ignore, connecting nothing', async () => {
+    const c = new Container({ defaultScope: 'Singleton' });
+    c.bind(POOL_SOURCE).toConstantValue({});
+    c.load(etcdPoolSourceModule(config, silentLogger()));
+    const peers = c.get<PeerSource>(PEER_SOURCE);
+    const good = { node: 'worker-1', underlay: ['192.0.2.1'], mtu: 1500, bootId: 'b' };
+    const refusal = (r: typeof good): Promise<unknown> =>
+      peers.start(r).then(
+        () => undefined,
+        (e: unknown) => e,
+      );
+    const other = await refusal({ ...good, node: 'worker-2' });
+    expect(other).to.be.instanceOf(WorkloadNetError);
+    expect(other).to.include({ code: 'INVALID_ARGUMENT' });
+    expect((other as Error).message).to.equal(
+      'node record names worker-2, but this source serves node worker-1',
+    );
+    const noUnderlay = await refusal({ ...good, underlay: [] });
+    expect((noUnderlay as Error).message).to.match(
+      /this node's record has no underlay address .*; other nodes would ignore it/,
+    );
+    expect(peers.status()).to.include({ ready: false, connected: false });
+  });
+
+  it('takes the record lease TTL from fabric.leaseTtlSeconds, 15 s by default', () => {
+    expect(recordLeaseTtlSeconds(config)).to.equal(15);
+    const withFabric = { ...config, fabric: { leaseTtlSeconds: 5 } } as DaemonConfig;
+    expect(recordLeaseTtlSeconds(withFabric)).to.equal(5);
+  });
+});

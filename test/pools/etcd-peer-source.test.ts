@@ -1,0 +1,367 @@
+import { expect } from 'chai';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import type { Etcd3 } from 'etcd3';
+import { silentLogger } from '../../core/logger';
+import type { NodeRecord, Peer } from '../../core/fabric/peer-source';
+import { BlockRegistry } from '../../pools/etcd/block-registry';
+import { EtcdPeerSource } from '../../pools/etcd/etcd-peer-source';
+import { isRoot } from '../support/netns';
+import { waitUntil } from '../support/wait-until';
+import { EtcdCluster, haveEtcd } from './support/etcd-cluster';
+
+// The etcd peer source against a real 3-member etcd cluster: sources in this process act as nodes,
+// block ownership is written with the pool source's own registry, and members are killed, restarted
+// and compacted under the sources' feet. Every test uses its own key prefix, so tests share the
+// cluster without seeing each other's nodes.
+
+const describeEtcd = isRoot && haveEtcd ? describe : describe.skip;
+const V4 = '10.96.0.0/22'; // 16 blocks of /26
+const V6 = 'fd96::/112'; // /122 blocks
+const TTL = 2;
+
+const record = (node: string, ip: string): NodeRecord => ({
+  node,
+  underlay: [ip],
+  mtu: 1500,
+  vtep: {
+    mac: `0e:77:${ip
+      .split('.')
+      .map((o) => Number(o).toString(16).padStart(2, '0'))
+      .join(':')}`,
+    vni: 30574,
+    port: 4789,
+  },
+  bootId: `boot-of-${node}`,
+});
+
+describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () {
+  this.timeout(120_000);
+  let root: string;
+  let etcd: EtcdCluster;
+  let client: Etcd3;
+  let prefix: string;
+  let registry: BlockRegistry;
+  let seq = 0;
+  const running: EtcdPeerSource[] = [];
+
+  function source(node: string, endpoints = etcd.localEndpoints, listPage?: number): EtcdPeerSource {
+    const s = new EtcdPeerSource({
+      endpoints,
+      prefix,
+      clusterCidrs: [V4, V6],
+      blockSize: 26,
+      nodeName: node,
+      leaseTtlSeconds: TTL,
+      logger: silentLogger(),
+      tickMs: 200,
+      listPage,
+    });
+    running.push(s);
+    return s;
+  }
+
+  async function started(node: string, ip: string, endpoints?: string[]): Promise<EtcdPeerSource> {
+    const s = source(node, endpoints);
+    await s.start(record(node, ip));
+    await waitUntil(() => s.synced, `${node} synced`, 20_000);
+    return s;
+  }
+
+  const prefixesOf = (s: EtcdPeerSource, node: string): string[] | undefined => s.peers().get(node)?.prefixes;
+
+  function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
+    return waitUntil(check, what, timeoutMs, { intervalMs: 50, retryOnError: true });
+  }
+
+  before(async () => {
+    root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-peers-'));
+    etcd = await EtcdCluster.start(path.join(root, 'etcd'), 3, 'wn-peers-');
+    client = etcd.client();
+  });
+
+  beforeEach(() => {
+    prefix = `/wn-peers-${seq++}`;
+    registry = new BlockRegistry(client, prefix);
+  });
+
+  afterEach(async () => {
+    for (const s of running.splice(0)) await s.stop().catch(() => undefined);
+  });
+
+  after(async () => {
+    client?.close();
+    await etcd?.stop();
+    if (root) fs.rmSync(root, { recursive: true, force: true });
+  });
+
+  it('shows two nodes each other with the blocks they own as prefixes, never itself', async () => {
+    await registry.create('10.96.0.64/26', 'n2');
+    await registry.create('10.96.0.0/26', 'n1');
+    await registry.create('fd96::40/122', 'n2');
+    await registry.create('10.96.1.0/26', 'n2');
+    const a = source('n1');
+    let changes = 0;
+    a.onChange(() => changes++);
+    await a.start(record('n1', '192.0.2.1'));
+    await until('n1 synced', () => a.synced);
+    expect(changes, 'told of the first list').to.equal(1);
+    const b = await started('n2', '192.0.2.2');
+    await until('n1 sees n2', () => a.peers().has('n2'));
+    await until('n2 sees n1', () => b.peers().has('n1'));
+    const peer = a.peers().get('n2')!;
+    expect(peer).to.deep.equal({
+      ...record('n2', '192.0.2.2'),
+      prefixes: ['10.96.0.64/26', '10.96.1.0/26', 'fd96::40/122'],
+    } satisfies Peer);
+    expect(prefixesOf(b, 'n1')).to.deep.equal(['10.96.0.0/26']);
+    expect([...a.peers().keys()]).to.deep.equal(['n2']);
+    expect([...b.peers().keys()]).to.deep.equal(['n1']);
+    expect(changes, 'n1 told of n2 arriving').to.equal(2);
+    const st = a.status();
+    expect(st).to.include({ kind: 'etcd', ready: true, connected: true });
+    expect(st.rejected).to.deep.equal([]);
+    await until('n1 reports nothing wrong', () => a.status().reasons.length === 0);
+    // The record is the node's own data under its lease; prefixes are never stored in it.
+    const kv = (await client.get(`${prefix}/nodes/n1`).exec()).kvs[0]!;
+    expect(JSON.parse(kv.value.toString())).to.deep.equal(record('n1', '192.0.2.1'));
+    expect(kv.lease, 'record bound to a lease').to.not.equal('0');
+  });
+
+  it('adds a block claimed later as a new prefix of its owner, and drops a released one', async () => {
+    await registry.create('10.96.0.64/26', 'n2');
+    const a = await started('n1', '192.0.2.1');
+    await started('n2', '192.0.2.2');
+    await until('n1 sees n2', () => a.peers().has('n2'));
+    expect(prefixesOf(a, 'n2')).to.deep.equal(['10.96.0.64/26']);
+    let changes = 0;
+    a.onChange(() => changes++);
+    await registry.create('10.96.2.0/26', 'n2');
+    await until('new block on n2', () => prefixesOf(a, 'n2')?.length === 2);
+    expect(prefixesOf(a, 'n2')).to.deep.equal(['10.96.0.64/26', '10.96.2.0/26']);
+    expect(changes).to.equal(1);
+    await registry.release('10.96.0.64/26', 'n2');
+    await until('released block gone', () => prefixesOf(a, 'n2')?.length === 1);
+    expect(prefixesOf(a, 'n2')).to.deep.equal(['10.96.2.0/26']);
+    expect(a.listCount, 'followed by the watch, no list again').to.equal(1);
+  });
+
+  it("ignores and reports a record announcing another node's block, a record under another name, and blocks outside the cluster CIDRs", async () => {
+    await registry.create('10.96.0.64/26', 'n2');
+    await registry.create('10.96.3.0/26', 'evil');
+    const a = await started('n1', '192.0.2.1');
+    await started('n2', '192.0.2.2');
+    await until('n1 sees n2', () => a.peers().has('n2'));
+    // A node that owns one block but announces n2's too, to draw its traffic.
+    await client
+      .put(`${prefix}/nodes/evil`)
+      .value(JSON.stringify({ ...record('evil', '192.0.2.66'), prefixes: ['10.96.3.0/26', '10.96.0.64/26'] }))
+      .exec();
+    // A record stored under one name that speaks for another.
+    await client
+      .put(`${prefix}/nodes/liar`)
+      .value(JSON.stringify(record('n2', '192.0.2.99')))
+      .exec();
+    // Ownership of a range that is no block of ours: must never become a route.
+    await client.put(`${prefix}/blocks/0.0.0.0-0`).value('n2').exec();
+    await until('three rejections', () => a.status().rejected.length === 3);
+    const rejected = a.status().rejected.join('\n');
+    expect(rejected).to.match(
+      /node evil: its record announces 10\.96\.0\.64\/26 \(owned by n2\), which it does not own; record ignored/,
+    );
+    expect(rejected).to.match(/node liar: its record names node "n2", not liar; record ignored/);
+    expect(rejected).to.match(
+      /block key blocks\/0\.0\.0\.0-0 \(owner n2\) is not a block of the cluster CIDRs/,
+    );
+    expect([...a.peers().keys()]).to.deep.equal(['n2']);
+    expect(prefixesOf(a, 'n2')).to.deep.equal(['10.96.0.64/26']);
+    expect(a.peers().get('n2')!.underlay).to.deep.equal(['192.0.2.2']);
+    // The same node with an honest record is accepted, with its own block only.
+    await client
+      .put(`${prefix}/nodes/evil`)
+      .value(JSON.stringify(record('evil', '192.0.2.66')))
+      .exec();
+    await until('evil accepted', () => a.peers().has('evil'));
+    expect(prefixesOf(a, 'evil')).to.deep.equal(['10.96.3.0/26']);
+    expect(a.status().rejected).to.have.length(2);
+  });
+
+  it('reports blocks of a node that publishes no record, and routes none of them', async () => {
+    await registry.create('10.96.0.128/26', 'ghost');
+    const a = await started('n1', '192.0.2.1');
+    await until('reason names the ghost', () =>
+      a.status().reasons.some((r) => r.includes('ghost (10.96.0.128/26)')),
+    );
+    expect(a.status().reasons.join('\n')).to.match(
+      /blocks owned by nodes that publish no node record are unreachable from here: ghost \(10\.96\.0\.128\/26\)/,
+    );
+    expect(a.peers().size).to.equal(0);
+  });
+
+  it('joins a started node, and withdraws a stopped one only when its lease expires (stop leaves the record)', async () => {
+    await registry.create('10.96.0.64/26', 'n2');
+    const a = await started('n1', '192.0.2.1');
+    const b = await started('n2', '192.0.2.2');
+    await until('n2 joined', () => a.peers().has('n2'));
+    const key = `${prefix}/nodes/n2`;
+    await b.stop();
+    const kv = (await client.get(key).exec()).kvs[0];
+    expect(kv, 'record still there after a clean stop').to.not.equal(undefined);
+    expect(a.peers().has('n2'), 'still a peer right after the stop').to.equal(true);
+    const stoppedAt = Date.now();
+    await until('n2 withdrawn', () => !a.peers().has('n2'));
+    // The lease ran its course: nobody deleted the record early.
+    expect(Date.now() - stoppedAt).to.be.greaterThan(TTL * 1000 - 1500);
+    expect(await client.get(key).string()).to.equal(null);
+    expect(a.status().reasons.join('\n')).to.match(/n2 \(10\.96\.0\.64\/26\)/);
+    // A restarted n2 comes back.
+    await started('n2', '192.0.2.2');
+    await until('n2 back', () => a.peers().has('n2'));
+  });
+
+  it('resumes the watch after an etcd member restart, from where it was, without listing again', async () => {
+    await registry.create('10.96.0.64/26', 'n2');
+    const only = [etcd.localEndpoints[0]!];
+    const a = await started('n1', '192.0.2.1', only);
+    const b = await started('n2', '192.0.2.2');
+    await until('n1 sees n2', () => a.peers().has('n2'));
+    await etcd.kill(0);
+    await until('n1 knows it lost etcd', () => !a.status().connected);
+    // Changes while n1's member is down: a new block of n2's, and n1's own record expires.
+    await registry.create('10.96.2.0/26', 'n2');
+    await until('n1 withdrawn on n2 after its lease expired', () => !b.peers().has('n1'), 30_000);
+    expect(a.status().ready, 'the table stands while etcd is away').to.equal(true);
+    expect(prefixesOf(a, 'n2')).to.deep.equal(['10.96.0.64/26']);
+    etcd.restart(0);
+    await until(
+      'n1 sees the block claimed while it was away',
+      () => prefixesOf(a, 'n2')?.length === 2,
+      60_000,
+    );
+    expect(prefixesOf(a, 'n2')).to.deep.equal(['10.96.0.64/26', '10.96.2.0/26']);
+    expect(a.listCount, 'resumed, not listed again').to.equal(1);
+    expect(a.resumeCount).to.be.greaterThan(0);
+    expect(a.status().connected).to.equal(true);
+    // Its lease was lost meanwhile: it granted a new one and published its record again.
+    await until('n1 back on n2', () => b.peers().has('n1'), 30_000);
+  });
+
+  it('lists again when etcd compacted the revision the watch would resume from, and the table is right', async () => {
+    await registry.create('10.96.0.64/26', 'n2');
+    await registry.create('10.96.1.0/26', 'n3');
+    const only = [etcd.localEndpoints[1]!];
+    const a = await started('n1', '192.0.2.1', only);
+    await started('n2', '192.0.2.2');
+    const c = await started('n3', '192.0.2.3');
+    await until('n1 sees n2 and n3', () => a.peers().has('n2') && a.peers().has('n3'));
+    await etcd.kill(1);
+    await until('n1 knows it lost etcd', () => !a.status().connected);
+    // While n1's watch is down: n2 gains a block and loses one, n3 leaves for good (its record
+    // deleted outright), and the history of all that is compacted away.
+    await registry.create('10.96.2.0/26', 'n2');
+    await registry.release('10.96.0.64/26', 'n2');
+    await c.stop();
+    await client.delete().key(`${prefix}/nodes/n3`).exec();
+    const rev = await etcd.revision();
+    await client.put('/compaction-filler').value('x').exec();
+    etcd.etcdctl('compact', String(rev));
+    etcd.restart(1);
+    await until('n1 listed again', () => a.listCount === 2, 60_000);
+    await until('n1 connected', () => a.status().connected);
+    expect([...a.peers().keys()].sort()).to.deep.equal(['n2']);
+    expect(prefixesOf(a, 'n2')).to.deep.equal(['10.96.2.0/26']);
+    // n3's block has no record now: reported, not routed.
+    expect(a.status().reasons.join('\n')).to.match(/n3 \(10\.96\.1\.0\/26\)/);
+    // And it follows changes again after the list.
+    await registry.create('10.96.3.0/26', 'n2');
+    await until('new block after the list', () => prefixesOf(a, 'n2')?.length === 2);
+  });
+
+  it('lists more keys than one page holds, at one revision', async () => {
+    for (let i = 0; i < 16; i++) await registry.create(`10.96.${i >> 2}.${(i & 3) * 64}/26`, `m${i}`);
+    const ops = Array.from({ length: 16 }, (_, i) =>
+      client.put(`${prefix}/nodes/m${i}`).value(JSON.stringify(record(`m${i}`, `192.0.2.${10 + i}`))),
+    );
+    await client
+      .if(`${prefix}/nodes/m0`, 'Create', '==', 0)
+      .then(...ops)
+      .commit();
+    const a = source('n1', etcd.localEndpoints, 5);
+    await a.start(record('n1', '192.0.2.1'));
+    await until('n1 synced', () => a.synced);
+    expect(a.peers().size).to.equal(16);
+    for (let i = 0; i < 16; i++)
+      expect(prefixesOf(a, `m${i}`)).to.deep.equal([`10.96.${i >> 2}.${(i & 3) * 64}/26`]);
+    expect(a.listCount).to.equal(1);
+  });
+
+  it('writes its record again when it is deleted by hand while the daemon lives', async () => {
+    const a = await started('n1', '192.0.2.1');
+    const b = await started('n2', '192.0.2.2');
+    await until('n2 sees n1', () => b.peers().has('n1'));
+    await client.delete().key(`${prefix}/nodes/n1`).exec();
+    await until('record back', async () => (await client.get(`${prefix}/nodes/n1`).string()) !== null);
+    await until('n2 sees n1 again', () => b.peers().has('n1'));
+    expect(a.status().reasons).to.deep.equal([]);
+  });
+
+  it('does not overwrite a live record of another daemon holding the same node name, and takes it once it expires', async () => {
+    const a = await started('n1', '192.0.2.1');
+    const b = await started('n2', '192.0.2.2');
+    await until('n2 sees n1', () => b.peers().has('n1'));
+    // A clone: the same node name on another boot, another underlay.
+    const clone = source('n1');
+    await clone.start({ ...record('n1', '192.0.2.101'), bootId: 'another-boot' });
+    await until('clone refused', () =>
+      clone
+        .status()
+        .reasons.some((r) => /node record \S+ is held by another daemon under the same node name/.test(r)),
+    );
+    expect(b.peers().get('n1')!.underlay, 'n1 still points at the first daemon').to.deep.equal(['192.0.2.1']);
+    // The first one goes away for good: its lease expires, then the clone takes the name.
+    await a.stop();
+    await until('clone publishes', () => b.peers().get('n1')?.underlay[0] === '192.0.2.101');
+    expect(clone.status().reasons).to.deep.equal([]);
+  });
+
+  it('does not overwrite a record written by hand without a lease, says how to clear it, and publishes once it is gone', async () => {
+    const key = `${prefix}/nodes/n1`;
+    await client
+      .put(key)
+      .value(JSON.stringify({ ...record('n1', '192.0.2.200'), bootId: 'old-boot' }))
+      .exec();
+    const a = source('n1');
+    await a.start(record('n1', '192.0.2.1'));
+    await until('refused', () => a.status().reasons.some((r) => /written without a lease/.test(r)));
+    expect(a.status().reasons.join('\n')).to.match(
+      /the node record \S+\/nodes\/n1 was written without a lease \(.*192\.0\.2\.200.*\); this node is not announced until it is deleted \(etcdctl del\)/,
+    );
+    await client.delete().key(key).exec();
+    await until('published', async () => (await client.get(key).string())?.includes('192.0.2.1') === true);
+    await until('no reason left', () => a.status().reasons.length === 0);
+  });
+
+  it('a restart of the same daemon (same boot) takes over its own live record at once', async () => {
+    const a = await started('n1', '192.0.2.1');
+    const b = await started('n2', '192.0.2.2');
+    await until('n2 sees n1', () => b.peers().has('n1'));
+    const oldLease = (await client.get(`${prefix}/nodes/n1`).exec()).kvs[0]!.lease;
+    await a.stop();
+    let withdrawn = false;
+    b.onChange(() => {
+      if (!b.peers().has('n1')) withdrawn = true;
+    });
+    const again = await started('n1', '192.0.2.1');
+    await until('published again', () => again.status().reasons.length === 0);
+    const kv = (await client.get(`${prefix}/nodes/n1`).exec()).kvs[0]!;
+    expect(kv.lease, 'under the new lease').to.not.equal(oldLease);
+    const hex = BigInt(oldLease).toString(16);
+    await until('the old lease expired', () =>
+      /already expired/.test(etcd.etcdctl('lease', 'timetolive', hex)),
+    );
+    expect(b.peers().has('n1')).to.equal(true);
+    expect(withdrawn, 'never withdrawn across the restart').to.equal(false);
+    expect((await client.get(`${prefix}/nodes/n1`).exec()).kvs[0]!.lease).to.equal(kv.lease);
+  });
+});

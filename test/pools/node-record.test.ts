@@ -1,0 +1,50 @@
+import { expect } from 'chai';
+import { decodeRecord, encodeRecord } from '../../pools/etcd/node-record';
+import type { NodeRecord } from '../../core/fabric/peer-source';
+
+// Node records are other nodes' words: everything that could not be programmed is refused as a whole,
+// with what is wrong in the message.
+
+const good: NodeRecord = {
+  node: 'n2',
+  underlay: ['192.0.2.2', '2001:db8::2'],
+  mtu: 1500,
+  vtep: { mac: '0e:77:c0:00:02:02', vni: 30574, port: 4789 },
+  bootId: 'b',
+};
+
+const decode = (v: unknown, node = 'n2'): ReturnType<typeof decodeRecord> =>
+  decodeRecord(node, typeof v === 'string' ? v : JSON.stringify(v));
+
+describe('etcd node record', () => {
+  it('round-trips a record, keeps only its fields, and reads announced prefixes apart', () => {
+    expect(decode(JSON.parse(encodeRecord(good)))).to.deep.equal({ record: good, announced: [] });
+    const extra = { ...good, extra: 1, prefixes: ['10.96.0.64/26'] };
+    expect(JSON.parse(encodeRecord(extra as NodeRecord))).to.deep.equal(good);
+    expect(decode(extra)).to.deep.equal({ record: good, announced: ['10.96.0.64/26'] });
+    const { vtep: _vtep, ...routedOnly } = good;
+    expect(decode(routedOnly).record).to.deep.equal(routedOnly);
+  });
+
+  const bad: Array<[string, unknown, RegExp]> = [
+    ['not JSON', '{', /is not JSON/],
+    ['not an object', [1], /is not a JSON object/],
+    ['another name', { ...good, node: 'n3' }, /names node "n3", not n2/],
+    ['no underlay', { ...good, underlay: [] }, /has no underlay address/],
+    ['bad underlay', { ...good, underlay: ['10.0.0.300'] }, /invalid underlay address/],
+    ['bad MTU', { ...good, mtu: 70000 }, /MTU 70000, not a number 576-65535/],
+    ['bad MAC', { ...good, vtep: { ...good.vtep, mac: 'zz' } }, /VTEP MAC "zz"/],
+    ['bad VNI', { ...good, vtep: { ...good.vtep, vni: 0 } }, /VNI 0, not a number 1-16777215/],
+    ['bad port', { ...good, vtep: { ...good.vtep, port: 65536 } }, /VTEP port 65536/],
+    [
+      'bad prefix',
+      { ...good, prefixes: ['10.96.0.1/26'] },
+      /announces an invalid prefix: 10\.96\.0\.1\/26 has host bits set/,
+    ],
+    ['prefixes not a list', { ...good, prefixes: '10.96.0.0/26' }, /"prefixes" field that is not a list/],
+  ];
+  for (const [what, value, message] of bad)
+    it(`refuses a record with ${what}`, () => {
+      expect(() => decode(value)).to.throw(message);
+    });
+});

@@ -1,0 +1,127 @@
+import { expect } from 'chai';
+import { blockLayout } from '../../pools/etcd/block-layout';
+import { PeerTable } from '../../pools/etcd/peer-table';
+
+// The peer table works out only the nodes a change touches: whatever the order of changes, it must
+// end where a table built from the final keys in one go ends.
+
+const layouts = [blockLayout('10.96.0.0/24', 26), blockLayout('fd96::/120', 26)];
+const BLOCKS = [
+  '10.96.0.0-26',
+  '10.96.0.64-26',
+  '10.96.0.128-26',
+  '10.96.0.192-26',
+  'fd96::-122',
+  'fd96::40-122',
+];
+const NODES = ['self', 'a', 'b', 'c'];
+
+const record = (node: string, extra: Record<string, unknown> = {}): string =>
+  JSON.stringify({
+    node,
+    underlay: [`192.0.2.${node.charCodeAt(0) % 250}`],
+    mtu: 1500,
+    bootId: 'x',
+    ...extra,
+  });
+
+/** A small deterministic random source (xorshift), so a failure can be replayed. */
+function rng(seed: number): () => number {
+  let x = seed || 1;
+  return () => {
+    x ^= x << 13;
+    x ^= x >>> 17;
+    x ^= x << 5;
+    return (x >>> 0) / 2 ** 32;
+  };
+}
+
+const pick = <T>(r: () => number, xs: readonly T[]): T => xs[Math.floor(r() * xs.length)]!;
+
+function fresh(keys: Map<string, string>): PeerTable {
+  const t = new PeerTable('self', layouts);
+  for (const [k, v] of keys) t.put(k, v);
+  t.recompute();
+  return t;
+}
+
+describe('etcd peer table', () => {
+  it('ends where a table built from the final keys ends, whatever the order of changes', () => {
+    for (let seed = 1; seed <= 200; seed++) {
+      const r = rng(seed);
+      const keys = new Map<string, string>();
+      const t = new PeerTable('self', layouts);
+      for (let step = 0; step < 40; step++) {
+        const roll = r();
+        let key: string;
+        let value: string | undefined;
+        if (roll < 0.4) {
+          key = `blocks/${pick(r, BLOCKS)}`;
+          value = r() < 0.7 ? pick(r, NODES) : undefined;
+        } else if (roll < 0.8) {
+          const node = pick(r, NODES);
+          key = `nodes/${node}`;
+          const kind = r();
+          value =
+            kind < 0.2
+              ? undefined
+              : kind < 0.35
+                ? record(node, { prefixes: ['10.96.0.64/26'] })
+                : kind < 0.45
+                  ? '{broken'
+                  : record(node, { mtu: 1400 + Math.floor(r() * 3) });
+        } else if (roll < 0.9) {
+          key = `blocks/${pick(r, ['0.0.0.0-0', '10.97.0.0-26', 'junk'])}`;
+          value = pick(r, NODES);
+        } else {
+          key = `nodes/${pick(r, NODES)}/alive`;
+          value = '{}';
+        }
+        if (value === undefined) {
+          keys.delete(key);
+          t.delete(key);
+        } else {
+          keys.set(key, value);
+          t.put(key, value);
+        }
+        if (r() < 0.5) t.recompute();
+      }
+      t.recompute();
+      const want = fresh(keys);
+      expect([...t.peers()].sort(), `seed ${seed}`).to.deep.equal([...want.peers()].sort());
+      expect([...t.rejected()].sort(), `seed ${seed}`).to.deep.equal([...want.rejected()].sort());
+      expect([...t.unrouted()].sort(), `seed ${seed}`).to.deep.equal([...want.unrouted()].sort());
+      expect(t.peers().has('self')).to.equal(false);
+    }
+  });
+
+  it('hands out tables that never change under their holder, and says when the table changed', () => {
+    const t = new PeerTable('self', layouts);
+    t.put('blocks/10.96.0.64-26', 'a');
+    t.put('nodes/a', record('a'));
+    expect(t.recompute()).to.equal(true);
+    const before = t.peers();
+    t.put('blocks/10.96.0.128-26', 'a');
+    expect(t.recompute()).to.equal(true);
+    expect(before.get('a')!.prefixes).to.deep.equal(['10.96.0.64/26']);
+    expect(t.peers().get('a')!.prefixes).to.deep.equal(['10.96.0.64/26', '10.96.0.128/26']);
+    // The same record written again, an alive key, our own record: no change for the fabric.
+    t.put('nodes/a', record('a'));
+    t.put('nodes/a/alive', '{}');
+    t.put('nodes/self', record('self'));
+    expect(t.recompute()).to.equal(false);
+  });
+
+  it('keeps its peers on a full list that says the same, and drops what the list no longer has', () => {
+    const t = new PeerTable('self', layouts);
+    t.put('blocks/10.96.0.64-26', 'a');
+    t.put('nodes/a', record('a'));
+    t.put('nodes/b', record('b'));
+    t.recompute();
+    t.clear();
+    t.put('blocks/10.96.0.64-26', 'a');
+    t.put('nodes/a', record('a'));
+    expect(t.recompute()).to.equal(true);
+    expect([...t.peers().keys()]).to.deep.equal(['a']);
+  });
+});
