@@ -10,17 +10,6 @@ import type { Store } from '../../core/store/store';
 import { EtcdPeerSource } from './etcd-peer-source';
 import { EtcdPoolSource } from './etcd-pool-source';
 
-/** Default TTL of a node record's lease (s): a dead node is withdrawn within it. */
-const DEFAULT_LEASE_TTL_SECONDS = 15;
-
-/** The fabric options this module reads, whether or not the configuration defines them yet. */
-type FabricOptions = { fabric?: { leaseTtlSeconds?: number } };
-
-/** TTL of this node's record lease: fabric.leaseTtlSeconds when the configuration has it. */
-export function recordLeaseTtlSeconds(config: DaemonConfig): number {
-  return (config as DaemonConfig & FabricOptions).fabric?.leaseTtlSeconds ?? DEFAULT_LEASE_TTL_SECONDS;
-}
-
 /** Binds the etcd pool source in place of the default one, and the etcd peer source beside it. */
 export function etcdPoolSourceModule(config: DaemonConfig, logger: Logger): ContainerModule {
   const tls = config.etcd.ca
@@ -53,8 +42,7 @@ export function etcdPoolSourceModule(config: DaemonConfig, logger: Logger): Cont
           clusterCidrs: config.etcd.clusterCidrs,
           blockSize: config.etcd.blockSize,
           nodeName,
-          leaseTtlSeconds:
-            (config as DaemonConfig & FabricOptions).fabric?.leaseTtlSeconds ?? DEFAULT_LEASE_TTL_SECONDS,
+          leaseTtlSeconds: config.fabric.leaseTtlSeconds,
           logger: logger.child({ peerSource: 'etcd' }),
         }),
     );

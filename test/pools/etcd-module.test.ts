@@ -1,12 +1,12 @@
 import { expect } from 'chai';
 import { Container } from 'inversify';
-import { DEFAULT_CONFIG, mergeConfig, type DaemonConfig } from '../../core/config';
+import { DEFAULT_CONFIG, mergeConfig } from '../../core/config';
 import { WorkloadNetError } from '../../core/errors';
 import { PEER_SOURCE, type PeerSource } from '../../core/fabric/peer-source';
 import { POOL_SOURCE } from '../../core/ipam/pool-source';
 import { silentLogger } from '../../core/logger';
 import { EtcdPeerSource } from '../../pools/etcd/etcd-peer-source';
-import { etcdPoolSourceModule, recordLeaseTtlSeconds } from '../../pools/etcd/module';
+import { etcdPoolSourceModule } from '../../pools/etcd/module';
 
 // With the etcd pool source, peers come from the same etcd: the module binds both, and building the
 // peer source connects nothing (only start() does).
@@ -54,11 +54,5 @@ describe('etcd module', () => {
       /this node's record has no underlay address .*; other nodes would ignore it/,
     );
     expect(peers.status()).to.include({ ready: false, connected: false });
-  });
-
-  it('takes the record lease TTL from fabric.leaseTtlSeconds, 15 s by default', () => {
-    expect(recordLeaseTtlSeconds(config)).to.equal(15);
-    const withFabric = { ...config, fabric: { leaseTtlSeconds: 5 } } as DaemonConfig;
-    expect(recordLeaseTtlSeconds(withFabric)).to.equal(5);
   });
 });
