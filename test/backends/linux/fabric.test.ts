@@ -390,6 +390,55 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
       });
     }
 
+    it('brings back the VXLAN device deleted by hand, with its entries and routes', async () => {
+      const na = topo.node('na');
+      const before = await kernelState(na.ns);
+      const repairs = fabric(na).report().repairs;
+      await ip('-n', na.ns, 'link', 'del', 'wn-vxlan');
+      await waitUntil(
+        async () => JSON.stringify(await kernelState(na.ns)) === JSON.stringify(before),
+        'the device, its neighbour, FDB entry and route back',
+        10_000,
+        { retryOnError: true },
+      );
+      await waitUntil(() => fabric(na).report().repairs > repairs, 'the repair counted', 5_000);
+      await everyPodReaches([['na', 'nc']]);
+    });
+
+    it('a foreign route holding our prefix and metric is left alone, and the report says why', async () => {
+      const na = topo.node('na');
+      await ip(
+        '-n',
+        na.ns,
+        'route',
+        'add',
+        '10.244.7.0/24',
+        'via',
+        '10.100.1.2',
+        'proto',
+        'static',
+        'metric',
+        '1024',
+      );
+      try {
+        const peers = [
+          ...topo.peersOf('na', locals),
+          { node: 'ne', underlay: ['10.100.1.7'], mtu: 1500, bootId: '', prefixes: ['10.244.7.0/24'] },
+        ];
+        const report = await fabric(na).apply(peers);
+        expect(report.ready).to.equal(false);
+        expect(report.reasons.join('\n')).to.match(
+          /add route 10\.244\.7\.0\/24 via 10\.100\.1\.7 metric 1024 \(ne\): .*EEXIST/,
+        );
+        expect(await ip('-n', na.ns, 'route', 'show', '10.244.7.0/24')).to.equal(
+          '10.244.7.0/24 via 10.100.1.2 dev eth0 proto static metric 1024 \n',
+        );
+      } finally {
+        await ip('-n', na.ns, 'route', 'del', '10.244.7.0/24', 'proto', 'static');
+        await fabric(na).apply(topo.peersOf('na', locals));
+      }
+    });
+
     it('without the monitor, the periodic pass repairs', async () => {
       const na = topo.node('na');
       await fabric(na).stop();
