@@ -7,6 +7,7 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import type { Peer } from '../../../core/fabric/peer-source';
 import type { LocalNode } from '../../../core/fabric/fabric-dataplane';
+import type { IpAssignment } from '../../../core/backend';
 import { LinuxBackend } from '../../../backends/linux/linux-backend';
 import { NetnsPool, ip, netnsInode, netnsPath } from './netns-fixture';
 import { attachTo, testSpec } from '../../support/attach-spec';
@@ -21,8 +22,12 @@ export interface TopologyNode {
   address: string;
   /** The node's pod range and the one pod in it. */
   prefix: string;
+  /** Every prefix the node announces (with `v6`, also fd10:0:<n>::/64). */
+  prefixes: string[];
   pod: string;
   podIp: string;
+  /** The pod's IPv6 address, on a dual-stack node. */
+  podIp6?: string;
   backend: LinuxBackend;
 }
 
@@ -33,6 +38,8 @@ export interface NodeSpec {
   host: number;
   /** Third octet of the node's pod range 10.244.<n>.0/24. */
   podRange: number;
+  /** Dual-stack pods: an IPv6 address from fd10:0:<podRange>::/64 too. */
+  v6?: boolean;
 }
 
 export const POD_MTU = 1450;
@@ -83,26 +90,30 @@ export class FabricTopology {
     const address = `10.100.${s.subnet}.${s.host}`;
     await ip('-n', ns, 'addr', 'add', `${address}/24`, 'dev', 'eth0');
     await ip('-n', ns, 'route', 'add', 'default', 'via', `10.100.${s.subnet}.254`);
-    const backend = new LinuxBackend({ hostNetnsPath: netnsPath(ns), netlinkThread: false });
+    const backend = new LinuxBackend({
+      hostNetnsPath: netnsPath(ns),
+      netlinkThread: false,
+      ipv6: s.v6 ?? false,
+    });
     await backend.start();
     const pod = await this.pool.add(`${s.name}pod`);
     const podIp = `10.244.${s.podRange}.5`;
+    const podIp6 = s.v6 ? `fd10:0:${s.podRange}::5` : undefined;
+    const ips: IpAssignment[] = [{ family: 4, address: podIp, gateway: '169.254.1.1' }];
+    if (podIp6 !== undefined) ips.push({ family: 6, address: podIp6, gateway: 'fe80::1' });
     await attachTo(
       backend,
-      testSpec(
-        `${s.name}-pod`,
-        { path: netnsPath(pod), inode: netnsInode(pod) },
-        [{ family: 4, address: podIp, gateway: '169.254.1.1' }],
-        { mtu: POD_MTU },
-      ),
+      testSpec(`${s.name}-pod`, { path: netnsPath(pod), inode: netnsInode(pod) }, ips, { mtu: POD_MTU }),
     );
     const node: TopologyNode = {
       name: s.name,
       ns,
       address,
       prefix: `10.244.${s.podRange}.0/24`,
+      prefixes: [`10.244.${s.podRange}.0/24`, ...(s.v6 ? [`fd10:0:${s.podRange}::/64`] : [])],
       pod,
       podIp,
+      podIp6,
       backend,
     };
     this.nodes.push(node);
@@ -127,7 +138,7 @@ export class FabricTopology {
           mtu: local?.mtu ?? 1500,
           vtep: local?.vtep,
           bootId: '',
-          prefixes: [n.prefix],
+          prefixes: n.prefixes,
         };
       });
   }

@@ -486,6 +486,57 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
   });
 });
 
+describeRoot('Linux fabric: dual-stack pods over VXLAN on an IPv4 underlay', function () {
+  this.timeout(60_000);
+  const topo = new FabricTopology();
+  const fabrics: LinuxFabric[] = [];
+
+  before(async () => {
+    await topo.build([
+      { name: 'n6a', subnet: 1, host: 1, podRange: 1, v6: true },
+      { name: 'n6c', subnet: 2, host: 3, podRange: 3, v6: true },
+    ]);
+    const locals = new Map<string, LocalNode>();
+    for (const n of topo.nodes) {
+      const f = new LinuxFabric({ hostNetnsPath: netnsPath(n.ns), monitor: false });
+      fabrics.push(f);
+      locals.set(n.name, await f.prepare(settings('vxlan', { clusterCidrs: [CLUSTER, 'fd10::/32'] })));
+    }
+    for (const [i, n] of topo.nodes.entries()) await fabrics[i]?.apply(topo.peersOf(n.name, locals));
+  });
+
+  after(async () => {
+    for (const f of fabrics) await f.stop();
+    await topo.cleanup();
+  });
+
+  it('programs an IPv6 route, neighbour and catch-all beside the IPv4 ones, one FDB entry for both', async () => {
+    const ns = topo.node('n6a').ns;
+    const v6 = (await ip('-n', ns, '-6', 'route', 'show', 'proto', '119'))
+      .split('\n')
+      .map((l) => l.trim())
+      .filter(Boolean)
+      .sort();
+    expect(v6).to.deep.equal([
+      'fd10:0:3::/64 via fd10:0:3:: dev wn-vxlan metric 1024 onlink mtu 1450 pref medium',
+      'unreachable fd10::/32 dev lo metric 4294967295 pref medium',
+    ]);
+    expect((await kernelState(ns)).fdb).to.deep.equal(['0e:77:0a:64:02:03 dst 10.100.2.3 self permanent']);
+    expect(
+      (await ip('-n', ns, '-6', 'neigh', 'show', 'dev', 'wn-vxlan', 'nud', 'permanent')).trim(),
+    ).to.equal('fd10:0:3:: lladdr 0e:77:0a:64:02:03 PERMANENT');
+  });
+
+  it('carries IPv6 and IPv4 between pods across the router', async () => {
+    const a = topo.node('n6a');
+    const c = topo.node('n6c');
+    const opts = { count: 3, waitSeconds: 2, intervalSeconds: 0.2 };
+    expect(await pings(a.pod, c.podIp6 ?? '', opts), 'IPv6 a → c').to.equal(true);
+    expect(await pings(c.pod, a.podIp6 ?? '', opts), 'IPv6 c → a').to.equal(true);
+    expect(await pings(a.pod, c.podIp, opts), 'IPv4 a → c').to.equal(true);
+  });
+});
+
 describeRoot('Linux fabric: what it refuses', function () {
   this.timeout(60_000);
   const topo = new FabricTopology();
