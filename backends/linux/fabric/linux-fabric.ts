@@ -205,7 +205,12 @@ export class LinuxFabric implements FabricDataplane {
         { changes: ops.length - failures.length, failed: failures.length, repaired },
         'fabric applied',
       );
-    const after = await readOurs(sock, vxlanIndex);
+    // Every request succeeded: the kernel holds exactly the plan, so a second read (a third of an
+    // apply's time at 2,000 peers) would tell nothing new.
+    const after =
+      failures.length === 0
+        ? { routes: plan.routes, neighbours: plan.neighbours, fdb: plan.fdb }
+        : await readOurs(sock, vxlanIndex);
     const reasons = failures.map((f) => `${describe(f.op)}: ${f.error.message}`);
     this.last = {
       ready: failures.length === 0,
