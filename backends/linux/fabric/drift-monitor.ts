@@ -12,6 +12,7 @@ import { Worker, isMainThread, parentPort, workerData } from 'node:worker_thread
 import { closeFd } from '../../../lib/libc';
 import type { Netns } from '../../../lib/netns/netns-handle';
 import {
+  AF_BRIDGE,
   RTM_DELLINK,
   RTM_DELNEIGH,
   RTM_DELROUTE,
@@ -21,10 +22,14 @@ import {
   RTNLGRP_IPV6_ROUTE,
   RTNLGRP_LINK,
   RTNLGRP_NEIGH,
+  decodeLink,
   decodeMessages,
+  decodeNeighbour,
+  decodeRoute,
   joinGroups,
+  type NetlinkMessage,
 } from '../../../lib/rtnetlink';
-import { readS32 } from '../../../lib/rtnetlink/attributes';
+import { fdbKey, neighbourKey, routeKey } from './fabric-plan';
 import { configureNetlinkFd, netlinkFdIn } from '../../../lib/rtnetlink/socket';
 
 const ROLE = 'workloadnet-fabric-drift-monitor';
@@ -36,13 +41,40 @@ interface MonitorData {
   fd: number;
 }
 
+/** Event type of "the socket overflowed, notifications were lost" (no RTM_* uses 0). */
+export const KERNEL_EVENTS_LOST = 0;
+
 /** What the worker posts per notification: enough to decide whether it concerns an object of ours. */
 export interface KernelEvent {
+  /** RTM_* (or KERNEL_EVENTS_LOST). */
   type: number;
   /** Route: rtm_protocol. */
   protocol?: number;
   /** Neighbour: ndm_ifindex; link: ifi_index. */
   ifindex?: number;
+  /** The object as the fabric names it in its plan ("route|…", "neighbour|…", "fdb|…"). */
+  id?: string;
+}
+
+/** The worker's reading of one notification. */
+export function kernelEvent(msg: NetlinkMessage): KernelEvent | undefined {
+  switch (msg.type) {
+    case RTM_NEWROUTE:
+    case RTM_DELROUTE: {
+      const r = decodeRoute(msg);
+      return { type: msg.type, protocol: r.protocol, id: `route|${routeKey(r)}` };
+    }
+    case RTM_NEWNEIGH:
+    case RTM_DELNEIGH: {
+      const n = decodeNeighbour(msg);
+      const id = n.family === AF_BRIDGE ? `fdb|${fdbKey(n)}` : `neighbour|${neighbourKey(n)}`;
+      return { type: msg.type, ifindex: n.ifindex, id };
+    }
+    case RTM_DELLINK:
+      return { type: msg.type, ifindex: decodeLink(msg).index };
+    default:
+      return undefined;
+  }
 }
 
 export class DriftMonitor {
@@ -92,22 +124,22 @@ function listen(data: MonitorData): void {
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       if (code === 'EAGAIN') continue;
-      // ENOBUFS: notifications were lost; the owner reconciles anyway on any event.
+      // ENOBUFS: the kernel dropped notifications; only a full reconcile can tell what they said.
       if (code === 'ENOBUFS') {
-        port.postMessage({ type: RTM_DELROUTE } satisfies KernelEvent);
+        port.postMessage({ type: KERNEL_EVENTS_LOST } satisfies KernelEvent);
         continue;
       }
       port.postMessage({ kind: 'error', message: `drift monitor read failed: ${String(err)}` });
       return;
     }
-    for (const msg of decodeMessages(buf.subarray(0, n))) {
-      const p = msg.payload;
-      if ((msg.type === RTM_NEWROUTE || msg.type === RTM_DELROUTE) && p.length >= 12)
-        port.postMessage({ type: msg.type, protocol: p.readUInt8(5) } satisfies KernelEvent);
-      else if ((msg.type === RTM_NEWNEIGH || msg.type === RTM_DELNEIGH) && p.length >= 12)
-        port.postMessage({ type: msg.type, ifindex: readS32(p, 4) } satisfies KernelEvent);
-      else if (msg.type === RTM_DELLINK && p.length >= 16)
-        port.postMessage({ type: msg.type, ifindex: readS32(p, 4) } satisfies KernelEvent);
+    try {
+      for (const msg of decodeMessages(buf.subarray(0, n))) {
+        const e = kernelEvent(msg);
+        if (e) port.postMessage(e);
+      }
+    } catch {
+      // A datagram we cannot read: treat it as lost notifications.
+      port.postMessage({ type: KERNEL_EVENTS_LOST } satisfies KernelEvent);
     }
   }
 }

@@ -28,7 +28,7 @@ import {
   RTPROT_WORKLOADNET,
   type Link,
 } from '../../../lib/rtnetlink';
-import { DriftMonitor, type KernelEvent } from './drift-monitor';
+import { DriftMonitor, KERNEL_EVENTS_LOST, type KernelEvent } from './drift-monitor';
 import { planFabric, podMtu, routeKey, neighbourKey, fdbKey, type FabricPlan } from './fabric-plan';
 import { applyOps, diff, readOurs, type DiffOp } from './kernel-diff';
 import { discoverUnderlay, type Underlay } from './underlay';
@@ -188,17 +188,18 @@ export class LinuxFabric implements FabricDataplane {
     );
     const have = await readOurs(sock, vxlanIndex);
     const ops = diff(plan, have, vxlanIndex);
+    const fingerprints = fingerprintsOf(plan);
+    // Putting back what the last apply had put in, unchanged, is a repair.
+    const repairing = ops.filter((op) => {
+      const id = `${op.kind}|${op.key}`;
+      return op.action !== 'delete' && this.programmed.get(id) === fingerprints.get(id);
+    });
+    // Known before the requests go out, so that the monitor hears our own changes as ours.
+    this.programmed = fingerprints;
     const failures = await applyOps(sock, ops);
     const failed = new Set(failures.map((f) => f.op));
-    const fingerprints = fingerprintsOf(plan);
-    let repaired = 0;
-    for (const op of ops) {
-      if (failed.has(op) || op.action === 'delete') continue;
-      const id = `${op.kind}|${op.key}`;
-      if (this.programmed.get(id) === fingerprints.get(id)) repaired++;
-    }
+    const repaired = repairing.filter((op) => !failed.has(op)).length;
     this.repairs += repaired;
-    this.programmed = fingerprints;
     for (const f of failures) this.programmed.delete(`${f.op.kind}|${f.op.key}`);
     if (ops.length > 0)
       this.logger.info(
@@ -249,12 +250,27 @@ export class LinuxFabric implements FabricDataplane {
     }
   }
 
+  /**
+   * Whether a notification may mean drift: one of the objects we put in is gone, a route of ours we
+   * did not put in appeared, or our device went away. Our own changes (known in `programmed` before
+   * they are sent) do not trigger a reconcile.
+   */
   private concernsUs(e: KernelEvent): boolean {
     const vx = this.prepared?.vxlan?.index;
-    if (e.type === RTM_DELROUTE || e.type === RTM_NEWROUTE) return e.protocol === RTPROT_WORKLOADNET;
-    if (e.type === RTM_DELNEIGH) return vx !== undefined && e.ifindex === vx;
-    if (e.type === RTM_DELLINK) return vx !== undefined && e.ifindex === vx;
-    return false;
+    switch (e.type) {
+      case KERNEL_EVENTS_LOST:
+        return true;
+      case RTM_DELROUTE:
+        return e.protocol === RTPROT_WORKLOADNET && e.id !== undefined && this.programmed.has(e.id);
+      case RTM_NEWROUTE:
+        return e.protocol === RTPROT_WORKLOADNET && e.id !== undefined && !this.programmed.has(e.id);
+      case RTM_DELNEIGH:
+        return vx !== undefined && e.ifindex === vx && e.id !== undefined && this.programmed.has(e.id);
+      case RTM_DELLINK:
+        return vx !== undefined && e.ifindex === vx;
+      default:
+        return false;
+    }
   }
 
   private scheduleReconcile(why: 'periodic' | 'monitor'): void {
