@@ -537,7 +537,7 @@ describeRoot('Linux fabric: dual-stack pods over VXLAN on an IPv4 underlay', fun
   });
 });
 
-describeRoot('Linux fabric: what it refuses', function () {
+describeRoot('Linux fabric: the underlay, the device and what it refuses', function () {
   this.timeout(60_000);
   const topo = new FabricTopology();
   let node: TopologyNode;
@@ -558,6 +558,27 @@ describeRoot('Linux fabric: what it refuses', function () {
       .join('\n')
       .replace(/ (?:qlen|stats)\S*/g, '');
   }
+
+  it("the backend's fabric finds the underlay in its host namespace: the default route's interface, or --node-ip", async () => {
+    await ip('-n', node.ns, 'addr', 'add', '10.100.9.4/24', 'dev', 'eth0');
+    try {
+      const fabric = node.backend.fabric;
+      expect(await fabric.prepare(settings('vxlan'))).to.deep.equal({
+        underlay: ['10.100.1.4'],
+        uplink: 'eth0',
+        mtu: 1500,
+        subnets: ['10.100.1.0/24', '10.100.9.0/24'],
+        vtep: { mac: '0e:77:0a:64:01:04', vni: 30574, port: 4789 },
+      });
+      const local = await fabric.prepare(settings('routed', { nodeIp: '10.100.9.4' }));
+      expect(local.underlay).to.deep.equal(['10.100.9.4']);
+      expect(local.vtep).to.equal(undefined);
+      await fabric.stop();
+    } finally {
+      await ip('-n', node.ns, 'addr', 'del', '10.100.9.4/24', 'dev', 'eth0');
+      await ip('-n', node.ns, 'link', 'del', 'wn-vxlan').catch(() => undefined);
+    }
+  });
 
   it('a foreign VXLAN device on port 4789: refused, naming it, nothing changed', async () => {
     await ip(
