@@ -11,6 +11,7 @@ import {
   NUD_PERMANENT,
   NTF_SELF,
   RTNH_F_ONLINK,
+  RTN_UNICAST,
   RTPROT_WORKLOADNET,
   RT_TABLE_MAIN,
   delNeighbourRequest,
@@ -54,6 +55,8 @@ export async function readOurs(sock: NetlinkSocket, vxlanIndex: number | undefin
 }
 
 function routeMatches(have: Route, want: WantedRoute): boolean {
+  // A route that goes nowhere has no next hop to compare; IPv6 reports one anyway (dev lo).
+  if (want.type !== RTN_UNICAST) return have.type === want.type;
   return (
     have.type === want.type &&
     have.gateway === want.gateway &&

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { execFile, spawn } from 'node:child_process';
 import type { FabricReport, FabricSettings, LocalNode } from '../../../core/fabric/fabric-dataplane';
+import type { Peer } from '../../../core/fabric/peer-source';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { ip, ipJson, netnsPath } from './netns-fixture';
 import { FabricTopology, bridge, type TopologyNode } from './fabric-topology';
@@ -490,6 +491,7 @@ describeRoot('Linux fabric: dual-stack pods over VXLAN on an IPv4 underlay', fun
   this.timeout(60_000);
   const topo = new FabricTopology();
   const fabrics: LinuxFabric[] = [];
+  let peers: Peer[][] = [];
 
   before(async () => {
     await topo.build([
@@ -502,7 +504,8 @@ describeRoot('Linux fabric: dual-stack pods over VXLAN on an IPv4 underlay', fun
       fabrics.push(f);
       locals.set(n.name, await f.prepare(settings('vxlan', { clusterCidrs: [CLUSTER, 'fd10::/32'] })));
     }
-    for (const [i, n] of topo.nodes.entries()) await fabrics[i]?.apply(topo.peersOf(n.name, locals));
+    peers = topo.nodes.map((n) => topo.peersOf(n.name, locals));
+    for (const [i] of topo.nodes.entries()) await fabrics[i]?.apply(peers[i] ?? []);
   });
 
   after(async () => {
@@ -525,6 +528,15 @@ describeRoot('Linux fabric: dual-stack pods over VXLAN on an IPv4 underlay', fun
     expect(
       (await ip('-n', ns, '-6', 'neigh', 'show', 'dev', 'wn-vxlan', 'nud', 'permanent')).trim(),
     ).to.equal('fd10:0:3:: lladdr 0e:77:0a:64:02:03 PERMANENT');
+  });
+
+  it('a second apply of the same peers changes nothing (the IPv6 catch-all reads back with dev lo)', async () => {
+    const ns = topo.node('n6a').ns;
+    const before = await ip('-n', ns, '-6', 'route', 'show', 'proto', '119');
+    const report = await fabrics[0]?.apply(peers[0] ?? []);
+    expect(report?.repairs, 'nothing was put back').to.equal(0);
+    expect(report?.objects).to.deep.equal({ routes: 4, neighbours: 2, fdb: 1 });
+    expect(await ip('-n', ns, '-6', 'route', 'show', 'proto', '119')).to.equal(before);
   });
 
   it('carries IPv6 and IPv4 between pods across the router', async () => {
