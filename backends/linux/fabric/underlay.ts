@@ -8,6 +8,7 @@ import { cidrContains, familyBits, formatAddress, parseAddress, type Cidr } from
 import {
   AF_INET,
   AF_INET6,
+  RTN_UNICAST,
   canonicalAddress,
   familyOf,
   getLink,
@@ -66,7 +67,7 @@ export async function discoverUnderlay(sock: NetlinkSocket, nodeIp: string): Pro
     let found: { address: string; index: number } | undefined;
     for (const family of [AF_INET, AF_INET6] as const) {
       const route = (await listRoutes(sock, family)).find(
-        (r) => r.destination.endsWith('/0') && r.oif !== undefined && r.type === 1,
+        (r) => r.destination.endsWith('/0') && r.oif !== undefined && r.type === RTN_UNICAST,
       );
       if (route?.oif === undefined) continue;
       const addr = (await listAddresses(sock, { family })).find(
