@@ -48,6 +48,7 @@ import { delLinkRequest, getLink, setLinkRequest } from '../../lib/rtnetlink/lin
 import { NetlinkSocket } from '../../lib/rtnetlink/socket';
 import { ensureSysctl, readSysctl } from '../../lib/netns/sysctl';
 import { createVethPair, type VethPair } from './veth-pair';
+import { LinuxFabric } from './fabric/linux-fabric';
 import { checkWorkloadNamespace, workloadRoutes, workloadSideRequests } from '../interface/workload-side';
 
 export type { LinuxBackendOptions } from './linux-backend-options';
@@ -71,9 +72,12 @@ export class LinuxBackend implements Backend {
   private lastHealth: BackendHealth | undefined;
   private healthProbe: Promise<BackendHealth> | undefined;
   private healthAt = 0;
+  /** Routes and VXLAN to other nodes, in the same host namespace (core/fabric drives it). */
+  readonly fabric: LinuxFabric;
 
   constructor(opts: LinuxBackendOptions = {}) {
     this.opts = resolveLinuxBackendOptions(opts);
+    this.fabric = new LinuxFabric({ hostNetnsPath: this.opts.hostNetnsPath, logger: this.opts.logger });
   }
 
   /** Opens the host namespace, checks privileges, enables forwarding there. */

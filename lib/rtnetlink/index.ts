@@ -4,7 +4,8 @@
 // The `netlink` npm package does synchronous I/O on the main thread (a veth delete then stalls the
 // event loop for ~20–40 ms) and reports errors as text without the errno.
 //
-// Layout: attributes.ts and message.ts are the wire codec; link.ts, address.ts and route.ts build
+// Layout: attributes.ts and message.ts are the wire codec; link.ts (with vxlan.ts), address.ts,
+// route.ts and neighbour.ts (ARP/NDP entries and VXLAN forwarding databases) build
 // requests and decode answers for one kind of object each; errors.ts turns NLMSG_ERROR into
 // NetlinkError (errno + name + the kernel's extended-ack text); socket.ts does the I/O.
 //
@@ -136,6 +137,9 @@ export {
   RTPROT_BOOT,
   RTPROT_KERNEL,
   RTPROT_STATIC,
+  RTPROT_WORKLOADNET,
+  RTN_UNICAST,
+  RTN_UNREACHABLE,
   RT_SCOPE_HOST,
   RT_SCOPE_LINK,
   RT_SCOPE_UNIVERSE,
@@ -150,5 +154,33 @@ export {
   lookupRouteRequest,
   newRouteRequest,
 } from './route';
+export {
+  IFLA_VXLAN_ID,
+  IFLA_VXLAN_LEARNING,
+  IFLA_VXLAN_LOCAL,
+  IFLA_VXLAN_PORT,
+  type VxlanInfo,
+  type VxlanSpec,
+  decodeVxlanInfo,
+  vxlanInfoData,
+} from './vxlan';
+export {
+  AF_BRIDGE,
+  NTF_SELF,
+  NUD_NOARP,
+  NUD_PERMANENT,
+  RTM_DELNEIGH,
+  RTM_GETNEIGH,
+  RTM_NEWNEIGH,
+  type Neighbour,
+  type NeighbourFamily,
+  type NeighbourSpec,
+  decodeNeighbour,
+  delNeighbourRequest,
+  dumpNeighboursRequest,
+  listNeighbours,
+  newNeighbourRequest,
+} from './neighbour';
 export { type BatchOutcome, NetlinkSocket, type NetlinkSocketOptions } from './socket';
 export { BlockingNetlinkSocket } from './blocking-socket';
+export { RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE, RTNLGRP_LINK, RTNLGRP_NEIGH, joinGroups } from './groups';

@@ -32,6 +32,7 @@ import {
   type NetlinkRequest,
 } from './message';
 import type { NetlinkSocket } from './socket';
+import { decodeVxlanInfo, type VxlanInfo } from './vxlan';
 
 export const RTM_NEWLINK = 16;
 export const RTM_DELLINK = 17;
@@ -177,6 +178,8 @@ export interface Link {
   carrier?: boolean;
   /** IPv4 per-interface settings, indexed by IPV4_DEVCONF_* id (index 0 unused). */
   inetConf?: number[];
+  /** A vxlan link's settings (kind "vxlan"). */
+  vxlan?: VxlanInfo;
 }
 
 // ---- wire encoding ----
@@ -392,8 +395,11 @@ export function decodeLink(msg: NetlinkMessage): Link {
         link.carrier = getU8(v) !== 0;
         break;
       case IFLA_LINKINFO: {
-        const kind = attributeMap(v).get(IFLA_INFO_KIND);
+        const info = attributeMap(v);
+        const kind = info.get(IFLA_INFO_KIND);
         if (kind) link.kind = getString(kind);
+        const data = info.get(IFLA_INFO_DATA);
+        if (link.kind === 'vxlan' && data) link.vxlan = decodeVxlanInfo(data);
         break;
       }
       case IFLA_AF_SPEC:

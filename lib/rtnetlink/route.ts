@@ -3,6 +3,7 @@
 
 import {
   attrBytes,
+  attrNest,
   attrU32,
   attributeMap,
   encodeAttributes,
@@ -42,7 +43,11 @@ export const RTA_OIF = 4;
 export const RTA_GATEWAY = 5;
 export const RTA_PRIORITY = 6;
 export const RTA_PREFSRC = 7;
+export const RTA_METRICS = 8;
 export const RTA_TABLE = 15;
+
+/** Inside RTA_METRICS (enum RTAX_*): the path MTU of packets taking the route. */
+export const RTAX_MTU = 2;
 
 export const RT_TABLE_UNSPEC = 0;
 export const RT_TABLE_MAIN = 254;
@@ -52,6 +57,12 @@ export const RTPROT_UNSPEC = 0;
 export const RTPROT_KERNEL = 2;
 export const RTPROT_BOOT = 3;
 export const RTPROT_STATIC = 4;
+/**
+ * Our own protocol number on the fabric's routes (rtm_protocol is only a label to the kernel): a route
+ * carrying it is ours to change or remove, any other is left alone. 0x77 ("w") is unassigned in
+ * /etc/iproute2/rt_protos and by the routing daemons that use this field (bird 12, zebra 11, …).
+ */
+export const RTPROT_WORKLOADNET = 0x77;
 
 export const RT_SCOPE_UNIVERSE = 0;
 export const RT_SCOPE_LINK = 253;
@@ -61,6 +72,9 @@ export const RT_SCOPE_NOWHERE = 255;
 
 export const RTN_UNICAST = 1;
 export const RTN_LOCAL = 2;
+export const RTN_BLACKHOLE = 6;
+/** Traffic to the destination is refused at once with "network unreachable" (ICMP or ENETUNREACH). */
+export const RTN_UNREACHABLE = 7;
 
 /** rtm_flags: the gateway is on the link even though no route says so. */
 export const RTNH_F_ONLINK = 0x4;
@@ -85,6 +99,8 @@ export interface RouteSpec {
   onlink?: boolean;
   priority?: number;
   prefsrc?: string;
+  /** Path MTU of the route (RTA_METRICS → RTAX_MTU). */
+  mtu?: number;
 }
 
 export interface Route {
@@ -100,6 +116,7 @@ export interface Route {
   flags: number;
   priority?: number;
   prefsrc?: string;
+  mtu?: number;
 }
 
 function resolveDestination(spec: RouteSpec): { family: AddressFamily; dst?: Buffer; dstLen: number } {
@@ -147,9 +164,14 @@ function routePayload(spec: RouteSpec, defaults: { protocol: number; type: numbe
   if (spec.oif !== undefined) attrs.push(attrU32(RTA_OIF, spec.oif));
   if (spec.priority !== undefined) attrs.push(attrU32(RTA_PRIORITY, spec.priority));
   if (spec.prefsrc !== undefined) attrs.push(attrBytes(RTA_PREFSRC, addressBytes(spec.prefsrc)));
+  if (spec.mtu !== undefined) attrs.push(attrNest(RTA_METRICS, [attrU32(RTAX_MTU, spec.mtu)]));
   // Tables above 255 only fit in RTA_TABLE; sending it always is harmless.
   attrs.push(attrU32(RTA_TABLE, table));
-  const scope = spec.scope ?? (spec.gateway === undefined ? RT_SCOPE_LINK : RT_SCOPE_UNIVERSE);
+  const type = spec.type ?? defaults.type;
+  // A route without a gateway is on-link, except the ones that go nowhere (unreachable, blackhole):
+  // `ip route` gives those universe scope too.
+  const linkScoped = spec.gateway === undefined && (type === RTN_UNICAST || type === 0);
+  const scope = spec.scope ?? (linkScoped ? RT_SCOPE_LINK : RT_SCOPE_UNIVERSE);
   return Buffer.concat([
     rtmsg({
       family,
@@ -157,7 +179,7 @@ function routePayload(spec: RouteSpec, defaults: { protocol: number; type: numbe
       table,
       protocol: spec.protocol ?? defaults.protocol,
       scope,
-      type: spec.type ?? defaults.type,
+      type,
       flags: spec.onlink ? RTNH_F_ONLINK : 0,
     }),
     encodeAttributes(attrs),
@@ -238,6 +260,9 @@ export function decodeRoute(msg: NetlinkMessage): Route {
   if (prio) route.priority = getU32(prio);
   const prefsrc = attrs.get(RTA_PREFSRC);
   if (prefsrc) route.prefsrc = formatAddress(prefsrc);
+  const metrics = attrs.get(RTA_METRICS);
+  const mtu = metrics ? attributeMap(metrics).get(RTAX_MTU) : undefined;
+  if (mtu) route.mtu = getU32(mtu);
   return route;
 }
 
@@ -245,14 +270,20 @@ export function decodeRoute(msg: NetlinkMessage): Route {
 export async function listRoutes(
   sock: NetlinkSocket,
   family: AddressFamily,
-  filter: { table?: number; oif?: number } = {},
+  filter: { table?: number; oif?: number; protocol?: number; type?: number } = {},
 ): Promise<Route[]> {
   const table = filter.table ?? RT_TABLE_MAIN;
   const replies = await sock.dump(dumpRoutesRequest(family));
   return replies
     .filter((m) => m.type === RTM_NEWROUTE)
     .map(decodeRoute)
-    .filter((r) => r.table === table && (filter.oif === undefined || r.oif === filter.oif));
+    .filter(
+      (r) =>
+        r.table === table &&
+        (filter.oif === undefined || r.oif === filter.oif) &&
+        (filter.protocol === undefined || r.protocol === filter.protocol) &&
+        (filter.type === undefined || r.type === filter.type),
+    );
 }
 
 /** The FIB entry traffic to `address` would use, or undefined when there is none (ENETUNREACH). */

@@ -1,0 +1,348 @@
+// The Linux backend's part of the fabric (core/fabric/fabric-dataplane.ts), in the backend's host
+// namespace: finds the underlay, keeps our VXLAN device, and makes the kernel hold one route per remote
+// prefix (plus a neighbour and an FDB entry per VXLAN peer, plus the catch-all) and nothing else of
+// ours. A periodic pass and a netlink monitor put back what someone removes by hand.
+//
+// The VXLAN device carries no address. Flannel gives its device the .0/32 of the node's own subnet,
+// so that host → remote-pod traffic leaves with a pod-range source; the dataplane is not told this
+// node's prefixes (FabricSettings has none), so such traffic takes the uplink's address as its source
+// and the peer answers it over the underlay. Pod-to-pod traffic, the purpose here, is unaffected.
+
+import type { Peer } from '../../../core/fabric/peer-source';
+import type {
+  FabricDataplane,
+  FabricReport,
+  FabricSettings,
+  LocalNode,
+} from '../../../core/fabric/fabric-dataplane';
+import { failedPrecondition, invalidArgument } from '../../../core/errors';
+import { silentLogger, type Logger } from '../../../core/logger';
+import { parseCidr } from '../../../lib/cidr';
+import { NetnsHandle } from '../../../lib/netns/netns-handle';
+import {
+  NetlinkSocket,
+  RTM_DELLINK,
+  RTM_DELNEIGH,
+  RTM_DELROUTE,
+  RTM_NEWROUTE,
+  RTPROT_WORKLOADNET,
+  type Link,
+} from '../../../lib/rtnetlink';
+import { DriftMonitor, KERNEL_EVENTS_LOST, type KernelEvent } from './drift-monitor';
+import { planFabric, podMtu, routeKey, neighbourKey, fdbKey, type FabricPlan } from './fabric-plan';
+import { applyOps, diff, readOurs, type DiffOp } from './kernel-diff';
+import { discoverUnderlay, type Underlay } from './underlay';
+import { ensureVxlanDevice, findVxlanDevice } from './vxlan-device';
+import { vtepMac } from './vtep-mac';
+
+export interface LinuxFabricOptions {
+  /** The host namespace (default: the process's own). */
+  hostNetnsPath?: string;
+  logger?: Logger;
+  /** Full reconcile period (default 60 s). */
+  reconcileIntervalMs?: number;
+  /** Repair drift as soon as the kernel reports it (default true). */
+  monitor?: boolean;
+}
+
+/** Coalesces a burst of notifications (our own apply makes some) into one reconcile. */
+const MONITOR_DEBOUNCE_MS = 100;
+
+const EMPTY_REPORT: FabricReport = {
+  ready: false,
+  reasons: ['the fabric has not been applied yet'],
+  peers: [],
+  objects: { routes: 0, neighbours: 0, fdb: 0 },
+  repairs: 0,
+};
+
+interface Prepared {
+  settings: FabricSettings;
+  underlay: Underlay;
+  vxlan?: Link;
+  mac?: string;
+  routeMtu: number;
+}
+
+export class LinuxFabric implements FabricDataplane {
+  private ns: NetnsHandle | undefined;
+  private sock: NetlinkSocket | undefined;
+  private prepared: Prepared | undefined;
+  private peers: readonly Peer[] | undefined;
+  /** What the last apply put in (key → fingerprint): putting the same back later is a repair. */
+  private programmed = new Map<string, string>();
+  private last: FabricReport = EMPTY_REPORT;
+  private repairs = 0;
+  private chain: Promise<unknown> = Promise.resolve();
+  private timer: NodeJS.Timeout | undefined;
+  private monitor: DriftMonitor | undefined;
+  private debounce: NodeJS.Timeout | undefined;
+  private stopped = false;
+  private readonly logger: Logger;
+
+  constructor(private readonly opts: LinuxFabricOptions = {}) {
+    this.logger = opts.logger ?? silentLogger();
+  }
+
+  async prepare(settings: FabricSettings): Promise<LocalNode> {
+    validate(settings);
+    return this.serial(async () => {
+      const sock = await this.socket();
+      const underlay = await discoverUnderlay(sock, settings.nodeIp);
+      let vxlan: Link | undefined;
+      let mac: string | undefined;
+      let routeMtu = podMtu(settings.mode, underlay);
+      if (settings.mode === 'vxlan' || settings.mode === 'hybrid') {
+        mac = vtepMac(underlay.address);
+        const r = await ensureVxlanDevice(
+          sock,
+          { vni: settings.vni, port: settings.port, mac, mtu: routeMtu },
+          underlay,
+        );
+        vxlan = r.link;
+        this.logger.info(
+          { device: vxlan.name, ifindex: vxlan.index, outcome: r.outcome, why: r.why },
+          'fabric VXLAN device ready',
+        );
+      } else {
+        // No device in this mode; one left by an earlier mode is only cleaned of our entries.
+        vxlan = await findVxlanDevice(sock);
+        routeMtu = underlay.uplink.mtu;
+      }
+      this.prepared = { settings, underlay, vxlan, mac, routeMtu };
+      this.startRepairs();
+      const local: LocalNode = {
+        underlay: [underlay.address],
+        uplink: underlay.uplink.name,
+        mtu: underlay.uplink.mtu,
+        subnets: underlay.subnets.map((s) => s.text),
+      };
+      if (mac !== undefined) local.vtep = { mac, vni: settings.vni, port: settings.port };
+      return local;
+    });
+  }
+
+  apply(peers: readonly Peer[]): Promise<FabricReport> {
+    return this.serial(async () => {
+      this.peers = [...peers];
+      return this.reconcile();
+    });
+  }
+
+  report(): FabricReport {
+    return { ...this.last, repairs: this.repairs };
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    if (this.timer) clearInterval(this.timer);
+    if (this.debounce) clearTimeout(this.debounce);
+    this.timer = undefined;
+    await this.chain.catch(() => undefined);
+    await this.monitor?.stop();
+    this.monitor = undefined;
+    await this.sock?.close();
+    this.sock = undefined;
+    this.ns?.close();
+    this.ns = undefined;
+  }
+
+  // ---- steps ----
+
+  private async reconcile(): Promise<FabricReport> {
+    const prep = this.prepared;
+    if (!prep) throw failedPrecondition('fabric: apply before prepare');
+    const peers = this.peers;
+    if (!peers) return this.report();
+    const sock = await this.socket();
+    // The device may have been deleted by hand; modes that run one bring it back (a new ifindex).
+    if (prep.vxlan && prep.mac !== undefined) {
+      const now = await findVxlanDevice(sock);
+      if (now?.index !== prep.vxlan.index) {
+        const r = await ensureVxlanDevice(
+          sock,
+          { vni: prep.settings.vni, port: prep.settings.port, mac: prep.mac, mtu: prep.routeMtu },
+          prep.underlay,
+        );
+        this.logger.warn(
+          { ifindex: r.link.index, outcome: r.outcome },
+          'fabric VXLAN device was gone; recreated',
+        );
+        prep.vxlan = r.link;
+        this.repairs++;
+      }
+    }
+    const vxlanIndex = prep.vxlan?.index;
+    const plan = planFabric(
+      {
+        mode: prep.settings.mode,
+        underlay: prep.underlay,
+        vxlanIndex: prep.mac !== undefined ? vxlanIndex : undefined,
+        vni: prep.settings.vni,
+        port: prep.settings.port,
+        ownMac: prep.mac,
+        routeMtu: prep.routeMtu,
+        clusterCidrs: prep.settings.clusterCidrs,
+      },
+      peers,
+    );
+    const have = await readOurs(sock, vxlanIndex);
+    const ops = diff(plan, have, vxlanIndex);
+    const fingerprints = fingerprintsOf(plan);
+    // Putting back what the last apply had put in, unchanged, is a repair.
+    const repairing = ops.filter((op) => {
+      const id = `${op.kind}|${op.key}`;
+      return op.action !== 'delete' && this.programmed.get(id) === fingerprints.get(id);
+    });
+    // Known before the requests go out, so that the monitor hears our own changes as ours.
+    this.programmed = fingerprints;
+    const failures = await applyOps(sock, ops);
+    const failed = new Set(failures.map((f) => f.op));
+    const repaired = repairing.filter((op) => !failed.has(op)).length;
+    this.repairs += repaired;
+    for (const f of failures) this.programmed.delete(`${f.op.kind}|${f.op.key}`);
+    if (ops.length > 0)
+      this.logger.info(
+        { changes: ops.length - failures.length, failed: failures.length, repaired },
+        'fabric applied',
+      );
+    // Every request succeeded: the kernel holds exactly the plan, so a second read (a third of an
+    // apply's time at 2,000 peers) would tell nothing new.
+    const after =
+      failures.length === 0
+        ? { routes: plan.routes, neighbours: plan.neighbours, fdb: plan.fdb }
+        : await readOurs(sock, vxlanIndex);
+    const reasons = failures.map((f) => `${describe(f.op)}: ${f.error.message}`);
+    this.last = {
+      ready: failures.length === 0,
+      reasons,
+      peers: plan.peers,
+      objects: { routes: after.routes.length, neighbours: after.neighbours.length, fdb: after.fdb.length },
+      repairs: this.repairs,
+    };
+    return this.report();
+  }
+
+  private startRepairs(): void {
+    if (this.timer === undefined) {
+      this.timer = setInterval(
+        () => this.scheduleReconcile('periodic'),
+        this.opts.reconcileIntervalMs ?? 60_000,
+      );
+      this.timer.unref();
+    }
+    if (this.monitor === undefined && (this.opts.monitor ?? true) && this.ns) {
+      try {
+        this.monitor = DriftMonitor.start(
+          this.ns,
+          (e) => {
+            if (this.concernsUs(e)) this.scheduleReconcile('monitor');
+          },
+          (why) =>
+            this.logger.warn({ why }, 'fabric drift monitor stopped; the periodic reconcile still repairs'),
+        );
+      } catch (err) {
+        this.logger.warn(
+          { err: (err as Error).message },
+          'fabric drift monitor did not start; the periodic reconcile repairs',
+        );
+      }
+    }
+  }
+
+  /**
+   * Whether a notification may mean drift: one of the objects we put in is gone, a route of ours we
+   * did not put in appeared, or our device went away. Our own changes (known in `programmed` before
+   * they are sent) do not trigger a reconcile.
+   */
+  private concernsUs(e: KernelEvent): boolean {
+    const vx = this.prepared?.vxlan?.index;
+    switch (e.type) {
+      case KERNEL_EVENTS_LOST:
+        return true;
+      case RTM_DELROUTE:
+        return e.protocol === RTPROT_WORKLOADNET && e.id !== undefined && this.programmed.has(e.id);
+      case RTM_NEWROUTE:
+        return e.protocol === RTPROT_WORKLOADNET && e.id !== undefined && !this.programmed.has(e.id);
+      case RTM_DELNEIGH:
+        return vx !== undefined && e.ifindex === vx && e.id !== undefined && this.programmed.has(e.id);
+      case RTM_DELLINK:
+        return vx !== undefined && e.ifindex === vx;
+      default:
+        return false;
+    }
+  }
+
+  private scheduleReconcile(why: 'periodic' | 'monitor'): void {
+    if (this.stopped || this.peers === undefined) return;
+    if (why === 'monitor') {
+      if (this.debounce) return;
+      this.debounce = setTimeout(() => {
+        this.debounce = undefined;
+        this.runReconcile(why);
+      }, MONITOR_DEBOUNCE_MS);
+      this.debounce.unref();
+      return;
+    }
+    this.runReconcile(why);
+  }
+
+  private runReconcile(why: string): void {
+    if (this.stopped) return;
+    this.serial(() => this.reconcile()).catch((err: unknown) =>
+      this.logger.warn(
+        { why, err: (err as Error).message },
+        'fabric reconcile failed; retried at the next pass',
+      ),
+    );
+  }
+
+  private serial<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.chain.then(fn, fn);
+    this.chain = next.catch(() => undefined);
+    return next;
+  }
+
+  private async socket(): Promise<NetlinkSocket> {
+    if (this.sock) return this.sock;
+    const path = this.opts.hostNetnsPath;
+    const ns = path === undefined || path === '' ? NetnsHandle.own() : await NetnsHandle.open(path);
+    try {
+      this.sock = NetlinkSocket.openIn(ns);
+    } catch (err) {
+      ns.close();
+      throw err;
+    }
+    this.ns = ns;
+    return this.sock;
+  }
+}
+
+function fingerprintsOf(plan: FabricPlan): Map<string, string> {
+  const out = new Map<string, string>();
+  for (const r of plan.routes)
+    out.set(`route|${routeKey(r)}`, `${r.type}|${r.gateway ?? ''}|${r.oif ?? ''}|${r.onlink}|${r.mtu ?? ''}`);
+  for (const n of plan.neighbours) out.set(`neighbour|${neighbourKey(n)}`, n.mac);
+  for (const f of plan.fdb) out.set(`fdb|${fdbKey(f)}`, f.dst);
+  return out;
+}
+
+function describe(op: DiffOp): string {
+  return `${op.action} ${op.what}`;
+}
+
+function validate(s: FabricSettings): void {
+  if (!['routed', 'vxlan', 'hybrid', 'external'].includes(s.mode))
+    throw invalidArgument(`fabric: mode "${String(s.mode)}" is not one of routed, vxlan, hybrid, external`);
+  if (!Number.isInteger(s.vni) || s.vni < 1 || s.vni > 0xffffff)
+    throw invalidArgument(`fabric: VNI must be an integer in 1..16777215, not ${s.vni}`);
+  if (!Number.isInteger(s.port) || s.port < 1 || s.port > 0xffff)
+    throw invalidArgument(`fabric: VXLAN port must be an integer in 1..65535, not ${s.port}`);
+  for (const c of s.clusterCidrs) {
+    try {
+      parseCidr(c);
+    } catch (err) {
+      throw invalidArgument(`fabric: cluster CIDR: ${(err as Error).message}`);
+    }
+  }
+}

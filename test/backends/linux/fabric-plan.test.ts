@@ -1,0 +1,144 @@
+import { expect } from 'chai';
+import type { Peer } from '../../../core/fabric/peer-source';
+import { planFabric, podMtu, type PlanContext } from '../../../backends/linux/fabric/fabric-plan';
+import type { Underlay } from '../../../backends/linux/fabric/underlay';
+import { parseCidr } from '../../../lib/cidr';
+import { AF_INET, AF_INET6, RTN_UNREACHABLE } from '../../../lib/rtnetlink';
+
+// What each mode asks of the kernel, decided without one: the plan is plain data.
+
+const underlay: Underlay = {
+  address: '10.0.1.1',
+  family: AF_INET,
+  uplink: { index: 2, name: 'eth0', flags: 0, up: true, mtu: 1500, group: 0 },
+  subnets: [parseCidr('10.0.1.0/24')],
+};
+
+function ctx(mode: PlanContext['mode'], over: Partial<PlanContext> = {}): PlanContext {
+  return {
+    mode,
+    underlay,
+    vxlanIndex: mode === 'routed' || mode === 'external' ? undefined : 9,
+    vni: 30574,
+    port: 4789,
+    ownMac: '0e:77:0a:00:01:01',
+    routeMtu: podMtu(mode, underlay),
+    clusterCidrs: ['10.244.0.0/16', 'fd10::/48'],
+    ...over,
+  };
+}
+
+function peer(node: string, address: string, prefixes: string[], over: Partial<Peer> = {}): Peer {
+  const [a, b, c, d] = address.split('.').map((x) => Number(x).toString(16).padStart(2, '0'));
+  return {
+    node,
+    underlay: [address],
+    mtu: 1500,
+    vtep: { mac: `0e:77:${a}:${b}:${c}:${d}`, vni: 30574, port: 4789 },
+    bootId: '',
+    prefixes,
+    ...over,
+  };
+}
+
+const near = peer('near', '10.0.1.2', ['10.244.2.0/24', '10.244.12.0/24']);
+const far = peer('far', '10.0.2.3', ['10.244.3.0/24', 'fd10:0:3::/64']);
+
+describe('fabric plan (per mode, no kernel)', () => {
+  it('routed: direct routes to the peer on our subnet only; the far one unreachable, with why', () => {
+    const plan = planFabric(ctx('routed'), [far, near]);
+    expect(
+      plan.routes.map(
+        (r) => `${r.destination} via ${r.gateway ?? '-'} oif ${r.oif ?? '-'} mtu ${r.mtu ?? '-'}`,
+      ),
+    ).to.deep.equal([
+      '10.244.2.0/24 via 10.0.1.2 oif 2 mtu 1500',
+      '10.244.12.0/24 via 10.0.1.2 oif 2 mtu 1500',
+      '10.244.0.0/16 via - oif - mtu -',
+      'fd10::/48 via - oif - mtu -',
+    ]);
+    expect(plan.routes.filter((r) => r.type === RTN_UNREACHABLE).map((r) => r.priority)).to.deep.equal([
+      4294967295, 4294967295,
+    ]);
+    expect(plan.neighbours).to.deep.equal([]);
+    expect(plan.fdb).to.deep.equal([]);
+    const farPath = plan.peers.find((p) => p.node === 'far');
+    expect(farPath?.path).to.equal('unreachable');
+    expect(farPath?.reason).to.match(
+      /10\.0\.2\.3 is not on a subnet of uplink eth0 \(10\.0\.1\.0\/24\).*never via a gateway/,
+    );
+  });
+
+  it('vxlan: one FDB entry per peer, one neighbour per family it announces, one route per prefix', () => {
+    const plan = planFabric(ctx('vxlan'), [near, far]);
+    expect(plan.fdb.map((f) => `${f.mac} ${f.dst}`)).to.deep.equal([
+      '0e:77:0a:00:02:03 10.0.2.3',
+      '0e:77:0a:00:01:02 10.0.1.2',
+    ]);
+    expect(plan.neighbours.map((n) => `${n.family === AF_INET6 ? 6 : 4} ${n.dst} ${n.mac}`)).to.deep.equal([
+      '4 10.244.3.0 0e:77:0a:00:02:03',
+      '6 fd10:0:3:: 0e:77:0a:00:02:03',
+      '4 10.244.2.0 0e:77:0a:00:01:02',
+    ]);
+    expect(
+      plan.routes
+        .filter((r) => r.type !== RTN_UNREACHABLE)
+        .map((r) => `${r.destination} via ${r.gateway} onlink ${r.onlink} oif ${r.oif} mtu ${r.mtu}`),
+    ).to.deep.equal([
+      '10.244.3.0/24 via 10.244.3.0 onlink true oif 9 mtu 1450',
+      'fd10:0:3::/64 via fd10:0:3:: onlink true oif 9 mtu 1450',
+      '10.244.2.0/24 via 10.244.2.0 onlink true oif 9 mtu 1450',
+      '10.244.12.0/24 via 10.244.2.0 onlink true oif 9 mtu 1450',
+    ]);
+  });
+
+  it('hybrid: direct to the same subnet, VXLAN across it, and one pod MTU for both', () => {
+    const plan = planFabric(ctx('hybrid'), [near, far]);
+    expect(plan.peers.map((p) => `${p.node}:${p.path}`)).to.deep.equal(['far:vxlan', 'near:direct']);
+    expect(new Set(plan.routes.filter((r) => r.mtu !== undefined).map((r) => r.mtu))).to.deep.equal(
+      new Set([1450]),
+    );
+    expect(plan.fdb.map((f) => f.dst)).to.deep.equal(['10.0.2.3']);
+  });
+
+  it('refuses, per peer and with a reason, what it cannot reach', () => {
+    const plan = planFabric(ctx('vxlan'), [
+      peer('novtep', '10.0.2.4', ['10.244.4.0/24'], { vtep: undefined }),
+      peer('othervni', '10.0.2.5', ['10.244.5.0/24'], {
+        vtep: { mac: '0e:77:0a:00:02:05', vni: 7, port: 4789 },
+      }),
+      peer('samemac', '10.0.2.6', ['10.244.6.0/24'], {
+        vtep: { mac: '0e:77:0a:00:01:01', vni: 30574, port: 4789 },
+      }),
+      peer('v6only', '10.0.2.7', ['10.244.7.0/24'], { underlay: ['fd00::7'] }),
+      peer('a-first', '10.0.2.8', ['10.244.8.0/24']),
+      peer('b-second', '10.0.2.9', ['10.244.8.0/24', 'not-a-cidr']),
+    ]);
+    const why = Object.fromEntries(plan.peers.map((p) => [p.node, `${p.path}: ${p.reason ?? ''}`]));
+    expect(why.novtep).to.match(/^unreachable: the peer publishes no VTEP/);
+    expect(why.othervni).to.match(
+      /^unreachable: VTEP VNI 7 port 4789 differs from ours \(VNI 30574 port 4789\)/,
+    );
+    expect(why.samemac).to.match(/^unreachable: VTEP MAC 0e:77:0a:00:01:01 is also used by this node/);
+    expect(why.v6only).to.match(/^unreachable: no underlay address of IPv4/);
+    expect(why['a-first']).to.equal('vxlan: ');
+    expect(why['b-second']).to.match(
+      /prefixes also announced by a-first \(10\.244\.8\.0\/24\).*not CIDRs: not-a-cidr/,
+    );
+    expect(plan.routes.filter((r) => r.destination === '10.244.8.0/24').map((r) => r.peer)).to.deep.equal([
+      'a-first',
+    ]);
+  });
+
+  it('external: nothing at all, every peer reported', () => {
+    const plan = planFabric(ctx('external'), [near, far]);
+    expect(plan.routes).to.deep.equal([]);
+    expect(plan.peers.map((p) => `${p.node}:${p.path}`)).to.deep.equal(['far:external', 'near:external']);
+  });
+
+  it('pod MTU: the uplink less 50 over IPv4, 70 over IPv6, nothing routed', () => {
+    expect(podMtu('routed', underlay)).to.equal(1500);
+    expect(podMtu('vxlan', underlay)).to.equal(1450);
+    expect(podMtu('hybrid', { ...underlay, family: AF_INET6 })).to.equal(1430);
+  });
+});

@@ -1,0 +1,150 @@
+// A small underlay of test-owned namespaces for the fabric tests: two bridges (two subnets) in one
+// "underlay" namespace, a router namespace joining them, and "node" namespaces with an uplink on one
+// of the bridges, a default route through the router and a pod attached by the Linux backend. Built
+// and inspected with ip(8), which only test code uses.
+
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import type { Peer } from '../../../core/fabric/peer-source';
+import type { LocalNode } from '../../../core/fabric/fabric-dataplane';
+import type { IpAssignment } from '../../../core/backend';
+import { LinuxBackend } from '../../../backends/linux/linux-backend';
+import { NetnsPool, ip, netnsInode, netnsPath } from './netns-fixture';
+import { attachTo, testSpec } from '../../support/attach-spec';
+
+const run = promisify(execFile);
+
+export interface TopologyNode {
+  /** Node name, as peers know it. */
+  name: string;
+  ns: string;
+  /** Underlay address. */
+  address: string;
+  /** The node's pod range and the one pod in it. */
+  prefix: string;
+  /** Every prefix the node announces (with `v6`, also fd10:0:<n>::/64). */
+  prefixes: string[];
+  pod: string;
+  podIp: string;
+  /** The pod's IPv6 address, on a dual-stack node. */
+  podIp6?: string;
+  backend: LinuxBackend;
+}
+
+export interface NodeSpec {
+  name: string;
+  /** 1 or 2: which underlay subnet (10.100.<subnet>.0/24). */
+  subnet: 1 | 2;
+  host: number;
+  /** Third octet of the node's pod range 10.244.<n>.0/24. */
+  podRange: number;
+  /** Dual-stack pods: an IPv6 address from fd10:0:<podRange>::/64 too. */
+  v6?: boolean;
+}
+
+export const POD_MTU = 1450;
+
+/** `bridge` run in a namespace (test inspection only). */
+export async function bridge(ns: string, ...args: string[]): Promise<string> {
+  const { stdout } = await run('bridge', ['-n', ns, ...args], { encoding: 'utf8' });
+  return stdout;
+}
+
+async function sysctl(ns: string, key: string, value: string): Promise<void> {
+  await run('ip', ['netns', 'exec', ns, 'sysctl', '-q', '-w', `${key}=${value}`]);
+}
+
+export class FabricTopology {
+  readonly pool = new NetnsPool();
+  readonly nodes: TopologyNode[] = [];
+  underlay = '';
+  router = '';
+
+  async build(specs: NodeSpec[]): Promise<void> {
+    this.underlay = await this.pool.add('ul');
+    this.router = await this.pool.add('rt');
+    for (const br of ['br1', 'br2']) {
+      await ip('-n', this.underlay, 'link', 'add', br, 'type', 'bridge');
+      await ip('-n', this.underlay, 'link', 'set', br, 'up');
+    }
+    await ip('-n', this.router, 'link', 'set', 'lo', 'up');
+    await sysctl(this.router, 'net.ipv4.ip_forward', '1');
+    for (const subnet of [1, 2]) {
+      await this.plug(this.router, `r${subnet}`, `br${subnet}`, `rt${subnet}`);
+      await ip('-n', this.router, 'addr', 'add', `10.100.${subnet}.254/24`, 'dev', `r${subnet}`);
+    }
+    for (const s of specs) await this.addNode(s);
+  }
+
+  /** A veth from `ns` (named `inside`) to a port of `br` in the underlay namespace. */
+  private async plug(ns: string, inside: string, br: string, port: string): Promise<void> {
+    await ip('-n', ns, 'link', 'add', inside, 'type', 'veth', 'peer', 'name', port, 'netns', this.underlay);
+    await ip('-n', this.underlay, 'link', 'set', port, 'master', br, 'up');
+    await ip('-n', ns, 'link', 'set', inside, 'up');
+  }
+
+  async addNode(s: NodeSpec): Promise<TopologyNode> {
+    const ns = await this.pool.add(s.name);
+    await ip('-n', ns, 'link', 'set', 'lo', 'up');
+    await this.plug(ns, 'eth0', `br${s.subnet}`, `p-${s.name}`);
+    const address = `10.100.${s.subnet}.${s.host}`;
+    await ip('-n', ns, 'addr', 'add', `${address}/24`, 'dev', 'eth0');
+    await ip('-n', ns, 'route', 'add', 'default', 'via', `10.100.${s.subnet}.254`);
+    const backend = new LinuxBackend({
+      hostNetnsPath: netnsPath(ns),
+      netlinkThread: false,
+      ipv6: s.v6 ?? false,
+    });
+    await backend.start();
+    const pod = await this.pool.add(`${s.name}pod`);
+    const podIp = `10.244.${s.podRange}.5`;
+    const podIp6 = s.v6 ? `fd10:0:${s.podRange}::5` : undefined;
+    const ips: IpAssignment[] = [{ family: 4, address: podIp, gateway: '169.254.1.1' }];
+    if (podIp6 !== undefined) ips.push({ family: 6, address: podIp6, gateway: 'fe80::1' });
+    await attachTo(
+      backend,
+      testSpec(`${s.name}-pod`, { path: netnsPath(pod), inode: netnsInode(pod) }, ips, { mtu: POD_MTU }),
+    );
+    const node: TopologyNode = {
+      name: s.name,
+      ns,
+      address,
+      prefix: `10.244.${s.podRange}.0/24`,
+      prefixes: [`10.244.${s.podRange}.0/24`, ...(s.v6 ? [`fd10:0:${s.podRange}::/64`] : [])],
+      pod,
+      podIp,
+      podIp6,
+      backend,
+    };
+    this.nodes.push(node);
+    return node;
+  }
+
+  node(name: string): TopologyNode {
+    const n = this.nodes.find((x) => x.name === name);
+    if (!n) throw new Error(`no node ${name}`);
+    return n;
+  }
+
+  /** What each other node would publish, from what its dataplane found at prepare(). */
+  peersOf(self: string, locals: ReadonlyMap<string, LocalNode>): Peer[] {
+    return this.nodes
+      .filter((n) => n.name !== self)
+      .map((n) => {
+        const local = locals.get(n.name);
+        return {
+          node: n.name,
+          underlay: local?.underlay ?? [n.address],
+          mtu: local?.mtu ?? 1500,
+          vtep: local?.vtep,
+          bootId: '',
+          prefixes: n.prefixes,
+        };
+      });
+  }
+
+  async cleanup(): Promise<void> {
+    for (const n of this.nodes) await n.backend.stop();
+    await this.pool.cleanup();
+  }
+}

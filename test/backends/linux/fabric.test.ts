@@ -1,0 +1,685 @@
+import { expect } from 'chai';
+import { execFile, spawn } from 'node:child_process';
+import type { FabricReport, FabricSettings, LocalNode } from '../../../core/fabric/fabric-dataplane';
+import type { Peer } from '../../../core/fabric/peer-source';
+import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
+import { ip, ipJson, netnsPath } from './netns-fixture';
+import { FabricTopology, bridge, type TopologyNode } from './fabric-topology';
+import { isRoot } from '../../support/netns';
+import { pings } from '../../support/ping';
+import { waitUntil } from '../../support/wait-until';
+
+// The Linux fabric against the real kernel: three node namespaces on an underlay of two subnets joined
+// by a router (na and nb share subnet 1, nc sits behind the router on subnet 2), one pod per node
+// attached by the Linux backend, each node's fabric given the other nodes as peers directly.
+
+const describeRoot = isRoot ? describe : describe.skip;
+
+const CLUSTER = '10.244.0.0/16';
+
+function settings(mode: FabricSettings['mode'], over: Partial<FabricSettings> = {}): FabricSettings {
+  return { mode, nodeIp: '', vni: 30574, port: 4789, clusterCidrs: [CLUSTER], ...over };
+}
+
+/** Our objects in a node namespace, as an operator would list them. */
+async function kernelState(ns: string): Promise<{ routes: string[]; neigh: string[]; fdb: string[] }> {
+  const lines = (s: string): string[] =>
+    s
+      .split('\n')
+      .map((l) => l.trim())
+      .filter(Boolean)
+      .sort();
+  const hasVxlan = (await ipJson(ns, 'link', 'show', 'wn-vxlan').catch(() => [])).length > 0;
+  return {
+    routes: lines(await ip('-n', ns, 'route', 'show', 'proto', '119')),
+    neigh: hasVxlan ? lines(await ip('-n', ns, 'neigh', 'show', 'dev', 'wn-vxlan', 'nud', 'permanent')) : [],
+    fdb: hasVxlan ? lines(await bridge(ns, 'fdb', 'show', 'dev', 'wn-vxlan')) : [],
+  };
+}
+
+/** ping once from a namespace; its whole output and exit status (for "fails fast, and why"). */
+function pingOutput(
+  ns: string,
+  to: string,
+  waitSeconds: number,
+): Promise<{ ok: boolean; out: string; ms: number }> {
+  const started = Date.now();
+  return new Promise((resolve) =>
+    execFile(
+      'ip',
+      ['netns', 'exec', ns, 'ping', '-c', '1', '-W', String(waitSeconds), to],
+      (err, stdout, stderr) =>
+        resolve({ ok: err === null, out: `${stdout}${stderr}`, ms: Date.now() - started }),
+    ),
+  );
+}
+
+async function vxlanTxPackets(ns: string): Promise<number> {
+  const [link] = await ipJson<{ stats64: { tx: { packets: number } } }>(ns, '-s', 'link', 'show', 'wn-vxlan');
+  return link?.stats64.tx.packets ?? 0;
+}
+
+describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
+  this.timeout(120_000);
+  const topo = new FabricTopology();
+  let fabrics = new Map<string, LinuxFabric>();
+  const reports = new Map<string, FabricReport>();
+  /** What each node's dataplane found at its last prepare(): what it would publish. */
+  let locals = new Map<string, LocalNode>();
+
+  before(async () => {
+    await topo.build([
+      { name: 'na', subnet: 1, host: 1, podRange: 1 },
+      { name: 'nb', subnet: 1, host: 2, podRange: 2 },
+      { name: 'nc', subnet: 2, host: 3, podRange: 3 },
+    ]);
+  });
+
+  after(async () => {
+    for (const f of fabrics.values()) await f.stop();
+    await topo.cleanup();
+  });
+
+  /** Every node gets a fresh fabric object in `mode`, prepared, then given the others as peers. */
+  async function bringUp(mode: FabricSettings['mode'], opts: { monitor?: boolean } = {}): Promise<void> {
+    for (const f of fabrics.values()) await f.stop();
+    fabrics = new Map();
+    locals = new Map();
+    for (const n of topo.nodes) {
+      const f = new LinuxFabric({ hostNetnsPath: netnsPath(n.ns), monitor: opts.monitor ?? false });
+      fabrics.set(n.name, f);
+      locals.set(n.name, await f.prepare(settings(mode)));
+    }
+    for (const n of topo.nodes) reports.set(n.name, await fabric(n).apply(topo.peersOf(n.name, locals)));
+    // Applying the same table again finds the kernel as it should be: nothing is put back.
+    for (const n of topo.nodes)
+      expect((await fabric(n).apply(topo.peersOf(n.name, locals))).repairs, `${mode} on ${n.name}`).to.equal(
+        0,
+      );
+  }
+
+  function fabric(n: TopologyNode): LinuxFabric {
+    const f = fabrics.get(n.name);
+    if (!f) throw new Error(`no fabric on ${n.name}`);
+    return f;
+  }
+
+  async function everyPodReaches(pairs: Array<[string, string]>): Promise<void> {
+    for (const [from, to] of pairs) {
+      const a = topo.node(from);
+      const b = topo.node(to);
+      expect(
+        await pings(a.pod, b.podIp, { count: 3, waitSeconds: 2, intervalSeconds: 0.2 }),
+        `${from} pod → ${to} pod`,
+      ).to.equal(true);
+    }
+  }
+
+  describe('routed', () => {
+    before(() => bringUp('routed'));
+
+    it('programs one direct route per directly connected peer and the catch-all, nothing of VXLAN', async () => {
+      expect(await kernelState(topo.node('na').ns)).to.deep.equal({
+        routes: [
+          '10.244.2.0/24 via 10.100.1.2 dev eth0 metric 1024 mtu 1500',
+          'unreachable 10.244.0.0/16 metric 4294967295',
+        ],
+        neigh: [],
+        fdb: [],
+      });
+      expect(await ipJson(topo.node('na').ns, 'link', 'show', 'wn-vxlan').catch(() => [])).to.deep.equal([]);
+      expect(reports.get('na')?.objects).to.deep.equal({ routes: 2, neighbours: 0, fdb: 0 });
+      expect(reports.get('na')?.ready).to.equal(true);
+    });
+
+    it('carries pods across nodes on one subnet', () =>
+      everyPodReaches([
+        ['na', 'nb'],
+        ['nb', 'na'],
+      ]));
+
+    it('reports the peer behind the router unreachable with a reason, and its pods hit the catch-all', async () => {
+      const path = reports.get('na')?.peers.find((p) => p.node === 'nc');
+      expect(path?.path).to.equal('unreachable');
+      expect(path?.reason).to.match(/10\.100\.2\.3 is not on a subnet of uplink eth0 \(10\.100\.1\.0\/24\)/);
+      expect(reports.get('na')?.peers.find((p) => p.node === 'nb')?.path).to.equal('direct');
+      // Never via the default route (the router would carry it): refused at once by the catch-all.
+      const r = await pingOutput(topo.node('na').pod, topo.node('nc').podIp, 10);
+      expect(r.ok).to.equal(false);
+      expect(r.out, r.out).to.match(/Destination (Host|Net) Unreachable/);
+    });
+  });
+
+  describe('vxlan', () => {
+    before(() => bringUp('vxlan'));
+
+    it('programs per peer one neighbour, one FDB entry and one route per prefix through wn-vxlan', async () => {
+      const state = await kernelState(topo.node('na').ns);
+      expect(state).to.deep.equal({
+        routes: [
+          '10.244.2.0/24 via 10.244.2.0 dev wn-vxlan metric 1024 onlink mtu 1450',
+          '10.244.3.0/24 via 10.244.3.0 dev wn-vxlan metric 1024 onlink mtu 1450',
+          'unreachable 10.244.0.0/16 metric 4294967295',
+        ],
+        neigh: [
+          '10.244.2.0 lladdr 0e:77:0a:64:01:02 PERMANENT',
+          '10.244.3.0 lladdr 0e:77:0a:64:02:03 PERMANENT',
+        ],
+        fdb: [
+          '0e:77:0a:64:01:02 dst 10.100.1.2 self permanent',
+          '0e:77:0a:64:02:03 dst 10.100.2.3 self permanent',
+        ],
+      });
+      const [dev] = await ipJson<{
+        mtu: number;
+        address: string;
+        linkinfo: {
+          info_kind: string;
+          info_data: { id: number; port: number; learning: boolean; local: string };
+        };
+      }>(topo.node('na').ns, '-d', 'link', 'show', 'wn-vxlan');
+      expect(dev?.mtu).to.equal(1450);
+      expect(dev?.address).to.equal('0e:77:0a:64:01:01');
+      expect(dev?.linkinfo.info_data).to.include({
+        id: 30574,
+        port: 4789,
+        learning: false,
+        local: '10.100.1.1',
+      });
+      expect(reports.get('na')?.objects).to.deep.equal({ routes: 3, neighbours: 2, fdb: 2 });
+    });
+
+    it('carries pods across every pair of nodes, the router included', () =>
+      everyPodReaches([
+        ['na', 'nb'],
+        ['na', 'nc'],
+        ['nb', 'nc'],
+        ['nc', 'na'],
+      ]));
+  });
+
+  describe('hybrid', () => {
+    before(() => bringUp('hybrid'));
+
+    it('routes the same-subnet peer directly and tunnels only to the peer behind the router', async () => {
+      expect(await kernelState(topo.node('na').ns)).to.deep.equal({
+        routes: [
+          '10.244.2.0/24 via 10.100.1.2 dev eth0 metric 1024 mtu 1450',
+          '10.244.3.0/24 via 10.244.3.0 dev wn-vxlan metric 1024 onlink mtu 1450',
+          'unreachable 10.244.0.0/16 metric 4294967295',
+        ],
+        neigh: ['10.244.3.0 lladdr 0e:77:0a:64:02:03 PERMANENT'],
+        fdb: ['0e:77:0a:64:02:03 dst 10.100.2.3 self permanent'],
+      });
+      expect(reports.get('na')?.peers.map((p) => `${p.node}:${p.path}`)).to.deep.equal([
+        'nb:direct',
+        'nc:vxlan',
+      ]);
+    });
+
+    it('carries pods across every pair, encapsulating only across the router', async () => {
+      const na = topo.node('na').ns;
+      const before = await vxlanTxPackets(na);
+      await everyPodReaches([
+        ['na', 'nb'],
+        ['nb', 'na'],
+      ]);
+      expect(await vxlanTxPackets(na), 'same subnet: nothing through wn-vxlan').to.equal(before);
+      await everyPodReaches([
+        ['na', 'nc'],
+        ['nc', 'nb'],
+      ]);
+      expect(await vxlanTxPackets(na), 'across the router: through wn-vxlan').to.be.greaterThan(before);
+    });
+
+    it('a restart (a new object on the same namespace) keeps the device and loses no packet of a 10 ms ping', async () => {
+      const na = topo.node('na');
+      const [dev] = await ipJson<{ ifindex: number }>(na.ns, 'link', 'show', 'wn-vxlan');
+      const stateBefore = await kernelState(na.ns);
+      // 300 echo requests 10 ms apart to the pod behind the router; the restart begins once replies flow.
+      const child = spawn('ip', [
+        'netns',
+        'exec',
+        na.pod,
+        'ping',
+        '-i',
+        '0.01',
+        '-c',
+        '300',
+        '-W',
+        '2',
+        topo.node('nc').podIp,
+      ]);
+      let out = '';
+      child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+      const ping = new Promise<string>((resolve) => child.once('close', () => resolve(out)));
+      await waitUntil(() => /bytes from/.test(out), 'the first echo reply');
+      await fabric(na).stop();
+      const restarted = new LinuxFabric({ hostNetnsPath: netnsPath(na.ns), monitor: false });
+      fabrics.set('na', restarted);
+      locals.set('na', await restarted.prepare(settings('hybrid')));
+      const report = await restarted.apply(topo.peersOf('na', locals));
+      expect(out, 'the restart happened while the ping ran').to.not.match(/packets transmitted/);
+      expect(await ping).to.match(/\n300 packets transmitted, 300 received, 0% packet loss/);
+      const [after] = await ipJson<{ ifindex: number }>(na.ns, 'link', 'show', 'wn-vxlan');
+      expect(after?.ifindex, 'same device').to.equal(dev?.ifindex);
+      expect(await kernelState(na.ns)).to.deep.equal(stateBefore);
+      expect(report.repairs).to.equal(0);
+      expect(report.ready).to.equal(true);
+    });
+  });
+
+  describe('strays, foreign routes and drift (hybrid)', () => {
+    before(() => bringUp('hybrid', { monitor: true }));
+
+    it("removes strays of ours and leaves a foreign route and the pods' routes alone", async () => {
+      const na = topo.node('na');
+      const podRoutes = await ip('-n', na.ns, 'route', 'show', na.podIp);
+      // Left by an earlier run for a peer that is gone: ours (protocol 119, our device).
+      await ip(
+        '-n',
+        na.ns,
+        'route',
+        'add',
+        '10.244.9.0/24',
+        'via',
+        '10.100.1.2',
+        'proto',
+        '119',
+        'metric',
+        '1024',
+      );
+      await ip(
+        '-n',
+        na.ns,
+        'neigh',
+        'add',
+        '10.244.9.0',
+        'lladdr',
+        '0e:77:0a:64:01:09',
+        'dev',
+        'wn-vxlan',
+        'nud',
+        'permanent',
+      );
+      await bridge(
+        na.ns,
+        'fdb',
+        'append',
+        '0e:77:0a:64:01:09',
+        'dev',
+        'wn-vxlan',
+        'dst',
+        '10.100.1.9',
+        'self',
+        'permanent',
+      );
+      // Someone else's, in the same table and inside the cluster range.
+      await ip('-n', na.ns, 'route', 'add', '10.244.8.0/24', 'via', '10.100.1.2', 'proto', 'static');
+      await ip(
+        '-n',
+        na.ns,
+        'route',
+        'add',
+        '10.244.2.0/24',
+        'via',
+        '10.100.1.2',
+        'proto',
+        'static',
+        'metric',
+        '5',
+      );
+      const report = await fabric(na).apply(topo.peersOf('na', locals));
+      expect(report.ready).to.equal(true);
+      const state = await kernelState(na.ns);
+      expect(state.routes).to.deep.equal([
+        '10.244.2.0/24 via 10.100.1.2 dev eth0 metric 1024 mtu 1450',
+        '10.244.3.0/24 via 10.244.3.0 dev wn-vxlan metric 1024 onlink mtu 1450',
+        'unreachable 10.244.0.0/16 metric 4294967295',
+      ]);
+      expect(state.neigh).to.deep.equal(['10.244.3.0 lladdr 0e:77:0a:64:02:03 PERMANENT']);
+      expect(state.fdb).to.deep.equal(['0e:77:0a:64:02:03 dst 10.100.2.3 self permanent']);
+      const foreign = (await ip('-n', na.ns, 'route', 'show', 'proto', 'static'))
+        .split('\n')
+        .filter((l) => l.includes('via'));
+      expect(foreign).to.deep.equal([
+        '10.244.2.0/24 via 10.100.1.2 dev eth0 metric 5 ',
+        '10.244.8.0/24 via 10.100.1.2 dev eth0 ',
+      ]);
+      expect(await ip('-n', na.ns, 'route', 'show', na.podIp)).to.equal(podRoutes);
+      await everyPodReaches([['nb', 'na']]);
+      await ip('-n', na.ns, 'route', 'del', '10.244.8.0/24', 'proto', 'static');
+      await ip('-n', na.ns, 'route', 'del', '10.244.2.0/24', 'proto', 'static', 'metric', '5');
+    });
+
+    for (const [what, remove, present] of [
+      [
+        'a route',
+        (ns: string) => ip('-n', ns, 'route', 'del', '10.244.3.0/24', 'proto', '119'),
+        async (ns: string) =>
+          /10\.244\.3\.0\/24 via 10\.244\.3\.0 dev wn-vxlan/.test(
+            await ip('-n', ns, 'route', 'show', 'proto', '119'),
+          ),
+      ],
+      [
+        'the catch-all',
+        (ns: string) => ip('-n', ns, 'route', 'del', 'unreachable', CLUSTER, 'proto', '119'),
+        async (ns: string) =>
+          /unreachable 10\.244\.0\.0\/16/.test(await ip('-n', ns, 'route', 'show', 'proto', '119')),
+      ],
+      [
+        'a neighbour',
+        (ns: string) => ip('-n', ns, 'neigh', 'del', '10.244.3.0', 'dev', 'wn-vxlan'),
+        async (ns: string) =>
+          /10\.244\.3\.0 lladdr/.test(
+            await ip('-n', ns, 'neigh', 'show', 'dev', 'wn-vxlan', 'nud', 'permanent'),
+          ),
+      ],
+      [
+        'an FDB entry',
+        (ns: string) =>
+          bridge(ns, 'fdb', 'del', '0e:77:0a:64:02:03', 'dev', 'wn-vxlan', 'dst', '10.100.2.3', 'self'),
+        async (ns: string) =>
+          /0e:77:0a:64:02:03 dst 10\.100\.2\.3/.test(await bridge(ns, 'fdb', 'show', 'dev', 'wn-vxlan')),
+      ],
+    ] as const) {
+      it(`puts back ${what} removed by hand, told by the kernel, and counts the repair`, async () => {
+        const na = topo.node('na');
+        const repairs = fabric(na).report().repairs;
+        expect(await present(na.ns)).to.equal(true);
+        await remove(na.ns);
+        expect(await present(na.ns)).to.equal(false);
+        // The monitor reacts within a second; the periodic pass (60 s) cannot be what repairs it here.
+        await waitUntil(() => present(na.ns), `${what} back`, 10_000);
+        await waitUntil(() => fabric(na).report().repairs === repairs + 1, 'the repair counted', 5_000);
+        await everyPodReaches([['na', 'nc']]);
+      });
+    }
+
+    it('brings back the VXLAN device deleted by hand, with its entries and routes', async () => {
+      const na = topo.node('na');
+      const before = await kernelState(na.ns);
+      const repairs = fabric(na).report().repairs;
+      await ip('-n', na.ns, 'link', 'del', 'wn-vxlan');
+      await waitUntil(
+        async () => JSON.stringify(await kernelState(na.ns)) === JSON.stringify(before),
+        'the device, its neighbour, FDB entry and route back',
+        10_000,
+        { retryOnError: true },
+      );
+      await waitUntil(() => fabric(na).report().repairs > repairs, 'the repair counted', 5_000);
+      await everyPodReaches([['na', 'nc']]);
+    });
+
+    it('a foreign route holding our prefix and metric is left alone, and the report says why', async () => {
+      const na = topo.node('na');
+      await ip(
+        '-n',
+        na.ns,
+        'route',
+        'add',
+        '10.244.7.0/24',
+        'via',
+        '10.100.1.2',
+        'proto',
+        'static',
+        'metric',
+        '1024',
+      );
+      try {
+        const peers = [
+          ...topo.peersOf('na', locals),
+          { node: 'ne', underlay: ['10.100.1.7'], mtu: 1500, bootId: '', prefixes: ['10.244.7.0/24'] },
+        ];
+        const report = await fabric(na).apply(peers);
+        expect(report.ready).to.equal(false);
+        expect(report.reasons.join('\n')).to.match(
+          /add route 10\.244\.7\.0\/24 via 10\.100\.1\.7 metric 1024 \(ne\): .*EEXIST/,
+        );
+        expect(await ip('-n', na.ns, 'route', 'show', '10.244.7.0/24')).to.equal(
+          '10.244.7.0/24 via 10.100.1.2 dev eth0 proto static metric 1024 \n',
+        );
+      } finally {
+        await ip('-n', na.ns, 'route', 'del', '10.244.7.0/24', 'proto', 'static');
+        await fabric(na).apply(topo.peersOf('na', locals));
+      }
+    });
+
+    it('without the monitor, the periodic pass repairs', async () => {
+      const na = topo.node('na');
+      await fabric(na).stop();
+      const periodic = new LinuxFabric({
+        hostNetnsPath: netnsPath(na.ns),
+        monitor: false,
+        reconcileIntervalMs: 300,
+      });
+      fabrics.set('na', periodic);
+      await periodic.prepare(settings('hybrid'));
+      await periodic.apply(topo.peersOf('na', locals));
+      await ip('-n', na.ns, 'route', 'del', '10.244.3.0/24', 'proto', '119');
+      await waitUntil(
+        async () => /10\.244\.3\.0\/24/.test(await ip('-n', na.ns, 'route', 'show', 'proto', '119')),
+        'the route back',
+      );
+      await waitUntil(() => periodic.report().repairs === 1, 'the repair counted', 5_000);
+    });
+
+    it('a peer that leaves is removed from the kernel, the others untouched', async () => {
+      const na = topo.node('na');
+      const report = await fabric(na).apply(topo.peersOf('na', locals).filter((p) => p.node !== 'nc'));
+      expect(report.objects).to.deep.equal({ routes: 2, neighbours: 0, fdb: 0 });
+      expect((await kernelState(na.ns)).routes).to.deep.equal([
+        '10.244.2.0/24 via 10.100.1.2 dev eth0 metric 1024 mtu 1450',
+        'unreachable 10.244.0.0/16 metric 4294967295',
+      ]);
+      await everyPodReaches([['na', 'nb']]);
+      const r = await pingOutput(na.pod, topo.node('nc').podIp, 10);
+      expect(r.out, r.out).to.match(/Destination (Host|Net) Unreachable/);
+      await fabric(na).apply(topo.peersOf('na', locals));
+      await everyPodReaches([['na', 'nc']]);
+    });
+  });
+
+  describe('external', () => {
+    before(() => bringUp('external'));
+
+    it('programs nothing (and removes what the other modes left), but reports every peer', async () => {
+      expect(await kernelState(topo.node('na').ns)).to.deep.equal({ routes: [], neigh: [], fdb: [] });
+      expect(
+        reports.get('na')?.peers.map((p) => `${p.node}:${p.path}:${p.prefixes.join(',')}`),
+      ).to.deep.equal(['nb:external:10.244.2.0/24', 'nc:external:10.244.3.0/24']);
+    });
+  });
+});
+
+describeRoot('Linux fabric: dual-stack pods over VXLAN on an IPv4 underlay', function () {
+  this.timeout(60_000);
+  const topo = new FabricTopology();
+  const fabrics: LinuxFabric[] = [];
+  let peers: Peer[][] = [];
+
+  before(async () => {
+    await topo.build([
+      { name: 'n6a', subnet: 1, host: 1, podRange: 1, v6: true },
+      { name: 'n6c', subnet: 2, host: 3, podRange: 3, v6: true },
+    ]);
+    const locals = new Map<string, LocalNode>();
+    for (const n of topo.nodes) {
+      const f = new LinuxFabric({ hostNetnsPath: netnsPath(n.ns), monitor: false });
+      fabrics.push(f);
+      locals.set(n.name, await f.prepare(settings('vxlan', { clusterCidrs: [CLUSTER, 'fd10::/32'] })));
+    }
+    peers = topo.nodes.map((n) => topo.peersOf(n.name, locals));
+    for (const [i] of topo.nodes.entries()) await fabrics[i]?.apply(peers[i] ?? []);
+  });
+
+  after(async () => {
+    for (const f of fabrics) await f.stop();
+    await topo.cleanup();
+  });
+
+  it('programs an IPv6 route, neighbour and catch-all beside the IPv4 ones, one FDB entry for both', async () => {
+    const ns = topo.node('n6a').ns;
+    const v6 = (await ip('-n', ns, '-6', 'route', 'show', 'proto', '119'))
+      .split('\n')
+      .map((l) => l.trim())
+      .filter(Boolean)
+      .sort();
+    expect(v6).to.deep.equal([
+      'fd10:0:3::/64 via fd10:0:3:: dev wn-vxlan metric 1024 onlink mtu 1450 pref medium',
+      'unreachable fd10::/32 dev lo metric 4294967295 pref medium',
+    ]);
+    expect((await kernelState(ns)).fdb).to.deep.equal(['0e:77:0a:64:02:03 dst 10.100.2.3 self permanent']);
+    expect(
+      (await ip('-n', ns, '-6', 'neigh', 'show', 'dev', 'wn-vxlan', 'nud', 'permanent')).trim(),
+    ).to.equal('fd10:0:3:: lladdr 0e:77:0a:64:02:03 PERMANENT');
+  });
+
+  it('a second apply of the same peers changes nothing (the IPv6 catch-all reads back with dev lo)', async () => {
+    const ns = topo.node('n6a').ns;
+    const before = await ip('-n', ns, '-6', 'route', 'show', 'proto', '119');
+    const report = await fabrics[0]?.apply(peers[0] ?? []);
+    expect(report?.repairs, 'nothing was put back').to.equal(0);
+    expect(report?.objects).to.deep.equal({ routes: 4, neighbours: 2, fdb: 1 });
+    expect(await ip('-n', ns, '-6', 'route', 'show', 'proto', '119')).to.equal(before);
+  });
+
+  it('carries IPv6 and IPv4 between pods across the router', async () => {
+    const a = topo.node('n6a');
+    const c = topo.node('n6c');
+    const opts = { count: 3, waitSeconds: 2, intervalSeconds: 0.2 };
+    expect(await pings(a.pod, c.podIp6 ?? '', opts), 'IPv6 a → c').to.equal(true);
+    expect(await pings(c.pod, a.podIp6 ?? '', opts), 'IPv6 c → a').to.equal(true);
+    expect(await pings(a.pod, c.podIp, opts), 'IPv4 a → c').to.equal(true);
+  });
+});
+
+describeRoot('Linux fabric: the underlay, the device and what it refuses', function () {
+  this.timeout(60_000);
+  const topo = new FabricTopology();
+  let node: TopologyNode;
+
+  before(async () => {
+    await topo.build([{ name: 'nd', subnet: 1, host: 4, podRange: 4 }]);
+    node = topo.node('nd');
+  });
+
+  after(() => topo.cleanup());
+
+  /**
+   * Links, every route of every table and the permanent neighbours, less what the kernel adds by itself
+   * at any moment (an IPv6 link-local address appears once its duplicate detection ends).
+   */
+  async function snapshot(): Promise<string> {
+    return [
+      await ip('-n', node.ns, '-d', 'link', 'show'),
+      await ip('-n', node.ns, 'route', 'show', 'table', 'all'),
+      await ip('-n', node.ns, 'neigh', 'show', 'nud', 'permanent'),
+    ]
+      .join('\n')
+      .split('\n')
+      .filter((l) => !/^local fe80::/.test(l))
+      .join('\n');
+  }
+
+  it("the backend's fabric finds the underlay in its host namespace: the default route's interface, or --node-ip", async () => {
+    await ip('-n', node.ns, 'addr', 'add', '10.100.9.4/24', 'dev', 'eth0');
+    try {
+      const fabric = node.backend.fabric;
+      expect(await fabric.prepare(settings('vxlan'))).to.deep.equal({
+        underlay: ['10.100.1.4'],
+        uplink: 'eth0',
+        mtu: 1500,
+        subnets: ['10.100.1.0/24', '10.100.9.0/24'],
+        vtep: { mac: '0e:77:0a:64:01:04', vni: 30574, port: 4789 },
+      });
+      const local = await fabric.prepare(settings('routed', { nodeIp: '10.100.9.4' }));
+      expect(local.underlay).to.deep.equal(['10.100.9.4']);
+      expect(local.vtep).to.equal(undefined);
+      await fabric.stop();
+    } finally {
+      await ip('-n', node.ns, 'addr', 'del', '10.100.9.4/24', 'dev', 'eth0');
+      await ip('-n', node.ns, 'link', 'del', 'wn-vxlan').catch(() => undefined);
+    }
+  });
+
+  it('a foreign VXLAN device on port 4789: refused, naming it, nothing changed', async () => {
+    await ip(
+      '-n',
+      node.ns,
+      'link',
+      'add',
+      'flannel.1',
+      'type',
+      'vxlan',
+      'id',
+      '1',
+      'dstport',
+      '4789',
+      'dev',
+      'eth0',
+      'nolearning',
+    );
+    const before = await snapshot();
+    const f = new LinuxFabric({ hostNetnsPath: netnsPath(node.ns), monitor: false });
+    try {
+      const err = await f.prepare(settings('vxlan')).then(
+        () => undefined,
+        (e: unknown) => e as { code?: string; message: string },
+      );
+      expect(err?.code).to.equal('FAILED_PRECONDITION');
+      expect(err?.message).to.match(/UDP port 4789 is already used by VXLAN device flannel\.1/);
+      expect(await snapshot()).to.equal(before);
+    } finally {
+      await f.stop();
+      await ip('-n', node.ns, 'link', 'del', 'flannel.1');
+    }
+  });
+
+  it('bad settings: a clear error and nothing changed', async () => {
+    const before = await snapshot();
+    const f = new LinuxFabric({ hostNetnsPath: netnsPath(node.ns), monitor: false });
+    try {
+      const cases: Array<[Partial<FabricSettings>, RegExp]> = [
+        [{ vni: 0 }, /VNI must be an integer in 1\.\.16777215, not 0/],
+        [{ port: 70000 }, /port must be an integer in 1\.\.65535, not 70000/],
+        [{ clusterCidrs: ['10.244.0.1/16'] }, /cluster CIDR: 10\.244\.0\.1\/16 has host bits set/],
+        [{ nodeIp: '10.9.9.9' }, /node IP 10\.9\.9\.9 is not an address of any interface/],
+      ];
+      for (const [bad, why] of cases) {
+        const err = await f.prepare(settings('vxlan', bad)).then(
+          () => undefined,
+          (e: unknown) => e as { code?: string; message: string },
+        );
+        expect(err?.message, JSON.stringify(bad)).to.match(why);
+        expect(err?.code).to.be.oneOf(['INVALID_ARGUMENT', 'FAILED_PRECONDITION']);
+      }
+      expect(await snapshot()).to.equal(before);
+    } finally {
+      await f.stop();
+    }
+  });
+
+  it('adopts its own device with other settings only by recreating it, and a matching one untouched', async () => {
+    const f = new LinuxFabric({ hostNetnsPath: netnsPath(node.ns), monitor: false });
+    try {
+      await f.prepare(settings('vxlan'));
+      const [first] = await ipJson<{ ifindex: number }>(node.ns, 'link', 'show', 'wn-vxlan');
+      await f.prepare(settings('vxlan'));
+      const [same] = await ipJson<{ ifindex: number }>(node.ns, 'link', 'show', 'wn-vxlan');
+      expect(same?.ifindex).to.equal(first?.ifindex);
+      await f.prepare(settings('vxlan', { vni: 4242 }));
+      const [next] = await ipJson<{ ifindex: number; linkinfo: { info_data: { id: number } } }>(
+        node.ns,
+        '-d',
+        'link',
+        'show',
+        'wn-vxlan',
+      );
+      expect(next?.ifindex).to.not.equal(first?.ifindex);
+      expect(next?.linkinfo.info_data.id).to.equal(4242);
+    } finally {
+      await f.stop();
+    }
+  });
+});
