@@ -6,10 +6,11 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import type { Peer } from '../../../core/fabric/peer-source';
-import type { LocalNode } from '../../../core/fabric/fabric-dataplane';
+import type { FabricSettings, LocalNode } from '../../../core/fabric/fabric-dataplane';
 import type { IpAssignment } from '../../../core/backend';
 import { LinuxBackend } from '../../../backends/linux/linux-backend';
-import { NetnsPool, ip, netnsInode, netnsPath } from './netns-fixture';
+import { NetnsSet, netnsPath } from '../../support/netns';
+import { ip, ipJson, netnsInode } from './netns-fixture';
 import { attachTo, testSpec } from '../../support/attach-spec';
 
 const run = promisify(execFile);
@@ -55,14 +56,14 @@ async function sysctl(ns: string, key: string, value: string): Promise<void> {
 }
 
 export class FabricTopology {
-  readonly pool = new NetnsPool();
+  readonly pool = new NetnsSet('wnf-');
   readonly nodes: TopologyNode[] = [];
   underlay = '';
   router = '';
 
   async build(specs: NodeSpec[]): Promise<void> {
-    this.underlay = await this.pool.add('ul');
-    this.router = await this.pool.add('rt');
+    this.underlay = this.pool.add('ul').name;
+    this.router = this.pool.add('rt').name;
     for (const br of ['br1', 'br2']) {
       await ip('-n', this.underlay, 'link', 'add', br, 'type', 'bridge');
       await ip('-n', this.underlay, 'link', 'set', br, 'up');
@@ -84,7 +85,7 @@ export class FabricTopology {
   }
 
   async addNode(s: NodeSpec): Promise<TopologyNode> {
-    const ns = await this.pool.add(s.name);
+    const ns = this.pool.add(s.name).name;
     await ip('-n', ns, 'link', 'set', 'lo', 'up');
     await this.plug(ns, 'eth0', `br${s.subnet}`, `p-${s.name}`);
     const address = `10.100.${s.subnet}.${s.host}`;
@@ -96,7 +97,7 @@ export class FabricTopology {
       ipv6: s.v6 ?? false,
     });
     await backend.start();
-    const pod = await this.pool.add(`${s.name}pod`);
+    const pod = this.pool.add(`${s.name}pod`).name;
     const podIp = `10.244.${s.podRange}.5`;
     const podIp6 = s.v6 ? `fd10:0:${s.podRange}::5` : undefined;
     const ips: IpAssignment[] = [{ family: 4, address: podIp, gateway: '169.254.1.1' }];
@@ -145,6 +146,50 @@ export class FabricTopology {
 
   async cleanup(): Promise<void> {
     for (const n of this.nodes) await n.backend.stop();
-    await this.pool.cleanup();
+    this.pool.cleanup();
   }
+}
+
+export const CLUSTER = '10.244.0.0/16';
+
+export function settings(mode: FabricSettings['mode'], over: Partial<FabricSettings> = {}): FabricSettings {
+  return { mode, nodeIp: '', vni: 30574, port: 4789, clusterCidrs: [CLUSTER], ...over };
+}
+
+/** Our objects in a node namespace, as an operator would list them. */
+export async function kernelState(ns: string): Promise<{ routes: string[]; neigh: string[]; fdb: string[] }> {
+  const lines = (s: string): string[] =>
+    s
+      .split('\n')
+      .map((l) => l.trim())
+      .filter(Boolean)
+      .sort();
+  const hasVxlan = (await ipJson(ns, 'link', 'show', 'wn-vxlan').catch(() => [])).length > 0;
+  return {
+    routes: lines(await ip('-n', ns, 'route', 'show', 'proto', '119')),
+    neigh: hasVxlan ? lines(await ip('-n', ns, 'neigh', 'show', 'dev', 'wn-vxlan', 'nud', 'permanent')) : [],
+    fdb: hasVxlan ? lines(await bridge(ns, 'fdb', 'show', 'dev', 'wn-vxlan')) : [],
+  };
+}
+
+/** ping once from a namespace; its whole output and exit status (for "fails fast, and why"). */
+export function pingOutput(
+  ns: string,
+  to: string,
+  waitSeconds: number,
+): Promise<{ ok: boolean; out: string; ms: number }> {
+  const started = Date.now();
+  return new Promise((resolve) =>
+    execFile(
+      'ip',
+      ['netns', 'exec', ns, 'ping', '-c', '1', '-W', String(waitSeconds), to],
+      (err, stdout, stderr) =>
+        resolve({ ok: err === null, out: `${stdout}${stderr}`, ms: Date.now() - started }),
+    ),
+  );
+}
+
+export async function vxlanTxPackets(ns: string): Promise<number> {
+  const [link] = await ipJson<{ stats64: { tx: { packets: number } } }>(ns, '-s', 'link', 'show', 'wn-vxlan');
+  return link?.stats64.tx.packets ?? 0;
 }
