@@ -43,6 +43,13 @@ export interface NodeSpec {
   v6?: boolean;
 }
 
+/** A node of the underlay without a backend or a pod: a daemon of the test's runs there. */
+export interface BareNode {
+  name: string;
+  ns: string;
+  address: string;
+}
+
 export const POD_MTU = 1450;
 
 /** `bridge` run in a namespace (test inspection only). */
@@ -84,13 +91,19 @@ export class FabricTopology {
     await ip('-n', ns, 'link', 'set', inside, 'up');
   }
 
-  async addNode(s: NodeSpec): Promise<TopologyNode> {
+  /** A node namespace on the underlay: uplink eth0 on its subnet's bridge, default route via the router. */
+  async addBareNode(s: Pick<NodeSpec, 'name' | 'subnet' | 'host'>): Promise<BareNode> {
     const ns = this.pool.add(s.name).name;
     await ip('-n', ns, 'link', 'set', 'lo', 'up');
     await this.plug(ns, 'eth0', `br${s.subnet}`, `p-${s.name}`);
     const address = `10.100.${s.subnet}.${s.host}`;
     await ip('-n', ns, 'addr', 'add', `${address}/24`, 'dev', 'eth0');
     await ip('-n', ns, 'route', 'add', 'default', 'via', `10.100.${s.subnet}.254`);
+    return { name: s.name, ns, address };
+  }
+
+  async addNode(s: NodeSpec): Promise<TopologyNode> {
+    const { ns, address } = await this.addBareNode(s);
     const backend = new LinuxBackend({
       hostNetnsPath: netnsPath(ns),
       netlinkThread: false,

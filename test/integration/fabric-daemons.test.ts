@@ -1,0 +1,167 @@
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import type { AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
+import { FabricTopology, type BareNode } from '../backends/linux/fabric-topology';
+import { attachRequest } from '../support/attach-request';
+import { DaemonProcess, CLI } from '../support/daemon-process';
+import { describeRoot } from '../support/describe-root';
+import { pings } from '../support/ping';
+import { waitUntil } from '../support/wait-until';
+
+// Three real daemons, each in its node namespace on a test-owned underlay (na and nb on one subnet, nc
+// behind a router), in hybrid mode with the static peer source: each is given a peers file naming the
+// other two. Pods are attached through each daemon's own API; the fabric the daemons program is what
+// carries their traffic, directly to the neighbour on the same subnet and over VXLAN across the router.
+
+interface Node extends BareNode {
+  range: number;
+  dir: string;
+  peersFile: string;
+  daemon?: DaemonProcess;
+  pod?: string;
+  podIp?: string;
+}
+
+const VNI = 30574;
+
+/** The VTEP MAC a node publishes: 0e:77 and its IPv4 underlay address (see docs/fabric.md). */
+function vtepMac(address: string): string {
+  return ['0e', '77', ...address.split('.').map((o) => Number(o).toString(16).padStart(2, '0'))].join(':');
+}
+
+function peerEntry(n: Node): object {
+  return {
+    node: n.name,
+    underlay: [n.address],
+    mtu: 1500,
+    vtep: { mac: vtepMac(n.address), vni: VNI, port: 4789 },
+    prefixes: [`10.244.${n.range}.0/24`],
+    bootId: '',
+  };
+}
+
+function writePeers(n: Node, others: Node[]): void {
+  const tmp = `${n.peersFile}.tmp`;
+  fs.writeFileSync(tmp, JSON.stringify({ peers: others.map(peerEntry) }));
+  fs.renameSync(tmp, n.peersFile);
+}
+
+/** `workloadnet peers --json` of one daemon. */
+function peersOf(n: Node): { peers: Array<{ node: string; path: string; withdrawnAt?: string }> } {
+  const out = execFileSync(
+    process.execPath,
+    [CLI, 'peers', '--json', '--socket', path.join(n.dir, 'api.sock')],
+    {
+      encoding: 'utf8',
+    },
+  );
+  return JSON.parse(out) as { peers: Array<{ node: string; path: string; withdrawnAt?: string }> };
+}
+
+function fabricRoutes(ns: string): string[] {
+  return execFileSync('ip', ['-n', ns, 'route', 'show', 'proto', '119'], { encoding: 'utf8' })
+    .split('\n')
+    .map((l) => l.trim())
+    .filter(Boolean)
+    .sort();
+}
+
+describeRoot('fabric between three daemons (hybrid, static peers; real kernel)', function () {
+  this.timeout(120_000);
+  const topo = new FabricTopology();
+  const nodes: Node[] = [];
+
+  before(async () => {
+    await topo.build([]);
+    for (const [name, subnet, host, range] of [
+      ['na', 1, 1, 1],
+      ['nb', 1, 2, 2],
+      ['nc', 2, 3, 3],
+    ] as const) {
+      const bare = await topo.addBareNode({ name, subnet, host });
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), `wn-fab-${name}-`));
+      nodes.push({ ...bare, range, dir, peersFile: path.join(dir, 'peers.json') });
+    }
+    for (const n of nodes) {
+      writePeers(
+        n,
+        nodes.filter((o) => o !== n),
+      );
+      n.daemon = await DaemonProcess.start({
+        dir: n.dir,
+        netns: n.ns,
+        flags: {
+          'pod-cidr': `10.244.${n.range}.0/24`,
+          mtu: '1450',
+          fabric: 'hybrid',
+          'peers-file': n.peersFile,
+        },
+      });
+    }
+    for (const n of nodes) {
+      const pod = topo.pool.add(`${n.name}pod`);
+      const res: AttachResponse = await n.daemon!.client.call(
+        n.daemon!.client.raw.attach,
+        attachRequest(`${n.name}-pod`, pod.path),
+      );
+      n.pod = pod.name;
+      n.podIp = (res.ips[0]?.cidr ?? '').split('/')[0];
+    }
+  });
+
+  after(async () => {
+    for (const n of nodes) await n.daemon?.stop().catch(() => undefined);
+    topo.cleanup();
+    for (const n of nodes) fs.rmSync(n.dir, { recursive: true, force: true });
+  });
+
+  const node = (name: string): Node => nodes.find((n) => n.name === name) as Node;
+
+  it('programs the neighbour on the same subnet directly and the node behind the router over VXLAN', async () => {
+    const na = node('na');
+    await waitUntil(async () => fabricRoutes(na.ns).length === 2, 'na has its two peer routes', 20_000);
+    expect(fabricRoutes(na.ns)).to.deep.equal([
+      '10.244.2.0/24 via 10.100.1.2 dev eth0 metric 1024 mtu 1450',
+      '10.244.3.0/24 via 10.244.3.0 dev wn-vxlan metric 1024 onlink mtu 1450',
+    ]);
+    const paths = Object.fromEntries(peersOf(na).peers.map((p) => [p.node, p.path]));
+    expect(paths).to.deep.equal({ nb: 'direct', nc: 'vxlan' });
+  });
+
+  it('carries every pod to every other pod', async () => {
+    for (const n of nodes)
+      await waitUntil(async () => fabricRoutes(n.ns).length === 2, `${n.name} programmed`, 20_000);
+    for (const from of nodes)
+      for (const to of nodes) {
+        if (from === to) continue;
+        expect(
+          await pings(from.pod as string, to.podIp as string, { count: 3, waitSeconds: 2 }),
+          `${from.name} → ${to.name}`,
+        ).to.equal(true);
+      }
+  });
+
+  it('withdraws a peer that leaves the file only after the grace, and never one that stays', async () => {
+    const na = node('na');
+    writePeers(na, [node('nc')]);
+    // The default grace (180 s) keeps nb's route: its leaving the file is not evidence that it is dead.
+    await waitUntil(
+      async () => peersOf(na).peers.some((p) => p.node === 'nb' && !!p.withdrawnAt),
+      'na sees nb withdrawn from its source',
+      20_000,
+    );
+    expect(fabricRoutes(na.ns)).to.have.length(2);
+    expect(await pings(na.pod as string, node('nb').podIp as string)).to.equal(true);
+    // Back within the grace: the withdrawal is cancelled.
+    writePeers(na, [node('nb'), node('nc')]);
+    await waitUntil(
+      async () => peersOf(na).peers.every((p) => !p.withdrawnAt),
+      "nb back in na's table",
+      20_000,
+    );
+    expect(fabricRoutes(na.ns)).to.have.length(2);
+  });
+});
