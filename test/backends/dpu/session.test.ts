@@ -9,6 +9,12 @@ import { attachTo } from '../../support/attach-spec';
 // The DPU backend against the real simulator process: sessions, acks, failures and resynchronisation,
 // observed from both ends (the backend's results and health, the simulator's state file).
 
+/**
+ * "At once" for an Attach refused without waiting on an agent: well under the 5 s ack timeout it would
+ * otherwise wait out, with room for a loaded machine (these tests tell the two apart, not speed).
+ */
+const FAST_MS = 2500;
+
 describe('DPU backend with the simulator', function () {
   this.timeout(30_000);
   let dir: string;
@@ -100,15 +106,23 @@ describe('DPU backend with the simulator', function () {
   });
 
   it('waits for acks of different workloads concurrently', async () => {
-    backend = await startBackend(dir);
-    const s = sim('dpu-a', ['--ack-latency-ms', '200']);
+    backend = await startBackend(dir, { ackTimeoutMs: 30_000 });
+    // Each ack comes 3 s after the agent has taken the port. Sent one after another's ack, the agent
+    // would hold one port at a time; sent concurrently, it holds all forty before any ack is back.
+    // Whatever the machine's speed, 3 s is far longer than sending forty upserts.
+    const s = sim('dpu-a', ['--ack-latency-ms', '3000']);
     await connected(s);
-    const t = Date.now();
-    const results = await Promise.all(Array.from({ length: 40 }, (_, i) => attachTo(backend!, spec(i))));
-    // Serialised, 40 acks at 200 ms each would take 8 s.
-    expect(Date.now() - t).to.be.lessThan(2000);
+    let answered = 0;
+    const attaches = Array.from({ length: 40 }, (_, i) =>
+      attachTo(backend!, spec(i)).then((r) => {
+        answered++;
+        return r;
+      }),
+    );
+    await s.waitForState((x) => x.ports.length === 40, 'forty ports taken');
+    expect(answered, 'attaches answered before the agent held every port').to.equal(0);
+    const results = await Promise.all(attaches);
     expect(new Set(results.map((r) => r.details?.dpuGeneration)).size).to.equal(40);
-    await s.waitForState((x) => x.ports.length === 40, 'forty ports');
   });
 
   it("fails Attach with the agent's code and message when the agent refuses the port, leaving nothing behind", async () => {
@@ -130,11 +144,11 @@ describe('DPU backend with the simulator', function () {
     expect(err2.message).to.match(/\(INVALID\): injected invalid failure/);
   });
 
-  it('fails Attach with UNAVAILABLE in well under a second without an agent, and recovers when one connects', async () => {
+  it('fails Attach with UNAVAILABLE at once without an agent (not after the ack timeout), and recovers when one connects', async () => {
     backend = await startBackend(dir);
     const t = Date.now();
     const err = await expectCode(attachTo(backend, spec(1)), 'UNAVAILABLE');
-    expect(Date.now() - t).to.be.lessThan(100);
+    expect(Date.now() - t).to.be.lessThan(FAST_MS);
     expect(err.message).to.match(/no DPU agent is connected on .*agent\.sock/);
     expect(err.retryable).to.equal(true);
     expect((await backend.health()).ready).to.equal(false);
@@ -148,7 +162,7 @@ describe('DPU backend with the simulator', function () {
     await waitUntil(async () => !(await backend!.health()).ready, 'health not ready after the agent died');
     const t2 = Date.now();
     const err2 = await expectCode(attachTo(backend, spec(2)), 'UNAVAILABLE');
-    expect(Date.now() - t2).to.be.lessThan(100);
+    expect(Date.now() - t2).to.be.lessThan(FAST_MS);
     expect(err2.message).to.match(/dpu-a disconnected/);
   });
 
@@ -159,7 +173,7 @@ describe('DPU backend with the simulator', function () {
     const firstSession = s.state()?.session.sessionId;
     const t = Date.now();
     const err = await expectCode(attachTo(backend, spec(1)), 'UNAVAILABLE');
-    expect(Date.now() - t).to.be.lessThan(1000);
+    expect(Date.now() - t).to.be.lessThan(FAST_MS);
     expect(err.message).to.match(/stream to DPU agent dpu-a ended while waiting for port w1\/eth0/);
     const again = await s.waitForState(
       (x) => x.session.state === 'connected' && x.synced && x.session.sessionId !== firstSession,
@@ -176,7 +190,8 @@ describe('DPU backend with the simulator', function () {
     await connected(s);
     const t = Date.now();
     const err = await expectCode(attachTo(backend, spec(1)), 'DEADLINE_EXCEEDED');
-    expect(Date.now() - t).to.be.within(250, 900);
+    // Not before its deadline; how long after it depends on the machine, the code says it was the deadline.
+    expect(Date.now() - t).to.be.at.least(250);
     expect(err.message).to.match(/not acknowledged within 300 ms/);
     // The rollback's Delete follows the Upsert, so the agent applies both in order.
     await s.waitForState((x) => x.ports.length === 0, 'no port', 5000);
@@ -309,7 +324,7 @@ describe('DPU backend with the simulator', function () {
       expect(h.reasons.join(' ')).to.match(/no message from the agent|silent/);
       const t = Date.now();
       await expectCode(attachTo(backend, spec(1)), 'UNAVAILABLE');
-      expect(Date.now() - t).to.be.lessThan(100);
+      expect(Date.now() - t).to.be.lessThan(FAST_MS);
     } finally {
       s.child.kill('SIGCONT');
     }
