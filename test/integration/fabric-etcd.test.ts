@@ -1,0 +1,189 @@
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { FabricTopology, type BareNode } from '../backends/linux/fabric-topology';
+import { attachRequest } from '../support/attach-request';
+import { CLI, DaemonProcess } from '../support/daemon-process';
+import { isRoot } from '../support/netns';
+import { pings } from '../support/ping';
+import { waitUntil } from '../support/wait-until';
+import { EtcdCluster, haveEtcd } from '../pools/support/etcd-cluster';
+
+// Ranges and routes from one source: three daemons claim address blocks from a real 3-member etcd and
+// publish their node records there; the fabric each programs comes from what etcd says (hybrid: na and
+// nb share a subnet, nc sits behind a router). Each daemon runs in the etcd cluster's namespace (it
+// reaches etcd on that loopback) and programs its node namespace on the underlay (--host-netns). nc
+// talks to one member only, so that cutting that member's client port cuts nc from etcd and nothing
+// else: the underlay stays intact.
+
+const CLUSTER = '10.244.0.0/16';
+const LEASE_TTL_S = 2;
+const GRACE_S = 10;
+
+interface Node extends BareNode {
+  dir: string;
+  daemon?: DaemonProcess;
+  pod?: string;
+  podIp?: string;
+}
+
+const describeEtcdRoot = isRoot && haveEtcd ? describe : describe.skip;
+const SKIP = isRoot && haveEtcd ? '' : ' (skipped: needs root and etcd-server)';
+
+function fabricRoutes(ns: string): string[] {
+  return execFileSync('ip', ['-n', ns, 'route', 'show', 'proto', '119'], { encoding: 'utf8' })
+    .split('\n')
+    .map((l) => l.trim())
+    .filter(Boolean)
+    .sort();
+}
+
+function peersOf(n: Node): Array<{ node: string; path: string; prefixes: string[]; withdrawnAt?: string }> {
+  const out = execFileSync(
+    process.execPath,
+    [CLI, 'peers', '--json', '--socket', path.join(n.dir, 'api.sock')],
+    { encoding: 'utf8' },
+  );
+  return (JSON.parse(out) as { peers: ReturnType<typeof peersOf> }).peers;
+}
+
+describeEtcdRoot(
+  `fabric from etcd between three daemons (hybrid; real etcd, real kernel)${SKIP}`,
+  function () {
+    this.timeout(180_000);
+    const topo = new FabricTopology();
+    const nodes: Node[] = [];
+    let root: string;
+    let etcd: EtcdCluster;
+    /** nc's only member: its client port is what the cut drops. */
+    let ncEndpoint: string;
+
+    const node = (name: string): Node => nodes.find((n) => n.name === name) as Node;
+    const cut = (on: boolean): void => {
+      const port = new URL(ncEndpoint).port;
+      execFileSync('ip', [
+        ...['netns', 'exec', etcd.netns, 'iptables'],
+        ...[on ? '-A' : '-D', 'INPUT', '-p', 'tcp', '--dport', port, '-j', 'DROP'],
+      ]);
+    };
+
+    before(async () => {
+      root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-fabetcd-'));
+      etcd = await EtcdCluster.start(path.join(root, 'etcd'), 3, 'wn-fabetcd-');
+      ncEndpoint = etcd.endpoints[2] as string;
+      await topo.build([]);
+      const config = path.join(root, 'config.json');
+      fs.writeFileSync(
+        config,
+        JSON.stringify({ fabric: { leaseTtlSeconds: LEASE_TTL_S, withdrawGraceSeconds: GRACE_S } }),
+      );
+      for (const [name, subnet, host] of [
+        ['na', 1, 1],
+        ['nb', 1, 2],
+        ['nc', 2, 3],
+      ] as const) {
+        const bare = await topo.addBareNode({ name, subnet, host });
+        const n: Node = { ...bare, dir: path.join(root, name) };
+        n.daemon = await DaemonProcess.start({
+          dir: n.dir,
+          netns: etcd.netns,
+          args: [
+            ...['--config', config, '--pool-source', 'etcd', '--node-name', name],
+            ...['--etcd-endpoints', name === 'nc' ? ncEndpoint : etcd.endpoints.slice(0, 2).join(',')],
+            ...['--cluster-cidr', CLUSTER, '--host-netns', `/var/run/netns/${bare.ns}`],
+            ...['--fabric', 'hybrid', '--mtu', '1450'],
+          ],
+        });
+        nodes.push(n);
+      }
+      for (const n of nodes) {
+        const pod = topo.pool.add(`${n.name}pod`);
+        await waitUntil(
+          async () =>
+            n
+              .daemon!.client.call(n.daemon!.client.raw.attach, attachRequest(`${n.name}-pod`, pod.path))
+              .then((res) => {
+                n.podIp = (res.ips[0]?.cidr ?? '').split('/')[0];
+                return true;
+              }),
+          `${n.name} attaches its pod once it holds a block`,
+          30_000,
+          { intervalMs: 200, retryOnError: true },
+        );
+        n.pod = pod.name;
+      }
+    });
+
+    after(async () => {
+      for (const n of nodes) await n.daemon?.stop().catch(() => undefined);
+      topo.cleanup();
+      await etcd?.stop();
+      if (root) fs.rmSync(root, { recursive: true, force: true });
+    });
+
+    it("routes each peer's etcd blocks, directly on the subnet and over VXLAN across the router", async () => {
+      const na = node('na');
+      await waitUntil(async () => fabricRoutes(na.ns).length === 3, "na routes both peers' blocks", 30_000, {
+        intervalMs: 200,
+      });
+      const [nbBlock] = peersOf(na).find((p) => p.node === 'nb')?.prefixes ?? [];
+      const [ncBlock] = peersOf(na).find((p) => p.node === 'nc')?.prefixes ?? [];
+      expect(fabricRoutes(na.ns)).to.have.members([
+        `${nbBlock} via 10.100.1.2 dev eth0 metric 1024 mtu 1450`,
+        `${ncBlock} via ${ncBlock?.split('/')[0]} dev wn-vxlan metric 1024 onlink mtu 1450`,
+        `unreachable ${CLUSTER} metric 4294967295`,
+      ]);
+      for (const from of nodes)
+        for (const to of nodes)
+          if (from !== to)
+            expect(
+              await pings(from.pod as string, to.podIp as string, { count: 3, waitSeconds: 2 }),
+              `${from.name} → ${to.name}`,
+            ).to.equal(true);
+    });
+
+    it('keeps a node cut from etcd but not from the wire reachable past its lease', async () => {
+      const na = node('na');
+      const nc = node('nc');
+      cut(true);
+      try {
+        await waitUntil(
+          async () => peersOf(na).some((p) => p.node === 'nc' && !!p.withdrawnAt),
+          "nc's lease lapsed in na's view",
+          30_000,
+          { intervalMs: 200 },
+        );
+        expect(await pings(na.pod as string, nc.podIp as string, { count: 2 })).to.equal(true);
+        expect(fabricRoutes(na.ns)).to.have.length(3);
+      } finally {
+        cut(false);
+      }
+      await waitUntil(
+        async () => peersOf(na).every((p) => !p.withdrawnAt),
+        "nc's record back in na's view",
+        30_000,
+        { intervalMs: 200 },
+      );
+      expect(await pings(na.pod as string, nc.podIp as string)).to.equal(true);
+    });
+
+    it('withdraws a dead node after its lease and the grace, and only it', async () => {
+      const na = node('na');
+      const nb = node('nb');
+      const [nbBlock] = peersOf(na).find((p) => p.node === 'nb')?.prefixes ?? [];
+      await nb.daemon?.kill('SIGKILL');
+      nb.daemon = undefined;
+      execFileSync('ip', ['-n', nb.ns, 'link', 'set', 'eth0', 'down']);
+      await waitUntil(
+        async () => !fabricRoutes(na.ns).some((r) => r.startsWith(`${nbBlock} `)),
+        "nb's block withdrawn on na",
+        (LEASE_TTL_S + GRACE_S) * 1000 + 30_000,
+        { intervalMs: 200 },
+      );
+      expect(fabricRoutes(na.ns)).to.have.length(2);
+      expect(await pings(na.pod as string, node('nc').podIp as string)).to.equal(true);
+    });
+  },
+);
