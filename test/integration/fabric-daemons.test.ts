@@ -144,6 +144,43 @@ describeRoot('fabric between three daemons (hybrid, static peers; real kernel)',
       }
   });
 
+  it('carries the pod MTU across VXLAN without fragments; one byte more fails in the pod, at once', async () => {
+    const na = node('na');
+    const nc = node('nc');
+    const dfPing = (size: number): { ok: boolean; out: string } => {
+      try {
+        const out = execFileSync(
+          'ip',
+          [
+            'netns',
+            'exec',
+            na.pod as string,
+            'ping',
+            '-M',
+            'do',
+            '-c',
+            '1',
+            '-W',
+            '2',
+            '-s',
+            String(size),
+            nc.podIp as string,
+          ],
+          { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] },
+        );
+        return { ok: true, out };
+      } catch (err) {
+        const e = err as { stdout?: string; stderr?: string };
+        return { ok: false, out: `${e.stdout ?? ''}${e.stderr ?? ''}` };
+      }
+    };
+    // 1450 bytes of IP packet: 20 of IP header and 8 of ICMP header around the payload.
+    expect(dfPing(1450 - 28).ok, 'a pod-MTU packet with DF set crosses the VXLAN path').to.equal(true);
+    const over = dfPing(1450 - 28 + 1);
+    expect(over.ok).to.equal(false);
+    expect(over.out).to.match(/message too long|mtu = 1450/i);
+  });
+
   it('withdraws a peer that leaves the file only after the grace, and never one that stays', async () => {
     const na = node('na');
     writePeers(na, [node('nc')]);
