@@ -180,17 +180,15 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
         // A direct next hop must be of the prefix's family; IPv6 prefixes over an IPv4 underlay need VXLAN.
         if (family !== ctx.underlay.family) continue;
         routed.set(prefix, peer.node);
-        plan.routes.push({
-          family,
-          destination: prefix,
-          type: RTN_UNICAST,
-          priority: PEER_ROUTE_METRIC,
-          gateway: underlay,
-          oif: ctx.underlay.uplink.index,
-          onlink: false,
-          mtu: ctx.routeMtu,
-          peer: peer.node,
-        });
+        plan.routes.push(
+          peerRoute(
+            family,
+            prefix,
+            { gateway: underlay, oif: ctx.underlay.uplink.index, onlink: false },
+            ctx.routeMtu,
+            peer.node,
+          ),
+        );
       }
       const skipped = own.filter((p) => familyOf(p.slice(0, p.indexOf('/'))) !== ctx.underlay.family);
       const why = [
@@ -242,17 +240,9 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
       for (const prefix of own) {
         if (familyOf(prefix.slice(0, prefix.indexOf('/'))) !== family) continue;
         routed.set(prefix, peer.node);
-        plan.routes.push({
-          family,
-          destination: prefix,
-          type: RTN_UNICAST,
-          priority: PEER_ROUTE_METRIC,
-          gateway,
-          oif: ctx.vxlanIndex,
-          onlink: true,
-          mtu: ctx.routeMtu,
-          peer: peer.node,
-        });
+        plan.routes.push(
+          peerRoute(family, prefix, { gateway, oif: ctx.vxlanIndex, onlink: true }, ctx.routeMtu, peer.node),
+        );
       }
     }
     plan.peers.push(path('vxlan', clash));
@@ -280,3 +270,14 @@ export const OURS = {
   fdbFlags: NTF_SELF,
   fdbFamily: AF_BRIDGE,
 } as const;
+
+/** One route of ours to a peer's prefix: through the uplink to its underlay, or through our device. */
+function peerRoute(
+  family: WantedRoute['family'],
+  destination: string,
+  via: Pick<WantedRoute, 'gateway' | 'oif' | 'onlink'>,
+  mtu: number,
+  peer: string,
+): WantedRoute {
+  return { family, destination, type: RTN_UNICAST, priority: PEER_ROUTE_METRIC, ...via, mtu, peer };
+}
