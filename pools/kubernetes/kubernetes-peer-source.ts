@@ -124,8 +124,11 @@ export class KubernetesPeerSource implements PeerSource {
     informer.on('delete', (node) => {
       this.reachable();
       const name = node.metadata?.name ?? '';
-      if (name === this.opts.nodeName) this.own = null;
-      else if (this.table.remove(name)) this.notify();
+      if (name === this.opts.nodeName) {
+        // Registered again, it comes back without the annotation: written on its ADDED event.
+        this.own = null;
+        this.published = false;
+      } else if (this.table.remove(name)) this.notify();
     });
     informer.on('error', (err: unknown) => this.restartLater(err));
     this.informer = informer;

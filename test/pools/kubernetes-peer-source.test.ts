@@ -263,7 +263,7 @@ describe('kubernetes peer source (real client library, stand-in API server)', fu
     expect(api.count('patch')).to.equal(patches);
   });
 
-  it('says when its own Node does not exist, and publishes once it is registered', async () => {
+  it('says when its own Node does not exist, and publishes once it is registered, again after a re-registration', async () => {
     const s9 = source('n9');
     await s9.start(record('n9', '192.0.2.9'));
     await waitUntil(() => s9.synced, 'listed');
@@ -275,6 +275,15 @@ describe('kubernetes peer source (real client library, stand-in API server)', fu
     await waitUntil(() => api.node('n9')?.metadata.annotations?.[KEY] !== undefined, 'published');
     await waitUntil(() => peer(s1, 'n9')?.vtep !== undefined, 'n1 sees n9 with its VTEP');
     await waitUntil(() => s9.status().reasons.length === 0, 'no reason left');
+    // Deleted and registered again (a node re-joined): the annotation is written on the new Node.
+    api.deleteNode('n9');
+    await waitUntil(
+      () => /Node n9 does not exist in the Kubernetes API/.test(s9.status().reasons.join('\n')),
+      'the deleted Node reported',
+    );
+    addNode('n9', '192.0.2.9', ['10.50.9.0/24']);
+    await waitUntil(() => api.node('n9')?.metadata.annotations?.[KEY] !== undefined, 'published again');
+    await waitUntil(() => s9.status().reasons.length === 0, 'no reason left again');
   });
 
   it('says when the node address is not an InternalIP of its Node', async () => {
