@@ -3,17 +3,29 @@ import { ContainerModule } from 'inversify';
 import type { DaemonConfig } from '../../core/config';
 import type { Logger } from '../../core/logger';
 import { POOL_SOURCE, type PoolSource } from '../../core/ipam/pool-source';
+import { PEER_SOURCE, type PeerSource } from '../../core/fabric/peer-source';
+import { KubernetesPeerSource } from './kubernetes-peer-source';
 import { KubernetesPoolSource } from './kubernetes-pool-source';
 
-/** Binds the kubernetes pool source in place of the default one. */
+/** Binds the kubernetes pool source in place of the default one, and the Kubernetes peer source beside it. */
 export function kubernetesPoolSourceModule(config: DaemonConfig, logger: Logger): ContainerModule {
-  return new ContainerModule((_bind, _unbind, _isBound, rebind) => {
+  const nodeName = config.nodeName || os.hostname();
+  return new ContainerModule((bind, _unbind, isBound, rebind) => {
     rebind<PoolSource>(POOL_SOURCE).toDynamicValue(
       () =>
         new KubernetesPoolSource({
-          nodeName: config.nodeName || os.hostname(),
+          nodeName,
           kubeconfig: config.kubeconfig,
           logger: logger.child({ poolSource: 'kubernetes' }),
+        }),
+    );
+    // Peers come from the same API as the ranges; the source connects only when the fabric starts it.
+    (isBound(PEER_SOURCE) ? rebind<PeerSource>(PEER_SOURCE) : bind<PeerSource>(PEER_SOURCE)).toDynamicValue(
+      () =>
+        new KubernetesPeerSource({
+          nodeName,
+          kubeconfig: config.kubeconfig,
+          logger: logger.child({ peerSource: 'kubernetes' }),
         }),
     );
   });

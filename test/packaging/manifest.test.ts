@@ -20,7 +20,7 @@ import { DEFAULT_CONFIG, loadConfigFile, mergeConfig, type DaemonConfig } from '
 // from the API's OpenAPI definitions) and against what the daemon uses: the paths of its config lie on
 // host paths mounted at the same place, the commands the pod runs exist with the flags given, the
 // capabilities are the ones the systemd unit grants, RBAC covers exactly the calls of the kubernetes
-// pool source.
+// pool and peer sources.
 
 const ROOT = path.resolve(__dirname, '..', '..', '..');
 const MANIFEST = path.join(ROOT, 'packaging', 'kubernetes', 'workloadnet.yaml');
@@ -164,8 +164,8 @@ describe('Kubernetes manifest (packaging/kubernetes/workloadnet.yaml)', () => {
     ]);
   });
 
-  it('grants exactly what the kubernetes pool source calls: get, list and watch of Nodes', () => {
-    // What the pool source's compiled code calls on CoreV1Api, and the paths it list+watches.
+  it('grants exactly what the kubernetes sources call: get, list and watch of Nodes, patch of their status', () => {
+    // What the pool and peer sources' compiled code calls on CoreV1Api, and the paths it list+watches.
     const dir = path.join(ROOT, 'dist', 'pools', 'kubernetes');
     const code = fs
       .readdirSync(dir)
@@ -175,14 +175,19 @@ describe('Kubernetes manifest (packaging/kubernetes/workloadnet.yaml)', () => {
     const used = new Set<string>();
     const VERB: Record<string, string> = { read: 'get', list: 'list', watch: 'watch', patch: 'patch' };
     for (const m of code.matchAll(
-      /\.(read|list|watch|patch|create|delete|replace)(Namespaced)?(\w+?)\(\{/g,
+      /\.(read|list|watch|patch|create|delete|replace)(Namespaced)?(\w+?)(Status)?\(\{/g,
     )) {
-      used.add(`${(m[3] ?? '').toLowerCase()}s:${VERB[m[1] ?? ''] ?? m[1]}`);
+      // patchNodeStatus is a call on the status subresource: nodes/status.
+      const resource = `${(m[3] ?? '').toLowerCase()}s${m[4] ? '/status' : ''}`;
+      used.add(`${resource}:${VERB[m[1] ?? ''] ?? m[1]}`);
     }
     for (const m of code.matchAll(/ListWatch\([^'"]*['"]\/api\/v1\/(\w+)['"]/g)) {
       used.add(`${m[1]}:list`).add(`${m[1]}:watch`);
     }
-    expect([...used], 'the calls found in dist/pools/kubernetes').to.include('nodes:list');
+    expect([...used], 'the calls found in dist/pools/kubernetes').to.include.members([
+      'nodes:list',
+      'nodes/status:patch',
+    ]);
     const granted = new Set<string>();
     for (const rule of one<ClusterRole>('ClusterRole').rules ?? ([] as IPolicyRule[])) {
       expect(rule.apiGroups).to.deep.equal(['']);

@@ -6,17 +6,25 @@ import type { AddressInfo, Socket } from 'node:net';
 import * as path from 'node:path';
 
 // A stand-in for the Kubernetes API server, written for the tests because no real one can be installed
-// here. It speaks only what a node's pool source uses, as the real one does: HTTPS with a bearer token,
-// Node get, list and watch (newline-delimited JSON events) with a metadata.name field selector and
-// resourceVersion; a watch from a version older than the retained history gets an ERROR event with a
-// 410 "Expired" Status, as after etcd compaction. Tests drive it: change Nodes, drop watch connections,
-// expire history, stop and start it.
+// here. It speaks only what a node's pool and peer sources use, as the real one does: HTTPS with a
+// bearer token, Node get, list and watch (newline-delimited JSON events) with a metadata.name field
+// selector and resourceVersion; a watch from a version older than the retained history gets an ERROR
+// event with a 410 "Expired" Status, as after etcd compaction; a merge patch (JSON or strategic) of a
+// Node's metadata.annotations, on the Node or its status subresource (null removes a key). Tests drive
+// it: change Nodes (ranges, addresses, annotations), drop watch connections, expire history, stop and
+// start it.
 
 interface NodeObject {
   apiVersion: 'v1';
   kind: 'Node';
-  metadata: { name: string; uid: string; resourceVersion: string };
+  metadata: { name: string; uid: string; resourceVersion: string; annotations?: Record<string, string> };
   spec: { podCIDR?: string; podCIDRs?: string[] };
+  status?: { addresses?: NodeAddress[] };
+}
+
+export interface NodeAddress {
+  type: 'InternalIP' | 'ExternalIP' | 'Hostname';
+  address: string;
 }
 
 interface WatchEvent {
@@ -33,7 +41,9 @@ interface Watcher {
 const TOKEN = 'stand-in-token';
 
 export interface RequestLogEntry {
-  verb: 'get' | 'list' | 'watch';
+  verb: 'get' | 'list' | 'watch' | 'patch';
+  /** The patched object's path, for a patch. */
+  path?: string;
   fieldSelector?: string;
   resourceVersion?: string;
 }
@@ -126,20 +136,65 @@ export class StandInKubeApiServer {
     return this.rv;
   }
 
-  /** Creates or updates a Node's ranges (undefined = no podCIDRs at all). */
+  /**
+   * Creates or updates a Node's ranges (undefined = no podCIDRs at all); its addresses and annotations
+   * stay as they are.
+   */
   setNode(name: string, podCIDRs?: string[], legacyPodCIDR?: string): void {
     const existing = this.nodes.get(name);
-    const node: NodeObject = {
-      apiVersion: 'v1',
-      kind: 'Node',
-      metadata: { name, uid: existing?.metadata.uid ?? `uid-${name}`, resourceVersion: String(++this.rv) },
-      spec: {
-        ...(legacyPodCIDR ? { podCIDR: legacyPodCIDR } : podCIDRs?.[0] ? { podCIDR: podCIDRs[0] } : {}),
-        ...(podCIDRs ? { podCIDRs } : {}),
+    this.store(
+      {
+        apiVersion: 'v1',
+        kind: 'Node',
+        metadata: {
+          name,
+          uid: existing?.metadata.uid ?? `uid-${name}`,
+          resourceVersion: '',
+          ...(existing?.metadata.annotations ? { annotations: existing.metadata.annotations } : {}),
+        },
+        spec: {
+          ...(legacyPodCIDR ? { podCIDR: legacyPodCIDR } : podCIDRs?.[0] ? { podCIDR: podCIDRs[0] } : {}),
+          ...(podCIDRs ? { podCIDRs } : {}),
+        },
+        ...(existing?.status ? { status: existing.status } : {}),
       },
-    };
-    this.nodes.set(name, node);
-    this.emit({ rv: this.rv, type: existing ? 'MODIFIED' : 'ADDED', node });
+      existing !== undefined,
+    );
+  }
+
+  /** Sets an existing Node's status.addresses, as its kubelet reports them. */
+  setAddresses(name: string, addresses: NodeAddress[]): void {
+    const node = this.existing(name);
+    this.store({ ...node, status: { ...node.status, addresses } }, true);
+  }
+
+  /** Sets (or, with undefined, removes) an annotation of an existing Node, as a person or tool would. */
+  setAnnotation(name: string, key: string, value: string | undefined): void {
+    const node = this.existing(name);
+    const annotations = { ...node.metadata.annotations };
+    if (value === undefined) delete annotations[key];
+    else annotations[key] = value;
+    this.store({ ...node, metadata: { ...node.metadata, annotations } }, true);
+  }
+
+  /** A copy of a Node as stored, or undefined. */
+  node(name: string): NodeObject | undefined {
+    const n = this.nodes.get(name);
+    return n && (JSON.parse(JSON.stringify(n)) as NodeObject);
+  }
+
+  private existing(name: string): NodeObject {
+    const node = this.nodes.get(name);
+    if (!node) throw new Error(`the stand-in has no Node ${name}`);
+    return node;
+  }
+
+  /** Stores a Node at a new resourceVersion and tells the watchers. */
+  private store(node: NodeObject, modified: boolean): NodeObject {
+    node.metadata = { ...node.metadata, resourceVersion: String(++this.rv) };
+    this.nodes.set(node.metadata.name, node);
+    this.emit({ rv: this.rv, type: modified ? 'MODIFIED' : 'ADDED', node });
+    return node;
   }
 
   deleteNode(name: string): void {
@@ -189,7 +244,39 @@ export class StandInKubeApiServer {
     const status = (code: number, reason: string, message: string): void =>
       reply(code, { kind: 'Status', apiVersion: 'v1', status: 'Failure', reason, message, code });
     if (req.headers.authorization !== `Bearer ${TOKEN}`) return status(401, 'Unauthorized', 'Unauthorized');
-    if (req.method !== 'GET') return status(405, 'MethodNotAllowed', 'the stand-in serves GET only');
+    if (req.method === 'PATCH') {
+      const target = /^\/api\/v1\/nodes\/([^/]+)(\/status)?$/.exec(url.pathname);
+      if (!target) return status(404, 'NotFound', 'the stand-in patches nodes only');
+      const chunks: Buffer[] = [];
+      req.on('data', (c: Buffer) => chunks.push(c));
+      req.on('end', () => {
+        this.requests.push({ verb: 'patch', path: url.pathname });
+        const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim();
+        if (type !== 'application/merge-patch+json' && type !== 'application/strategic-merge-patch+json')
+          return status(415, 'UnsupportedMediaType', `the stand-in takes merge patches only, not "${type}"`);
+        const node = this.nodes.get(decodeURIComponent(target[1]!));
+        if (!node) return status(404, 'NotFound', `nodes "${target[1]}" not found`);
+        let patch: unknown;
+        try {
+          patch = JSON.parse(Buffer.concat(chunks).toString());
+        } catch {
+          return status(400, 'BadRequest', 'the patch is not JSON');
+        }
+        const p = patch as { metadata?: { annotations?: Record<string, string | null> } };
+        const keys = Object.keys(p ?? {});
+        const metaKeys = Object.keys(p?.metadata ?? {});
+        if (keys.some((k) => k !== 'metadata') || metaKeys.some((k) => k !== 'annotations'))
+          return status(422, 'Invalid', 'the stand-in patches metadata.annotations only');
+        const annotations = { ...node.metadata.annotations };
+        for (const [k, v] of Object.entries(p.metadata?.annotations ?? {}))
+          if (v === null) delete annotations[k];
+          else annotations[k] = String(v);
+        reply(200, this.store({ ...node, metadata: { ...node.metadata, annotations } }, true));
+      });
+      return;
+    }
+    if (req.method !== 'GET')
+      return status(405, 'MethodNotAllowed', 'the stand-in serves GET and PATCH only');
 
     const one = /^\/api\/v1\/nodes\/([^/]+)$/.exec(url.pathname);
     if (one) {
