@@ -402,9 +402,11 @@ function validateFabric(c: DaemonConfig, fail: (msg: string) => never): void {
     fail(`fabric.port must be a UDP port in 1..65535, not ${String(f.port)}`);
   if (typeof f.peersFile !== 'string' || (f.peersFile !== '' && !f.peersFile.startsWith('/')))
     fail('fabric.peersFile must be an absolute path or empty');
-  // The etcd source delivers the peers from etcd; a file beside it would be silently ignored.
-  if (f.peersFile !== '' && c.poolSource === 'etcd')
-    fail('fabric.peersFile is for the static peer source; with poolSource "etcd" the peers come from etcd');
+  // The etcd and Kubernetes sources deliver the peers themselves; a file beside them would be ignored.
+  if (f.peersFile !== '' && c.poolSource !== 'static')
+    fail(
+      `fabric.peersFile is for the static peer source; with poolSource "${c.poolSource}" the peers come from ${c.poolSource === 'etcd' ? 'etcd' : 'the Kubernetes API'}`,
+    );
   if (!Number.isInteger(f.leaseTtlSeconds) || f.leaseTtlSeconds < 1 || f.leaseTtlSeconds > 15)
     fail(
       `fabric.leaseTtlSeconds must be an integer in 1..15 (a dead node is withdrawn after it), not ${String(f.leaseTtlSeconds)}`,

@@ -56,10 +56,13 @@ describe('fabric configuration', () => {
     });
   }
 
-  it('refuses a peers file beside the etcd source, which would be ignored', () => {
+  it('refuses a peers file beside the etcd or the Kubernetes source, which would be ignored', () => {
     expect(() => mergeConfig(DEFAULT_CONFIG, ETCD, { fabric: { peersFile: '/etc/peers.json' } })).to.throw(
-      'fabric.peersFile is for the static peer source',
+      'fabric.peersFile is for the static peer source; with poolSource "etcd" the peers come from etcd',
     );
+    expect(() =>
+      mergeConfig(DEFAULT_CONFIG, { poolSource: 'kubernetes' }, { fabric: { peersFile: '/etc/peers.json' } }),
+    ).to.throw('with poolSource "kubernetes" the peers come from the Kubernetes API');
   });
 
   it('takes --fabric, --node-ip and --peers-file (relative to the working directory)', () => {
