@@ -341,6 +341,9 @@ export async function benchFabric(opts: { reps: number; attaches?: number }): Pr
     add('attach p50, fabric off (daemon, linux backend)', med(p50s.off), 'ms');
     add('attach p50, fabric on (hybrid, 2 peers)', med(p50s.on), 'ms');
     add('attach p50 fabric on / off', med(p50s.on) / med(p50s.off), 'ratio');
+    // Each daemon's own p50, in the order they ran (off, on, on, off, off, on): how much one run moves.
+    p50s.off.forEach((v, i) => add(`attach p50, fabric off, daemon ${i + 1} of ${p50s.off.length}`, v, 'ms'));
+    p50s.on.forEach((v, i) => add(`attach p50, fabric on, daemon ${i + 1} of ${p50s.on.length}`, v, 'ms'));
     return rows;
   } finally {
     for (const n of nodes) await n.daemon?.stop().catch(() => undefined);
