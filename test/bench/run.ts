@@ -15,6 +15,7 @@ import { FRESH_DAEMON_ROW, benchDaemonLinux, benchDaemonRecording } from './daem
 import { benchDaemonBurst, type BurstMetric } from './burst.bench';
 import { benchDpu } from './dpu.bench';
 import { benchDpuFleet } from './dpu-fleet.bench';
+import { benchFabric, type FabricBenchRow } from './fabric.bench';
 import { FLOOR_ROW_NAME, FLOOR_STEPS, benchDiskFlush, benchFloor } from './floor.bench';
 import { benchLinuxBackend } from './linux-backend.bench';
 import { benchReferenceCni } from './reference-cni';
@@ -58,6 +59,7 @@ interface Report {
   dpu: Array<{ name: string; value: number; unit: string }>;
   scale?: Array<{ name: string; value: number; unit: string }>;
   pools?: Array<{ name: string; value: number; unit: string }>;
+  fabric?: FabricBenchRow[];
   burst?: BurstMetric[];
   ratios: Record<string, number>;
   /** The floor's p50s beside ptp's, and every dataplane/CNI row in multiples of the floor. */
@@ -86,7 +88,17 @@ interface Report {
   benchLoopMaxDelayMs?: number;
 }
 
-const SECTIONS = ['dataplane', 'cni', 'burst', 'containerd', 'core', 'pools', 'dpu', 'scale'] as const;
+const SECTIONS = [
+  'dataplane',
+  'cni',
+  'burst',
+  'containerd',
+  'core',
+  'pools',
+  'dpu',
+  'scale',
+  'fabric',
+] as const;
 
 const USAGE = `usage: npm run bench -- [options]        (as root: the benchmark creates network namespaces)
        node dist/test/bench/run.js --from-json FILE [--svg FILE]   (print and re-chart a saved run)
@@ -117,7 +129,10 @@ sections:
   pools       attach with the etcd pool source against the static one (a real 3-member etcd), block
               claim latency, etcd writes per 1,000 attaches
   dpu         the DPU backend with its simulator
-  scale       10,000 attachments held by the daemon (DPU backend + simulator)`;
+  scale       10,000 attachments held by the daemon (DPU backend + simulator)
+  fabric      three daemons on a test-owned underlay (hybrid, static peers file): join → first reply
+              and leave → entries gone (p50/p95), 2,000 peers programmed and removed, RSS, attach
+              with the fabric on vs off`;
 
 const KNOWN_OPTIONS = new Set([
   'count',
@@ -307,6 +322,7 @@ function print(r: Report): void {
     );
   for (const a of [...(r.burst ?? []), ...r.allocator, ...(r.pools ?? []), ...r.dpu, ...(r.scale ?? [])])
     console.log(`${a.name}: ${a.value.toFixed(2)} ${a.unit}`);
+  for (const a of r.fabric ?? []) console.log(`fabric: ${a.name}: ${a.value} ${a.unit}`);
   const burstCpu = r.burst?.find((b) => /^daemon CPU per attach,/.test(b.name));
   if (burstCpu && f?.attachCpuMsPerOp)
     console.log(
@@ -465,6 +481,10 @@ async function main(): Promise<void> {
   if (want('scale')) {
     step('scale: 10,000 attachments held by the daemon (DPU backend + simulator, dataplane off)');
     r.scale = await benchScale({ attachments: scale, parallel: 32 });
+  }
+  if (want('fabric')) {
+    step('fabric: join/leave, 2,000 peers, attach with the fabric on vs off (three daemons, hybrid)');
+    r.fabric = await benchFabric({ reps: 20 });
   }
   r.ratios = ratios(r);
   r.floor = floorSummary(r);
