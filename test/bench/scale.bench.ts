@@ -2,7 +2,10 @@ import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
 import { SIM_MAIN } from '../backends/dpu/sim-process';
+import { attachRequest } from '../support/attach-request';
+import { outcome } from '../support/grpc-outcome';
 import { DaemonProcess } from '../support/daemon-process';
 import { NetnsSet } from '../support/netns';
 import { percentile, timeMs } from './stats';
@@ -33,6 +36,26 @@ function statusMiB(pid: number, field: 'VmRSS' | 'VmHWM'): number {
     .split('\n')
     .find((l) => l.startsWith(`${field}:`));
   return Number(line?.split(/\s+/)[1] ?? NaN) / 1024;
+}
+
+/** With the GC hook preloaded ($WN_GC_HOOK_DIR): /proc's split of RSS, and V8's own figures. */
+async function memoryBreakdown(pid: number, when: string): Promise<void> {
+  const dir = process.env.WN_GC_HOOK_DIR;
+  if (!dir) return;
+  const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  const rss = status.split('\n').filter((l) => /^(VmRSS|RssAnon|RssFile|RssShmem|VmHWM|Threads)/.test(l));
+  console.error(`scale: ${when}: ${rss.map((l) => l.replace(/\s+/g, ' ')).join(', ')}`);
+  const before = new Set(fs.readdirSync(dir));
+  process.kill(pid, 'SIGUSR2');
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 200));
+    const f = fs.readdirSync(dir).find((x) => !before.has(x) && x.startsWith('memory-'));
+    if (f) {
+      await new Promise((r) => setTimeout(r, 200));
+      console.error(`scale: ${when}: ${fs.readFileSync(path.join(dir, f), 'utf8').replace(/\s+/g, ' ')}`);
+      return;
+    }
+  }
 }
 
 export async function benchScale(opts: { attachments: number; parallel: number }): Promise<ScaleResult[]> {
@@ -81,30 +104,40 @@ export async function benchScale(opts: { attachments: number; parallel: number }
     };
     await ready();
     let next = 0;
+    let unavailable = 0;
     const worker = async (): Promise<void> => {
       while (next < opts.attachments) {
         const i = next++;
-        await d.client.call(d.client.raw.attach, {
-          workloadId: `scale-${i}`,
-          netns: { netnsPath: workload, ifName: 'eth0', mtu: 0 },
-          containerId: '',
-          pod: undefined,
-          dns: undefined,
-          network: '',
-          dpu: '',
-        });
+        for (;;) {
+          const r = await outcome(d.client.call(d.client.raw.attach, attachRequest(`scale-${i}`, workload)));
+          if (r.code === grpc.status.OK) break;
+          // On a loaded machine a simulated agent may miss its heartbeats for a moment: the daemon
+          // says UNAVAILABLE ("retry once the agent is back"), and a client does just that.
+          if (r.code !== grpc.status.UNAVAILABLE) throw new Error(`attach scale-${i}: ${r.details}`);
+          unavailable++;
+          await new Promise((res) => setTimeout(res, 100));
+        }
       }
     };
     const fillMs = await timeMs(() => Promise.all(Array.from({ length: opts.parallel }, worker)));
     const pid = d.child.pid ?? 0;
     await new Promise((r) => setTimeout(r, SETTLE_MS));
     const idleRss = statusMiB(pid, 'VmRSS');
+    await memoryBreakdown(pid, 'idle');
     const status: number[] = [];
     const list: number[] = [];
     for (let i = 0; i < 20; i++) status.push(await timeMs(() => d.client.call(d.client.raw.status, {})));
     for (let i = 0; i < 5; i++) list.push(await timeMs(() => d.client.call(d.client.raw.list, {})));
     const afterListRss = statusMiB(pid, 'VmRSS');
     const peakRss = statusMiB(pid, 'VmHWM');
+    await memoryBreakdown(pid, 'after Lists');
+    if (process.env.WN_GC_HOOK_DIR) {
+      fs.writeFileSync(path.join(process.env.WN_GC_HOOK_DIR, 'snapshot'), '');
+      process.kill(pid, 'SIGUSR2');
+      while (fs.existsSync(path.join(process.env.WN_GC_HOOK_DIR, 'snapshot')))
+        await new Promise((r) => setTimeout(r, 200));
+      await d.client.call(d.client.raw.status, {});
+    }
     await d.stop();
     const restart = await timeMs(async () => {
       d = await DaemonProcess.start({ dir, args });
@@ -113,6 +146,7 @@ export async function benchScale(opts: { attachments: number; parallel: number }
     const held = (await d.client.call(d.client.raw.status, {})).attachments;
     return [
       { name: `attachments held after restart (of ${opts.attachments})`, value: held, unit: '' },
+      { name: 'attaches retried during the fill (agent away: UNAVAILABLE)', value: unavailable, unit: '' },
       {
         name: `fill rate, ${opts.parallel} in flight`,
         value: opts.attachments / (fillMs / 1000),
