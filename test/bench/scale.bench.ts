@@ -58,24 +58,44 @@ async function memoryBreakdown(pid: number, when: string): Promise<void> {
   }
 }
 
-export async function benchScale(opts: { attachments: number; parallel: number }): Promise<ScaleResult[]> {
+/** Every attachment through ListStream, counted, not kept. */
+function streamAll(d: DaemonProcess): Promise<number> {
+  return new Promise((resolve, reject) => {
+    let n = 0;
+    const s = d.client.raw.listStream({});
+    s.on('data', () => n++);
+    s.on('error', reject);
+    s.on('end', () => resolve(n));
+  });
+}
+
+export async function benchScale(opts: {
+  attachments: number;
+  parallel: number;
+  /**
+   * dpu (default): the simulator, dataplane off, one workload namespace. linux: real veths, the daemon
+   * in a node namespace of its own and a workload namespace per attachment (slow to fill: run it with
+   * a few thousand and read the per-attachment figure).
+   */
+  backend?: 'dpu' | 'linux';
+}): Promise<ScaleResult[]> {
+  const linux = opts.backend === 'linux';
   const namespaces = new NetnsSet('wnb-');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-scale-'));
   const agentSocket = path.join(dir, 'agent.sock');
   const args = [
-    '--backend',
-    'dpu',
-    '--agent-socket',
-    agentSocket,
+    ...(linux ? ['--backend', 'linux'] : ['--backend', 'dpu', '--agent-socket', agentSocket]),
     '--pod-cidr',
     '10.128.0.0/14',
     '--log-level',
     'warn',
   ];
-  const workload = namespaces.add().path;
+  const node = linux ? namespaces.addNode('10.250.0.1').name : undefined;
+  const workloads = linux ? namespaces.addMany(opts.attachments).map((n) => n.path) : [namespaces.add().path];
   // A simulated DPU offers 4,096 VFs (2 PFs of 2,048, like a large real card): the node holds its
   // attachments on as many DPUs as it takes, placed by free VFs.
-  const sims = Array.from({ length: Math.max(1, Math.ceil(opts.attachments / 4000)) }, (_, i) =>
+  const simCount = linux ? 0 : Math.max(1, Math.ceil(opts.attachments / 4000));
+  const sims = Array.from({ length: simCount }, (_, i) =>
     spawn(
       process.execPath,
       [
@@ -92,7 +112,7 @@ export async function benchScale(opts: { attachments: number; parallel: number }
       { stdio: 'ignore' },
     ),
   );
-  let d = await DaemonProcess.start({ dir, args });
+  let d = await DaemonProcess.start({ dir, args, netns: node });
   try {
     // Ready, and every DPU connected: placement must see them all before the fill starts.
     const ready = async (): Promise<void> => {
@@ -109,7 +129,12 @@ export async function benchScale(opts: { attachments: number; parallel: number }
       while (next < opts.attachments) {
         const i = next++;
         for (;;) {
-          const r = await outcome(d.client.call(d.client.raw.attach, attachRequest(`scale-${i}`, workload)));
+          const r = await outcome(
+            d.client.call(
+              d.client.raw.attach,
+              attachRequest(`scale-${i}`, workloads[i % workloads.length] ?? ''),
+            ),
+          );
           if (r.code === grpc.status.OK) break;
           // On a loaded machine a simulated agent may miss its heartbeats for a moment: the daemon
           // says UNAVAILABLE ("retry once the agent is back"), and a client does just that.
@@ -130,6 +155,11 @@ export async function benchScale(opts: { attachments: number; parallel: number }
     for (let i = 0; i < 5; i++) list.push(await timeMs(() => d.client.call(d.client.raw.list, {})));
     const afterListRss = statusMiB(pid, 'VmRSS');
     const peakRss = statusMiB(pid, 'VmHWM');
+    const stream: number[] = [];
+    // A daemon older than ListStream (an A/B run) answers UNIMPLEMENTED: its rows read NaN.
+    for (let i = 0; i < 5; i++) stream.push(await timeMs(() => streamAll(d)).catch(() => NaN));
+    const afterStreamRss = statusMiB(pid, 'VmRSS');
+    const peakAfterStream = statusMiB(pid, 'VmHWM');
     await memoryBreakdown(pid, 'after Lists');
     if (process.env.WN_GC_HOOK_DIR) {
       fs.writeFileSync(path.join(process.env.WN_GC_HOOK_DIR, 'snapshot'), '');
@@ -140,7 +170,7 @@ export async function benchScale(opts: { attachments: number; parallel: number }
     }
     await d.stop();
     const restart = await timeMs(async () => {
-      d = await DaemonProcess.start({ dir, args });
+      d = await DaemonProcess.start({ dir, args, netns: node });
       await ready();
     });
     const held = (await d.client.call(d.client.raw.status, {})).attachments;
@@ -159,8 +189,15 @@ export async function benchScale(opts: { attachments: number; parallel: number }
         unit: 'MiB',
       },
       { name: 'daemon peak RSS (VmHWM) through the fill and the Lists', value: peakRss, unit: 'MiB' },
+      {
+        name: `daemon RSS holding ${opts.attachments}, right after 5 ListStreams of all`,
+        value: afterStreamRss,
+        unit: 'MiB',
+      },
+      { name: 'daemon peak RSS (VmHWM) through the ListStreams too', value: peakAfterStream, unit: 'MiB' },
       { name: 'Status p50', value: percentile(status, 50), unit: 'ms' },
       { name: `List p50 (${opts.attachments} attachments)`, value: percentile(list, 50), unit: 'ms' },
+      { name: `ListStream p50 (${opts.attachments} attachments)`, value: percentile(stream, 50), unit: 'ms' },
       { name: 'restart until ready (store load + reconcile + agent resync)', value: restart, unit: 'ms' },
     ];
   } finally {
@@ -173,7 +210,8 @@ export async function benchScale(opts: { attachments: number; parallel: number }
 
 if (require.main === module) {
   const attachments = Number(process.argv[2] ?? 10_000);
-  benchScale({ attachments, parallel: 32 }).then(
+  const backend = process.argv[3] === 'linux' ? 'linux' : 'dpu';
+  benchScale({ attachments, parallel: 32, backend }).then(
     (rows) => {
       for (const r of rows) console.log(`${r.name}: ${r.value.toFixed(1)} ${r.unit}`);
       process.exit(0);
