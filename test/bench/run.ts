@@ -401,6 +401,7 @@ async function main(): Promise<void> {
   const burstSize = positiveInt('burst', 200);
   const warmOps = positiveInt('warm', WARM_OPS_DEFAULT);
   const scale = positiveInt('scale', 10_000);
+  const soakMinutes = positiveInt('soak-minutes', 30);
   const only = arg('only')?.split(',');
   const unknown = only?.filter((x) => !(SECTIONS as readonly string[]).includes(x)) ?? [];
   if (unknown.length > 0)
@@ -488,7 +489,7 @@ async function main(): Promise<void> {
   }
   if (want('soak')) {
     step('soak: attach/detach churn on a Linux and a DPU network, agent restarts');
-    r.soak = await benchSoak({ ...soakOptionsFromArgs(), minutes: positiveInt('soak-minutes', 30) });
+    r.soak = await benchSoak({ ...soakOptionsFromArgs(), minutes: soakMinutes });
   }
   r.ratios = ratios(r);
   r.floor = floorSummary(r);
