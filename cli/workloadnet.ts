@@ -1,5 +1,6 @@
 #!/usr/bin/env node
 import './threadpool';
+import './heap-growth';
 import { Command, Option } from 'commander';
 import { runDaemon, type DaemonFlags } from './daemon-command';
 import { registerClientCommands } from './client-commands';

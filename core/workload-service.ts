@@ -5,6 +5,7 @@
 import type { DataplaneResult, DpuAgentStatus, DpuPortOptions, Drift, IpAssignment } from './backend';
 import type { FabricStatus } from './fabric/fabric-status';
 import type { PoolSourceStatus } from './ipam/pool-source';
+import type { AttachmentKey } from './attachment-key';
 
 export interface PodMetadata {
   uid?: string;
@@ -154,6 +155,11 @@ export interface WorkloadService {
    * thousands never holds them all at once.
    */
   list(): Promise<Iterable<Attachment>>;
+  /**
+   * Up to `limit` attachments in List's order, after the one keyed `after` (from the first when it
+   * is undefined): ListStream reads the table a page at a time with it.
+   */
+  listPage(after: AttachmentKey | undefined, limit: number): Promise<Attachment[]>;
   /** Attachments of one workload (all interfaces, or one when ifName is given). NOT_FOUND when none. */
   get(workloadId: string, ifName?: string): Promise<Attachment[]>;
   /** Drift for one attachment; NOT_FOUND when it is unknown. */

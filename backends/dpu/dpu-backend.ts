@@ -31,7 +31,7 @@ import { decodeDetails, encodeDetails } from './details';
 import { replumbRecreatedEndpoints } from './endpoint-replumb';
 import { EndpointRefused, createHostSide, type HostSide, type WorkloadPlacement } from './host-side';
 import { monotonicMs } from '../../core/monotonic-clock';
-import { ownString } from './own-string';
+import { ownString } from '../../lib/own-string';
 import { workloadInterface, workloadRoutes } from '../interface/workload-side';
 import { placeNewPort } from './placement';
 import { macForKey, portFields, portFieldsFromView, portOptions, type PortFields } from './port-spec';

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { AttachSpec, AttachmentView, DpuPortOptions, IpAssignment, RouteInfo } from '../../core/backend';
 import { Toggle, VfLinkState, type Port, type Qos, type Route } from '../../proto/gen/workloadnet/dpu/v1/dpu';
-import { ownString } from './own-string';
+import { ownString } from '../../lib/own-string';
 
 // Turns what the core asks for (an AttachSpec, or a stored AttachmentView at start-up) into the port
 // object the agent is sent. Both paths go through the same functions so that a port restored after a

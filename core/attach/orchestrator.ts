@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Admission } from './admission';
 import type { AttachSpec, DataplaneResult, Drift } from '../backend';
-import { attachmentKey } from '../attachment-key';
+import { attachmentKey, type AttachmentKey } from '../attachment-key';
 import { DEFAULT_NETWORK, type DaemonConfig } from '../config';
 import { alreadyExists, asWorkloadNetError, notFound, unavailable } from '../errors';
 import type { AllocatedIp } from '../ipam/ip-allocator';
@@ -284,6 +284,21 @@ export class Orchestrator {
 
   async list(): Promise<Iterable<Attachment>> {
     return this.visibleRows();
+  }
+
+  /**
+   * Up to `limit` attachments in List's order after the one keyed `after`: a page of ListStream. A
+   * page is read in one short read transaction, so a client that takes its time holds none.
+   */
+  async listPage(after: AttachmentKey | undefined, limit: number): Promise<Attachment[]> {
+    const page: Attachment[] = [];
+    if (limit < 1) return page;
+    for (const rec of this.store.rows(after)) {
+      if (this.programming.has(rec.key)) continue;
+      page.push(this.withState(rec));
+      if (page.length >= limit) break;
+    }
+    return page;
   }
 
   private *visibleRows(): Generator<Attachment> {

@@ -4,6 +4,7 @@ import type { NetnsPresence } from '../../lib/netns/netns-handle';
 import type { NetnsOpener } from '../netns-opener';
 import type { AttachmentRecord } from '../store/store';
 import type { SweepResult } from '../workload-service';
+import { ownString } from '../../lib/own-string';
 import { judgeGone, namespaceOf, type Hold } from './sweep-guard';
 
 // Attachments whose workload vanished without a DEL (a runtime crash, a node-local cleanup) keep their
@@ -41,7 +42,7 @@ export class LeakSweep {
    * the store held when this process started (knownSinceStart) were recorded by an earlier one, so
    * they are at least as old as this process: they count from its start, the clock's zero.
    */
-  private firstSeen = new Map<string, number>();
+  private firstSeen = new Map<string, FirstSeen>();
   private timer?: NodeJS.Timeout;
   private running?: Promise<SweepResult>;
   private lastHold?: Hold;
@@ -57,7 +58,11 @@ export class LeakSweep {
 
   /** Rows recorded before this process started (read at start-up, before the API serves). */
   knownSinceStart(rows: Iterable<AttachmentRecord>): void {
-    for (const rec of rows) if (rec.netnsPath) this.firstSeen.set(`${rec.key} ${rec.createdAt}`, 0);
+    for (const rec of rows) {
+      if (!rec.netnsPath) continue;
+      const id = ownString(rowId(rec));
+      this.firstSeen.set(id, { id, since: 0 });
+    }
   }
 
   /** Why the last periodic sweep released nothing, while it lasts. */
@@ -104,7 +109,7 @@ export class LeakSweep {
     const seen = new Map<string, string>();
     const minAgeMs = this.intervalMs > 0 ? this.intervalMs : 0;
     const now = this.clock();
-    const firstSeen = new Map<string, number>();
+    const firstSeen = new Map<string, FirstSeen>();
     const namespaces = new Set<string>();
     // What the sweep looks at, taken from the rows up front (the store is not read across awaits);
     // the row itself is read again, under the workload's lock, only when it is released.
@@ -112,9 +117,12 @@ export class LeakSweep {
     for (const rec of this.target.rows()) {
       if (!rec.netnsPath) continue;
       namespaces.add(namespaceOf(rec));
-      const row = `${rec.key} ${rec.createdAt}`;
-      const since = this.firstSeen.get(row) ?? now;
-      firstSeen.set(row, since);
+      const row = rowId(rec);
+      // The entry keeps an own copy of the row's name, made once: `row` is built from views into the
+      // whole decoded row, and a map key keeps what its string keeps (lib/own-string.ts).
+      const entry = this.firstSeen.get(row) ?? { id: ownString(row), since: now };
+      firstSeen.set(entry.id, entry);
+      const since = entry.since;
       if (now - since >= minAgeMs) candidates.push(rec);
     }
     if (!dryRun) this.firstSeen = firstSeen;
@@ -181,4 +189,15 @@ export class LeakSweep {
     this.lastHold = hold;
     this.events.held(hold);
   }
+}
+
+/** When the sweep first saw a row, under the row's name in a string of its own. */
+interface FirstSeen {
+  id: string;
+  since: number;
+}
+
+/** The sweep's name for one row: a row re-created under the same key is another row. */
+function rowId(rec: AttachmentRecord): string {
+  return `${rec.key} ${rec.createdAt}`;
 }

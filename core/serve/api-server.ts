@@ -241,6 +241,7 @@ export class ApiServer {
         const drift = await s.check(req.workloadId, req.ifName);
         return { ok: drift.length === 0, drift };
       }),
+      listStream: (call) => void this.streamList(call),
       gc: this.unary<GCRequest, GCResponse>('GC', async (req) => {
         if (req.namespacesGone) {
           const swept = await s.sweep(req.dryRun);
@@ -258,6 +259,34 @@ export class ApiServer {
     };
   }
 
+  /**
+   * ListStream: the attachments a page at a time, each page read only once grpc-js has taken the
+   * previous one's messages (write() says false while its buffer is full, 'drain' says it emptied), so
+   * that a slow client costs the daemon one page, not the table.
+   */
+  private async streamList(call: grpc.ServerWritableStream<ListRequest, ProtoAttachment>): Promise<void> {
+    let gone = false;
+    call.once('cancelled', () => (gone = true));
+    try {
+      let after: string | undefined;
+      for (;;) {
+        const page = await this.service.listPage(after, LIST_STREAM_PAGE);
+        for (const att of page) {
+          if (gone) return;
+          if (!call.write(toProtoAttachment(att))) await drained(call);
+        }
+        const last = page.at(-1);
+        if (!last || page.length < LIST_STREAM_PAGE) break;
+        after = last.key;
+      }
+      if (!gone) call.end();
+    } catch (err) {
+      const e = asWorkloadNetError(err);
+      if (!knownWorkloadNetError(err)) this.log.error({ method: 'ListStream', err }, 'unexpected error');
+      if (!gone) call.emit('error', { code: e.grpcCode, details: e.message });
+    }
+  }
+
   /** Adapts a promise-returning handler to grpc-js, mapping every failure to a proper status code. */
   private unary<Req, Res>(method: string, fn: (req: Req) => Promise<Res>): grpc.handleUnaryCall<Req, Res> {
     return (call, callback) => {
@@ -271,6 +300,24 @@ export class ApiServer {
       );
     };
   }
+}
+
+/** Attachments ListStream reads per page (and holds at most, with the messages grpc-js buffers). */
+export const LIST_STREAM_PAGE = 256;
+
+/** Until a stream's buffer has emptied, or its call ended without it (a cancelled client never drains). */
+function drained(call: grpc.ServerWritableStream<ListRequest, ProtoAttachment>): Promise<void> {
+  return new Promise((resolve) => {
+    const done = (): void => {
+      call.off('drain', done);
+      call.off('cancelled', done);
+      call.off('close', done);
+      resolve();
+    };
+    call.on('drain', done);
+    call.on('cancelled', done);
+    call.on('close', done);
+  });
 }
 
 /**

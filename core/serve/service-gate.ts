@@ -1,3 +1,4 @@
+import type { AttachmentKey } from '../attachment-key';
 import type {
   AttachCall,
   Attachment,
@@ -69,6 +70,10 @@ export class ServiceGate implements WorkloadService {
 
   list(): Promise<Iterable<Attachment>> {
     return this.through((s) => s.list());
+  }
+
+  listPage(after: AttachmentKey | undefined, limit: number): Promise<Attachment[]> {
+    return this.through((s) => s.listPage(after, limit));
   }
 
   get(workloadId: string, ifName?: string): Promise<Attachment[]> {

@@ -1,5 +1,6 @@
 import { inject, injectable, optional } from 'inversify';
 import type { Drift } from '../backend';
+import type { AttachmentKey } from '../attachment-key';
 import { AttachmentLedger } from '../attach/attachment-ledger';
 import { Orchestrator } from '../attach/orchestrator';
 import { CONFIG, type DaemonConfig } from '../config';
@@ -88,6 +89,10 @@ export class NodeService implements WorkloadService {
 
   list(): Promise<Iterable<Attachment>> {
     return this.orchestrator.list();
+  }
+
+  listPage(after: AttachmentKey | undefined, limit: number): Promise<Attachment[]> {
+    return this.orchestrator.listPage(after, limit);
   }
 
   get(workloadId: string, ifName?: string): Promise<Attachment[]> {

@@ -295,8 +295,13 @@ export class Store {
   }
 
   /** Every attachment, read one at a time as the caller iterates (inside one read snapshot). */
-  *rows(): Generator<AttachmentRecord> {
-    for (const { value } of this.attachments.getRange()) yield value;
+  /**
+   * Rows in key order, from the first or from the one after the key `after`. Reading holds an LMDB
+   * read transaction until the generator finishes or is left, which a page of List does at once.
+   */
+  *rows(after?: string): Generator<AttachmentRecord> {
+    for (const { key, value } of this.attachments.getRange(after === undefined ? {} : { start: after }))
+      if (key !== after) yield value;
   }
 
   all(): AttachmentRecord[] {

@@ -124,6 +124,12 @@ export class FakeWorkloadService implements WorkloadService {
     return [...this.attachments.values()];
   }
 
+  async listPage(after: string | undefined, limit: number): Promise<Attachment[]> {
+    this.takeFailure();
+    const sorted = [...this.attachments.values()].sort((a, b) => (a.key < b.key ? -1 : 1));
+    return sorted.filter((a) => after === undefined || a.key > after).slice(0, limit);
+  }
+
   async get(workloadId: string, ifName?: string): Promise<Attachment[]> {
     this.takeFailure();
     const found = [...this.attachments.values()].filter(

@@ -20,6 +20,7 @@ import { FLOOR_ROW_NAME, FLOOR_STEPS, benchDiskFlush, benchFloor } from './floor
 import { benchLinuxBackend } from './linux-backend.bench';
 import { benchReferenceCni } from './reference-cni';
 import { benchScale } from './scale.bench';
+import { benchSoak, printSoak, soakOptionsFromArgs, type SoakResult } from './soak.bench';
 import { loopStallMs } from './stats';
 import { benchWorkloadnetCni, benchWorkloadnetContainerd } from './workloadnet-cni.bench';
 import { WARM_OPS_DEFAULT } from './warm-up';
@@ -60,6 +61,7 @@ interface Report {
   scale?: Array<{ name: string; value: number; unit: string }>;
   pools?: Array<{ name: string; value: number; unit: string }>;
   fabric?: FabricBenchRow[];
+  soak?: SoakResult;
   burst?: BurstMetric[];
   ratios: Record<string, number>;
   /** The floor's p50s beside ptp's, and every dataplane/CNI row in multiples of the floor. */
@@ -98,7 +100,10 @@ const SECTIONS = [
   'dpu',
   'scale',
   'fabric',
+  'soak',
 ] as const;
+/** Sections run only when --only names them: they take half an hour. */
+const ON_REQUEST: ReadonlyArray<(typeof SECTIONS)[number]> = ['soak'];
 
 const USAGE = `usage: npm run bench -- [options]        (as root: the benchmark creates network namespaces)
        node dist/test/bench/run.js --from-json FILE [--svg FILE]   (print and re-chart a saved run)
@@ -115,7 +120,8 @@ options:
                   measured: the daemon rows, the in-process rows (default ${WARM_OPS_DEFAULT}; its JIT
                   settles after ~2,600); the daemon row is also measured fresh, right after start
   --scale N       attachments held by the scale section (default 10000)
-  --only a,b      sections to run (default all): ${SECTIONS.join(', ')}
+  --soak-minutes N  how long the soak section churns after its warm-up (default 30)
+  --only a,b      sections to run (default all but soak): ${SECTIONS.join(', ')}
   --json FILE     write the full report as JSON
   --svg FILE      write the chart
   -h, --help      this text
@@ -132,7 +138,10 @@ sections:
   scale       10,000 attachments held by the daemon (DPU backend + simulator)
   fabric      three daemons on a test-owned underlay (hybrid, static peers file): join → first reply
               and leave → entries gone (p50/p95), 2,000 peers programmed and removed, RSS, attach
-              with the fabric on vs off`;
+              with the fabric on vs off
+  soak        --soak-minutes of attach/detach churn on a Linux and a DPU network at once, the agent
+              restarted every 3 minutes: memory, descriptors, store size, event loop and leaks over time
+              (only with --only soak)`;
 
 const KNOWN_OPTIONS = new Set([
   'count',
@@ -141,6 +150,7 @@ const KNOWN_OPTIONS = new Set([
   'burst',
   'warm',
   'scale',
+  'soak-minutes',
   'only',
   'json',
   'svg',
@@ -323,6 +333,7 @@ function print(r: Report): void {
   for (const a of [...(r.burst ?? []), ...r.allocator, ...(r.pools ?? []), ...r.dpu, ...(r.scale ?? [])])
     console.log(`${a.name}: ${a.value.toFixed(2)} ${a.unit}`);
   for (const a of r.fabric ?? []) console.log(`fabric: ${a.name}: ${a.value} ${a.unit}`);
+  if (r.soak) printSoak(r.soak);
   const burstCpu = r.burst?.find((b) => /^daemon CPU per attach,/.test(b.name));
   if (burstCpu && f?.attachCpuMsPerOp)
     console.log(
@@ -397,11 +408,12 @@ async function main(): Promise<void> {
   const burstSize = positiveInt('burst', 200);
   const warmOps = positiveInt('warm', WARM_OPS_DEFAULT);
   const scale = positiveInt('scale', 10_000);
+  const soakMinutes = positiveInt('soak-minutes', 30);
   const only = arg('only')?.split(',');
   const unknown = only?.filter((x) => !(SECTIONS as readonly string[]).includes(x)) ?? [];
   if (unknown.length > 0)
     throw new UsageError(`unknown section(s) ${unknown.join(', ')}; sections: ${SECTIONS.join(', ')}`);
-  const want = (s: (typeof SECTIONS)[number]): boolean => !only || only.includes(s);
+  const want = (s: (typeof SECTIONS)[number]): boolean => (only ? only.includes(s) : !ON_REQUEST.includes(s));
   const cpu = os.cpus()[0];
   const r: Report = {
     at: new Date().toISOString(),
@@ -485,6 +497,10 @@ async function main(): Promise<void> {
   if (want('fabric')) {
     step('fabric: join/leave, 2,000 peers, attach with the fabric on vs off (three daemons, hybrid)');
     r.fabric = await benchFabric({ reps: 20 });
+  }
+  if (want('soak')) {
+    step('soak: attach/detach churn on a Linux and a DPU network, agent restarts');
+    r.soak = await benchSoak({ ...soakOptionsFromArgs(), minutes: soakMinutes });
   }
   r.ratios = ratios(r);
   r.floor = floorSummary(r);

@@ -2,7 +2,10 @@ import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import * as grpc from '@grpc/grpc-js';
 import { SIM_MAIN } from '../backends/dpu/sim-process';
+import { attachRequest } from '../support/attach-request';
+import { outcome } from '../support/grpc-outcome';
 import { DaemonProcess } from '../support/daemon-process';
 import { NetnsSet } from '../support/netns';
 import { percentile, timeMs } from './stats';
@@ -35,24 +38,64 @@ function statusMiB(pid: number, field: 'VmRSS' | 'VmHWM'): number {
   return Number(line?.split(/\s+/)[1] ?? NaN) / 1024;
 }
 
-export async function benchScale(opts: { attachments: number; parallel: number }): Promise<ScaleResult[]> {
+/** With the GC hook preloaded ($WN_GC_HOOK_DIR): /proc's split of RSS, and V8's own figures. */
+async function memoryBreakdown(pid: number, when: string): Promise<void> {
+  const dir = process.env.WN_GC_HOOK_DIR;
+  if (!dir) return;
+  const status = fs.readFileSync(`/proc/${pid}/status`, 'utf8');
+  const rss = status.split('\n').filter((l) => /^(VmRSS|RssAnon|RssFile|RssShmem|VmHWM|Threads)/.test(l));
+  console.error(`scale: ${when}: ${rss.map((l) => l.replace(/\s+/g, ' ')).join(', ')}`);
+  const before = new Set(fs.readdirSync(dir));
+  process.kill(pid, 'SIGUSR2');
+  for (;;) {
+    await new Promise((r) => setTimeout(r, 200));
+    const f = fs.readdirSync(dir).find((x) => !before.has(x) && x.startsWith('memory-'));
+    if (f) {
+      await new Promise((r) => setTimeout(r, 200));
+      console.error(`scale: ${when}: ${fs.readFileSync(path.join(dir, f), 'utf8').replace(/\s+/g, ' ')}`);
+      return;
+    }
+  }
+}
+
+/** Every attachment through ListStream, counted, not kept. */
+function streamAll(d: DaemonProcess): Promise<number> {
+  return new Promise((resolve, reject) => {
+    let n = 0;
+    const s = d.client.raw.listStream({});
+    s.on('data', () => n++);
+    s.on('error', reject);
+    s.on('end', () => resolve(n));
+  });
+}
+
+export async function benchScale(opts: {
+  attachments: number;
+  parallel: number;
+  /**
+   * dpu (default): the simulator, dataplane off, one workload namespace. linux: real veths, the daemon
+   * in a node namespace of its own and a workload namespace per attachment (slow to fill: run it with
+   * a few thousand and read the per-attachment figure).
+   */
+  backend?: 'dpu' | 'linux';
+}): Promise<ScaleResult[]> {
+  const linux = opts.backend === 'linux';
   const namespaces = new NetnsSet('wnb-');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-scale-'));
   const agentSocket = path.join(dir, 'agent.sock');
   const args = [
-    '--backend',
-    'dpu',
-    '--agent-socket',
-    agentSocket,
+    ...(linux ? ['--backend', 'linux'] : ['--backend', 'dpu', '--agent-socket', agentSocket]),
     '--pod-cidr',
     '10.128.0.0/14',
     '--log-level',
     'warn',
   ];
-  const workload = namespaces.add().path;
+  const node = linux ? namespaces.addNode('10.250.0.1').name : undefined;
+  const workloads = linux ? namespaces.addMany(opts.attachments).map((n) => n.path) : [namespaces.add().path];
   // A simulated DPU offers 4,096 VFs (2 PFs of 2,048, like a large real card): the node holds its
   // attachments on as many DPUs as it takes, placed by free VFs.
-  const sims = Array.from({ length: Math.max(1, Math.ceil(opts.attachments / 4000)) }, (_, i) =>
+  const simCount = linux ? 0 : Math.max(1, Math.ceil(opts.attachments / 4000));
+  const sims = Array.from({ length: simCount }, (_, i) =>
     spawn(
       process.execPath,
       [
@@ -69,7 +112,7 @@ export async function benchScale(opts: { attachments: number; parallel: number }
       { stdio: 'ignore' },
     ),
   );
-  let d = await DaemonProcess.start({ dir, args });
+  let d = await DaemonProcess.start({ dir, args, netns: node });
   try {
     // Ready, and every DPU connected: placement must see them all before the fill starts.
     const ready = async (): Promise<void> => {
@@ -81,38 +124,59 @@ export async function benchScale(opts: { attachments: number; parallel: number }
     };
     await ready();
     let next = 0;
+    let unavailable = 0;
     const worker = async (): Promise<void> => {
       while (next < opts.attachments) {
         const i = next++;
-        await d.client.call(d.client.raw.attach, {
-          workloadId: `scale-${i}`,
-          netns: { netnsPath: workload, ifName: 'eth0', mtu: 0 },
-          containerId: '',
-          pod: undefined,
-          dns: undefined,
-          network: '',
-          dpu: '',
-        });
+        for (;;) {
+          const r = await outcome(
+            d.client.call(
+              d.client.raw.attach,
+              attachRequest(`scale-${i}`, workloads[i % workloads.length] ?? ''),
+            ),
+          );
+          if (r.code === grpc.status.OK) break;
+          // On a loaded machine a simulated agent may miss its heartbeats for a moment: the daemon
+          // says UNAVAILABLE ("retry once the agent is back"), and a client does just that.
+          if (r.code !== grpc.status.UNAVAILABLE) throw new Error(`attach scale-${i}: ${r.details}`);
+          unavailable++;
+          await new Promise((res) => setTimeout(res, 100));
+        }
       }
     };
     const fillMs = await timeMs(() => Promise.all(Array.from({ length: opts.parallel }, worker)));
     const pid = d.child.pid ?? 0;
     await new Promise((r) => setTimeout(r, SETTLE_MS));
     const idleRss = statusMiB(pid, 'VmRSS');
+    await memoryBreakdown(pid, 'idle');
     const status: number[] = [];
     const list: number[] = [];
     for (let i = 0; i < 20; i++) status.push(await timeMs(() => d.client.call(d.client.raw.status, {})));
     for (let i = 0; i < 5; i++) list.push(await timeMs(() => d.client.call(d.client.raw.list, {})));
     const afterListRss = statusMiB(pid, 'VmRSS');
     const peakRss = statusMiB(pid, 'VmHWM');
+    const stream: number[] = [];
+    // A daemon older than ListStream (an A/B run) answers UNIMPLEMENTED: its rows read NaN.
+    for (let i = 0; i < 5; i++) stream.push(await timeMs(() => streamAll(d)).catch(() => NaN));
+    const afterStreamRss = statusMiB(pid, 'VmRSS');
+    const peakAfterStream = statusMiB(pid, 'VmHWM');
+    await memoryBreakdown(pid, 'after Lists');
+    if (process.env.WN_GC_HOOK_DIR) {
+      fs.writeFileSync(path.join(process.env.WN_GC_HOOK_DIR, 'snapshot'), '');
+      process.kill(pid, 'SIGUSR2');
+      while (fs.existsSync(path.join(process.env.WN_GC_HOOK_DIR, 'snapshot')))
+        await new Promise((r) => setTimeout(r, 200));
+      await d.client.call(d.client.raw.status, {});
+    }
     await d.stop();
     const restart = await timeMs(async () => {
-      d = await DaemonProcess.start({ dir, args });
+      d = await DaemonProcess.start({ dir, args, netns: node });
       await ready();
     });
     const held = (await d.client.call(d.client.raw.status, {})).attachments;
     return [
       { name: `attachments held after restart (of ${opts.attachments})`, value: held, unit: '' },
+      { name: 'attaches retried during the fill (agent away: UNAVAILABLE)', value: unavailable, unit: '' },
       {
         name: `fill rate, ${opts.parallel} in flight`,
         value: opts.attachments / (fillMs / 1000),
@@ -125,8 +189,15 @@ export async function benchScale(opts: { attachments: number; parallel: number }
         unit: 'MiB',
       },
       { name: 'daemon peak RSS (VmHWM) through the fill and the Lists', value: peakRss, unit: 'MiB' },
+      {
+        name: `daemon RSS holding ${opts.attachments}, right after 5 ListStreams of all`,
+        value: afterStreamRss,
+        unit: 'MiB',
+      },
+      { name: 'daemon peak RSS (VmHWM) through the ListStreams too', value: peakAfterStream, unit: 'MiB' },
       { name: 'Status p50', value: percentile(status, 50), unit: 'ms' },
       { name: `List p50 (${opts.attachments} attachments)`, value: percentile(list, 50), unit: 'ms' },
+      { name: `ListStream p50 (${opts.attachments} attachments)`, value: percentile(stream, 50), unit: 'ms' },
       { name: 'restart until ready (store load + reconcile + agent resync)', value: restart, unit: 'ms' },
     ];
   } finally {
@@ -139,7 +210,8 @@ export async function benchScale(opts: { attachments: number; parallel: number }
 
 if (require.main === module) {
   const attachments = Number(process.argv[2] ?? 10_000);
-  benchScale({ attachments, parallel: 32 }).then(
+  const backend = process.argv[3] === 'linux' ? 'linux' : 'dpu';
+  benchScale({ attachments, parallel: 32, backend }).then(
     (rows) => {
       for (const r of rows) console.log(`${r.name}: ${r.value.toFixed(1)} ${r.unit}`);
       process.exit(0);

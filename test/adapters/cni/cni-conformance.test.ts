@@ -71,6 +71,7 @@ describe('CNI adapter through the forwarder and the daemon socket', function () 
       detach: fail,
       status: fail,
       list: fail,
+      listPage: fail,
       get: fail,
       check: fail,
       gc: fail,

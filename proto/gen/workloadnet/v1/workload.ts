@@ -11,7 +11,9 @@ import {
   type ChannelCredentials,
   Client,
   type ClientOptions,
+  type ClientReadableStream,
   type ClientUnaryCall,
+  type handleServerStreamingCall,
   type handleUnaryCall,
   makeGenericClientConstructor,
   type Metadata,
@@ -5830,6 +5832,20 @@ export const WorkloadNetworkingService = {
     responseSerialize: (value: GCResponse): Buffer => Buffer.from(GCResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): GCResponse => GCResponse.decode(value),
   },
+  /**
+   * ListStream sends the attachments List returns, one message each. The daemon reads them a page at
+   * a time and sends the next page once the client has taken the previous one, so that its memory does
+   * not grow with the number of attachments (List builds one message of them all).
+   */
+  listStream: {
+    path: '/workloadnet.v1.WorkloadNetworking/ListStream' as const,
+    requestStream: false as const,
+    responseStream: true as const,
+    requestSerialize: (value: ListRequest): Buffer => Buffer.from(ListRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): ListRequest => ListRequest.decode(value),
+    responseSerialize: (value: Attachment): Buffer => Buffer.from(Attachment.encode(value).finish()),
+    responseDeserialize: (value: Buffer): Attachment => Attachment.decode(value),
+  },
 } as const;
 
 export interface WorkloadNetworkingServer extends UntypedServiceImplementation {
@@ -5847,6 +5863,12 @@ export interface WorkloadNetworkingServer extends UntypedServiceImplementation {
   check: handleUnaryCall<CheckRequest, CheckResponse>;
   /** GC detaches every attachment that is not named in the request. */
   gc: handleUnaryCall<GCRequest, GCResponse>;
+  /**
+   * ListStream sends the attachments List returns, one message each. The daemon reads them a page at
+   * a time and sends the next page once the client has taken the previous one, so that its memory does
+   * not grow with the number of attachments (List builds one message of them all).
+   */
+  listStream: handleServerStreamingCall<ListRequest, Attachment>;
 }
 
 export interface WorkloadNetworkingClient extends Client {
@@ -5962,6 +5984,17 @@ export interface WorkloadNetworkingClient extends Client {
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: GCResponse) => void,
   ): ClientUnaryCall;
+  /**
+   * ListStream sends the attachments List returns, one message each. The daemon reads them a page at
+   * a time and sends the next page once the client has taken the previous one, so that its memory does
+   * not grow with the number of attachments (List builds one message of them all).
+   */
+  listStream(request: ListRequest, options?: Partial<CallOptions>): ClientReadableStream<Attachment>;
+  listStream(
+    request: ListRequest,
+    metadata?: Metadata,
+    options?: Partial<CallOptions>,
+  ): ClientReadableStream<Attachment>;
 }
 
 export const WorkloadNetworkingClient = makeGenericClientConstructor(
