@@ -29,6 +29,10 @@ export async function startBackend(
     agentSocket: path.join(dir, 'agent.sock'),
     ackTimeoutMs: 3000,
     heartbeatIntervalMs: 200,
+    // Heartbeats every 200 ms keep the tests quick to notice a silent agent; the silence allowed is
+    // wider than three of them, so that a loaded machine stalling either process for half a second is
+    // not taken for a lost agent. A test that gives its own interval gets the backend's default.
+    ...(opts.heartbeatIntervalMs === undefined ? { heartbeatTimeoutMs: 2000 } : {}),
     // Attach fails at once without an agent, even right after start-up (the daemon waits after a restart).
     startupAgentWaitMs: 0,
     ...opts,
