@@ -1,3 +1,4 @@
+import { decodeVtep } from '../../core/fabric/vtep-fields';
 import { parseAddress, parseCidr } from '../../lib/cidr';
 import type { NodeRecord } from '../../core/fabric/peer-source';
 
@@ -11,8 +12,6 @@ export interface ReadRecord {
   /** Prefixes the record itself names (an extra field); only ever checked against block ownership. */
   announced: string[];
 }
-
-const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
 
 export function encodeRecord(r: NodeRecord): string {
   const out: NodeRecord = { node: r.node, underlay: r.underlay, mtu: r.mtu, bootId: r.bootId };
@@ -50,17 +49,7 @@ export function decodeRecord(node: string, text: string): ReadRecord {
     mtu: o.mtu as number,
     bootId: typeof o.bootId === 'string' ? o.bootId : '',
   };
-  if (o.vtep !== undefined) {
-    const t = o.vtep as Record<string, unknown> | null;
-    if (!t || typeof t !== 'object') throw new Error('has a "vtep" that is not an object');
-    if (typeof t.mac !== 'string' || !MAC.test(t.mac))
-      throw new Error(`has VTEP MAC ${JSON.stringify(t.mac)}, not six lowercase hex bytes`);
-    if (!Number.isInteger(t.vni) || (t.vni as number) < 1 || (t.vni as number) > 0xffffff)
-      throw new Error(`has VNI ${JSON.stringify(t.vni)}, not a number 1-16777215`);
-    if (!Number.isInteger(t.port) || (t.port as number) < 1 || (t.port as number) > 65535)
-      throw new Error(`has VTEP port ${JSON.stringify(t.port)}, not a number 1-65535`);
-    record.vtep = { mac: t.mac, vni: t.vni as number, port: t.port as number };
-  }
+  if (o.vtep !== undefined) record.vtep = decodeVtep(o.vtep);
   const announced: string[] = [];
   if (o.prefixes !== undefined) {
     if (!Array.isArray(o.prefixes)) throw new Error('has a "prefixes" field that is not a list');

@@ -1,3 +1,4 @@
+import { decodeVtep } from '../../core/fabric/vtep-fields';
 import type { NodeRecord, Vtep } from '../../core/fabric/peer-source';
 
 // What a node adds to its own Node object for the fabric: the fields of its record the Node does not
@@ -14,7 +15,6 @@ export interface FabricAnnotation {
   bootId: string;
 }
 
-const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
 const KEYS = new Set(['mtu', 'vtep', 'bootId']);
 
 export function encodeAnnotation(r: NodeRecord): string {
@@ -40,17 +40,6 @@ export function decodeAnnotation(text: string): FabricAnnotation {
   if (o.bootId !== undefined && typeof o.bootId !== 'string')
     throw new Error('has a "bootId" that is not text');
   const out: FabricAnnotation = { mtu: o.mtu as number, bootId: (o.bootId as string | undefined) ?? '' };
-  if (o.vtep !== undefined) {
-    const t = o.vtep as Record<string, unknown> | null;
-    if (!t || typeof t !== 'object' || Array.isArray(t))
-      throw new Error('has a "vtep" that is not an object');
-    if (typeof t.mac !== 'string' || !MAC.test(t.mac))
-      throw new Error(`has VTEP MAC ${JSON.stringify(t.mac)}, not six lowercase hex bytes`);
-    if (!Number.isInteger(t.vni) || (t.vni as number) < 1 || (t.vni as number) > 0xffffff)
-      throw new Error(`has VNI ${JSON.stringify(t.vni)}, not a number 1-16777215`);
-    if (!Number.isInteger(t.port) || (t.port as number) < 1 || (t.port as number) > 65535)
-      throw new Error(`has VTEP port ${JSON.stringify(t.port)}, not a number 1-65535`);
-    out.vtep = { mac: t.mac, vni: t.vni as number, port: t.port as number };
-  }
+  if (o.vtep !== undefined) out.vtep = decodeVtep(o.vtep);
   return out;
 }
