@@ -1,3 +1,4 @@
+import { SerialRun } from '../../lib/serial-run';
 import { asWorkloadNetError } from '../errors';
 import type { Logger } from '../logger';
 import type { Metrics } from '../metrics';
@@ -65,8 +66,11 @@ export class FabricController {
   private expiry?: NodeJS.Timeout;
   private periodic?: NodeJS.Timeout;
   private retry?: NodeJS.Timeout;
-  private applying?: Promise<void>;
-  private rerun = false;
+  /** One apply at a time; a change during one is applied right after it. */
+  private readonly applies = new SerialRun(
+    () => this.applyOnce(),
+    () => this.stopped,
+  );
   private applyError?: string;
   private lastApplyAt?: number;
   private lastRepairs = 0;
@@ -97,7 +101,7 @@ export class FabricController {
     for (const t of [this.coalesce, this.expiry, this.retry]) clearTimeout(t);
     clearInterval(this.periodic);
     this.coalesce = this.expiry = this.retry = this.periodic = undefined;
-    await this.applying;
+    await this.applies.current;
     // Not waiting for a start that has not finished: a source that cannot reach its store may never
     // finish starting; stopping it ends that.
     if (this.self) await this.opts.source?.stop();
@@ -109,7 +113,7 @@ export class FabricController {
   async applyNow(): Promise<void> {
     clearTimeout(this.coalesce);
     this.coalesce = undefined;
-    await this.run();
+    await this.applies.run();
   }
 
   status(): FabricStatus {
@@ -242,24 +246,9 @@ export class FabricController {
     if (this.stopped || this.coalesce) return;
     this.coalesce = setTimeout(() => {
       this.coalesce = undefined;
-      void this.run();
+      void this.applies.run();
     }, this.opts.coalesceMs ?? 100);
     this.coalesce.unref();
-  }
-
-  /** One apply at a time; a change during one is applied right after it. */
-  private run(): Promise<void> {
-    if (this.applying) {
-      this.rerun = true;
-      return this.applying;
-    }
-    this.applying = (async () => {
-      do {
-        this.rerun = false;
-        await this.applyOnce();
-      } while (this.rerun && !this.stopped);
-    })().finally(() => (this.applying = undefined));
-    return this.applying;
   }
 
   private async applyOnce(): Promise<void> {

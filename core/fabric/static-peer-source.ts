@@ -1,3 +1,4 @@
+import { SerialRun } from '../../lib/serial-run';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { Logger } from '../logger';
@@ -27,8 +28,10 @@ export class StaticPeerSource implements PeerSource {
   private poll?: NodeJS.Timeout;
   /** What the file looked like when last read: a poll that finds the same reads nothing. */
   private seen = '';
-  private reading?: Promise<void>;
-  private again = false;
+  private readonly reads = new SerialRun(
+    () => this.read(),
+    () => this.stopped,
+  );
   private stopped = false;
 
   constructor(
@@ -76,7 +79,7 @@ export class StaticPeerSource implements PeerSource {
     this.watcher?.close();
     this.watcher = undefined;
     clearInterval(this.poll);
-    await this.reading;
+    await this.reads.current;
   }
 
   peers(): ReadonlyMap<string, Peer> {
@@ -96,17 +99,7 @@ export class StaticPeerSource implements PeerSource {
 
   /** Reads the file now (what a change event or the poll does); one read at a time. */
   reload(): Promise<void> {
-    if (this.reading) {
-      this.again = true;
-      return this.reading;
-    }
-    this.reading = (async () => {
-      do {
-        this.again = false;
-        await this.read();
-      } while (this.again && !this.stopped);
-    })().finally(() => (this.reading = undefined));
-    return this.reading;
+    return this.reads.run();
   }
 
   private async read(): Promise<void> {
