@@ -10,7 +10,15 @@ import { execFile } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { FabricTopology, bridge, type BareNode } from '../backends/linux/fabric-topology';
+import { vtepMac } from '../../backends/linux/fabric/vtep-mac';
+import {
+  FabricTopology,
+  bridge,
+  peersFileEntry,
+  writePeersFile,
+  type BareNode,
+  type PeersFileEntry,
+} from '../backends/linux/fabric-topology';
 import { ip } from '../backends/linux/netns-fixture';
 import { attachRequest } from '../support/attach-request';
 import { DaemonProcess } from '../support/daemon-process';
@@ -22,7 +30,6 @@ export interface FabricBenchRow {
   unit: string;
 }
 
-const VNI = 30574;
 const SYNTHETIC_PEERS = 2000;
 
 interface Node extends BareNode {
@@ -34,51 +41,23 @@ interface Node extends BareNode {
   podIp?: string;
 }
 
-interface PeerEntry {
-  node: string;
-  underlay: string[];
-  mtu: number;
-  vtep: { mac: string; vni: number; port: number };
-  prefixes: string[];
-  bootId: string;
-}
-
-/** The VTEP MAC a node publishes: 0e:77 and its IPv4 underlay address (docs/fabric.md). */
-function vtepMac(address: string): string {
-  return ['0e', '77', ...address.split('.').map((o) => Number(o).toString(16).padStart(2, '0'))].join(':');
-}
-
-function entry(node: string, address: string, prefixes: string[]): PeerEntry {
-  return {
-    node,
-    underlay: [address],
-    mtu: 1500,
-    vtep: { mac: vtepMac(address), vni: VNI, port: 4789 },
-    prefixes,
-    bootId: '',
-  };
-}
-
-const nodeEntry = (n: Node): PeerEntry => entry(n.name, n.address, [`10.244.${n.range}.0/24`]);
+const nodeEntry = (n: Node): PeersFileEntry => peersFileEntry(n.name, n.address, [`10.244.${n.range}.0/24`]);
 
 /**
  * `count` peers that exist only in the file: distinct underlay addresses in `underlayBase`.0.0/16 and one
  * /26 each from 10.128.0.0/10 (nothing answers there; the daemon programs them all the same).
  */
-function syntheticPeers(count: number, underlayBase: string): PeerEntry[] {
+function syntheticPeers(count: number, underlayBase: string): PeersFileEntry[] {
   return Array.from({ length: count }, (_, i) => {
     const a = `${underlayBase}.${Math.floor(i / 250)}.${(i % 250) + 1}`;
     const p = 0x0a800000 + i * 64; // 10.128.0.0 + i /26s
     const prefix = [p >>> 24, (p >>> 16) & 255, (p >>> 8) & 255, p & 255].join('.');
-    return entry(`syn-${i}`, a, [`${prefix}/26`]);
+    return peersFileEntry(`syn-${i}`, a, [`${prefix}/26`]);
   });
 }
 
-/** Replaces the peers file atomically, as a config manager would. */
-function writePeers(n: Node, peers: PeerEntry[]): void {
-  const tmp = `${n.peersFile}.tmp`;
-  fs.writeFileSync(tmp, JSON.stringify({ peers }));
-  fs.renameSync(tmp, n.peersFile);
+function writePeers(n: Node, peers: PeersFileEntry[]): void {
+  writePeersFile(n.peersFile, peers);
 }
 
 async function fabricRoutes(ns: string): Promise<string[]> {
@@ -172,7 +151,7 @@ async function startDaemon(n: Node, fabric: 'hybrid' | 'off', dir = n.dir): Prom
 async function joinLeave(
   na: Node,
   peer: Node,
-  base: PeerEntry[],
+  base: PeersFileEntry[],
   reps: number,
   vxlan: boolean,
 ): Promise<{ join: number[]; routed: number[]; leave: number[]; cold: number }> {

@@ -4,9 +4,16 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
-import { FabricTopology, type BareNode } from '../backends/linux/fabric-topology';
+import {
+  FabricTopology,
+  fabricRoutes,
+  peersFileEntry,
+  peersOf,
+  writePeersFile,
+  type BareNode,
+} from '../backends/linux/fabric-topology';
 import { attachRequest } from '../support/attach-request';
-import { DaemonProcess, CLI } from '../support/daemon-process';
+import { DaemonProcess } from '../support/daemon-process';
 import { describeRoot } from '../support/describe-root';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
@@ -25,48 +32,11 @@ interface Node extends BareNode {
   podIp?: string;
 }
 
-const VNI = 30574;
-
-/** The VTEP MAC a node publishes: 0e:77 and its IPv4 underlay address (see docs/fabric.md). */
-function vtepMac(address: string): string {
-  return ['0e', '77', ...address.split('.').map((o) => Number(o).toString(16).padStart(2, '0'))].join(':');
-}
-
-function peerEntry(n: Node): object {
-  return {
-    node: n.name,
-    underlay: [n.address],
-    mtu: 1500,
-    vtep: { mac: vtepMac(n.address), vni: VNI, port: 4789 },
-    prefixes: [`10.244.${n.range}.0/24`],
-    bootId: '',
-  };
-}
-
 function writePeers(n: Node, others: Node[]): void {
-  const tmp = `${n.peersFile}.tmp`;
-  fs.writeFileSync(tmp, JSON.stringify({ peers: others.map(peerEntry) }));
-  fs.renameSync(tmp, n.peersFile);
-}
-
-/** `workloadnet peers --json` of one daemon. */
-function peersOf(n: Node): { peers: Array<{ node: string; path: string; withdrawnAt?: string }> } {
-  const out = execFileSync(
-    process.execPath,
-    [CLI, 'peers', '--json', '--socket', path.join(n.dir, 'api.sock')],
-    {
-      encoding: 'utf8',
-    },
+  writePeersFile(
+    n.peersFile,
+    others.map((o) => peersFileEntry(o.name, o.address, [`10.244.${o.range}.0/24`])),
   );
-  return JSON.parse(out) as { peers: Array<{ node: string; path: string; withdrawnAt?: string }> };
-}
-
-function fabricRoutes(ns: string): string[] {
-  return execFileSync('ip', ['-n', ns, 'route', 'show', 'proto', '119'], { encoding: 'utf8' })
-    .split('\n')
-    .map((l) => l.trim())
-    .filter(Boolean)
-    .sort();
 }
 
 describeRoot('fabric between three daemons (hybrid, static peers; real kernel)', function () {
@@ -127,7 +97,7 @@ describeRoot('fabric between three daemons (hybrid, static peers; real kernel)',
       '10.244.2.0/24 via 10.100.1.2 dev eth0 metric 1024 mtu 1450',
       '10.244.3.0/24 via 10.244.3.0 dev wn-vxlan metric 1024 onlink mtu 1450',
     ]);
-    const paths = Object.fromEntries(peersOf(na).peers.map((p) => [p.node, p.path]));
+    const paths = Object.fromEntries(peersOf(path.join(na.dir, 'api.sock')).map((p) => [p.node, p.path]));
     expect(paths).to.deep.equal({ nb: 'direct', nc: 'vxlan' });
   });
 
@@ -186,7 +156,7 @@ describeRoot('fabric between three daemons (hybrid, static peers; real kernel)',
     writePeers(na, [node('nc')]);
     // The default grace (180 s) keeps nb's route: its leaving the file is not evidence that it is dead.
     await waitUntil(
-      async () => peersOf(na).peers.some((p) => p.node === 'nb' && !!p.withdrawnAt),
+      async () => peersOf(path.join(na.dir, 'api.sock')).some((p) => p.node === 'nb' && !!p.withdrawnAt),
       'na sees nb withdrawn from its source',
       20_000,
     );
@@ -195,7 +165,7 @@ describeRoot('fabric between three daemons (hybrid, static peers; real kernel)',
     // Back within the grace: the withdrawal is cancelled.
     writePeers(na, [node('nb'), node('nc')]);
     await waitUntil(
-      async () => peersOf(na).peers.every((p) => !p.withdrawnAt),
+      async () => peersOf(path.join(na.dir, 'api.sock')).every((p) => !p.withdrawnAt),
       "nb back in na's table",
       20_000,
     );

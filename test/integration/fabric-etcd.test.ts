@@ -3,9 +3,9 @@ import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { FabricTopology, type BareNode } from '../backends/linux/fabric-topology';
+import { FabricTopology, fabricRoutes, peersOf, type BareNode } from '../backends/linux/fabric-topology';
 import { attachRequest } from '../support/attach-request';
-import { CLI, DaemonProcess } from '../support/daemon-process';
+import { DaemonProcess } from '../support/daemon-process';
 import { isRoot } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
@@ -31,23 +31,6 @@ interface Node extends BareNode {
 
 const describeEtcdRoot = isRoot && haveEtcd ? describe : describe.skip;
 const SKIP = isRoot && haveEtcd ? '' : ' (skipped: needs root and etcd-server)';
-
-function fabricRoutes(ns: string): string[] {
-  return execFileSync('ip', ['-n', ns, 'route', 'show', 'proto', '119'], { encoding: 'utf8' })
-    .split('\n')
-    .map((l) => l.trim())
-    .filter(Boolean)
-    .sort();
-}
-
-function peersOf(n: Node): Array<{ node: string; path: string; prefixes: string[]; withdrawnAt?: string }> {
-  const out = execFileSync(
-    process.execPath,
-    [CLI, 'peers', '--json', '--socket', path.join(n.dir, 'api.sock')],
-    { encoding: 'utf8' },
-  );
-  return (JSON.parse(out) as { peers: ReturnType<typeof peersOf> }).peers;
-}
 
 describeEtcdRoot(
   `fabric from etcd between three daemons (hybrid; real etcd, real kernel)${SKIP}`,
@@ -128,8 +111,8 @@ describeEtcdRoot(
       await waitUntil(async () => fabricRoutes(na.ns).length === 3, "na routes both peers' blocks", 30_000, {
         intervalMs: 200,
       });
-      const [nbBlock] = peersOf(na).find((p) => p.node === 'nb')?.prefixes ?? [];
-      const [ncBlock] = peersOf(na).find((p) => p.node === 'nc')?.prefixes ?? [];
+      const [nbBlock] = peersOf(path.join(na.dir, 'api.sock')).find((p) => p.node === 'nb')?.prefixes ?? [];
+      const [ncBlock] = peersOf(path.join(na.dir, 'api.sock')).find((p) => p.node === 'nc')?.prefixes ?? [];
       expect(fabricRoutes(na.ns)).to.have.members([
         `${nbBlock} via 10.100.1.2 dev eth0 metric 1024 mtu 1450`,
         `${ncBlock} via ${ncBlock?.split('/')[0]} dev wn-vxlan metric 1024 onlink mtu 1450`,
@@ -150,7 +133,7 @@ describeEtcdRoot(
       cut(true);
       try {
         await waitUntil(
-          async () => peersOf(na).some((p) => p.node === 'nc' && !!p.withdrawnAt),
+          async () => peersOf(path.join(na.dir, 'api.sock')).some((p) => p.node === 'nc' && !!p.withdrawnAt),
           "nc's lease lapsed in na's view",
           30_000,
           { intervalMs: 200 },
@@ -161,7 +144,7 @@ describeEtcdRoot(
         cut(false);
       }
       await waitUntil(
-        async () => peersOf(na).every((p) => !p.withdrawnAt),
+        async () => peersOf(path.join(na.dir, 'api.sock')).every((p) => !p.withdrawnAt),
         "nc's record back in na's view",
         30_000,
         { intervalMs: 200 },
@@ -172,7 +155,7 @@ describeEtcdRoot(
     it('withdraws a dead node after its lease and the grace, and only it', async () => {
       const na = node('na');
       const nb = node('nb');
-      const [nbBlock] = peersOf(na).find((p) => p.node === 'nb')?.prefixes ?? [];
+      const [nbBlock] = peersOf(path.join(na.dir, 'api.sock')).find((p) => p.node === 'nb')?.prefixes ?? [];
       await nb.daemon?.kill('SIGKILL');
       nb.daemon = undefined;
       execFileSync('ip', ['-n', nb.ns, 'link', 'set', 'eth0', 'down']);

@@ -3,12 +3,15 @@
 // of the bridges, a default route through the router and a pod attached by the Linux backend. Built
 // and inspected with ip(8), which only test code uses.
 
-import { execFile } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
+import * as fs from 'node:fs';
 import { promisify } from 'node:util';
 import type { Peer } from '../../../core/fabric/peer-source';
 import type { FabricSettings, LocalNode } from '../../../core/fabric/fabric-dataplane';
 import type { IpAssignment } from '../../../core/backend';
+import { vtepMac } from '../../../backends/linux/fabric/vtep-mac';
 import { LinuxBackend } from '../../../backends/linux/linux-backend';
+import { CLI } from '../../support/daemon-process';
 import { NetnsSet, netnsPath } from '../../support/netns';
 import { ip, ipJson, netnsInode } from './netns-fixture';
 import { attachTo, testSpec } from '../../support/attach-spec';
@@ -205,4 +208,51 @@ export function pingOutput(
 export async function vxlanTxPackets(ns: string): Promise<number> {
   const [link] = await ipJson<{ stats64: { tx: { packets: number } } }>(ns, '-s', 'link', 'show', 'wn-vxlan');
   return link?.stats64.tx.packets ?? 0;
+}
+
+/** One peer of a peers file (docs/fabric.md), as a daemon of this underlay publishes itself. */
+export interface PeersFileEntry {
+  node: string;
+  underlay: string[];
+  mtu: number;
+  vtep: { mac: string; vni: number; port: number };
+  prefixes: string[];
+  bootId: string;
+}
+
+/** The entry for a node at `address` owning `prefixes`, with the VTEP its daemon derives. */
+export function peersFileEntry(node: string, address: string, prefixes: string[]): PeersFileEntry {
+  return {
+    node,
+    underlay: [address],
+    mtu: 1500,
+    vtep: { mac: vtepMac(address), vni: 30574, port: 4789 },
+    prefixes,
+    bootId: '',
+  };
+}
+
+/** Replaces a peers file at once (written aside, then renamed), as a config manager would. */
+export function writePeersFile(file: string, peers: PeersFileEntry[]): void {
+  fs.writeFileSync(`${file}.tmp`, JSON.stringify({ peers }));
+  fs.renameSync(`${file}.tmp`, file);
+}
+
+/** Our fabric routes in a node namespace (protocol 119), sorted. */
+export function fabricRoutes(ns: string): string[] {
+  return execFileSync('ip', ['-n', ns, 'route', 'show', 'proto', '119'], { encoding: 'utf8' })
+    .split('\n')
+    .map((l) => l.trim())
+    .filter(Boolean)
+    .sort();
+}
+
+/** The peers a daemon shows (`workloadnet peers --json`), asked on its API socket. */
+export function peersOf(
+  apiSocket: string,
+): Array<{ node: string; path: string; prefixes: string[]; withdrawnAt?: string }> {
+  const out = execFileSync(process.execPath, [CLI, 'peers', '--json', '--socket', apiSocket], {
+    encoding: 'utf8',
+  });
+  return (JSON.parse(out) as { peers: ReturnType<typeof peersOf> }).peers;
 }
