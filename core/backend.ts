@@ -5,6 +5,16 @@
 import type { FabricDataplane } from './fabric/fabric-dataplane';
 import type { Netns } from '../lib/netns/netns-handle';
 
+/** What place() needs: the interface, before it has addresses. */
+export interface PlacementRequest {
+  workloadId: string;
+  ifName: string;
+  network: string;
+  /** The DPU agent the caller asked for. */
+  dpu?: string;
+  dpuPort?: DpuPortOptions;
+}
+
 /** One address given to a workload interface, already allocated by the core. */
 export interface IpAssignment {
   /** 4 or 6. */
@@ -220,6 +230,13 @@ export interface Backend {
    * away) though it is still programmed; "ready" when not implemented.
    */
   attachmentState?(att: AttachmentView): 'ready' | 'degraded';
+  /**
+   * Where a new interface will live, chosen before its address is allocated so that the address can
+   * come from that place's slice of the node's prefixes (a DPU's, core/ipam): the endpoint id (agent
+   * id), or undefined when the backend keeps no slices. The core passes it back as AttachSpec.dpu.
+   * Throws as attach would when no place can take the interface.
+   */
+  place?(spec: PlacementRequest): string | undefined;
   /** The backend's part of the fabric between nodes, when it has one (core/fabric). */
   readonly fabric?: FabricDataplane;
   stop(): Promise<void>;

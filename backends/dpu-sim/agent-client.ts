@@ -4,6 +4,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import {
   AckCode,
+  ObjectKind,
   DpuAgentServiceClient,
   PortOperState,
   type Ack,
@@ -335,6 +336,8 @@ export class AgentClient {
           minProtocolVersion: protocol.min === protocol.max ? 0 : protocol.min,
           maxProtocolVersion: protocol.min === protocol.max ? 0 : protocol.max,
           capabilities: caps,
+          uplinkAddresses: [],
+          uplinkMtu: 0,
         },
       });
     });
@@ -370,7 +373,13 @@ export class AgentClient {
   }
 
   private async applyUpsert(port: Port): Promise<Ack> {
-    const base = { name: port.name, generation: port.generation, retryable: false, message: '' };
+    const base = {
+      name: port.name,
+      generation: port.generation,
+      retryable: false,
+      message: '',
+      kind: ObjectKind.OBJECT_KIND_PORT,
+    };
     const invalid = validatePort(port);
     if (invalid) return { ...base, code: AckCode.ACK_CODE_INVALID, message: invalid };
     const { table, faults, dataplane, log } = this.opts;
@@ -443,7 +452,7 @@ export class AgentClient {
   }
 
   private async applyDelete(name: string, generation: number): Promise<Ack> {
-    const base = { name, generation, retryable: false, message: '' };
+    const base = { name, generation, retryable: false, message: '', kind: ObjectKind.OBJECT_KIND_PORT };
     const entry = this.opts.table.get(name);
     if (entry) {
       try {

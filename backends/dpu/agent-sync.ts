@@ -3,6 +3,7 @@ import { LogRate } from '../../core/log-rate';
 import type { Logger } from '../../core/logger';
 import {
   AckCode,
+  ObjectKind,
   PortOperState,
   type Ack,
   type Endpoint,
@@ -183,7 +184,11 @@ export class AgentSync implements LinkEvents {
    * desired.
    */
   private sendDelete(agentId: string, name: string, generation: number, reason: string): void {
-    if (this.deps.link.sessionOf(agentId)?.send({ delete: { name, generation, reason } }))
+    if (
+      this.deps.link
+        .sessionOf(agentId)
+        ?.send({ delete: { name, generation, reason, kind: ObjectKind.OBJECT_KIND_PORT } })
+    )
       this.stateOf(agentId).tombstones.set(name, generation);
   }
 
@@ -339,9 +344,11 @@ export class AgentSync implements LinkEvents {
     const sync = new SnapshotSync(s.id, this.epoch, ports);
     st.sync?.abandon();
     st.sync = sync;
-    s.send({ snapshotBegin: { epoch: sync.epoch, keepUnlisted: this.keepUnlisted } });
+    s.send({
+      snapshotBegin: { epoch: sync.epoch, keepUnlisted: this.keepUnlisted, keepUnlistedFabric: true },
+    });
     for (const port of ports) s.send({ upsert: { port } });
-    s.send({ syncComplete: { epoch: sync.epoch, portCount: ports.length } });
+    s.send({ syncComplete: { epoch: sync.epoch, portCount: ports.length, fabricCount: 0 } });
     // The snapshot keeps what it does not list; what this daemon removed must still go.
     for (const [name, generation] of st.unconfirmedDeletes) {
       if (this.deps.desired.get(name)?.agentId === s.agentId) continue;

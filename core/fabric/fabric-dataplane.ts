@@ -1,4 +1,4 @@
-import type { Peer, Vtep } from './peer-source';
+import type { Peer, TunnelEndpoint, Vtep } from './peer-source';
 
 // What a backend does for the fabric: make the node's own namespace (or the DPUs) reach every peer's
 // prefixes. The core hands it the peer table; the backend programs only objects of its own (its
@@ -29,6 +29,19 @@ export interface LocalNode {
   subnets: string[];
   /** The VXLAN endpoint, in modes that run one. */
   vtep?: Vtep;
+  /**
+   * The node's DPUs that carry the fabric, with the prefixes apply() last gave each (empty before
+   * the first). Changes as agents come and go: the dataplane tells onLocalChange listeners.
+   */
+  endpoints?: TunnelEndpoint[];
+}
+
+/** This node's own prefixes, as the core's allocation cut them: what each endpoint (DPU) owns. */
+export interface OwnPrefixes {
+  /** The node's pod ranges (every pool of every network using the backend). */
+  ranges: string[];
+  /** Per endpoint id: its slices of the ranges and the /32 (/128) it borrowed outside them. */
+  byEndpoint: ReadonlyMap<string, readonly string[]>;
 }
 
 /** How one peer is reached now. */
@@ -39,6 +52,19 @@ export interface PeerPath {
   /** Why a peer is unreachable (an indirect peer in routed mode, no VTEP, no common family). */
   reason?: string;
   prefixes: string[];
+  /** How each of this node's DPUs sees the peer (their PeerStatus), when DPUs carry the fabric. */
+  seenBy?: PeerSeenBy[];
+}
+
+/** One DPU's word on one peer. */
+export interface PeerSeenBy {
+  /** The DPU's endpoint id (agent id). */
+  endpoint: string;
+  reachable: boolean;
+  offloaded: boolean;
+  txPackets: number;
+  rxPackets: number;
+  lastError: string;
 }
 
 export interface FabricReport {
@@ -64,7 +90,12 @@ export interface FabricDataplane {
    * neighbour and one FDB entry, the catch-all; objects of ours that match no peer are removed. Called
    * only once the peer source has a full list.
    */
-  apply(peers: readonly Peer[]): Promise<FabricReport>;
+  apply(peers: readonly Peer[], own?: OwnPrefixes): Promise<FabricReport>;
+  /**
+   * The node as it is now, when it changes after prepare() (a DPU connected or left): the controller
+   * publishes the new record and applies again.
+   */
+  onLocalChange?(listener: (local: LocalNode) => void): void;
   /** The state of the last apply (and of the repairs since). */
   report(): FabricReport;
   /** Stops watching for drift; the kernel state stays (routes keep working while the daemon is away). */

@@ -1,5 +1,5 @@
-import type { FabricMode, PeerPath } from './fabric-dataplane';
-import type { PeerSourceStatus, Vtep } from './peer-source';
+import type { FabricMode, PeerPath, PeerSeenBy } from './fabric-dataplane';
+import type { PeerSourceStatus, TunnelEndpoint, Vtep } from './peer-source';
 
 // The fabric as Status and `workloadnet peers` show it: whether this node reaches the others' pods
 // now, and per peer how.
@@ -16,6 +16,10 @@ export interface FabricPeerStatus {
   lastChange: string;
   /** When it left its source (ISO time), while the withdrawal grace still keeps it programmed. */
   withdrawnAt?: string;
+  /** Its DPUs' endpoints, each with its slices. */
+  endpoints?: TunnelEndpoint[];
+  /** How this node's DPUs see it. */
+  seenBy?: PeerSeenBy[];
 }
 
 export interface FabricStatus {
@@ -34,6 +38,8 @@ export interface FabricStatus {
   /** The largest pod MTU that fits every path of this mode (the uplink's less the encapsulation). */
   podMtu: number;
   vtep?: Vtep;
+  /** This node's DPUs that carry the fabric, with their slices (dpu backend). */
+  endpoints?: TunnelEndpoint[];
   source?: PeerSourceStatus;
   peers: FabricPeerStatus[];
   /** Objects of ours in the kernel now. */

@@ -16,6 +16,28 @@ export interface NodeRecord {
   vtep?: Vtep;
   /** The kernel boot id of the node when it published: a new one means the node rebooted. */
   bootId: string;
+  /**
+   * Tunnel endpoints of the node other than its own VXLAN device: its DPUs, each owning slices of the
+   * node's prefixes. Remote nodes route each endpoint's prefixes to that endpoint; what no endpoint
+   * claims goes to the node's own vtep (or nowhere, when it has none).
+   */
+  endpoints?: TunnelEndpoint[];
+}
+
+/** One DPU of a node on the fabric: its own VTEP and the slices of the node's prefixes behind it. */
+export interface TunnelEndpoint {
+  /** Unique within the node: the DPU's agent id. */
+  id: string;
+  /** Its address on the underlay (the DPU's uplink, not the host's). */
+  underlay: string;
+  /** MTU of its uplink. */
+  mtu: number;
+  vtep: Vtep;
+  /**
+   * Slices of the node's prefixes it owns, and /32 (/128) of pods it holds outside them (borrowed);
+   * a source drops an endpoint prefix that is not inside the prefixes it vouches the node owns.
+   */
+  prefixes: string[];
 }
 
 export interface Vtep {
@@ -51,6 +73,11 @@ export interface PeerSource {
    * starts following the others: a full list, then changes from the list's revision.
    */
   start(self: NodeRecord): Promise<void>;
+  /**
+   * Publishes a changed record of this node (a DPU connected, a slice was borrowed from); a source
+   * that publishes nothing (the static file) ignores it.
+   */
+  update?(self: NodeRecord): Promise<void>;
   /** Stops following; a lease-bound record is left to expire, never deleted on a clean stop. */
   stop(): Promise<void>;
   /**

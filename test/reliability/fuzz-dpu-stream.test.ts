@@ -6,6 +6,7 @@ import * as grpc from '@grpc/grpc-js';
 import fc from 'fast-check';
 import {
   AckCode,
+  ObjectKind,
   type AgentMessage,
   type ControllerMessage,
   type Inventory,
@@ -377,6 +378,8 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
                 },
                 minProtocolVersion: act.range[0],
                 maxProtocolVersion: act.range[1],
+                uplinkAddresses: [],
+                uplinkMtu: 0,
               },
             });
             await sleep(5);
@@ -390,6 +393,7 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
                   name,
                   generation,
                   code: act.code as AckCode,
+                  kind: ObjectKind.OBJECT_KIND_PORT,
                   message: act.message,
                   retryable: act.retryable,
                   endpoint: act.netdev

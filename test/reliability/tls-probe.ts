@@ -54,6 +54,8 @@ function main(): void {
       protocolVersion: 1,
       minProtocolVersion: 0,
       maxProtocolVersion: 0,
+      uplinkAddresses: [],
+      uplinkMtu: 0,
       capabilities: { maxPorts: 0, ipv6: true, minMtu: 68, maxMtu: 9216, features: [] },
     },
   });

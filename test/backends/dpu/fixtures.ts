@@ -6,7 +6,7 @@ import { testSpec, type TestSpec } from '../../support/attach-spec';
 import { rejection } from '../../support/expect-error';
 import type { ErrorCode, WorkloadNetError } from '../../../core/errors';
 import { DpuBackend, type DpuBackendOptions } from '../../../backends/dpu';
-import { AckCode, type Ack, type AgentMessage } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+import { AckCode, ObjectKind, type Ack, type AgentMessage } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 
 // Shared set-up for the DPU backend tests: a scratch directory per test, a backend listening on a
 // socket inside it, attach specs that need no real namespace (the simulator's default dataplane
@@ -71,5 +71,15 @@ export const expectCode = (p: Promise<unknown>, code: ErrorCode): Promise<Worklo
 
 /** An agent's "port programmed" answer: an OK ack of `name` at `generation` (with `more`, e.g. its endpoint). */
 export function okAck(name: string, generation: number, more: Partial<Ack> = {}): AgentMessage {
-  return { ack: { name, generation, code: AckCode.ACK_CODE_OK, message: '', retryable: false, ...more } };
+  return {
+    ack: {
+      name,
+      generation,
+      code: AckCode.ACK_CODE_OK,
+      message: '',
+      retryable: false,
+      kind: ObjectKind.OBJECT_KIND_PORT,
+      ...more,
+    },
+  };
 }

@@ -57,6 +57,8 @@ export class RawAgent {
         capabilities: { maxPorts: 0, ipv6: true, minMtu: 68, maxMtu: 9216, features: [] },
         minProtocolVersion: 0,
         maxProtocolVersion: 0,
+        uplinkAddresses: [],
+        uplinkMtu: 0,
         ...over,
       },
     };

@@ -22,6 +22,7 @@ import { VfPool } from '../../../backends/dpu-sim/vf-pool';
 import { SnapshotSync } from '../../../backends/dpu/snapshot-sync';
 import {
   AckCode,
+  ObjectKind,
   LinkState,
   type Ack,
   type Hello,
@@ -40,6 +41,7 @@ const ack = (name: string, generation: number, code = AckCode.ACK_CODE_OK, messa
   code,
   message,
   retryable: false,
+  kind: ObjectKind.OBJECT_KIND_PORT,
 });
 
 describe('DPU desired state', () => {
@@ -274,6 +276,8 @@ describe('DPU hello admission', () => {
     capabilities: undefined,
     minProtocolVersion: 0,
     maxProtocolVersion: 0,
+    uplinkAddresses: [],
+    uplinkMtu: 0,
     ...over,
   });
   const unix: AgentPeer = { transport: 'unix', address: 'unix:/x', certificateNames: [] };
@@ -547,6 +551,8 @@ describe('DPU protocol version 2 messages, fuzzed', () => {
           capabilities: undefined,
           minProtocolVersion: min,
           maxProtocolVersion: max,
+          uplinkAddresses: [],
+          uplinkMtu: 0,
         });
         if (typeof picked === 'string') return /not supported|empty range/.test(picked);
         const [lo, hi] = max > 0 ? [min || 1, max] : [v, v];

@@ -69,11 +69,15 @@ export const protobufFileName = 'workloadnet/dpu/v1/dpu.proto';
  * Version 2 adds Inventory, the Endpoint's PF/VF identity, Port QoS and PF selection, and the daemon's
  * answer in HelloAccept. Everything version 2 adds is a new field or message: a version 1 peer ignores
  * what it does not know. See docs/dpu-protocol.md, "Versions and compatibility".
+ * Version 3 adds the fabric: the overlay between nodes as desired state (FabricObject in Upsert, with
+ * ObjectKind in Delete and Ack), the agent's uplink in Hello, and PeerStatus. A version 2 agent keeps
+ * serving ports and never receives a FabricObject.
  */
 export enum ProtocolVersion {
   PROTOCOL_VERSION_UNSPECIFIED = 0,
   PROTOCOL_VERSION_1 = 1,
   PROTOCOL_VERSION_2 = 2,
+  PROTOCOL_VERSION_3 = 3,
   UNRECOGNIZED = -1,
 }
 
@@ -88,6 +92,9 @@ export function protocolVersionFromJSON(object: any): ProtocolVersion {
     case 2:
     case 'PROTOCOL_VERSION_2':
       return ProtocolVersion.PROTOCOL_VERSION_2;
+    case 3:
+    case 'PROTOCOL_VERSION_3':
+      return ProtocolVersion.PROTOCOL_VERSION_3;
     case -1:
     case 'UNRECOGNIZED':
     default:
@@ -103,6 +110,8 @@ export function protocolVersionToJSON(object: ProtocolVersion): string {
       return 'PROTOCOL_VERSION_1';
     case ProtocolVersion.PROTOCOL_VERSION_2:
       return 'PROTOCOL_VERSION_2';
+    case ProtocolVersion.PROTOCOL_VERSION_3:
+      return 'PROTOCOL_VERSION_3';
     case ProtocolVersion.UNRECOGNIZED:
     default:
       return 'UNRECOGNIZED';
@@ -211,6 +220,43 @@ export function ackCodeToJSON(object: AckCode): string {
   }
 }
 
+/**
+ * Version 3: the two name spaces of desired state. Ports and fabric objects are named, generated and
+ * acknowledged alike; a name is unique within its kind.
+ */
+export enum ObjectKind {
+  OBJECT_KIND_PORT = 0,
+  OBJECT_KIND_FABRIC = 1,
+  UNRECOGNIZED = -1,
+}
+
+export function objectKindFromJSON(object: any): ObjectKind {
+  switch (object) {
+    case 0:
+    case 'OBJECT_KIND_PORT':
+      return ObjectKind.OBJECT_KIND_PORT;
+    case 1:
+    case 'OBJECT_KIND_FABRIC':
+      return ObjectKind.OBJECT_KIND_FABRIC;
+    case -1:
+    case 'UNRECOGNIZED':
+    default:
+      return ObjectKind.UNRECOGNIZED;
+  }
+}
+
+export function objectKindToJSON(object: ObjectKind): string {
+  switch (object) {
+    case ObjectKind.OBJECT_KIND_PORT:
+      return 'OBJECT_KIND_PORT';
+    case ObjectKind.OBJECT_KIND_FABRIC:
+      return 'OBJECT_KIND_FABRIC';
+    case ObjectKind.UNRECOGNIZED:
+    default:
+      return 'UNRECOGNIZED';
+  }
+}
+
 export enum PortOperState {
   PORT_OPER_STATE_UNSPECIFIED = 0,
   PORT_OPER_STATE_UP = 1,
@@ -252,6 +298,47 @@ export function portOperStateToJSON(object: PortOperState): string {
     case PortOperState.PORT_OPER_STATE_REMOVED:
       return 'PORT_OPER_STATE_REMOVED';
     case PortOperState.UNRECOGNIZED:
+    default:
+      return 'UNRECOGNIZED';
+  }
+}
+
+export enum RouteVia {
+  ROUTE_VIA_UNSPECIFIED = 0,
+  /** ROUTE_VIA_ENCAP - Encapsulated to the peer's tunnel endpoint. */
+  ROUTE_VIA_ENCAP = 1,
+  /** ROUTE_VIA_DIRECT - Routed to the peer's underlay address as is (the peer is on the same link). */
+  ROUTE_VIA_DIRECT = 2,
+  UNRECOGNIZED = -1,
+}
+
+export function routeViaFromJSON(object: any): RouteVia {
+  switch (object) {
+    case 0:
+    case 'ROUTE_VIA_UNSPECIFIED':
+      return RouteVia.ROUTE_VIA_UNSPECIFIED;
+    case 1:
+    case 'ROUTE_VIA_ENCAP':
+      return RouteVia.ROUTE_VIA_ENCAP;
+    case 2:
+    case 'ROUTE_VIA_DIRECT':
+      return RouteVia.ROUTE_VIA_DIRECT;
+    case -1:
+    case 'UNRECOGNIZED':
+    default:
+      return RouteVia.UNRECOGNIZED;
+  }
+}
+
+export function routeViaToJSON(object: RouteVia): string {
+  switch (object) {
+    case RouteVia.ROUTE_VIA_UNSPECIFIED:
+      return 'ROUTE_VIA_UNSPECIFIED';
+    case RouteVia.ROUTE_VIA_ENCAP:
+      return 'ROUTE_VIA_ENCAP';
+    case RouteVia.ROUTE_VIA_DIRECT:
+      return 'ROUTE_VIA_DIRECT';
+    case RouteVia.UNRECOGNIZED:
     default:
       return 'UNRECOGNIZED';
   }
@@ -349,6 +436,11 @@ export interface AgentMessage {
   heartbeat?: Heartbeat | undefined;
   /** Version 2: what the DPU has, sent right after Hello and again whenever it changes. */
   inventory?: Inventory | undefined;
+  /**
+   * Version 3: how the fabric's peers look from the DPU, sent after a change and at least every
+   * heartbeat interval while it holds peers.
+   */
+  peerStatus?: PeerStatus | undefined;
 }
 
 export interface Hello {
@@ -368,6 +460,14 @@ export interface Hello {
    */
   minProtocolVersion: number;
   maxProtocolVersion: number;
+  /**
+   * Version 3: the DPU's own address on the underlay (its uplink's, the one holding its default route),
+   * the preferred first; the daemon publishes the first as this DPU's tunnel endpoint. Empty: the DPU
+   * carries no fabric.
+   */
+  uplinkAddresses: string[];
+  /** MTU of that uplink; 0: unknown (the daemon assumes 1500). */
+  uplinkMtu: number;
 }
 
 export interface Capabilities {
@@ -382,7 +482,8 @@ export interface Capabilities {
    * Optional features. Known: "host-endpoint" (acks carry a host netdev the daemon moves into the
    * workload namespace; without it the daemon programs nothing on the host side), "vlan", "vni", and
    * from version 2 "qos-rate" (Port.qos max/min transmit rate), "qos-spoof-check", "qos-trust",
-   * "qos-link-state" and "pf-select" (Port.pf). The daemon refuses a port that needs a feature the
+   * "qos-link-state" and "pf-select" (Port.pf), and from version 3 "fabric-vxlan" (it programs the
+   * FabricObjects of a VXLAN overlay). The daemon refuses a port that needs a feature the
    * agent did not name, before sending it.
    */
   features: string[];
@@ -439,6 +540,8 @@ export interface Ack {
    * "host-endpoint" feature.
    */
   endpoint?: Endpoint | undefined;
+  /** Version 3: what the name and generation refer to; unset: a port. */
+  kind: ObjectKind;
 }
 
 export interface Endpoint {
@@ -469,6 +572,28 @@ export interface Heartbeat {
   sentAtUnixMs: number;
 }
 
+/**
+ * Version 3: every Peer the agent holds, as it sees it now. Each PeerStatus replaces the previous
+ * one whole.
+ */
+export interface PeerStatus {
+  peers: PeerState[];
+}
+
+export interface PeerState {
+  /** FabricObject.name of the Peer. */
+  name: string;
+  /** Traffic to the peer gets through (the agent's own probe, or packets seen from it recently). */
+  reachable: boolean;
+  /** Its encapsulation runs in the DPU's switch, not in the DPU's software path. */
+  offloaded: boolean;
+  /** Packets sent to the peer since the agent programmed it. */
+  txPackets: number;
+  rxPackets: number;
+  /** The last thing that went wrong with it, for a person; empty when nothing did. */
+  lastError: string;
+}
+
 export interface ControllerMessage {
   helloAccept?: HelloAccept | undefined;
   helloReject?: HelloReject | undefined;
@@ -496,7 +621,8 @@ export interface DaemonCapabilities {
   maxProtocolVersion: number;
   /**
    * Known: "inventory" (it reads Inventory and guards endpoints with it), "qos" (it may send
-   * Port.qos), "pf-select" (it may send Port.pf), "keep-unlisted" (SnapshotBegin.keep_unlisted).
+   * Port.qos), "pf-select" (it may send Port.pf), "keep-unlisted" (SnapshotBegin.keep_unlisted), and
+   * from version 3 "fabric" (it may send FabricObjects).
    */
   features: string[];
 }
@@ -517,10 +643,82 @@ export interface SnapshotBegin {
    * this field (older agents) would delete them: agents must honour it.
    */
   keepUnlisted: boolean;
+  /**
+   * Version 3: the daemon does not know the whole peer table yet (its peer source has not delivered a
+   * full list): the agent keeps every fabric object it holds that the snapshot does not list. A route
+   * to a peer is removed only on the word of a complete table.
+   */
+  keepUnlistedFabric: boolean;
 }
 
+/** Exactly one of port and fabric is set; an agent below version 3 only ever receives a port. */
 export interface Upsert {
   port?: Port | undefined;
+  /** Version 3. */
+  fabric?: FabricObject | undefined;
+}
+
+/**
+ * Version 3: one object of the overlay between nodes, desired state like a port: named, with a
+ * generation, replaced whole by an Upsert of the same name, removed by a Delete of kind
+ * OBJECT_KIND_FABRIC, acknowledged with the kind. Names: "vtep" (the one LocalVtep), "prefix/<cidr>",
+ * "peer/<node>[/<endpoint>]", "route/<cidr>".
+ */
+export interface FabricObject {
+  name: string;
+  generation: number;
+  localVtep?: LocalVtep | undefined;
+  localPrefix?: LocalPrefix | undefined;
+  peer?: FabricPeer | undefined;
+  peerRoute?: PeerRoute | undefined;
+}
+
+/** The DPU's own tunnel endpoint: where it decapsulates and what it encapsulates from. */
+export interface LocalVtep {
+  /** Its underlay address (the one it stated in Hello). */
+  address: string;
+  /** MAC of its VXLAN device, as peers program it in their FDB and neighbour tables. */
+  mac: string;
+  vni: number;
+  /** UDP destination port. */
+  port: number;
+  /** MTU of the overlay device: the uplink's less the encapsulation. */
+  mtu: number;
+}
+
+/**
+ * A prefix (slice) of this node's pod addresses the DPU owns: packets for it arriving over the
+ * tunnel are delivered to its ports, and it answers ARP/ND for them on the overlay.
+ */
+export interface LocalPrefix {
+  prefix: string;
+}
+
+/**
+ * A remote tunnel endpoint: another node's, or another DPU's of the same node (traffic between two
+ * DPUs of one node crosses the fabric too).
+ */
+export interface FabricPeer {
+  node: string;
+  /** The endpoint's id within its node (a DPU's agent id); empty for a node's own VXLAN device. */
+  endpoint: string;
+  address: string;
+  mac: string;
+  vni: number;
+  port: number;
+}
+
+/**
+ * One remote prefix: a whole slice or node range, never one route per pod, except a borrowed /32
+ * (/128) of a pod whose address lies outside its DPU's slices.
+ */
+export interface PeerRoute {
+  prefix: string;
+  /** FabricObject.name of the FabricPeer that owns the prefix. */
+  peer: string;
+  via: RouteVia;
+  /** Largest packet the path carries. */
+  mtu: number;
 }
 
 /** Desired state of one workload interface. */
@@ -578,6 +776,8 @@ export interface Delete {
    * Empty for a plain Detach. Agents log it; older agents ignore it.
    */
   reason: string;
+  /** Version 3: what the name refers to; unset: a port. */
+  kind: ObjectKind;
 }
 
 /** Ends the snapshot started by SnapshotBegin with the same epoch. */
@@ -585,6 +785,8 @@ export interface SyncComplete {
   epoch: number;
   /** Number of Upserts in the snapshot, so the agent can tell a truncated one. */
   portCount: number;
+  /** Version 3: number of FabricObjects in the snapshot. */
+  fabricCount: number;
 }
 
 function createBaseAgentMessage(): AgentMessage {
@@ -594,6 +796,7 @@ function createBaseAgentMessage(): AgentMessage {
     portStatus: undefined,
     heartbeat: undefined,
     inventory: undefined,
+    peerStatus: undefined,
   };
 }
 
@@ -613,6 +816,9 @@ export const AgentMessage: MessageFns<AgentMessage> = {
     }
     if (message.inventory !== undefined) {
       Inventory.encode(message.inventory, writer.uint32(42).fork()).join();
+    }
+    if (message.peerStatus !== undefined) {
+      PeerStatus.encode(message.peerStatus, writer.uint32(50).fork()).join();
     }
     return writer;
   },
@@ -670,6 +876,14 @@ export const AgentMessage: MessageFns<AgentMessage> = {
             message.inventory = Inventory.decode(reader, reader.uint32());
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.peerStatus = PeerStatus.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -693,6 +907,11 @@ export const AgentMessage: MessageFns<AgentMessage> = {
           : undefined,
       heartbeat: isSet(object.heartbeat) ? Heartbeat.fromJSON(object.heartbeat) : undefined,
       inventory: isSet(object.inventory) ? Inventory.fromJSON(object.inventory) : undefined,
+      peerStatus: isSet(object.peerStatus)
+        ? PeerStatus.fromJSON(object.peerStatus)
+        : isSet(object.peer_status)
+          ? PeerStatus.fromJSON(object.peer_status)
+          : undefined,
     };
   },
 
@@ -712,6 +931,9 @@ export const AgentMessage: MessageFns<AgentMessage> = {
     }
     if (message.inventory !== undefined) {
       obj.inventory = Inventory.toJSON(message.inventory);
+    }
+    if (message.peerStatus !== undefined) {
+      obj.peerStatus = PeerStatus.toJSON(message.peerStatus);
     }
     return obj;
   },
@@ -736,6 +958,10 @@ export const AgentMessage: MessageFns<AgentMessage> = {
       object.inventory !== undefined && object.inventory !== null
         ? Inventory.fromPartial(object.inventory)
         : undefined;
+    message.peerStatus =
+      object.peerStatus !== undefined && object.peerStatus !== null
+        ? PeerStatus.fromPartial(object.peerStatus)
+        : undefined;
     return message;
   },
 };
@@ -748,6 +974,8 @@ function createBaseHello(): Hello {
     capabilities: undefined,
     minProtocolVersion: 0,
     maxProtocolVersion: 0,
+    uplinkAddresses: [],
+    uplinkMtu: 0,
   };
 }
 
@@ -770,6 +998,12 @@ export const Hello: MessageFns<Hello> = {
     }
     if (message.maxProtocolVersion !== 0) {
       writer.uint32(48).uint32(message.maxProtocolVersion);
+    }
+    for (const v of message.uplinkAddresses) {
+      writer.uint32(58).string(v!);
+    }
+    if (message.uplinkMtu !== 0) {
+      writer.uint32(64).uint32(message.uplinkMtu);
     }
     return writer;
   },
@@ -835,6 +1069,22 @@ export const Hello: MessageFns<Hello> = {
             message.maxProtocolVersion = reader.uint32();
             continue;
           }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.uplinkAddresses.push(reader.string());
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.uplinkMtu = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -875,6 +1125,16 @@ export const Hello: MessageFns<Hello> = {
         : isSet(object.max_protocol_version)
           ? globalThis.Number(object.max_protocol_version)
           : 0,
+      uplinkAddresses: globalThis.Array.isArray(object?.uplinkAddresses)
+        ? object.uplinkAddresses.map((e: any) => globalThis.String(e))
+        : globalThis.Array.isArray(object?.uplink_addresses)
+          ? object.uplink_addresses.map((e: any) => globalThis.String(e))
+          : [],
+      uplinkMtu: isSet(object.uplinkMtu)
+        ? globalThis.Number(object.uplinkMtu)
+        : isSet(object.uplink_mtu)
+          ? globalThis.Number(object.uplink_mtu)
+          : 0,
     };
   },
 
@@ -898,6 +1158,12 @@ export const Hello: MessageFns<Hello> = {
     if (message.maxProtocolVersion !== 0) {
       obj.maxProtocolVersion = Math.round(message.maxProtocolVersion);
     }
+    if (message.uplinkAddresses?.length) {
+      obj.uplinkAddresses = message.uplinkAddresses;
+    }
+    if (message.uplinkMtu !== 0) {
+      obj.uplinkMtu = Math.round(message.uplinkMtu);
+    }
     return obj;
   },
 
@@ -915,6 +1181,8 @@ export const Hello: MessageFns<Hello> = {
         : undefined;
     message.minProtocolVersion = object.minProtocolVersion ?? 0;
     message.maxProtocolVersion = object.maxProtocolVersion ?? 0;
+    message.uplinkAddresses = object.uplinkAddresses?.map((e) => e) || [];
+    message.uplinkMtu = object.uplinkMtu ?? 0;
     return message;
   },
 };
@@ -1512,7 +1780,7 @@ export const VirtualFunction: MessageFns<VirtualFunction> = {
 };
 
 function createBaseAck(): Ack {
-  return { name: '', generation: 0, code: 0, message: '', retryable: false, endpoint: undefined };
+  return { name: '', generation: 0, code: 0, message: '', retryable: false, endpoint: undefined, kind: 0 };
 }
 
 export const Ack: MessageFns<Ack> = {
@@ -1534,6 +1802,9 @@ export const Ack: MessageFns<Ack> = {
     }
     if (message.endpoint !== undefined) {
       Endpoint.encode(message.endpoint, writer.uint32(50).fork()).join();
+    }
+    if (message.kind !== 0) {
+      writer.uint32(56).int32(message.kind);
     }
     return writer;
   },
@@ -1599,6 +1870,14 @@ export const Ack: MessageFns<Ack> = {
             message.endpoint = Endpoint.decode(reader, reader.uint32());
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.kind = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1619,6 +1898,7 @@ export const Ack: MessageFns<Ack> = {
       message: isSet(object.message) ? globalThis.String(object.message) : '',
       retryable: isSet(object.retryable) ? globalThis.Boolean(object.retryable) : false,
       endpoint: isSet(object.endpoint) ? Endpoint.fromJSON(object.endpoint) : undefined,
+      kind: isSet(object.kind) ? objectKindFromJSON(object.kind) : 0,
     };
   },
 
@@ -1642,6 +1922,9 @@ export const Ack: MessageFns<Ack> = {
     if (message.endpoint !== undefined) {
       obj.endpoint = Endpoint.toJSON(message.endpoint);
     }
+    if (message.kind !== 0) {
+      obj.kind = objectKindToJSON(message.kind);
+    }
     return obj;
   },
 
@@ -1659,6 +1942,7 @@ export const Ack: MessageFns<Ack> = {
       object.endpoint !== undefined && object.endpoint !== null
         ? Endpoint.fromPartial(object.endpoint)
         : undefined;
+    message.kind = object.kind ?? 0;
     return message;
   },
 };
@@ -2014,6 +2298,238 @@ export const Heartbeat: MessageFns<Heartbeat> = {
     const message = createBaseHeartbeat();
     message.seq = object.seq ?? 0;
     message.sentAtUnixMs = object.sentAtUnixMs ?? 0;
+    return message;
+  },
+};
+
+function createBasePeerStatus(): PeerStatus {
+  return { peers: [] };
+}
+
+export const PeerStatus: MessageFns<PeerStatus> = {
+  encode(message: PeerStatus, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.peers) {
+      PeerState.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PeerStatus {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePeerStatus();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.peers.push(PeerState.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PeerStatus {
+    return {
+      peers: globalThis.Array.isArray(object?.peers)
+        ? object.peers.map((e: any) => PeerState.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: PeerStatus): unknown {
+    const obj: any = {};
+    if (message.peers?.length) {
+      obj.peers = message.peers.map((e) => PeerState.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PeerStatus>, I>>(base?: I): PeerStatus {
+    return PeerStatus.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PeerStatus>, I>>(object: I): PeerStatus {
+    const message = createBasePeerStatus();
+    message.peers = object.peers?.map((e) => PeerState.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBasePeerState(): PeerState {
+  return { name: '', reachable: false, offloaded: false, txPackets: 0, rxPackets: 0, lastError: '' };
+}
+
+export const PeerState: MessageFns<PeerState> = {
+  encode(message: PeerState, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== '') {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.reachable !== false) {
+      writer.uint32(16).bool(message.reachable);
+    }
+    if (message.offloaded !== false) {
+      writer.uint32(24).bool(message.offloaded);
+    }
+    if (message.txPackets !== 0) {
+      writer.uint32(32).uint64(message.txPackets);
+    }
+    if (message.rxPackets !== 0) {
+      writer.uint32(40).uint64(message.rxPackets);
+    }
+    if (message.lastError !== '') {
+      writer.uint32(50).string(message.lastError);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PeerState {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePeerState();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.reachable = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.offloaded = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.txPackets = longToNumber(reader.uint64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.rxPackets = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.lastError = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PeerState {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : '',
+      reachable: isSet(object.reachable) ? globalThis.Boolean(object.reachable) : false,
+      offloaded: isSet(object.offloaded) ? globalThis.Boolean(object.offloaded) : false,
+      txPackets: isSet(object.txPackets)
+        ? globalThis.Number(object.txPackets)
+        : isSet(object.tx_packets)
+          ? globalThis.Number(object.tx_packets)
+          : 0,
+      rxPackets: isSet(object.rxPackets)
+        ? globalThis.Number(object.rxPackets)
+        : isSet(object.rx_packets)
+          ? globalThis.Number(object.rx_packets)
+          : 0,
+      lastError: isSet(object.lastError)
+        ? globalThis.String(object.lastError)
+        : isSet(object.last_error)
+          ? globalThis.String(object.last_error)
+          : '',
+    };
+  },
+
+  toJSON(message: PeerState): unknown {
+    const obj: any = {};
+    if (message.name !== '') {
+      obj.name = message.name;
+    }
+    if (message.reachable !== false) {
+      obj.reachable = message.reachable;
+    }
+    if (message.offloaded !== false) {
+      obj.offloaded = message.offloaded;
+    }
+    if (message.txPackets !== 0) {
+      obj.txPackets = Math.round(message.txPackets);
+    }
+    if (message.rxPackets !== 0) {
+      obj.rxPackets = Math.round(message.rxPackets);
+    }
+    if (message.lastError !== '') {
+      obj.lastError = message.lastError;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PeerState>, I>>(base?: I): PeerState {
+    return PeerState.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PeerState>, I>>(object: I): PeerState {
+    const message = createBasePeerState();
+    message.name = object.name ?? '';
+    message.reachable = object.reachable ?? false;
+    message.offloaded = object.offloaded ?? false;
+    message.txPackets = object.txPackets ?? 0;
+    message.rxPackets = object.rxPackets ?? 0;
+    message.lastError = object.lastError ?? '';
     return message;
   },
 };
@@ -2535,7 +3051,7 @@ export const HelloReject: MessageFns<HelloReject> = {
 };
 
 function createBaseSnapshotBegin(): SnapshotBegin {
-  return { epoch: 0, keepUnlisted: false };
+  return { epoch: 0, keepUnlisted: false, keepUnlistedFabric: false };
 }
 
 export const SnapshotBegin: MessageFns<SnapshotBegin> = {
@@ -2545,6 +3061,9 @@ export const SnapshotBegin: MessageFns<SnapshotBegin> = {
     }
     if (message.keepUnlisted !== false) {
       writer.uint32(16).bool(message.keepUnlisted);
+    }
+    if (message.keepUnlistedFabric !== false) {
+      writer.uint32(24).bool(message.keepUnlistedFabric);
     }
     return writer;
   },
@@ -2578,6 +3097,14 @@ export const SnapshotBegin: MessageFns<SnapshotBegin> = {
             message.keepUnlisted = reader.bool();
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.keepUnlistedFabric = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2598,6 +3125,11 @@ export const SnapshotBegin: MessageFns<SnapshotBegin> = {
         : isSet(object.keep_unlisted)
           ? globalThis.Boolean(object.keep_unlisted)
           : false,
+      keepUnlistedFabric: isSet(object.keepUnlistedFabric)
+        ? globalThis.Boolean(object.keepUnlistedFabric)
+        : isSet(object.keep_unlisted_fabric)
+          ? globalThis.Boolean(object.keep_unlisted_fabric)
+          : false,
     };
   },
 
@@ -2609,6 +3141,9 @@ export const SnapshotBegin: MessageFns<SnapshotBegin> = {
     if (message.keepUnlisted !== false) {
       obj.keepUnlisted = message.keepUnlisted;
     }
+    if (message.keepUnlistedFabric !== false) {
+      obj.keepUnlistedFabric = message.keepUnlistedFabric;
+    }
     return obj;
   },
 
@@ -2619,18 +3154,22 @@ export const SnapshotBegin: MessageFns<SnapshotBegin> = {
     const message = createBaseSnapshotBegin();
     message.epoch = object.epoch ?? 0;
     message.keepUnlisted = object.keepUnlisted ?? false;
+    message.keepUnlistedFabric = object.keepUnlistedFabric ?? false;
     return message;
   },
 };
 
 function createBaseUpsert(): Upsert {
-  return { port: undefined };
+  return { port: undefined, fabric: undefined };
 }
 
 export const Upsert: MessageFns<Upsert> = {
   encode(message: Upsert, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.port !== undefined) {
       Port.encode(message.port, writer.uint32(10).fork()).join();
+    }
+    if (message.fabric !== undefined) {
+      FabricObject.encode(message.fabric, writer.uint32(18).fork()).join();
     }
     return writer;
   },
@@ -2656,6 +3195,14 @@ export const Upsert: MessageFns<Upsert> = {
             message.port = Port.decode(reader, reader.uint32());
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.fabric = FabricObject.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2669,13 +3216,19 @@ export const Upsert: MessageFns<Upsert> = {
   },
 
   fromJSON(object: any): Upsert {
-    return { port: isSet(object.port) ? Port.fromJSON(object.port) : undefined };
+    return {
+      port: isSet(object.port) ? Port.fromJSON(object.port) : undefined,
+      fabric: isSet(object.fabric) ? FabricObject.fromJSON(object.fabric) : undefined,
+    };
   },
 
   toJSON(message: Upsert): unknown {
     const obj: any = {};
     if (message.port !== undefined) {
       obj.port = Port.toJSON(message.port);
+    }
+    if (message.fabric !== undefined) {
+      obj.fabric = FabricObject.toJSON(message.fabric);
     }
     return obj;
   },
@@ -2687,6 +3240,654 @@ export const Upsert: MessageFns<Upsert> = {
     const message = createBaseUpsert();
     message.port =
       object.port !== undefined && object.port !== null ? Port.fromPartial(object.port) : undefined;
+    message.fabric =
+      object.fabric !== undefined && object.fabric !== null
+        ? FabricObject.fromPartial(object.fabric)
+        : undefined;
+    return message;
+  },
+};
+
+function createBaseFabricObject(): FabricObject {
+  return {
+    name: '',
+    generation: 0,
+    localVtep: undefined,
+    localPrefix: undefined,
+    peer: undefined,
+    peerRoute: undefined,
+  };
+}
+
+export const FabricObject: MessageFns<FabricObject> = {
+  encode(message: FabricObject, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== '') {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.generation !== 0) {
+      writer.uint32(16).uint64(message.generation);
+    }
+    if (message.localVtep !== undefined) {
+      LocalVtep.encode(message.localVtep, writer.uint32(26).fork()).join();
+    }
+    if (message.localPrefix !== undefined) {
+      LocalPrefix.encode(message.localPrefix, writer.uint32(34).fork()).join();
+    }
+    if (message.peer !== undefined) {
+      FabricPeer.encode(message.peer, writer.uint32(42).fork()).join();
+    }
+    if (message.peerRoute !== undefined) {
+      PeerRoute.encode(message.peerRoute, writer.uint32(50).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FabricObject {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFabricObject();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.generation = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.localVtep = LocalVtep.decode(reader, reader.uint32());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.localPrefix = LocalPrefix.decode(reader, reader.uint32());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.peer = FabricPeer.decode(reader, reader.uint32());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.peerRoute = PeerRoute.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): FabricObject {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : '',
+      generation: isSet(object.generation) ? globalThis.Number(object.generation) : 0,
+      localVtep: isSet(object.localVtep)
+        ? LocalVtep.fromJSON(object.localVtep)
+        : isSet(object.local_vtep)
+          ? LocalVtep.fromJSON(object.local_vtep)
+          : undefined,
+      localPrefix: isSet(object.localPrefix)
+        ? LocalPrefix.fromJSON(object.localPrefix)
+        : isSet(object.local_prefix)
+          ? LocalPrefix.fromJSON(object.local_prefix)
+          : undefined,
+      peer: isSet(object.peer) ? FabricPeer.fromJSON(object.peer) : undefined,
+      peerRoute: isSet(object.peerRoute)
+        ? PeerRoute.fromJSON(object.peerRoute)
+        : isSet(object.peer_route)
+          ? PeerRoute.fromJSON(object.peer_route)
+          : undefined,
+    };
+  },
+
+  toJSON(message: FabricObject): unknown {
+    const obj: any = {};
+    if (message.name !== '') {
+      obj.name = message.name;
+    }
+    if (message.generation !== 0) {
+      obj.generation = Math.round(message.generation);
+    }
+    if (message.localVtep !== undefined) {
+      obj.localVtep = LocalVtep.toJSON(message.localVtep);
+    }
+    if (message.localPrefix !== undefined) {
+      obj.localPrefix = LocalPrefix.toJSON(message.localPrefix);
+    }
+    if (message.peer !== undefined) {
+      obj.peer = FabricPeer.toJSON(message.peer);
+    }
+    if (message.peerRoute !== undefined) {
+      obj.peerRoute = PeerRoute.toJSON(message.peerRoute);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<FabricObject>, I>>(base?: I): FabricObject {
+    return FabricObject.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<FabricObject>, I>>(object: I): FabricObject {
+    const message = createBaseFabricObject();
+    message.name = object.name ?? '';
+    message.generation = object.generation ?? 0;
+    message.localVtep =
+      object.localVtep !== undefined && object.localVtep !== null
+        ? LocalVtep.fromPartial(object.localVtep)
+        : undefined;
+    message.localPrefix =
+      object.localPrefix !== undefined && object.localPrefix !== null
+        ? LocalPrefix.fromPartial(object.localPrefix)
+        : undefined;
+    message.peer =
+      object.peer !== undefined && object.peer !== null ? FabricPeer.fromPartial(object.peer) : undefined;
+    message.peerRoute =
+      object.peerRoute !== undefined && object.peerRoute !== null
+        ? PeerRoute.fromPartial(object.peerRoute)
+        : undefined;
+    return message;
+  },
+};
+
+function createBaseLocalVtep(): LocalVtep {
+  return { address: '', mac: '', vni: 0, port: 0, mtu: 0 };
+}
+
+export const LocalVtep: MessageFns<LocalVtep> = {
+  encode(message: LocalVtep, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.address !== '') {
+      writer.uint32(10).string(message.address);
+    }
+    if (message.mac !== '') {
+      writer.uint32(18).string(message.mac);
+    }
+    if (message.vni !== 0) {
+      writer.uint32(24).uint32(message.vni);
+    }
+    if (message.port !== 0) {
+      writer.uint32(32).uint32(message.port);
+    }
+    if (message.mtu !== 0) {
+      writer.uint32(40).uint32(message.mtu);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LocalVtep {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLocalVtep();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.address = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.mac = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.vni = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.port = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.mtu = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LocalVtep {
+    return {
+      address: isSet(object.address) ? globalThis.String(object.address) : '',
+      mac: isSet(object.mac) ? globalThis.String(object.mac) : '',
+      vni: isSet(object.vni) ? globalThis.Number(object.vni) : 0,
+      port: isSet(object.port) ? globalThis.Number(object.port) : 0,
+      mtu: isSet(object.mtu) ? globalThis.Number(object.mtu) : 0,
+    };
+  },
+
+  toJSON(message: LocalVtep): unknown {
+    const obj: any = {};
+    if (message.address !== '') {
+      obj.address = message.address;
+    }
+    if (message.mac !== '') {
+      obj.mac = message.mac;
+    }
+    if (message.vni !== 0) {
+      obj.vni = Math.round(message.vni);
+    }
+    if (message.port !== 0) {
+      obj.port = Math.round(message.port);
+    }
+    if (message.mtu !== 0) {
+      obj.mtu = Math.round(message.mtu);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LocalVtep>, I>>(base?: I): LocalVtep {
+    return LocalVtep.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LocalVtep>, I>>(object: I): LocalVtep {
+    const message = createBaseLocalVtep();
+    message.address = object.address ?? '';
+    message.mac = object.mac ?? '';
+    message.vni = object.vni ?? 0;
+    message.port = object.port ?? 0;
+    message.mtu = object.mtu ?? 0;
+    return message;
+  },
+};
+
+function createBaseLocalPrefix(): LocalPrefix {
+  return { prefix: '' };
+}
+
+export const LocalPrefix: MessageFns<LocalPrefix> = {
+  encode(message: LocalPrefix, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.prefix !== '') {
+      writer.uint32(10).string(message.prefix);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): LocalPrefix {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseLocalPrefix();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.prefix = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): LocalPrefix {
+    return { prefix: isSet(object.prefix) ? globalThis.String(object.prefix) : '' };
+  },
+
+  toJSON(message: LocalPrefix): unknown {
+    const obj: any = {};
+    if (message.prefix !== '') {
+      obj.prefix = message.prefix;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<LocalPrefix>, I>>(base?: I): LocalPrefix {
+    return LocalPrefix.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<LocalPrefix>, I>>(object: I): LocalPrefix {
+    const message = createBaseLocalPrefix();
+    message.prefix = object.prefix ?? '';
+    return message;
+  },
+};
+
+function createBaseFabricPeer(): FabricPeer {
+  return { node: '', endpoint: '', address: '', mac: '', vni: 0, port: 0 };
+}
+
+export const FabricPeer: MessageFns<FabricPeer> = {
+  encode(message: FabricPeer, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.node !== '') {
+      writer.uint32(10).string(message.node);
+    }
+    if (message.endpoint !== '') {
+      writer.uint32(18).string(message.endpoint);
+    }
+    if (message.address !== '') {
+      writer.uint32(26).string(message.address);
+    }
+    if (message.mac !== '') {
+      writer.uint32(34).string(message.mac);
+    }
+    if (message.vni !== 0) {
+      writer.uint32(40).uint32(message.vni);
+    }
+    if (message.port !== 0) {
+      writer.uint32(48).uint32(message.port);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FabricPeer {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFabricPeer();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.node = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.endpoint = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.address = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.mac = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.vni = reader.uint32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.port = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): FabricPeer {
+    return {
+      node: isSet(object.node) ? globalThis.String(object.node) : '',
+      endpoint: isSet(object.endpoint) ? globalThis.String(object.endpoint) : '',
+      address: isSet(object.address) ? globalThis.String(object.address) : '',
+      mac: isSet(object.mac) ? globalThis.String(object.mac) : '',
+      vni: isSet(object.vni) ? globalThis.Number(object.vni) : 0,
+      port: isSet(object.port) ? globalThis.Number(object.port) : 0,
+    };
+  },
+
+  toJSON(message: FabricPeer): unknown {
+    const obj: any = {};
+    if (message.node !== '') {
+      obj.node = message.node;
+    }
+    if (message.endpoint !== '') {
+      obj.endpoint = message.endpoint;
+    }
+    if (message.address !== '') {
+      obj.address = message.address;
+    }
+    if (message.mac !== '') {
+      obj.mac = message.mac;
+    }
+    if (message.vni !== 0) {
+      obj.vni = Math.round(message.vni);
+    }
+    if (message.port !== 0) {
+      obj.port = Math.round(message.port);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<FabricPeer>, I>>(base?: I): FabricPeer {
+    return FabricPeer.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<FabricPeer>, I>>(object: I): FabricPeer {
+    const message = createBaseFabricPeer();
+    message.node = object.node ?? '';
+    message.endpoint = object.endpoint ?? '';
+    message.address = object.address ?? '';
+    message.mac = object.mac ?? '';
+    message.vni = object.vni ?? 0;
+    message.port = object.port ?? 0;
+    return message;
+  },
+};
+
+function createBasePeerRoute(): PeerRoute {
+  return { prefix: '', peer: '', via: 0, mtu: 0 };
+}
+
+export const PeerRoute: MessageFns<PeerRoute> = {
+  encode(message: PeerRoute, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.prefix !== '') {
+      writer.uint32(10).string(message.prefix);
+    }
+    if (message.peer !== '') {
+      writer.uint32(18).string(message.peer);
+    }
+    if (message.via !== 0) {
+      writer.uint32(24).int32(message.via);
+    }
+    if (message.mtu !== 0) {
+      writer.uint32(32).uint32(message.mtu);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PeerRoute {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePeerRoute();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.prefix = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.peer = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.via = reader.int32() as any;
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.mtu = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PeerRoute {
+    return {
+      prefix: isSet(object.prefix) ? globalThis.String(object.prefix) : '',
+      peer: isSet(object.peer) ? globalThis.String(object.peer) : '',
+      via: isSet(object.via) ? routeViaFromJSON(object.via) : 0,
+      mtu: isSet(object.mtu) ? globalThis.Number(object.mtu) : 0,
+    };
+  },
+
+  toJSON(message: PeerRoute): unknown {
+    const obj: any = {};
+    if (message.prefix !== '') {
+      obj.prefix = message.prefix;
+    }
+    if (message.peer !== '') {
+      obj.peer = message.peer;
+    }
+    if (message.via !== 0) {
+      obj.via = routeViaToJSON(message.via);
+    }
+    if (message.mtu !== 0) {
+      obj.mtu = Math.round(message.mtu);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PeerRoute>, I>>(base?: I): PeerRoute {
+    return PeerRoute.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PeerRoute>, I>>(object: I): PeerRoute {
+    const message = createBasePeerRoute();
+    message.prefix = object.prefix ?? '';
+    message.peer = object.peer ?? '';
+    message.via = object.via ?? 0;
+    message.mtu = object.mtu ?? 0;
     return message;
   },
 };
@@ -3194,7 +4395,7 @@ export const Route: MessageFns<Route> = {
 };
 
 function createBaseDelete(): Delete {
-  return { name: '', generation: 0, reason: '' };
+  return { name: '', generation: 0, reason: '', kind: 0 };
 }
 
 export const Delete: MessageFns<Delete> = {
@@ -3207,6 +4408,9 @@ export const Delete: MessageFns<Delete> = {
     }
     if (message.reason !== '') {
       writer.uint32(26).string(message.reason);
+    }
+    if (message.kind !== 0) {
+      writer.uint32(32).int32(message.kind);
     }
     return writer;
   },
@@ -3248,6 +4452,14 @@ export const Delete: MessageFns<Delete> = {
             message.reason = reader.string();
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.kind = reader.int32() as any;
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3265,6 +4477,7 @@ export const Delete: MessageFns<Delete> = {
       name: isSet(object.name) ? globalThis.String(object.name) : '',
       generation: isSet(object.generation) ? globalThis.Number(object.generation) : 0,
       reason: isSet(object.reason) ? globalThis.String(object.reason) : '',
+      kind: isSet(object.kind) ? objectKindFromJSON(object.kind) : 0,
     };
   },
 
@@ -3279,6 +4492,9 @@ export const Delete: MessageFns<Delete> = {
     if (message.reason !== '') {
       obj.reason = message.reason;
     }
+    if (message.kind !== 0) {
+      obj.kind = objectKindToJSON(message.kind);
+    }
     return obj;
   },
 
@@ -3290,12 +4506,13 @@ export const Delete: MessageFns<Delete> = {
     message.name = object.name ?? '';
     message.generation = object.generation ?? 0;
     message.reason = object.reason ?? '';
+    message.kind = object.kind ?? 0;
     return message;
   },
 };
 
 function createBaseSyncComplete(): SyncComplete {
-  return { epoch: 0, portCount: 0 };
+  return { epoch: 0, portCount: 0, fabricCount: 0 };
 }
 
 export const SyncComplete: MessageFns<SyncComplete> = {
@@ -3305,6 +4522,9 @@ export const SyncComplete: MessageFns<SyncComplete> = {
     }
     if (message.portCount !== 0) {
       writer.uint32(16).uint32(message.portCount);
+    }
+    if (message.fabricCount !== 0) {
+      writer.uint32(24).uint32(message.fabricCount);
     }
     return writer;
   },
@@ -3338,6 +4558,14 @@ export const SyncComplete: MessageFns<SyncComplete> = {
             message.portCount = reader.uint32();
             continue;
           }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.fabricCount = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3358,6 +4586,11 @@ export const SyncComplete: MessageFns<SyncComplete> = {
         : isSet(object.port_count)
           ? globalThis.Number(object.port_count)
           : 0,
+      fabricCount: isSet(object.fabricCount)
+        ? globalThis.Number(object.fabricCount)
+        : isSet(object.fabric_count)
+          ? globalThis.Number(object.fabric_count)
+          : 0,
     };
   },
 
@@ -3369,6 +4602,9 @@ export const SyncComplete: MessageFns<SyncComplete> = {
     if (message.portCount !== 0) {
       obj.portCount = Math.round(message.portCount);
     }
+    if (message.fabricCount !== 0) {
+      obj.fabricCount = Math.round(message.fabricCount);
+    }
     return obj;
   },
 
@@ -3379,6 +4615,7 @@ export const SyncComplete: MessageFns<SyncComplete> = {
     const message = createBaseSyncComplete();
     message.epoch = object.epoch ?? 0;
     message.portCount = object.portCount ?? 0;
+    message.fabricCount = object.fabricCount ?? 0;
     return message;
   },
 };
