@@ -363,13 +363,16 @@ export class AgentSync implements LinkEvents {
 
   /**
    * Makes `plan` the fabric `agentId` should hold: changed objects get a new generation and go to its
-   * session now, removed ones a Delete. An agent away (or not primed yet) gets them in its next
-   * snapshot. Returns how many objects changed.
+   * session now, removed ones a Delete. An agent away (or whose snapshot is still to come) gets them in
+   * its next snapshot. Returns how many objects changed.
    */
   setFabric(agentId: string, plan: ReadonlyMap<string, FabricBody>): number {
     const st = this.stateOf(agentId);
     const changes = st.fabric.set(plan, () => this.deps.desired.nextGeneration());
-    const s = this.isPrimed && st.carriage.carries ? this.deps.link.sessionOf(agentId) : undefined;
+    // Only a session that already got its snapshot hears single changes: one still waiting for it (not
+    // primed yet, or being established right now) gets them listed in the snapshot.
+    const current = st.carriage.carries ? this.deps.link.sessionOf(agentId) : undefined;
+    const s = current && st.sync?.sessionId === current.id ? current : undefined;
     for (const object of changes.upserts) {
       st.fabricTombstones.delete(object.name);
       this.supersede(object.name, agentId, ObjectKind.OBJECT_KIND_FABRIC);
@@ -387,7 +390,8 @@ export class AgentSync implements LinkEvents {
   private fabricAck(s: AgentSession, ack: Ack): void {
     const st = this.stateOf(s.agentId);
     const ok = ack.code === AckCode.ACK_CODE_OK;
-    const current = st.fabric.get(ack.name);
+    // An agent that does not carry the fabric was sent none: whatever it acks is unknown to it.
+    const current = st.carriage.carries ? st.fabric.get(ack.name) : undefined;
     if (current && current.generation === ack.generation) {
       st.fabric.recordAck(ack.name, { generation: ack.generation, ok, message: ack.message });
       const sync = st.sync;

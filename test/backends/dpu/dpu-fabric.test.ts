@@ -230,6 +230,9 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
     const from = a.received.length;
     const bAgent = connect(v3Hello('dpu-b', { uplinkAddresses: ['10.0.1.12'] }));
     const sb = await snapshot(bAgent);
+    const beginAt = bAgent.received.indexOf(sb.begin);
+    expect(fabricUpserts(bAgent).length, 'nothing sent before its snapshot, nothing twice').to.equal(4);
+    expect(bAgent.received.slice(0, beginAt).some((m) => m.upsert)).to.equal(false);
     expect(sb.fabric.map((o) => o.name)).to.deep.equal([
       'peer/n1/dpu-a',
       'prefix/10.244.0.64/26',
