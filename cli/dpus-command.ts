@@ -4,7 +4,9 @@ import { EXIT, clientCommand, withClient } from './client-commands';
 import { json, table } from './output';
 
 // `workloadnet dpus`: the node's DPU agents as the daemon sees them (Status.dpus), one row each, with
-// the PFs below. Exit code 3 when no agent is healthy, like `status` when the node is not ready.
+// the PFs below, and while the fabric is on each DPU's part of it: whether it carries the fabric, its
+// VTEP, its fabric objects acknowledged of those desired, its peers reachable of those it holds. Exit
+// code 3 when no agent is healthy, like `status` when the node is not ready.
 
 interface DpusOpts {
   socket: string;
@@ -31,6 +33,7 @@ export function registerDpusCommand(program: Command): void {
 export function formatDpus(st: StatusResponse): string {
   if (st.backend !== 'dpu') return `the daemon runs the ${st.backend} backend, which has no DPU agents\n`;
   if (st.dpus.length === 0) return 'no DPU agent has connected\n';
+  const fabricOn = st.dpus.some((d) => d.fabric);
   const rows = st.dpus.map((d) => [
     d.id,
     state(d),
@@ -41,13 +44,41 @@ export function formatDpus(st: StatusResponse): string {
     d.vfsTotal ? `${d.vfsFree}/${d.vfsTotal}` : '-',
     String(d.ports),
     d.connected ? `${(Number(d.lastHeartbeatAgeMs) / 1000).toFixed(1)}s` : '-',
+    ...(fabricOn ? fabricColumns(d) : []),
   ]);
   let out = table(
-    ['DPU', 'STATE', 'BOOT', 'PROTOCOL', 'FIRMWARE', 'PFS', 'VFS FREE', 'PORTS', 'HEARTBEAT'],
+    [
+      'DPU',
+      'STATE',
+      'BOOT',
+      'PROTOCOL',
+      'FIRMWARE',
+      'PFS',
+      'VFS FREE',
+      'PORTS',
+      'HEARTBEAT',
+      ...(fabricOn ? ['FABRIC', 'VTEP', 'OBJECTS', 'PEERS'] : []),
+    ],
     rows,
   );
-  for (const d of st.dpus) if (d.reason) out += `${d.id}: ${d.reason}\n`;
+  for (const d of st.dpus) {
+    if (d.reason) out += `${d.id}: ${d.reason}\n`;
+    if (d.fabric?.note) out += `${d.id}: ${d.fabric.note}\n`;
+  }
   return out;
+}
+
+/** Carries the fabric (yes/no), its VTEP, objects acked/desired, peers reachable/total. */
+function fabricColumns(d: DpuStatus): string[] {
+  const f = d.fabric;
+  if (!f) return ['-', '-', '-', '-'];
+  if (!f.carries) return ['no', '-', '-', '-'];
+  return [
+    'yes',
+    f.vtep || '-',
+    `${f.objectsAcked}/${f.objectsDesired}`,
+    `${f.peersReachable}/${f.peersTotal}`,
+  ];
 }
 
 function state(d: DpuStatus): string {

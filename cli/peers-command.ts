@@ -1,11 +1,12 @@
 import type { Command } from 'commander';
-import type { FabricStatus } from '../proto/gen/workloadnet/v1/workload';
+import type { FabricEndpoint, FabricPeer, FabricStatus } from '../proto/gen/workloadnet/v1/workload';
 import { EXIT, clientCommand, withClient } from './client-commands';
 import { age, json, table } from './output';
 
 // `workloadnet peers`: the fabric as the daemon sees it (Status.fabric): this node, the peer source,
-// and one row per peer with the path that reaches it. Exit code 3 when the fabric is on and not ready,
-// like `status` when the node is not ready.
+// and one row per peer with the path that reaches it; below the table, per peer, its DPUs' tunnel
+// endpoints with their slices, and how each DPU of this node sees it. Exit code 3 when the fabric is on
+// and not ready, like `status` when the node is not ready.
 
 interface PeersOpts {
   socket: string;
@@ -39,6 +40,7 @@ export function formatPeers(f: FabricStatus | undefined, now = Date.now()): stri
     lines.push(
       `this node:   ${f.node} ${f.underlay.join(',') || '-'} (uplink ${f.uplink || '-'}, mtu ${f.mtu}, pod mtu ${f.podMtu})`,
     );
+  for (const e of f.endpoints) lines.push(`  endpoint:  ${endpoint(e)}`);
   if (f.source) {
     const s = f.source;
     lines.push(
@@ -65,5 +67,23 @@ export function formatPeers(f: FabricStatus | undefined, now = Date.now()): stri
         p.reason || '-',
       ]),
     );
+  const details = f.peers.flatMap(peerDetails);
+  return details.length ? `${out}\n${details.join('\n')}\n` : out;
+}
+
+/** A peer's DPU endpoints and how this node's DPUs see it, one line each. */
+function peerDetails(p: FabricPeer): string[] {
+  const out = p.endpoints.map((e) => `${p.node}: endpoint ${endpoint(e)}`);
+  for (const s of p.seenBy) {
+    const state = [s.reachable ? 'reachable' : 'unreachable', s.offloaded ? 'offloaded' : 'not offloaded'];
+    out.push(
+      `${p.node}: seen by ${s.endpoint}: ${state.join(', ')}, tx ${s.txPackets} rx ${s.rxPackets} packets${s.lastError ? `; last error: ${s.lastError}` : ''}`,
+    );
+  }
   return out;
+}
+
+/** A DPU's VTEP and its slices. */
+function endpoint(e: FabricEndpoint): string {
+  return `${e.id} ${e.underlay}${e.vtep ? ` (${e.vtep.mac}, vni ${e.vtep.vni})` : ''}, mtu ${e.mtu}: ${e.prefixes.join(',') || 'no prefixes'}`;
 }

@@ -189,6 +189,24 @@ export interface DpuAgentStatus {
   synced: boolean;
   /** Why it is not healthy. */
   reason?: string;
+  /** Its part of the fabric, while the fabric is on (dpu backend). */
+  fabric?: DpuFabricStatus;
+}
+
+/** One DPU agent's part of the fabric (`workloadnet dpus`). */
+export interface DpuFabricStatus {
+  /** It speaks protocol version 3, names "fabric-vxlan" and stated an uplink address. */
+  carries: boolean;
+  /** Why it does not carry the fabric, or how it carries it now (away); empty when all is well. */
+  note: string;
+  /** Its VTEP's underlay address. */
+  vtep: string;
+  /** Fabric objects it acknowledged at their current generations, of those it should hold. */
+  objectsAcked: number;
+  objectsDesired: number;
+  /** Tunnel endpoints it reports reachable, of those it should hold. */
+  peersReachable: number;
+  peersTotal: number;
 }
 
 /**

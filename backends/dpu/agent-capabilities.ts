@@ -32,7 +32,11 @@ export function checkCapabilities(s: AgentSession, spec: AttachSpec, port: PortF
  * Why an agent cannot apply a port's VF settings (QoS, PF choice), or undefined when it can or the port
  * has none. Placement skips such agents; a port placed on one by name is refused before sending.
  */
-export function vfSettingsRefusal(s: AgentSession, key: string, port: PortFields): string | undefined {
+export function vfSettingsRefusal(
+  s: AgentSession,
+  key: string,
+  port: Pick<PortFields, 'qos' | 'pf'>,
+): string | undefined {
   const needed = featuresNeeded(port);
   if (needed.length === 0) return undefined;
   if (s.version < 2) {

@@ -1,7 +1,7 @@
 import { status } from '@grpc/grpc-js';
 import { unavailable } from '../../core/errors';
 import type { Logger } from '../../core/logger';
-import type { Ack, Hello, PortStatus } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import type { Ack, Hello, PeerStatus, PortStatus } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import { AgentServer, type AgentCall, type AgentPeer, type TlsFiles } from './agent-server';
 import { AgentSession, type SessionTiming } from './agent-session';
 import { admitHello, type Admission } from './hello-admission';
@@ -34,6 +34,8 @@ export interface LinkEvents {
   portStatus(session: AgentSession, ps: PortStatus): void;
   /** The agent sent a new inventory (session.inventory). */
   inventory(session: AgentSession): void;
+  /** The agent said how it sees its fabric peers. */
+  peerStatus(session: AgentSession, ps: PeerStatus): void;
   /** A slot's session ended, for whatever reason; called once per session. */
   lost(session: AgentSession, reason: string): void;
 }
@@ -183,6 +185,9 @@ export class AgentLink {
         },
         inventory: (s) => {
           if (this.holders.get(s.agentId) === s) this.events.inventory(s);
+        },
+        peerStatus: (s, ps) => {
+          if (this.holders.get(s.agentId) === s) this.events.peerStatus(s, ps);
         },
         closed: (s, reason) => this.closed(s, reason),
       },

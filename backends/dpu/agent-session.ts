@@ -8,6 +8,7 @@ import type {
   ControllerMessage,
   Hello,
   Inventory,
+  PeerStatus,
   PortStatus,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import { AgentInventory } from './agent-inventory';
@@ -30,6 +31,8 @@ export interface SessionHost {
   portStatus(session: AgentSession, ps: PortStatus): void;
   /** A new inventory was accepted (session.inventory holds it). */
   inventory(session: AgentSession): void;
+  /** How the agent sees its fabric peers (version 3). */
+  peerStatus(session: AgentSession, ps: PeerStatus): void;
   /** The stream ended, for whatever reason; called exactly once per session. */
   closed(session: AgentSession, reason: string): void;
 }
@@ -55,6 +58,7 @@ function kindOf(msg: AgentMessage): string {
   if (msg.portStatus) return 'port_status';
   if (msg.heartbeat) return 'heartbeat';
   if (msg.inventory) return 'inventory';
+  if (msg.peerStatus) return 'peer_status';
   return 'empty';
 }
 
@@ -226,6 +230,9 @@ export class AgentSession {
         return;
       case 'inventory':
         if (msg.inventory) this.onInventory(msg.inventory);
+        return;
+      case 'peer_status':
+        if (msg.peerStatus) this.host.peerStatus(this, msg.peerStatus);
         return;
       default:
         // A newer agent may send a message kind this daemon does not know; it is not an error.

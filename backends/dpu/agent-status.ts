@@ -1,4 +1,4 @@
-import type { BackendHealth, DpuAgentStatus } from '../../core/backend';
+import type { BackendHealth, DpuAgentStatus, DpuFabricStatus } from '../../core/backend';
 import { monotonicMs } from '../../core/monotonic-clock';
 import type { AckWaiter } from './ack-waiter';
 import type { AgentLink } from './agent-link';
@@ -16,6 +16,8 @@ export interface StatusSources {
   acks: AckWaiter;
   link: AgentLink;
   sync: AgentSync;
+  /** Each agent's part of the fabric, undefined while the fabric is off (dpu-fabric.ts). */
+  fabric?(agentId: string): DpuFabricStatus | undefined;
 }
 
 export function dpuHealth(src: StatusSources): BackendHealth {
@@ -97,7 +99,9 @@ function dpuStatuses(src: StatusSources, neverSeen: string[]): DpuAgentStatus[] 
   const base = (id: string): DpuAgentStatus => {
     const st = agentSync.state(id);
     const inv = st?.inventory;
+    const fabric = src.fabric?.(id);
     return {
+      ...(fabric ? { fabric } : {}),
       id,
       connected: false,
       healthy: false,

@@ -1,9 +1,13 @@
+import type { PeerState } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { AgentInventory } from './agent-inventory';
+import type { FabricCarriage } from './fabric-carriage';
+import { FabricDesired } from './fabric-desired';
 import type { SnapshotSync } from './snapshot-sync';
 
 // What the backend tracks of its exchange with one agent (by agent id, across its sessions): the
 // snapshot in flight, Deletes sent and not yet acked, and Deletes the agent must still confirm. Each
-// agent holds only the ports placed on it, so each has its own.
+// agent holds only the ports placed on it, so each has its own. From version 3 also its fabric: the
+// objects it should hold, the fabric Deletes not yet acked, and its latest word on its peers.
 
 export class AgentSyncState {
   sync: SnapshotSync | undefined;
@@ -19,6 +23,14 @@ export class AgentSyncState {
   /** The last inventory and protocol version it reported, kept while it is away (for Status). */
   inventory: AgentInventory | undefined;
   version = 0;
+  /** Whether its current (or last) session carries the fabric, and why not. */
+  carriage: FabricCarriage = { carries: false, why: 'not connected yet' };
+  /** The fabric objects it should hold (fabric-plan.ts), kept while it is away. */
+  readonly fabric = new FabricDesired();
+  /** Fabric Deletes sent and not yet acked: name → generation of the Delete. */
+  readonly fabricTombstones = new Map<string, number>();
+  /** Its latest PeerStatus (each replaces the previous whole); empty until it sends one. */
+  peerStates: PeerState[] = [];
 
   constructor(readonly agentId: string) {}
 }

@@ -7,6 +7,7 @@ import {
   PortOperState,
   type Ack,
   type Endpoint,
+  type PeerStatus,
   type Port,
   type PortStatus,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
@@ -16,13 +17,17 @@ import type { AgentLink, LinkEvents, LostAgent } from './agent-link';
 import type { AgentSession } from './agent-session';
 import { AgentSyncState } from './agent-sync-state';
 import type { DesiredPort, DesiredState } from './desired-state';
+import { fabricCarriage } from './fabric-carriage';
+import type { FabricBody } from './fabric-plan';
 import type { PortFields } from './port-spec';
 import { SnapshotSync } from './snapshot-sync';
 
 // Keeps each agent's ports in step with the desired state: a snapshot of its ports on every session it
 // opens, single changes in between, Deletes until they are confirmed, and what its acks and port
 // statuses say of each port. This is all that the backend hears from its agents (the link's events);
-// the Backend verbs change the desired state and hand their changes here.
+// the Backend verbs change the desired state and hand their changes here. From version 3 the same goes
+// for each agent's fabric objects (setFabric): listed in every snapshot, sent singly in between, acked
+// by (kind, name, generation).
 
 export interface AgentSyncDeps {
   link: AgentLink;
@@ -35,6 +40,11 @@ export interface AgentSyncDeps {
    * host namespace, and they must go back into their workloads.
    */
   synced(agentId: string): Promise<void>;
+  /**
+   * Runs when an agent's session is established, before its snapshot is built: the fabric plans the
+   * agent's objects (and its neighbours' objects for it) so that the snapshot lists them.
+   */
+  established?(session: AgentSession): void;
 }
 
 export class AgentSync implements LinkEvents {
@@ -197,8 +207,12 @@ export class AgentSync implements LinkEvents {
   established(s: AgentSession, prev: LostAgent | undefined): void {
     const st = this.stateOf(s.agentId);
     st.version = s.version;
-    // A new session reports its inventory afresh; a version 1 agent has none.
+    // A new session reports its inventory and its peers afresh; a version 1 agent has none.
     st.inventory = undefined;
+    st.peerStates = [];
+    st.fabric.clearAcks();
+    st.carriage = fabricCarriage(s.version, s.hello);
+    this.deps.established?.(s);
     if (prev && prev.agentId === s.agentId && prev.bootId !== s.bootId) {
       this.deps.log.info(
         { agentId: s.agentId, oldBootId: prev.bootId, bootId: s.bootId, ports: this.deps.desired.size },
@@ -219,6 +233,7 @@ export class AgentSync implements LinkEvents {
     // Acks can only arrive on the session that got the change; the next snapshot settles the rest.
     const st = this.stateOf(s.agentId);
     st.tombstones.clear();
+    st.fabricTombstones.clear();
     this.deps.desired.clearOperStates(s.agentId);
     st.sync?.abandon();
     st.sync = undefined;
@@ -250,6 +265,10 @@ export class AgentSync implements LinkEvents {
   }
 
   ack(s: AgentSession, ack: Ack): void {
+    if (ack.kind === ObjectKind.OBJECT_KIND_FABRIC) {
+      this.fabricAck(s, ack);
+      return;
+    }
     const st = this.stateOf(s.agentId);
     // A port placed on another agent is none of this agent's business.
     const placed = this.deps.desired.get(ack.name);
@@ -326,6 +345,80 @@ export class AgentSync implements LinkEvents {
     }
   }
 
+  peerStatus(s: AgentSession, ps: PeerStatus): void {
+    const st = this.stateOf(s.agentId);
+    if (!st.carriage.carries) {
+      const n = this.logRate.occurrence('peer-status');
+      if (n !== undefined)
+        this.deps.log.warn(
+          { agentId: s.agentId, occurrences: n },
+          'peer status from an agent that does not carry the fabric; ignored',
+        );
+      return;
+    }
+    st.peerStates = ps.peers;
+  }
+
+  // ---- the fabric ----------------------------------------------------------------------------
+
+  /**
+   * Makes `plan` the fabric `agentId` should hold: changed objects get a new generation and go to its
+   * session now, removed ones a Delete. An agent away (or whose snapshot is still to come) gets them in
+   * its next snapshot. Returns how many objects changed.
+   */
+  setFabric(agentId: string, plan: ReadonlyMap<string, FabricBody>): number {
+    const st = this.stateOf(agentId);
+    const changes = st.fabric.set(plan, () => this.deps.desired.nextGeneration());
+    // Only a session that already got its snapshot hears single changes: one still waiting for it (not
+    // primed yet, or being established right now) gets them listed in the snapshot.
+    const current = st.carriage.carries ? this.deps.link.sessionOf(agentId) : undefined;
+    const s = current && st.sync?.sessionId === current.id ? current : undefined;
+    for (const object of changes.upserts) {
+      st.fabricTombstones.delete(object.name);
+      this.supersede(object.name, agentId, ObjectKind.OBJECT_KIND_FABRIC);
+      s?.send({ upsert: { fabric: object } });
+    }
+    for (const { name, generation } of changes.deletes) {
+      this.supersede(name, agentId, ObjectKind.OBJECT_KIND_FABRIC);
+      const reason = 'no longer in the peer table';
+      if (s?.send({ delete: { name, generation, reason, kind: ObjectKind.OBJECT_KIND_FABRIC } }))
+        st.fabricTombstones.set(name, generation);
+    }
+    return changes.upserts.length + changes.deletes.length;
+  }
+
+  private fabricAck(s: AgentSession, ack: Ack): void {
+    const st = this.stateOf(s.agentId);
+    const ok = ack.code === AckCode.ACK_CODE_OK;
+    // An agent that does not carry the fabric was sent none: whatever it acks is unknown to it.
+    const current = st.carriage.carries ? st.fabric.get(ack.name) : undefined;
+    if (current && current.generation === ack.generation) {
+      st.fabric.recordAck(ack.name, { generation: ack.generation, ok, message: ack.message });
+      const sync = st.sync;
+      if (sync?.sessionId === s.id && sync.ack(ack.name, ack.generation, ok, ObjectKind.OBJECT_KIND_FABRIC))
+        this.syncFinished(st, sync);
+      if (!ok) {
+        const n = this.logRate.occurrence('fabric-nack');
+        if (n !== undefined)
+          this.deps.log.warn(
+            {
+              agentId: s.agentId,
+              object: ack.name,
+              generation: ack.generation,
+              code: ackCodeName(ack.code),
+              message: ack.message,
+              occurrences: n,
+            },
+            'agent could not program a fabric object',
+          );
+      }
+    } else if (!current && st.fabricTombstones.get(ack.name) === ack.generation) {
+      st.fabricTombstones.delete(ack.name);
+    } else {
+      this.unexpectedAck(s, ack, current?.generation ?? st.fabricTombstones.get(ack.name), 'fabric object');
+    }
+  }
+
   // ---- snapshots -----------------------------------------------------------------------------
 
   private stateOf(agentId: string): AgentSyncState {
@@ -340,21 +433,35 @@ export class AgentSync implements LinkEvents {
   private sendSnapshot(s: AgentSession): void {
     const st = this.stateOf(s.agentId);
     const ports = this.deps.desired.snapshot(s.agentId);
+    const fabric = st.carriage.carries ? st.fabric.snapshot() : [];
     this.epoch += 1;
-    const sync = new SnapshotSync(s.id, this.epoch, ports);
+    const sync = new SnapshotSync(s.id, this.epoch, ports, fabric);
     st.sync?.abandon();
     st.sync = sync;
-    s.send({
-      snapshotBegin: { epoch: sync.epoch, keepUnlisted: this.keepUnlisted, keepUnlistedFabric: true },
-    });
+    // Until the fabric planned this agent's objects (after the first apply of a full peer table), the
+    // agent keeps whatever fabric it holds: an empty list then means "not known yet", not "none".
+    const keepUnlistedFabric = !st.fabric.planned;
+    s.send({ snapshotBegin: { epoch: sync.epoch, keepUnlisted: this.keepUnlisted, keepUnlistedFabric } });
     for (const port of ports) s.send({ upsert: { port } });
-    s.send({ syncComplete: { epoch: sync.epoch, portCount: ports.length, fabricCount: 0 } });
+    for (const object of fabric) s.send({ upsert: { fabric: object } });
+    s.send({
+      syncComplete: { epoch: sync.epoch, portCount: ports.length, fabricCount: fabric.length },
+    });
     // The snapshot keeps what it does not list; what this daemon removed must still go.
     for (const [name, generation] of st.unconfirmedDeletes) {
       if (this.deps.desired.get(name)?.agentId === s.agentId) continue;
       this.sendDelete(s.agentId, name, generation, 'removed while the agent was away');
     }
-    this.deps.log.info({ agentId: s.agentId, epoch: sync.epoch, ports: ports.length }, 'snapshot sent');
+    this.deps.log.info(
+      {
+        agentId: s.agentId,
+        epoch: sync.epoch,
+        ports: ports.length,
+        fabric: fabric.length,
+        keepUnlistedFabric,
+      },
+      'snapshot sent',
+    );
     if (sync.complete) this.syncFinished(st, sync);
   }
 
@@ -371,11 +478,11 @@ export class AgentSync implements LinkEvents {
       );
   }
 
-  /** A newer change of a port replaces its entry in its agent's snapshot. */
-  private supersede(name: string, agentId: string): void {
+  /** A newer change of an object replaces its entry in its agent's snapshot. */
+  private supersede(name: string, agentId: string, kind = ObjectKind.OBJECT_KIND_PORT): void {
     const st = this.states.get(agentId);
     const sync = st?.sync;
-    if (st && sync?.supersede(name)) this.syncFinished(st, sync);
+    if (st && sync?.supersede(name, kind)) this.syncFinished(st, sync);
   }
 
   // ---- acks ----------------------------------------------------------------------------------
@@ -422,10 +529,11 @@ export class AgentSync implements LinkEvents {
   }
 
   /** Acks for replaced generations are normal (logged quietly); for unknown ports, not (logged, throttled). */
-  private unexpectedAck(s: AgentSession, ack: Ack, newest: number | undefined): void {
+  private unexpectedAck(s: AgentSession, ack: Ack, newest: number | undefined, what = 'port'): void {
+    const field = what === 'port' ? 'port' : 'object';
     if (newest !== undefined && ack.generation < newest) {
       this.deps.log.debug(
-        { port: ack.name, generation: ack.generation, current: newest },
+        { [field]: ack.name, generation: ack.generation, current: newest },
         'stale ack ignored',
       );
       return;
@@ -433,9 +541,9 @@ export class AgentSync implements LinkEvents {
     const n = this.logRate.occurrence('unexpected-ack');
     if (n === undefined) return;
     this.deps.log.warn(
-      { agentId: s.agentId, port: ack.name.slice(0, 256), generation: ack.generation, occurrences: n },
+      { agentId: s.agentId, [field]: ack.name.slice(0, 256), generation: ack.generation, occurrences: n },
       newest === undefined
-        ? 'ack for a port this daemon does not know; ignored'
+        ? `ack for a ${what} this daemon does not know; ignored`
         : 'ack for a generation never sent; ignored',
     );
   }

@@ -45,7 +45,8 @@ export class DesiredState {
   private readonly perAgent = new Map<string, number>();
   private lastGeneration = 0;
 
-  private nextGeneration(): number {
+  /** A generation newer than every one given so far (ports' and, through AgentSync, fabric objects'). */
+  nextGeneration(): number {
     this.lastGeneration += 1;
     return this.lastGeneration;
   }

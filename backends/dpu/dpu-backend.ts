@@ -6,6 +6,7 @@ import type {
   BackendHealth,
   DataplaneResult,
   Drift,
+  PlacementRequest,
   ReconcileOptions,
   ReconcileOutcome,
 } from '../../core/backend';
@@ -27,6 +28,7 @@ import type { AgentSession } from './agent-session';
 import { dpuHealth } from './agent-status';
 import { AgentSync } from './agent-sync';
 import { DesiredState } from './desired-state';
+import { DpuFabric } from './dpu-fabric';
 import { decodeDetails, encodeDetails } from './details';
 import { replumbRecreatedEndpoints } from './endpoint-replumb';
 import { EndpointRefused, createHostSide, type HostSide, type WorkloadPlacement } from './host-side';
@@ -34,7 +36,14 @@ import { monotonicMs } from '../../core/monotonic-clock';
 import { ownString } from '../../lib/own-string';
 import { workloadInterface, workloadRoutes } from '../interface/workload-side';
 import { placeNewPort } from './placement';
-import { macForKey, portFields, portFieldsFromView, portOptions, type PortFields } from './port-spec';
+import {
+  macForKey,
+  portFields,
+  portFieldsFromView,
+  portOptions,
+  wireQos,
+  type PortFields,
+} from './port-spec';
 import { validateDpuPort } from '../../core/dpu-port-options';
 
 // The DPU backend: the core asks for a port, this backend places it on one of the connected agents
@@ -68,6 +77,8 @@ export interface DpuBackendOptions {
   startupAgentWaitMs?: number;
   /** Agents that may hold a session at once. Default 16. */
   maxAgents?: number;
+  /** This node's name as the fabric's peer table names it (its DPUs' peers are "peer/<node>/<id>"). */
+  nodeName?: string;
   logger?: Logger;
 }
 
@@ -104,6 +115,8 @@ export class DpuBackend implements Backend {
   private readonly startupAgentWaitMs: number;
   /** A daemon ran here before this start (its store existed): its agent is expected to reconnect. */
   private agentExpected = false;
+  /** The node's overlay, carried by the agents that can (protocol version 3). */
+  readonly fabric: DpuFabric;
 
   constructor(private readonly opts: DpuBackendOptions) {
     this.log = opts.logger ?? silentLogger();
@@ -139,6 +152,7 @@ export class DpuBackend implements Backend {
         ack: (sess, ack) => this.sync.ack(sess, ack),
         portStatus: (sess, ps) => this.sync.portStatus(sess, ps),
         inventory: (sess) => this.sync.inventory(sess),
+        peerStatus: (sess, ps) => this.sync.peerStatus(sess, ps),
         lost: (sess, reason) => this.sync.lost(sess, reason),
       },
     );
@@ -156,6 +170,13 @@ export class DpuBackend implements Backend {
       ackTimeoutMs: this.ackTimeoutMs,
       log: this.log,
       synced: (agentId) => replumbRecreatedEndpoints(replumb, agentId),
+      established: (sess) => this.fabric.established(sess),
+    });
+    this.fabric = new DpuFabric({
+      node: opts.nodeName ?? '',
+      link: this.link,
+      sync: this.sync,
+      log: this.log.child({ part: 'fabric' }),
     });
   }
 
@@ -200,6 +221,26 @@ export class DpuBackend implements Backend {
     }
     if (placedOn) return this.link.requireHealthy(placedOn);
     return this.link.requireHealthy(placeNewPort(spec, port, this.link, this.desired));
+  }
+
+  /**
+   * The agent a new interface will be placed on, chosen before its address is allocated so that the
+   * address comes from that agent's slices; the core passes it back as AttachSpec.dpu, which attach
+   * honours. An interface already placed keeps its agent. Throws as attach would (UNAVAILABLE with no
+   * healthy agent, RESOURCE_EXHAUSTED when all are full). Unlike attach it cannot wait for an agent
+   * still reconnecting after a daemon restart: it answers from the agents connected now.
+   */
+  place(req: PlacementRequest): string {
+    if (!this.sync.primed) {
+      throw unavailable(
+        'the DPU backend has not restored its ports yet (start-up reconcile not done); retry shortly',
+      );
+    }
+    const key = `${req.workloadId}/${req.ifName}`;
+    const placedOn = this.desired.get(key)?.agentId;
+    if (placedOn) return placedOn;
+    const vf = { qos: wireQos(req.dpuPort), pf: req.dpuPort?.pf };
+    return placeNewPort({ key, dpu: req.dpu }, vf, this.link, this.desired);
   }
 
   /**
@@ -459,6 +500,7 @@ export class DpuBackend implements Backend {
       acks: this.acks,
       link: this.link,
       sync: this.sync,
+      fabric: (agentId) => this.fabric.dpuStatus(agentId),
     });
   }
 }

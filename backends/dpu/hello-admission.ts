@@ -7,11 +7,11 @@ import type { AgentPeer } from './agent-server';
 // agent. A node may carry several DPUs, each with a session of its own.
 
 /** The newest protocol version this daemon speaks. */
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 /** The oldest it still speaks. */
 export const MIN_PROTOCOL_VERSION = 1;
 /** What the daemon tells agents it does (HelloAccept.capabilities.features). */
-export const DAEMON_FEATURES = ['inventory', 'qos', 'pf-select', 'keep-unlisted'];
+export const DAEMON_FEATURES = ['inventory', 'qos', 'pf-select', 'keep-unlisted', 'fabric'];
 const MAX_ID_LENGTH = 253;
 const ID_PATTERN = /^[\x21-\x7e]+$/;
 

@@ -1,3 +1,4 @@
+import * as os from 'node:os';
 import { ContainerModule } from 'inversify';
 import { BACKEND, type Backend } from '../../core/backend';
 import type { DaemonConfig } from '../../core/config';
@@ -19,6 +20,7 @@ export function dpuBackendModule(config: DaemonConfig, logger: Logger): Containe
           heartbeatIntervalMs: config.dpu.heartbeatIntervalMs,
           hostNetnsPath: config.linux.hostNetns || undefined,
           linuxLinkGroups: [config.linux.linkGroup, config.linux.detachGroup],
+          nodeName: config.nodeName || os.hostname(),
           logger: logger.child({ backend: 'dpu' }),
         }),
     );

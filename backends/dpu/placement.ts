@@ -33,8 +33,8 @@ export type Placement = { ok: true; agentId: string } | { ok: false; error: Work
  * take it.
  */
 export function placeNewPort(
-  spec: AttachSpec,
-  port: PortFields,
+  spec: Pick<AttachSpec, 'key' | 'dpu'>,
+  port: Pick<PortFields, 'qos' | 'pf'>,
   link: AgentLink,
   desired: DesiredState,
 ): string {

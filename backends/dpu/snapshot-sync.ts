@@ -1,9 +1,19 @@
-import type { Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import { ObjectKind } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import { monotonicMs } from '../../core/monotonic-clock';
 
-// One snapshot on its way to an agent: which of its ports are still unacknowledged, which failed, and
-// when the last ack came. A newer change of a port supersedes its snapshot entry (that generation will
-// never be acked), so the snapshot counts as applied without it.
+// One snapshot on its way to an agent: which of its objects (ports, and from version 3 fabric objects)
+// are still unacknowledged, which failed, and when the last ack came. A newer change of an object
+// supersedes its snapshot entry (that generation will never be acked), so the snapshot counts as
+// applied without it. A name is unique within its kind only, so entries are keyed by both.
+
+/** One object a snapshot lists. */
+export interface Listed {
+  name: string;
+  generation: number;
+}
+
+const key = (kind: ObjectKind, name: string): string =>
+  kind === ObjectKind.OBJECT_KIND_PORT ? `p:${name}` : `f:${name}`;
 
 export class SnapshotSync {
   /** monotonicMs() when it was sent. */
@@ -17,9 +27,13 @@ export class SnapshotSync {
   constructor(
     readonly sessionId: string,
     readonly epoch: number,
-    ports: readonly Port[],
+    ports: readonly Listed[],
+    fabric: readonly Listed[] = [],
   ) {
-    this.remaining = new Map(ports.map((p) => [p.name, p.generation]));
+    this.remaining = new Map([
+      ...ports.map((p): [string, number] => [key(ObjectKind.OBJECT_KIND_PORT, p.name), p.generation]),
+      ...fabric.map((f): [string, number] => [key(ObjectKind.OBJECT_KIND_FABRIC, f.name), f.generation]),
+    ]);
     this.done = new Promise<void>((resolve) => (this.resolveDone = resolve));
     if (this.remaining.size === 0) this.finish();
   }
@@ -33,17 +47,18 @@ export class SnapshotSync {
     return this.finishedAt === undefined ? undefined : this.finishedAt - this.startedAt;
   }
 
-  /** Counts an ack; true when it completed the snapshot. */
-  ack(name: string, generation: number, ok: boolean): boolean {
-    if (this.remaining.get(name) !== generation) return false;
-    this.remaining.delete(name);
-    if (!ok) this.failed.push(name);
+  /** Counts an ack; true when it completed the snapshot. `failed` lists ports only (they warn). */
+  ack(name: string, generation: number, ok: boolean, kind = ObjectKind.OBJECT_KIND_PORT): boolean {
+    const k = key(kind, name);
+    if (this.remaining.get(k) !== generation) return false;
+    this.remaining.delete(k);
+    if (!ok && kind === ObjectKind.OBJECT_KIND_PORT) this.failed.push(name);
     return this.remaining.size === 0 && this.finish();
   }
 
-  /** Drops a port whose snapshot generation was replaced; true when that completed the snapshot. */
-  supersede(name: string): boolean {
-    return this.remaining.delete(name) && this.remaining.size === 0 && this.finish();
+  /** Drops an object whose snapshot generation was replaced; true when that completed the snapshot. */
+  supersede(name: string, kind = ObjectKind.OBJECT_KIND_PORT): boolean {
+    return this.remaining.delete(key(kind, name)) && this.remaining.size === 0 && this.finish();
   }
 
   /** The session ended: nobody should wait for this snapshot any more. */

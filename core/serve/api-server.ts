@@ -431,12 +431,18 @@ function toProtoFabric(f: FabricStatus): ProtoFabricStatus {
       reasons: f.source.reasons,
       rejected: f.source.rejected,
     },
-    peers: f.peers.map((p) => ({ ...p, withdrawnAt: p.withdrawnAt ?? '' })),
+    peers: f.peers.map((p) => ({
+      ...p,
+      withdrawnAt: p.withdrawnAt ?? '',
+      endpoints: p.endpoints ?? [],
+      seenBy: p.seenBy ?? [],
+    })),
     routes: f.objects.routes,
     neighbours: f.objects.neighbours,
     fdb: f.objects.fdb,
     repairs: f.repairs,
     lastApply: f.lastApply ?? '',
+    endpoints: f.endpoints ?? [],
   };
 }
 

@@ -10,7 +10,7 @@ import { execFile } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { vtepMac } from '../../backends/linux/fabric/vtep-mac';
+import { vtepMac } from '../../lib/vtep-mac';
 import {
   FabricTopology,
   bridge,

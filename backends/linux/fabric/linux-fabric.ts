@@ -33,7 +33,7 @@ import { planFabric, podMtu, routeKey, neighbourKey, fdbKey, type FabricPlan } f
 import { applyOps, diff, readOurs, type DiffOp } from './kernel-diff';
 import { discoverUnderlay, type Underlay } from './underlay';
 import { ensureVxlanDevice, findVxlanDevice } from './vxlan-device';
-import { vtepMac } from './vtep-mac';
+import { vtepMac } from '../../../lib/vtep-mac';
 
 export interface LinuxFabricOptions {
   /** The host namespace (default: the process's own). */

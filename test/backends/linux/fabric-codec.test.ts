@@ -31,7 +31,7 @@ import {
 } from '../../../lib/rtnetlink/vxlan';
 import { NDA_DST, NDA_IFINDEX, NDA_LLADDR } from '../../../lib/rtnetlink/neighbour';
 import { NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE } from '../../../lib/rtnetlink/message';
-import { vtepMac } from '../../../backends/linux/fabric/vtep-mac';
+import { vtepMac } from '../../../lib/vtep-mac';
 
 // The fabric's part of the codec, checked against the wire layout the kernel uses (struct ndmsg,
 // IFLA_VXLAN_* with its one big-endian attribute, RTA_METRICS), without a kernel.

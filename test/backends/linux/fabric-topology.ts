@@ -9,7 +9,7 @@ import { promisify } from 'node:util';
 import type { Peer } from '../../../core/fabric/peer-source';
 import type { FabricSettings, LocalNode } from '../../../core/fabric/fabric-dataplane';
 import type { IpAssignment } from '../../../core/backend';
-import { vtepMac } from '../../../backends/linux/fabric/vtep-mac';
+import { vtepMac } from '../../../lib/vtep-mac';
 import { LinuxBackend } from '../../../backends/linux/linux-backend';
 import { CLI } from '../../support/daemon-process';
 import { NetnsSet, netnsPath } from '../../support/netns';

@@ -273,6 +273,32 @@ export interface FabricStatus {
   lastApply: string;
   /** What works but not well (a network's MTU larger than the fabric carries); not part of `ready`. */
   warnings: string[];
+  /** This node's DPUs that carry the fabric, each with its slices (dpu backend). */
+  endpoints: FabricEndpoint[];
+}
+
+/** A tunnel endpoint of a node other than its own VXLAN device: one of its DPUs. */
+export interface FabricEndpoint {
+  /** Unique within its node: the DPU's agent id. */
+  id: string;
+  /** Its address on the underlay (the DPU's uplink). */
+  underlay: string;
+  mtu: number;
+  vtep?: FabricVtep | undefined;
+  /** The slices of the node's prefixes it owns, and the /32 (/128) it borrowed outside them. */
+  prefixes: string[];
+}
+
+/** How one of this node's DPUs sees a peer (its PeerStatus). */
+export interface FabricSeenBy {
+  /** The DPU's agent id. */
+  endpoint: string;
+  reachable: boolean;
+  /** Its encapsulation runs in the DPU's switch. */
+  offloaded: boolean;
+  txPackets: number;
+  rxPackets: number;
+  lastError: string;
 }
 
 export interface FabricVtep {
@@ -304,6 +330,10 @@ export interface FabricPeer {
   lastChange: string;
   /** When it left the peer source (RFC 3339), while the withdrawal grace keeps it programmed. */
   withdrawnAt: string;
+  /** Its DPUs' tunnel endpoints, each with its slices. */
+  endpoints: FabricEndpoint[];
+  /** How each of this node's DPUs sees it, when DPUs carry the fabric. */
+  seenBy: FabricSeenBy[];
 }
 
 export interface NetworkStatus {
@@ -351,6 +381,26 @@ export interface DpuStatus {
   synced: boolean;
   /** Why it is not healthy, for a person. */
   reason: string;
+  /** Its part of the fabric; absent while the fabric is off. */
+  fabric?: DpuFabricStatus | undefined;
+}
+
+export interface DpuFabricStatus {
+  /** It speaks protocol version 3, names "fabric-vxlan" and stated an uplink address. */
+  carries: boolean;
+  /**
+   * Why it does not carry the fabric ("does not carry the fabric: protocol version 2"), or that it is
+   * away while its VTEP stays published; empty when all is well.
+   */
+  note: string;
+  /** Its VTEP's underlay address. */
+  vtep: string;
+  /** Fabric objects acknowledged at their current generations, of those it should hold. */
+  objectsAcked: number;
+  objectsDesired: number;
+  /** Tunnel endpoints it reports reachable, of those it should hold. */
+  peersReachable: number;
+  peersTotal: number;
 }
 
 export interface DpuPhysicalFunction {
@@ -2998,6 +3048,7 @@ function createBaseFabricStatus(): FabricStatus {
     repairs: 0,
     lastApply: '',
     warnings: [],
+    endpoints: [],
   };
 }
 
@@ -3053,6 +3104,9 @@ export const FabricStatus: MessageFns<FabricStatus> = {
     }
     for (const v of message.warnings) {
       writer.uint32(138).string(v!);
+    }
+    for (const v of message.endpoints) {
+      FabricEndpoint.encode(v!, writer.uint32(146).fork()).join();
     }
     return writer;
   },
@@ -3206,6 +3260,14 @@ export const FabricStatus: MessageFns<FabricStatus> = {
             message.warnings.push(reader.string());
             continue;
           }
+          case 18: {
+            if (tag !== 146) {
+              break;
+            }
+
+            message.endpoints.push(FabricEndpoint.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3252,6 +3314,9 @@ export const FabricStatus: MessageFns<FabricStatus> = {
           : '',
       warnings: globalThis.Array.isArray(object?.warnings)
         ? object.warnings.map((e: any) => globalThis.String(e))
+        : [],
+      endpoints: globalThis.Array.isArray(object?.endpoints)
+        ? object.endpoints.map((e: any) => FabricEndpoint.fromJSON(e))
         : [],
     };
   },
@@ -3309,6 +3374,9 @@ export const FabricStatus: MessageFns<FabricStatus> = {
     if (message.warnings?.length) {
       obj.warnings = message.warnings;
     }
+    if (message.endpoints?.length) {
+      obj.endpoints = message.endpoints.map((e) => FabricEndpoint.toJSON(e));
+    }
     return obj;
   },
 
@@ -3338,6 +3406,304 @@ export const FabricStatus: MessageFns<FabricStatus> = {
     message.repairs = object.repairs ?? 0;
     message.lastApply = object.lastApply ?? '';
     message.warnings = object.warnings?.map((e) => e) || [];
+    message.endpoints = object.endpoints?.map((e) => FabricEndpoint.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBaseFabricEndpoint(): FabricEndpoint {
+  return { id: '', underlay: '', mtu: 0, vtep: undefined, prefixes: [] };
+}
+
+export const FabricEndpoint: MessageFns<FabricEndpoint> = {
+  encode(message: FabricEndpoint, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== '') {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.underlay !== '') {
+      writer.uint32(18).string(message.underlay);
+    }
+    if (message.mtu !== 0) {
+      writer.uint32(24).uint32(message.mtu);
+    }
+    if (message.vtep !== undefined) {
+      FabricVtep.encode(message.vtep, writer.uint32(34).fork()).join();
+    }
+    for (const v of message.prefixes) {
+      writer.uint32(42).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FabricEndpoint {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFabricEndpoint();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.underlay = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.mtu = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.vtep = FabricVtep.decode(reader, reader.uint32());
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.prefixes.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): FabricEndpoint {
+    return {
+      id: isSet(object.id) ? globalThis.String(object.id) : '',
+      underlay: isSet(object.underlay) ? globalThis.String(object.underlay) : '',
+      mtu: isSet(object.mtu) ? globalThis.Number(object.mtu) : 0,
+      vtep: isSet(object.vtep) ? FabricVtep.fromJSON(object.vtep) : undefined,
+      prefixes: globalThis.Array.isArray(object?.prefixes)
+        ? object.prefixes.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: FabricEndpoint): unknown {
+    const obj: any = {};
+    if (message.id !== '') {
+      obj.id = message.id;
+    }
+    if (message.underlay !== '') {
+      obj.underlay = message.underlay;
+    }
+    if (message.mtu !== 0) {
+      obj.mtu = Math.round(message.mtu);
+    }
+    if (message.vtep !== undefined) {
+      obj.vtep = FabricVtep.toJSON(message.vtep);
+    }
+    if (message.prefixes?.length) {
+      obj.prefixes = message.prefixes;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<FabricEndpoint>, I>>(base?: I): FabricEndpoint {
+    return FabricEndpoint.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<FabricEndpoint>, I>>(object: I): FabricEndpoint {
+    const message = createBaseFabricEndpoint();
+    message.id = object.id ?? '';
+    message.underlay = object.underlay ?? '';
+    message.mtu = object.mtu ?? 0;
+    message.vtep =
+      object.vtep !== undefined && object.vtep !== null ? FabricVtep.fromPartial(object.vtep) : undefined;
+    message.prefixes = object.prefixes?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBaseFabricSeenBy(): FabricSeenBy {
+  return { endpoint: '', reachable: false, offloaded: false, txPackets: 0, rxPackets: 0, lastError: '' };
+}
+
+export const FabricSeenBy: MessageFns<FabricSeenBy> = {
+  encode(message: FabricSeenBy, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.endpoint !== '') {
+      writer.uint32(10).string(message.endpoint);
+    }
+    if (message.reachable !== false) {
+      writer.uint32(16).bool(message.reachable);
+    }
+    if (message.offloaded !== false) {
+      writer.uint32(24).bool(message.offloaded);
+    }
+    if (message.txPackets !== 0) {
+      writer.uint32(32).uint64(message.txPackets);
+    }
+    if (message.rxPackets !== 0) {
+      writer.uint32(40).uint64(message.rxPackets);
+    }
+    if (message.lastError !== '') {
+      writer.uint32(50).string(message.lastError);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FabricSeenBy {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFabricSeenBy();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.endpoint = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.reachable = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.offloaded = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.txPackets = longToNumber(reader.uint64());
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.rxPackets = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.lastError = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): FabricSeenBy {
+    return {
+      endpoint: isSet(object.endpoint) ? globalThis.String(object.endpoint) : '',
+      reachable: isSet(object.reachable) ? globalThis.Boolean(object.reachable) : false,
+      offloaded: isSet(object.offloaded) ? globalThis.Boolean(object.offloaded) : false,
+      txPackets: isSet(object.txPackets)
+        ? globalThis.Number(object.txPackets)
+        : isSet(object.tx_packets)
+          ? globalThis.Number(object.tx_packets)
+          : 0,
+      rxPackets: isSet(object.rxPackets)
+        ? globalThis.Number(object.rxPackets)
+        : isSet(object.rx_packets)
+          ? globalThis.Number(object.rx_packets)
+          : 0,
+      lastError: isSet(object.lastError)
+        ? globalThis.String(object.lastError)
+        : isSet(object.last_error)
+          ? globalThis.String(object.last_error)
+          : '',
+    };
+  },
+
+  toJSON(message: FabricSeenBy): unknown {
+    const obj: any = {};
+    if (message.endpoint !== '') {
+      obj.endpoint = message.endpoint;
+    }
+    if (message.reachable !== false) {
+      obj.reachable = message.reachable;
+    }
+    if (message.offloaded !== false) {
+      obj.offloaded = message.offloaded;
+    }
+    if (message.txPackets !== 0) {
+      obj.txPackets = Math.round(message.txPackets);
+    }
+    if (message.rxPackets !== 0) {
+      obj.rxPackets = Math.round(message.rxPackets);
+    }
+    if (message.lastError !== '') {
+      obj.lastError = message.lastError;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<FabricSeenBy>, I>>(base?: I): FabricSeenBy {
+    return FabricSeenBy.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<FabricSeenBy>, I>>(object: I): FabricSeenBy {
+    const message = createBaseFabricSeenBy();
+    message.endpoint = object.endpoint ?? '';
+    message.reachable = object.reachable ?? false;
+    message.offloaded = object.offloaded ?? false;
+    message.txPackets = object.txPackets ?? 0;
+    message.rxPackets = object.rxPackets ?? 0;
+    message.lastError = object.lastError ?? '';
     return message;
   },
 };
@@ -3581,7 +3947,17 @@ export const FabricPeerSource: MessageFns<FabricPeerSource> = {
 };
 
 function createBaseFabricPeer(): FabricPeer {
-  return { node: '', underlay: [], path: '', prefixes: [], reason: '', lastChange: '', withdrawnAt: '' };
+  return {
+    node: '',
+    underlay: [],
+    path: '',
+    prefixes: [],
+    reason: '',
+    lastChange: '',
+    withdrawnAt: '',
+    endpoints: [],
+    seenBy: [],
+  };
 }
 
 export const FabricPeer: MessageFns<FabricPeer> = {
@@ -3606,6 +3982,12 @@ export const FabricPeer: MessageFns<FabricPeer> = {
     }
     if (message.withdrawnAt !== '') {
       writer.uint32(58).string(message.withdrawnAt);
+    }
+    for (const v of message.endpoints) {
+      FabricEndpoint.encode(v!, writer.uint32(66).fork()).join();
+    }
+    for (const v of message.seenBy) {
+      FabricSeenBy.encode(v!, writer.uint32(74).fork()).join();
     }
     return writer;
   },
@@ -3679,6 +4061,22 @@ export const FabricPeer: MessageFns<FabricPeer> = {
             message.withdrawnAt = reader.string();
             continue;
           }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.endpoints.push(FabricEndpoint.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.seenBy.push(FabricSeenBy.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3712,6 +4110,14 @@ export const FabricPeer: MessageFns<FabricPeer> = {
         : isSet(object.withdrawn_at)
           ? globalThis.String(object.withdrawn_at)
           : '',
+      endpoints: globalThis.Array.isArray(object?.endpoints)
+        ? object.endpoints.map((e: any) => FabricEndpoint.fromJSON(e))
+        : [],
+      seenBy: globalThis.Array.isArray(object?.seenBy)
+        ? object.seenBy.map((e: any) => FabricSeenBy.fromJSON(e))
+        : globalThis.Array.isArray(object?.seen_by)
+          ? object.seen_by.map((e: any) => FabricSeenBy.fromJSON(e))
+          : [],
     };
   },
 
@@ -3738,6 +4144,12 @@ export const FabricPeer: MessageFns<FabricPeer> = {
     if (message.withdrawnAt !== '') {
       obj.withdrawnAt = message.withdrawnAt;
     }
+    if (message.endpoints?.length) {
+      obj.endpoints = message.endpoints.map((e) => FabricEndpoint.toJSON(e));
+    }
+    if (message.seenBy?.length) {
+      obj.seenBy = message.seenBy.map((e) => FabricSeenBy.toJSON(e));
+    }
     return obj;
   },
 
@@ -3753,6 +4165,8 @@ export const FabricPeer: MessageFns<FabricPeer> = {
     message.reason = object.reason ?? '';
     message.lastChange = object.lastChange ?? '';
     message.withdrawnAt = object.withdrawnAt ?? '';
+    message.endpoints = object.endpoints?.map((e) => FabricEndpoint.fromPartial(e)) || [];
+    message.seenBy = object.seenBy?.map((e) => FabricSeenBy.fromPartial(e)) || [];
     return message;
   },
 };
@@ -4143,6 +4557,7 @@ function createBaseDpuStatus(): DpuStatus {
     peer: '',
     synced: false,
     reason: '',
+    fabric: undefined,
   };
 }
 
@@ -4195,6 +4610,9 @@ export const DpuStatus: MessageFns<DpuStatus> = {
     }
     if (message.reason !== '') {
       writer.uint32(130).string(message.reason);
+    }
+    if (message.fabric !== undefined) {
+      DpuFabricStatus.encode(message.fabric, writer.uint32(138).fork()).join();
     }
     return writer;
   },
@@ -4340,6 +4758,14 @@ export const DpuStatus: MessageFns<DpuStatus> = {
             message.reason = reader.string();
             continue;
           }
+          case 17: {
+            if (tag !== 138) {
+              break;
+            }
+
+            message.fabric = DpuFabricStatus.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4404,6 +4830,7 @@ export const DpuStatus: MessageFns<DpuStatus> = {
       peer: isSet(object.peer) ? globalThis.String(object.peer) : '',
       synced: isSet(object.synced) ? globalThis.Boolean(object.synced) : false,
       reason: isSet(object.reason) ? globalThis.String(object.reason) : '',
+      fabric: isSet(object.fabric) ? DpuFabricStatus.fromJSON(object.fabric) : undefined,
     };
   },
 
@@ -4457,6 +4884,9 @@ export const DpuStatus: MessageFns<DpuStatus> = {
     if (message.reason !== '') {
       obj.reason = message.reason;
     }
+    if (message.fabric !== undefined) {
+      obj.fabric = DpuFabricStatus.toJSON(message.fabric);
+    }
     return obj;
   },
 
@@ -4481,6 +4911,199 @@ export const DpuStatus: MessageFns<DpuStatus> = {
     message.peer = object.peer ?? '';
     message.synced = object.synced ?? false;
     message.reason = object.reason ?? '';
+    message.fabric =
+      object.fabric !== undefined && object.fabric !== null
+        ? DpuFabricStatus.fromPartial(object.fabric)
+        : undefined;
+    return message;
+  },
+};
+
+function createBaseDpuFabricStatus(): DpuFabricStatus {
+  return {
+    carries: false,
+    note: '',
+    vtep: '',
+    objectsAcked: 0,
+    objectsDesired: 0,
+    peersReachable: 0,
+    peersTotal: 0,
+  };
+}
+
+export const DpuFabricStatus: MessageFns<DpuFabricStatus> = {
+  encode(message: DpuFabricStatus, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.carries !== false) {
+      writer.uint32(8).bool(message.carries);
+    }
+    if (message.note !== '') {
+      writer.uint32(18).string(message.note);
+    }
+    if (message.vtep !== '') {
+      writer.uint32(26).string(message.vtep);
+    }
+    if (message.objectsAcked !== 0) {
+      writer.uint32(32).uint32(message.objectsAcked);
+    }
+    if (message.objectsDesired !== 0) {
+      writer.uint32(40).uint32(message.objectsDesired);
+    }
+    if (message.peersReachable !== 0) {
+      writer.uint32(48).uint32(message.peersReachable);
+    }
+    if (message.peersTotal !== 0) {
+      writer.uint32(56).uint32(message.peersTotal);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DpuFabricStatus {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDpuFabricStatus();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.carries = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.note = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.vtep = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.objectsAcked = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.objectsDesired = reader.uint32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.peersReachable = reader.uint32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.peersTotal = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): DpuFabricStatus {
+    return {
+      carries: isSet(object.carries) ? globalThis.Boolean(object.carries) : false,
+      note: isSet(object.note) ? globalThis.String(object.note) : '',
+      vtep: isSet(object.vtep) ? globalThis.String(object.vtep) : '',
+      objectsAcked: isSet(object.objectsAcked)
+        ? globalThis.Number(object.objectsAcked)
+        : isSet(object.objects_acked)
+          ? globalThis.Number(object.objects_acked)
+          : 0,
+      objectsDesired: isSet(object.objectsDesired)
+        ? globalThis.Number(object.objectsDesired)
+        : isSet(object.objects_desired)
+          ? globalThis.Number(object.objects_desired)
+          : 0,
+      peersReachable: isSet(object.peersReachable)
+        ? globalThis.Number(object.peersReachable)
+        : isSet(object.peers_reachable)
+          ? globalThis.Number(object.peers_reachable)
+          : 0,
+      peersTotal: isSet(object.peersTotal)
+        ? globalThis.Number(object.peersTotal)
+        : isSet(object.peers_total)
+          ? globalThis.Number(object.peers_total)
+          : 0,
+    };
+  },
+
+  toJSON(message: DpuFabricStatus): unknown {
+    const obj: any = {};
+    if (message.carries !== false) {
+      obj.carries = message.carries;
+    }
+    if (message.note !== '') {
+      obj.note = message.note;
+    }
+    if (message.vtep !== '') {
+      obj.vtep = message.vtep;
+    }
+    if (message.objectsAcked !== 0) {
+      obj.objectsAcked = Math.round(message.objectsAcked);
+    }
+    if (message.objectsDesired !== 0) {
+      obj.objectsDesired = Math.round(message.objectsDesired);
+    }
+    if (message.peersReachable !== 0) {
+      obj.peersReachable = Math.round(message.peersReachable);
+    }
+    if (message.peersTotal !== 0) {
+      obj.peersTotal = Math.round(message.peersTotal);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<DpuFabricStatus>, I>>(base?: I): DpuFabricStatus {
+    return DpuFabricStatus.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DpuFabricStatus>, I>>(object: I): DpuFabricStatus {
+    const message = createBaseDpuFabricStatus();
+    message.carries = object.carries ?? false;
+    message.note = object.note ?? '';
+    message.vtep = object.vtep ?? '';
+    message.objectsAcked = object.objectsAcked ?? 0;
+    message.objectsDesired = object.objectsDesired ?? 0;
+    message.peersReachable = object.peersReachable ?? 0;
+    message.peersTotal = object.peersTotal ?? 0;
     return message;
   },
 };

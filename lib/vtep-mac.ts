@@ -2,7 +2,7 @@
 // or a recreated device: peers keep their neighbour and FDB entries for us valid across both.
 
 import * as crypto from 'node:crypto';
-import { addressBytes, familyOf, AF_INET } from '../../../lib/rtnetlink';
+import { addressBytes, familyOf, AF_INET } from './rtnetlink';
 
 /** `0e:77:a.b.c.d` for an IPv4 address; an IPv6-only node takes 4 bytes of the address's sha256. */
 export function vtepMac(nodeAddress: string): string {

@@ -1,0 +1,345 @@
+import type { DpuFabricStatus } from '../../core/backend';
+import { failedPrecondition } from '../../core/errors';
+import type {
+  FabricDataplane,
+  FabricReport,
+  FabricSettings,
+  LocalNode,
+  OwnPrefixes,
+  PeerPath,
+  PeerSeenBy,
+} from '../../core/fabric/fabric-dataplane';
+import type { Peer, TunnelEndpoint } from '../../core/fabric/peer-source';
+import type { Logger } from '../../core/logger';
+import { vtepMac } from '../../lib/vtep-mac';
+import type { AgentLink } from './agent-link';
+import type { AgentSession } from './agent-session';
+import type { AgentSync } from './agent-sync';
+import type { AgentSyncState } from './agent-sync-state';
+import { DEFAULT_UPLINK_MTU, fabricCarriage } from './fabric-carriage';
+import { peerNodeOf, planFabric, type FabricAgent } from './fabric-plan';
+
+// The DPU backend's part of the fabric: the node's DPUs carry its overlay, not the host. Each agent
+// that carries the fabric (fabric-carriage.ts) is one tunnel endpoint of this node with the slices the
+// core gave it; apply() plans each agent's objects (fabric-plan.ts) and hands them to the agent sync,
+// which sends and tracks them like ports. Ready once every healthy carrying agent acknowledged all of
+// its objects at their current generations.
+//
+// An agent's endpoint stays in the node record for the daemon's life once seen, also while the agent
+// is away: a DPU keeps its dataplane across a lost stream, and a record that dropped it would make the
+// other nodes withdraw its slices from under live pods. It goes only when the agent itself says it no
+// longer carries the fabric (it came back without the feature or an uplink), or moves when it comes
+// back with another uplink.
+
+export interface DpuFabricDeps {
+  /** This node's name, as the peer table names it. */
+  node: string;
+  link: AgentLink;
+  sync: AgentSync;
+  log: Logger;
+}
+
+const NO_OWN: OwnPrefixes = { ranges: [], byEndpoint: new Map() };
+
+export class DpuFabric implements FabricDataplane {
+  private settings: FabricSettings | undefined;
+  /** The last table applied; undefined before the first apply (the table is not known complete). */
+  private peers: readonly Peer[] | undefined;
+  private own: OwnPrefixes = NO_OWN;
+  /** Agents that carry the fabric, seen in this daemon's life, by id. */
+  private readonly agents = new Map<string, FabricAgent>();
+  private readonly listeners: Array<(local: LocalNode) => void> = [];
+
+  constructor(private readonly deps: DpuFabricDeps) {}
+
+  /** Whether the fabric is on (prepare() ran). */
+  get prepared(): boolean {
+    return this.settings !== undefined;
+  }
+
+  prepare(settings: FabricSettings): Promise<LocalNode> {
+    // The DPUs encapsulate every remote prefix (their PeerRoutes are ROUTE_VIA_ENCAP): hybrid, the
+    // default with a cluster peer source, works as vxlan here; routed would need the host's routes.
+    if (settings.mode !== 'vxlan' && settings.mode !== 'hybrid')
+      return Promise.reject(
+        failedPrecondition(
+          `the dpu backend carries the fabric over VXLAN only (its agents' "fabric-vxlan"); fabric mode ${settings.mode} is not supported with --backend dpu, use --fabric vxlan`,
+        ),
+      );
+    this.settings = settings;
+    // Agents that connected before the fabric was prepared are its endpoints too.
+    for (const s of this.deps.link.sessions()) this.learn(s);
+    return Promise.resolve(this.local());
+  }
+
+  async apply(peers: readonly Peer[], own?: OwnPrefixes): Promise<FabricReport> {
+    if (!this.settings) throw failedPrecondition('the DPU fabric was applied before it was prepared');
+    this.peers = peers;
+    this.own = own ?? NO_OWN;
+    this.planAll();
+    return Promise.resolve(this.report());
+  }
+
+  onLocalChange(listener: (local: LocalNode) => void): void {
+    this.listeners.push(listener);
+  }
+
+  /**
+   * This node as the fabric sees it. The host's own underlay carries no tunnel here, so the node's
+   * underlay and MTU are those of its first carrying agent (by id), or none (MTU 1500, what an agent
+   * that states none is assumed to have) while no agent carries the fabric. The uplink is not a
+   * netdev of the host: it is named after that agent.
+   */
+  local(): LocalNode {
+    const endpoints = this.endpoints();
+    const first = [...this.agents.values()].sort(byId)[0];
+    return {
+      underlay: first ? [first.address] : [],
+      uplink: first ? `dpu:${first.id}` : '',
+      mtu: first?.uplinkMtu ?? DEFAULT_UPLINK_MTU,
+      subnets: [],
+      endpoints,
+    };
+  }
+
+  /** This node's tunnel endpoints: every carrying agent seen, with the prefixes apply() last gave it. */
+  endpoints(): TunnelEndpoint[] {
+    const { vni = 0, port = 0 } = this.settings ?? {};
+    return [...this.agents.values()].sort(byId).map((a) => ({
+      id: a.id,
+      underlay: a.address,
+      mtu: a.uplinkMtu,
+      vtep: { mac: vtepMac(a.address), vni, port },
+      prefixes: [...(this.own.byEndpoint.get(a.id) ?? [])],
+    }));
+  }
+
+  /**
+   * An agent's session was established (called before its snapshot is built): a new or moved endpoint
+   * is planned for, in its own objects and in its neighbours' peers, and the node record changes.
+   */
+  established(s: AgentSession): void {
+    if (!this.settings) return;
+    if (!this.learn(s)) return;
+    this.planAll();
+    const local = this.local();
+    // After the snapshot went out: a listener publishes and applies, which must not run inside it.
+    queueMicrotask(() => {
+      for (const l of this.listeners) l(local);
+    });
+  }
+
+  report(): FabricReport {
+    const objects = { routes: 0, neighbours: 0, fdb: 0 };
+    if (!this.settings)
+      return { ready: false, reasons: ['the fabric is not prepared'], peers: [], objects, repairs: 0 };
+    const reasons: string[] = [];
+    if (!this.peers) reasons.push('the fabric has not been applied yet');
+    const carrying = this.deps.link
+      .sessions()
+      .filter((s) => s.healthy && this.deps.sync.state(s.agentId)?.carriage.carries);
+    if (carrying.length === 0) reasons.push(this.noCarrier());
+    for (const s of carrying) {
+      const fabric = this.deps.sync.state(s.agentId)?.fabric;
+      if (!fabric) continue;
+      const failures = fabric.failures();
+      const waiting = fabric.size - fabric.acked - failures.length;
+      if (waiting > 0)
+        reasons.push(
+          `DPU agent ${s.agentId} has not acknowledged ${waiting} of its ${fabric.size} fabric objects`,
+        );
+      if (failures.length > 0)
+        reasons.push(
+          `DPU agent ${s.agentId} could not program ${failures.length} fabric objects (${failures[0]?.name}: ${failures[0]?.message})`,
+        );
+    }
+    // What the agents hold: a FabricPeer is the DPU's neighbour and FDB entry for a tunnel endpoint, so
+    // it counts as one fdb entry; each PeerRoute as one route; summed over the agents.
+    for (const st of this.carryingStates()) {
+      const held = st.fabric.heldCounts();
+      objects.routes += held.routes;
+      objects.fdb += held.peers;
+    }
+    return { ready: reasons.length === 0, reasons, peers: this.peerPaths(), objects, repairs: 0 };
+  }
+
+  /** The fabric part of an agent's row in `workloadnet dpus`; undefined while the fabric is off. */
+  dpuStatus(agentId: string): DpuFabricStatus | undefined {
+    if (!this.settings) return undefined;
+    const st = this.deps.sync.state(agentId);
+    const agent = this.agents.get(agentId);
+    if (!st?.carriage.carries && !agent) {
+      const why = st?.carriage.carries === false ? st.carriage.why : 'not connected yet';
+      return {
+        carries: false,
+        note: `does not carry the fabric: ${why}`,
+        vtep: '',
+        objectsAcked: 0,
+        objectsDesired: 0,
+        peersReachable: 0,
+        peersTotal: 0,
+      };
+    }
+    const peerNames = new Set(st?.fabric.values().flatMap((o) => (o.peer ? [o.name] : [])) ?? []);
+    const reachable = (st?.peerStates ?? []).filter((p) => p.reachable && peerNames.has(p.name)).length;
+    return {
+      carries: true,
+      note: this.deps.link.sessionOf(agentId)?.healthy
+        ? ''
+        : 'away: its VTEP stays published, its DPU keeps the last programmed fabric',
+      vtep: agent?.address ?? '',
+      objectsAcked: st?.fabric.acked ?? 0,
+      objectsDesired: st?.fabric.size ?? 0,
+      peersReachable: reachable,
+      peersTotal: peerNames.size,
+    };
+  }
+
+  stop(): Promise<void> {
+    // The agents keep their fabric: pods keep reaching their peers while the daemon is away.
+    return Promise.resolve();
+  }
+
+  // ---- internals -----------------------------------------------------------------------------
+
+  /** Records what the session says of its agent's endpoint; true when the endpoint set changed. */
+  private learn(s: AgentSession): boolean {
+    const c = fabricCarriage(s.version, s.hello);
+    const known = this.agents.get(s.agentId);
+    if (!c.carries) {
+      if (!known) return false;
+      this.agents.delete(s.agentId);
+      this.deps.sync.setFabric(s.agentId, new Map());
+      this.deps.log.warn(
+        { agentId: s.agentId, why: c.why },
+        'DPU agent came back without the fabric; its endpoint leaves this node record',
+      );
+      return true;
+    }
+    if (known?.address === c.address && known.uplinkMtu === c.uplinkMtu) return false;
+    this.agents.set(s.agentId, { id: s.agentId, address: c.address, uplinkMtu: c.uplinkMtu });
+    this.deps.log.info(
+      { agentId: s.agentId, address: c.address, uplinkMtu: c.uplinkMtu, previous: known?.address },
+      'DPU agent carries the fabric: its VTEP is an endpoint of this node',
+    );
+    return true;
+  }
+
+  /** Plans every carrying agent's objects from the last table; nothing before the first apply. */
+  private planAll(): void {
+    const { settings, peers } = this;
+    if (!settings || !peers) return;
+    const locals = [...this.agents.values()];
+    let changed = 0;
+    for (const agent of locals) {
+      const plan = planFabric({ node: this.deps.node, agent, locals, peers, own: this.own, settings });
+      changed += this.deps.sync.setFabric(agent.id, plan);
+    }
+    if (changed > 0) this.deps.log.debug({ agents: locals.length, changed }, 'fabric objects changed');
+  }
+
+  private *carryingStates(): Iterable<AgentSyncState> {
+    for (const id of this.agents.keys()) {
+      const st = this.deps.sync.state(id);
+      if (st) yield st;
+    }
+  }
+
+  /** Why no agent carries the fabric, naming each connected one's reason. */
+  private noCarrier(): string {
+    const sessions = this.deps.link.sessions();
+    if (sessions.length === 0) return 'no DPU agent is connected to carry the fabric';
+    const why = sessions.map((s) => {
+      const st = this.deps.sync.state(s.agentId);
+      if (!s.healthy) return `${s.agentId}: silent`;
+      return `${s.agentId}: ${st?.carriage.carries === false ? st.carriage.why : 'carries it'}`;
+    });
+    return `no healthy DPU agent carries the fabric (${why.join('; ')})`;
+  }
+
+  /** One path per peer node: through the DPUs when some agent holds a tunnel endpoint of it. */
+  private peerPaths(): PeerPath[] {
+    if (!this.peers) return [];
+    const held = new Map<string, Set<string>>();
+    const prefixes = new Map<string, Set<string>>();
+    const seen = new Map<string, PeerSeenBy[]>();
+    const states = [...this.carryingStates()];
+    for (const st of states) {
+      const peerNode = new Map<string, string>();
+      for (const o of st.fabric.values()) {
+        if (o.peer) {
+          peerNode.set(o.name, o.peer.node);
+          add(held, o.peer.node, st.agentId);
+        }
+      }
+      for (const o of st.fabric.values()) {
+        const node = o.peerRoute && peerNode.get(o.peerRoute.peer);
+        if (node && o.peerRoute) add(prefixes, node, o.peerRoute.prefix);
+      }
+      for (const [node, by] of seenByOf(st)) push(seen, node, by);
+    }
+    return [...this.peers]
+      .filter((p) => p.node !== this.deps.node)
+      .sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0))
+      .map((p): PeerPath => {
+        const seenBy = seen.get(p.node);
+        const base = { node: p.node, ...(seenBy ? { seenBy } : {}) };
+        if (held.has(p.node))
+          return { ...base, path: 'vxlan', prefixes: [...(prefixes.get(p.node) ?? [])].sort() };
+        const reason =
+          states.length === 0
+            ? 'no DPU agent of this node carries the fabric'
+            : !p.vtep && (p.endpoints ?? []).length === 0
+              ? 'it publishes no VTEP and no DPU endpoint'
+              : 'no tunnel endpoint of it has an address the DPUs can reach';
+        return { ...base, path: 'unreachable', reason, prefixes: [...p.prefixes].sort() };
+      });
+  }
+}
+
+/**
+ * One agent's word on each peer node: a node reached through several tunnel endpoints (its VXLAN
+ * device, its DPUs) is reachable and offloaded when every one of them is, its packets summed, its
+ * last error the first one said (named by the object).
+ */
+function seenByOf(st: AgentSyncState): Map<string, PeerSeenBy> {
+  const out = new Map<string, PeerSeenBy>();
+  for (const p of st.peerStates) {
+    const node = peerNodeOf(p.name);
+    if (node === undefined) continue;
+    const by = out.get(node);
+    if (!by) {
+      out.set(node, {
+        endpoint: st.agentId,
+        reachable: p.reachable,
+        offloaded: p.offloaded,
+        txPackets: p.txPackets,
+        rxPackets: p.rxPackets,
+        lastError: p.lastError ? `${p.name}: ${p.lastError}` : '',
+      });
+      continue;
+    }
+    by.reachable &&= p.reachable;
+    by.offloaded &&= p.offloaded;
+    by.txPackets += p.txPackets;
+    by.rxPackets += p.rxPackets;
+    if (!by.lastError && p.lastError) by.lastError = `${p.name}: ${p.lastError}`;
+  }
+  return out;
+}
+
+function add(m: Map<string, Set<string>>, key: string, value: string): void {
+  const s = m.get(key);
+  if (s) s.add(value);
+  else m.set(key, new Set([value]));
+}
+
+function push<T>(m: Map<string, T[]>, key: string, value: T): void {
+  const list = m.get(key);
+  if (list) list.push(value);
+  else m.set(key, [value]);
+}
+
+function byId(a: { id: string }, b: { id: string }): number {
+  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+}

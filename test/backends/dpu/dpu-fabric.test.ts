@@ -1,0 +1,319 @@
+import { expect } from 'chai';
+import * as path from 'node:path';
+import type { DpuBackend } from '../../../backends/dpu';
+import type { FabricSettings, LocalNode, OwnPrefixes } from '../../../core/fabric/fabric-dataplane';
+import type { Peer } from '../../../core/fabric/peer-source';
+import {
+  AckCode,
+  ObjectKind,
+  type AgentMessage,
+  type ControllerMessage,
+  type FabricObject,
+  type Hello,
+} from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+import { okAck, removeDir, scratchDir, startBackend } from './fixtures';
+import { RawAgent } from './raw-agent';
+import { waitUntil } from './sim-process';
+
+// The DPU backend's fabric against its real agent server, with hand-driven agents: a version 3 agent
+// that carries the fabric gets its objects in every snapshot and acks them one by one, and the node is
+// ready only once it acked the last; a version 2 agent keeps serving ports and is told no fabric.
+
+const SETTINGS: FabricSettings = { mode: 'vxlan', nodeIp: '', vni: 30574, port: 4789, clusterCidrs: [] };
+const n3: Peer = {
+  node: 'n3',
+  underlay: ['10.0.0.3'],
+  mtu: 1500,
+  bootId: 'b3',
+  vtep: { mac: '0e:77:0a:00:00:03', vni: 30574, port: 4789 },
+  prefixes: ['10.244.2.0/24'],
+};
+const n4: Peer = { ...n3, node: 'n4', underlay: ['10.0.0.4'], prefixes: ['10.244.3.0/24'] };
+const own = (slices: Record<string, string[]>): OwnPrefixes => ({
+  ranges: ['10.244.0.0/24'],
+  byEndpoint: new Map(Object.entries(slices)),
+});
+
+function v3Hello(agentId: string, over: Partial<Hello> = {}): AgentMessage {
+  return RawAgent.hello(agentId, {
+    protocolVersion: 1,
+    minProtocolVersion: 1,
+    maxProtocolVersion: 3,
+    uplinkAddresses: ['10.0.1.11'],
+    uplinkMtu: 1500,
+    capabilities: { maxPorts: 0, ipv6: true, minMtu: 68, maxMtu: 9216, features: ['fabric-vxlan'] },
+    ...over,
+  });
+}
+
+const fabricAck = (o: FabricObject, more: Partial<AgentMessage['ack']> = {}): AgentMessage =>
+  okAck(o.name, o.generation, { kind: ObjectKind.OBJECT_KIND_FABRIC, ...more });
+
+/** The fabric upserts received from index `from` on. */
+const fabricUpserts = (a: RawAgent, from = 0): FabricObject[] =>
+  a.received.slice(from).flatMap((m) => (m.upsert?.fabric ? [m.upsert.fabric] : []));
+
+/** The snapshot that starts at or after `from`: its begin, its fabric objects and its end. */
+async function snapshot(
+  a: RawAgent,
+  from = 0,
+): Promise<{ begin: ControllerMessage; fabric: FabricObject[]; end: ControllerMessage }> {
+  const begin = await a.next((m) => !!m.snapshotBegin, 'a snapshot', 5000, from);
+  const start = a.received.indexOf(begin);
+  const end = await a.next((m) => !!m.syncComplete, 'its sync complete', 5000, start);
+  return {
+    begin,
+    fabric: fabricUpserts(a, start).filter((_, i) => i < (end.syncComplete?.fabricCount ?? 0)),
+    end,
+  };
+}
+
+describe('DPU backend: the fabric on the agent stream (protocol version 3)', function () {
+  this.timeout(30_000);
+  let dir: string;
+  let backend: DpuBackend | undefined;
+  const agents: RawAgent[] = [];
+
+  beforeEach(async () => {
+    dir = scratchDir();
+    backend = await startBackend(dir, { nodeName: 'n1' });
+  });
+
+  afterEach(async () => {
+    for (const a of agents.splice(0)) a.close();
+    await backend?.stop();
+    backend = undefined;
+    removeDir(dir);
+  });
+
+  function connect(hello: AgentMessage): RawAgent {
+    const a = new RawAgent(path.join(dir, 'agent.sock'));
+    agents.push(a);
+    a.send(hello);
+    a.keepAlive(100);
+    return a;
+  }
+
+  it('sends the fabric as desired state, and is ready only once the agent acked the last object', async () => {
+    const b = backend!;
+    const changes: LocalNode[] = [];
+    b.fabric.onLocalChange((l) => changes.push(l));
+    await b.fabric.prepare(SETTINGS);
+
+    const a = connect(v3Hello('dpu-a'));
+    const accept = await a.next((m) => !!m.helloAccept, 'the accept');
+    expect(accept.helloAccept?.protocolVersion).to.equal(3);
+    expect(accept.helloAccept?.capabilities?.features).to.include('fabric');
+    const first = await snapshot(a);
+    expect(first.begin.snapshotBegin?.keepUnlistedFabric, 'no table applied yet').to.equal(true);
+    expect(first.end.syncComplete?.fabricCount).to.equal(0);
+    await waitUntil(() => changes.length === 1, 'the new endpoint told to the listeners');
+    expect(changes[0]?.endpoints?.map((e) => [e.id, e.underlay, e.vtep.mac])).to.deep.equal([
+      ['dpu-a', '10.0.1.11', '0e:77:0a:00:01:0b'],
+    ]);
+    expect(b.fabric.report().reasons).to.include('the fabric has not been applied yet');
+
+    const from = a.received.length;
+    const report = await b.fabric.apply([n3], own({ 'dpu-a': ['10.244.0.0/26'] }));
+    expect(report.ready).to.equal(false);
+    expect(report.reasons).to.deep.equal(['DPU agent dpu-a has not acknowledged 4 of its 4 fabric objects']);
+    await waitUntil(() => fabricUpserts(a, from).length === 4, 'four fabric upserts');
+    const objects = fabricUpserts(a, from);
+    expect(objects.map((o) => o.name).sort()).to.deep.equal([
+      'peer/n3',
+      'prefix/10.244.0.0/26',
+      'route/10.244.2.0/24',
+      'vtep',
+    ]);
+    expect(b.fabric.local().endpoints?.[0]?.prefixes).to.deep.equal(['10.244.0.0/26']);
+
+    const [last, ...rest] = objects;
+    for (const o of rest) a.send(fabricAck(o));
+    // Acks that must change nothing: a fabric name acked as a port, a generation never sent, a name
+    // never desired, and an older generation.
+    a.send(okAck(last!.name, last!.generation));
+    a.send(fabricAck(last!, { generation: last!.generation + 1000 }));
+    a.send(fabricAck({ ...last!, name: 'peer/nobody' }));
+    a.send(fabricAck(last!, { generation: last!.generation - 1 }));
+    await waitUntil(
+      () =>
+        b.fabric.report().reasons.join() === 'DPU agent dpu-a has not acknowledged 1 of its 4 fabric objects',
+      'three acks counted',
+    );
+    a.send({ heartbeat: { seq: 1, sentAtUnixMs: Date.now() } });
+    await new Promise((r) => setTimeout(r, 300));
+    expect(b.fabric.report().ready, 'stale and unknown acks do not count').to.equal(false);
+    expect(a.isEnded, 'nor do they end the stream').to.equal(false);
+    a.send(fabricAck(last!));
+    await waitUntil(() => b.fabric.report().ready, 'ready after the last ack');
+    const ready = b.fabric.report();
+    expect(ready.objects).to.deep.equal({ routes: 1, neighbours: 0, fdb: 1 });
+
+    // What the agent says of its peers shows per peer node.
+    a.send({
+      peerStatus: {
+        peers: [
+          { name: 'peer/n3', reachable: true, offloaded: true, txPackets: 5, rxPackets: 7, lastError: '' },
+        ],
+      },
+    });
+    await waitUntil(() => (b.fabric.report().peers[0]?.seenBy ?? []).length === 1, 'the peer status');
+    expect(b.fabric.report().peers).to.deep.equal([
+      {
+        node: 'n3',
+        path: 'vxlan',
+        prefixes: ['10.244.2.0/24'],
+        seenBy: [
+          { endpoint: 'dpu-a', reachable: true, offloaded: true, txPackets: 5, rxPackets: 7, lastError: '' },
+        ],
+      },
+    ]);
+    const row = (await b.health()).dpus?.find((d) => d.id === 'dpu-a');
+    expect(row?.fabric).to.deep.equal({
+      carries: true,
+      note: '',
+      vtep: '10.0.1.11',
+      objectsAcked: 4,
+      objectsDesired: 4,
+      peersReachable: 1,
+      peersTotal: 1,
+    });
+
+    // Gone briefly: its endpoint stays in the node record; back, it gets the whole fabric again,
+    // this time as a complete list, and holds readiness back until it acked it.
+    a.close();
+    await waitUntil(
+      () => b.fabric.report().reasons.includes('no DPU agent is connected to carry the fabric'),
+      'the agent lost',
+    );
+    expect(b.fabric.local().endpoints?.map((e) => e.id)).to.deep.equal(['dpu-a']);
+    const again = connect(v3Hello('dpu-a'));
+    const second = await snapshot(again);
+    expect(second.begin.snapshotBegin?.keepUnlistedFabric).to.equal(false);
+    expect(second.end.syncComplete?.fabricCount).to.equal(4);
+    expect(second.fabric.map((o) => [o.name, o.generation])).to.deep.equal(
+      [...objects].sort((x, y) => (x.name < y.name ? -1 : 1)).map((o) => [o.name, o.generation]),
+    );
+    expect(b.fabric.report().ready, 'not ready until the new session acked').to.equal(false);
+    for (const o of second.fabric) again.send(fabricAck(o));
+    await waitUntil(() => b.fabric.report().ready, 'ready after the resync');
+    expect(changes.length, 'the same endpoint back is no change of the node').to.equal(1);
+
+    // A peer that left: its objects go by Delete, acked like a change.
+    const before = again.received.length;
+    await b.fabric.apply([n4], own({ 'dpu-a': ['10.244.0.0/26'] }));
+    await waitUntil(
+      () => again.received.slice(before).filter((m) => m.delete).length === 2,
+      'the Deletes of the peer that left',
+    );
+    const deletes = again.received.slice(before).flatMap((m) => (m.delete ? [m.delete] : []));
+    expect(deletes.map((d) => [d.name, d.kind]).sort()).to.deep.equal([
+      ['peer/n3', ObjectKind.OBJECT_KIND_FABRIC],
+      ['route/10.244.2.0/24', ObjectKind.OBJECT_KIND_FABRIC],
+    ]);
+    for (const d of deletes) again.send(okAck(d.name, d.generation, { kind: ObjectKind.OBJECT_KIND_FABRIC }));
+    const added = fabricUpserts(again, before);
+    expect(added.map((o) => o.name).sort()).to.deep.equal(['peer/n4', 'route/10.244.3.0/24']);
+    for (const o of added) again.send(fabricAck(o));
+    await waitUntil(() => b.fabric.report().ready, 'ready with the new table');
+    expect(b.fabric.report().peers.map((p) => p.node)).to.deep.equal(['n4']);
+  });
+
+  it('tells a second DPU of the node to the first, as a peer of the fabric', async () => {
+    const b = backend!;
+    await b.fabric.prepare(SETTINGS);
+    await b.fabric.apply([], own({ 'dpu-a': ['10.244.0.0/26'], 'dpu-b': ['10.244.0.64/26'] }));
+    const a = connect(v3Hello('dpu-a'));
+    const sa = await snapshot(a);
+    expect(sa.begin.snapshotBegin?.keepUnlistedFabric).to.equal(false);
+    expect(sa.fabric.map((o) => o.name)).to.deep.equal(['prefix/10.244.0.0/26', 'vtep']);
+    const from = a.received.length;
+    const bAgent = connect(v3Hello('dpu-b', { uplinkAddresses: ['10.0.1.12'] }));
+    const sb = await snapshot(bAgent);
+    const beginAt = bAgent.received.indexOf(sb.begin);
+    expect(fabricUpserts(bAgent).length, 'nothing sent before its snapshot, nothing twice').to.equal(4);
+    expect(bAgent.received.slice(0, beginAt).some((m) => m.upsert)).to.equal(false);
+    expect(sb.fabric.map((o) => o.name)).to.deep.equal([
+      'peer/n1/dpu-a',
+      'prefix/10.244.0.64/26',
+      'route/10.244.0.0/26',
+      'vtep',
+    ]);
+    await waitUntil(() => fabricUpserts(a, from).length === 2, 'dpu-b told to dpu-a');
+    expect(fabricUpserts(a, from).map((o) => [o.name, o.peer?.address ?? o.peerRoute?.peer])).to.deep.equal([
+      ['peer/n1/dpu-b', '10.0.1.12'],
+      ['route/10.244.0.64/26', 'peer/n1/dpu-b'],
+    ]);
+  });
+
+  for (const [what, hello, why] of [
+    [
+      'a version 2 agent',
+      v3Hello('dpu-old', { maxProtocolVersion: 2 }),
+      'does not carry the fabric: protocol version 2',
+    ],
+    [
+      'an agent without the fabric-vxlan feature',
+      v3Hello('dpu-old', {
+        capabilities: { maxPorts: 0, ipv6: true, minMtu: 68, maxMtu: 9216, features: [] },
+      }),
+      'does not carry the fabric: no fabric-vxlan feature',
+    ],
+    [
+      'an agent that states no uplink',
+      v3Hello('dpu-old', { uplinkAddresses: [] }),
+      'does not carry the fabric: stated no uplink address',
+    ],
+  ] as const) {
+    it(`gives ${what} no fabric object and says why it does not carry the fabric`, async () => {
+      const b = backend!;
+      await b.fabric.prepare(SETTINGS);
+      await b.fabric.apply([n3], own({ 'dpu-old': ['10.244.0.0/26'] }));
+      const a = connect(hello);
+      const snap = await snapshot(a);
+      expect(snap.end.syncComplete?.fabricCount).to.equal(0);
+      await waitUntil(async () => (await b.health()).dpus?.[0]?.fabric !== undefined, 'its status');
+      const row = (await b.health()).dpus?.find((d) => d.id === 'dpu-old');
+      expect(row?.fabric?.carries).to.equal(false);
+      expect(row?.fabric?.note).to.equal(why);
+      expect(row?.reason, 'not a failure of the DPU').to.equal(undefined);
+      await b.fabric.apply([n3, n4], own({ 'dpu-old': ['10.244.0.0/26'] }));
+      // Ports still work: an unrelated message round trip shows nothing fabric arrived meanwhile.
+      await new Promise((r) => setTimeout(r, 200));
+      expect(
+        a.received.filter((m) => m.upsert?.fabric || m.delete?.kind === ObjectKind.OBJECT_KIND_FABRIC),
+      ).to.deep.equal([]);
+      expect(b.fabric.local().endpoints).to.deep.equal([]);
+      const report = b.fabric.report();
+      expect(report.ready).to.equal(false);
+      expect(report.reasons).to.deep.equal([
+        `no healthy DPU agent carries the fabric (dpu-old: ${why.replace('does not carry the fabric: ', '')})`,
+      ]);
+      expect(report.peers.map((p) => [p.node, p.path])).to.deep.equal([
+        ['n3', 'unreachable'],
+        ['n4', 'unreachable'],
+      ]);
+    });
+  }
+
+  it('counts a refused fabric object as a reason naming the agent and the object', async () => {
+    const b = backend!;
+    await b.fabric.prepare(SETTINGS);
+    await b.fabric.apply([n3], own({}));
+    const a = connect(v3Hello('dpu-a'));
+    const snap = await snapshot(a);
+    for (const o of snap.fabric)
+      a.send(
+        o.name === 'peer/n3'
+          ? fabricAck(o, { code: AckCode.ACK_CODE_NO_RESOURCES, message: 'FDB full' })
+          : fabricAck(o),
+      );
+    await waitUntil(
+      () => b.fabric.report().reasons.length === 1 && /could not/.test(b.fabric.report().reasons[0]!),
+      'the refusal',
+    );
+    expect(b.fabric.report().reasons).to.deep.equal([
+      'DPU agent dpu-a could not program 1 fabric objects (peer/n3: FDB full)',
+    ]);
+  });
+});
