@@ -33,8 +33,8 @@ describeRoot('Linux fabric to a peer whose pods sit behind DPU endpoints (real k
   let db: Dpu;
 
   /** A DPU namespace with its VTEP, the Linux node as its one peer, and a pod per address behind it. */
-  async function dpu(name: string, host: number, pods: string[]): Promise<Dpu> {
-    const { ns, address } = await topo.addBareNode({ name, subnet: 2, host });
+  async function dpu(name: string, host: number, pods: string[], subnet: 1 | 2 = 2): Promise<Dpu> {
+    const { ns, address } = await topo.addBareNode({ name, subnet, host });
     const mac = vtepMac(address);
     const x = (...args: string[]): Promise<string> => ip('-n', ns, ...args);
     await netnsExec(ns, 'sysctl', '-q', '-w', 'net.ipv4.ip_forward=1');
@@ -63,7 +63,9 @@ describeRoot('Linux fabric to a peer whose pods sit behind DPU endpoints (real k
     const naMac = local.vtep!.mac;
     await x('neigh', 'add', '10.244.1.0', 'lladdr', naMac, 'dev', 'vx', 'nud', 'permanent');
     await bridge(ns, 'fdb', 'append', naMac, 'dev', 'vx', 'dst', na.address, 'self', 'permanent');
-    await x('route', 'add', '10.244.1.0/24', 'via', '10.244.1.0', 'dev', 'vx', 'onlink');
+    // On the Linux node's subnet, a DPU routes back directly, as the Linux node routes to it in hybrid.
+    if (subnet === 1) await x('route', 'add', '10.244.1.0/24', 'via', na.address, 'dev', 'eth0');
+    else await x('route', 'add', '10.244.1.0/24', 'via', '10.244.1.0', 'dev', 'vx', 'onlink');
     for (const [i, pod] of pods.entries()) {
       const podNs = topo.pool.add(`${name}p${i}`).name;
       const port = `p${i}`;
@@ -191,5 +193,37 @@ describeRoot('Linux fabric to a peer whose pods sit behind DPU endpoints (real k
       fdb: [`${da.mac} dst ${da.address} self permanent`],
     });
     expect(await pings(na.pod, '10.244.4.70', { waitSeconds: 5 })).to.equal(false);
+  });
+
+  it("hybrid: an endpoint on this node's subnet is routed directly to its own address, the other tunnelled; the device is kept", async () => {
+    const [before] = await ipJson<{ ifindex: number }>(na.ns, 'link', 'show', 'wn-vxlan');
+    await fabric.stop();
+    fabric = new LinuxFabric({ hostNetnsPath: netnsPath(na.ns), monitor: false });
+    await fabric.prepare(settings('hybrid'));
+    const dc = await dpu('dc', 12, ['10.244.4.80'], 1);
+    const report = await fabric.apply([
+      dpuNode([
+        endpoint('dpu-a', da, ['10.244.4.0/26', '10.244.4.200/32']),
+        endpoint('dpu-c', dc, ['10.244.4.64/26']),
+      ]),
+    ]);
+    expect(report.ready).to.equal(true);
+    expect(await kernelState(na.ns)).to.deep.equal({
+      routes: [
+        '10.244.4.0/26 via 10.244.4.0 dev wn-vxlan metric 1024 onlink mtu 1450',
+        '10.244.4.200 via 10.244.4.0 dev wn-vxlan metric 1024 onlink mtu 1450',
+        `10.244.4.64/26 via ${dc.address} dev eth0 metric 1024 mtu 1450`,
+        'unreachable 10.244.0.0/16 metric 4294967295',
+      ],
+      neigh: [`10.244.4.0 lladdr ${da.mac} PERMANENT`],
+      fdb: [`${da.mac} dst ${da.address} self permanent`],
+    });
+    const [after] = await ipJson<{ ifindex: number }>(na.ns, 'link', 'show', 'wn-vxlan');
+    expect(after?.ifindex, 'wn-vxlan not recreated').to.equal(before?.ifindex);
+    for (const to of ['10.244.4.80', '10.244.4.5'])
+      expect(
+        await pings(na.pod, to, { count: 3, waitSeconds: 2, intervalSeconds: 0.2 }),
+        `na pod → ${to}`,
+      ).to.equal(true);
   });
 });
