@@ -19,8 +19,17 @@ export function parsePeersFile(text: string, file: string): Map<string, Peer> {
   return readPeersFile(text, file).peers;
 }
 
+/** A line of `rejected`, with the entry it is about (a node skips what its own entry says). */
+export interface PeersFileRejection {
+  node: string;
+  why: string;
+}
+
 /** The peers, and the endpoint prefixes dropped because their entry does not list them. */
-export function readPeersFile(text: string, file: string): { peers: Map<string, Peer>; rejected: string[] } {
+export function readPeersFile(
+  text: string,
+  file: string,
+): { peers: Map<string, Peer>; rejected: PeersFileRejection[] } {
   const fail = (msg: string): WorkloadNetError => invalidArgument(`peers file ${file}: ${msg}`);
   let doc: unknown;
   try {
@@ -33,7 +42,7 @@ export function readPeersFile(text: string, file: string): { peers: Map<string, 
   for (const k of Object.keys(doc)) if (k !== 'peers') throw fail(`unknown key "${k}" (known: peers)`);
   const peers = new Map<string, Peer>();
   const owners = new Map<string, string>();
-  const rejected: string[] = [];
+  const rejected: PeersFileRejection[] = [];
   for (const [i, entry] of (doc.peers as unknown[]).entries()) {
     const at = `peers[${i}]`;
     if (!isObject(entry)) throw fail(`${at} must be an object`);
@@ -43,7 +52,9 @@ export function readPeersFile(text: string, file: string): { peers: Map<string, 
     if (peer.endpoints) {
       const vouched = vouchedEndpoints(peer.node, peer.endpoints, peer.prefixes, "its entry's prefixes");
       peer.endpoints = vouched.endpoints;
-      rejected.push(...vouched.rejected.map((r) => `peers file ${file}: ${at}: ${r}`));
+      rejected.push(
+        ...vouched.rejected.map((r) => ({ node: peer.node, why: `peers file ${file}: ${at}: ${r}` })),
+      );
     }
     if (peers.has(peer.node)) throw fail(`${at}.node: "${peer.node}" is listed twice`);
     // Two nodes claiming one prefix would send its traffic to whichever was programmed last.

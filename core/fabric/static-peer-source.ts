@@ -3,7 +3,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { Logger } from '../logger';
 import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from './peer-source';
-import { readPeersFile } from './peers-file';
+import { readPeersFile, type PeersFileRejection } from './peers-file';
 
 // The peer source of a node without a cluster store: the peers a file lists (--peers-file), or none.
 // The file is read again when it changes: fs.watch on its directory (editors and config managers
@@ -124,7 +124,7 @@ export class StaticPeerSource implements PeerSource {
     // Unchanged since it was last accepted or refused.
     if (text === this.seen && (this.loaded || this.problem !== undefined)) return;
     let parsed: Map<string, Peer>;
-    let rejected: string[];
+    let rejected: PeersFileRejection[];
     try {
       ({ peers: parsed, rejected } = readPeersFile(text, this.file));
     } catch (err) {
@@ -134,7 +134,7 @@ export class StaticPeerSource implements PeerSource {
     this.seen = text;
     parsed.delete(this.self);
     // This node's own entry is skipped, and so is what it says of itself.
-    this.rejected = rejected.filter((r) => !r.includes(`: node ${this.self}: `));
+    this.rejected = rejected.filter((r) => r.node !== this.self).map((r) => r.why);
     const changed = !this.loaded || !sameTable(this.table, parsed);
     if (this.problem) this.log.info({ file: this.file }, 'peers file: read again, accepted');
     this.problem = undefined;
