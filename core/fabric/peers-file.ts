@@ -1,18 +1,35 @@
 import { formatAddress, parseAddress, parseCidr } from '../../lib/cidr';
 import { invalidArgument, type WorkloadNetError } from '../errors';
+import { decodeEndpoints, vouchedEndpoints } from './endpoint-fields';
 import type { Peer } from './peer-source';
 
 // The static peer source's file (--peers-file): {"peers":[{"node","underlay","mtu","vtep","prefixes",
-// "bootId"}]}. A file that is wrong anywhere is refused whole, with the field named, so that a typo in
-// one entry never withdraws the others (the source keeps its previous table).
+// "bootId","endpoints"}]}. A file that is wrong anywhere is refused whole, with the field named, so
+// that a typo in one entry never withdraws the others (the source keeps its previous table). The one
+// exception is a well-formed endpoint prefix outside its entry's own prefixes: the file vouches for
+// a node only what the entry lists, so such a prefix is dropped and reported, the rest kept.
 
-const PEER_KEYS = new Set(['node', 'underlay', 'mtu', 'vtep', 'prefixes', 'bootId']);
+const PEER_KEYS = new Set(['node', 'underlay', 'mtu', 'vtep', 'prefixes', 'bootId', 'endpoints']);
 const VTEP_KEYS = new Set(['mac', 'vni', 'port']);
 const NODE_NAME = /^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$/;
 const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/;
 
 /** The peers the text lists, canonical (addresses and prefixes as the kernel prints them), by node name. */
 export function parsePeersFile(text: string, file: string): Map<string, Peer> {
+  return readPeersFile(text, file).peers;
+}
+
+/** A line of `rejected`, with the entry it is about (a node skips what its own entry says). */
+export interface PeersFileRejection {
+  node: string;
+  why: string;
+}
+
+/** The peers, and the endpoint prefixes dropped because their entry does not list them. */
+export function readPeersFile(
+  text: string,
+  file: string,
+): { peers: Map<string, Peer>; rejected: PeersFileRejection[] } {
   const fail = (msg: string): WorkloadNetError => invalidArgument(`peers file ${file}: ${msg}`);
   let doc: unknown;
   try {
@@ -25,12 +42,20 @@ export function parsePeersFile(text: string, file: string): Map<string, Peer> {
   for (const k of Object.keys(doc)) if (k !== 'peers') throw fail(`unknown key "${k}" (known: peers)`);
   const peers = new Map<string, Peer>();
   const owners = new Map<string, string>();
+  const rejected: PeersFileRejection[] = [];
   for (const [i, entry] of (doc.peers as unknown[]).entries()) {
     const at = `peers[${i}]`;
     if (!isObject(entry)) throw fail(`${at} must be an object`);
     for (const k of Object.keys(entry))
       if (!PEER_KEYS.has(k)) throw fail(`${at}: unknown key "${k}" (known: ${[...PEER_KEYS].join(', ')})`);
     const peer = parsePeer(entry, at, fail);
+    if (peer.endpoints) {
+      const vouched = vouchedEndpoints(peer.node, peer.endpoints, peer.prefixes, "its entry's prefixes");
+      peer.endpoints = vouched.endpoints;
+      rejected.push(
+        ...vouched.rejected.map((r) => ({ node: peer.node, why: `peers file ${file}: ${at}: ${r}` })),
+      );
+    }
     if (peers.has(peer.node)) throw fail(`${at}.node: "${peer.node}" is listed twice`);
     // Two nodes claiming one prefix would send its traffic to whichever was programmed last.
     for (const p of peer.prefixes) {
@@ -40,7 +65,7 @@ export function parsePeersFile(text: string, file: string): Map<string, Peer> {
     }
     peers.set(peer.node, peer);
   }
-  return peers;
+  return { peers, rejected };
 }
 
 function parsePeer(e: Record<string, unknown>, at: string, fail: (m: string) => WorkloadNetError): Peer {
@@ -85,7 +110,22 @@ function parsePeer(e: Record<string, unknown>, at: string, fail: (m: string) => 
   });
   const bootId = e.bootId ?? '';
   if (typeof bootId !== 'string') throw fail(`${at}.bootId must be text`);
-  return { node: e.node, underlay, mtu: mtu as number, ...(vtep ? { vtep } : {}), bootId, prefixes };
+  let endpoints: Peer['endpoints'];
+  if (e.endpoints !== undefined)
+    try {
+      endpoints = decodeEndpoints(e.endpoints);
+    } catch (err) {
+      throw fail(`${at}.${(err as Error).message.replace(/^"endpoints"/, 'endpoints')}`);
+    }
+  return {
+    node: e.node,
+    underlay,
+    mtu: mtu as number,
+    ...(vtep ? { vtep } : {}),
+    bootId,
+    ...(endpoints ? { endpoints } : {}),
+    prefixes,
+  };
 }
 
 function isObject(v: unknown): v is Record<string, unknown> {

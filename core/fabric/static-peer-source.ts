@@ -3,7 +3,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { Logger } from '../logger';
 import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from './peer-source';
-import { parsePeersFile } from './peers-file';
+import { readPeersFile, type PeersFileRejection } from './peers-file';
 
 // The peer source of a node without a cluster store: the peers a file lists (--peers-file), or none.
 // The file is read again when it changes: fs.watch on its directory (editors and config managers
@@ -19,6 +19,8 @@ export interface StaticPeerSourceOptions {
 export class StaticPeerSource implements PeerSource {
   readonly kind = 'static';
   private table = new Map<string, Peer>();
+  /** Endpoint prefixes the accepted file lists outside their entry's prefixes, each with why. */
+  private rejected: string[] = [];
   private loaded = false;
   private self = '';
   /** Why the file was refused (the previous table stays), or why there is none yet. */
@@ -74,6 +76,9 @@ export class StaticPeerSource implements PeerSource {
     await this.reload();
   }
 
+  /** The file is the operator's: this node publishes nothing into it. */
+  async update(_self: NodeRecord): Promise<void> {}
+
   async stop(): Promise<void> {
     this.stopped = true;
     this.watcher?.close();
@@ -94,7 +99,7 @@ export class StaticPeerSource implements PeerSource {
     const reasons: string[] = [];
     if (this.problem)
       reasons.push(this.loaded ? `${this.problem} (the table read before is kept)` : this.problem);
-    return { kind: this.kind, ready: this.loaded, connected: true, reasons, rejected: [] };
+    return { kind: this.kind, ready: this.loaded, connected: true, reasons, rejected: [...this.rejected] };
   }
 
   /** Reads the file now (what a change event or the poll does); one read at a time. */
@@ -119,14 +124,17 @@ export class StaticPeerSource implements PeerSource {
     // Unchanged since it was last accepted or refused.
     if (text === this.seen && (this.loaded || this.problem !== undefined)) return;
     let parsed: Map<string, Peer>;
+    let rejected: PeersFileRejection[];
     try {
-      parsed = parsePeersFile(text, this.file);
+      ({ peers: parsed, rejected } = readPeersFile(text, this.file));
     } catch (err) {
       this.refuse((err as Error).message, text);
       return;
     }
     this.seen = text;
     parsed.delete(this.self);
+    // This node's own entry is skipped, and so is what it says of itself.
+    this.rejected = rejected.filter((r) => r.node !== this.self).map((r) => r.why);
     const changed = !this.loaded || !sameTable(this.table, parsed);
     if (this.problem) this.log.info({ file: this.file }, 'peers file: read again, accepted');
     this.problem = undefined;

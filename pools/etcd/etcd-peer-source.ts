@@ -91,15 +91,7 @@ export class EtcdPeerSource implements PeerSource {
 
   /** Refuses a record of another node, or one other nodes would ignore, before connecting anything. */
   async start(self: NodeRecord): Promise<void> {
-    if (self.node !== this.opts.nodeName)
-      throw invalidArgument(
-        `node record names ${self.node}, but this source serves node ${this.opts.nodeName}`,
-      );
-    try {
-      decodeRecord(self.node, encodeRecord(self));
-    } catch (err) {
-      throw invalidArgument(`this node's record ${(err as Error).message}; other nodes would ignore it`);
-    }
+    this.check(self);
     this.self = self;
     this.client = new Etcd3(
       etcdClientOptions({
@@ -121,6 +113,21 @@ export class EtcdPeerSource implements PeerSource {
     this.timer = setInterval(() => void this.tick(), this.opts.tickMs ?? 1000);
     this.timer.unref();
     void this.tick();
+  }
+
+  /**
+   * Publishes the changed record now, under the lease the old one lives on (no moment without a
+   * record). Refused like start() when other nodes would ignore it; when etcd fails, the maintenance
+   * tick publishes it once etcd answers (Status says it is not published meanwhile).
+   */
+  async update(self: NodeRecord): Promise<void> {
+    this.check(self);
+    this.self = self;
+    if (!this.publisher || this.stopped) return;
+    await this.publisher.ensure(self).then(
+      (answered) => answered && this.reachable(),
+      (err: unknown) => this.failed(err),
+    );
   }
 
   async stop(): Promise<void> {
@@ -155,6 +162,8 @@ export class EtcdPeerSource implements PeerSource {
     if (this.publisher?.refusal) reasons.push(this.publisher.refusal);
     else if (this.self && !this.publisher?.published)
       reasons.push(`node record of ${this.self.node} not published in etcd yet`);
+    else if (this.self && !this.publisher?.holds(this.self))
+      reasons.push(`the changed node record of ${this.self.node} is not published in etcd yet`);
     const unrouted = this.table.unroutedReason();
     if (unrouted) reasons.push(unrouted);
     return {
@@ -164,6 +173,18 @@ export class EtcdPeerSource implements PeerSource {
       reasons,
       rejected: [...this.table.rejected()],
     };
+  }
+
+  private check(self: NodeRecord): void {
+    if (self.node !== this.opts.nodeName)
+      throw invalidArgument(
+        `node record names ${self.node}, but this source serves node ${this.opts.nodeName}`,
+      );
+    try {
+      decodeRecord(self.node, encodeRecord(self));
+    } catch (err) {
+      throw invalidArgument(`this node's record ${(err as Error).message}; other nodes would ignore it`);
+    }
   }
 
   /** Maintenance: keep the record published, list when needed, watch again after a drop. */

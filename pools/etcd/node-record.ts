@@ -1,10 +1,12 @@
+import { decodeEndpoints, encodeEndpoints } from '../../core/fabric/endpoint-fields';
 import { decodeVtep } from '../../core/fabric/vtep-fields';
 import { parseAddress, parseCidr } from '../../lib/cidr';
 import type { NodeRecord } from '../../core/fabric/peer-source';
 
 // A node's record as JSON under <prefix>/nodes/<node>. Other nodes' records are untrusted input: one
-// that does not parse, names another node than its key, or carries an address, MTU or VTEP that could
-// not be programmed is ignored as a whole and reported, never half-used.
+// that does not parse, names another node than its key, or carries an address, MTU, VTEP or endpoint
+// that could not be programmed is ignored as a whole and reported, never half-used. (Whether its
+// endpoints' prefixes are the node's to give is the peer table's question: it knows the blocks.)
 
 /** A record as read from etcd: the node's data, plus the prefixes it claims to announce, if any. */
 export interface ReadRecord {
@@ -16,6 +18,8 @@ export interface ReadRecord {
 export function encodeRecord(r: NodeRecord): string {
   const out: NodeRecord = { node: r.node, underlay: r.underlay, mtu: r.mtu, bootId: r.bootId };
   if (r.vtep) out.vtep = { mac: r.vtep.mac, vni: r.vtep.vni, port: r.vtep.port };
+  // Only when there are some: a node without DPUs writes the record it always wrote.
+  if (r.endpoints && r.endpoints.length > 0) out.endpoints = encodeEndpoints(r.endpoints);
   return JSON.stringify(out);
 }
 
@@ -50,6 +54,13 @@ export function decodeRecord(node: string, text: string): ReadRecord {
     bootId: typeof o.bootId === 'string' ? o.bootId : '',
   };
   if (o.vtep !== undefined) record.vtep = decodeVtep(o.vtep);
+  // Absent in records of daemons before DPU endpoints: those stay readable as they were.
+  if (o.endpoints !== undefined)
+    try {
+      record.endpoints = decodeEndpoints(o.endpoints);
+    } catch (err) {
+      throw new Error(`has an invalid endpoint list: ${(err as Error).message}`);
+    }
   const announced: string[] = [];
   if (o.prefixes !== undefined) {
     if (!Array.isArray(o.prefixes)) throw new Error('has a "prefixes" field that is not a list');

@@ -1,3 +1,4 @@
+import { vouchedEndpoints } from '../../core/fabric/endpoint-fields';
 import { parseCidr } from '../../lib/cidr';
 import type { Peer } from '../../core/fabric/peer-source';
 import { blockIndex, type BlockLayout } from './block-layout';
@@ -8,7 +9,9 @@ import { decodeRecord } from './node-record';
 // raw keys under the prefix (a full list, then the watch's changes) and turned into peers. A peer's
 // prefixes are the blocks whose keys name it, nothing else: a record may not add to them, and one that
 // tries is ignored as a whole. Blocks outside the configured cluster CIDRs are never routed (a forged
-// "blocks/0.0.0.0-0" must not become a default route).
+// "blocks/0.0.0.0-0" must not become a default route). A record's endpoints (its DPUs) may hold slices
+// only of the node's own blocks: an endpoint prefix outside them is dropped and reported, the rest of
+// the record stays.
 //
 // A change touches one or two nodes (a record's, a block's old and new owner); only those are worked
 // out again, so a watch event costs the same with 5 or 5,000 nodes.
@@ -33,6 +36,8 @@ export class PeerTable {
   private readonly badBlocks = new Map<string, string>();
   /** Why a node's record is ignored, by node: what is wrong with it, or the blocks it may not announce. */
   private readonly badRecords = new Map<string, string | string[]>();
+  /** Endpoint prefixes dropped from an accepted record, by node, each with why. */
+  private readonly droppedPrefixes = new Map<string, string[]>();
   /** Nodes to work out again. */
   private readonly dirty = new Set<string>();
   private view = new Map<string, Peer>();
@@ -127,7 +132,7 @@ export class PeerTable {
         : `node ${node}: its record announces ${why.map((p) => `${p} (${this.ownerOf(p)})`).join(', ')}, ` +
           'which it does not own; record ignored',
     );
-    return [...records, ...this.badBlocks.values()];
+    return [...records, ...[...this.droppedPrefixes.values()].flat(), ...this.badBlocks.values()];
   }
 
   /** Nodes that own blocks but publish no record, with their blocks: nothing to route them to. */
@@ -157,6 +162,7 @@ export class PeerTable {
   /** The peer `node` is, or undefined (no record, or one that is refused: then said why). */
   private peerOf(node: string): Peer | undefined {
     this.badRecords.delete(node);
+    this.droppedPrefixes.delete(node);
     const text = this.records.get(node);
     if (text === undefined) return undefined;
     let read;
@@ -173,7 +179,11 @@ export class PeerTable {
       this.badRecords.set(node, foreign);
       return undefined;
     }
-    return { ...read.record, prefixes: sortBlocks(owned) };
+    const prefixes = sortBlocks(owned);
+    if (!read.record.endpoints) return { ...read.record, prefixes };
+    const vouched = vouchedEndpoints(node, read.record.endpoints, prefixes, 'the blocks it owns');
+    if (vouched.rejected.length > 0) this.droppedPrefixes.set(node, vouched.rejected);
+    return { ...read.record, endpoints: vouched.endpoints, prefixes };
   }
 
   private dropBlock(name: string): void {

@@ -11,6 +11,10 @@ import { decodeRecord, encodeRecord } from './node-record';
 // boot before a restart (its old lease may still live): a second daemon given the same node name (a
 // cloned VM boots with another boot id) must not redirect the node's traffic to itself. It waits
 // instead, and says so, until the other's lease expires.
+//
+// A changed record (a DPU came or went, a slice was borrowed from) is put over our own under the same
+// lease, in one transaction that holds only while the stored value is still the one we wrote: peers see
+// the new record replace the old, never the node withdrawn in between.
 
 export class RecordPublisher {
   private lease?: Lease;
@@ -19,6 +23,8 @@ export class RecordPublisher {
   /** Revision of the write. */
   writtenAt = 0;
   private stopped = false;
+  /** One publication at a time: the maintenance tick and an update may both ask. */
+  private chain: Promise<unknown> = Promise.resolve();
   /** Why the record is not published, while another daemon's record holds the key. */
   refusal?: string;
 
@@ -46,8 +52,22 @@ export class RecordPublisher {
    * Publishes `record` when it is not (yet, or any more); throws when etcd fails. True when it talked
    * to etcd (so etcd answered), false when there was nothing to do.
    */
-  async ensure(record: NodeRecord): Promise<boolean> {
-    if (this.published) return false;
+  ensure(record: NodeRecord): Promise<boolean> {
+    const next = this.chain.then(() => this.ensureOnce(record));
+    this.chain = next.catch(() => undefined);
+    return next;
+  }
+
+  /** Whether `record` is what is published now. */
+  holds(record: NodeRecord): boolean {
+    return this.published && this.written === encodeRecord(record);
+  }
+
+  private async ensureOnce(record: NodeRecord): Promise<boolean> {
+    if (this.published) {
+      if (this.written === encodeRecord(record)) return false;
+      if (await this.replace(record)) return true;
+    }
     if (!this.lease || this.lease.revoked()) {
       const lease = this.client.lease(this.ttlSeconds, { autoKeepAlive: true });
       lease.on('lost', (err: Error) => {
@@ -99,6 +119,26 @@ export class RecordPublisher {
     this.written = value;
     this.writtenAt = Number(res.header.revision);
     this.logger.info({ key: this.key, ttlSeconds: this.ttlSeconds }, 'published node record');
+    return true;
+  }
+
+  /**
+   * Puts `record` over the value we wrote, under the same lease; false when the stored value is no
+   * longer ours (then the full path reads who holds the key).
+   */
+  private async replace(record: NodeRecord): Promise<boolean> {
+    const value = encodeRecord(record);
+    const res = await this.client
+      .if(this.key, 'Mod', '==', this.writtenAt)
+      .then(this.client.put(this.key).value(value).lease(this.leaseId!))
+      .commit();
+    if (!res.succeeded) {
+      this.forget();
+      return false;
+    }
+    this.written = value;
+    this.writtenAt = Number(res.header.revision);
+    this.logger.info({ key: this.key }, 'node record updated under its lease');
     return true;
   }
 

@@ -1,5 +1,6 @@
+import { decodeEndpoints, encodeEndpoints } from '../../core/fabric/endpoint-fields';
 import { decodeVtep } from '../../core/fabric/vtep-fields';
-import type { NodeRecord, Vtep } from '../../core/fabric/peer-source';
+import type { NodeRecord, TunnelEndpoint, Vtep } from '../../core/fabric/peer-source';
 
 // What a node adds to its own Node object for the fabric: the fields of its record the Node does not
 // already say (its name and underlay addresses are the Node's own; its prefixes are spec.podCIDRs).
@@ -8,18 +9,22 @@ import type { NodeRecord, Vtep } from '../../core/fabric/peer-source';
 
 export const FABRIC_ANNOTATION = 'workloadnet.io/fabric';
 
-/** The annotation's content: how to tunnel to the node and its uplink MTU. */
+/** The annotation's content: how to tunnel to the node (and to its DPUs) and its uplink MTU. */
 export interface FabricAnnotation {
   mtu: number;
   vtep?: Vtep;
   bootId: string;
+  /** Its DPUs, each with slices of the podCIDRs; absent on a node without any. */
+  endpoints?: TunnelEndpoint[];
 }
 
-const KEYS = new Set(['mtu', 'vtep', 'bootId']);
+const KEYS = new Set(['mtu', 'vtep', 'bootId', 'endpoints']);
 
 export function encodeAnnotation(r: NodeRecord): string {
   const out: FabricAnnotation = { mtu: r.mtu, bootId: r.bootId };
   if (r.vtep) out.vtep = { mac: r.vtep.mac, vni: r.vtep.vni, port: r.vtep.port };
+  // Only when there are some: a node without DPUs writes the annotation it always wrote.
+  if (r.endpoints && r.endpoints.length > 0) out.endpoints = encodeEndpoints(r.endpoints);
   return JSON.stringify(out);
 }
 
@@ -41,5 +46,11 @@ export function decodeAnnotation(text: string): FabricAnnotation {
     throw new Error('has a "bootId" that is not text');
   const out: FabricAnnotation = { mtu: o.mtu as number, bootId: (o.bootId as string | undefined) ?? '' };
   if (o.vtep !== undefined) out.vtep = decodeVtep(o.vtep);
+  if (o.endpoints !== undefined)
+    try {
+      out.endpoints = decodeEndpoints(o.endpoints);
+    } catch (err) {
+      throw new Error(`has an invalid endpoint list: ${(err as Error).message}`);
+    }
   return out;
 }

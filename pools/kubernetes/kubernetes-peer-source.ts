@@ -137,6 +137,24 @@ export class KubernetesPeerSource implements PeerSource {
     informer.start().catch((err: unknown) => this.restartLater(err));
   }
 
+  /**
+   * Patches the annotation again with the changed record (nothing when it is unchanged). A failed
+   * write is retried with the backoff, as at start; Status says it is not published meanwhile.
+   */
+  async update(self: NodeRecord): Promise<void> {
+    if (self.node !== this.opts.nodeName)
+      throw invalidArgument(
+        `node record names ${self.node}, but this source serves node ${this.opts.nodeName}`,
+      );
+    this.self = self;
+    const annotation = encodeAnnotation(self);
+    if (annotation === this.annotation) return;
+    this.annotation = annotation;
+    this.published = false;
+    this.publishBackoff = this.initialBackoff;
+    await this.publish();
+  }
+
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.retry);

@@ -1,5 +1,6 @@
 import type { V1Node } from '@kubernetes/client-node';
 import { parseAddress, parseCidr } from '../../lib/cidr';
+import { vouchedEndpoints } from '../../core/fabric/endpoint-fields';
 import type { Peer } from '../../core/fabric/peer-source';
 import { FABRIC_ANNOTATION, decodeAnnotation } from './fabric-annotation';
 
@@ -11,7 +12,8 @@ import { FABRIC_ANNOTATION, decodeAnnotation } from './fabric-annotation';
 // prefixes and address come from the API server, not from the annotation, so a direct route to it is
 // right whatever the annotation says, and dropping it would cut its pods off from every node in its
 // subnet; it is only unreachable over VXLAN (the fabric says so per peer). A malformed one is
-// reported in `rejected`.
+// reported in `rejected`. The annotation's endpoints (the node's DPUs) may hold slices only of the
+// Node's podCIDRs: an endpoint prefix outside them is dropped and reported, the rest stays.
 //
 // Each Node is worked out alone when it changes, so a watch event costs the same with 5 or 5,000 nodes.
 
@@ -153,13 +155,21 @@ function outcomeOf(name: string, node: V1Node): Outcome {
   const unannotated = text === undefined;
   if (prefixes.length === 0) return { unroutable: 'podCIDRs', unannotated: false, rejected };
   if (underlay.length === 0) return { unroutable: 'InternalIP', unannotated: false, rejected };
+  const sorted = sortPrefixes(prefixes);
+  let endpoints;
+  if (published?.endpoints) {
+    const vouched = vouchedEndpoints(name, published.endpoints, sorted, 'its spec.podCIDRs');
+    endpoints = vouched.endpoints;
+    rejected.push(...vouched.rejected.map((r) => r.replace(/^node /, 'Node ')));
+  }
   const peer: Peer = {
     node: name,
     underlay,
     mtu: published?.mtu ?? DEFAULT_MTU,
     ...(published?.vtep ? { vtep: published.vtep } : {}),
     bootId: published?.bootId ?? '',
-    prefixes: sortPrefixes(prefixes),
+    ...(endpoints ? { endpoints } : {}),
+    prefixes: sorted,
   };
   return { peer, unannotated, rejected };
 }

@@ -342,6 +342,148 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     await until('no reason left', () => a.status().reasons.length === 0);
   });
 
+  it("carries a node's DPU endpoints, dropping and reporting a prefix outside the node's own blocks", async () => {
+    await registry.create('10.96.0.64/26', 'n2');
+    await registry.create('10.96.1.0/26', 'n3');
+    const a = await started('n1', '192.0.2.1');
+    const b = source('n2');
+    const { vtep: _none, ...hostless } = record('n2', '192.0.2.2');
+    const dpus = {
+      ...hostless,
+      endpoints: [
+        {
+          id: 'dpu-0',
+          underlay: '192.0.2.20',
+          mtu: 1500,
+          vtep: { mac: '0e:77:c0:00:02:14', vni: 30574, port: 4789 },
+          // Its slice, a borrowed /32, and a slice of n3's block it has no right to.
+          prefixes: ['10.96.0.64/28', '10.96.0.100/32', '10.96.1.0/28'],
+        },
+      ],
+    };
+    await b.start(dpus);
+    await until('n1 sees n2 with its endpoint', () => a.peers().get('n2')?.endpoints !== undefined);
+    expect(a.peers().get('n2')).to.deep.equal({
+      ...hostless,
+      endpoints: [{ ...dpus.endpoints[0]!, prefixes: ['10.96.0.64/28', '10.96.0.100/32'] }],
+      prefixes: ['10.96.0.64/26'],
+    });
+    expect(a.status().rejected).to.deep.equal([
+      'node n2: endpoint dpu-0 claims 10.96.1.0/28, which is not inside the blocks it owns (10.96.0.64/26); prefix ignored',
+    ]);
+    // Once n2 owns that block too, the slice is its to give.
+    await client.put(`${prefix}/blocks/10.96.1.0-26`).value('n2').exec();
+    await until('slice accepted', () => a.peers().get('n2')?.endpoints?.[0]?.prefixes.length === 3);
+    expect(a.status().rejected).to.deep.equal([]);
+  });
+
+  it('reads a record written before endpoints existed, and refuses a malformed endpoint list whole', async () => {
+    await registry.create('10.96.0.64/26', 'old');
+    await registry.create('10.96.0.128/26', 'bad');
+    const a = await started('n1', '192.0.2.1');
+    await client
+      .put(`${prefix}/nodes/old`)
+      .value('{"node":"old","underlay":["192.0.2.7"],"mtu":1500,"bootId":"b"}')
+      .exec();
+    await client
+      .put(`${prefix}/nodes/bad`)
+      .value(JSON.stringify({ ...record('bad', '192.0.2.8'), endpoints: [{ id: 'x', underlay: 'nowhere' }] }))
+      .exec();
+    await until('old read', () => a.peers().has('old'));
+    await until('bad refused', () => a.status().rejected.length === 1);
+    expect(a.peers().get('old')).to.deep.equal({
+      node: 'old',
+      underlay: ['192.0.2.7'],
+      mtu: 1500,
+      bootId: 'b',
+      prefixes: ['10.96.0.64/26'],
+    });
+    expect(a.peers().has('bad')).to.equal(false);
+    expect(a.status().rejected[0]).to.match(
+      /^node bad: its record has an invalid endpoint list: endpoints\[0\]\.underlay must be one IP address: .*; record ignored$/,
+    );
+  });
+
+  it('update() puts the changed record under the same lease, and a peer never sees the node withdrawn', async () => {
+    await registry.create('10.96.0.64/26', 'n2');
+    const a = await started('n1', '192.0.2.1');
+    const b = await started('n2', '192.0.2.2');
+    await until('n1 sees n2', () => a.peers().has('n2'));
+    const key = `${prefix}/nodes/n2`;
+    const before = (await client.get(key).exec()).kvs[0]!;
+    // Every event of the key, from the record as it is now: a delete would be a withdrawal.
+    const events: string[] = [];
+    const watcher = await client
+      .watch()
+      .key(key)
+      .startRevision(String(Number(before.mod_revision) + 1))
+      .create();
+    watcher.on('put', (kv) => events.push(`put lease ${kv.lease}`));
+    watcher.on('delete', () => events.push('delete'));
+    let withdrawn = false;
+    a.onChange(() => {
+      if (!a.peers().has('n2')) withdrawn = true;
+    });
+    const endpoint = {
+      id: 'dpu-0',
+      underlay: '192.0.2.20',
+      mtu: 1500,
+      vtep: { mac: '0e:77:c0:00:02:14', vni: 30574, port: 4789 },
+      prefixes: ['10.96.0.64/28'],
+    };
+    for (let i = 0; i < 5; i++) {
+      await b.update({
+        ...record('n2', '192.0.2.2'),
+        endpoints: [{ ...endpoint, prefixes: [`10.96.0.${64 + i}/32`] }],
+      });
+      await until(
+        `n1 sees update ${i}`,
+        () => a.peers().get('n2')?.endpoints?.[0]?.prefixes[0] === `10.96.0.${64 + i}/32`,
+      );
+    }
+    // The same record again writes nothing.
+    const rev = (await client.get(key).exec()).kvs[0]!.mod_revision;
+    await b.update({
+      ...record('n2', '192.0.2.2'),
+      endpoints: [{ ...endpoint, prefixes: ['10.96.0.68/32'] }],
+    });
+    expect((await client.get(key).exec()).kvs[0]!.mod_revision).to.equal(rev);
+    await until('five puts seen', () => events.length >= 5);
+    await watcher.cancel();
+    expect(events).to.deep.equal(Array.from({ length: 5 }, () => `put lease ${before.lease}`));
+    expect(withdrawn, 'n2 never left n1').to.equal(false);
+    expect(b.status().reasons).to.deep.equal([]);
+    // The lease is still kept alive: the record outlives several TTLs.
+    await new Promise((r) => setTimeout(r, TTL * 1500));
+    expect((await client.get(key).exec()).kvs[0]?.lease).to.equal(before.lease);
+  });
+
+  it('update() refuses a record other nodes would ignore, and keeps the one published', async () => {
+    const a = await started('n1', '192.0.2.1');
+    await until('published', () => a.status().reasons.length === 0);
+    let err: Error | undefined;
+    await a
+      .update({
+        ...record('n1', '192.0.2.1'),
+        endpoints: [
+          {
+            id: 'bad id',
+            underlay: '192.0.2.9',
+            mtu: 1500,
+            vtep: { mac: '0e:77:c0:00:02:09', vni: 30574, port: 4789 },
+            prefixes: [],
+          },
+        ],
+      })
+      .catch((e: Error) => (err = e));
+    expect(err?.message).to.match(
+      /this node's record has an invalid endpoint list: endpoints\[0\]\.id must be/,
+    );
+    expect(JSON.parse((await client.get(`${prefix}/nodes/n1`).string())!)).to.deep.equal(
+      record('n1', '192.0.2.1'),
+    );
+  });
+
   it('a restart of the same daemon (same boot) takes over its own live record at once', async () => {
     const a = await started('n1', '192.0.2.1');
     const b = await started('n2', '192.0.2.2');

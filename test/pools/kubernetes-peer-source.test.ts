@@ -241,6 +241,62 @@ describe('kubernetes peer source (real client library, stand-in API server)', fu
     await waitUntil(() => !s1.peers().has('n8'), 'n8 gone');
   });
 
+  it('update() patches the annotation again with the DPU endpoints (once, nothing when unchanged); peers get the slices of the podCIDRs only', async () => {
+    const endpoint = {
+      id: 'dpu-0',
+      underlay: '192.0.2.20',
+      mtu: 1500,
+      vtep: { mac: '0e:77:c0:00:02:14', vni: 30574, port: 4789 },
+      // A slice and a borrowed /32 of n2's range, and a slice of n1's it has no right to.
+      prefixes: ['10.50.2.0/26', '10.50.2.200/32', '10.50.1.0/26'],
+    };
+    const withDpu = { ...record('n2', '192.0.2.2'), endpoints: [endpoint] };
+    const patches = api.count('patch');
+    await s2.update(withDpu);
+    expect(api.count('patch')).to.equal(patches + 1);
+    expect(JSON.parse(api.node('n2')?.metadata.annotations?.[KEY] ?? '')).to.deep.equal({
+      mtu: 1500,
+      bootId: 'boot-of-n2',
+      vtep: { mac: '0e:77:c0:00:02:02', vni: 30574, port: 4789 },
+      endpoints: [endpoint],
+    });
+    await waitUntil(() => peer(s1, 'n2')?.endpoints !== undefined, 'n1 seeing the endpoint');
+    expect(peer(s1, 'n2')).to.deep.equal({
+      ...peerOf('n2', '192.0.2.2', ['10.50.2.0/24']),
+      endpoints: [{ ...endpoint, prefixes: ['10.50.2.0/26', '10.50.2.200/32'] }],
+    });
+    expect(s1.status().rejected).to.deep.equal([
+      'Node n2: endpoint dpu-0 claims 10.50.1.0/26, which is not inside its spec.podCIDRs (10.50.2.0/24); prefix ignored',
+    ]);
+    await s2.update({ ...withDpu, endpoints: [{ ...endpoint }] });
+    expect(api.count('patch'), 'unchanged: not written').to.equal(patches + 1);
+    expect(s2.status().reasons).to.deep.equal([]);
+    // Back to no endpoints: the annotation as a node without DPUs writes it.
+    await s2.update(record('n2', '192.0.2.2'));
+    expect(api.node('n2')?.metadata.annotations?.[KEY]).to.equal(encodeAnnotation(record('n2', '192.0.2.2')));
+    await waitUntil(() => peer(s1, 'n2')?.endpoints === undefined, 'n1 seeing it gone');
+    expect(s1.status().rejected).to.deep.equal([]);
+  });
+
+  it('refuses a malformed endpoint list in an annotation whole: the node is reached only directly', async () => {
+    addNode('n7', '192.0.2.7', ['10.50.7.0/24']);
+    api.setAnnotation(
+      'n7',
+      KEY,
+      JSON.stringify({
+        ...JSON.parse(encodeAnnotation(record('n7', '192.0.2.7'))),
+        endpoints: [{ id: 'd' }],
+      }),
+    );
+    await waitUntil(() => s1.status().rejected.length > 0, 'rejected');
+    expect(s1.status().rejected[0]).to.match(
+      /^Node n7: its workloadnet\.io\/fabric annotation has an invalid endpoint list: endpoints\[0\]\.underlay must be one IP address/,
+    );
+    expect(peer(s1, 'n7')?.vtep).to.equal(undefined);
+    api.deleteNode('n7');
+    await waitUntil(() => !s1.peers().has('n7') && s1.status().rejected.length === 0, 'n7 gone');
+  });
+
   it('keeps its peers while the API server is down, and says it is disconnected', async () => {
     await api.stop();
     await waitUntil(() => !s1.status().connected, 'disconnected');

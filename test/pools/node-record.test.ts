@@ -26,6 +26,28 @@ describe('etcd node record', () => {
     expect(decode(routedOnly).record).to.deep.equal(routedOnly);
   });
 
+  it('round-trips DPU endpoints, writes none for a node without them, and reads an old record as it was', () => {
+    const endpoints = [
+      {
+        id: 'dpu-0',
+        underlay: '192.0.2.20',
+        mtu: 1500,
+        vtep: { mac: '0e:77:c0:00:02:14', vni: 30574, port: 4789 },
+        prefixes: ['10.96.0.64/28', '10.96.0.100/32'],
+      },
+    ];
+    const withDpu: NodeRecord = { ...good, endpoints };
+    expect(JSON.parse(encodeRecord(withDpu))).to.deep.equal({ ...good, endpoints });
+    expect(decode(JSON.parse(encodeRecord(withDpu))).record).to.deep.equal(withDpu);
+    expect(JSON.parse(encodeRecord({ ...good, endpoints: [] }))).to.not.have.property('endpoints');
+    expect(decode('{"node":"n2","underlay":["192.0.2.2"],"mtu":1500,"bootId":"b"}').record).to.deep.equal({
+      node: 'n2',
+      underlay: ['192.0.2.2'],
+      mtu: 1500,
+      bootId: 'b',
+    });
+  });
+
   const bad: Array<[string, unknown, RegExp]> = [
     ['not JSON', '{', /is not JSON/],
     ['not an object', [1], /is not a JSON object/],
@@ -40,6 +62,11 @@ describe('etcd node record', () => {
       'bad prefix',
       { ...good, prefixes: ['10.96.0.1/26'] },
       /announces an invalid prefix: 10\.96\.0\.1\/26 has host bits set/,
+    ],
+    [
+      'a malformed endpoint',
+      { ...good, endpoints: [{ id: 'd', underlay: '192.0.2.9', mtu: 1500, prefixes: [] }] },
+      /has an invalid endpoint list: endpoints\[0\]\.vtep must be an object/,
     ],
     ['prefixes not a list', { ...good, prefixes: '10.96.0.0/26' }, /"prefixes" field that is not a list/],
   ];

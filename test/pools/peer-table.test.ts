@@ -25,6 +25,14 @@ const record = (node: string, extra: Record<string, unknown> = {}): string =>
     ...extra,
   });
 
+const dpu = (prefix: string): Record<string, unknown> => ({
+  id: 'dpu-0',
+  underlay: '192.0.2.200',
+  mtu: 1500,
+  vtep: { mac: '0e:77:c0:00:02:c8', vni: 30574, port: 4789 },
+  prefixes: [prefix],
+});
+
 /** A small deterministic random source (xorshift), so a failure can be replayed. */
 function rng(seed: number): () => number {
   let x = seed || 1;
@@ -69,7 +77,10 @@ describe('etcd peer table', () => {
                 ? record(node, { prefixes: ['10.96.0.64/26'] })
                 : kind < 0.45
                   ? '{broken'
-                  : record(node, { mtu: 1400 + Math.floor(r() * 3) });
+                  : kind < 0.6
+                    ? // A DPU's slice, valid only while the node owns the block it lies in.
+                      record(node, { endpoints: [dpu(pick(r, ['10.96.0.64/28', '10.96.0.128/28']))] })
+                    : record(node, { mtu: 1400 + Math.floor(r() * 3) });
         } else if (roll < 0.9) {
           key = `blocks/${pick(r, ['0.0.0.0-0', '10.97.0.0-26', 'junk'])}`;
           value = pick(r, NODES);

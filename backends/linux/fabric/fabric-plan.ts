@@ -7,10 +7,17 @@
 // the peer's subnet). It is never an address a pod holds on the peer, only a key: a permanent
 // neighbour maps it to the peer's VTEP MAC, and the FDB entry for that MAC names the peer's underlay
 // address. So one neighbour and one FDB entry per peer, and one route per remote prefix.
+//
+// A peer's tunnel endpoints (its DPUs, each with its own VTEP) are tunnel targets of their own: per
+// endpoint one neighbour and one FDB entry, and one route per slice (or borrowed /32) it holds, to
+// its VTEP (or directly to its underlay address, as for a peer). What of the peer's prefixes no
+// endpoint covers goes to the peer's own VTEP; the whole prefix is routed there and the endpoints'
+// longer prefixes win. Gateway keys never repeat: the peer's lies in what no endpoint covers, an
+// endpoint's is the first address of its first slice.
 
 import type { Peer } from '../../../core/fabric/peer-source';
 import type { FabricMode, PeerPath } from '../../../core/fabric/fabric-dataplane';
-import { parseCidr } from '../../../lib/cidr';
+import { cidrContains, familyBits, formatAddress, parseCidr, type Cidr } from '../../../lib/cidr';
 import {
   AF_BRIDGE,
   AF_INET,
@@ -94,15 +101,9 @@ export function podMtu(mode: Exclude<FabricMode, 'off'>, underlay: Underlay): nu
   return underlay.uplink.mtu - VXLAN_OVERHEAD[underlay.family];
 }
 
-/** The gateway key of a peer's prefix family: the first address of its first prefix of that family. */
-function gatewayOf(prefixes: string[], family: AddressFamily): string | undefined {
-  const first = prefixes.find((p) => familyOf(p.slice(0, p.indexOf('/'))) === family);
-  return first === undefined ? undefined : canonicalAddress(first.slice(0, first.indexOf('/')));
-}
-
-/** The peer's underlay address in our underlay's family. */
-function peerUnderlay(peer: Peer, family: AddressFamily): string | undefined {
-  const a = peer.underlay.find((u) => {
+/** The first of a peer's (or endpoint's) underlay addresses in our underlay's family. */
+function peerUnderlay(addresses: readonly string[], family: AddressFamily): string | undefined {
+  const a = addresses.find((u) => {
     try {
       return familyOf(u) === family;
     } catch {
@@ -125,11 +126,140 @@ function canonicalPrefixes(peer: Peer): { ok: string[]; bad: string[] } {
   return { ok, bad };
 }
 
+/** A place prefixes are tunnelled or routed to: a peer's own VTEP, or one of its endpoints (DPUs). */
+interface Target {
+  /** The peer's name, or `<peer>/<endpoint id>`. */
+  label: string;
+  node: string;
+  /** Its underlay address in our underlay's family, if it has one. */
+  underlay?: string;
+  vtep?: Peer['vtep'];
+  /** What is routed to it. */
+  prefixes: string[];
+  /** The neighbour key per family: an address none of another target's routes uses. */
+  gateways: Partial<Record<AddressFamily, string>>;
+}
+
+interface TargetOutcome {
+  path: 'direct' | 'vxlan' | 'unreachable';
+  reason?: string;
+}
+
+const familyOfPrefix = (p: string): AddressFamily => familyOf(p.slice(0, p.indexOf('/')));
+const inside = (inner: Cidr, outer: Cidr): boolean =>
+  inner.family === outer.family &&
+  outer.prefixLength <= inner.prefixLength &&
+  cidrContains(outer, inner.network);
+
+/** What of `outer` none of `inners` (each inside it) covers, as CIDRs in address order. */
+function remainder(outer: Cidr, inners: readonly Cidr[]): Cidr[] {
+  if (inners.some((i) => inside(outer, i))) return [];
+  const within = inners.filter((i) => inside(i, outer));
+  if (within.length === 0) return [outer];
+  const length = outer.prefixLength + 1;
+  const half = 1n << BigInt(familyBits(outer.family) - length);
+  const halves = [outer.network, outer.network + half].map((network) => {
+    const text = `${formatAddress(outer.family, network)}/${length}`;
+    return { family: outer.family, network, prefixLength: length, text };
+  });
+  return halves.flatMap((h) => remainder(h, within));
+}
+
 export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan {
   const plan: FabricPlan = { routes: [], neighbours: [], fdb: [], peers: [] };
   const routed = new Map<string, string>();
   const macs = new Map<string, string>();
+  /** Neighbour keys in use, per family: a second target on one would take the first's traffic. */
+  const gateways = new Set<string>();
+  const family = ctx.underlay.family;
   const sorted = [...peers].sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
+
+  /** Programs the routes (and VXLAN entries) to one target; says how it is reached or why not. */
+  const reach = (t: Target): TargetOutcome => {
+    if (t.underlay === undefined)
+      return {
+        path: 'unreachable',
+        reason: `no underlay address of IPv${family === AF_INET ? 4 : 6}, the family of this node's (${ctx.underlay.address})`,
+      };
+    const direct = onLink(ctx.underlay, t.underlay);
+    if (ctx.mode === 'routed' || (ctx.mode === 'hybrid' && direct)) {
+      if (!direct)
+        return {
+          path: 'unreachable',
+          reason:
+            `underlay ${t.underlay} is not on a subnet of uplink ${ctx.underlay.uplink.name} (${ctx.underlay.subnets.map((x) => x.text).join(', ') || 'none'}); ` +
+            `routed mode routes only directly connected peers, never via a gateway (use hybrid or vxlan)`,
+        };
+      const skipped: string[] = [];
+      for (const prefix of t.prefixes) {
+        const f = familyOfPrefix(prefix);
+        // A direct next hop must be of the prefix's family; IPv6 prefixes over an IPv4 underlay need VXLAN.
+        if (f !== family) {
+          skipped.push(prefix);
+          continue;
+        }
+        routed.set(prefix, t.node);
+        plan.routes.push(
+          peerRoute(
+            f,
+            prefix,
+            { gateway: t.underlay, oif: ctx.underlay.uplink.index, onlink: false },
+            ctx.routeMtu,
+            t.node,
+          ),
+        );
+      }
+      return skipped.length > 0
+        ? {
+            path: 'direct',
+            reason: `not routed directly (another family than the underlay): ${skipped.join(', ')}`,
+          }
+        : { path: 'direct' };
+    }
+    // vxlan, or hybrid across a router.
+    if (ctx.vxlanIndex === undefined) return { path: 'unreachable', reason: 'no VXLAN device' };
+    const vtep = t.vtep;
+    if (!vtep) return { path: 'unreachable', reason: 'the peer publishes no VTEP (it runs no VXLAN device)' };
+    if (vtep.vni !== ctx.vni || vtep.port !== ctx.port)
+      return {
+        path: 'unreachable',
+        reason: `VTEP VNI ${vtep.vni} port ${vtep.port} differs from ours (VNI ${ctx.vni} port ${ctx.port})`,
+      };
+    const mac = vtep.mac.toLowerCase();
+    const macOwner = macs.get(mac);
+    if (macOwner !== undefined || mac === ctx.ownMac)
+      return { path: 'unreachable', reason: `VTEP MAC ${mac} is also used by ${macOwner ?? 'this node'}` };
+    if (t.prefixes.length === 0) return { path: 'vxlan' };
+    macs.set(mac, t.label);
+    plan.fdb.push({ mac, dst: t.underlay, peer: t.label });
+    for (const f of [AF_INET, AF_INET6] as const) {
+      const gateway = t.gateways[f];
+      if (gateway === undefined) continue;
+      plan.neighbours.push({ family: f, dst: gateway, mac, peer: t.label });
+      for (const prefix of t.prefixes) {
+        if (familyOfPrefix(prefix) !== f) continue;
+        routed.set(prefix, t.node);
+        plan.routes.push(
+          peerRoute(f, prefix, { gateway, oif: ctx.vxlanIndex, onlink: true }, ctx.routeMtu, t.node),
+        );
+      }
+    }
+    return { path: 'vxlan' };
+  };
+
+  /** The first address of one of `candidates` (in order) per family that no target uses yet. */
+  const pickGateways = (candidates: readonly Cidr[]): Target['gateways'] => {
+    const out: Target['gateways'] = {};
+    for (const c of candidates) {
+      const f = c.family === 4 ? AF_INET : AF_INET6;
+      const address = formatAddress(c.family, c.network);
+      if (out[f] !== undefined || gateways.has(`${f}|${address}`)) continue;
+      out[f] = address;
+      gateways.add(`${f}|${address}`);
+    }
+    return out;
+  };
+
   for (const peer of sorted) {
     const { ok: prefixes, bad } = canonicalPrefixes(peer);
     const path = (p: PeerPath['path'], reason?: string): PeerPath => {
@@ -137,7 +267,7 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
         reason,
         bad.length > 0 ? `ignored prefixes that are not CIDRs: ${bad.join(', ')}` : undefined,
       ];
-      const text = reasons.filter((r) => r !== undefined).join('; ');
+      const text = reasons.filter((r) => r !== undefined && r !== '').join('; ');
       return text === ''
         ? { node: peer.node, path: p, prefixes }
         : { node: peer.node, path: p, reason: text, prefixes };
@@ -146,106 +276,96 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
       plan.peers.push(path('external'));
       continue;
     }
-    const underlay = peerUnderlay(peer, ctx.underlay.family);
-    if (underlay === undefined) {
-      plan.peers.push(
-        path(
-          'unreachable',
-          `no underlay address of IPv${ctx.underlay.family === AF_INET ? 4 : 6}, the family of this node's (${ctx.underlay.address})`,
-        ),
-      );
-      continue;
-    }
-    const direct = onLink(ctx.underlay, underlay);
+    const underlay = peerUnderlay(peer.underlay, family);
     // Claimed twice: the first peer (by name) keeps the prefix; traffic cannot go to both.
     const taken = prefixes.filter((p) => routed.has(p));
-    const own = prefixes.filter((p) => !routed.has(p));
+    const own = prefixes.filter((p) => !routed.has(p)).map((p) => parseCidr(p));
     const clash =
       taken.length > 0
         ? `prefixes also announced by ${taken.map((p) => `${routed.get(p)} (${p})`).join(', ')}`
         : undefined;
-    if (ctx.mode === 'routed' || (ctx.mode === 'hybrid' && direct)) {
-      if (!direct) {
-        plan.peers.push(
-          path(
-            'unreachable',
-            `underlay ${underlay} is not on a subnet of uplink ${ctx.underlay.uplink.name} (${ctx.underlay.subnets.map((s) => s.text).join(', ') || 'none'}); ` +
-              `routed mode routes only directly connected peers, never via a gateway (use hybrid or vxlan)`,
-          ),
-        );
-        continue;
+    // The endpoints' prefixes (slices and borrowed /32), each only inside a prefix this peer holds.
+    const endpoints: Array<{ id: string; underlay?: string; vtep: Peer['vtep']; prefixes: Cidr[] }> = [];
+    const notOwn: string[] = [];
+    const claimed = new Set<string>();
+    for (const e of peer.endpoints ?? []) {
+      const mine: Cidr[] = [];
+      for (const text of e.prefixes) {
+        let c: Cidr;
+        try {
+          c = parseCidr(text);
+        } catch {
+          notOwn.push(`${e.id}: ${text}`);
+          continue;
+        }
+        if (claimed.has(c.text) || !own.some((o) => inside(c, o))) {
+          notOwn.push(`${e.id}: ${c.text}`);
+          continue;
+        }
+        claimed.add(c.text);
+        mine.push(c);
       }
-      for (const prefix of own) {
-        const family = familyOf(prefix.slice(0, prefix.indexOf('/')));
-        // A direct next hop must be of the prefix's family; IPv6 prefixes over an IPv4 underlay need VXLAN.
-        if (family !== ctx.underlay.family) continue;
-        routed.set(prefix, peer.node);
-        plan.routes.push(
-          peerRoute(
-            family,
-            prefix,
-            { gateway: underlay, oif: ctx.underlay.uplink.index, onlink: false },
-            ctx.routeMtu,
-            peer.node,
-          ),
+      endpoints.push({
+        id: e.id,
+        underlay: peerUnderlay([e.underlay], family),
+        vtep: e.vtep,
+        prefixes: mine,
+      });
+    }
+    const slices = endpoints.flatMap((e) => e.prefixes);
+    // What of each prefix no endpoint covers goes to the peer itself: the whole prefix is routed
+    // there (the endpoints' longer prefixes win), and its gateway key lies outside every slice.
+    const rest = own.map((o) => ({ prefix: o, left: remainder(o, slices) })).filter((r) => r.left.length > 0);
+    const outcomes: string[] = [];
+    let host: TargetOutcome | undefined;
+    if (endpoints.length === 0 || rest.length > 0) {
+      host = reach({
+        label: peer.node,
+        node: peer.node,
+        underlay,
+        vtep: peer.vtep,
+        prefixes: rest.map((r) => r.prefix.text),
+        gateways: pickGateways(rest.flatMap((r) => r.left.slice(0, 1))),
+      });
+      if (endpoints.length > 0 && host.path === 'unreachable')
+        outcomes.push(
+          `unreachable, covered by no endpoint: ${rest.flatMap((r) => r.left.map((c) => c.text)).join(', ')} (${host.reason ?? ''})`,
         );
-      }
-      const skipped = own.filter((p) => familyOf(p.slice(0, p.indexOf('/'))) !== ctx.underlay.family);
-      const why = [
-        clash,
-        skipped.length > 0
-          ? `not routed directly (another family than the underlay): ${skipped.join(', ')}`
-          : undefined,
-      ]
-        .filter((r) => r !== undefined)
-        .join('; ');
-      plan.peers.push(path('direct', why === '' ? undefined : why));
-      continue;
+      else if (host.reason !== undefined) outcomes.push(host.reason);
     }
-    // vxlan, or hybrid across a router.
-    if (ctx.vxlanIndex === undefined) {
-      plan.peers.push(path('unreachable', 'no VXLAN device'));
-      continue;
-    }
-    const vtep = peer.vtep;
-    if (!vtep) {
-      plan.peers.push(path('unreachable', 'the peer publishes no VTEP (it runs no VXLAN device)'));
-      continue;
-    }
-    if (vtep.vni !== ctx.vni || vtep.port !== ctx.port) {
-      plan.peers.push(
-        path(
-          'unreachable',
-          `VTEP VNI ${vtep.vni} port ${vtep.port} differs from ours (VNI ${ctx.vni} port ${ctx.port})`,
-        ),
-      );
-      continue;
-    }
-    const mac = vtep.mac.toLowerCase();
-    const macOwner = macs.get(mac);
-    if (macOwner !== undefined || mac === ctx.ownMac) {
-      plan.peers.push(path('unreachable', `VTEP MAC ${mac} is also used by ${macOwner ?? 'this node'}`));
-      continue;
-    }
-    if (own.length === 0) {
-      plan.peers.push(path('vxlan', clash));
-      continue;
-    }
-    macs.set(mac, peer.node);
-    plan.fdb.push({ mac, dst: underlay, peer: peer.node });
-    for (const family of [AF_INET, AF_INET6] as const) {
-      const gateway = gatewayOf(own, family);
-      if (gateway === undefined) continue;
-      plan.neighbours.push({ family, dst: gateway, mac, peer: peer.node });
-      for (const prefix of own) {
-        if (familyOf(prefix.slice(0, prefix.indexOf('/'))) !== family) continue;
-        routed.set(prefix, peer.node);
-        plan.routes.push(
-          peerRoute(family, prefix, { gateway, oif: ctx.vxlanIndex, onlink: true }, ctx.routeMtu, peer.node),
+    const paths: Array<TargetOutcome['path']> = host ? [host.path] : [];
+    for (const e of endpoints) {
+      if (e.prefixes.length === 0) continue;
+      // Slices first: a slice's first address is never a pod's, a borrowed /32 is.
+      const byLength = [...e.prefixes].sort((a, b) => a.prefixLength - b.prefixLength);
+      const o = reach({
+        label: `${peer.node}/${e.id}`,
+        node: peer.node,
+        underlay: e.underlay,
+        vtep: e.vtep,
+        prefixes: e.prefixes.map((c) => c.text),
+        gateways: pickGateways(byLength),
+      });
+      paths.push(o.path);
+      if (o.path === 'unreachable')
+        outcomes.push(
+          `endpoint ${e.id} (${e.prefixes.map((c) => c.text).join(', ')}) unreachable: ${o.reason ?? ''}`,
         );
-      }
+      else if (o.reason !== undefined) outcomes.push(`endpoint ${e.id}: ${o.reason}`);
     }
-    plan.peers.push(path('vxlan', clash));
+    if (notOwn.length > 0)
+      outcomes.push(`endpoint prefixes outside the peer's own prefixes, not routed: ${notOwn.join(', ')}`);
+    const overall: PeerPath['path'] = paths.includes('vxlan')
+      ? 'vxlan'
+      : paths.includes('direct')
+        ? 'direct'
+        : 'unreachable';
+    if (endpoints.length === 0 && host) {
+      // A peer without endpoints reads as it always did.
+      plan.peers.push(path(host.path, [clash, host.reason].filter((r) => r !== undefined).join('; ')));
+      continue;
+    }
+    plan.peers.push(path(overall, [clash, ...outcomes].filter((r) => r !== undefined).join('; ')));
   }
   if (ctx.mode !== 'external') {
     for (const cidr of ctx.clusterCidrs) {

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { Peer, TunnelEndpoint } from '../../../core/fabric/peer-source';
 import { planFabric, podMtu, type PlanContext } from '../../../backends/linux/fabric/fabric-plan';
 import type { Underlay } from '../../../backends/linux/fabric/underlay';
 import { parseCidr } from '../../../lib/cidr';
@@ -140,5 +140,150 @@ describe('fabric plan (per mode, no kernel)', () => {
     expect(podMtu('routed', underlay)).to.equal(1500);
     expect(podMtu('vxlan', underlay)).to.equal(1450);
     expect(podMtu('hybrid', { ...underlay, family: AF_INET6 })).to.equal(1430);
+  });
+});
+
+describe('fabric plan: peers with tunnel endpoints (DPUs)', () => {
+  const mac = (address: string): string =>
+    `0e:77:${address
+      .split('.')
+      .map((x) => Number(x).toString(16).padStart(2, '0'))
+      .join(':')}`;
+  const endpoint = (id: string, address: string, prefixes: string[]): TunnelEndpoint => ({
+    id,
+    underlay: address,
+    mtu: 1500,
+    vtep: { mac: mac(address), vni: 30574, port: 4789 },
+    prefixes,
+  });
+  // A node whose pods sit behind two DPUs: no VXLAN device of its own, each DPU with a slice and a
+  // borrowed /32; its third and fourth slices are held by no DPU.
+  const dpuNode = peer('dpunode', '10.0.2.3', ['10.244.4.0/24'], {
+    vtep: undefined,
+    endpoints: [
+      endpoint('dpu-a', '10.0.2.10', ['10.244.4.0/26', '10.244.4.200/32']),
+      endpoint('dpu-b', '10.0.1.11', ['10.244.4.64/26', '10.244.4.150/32']),
+    ],
+  });
+  const show = (plan: ReturnType<typeof planFabric>): Record<string, string[]> => ({
+    routes: plan.routes
+      .filter((r) => r.type !== RTN_UNREACHABLE)
+      .map((r) => `${r.destination} via ${r.gateway} oif ${r.oif} onlink ${r.onlink}`),
+    neigh: plan.neighbours.map((n) => `${n.dst} ${n.mac}`),
+    fdb: plan.fdb.map((f) => `${f.mac} ${f.dst}`),
+  });
+
+  it('vxlan: one neighbour and FDB entry per endpoint VTEP, one route per slice and per borrowed /32 to it', () => {
+    const plan = planFabric(ctx('vxlan'), [near, dpuNode]);
+    expect(show(plan)).to.deep.equal({
+      routes: [
+        '10.244.4.0/26 via 10.244.4.0 oif 9 onlink true',
+        '10.244.4.200/32 via 10.244.4.0 oif 9 onlink true',
+        '10.244.4.64/26 via 10.244.4.64 oif 9 onlink true',
+        '10.244.4.150/32 via 10.244.4.64 oif 9 onlink true',
+        '10.244.2.0/24 via 10.244.2.0 oif 9 onlink true',
+        '10.244.12.0/24 via 10.244.2.0 oif 9 onlink true',
+      ],
+      neigh: [
+        '10.244.4.0 0e:77:0a:00:02:0a',
+        '10.244.4.64 0e:77:0a:00:01:0b',
+        '10.244.2.0 0e:77:0a:00:01:02',
+      ],
+      fdb: ['0e:77:0a:00:02:0a 10.0.2.10', '0e:77:0a:00:01:0b 10.0.1.11', '0e:77:0a:00:01:02 10.0.1.2'],
+    });
+    const p = plan.peers.find((x) => x.node === 'dpunode')!;
+    expect(p.path).to.equal('vxlan');
+    expect(p.prefixes).to.deep.equal(['10.244.4.0/24']);
+    // What no endpoint holds has nowhere to go: the node runs no VTEP of its own.
+    expect(p.reason).to.match(
+      /^unreachable, covered by no endpoint: 10\.244\.4\.128\/28, .*10\.244\.4\.151\/32, .*10\.244\.4\.201\/32, .*10\.244\.4\.208\/28, 10\.244\.4\.224\/27 \(the peer publishes no VTEP/,
+    );
+    expect(p.reason).to.not.match(/10\.244\.4\.(150|200)\/32/);
+  });
+
+  it('hybrid: an endpoint on our subnet is routed directly to its own address, the other tunnelled', () => {
+    const plan = planFabric(ctx('hybrid'), [dpuNode]);
+    expect(show(plan)).to.deep.equal({
+      routes: [
+        '10.244.4.0/26 via 10.244.4.0 oif 9 onlink true',
+        '10.244.4.200/32 via 10.244.4.0 oif 9 onlink true',
+        '10.244.4.64/26 via 10.0.1.11 oif 2 onlink false',
+        '10.244.4.150/32 via 10.0.1.11 oif 2 onlink false',
+      ],
+      neigh: ['10.244.4.0 0e:77:0a:00:02:0a'],
+      fdb: ['0e:77:0a:00:02:0a 10.0.2.10'],
+    });
+  });
+
+  it('routed: only the endpoint on our subnet; the far one and the uncovered rest are reported', () => {
+    const plan = planFabric(ctx('routed'), [dpuNode]);
+    expect(show(plan).routes).to.deep.equal([
+      '10.244.4.64/26 via 10.0.1.11 oif 2 onlink false',
+      '10.244.4.150/32 via 10.0.1.11 oif 2 onlink false',
+    ]);
+    const p = plan.peers[0]!;
+    expect(p.path).to.equal('direct');
+    expect(p.reason).to.match(
+      /endpoint dpu-a \(10\.244\.4\.0\/26, 10\.244\.4\.200\/32\) unreachable: underlay 10\.0\.2\.10 is not on a subnet/,
+    );
+  });
+
+  it("routes what no endpoint covers to the peer's own VTEP, with a gateway key outside every slice", () => {
+    const mixed = peer('mixed', '10.0.2.4', ['10.244.5.0/24', '10.244.6.0/24'], {
+      endpoints: [
+        endpoint('d1', '10.0.2.20', ['10.244.5.0/25']),
+        endpoint('d2', '10.0.2.21', ['10.244.6.0/24']),
+      ],
+    });
+    expect(show(planFabric(ctx('vxlan'), [mixed]))).to.deep.equal({
+      routes: [
+        '10.244.5.0/24 via 10.244.5.128 oif 9 onlink true',
+        '10.244.5.0/25 via 10.244.5.0 oif 9 onlink true',
+        '10.244.6.0/24 via 10.244.6.0 oif 9 onlink true',
+      ],
+      neigh: [
+        '10.244.5.128 0e:77:0a:00:02:04',
+        '10.244.5.0 0e:77:0a:00:02:14',
+        '10.244.6.0 0e:77:0a:00:02:15',
+      ],
+      fdb: ['0e:77:0a:00:02:04 10.0.2.4', '0e:77:0a:00:02:14 10.0.2.20', '0e:77:0a:00:02:15 10.0.2.21'],
+    });
+  });
+
+  it("never routes an endpoint prefix outside the peer's own, nor one another endpoint claimed first, and says so", () => {
+    const greedy = peer('greedy', '10.0.2.5', ['10.244.7.0/24'], {
+      endpoints: [
+        endpoint('d1', '10.0.2.30', ['10.244.7.0/25', '10.244.2.0/24']),
+        endpoint('d2', '10.0.2.31', ['10.244.7.0/25']),
+      ],
+    });
+    const plan = planFabric(ctx('vxlan'), [near, greedy]);
+    expect(plan.routes.filter((r) => r.destination === '10.244.2.0/24').map((r) => r.peer)).to.deep.equal([
+      'near',
+    ]);
+    expect(plan.routes.filter((r) => r.destination === '10.244.7.0/25').map((r) => r.gateway)).to.deep.equal([
+      '10.244.7.0',
+    ]);
+    expect(plan.peers.find((p) => p.node === 'greedy')?.reason).to.match(
+      /endpoint prefixes outside the peer's own prefixes, not routed: d1: 10\.244\.2\.0\/24, d2: 10\.244\.7\.0\/25/,
+    );
+  });
+
+  it('an endpoint it cannot tunnel to is named with why, the others still programmed', () => {
+    const odd = peer('odd', '10.0.2.6', ['10.244.8.0/24'], {
+      vtep: undefined,
+      endpoints: [
+        {
+          ...endpoint('d1', '10.0.2.40', ['10.244.8.0/25']),
+          vtep: { mac: '0e:77:0a:00:02:28', vni: 9, port: 4789 },
+        },
+        endpoint('d2', '10.0.2.41', ['10.244.8.128/25']),
+      ],
+    });
+    const plan = planFabric(ctx('vxlan'), [odd]);
+    expect(show(plan).routes).to.deep.equal(['10.244.8.128/25 via 10.244.8.128 oif 9 onlink true']);
+    expect(plan.peers[0]?.reason).to.match(
+      /^endpoint d1 \(10\.244\.8\.0\/25\) unreachable: VTEP VNI 9 port 4789 differs/,
+    );
   });
 });

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { parsePeersFile } from '../../../core/fabric/peers-file';
+import { parsePeersFile, readPeersFile } from '../../../core/fabric/peers-file';
 import type { NodeRecord } from '../../../core/fabric/peer-source';
 import { StaticPeerSource } from '../../../core/fabric/static-peer-source';
 import { silentLogger } from '../../../core/logger';
@@ -123,6 +123,53 @@ describe('static peer source', () => {
   });
 });
 
+describe('static peer source: DPU endpoints', () => {
+  let dir: string;
+  let source: StaticPeerSource | undefined;
+  afterEach(async () => {
+    await source?.stop();
+    source = undefined;
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("delivers an entry's endpoints, drops and reports a prefix outside the entry's own, and update() publishes nothing", async () => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-peers-'));
+    const file = path.join(dir, 'peers.json');
+    const dpu = (id: string, octet: number, prefixes: string[]): Record<string, unknown> => ({
+      id,
+      underlay: `192.0.2.${octet}`,
+      mtu: 1500,
+      vtep: { mac: `0e:77:c0:00:02:${octet.toString(16).padStart(2, '0')}`, vni: 30574, port: 4789 },
+      prefixes,
+    });
+    const text = JSON.stringify({
+      peers: [
+        entry('n1', 1, { endpoints: [dpu('self-dpu', 40, ['10.99.0.0/24'])] }),
+        entry('n2', 2, {
+          vtep: undefined,
+          endpoints: [
+            dpu('dpu-0', 20, ['10.244.2.0/26', '10.244.2.77/32']),
+            dpu('dpu-1', 21, ['10.244.2.64/26', '10.244.3.0/26']),
+          ],
+        }),
+      ],
+    });
+    fs.writeFileSync(file, text);
+    source = new StaticPeerSource(file, silentLogger(), { pollMs: 60_000 });
+    await source.start(SELF);
+    expect(source.peers().get('n2')?.endpoints).to.deep.equal([
+      dpu('dpu-0', 20, ['10.244.2.0/26', '10.244.2.77/32']),
+      dpu('dpu-1', 21, ['10.244.2.64/26']),
+    ]);
+    // Its own entry is skipped, and so is what that entry's endpoints claim.
+    expect(source.status().rejected).to.deep.equal([
+      `peers file ${file}: peers[1]: node n2: endpoint dpu-1 claims 10.244.3.0/26, which is not inside its entry's prefixes (10.244.2.0/24); prefix ignored`,
+    ]);
+    await source.update({ ...SELF, endpoints: [] });
+    expect(fs.readFileSync(file, 'utf8')).to.equal(text);
+  });
+});
+
 describe('peers file', () => {
   const parse = (doc: unknown): unknown => parsePeersFile(JSON.stringify(doc), '/etc/p.json');
 
@@ -175,6 +222,84 @@ describe('peers file', () => {
   ] as const) {
     it(`refuses ${what}, naming the field`, () => {
       expect(() => parse(doc)).to.throw(message);
+    });
+  }
+
+  it('reads endpoints, canonical, and an entry without them as before', () => {
+    const { peers, rejected } = readPeersFile(
+      JSON.stringify({
+        peers: [
+          entry('n2', 2, {
+            endpoints: [
+              {
+                id: 'dpu-0',
+                underlay: '192.0.2.20',
+                mtu: 1500,
+                vtep: { mac: '0E:77:C0:00:02:14', vni: 30574, port: 4789 },
+                prefixes: ['10.244.2.0/25'],
+              },
+            ],
+          }),
+          entry('n3', 3),
+        ],
+      }),
+      '/etc/p.json',
+    );
+    expect(rejected).to.deep.equal([]);
+    expect(peers.get('n2')?.endpoints).to.deep.equal([
+      {
+        id: 'dpu-0',
+        underlay: '192.0.2.20',
+        mtu: 1500,
+        vtep: { mac: '0e:77:c0:00:02:14', vni: 30574, port: 4789 },
+        prefixes: ['10.244.2.0/25'],
+      },
+    ]);
+    expect(peers.get('n3')).to.not.have.property('endpoints');
+  });
+
+  const ep = {
+    id: 'd',
+    underlay: '192.0.2.9',
+    mtu: 1500,
+    vtep: { mac: '0e:77:c0:00:02:09', vni: 30574, port: 4789 },
+    prefixes: [],
+  };
+  for (const [what, endpoints, message] of [
+    ['endpoints not a list', { id: 'd' }, 'peers[0].endpoints must be a list'],
+    [
+      'an endpoint without an id',
+      [{ ...ep, id: '' }],
+      'peers[0].endpoints[0].id must be 1-253 printable characters',
+    ],
+    ['an endpoint id twice', [ep, ep], 'peers[0].endpoints[1].id "d" is listed twice'],
+    ['an unknown endpoint key', [{ ...ep, vni: 1 }], 'peers[0].endpoints[0]: unknown key "vni"'],
+    [
+      'a bad endpoint underlay',
+      [{ ...ep, underlay: ['192.0.2.9'] }],
+      'peers[0].endpoints[0].underlay must be one IP address',
+    ],
+    [
+      'a bad endpoint MTU',
+      [{ ...ep, mtu: 100 }],
+      'peers[0].endpoints[0].mtu must be an integer in 576..65535',
+    ],
+    [
+      'an endpoint without a VTEP',
+      [{ ...ep, vtep: undefined }],
+      'peers[0].endpoints[0].vtep must be an object',
+    ],
+    ['a bad endpoint VNI', [{ ...ep, vtep: { ...ep.vtep, vni: 0 } }], 'peers[0].endpoints[0].vtep.vni'],
+    [
+      'a bad endpoint prefix',
+      [{ ...ep, prefixes: ['10.244.2.1/24'] }],
+      'peers[0].endpoints[0].prefixes[0]: 10.244.2.1/24 has host bits set',
+    ],
+  ] as const) {
+    it(`refuses ${what} whole, naming the field`, () => {
+      expect(() => parse({ peers: [entry('n2', 2, { endpoints })] })).to.throw(
+        `peers file /etc/p.json: ${message}`,
+      );
     });
   }
 });
