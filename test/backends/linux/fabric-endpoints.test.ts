@@ -3,7 +3,7 @@ import { spawn } from 'node:child_process';
 import type { LocalNode } from '../../../core/fabric/fabric-dataplane';
 import type { Peer, TunnelEndpoint } from '../../../core/fabric/peer-source';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
-import { vtepMac } from '../../../backends/linux/fabric/vtep-mac';
+import { vtepMac } from '../../../lib/vtep-mac';
 import { ip, ipJson, netnsExec } from './netns-fixture';
 import { FabricTopology, bridge, kernelState, settings, type TopologyNode } from './fabric-topology';
 import { netnsPath } from '../../support/netns';
