@@ -21,7 +21,8 @@ import {
   NetlinkSocket,
 } from '../../lib/rtnetlink';
 import type { Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
-import type { Dataplane, Programmed } from './dataplane';
+import type { Dataplane, FabricDataplane, Programmed } from './dataplane';
+import { NetnsFabric } from './netns-fabric';
 import type { PortEntry } from './port-table';
 import { deleteRootQdiscRequest, replaceTbfRequest } from './tbf-qdisc';
 import type { VfIdentity } from './vf-pool';
@@ -41,6 +42,10 @@ export interface NetnsDataplaneOptions {
   hostNetns?: string;
   /** Representors of the ports the simulator resumed from its state file; every other one is removed. */
   keepRepresentors: string[];
+  /** Carry the fabric (a VXLAN device of its own); false: ports only. */
+  fabric: boolean;
+  /** The VTEP address to announce instead of the default-route interface's. */
+  vtepAddress?: string;
   log: Logger;
 }
 
@@ -62,6 +67,7 @@ export class NetnsDataplane implements Dataplane {
   /** Gateway addresses already on the gateway device. */
   private readonly gateways = new Set<string>();
   private gatewayIndex = 0;
+  fabric?: FabricDataplane;
 
   private constructor(
     private readonly dpu: NetnsHandle,
@@ -79,6 +85,7 @@ export class NetnsDataplane implements Dataplane {
     const dp = new NetnsDataplane(dpu, host, NetlinkSocket.openIn(dpu), o.log);
     await dp.prepare();
     await dp.removeAllBut(new Set(o.keepRepresentors));
+    if (o.fabric) dp.fabric = await NetnsFabric.open(dp.sock, o.log, o.vtepAddress);
     return dp;
   }
 
