@@ -71,7 +71,7 @@ export class FabricAgent {
   started(version: number, send: (m: AgentMessage) => void): void {
     this.version = version;
     this.send = send;
-    if (this.o.table.peers().length > 0) this.peerStatusChanged();
+    if (this.o.table.hasPeers()) this.peerStatusChanged();
   }
 
   ended(): void {
@@ -83,7 +83,7 @@ export class FabricAgent {
 
   /** A heartbeat tick: the protocol wants PeerStatus at least every interval while peers are held. */
   tick(): void {
-    if (this.o.table.peers().length > 0) void this.sendPeerStatus();
+    if (this.o.table.hasPeers()) void this.sendPeerStatus();
   }
 
   private peerStatusTimer: NodeJS.Timeout | undefined;

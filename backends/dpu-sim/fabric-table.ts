@@ -18,6 +18,7 @@ export function kindOf(o: FabricObject): FabricKind | undefined {
 export class FabricTable {
   private readonly objects = new Map<string, FabricObject>();
   private readonly routesByPeer = new Map<string, Set<string>>();
+  private peerCount = 0;
 
   get(name: string): FabricObject | undefined {
     return this.objects.get(name);
@@ -26,6 +27,7 @@ export class FabricTable {
   set(o: FabricObject): void {
     this.unindex(o.name);
     this.objects.set(o.name, o);
+    if (o.peer) this.peerCount += 1;
     if (o.peerRoute) {
       const set = this.routesByPeer.get(o.peerRoute.peer) ?? new Set<string>();
       set.add(o.name);
@@ -41,6 +43,7 @@ export class FabricTable {
   }
 
   private unindex(name: string): void {
+    if (this.objects.get(name)?.peer) this.peerCount -= 1;
     const peer = this.objects.get(name)?.peerRoute?.peer;
     if (peer === undefined) return;
     const set = this.routesByPeer.get(peer);
@@ -48,10 +51,15 @@ export class FabricTable {
     if (set?.size === 0) this.routesByPeer.delete(peer);
   }
 
-  /** The LocalVtep the DPU holds, if any. */
+  /** The LocalVtep the DPU holds, if any (validation makes "vtep" its only name). */
   vtep(): FabricObject | undefined {
-    for (const o of this.objects.values()) if (o.localVtep) return o;
-    return undefined;
+    const o = this.objects.get('vtep');
+    return o?.localVtep ? o : undefined;
+  }
+
+  /** Whether any FabricPeer is held (asked on every heartbeat: no scan). */
+  hasPeers(): boolean {
+    return this.peerCount > 0;
   }
 
   /** Names of the routes that name `peer`. */

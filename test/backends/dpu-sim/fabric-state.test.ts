@@ -167,6 +167,31 @@ describe('DPU simulator: fabric objects (protocol version 3)', function () {
     expect(held(sim).map((o) => o.name)).to.deep.equal(['peer/n2', 'vtep']);
   });
 
+  it('acks a snapshot of 5,000 peers with a route each, one by one, and records all of them', async () => {
+    // Logging every object at debug level would be most of the work.
+    sim = start(['--vtep-address', '10.100.1.7', '--log-level', 'info']);
+    const s = await daemon.session();
+    const g = (): number => daemon.nextGeneration();
+    const objects: FabricObject[] = [vtep(g(), '10.100.1.7')];
+    for (let i = 0; i < 5000; i++) {
+      const address = `10.101.${i >> 8}.${i & 255}`;
+      objects.push(
+        peer(g(), `n${i}`, address),
+        route(g(), `10.${128 + (i >> 8)}.${i & 255}.0/24`, `peer/n${i}`),
+      );
+    }
+    daemon.snapshot(s, objects);
+    await waitUntil(() => s.acks.length >= objects.length, 'every object acked', 60_000);
+    expect(
+      s.acks.filter((a) => a.code === AckCode.ACK_CODE_OK && a.kind === ObjectKind.OBJECT_KIND_FABRIC),
+    ).to.have.length(objects.length);
+    await sim.waitForState(
+      (x) => x.synced && (x.fabric?.length ?? 0) === objects.length,
+      'all recorded',
+      30_000,
+    );
+  });
+
   it('as a version-2 agent (--protocol 1-2) advertises no fabric-vxlan, states no uplink and refuses fabric objects', async () => {
     sim = start(['--vtep-address', '10.100.1.7', '--protocol', '1-2']);
     const s = await daemon.session();
