@@ -218,8 +218,10 @@ Exit codes: 0 after SIGTERM/SIGINT, ${CRASH_EXIT_CODE} after --crash-after, 1 on
 }
 
 async function createDataplane(o: CliOptions, table: PortTable, log: pino.Logger): Promise<Dataplane> {
+  // A range without version 3 never carries the fabric: nothing of it is even opened.
+  const fabric = o.fabric && o.protocol.max >= 3;
   if (o.dataplane === 'none')
-    return new NoDataplane(o.fabric && o.vtepAddress ? new RecordedFabric(o.vtepAddress) : undefined);
+    return new NoDataplane(fabric && o.vtepAddress ? new RecordedFabric(o.vtepAddress) : undefined);
   if (!o.dpuNetns) throw new Error('--dataplane netns needs --dpu-netns');
   // Loaded only in netns mode, so the control-plane-only simulator needs no native FFI at all.
   const { NetnsDataplane } = await import('./netns-dataplane');
@@ -228,7 +230,7 @@ async function createDataplane(o: CliOptions, table: PortTable, log: pino.Logger
     dpuNetns: o.dpuNetns,
     hostNetns: o.hostNetns,
     keepRepresentors,
-    fabric: o.fabric,
+    fabric,
     vtepAddress: o.vtepAddress,
     log,
   });

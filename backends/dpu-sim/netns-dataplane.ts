@@ -34,6 +34,8 @@ import type { VfIdentity } from './vf-pool';
 // loopback, so that every representor answers ARP for it (an address local to the namespace is
 // answered on any interface). Traffic between two workloads therefore really enters and leaves the
 // DPU namespace, as it would cross a SmartNIC's switch.
+// With the fabric (protocol version 3) the namespace also runs the overlay between nodes: see
+// netns-fabric.ts.
 
 export interface NetnsDataplaneOptions {
   /** Name under /var/run/netns, or an absolute path. */
