@@ -1,5 +1,4 @@
 import * as fs from 'node:fs';
-import * as net from 'node:net';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import {
@@ -11,13 +10,15 @@ import {
   type AgentMessage,
   type ControllerMessage,
   type Inventory,
+  type PeerState,
   type Port,
-  Toggle,
-  VfLinkState,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
-import type { Dataplane } from './dataplane';
+import type { Dataplane, Uplink } from './dataplane';
 import type { FaultInjector } from './fault-injection';
+import { FABRIC_FEATURE, FABRIC_PROTOCOL_VERSION, FabricAgent } from './fabric-agent';
+import type { FabricTable } from './fabric-table';
 import type { PortTable } from './port-table';
+import { SIM_MAX_MTU, SIM_MIN_MTU, unsupportedFeature, validatePort } from './port-validation';
 import type { SessionInfo } from './state-file';
 import type { VfPool } from './vf-pool';
 
@@ -26,15 +27,14 @@ import type { VfPool } from './vf-pool';
 // reason it dials again with exponential backoff, as a DPU that outlives many daemon restarts must.
 
 /** The protocol versions the simulator speaks by default. */
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
+
 export const MIN_PROTOCOL_VERSION = 1;
 /** Version 2 features the simulator implements (it records QoS; netns mode enforces the rate). */
 export const SIM_V2_FEATURES = ['qos-rate', 'qos-spoof-check', 'qos-trust', 'qos-link-state', 'pf-select'];
 /** Inventory changes (free VFs) are sent at most this often. */
 const INVENTORY_COALESCE_MS = 1000;
-/** Limits the simulator claims in its hello. */
-export const SIM_MIN_MTU = 68;
-export const SIM_MAX_MTU = 9216;
+export { SIM_MAX_MTU, SIM_MIN_MTU, validatePort } from './port-validation';
 
 export interface AgentClientOptions {
   /** "unix:/path" or "host:port". */
@@ -46,6 +46,8 @@ export interface AgentClientOptions {
   ignoreSnapshot: boolean;
   backoffMaxMs: number;
   table: PortTable;
+  /** The fabric objects held (protocol version 3). */
+  fabric: FabricTable;
   pool: VfPool;
   /** The version range offered in the hello. */
   protocol: { min: number; max: number };
@@ -72,6 +74,9 @@ interface Snapshot {
   seen: Set<string>;
   /** The daemon's store is new: ports the snapshot does not list are kept, not deleted. */
   keepUnlisted: boolean;
+  seenFabric: Set<string>;
+  /** The daemon's peer table is incomplete: fabric objects the snapshot does not list are kept. */
+  keepUnlistedFabric: boolean;
 }
 
 export class AgentClient {
@@ -92,8 +97,20 @@ export class AgentClient {
   private inventoryTimer: NodeJS.Timeout | undefined;
   /** Sends on the current session, while there is one. */
   private sendNow: ((m: AgentMessage) => void) | undefined;
+  private readonly fabricAgent: FabricAgent;
 
   constructor(private readonly opts: AgentClientOptions) {
+    this.fabricAgent = new FabricAgent({
+      table: opts.fabric,
+      dataplane: opts.dataplane.fabric,
+      // Version 3 in the range offered, a dataplane that can program it, and not switched off.
+      carries:
+        opts.protocol.max >= FABRIC_PROTOCOL_VERSION &&
+        opts.dataplane.fabric !== undefined &&
+        !opts.withoutFeatures.includes(FABRIC_FEATURE),
+      changed: opts.changed,
+      log: opts.log,
+    });
     this.client = new DpuAgentServiceClient(opts.controller, credentials(opts), {
       'grpc.max_receive_message_length': 16 * 1024 * 1024,
       ...(opts.tls?.serverName ? { 'grpc.ssl_target_name_override': opts.tls.serverName } : {}),
@@ -120,10 +137,22 @@ export class AgentClient {
     return { sent: this.inventoriesSent, last: this.lastInventory };
   }
 
+  get peerStatusInfo(): { sent: number; last: PeerState[] | undefined } {
+    return this.fabricAgent.peerStatusInfo;
+  }
+
+  /** The uplink the last hello stated (undefined: none, the agent carries no fabric). */
+  get uplink(): Uplink | undefined {
+    return this.fabricAgent.uplink;
+  }
+
   /** Features the hello advertises. */
   get features(): string[] {
     const v2 = this.opts.protocol.max >= 2 ? SIM_V2_FEATURES : [];
-    return [...this.opts.dataplane.features, ...v2].filter((f) => !this.opts.withoutFeatures.includes(f));
+    const v3 = this.fabricAgent.carries ? [FABRIC_FEATURE] : [];
+    return [...this.opts.dataplane.features, ...v2, ...v3].filter(
+      (f) => !this.opts.withoutFeatures.includes(f),
+    );
   }
 
   private sendInventory(): void {
@@ -179,8 +208,9 @@ export class AgentClient {
   }
 
   /** One stream from dial to end. Resolves with whether the hello was accepted. */
-  private runSession(): Promise<boolean> {
+  private async runSession(): Promise<boolean> {
     const { log } = this.opts;
+    const uplink = await this.fabricAgent.readUplink();
     return new Promise<boolean>((resolve) => {
       const call = this.client.connect();
       this.call = call;
@@ -205,6 +235,7 @@ export class AgentClient {
         this.versionValue = 0;
         clearTimeout(this.inventoryTimer);
         this.inventoryTimer = undefined;
+        this.fabricAgent.ended();
         if (this.call === call) this.call = undefined;
         this.syncedValue = false;
         if (this.sessionInfo.state !== 'rejected') this.setSession(info);
@@ -240,6 +271,7 @@ export class AgentClient {
           this.sendNow = (m) => void send(m);
           this.setSession({ state: 'connected', sessionId: msg.helloAccept.sessionId });
           this.sendInventory();
+          this.fabricAgent.started(this.versionValue, (m) => void send(m));
           let seq = 0;
           let lastTick = performance.now();
           heartbeat = setInterval(() => {
@@ -254,6 +286,7 @@ export class AgentClient {
             }
             seq += 1;
             call.write({ heartbeat: { seq, sentAtUnixMs: Date.now() } });
+            this.fabricAgent.tick();
           }, interval);
         } else if (msg.helloReject) {
           log.warn({ reason: msg.helloReject.reason }, 'hello rejected');
@@ -266,6 +299,8 @@ export class AgentClient {
             epoch: msg.snapshotBegin.epoch,
             seen: new Set(),
             keepUnlisted: msg.snapshotBegin.keepUnlisted,
+            seenFabric: new Set(),
+            keepUnlistedFabric: msg.snapshotBegin.keepUnlistedFabric,
           };
           this.syncedValue = false;
           this.opts.changed();
@@ -282,6 +317,31 @@ export class AgentClient {
           const ack = await this.applyUpsert(msg.upsert.port);
           acks = this.ackWhenKept(acks, send, ack);
           if (this.opts.faults.shouldCrash()) await acks;
+        } else if (msg.upsert?.fabric) {
+          if (this.opts.faults.onChange() === 'drop-stream') {
+            log.warn(
+              { object: msg.upsert.fabric.name },
+              'fault injection: dropping the stream instead of applying a change',
+            );
+            call.cancel();
+            return;
+          }
+          this.snapshot?.seenFabric.add(msg.upsert.fabric.name);
+          const ack = await this.fabricAgent.upsert(msg.upsert.fabric);
+          acks = this.ackWhenKept(acks, send, ack);
+          if (this.opts.faults.shouldCrash()) await acks;
+        } else if (msg.delete?.kind === ObjectKind.OBJECT_KIND_FABRIC) {
+          if (this.opts.faults.onChange() === 'drop-stream') {
+            log.warn(
+              { object: msg.delete.name },
+              'fault injection: dropping the stream instead of applying a change',
+            );
+            call.cancel();
+            return;
+          }
+          const ack = await this.fabricAgent.delete(msg.delete.name, msg.delete.generation);
+          acks = this.ackWhenKept(acks, send, ack);
+          if (this.opts.faults.shouldCrash()) await acks;
         } else if (msg.delete) {
           if (this.opts.faults.onChange() === 'drop-stream') {
             log.warn(
@@ -296,7 +356,12 @@ export class AgentClient {
           if (this.opts.faults.shouldCrash()) await acks;
         } else if (msg.syncComplete) {
           if (this.opts.ignoreSnapshot) return;
-          await this.completeSync(msg.syncComplete.epoch, msg.syncComplete.portCount, send);
+          await this.completeSync(
+            msg.syncComplete.epoch,
+            msg.syncComplete.portCount,
+            msg.syncComplete.fabricCount,
+            send,
+          );
         }
       };
 
@@ -336,8 +401,8 @@ export class AgentClient {
           minProtocolVersion: protocol.min === protocol.max ? 0 : protocol.min,
           maxProtocolVersion: protocol.min === protocol.max ? 0 : protocol.max,
           capabilities: caps,
-          uplinkAddresses: [],
-          uplinkMtu: 0,
+          uplinkAddresses: uplink?.addresses ?? [],
+          uplinkMtu: uplink?.mtu ?? 0,
         },
       });
     });
@@ -391,7 +456,7 @@ export class AgentClient {
         message: `port table full (${table.maxPorts} ports)`,
       };
     }
-    const unsupported = this.unsupportedBy(port);
+    const unsupported = unsupportedFeature(port, this.features);
     if (unsupported) return { ...base, code: AckCode.ACK_CODE_UNSUPPORTED, message: unsupported };
     const injected = faults.injectedError();
     if (injected) return { ...base, code: injected.code, message: injected.message };
@@ -431,26 +496,6 @@ export class AgentClient {
     }
   }
 
-  /** What in the port needs a feature this agent does not advertise (a daemon should not send it). */
-  private unsupportedBy(port: Port): string | undefined {
-    const has = (f: string): boolean => this.features.includes(f);
-    const q = port.qos;
-    if (port.pf !== undefined && !has('pf-select'))
-      return 'PF selection (feature "pf-select") is not supported';
-    if (!q) return undefined;
-    if ((q.maxTxRateMbps || q.minTxRateMbps) && !has('qos-rate'))
-      return 'transmit rates (feature "qos-rate") are not supported';
-    if (q.spoofCheck !== Toggle.TOGGLE_UNSPECIFIED && !has('qos-spoof-check'))
-      return 'spoof check (feature "qos-spoof-check") is not supported';
-    if (q.trust !== Toggle.TOGGLE_UNSPECIFIED && !has('qos-trust'))
-      return 'trust (feature "qos-trust") is not supported';
-    if (q.linkState !== VfLinkState.VF_LINK_STATE_UNSPECIFIED && !has('qos-link-state'))
-      return 'VF link state (feature "qos-link-state") is not supported';
-    if (q.minTxRateMbps && q.maxTxRateMbps && q.minTxRateMbps > q.maxTxRateMbps)
-      return `min_tx_rate ${q.minTxRateMbps} is above max_tx_rate ${q.maxTxRateMbps}`;
-    return undefined;
-  }
-
   private async applyDelete(name: string, generation: number): Promise<Ack> {
     const base = { name, generation, retryable: false, message: '', kind: ObjectKind.OBJECT_KIND_PORT };
     const entry = this.opts.table.get(name);
@@ -477,6 +522,7 @@ export class AgentClient {
   private async completeSync(
     epoch: number,
     portCount: number,
+    fabricCount: number,
     send: (m: AgentMessage) => Promise<void>,
   ): Promise<void> {
     const snap = this.snapshot;
@@ -494,6 +540,14 @@ export class AgentClient {
       );
       return;
     }
+    if (this.versionValue >= FABRIC_PROTOCOL_VERSION && snap.seenFabric.size !== fabricCount) {
+      log.warn(
+        { epoch, expected: fabricCount, received: snap.seenFabric.size },
+        'snapshot incomplete; keeping every port and fabric object',
+      );
+      return;
+    }
+    if (this.versionValue >= FABRIC_PROTOCOL_VERSION) await this.fabricAgent.completeSync(snap);
     if (snap.keepUnlisted) {
       const kept = table.names().filter((n) => !snap.seen.has(n));
       if (kept.length > 0) {
@@ -536,27 +590,4 @@ function credentials(opts: AgentClientOptions): grpc.ChannelCredentials {
     fs.readFileSync(opts.tls.key),
     fs.readFileSync(opts.tls.cert),
   );
-}
-
-const MAC = /^[0-9a-f]{2}(:[0-9a-f]{2}){5}$/i;
-
-/** Why a port cannot be programmed as described, or undefined when it can. */
-export function validatePort(port: Port): string | undefined {
-  if (!port.name) return 'port name is empty';
-  if (!MAC.test(port.mac)) return `MAC ${JSON.stringify(port.mac)} is not of the form 02:00:00:00:00:01`;
-  const first = Number.parseInt(port.mac.slice(0, 2), 16);
-  if (first & 1) return `MAC ${port.mac} is a multicast address`;
-  if (port.mtu < SIM_MIN_MTU || port.mtu > SIM_MAX_MTU)
-    return `MTU ${port.mtu} is outside ${SIM_MIN_MTU}-${SIM_MAX_MTU}`;
-  if (port.vlan > 4094) return `VLAN ${port.vlan} is outside 0-4094`;
-  if (port.vni > 0xffffff) return `VNI ${port.vni} does not fit in 24 bits`;
-  for (const cidr of port.ips) {
-    const [addr, len, ...rest] = cidr.split('/');
-    const family = net.isIP(addr ?? '');
-    const bits = Number(len);
-    if (rest.length || !family || !Number.isInteger(bits) || bits < 0 || bits > (family === 4 ? 32 : 128)) {
-      return `address ${JSON.stringify(cidr)} is not a CIDR`;
-    }
-  }
-  return undefined;
 }

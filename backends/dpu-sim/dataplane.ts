@@ -1,4 +1,5 @@
-import type { Endpoint, Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import type { Endpoint, PeerState, Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import type { FabricTable } from './fabric-table';
 import type { PortEntry } from './port-table';
 import type { VfIdentity } from './vf-pool';
 
@@ -12,9 +13,39 @@ export interface Programmed {
   representor?: string;
 }
 
+/** The DPU's uplink as Hello states it (protocol version 3). */
+export interface Uplink {
+  addresses: string[];
+  /** 0: unknown. */
+  mtu: number;
+}
+
+/** The outcome of making the kernel match one fabric object: what its ack says. */
+export interface FabricOutcome {
+  code: 'ok' | 'invalid' | 'failed';
+  message: string;
+}
+
+/** The fabric half of a dataplane (protocol version 3, feature "fabric-vxlan"). */
+export interface FabricDataplane {
+  /** The uplink to announce, read now (an address may change while the agent runs). */
+  uplink(): Promise<Uplink>;
+  /**
+   * Makes the dataplane match `table` for the object `name` (just upserted, or deleted: then absent
+   * from the table) and for whatever depends on it.
+   */
+  apply(table: FabricTable, name: string, kind: string | undefined): Promise<FabricOutcome>;
+  /** Removes objects of ours that no object of `table` wants (after a complete snapshot). */
+  prune(table: FabricTable): Promise<void>;
+  /** One PeerState per FabricPeer of the table, as the dataplane sees it now. */
+  peerStates(table: FabricTable): Promise<PeerState[]>;
+}
+
 export interface Dataplane {
   /** Capability features this dataplane adds to the hello. */
   readonly features: string[];
+  /** Present when the dataplane can carry the fabric. */
+  readonly fabric?: FabricDataplane;
   /**
    * Makes the port exist as described (idempotent: an existing port is updated to match).
    * Throws with a message for the ack on failure.
@@ -27,6 +58,7 @@ export interface Dataplane {
 
 export class NoDataplane implements Dataplane {
   readonly features: string[] = [];
+  constructor(readonly fabric?: FabricDataplane) {}
   async program(): Promise<Programmed> {
     return {};
   }

@@ -3,7 +3,10 @@ import { randomUUID } from 'node:crypto';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import pino from 'pino';
 import { AgentClient, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION } from './agent-client';
+import * as net from 'node:net';
 import { NoDataplane, type Dataplane } from './dataplane';
+import { FabricTable, kindOf } from './fabric-table';
+import { RecordedFabric } from './recorded-fabric';
 import { FaultInjector, INJECTED_CODES, type InjectedErrorCode } from './fault-injection';
 import { PortTable } from './port-table';
 import { StateFile, readStateFile, type SimState } from './state-file';
@@ -40,6 +43,8 @@ interface CliOptions {
   vfsPerPf: number;
   protocol: { min: number; max: number };
   withoutFeatures: string[];
+  fabric: boolean;
+  vtepAddress?: string;
   seed?: number;
   backoffMaxMs: number;
   logLevel: string;
@@ -64,6 +69,11 @@ function versionRange(v: string): { min: number; max: number } {
   const max = m?.[2] === undefined ? min : Number(m[2]);
   if (!m || min < 1 || max < min) throw new InvalidArgumentError('expected VERSION or MIN-MAX, e.g. 1-2');
   return { min, max };
+}
+
+function ipAddress(v: string): string {
+  if (net.isIP(v) === 0) throw new InvalidArgumentError('expected an IPv4 or IPv6 address');
+  return v;
 }
 
 function featureList(v: string): string[] {
@@ -176,6 +186,16 @@ export function buildCommand(): Command {
       'comma-separated features not to advertise (and to refuse), e.g. qos-rate,pf-select',
       featureList,
     )
+    .option(
+      '--no-fabric',
+      'carry no fabric: never advertise "fabric-vxlan" nor state an uplink (protocol version 3 still spoken)',
+    )
+    .option(
+      '--vtep-address <address>',
+      "the VTEP (uplink) address to state in Hello; netns mode defaults to the DPU namespace's default-route " +
+        'interface address, none mode carries the fabric only when given one',
+      ipAddress,
+    )
     .option('--seed <n>', 'seed for --error-rate decisions (default: random)', nonNegativeInt)
     .option('--backoff-max-ms <n>', 'longest wait between reconnect attempts', nonNegativeInt, 2000)
     .addOption(
@@ -198,12 +218,35 @@ Exit codes: 0 after SIGTERM/SIGINT, ${CRASH_EXIT_CODE} after --crash-after, 1 on
 }
 
 async function createDataplane(o: CliOptions, table: PortTable, log: pino.Logger): Promise<Dataplane> {
-  if (o.dataplane === 'none') return new NoDataplane();
+  // A range without version 3 never carries the fabric: nothing of it is even opened.
+  const fabric = o.fabric && o.protocol.max >= 3;
+  if (o.dataplane === 'none')
+    return new NoDataplane(fabric && o.vtepAddress ? new RecordedFabric(o.vtepAddress) : undefined);
   if (!o.dpuNetns) throw new Error('--dataplane netns needs --dpu-netns');
   // Loaded only in netns mode, so the control-plane-only simulator needs no native FFI at all.
   const { NetnsDataplane } = await import('./netns-dataplane');
   const keepRepresentors = table.entries().flatMap((e) => (e.representor ? [e.representor] : []));
-  return NetnsDataplane.open({ dpuNetns: o.dpuNetns, hostNetns: o.hostNetns, keepRepresentors, log });
+  return NetnsDataplane.open({
+    dpuNetns: o.dpuNetns,
+    hostNetns: o.hostNetns,
+    keepRepresentors,
+    fabric,
+    vtepAddress: o.vtepAddress,
+    log,
+  });
+}
+
+/** Programs the resumed fabric again: the device is adopted as it is, entries replaced in place. */
+async function resumeFabric(dataplane: Dataplane, fabric: FabricTable, log: pino.Logger): Promise<void> {
+  if (!dataplane.fabric || fabric.size === 0) return;
+  const rank = { vtep: 0, peer: 1, prefix: 2, route: 3 } as const;
+  const objects = fabric.entries().sort((a, b) => rank[kindOf(a) ?? 'route'] - rank[kindOf(b) ?? 'route']);
+  for (const o of objects) {
+    const outcome = await dataplane.fabric.apply(fabric, o.name, kindOf(o));
+    if (outcome.code !== 'ok')
+      log.warn({ object: o.name, outcome }, 'a resumed fabric object is not programmed');
+  }
+  log.info({ objects: fabric.size }, 'resumed the fabric of the same boot');
 }
 
 export async function main(argv: string[]): Promise<void> {
@@ -219,6 +262,7 @@ export async function main(argv: string[]): Promise<void> {
 
   const bootId = o.bootId ?? randomUUID();
   const table = new PortTable(o.maxPorts);
+  const fabric = new FabricTable();
   const pool = new VfPool(o.agentId, o.pfs, o.vfsPerPf);
   o.withoutFeatures ??= [];
   // The same boot id means the DPU kept its state across an agent restart: pick up the ports it held.
@@ -230,9 +274,11 @@ export async function main(argv: string[]): Promise<void> {
       if (vf && vf.pf < pool.pfs && vf.vf < pool.vfsPerPf) pool.claim(port.name, vf);
       table.set({ port, endpoint, representor, vf });
     }
-    log.info({ ports: table.size }, 'resumed the port table of the same boot');
+    for (const f of previous.fabric ?? []) fabric.set(f);
+    log.info({ ports: table.size, fabric: fabric.size }, 'resumed the port table of the same boot');
   }
   const dataplane = await createDataplane(o, table, log);
+  await resumeFabric(dataplane, fabric, log);
   const faults = new FaultInjector({
     ackLatencyMs: o.ackLatencyMs,
     errorRate: o.errorRate,
@@ -267,6 +313,10 @@ export async function main(argv: string[]): Promise<void> {
       ...(e.representor ? { representor: e.representor } : {}),
       ...(e.vf ? { vf: e.vf } : {}),
     })),
+    fabric: fabric.entries(),
+    ...(client.uplink ? { uplink: client.uplink } : {}),
+    peerStatusesSent: client.peerStatusInfo.sent,
+    ...(client.peerStatusInfo.last ? { peerStatus: client.peerStatusInfo.last } : {}),
   });
   const state = new StateFile(o.stateFile, render, o.stateWriteDelayMs);
   const client: AgentClient = new AgentClient({
@@ -280,6 +330,7 @@ export async function main(argv: string[]): Promise<void> {
     ignoreSnapshot: o.ignoreSnapshot,
     backoffMaxMs: o.backoffMaxMs,
     table,
+    fabric,
     pool,
     protocol: o.protocol,
     withoutFeatures: o.withoutFeatures,

@@ -21,7 +21,8 @@ import {
   NetlinkSocket,
 } from '../../lib/rtnetlink';
 import type { Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
-import type { Dataplane, Programmed } from './dataplane';
+import type { Dataplane, FabricDataplane, Programmed } from './dataplane';
+import { NetnsFabric } from './netns-fabric';
 import type { PortEntry } from './port-table';
 import { deleteRootQdiscRequest, replaceTbfRequest } from './tbf-qdisc';
 import type { VfIdentity } from './vf-pool';
@@ -33,6 +34,8 @@ import type { VfIdentity } from './vf-pool';
 // loopback, so that every representor answers ARP for it (an address local to the namespace is
 // answered on any interface). Traffic between two workloads therefore really enters and leaves the
 // DPU namespace, as it would cross a SmartNIC's switch.
+// With the fabric (protocol version 3) the namespace also runs the overlay between nodes: see
+// netns-fabric.ts.
 
 export interface NetnsDataplaneOptions {
   /** Name under /var/run/netns, or an absolute path. */
@@ -41,6 +44,10 @@ export interface NetnsDataplaneOptions {
   hostNetns?: string;
   /** Representors of the ports the simulator resumed from its state file; every other one is removed. */
   keepRepresentors: string[];
+  /** Carry the fabric (a VXLAN device of its own); false: ports only. */
+  fabric: boolean;
+  /** The VTEP address to announce instead of the default-route interface's. */
+  vtepAddress?: string;
   log: Logger;
 }
 
@@ -62,6 +69,7 @@ export class NetnsDataplane implements Dataplane {
   /** Gateway addresses already on the gateway device. */
   private readonly gateways = new Set<string>();
   private gatewayIndex = 0;
+  fabric?: FabricDataplane;
 
   private constructor(
     private readonly dpu: NetnsHandle,
@@ -79,6 +87,7 @@ export class NetnsDataplane implements Dataplane {
     const dp = new NetnsDataplane(dpu, host, NetlinkSocket.openIn(dpu), o.log);
     await dp.prepare();
     await dp.removeAllBut(new Set(o.keepRepresentors));
+    if (o.fabric) dp.fabric = await NetnsFabric.open(dp.sock, o.log, o.vtepAddress);
     return dp;
   }
 

@@ -1,6 +1,12 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import type { Endpoint, Inventory, Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import type {
+  Endpoint,
+  FabricObject,
+  Inventory,
+  PeerState,
+  Port,
+} from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { VfSlot } from './vf-pool';
 
 // The simulator's state, written as JSON for tests and operators to read. Each write goes to a
@@ -44,6 +50,14 @@ export interface SimState {
   inventoriesSent?: number;
   inventory?: Omit<Inventory, 'pfs'> & { pfs: Array<Omit<Inventory['pfs'][number], 'vfs'>> };
   ports: StatePort[];
+  /**
+   * Protocol version 3: the fabric objects held, by name (absent in files of older simulators, read as
+   * none), the uplink the last hello stated, and the PeerStatus messages sent and the last one.
+   */
+  fabric?: FabricObject[];
+  uplink?: { addresses: string[]; mtu: number };
+  peerStatusesSent?: number;
+  peerStatus?: PeerState[];
 }
 
 export function readStateFile(file: string): SimState | undefined {
