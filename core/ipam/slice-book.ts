@@ -3,6 +3,7 @@ import type { Logger } from '../logger';
 import type { AttachmentRecord, StoredSlices } from '../store/store';
 import { hostPrefix } from './address-slices';
 import type { AllocatedIp, IpAllocator } from './ip-allocator';
+import type { IpPool } from './ip-pool';
 import type { PoolSupply } from './pool-supply';
 
 // Which of the node's addresses each tunnel endpoint (DPU) owns. The ranges of the networks whose
@@ -47,6 +48,8 @@ export class SliceBook {
   private listener?: () => void;
   private lastWrite: Promise<void> = Promise.resolve();
   private readonly byNetwork: ReadonlyMap<string, IpAllocator>;
+  /** The pools of each allocator as last seen: a range added or gone changes every DPU's prefixes. */
+  private readonly seenPools = new Map<IpAllocator, readonly IpPool[]>();
   /** What an operator should know about the cut (a configured count not in effect). */
   readonly warnings: string[] = [];
   private markLoaded!: () => void;
@@ -118,6 +121,7 @@ export class SliceBook {
 
   /** Every stored attachment is restored: the book is whole, and may be published and applied. */
   restoredAll(): void {
+    this.rangesChanged();
     this.isLoaded = true;
     this.markLoaded();
     this.changed();
@@ -201,21 +205,37 @@ export class SliceBook {
   async allocate(supply: PoolSupply, endpoint: string): Promise<AllocatedIp[]> {
     if (!this.indices.has(endpoint)) await this.assign([endpoint]);
     const ips = await supply.allocate({ endpoint, slice: this.indices.get(endpoint), strict: this.strict });
-    let borrowed = false;
+    let changed = this.rangesChanged();
     for (const ip of ips) {
       if (!ip.borrowed) continue;
       this.borrowedBy.set(ip.address, endpoint);
-      borrowed = true;
+      changed = true;
     }
-    if (borrowed) this.changed();
+    if (changed) this.changed();
     return ips;
   }
 
   /** Addresses given back (a detach, or an attach rolled back): a borrowed one leaves its prefixes. */
   released(addresses: readonly string[]): void {
-    let changed = false;
+    let changed = this.rangesChanged();
     for (const a of addresses) changed = this.borrowedBy.delete(a) || changed;
     if (changed) this.changed();
+  }
+
+  /**
+   * Whether a pool source added or removed a range since last seen (a claimed block, a drained one):
+   * looked at when addresses come and go, which is when a new range starts to matter.
+   */
+  private rangesChanged(): boolean {
+    let changed = false;
+    for (const allocator of this.byNetwork.values()) {
+      const now = allocator.allPools();
+      const seen = this.seenPools.get(allocator);
+      if (seen && seen.length === now.length && seen.every((p, i) => p === now[i])) continue;
+      this.seenPools.set(allocator, [...now]);
+      changed = true;
+    }
+    return changed;
   }
 
   /** This node's prefixes as the dataplanes and the node's record carry them. */

@@ -171,6 +171,16 @@ describe('slice book', () => {
     expect(n.prefixes('dpu-b')).to.deep.equal(['10.0.0.4/30']);
   });
 
+  it('a range added by the pool source is cut too, and its slices join the prefixes with the next address', async () => {
+    const n = await start();
+    await n.book.setPresent(['dpu-a', 'dpu-b']);
+    n.allocator.addPool({ cidr: '10.244.2.0/24' });
+    const before = n.changes;
+    await n.attach('w1/eth0', 'dpu-b');
+    expect(n.changes, 'the new range is a change of every prefix list').to.be.greaterThan(before);
+    expect(n.prefixes('dpu-b')).to.deep.equal(['10.244.1.64/26', '10.244.2.64/26']);
+  });
+
   it('a DPU without a slice (more DPUs than slices) borrows every address', async () => {
     const n = await start({ count: 2 });
     await n.book.setPresent(['dpu-a', 'dpu-b', 'dpu-c']);
