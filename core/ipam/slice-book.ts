@@ -191,6 +191,7 @@ export class SliceBook {
       }
       this.indices.set(id, i);
       this.present?.add(id);
+      this.ownAgain(id, i);
       changed = true;
     }
     if (!changed) return;
@@ -251,6 +252,21 @@ export class SliceBook {
       byEndpoint.set(id, list);
     }
     return { ranges, byEndpoint };
+  }
+
+  /**
+   * An endpoint given index i no longer borrows the addresses it holds inside slice i: a node
+   * upgraded to slices, or whose fabric was turned on, restores its live pods as borrowed (they
+   * came from anywhere), and those that lie in their DPU's new slice are covered by it.
+   */
+  private ownAgain(endpoint: string, i: number): void {
+    for (const [address, holder] of this.borrowedBy) {
+      if (holder !== endpoint) continue;
+      for (const allocator of this.byNetwork.values()) {
+        const pool = allocator.poolFor(address);
+        if (pool && pool.sliceOf(address) === i) this.borrowedBy.delete(address);
+      }
+    }
   }
 
   /** Slice i of every range that has one. */

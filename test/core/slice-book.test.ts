@@ -228,6 +228,24 @@ describe('slice book', () => {
     expect(n.prefixes('dpu-a')).to.deep.equal(['10.0.0.0/30', '10.0.0.9/32']);
   });
 
+  it('a node upgraded to slices with live pods borrows only for those outside their DPU’s new slice', async () => {
+    // Rows written before the ranges were cut: addresses from anywhere, no cut stored.
+    const s = Store.open(dir, { node: 'n1', bootId: 'boot-1' });
+    await s.put(row('a/eth0', 'dpu-a', ['10.244.1.2']));
+    await s.put(row('b/eth0', 'dpu-b', ['10.244.1.3']));
+    await s.put(row('c/eth0', 'dpu-b', ['10.244.1.70']));
+    await s.close();
+    const n = await start();
+    expect(n.book.borrowed, 'no DPU holds a slice yet').to.equal(3);
+    await n.book.setPresent(['dpu-a', 'dpu-b']);
+    expect(n.book.borrowed).to.equal(1);
+    expect(n.prefixes('dpu-a')).to.deep.equal(['10.244.1.0/26']);
+    expect(n.prefixes('dpu-b'), 'its pod inside dpu-a’s slice keeps a /32').to.deep.equal([
+      '10.244.1.64/26',
+      '10.244.1.3/32',
+    ]);
+  });
+
   describe('never moves a slice from under a live pod', () => {
     it('a DPU that goes away with live pods keeps its slice; a newcomer borrows; it comes back to the same slice', async () => {
       const n = await start({ count: 2 });
