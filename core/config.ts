@@ -1,6 +1,7 @@
 import * as fs from 'node:fs';
 import { cidrsOverlap } from './ipam/address-space';
-import { parseAddress, parseCidr, type Cidr } from '../lib/cidr';
+import { validateFabric, type FabricConfig } from './fabric/fabric-config';
+import { parseCidr, type Cidr } from '../lib/cidr';
 import { invalidArgument } from './errors';
 import type { FabricMode, FabricSettings } from './fabric/fabric-dataplane';
 
@@ -33,6 +34,8 @@ export interface DpuConfig {
   /** How long Attach waits for the agent to acknowledge a port. */
   ackTimeoutMs: number;
   heartbeatIntervalMs: number;
+  /** Slices each pod range is cut into, one per DPU carrying the fabric (a power of two). */
+  fabricSlices: number;
 }
 
 export interface EtcdConfig {
@@ -51,21 +54,7 @@ export interface EtcdConfig {
   emptyBlockGraceSeconds: number;
 }
 
-export interface FabricConfig {
-  /** off, routed, vxlan, hybrid, external; auto: off with the static pool source, hybrid with a cluster one. */
-  mode: FabricMode | 'auto';
-  /** The node's underlay address; empty = the address of the interface holding the default route. */
-  nodeIp: string;
-  vni: number;
-  /** VXLAN UDP port. */
-  port: number;
-  /** The static peer source's file of peers; empty = no peers. */
-  peersFile: string;
-  /** etcd peer source: TTL of the lease this node's record lives on. */
-  leaseTtlSeconds: number;
-  /** How long a peer that left its source stays programmed (it may only have lost its lease). */
-  withdrawGraceSeconds: number;
-}
+export type { FabricConfig } from './fabric/fabric-config';
 
 /** One named network as the config file gives it (see docs/configuration.md, "Networks"). */
 export interface NetworkConfig {
@@ -171,6 +160,7 @@ export const DEFAULT_CONFIG: DaemonConfig = {
     tlsCa: '',
     ackTimeoutMs: 5000,
     heartbeatIntervalMs: 500,
+    fabricSlices: 4,
   },
   etcd: {
     endpoints: [],
@@ -190,6 +180,7 @@ export const DEFAULT_CONFIG: DaemonConfig = {
     peersFile: '',
     leaseTtlSeconds: 15,
     withdrawGraceSeconds: 180,
+    strictSlices: false,
   },
 };
 
@@ -240,6 +231,8 @@ export const OPTION_DOCS: Record<string, string> = {
   'dpu.ackTimeoutMs': 'How long Attach waits for the agent to acknowledge the port (ms).',
   'dpu.heartbeatIntervalMs':
     'Interval of heartbeats to agents (ms); an agent silent for 3 intervals is lost.',
+  'dpu.fabricSlices':
+    'With the fabric on: slices each pod range of a dpu network is cut into, one per DPU (a power of two, 1-256, default 4); a port takes its address from the slice of the DPU it is placed on. See docs/fabric.md.',
   'etcd.endpoints': 'etcd pool source: client URLs of the etcd members (e.g. ["https://10.0.0.1:2379"]).',
   'etcd.clusterCidrs': 'etcd pool source: cluster ranges cut into blocks, at most one per family.',
   'etcd.blockSize':
@@ -262,6 +255,8 @@ export const OPTION_DOCS: Record<string, string> = {
     "Fabric, etcd peer source: TTL of the lease this node's record lives on (1-15 s): a dead node leaves its peers' tables after it.",
   'fabric.withdrawGraceSeconds':
     'Fabric: how long a peer that left its source stays programmed before its routes are removed (a lapsed lease is not proof of a dead node).',
+  'fabric.strictSlices':
+    "Fabric with DPUs: when a DPU's slices are full, refuse the attach (RESOURCE_EXHAUSTED) instead of borrowing an address from elsewhere in the node's ranges (announced as a /32 or /128); default false.",
 };
 
 /** A partial configuration as read from a file or assembled from flags. */
@@ -380,43 +375,6 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
   validateNetworks(c, fail);
   validateFabric(c, fail);
   return c;
-}
-
-const FABRIC_MODES = ['auto', 'off', 'routed', 'vxlan', 'hybrid', 'external'];
-
-function validateFabric(c: DaemonConfig, fail: (msg: string) => never): void {
-  const f = c.fabric;
-  if (!FABRIC_MODES.includes(f.mode))
-    fail(`fabric.mode must be one of ${FABRIC_MODES.join(', ')}, not "${String(f.mode)}"`);
-  if (typeof f.nodeIp !== 'string') fail('fabric.nodeIp must be an address (text) or empty');
-  if (f.nodeIp !== '') {
-    try {
-      parseAddress(f.nodeIp);
-    } catch {
-      fail(`fabric.nodeIp "${f.nodeIp}" is not an IPv4 or IPv6 address (give the address, no prefix length)`);
-    }
-  }
-  if (!Number.isInteger(f.vni) || f.vni < 1 || f.vni > 0xffffff)
-    fail(`fabric.vni must be an integer in 1..16777215, not ${String(f.vni)}`);
-  if (!Number.isInteger(f.port) || f.port < 1 || f.port > 65535)
-    fail(`fabric.port must be a UDP port in 1..65535, not ${String(f.port)}`);
-  if (typeof f.peersFile !== 'string' || (f.peersFile !== '' && !f.peersFile.startsWith('/')))
-    fail('fabric.peersFile must be an absolute path or empty');
-  // The etcd and Kubernetes sources deliver the peers themselves; a file beside them would be ignored.
-  if (f.peersFile !== '' && c.poolSource !== 'static')
-    fail(
-      `fabric.peersFile is for the static peer source; with poolSource "${c.poolSource}" the peers come from ${c.poolSource === 'etcd' ? 'etcd' : 'the Kubernetes API'}`,
-    );
-  if (!Number.isInteger(f.leaseTtlSeconds) || f.leaseTtlSeconds < 1 || f.leaseTtlSeconds > 15)
-    fail(
-      `fabric.leaseTtlSeconds must be an integer in 1..15 (a dead node is withdrawn after it), not ${String(f.leaseTtlSeconds)}`,
-    );
-  if (
-    !Number.isInteger(f.withdrawGraceSeconds) ||
-    f.withdrawGraceSeconds < 0 ||
-    f.withdrawGraceSeconds > 86400
-  )
-    fail(`fabric.withdrawGraceSeconds must be an integer in 0..86400, not ${String(f.withdrawGraceSeconds)}`);
 }
 
 /** What the fabric's dataplanes are prepared with; undefined when the fabric is off. */

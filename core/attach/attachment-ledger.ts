@@ -69,6 +69,8 @@ export class AttachmentLedger {
         );
       }
     }
+    // Addresses outside the slices of the DPU holding the port are its borrowed ones (slice-book.ts).
+    network?.slices?.restored(rec);
   }
 
   /** A row now recorded (its addresses already held). */
@@ -109,7 +111,7 @@ export class AttachmentLedger {
     }
     await this.store.remove(rec.key);
     this.count(rec, -1);
-    this.networks.of(rec)?.pools.release(rec.ips.map((i) => i.address));
+    this.networks.of(rec)?.release(rec.ips.map((i) => i.address));
     this.dropDefaultRoute(rec.netnsInode, rec.key);
   }
 

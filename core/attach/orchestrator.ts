@@ -136,13 +136,23 @@ export class Orchestrator {
         const existing = this.store.get(req.key);
         if (existing) return sameAttachment(existing, req, netns);
 
-        const allocated = await network.pools.allocate();
+        // Where the port will live, before its address: the address comes from that place's slice of
+        // the node's ranges (core/ipam/slice-book.ts). place() is synchronous and changes nothing.
+        const placed = backend.place?.({
+          workloadId: req.workloadId,
+          ifName: req.ifName,
+          network: req.network,
+          dpu: req.dpu,
+          dpuPort: req.dpuPort,
+        });
+        const allocated = await network.allocate(placed);
         try {
           const defaultRoute =
             network.config.defaultRoute && (await this.ledger.claimDefaultRoute(netns.inode, req.key));
           const routes = defaultRoute ? undefined : network.ranges();
           const record = newRecord(req, netns, allocated, backend.name, defaultRoute, routes);
-          const spec: AttachSpec = { ...toSpec(record), netns, dpu: req.dpu, dpuPort: req.dpuPort };
+          if (placed !== undefined) record.endpoint = placed;
+          const spec: AttachSpec = { ...toSpec(record), netns, dpu: placed ?? req.dpu, dpuPort: req.dpuPort };
           record.dataplane = backend.plan(spec);
           await this.programAndRecord(record, spec, network);
           this.ledger.added(record);
@@ -154,7 +164,7 @@ export class Orchestrator {
         } catch (err) {
           // A row that could not be removed keeps its addresses: they follow the row (see reconcile).
           if (!this.rowLeft(req.key)) {
-            network.pools.release(allocated.map((a) => a.address));
+            network.release(allocated.map((a) => a.address));
             this.ledger.dropDefaultRoute(netns.inode, req.key);
           } else this.ledger.added(req);
           this.log.warn({ ...ctx, err: (err as Error).message }, 'attach failed; rolled back');

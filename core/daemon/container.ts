@@ -14,6 +14,7 @@ import { NETNS_OPENER, kernelNetnsOpener, type NetnsOpener } from '../netns-open
 import { NETWORKS, Network, NetworkSet, chooseBackend } from '../ipam/network';
 import { POOL_SOURCE, type PoolSource } from '../ipam/pool-source';
 import { POOL_SUPPLY, PoolSupply } from '../ipam/pool-supply';
+import { SliceBook } from '../ipam/slice-book';
 import { ServiceGate } from '../serve/service-gate';
 import { StaticPoolSource } from '../ipam/static-pool-source';
 import { STORE, Store } from '../store/store';
@@ -50,14 +51,35 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
   );
   c.bind<NetworkSet>(NETWORKS).toDynamicValue((ctx) => {
     const backends = ctx.container.getAll<Backend>(BACKEND);
+    const parts = networks.map((n) => {
+      const backend = chooseBackend(n, backends);
+      const allocator =
+        n === primary
+          ? ctx.container.get<IpAllocator>(ALLOCATOR)
+          : new IpAllocator(n.podCidrs.map((cidr) => ({ cidr })));
+      const supply =
+        n === primary
+          ? ctx.container.get<PoolSupply>(POOL_SUPPLY)
+          : new PoolSupply(new StaticPoolSource(), allocator, metrics);
+      return { n, backend, allocator, supply };
+    });
+    // With the fabric on, the ranges of networks whose backend places ports (its DPUs) are cut among
+    // them (core/ipam/slice-book.ts); the store is reached only when the book loads, at reconcile.
+    const sliced = fabricSettings(config) ? parts.filter((p) => p.backend.place) : [];
+    const slices = sliced.length
+      ? new SliceBook({
+          count: config.dpu.fabricSlices,
+          strict: config.fabric.strictSlices,
+          networks: sliced.map((p) => ({ name: p.n.name, allocator: p.allocator })),
+          store: () => ctx.container.get<Store>(STORE),
+          log: logger.child({ part: 'slices' }),
+        })
+      : undefined;
     return new NetworkSet(
-      networks.map((n) => {
-        const backend = chooseBackend(n, backends);
-        if (n === primary)
-          return new Network(n, backend, ctx.container.get(ALLOCATOR), ctx.container.get(POOL_SUPPLY));
-        const allocator = new IpAllocator(n.podCidrs.map((cidr) => ({ cidr })));
-        return new Network(n, backend, allocator, new PoolSupply(new StaticPoolSource(), allocator, metrics));
-      }),
+      parts.map(
+        (p) => new Network(p.n, p.backend, p.allocator, p.supply, sliced.includes(p) ? slices : undefined),
+      ),
+      slices,
     );
   });
   c.bind<PeerSource>(PEER_SOURCE).toDynamicValue(
@@ -79,6 +101,7 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
       networks: networkSet.networks
         .filter((n) => n.backend.fabric)
         .map((n) => ({ name: n.name, mtu: n.config.mtu })),
+      slices: networkSet.slices,
       log: logger.child({ part: 'fabric' }),
       metrics,
     });

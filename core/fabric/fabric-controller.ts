@@ -1,5 +1,6 @@
 import { SerialRun } from '../../lib/serial-run';
 import { asWorkloadNetError } from '../errors';
+import type { SliceBook } from '../ipam/slice-book';
 import type { Logger } from '../logger';
 import type { Metrics } from '../metrics';
 import { monotonicMs } from '../monotonic-clock';
@@ -9,9 +10,10 @@ import type {
   FabricReport,
   FabricSettings,
   LocalNode,
+  OwnPrefixes,
 } from './fabric-dataplane';
 import type { FabricPeerStatus, FabricStatus } from './fabric-status';
-import type { NodeRecord, Peer, PeerSource } from './peer-source';
+import type { NodeRecord, Peer, PeerSource, TunnelEndpoint } from './peer-source';
 import { podMtu } from './pod-mtu';
 import { WithdrawalGrace } from './withdrawal-grace';
 
@@ -21,6 +23,13 @@ import { WithdrawalGrace } from './withdrawal-grace';
 // only a peer not yet listed — with the peers that left within the withdrawal grace still in it.
 // A periodic apply catches what a dataplane's own repair missed. Start-up never waits for the source:
 // the node serves its own pods meanwhile, and Status says the fabric is not ready and why.
+//
+// With DPUs (a slice book, core/ipam/slice-book.ts): the node's record lists its DPUs as endpoints,
+// each with its prefixes (its slices and what it borrowed); a dataplane telling of a DPU come or gone
+// gets the newcomer a slice, and that, a borrow or a borrowed address released republishes the record
+// and applies again, coalesced like peer changes (never on the attach path). Nothing is published or
+// applied from the book before it holds the stored cut and attachments: an empty book would tell the
+// peers and the DPUs that this node's DPUs own nothing.
 
 export interface FabricControllerOptions {
   /** What the dataplanes are prepared with; absent: the fabric is off. */
@@ -36,6 +45,8 @@ export interface FabricControllerOptions {
   withdrawGraceMs: number;
   /** The networks whose backend offers the fabric, with their pod MTU: one above the fabric's is warned of. */
   networks?: ReadonlyArray<{ name: string; mtu: number }>;
+  /** How the node's ranges are cut among its DPUs, when a backend in use places ports. */
+  slices?: SliceBook;
   log: Logger;
   metrics?: Metrics;
   /** Monotonic clock (ms) of the withdrawal grace; tests move it by hand. */
@@ -57,7 +68,15 @@ export class FabricController {
   private readonly grace: WithdrawalGrace;
   private readonly now: () => number;
   private local?: LocalNode;
+  /** Each dataplane's node as it last said (the first one's underlay and VTEP are the node's). */
+  private locals: LocalNode[] = [];
   private self?: NodeRecord;
+  /** The record the source was last given (JSON), so that only a changed one is published again. */
+  private published?: string;
+  private sourceStarted = false;
+  private localListening = false;
+  /** The slices of the DPUs last listed being given and recorded (the record waits for it). */
+  private localWork: Promise<void> = Promise.resolve();
   private prepareError?: string;
   private sourceError?: string;
   private listening = false;
@@ -122,17 +141,22 @@ export class FabricController {
     const reports = this.local && mode !== 'external' ? this.opts.dataplanes.map((d) => d.report()) : [];
     const source = mode === 'off' ? undefined : this.opts.source?.status();
     const reasons = mode === 'off' ? [] : this.reasons(reports);
+    const book = mode === 'off' ? undefined : this.opts.slices;
+    // As the book has them now (published within the coalescing delay).
+    const endpoints = local && mode !== 'off' ? this.endpoints() : undefined;
     return {
       mode,
       ready: reasons.length === 0,
       reasons,
-      warnings: local ? this.mtuWarnings(podMtu(mode, local)) : [],
+      warnings: [...(local ? this.mtuWarnings(podMtu(mode, local)) : []), ...(book?.warnings ?? [])],
       node: this.self?.node ?? '',
       underlay: local?.underlay ?? [],
       uplink: local?.uplink ?? '',
       mtu: local?.mtu ?? 0,
       podMtu: local ? podMtu(mode, local) : 0,
       ...(local?.vtep ? { vtep: local.vtep } : {}),
+      ...(endpoints ? { endpoints } : {}),
+      ...(book ? { borrowed: book.borrowed, slices: book.sliceCount } : {}),
       ...(source ? { source } : {}),
       peers: this.peerRows,
       objects: sumObjects(reports),
@@ -183,11 +207,14 @@ export class FabricController {
     if (!settings) return;
     try {
       let first: LocalNode | undefined;
+      const locals: LocalNode[] = [];
       for (const dp of this.opts.dataplanes) {
         const local = await dp.prepare(settings);
         first ??= local;
+        locals.push(local);
       }
       this.local = first;
+      this.locals = locals;
       this.prepareError = undefined;
     } catch (err) {
       const msg = `fabric dataplane not prepared: ${asWorkloadNetError(err).message}`;
@@ -198,18 +225,95 @@ export class FabricController {
     }
     const local = this.local;
     if (!local) return;
-    this.self = {
+    this.self = this.record();
+    log.info(
+      { mode: settings.mode, node: this.self.node, underlay: local.underlay, uplink: local.uplink },
+      'fabric prepared',
+    );
+    this.followLocal();
+    this.startSource();
+  }
+
+  /** This node's record: the first dataplane's underlay and VTEP, every dataplane's DPUs with their prefixes. */
+  private record(): NodeRecord {
+    const local = this.local as LocalNode;
+    const endpoints = this.endpoints();
+    return {
       node: this.opts.nodeName,
       underlay: local.underlay,
       mtu: local.mtu,
       ...(local.vtep ? { vtep: local.vtep } : {}),
       bootId: this.opts.bootId,
+      ...(endpoints ? { endpoints } : {}),
     };
-    log.info(
-      { mode: settings.mode, node: this.self.node, underlay: local.underlay, uplink: local.uplink },
-      'fabric prepared',
+  }
+
+  /** The node's DPUs, each with its prefixes from the slice book (or as its dataplane gave them). */
+  private endpoints(): TunnelEndpoint[] | undefined {
+    const listed = this.locals.flatMap((l) => l.endpoints ?? []);
+    if (listed.length === 0 && !this.locals.some((l) => l.endpoints)) return undefined;
+    const own = this.own();
+    return listed.map((e) => ({ ...e, prefixes: own ? [...(own.byEndpoint.get(e.id) ?? [])] : e.prefixes }));
+  }
+
+  /** What the dataplanes are told this node owns; undefined without a book, or before it is whole. */
+  private own(): OwnPrefixes | undefined {
+    const book = this.opts.slices;
+    return book?.ready ? book.own() : undefined;
+  }
+
+  /** Listens to the dataplanes' DPUs coming and going, and to the book's changes. */
+  private followLocal(): void {
+    if (this.localListening) return;
+    this.localListening = true;
+    this.opts.slices?.onChange(() => this.schedule());
+    this.opts.dataplanes.forEach((dp, i) =>
+      dp.onLocalChange?.((local) => {
+        this.locals[i] = local;
+        if (i === 0) this.local = local;
+        this.localChanged();
+      }),
     );
-    this.startSource();
+    // DPUs the dataplanes already knew at prepare() get their slices too.
+    if (this.locals.some((l) => l.endpoints?.length)) this.localChanged();
+  }
+
+  private localChanged(): void {
+    this.localWork = this.localWork.then(() => this.giveSlices());
+  }
+
+  /** The DPUs changed: newcomers get slices (once the book is whole), then the record and table follow. */
+  private async giveSlices(): Promise<void> {
+    const book = this.opts.slices;
+    if (book) {
+      try {
+        await book.setPresent(this.locals.flatMap((l) => (l.endpoints ?? []).map((e) => e.id)));
+      } catch (err) {
+        this.opts.log.error(
+          { err: asWorkloadNetError(err).message },
+          'cannot record the slices of new DPUs; they are kept in memory and recorded with the next change',
+        );
+      }
+    }
+    this.schedule();
+  }
+
+  /** Publishes this node's record again when it changed since the source was last given it. */
+  private async publishIfChanged(): Promise<void> {
+    const source = this.opts.source;
+    if (!this.local || !source || !this.sourceStarted) return;
+    if (this.opts.slices && !this.opts.slices.ready) return;
+    const self = this.record();
+    const text = JSON.stringify(self);
+    this.self = self;
+    if (text === this.published || !source.update) return;
+    try {
+      await source.update(self);
+      this.published = text;
+    } catch (err) {
+      // Published again at the next change or periodic apply.
+      this.opts.log.error({ err: asWorkloadNetError(err).message }, 'cannot publish this node record');
+    }
   }
 
   private startSource(): void {
@@ -221,19 +325,32 @@ export class FabricController {
       this.listening = true;
     }
     // Not awaited by start(): a source that cannot reach its store keeps trying on its own, and the
-    // node serves its pods meanwhile.
-    void source.start(self).then(
-      () => {
-        this.sourceError = undefined;
-        this.schedule();
-      },
-      (err: unknown) => {
+    // node serves its pods meanwhile. With DPUs, the record waits for the whole slice book (a record
+    // without its DPUs' slices would withdraw their routes from every peer).
+    const book = this.opts.slices;
+    const whole = book && !book.ready ? book.loaded : Promise.resolve();
+    void whole
+      .then(() => this.localWork)
+      .then(() => {
         if (this.stopped) return;
-        this.sourceError = `peer source ${source.kind} did not start: ${asWorkloadNetError(err).message}`;
-        this.opts.log.error({ err: this.sourceError }, 'peer source did not start; retrying');
-        this.retryLater(() => this.startSource());
-      },
-    );
+        const current = this.record();
+        this.self = current;
+        this.published = JSON.stringify(current);
+        return source.start(current);
+      })
+      .then(
+        () => {
+          this.sourceStarted = true;
+          this.sourceError = undefined;
+          this.schedule();
+        },
+        (err: unknown) => {
+          if (this.stopped) return;
+          this.sourceError = `peer source ${source.kind} did not start: ${asWorkloadNetError(err).message}`;
+          this.opts.log.error({ err: this.sourceError }, 'peer source did not start; retrying');
+          this.retryLater(() => this.startSource());
+        },
+      );
   }
 
   private retryLater(fn: () => unknown): void {
@@ -252,8 +369,11 @@ export class FabricController {
   }
 
   private async applyOnce(): Promise<void> {
+    await this.publishIfChanged();
     const source = this.opts.source;
     if (this.stopped || !this.local || !source?.synced) return;
+    const own = this.own();
+    if (this.opts.slices && !own) return;
     const table = this.grace.table(source.peers());
     const metrics = this.opts.metrics;
     let reports: FabricReport[] = [];
@@ -262,7 +382,7 @@ export class FabricController {
       reports = [externalReport(table)];
     } else {
       try {
-        for (const dp of this.opts.dataplanes) reports.push(await dp.apply(table));
+        for (const dp of this.opts.dataplanes) reports.push(await dp.apply(table, own));
         this.applyError = undefined;
       } catch (err) {
         this.applyError = `applying the peer table failed: ${asWorkloadNetError(err).message}`;
@@ -339,6 +459,7 @@ export class FabricController {
     for (const path of ['direct', 'vxlan', 'unreachable', 'external'] as const)
       m.fabricPeers.set({ path }, st.peers.filter((p) => p.path === path).length);
     m.fabricPeersWithdrawing.set(this.grace.pending().size);
+    if (st.borrowed !== undefined) m.fabricBorrowed.set(st.borrowed);
     for (const [kind, n] of Object.entries(st.objects)) m.fabricObjects.set({ kind }, n);
     // The dataplanes count repairs since they started; the counter takes what is new.
     if (st.repairs > this.lastRepairs) m.fabricRepairs.inc(st.repairs - this.lastRepairs);

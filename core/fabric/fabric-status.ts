@@ -40,6 +40,10 @@ export interface FabricStatus {
   vtep?: Vtep;
   /** This node's DPUs that carry the fabric, with their slices (dpu backend). */
   endpoints?: TunnelEndpoint[];
+  /** Addresses held outside the slices of the DPU holding their port (each announced as a /32 or /128). */
+  borrowed?: number;
+  /** Slices each pod range is cut into (dpu.fabricSlices, or the stored cut while it is kept). */
+  slices?: number;
   source?: PeerSourceStatus;
   peers: FabricPeerStatus[];
   /** Objects of ours in the kernel now. */

@@ -44,6 +44,21 @@ export interface AllocatedIp {
   family: 4 | 6;
   address: string;
   pool: Cidr;
+  /** Taken outside the slice asked for (see SliceRequest). */
+  borrowed?: boolean;
+}
+
+/**
+ * An allocation for a tunnel endpoint (DPU) that owns slice `slice` of every pool (address-slices.ts):
+ * the address comes from that slice of the first pool with room in it; when every one is full, or the
+ * endpoint holds no slice, it is borrowed from anywhere in the pools, unless `strict`.
+ */
+export interface SliceRequest {
+  endpoint: string;
+  /** The endpoint's slice index; undefined when it holds none. */
+  slice: number | undefined;
+  /** Refuse (RESOURCE_EXHAUSTED, naming the endpoint and its slice) rather than borrow. */
+  strict: boolean;
 }
 
 export interface PoolUsageReport {
@@ -67,6 +82,8 @@ export class IpAllocator {
   private readonly unpooled = new Set<string>();
   private listener?: () => void;
   private space?: { space: AddressSpace; network: string };
+  /** Slices per pool (address-slices.ts); 1: pools are not cut. */
+  private slices = 1;
 
   constructor(pools: PoolConfig[]) {
     for (const p of pools) {
@@ -132,6 +149,7 @@ export class IpAllocator {
       }
     }
     this.space?.space.add(this.space.network, pool.cidr.text);
+    if (this.slices > 1) pool.cut(this.slices);
     for (const address of this.unpooled) {
       if (!pool.contains(address)) continue;
       try {
@@ -175,6 +193,20 @@ export class IpAllocator {
     for (const p of [...this.pools]) if (!wanted.has(p.cidr.text)) this.drainPool(p.cidr.text);
   }
 
+  /**
+   * Cuts every pool, present and future, into `count` slices (address-slices.ts). Called once at
+   * start-up, before stored addresses are restored.
+   */
+  cutSlices(count: number): void {
+    this.slices = count;
+    for (const p of this.pools) p.cut(count);
+  }
+
+  /** Every pool, active or draining (the ranges its slices are cut from). */
+  allPools(): readonly IpPool[] {
+    return this.pools;
+  }
+
   /** Whether the pool with this CIDR is present, and in which state. */
   stateOf(cidr: string): PoolState | undefined {
     const pool = this.findPool(cidr);
@@ -194,7 +226,8 @@ export class IpAllocator {
    * Throws FAILED_PRECONDITION with no pools and RESOURCE_EXHAUSTED when a family is full (or has no
    * active pool); on any failure nothing stays allocated.
    */
-  allocate(families?: ReadonlyArray<4 | 6>): AllocatedIp[] {
+  allocate(families?: ReadonlyArray<4 | 6>, within?: SliceRequest): AllocatedIp[] {
+    if (within) return this.allocateInSlice(families, within);
     if (!this.configured && families === undefined) {
       throw failedPrecondition('no IP pool is configured; add at least one pool CIDR to the configuration');
     }
@@ -218,6 +251,61 @@ export class IpAllocator {
     }
     this.changed();
     return out;
+  }
+
+  /** allocate() for an endpoint's slice (see SliceRequest); all or nothing, like allocate(). */
+  private allocateInSlice(families: ReadonlyArray<4 | 6> | undefined, req: SliceRequest): AllocatedIp[] {
+    if (!this.configured && families === undefined) {
+      throw failedPrecondition('no IP pool is configured; add at least one pool CIDR to the configuration');
+    }
+    const wanted = families ?? this.families();
+    if (wanted.length === 0)
+      throw exhausted('no IP pool hands out addresses: every pool is draining; wait for a new range');
+    // As allocate(): every family's place first, so a refusal takes nothing and moves no cursor.
+    const picks: Array<{ pool: IpPool; own: boolean }> = [];
+    for (const family of wanted) {
+      const slice = req.slice;
+      const own =
+        slice === undefined
+          ? undefined
+          : this.pools.find((p) => p.family === family && !this.draining.has(p) && p.freeInSlice(slice) > 0);
+      if (own) {
+        picks.push({ pool: own, own: true });
+        continue;
+      }
+      if (req.strict) throw this.sliceFullError(family, req);
+      const pool = this.poolWithSpace(family);
+      if (pool === undefined) throw this.exhaustedError(family);
+      picks.push({ pool, own: false });
+    }
+    const out: AllocatedIp[] = [];
+    try {
+      for (const { pool, own } of picks) {
+        const address = own ? pool.allocateInSlice(req.slice as number) : pool.allocate();
+        out.push({ family: pool.family, address, pool: pool.cidr, ...(own ? {} : { borrowed: true }) });
+      }
+    } catch (err) {
+      for (const ip of out) this.poolFor(ip.address)?.release(ip.address);
+      throw err;
+    }
+    this.changed();
+    return out;
+  }
+
+  private sliceFullError(family: 4 | 6, req: SliceRequest): WorkloadNetError {
+    const fix = 'detach workloads placed on it, or set fabric.strictSlices to false to let it borrow';
+    if (req.slice === undefined)
+      return exhausted(
+        `DPU ${req.endpoint} holds no slice of the node's ranges (every one of the ${this.slices} slices is held by another DPU) and fabric.strictSlices forbids borrowing an address; raise dpu.fabricSlices, or set fabric.strictSlices to false`,
+      );
+    const slice = req.slice;
+    const cidrs = this.pools
+      .filter((p) => p.family === family && !this.draining.has(p))
+      .map((p) => p.sliceCidr(slice))
+      .filter((c) => c !== undefined);
+    return exhausted(
+      `slice ${slice} of DPU ${req.endpoint} (${cidrs.join(', ') || `no IPv${family} range is cut into that many slices`}) has no free IPv${family} address and fabric.strictSlices forbids borrowing one; ${fix}`,
+    );
   }
 
   /**
@@ -285,6 +373,11 @@ export class IpAllocator {
     for (const p of this.pools) {
       const c = p.cursor;
       if (c !== undefined) out[p.cidr.text] = c;
+      // A cut pool's slices keep theirs under the slice's CIDR (never a pool's: pools do not overlap).
+      for (let i = 0; p.sliceCount > 1 && i < p.sliceCount; i++) {
+        const sc = p.sliceCursor(i);
+        if (sc !== undefined) out[p.sliceCidr(i) as string] = sc;
+      }
     }
     return out;
   }
@@ -295,6 +388,10 @@ export class IpAllocator {
    */
   restoreCursors(cursors: Record<string, string>): void {
     for (const p of this.pools) {
+      for (let i = 0; p.sliceCount > 1 && i < p.sliceCount; i++) {
+        const sc = cursors[p.sliceCidr(i) as string];
+        if (sc !== undefined) p.setSliceCursor(i, sc);
+      }
       const c = cursors[p.cidr.text];
       if (c === undefined) continue;
       try {

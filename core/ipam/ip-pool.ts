@@ -17,12 +17,17 @@
 // State is a bitmap of taken offsets (held or never-usable) plus a summary bitmap with one bit per
 // full 32-bit word, so finding the next free address skips 1024 addresses per summary-word check:
 // the worst case for 2^20 offsets is ~1024 summary checks, never a walk over every address.
+//
+// A pool may be cut into slices (address-slices.ts: one per DPU of the node): each slice then has its
+// own round-robin cursor and count of addresses held, and allocateInSlice() searches only its offsets
+// with the same summary bitmap. A pool that is not cut pays one absent-field check per change.
 
 import { cidrContains, cidrSize, formatAddress, parseAddress, parseCidr, type Cidr } from '../../lib/cidr';
 import { exhausted, internal, invalidArgument } from '../errors';
+import { IPV6_TRACKED_BITS, cutRange } from './address-slices';
 
 /** Largest number of offsets an IPv6 pool tracks (its first 2^20 addresses). */
-export const IPV6_POOL_WINDOW = 1 << 20;
+export const IPV6_POOL_WINDOW = 1 << IPV6_TRACKED_BITS;
 /** Shortest IPv4 prefix accepted for a pool. */
 export const IPV4_MIN_PREFIX = 8;
 
@@ -30,6 +35,23 @@ const FULL = 0xffffffff;
 
 /** Index of the lowest set bit of a non-zero 32-bit value. */
 const lowestBit = (x: number): number => 31 - Math.clz32(x & -x);
+
+/** Set bits of a 32-bit value. */
+function popcount(x: number): number {
+  let v = x - ((x >>> 1) & 0x55555555);
+  v = (v & 0x33333333) + ((v >>> 2) & 0x33333333);
+  return (((v + (v >>> 4)) & 0x0f0f0f0f) * 0x01010101) >>> 24;
+}
+
+/** A pool's slices: slice i is offsets [i << shift, (i + 1) << shift). */
+interface Slicing {
+  cidrs: string[];
+  shift: number;
+  usable: Uint32Array;
+  held: Uint32Array;
+  /** Per slice, the offset last handed out from it, or -1. */
+  last: Int32Array;
+}
 
 export class IpPool {
   readonly cidr: Cidr;
@@ -46,6 +68,8 @@ export class IpPool {
   private held = 0;
   /** Offset of the last address handed out (host-local's lastReserved), or -1 before the first. */
   private last = -1;
+  /** Absent until cut(). */
+  private slicing?: Slicing;
 
   constructor(cidr: string, reserved: string[] = [], opts: { wholeBlock?: boolean } = {}) {
     this.cidr = parseCidr(cidr);
@@ -135,7 +159,115 @@ export class IpPool {
     this.take(off);
     this.held++;
     this.last = off;
+    if (this.slicing) this.slicing.held[off >>> this.slicing.shift]!++;
     return this.addressAt(off);
+  }
+
+  /**
+   * Cuts the pool into `count` slices (address-slices.ts; one slice, the pool, when it is too small to
+   * cut). Addresses already held are counted in their slices; cutting again replaces the cut.
+   */
+  cut(count: number): void {
+    const { slices } = cutRange(this.cidr, count);
+    const shift = Math.log2(this.span / slices.length);
+    const usable = new Uint32Array(slices.length);
+    const held = new Uint32Array(slices.length);
+    for (let i = 0; i < slices.length; i++) {
+      const first = i << shift;
+      const end = (i + 1) << shift;
+      if (shift >= 5) {
+        for (let w = first >>> 5; w < end >>> 5; w++) {
+          const blocked = popcount(this.blocked[w]!);
+          usable[i]! += 32 - blocked;
+          held[i]! += popcount(this.taken[w]!) - blocked;
+        }
+      } else {
+        for (let off = first; off < end; off++) {
+          if (this.bit(this.blocked, off)) continue;
+          usable[i]!++;
+          if (this.bit(this.taken, off)) held[i]!++;
+        }
+      }
+    }
+    this.slicing = { cidrs: slices, shift, usable, held, last: new Int32Array(slices.length).fill(-1) };
+  }
+
+  /** Number of slices (1 when the pool is not cut or stays whole). */
+  get sliceCount(): number {
+    return this.slicing?.cidrs.length ?? 1;
+  }
+
+  /** Slice i's CIDR, when the pool has one. */
+  sliceCidr(i: number): string | undefined {
+    return this.slicing ? this.slicing.cidrs[i] : i === 0 ? this.cidr.text : undefined;
+  }
+
+  /** The slice an address of the pool lies in, or undefined when the pool does not track it. */
+  sliceOf(address: string): number | undefined {
+    const off = this.offsetOf(address);
+    if (off === undefined) return undefined;
+    return this.slicing ? off >>> this.slicing.shift : 0;
+  }
+
+  /** Addresses held in slice i (0 for a slice the pool does not have). */
+  usedInSlice(i: number): number {
+    const st = this.slicing;
+    if (!st) return i === 0 ? this.held : 0;
+    return i < st.cidrs.length ? st.held[i]! : 0;
+  }
+
+  /** Free addresses in slice i (0 for a slice the pool does not have). */
+  freeInSlice(i: number): number {
+    const st = this.slicing;
+    if (!st) return i === 0 ? this.free : 0;
+    return i < st.cidrs.length ? st.usable[i]! - st.held[i]! : 0;
+  }
+
+  /**
+   * Hands out the next free address of slice i after that slice's own cursor, wrapping inside the
+   * slice. Throws RESOURCE_EXHAUSTED when the slice is full (check freeInSlice first).
+   */
+  allocateInSlice(i: number): string {
+    const st = this.slicing;
+    if (!st) {
+      if (i === 0) return this.allocate();
+      throw exhausted(`IP pool ${this.cidr.text} has no slice ${i}`);
+    }
+    if (this.freeInSlice(i) <= 0)
+      throw exhausted(`slice ${st.cidrs[i] ?? i} of IP pool ${this.cidr.text} has no free address`);
+    const first = i << st.shift;
+    const end = (i + 1) << st.shift;
+    const last = st.last[i]!;
+    let off = last >= first && last + 1 < end ? this.findFree(last + 1, end) : -1;
+    if (off < 0) off = this.findFree(first, end);
+    if (off < 0) {
+      throw internal(
+        `slice ${st.cidrs[i]} of IP pool ${this.cidr.text} counts ${st.held[i]}/${st.usable[i]} in use but has no free bit`,
+      );
+    }
+    this.take(off);
+    this.held++;
+    st.held[i]!++;
+    st.last[i] = off;
+    return this.addressAt(off);
+  }
+
+  /** The last address handed out from slice i, for persisting beside the pool's own cursor. */
+  sliceCursor(i: number): string | undefined {
+    const last = this.slicing?.last[i];
+    return last === undefined || last < 0 ? undefined : this.addressAt(last);
+  }
+
+  /** Restores a slice cursor; an address outside the slice is ignored (a cursor is only a hint). */
+  setSliceCursor(i: number, address: string): void {
+    const st = this.slicing;
+    let off: number | undefined;
+    try {
+      off = this.offsetOf(address);
+    } catch {
+      return; // not an address at all: a damaged hint, dropped like an out-of-range one
+    }
+    if (st && off !== undefined && i < st.cidrs.length && off >>> st.shift === i) st.last[i] = off;
   }
 
   /**
@@ -153,6 +285,7 @@ export class IpPool {
     if (this.bit(this.taken, off)) return;
     this.take(off);
     this.held++;
+    if (this.slicing) this.slicing.held[off >>> this.slicing.shift]!++;
   }
 
   /** Gives an address back. Idempotent; addresses outside the pool or never handed out are ignored. */
@@ -161,6 +294,7 @@ export class IpPool {
     if (off === undefined || this.bit(this.blocked, off) || !this.bit(this.taken, off)) return;
     this.untake(off);
     this.held--;
+    if (this.slicing) this.slicing.held[off >>> this.slicing.shift]!--;
   }
 
   /** Whether the address is currently held (reserved addresses are not "used", they are never usable). */
@@ -248,23 +382,32 @@ export class IpPool {
     this.fullWords[w >>> 5]! &= ~(1 << (w & 31));
   }
 
-  /** First offset >= from that is not taken, or -1. Skips full words through the summary bitmap. */
-  private findFree(from: number): number {
+  /**
+   * First offset in [from, end) that is not taken, or -1. Skips full words through the summary
+   * bitmap; `end` (a slice's) only bounds the answer, not the search's cost.
+   */
+  private findFree(from: number, end = this.span): number {
     const words = this.taken.length;
     let w = from >>> 5;
     if (w >= words) return -1;
     const firstWord = ~this.taken[w]! & (FULL << (from & 31));
-    if (firstWord !== 0) return (w << 5) + lowestBit(firstWord);
+    if (firstWord !== 0) return within((w << 5) + lowestBit(firstWord), end);
     w++;
-    while (w < words) {
+    const lastWord = Math.min(words, (end + 31) >>> 5);
+    while (w < lastWord) {
       const s = w >>> 5;
       const notFull = ~this.fullWords[s]! & (FULL << (w & 31));
       if (notFull !== 0) {
         const word = (s << 5) + lowestBit(notFull);
-        return (word << 5) + lowestBit(~this.taken[word]!);
+        return within((word << 5) + lowestBit(~this.taken[word]!), end);
       }
       w = (s + 1) << 5;
     }
     return -1;
   }
+}
+
+/** The offset when it lies before `end`, else -1. */
+function within(off: number, end: number): number {
+  return off < end ? off : -1;
 }

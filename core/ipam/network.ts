@@ -2,8 +2,9 @@ import { AddressSpace } from './address-space';
 import type { Backend } from '../backend';
 import { DEFAULT_NETWORK, type ResolvedNetwork } from '../config';
 import { failedPrecondition, invalidArgument } from '../errors';
-import type { IpAllocator } from './ip-allocator';
+import type { AllocatedIp, IpAllocator } from './ip-allocator';
 import type { PoolSupply } from './pool-supply';
+import type { SliceBook } from './slice-book';
 
 // A named network: its backend, its own pools, and how its interfaces route. A node may serve several
 // (the pod's eth0 on a host veth, net1 on a DPU VF); each attachment belongs to one and is attached,
@@ -16,10 +17,27 @@ export class Network {
     readonly backend: Backend,
     readonly allocator: IpAllocator,
     readonly pools: PoolSupply,
+    /** The node's slice book, when this network's ranges are cut among DPUs (slice-book.ts). */
+    readonly slices?: SliceBook,
   ) {}
 
   get name(): string {
     return this.config.name;
+  }
+
+  /**
+   * Addresses for a new interface: from the slices of the endpoint its backend placed it on, when
+   * this network's ranges are cut; else from the pools as they come.
+   */
+  allocate(endpoint: string | undefined): Promise<AllocatedIp[]> {
+    if (endpoint === undefined || this.slices === undefined) return this.pools.allocate();
+    return this.slices.allocate(this.pools, endpoint);
+  }
+
+  /** Gives addresses back, to the pools and, for borrowed ones, out of their endpoint's prefixes. */
+  release(addresses: readonly string[]): void {
+    this.pools.release(addresses);
+    this.slices?.released(addresses);
   }
 
   /**
@@ -42,7 +60,11 @@ export class NetworkSet {
    * Joins every network's allocator to one address space, so no pool, configured or supplied later by
    * a pool source, ever overlaps another network's. Throws INVALID_ARGUMENT on an overlap at hand.
    */
-  constructor(readonly networks: readonly Network[]) {
+  constructor(
+    readonly networks: readonly Network[],
+    /** How the ranges of the networks whose backend places ports are cut among the node's DPUs. */
+    readonly slices?: SliceBook,
+  ) {
     this.byName = new Map(networks.map((n) => [n.name, n]));
     const space = new AddressSpace();
     for (const n of networks) n.allocator.join(space, n.name);

@@ -1,5 +1,5 @@
 import { unavailable, WorkloadNetError } from '../errors';
-import type { AllocatedIp, IpAllocator, PoolState } from './ip-allocator';
+import type { AllocatedIp, IpAllocator, PoolState, SliceRequest } from './ip-allocator';
 import type { Metrics } from '../metrics';
 import type { PoolSource, PoolSourceStatus } from './pool-source';
 
@@ -50,9 +50,10 @@ export class PoolSupply {
 
   /**
    * One address per family for a new attachment. UNAVAILABLE (retryable) while the source is not ready
-   * or cannot supply more in time; RESOURCE_EXHAUSTED when a static pool is full.
+   * or cannot supply more in time; RESOURCE_EXHAUSTED when a static pool is full. With `within`, from
+   * an endpoint's slices (see SliceRequest).
    */
-  async allocate(): Promise<AllocatedIp[]> {
+  async allocate(within?: SliceRequest): Promise<AllocatedIp[]> {
     if (!this.source.isReady()) {
       const st = this.source.status();
       throw unavailable(`address pools are not ready (${st.kind}): ${st.reasons.join('; ')}`);
@@ -62,12 +63,14 @@ export class PoolSupply {
       throw unavailable('no pod CIDR is configured; set podCidrs and restart the daemon');
     for (let round = 0; ; round++) {
       try {
-        return this.allocator.allocate(families);
+        return this.allocator.allocate(families, within);
       } catch (err) {
         const full = err instanceof WorkloadNetError && err.code === 'RESOURCE_EXHAUSTED';
         if (!full || this.source.needMore === undefined || round >= NEED_MORE_ROUNDS) throw err;
-        for (const family of families ?? this.allocator.families())
-          if (this.allocator.freeIn(family) === 0) await this.source.needMore(family);
+        const short = (families ?? this.allocator.families()).filter((f) => this.allocator.freeIn(f) === 0);
+        // A full slice under fabric.strictSlices: more ranges would not give this endpoint an address.
+        if (short.length === 0) throw err;
+        for (const family of short) await this.source.needMore(family);
       }
     }
   }

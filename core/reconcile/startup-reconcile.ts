@@ -35,7 +35,11 @@ export class StartupReconcile {
 
   /** Loads the rows, then reconciles. */
   async run(): Promise<ReconcileSummary> {
-    for (const rec of this.store.all()) this.ledger.restore(rec);
+    const rows = this.store.all();
+    // The ranges are cut among the DPUs before any stored address is held in them (slice-book.ts).
+    await this.networks.slices?.load(rows);
+    for (const rec of rows) this.ledger.restore(rec);
+    this.networks.slices?.restoredAll();
     this.networks.restoreCursors(this.store.cursors());
     return this.reconcile();
   }

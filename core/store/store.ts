@@ -28,6 +28,11 @@ export interface AttachmentRecord extends Attachment {
    * it was recorded): the leak sweep trusts a path's absence only on that same mount (sweep-guard.ts).
    */
   netnsDirDev?: number;
+  /**
+   * The tunnel endpoint (DPU agent id) the backend's place() chose before the address was allocated:
+   * whose slice the address came from, or who borrowed it (core/ipam/slice-book.ts).
+   */
+  endpoint?: string;
 }
 
 /** The store's databases, as a migration sees them. */
@@ -79,6 +84,20 @@ migrations[2] = ({ attachments }) => {
   const rows = [...attachments.getRange()];
   for (const { key, value } of rows) void attachments.put(key, value);
 };
+
+/**
+ * How the node's ranges are cut among its tunnel endpoints (core/ipam/slice-book.ts): the slice count
+ * the ranges were cut with, and each endpoint's slice index. Kept so that a restart gives every DPU the
+ * slices it had: its pods' addresses stay routed to it.
+ */
+export interface StoredSlices {
+  count: number;
+  /** Endpoint (DPU agent) id → slice index. */
+  endpoints: Record<string, number>;
+}
+
+/** Meta key of the StoredSlices. */
+const FABRIC_SLICES_KEY = 'fabricSlices';
 
 /** Who created a store, recorded once when it is created, so that a new store is recognisable. */
 export interface StoreIdentity {
@@ -350,6 +369,23 @@ export class Store {
    */
   poolSourceState<V>(): Database<V, string> {
     return this.root.openDB<V, string>({ name: 'pool-source' });
+  }
+
+  /** The stored cut of the node's ranges, if one was recorded. */
+  fabricSlices(): StoredSlices | undefined {
+    const v = this.meta.get(FABRIC_SLICES_KEY);
+    if (!v || typeof v !== 'object') return undefined;
+    const { count, endpoints } = v as Record<string, unknown>;
+    if (typeof count !== 'number' || !endpoints || typeof endpoints !== 'object') return undefined;
+    const out: Record<string, number> = {};
+    for (const [id, i] of Object.entries(endpoints as Record<string, unknown>))
+      if (typeof i === 'number' && Number.isInteger(i) && i >= 0) out[id] = i;
+    return { count, endpoints: out };
+  }
+
+  /** Records the cut in one durable transaction. */
+  async putFabricSlices(slices: StoredSlices): Promise<void> {
+    await this.write(() => void this.meta.put(FABRIC_SLICES_KEY, slices));
   }
 
   cursors(): Record<string, string> {

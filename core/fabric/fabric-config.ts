@@ -1,0 +1,75 @@
+import { parseAddress } from '../../lib/cidr';
+import type { FabricMode } from './fabric-dataplane';
+import { MAX_SLICES, isSliceCount } from '../ipam/address-slices';
+
+// The fabric's part of the configuration check (core/config.ts runs it with the rest): its mode,
+// underlay, VXLAN and peer-source options, and how the DPUs' slices are cut.
+
+/** The `fabric` options of the configuration (core/config.ts). */
+export interface FabricConfig {
+  /** off, routed, vxlan, hybrid, external; auto: off with the static pool source, hybrid with a cluster one. */
+  mode: FabricMode | 'auto';
+  /** The node's underlay address; empty = the address of the interface holding the default route. */
+  nodeIp: string;
+  vni: number;
+  /** VXLAN UDP port. */
+  port: number;
+  /** The static peer source's file of peers; empty = no peers. */
+  peersFile: string;
+  /** etcd peer source: TTL of the lease this node's record lives on. */
+  leaseTtlSeconds: number;
+  /** How long a peer that left its source stays programmed (it may only have lost its lease). */
+  withdrawGraceSeconds: number;
+  /** A DPU whose slices are full gets no address rather than a borrowed one. */
+  strictSlices: boolean;
+}
+
+/** What the check reads of the configuration. */
+interface FabricOptions {
+  fabric: FabricConfig;
+  poolSource: string;
+  dpu: { fabricSlices: number };
+}
+
+const FABRIC_MODES = ['auto', 'off', 'routed', 'vxlan', 'hybrid', 'external'];
+
+export function validateFabric(c: FabricOptions, fail: (msg: string) => never): void {
+  const f = c.fabric;
+  if (!FABRIC_MODES.includes(f.mode))
+    fail(`fabric.mode must be one of ${FABRIC_MODES.join(', ')}, not "${String(f.mode)}"`);
+  if (typeof f.nodeIp !== 'string') fail('fabric.nodeIp must be an address (text) or empty');
+  if (f.nodeIp !== '') {
+    try {
+      parseAddress(f.nodeIp);
+    } catch {
+      fail(`fabric.nodeIp "${f.nodeIp}" is not an IPv4 or IPv6 address (give the address, no prefix length)`);
+    }
+  }
+  if (!Number.isInteger(f.vni) || f.vni < 1 || f.vni > 0xffffff)
+    fail(`fabric.vni must be an integer in 1..16777215, not ${String(f.vni)}`);
+  if (!Number.isInteger(f.port) || f.port < 1 || f.port > 65535)
+    fail(`fabric.port must be a UDP port in 1..65535, not ${String(f.port)}`);
+  if (typeof f.peersFile !== 'string' || (f.peersFile !== '' && !f.peersFile.startsWith('/')))
+    fail('fabric.peersFile must be an absolute path or empty');
+  // The etcd and Kubernetes sources deliver the peers themselves; a file beside them would be ignored.
+  if (f.peersFile !== '' && c.poolSource !== 'static')
+    fail(
+      `fabric.peersFile is for the static peer source; with poolSource "${c.poolSource}" the peers come from ${c.poolSource === 'etcd' ? 'etcd' : 'the Kubernetes API'}`,
+    );
+  if (!Number.isInteger(f.leaseTtlSeconds) || f.leaseTtlSeconds < 1 || f.leaseTtlSeconds > 15)
+    fail(
+      `fabric.leaseTtlSeconds must be an integer in 1..15 (a dead node is withdrawn after it), not ${String(f.leaseTtlSeconds)}`,
+    );
+  if (
+    !Number.isInteger(f.withdrawGraceSeconds) ||
+    f.withdrawGraceSeconds < 0 ||
+    f.withdrawGraceSeconds > 86400
+  )
+    fail(`fabric.withdrawGraceSeconds must be an integer in 0..86400, not ${String(f.withdrawGraceSeconds)}`);
+  if (!isSliceCount(c.dpu.fabricSlices))
+    fail(
+      `dpu.fabricSlices must be a power of two in 1..${MAX_SLICES} (one slice per DPU of the node, e.g. 2, 4 or 8), not ${JSON.stringify(c.dpu.fabricSlices)}`,
+    );
+  if (typeof f.strictSlices !== 'boolean')
+    fail(`fabric.strictSlices must be true or false, not ${JSON.stringify(f.strictSlices)}`);
+}
