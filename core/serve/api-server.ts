@@ -443,6 +443,8 @@ function toProtoFabric(f: FabricStatus): ProtoFabricStatus {
     repairs: f.repairs,
     lastApply: f.lastApply ?? '',
     endpoints: f.endpoints ?? [],
+    borrowed: f.borrowed ?? 0,
+    slices: f.slices ?? 0,
   };
 }
 

@@ -275,6 +275,10 @@ export interface FabricStatus {
   warnings: string[];
   /** This node's DPUs that carry the fabric, each with its slices (dpu backend). */
   endpoints: FabricEndpoint[];
+  /** Addresses held outside the slices of the DPU holding their port (each announced as a /32 or /128). */
+  borrowed: number;
+  /** Slices each pod range is cut into for this node's DPUs (0 without DPUs on the fabric). */
+  slices: number;
 }
 
 /** A tunnel endpoint of a node other than its own VXLAN device: one of its DPUs. */
@@ -3049,6 +3053,8 @@ function createBaseFabricStatus(): FabricStatus {
     lastApply: '',
     warnings: [],
     endpoints: [],
+    borrowed: 0,
+    slices: 0,
   };
 }
 
@@ -3107,6 +3113,12 @@ export const FabricStatus: MessageFns<FabricStatus> = {
     }
     for (const v of message.endpoints) {
       FabricEndpoint.encode(v!, writer.uint32(146).fork()).join();
+    }
+    if (message.borrowed !== 0) {
+      writer.uint32(152).uint32(message.borrowed);
+    }
+    if (message.slices !== 0) {
+      writer.uint32(160).uint32(message.slices);
     }
     return writer;
   },
@@ -3268,6 +3280,22 @@ export const FabricStatus: MessageFns<FabricStatus> = {
             message.endpoints.push(FabricEndpoint.decode(reader, reader.uint32()));
             continue;
           }
+          case 19: {
+            if (tag !== 152) {
+              break;
+            }
+
+            message.borrowed = reader.uint32();
+            continue;
+          }
+          case 20: {
+            if (tag !== 160) {
+              break;
+            }
+
+            message.slices = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3318,6 +3346,8 @@ export const FabricStatus: MessageFns<FabricStatus> = {
       endpoints: globalThis.Array.isArray(object?.endpoints)
         ? object.endpoints.map((e: any) => FabricEndpoint.fromJSON(e))
         : [],
+      borrowed: isSet(object.borrowed) ? globalThis.Number(object.borrowed) : 0,
+      slices: isSet(object.slices) ? globalThis.Number(object.slices) : 0,
     };
   },
 
@@ -3377,6 +3407,12 @@ export const FabricStatus: MessageFns<FabricStatus> = {
     if (message.endpoints?.length) {
       obj.endpoints = message.endpoints.map((e) => FabricEndpoint.toJSON(e));
     }
+    if (message.borrowed !== 0) {
+      obj.borrowed = Math.round(message.borrowed);
+    }
+    if (message.slices !== 0) {
+      obj.slices = Math.round(message.slices);
+    }
     return obj;
   },
 
@@ -3407,6 +3443,8 @@ export const FabricStatus: MessageFns<FabricStatus> = {
     message.lastApply = object.lastApply ?? '';
     message.warnings = object.warnings?.map((e) => e) || [];
     message.endpoints = object.endpoints?.map((e) => FabricEndpoint.fromPartial(e)) || [];
+    message.borrowed = object.borrowed ?? 0;
+    message.slices = object.slices ?? 0;
     return message;
   },
 };
