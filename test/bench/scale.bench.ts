@@ -8,6 +8,7 @@ import { attachRequest } from '../support/attach-request';
 import { outcome } from '../support/grpc-outcome';
 import { DaemonProcess } from '../support/daemon-process';
 import { NetnsSet } from '../support/netns';
+import { cpuSince, processCpu } from './process-cpu';
 import { percentile, timeMs } from './stats';
 
 // Scale: the real daemon holding 10,000 attachments (DPU backend with the simulator and its dataplane
@@ -124,7 +125,16 @@ export async function benchScale(opts: {
     };
     await ready();
     let next = 0;
+    let done = 0;
     let unavailable = 0;
+    const pid = d.child.pid ?? 0;
+    // Memory along the fill, on stderr: a long Linux fill that cannot finish still says what it held.
+    const progress = (): void => {
+      if (++done % 1000 === 0)
+        console.error(
+          `scale: ${done} attached: RSS ${statusMiB(pid, 'VmRSS').toFixed(1)} MiB, peak ${statusMiB(pid, 'VmHWM').toFixed(1)} MiB (${new Date().toISOString()})`,
+        );
+    };
     const worker = async (): Promise<void> => {
       while (next < opts.attachments) {
         const i = next++;
@@ -135,7 +145,10 @@ export async function benchScale(opts: {
               attachRequest(`scale-${i}`, workloads[i % workloads.length] ?? ''),
             ),
           );
-          if (r.code === grpc.status.OK) break;
+          if (r.code === grpc.status.OK) {
+            progress();
+            break;
+          }
           // On a loaded machine a simulated agent may miss its heartbeats for a moment: the daemon
           // says UNAVAILABLE ("retry once the agent is back"), and a client does just that.
           if (r.code !== grpc.status.UNAVAILABLE) throw new Error(`attach scale-${i}: ${r.details}`);
@@ -144,15 +157,18 @@ export async function benchScale(opts: {
         }
       }
     };
+    const fillCpu = processCpu(pid);
     const fillMs = await timeMs(() => Promise.all(Array.from({ length: opts.parallel }, worker)));
-    const pid = d.child.pid ?? 0;
+    const fillCpuMs = cpuSince(pid, fillCpu).totalMs;
     await new Promise((r) => setTimeout(r, SETTLE_MS));
     const idleRss = statusMiB(pid, 'VmRSS');
     await memoryBreakdown(pid, 'idle');
     const status: number[] = [];
     const list: number[] = [];
     for (let i = 0; i < 20; i++) status.push(await timeMs(() => d.client.call(d.client.raw.status, {})));
+    const listCpu = processCpu(pid);
     for (let i = 0; i < 5; i++) list.push(await timeMs(() => d.client.call(d.client.raw.list, {})));
+    const listCpuMs = cpuSince(pid, listCpu).totalMs / 5;
     const afterListRss = statusMiB(pid, 'VmRSS');
     const peakRss = statusMiB(pid, 'VmHWM');
     const stream: number[] = [];
@@ -182,6 +198,9 @@ export async function benchScale(opts: {
         value: opts.attachments / (fillMs / 1000),
         unit: 'attaches/s',
       },
+      // CPU, not time: what the daemon spent, which a machine busy with other work moves less.
+      { name: 'daemon CPU per attach during the fill', value: fillCpuMs / opts.attachments, unit: 'ms' },
+      { name: `daemon CPU per List of ${opts.attachments}`, value: listCpuMs, unit: 'ms' },
       { name: `daemon RSS holding ${opts.attachments}, idle after the fill`, value: idleRss, unit: 'MiB' },
       {
         name: `daemon RSS holding ${opts.attachments}, right after 5 Lists of all`,
