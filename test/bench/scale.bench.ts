@@ -113,7 +113,16 @@ export async function benchScale(opts: {
       { stdio: 'ignore' },
     ),
   );
-  let d = await DaemonProcess.start({ dir, args, netns: node });
+  const cleanUp = (): void => {
+    for (const sim of sims) sim.kill('SIGTERM');
+    namespaces.cleanup();
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  // A daemon that does not start must not leave the simulators dialling it.
+  let d = await DaemonProcess.start({ dir, args, netns: node }).catch((err: unknown) => {
+    cleanUp();
+    throw err;
+  });
   try {
     // Ready, and every DPU connected: placement must see them all before the fill starts.
     const ready = async (): Promise<void> => {
@@ -221,9 +230,7 @@ export async function benchScale(opts: {
     ];
   } finally {
     await d.stop().catch(() => undefined);
-    for (const sim of sims) sim.kill('SIGTERM');
-    namespaces.cleanup();
-    fs.rmSync(dir, { recursive: true, force: true });
+    cleanUp();
   }
 }
 
