@@ -6,7 +6,7 @@ import * as grpc from '@grpc/grpc-js';
 import { SIM_MAIN } from '../backends/dpu/sim-process';
 import { attachRequest } from '../support/attach-request';
 import { outcome } from '../support/grpc-outcome';
-import { DaemonProcess } from '../support/daemon-process';
+import { CLI, DaemonProcess } from '../support/daemon-process';
 import { NetnsSet } from '../support/netns';
 import { cpuSince, processCpu } from './process-cpu';
 import { percentile, timeMs } from './stats';
@@ -68,6 +68,34 @@ function streamAll(d: DaemonProcess): Promise<number> {
     s.on('error', reject);
     s.on('end', () => resolve(n));
   });
+}
+
+/**
+ * The peak RSS (VmHWM) of the CLI `cli` running `workloadnet <args>`, its output thrown away: read
+ * every 10 ms until it exits, so a peak in its last few milliseconds may be missed.
+ */
+async function cliPeakMiB(cli: string, args: string[]): Promise<number> {
+  const child = spawn(process.execPath, [cli, ...args], { stdio: ['ignore', 'ignore', 'inherit'] });
+  let exit: number | null | undefined;
+  const exited = new Promise<void>((resolve) =>
+    child.on('exit', (code) => {
+      exit = code;
+      resolve();
+    }),
+  );
+  let peak = NaN;
+  while (exit === undefined) {
+    try {
+      const hwm = statusMiB(child.pid ?? 0, 'VmHWM');
+      if (Number.isFinite(hwm)) peak = hwm;
+    } catch {
+      // Gone between the check and the read.
+    }
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  await exited;
+  if (exit !== 0) throw new Error(`workloadnet ${args.join(' ')} exited ${exit}`);
+  return peak;
 }
 
 export async function benchScale(opts: {
@@ -185,6 +213,20 @@ export async function benchScale(opts: {
     for (let i = 0; i < 5; i++) stream.push(await timeMs(() => streamAll(d)).catch(() => NaN));
     const afterStreamRss = statusMiB(pid, 'VmRSS');
     const peakAfterStream = statusMiB(pid, 'VmHWM');
+    // The operator's side of a List: `workloadnet ls` prints as ListStream sends. $WN_SCALE_OLD_CLI
+    // names another build's dist/cli/workloadnet.js to compare (e.g. one from before ListStream).
+    const clis: Array<[string, string]> = [['', CLI]];
+    if (process.env.WN_SCALE_OLD_CLI) clis.push([' (WN_SCALE_OLD_CLI)', process.env.WN_SCALE_OLD_CLI]);
+    const cliRows: ScaleResult[] = [];
+    for (const [which, cli] of clis)
+      for (const json of [true, false]) {
+        const args = ['ls', ...(json ? ['--json'] : []), '--socket', d.socket, '--timeout', '120'];
+        cliRows.push({
+          name: `workloadnet ls${json ? ' --json' : ''} of all${which}: the CLI's peak RSS`,
+          value: await cliPeakMiB(cli, args),
+          unit: 'MiB',
+        });
+      }
     await memoryBreakdown(pid, 'after Lists');
     if (process.env.WN_GC_HOOK_DIR) {
       fs.writeFileSync(path.join(process.env.WN_GC_HOOK_DIR, 'snapshot'), '');
@@ -223,6 +265,7 @@ export async function benchScale(opts: {
         unit: 'MiB',
       },
       { name: 'daemon peak RSS (VmHWM) through the ListStreams too', value: peakAfterStream, unit: 'MiB' },
+      ...cliRows,
       { name: 'Status p50', value: percentile(status, 50), unit: 'ms' },
       { name: `List p50 (${opts.attachments} attachments)`, value: percentile(list, 50), unit: 'ms' },
       { name: `ListStream p50 (${opts.attachments} attachments)`, value: percentile(stream, 50), unit: 'ms' },
