@@ -250,7 +250,11 @@ export async function benchScale(opts: {
         unit: 'attaches/s',
       },
       // CPU, not time: what the daemon spent, which a machine busy with other work moves less.
-      { name: 'daemon CPU per attach during the fill', value: fillCpuMs / opts.attachments, unit: 'ms' },
+      {
+        name: 'daemon CPU per attach during the fill',
+        value: (fillCpuMs * 1000) / opts.attachments,
+        unit: 'µs',
+      },
       { name: `daemon CPU per List of ${opts.attachments}`, value: listCpuMs, unit: 'ms' },
       { name: `daemon RSS holding ${opts.attachments}, idle after the fill`, value: idleRss, unit: 'MiB' },
       {
