@@ -4,7 +4,9 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
+import { ApiClient } from '../../cli/api-client';
 import { attachmentJson } from '../../cli/inspect-format';
+import { streamAttachments } from '../../cli/ls-command';
 import { json } from '../../cli/output';
 import { LIST_STREAM_PAGE } from '../../core/serve/api-server';
 import {
@@ -209,6 +211,43 @@ describeRoot('workloadnet ls: streamed from the daemon (DPU backend, simulated D
     const r = await run;
     expect(r.code, r.stderr).to.equal(0);
     expect(r.stdout).to.equal(json(listed.map(attachmentJson)));
+  });
+
+  it('takes no row while the output is full, and the rest once it has drained', async () => {
+    const stream = await StandInDaemon.start(dir, {
+      listStream: (call) => {
+        for (const a of listed) call.write(a);
+        call.end();
+      },
+    });
+    stopLater.push(stream);
+    const client = new ApiClient(stream.socket);
+    try {
+      const got: string[] = [];
+      let full = true;
+      let drain: () => void = () => undefined;
+      const drained = new Promise<void>((resolve) => (drain = resolve));
+      const done = streamAttachments(
+        client,
+        (a) => {
+          expect(full && got.length > 0, 'a row taken while the output is full').to.equal(false);
+          got.push(a.workloadId);
+          return !full;
+        },
+        () => drained,
+        30_000,
+      );
+      await waitUntil(() => got.length === 1, 'the first row');
+      // Every other row is on its way or buffered; none may reach the full output, however long.
+      await new Promise((r) => setTimeout(r, 500));
+      expect(got).to.have.length(1);
+      full = false;
+      drain();
+      expect(await done).to.equal('done');
+      expect(got).to.deep.equal(listed.map((a) => a.workloadId));
+    } finally {
+      client.close();
+    }
   });
 
   it('fails with the daemon’s error when the stream breaks half-way, without falling back or closing the JSON', async () => {
