@@ -5,10 +5,10 @@ import { installCni, parseChain } from '../adapters/cni/install';
 import { VERSION } from '../core/serve/api-server';
 import { DEFAULT_CONFIG, DEFAULT_NETWORK } from '../core/config';
 import { invalidArgument } from '../core/errors';
-import type { Attachment, StatusResponse } from '../proto/gen/workloadnet/v1/workload';
+import type { StatusResponse } from '../proto/gen/workloadnet/v1/workload';
 import { ApiClient, isUnreachable } from './api-client';
 import { attachmentJson, formatInspect } from './inspect-format';
-import { age, json, table } from './output';
+import { json } from './output';
 
 // The operator's commands. They talk to the daemon only through the public gRPC API.
 
@@ -63,20 +63,6 @@ export function registerClientCommands(program: Command): void {
         const st = await c.call(c.raw.status, {});
         process.stdout.write(opts.json ? json(st) : formatStatus(st));
         return st.ready ? EXIT.ok : EXIT.notReady;
-      }),
-    );
-
-  clientCommand(program, 'ls', 'list attachments')
-    .alias('list')
-    .option('--json', 'print JSON')
-    .addHelpText('after', '\nExample:\n  workloadnet ls')
-    .action((opts: GlobalOpts) =>
-      withClient(opts, async (c) => {
-        const res = await c.call(c.raw.list, {});
-        process.stdout.write(
-          opts.json ? json(res.attachments.map(attachmentJson)) : formatList(res.attachments),
-        );
-        return EXIT.ok;
       }),
     );
 
@@ -306,20 +292,4 @@ function formatStatus(st: StatusResponse): string {
   }
   lines.push(`version:     ${st.version}`);
   return lines.join('\n') + '\n';
-}
-
-function formatList(atts: Attachment[]): string {
-  return table(
-    ['WORKLOAD', 'POD', 'INTERFACE', 'NETWORK', 'IPS', 'BACKEND', 'STATE', 'AGE'],
-    atts.map((a) => [
-      a.workloadId,
-      a.pod && (a.pod.namespace || a.pod.name) ? `${a.pod.namespace}/${a.pod.name}` : '-',
-      a.ifName,
-      a.network || DEFAULT_NETWORK,
-      (a.result?.ips ?? []).map((i) => i.cidr).join(',') || '-',
-      a.result?.backend ?? '-',
-      a.state,
-      age(a.createdAt),
-    ]),
-  );
 }

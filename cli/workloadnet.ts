@@ -6,6 +6,7 @@ import { runDaemon, type DaemonFlags } from './daemon-command';
 import { registerClientCommands } from './client-commands';
 import { registerClusterCommand } from './cluster-command';
 import { registerDpusCommand } from './dpus-command';
+import { registerLsCommand } from './ls-command';
 import { registerPeersCommand } from './peers-command';
 import { registerStoreCommands } from './store-command';
 import { VERSION } from '../core/serve/api-server';
@@ -145,6 +146,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
     .action((flags: DaemonFlags) => runDaemon(flags));
 
   registerClientCommands(program);
+  registerLsCommand(program);
   registerClusterCommand(program);
   registerDpusCommand(program);
   registerPeersCommand(program);

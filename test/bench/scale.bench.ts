@@ -6,8 +6,9 @@ import * as grpc from '@grpc/grpc-js';
 import { SIM_MAIN } from '../backends/dpu/sim-process';
 import { attachRequest } from '../support/attach-request';
 import { outcome } from '../support/grpc-outcome';
-import { DaemonProcess } from '../support/daemon-process';
+import { CLI, DaemonProcess } from '../support/daemon-process';
 import { NetnsSet } from '../support/netns';
+import { cpuSince, processCpu } from './process-cpu';
 import { percentile, timeMs } from './stats';
 
 // Scale: the real daemon holding 10,000 attachments (DPU backend with the simulator and its dataplane
@@ -69,6 +70,34 @@ function streamAll(d: DaemonProcess): Promise<number> {
   });
 }
 
+/**
+ * The peak RSS (VmHWM) of the CLI `cli` running `workloadnet <args>`, its output thrown away: read
+ * every 10 ms until it exits, so a peak in its last few milliseconds may be missed.
+ */
+async function cliPeakMiB(cli: string, args: string[]): Promise<number> {
+  const child = spawn(process.execPath, [cli, ...args], { stdio: ['ignore', 'ignore', 'inherit'] });
+  let exit: number | null | undefined;
+  const exited = new Promise<void>((resolve) =>
+    child.on('exit', (code) => {
+      exit = code;
+      resolve();
+    }),
+  );
+  let peak = NaN;
+  while (exit === undefined) {
+    try {
+      const hwm = statusMiB(child.pid ?? 0, 'VmHWM');
+      if (Number.isFinite(hwm)) peak = hwm;
+    } catch {
+      // Gone between the check and the read.
+    }
+    await new Promise((r) => setTimeout(r, 10));
+  }
+  await exited;
+  if (exit !== 0) throw new Error(`workloadnet ${args.join(' ')} exited ${exit}`);
+  return peak;
+}
+
 export async function benchScale(opts: {
   attachments: number;
   parallel: number;
@@ -112,7 +141,16 @@ export async function benchScale(opts: {
       { stdio: 'ignore' },
     ),
   );
-  let d = await DaemonProcess.start({ dir, args, netns: node });
+  const cleanUp = (): void => {
+    for (const sim of sims) sim.kill('SIGTERM');
+    namespaces.cleanup();
+    fs.rmSync(dir, { recursive: true, force: true });
+  };
+  // A daemon that does not start must not leave the simulators dialling it.
+  let d = await DaemonProcess.start({ dir, args, netns: node }).catch((err: unknown) => {
+    cleanUp();
+    throw err;
+  });
   try {
     // Ready, and every DPU connected: placement must see them all before the fill starts.
     const ready = async (): Promise<void> => {
@@ -124,7 +162,16 @@ export async function benchScale(opts: {
     };
     await ready();
     let next = 0;
+    let done = 0;
     let unavailable = 0;
+    const pid = d.child.pid ?? 0;
+    // Memory along the fill, on stderr: a long Linux fill that cannot finish still says what it held.
+    const progress = (): void => {
+      if (++done % 1000 === 0)
+        console.error(
+          `scale: ${done} attached: RSS ${statusMiB(pid, 'VmRSS').toFixed(1)} MiB, peak ${statusMiB(pid, 'VmHWM').toFixed(1)} MiB (${new Date().toISOString()})`,
+        );
+    };
     const worker = async (): Promise<void> => {
       while (next < opts.attachments) {
         const i = next++;
@@ -135,7 +182,10 @@ export async function benchScale(opts: {
               attachRequest(`scale-${i}`, workloads[i % workloads.length] ?? ''),
             ),
           );
-          if (r.code === grpc.status.OK) break;
+          if (r.code === grpc.status.OK) {
+            progress();
+            break;
+          }
           // On a loaded machine a simulated agent may miss its heartbeats for a moment: the daemon
           // says UNAVAILABLE ("retry once the agent is back"), and a client does just that.
           if (r.code !== grpc.status.UNAVAILABLE) throw new Error(`attach scale-${i}: ${r.details}`);
@@ -144,15 +194,18 @@ export async function benchScale(opts: {
         }
       }
     };
+    const fillCpu = processCpu(pid);
     const fillMs = await timeMs(() => Promise.all(Array.from({ length: opts.parallel }, worker)));
-    const pid = d.child.pid ?? 0;
+    const fillCpuMs = cpuSince(pid, fillCpu).totalMs;
     await new Promise((r) => setTimeout(r, SETTLE_MS));
     const idleRss = statusMiB(pid, 'VmRSS');
     await memoryBreakdown(pid, 'idle');
     const status: number[] = [];
     const list: number[] = [];
     for (let i = 0; i < 20; i++) status.push(await timeMs(() => d.client.call(d.client.raw.status, {})));
+    const listCpu = processCpu(pid);
     for (let i = 0; i < 5; i++) list.push(await timeMs(() => d.client.call(d.client.raw.list, {})));
+    const listCpuMs = cpuSince(pid, listCpu).totalMs / 5;
     const afterListRss = statusMiB(pid, 'VmRSS');
     const peakRss = statusMiB(pid, 'VmHWM');
     const stream: number[] = [];
@@ -160,6 +213,20 @@ export async function benchScale(opts: {
     for (let i = 0; i < 5; i++) stream.push(await timeMs(() => streamAll(d)).catch(() => NaN));
     const afterStreamRss = statusMiB(pid, 'VmRSS');
     const peakAfterStream = statusMiB(pid, 'VmHWM');
+    // The operator's side of a List: `workloadnet ls` prints as ListStream sends. $WN_SCALE_OLD_CLI
+    // names another build's dist/cli/workloadnet.js to compare (e.g. one from before ListStream).
+    const clis: Array<[string, string]> = [['', CLI]];
+    if (process.env.WN_SCALE_OLD_CLI) clis.push([' (WN_SCALE_OLD_CLI)', process.env.WN_SCALE_OLD_CLI]);
+    const cliRows: ScaleResult[] = [];
+    for (const [which, cli] of clis)
+      for (const json of [true, false]) {
+        const args = ['ls', ...(json ? ['--json'] : []), '--socket', d.socket, '--timeout', '120'];
+        cliRows.push({
+          name: `workloadnet ls${json ? ' --json' : ''} of all${which}: the CLI's peak RSS`,
+          value: await cliPeakMiB(cli, args),
+          unit: 'MiB',
+        });
+      }
     await memoryBreakdown(pid, 'after Lists');
     if (process.env.WN_GC_HOOK_DIR) {
       fs.writeFileSync(path.join(process.env.WN_GC_HOOK_DIR, 'snapshot'), '');
@@ -182,6 +249,13 @@ export async function benchScale(opts: {
         value: opts.attachments / (fillMs / 1000),
         unit: 'attaches/s',
       },
+      // CPU, not time: what the daemon spent, which a machine busy with other work moves less.
+      {
+        name: 'daemon CPU per attach during the fill',
+        value: (fillCpuMs * 1000) / opts.attachments,
+        unit: 'µs',
+      },
+      { name: `daemon CPU per List of ${opts.attachments}`, value: listCpuMs, unit: 'ms' },
       { name: `daemon RSS holding ${opts.attachments}, idle after the fill`, value: idleRss, unit: 'MiB' },
       {
         name: `daemon RSS holding ${opts.attachments}, right after 5 Lists of all`,
@@ -195,6 +269,7 @@ export async function benchScale(opts: {
         unit: 'MiB',
       },
       { name: 'daemon peak RSS (VmHWM) through the ListStreams too', value: peakAfterStream, unit: 'MiB' },
+      ...cliRows,
       { name: 'Status p50', value: percentile(status, 50), unit: 'ms' },
       { name: `List p50 (${opts.attachments} attachments)`, value: percentile(list, 50), unit: 'ms' },
       { name: `ListStream p50 (${opts.attachments} attachments)`, value: percentile(stream, 50), unit: 'ms' },
@@ -202,9 +277,7 @@ export async function benchScale(opts: {
     ];
   } finally {
     await d.stop().catch(() => undefined);
-    for (const sim of sims) sim.kill('SIGTERM');
-    namespaces.cleanup();
-    fs.rmSync(dir, { recursive: true, force: true });
+    cleanUp();
   }
 }
 
