@@ -1,9 +1,11 @@
 import 'reflect-metadata';
 import * as os from 'node:os';
+import * as path from 'node:path';
 import { Container } from 'inversify';
 import { currentBootId } from '../../lib/boot-id';
 import { BACKEND, type Backend } from '../backend';
 import { CONFIG, DEFAULT_NETWORK, effectiveNetworks, fabricSettings, type DaemonConfig } from '../config';
+import { AppliedPeersFile } from '../fabric/applied-peers-file';
 import { FABRIC_CONTROLLER, FabricController } from '../fabric/fabric-controller';
 import { PEER_SOURCE, type PeerSource } from '../fabric/peer-source';
 import { StaticPeerSource } from '../fabric/static-peer-source';
@@ -98,6 +100,12 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
       dataplanes: settings ? backends.flatMap((b) => (b.fabric ? [b.fabric] : [])) : [],
       backends: backends.map((b) => b.name),
       withdrawGraceMs: config.fabric.withdrawGraceSeconds * 1000,
+      appliedPeers: settings
+        ? new AppliedPeersFile(
+            path.join(config.stateDir, 'fabric-peers.json'),
+            logger.child({ part: 'fabric' }),
+          )
+        : undefined,
       networks: networkSet.networks
         .filter((n) => n.backend.fabric)
         .map((n) => ({ name: n.name, mtu: n.config.mtu })),

@@ -15,6 +15,7 @@ import type {
 import type { FabricPeerStatus, FabricStatus } from './fabric-status';
 import type { NodeRecord, Peer, PeerSource, TunnelEndpoint } from './peer-source';
 import { podMtu } from './pod-mtu';
+import type { AppliedPeersFile } from './applied-peers-file';
 import { WithdrawalGrace } from './withdrawal-grace';
 
 // The fabric's control loop: the peer source's table, taken to the backends' dataplanes. It finds
@@ -43,6 +44,11 @@ export interface FabricControllerOptions {
   /** Names of the backends in use, for the reason when none offers a fabric. */
   backends: readonly string[];
   withdrawGraceMs: number;
+  /**
+   * Where the last applied table is kept for the next start: peers it lists that the source no longer
+   * does then get the withdrawal grace instead of losing their routes at the first apply.
+   */
+  appliedPeers?: AppliedPeersFile;
   /** The networks whose backend offers the fabric, with their pod MTU: one above the fabric's is warned of. */
   networks?: ReadonlyArray<{ name: string; mtu: number }>;
   /** How the node's ranges are cut among its DPUs, when a backend in use places ports. */
@@ -99,7 +105,8 @@ export class FabricController {
 
   constructor(private readonly opts: FabricControllerOptions) {
     this.now = opts.now ?? monotonicMs;
-    this.grace = new WithdrawalGrace(opts.withdrawGraceMs, this.now);
+    this.grace = new WithdrawalGrace({ graceMs: opts.withdrawGraceMs }, this.now);
+    if (opts.appliedPeers) this.grace.seed(opts.appliedPeers.load());
   }
 
   get mode(): FabricMode {
@@ -121,6 +128,7 @@ export class FabricController {
     clearInterval(this.periodic);
     this.coalesce = this.expiry = this.retry = this.periodic = undefined;
     await this.applies.current;
+    this.opts.appliedPeers?.flush();
     // Not waiting for a start that has not finished: a source that cannot reach its store may never
     // finish starting; stopping it ends that.
     if (this.self) await this.opts.source?.stop();
@@ -148,7 +156,11 @@ export class FabricController {
       mode,
       ready: reasons.length === 0,
       reasons,
-      warnings: [...(local ? this.mtuWarnings(podMtu(mode, local)) : []), ...(book?.warnings ?? [])],
+      warnings: [
+        ...(local ? this.mtuWarnings(podMtu(mode, local)) : []),
+        ...(book?.warnings ?? []),
+        ...(mode === 'off' ? [] : [this.grace.disruption()?.reason ?? ''].filter((w) => w !== '')),
+      ],
       node: this.self?.node ?? '',
       underlay: local?.underlay ?? [],
       uplink: local?.uplink ?? '',
@@ -393,6 +405,7 @@ export class FabricController {
       }
     }
     this.lastApplyAt = Date.now();
+    this.opts.appliedPeers?.save(table);
     this.peerRows = this.rows(table, reports);
     metrics?.fabricApplies.inc({ result: reports.every((r) => r.ready) ? 'ok' : 'not_ready' });
     this.setGauges(this.status());
