@@ -7,7 +7,10 @@ import type { DesiredState } from './desired-state';
 
 // What Status and the readiness probe say of the DPU backend: each DPU agent of the node (connected,
 // silent, gone, or holding ports without having connected since start-up) with its inventory and sync,
-// and whether the node can take new ports, which it can while one agent is healthy.
+// and whether the node can take new ports, which it can while one agent is healthy. With the fabric
+// on, a healthy agent that carries it and has not acknowledged its current fabric objects holds the
+// node's readiness back: pods placed on it would not reach other nodes yet (a DPU that just connected
+// or rebooted gets its whole fabric in its snapshot, and the node is network-ready once it is in).
 
 export interface StatusSources {
   agentSocket: string;
@@ -18,6 +21,11 @@ export interface StatusSources {
   sync: AgentSync;
   /** Each agent's part of the fabric, undefined while the fabric is off (dpu-fabric.ts). */
   fabric?(agentId: string): DpuFabricStatus | undefined;
+  /**
+   * Fabric objects a connected agent that carries the fabric has yet to acknowledge at their current
+   * generations (refused ones are not waiting: they are a reason of the fabric, not of readiness).
+   */
+  fabricWaiting?(agentId: string): { waiting: number; size: number } | undefined;
 }
 
 export function dpuHealth(src: StatusSources): BackendHealth {
@@ -88,6 +96,13 @@ export function dpuHealth(src: StatusSources): BackendHealth {
   }
   // The node serves new ports while one agent is healthy; the rest are worth an operator's note.
   if (healthy.length === 0) reasons.push(...notes);
+  for (const s of healthy) {
+    const f = src.fabricWaiting?.(s.agentId);
+    if (f && f.waiting > 0)
+      reasons.push(
+        `DPU agent ${s.agentId} has not acknowledged its fabric yet (${f.waiting} of ${f.size} objects waiting): its pods would not reach other nodes`,
+      );
+  }
   const ready = reasons.length === 0;
   return { ready, reasons: ready ? notes : reasons, details, dpus: dpuStatuses(src, neverSeen) };
 }

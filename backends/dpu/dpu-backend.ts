@@ -501,6 +501,7 @@ export class DpuBackend implements Backend {
       link: this.link,
       sync: this.sync,
       fabric: (agentId) => this.fabric.dpuStatus(agentId),
+      fabricWaiting: (agentId) => this.fabric.waiting(agentId),
     });
   }
 }

@@ -163,6 +163,15 @@ export class DpuFabric implements FabricDataplane {
     return { ready: reasons.length === 0, reasons, peers: this.peerPaths(), objects, repairs: 0 };
   }
 
+  /** Objects a connected agent that carries the fabric has not acknowledged yet (refused ones aside). */
+  waiting(agentId: string): { waiting: number; size: number } | undefined {
+    if (!this.settings) return undefined;
+    const st = this.deps.sync.state(agentId);
+    if (!st?.carriage.carries) return undefined;
+    const size = st.fabric.size;
+    return { waiting: size - st.fabric.acked - st.fabric.failures().length, size };
+  }
+
   /** The fabric part of an agent's row in `workloadnet dpus`; undefined while the fabric is off. */
   dpuStatus(agentId: string): DpuFabricStatus | undefined {
     if (!this.settings) return undefined;

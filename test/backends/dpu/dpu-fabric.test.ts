@@ -195,8 +195,14 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
       [...objects].sort((x, y) => (x.name < y.name ? -1 : 1)).map((o) => [o.name, o.generation]),
     );
     expect(b.fabric.report().ready, 'not ready until the new session acked').to.equal(false);
+    const held = await b.health();
+    expect(held.ready, 'the node is not network-ready while the reconnected DPU lacks its fabric').to.equal(
+      false,
+    );
+    expect(held.reasons.join()).to.include('DPU agent dpu-a has not acknowledged its fabric yet (4 of 4');
     for (const o of second.fabric) again.send(fabricAck(o));
     await waitUntil(() => b.fabric.report().ready, 'ready after the resync');
+    expect((await b.health()).ready, 'network-ready once the DPU acked its fabric').to.equal(true);
     expect(changes.length, 'the same endpoint back is no change of the node').to.equal(1);
 
     // A peer that left: its objects go by Delete, acked like a change.
@@ -315,5 +321,7 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
     expect(b.fabric.report().reasons).to.deep.equal([
       'DPU agent dpu-a could not program 1 fabric objects (peer/n3: FDB full)',
     ]);
+    // A refusal is the fabric's reason, not the node's: the DPU answered, its ports work.
+    expect((await b.health()).ready).to.equal(true);
   });
 });
