@@ -15,6 +15,17 @@ export interface PlacementRequest {
   dpuPort?: DpuPortOptions;
 }
 
+/** Where place() put an interface. */
+export interface Placement {
+  /** The DPU agent that will hold it (AttachSpec.dpu). */
+  dpu: string;
+  /**
+   * The fabric endpoint whose slices its address comes from: the same agent when it carries the
+   * fabric; absent when it does not (its pods are reachable only on this node, and it owns no slice).
+   */
+  endpoint?: string;
+}
+
 /** One address given to a workload interface, already allocated by the core. */
 export interface IpAssignment {
   /** 4 or 6. */
@@ -250,11 +261,10 @@ export interface Backend {
   attachmentState?(att: AttachmentView): 'ready' | 'degraded';
   /**
    * Where a new interface will live, chosen before its address is allocated so that the address can
-   * come from that place's slice of the node's prefixes (a DPU's, core/ipam): the endpoint id (agent
-   * id), or undefined when the backend keeps no slices. The core passes it back as AttachSpec.dpu.
-   * Throws as attach would when no place can take the interface.
+   * come from that place's slice of the node's prefixes (a DPU's, core/ipam). The core passes the
+   * place back as AttachSpec.dpu. Throws as attach would when no place can take the interface.
    */
-  place?(spec: PlacementRequest): string | undefined;
+  place?(spec: PlacementRequest): Placement;
   /** The backend's part of the fabric between nodes, when it has one (core/fabric). */
   readonly fabric?: FabricDataplane;
   stop(): Promise<void>;

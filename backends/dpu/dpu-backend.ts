@@ -6,6 +6,7 @@ import type {
   BackendHealth,
   DataplaneResult,
   Drift,
+  Placement,
   PlacementRequest,
   ReconcileOptions,
   ReconcileOutcome,
@@ -230,17 +231,18 @@ export class DpuBackend implements Backend {
    * healthy agent, RESOURCE_EXHAUSTED when all are full). Unlike attach it cannot wait for an agent
    * still reconnecting after a daemon restart: it answers from the agents connected now.
    */
-  place(req: PlacementRequest): string {
+  place(req: PlacementRequest): Placement {
     if (!this.sync.primed) {
       throw unavailable(
         'the DPU backend has not restored its ports yet (start-up reconcile not done); retry shortly',
       );
     }
     const key = `${req.workloadId}/${req.ifName}`;
-    const placedOn = this.desired.get(key)?.agentId;
-    if (placedOn) return placedOn;
     const vf = { qos: wireQos(req.dpuPort), pf: req.dpuPort?.pf };
-    return placeNewPort({ key, dpu: req.dpu }, vf, this.link, this.desired);
+    const dpu =
+      this.desired.get(key)?.agentId ?? placeNewPort({ key, dpu: req.dpu }, vf, this.link, this.desired);
+    // Only a DPU that carries the fabric owns slices: another one's pods are reachable on this node only.
+    return this.sync.state(dpu)?.carriage.carries ? { dpu, endpoint: dpu } : { dpu };
   }
 
   /**

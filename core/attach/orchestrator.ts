@@ -145,14 +145,19 @@ export class Orchestrator {
           dpu: req.dpu,
           dpuPort: req.dpuPort,
         });
-        const allocated = await network.allocate(placed);
+        const allocated = await network.allocate(placed?.endpoint);
         try {
           const defaultRoute =
             network.config.defaultRoute && (await this.ledger.claimDefaultRoute(netns.inode, req.key));
           const routes = defaultRoute ? undefined : network.ranges();
           const record = newRecord(req, netns, allocated, backend.name, defaultRoute, routes);
-          if (placed !== undefined) record.endpoint = placed;
-          const spec: AttachSpec = { ...toSpec(record), netns, dpu: placed ?? req.dpu, dpuPort: req.dpuPort };
+          if (placed !== undefined) record.endpoint = placed.endpoint ?? '';
+          const spec: AttachSpec = {
+            ...toSpec(record),
+            netns,
+            dpu: placed?.dpu ?? req.dpu,
+            dpuPort: req.dpuPort,
+          };
           record.dataplane = backend.plan(spec);
           await this.programAndRecord(record, spec, network);
           this.ledger.added(record);

@@ -286,8 +286,9 @@ export class FabricController {
         this.localChanged();
       }),
     );
-    // DPUs the dataplanes already knew at prepare() get their slices too.
-    if (this.locals.some((l) => l.endpoints?.length)) this.localChanged();
+    // DPUs the dataplanes already knew at prepare() get their slices too; and the book learns which
+    // places are endpoints at all (none yet, on a node whose DPUs do not carry the fabric).
+    this.localChanged();
   }
 
   private localChanged(): void {

@@ -29,7 +29,7 @@ export class Network {
    * Addresses for a new interface: from the slices of the endpoint its backend placed it on, when
    * this network's ranges are cut; else from the pools as they come.
    */
-  allocate(endpoint: string | undefined): Promise<AllocatedIp[]> {
+  allocate(endpoint?: string): Promise<AllocatedIp[]> {
     if (endpoint === undefined || this.slices === undefined) return this.pools.allocate();
     return this.slices.allocate(this.pools, endpoint);
   }

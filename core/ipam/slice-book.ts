@@ -327,7 +327,8 @@ export class SliceBook {
  * an upgraded node attributes its live pods to the right DPU.
  */
 export function endpointOf(rec: AttachmentRecord): string | undefined {
-  if (rec.endpoint) return rec.endpoint;
+  // Written by place(): the endpoint, or "" for a place that is none (a DPU not carrying the fabric).
+  if (rec.endpoint !== undefined) return rec.endpoint || undefined;
   const agent = rec.dataplane?.details?.dpuAgentId;
   return typeof agent === 'string' && agent !== '' ? agent : undefined;
 }

@@ -4,7 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { IpAllocator } from '../../core/ipam/ip-allocator';
 import { PoolSupply } from '../../core/ipam/pool-supply';
-import { SliceBook } from '../../core/ipam/slice-book';
+import { SliceBook, endpointOf } from '../../core/ipam/slice-book';
 import { StaticPoolSource } from '../../core/ipam/static-pool-source';
 import { silentLogger } from '../../core/logger';
 import { Store, type AttachmentRecord } from '../../core/store/store';
@@ -308,5 +308,19 @@ describe('slice book', () => {
       expect(n.book.warnings).to.deep.equal([]);
       expect(n.prefixes('dpu-b')).to.deep.equal(['10.244.1.128/25']);
     });
+  });
+});
+
+describe('slice book: the endpoint of a stored attachment', () => {
+  const rec = (endpoint: string | undefined, dpuAgentId?: string): AttachmentRecord =>
+    ({
+      ...(endpoint === undefined ? {} : { endpoint }),
+      dataplane: dpuAgentId ? { details: { dpuAgentId } } : undefined,
+    }) as unknown as AttachmentRecord;
+
+  it('is what place() recorded; "" is a place that is no endpoint, never read from the details', () => {
+    expect(endpointOf(rec('dpu-a', 'dpu-a'))).to.equal('dpu-a');
+    expect(endpointOf(rec('', 'dpu-v2')), 'a DPU that does not carry the fabric').to.equal(undefined);
+    expect(endpointOf(rec(undefined, 'dpu-old')), 'a row from before the field').to.equal('dpu-old');
   });
 });

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import type { AttachSpec, PlacementRequest } from '../../core/backend';
+import type { AttachSpec, Placement, PlacementRequest } from '../../core/backend';
 import type { ConfigOverrides } from '../../core/config';
 import { WorkloadNetError } from '../../core/errors';
 import type { FabricStatus } from '../../core/fabric/fabric-status';
@@ -25,9 +25,9 @@ class PlacingBackend extends RecordingBackend {
     this.fabric.local = { ...this.fabric.local, endpoints: [] };
   }
 
-  place(req: PlacementRequest): string {
+  place(req: PlacementRequest): Placement {
     this.placements.push(req);
-    return this.placeOn;
+    return { dpu: this.placeOn, endpoint: this.placeOn };
   }
 }
 

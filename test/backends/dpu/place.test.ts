@@ -26,12 +26,25 @@ describe('DPU backend: placement before allocation', function () {
     removeDir(dir);
   });
 
-  async function connect(id: string): Promise<RawAgent> {
+  async function connect(id: string, fabric = false): Promise<RawAgent> {
     const a = new RawAgent(path.join(dir, 'agent.sock'));
     agents.push(a);
+    const carries = {
+      maxProtocolVersion: 3,
+      minProtocolVersion: 1,
+      uplinkAddresses: ['10.0.1.11'],
+      uplinkMtu: 1500,
+    };
     a.send(
       RawAgent.hello(id, {
-        capabilities: { maxPorts: 4, ipv6: true, minMtu: 68, maxMtu: 9216, features: [] },
+        capabilities: {
+          maxPorts: 4,
+          ipv6: true,
+          minMtu: 68,
+          maxMtu: 9216,
+          features: fabric ? ['fabric-vxlan'] : [],
+        },
+        ...(fabric ? carries : {}),
       }),
     );
     a.keepAlive(100);
@@ -60,20 +73,28 @@ describe('DPU backend: placement before allocation', function () {
     backend = await startBackend(dir);
     const a = await connect('dpu-a');
     await connect('dpu-b');
-    expect(backend.place(req(1)), 'a tie goes to the lower id').to.equal('dpu-a');
-    expect(backend.place(req(1, 'dpu-b'))).to.equal('dpu-b');
+    expect(backend.place(req(1)).dpu, 'a tie goes to the lower id').to.equal('dpu-a');
+    expect(backend.place(req(1, 'dpu-b')).dpu).to.equal('dpu-b');
     const away = await rejection(
       Promise.resolve().then(() => backend!.place(req(1, 'dpu-z'))),
       'UNAVAILABLE',
     );
     expect(away.message).to.match(/dpu-z is not connected/);
 
-    const s = spec(1, { dpu: backend.place(req(1)) });
+    const s = spec(1, { dpu: backend.place(req(1)).dpu });
     const attach = attachTo(backend, s);
     const up = await a.next((m) => !!m.upsert?.port, 'the port on dpu-a');
     a.send(okAck(up.upsert!.port!.name, up.upsert!.port!.generation));
     await attach;
-    expect(backend.place(req(1, 'dpu-b')), 'a placed interface keeps its agent').to.equal('dpu-a');
-    expect(backend.place(req(2)), 'the next goes where there is more room').to.equal('dpu-b');
+    expect(backend.place(req(1, 'dpu-b')).dpu, 'a placed interface keeps its agent').to.equal('dpu-a');
+    expect(backend.place(req(2)).dpu, 'the next goes where there is more room').to.equal('dpu-b');
+  });
+
+  it('makes a DPU that carries the fabric the endpoint whose slices the address comes from, and no other', async () => {
+    backend = await startBackend(dir);
+    await connect('dpu-a', true);
+    await connect('dpu-b');
+    expect(backend.place(req(1, 'dpu-a'))).to.deep.equal({ dpu: 'dpu-a', endpoint: 'dpu-a' });
+    expect(backend.place(req(1, 'dpu-b')), 'a version 1 agent owns no slice').to.deep.equal({ dpu: 'dpu-b' });
   });
 });
