@@ -10,8 +10,9 @@ export function cniEndpoint(service: WorkloadService, config: DaemonConfig, logg
     socketPath: config.cniSocket,
     socketGroup: config.socketGroup,
     logger: logger.child({ endpoint: 'cni' }),
-    // With named networks each has its MTU, which the core applies; the config's `name` picks one.
-    ...(config.networks.length > 0 ? { networkFromName: true } : { defaultMtu: config.mtu }),
+    // The core applies the network's MTU (which may follow the fabric's) to a config without one; with
+    // named networks the config's `name` picks the network.
+    ...(config.networks.length > 0 ? { networkFromName: true } : {}),
     headerTimeoutMs: config.cniHeaderTimeoutMs,
     bodyTimeoutMs: config.cniBodyTimeoutMs,
     idleTimeoutMs: config.cniIdleTimeoutMs,

@@ -2,6 +2,7 @@ import * as path from 'node:path';
 import { ContainerModule } from 'inversify';
 import { backendModules } from './backend-wiring';
 import {
+  parseMtu,
   DEFAULT_CONFIG,
   loadConfigFile,
   mergeConfig,
@@ -68,7 +69,7 @@ export function effectiveConfig(flags: DaemonFlags): DaemonConfig {
     stateDir: flags.stateDir,
     backend: flags.backend as BackendName | undefined,
     podCidrs: flags.podCidr && flags.podCidr.length > 0 ? flags.podCidr : undefined,
-    mtu: flags.mtu === undefined ? undefined : Number(flags.mtu),
+    mtu: flags.mtu === undefined ? undefined : parseMtu(flags.mtu),
     logLevel: flags.logLevel as LogLevel | undefined,
     metricsListen: flags.metricsListen,
     linux: { hostNetns: flags.hostNetns },

@@ -63,7 +63,10 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
       collect,
       [],
     )
-    .option('--mtu <n>', `workload interface MTU (default ${DEFAULT_CONFIG.mtu})`)
+    .option(
+      '--mtu <n>',
+      'workload interface MTU (68-65535), kept exactly; "auto" or 0 (default): with the fabric on, what it carries (the uplink MTU less the encapsulation), else 1500',
+    )
     .addOption(
       new Option('--log-level <level>', 'log level (default info)').choices([
         'trace',

@@ -63,7 +63,7 @@ export interface NetworkConfig {
   backend: BackendName;
   /** Its own address pools (the `default` network may take them from poolSource instead). */
   podCidrs?: string[];
-  /** MTU of its interfaces unless a call asks for another; the daemon's mtu when absent. */
+  /** MTU of its interfaces unless a call asks for another; 0 = auto; the daemon's mtu when absent. */
   mtu?: number;
   /** Whether its interfaces carry the workload's default route; by default only `default`'s do. */
   defaultRoute?: boolean;
@@ -76,10 +76,14 @@ export interface ResolvedNetwork {
   name: string;
   backend: BackendName;
   podCidrs: string[];
+  /** 0 = auto: what the fabric carries (see core/fabric/pod-mtu.ts), else 1500. */
   mtu: number;
   defaultRoute: boolean;
   routes: string[];
 }
+
+/** `mtu` (daemon or network) meaning: follow the fabric's pod MTU when it is on, else 1500. */
+export const AUTO_MTU = 0;
 
 /** The network an Attach without one, and every seed-contract client, gets. */
 export const DEFAULT_NETWORK = 'default';
@@ -98,6 +102,10 @@ export interface DaemonConfig {
   nodeName: string;
   /** kubeconfig file for the kubernetes source; empty = $KUBECONFIG, else the in-cluster account. */
   kubeconfig: string;
+  /**
+   * MTU of workload interfaces; 0 = auto: with the fabric on, what it carries (the uplink's less the
+   * encapsulation), else 1500. A default of 1500 could not be told from a 1500 set on purpose.
+   */
   mtu: number;
   logLevel: LogLevel;
   /** Attach calls allowed in flight at once; more are refused with RESOURCE_EXHAUSTED. */
@@ -138,7 +146,7 @@ export const DEFAULT_CONFIG: DaemonConfig = {
   poolSource: 'static',
   nodeName: '',
   kubeconfig: '',
-  mtu: 1500,
+  mtu: AUTO_MTU,
   logLevel: 'info',
   maxInFlight: 1024,
   metricsListen: '',
@@ -198,7 +206,7 @@ export const OPTION_DOCS: Record<string, string> = {
   nodeName: 'Node name for the kubernetes and etcd pool sources; empty means the host name.',
   kubeconfig:
     'kubernetes pool source: kubeconfig file; empty means $KUBECONFIG, else the in-cluster service account.',
-  mtu: 'MTU of workload interfaces (68-65535), unless a call asks for another.',
+  mtu: 'MTU of workload interfaces (68-65535) unless a call asks for another; 0 (default) is auto: with the fabric on, what it carries (the uplink MTU less the encapsulation: 1450 for VXLAN over a 1500-byte IPv4 underlay), else 1500. A set value is kept exactly. See docs/fabric.md.',
   logLevel: 'Log level: trace, debug, info, warn, error or fatal.',
   maxInFlight: 'Attach calls allowed in flight at once; further calls get RESOURCE_EXHAUSTED.',
   metricsListen: 'HOST:PORT of the Prometheus /metrics endpoint; empty disables it. Keep it on loopback.',
@@ -306,7 +314,19 @@ export function loadConfigFile(file: string): ConfigOverrides {
     throw invalidArgument(`config file ${file} must hold a JSON object`);
   }
   checkKeys(parsed as Record<string, unknown>, '', file);
-  return parsed as ConfigOverrides;
+  // "auto" reads as AUTO_MTU, so that the rest of the daemon sees a number.
+  const config = parsed as Record<string, unknown>;
+  if (config.mtu === 'auto') config.mtu = AUTO_MTU;
+  if (Array.isArray(config.networks))
+    for (const n of config.networks as unknown[])
+      if (n && typeof n === 'object' && (n as { mtu?: unknown }).mtu === 'auto')
+        (n as { mtu: number }).mtu = AUTO_MTU;
+  return config as ConfigOverrides;
+}
+
+/** An MTU as a flag gives it: "auto" is AUTO_MTU; anything else its number (validation names a bad one). */
+export function parseMtu(flag: string): number {
+  return flag === 'auto' ? AUTO_MTU : Number(flag);
 }
 
 function checkKeys(obj: Record<string, unknown>, prefix: string, file: string): void {
@@ -335,8 +355,7 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
   if (!Array.isArray(c.podCidrs) || c.podCidrs.some((p) => typeof p !== 'string')) {
     fail('podCidrs must be a list of CIDR strings');
   }
-  if (!Number.isInteger(c.mtu) || c.mtu < 68 || c.mtu > 65535)
-    fail(`mtu must be an integer in 68..65535, not ${c.mtu}`);
+  if (!validMtu(c.mtu)) fail(`mtu must be 0 (auto) or an integer in 68..65535, not ${String(c.mtu)}`);
   if (!['trace', 'debug', 'info', 'warn', 'error', 'fatal'].includes(c.logLevel))
     fail(`unknown logLevel "${c.logLevel}"`);
   if (!Number.isInteger(c.maxInFlight) || c.maxInFlight < 1) fail('maxInFlight must be a positive integer');
@@ -375,6 +394,11 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
   validateNetworks(c, fail);
   validateFabric(c, fail);
   return c;
+}
+
+/** 0 (auto) or an MTU an interface can have. */
+function validMtu(mtu: unknown): boolean {
+  return mtu === AUTO_MTU || (Number.isInteger(mtu) && (mtu as number) >= 68 && (mtu as number) <= 65535);
 }
 
 /** What the fabric's dataplanes are prepared with; undefined when the fabric is off. */
@@ -432,8 +456,8 @@ function validateNetworks(c: DaemonConfig, fail: (msg: string) => never): void {
     names.add(n.name);
     if (n.backend !== 'linux' && n.backend !== 'dpu')
       fail(`${where}: backend must be "linux" or "dpu", not "${String(n.backend)}"`);
-    if (n.mtu !== undefined && (!Number.isInteger(n.mtu) || n.mtu < 68 || n.mtu > 65535))
-      fail(`${where}: mtu must be an integer in 68..65535`);
+    if (n.mtu !== undefined && !validMtu(n.mtu))
+      fail(`${where}: mtu must be 0 (auto) or an integer in 68..65535, not ${String(n.mtu)}`);
     if (n.defaultRoute !== undefined && typeof n.defaultRoute !== 'boolean')
       fail(`${where}: defaultRoute must be true or false`);
     for (const key of ['podCidrs', 'routes'] as const) {

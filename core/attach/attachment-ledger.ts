@@ -74,7 +74,7 @@ export class AttachmentLedger {
   }
 
   /** A row now recorded (its addresses already held). */
-  added(rec: { network?: string }): void {
+  added(rec: { network?: string; mtu: number; endpoint?: string }): void {
     this.count(rec, 1);
   }
 
@@ -133,8 +133,10 @@ export class AttachmentLedger {
     if (this.defaultRouteHolders.get(inode) === key) this.defaultRouteHolders.delete(inode);
   }
 
-  private count(rec: { network?: string }, delta: 1 | -1): void {
+  private count(rec: { network?: string; mtu: number; endpoint?: string }, delta: 1 | -1): void {
     const name = rec.network || DEFAULT_NETWORK;
     this.perNetwork.set(name, (this.perNetwork.get(name) ?? 0) + delta);
+    // And by MTU: Status counts those above what the fabric carries.
+    this.networks.of(rec)?.counted(rec, delta);
   }
 }

@@ -67,10 +67,10 @@ export class Orchestrator {
   attach(call: AttachCall): Promise<Attachment> {
     const label = { backend: this.networks.primary.backend.name };
     return this.metered('attach', label, () => {
-      // The network first: its MTU is the default, and an unknown one is refused before anything.
+      // The network first: an unknown one is refused before anything.
       const network = this.networks.get(validateNetworkName(call.network));
       label.backend = network.backend.name;
-      const req = validateAttach({ ...call, network: network.name }, network.config.mtu);
+      const req = validateAttach({ ...call, network: network.name });
       return this.admission.run(() => this.tracked(this.attachWorkload(req, network)));
     });
   }
@@ -145,12 +145,15 @@ export class Orchestrator {
           dpu: req.dpu,
           dpuPort: req.dpuPort,
         });
+        // A call's MTU is kept as asked; else the network's, known once the port's place is (a DPU's
+        // overlay MTU is its own uplink's less the encapsulation).
+        const mtu = req.mtu ?? network.mtu(placed?.dpu);
         const allocated = await network.allocate(placed?.endpoint);
         try {
           const defaultRoute =
             network.config.defaultRoute && (await this.ledger.claimDefaultRoute(netns.inode, req.key));
           const routes = defaultRoute ? undefined : network.ranges();
-          const record = newRecord(req, netns, allocated, backend.name, defaultRoute, routes);
+          const record = newRecord({ ...req, mtu }, netns, allocated, backend.name, defaultRoute, routes);
           if (placed !== undefined) record.endpoint = placed.endpoint ?? '';
           const spec: AttachSpec = {
             ...toSpec(record),
@@ -171,7 +174,7 @@ export class Orchestrator {
           if (!this.rowLeft(req.key)) {
             network.release(allocated.map((a) => a.address));
             this.ledger.dropDefaultRoute(netns.inode, req.key);
-          } else this.ledger.added(req);
+          } else this.ledger.added({ network: req.network, mtu, endpoint: placed?.endpoint });
           this.log.warn({ ...ctx, err: (err as Error).message }, 'attach failed; rolled back');
           throw err;
         }
@@ -364,7 +367,7 @@ function sameAttachment(existing: AttachmentRecord, req: AttachRequest, netns: N
 }
 
 function newRecord(
-  req: AttachRequest,
+  req: AttachRequest & { mtu: number },
   netns: Pick<Netns, 'inode' | 'dirDev'>,
   allocated: AllocatedIp[],
   backend: string,

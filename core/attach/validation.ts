@@ -63,7 +63,8 @@ export interface AttachRequest {
   network: string;
   key: AttachmentKey;
   netnsPath: string;
-  mtu: number;
+  /** The MTU the call asks for; absent: its network's (which may follow the fabric's, see Network.mtu). */
+  mtu?: number;
   pod?: PodMetadata;
   containerId?: string;
   dns?: DnsInfo;
@@ -87,7 +88,7 @@ export function validateNetworkName(name: unknown): string | undefined {
 }
 
 /** Checks every field of an Attach call; the namespace path itself is checked when it is opened. */
-export function validateAttach(call: AttachCall, defaultMtu: number): AttachRequest {
+export function validateAttach(call: AttachCall): AttachRequest {
   const workloadId = validateWorkloadId(call.workloadId);
   const ifName = validateIfName(call.ifName || DEFAULT_IF_NAME);
   const pod = {
@@ -101,7 +102,7 @@ export function validateAttach(call: AttachCall, defaultMtu: number): AttachRequ
     network: validateNetworkName(call.network) ?? DEFAULT_NETWORK,
     key: attachmentKey(workloadId, ifName),
     netnsPath: call.netnsPath,
-    mtu: validateMtu(call.mtu || defaultMtu),
+    mtu: call.mtu ? validateMtu(call.mtu) : undefined,
     pod: pod.uid || pod.namespace || pod.name ? pod : undefined,
     containerId: validateMetadata('container id', call.containerId),
     dns: call.dns,

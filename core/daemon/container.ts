@@ -8,6 +8,7 @@ import { CONFIG, DEFAULT_NETWORK, effectiveNetworks, fabricSettings, type Daemon
 import { AppliedPeersFile } from '../fabric/applied-peers-file';
 import { FABRIC_CONTROLLER, FabricController } from '../fabric/fabric-controller';
 import { PEER_SOURCE, type PeerSource } from '../fabric/peer-source';
+import { FabricPodMtu } from '../fabric/pod-mtu';
 import { StaticPeerSource } from '../fabric/static-peer-source';
 import { ALLOCATOR, IpAllocator } from '../ipam/ip-allocator';
 import { LOGGER, type Logger } from '../logger';
@@ -39,6 +40,8 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
   c.bind<Metrics>(METRICS).toConstantValue(metrics);
   c.bind<Store>(STORE).toDynamicValue(() => Store.open(config.stateDir, { logger }));
   const networks = effectiveNetworks(config);
+  // What the fabric carries, learnt by its controller, read by the networks whose MTU is auto.
+  const podMtu = new FabricPodMtu(fabricSettings(config));
   const primary = networks.find((n) => n.name === DEFAULT_NETWORK) ?? networks[0];
   // The static source's pools are the allocator's from the start; other sources add theirs.
   c.bind<IpAllocator>(ALLOCATOR).toDynamicValue(
@@ -79,7 +82,8 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
       : undefined;
     return new NetworkSet(
       parts.map(
-        (p) => new Network(p.n, p.backend, p.allocator, p.supply, sliced.includes(p) ? slices : undefined),
+        (p) =>
+          new Network(p.n, p.backend, p.allocator, p.supply, sliced.includes(p) ? slices : undefined, podMtu),
       ),
       slices,
     );
@@ -106,9 +110,8 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
             logger.child({ part: 'fabric' }),
           )
         : undefined,
-      networks: networkSet.networks
-        .filter((n) => n.backend.fabric)
-        .map((n) => ({ name: n.name, mtu: n.config.mtu })),
+      podMtu,
+      networks: networkSet.networks.filter((n) => n.backend.fabric),
       slices: networkSet.slices,
       log: logger.child({ part: 'fabric' }),
       metrics,

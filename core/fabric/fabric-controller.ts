@@ -14,7 +14,7 @@ import type {
 } from './fabric-dataplane';
 import type { FabricPeerStatus, FabricStatus } from './fabric-status';
 import type { NodeRecord, Peer, PeerSource, TunnelEndpoint } from './peer-source';
-import { podMtu } from './pod-mtu';
+import { podMtu, type FabricPodMtu } from './pod-mtu';
 import type { AppliedPeersFile } from './applied-peers-file';
 import { WithdrawalGrace } from './withdrawal-grace';
 
@@ -49,8 +49,13 @@ export interface FabricControllerOptions {
    * does then get the withdrawal grace instead of losing their routes at the first apply.
    */
   appliedPeers?: AppliedPeersFile;
-  /** The networks whose backend offers the fabric, with their pod MTU: one above the fabric's is warned of. */
-  networks?: ReadonlyArray<{ name: string; mtu: number }>;
+  /** Told what each dataplane's node carries, for the networks whose MTU is auto. */
+  podMtu?: FabricPodMtu;
+  /**
+   * The networks whose backend offers the fabric: a configured MTU (0 = auto) above what the fabric
+   * carries, and attachments running with one, are warned of.
+   */
+  networks?: readonly FabricNetwork[];
   /** How the node's ranges are cut among its DPUs, when a backend in use places ports. */
   slices?: SliceBook;
   log: Logger;
@@ -63,6 +68,16 @@ export interface FabricControllerOptions {
   reapplyMs?: number;
   /** Wait before preparing again after prepare failed, or starting the source again (ms). */
   retryMs?: number;
+}
+
+/** A network as the MTU warnings see it (core/ipam/network.ts). */
+export interface FabricNetwork {
+  name: string;
+  config: { mtu: number };
+  /** What the fabric carries to its pods; undefined before its dataplane is prepared. */
+  carried(): number | undefined;
+  /** Its live attachments with a larger MTU than the fabric carries to them. */
+  aboveFabric(): number;
 }
 
 /** inversify identifier of the FabricController. */
@@ -157,7 +172,7 @@ export class FabricController {
       ready: reasons.length === 0,
       reasons,
       warnings: [
-        ...(local ? this.mtuWarnings(podMtu(mode, local)) : []),
+        ...(local && mode !== 'off' ? this.mtuWarnings() : []),
         ...(book?.warnings ?? []),
         ...(mode === 'off' ? [] : [this.grace.disruption()?.reason ?? ''].filter((w) => w !== '')),
       ],
@@ -182,13 +197,24 @@ export class FabricController {
    * to other nodes with small packets; large ones are dropped or fragmented on the way. So it is said,
    * not made a reason.
    */
-  private mtuWarnings(fits: number): string[] {
-    return (this.opts.networks ?? [])
-      .filter((n) => n.mtu > fits)
-      .map(
-        (n) =>
-          `network ${n.name}: mtu ${n.mtu} is larger than the ${this.mode} fabric carries (${fits}); set its mtu to ${fits} or less`,
-      );
+  private mtuWarnings(): string[] {
+    const out: string[] = [];
+    for (const n of this.opts.networks ?? []) {
+      const fits = n.carried();
+      if (fits === undefined) continue;
+      if (n.config.mtu > fits)
+        out.push(
+          `network ${n.name}: mtu ${n.config.mtu} is larger than the ${this.mode} fabric carries (${fits}); set its mtu to ${fits} or less, or to 0 (auto)`,
+        );
+      // An interface keeps the MTU it was attached with: one attached before the uplink's MTU or the
+      // mode changed (or with a call's own MTU) still sends what the fabric now drops.
+      const above = n.aboveFabric();
+      if (above > 0)
+        out.push(
+          `network ${n.name}: ${above} attachment(s) run with a larger MTU than the ${this.mode} fabric carries (${fits}); their large packets to other nodes are dropped until they are attached again`,
+        );
+    }
+    return out;
   }
 
   private reasons(reports: FabricReport[]): string[] {
@@ -228,6 +254,7 @@ export class FabricController {
       this.local = first;
       this.locals = locals;
       this.prepareError = undefined;
+      this.opts.dataplanes.forEach((dp, i) => this.opts.podMtu?.learn(dp, locals[i] as LocalNode));
     } catch (err) {
       const msg = `fabric dataplane not prepared: ${asWorkloadNetError(err).message}`;
       if (msg !== this.prepareError) log.error({ err: msg }, 'fabric not prepared; retrying');
@@ -282,6 +309,7 @@ export class FabricController {
     this.opts.dataplanes.forEach((dp, i) =>
       dp.onLocalChange?.((local) => {
         this.locals[i] = local;
+        this.opts.podMtu?.learn(dp, local);
         if (i === 0) this.local = local;
         this.localChanged();
       }),

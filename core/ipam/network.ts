@@ -5,6 +5,7 @@ import { failedPrecondition, invalidArgument } from '../errors';
 import type { AllocatedIp, IpAllocator } from './ip-allocator';
 import type { PoolSupply } from './pool-supply';
 import type { SliceBook } from './slice-book';
+import { DEFAULT_POD_MTU, type FabricPodMtu } from '../fabric/pod-mtu';
 
 // A named network: its backend, its own pools, and how its interfaces route. A node may serve several
 // (the pod's eth0 on a host veth, net1 on a DPU VF); each attachment belongs to one and is attached,
@@ -12,6 +13,9 @@ import type { SliceBook } from './slice-book';
 // Backend interface, each built once by DI however many networks use it.
 
 export class Network {
+  /** Live attachments by "<endpoint>|<mtu>", kept as rows come and go (Status reads it: no scan). */
+  private readonly running = new Map<string, number>();
+
   constructor(
     readonly config: ResolvedNetwork,
     readonly backend: Backend,
@@ -19,10 +23,50 @@ export class Network {
     readonly pools: PoolSupply,
     /** The node's slice book, when this network's ranges are cut among DPUs (slice-book.ts). */
     readonly slices?: SliceBook,
+    /** What the fabric carries, for an MTU of "auto" (config mtu 0). */
+    private readonly fabricMtu?: FabricPodMtu,
   ) {}
 
   get name(): string {
     return this.config.name;
+  }
+
+  /**
+   * The MTU of a new interface whose call asks for none: the configured one, exactly; with "auto", what
+   * the fabric carries to a pod behind this backend (on that endpoint, when placed), else 1500.
+   */
+  mtu(endpoint?: string): number {
+    if (this.config.mtu !== 0) return this.config.mtu;
+    return this.fabricMtu?.auto(this.backend.fabric, endpoint) ?? DEFAULT_POD_MTU;
+  }
+
+  /** What the fabric carries to a pod of this network; undefined when that is not known or not limited. */
+  carried(endpoint?: string): number | undefined {
+    return this.fabricMtu?.carried(this.backend.fabric, endpoint);
+  }
+
+  /** Counts a live attachment in or out (the ledger calls it with the row count). */
+  counted(rec: { mtu: number; endpoint?: string }, delta: 1 | -1): void {
+    const key = `${rec.endpoint ?? ''}|${rec.mtu}`;
+    const n = (this.running.get(key) ?? 0) + delta;
+    if (n > 0) this.running.set(key, n);
+    else this.running.delete(key);
+  }
+
+  /**
+   * Live attachments whose MTU is larger than what the fabric carries to them now (attached before the
+   * uplink's MTU or the mode changed, or with a call's or the config's MTU): they keep it, and their
+   * large packets to other nodes are dropped.
+   */
+  aboveFabric(): number {
+    let n = 0;
+    for (const [key, count] of this.running) {
+      const bar = key.indexOf('|');
+      const endpoint = key.slice(0, bar) || undefined;
+      const fits = this.carried(endpoint);
+      if (fits !== undefined && Number(key.slice(bar + 1)) > fits) n += count;
+    }
+    return n;
   }
 
   /**

@@ -55,7 +55,8 @@ export class NodeStatus {
         backend: network.backend.name,
         ready: own.length === 0,
         reasons: own,
-        mtu: network.config.mtu,
+        // What a new interface gets now ("auto" follows the fabric).
+        mtu: network.mtu(),
         defaultRoute: network.config.defaultRoute,
         routes: network.config.defaultRoute ? [] : network.ranges(),
         pools,

@@ -66,7 +66,8 @@ describe('workloadnet peers', () => {
       const backend = Object.assign(new RecordingBackend(), { fabric: dp });
       d = await InProcessDaemon.start(
         backend,
-        { nodeName: 'self-node', fabric: { mode: 'vxlan', peersFile } },
+        // An MTU set above what VXLAN carries: kept, and warned of.
+        { nodeName: 'self-node', mtu: 1500, fabric: { mode: 'vxlan', peersFile } },
         { dir },
       );
       await until(() => dp.applied.length > 0, 10_000, 'the first apply');
@@ -84,7 +85,7 @@ describe('workloadnet peers', () => {
       );
       expect(r.stdout).to.match(/source:\s+static \(synced, connected\)/);
       expect(r.stdout).to.include(
-        'warning:   network default: mtu 1500 is larger than the vxlan fabric carries (1450); set its mtu to 1450 or less',
+        'warning:   network default: mtu 1500 is larger than the vxlan fabric carries (1450); set its mtu to 1450 or less, or to 0 (auto)',
       );
       expect(r.stdout).to.match(/programmed:\s+3 routes, 2 neighbours, 2 fdb entries; 0 repairs/);
       const lines = r.stdout.split('\n');

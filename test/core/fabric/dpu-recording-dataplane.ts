@@ -32,7 +32,12 @@ export class DpuDataplane extends RecordingFabricDataplane {
 
   /** The node's DPUs are now these. */
   setDpus(ids: string[]): void {
-    this.local = { ...this.local, endpoints: ids.map((id) => dpu(id)) };
+    this.setEndpoints(ids.map((id) => dpu(id)));
+  }
+
+  /** The node's DPUs are now these, as given (their own MTUs and underlays). */
+  setEndpoints(endpoints: TunnelEndpoint[]): void {
+    this.local = { ...this.local, endpoints };
     this.listener?.(this.local);
   }
 }

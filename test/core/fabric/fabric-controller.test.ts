@@ -1,8 +1,14 @@
 import { expect } from 'chai';
-import { FabricController, type FabricControllerOptions } from '../../../core/fabric/fabric-controller';
+import {
+  FabricController,
+  type FabricControllerOptions,
+  type FabricNetwork,
+} from '../../../core/fabric/fabric-controller';
 import type { FabricSettings } from '../../../core/fabric/fabric-dataplane';
 import { silentLogger } from '../../../core/logger';
 import { Metrics } from '../../../core/metrics';
+import { FabricPodMtu } from '../../../core/fabric/pod-mtu';
+import { DpuDataplane, dpu } from './dpu-recording-dataplane';
 import { ManualPeerSource, RecordingFabricDataplane, peer, until } from './recording-fabric-dataplane';
 
 // The fabric controller against a peer source moved by hand and a dataplane that records its tables.
@@ -205,21 +211,50 @@ describe('fabric controller', () => {
   });
 
   it('warns of a network whose MTU is larger than the fabric carries, without losing readiness', async () => {
-    const c = make({
-      networks: [
-        { name: 'default', mtu: 1500 },
-        { name: 'small', mtu: 1400 },
-      ],
+    const mtus = new FabricPodMtu(SETTINGS);
+    const net = (name: string, mtu: number, above = 0): FabricNetwork => ({
+      name,
+      config: { mtu },
+      carried: () => mtus.carried(dp),
+      aboveFabric: () => above,
     });
+    const c = make({
+      podMtu: mtus,
+      networks: [net('default', 1500), net('small', 1400), net('auto', 0, 2)],
+    });
+    expect(mtus.carried(dp)).to.equal(undefined);
     await c.start();
+    // Learnt at prepare(), before the first peer list: an attach right after start gets it.
+    expect(mtus.carried(dp)).to.equal(1450);
     source.set([peer('n2', 2)]);
     await until(() => dp.applied.length === 1);
     const st = c.status();
     expect(st.podMtu).to.equal(1450);
     expect(st.warnings).to.deep.equal([
-      'network default: mtu 1500 is larger than the vxlan fabric carries (1450); set its mtu to 1450 or less',
+      'network default: mtu 1500 is larger than the vxlan fabric carries (1450); set its mtu to 1450 or less, or to 0 (auto)',
+      'network auto: 2 attachment(s) run with a larger MTU than the vxlan fabric carries (1450); their large packets to other nodes are dropped until they are attached again',
     ]);
     expect(st.ready).to.equal(true);
+  });
+
+  it('tells the pod MTU of a changed node (a DPU come with its own uplink MTU) to the networks', async () => {
+    const mtus = new FabricPodMtu(SETTINGS);
+    const dpus = new DpuDataplane();
+    await make({ podMtu: mtus, dataplanes: [dpus] }).start();
+    // No DPU yet: the node's own MTU less VXLAN.
+    expect(mtus.carried(dpus)).to.equal(1450);
+    dpus.setEndpoints([
+      { ...dpu('dpu-a', 1), mtu: 9000 },
+      { ...dpu('dpu-b', 2), underlay: 'fd00::b' },
+    ]);
+    // Each DPU encapsulates on its own uplink: 9000 - 50, and 1500 - 70 over IPv6.
+    expect(mtus.carried(dpus, 'dpu-a')).to.equal(8950);
+    expect(mtus.carried(dpus, 'dpu-b')).to.equal(1430);
+    // Not placed, or on a DPU not listed: the smallest, which fits any.
+    expect(mtus.carried(dpus)).to.equal(1430);
+    expect(mtus.carried(dpus, 'dpu-c')).to.equal(1430);
+    // The networks ask when they attach: an auto network's new interface on dpu-a.
+    expect(mtus.auto(dpus, 'dpu-a')).to.equal(8950);
   });
 
   it('says so when no backend in use offers a fabric', async () => {

@@ -1,0 +1,134 @@
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import type { AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
+import {
+  FabricTopology,
+  peersFileEntry,
+  writePeersFile,
+  type BareNode,
+} from '../backends/linux/fabric-topology';
+import { attachRequest } from '../support/attach-request';
+import { DaemonProcess } from '../support/daemon-process';
+import { describeRoot } from '../support/describe-root';
+import { waitUntil } from '../support/wait-until';
+
+// The pod MTU left to the daemon (no --mtu): two real daemons in VXLAN mode, each in its node namespace
+// on a test-owned underlay (a 1500-byte uplink, the nodes on two subnets joined by a router). A pod
+// attached through the API gets the fabric's pod MTU on its interface, 1450, and a don't-fragment
+// packet of that size crosses the tunnel while one byte more fails in the pod at once. An uplink MTU
+// changed while the daemon is away applies to pods attached after the restart; those before keep theirs.
+
+interface Node extends BareNode {
+  range: number;
+  dir: string;
+  peersFile: string;
+  daemon?: DaemonProcess;
+}
+
+/** The MTU of an interface inside a namespace, as the kernel has it. */
+function linkMtu(ns: string, ifName: string): number {
+  const out = execFileSync('ip', ['-n', ns, '-o', 'link', 'show', 'dev', ifName], { encoding: 'utf8' });
+  return Number(/ mtu (\d+) /.exec(out)?.[1]);
+}
+
+/** One don't-fragment ping of `size` bytes of IP packet from a pod namespace. */
+function dfPing(ns: string, to: string, size: number): { ok: boolean; out: string } {
+  // 20 bytes of IP header and 8 of ICMP header around the payload.
+  const args = ['netns', 'exec', ns, 'ping', '-M', 'do', '-c', '1', '-W', '2', '-s', String(size - 28), to];
+  try {
+    return {
+      ok: true,
+      out: execFileSync('ip', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }),
+    };
+  } catch (err) {
+    const e = err as { stdout?: string; stderr?: string };
+    return { ok: false, out: `${e.stdout ?? ''}${e.stderr ?? ''}` };
+  }
+}
+
+describeRoot('pod MTU follows the fabric (vxlan, no --mtu; real kernel)', function () {
+  this.timeout(120_000);
+  const topo = new FabricTopology();
+  const nodes: Node[] = [];
+  /** The namespace of the first pod on the first node. */
+  let firstPod = '';
+  const start = (n: Node): Promise<DaemonProcess> =>
+    DaemonProcess.start({
+      dir: n.dir,
+      netns: n.ns,
+      flags: { 'pod-cidr': `10.244.${n.range}.0/24`, fabric: 'vxlan', 'peers-file': n.peersFile },
+    });
+  const attach = async (n: Node, id: string): Promise<{ ns: string; ip: string; mtu: number }> => {
+    const pod = topo.pool.add(`${n.name}${id}`);
+    const client = (n.daemon as DaemonProcess).client;
+    const res: AttachResponse = await client.call(
+      client.raw.attach,
+      attachRequest(`${n.name}-${id}`, pod.path),
+    );
+    return {
+      ns: pod.name,
+      ip: (res.ips[0]?.cidr ?? '').split('/')[0] as string,
+      mtu: res.interfaces[0]?.mtu ?? 0,
+    };
+  };
+
+  before(async () => {
+    await topo.build([]);
+    for (const [name, subnet, host, range] of [
+      ['ma', 1, 1, 1],
+      ['mc', 2, 3, 3],
+    ] as const) {
+      const bare = await topo.addBareNode({ name, subnet, host });
+      const dir = fs.mkdtempSync(path.join(os.tmpdir(), `wn-mtu-${name}-`));
+      nodes.push({ ...bare, range, dir, peersFile: path.join(dir, 'peers.json') });
+    }
+    for (const n of nodes) {
+      const other = nodes.find((o) => o !== n) as Node;
+      writePeersFile(n.peersFile, [
+        peersFileEntry(other.name, other.address, [`10.244.${other.range}.0/24`]),
+      ]);
+      n.daemon = await start(n);
+    }
+  });
+
+  after(async () => {
+    for (const n of nodes) await n.daemon?.stop().catch(() => undefined);
+    await topo.cleanup();
+    for (const n of nodes) fs.rmSync(n.dir, { recursive: true, force: true });
+  });
+
+  it('gives a pod the uplink MTU less VXLAN, which crosses the tunnel whole; one byte more fails in the pod', async () => {
+    const [ma, mc] = nodes as [Node, Node];
+    expect(linkMtu(ma.ns, 'eth0'), 'the uplink the test made').to.equal(1500);
+    const a = await attach(ma, 'p1');
+    const c = await attach(mc, 'p1');
+    firstPod = a.ns;
+    expect(linkMtu(a.ns, 'eth0')).to.equal(1450);
+    expect(linkMtu(c.ns, 'eth0')).to.equal(1450);
+    expect(a.mtu, 'the MTU Attach answers').to.equal(1450);
+    await waitUntil(
+      async () => dfPing(a.ns, c.ip, 1450).ok,
+      'a pod-MTU packet with DF set crosses the VXLAN path',
+    );
+    const over = dfPing(a.ns, c.ip, 1451);
+    expect(over.ok).to.equal(false);
+    expect(over.out).to.match(/message too long|mtu = 1450/i);
+  });
+
+  it('applies an uplink MTU changed across a restart to new pods; the pod before keeps its own', async () => {
+    const ma = nodes[0] as Node;
+    await (ma.daemon as DaemonProcess).stop();
+    execFileSync('ip', ['-n', ma.ns, 'link', 'set', 'dev', 'eth0', 'mtu', '1400']);
+    ma.daemon = await start(ma);
+    const b = await attach(ma, 'p2');
+    expect(linkMtu(b.ns, 'eth0')).to.equal(1350);
+    expect(linkMtu(firstPod, 'eth0'), 'the pod attached before the change').to.equal(1450);
+    const st = await ma.daemon.client.call(ma.daemon.client.raw.status, {});
+    expect(JSON.stringify(st)).to.include(
+      'network default: 1 attachment(s) run with a larger MTU than the vxlan fabric carries (1350)',
+    );
+  });
+});
