@@ -275,6 +275,19 @@ describeRoot('Linux fabric: the VXLAN source filter', function () {
     expect(await tableExists(na.ns)).to.equal(true);
   });
 
+  it('a table deleted by hand is back, with the peers, at the next periodic pass', async () => {
+    const periodic = open(na, { reconcileIntervalMs: 300 });
+    try {
+      await periodic.prepare(settings('vxlan'));
+      await periodic.apply(peersOfA());
+      await nft(na.ns, 'delete', 'table', 'inet', 'workloadnet');
+      await waitUntil(() => tableExists(na.ns), 'the table to be back');
+      expect(await setElements(na.ns, 'vxlan_peers4')).to.deep.equal(['10.100.2.3']);
+    } finally {
+      await periodic.stop();
+    }
+  });
+
   it('without nft: the fabric works unfiltered and says so', async () => {
     await nft(na.ns, 'delete', 'table', 'inet', 'workloadnet');
     const bare = open(na, { nftCommand: '/nonexistent/nft' });
