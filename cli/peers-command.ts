@@ -52,6 +52,8 @@ export function formatPeers(f: FabricStatus | undefined, now = Date.now()): stri
   lines.push(
     `programmed:  ${f.routes} routes, ${f.neighbours} neighbours, ${f.fdb} fdb entries; ${f.repairs} repairs`,
   );
+  if (f.filteredPackets !== undefined)
+    lines.push(`filtered:    ${f.filteredPackets} VXLAN packets from senders that are not peers`);
   let out = lines.join('\n') + '\n';
   if (f.peers.length === 0) return out + 'no peers\n';
   out +=

@@ -189,6 +189,7 @@ export const DEFAULT_CONFIG: DaemonConfig = {
     leaseTtlSeconds: 15,
     withdrawGraceSeconds: 180,
     strictSlices: false,
+    sourceFilter: true,
   },
 };
 
@@ -263,6 +264,8 @@ export const OPTION_DOCS: Record<string, string> = {
     "Fabric, etcd peer source: TTL of the lease this node's record lives on (1-15 s): a dead node leaves its peers' tables after it.",
   'fabric.withdrawGraceSeconds':
     'Fabric: how long a peer that left its source stays programmed before its routes are removed (a lapsed lease is not proof of a dead node).',
+  'fabric.sourceFilter':
+    "Fabric: accept VXLAN only from the peers' underlay addresses (an nftables table of ours, `table inet workloadnet`; needs nft); other senders' packets are dropped and counted. false accepts VXLAN from anyone. Default true.",
   'fabric.strictSlices':
     "Fabric with DPUs: when a DPU's slices are full, refuse the attach (RESOURCE_EXHAUSTED) instead of borrowing an address from elsewhere in the node's ranges (announced as a /32 or /128); default false.",
 };
@@ -412,6 +415,7 @@ export function fabricSettings(c: DaemonConfig): FabricSettings | undefined {
     port: c.fabric.port,
     // Only the etcd source knows the cluster's ranges; with the others no catch-all is programmed.
     clusterCidrs: c.poolSource === 'etcd' ? c.etcd.clusterCidrs : [],
+    sourceFilter: c.fabric.sourceFilter,
   };
 }
 

@@ -191,6 +191,11 @@ export class Metrics {
     help: 'Fabric: objects put back after they were removed or changed behind our back.',
     registers: [this.registry],
   });
+  readonly fabricFilteredPackets = new Counter({
+    name: 'workloadnet_fabric_filtered_packets_total',
+    help: "Fabric: VXLAN packets dropped because their source is no peer's underlay address (fabric.sourceFilter), as the kernel counts them.",
+    registers: [this.registry],
+  });
   readonly fabricBorrowed = new Gauge({
     name: 'workloadnet_fabric_borrowed_addresses',
     help: 'Fabric with DPUs: addresses held outside the slices of the DPU holding their port (each announced as a /32 or /128); fabric.strictSlices refuses them instead.',

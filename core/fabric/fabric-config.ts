@@ -22,6 +22,8 @@ export interface FabricConfig {
   withdrawGraceSeconds: number;
   /** A DPU whose slices are full gets no address rather than a borrowed one. */
   strictSlices: boolean;
+  /** VXLAN only from the peers' underlay addresses (an nftables table of ours); false: from anyone. */
+  sourceFilter: boolean;
 }
 
 /** What the check reads of the configuration. */
@@ -72,4 +74,6 @@ export function validateFabric(c: FabricOptions, fail: (msg: string) => never): 
     );
   if (typeof f.strictSlices !== 'boolean')
     fail(`fabric.strictSlices must be true or false, not ${JSON.stringify(f.strictSlices)}`);
+  if (typeof f.sourceFilter !== 'boolean')
+    fail(`fabric.sourceFilter must be true or false, not ${JSON.stringify(f.sourceFilter)}`);
 }

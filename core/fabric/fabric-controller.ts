@@ -114,6 +114,7 @@ export class FabricController {
   private applyError?: string;
   private lastApplyAt?: number;
   private lastRepairs = 0;
+  private lastFiltered: number | undefined;
   /** Per peer: what it looked like at the last apply, and since when (wall clock). */
   private readonly seen = new Map<string, { shape: string; since: number }>();
   private peerRows: FabricPeerStatus[] = [];
@@ -175,6 +176,7 @@ export class FabricController {
         ...(local && mode !== 'off' ? this.mtuWarnings() : []),
         ...(book?.warnings ?? []),
         ...(mode === 'off' ? [] : [this.grace.disruption()?.reason ?? ''].filter((w) => w !== '')),
+        ...reports.flatMap((r) => r.warnings ?? []),
       ],
       node: this.self?.node ?? '',
       underlay: local?.underlay ?? [],
@@ -188,6 +190,7 @@ export class FabricController {
       peers: this.peerRows,
       objects: sumObjects(reports),
       repairs: reports.reduce((n, r) => n + r.repairs, 0),
+      ...filteredPackets(reports),
       ...(this.lastApplyAt === undefined ? {} : { lastApply: new Date(this.lastApplyAt).toISOString() }),
     };
   }
@@ -506,7 +509,22 @@ export class FabricController {
     // The dataplanes count repairs since they started; the counter takes what is new.
     if (st.repairs > this.lastRepairs) m.fabricRepairs.inc(st.repairs - this.lastRepairs);
     this.lastRepairs = st.repairs;
+    // The kernel's counter outlives the daemon: the first value seen is counted whole, then what is
+    // new; a counter that went back (its table was made anew) counts from zero again.
+    if (st.filteredPackets !== undefined) {
+      const seen = this.lastFiltered;
+      const add =
+        seen === undefined || st.filteredPackets < seen ? st.filteredPackets : st.filteredPackets - seen;
+      if (add > 0) m.fabricFilteredPackets.inc(add);
+      this.lastFiltered = st.filteredPackets;
+    }
   }
+}
+
+function filteredPackets(reports: readonly FabricReport[]): { filteredPackets?: number } {
+  const counted = reports.filter((r) => r.filteredPackets !== undefined);
+  if (counted.length === 0) return {};
+  return { filteredPackets: counted.reduce((n, r) => n + (r.filteredPackets ?? 0), 0) };
 }
 
 function sumObjects(reports: readonly FabricReport[]): FabricReport['objects'] {

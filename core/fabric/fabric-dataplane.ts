@@ -15,6 +15,11 @@ export interface FabricSettings {
   port: number;
   /** Cluster ranges: a lowest-priority unreachable route covers them, so an unknown peer fails fast. */
   clusterCidrs: string[];
+  /**
+   * Accept VXLAN only from the peers' underlay addresses (fabric.sourceFilter); absent means true. A
+   * dataplane that cannot filter says so in its report's warnings and works unfiltered.
+   */
+  sourceFilter?: boolean;
 }
 
 /** This node on the underlay, as the dataplane found it at prepare(). */
@@ -76,6 +81,13 @@ export interface FabricReport {
   objects: { routes: number; neighbours: number; fdb: number };
   /** Objects put back after they were removed or changed behind our back. */
   repairs: number;
+  /**
+   * VXLAN packets dropped because their source is no peer's underlay address (the kernel's counter,
+   * kept across restarts); absent when no source filter is programmed.
+   */
+  filteredPackets?: number;
+  /** What works but not as configured (the source filter off for want of nft); not part of `ready`. */
+  warnings?: string[];
 }
 
 export interface FabricDataplane {

@@ -50,6 +50,11 @@ export interface FabricStatus {
   objects: { routes: number; neighbours: number; fdb: number };
   /** Objects put back after they were removed or changed behind our back, since start. */
   repairs: number;
+  /**
+   * VXLAN packets the source filter dropped (their source is no peer's underlay address), as the
+   * kernel counts them since the filter was created; absent when no filter is programmed.
+   */
+  filteredPackets?: number;
   /** When the peer table was last applied (ISO time). */
   lastApply?: string;
 }

@@ -445,6 +445,7 @@ function toProtoFabric(f: FabricStatus): ProtoFabricStatus {
     endpoints: f.endpoints ?? [],
     borrowed: f.borrowed ?? 0,
     slices: f.slices ?? 0,
+    filteredPackets: f.filteredPackets,
   };
 }
 

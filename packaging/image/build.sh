@@ -9,7 +9,8 @@
 #   --out FILE   also keep the root file system tarball that was imported here
 #
 # One layer, made of two parts:
-#   1. a Debian root file system (mmdebstrap, the essential set plus libstdc++6 for Node.js), cached in
+#   1. a Debian root file system (mmdebstrap, the essential set plus libstdc++6 for Node.js and
+#      nftables for the fabric's VXLAN source filter; nsenter comes with the essential util-linux), cached in
 #      $WORKLOADNET_IMAGE_CACHE (default ~/.cache/workloadnet-image) under a key made of every input:
 #      the mmdebstrap arguments, its version, and the mirrors' signed InRelease files (so a Debian
 #      update, security fixes included, makes a new one and nothing else does);
@@ -64,7 +65,7 @@ start=$(date +%s)
 # /usr as Debian 12 does without pulling in usrmerge and perl. Manual pages, translations and
 # documentation other than the copyright files are left out; so are the two files mmdebstrap copies
 # from the build machine (a container runtime provides both).
-set -- --variant=essential --include=libstdc++6 \
+set -- --variant=essential --include=libstdc++6,nftables \
   --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
   --dpkgopt='path-exclude=/usr/share/info/*' --dpkgopt='path-exclude=/usr/share/doc/*' \

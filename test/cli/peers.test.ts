@@ -117,6 +117,21 @@ describe('workloadnet peers', () => {
       expect(Number.isNaN(Date.parse(f.peers[0]?.lastChange ?? ''))).to.equal(false);
     });
 
+    it("shows the VXLAN source filter's drop counter (and --json carries it); no line without a filter", async () => {
+      expect((await runAsync(['peers', ...sock()])).stdout).to.not.include('filtered:');
+      dp.filteredPackets = 7;
+      try {
+        const r = await runAsync(['peers', ...sock()]);
+        expect(r.stdout).to.include('filtered:    7 VXLAN packets from senders that are not peers\n');
+        const j = JSON.parse((await runAsync(['peers', '--json', ...sock()])).stdout) as {
+          filteredPackets?: number;
+        };
+        expect(j.filteredPackets).to.equal(7);
+      } finally {
+        dp.filteredPackets = undefined;
+      }
+    });
+
     it('status shows the fabric line, and a refused peers file as its reason, without losing readiness', async () => {
       const st = await runAsync(['status', ...sock()]);
       expect(st.code).to.equal(0);

@@ -13,7 +13,7 @@ import {
   type BareNode,
 } from '../backends/linux/fabric-topology';
 import { attachRequest } from '../support/attach-request';
-import { DaemonProcess } from '../support/daemon-process';
+import { CLI, DaemonProcess } from '../support/daemon-process';
 import { describeRoot } from '../support/describe-root';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
@@ -99,6 +99,31 @@ describeRoot('fabric between three daemons (hybrid, static peers; real kernel)',
     ]);
     const paths = Object.fromEntries(peersOf(path.join(na.dir, 'api.sock')).map((p) => [p.node, p.path]));
     expect(paths).to.deep.equal({ nb: 'direct', nc: 'vxlan' });
+  });
+
+  it('admits only the peers to the VXLAN port, and Status shows the drop counter', async () => {
+    const na = node('na');
+    const elements = (): string =>
+      execFileSync(
+        'ip',
+        ['netns', 'exec', na.ns, 'nft', 'list', 'set', 'inet', 'workloadnet', 'vxlan_peers4'],
+        {
+          encoding: 'utf8',
+        },
+      );
+    await waitUntil(() => /10\.100\.2\.3/.test(elements()), 'na admits its peers', 20_000, {
+      retryOnError: true,
+    });
+    expect(elements()).to.match(/elements = \{ 10\.100\.1\.2, 10\.100\.2\.3 \}/);
+    const status = (): { filteredPackets?: number; warnings: string[] } =>
+      JSON.parse(
+        execFileSync(process.execPath, [CLI, 'peers', '--json', '--socket', path.join(na.dir, 'api.sock')], {
+          encoding: 'utf8',
+        }),
+      ) as { filteredPackets?: number; warnings: string[] };
+    await waitUntil(() => status().filteredPackets !== undefined, "Status has the filter's counter");
+    expect(status().filteredPackets).to.be.a('number');
+    expect(status().warnings.join('\n')).to.not.include('VXLAN source filter off');
   });
 
   it('carries every pod to every other pod', async () => {

@@ -33,6 +33,7 @@ import { planFabric, podMtu, routeKey, neighbourKey, fdbKey, type FabricPlan } f
 import { applyOps, diff, readOurs, type DiffOp } from './kernel-diff';
 import { discoverUnderlay, type Underlay } from './underlay';
 import { ensureVxlanDevice, findVxlanDevice } from './vxlan-device';
+import { VxlanSourceFilter, nftRunner } from './vxlan-source-filter';
 import { vtepMac } from '../../../lib/vtep-mac';
 
 export interface LinuxFabricOptions {
@@ -43,7 +44,12 @@ export interface LinuxFabricOptions {
   reconcileIntervalMs?: number;
   /** Repair drift as soon as the kernel reports it (default true). */
   monitor?: boolean;
+  /** The nft binary of the VXLAN source filter (default `nft` on PATH). */
+  nftCommand?: string;
 }
+
+/** How often Status may make the source filter's counter be read again. */
+const FILTER_COUNTER_MAX_AGE_MS = 1000;
 
 /** Coalesces a burst of notifications (our own apply makes some) into one reconcile. */
 const MONITOR_DEBOUNCE_MS = 100;
@@ -62,6 +68,8 @@ interface Prepared {
   vxlan?: Link;
   mac?: string;
   routeMtu: number;
+  /** The VXLAN source filter is to be programmed (a device runs and fabric.sourceFilter is on). */
+  filter: boolean;
 }
 
 export class LinuxFabric implements FabricDataplane {
@@ -79,9 +87,15 @@ export class LinuxFabric implements FabricDataplane {
   private debounce: NodeJS.Timeout | undefined;
   private stopped = false;
   private readonly logger: Logger;
+  private readonly filter: VxlanSourceFilter;
+  /** Why the source filter is not in force, while it is not. */
+  private filterOff: string | undefined;
 
   constructor(private readonly opts: LinuxFabricOptions = {}) {
     this.logger = opts.logger ?? silentLogger();
+    this.filter = new VxlanSourceFilter(
+      nftRunner({ command: opts.nftCommand, netnsPath: opts.hostNetnsPath }),
+    );
   }
 
   async prepare(settings: FabricSettings): Promise<LocalNode> {
@@ -109,7 +123,9 @@ export class LinuxFabric implements FabricDataplane {
         vxlan = await findVxlanDevice(sock);
         routeMtu = underlay.uplink.mtu;
       }
-      this.prepared = { settings, underlay, vxlan, mac, routeMtu };
+      const filter = mac !== undefined && settings.sourceFilter !== false;
+      if (!filter) await this.removeFilter(settings);
+      this.prepared = { settings, underlay, vxlan, mac, routeMtu, filter };
       this.startRepairs();
       const local: LocalNode = {
         underlay: [underlay.address],
@@ -130,7 +146,12 @@ export class LinuxFabric implements FabricDataplane {
   }
 
   report(): FabricReport {
-    return { ...this.last, repairs: this.repairs };
+    const out: FabricReport = { ...this.last, repairs: this.repairs };
+    if (this.prepared?.filter && !this.stopped) this.filter.refresh(FILTER_COUNTER_MAX_AGE_MS);
+    if (this.prepared?.filter && this.filter.filtered !== undefined)
+      out.filteredPackets = this.filter.filtered;
+    if (this.filterOff !== undefined) out.warnings = [this.filterOff];
+    return out;
   }
 
   async stop(): Promise<void> {
@@ -139,6 +160,7 @@ export class LinuxFabric implements FabricDataplane {
     if (this.debounce) clearTimeout(this.debounce);
     this.timer = undefined;
     await this.chain.catch(() => undefined);
+    await this.filter.settled();
     await this.monitor?.stop();
     this.monitor = undefined;
     await this.sock?.close();
@@ -186,6 +208,9 @@ export class LinuxFabric implements FabricDataplane {
       },
       peers,
     );
+    // Peers are admitted before routes to them exist (their answers must not be dropped), and a
+    // withdrawn peer leaves the set only when the controller leaves it out of the table.
+    if (prep.filter) await this.applyFilter(prep.settings.port, peers);
     const have = await readOurs(sock, vxlanIndex);
     const ops = diff(plan, have, vxlanIndex);
     const fingerprints = fingerprintsOf(plan);
@@ -221,6 +246,38 @@ export class LinuxFabric implements FabricDataplane {
       repairs: this.repairs,
     };
     return this.report();
+  }
+
+  /** Programs the source filter; a failure leaves the fabric unfiltered and is a warning. */
+  private async applyFilter(port: number, peers: readonly Peer[]): Promise<void> {
+    try {
+      await this.filter.apply(port, peers);
+      if (this.filterOff !== undefined) this.logger.info({}, 'VXLAN source filter in force');
+      this.filterOff = undefined;
+    } catch (err) {
+      const why =
+        `VXLAN source filter off: ${(err as Error).message}; VXLAN packets are accepted from any source ` +
+        `on UDP port ${port} (install nftables, or set fabric.sourceFilter to false)`;
+      if (why !== this.filterOff) this.logger.warn({ err: (err as Error).message }, why);
+      this.filterOff = why;
+    }
+  }
+
+  /**
+   * No filter wanted (no VXLAN device in this mode, or fabric.sourceFilter off): our table goes, as
+   * it would drop packets to the port for whatever listens there now. Only our own table is deleted.
+   */
+  private async removeFilter(settings: FabricSettings): Promise<void> {
+    this.filterOff = undefined;
+    try {
+      await this.filter.remove();
+    } catch (err) {
+      // Without nft there is no table of ours to remove either.
+      this.logger.debug(
+        { err: (err as Error).message, mode: settings.mode, sourceFilter: settings.sourceFilter },
+        'VXLAN source filter not removed',
+      );
+    }
   }
 
   private startRepairs(): void {

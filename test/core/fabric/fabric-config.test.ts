@@ -33,7 +33,12 @@ describe('fabric configuration', () => {
       vni: 30574,
       port: 4789,
       clusterCidrs: ['10.96.0.0/12'],
+      sourceFilter: true,
     });
+    expect(
+      fabricSettings(mergeConfig(DEFAULT_CONFIG, ETCD, { fabric: { sourceFilter: false } }))?.sourceFilter,
+      'fabric.sourceFilter reaches the dataplane',
+    ).to.equal(false);
     expect(
       fabricSettings(mergeConfig(DEFAULT_CONFIG, { fabric: { mode: 'vxlan' } }))?.clusterCidrs,
     ).to.deep.equal([]);
@@ -48,6 +53,7 @@ describe('fabric configuration', () => {
     [{ peersFile: 'peers.json' }, 'fabric.peersFile must be an absolute path or empty'],
     [{ leaseTtlSeconds: 60 }, 'fabric.leaseTtlSeconds must be an integer in 1..15'],
     [{ withdrawGraceSeconds: -1 }, 'fabric.withdrawGraceSeconds must be an integer in 0..86400, not -1'],
+    [{ sourceFilter: 'yes' }, 'fabric.sourceFilter must be true or false, not "yes"'],
   ] as const) {
     it(`refuses ${JSON.stringify(fabric)} with a message naming the option`, () => {
       expect(() => mergeConfig(DEFAULT_CONFIG, { fabric: fabric as ConfigOverrides['fabric'] })).to.throw(

@@ -285,6 +285,29 @@ describe('fabric controller', () => {
     );
   });
 
+  it("shows the source filter's counter and warnings, and counts the kernel's counter in the metric", async () => {
+    const c = make();
+    await c.start();
+    source.set([peer('n2', 2)]);
+    await until(() => dp.applied.length === 1);
+    expect(c.observe().filteredPackets, 'no filter, no counter').to.equal(undefined);
+    expect(await metrics.registry.metrics()).to.match(/workloadnet_fabric_filtered_packets_total 0/);
+    // The kernel's counter outlived an earlier daemon: its value is counted whole, then what is new.
+    dp.filteredPackets = 40;
+    expect(c.observe().filteredPackets).to.equal(40);
+    dp.filteredPackets = 45;
+    c.observe();
+    expect(await metrics.registry.metrics()).to.match(/workloadnet_fabric_filtered_packets_total 45/);
+    // A table made anew counts from zero.
+    dp.filteredPackets = 2;
+    c.observe();
+    expect(await metrics.registry.metrics()).to.match(/workloadnet_fabric_filtered_packets_total 47/);
+    dp.warnings = ['VXLAN source filter off: nft is not installed (Debian package nftables); …'];
+    const st = c.observe();
+    expect(st.warnings).to.deep.equal(dp.warnings);
+    expect(st.ready, 'a warning, not a reason').to.equal(true);
+  });
+
   it('stops the source and the dataplane, and leaves the kernel alone', async () => {
     const c = make();
     await c.start();

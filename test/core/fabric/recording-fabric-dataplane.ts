@@ -20,6 +20,9 @@ export class RecordingFabricDataplane implements FabricDataplane {
   prepareError?: Error;
   applyError?: Error;
   repairs = 0;
+  /** What report() says of a source filter: its counter, and warnings. */
+  filteredPackets?: number;
+  warnings?: string[];
   local: LocalNode = {
     underlay: ['192.0.2.1'],
     uplink: 'eth0',
@@ -58,7 +61,10 @@ export class RecordingFabricDataplane implements FabricDataplane {
   }
 
   report(): FabricReport {
-    return { ...this.last, repairs: this.repairs };
+    const out: FabricReport = { ...this.last, repairs: this.repairs };
+    if (this.filteredPackets !== undefined) out.filteredPackets = this.filteredPackets;
+    if (this.warnings) out.warnings = this.warnings;
+    return out;
   }
 
   async stop(): Promise<void> {

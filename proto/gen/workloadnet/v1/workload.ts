@@ -279,6 +279,11 @@ export interface FabricStatus {
   borrowed: number;
   /** Slices each pod range is cut into for this node's DPUs (0 without DPUs on the fabric). */
   slices: number;
+  /**
+   * VXLAN packets the source filter dropped (their source is no peer's underlay address), as the
+   * kernel counts them since the filter was made; absent when no filter is programmed.
+   */
+  filteredPackets?: number | undefined;
 }
 
 /** A tunnel endpoint of a node other than its own VXLAN device: one of its DPUs. */
@@ -3055,6 +3060,7 @@ function createBaseFabricStatus(): FabricStatus {
     endpoints: [],
     borrowed: 0,
     slices: 0,
+    filteredPackets: undefined,
   };
 }
 
@@ -3119,6 +3125,9 @@ export const FabricStatus: MessageFns<FabricStatus> = {
     }
     if (message.slices !== 0) {
       writer.uint32(160).uint32(message.slices);
+    }
+    if (message.filteredPackets !== undefined) {
+      writer.uint32(168).uint64(message.filteredPackets);
     }
     return writer;
   },
@@ -3296,6 +3305,14 @@ export const FabricStatus: MessageFns<FabricStatus> = {
             message.slices = reader.uint32();
             continue;
           }
+          case 21: {
+            if (tag !== 168) {
+              break;
+            }
+
+            message.filteredPackets = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3348,6 +3365,11 @@ export const FabricStatus: MessageFns<FabricStatus> = {
         : [],
       borrowed: isSet(object.borrowed) ? globalThis.Number(object.borrowed) : 0,
       slices: isSet(object.slices) ? globalThis.Number(object.slices) : 0,
+      filteredPackets: isSet(object.filteredPackets)
+        ? globalThis.Number(object.filteredPackets)
+        : isSet(object.filtered_packets)
+          ? globalThis.Number(object.filtered_packets)
+          : undefined,
     };
   },
 
@@ -3413,6 +3435,9 @@ export const FabricStatus: MessageFns<FabricStatus> = {
     if (message.slices !== 0) {
       obj.slices = Math.round(message.slices);
     }
+    if (message.filteredPackets !== undefined) {
+      obj.filteredPackets = Math.round(message.filteredPackets);
+    }
     return obj;
   },
 
@@ -3445,6 +3470,7 @@ export const FabricStatus: MessageFns<FabricStatus> = {
     message.endpoints = object.endpoints?.map((e) => FabricEndpoint.fromPartial(e)) || [];
     message.borrowed = object.borrowed ?? 0;
     message.slices = object.slices ?? 0;
+    message.filteredPackets = object.filteredPackets ?? undefined;
     return message;
   },
 };
