@@ -349,7 +349,17 @@ export async function benchDpuFabric(opts: {
             ],
           }),
       };
-      await measure(rig, mode, opts, add);
+      // A mode that fails (a stalled snapshot) is reported as such; the other mode's figures and the
+      // rest of the fabric section still count.
+      await measure(rig, mode, opts, add).catch((err: unknown) => {
+        const message = err instanceof Error ? err.message : String(err);
+        console.error(`dpu fabric bench, ${mode}: ${message}`);
+        rows.push({
+          name: `${mode}: failed: ${message.split('\n')[0]?.slice(0, 200)}`,
+          value: NaN,
+          unit: '',
+        });
+      });
       await d.stop();
       daemon = undefined;
     }
