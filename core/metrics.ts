@@ -90,6 +90,25 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly dpuAgentCarriesFabric = new Gauge({
+    name: 'workloadnet_dpu_agent_carries_fabric',
+    help: 'DPU backend with the fabric on: 1 when the agent carries the fabric (protocol version 3, "fabric-vxlan", an uplink address), else 0 (its pods are reachable only on this node).',
+    labelNames: ['agent'] as const,
+    registers: [this.registry],
+  });
+  readonly dpuAgentFabricObjects = new Gauge({
+    name: 'workloadnet_dpu_agent_fabric_objects',
+    help: 'DPU backend with the fabric on: fabric objects the agent should hold (state="desired") and those it acknowledged at their current generations (state="acked"); they differ while a snapshot or change is unacknowledged.',
+    labelNames: ['agent', 'state'] as const,
+    registers: [this.registry],
+  });
+  readonly dpuAgentFabricPeers = new Gauge({
+    name: 'workloadnet_dpu_agent_fabric_peers',
+    help: 'DPU backend with the fabric on: tunnel endpoints the agent holds (state="total") and those it reports reachable (state="reachable").',
+    labelNames: ['agent', 'state'] as const,
+    registers: [this.registry],
+  });
+
   /** The per-agent gauges, for exactly the agents given (an agent forgotten loses its series). */
   setDpus(dpus: ReadonlyArray<DpuAgentStatus>): void {
     for (const g of [
@@ -97,6 +116,9 @@ export class Metrics {
       this.dpuAgentPorts,
       this.dpuAgentVfsFree,
       this.dpuAgentHeartbeatAge,
+      this.dpuAgentCarriesFabric,
+      this.dpuAgentFabricObjects,
+      this.dpuAgentFabricPeers,
     ])
       g.reset();
     for (const d of dpus) {
@@ -106,6 +128,15 @@ export class Metrics {
       if (d.vfsTotal) this.dpuAgentVfsFree.set(agent, d.vfsFree);
       if (d.lastHeartbeatAgeMs !== undefined)
         this.dpuAgentHeartbeatAge.set(agent, d.lastHeartbeatAgeMs / 1000);
+      // No fabric part while the fabric is off: no series, rather than zeros that read as "behind".
+      const f = d.fabric;
+      if (!f) continue;
+      this.dpuAgentCarriesFabric.set(agent, f.carries ? 1 : 0);
+      if (!f.carries) continue;
+      this.dpuAgentFabricObjects.set({ ...agent, state: 'acked' }, f.objectsAcked);
+      this.dpuAgentFabricObjects.set({ ...agent, state: 'desired' }, f.objectsDesired);
+      this.dpuAgentFabricPeers.set({ ...agent, state: 'reachable' }, f.peersReachable);
+      this.dpuAgentFabricPeers.set({ ...agent, state: 'total' }, f.peersTotal);
     }
   }
 

@@ -47,7 +47,7 @@ const nodeEntry = (n: Node): PeersFileEntry => peersFileEntry(n.name, n.address,
  * `count` peers that exist only in the file: distinct underlay addresses in `underlayBase`.0.0/16 and one
  * /26 each from 10.128.0.0/10 (nothing answers there; the daemon programs them all the same).
  */
-function syntheticPeers(count: number, underlayBase: string): PeersFileEntry[] {
+export function syntheticPeers(count: number, underlayBase: string): PeersFileEntry[] {
   return Array.from({ length: count }, (_, i) => {
     const a = `${underlayBase}.${Math.floor(i / 250)}.${(i % 250) + 1}`;
     const p = 0x0a800000 + i * 64; // 10.128.0.0 + i /26s

@@ -15,6 +15,7 @@ import { FRESH_DAEMON_ROW, benchDaemonLinux, benchDaemonRecording } from './daem
 import { benchDaemonBurst, type BurstMetric } from './burst.bench';
 import { benchDpu } from './dpu.bench';
 import { benchDpuFleet } from './dpu-fleet.bench';
+import { benchDpuFabric } from './dpu-fabric.bench';
 import { benchFabric, type FabricBenchRow } from './fabric.bench';
 import { FLOOR_ROW_NAME, FLOOR_STEPS, benchDiskFlush, benchFloor } from './floor.bench';
 import { benchLinuxBackend } from './linux-backend.bench';
@@ -138,7 +139,9 @@ sections:
   scale       10,000 attachments held by the daemon (DPU backend + simulator)
   fabric      three daemons on a test-owned underlay (hybrid, static peers file): join → first reply
               and leave → entries gone (p50/p95), 2,000 peers programmed and removed, RSS, attach
-              with the fabric on vs off
+              with the fabric on vs off; a daemon on the dpu backend (vxlan) and a simulated DPU
+              (dataplane none, then netns): 5,000-peer snapshot acknowledged, one peer change
+              acknowledged (p50/p95)
   soak        --soak-minutes of attach/detach churn on a Linux and a DPU network at once, the agent
               restarted every 3 minutes: memory, descriptors, store size, event loop and leaks over time
               (only with --only soak)`;
@@ -497,6 +500,8 @@ async function main(): Promise<void> {
   if (want('fabric')) {
     step('fabric: join/leave, 2,000 peers, attach with the fabric on vs off (three daemons, hybrid)');
     r.fabric = await benchFabric({ reps: 20 });
+    step('fabric: a simulated DPU, 5,000-peer snapshot and one peer change acknowledged (dpu backend)');
+    r.fabric.push(...(await benchDpuFabric({ rounds: 10, snapshots: 3 })));
   }
   if (want('soak')) {
     step('soak: attach/detach churn on a Linux and a DPU network, agent restarts');

@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import type { BackendHealth, DpuAgentStatus, DpuFabricStatus } from '../../core/backend';
 import { internal } from '../../core/errors';
 import { MetricsServer } from '../../core/serve/metrics-server';
 import { InProcessDaemon } from '../support/in-process-daemon';
@@ -69,5 +70,75 @@ describe('Prometheus metrics (stand-in namespaces, no root needed)', () => {
       1,
     );
     expect((await fetch(`http://127.0.0.1:${server.port}/other`)).status).to.equal(404);
+  });
+  it("sets each DPU agent's part of the fabric from Status, and drops the series of an agent no longer reported", async () => {
+    const fabric = (f: Partial<DpuFabricStatus>): DpuFabricStatus => ({
+      carries: true,
+      note: '',
+      vtep: '10.100.1.7',
+      objectsAcked: 0,
+      objectsDesired: 0,
+      peersReachable: 0,
+      peersTotal: 0,
+      ...f,
+    });
+    const agent = (id: string, f?: DpuFabricStatus): DpuAgentStatus => ({
+      id,
+      connected: true,
+      healthy: true,
+      bootId: 'b',
+      protocolVersion: f?.carries ? 3 : 2,
+      firmwareVersion: '',
+      agentVersion: '',
+      pfs: [],
+      vfsTotal: 0,
+      vfsFree: 0,
+      ports: 0,
+      synced: true,
+      fabric: f,
+    });
+    let dpus: DpuAgentStatus[] = [
+      agent('dpu-a', fabric({ objectsAcked: 7, objectsDesired: 10, peersReachable: 2, peersTotal: 3 })),
+      agent(
+        'dpu-b',
+        fabric({ carries: false, note: 'does not carry the fabric: protocol version 2', vtep: '' }),
+      ),
+    ];
+    const original = backend.health.bind(backend);
+    backend.health = (): Promise<BackendHealth> => Promise.resolve({ ready: true, reasons: [], dpus });
+    try {
+      const scrape = async (): Promise<string> => {
+        await d.client.call(d.client.raw.status, {});
+        return (await fetch(`http://127.0.0.1:${server.port}/metrics`)).text();
+      };
+      let text = await scrape();
+      const objects = (agentId: string, state: string): number | undefined =>
+        sample(text, 'workloadnet_dpu_agent_fabric_objects', { agent: agentId, state });
+      const peers = (agentId: string, state: string): number | undefined =>
+        sample(text, 'workloadnet_dpu_agent_fabric_peers', { agent: agentId, state });
+      expect(sample(text, 'workloadnet_dpu_agent_carries_fabric', { agent: 'dpu-a' })).to.equal(1);
+      expect(objects('dpu-a', 'acked')).to.equal(7);
+      expect(objects('dpu-a', 'desired')).to.equal(10);
+      expect(peers('dpu-a', 'reachable')).to.equal(2);
+      expect(peers('dpu-a', 'total')).to.equal(3);
+      // An agent that does not carry the fabric says so, and has no object or peer series.
+      expect(sample(text, 'workloadnet_dpu_agent_carries_fabric', { agent: 'dpu-b' })).to.equal(0);
+      expect(objects('dpu-b', 'desired')).to.equal(undefined);
+      expect(peers('dpu-b', 'total')).to.equal(undefined);
+
+      // dpu-a all acknowledged; dpu-b gone from Status: its series go too. dpu-c: the fabric off.
+      dpus = [
+        agent('dpu-a', fabric({ objectsAcked: 10, objectsDesired: 10, peersReachable: 3, peersTotal: 3 })),
+        agent('dpu-c'),
+      ];
+      text = await scrape();
+      expect(objects('dpu-a', 'acked')).to.equal(10);
+      expect(peers('dpu-a', 'reachable')).to.equal(3);
+      expect(text).to.not.match(/agent="dpu-b"/);
+      expect(sample(text, 'workloadnet_dpu_agent_healthy', { agent: 'dpu-c' })).to.equal(1);
+      expect(sample(text, 'workloadnet_dpu_agent_carries_fabric', { agent: 'dpu-c' })).to.equal(undefined);
+    } finally {
+      backend.health = original;
+    }
   });
 });
