@@ -87,10 +87,13 @@ export { PROTOCOL_VERSION } from './hello-admission';
 /** Agent feature: acks carry a host netdev that the daemon moves into the workload namespace. */
 export const FEATURE_HOST_ENDPOINT = 'host-endpoint';
 /**
- * Agent messages are small but for an inventory, which lists every VF (some 6,000 fit); anything
- * larger is a broken or hostile agent.
+ * Two agent messages list a whole table: an inventory (every VF) and, from version 3, a PeerStatus
+ * (every FabricPeer, resent after each change and every heartbeat). A 5,000-peer table makes a
+ * PeerStatus of some 300 KB, so a limit below that ended the stream each time the agent reported its
+ * peers, and with it every ack counted on it. 4 MiB (gRPC's usual default) holds some 60,000 peers;
+ * anything larger is a broken or hostile agent.
  */
-export const MAX_AGENT_MESSAGE_BYTES = 256 * 1024;
+export const MAX_AGENT_MESSAGE_BYTES = 4 * 1024 * 1024;
 
 /**
  * Heartbeats every 500 ms, so a stalled DPU is known lost 1.5 s into its silence and its new ports go

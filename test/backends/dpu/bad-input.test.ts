@@ -133,7 +133,7 @@ describe('DPU backend: bad agent input', function () {
     const a = agent();
     a.send(RawAgent.hello('dpu-1'));
     await a.next((m) => !!m.helloAccept, 'hello accept');
-    a.send({ portStatus: { name: 'x'.repeat(1024 * 1024), operState: 1, message: '' } });
+    a.send({ portStatus: { name: 'x'.repeat(5 * 1024 * 1024), operState: 1, message: '' } });
     const end = await a.end();
     expect(end.code).to.equal(status.RESOURCE_EXHAUSTED);
     await stillServes();

@@ -8,8 +8,10 @@ import {
   ObjectKind,
   type AgentMessage,
   type ControllerMessage,
+  AgentMessage as AgentMessageCodec,
   type FabricObject,
   type Hello,
+  type PeerState,
 } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { okAck, removeDir, scratchDir, startBackend } from './fixtures';
 import { RawAgent } from './raw-agent';
@@ -323,5 +325,42 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
     ]);
     // A refusal is the fabric's reason, not the node's: the DPU answered, its ports work.
     expect((await b.health()).ready).to.equal(true);
+  });
+
+  it('takes the PeerStatus of a 5,000-peer table without ending the stream', async () => {
+    // PeerStatus lists every FabricPeer the agent holds, whole, after every change and every heartbeat:
+    // at 5,000 peers it is some 300 KB, and a limit below that ended every session as soon as the agent
+    // held its snapshot's peers (and with it every ack counted so far).
+    const b = backend!;
+    await b.fabric.prepare(SETTINGS);
+    const peers: Peer[] = Array.from({ length: 5000 }, (_, i) => ({
+      ...n3,
+      node: `worker-${String(i).padStart(4, '0')}.rack-${Math.floor(i / 40)}.example.net`,
+      underlay: [`10.1.${Math.floor(i / 250)}.${(i % 250) + 1}`],
+      prefixes: [`10.${128 + Math.floor(i / 1024)}.${Math.floor((i % 1024) / 4)}.${(i % 4) * 64}/26`],
+    }));
+    await b.fabric.apply(peers, own({}));
+    const a = connect(v3Hello('dpu-a'));
+    const snap = await snapshot(a);
+    const held = snap.fabric.filter((o) => o.peer);
+    expect(held).to.have.length(5000);
+    const states: PeerState[] = held.map((o, i) => ({
+      name: o.name,
+      reachable: true,
+      offloaded: true,
+      txPackets: 1_000_000_000 + i,
+      rxPackets: 2_000_000_000 + i,
+      lastError: '',
+    }));
+    const status: AgentMessage = { peerStatus: { peers: states } };
+    const bytes = AgentMessageCodec.encode(AgentMessageCodec.fromPartial(status)).finish().length;
+    expect(bytes, 'larger than the old 256 KiB limit').to.be.above(256 * 1024);
+    a.send(status);
+    await waitUntil(
+      async () =>
+        a.isEnded || (await b.health()).dpus?.find((d) => d.id === 'dpu-a')?.fabric?.peersReachable === 5000,
+      'every peer reported reachable',
+    );
+    expect(a.isEnded, 'the stream stays').to.equal(false);
   });
 });
