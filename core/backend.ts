@@ -264,7 +264,7 @@ export interface Backend {
    * come from that place's slice of the node's prefixes (a DPU's, core/ipam). The core passes the
    * place back as AttachSpec.dpu. Throws as attach would when no place can take the interface.
    */
-  place?(spec: PlacementRequest): Placement;
+  place?(spec: PlacementRequest): Placement | Promise<Placement>;
   /** The backend's part of the fabric between nodes, when it has one (core/fabric). */
   readonly fabric?: FabricDataplane;
   stop(): Promise<void>;

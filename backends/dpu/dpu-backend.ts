@@ -217,14 +217,21 @@ export class DpuBackend implements Backend {
       );
     }
     const placedOn = this.desired.get(spec.key)?.agentId;
-    const target = placedOn ?? (spec.dpu || undefined);
-    const waitLeft = this.startupAgentWaitMs - (monotonicMs() - this.startedAt);
-    if (this.agentExpected && waitLeft > 0) {
-      const missing = target ? !this.link.sessionOf(target) : this.link.sessions().length === 0;
-      if (missing) await this.link.waitForAgent(Math.min(waitLeft, this.ackTimeoutMs), target);
-    }
+    await this.awaitRestartedAgent(placedOn ?? (spec.dpu || undefined));
     if (placedOn) return this.link.requireHealthy(placedOn);
     return this.link.requireHealthy(placeNewPort(spec, port, this.link, this.desired));
+  }
+
+  /**
+   * Right after a restart of the daemon its agents are still reconnecting (their backoff): a call
+   * that arrives then waits for its agent (or any, unnamed) a little, so that the restart is invisible
+   * to runtimes. A first start (new store) and an agent seen since this start do not wait.
+   */
+  private async awaitRestartedAgent(target: string | undefined): Promise<void> {
+    const waitLeft = this.startupAgentWaitMs - (monotonicMs() - this.startedAt);
+    if (!this.agentExpected || waitLeft <= 0) return;
+    const missing = target ? !this.link.sessionOf(target) : this.link.sessions().length === 0;
+    if (missing) await this.link.waitForAgent(Math.min(waitLeft, this.ackTimeoutMs), target);
   }
 
   /**
@@ -232,9 +239,9 @@ export class DpuBackend implements Backend {
    * address comes from that agent's slices; the core passes it back as AttachSpec.dpu, which attach
    * honours. An interface already placed keeps its agent. Throws as attach would (UNAVAILABLE with no
    * healthy agent, RESOURCE_EXHAUSTED when all are full). Unlike attach it cannot wait for an agent
-   * still reconnecting after a daemon restart: it answers from the agents connected now.
+   * still reconnecting after a daemon restart: it waits for them as attach does.
    */
-  place(req: PlacementRequest): Placement {
+  async place(req: PlacementRequest): Promise<Placement> {
     if (!this.sync.primed) {
       throw unavailable(
         'the DPU backend has not restored its ports yet (start-up reconcile not done); retry shortly',
@@ -242,8 +249,9 @@ export class DpuBackend implements Backend {
     }
     const key = `${req.workloadId}/${req.ifName}`;
     const vf = { qos: wireQos(req.dpuPort), pf: req.dpuPort?.pf };
-    const dpu =
-      this.desired.get(key)?.agentId ?? placeNewPort({ key, dpu: req.dpu }, vf, this.link, this.desired);
+    const placedOn = this.desired.get(key)?.agentId;
+    await this.awaitRestartedAgent(placedOn ?? (req.dpu || undefined));
+    const dpu = placedOn ?? placeNewPort({ key, dpu: req.dpu }, vf, this.link, this.desired);
     // Only a DPU that carries the fabric owns slices: another one's pods are reachable on this node only.
     return this.sync.state(dpu)?.carriage.carries ? { dpu, endpoint: dpu } : { dpu };
   }

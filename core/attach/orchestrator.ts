@@ -137,8 +137,9 @@ export class Orchestrator {
         if (existing) return sameAttachment(existing, req, netns);
 
         // Where the port will live, before its address: the address comes from that place's slice of
-        // the node's ranges (core/ipam/slice-book.ts). place() is synchronous and changes nothing.
-        const placed = backend.place?.({
+        // the node's ranges (core/ipam/slice-book.ts). place() changes nothing (a DPU backend
+        // just restarted waits there for its agents, as attach would).
+        const placed = await backend.place?.({
           workloadId: req.workloadId,
           ifName: req.ifName,
           network: req.network,

@@ -57,13 +57,13 @@ describe('DPU backend: placement before allocation', function () {
   it('is UNAVAILABLE before the start-up reconcile and with no agent, naming why', async () => {
     backend = await startBackend(dir, {}, false);
     const early = await rejection(
-      Promise.resolve().then(() => backend!.place(req(1))),
+      Promise.resolve().then(async () => backend!.place(req(1))),
       'UNAVAILABLE',
     );
     expect(early.message).to.match(/start-up reconcile/);
     await backend.reconcile([]);
     const none = await rejection(
-      Promise.resolve().then(() => backend!.place(req(1))),
+      Promise.resolve().then(async () => backend!.place(req(1))),
       'UNAVAILABLE',
     );
     expect(none.message).to.match(/no DPU agent is connected/);
@@ -73,28 +73,41 @@ describe('DPU backend: placement before allocation', function () {
     backend = await startBackend(dir);
     const a = await connect('dpu-a');
     await connect('dpu-b');
-    expect(backend.place(req(1)).dpu, 'a tie goes to the lower id').to.equal('dpu-a');
-    expect(backend.place(req(1, 'dpu-b')).dpu).to.equal('dpu-b');
+    expect((await backend.place(req(1))).dpu, 'a tie goes to the lower id').to.equal('dpu-a');
+    expect((await backend.place(req(1, 'dpu-b'))).dpu).to.equal('dpu-b');
     const away = await rejection(
-      Promise.resolve().then(() => backend!.place(req(1, 'dpu-z'))),
+      Promise.resolve().then(async () => backend!.place(req(1, 'dpu-z'))),
       'UNAVAILABLE',
     );
     expect(away.message).to.match(/dpu-z is not connected/);
 
-    const s = spec(1, { dpu: backend.place(req(1)).dpu });
+    const s = spec(1, { dpu: (await backend.place(req(1))).dpu });
     const attach = attachTo(backend, s);
     const up = await a.next((m) => !!m.upsert?.port, 'the port on dpu-a');
     a.send(okAck(up.upsert!.port!.name, up.upsert!.port!.generation));
     await attach;
-    expect(backend.place(req(1, 'dpu-b')).dpu, 'a placed interface keeps its agent').to.equal('dpu-a');
-    expect(backend.place(req(2)).dpu, 'the next goes where there is more room').to.equal('dpu-b');
+    expect((await backend.place(req(1, 'dpu-b'))).dpu, 'a placed interface keeps its agent').to.equal(
+      'dpu-a',
+    );
+    expect((await backend.place(req(2))).dpu, 'the next goes where there is more room').to.equal('dpu-b');
   });
 
   it('makes a DPU that carries the fabric the endpoint whose slices the address comes from, and no other', async () => {
     backend = await startBackend(dir);
     await connect('dpu-a', true);
     await connect('dpu-b');
-    expect(backend.place(req(1, 'dpu-a'))).to.deep.equal({ dpu: 'dpu-a', endpoint: 'dpu-a' });
-    expect(backend.place(req(1, 'dpu-b')), 'a version 1 agent owns no slice').to.deep.equal({ dpu: 'dpu-b' });
+    expect(await backend.place(req(1, 'dpu-a'))).to.deep.equal({ dpu: 'dpu-a', endpoint: 'dpu-a' });
+    expect(await backend.place(req(1, 'dpu-b')), 'a version 1 agent owns no slice').to.deep.equal({
+      dpu: 'dpu-b',
+    });
+  });
+
+  it('waits after a restart of the daemon for its agents to reconnect, as attach does', async () => {
+    // A store that existed (reconcile without storeIsNew): agents are expected back.
+    backend = await startBackend(dir, { startupAgentWaitMs: 10_000 });
+    const placing = backend.place(req(1));
+    await new Promise((r) => setTimeout(r, 300));
+    await connect('dpu-a');
+    expect((await placing).dpu, 'placed on the agent that came back').to.equal('dpu-a');
   });
 });
