@@ -10,20 +10,27 @@ import { peersFileEntry, writePeersFile, type PeersFileEntry } from '../backends
 
 const execFileP = promisify(execFile);
 
-/** Synthetic peer `i`: underlay 10.251.x.y, prefix the i-th /26 of 10.128.0.0/10. */
-function syntheticPeer(i: number): PeersFileEntry {
+/**
+ * Synthetic peer of slot `i`, the `generation`-th node to hold it: underlay 10.251.x.y, prefix the i-th
+ * /26 of 10.128.0.0/10.
+ */
+function syntheticPeer(i: number, generation: number): PeersFileEntry {
   const p = 0x0a800000 + i * 64;
   const prefix = [p >>> 24, (p >>> 16) & 255, (p >>> 8) & 255, p & 255].join('.');
-  return peersFileEntry(`soak-peer-${i}`, `10.251.${Math.floor(i / 250)}.${(i % 250) + 1}`, [`${prefix}/26`]);
+  const underlay = `10.251.${Math.floor(i / 250)}.${(i % 250) + 1}`;
+  return peersFileEntry(`soak-peer-${i}-${generation}`, underlay, [`${prefix}/26`]);
 }
 
 /**
- * `count` peers in the file at the start, out of `count + count / 5` candidates; each churn() takes a
- * random present one out when `count` are present, else puts a random absent one back, so the file
- * holds `count` or `count - 1` while, over time, every candidate leaves and comes back.
+ * `count` peers in the file at the start, in `count + count / 5` slots (an underlay address and a
+ * prefix each); each churn() takes a random present one out when `count` are present, else puts a new
+ * node into a random free slot, so the file holds `count` or `count - 1`. A node that comes in has a
+ * name never seen before, as a replaced node of a real cluster has: what the daemon keeps by peer name
+ * and does not let go of grows with the churn instead of being reused. A slot is given again only once
+ * its last node is out of the withdrawal grace (`reuseAfterMs`), so two nodes never claim one prefix.
  */
 export class SoakPeers {
-  private readonly candidates: PeersFileEntry[];
+  private readonly slots: Array<{ entry: PeersFileEntry; generation: number; leftAt: number }>;
   private readonly present = new Set<number>();
   added = 0;
   removed = 0;
@@ -31,8 +38,13 @@ export class SoakPeers {
   constructor(
     private readonly file: string,
     private readonly count: number,
+    private readonly reuseAfterMs: number,
   ) {
-    this.candidates = Array.from({ length: count + Math.ceil(count / 5) }, (_, i) => syntheticPeer(i));
+    this.slots = Array.from({ length: count + Math.ceil(count / 5) }, (_, i) => ({
+      entry: syntheticPeer(i, 0),
+      generation: 0,
+      leftAt: 0,
+    }));
     for (let i = 0; i < count; i++) this.present.add(i);
     this.write();
   }
@@ -43,11 +55,23 @@ export class SoakPeers {
 
   churn(): void {
     const pick = (from: number[]): number => from[Math.floor(Math.random() * from.length)] ?? 0;
+    const now = Date.now();
     if (this.present.size >= this.count) {
-      this.present.delete(pick([...this.present]));
+      const i = pick([...this.present]);
+      this.present.delete(i);
+      const slot = this.slots[i];
+      if (slot) slot.leftAt = now;
       this.removed++;
     } else {
-      this.present.add(pick(this.candidates.map((_, i) => i).filter((i) => !this.present.has(i))));
+      const free = this.slots.flatMap((s, i) =>
+        !this.present.has(i) && now - s.leftAt > this.reuseAfterMs ? [i] : [],
+      );
+      const i = pick(free);
+      const slot = this.slots[i];
+      if (free.length === 0 || !slot) return;
+      slot.generation++;
+      slot.entry = syntheticPeer(i, slot.generation);
+      this.present.add(i);
       this.added++;
     }
     this.write();
@@ -56,7 +80,7 @@ export class SoakPeers {
   private write(): void {
     writePeersFile(
       this.file,
-      [...this.present].sort((a, b) => a - b).flatMap((i) => this.candidates[i] ?? []),
+      [...this.present].sort((a, b) => a - b).flatMap((i) => this.slots[i]?.entry ?? []),
     );
   }
 }

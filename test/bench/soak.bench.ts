@@ -169,7 +169,7 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
     // The DPU's uplink: its VTEP address, and a default route to the (synthetic) peers' underlay.
     const dpu = namespaces.add('dpu');
     addNodeUplink(dpu.name, DPU_VTEP);
-    const peers = new SoakPeers(peersFile, o.peers);
+    const peers = new SoakPeers(peersFile, o.peers, 2 * o.graceSeconds * 1000);
     const workloads: Array<{ id: string; ns: TestNamespace }> = namespaces
       .addMany(o.workloads, 'w')
       .map((ns, i) => ({ id: `soak-${i}`, ns }));
