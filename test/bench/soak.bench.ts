@@ -400,12 +400,13 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
       const leaks = await settledLeaks();
       const m = await scrape(node.path);
       const rssMiB = vmRssMiB(pid);
+      // Heap used as the hook read it right after the collection: a scrape after it would also count
+      // what the Status call and the scrape itself allocated since (1-2 MiB, which varies).
       const { memory } = await collect();
-      const heapUsed = (await scrape(node.path)).get('nodejs_heap_size_used_bytes') ?? NaN;
       const s: SoakSample = {
         atMin: (Date.now() - t0) / 60_000,
         rssMiB,
-        heapUsedMiB: heapUsed / 2 ** 20,
+        heapUsedMiB: memory?.heapUsed ?? NaN,
         codeMiB: memory?.['code_space.used'] ?? NaN,
         fds: fs.readdirSync(`/proc/${pid}/fd`).length,
         storeKiB: storeKiB(path.join(dir, 'state')),
