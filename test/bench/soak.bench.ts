@@ -13,7 +13,9 @@ import { childOutput } from '../support/child-output';
 import { DaemonProcess } from '../support/daemon-process';
 import { outcome } from '../support/grpc-outcome';
 import { hostLinksInGroup, linuxHostLinks } from '../support/kernel-view';
-import { NetnsSet, type TestNamespace } from '../support/netns';
+import { NetnsSet, addNodeUplink, type TestNamespace } from '../support/netns';
+import { SoakPeers, fabricFigures, kernelFabricRoutes, type SoakFabricFigures } from './soak-fabric';
+import { soakTable } from './soak-table';
 
 // Soak: the real daemon for half an hour (or --soak-minutes) under attach/detach churn at a steady rate
 // on two networks at once, `default` (Linux backend: veths) and `fast` (DPU backend: the simulator in
@@ -40,8 +42,10 @@ const GC_HOOK = path.join(__dirname, 'gc-on-signal-hook.js');
 const DEFAULT_POOL = '10.246.0.0/20';
 const FAST_POOL = '10.246.16.0/20';
 const METRICS_ADDR = '127.0.0.1:9466';
-/** A growth over the first sample beyond this is flagged. */
-const GROWTH_FLAG = 0.05;
+const NODE_IP = '10.250.0.1';
+const DPU_VTEP = '10.250.1.1';
+/** Links of the DPU namespace that are not VFs: its loopback, uplink and the fabric's VXLAN device. */
+const DPU_NOT_VFS = new Set(['lo', 'up0', 'up1', 'wn-vxlan']);
 
 export interface SoakOptions {
   minutes: number;
@@ -55,6 +59,12 @@ export interface SoakOptions {
   workloads: number;
   /** Churn before the first sample, so that V8's code and the daemon's caches are settled. */
   warmMinutes: number;
+  /** Synthetic peers in the fabric's peers file. */
+  peers: number;
+  /** Seconds between two changes of the peers file (one peer leaves or comes back). */
+  peerChurnSeconds: number;
+  /** fabric.withdrawGraceSeconds: short, so that withdrawn peers leave the tables under the churn. */
+  graceSeconds: number;
   log?: (line: string) => void;
 }
 
@@ -62,6 +72,8 @@ export interface SoakSample {
   atMin: number;
   rssMiB: number;
   heapUsedMiB: number;
+  /** Of the heap used, V8's compiled code (code space). */
+  codeMiB: number;
   fds: number;
   storeKiB: number;
   loopP99Ms: number;
@@ -75,12 +87,27 @@ export interface SoakSample {
     addresses: number;
     workloadInterfaces: number;
   };
+  fabric: SoakFabricFigures;
+}
+
+/** During the warm-up, every minute without pausing the churn: where RSS and the heap settle. */
+export interface WarmUpPoint {
+  atMin: number;
+  rssMiB: number;
+  heapUsedMiB: number;
+  codeMiB: number;
+  oldCommittedMiB: number;
+  newCommittedMiB: number;
+  /** Everything the hook read after the collection (process.memoryUsage() and V8's spaces, MiB). */
+  after: Record<string, number>;
 }
 
 export interface SoakResult {
   samples: SoakSample[];
   counts: { attachOk: number; attachFailed: number; detachOk: number; detachFailed: number; skipped: number };
   agentRestarts: number;
+  peerChanges: { added: number; removed: number };
+  warmUp: WarmUpPoint[];
   /** Lines of the table docs/benchmarks.md carries, and what grew beyond 5 %. */
   table: string[];
   flagged: string[];
@@ -133,12 +160,15 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
   const agentSocket = path.join(dir, 'agent.sock');
   const configFile = path.join(dir, 'config.json');
   const stateFile = path.join(dir, 'sim-state.json');
+  const peersFile = path.join(dir, 'peers.json');
   let daemon: DaemonProcess | undefined;
   let sim: SimProcess | undefined;
   try {
-    const node = namespaces.addNode('10.250.0.1');
+    const node = namespaces.addNode(NODE_IP);
+    // The DPU's uplink: its VTEP address, and a default route to the (synthetic) peers' underlay.
     const dpu = namespaces.add('dpu');
-    await execFileP('ip', ['-n', dpu.name, 'link', 'set', 'lo', 'up']);
+    addNodeUplink(dpu.name, DPU_VTEP);
+    const peers = new SoakPeers(peersFile, o.peers, 2 * o.graceSeconds * 1000);
     const workloads: Array<{ id: string; ns: TestNamespace }> = namespaces
       .addMany(o.workloads, 'w')
       .map((ns, i) => ({ id: `soak-${i}`, ns }));
@@ -146,6 +176,12 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
       configFile,
       JSON.stringify({
         dpu: { agentSocket },
+        fabric: {
+          mode: 'vxlan',
+          nodeIp: NODE_IP,
+          peersFile,
+          withdrawGraceSeconds: o.graceSeconds,
+        },
         networks: [
           { name: 'default', backend: 'linux', podCidrs: [DEFAULT_POOL] },
           { name: 'fast', backend: 'dpu', podCidrs: [FAST_POOL] },
@@ -182,6 +218,10 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
           dpu.name,
           '--host-netns',
           node.path,
+          '--vtep-address',
+          DPU_VTEP,
+          '--protocol',
+          '3',
           '--log-level',
           'warn',
         ],
@@ -251,6 +291,7 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
     };
     let churning = false;
     let ticker: NodeJS.Timeout | undefined;
+    let peerTicker: NodeJS.Timeout | undefined;
     const startChurn = (): void => {
       churning = true;
       ticker = setInterval(() => {
@@ -258,25 +299,40 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
         if (inFlight >= 4) counts.skipped++;
         else void oneCall();
       }, 1000 / o.rate);
+      peerTicker = setInterval(() => peers.churn(), o.peerChurnSeconds * 1000);
     };
     const stopChurn = async (): Promise<void> => {
       churning = false;
       clearInterval(ticker);
+      clearInterval(peerTicker);
       while (inFlight > 0) await sleep(20);
     };
 
-    /** Retries `f` until it reports no leak (the kernel and the state file settle asynchronously). */
-    const settledLeaks = async (): Promise<SoakSample['leaks'] & { rows: number }> => {
-      let last: (SoakSample['leaks'] & { rows: number }) | undefined;
-      for (let i = 0; i < 40; i++) {
+    type Settled = SoakSample['leaks'] & { rows: number; fabric: SoakFabricFigures };
+    /**
+     * Reads until nothing is unaccounted for (the kernel, the state file and the fabric's applies settle
+     * asynchronously: a peer change is coalesced, then applied) or 60 s have passed.
+     */
+    const settledLeaks = async (): Promise<Settled> => {
+      let last: Settled | undefined;
+      const until = Date.now() + 60_000;
+      while (Date.now() < until) {
         const list = (await d.client.call(d.client.raw.list, {})).attachments;
         const status = await d.client.call(d.client.raw.status, {});
         const of = (n: string) => list.filter((a) => a.network === n);
         const used = status.networks.reduce((s, n) => s + n.pools.reduce((t, p) => t + p.used, 0), 0);
         const inWorkloads = await Promise.all(workloads.map((w) => linkNames(w.ns.name)));
-        const dpuLinks = (await linkNames(dpu.name)).filter((l) => l !== 'lo');
-        const ports = sim?.state()?.ports.length ?? 0;
+        const dpuLinks = (await linkNames(dpu.name)).filter((l) => !DPU_NOT_VFS.has(l));
+        const simState = sim?.state();
+        const ports = simState?.ports.length ?? 0;
+        const { acked, ...fabric } = fabricFigures(
+          status,
+          await kernelFabricRoutes(node.name),
+          simState?.fabric?.length ?? 0,
+          peers.size,
+        );
         last = {
+          fabric,
           rows: list.length,
           hostLinks: (await linuxHostLinks(node.name)).length - of('default').length,
           detachGroupLinks: (await hostLinksInGroup(node.name, DEFAULT_CONFIG.linux.detachGroup)).length,
@@ -294,17 +350,24 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
           last.simPorts !== 0 ||
           last.addresses !== 0 ||
           last.workloadInterfaces !== 0 ||
-          list.length !== attached.size;
+          list.length !== attached.size ||
+          !acked ||
+          Object.values(fabric.leaks).some((n) => n !== 0);
         if (!unaccounted) return last;
         await sleep(100);
       }
       if (last && last.rows !== attached.size)
         log(`rows ${last.rows} against ${attached.size} the churn's answers account for`);
-      return last as SoakSample['leaks'] & { rows: number };
+      return last as Settled;
     };
 
-    /** A full collection in the daemon; with `snapshot`, a heap snapshot too (its file is returned). */
-    const collect = async (snapshot = false): Promise<string | undefined> => {
+    /**
+     * A full collection in the daemon; with `snapshot`, a heap snapshot too (its file is returned). The
+     * hook writes V8's spaces before and after the collection (`memory` is the after).
+     */
+    const collect = async (
+      snapshot = false,
+    ): Promise<{ snapshot?: string; memory?: Record<string, number> }> => {
       const before = new Set(fs.readdirSync(hookDir));
       if (snapshot) fs.writeFileSync(path.join(hookDir, 'snapshot'), '');
       process.kill(pid, 'SIGUSR2');
@@ -313,9 +376,17 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
       for (;;) {
         await sleep(200);
         await d.client.call(d.client.raw.status, {});
-        if (!snapshot) return undefined;
-        const file = fs.readdirSync(hookDir).find((f) => !before.has(f) && f.endsWith('.heapsnapshot'));
-        if (file) return path.join(hookDir, file);
+        const fresh = fs.readdirSync(hookDir).filter((f) => !before.has(f));
+        const mem = fresh.find((f) => f.startsWith('memory-'));
+        const file = fresh.find((f) => f.endsWith('.heapsnapshot'));
+        if (!mem || (snapshot && !file)) continue;
+        const memory = (
+          JSON.parse(fs.readFileSync(path.join(hookDir, mem), 'utf8')) as {
+            after: Record<string, number>;
+          }
+        ).after;
+        fs.rmSync(path.join(hookDir, mem));
+        return { ...(file ? { snapshot: path.join(hookDir, file) } : {}), memory };
       }
     };
 
@@ -328,12 +399,14 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
       const leaks = await settledLeaks();
       const m = await scrape(node.path);
       const rssMiB = vmRssMiB(pid);
-      await collect();
-      const heapUsed = (await scrape(node.path)).get('nodejs_heap_size_used_bytes') ?? NaN;
+      // Heap used as the hook read it right after the collection: a scrape after it would also count
+      // what the Status call and the scrape itself allocated since (1-2 MiB, which varies).
+      const { memory } = await collect();
       const s: SoakSample = {
         atMin: (Date.now() - t0) / 60_000,
         rssMiB,
-        heapUsedMiB: heapUsed / 2 ** 20,
+        heapUsedMiB: memory?.heapUsed ?? NaN,
+        codeMiB: memory?.['code_space.used'] ?? NaN,
         fds: fs.readdirSync(`/proc/${pid}/fd`).length,
         storeKiB: storeKiB(path.join(dir, 'state')),
         loopP99Ms: (m.get('nodejs_eventloop_lag_p99_seconds') ?? NaN) * 1000,
@@ -346,12 +419,13 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
           addresses: leaks.addresses,
           workloadInterfaces: leaks.workloadInterfaces,
         },
+        fabric: leaks.fabric,
       };
       samples.push(s);
       log(
         `t=${s.atMin.toFixed(1)} min: RSS ${s.rssMiB.toFixed(1)} MiB, heap ${s.heapUsedMiB.toFixed(1)} MiB, ` +
           `fds ${s.fds}, store ${s.storeKiB} KiB, loop p99 ${s.loopP99Ms.toFixed(1)} ms, rows ${s.rows}, ` +
-          `leaks ${JSON.stringify(s.leaks)}; ${JSON.stringify(counts)}`,
+          `leaks ${JSON.stringify(s.leaks)}, fabric ${JSON.stringify(s.fabric)}; ${JSON.stringify(counts)}`,
       );
       startChurn();
     };
@@ -369,10 +443,31 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
 
     log(
       `${o.workloads} workloads × eth0 (linux) + net1 (dpu, netns dataplane), ${o.rate} calls/s, ` +
+        `fabric vxlan with ${o.peers} peers (one changing every ${o.peerChurnSeconds} s, grace ` +
+        `${o.graceSeconds} s), ` +
         `warm-up ${o.warmMinutes} min, then ${o.minutes} min, agent restart every ${o.restartMinutes} min`,
     );
     startChurn();
-    await sleep(o.warmMinutes * 60_000);
+    // Where RSS and the heap settle under the churn: a reading every minute of the warm-up (a full
+    // collection each, the churn going on).
+    const warmUp: WarmUpPoint[] = [];
+    const warmEnd = t0 + o.warmMinutes * 60_000;
+    for (let next = t0 + 60_000; next < warmEnd - 30_000; next += 60_000) {
+      await sleep(next - Date.now());
+      const { memory: m = {} } = await collect();
+      const p: WarmUpPoint = {
+        atMin: (Date.now() - t0) / 60_000,
+        rssMiB: vmRssMiB(pid),
+        heapUsedMiB: m.heapUsed ?? NaN,
+        codeMiB: m['code_space.used'] ?? NaN,
+        oldCommittedMiB: m['old_space.committed'] ?? NaN,
+        newCommittedMiB: m['new_space.committed'] ?? NaN,
+        after: m,
+      };
+      warmUp.push(p);
+      log(`warm-up ${JSON.stringify(p)}`);
+    }
+    await sleep(Math.max(0, warmEnd - Date.now()));
     await sample();
     // The first sample resets the event-loop histogram; the soak's clock starts at it.
     const start = Date.now();
@@ -390,58 +485,24 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
     if ((samples.at(-1)?.atMin ?? 0) < (end - t0) / 60_000 - 0.5) await sample();
     await stopChurn();
     // After every figure is read (a snapshot leaves native memory resident): what the heap holds.
-    const snap = await collect(true);
+    const snap = (await collect(true)).snapshot;
     const keptAs = path.join(os.tmpdir(), 'workloadnet-soak-end.heapsnapshot');
     if (snap) fs.copyFileSync(snap, keptAs);
     log(`heap snapshot at the end: ${keptAs}`);
-    return { samples, counts, agentRestarts, ...soakTable(samples) };
+    return {
+      samples,
+      counts,
+      agentRestarts,
+      peerChanges: { added: peers.added, removed: peers.removed },
+      warmUp,
+      ...soakTable(samples),
+    };
   } finally {
     await sim?.stop('SIGKILL').catch(() => undefined);
     await daemon?.stop().catch(() => undefined);
     namespaces.cleanup();
     fs.rmSync(dir, { recursive: true, force: true });
   }
-}
-
-/** Start, middle and end side by side, and the figures that grew more than 5 % from start to end. */
-export function soakTable(samples: SoakSample[]): { table: string[]; flagged: string[] } {
-  const first = samples[0];
-  const last = samples.at(-1);
-  const mid = samples[Math.floor((samples.length - 1) / 2)];
-  if (!first || !last || !mid) return { table: [], flagged: [] };
-  const rows: Array<[string, (s: SoakSample) => number, number]> = [
-    ['daemon RSS (MiB)', (s) => s.rssMiB, 1],
-    ['heap used (MiB)', (s) => s.heapUsedMiB, 1],
-    ['open descriptors', (s) => s.fds, 0],
-    ['store file on disk (KiB)', (s) => s.storeKiB, 0],
-    ['event-loop p99 since the previous sample (ms)', (s) => s.loopP99Ms, 1],
-    ['rows (attachments)', (s) => s.rows, 0],
-    ['host veths beyond the rows', (s) => s.leaks.hostLinks, 0],
-    ['links left in the detach group', (s) => s.leaks.detachGroupLinks, 0],
-    ['simulator ports beyond the rows', (s) => s.leaks.simPorts, 0],
-    ['links in the DPU namespace (its free VFs: move with the rows)', (s) => s.leaks.dpuNetnsLinks, 0],
-    ['addresses allocated beyond the rows', (s) => s.leaks.addresses, 0],
-    ['workload interfaces beyond the rows', (s) => s.leaks.workloadInterfaces, 0],
-  ];
-  const table = [
-    `| figure | start (${first.atMin.toFixed(0)} min) | middle (${mid.atMin.toFixed(0)} min) | end (${last.atMin.toFixed(0)} min) | end/start |`,
-    '|---|---|---|---|---|',
-  ];
-  const flagged: string[] = [];
-  for (const [name, f, digits] of rows) {
-    const [a, b, c] = [f(first), f(mid), f(last)];
-    const growth = a > 0 ? c / a - 1 : c > 0 ? Infinity : 0;
-    // Rows move with the churn's random walk: what matters is that nothing else departs from them.
-    const judged = !name.startsWith('rows') && !name.includes('move with the rows');
-    const flag =
-      judged && (growth > GROWTH_FLAG || (a === 0 && c > 0) || (name.includes('beyond') && c !== 0));
-    if (flag) flagged.push(`${name}: ${a.toFixed(digits)} → ${c.toFixed(digits)}`);
-    const ratio = a > 0 ? `${(c / a).toFixed(3)}` : c === 0 ? '–' : 'new';
-    table.push(
-      `| ${name} | ${a.toFixed(digits)} | ${b.toFixed(digits)} | ${c.toFixed(digits)} | ${ratio}${flag ? ' **⚑**' : ''} |`,
-    );
-  }
-  return { table, flagged };
 }
 
 function numberArg(name: string, fallback: number): number {
@@ -459,14 +520,19 @@ export function soakOptionsFromArgs(): SoakOptions {
     rate: numberArg('soak-rate', 5),
     restartMinutes: numberArg('restart-minutes', 3),
     workloads: numberArg('soak-workloads', 40),
-    warmMinutes: numberArg('warm-minutes', 2),
+    warmMinutes: numberArg('warm-minutes', 15),
+    peers: numberArg('soak-peers', 300),
+    peerChurnSeconds: numberArg('peer-churn-seconds', 3),
+    graceSeconds: numberArg('grace-seconds', 10),
   };
 }
 
 export function printSoak(r: SoakResult): void {
   console.log(
-    `soak: ${JSON.stringify(r.counts)}, ${r.agentRestarts} agent restarts, ${r.samples.length} samples`,
+    `soak: ${JSON.stringify(r.counts)}, ${r.agentRestarts} agent restarts, ` +
+      `peers ${JSON.stringify(r.peerChanges)}, ${r.samples.length} samples`,
   );
+  for (const { after: _, ...p } of r.warmUp) console.log(`warm-up: ${JSON.stringify(p)}`);
   for (const line of r.table) console.log(line);
   console.log(
     r.flagged.length ? `grew > 5 %: ${r.flagged.join('; ')}` : 'nothing grew > 5 %, nothing leaked',
