@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -11,6 +12,7 @@ import { Metrics } from '../../core/metrics';
 import { Store } from '../../core/store/store';
 import { BlockRegistry } from '../../pools/etcd/block-registry';
 import { EtcdPoolSource } from '../../pools/etcd/etcd-pool-source';
+import { CLI } from '../support/daemon-process';
 import { isRoot } from '../support/netns';
 import { rejection } from '../support/expect-error';
 import { waitUntil } from '../support/wait-until';
@@ -135,8 +137,8 @@ describeEtcd('etcd blocks per DPU (real 3-member etcd cluster)', function () {
     name: string,
     opts: ConstructorParameters<typeof Node>[3],
     dpus: string[],
+    dir = path.join(root, `${name}-${run++}`),
   ): Promise<Node> {
-    const dir = path.join(root, `${name}-${run++}`);
     const n = new Node(name, dir, etcd, opts);
     nodes.push(n);
     return n.start(dpus);
@@ -252,6 +254,63 @@ describeEtcd('etcd blocks per DPU (real 3-member etcd cluster)', function () {
     expect(err.message).to.include(`the IPv4 blocks of DPU d0 (${s.pools('d0')[0]})`);
     expect(err.message).to.include('fabric.strictSlices');
     expect(s.book.borrowed).to.equal(0);
+  });
+
+  it("serves each DPU's blocks again after a restart, from the local store with etcd's agreement", async () => {
+    const dir = path.join(root, `restart-${run++}`);
+    const opts = { cluster: '10.98.0.0/24', blockSize: 28 };
+    let n = await node('n1', opts, ['d0', 'd1'], dir);
+    await waitUntil(
+      async () => n.pools('d0').length === 1 && n.pools('d1').length === 1,
+      'a block per DPU',
+      30_000,
+      { intervalMs: 50 },
+    );
+    const a = await n.attach('d0');
+    const before = { d0: n.pools('d0'), d1: n.pools('d1') };
+    await n.stop();
+    nodes.splice(nodes.indexOf(n), 1);
+    // Restarted with no DPU listed yet: the blocks come back with their DPUs from the store at once.
+    n = new Node('n1', dir, etcd, opts);
+    nodes.push(n);
+    await n.supply.start();
+    expect({ d0: n.pools('d0'), d1: n.pools('d1') }).to.deep.equal(before);
+    await n.book.load([]);
+    n.allocator.markUsed(a.address);
+    n.book.restoredAll();
+    const b = await n.attach('d1');
+    expect(inBlock(b.address, before.d1[0]!)).to.equal(true);
+    await new Promise((r) => setTimeout(r, 500));
+    expect({ d0: n.pools('d0'), d1: n.pools('d1') }, 'etcd agrees: nothing dropped').to.deep.equal(before);
+  });
+
+  it("release-node gives back a dead node's DPU blocks with its own, and cluster blocks names the DPU", async () => {
+    await registry.create('10.99.0.0/26', 'gone');
+    await registry.create('10.99.0.64/26', { node: 'gone', endpoint: 'g-d0' });
+    await registry.create('10.99.0.128/26', { node: 'other', endpoint: 'o-d0' });
+    const cli = (...args: string[]): { code: number; stdout: string; stderr: string } => {
+      const r = spawnSync(
+        process.execPath,
+        [CLI, 'cluster', ...args, '--etcd-endpoints', etcd.localEndpoints.join(',')],
+        { encoding: 'utf8' },
+      );
+      return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
+    };
+    const listed = cli('blocks', '--json');
+    expect(listed.code, listed.stderr).to.equal(0);
+    expect((JSON.parse(listed.stdout) as { blocks: unknown[] }).blocks).to.deep.include({
+      block: '10.99.0.64/26',
+      node: 'gone',
+      endpoint: 'g-d0',
+      nodeAlive: false,
+    });
+    const r = cli('release-node', 'gone', '--json');
+    expect(r.code, r.stderr).to.equal(0);
+    expect((JSON.parse(r.stdout) as { released: string[] }).released.sort()).to.deep.equal([
+      '10.99.0.0/26',
+      '10.99.0.64/26',
+    ]);
+    expect(await values()).to.deep.equal({ '10.99.0.128/26': '{"node":"other","endpoint":"o-d0"}' });
   });
 
   it("gives a DPU's empty block back after the grace, keeps its last, and never one with an address in use", async () => {
