@@ -63,7 +63,7 @@ export interface PoolSource {
 export interface EndpointPools {
   /**
    * The network's ports are placed on endpoints from now on: pools come per endpoint, and the node no
-   * longer gets pools of its own ahead of need. Called once, before stored addresses are restored.
+   * longer gets pools of its own ahead of need. Called once, before the source starts.
    */
   use(): void;
   /** The node's endpoints now: each gets a first pool per family ahead of its first port. */

@@ -56,7 +56,7 @@ export class SliceBook {
   private listener?: () => void;
   private lastWrite: Promise<void> = Promise.resolve();
   private readonly byNetwork: ReadonlyMap<string, IpAllocator>;
-  /** Allocators whose endpoints have pools of their own (not cut), with their supplies; set at load(). */
+  /** Allocators whose endpoints have pools of their own (not cut), with their supplies. */
   private readonly pooled = new Map<IpAllocator, PoolSupply>();
   /** The pools of each allocator as last seen: a range added or gone changes every DPU's prefixes. */
   private readonly seenPools = new Map<IpAllocator, readonly IpPool[]>();
@@ -73,6 +73,14 @@ export class SliceBook {
   constructor(private readonly opts: SliceBookOptions) {
     this.count = opts.count;
     this.byNetwork = new Map(opts.networks.map((n) => [n.name, n.allocator]));
+    // Told now, before the sources start: one that started claiming for the node would hold a block
+    // nobody's ports use until its grace ran out.
+    for (const n of opts.networks) {
+      const pools = n.supply?.endpointPools;
+      if (!pools) continue;
+      this.pooled.set(n.allocator, n.supply as PoolSupply);
+      pools.use();
+    }
   }
 
   /** Allocators cut into slices (every one not divided by pool). */
@@ -107,12 +115,6 @@ export class SliceBook {
    * kept (the node keeps serving, with a warning in Status) until a start finds no such attachment.
    */
   async load(rows: Iterable<AttachmentRecord>): Promise<void> {
-    for (const n of this.opts.networks) {
-      const pools = n.supply?.endpointPools;
-      if (!pools) continue;
-      this.pooled.set(n.allocator, n.supply as PoolSupply);
-      pools.use();
-    }
     const store = this.opts.store();
     const stored = store.fabricSlices();
     if (stored && stored.count !== this.opts.count) {
