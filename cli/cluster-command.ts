@@ -102,15 +102,20 @@ export function registerClusterCommand(program: Command): void {
     )
     .action((opts: ClusterOpts) =>
       withRegistry(opts, async (r) => {
-        const [blocks, alive] = await Promise.all([r.blocks(), r.aliveNodes()]);
-        const rows = [...blocks].map(([block, node]) => ({ block, node, nodeAlive: alive.has(node) }));
+        const [blocks, alive] = await Promise.all([r.affinities(), r.aliveNodes()]);
+        const rows = [...blocks].map(([block, { node, endpoint }]) => ({
+          block,
+          node,
+          ...(endpoint !== undefined ? { endpoint } : {}),
+          nodeAlive: alive.has(node),
+        }));
         rows.sort((a, b) => a.node.localeCompare(b.node) || a.block.localeCompare(b.block));
         process.stdout.write(
           opts.json
             ? json({ blocks: rows, aliveNodes: [...alive].sort() })
             : table(
-                ['BLOCK', 'NODE', 'NODE ALIVE'],
-                rows.map((x) => [x.block, x.node, x.nodeAlive ? 'yes' : 'no']),
+                ['BLOCK', 'NODE', 'DPU', 'NODE ALIVE'],
+                rows.map((x) => [x.block, x.node, x.endpoint ?? '-', x.nodeAlive ? 'yes' : 'no']),
               ),
         );
         return EXIT.ok;
@@ -137,9 +142,10 @@ export function registerClusterCommand(program: Command): void {
           );
           return EXIT.error;
         }
-        const owned = [...(await r.blocks())].filter(([, node]) => node === name).map(([b]) => b);
+        // Its DPUs' blocks too: each is released with the exact owner its key names.
+        const owned = [...(await r.affinities())].filter(([, o]) => o.node === name);
         const released: string[] = [];
-        for (const block of owned) if (await r.release(block, name)) released.push(block);
+        for (const [block, owner] of owned) if (await r.release(block, owner)) released.push(block);
         process.stdout.write(
           opts.json
             ? json({ node: name, released })

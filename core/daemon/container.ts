@@ -75,7 +75,7 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
       ? new SliceBook({
           count: config.dpu.fabricSlices,
           strict: config.fabric.strictSlices,
-          networks: sliced.map((p) => ({ name: p.n.name, allocator: p.allocator })),
+          networks: sliced.map((p) => ({ name: p.n.name, allocator: p.allocator, supply: p.supply })),
           store: () => ctx.container.get<Store>(STORE),
           log: logger.child({ part: 'slices' }),
         })

@@ -35,6 +35,11 @@ export interface PoolConfig {
   reserved?: string[];
   /** A block cut from a larger range: every address is usable (see ip-pool.ts). */
   wholeBlock?: boolean;
+  /**
+   * The tunnel endpoint (DPU) whose ports this pool addresses (a block a pool source claimed for it,
+   * pool-source.ts EndpointPools); absent: the node's. Fixed for the pool's life.
+   */
+  endpoint?: string;
 }
 
 /** Active pools hand out addresses; draining ones only keep those in use until they are released. */
@@ -59,6 +64,11 @@ export interface SliceRequest {
   slice: number | undefined;
   /** Refuse (RESOURCE_EXHAUSTED, naming the endpoint and its slice) rather than borrow. */
   strict: boolean;
+  /**
+   * The endpoint's place is its own pools (PoolConfig.endpoint), not a slice of every pool: the pools
+   * are not cut, and `slice` is not looked at.
+   */
+  pools?: boolean;
 }
 
 export interface PoolUsageReport {
@@ -134,7 +144,10 @@ export class IpAllocator {
    * Returns false when the pool was already active.
    */
   addPool(config: PoolConfig): boolean {
-    const pool = new IpPool(config.cidr, config.reserved, { wholeBlock: config.wholeBlock });
+    const pool = new IpPool(config.cidr, config.reserved, {
+      wholeBlock: config.wholeBlock,
+      endpoint: config.endpoint,
+    });
     const same = this.pools.find((p) => p.cidr.text === pool.cidr.text);
     if (same) {
       const reactivated = this.draining.delete(same);
@@ -221,6 +234,14 @@ export class IpAllocator {
     return free;
   }
 
+  /** Free addresses of one family in the active pools of `endpoint` (PoolConfig.endpoint; undefined: the node's). */
+  freeFor(family: 4 | 6, endpoint: string | undefined): number {
+    let free = 0;
+    for (const p of this.pools)
+      if (p.family === family && p.endpoint === endpoint && !this.draining.has(p)) free += p.free;
+    return free;
+  }
+
   /**
    * One address per family: the given families, or by default every family with an active pool.
    * Throws FAILED_PRECONDITION with no pools and RESOURCE_EXHAUSTED when a family is full (or has no
@@ -265,10 +286,12 @@ export class IpAllocator {
     const picks: Array<{ pool: IpPool; own: boolean }> = [];
     for (const family of wanted) {
       const slice = req.slice;
-      const own =
-        slice === undefined
+      const active = (p: IpPool): boolean => p.family === family && !this.draining.has(p);
+      const own = req.pools
+        ? this.pools.find((p) => active(p) && p.endpoint === req.endpoint && p.free > 0)
+        : slice === undefined
           ? undefined
-          : this.pools.find((p) => p.family === family && !this.draining.has(p) && p.freeInSlice(slice) > 0);
+          : this.pools.find((p) => active(p) && p.freeInSlice(slice) > 0);
       if (own) {
         picks.push({ pool: own, own: true });
         continue;
@@ -281,7 +304,7 @@ export class IpAllocator {
     const out: AllocatedIp[] = [];
     try {
       for (const { pool, own } of picks) {
-        const address = own ? pool.allocateInSlice(req.slice as number) : pool.allocate();
+        const address = own && !req.pools ? pool.allocateInSlice(req.slice as number) : pool.allocate();
         out.push({ family: pool.family, address, pool: pool.cidr, ...(own ? {} : { borrowed: true }) });
       }
     } catch (err) {
@@ -294,6 +317,14 @@ export class IpAllocator {
 
   private sliceFullError(family: 4 | 6, req: SliceRequest): WorkloadNetError {
     const fix = 'detach workloads placed on it, or set fabric.strictSlices to false to let it borrow';
+    if (req.pools) {
+      const own = this.pools
+        .filter((p) => p.family === family && p.endpoint === req.endpoint && !this.draining.has(p))
+        .map((p) => p.cidr.text);
+      return exhausted(
+        `the IPv${family} blocks of DPU ${req.endpoint} (${own.join(', ') || 'none yet'}) have no free address and fabric.strictSlices forbids borrowing one; ${fix}`,
+      );
+    }
     if (req.slice === undefined)
       return exhausted(
         `DPU ${req.endpoint} holds no slice of the node's ranges (every one of the ${this.slices} slices is held by another DPU) and fabric.strictSlices forbids borrowing an address; raise dpu.fabricSlices, or set fabric.strictSlices to false`,

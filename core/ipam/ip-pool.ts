@@ -70,9 +70,12 @@ export class IpPool {
   private last = -1;
   /** Absent until cut(). */
   private slicing?: Slicing;
+  /** The tunnel endpoint (DPU) whose ports this pool addresses; absent: the node's (PoolConfig.endpoint). */
+  readonly endpoint?: string;
 
-  constructor(cidr: string, reserved: string[] = [], opts: { wholeBlock?: boolean } = {}) {
+  constructor(cidr: string, reserved: string[] = [], opts: { wholeBlock?: boolean; endpoint?: string } = {}) {
     this.cidr = parseCidr(cidr);
+    if (opts.endpoint !== undefined) this.endpoint = opts.endpoint;
     this.family = this.cidr.family;
     const { text, prefixLength } = this.cidr;
 

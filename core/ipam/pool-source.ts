@@ -47,7 +47,33 @@ export interface PoolSource {
    * time. Sources without it make that attach fail with RESOURCE_EXHAUSTED.
    */
   needMore?(family: 4 | 6): Promise<void>;
+  /**
+   * Optional: the source can give each tunnel endpoint (DPU) of the node pools of its own (etcd blocks
+   * claimed for one DPU). The slice book (slice-book.ts) then addresses an endpoint's ports from its
+   * pools rather than cutting the node's ranges into equal slices.
+   */
+  readonly endpointPools?: EndpointPools;
   stop(): Promise<void>;
+}
+
+/**
+ * Pools per tunnel endpoint. Such pools carry the endpoint (PoolConfig.endpoint); the allocator hands
+ * an endpoint's ports addresses from them only, and asks here when they are full.
+ */
+export interface EndpointPools {
+  /**
+   * The network's ports are placed on endpoints from now on: pools come per endpoint, and the node no
+   * longer gets pools of its own ahead of need. Called once, before the source starts.
+   */
+  use(): void;
+  /** The node's endpoints now: each gets a first pool per family ahead of its first port. */
+  present(endpoints: readonly string[]): void;
+  /**
+   * `endpoint`'s pools of `family` are full: resolves once it has another, rejects (UNAVAILABLE when
+   * the backing service is unreachable or slow, RESOURCE_EXHAUSTED when nothing is left) in a
+   * bounded time. The caller then borrows an address elsewhere, or refuses under strict slices.
+   */
+  needMoreFor(family: 4 | 6, endpoint: string): Promise<void>;
 }
 
 /** inversify identifier under which the active pool source is bound. */

@@ -1,7 +1,7 @@
 import { unavailable, WorkloadNetError } from '../errors';
 import type { AllocatedIp, IpAllocator, PoolState, SliceRequest } from './ip-allocator';
 import type { Metrics } from '../metrics';
-import type { PoolSource, PoolSourceStatus } from './pool-source';
+import type { EndpointPools, PoolSource, PoolSourceStatus } from './pool-source';
 
 // Where the attach flow takes addresses and gives them back, and the pools' part of Status: the
 // allocator's pools under the rules of the active pool source. Attach stays local: a source is
@@ -39,6 +39,11 @@ export class PoolSupply {
     return this.source.kind;
   }
 
+  /** The source's pools per tunnel endpoint, when it offers them (pool-source.ts EndpointPools). */
+  get endpointPools(): EndpointPools | undefined {
+    return this.source.endpointPools;
+  }
+
   /** Puts the source's pools into the allocator; called before stored addresses are restored. */
   start(): Promise<void> {
     return this.source.start(this.allocator);
@@ -61,6 +66,8 @@ export class PoolSupply {
     const families = this.source.families();
     if (families === undefined && !this.allocator.configured)
       throw unavailable('no pod CIDR is configured; set podCidrs and restart the daemon');
+    if (within?.pools && this.source.endpointPools)
+      return this.allocateForEndpoint(families, within, this.source.endpointPools);
     for (let round = 0; ; round++) {
       try {
         return this.allocator.allocate(families, within);
@@ -72,6 +79,44 @@ export class PoolSupply {
         if (short.length === 0) throw err;
         for (const family of short) await this.source.needMore(family);
       }
+    }
+  }
+
+  /**
+   * From the endpoint's own pools; when a family's are full the endpoint gets another pool from the
+   * source first (the attach waits for it, boundedly), and only when that fails is an address
+   * borrowed elsewhere, or, strict, the attach refused with the source's reason (UNAVAILABLE while
+   * etcd is unreachable: retryable) or the endpoint's full pools named.
+   */
+  private async allocateForEndpoint(
+    families: ReadonlyArray<4 | 6> | undefined,
+    within: SliceRequest,
+    pools: EndpointPools,
+  ): Promise<AllocatedIp[]> {
+    let refusal: unknown;
+    for (let round = 0; round <= NEED_MORE_ROUNDS && refusal === undefined; round++) {
+      const short = (families ?? this.allocator.families()).filter(
+        (f) => this.allocator.freeFor(f, within.endpoint) === 0,
+      );
+      if (short.length === 0) {
+        try {
+          return this.allocator.allocate(families, { ...within, strict: true });
+        } catch (err) {
+          // Taken by a concurrent attach between the count and the allocation: count again.
+          if (!(err instanceof WorkloadNetError && err.code === 'RESOURCE_EXHAUSTED')) throw err;
+          continue;
+        }
+      }
+      for (const family of short)
+        await pools.needMoreFor(family, within.endpoint).catch((err: unknown) => (refusal ??= err));
+    }
+    if (within.strict && refusal instanceof WorkloadNetError && refusal.code === 'UNAVAILABLE') throw refusal;
+    try {
+      return this.allocator.allocate(families, within);
+    } catch (err) {
+      // Nothing to borrow either: why the endpoint got no pool says more than "every pool is full".
+      if (!within.strict && refusal instanceof WorkloadNetError) throw refusal;
+      throw err;
     }
   }
 

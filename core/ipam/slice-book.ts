@@ -14,6 +14,11 @@ import type { PoolSupply } from './pool-supply';
 // that endpoint's prefixes. Other nodes route each endpoint's prefixes to its VTEP: one route per
 // slice, and one per borrowed address.
 //
+// A network whose pool source gives each endpoint pools of its own (pool-source.ts EndpointPools: etcd
+// blocks claimed for one DPU) is not cut: an endpoint's place is its own pools, which the source grows
+// when they are full (the attach waits for that, boundedly) before anything is borrowed, and gives back
+// when empty. Its prefixes are its pools, and every other node reads them where the source keeps them.
+//
 // The indices are kept in the store, so a restart gives each DPU the slices it had. An index is never
 // given to another endpoint while any address in its slices is in use: every other node routes those
 // slices to the holder's VTEP, and a pod there would be cut off the moment they were routed to another
@@ -31,8 +36,11 @@ export interface SliceBookOptions {
   count: number;
   /** fabric.strictSlices: refuse an address rather than borrow one. */
   strict: boolean;
-  /** The networks whose ranges are cut, with their allocators. */
-  networks: ReadonlyArray<{ name: string; allocator: IpAllocator }>;
+  /**
+   * The networks whose ranges are divided among the endpoints, with their allocators and address
+   * supplies: cut into slices, or, when the supply offers endpoint pools, by pool.
+   */
+  networks: ReadonlyArray<{ name: string; allocator: IpAllocator; supply?: PoolSupply }>;
   /** Resolved at load(): the store opens after the book is built. */
   store: () => SliceStore;
   log: Logger;
@@ -48,6 +56,8 @@ export class SliceBook {
   private listener?: () => void;
   private lastWrite: Promise<void> = Promise.resolve();
   private readonly byNetwork: ReadonlyMap<string, IpAllocator>;
+  /** Allocators whose endpoints have pools of their own (not cut), with their supplies. */
+  private readonly pooled = new Map<IpAllocator, PoolSupply>();
   /** The pools of each allocator as last seen: a range added or gone changes every DPU's prefixes. */
   private readonly seenPools = new Map<IpAllocator, readonly IpPool[]>();
   /** What an operator should know about the cut (a configured count not in effect). */
@@ -63,6 +73,19 @@ export class SliceBook {
   constructor(private readonly opts: SliceBookOptions) {
     this.count = opts.count;
     this.byNetwork = new Map(opts.networks.map((n) => [n.name, n.allocator]));
+    // Told now, before the sources start: one that started claiming for the node would hold a block
+    // nobody's ports use until its grace ran out.
+    for (const n of opts.networks) {
+      const pools = n.supply?.endpointPools;
+      if (!pools) continue;
+      this.pooled.set(n.allocator, n.supply as PoolSupply);
+      pools.use();
+    }
+  }
+
+  /** Allocators cut into slices (every one not divided by pool). */
+  private cut(): IpAllocator[] {
+    return [...this.byNetwork.values()].filter((a) => !this.pooled.has(a));
   }
 
   /** Slices per range in effect (the stored cut's while live addresses hold it, see load). */
@@ -96,7 +119,10 @@ export class SliceBook {
     const stored = store.fabricSlices();
     if (stored && stored.count !== this.opts.count) {
       let live = 0;
-      for (const r of rows) if (this.byNetwork.has(r.network || 'default') && r.ips.length > 0) live++;
+      for (const r of rows) {
+        const allocator = this.byNetwork.get(r.network || 'default');
+        if (allocator && !this.pooled.has(allocator) && r.ips.length > 0) live++;
+      }
       if (live > 0) {
         this.count = stored.count;
         const msg =
@@ -114,7 +140,7 @@ export class SliceBook {
       taken.add(i);
       this.indices.set(id, i);
     }
-    for (const allocator of this.byNetwork.values()) allocator.cutSlices(this.count);
+    for (const allocator of this.cut()) allocator.cutSlices(this.count);
     if (!stored || stored.count !== this.count || taken.size !== Object.keys(stored.endpoints).length)
       await this.persist();
   }
@@ -138,12 +164,14 @@ export class SliceBook {
     const endpoint = endpointOf(rec);
     if (!allocator || endpoint === undefined) return;
     const index = this.indices.get(endpoint);
+    const pooled = this.pooled.has(allocator);
     let borrowed = false;
     for (const ip of rec.ips) {
       const pool = allocator.poolFor(ip.address);
       // An address no range holds any more is routed by nobody; it is not announced either.
       if (!pool) continue;
-      if (index !== undefined && pool.sliceOf(ip.address) === index) continue;
+      if (pooled ? pool.endpoint === endpoint : index !== undefined && pool.sliceOf(ip.address) === index)
+        continue;
       this.borrowedBy.set(ip.address, endpoint);
       borrowed = true;
     }
@@ -167,6 +195,7 @@ export class SliceBook {
    */
   async setPresent(ids: readonly string[]): Promise<void> {
     this.present = new Set(ids);
+    for (const supply of this.pooled.values()) supply.endpointPools?.present(ids);
     await this.assign(ids);
   }
 
@@ -178,6 +207,8 @@ export class SliceBook {
   /** Gives each endpoint without an index the lowest free one (first come), and records it. */
   async assign(ids: readonly string[]): Promise<void> {
     if (!this.isLoaded) await this.loaded;
+    // Nothing is cut: endpoints have pools, not indices.
+    if (this.cut().length === 0) return;
     let changed = false;
     for (const id of ids) {
       if (this.indices.has(id)) continue;
@@ -204,8 +235,14 @@ export class SliceBook {
    * and announced as its /32 or /128), else, with fabric.strictSlices, refused.
    */
   async allocate(supply: PoolSupply, endpoint: string): Promise<AllocatedIp[]> {
-    if (!this.indices.has(endpoint)) await this.assign([endpoint]);
-    const ips = await supply.allocate({ endpoint, slice: this.indices.get(endpoint), strict: this.strict });
+    const pools = [...this.pooled.values()].includes(supply);
+    if (!pools && !this.indices.has(endpoint)) await this.assign([endpoint]);
+    const ips = await supply.allocate({
+      endpoint,
+      slice: pools ? undefined : this.indices.get(endpoint),
+      strict: this.strict,
+      ...(pools ? { pools } : {}),
+    });
     let changed = this.rangesChanged();
     for (const ip of ips) {
       if (!ip.borrowed) continue;
@@ -246,6 +283,13 @@ export class SliceBook {
       for (const p of allocator.allPools()) ranges.push(p.cidr.text);
     const byEndpoint = new Map<string, string[]>();
     for (const [id, i] of this.indices) byEndpoint.set(id, this.slicesAt(i));
+    for (const allocator of this.pooled.keys())
+      for (const p of allocator.allPools()) {
+        if (p.endpoint === undefined) continue;
+        const list = byEndpoint.get(p.endpoint) ?? [];
+        list.push(p.cidr.text);
+        byEndpoint.set(p.endpoint, list);
+      }
     for (const [address, id] of this.borrowedBy) {
       const list = byEndpoint.get(id) ?? [];
       list.push(hostPrefix(address));
@@ -262,7 +306,7 @@ export class SliceBook {
   private ownAgain(endpoint: string, i: number): void {
     for (const [address, holder] of this.borrowedBy) {
       if (holder !== endpoint) continue;
-      for (const allocator of this.byNetwork.values()) {
+      for (const allocator of this.cut()) {
         const pool = allocator.poolFor(address);
         if (pool && pool.sliceOf(address) === i) this.borrowedBy.delete(address);
       }
@@ -272,7 +316,7 @@ export class SliceBook {
   /** Slice i of every range that has one. */
   private slicesAt(i: number): string[] {
     const out: string[] = [];
-    for (const allocator of this.byNetwork.values())
+    for (const allocator of this.cut())
       for (const p of allocator.allPools()) {
         const c = i < p.sliceCount ? p.sliceCidr(i) : undefined;
         if (c !== undefined) out.push(c);
@@ -301,7 +345,7 @@ export class SliceBook {
 
   /** Whether any address in slice i of any range is held (by its owner or borrowed by another). */
   private inUse(i: number): boolean {
-    for (const allocator of this.byNetwork.values())
+    for (const allocator of this.cut())
       for (const p of allocator.allPools()) if (p.usedInSlice(i) > 0) return true;
     return false;
   }

@@ -9,6 +9,8 @@ import type { Store } from '../../core/store/store';
 export interface CachedBlock {
   /** Node name the block was claimed for (a renamed node does not inherit it). */
   node: string;
+  /** The DPU of the node it was claimed for (absent: the node's own block). */
+  endpoint?: string;
   cluster: string;
   claimedAt: string;
 }

@@ -1,8 +1,11 @@
 import type { Etcd3, Namespace } from 'etcd3';
+import { decodeOwner, encodeOwner, type BlockOwner } from './block-owner';
 
 // Block ownership as etcd keys, under the configured prefix:
-//   blocks/<block, "/" written "-">  = owning node name. Durable: no lease, so a daemon restart or
-//                                      upgrade never frees a block whose workloads still run.
+//   blocks/<block, "/" written "-">  = owning node name, or {"node","endpoint"} for a block claimed
+//                                      for one DPU of the node (block-owner.ts). Durable: no lease, so
+//                                      a daemon restart or upgrade never frees a block whose workloads
+//                                      still run.
 //   nodes/<node>/alive               = lease-bound: exists while the node's daemon is alive. Its value
 //                                      says which daemon holds the name (alive-key.ts); only that one
 //                                      serves the name's blocks, and only it deletes the key.
@@ -30,28 +33,40 @@ export class BlockRegistry {
     this.ns = client.namespace(`${prefix}/`);
   }
 
-  /** Every claimed block and its owner (one range read). */
+  /** Every claimed block and its owning node, whether claimed for the node or one of its DPUs. */
   async blocks(): Promise<Map<string, string>> {
-    const all = await this.ns.getAll().prefix(BLOCKS).strings();
     const out = new Map<string, string>();
-    for (const [key, node] of Object.entries(all)) {
+    for (const [block, owner] of await this.affinities()) out.set(block, owner.node);
+    return out;
+  }
+
+  /**
+   * Every claimed block and its owner (one range read). A value that names no owner is listed as a
+   * node of that literal name: the block is taken all the same, and nobody here may claim it.
+   */
+  async affinities(): Promise<Map<string, BlockOwner>> {
+    const all = await this.ns.getAll().prefix(BLOCKS).strings();
+    const out = new Map<string, BlockOwner>();
+    for (const [key, value] of Object.entries(all)) {
       const block = blockOfKey(key);
-      if (block) out.set(block, node);
+      if (block) out.set(block, decodeOwner(value) ?? { node: value });
     }
     return out;
   }
 
-  /** Claims a block for `node` if nobody owns it. True when this call created the key. */
-  async create(block: string, node: string): Promise<boolean> {
+  /** Claims a block for `owner` (a node name, or a node's DPU) if nobody owns it. True when this call created the key. */
+  async create(block: string, owner: string | BlockOwner): Promise<boolean> {
     const key = blockKey(block);
-    const res = await this.ns.if(key, 'Create', '==', 0).then(this.ns.put(key).value(node)).commit();
+    const value = encodeOwner(typeof owner === 'string' ? { node: owner } : owner);
+    const res = await this.ns.if(key, 'Create', '==', 0).then(this.ns.put(key).value(value)).commit();
     return res.succeeded;
   }
 
-  /** Gives a block back if `node` still owns it. True when this call deleted the key. */
-  async release(block: string, node: string): Promise<boolean> {
+  /** Gives a block back if `owner` still owns it, exactly. True when this call deleted the key. */
+  async release(block: string, owner: string | BlockOwner): Promise<boolean> {
     const key = blockKey(block);
-    const res = await this.ns.if(key, 'Value', '==', node).then(this.ns.delete().key(key)).commit();
+    const value = encodeOwner(typeof owner === 'string' ? { node: owner } : owner);
+    const res = await this.ns.if(key, 'Value', '==', value).then(this.ns.delete().key(key)).commit();
     return res.succeeded;
   }
 

@@ -3,13 +3,14 @@ import { knownWorkloadNetError, unavailable, WorkloadNetError } from '../../core
 import type { IpAllocator } from '../../core/ipam/ip-allocator';
 import type { Logger } from '../../core/logger';
 import type { Metrics } from '../../core/metrics';
-import type { PoolSource, PoolSourceStatus } from '../../core/ipam/pool-source';
+import type { EndpointPools, PoolSource, PoolSourceStatus } from '../../core/ipam/pool-source';
 import type { Store } from '../../core/store/store';
 import { BlockCache } from './block-cache';
 import { claimBlock } from './block-claimer';
 import { blockIndex, blockLayout, reservedInBlock, type BlockLayout } from './block-layout';
 import { aliveHolder, describeHolder, parseAliveHolder, sameDaemon } from './alive-key';
 import { BlockRegistry } from './block-registry';
+import type { BlockOwner } from './block-owner';
 import { etcdClientOptions } from './etcd-client';
 
 // Address blocks of cluster CIDRs claimed in etcd (see docs/pool-sources.md). The attach path never
@@ -18,6 +19,12 @@ import { etcdClientOptions } from './etcd-client';
 // family full waits for a claim, for a bounded time, and fails UNAVAILABLE at once when etcd is known
 // to be unreachable. Owned blocks live in the local store too, so the daemon starts and serves
 // without etcd.
+//
+// With DPUs (EndpointPools, used by the slice book of a network whose ports are placed on DPUs), each
+// DPU claims blocks of its own: the block's key names node and DPU (block-owner.ts), the block is a
+// pool of that DPU's ports only, claimed ahead and released when empty by the same rules as a node's
+// blocks, counted per DPU. The node then claims blocks of its own only when an attach not placed on a
+// DPU needs one.
 
 /** Ticks between two reconciliations with etcd while connected (one range read each). */
 const SYNC_EVERY_TICKS = 10;
@@ -47,6 +54,8 @@ export interface EtcdPoolSourceOptions {
 
 interface OwnedBlock {
   family: 4 | 6;
+  /** The DPU it was claimed for; absent: the node's own. */
+  endpoint?: string;
   /** When it was first seen empty (ms), for the release grace period. */
   emptySince?: number;
 }
@@ -55,7 +64,22 @@ export class EtcdPoolSource implements PoolSource {
   readonly kind = 'etcd';
   private readonly layouts: BlockLayout[];
   private readonly owned = new Map<string, OwnedBlock>();
-  private readonly claims = new Map<4 | 6, Promise<void>>();
+  /** Claims running, by family and owner (claimKey). */
+  private readonly claims = new Map<string, Promise<void>>();
+  /** Blocks come per DPU (EndpointPools.use): the node claims none ahead for itself. */
+  private perEndpoint = false;
+  /** The node's DPUs as last listed: each keeps a block per family ahead of need. */
+  private endpoints = new Set<string>();
+  readonly endpointPools: EndpointPools = {
+    use: () => {
+      this.perEndpoint = true;
+    },
+    present: (ids) => {
+      this.endpoints = new Set(ids);
+      this.claimAheadIfLow();
+    },
+    needMoreFor: (family, endpoint) => this.waitForClaim(family, endpoint),
+  };
   /** Blocks cached as ours that etcd gives to another node: kept draining, shown in Status. */
   private readonly lost = new Map<string, string>();
   private client?: Etcd3;
@@ -113,7 +137,7 @@ export class EtcdPoolSource implements PoolSource {
         this.opts.logger.warn({ block }, 'cached block is outside the configured cluster CIDRs; ignored');
         continue;
       }
-      this.serve(block, layout);
+      this.serve(block, layout, entry.endpoint);
     }
     allocator.onChange(() => this.claimAheadIfLow());
     this.client = new Etcd3(
@@ -163,6 +187,7 @@ export class EtcdPoolSource implements PoolSource {
         blocksOwned: this.owned.size,
         blocksOwnedV4: v4,
         blocksOwnedV6: this.owned.size - v4,
+        blocksOwnedForDpus: [...this.owned.values()].filter((b) => b.endpoint !== undefined).length,
       },
     };
   }
@@ -171,16 +196,25 @@ export class EtcdPoolSource implements PoolSource {
    * An attach found `family` full. Waits for a claim (joining one already running) for at most
    * claimTimeoutMs; fails UNAVAILABLE at once when etcd is known to be unreachable.
    */
-  async needMore(family: 4 | 6): Promise<void> {
+  needMore(family: 4 | 6): Promise<void> {
+    return this.waitForClaim(family, undefined);
+  }
+
+  /** needMore() for the node's own blocks (endpoint undefined) or for one DPU's. */
+  private async waitForClaim(family: 4 | 6, endpoint: string | undefined): Promise<void> {
     const layout = this.layouts.find((l) => l.family === family);
     if (!layout) return;
+    const whose =
+      endpoint === undefined ? `node ${this.opts.nodeName}` : `DPU ${endpoint} of node ${this.opts.nodeName}`;
     if (!this.connected) {
       throw unavailable(
-        `no free IPv${family} address in the blocks node ${this.opts.nodeName} owns, and etcd is unreachable ` +
+        `no free IPv${family} address in the blocks ${whose} owns, and etcd is unreachable ` +
           `(${this.lastError || 'not connected yet'}); retry when etcd is back`,
       );
     }
-    if (this.full.has(family) && this.allocator!.freeIn(family) === 0) {
+    const free =
+      endpoint === undefined ? this.allocator!.freeIn(family) : this.allocator!.freeFor(family, endpoint);
+    if (this.full.has(family) && free === 0) {
       throw new WorkloadNetError(
         'RESOURCE_EXHAUSTED',
         `every IPv${family} block of ${layout.cluster.text} is claimed and this node's blocks are full`,
@@ -200,7 +234,7 @@ export class EtcdPoolSource implements PoolSource {
       );
     });
     try {
-      await Promise.race([this.claim(layout, 'sync'), timeout]);
+      await Promise.race([this.claim(layout, 'sync', endpoint), timeout]);
     } finally {
       clearTimeout(timer);
     }
@@ -227,11 +261,39 @@ export class EtcdPoolSource implements PoolSource {
     return false;
   }
 
-  /** Puts an owned block into the allocator. */
-  private serve(block: string, layout: BlockLayout): void {
-    this.allocator!.addPool({ cidr: block, wholeBlock: true, reserved: reservedInBlock(layout, block) });
-    this.owned.set(block, { family: layout.family });
+  /** Puts an owned block into the allocator, as a pool of `endpoint`'s ports when claimed for a DPU. */
+  private serve(block: string, layout: BlockLayout, endpoint?: string): void {
+    this.allocator!.addPool({
+      cidr: block,
+      wholeBlock: true,
+      reserved: reservedInBlock(layout, block),
+      ...(endpoint !== undefined ? { endpoint } : {}),
+    });
+    this.owned.set(block, { family: layout.family, ...(endpoint !== undefined ? { endpoint } : {}) });
     this.countBlocks();
+  }
+
+  private owner(endpoint: string | undefined): BlockOwner {
+    return { node: this.opts.nodeName, ...(endpoint !== undefined ? { endpoint } : {}) };
+  }
+
+  /** Free addresses that count against a block owner's low water: a DPU's own, or the node's family. */
+  private freeOf(family: 4 | 6, endpoint: string | undefined): number {
+    return endpoint === undefined
+      ? this.allocator!.freeIn(family)
+      : this.allocator!.freeFor(family, endpoint);
+  }
+
+  /** DPUs listed now or owning a block: those whose blocks are claimed ahead. */
+  private endpointsServed(): Set<string> {
+    const out = new Set(this.endpoints);
+    for (const b of this.owned.values()) if (b.endpoint !== undefined) out.add(b.endpoint);
+    return out;
+  }
+
+  private ownsBlockFor(family: 4 | 6, endpoint: string): boolean {
+    for (const b of this.owned.values()) if (b.family === family && b.endpoint === endpoint) return true;
+    return false;
   }
 
   private countBlocks(): void {
@@ -243,33 +305,36 @@ export class EtcdPoolSource implements PoolSource {
   }
 
   private claimAheadIfLow(): void {
-    if (!this.connected || this.stopped || this.aliveValue === undefined) return;
-    for (const l of this.layouts) {
-      if (this.claims.has(l.family) || this.full.has(l.family)) continue;
-      if (this.allocator!.freeIn(l.family) < this.lowWater(l))
-        this.claim(l, 'ahead').catch((err: unknown) =>
-          this.opts.logger.warn(
-            { err: (err as Error).message, family: l.family },
-            'block claim ahead failed',
-          ),
-        );
-    }
+    if (!this.connected || this.stopped || this.aliveValue === undefined || !this.allocator) return;
+    const owners: Array<string | undefined> = this.perEndpoint ? [...this.endpointsServed()] : [undefined];
+    for (const l of this.layouts)
+      for (const endpoint of owners) {
+        if (this.claims.has(claimKey(l.family, endpoint)) || this.full.has(l.family)) continue;
+        if (this.freeOf(l.family, endpoint) < this.lowWater(l))
+          this.claim(l, 'ahead', endpoint).catch((err: unknown) =>
+            this.opts.logger.warn(
+              { err: (err as Error).message, family: l.family, endpoint },
+              'block claim ahead failed',
+            ),
+          );
+      }
   }
 
-  /** One claim per family at a time; callers arriving meanwhile wait for the same one. */
-  private claim(layout: BlockLayout, mode: 'ahead' | 'sync'): Promise<void> {
-    const running = this.claims.get(layout.family);
+  /** One claim per family and owner at a time; callers arriving meanwhile wait for the same one. */
+  private claim(layout: BlockLayout, mode: 'ahead' | 'sync', endpoint?: string): Promise<void> {
+    const key = claimKey(layout.family, endpoint);
+    const running = this.claims.get(key);
     if (running) return running;
-    const p = this.doClaim(layout, mode).finally(() => this.claims.delete(layout.family));
-    this.claims.set(layout.family, p);
+    const p = this.doClaim(layout, mode, endpoint).finally(() => this.claims.delete(key));
+    this.claims.set(key, p);
     return p;
   }
 
-  private async doClaim(layout: BlockLayout, mode: 'ahead' | 'sync'): Promise<void> {
+  private async doClaim(layout: BlockLayout, mode: 'ahead' | 'sync', endpoint?: string): Promise<void> {
     const started = process.hrtime.bigint();
     let result;
     try {
-      result = await claimBlock(this.registry!, layout, this.opts.nodeName);
+      result = await claimBlock(this.registry!, layout, this.owner(endpoint));
     } catch (err) {
       this.opts.metrics.blockClaims.inc({ outcome: 'error', mode });
       throw this.failed(err);
@@ -290,13 +355,17 @@ export class EtcdPoolSource implements PoolSource {
     // Cache before serving: an address handed out must lie in a block the node knows after a crash.
     await this.cache!.add(result.block, {
       node: this.opts.nodeName,
+      ...(endpoint !== undefined ? { endpoint } : {}),
       cluster: layout.cluster.text,
       claimedAt: new Date().toISOString(),
     });
-    this.serve(result.block, layout);
+    this.serve(result.block, layout, endpoint);
     this.opts.metrics.blockClaims.inc({ outcome: 'claimed', mode });
     this.opts.metrics.blockClaimSeconds.observe(Number(process.hrtime.bigint() - started) / 1e9);
-    this.opts.logger.info({ block: result.block, mode, attempts: result.attempts }, 'claimed address block');
+    this.opts.logger.info(
+      { block: result.block, mode, attempts: result.attempts, endpoint },
+      'claimed address block',
+    );
   }
 
   private reachable(): void {
@@ -328,8 +397,13 @@ export class EtcdPoolSource implements PoolSource {
       // Reconcile at (re)connection, and now and then: an operator may have released blocks meanwhile.
       if (!this.synced || ++this.ticks % SYNC_EVERY_TICKS === 0) await this.sync();
       if (this.synced) {
-        for (const l of this.layouts)
-          if (!this.ownsBlockOf(l.family)) await this.claim(l, 'ahead').catch(() => undefined);
+        for (const l of this.layouts) {
+          if (!this.perEndpoint && !this.ownsBlockOf(l.family))
+            await this.claim(l, 'ahead').catch(() => undefined);
+          if (this.perEndpoint)
+            for (const e of this.endpoints)
+              if (!this.ownsBlockFor(l.family, e)) await this.claim(l, 'ahead', e).catch(() => undefined);
+        }
         this.claimAheadIfLow();
         await this.releaseEmptyBlocks();
       }
@@ -346,25 +420,30 @@ export class EtcdPoolSource implements PoolSource {
    * claimed again when free and dropped when empty; ones another node now owns drain.
    */
   private async sync(): Promise<void> {
-    const blocks = await this.registry!.blocks();
+    const affinities = await this.registry!.affinities();
     this.reachable();
     const me = this.opts.nodeName;
-    for (const [block, owner] of blocks) {
+    const blocks = new Map([...affinities].map(([block, o]) => [block, o.node]));
+    for (const [block, owner] of affinities) {
       const layout = this.layoutOf(block);
-      if (owner !== me || !layout || this.owned.has(block)) continue;
+      if (owner.node !== me || !layout || this.owned.has(block)) continue;
       await this.cache!.add(block, {
         node: me,
+        ...(owner.endpoint !== undefined ? { endpoint: owner.endpoint } : {}),
         cluster: layout.cluster.text,
         claimedAt: new Date().toISOString(),
       });
-      this.serve(block, layout);
-      this.opts.logger.info({ block }, 'etcd lists a block of ours the cache lacked; serving it');
+      this.serve(block, layout, owner.endpoint);
+      this.opts.logger.info(
+        { block, endpoint: owner.endpoint },
+        'etcd lists a block of ours the cache lacked; serving it',
+      );
     }
-    for (const block of [...this.owned.keys()]) {
+    for (const [block, b] of [...this.owned]) {
       const owner = blocks.get(block);
       if (owner === me) continue;
       const inUse = this.allocator!.report().find((p) => p.cidr === block)?.used ?? 0;
-      if (owner === undefined && inUse > 0 && (await this.registry!.create(block, me))) {
+      if (owner === undefined && inUse > 0 && (await this.registry!.create(block, this.owner(b.endpoint)))) {
         this.opts.logger.warn(
           { block, inUse },
           'block with addresses in use was missing in etcd; claimed it again',
@@ -454,20 +533,23 @@ export class EtcdPoolSource implements PoolSource {
       b.emptySince ??= now;
       if (now - b.emptySince < this.opts.emptyBlockGraceMs) continue;
       const layout = this.layoutOf(block)!;
-      if (this.allocator!.freeIn(b.family) - layout.blockAddresses < this.lowWater(layout)) continue;
+      // A DPU keeps a quarter block free of its own, the node one across the family (as before DPUs).
+      if (this.freeOf(b.family, b.endpoint) - layout.blockAddresses < this.lowWater(layout)) continue;
       if (this.allocator!.drainPool(block) !== 'removed') continue;
       this.owned.delete(block);
       this.countBlocks();
       try {
-        await this.registry!.release(block, this.opts.nodeName);
+        await this.registry!.release(block, this.owner(b.endpoint));
         await this.cache!.remove(block);
         this.full.delete(b.family);
         this.opts.metrics.blockReleases.inc();
         this.opts.logger.info({ block }, 'released empty address block');
       } catch (err) {
-        this.serve(block, layout);
+        this.serve(block, layout, b.endpoint);
         throw err;
       }
     }
   }
 }
+
+const claimKey = (family: 4 | 6, endpoint: string | undefined): string => `${family}/${endpoint ?? ''}`;

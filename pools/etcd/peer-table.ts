@@ -1,6 +1,7 @@
 import { vouchedEndpoints } from '../../core/fabric/endpoint-fields';
-import { parseCidr } from '../../lib/cidr';
-import type { Peer } from '../../core/fabric/peer-source';
+import { cidrContains, parseCidr, type Cidr } from '../../lib/cidr';
+import type { Peer, TunnelEndpoint } from '../../core/fabric/peer-source';
+import { decodeOwner } from './block-owner';
 import { blockIndex, type BlockLayout } from './block-layout';
 import { BLOCKS, NODES, blockOfKey } from './block-registry';
 import { decodeRecord } from './node-record';
@@ -11,7 +12,10 @@ import { decodeRecord } from './node-record';
 // tries is ignored as a whole. Blocks outside the configured cluster CIDRs are never routed (a forged
 // "blocks/0.0.0.0-0" must not become a default route). A record's endpoints (its DPUs) may hold slices
 // only of the node's own blocks: an endpoint prefix outside them is dropped and reported, the rest of
-// the record stays.
+// the record stays. A block whose key names one of the node's DPUs (block-owner.ts) is that DPU's
+// prefix whatever the record says: an endpoint's prefixes are its blocks, then what its record adds
+// inside the node's own blocks (slices) or as one address anywhere in them (borrowed). A record
+// giving an endpoint a prefix of a block that names another DPU is refused that prefix, and reported.
 //
 // A change touches one or two nodes (a record's, a block's old and new owner); only those are worked
 // out again, so a watch event costs the same with 5 or 5,000 nodes.
@@ -23,12 +27,15 @@ interface Block {
   text: string;
   family: 4 | 6;
   network: bigint;
+  prefixLength: number;
+  /** The DPU of its node the key names; absent: the node's own block. */
+  endpoint?: string;
 }
 
 export class PeerTable {
   /** Raw record per node name. */
   private readonly records = new Map<string, string>();
-  /** Owner per block key name (the key's text after blocks/). */
+  /** Owning node per block key name (the key's text after blocks/). */
   private readonly blocks = new Map<string, string>();
   /** Valid blocks per owner, by key name. */
   private readonly byOwner = new Map<string, Map<string, Block>>();
@@ -67,18 +74,24 @@ export class PeerTable {
     } else if (key.startsWith(BLOCKS)) {
       const name = key.slice(BLOCKS.length);
       this.dropBlock(name);
-      this.blocks.set(name, value);
-      this.dirty.add(value);
-      const block = this.validBlock(name);
+      const owner = decodeOwner(value);
+      // A value naming nobody still marks the block taken (by a "node" of that literal name).
+      const node = owner?.node ?? value;
+      this.blocks.set(name, node);
+      this.dirty.add(node);
+      const block = owner && this.validBlock(name);
       if (!block) {
         this.badBlocks.set(
           name,
-          `block key ${key} (owner ${value}) is not a block of the cluster CIDRs; not routed`,
+          owner
+            ? `block key ${key} (owner ${value}) is not a block of the cluster CIDRs; not routed`
+            : `block key ${key} holds ${JSON.stringify(value)}, which names no node (a node name, or {"node","endpoint"}); not routed`,
         );
         return;
       }
-      let owned = this.byOwner.get(value);
-      if (!owned) this.byOwner.set(value, (owned = new Map()));
+      if (owner.endpoint !== undefined) block.endpoint = owner.endpoint;
+      let owned = this.byOwner.get(node);
+      if (!owned) this.byOwner.set(node, (owned = new Map()));
       owned.set(name, block);
     }
   }
@@ -182,8 +195,9 @@ export class PeerTable {
     const prefixes = sortBlocks(owned);
     if (!read.record.endpoints) return { ...read.record, prefixes };
     const vouched = vouchedEndpoints(node, read.record.endpoints, prefixes, 'the blocks it owns');
+    const endpoints = byAffinity(node, vouched.endpoints, owned, vouched.rejected);
     if (vouched.rejected.length > 0) this.droppedPrefixes.set(node, vouched.rejected);
-    return { ...read.record, endpoints: vouched.endpoints, prefixes };
+    return { ...read.record, endpoints, prefixes };
   }
 
   private dropBlock(name: string): void {
@@ -208,8 +222,47 @@ export class PeerTable {
     if (text === undefined) return undefined;
     if (!this.layouts.some((l) => blockIndex(l, text) !== undefined)) return undefined;
     const c = parseCidr(text);
-    return { text: c.text, family: c.family, network: c.network };
+    return { text: c.text, family: c.family, network: c.network, prefixLength: c.prefixLength };
   }
+}
+
+/**
+ * The endpoints with their prefixes as block affinity says: each gets the blocks whose key names it
+ * (first, in block order); a prefix its record adds is kept when it lies in none of the node's DPU
+ * blocks (a slice of a node block) or is one address (a borrowed /32 or /128, routed by longest match
+ * whichever block holds it), and dropped, with a line in `rejected`, when it overlaps a block whose
+ * key names another DPU.
+ */
+function byAffinity(
+  node: string,
+  endpoints: readonly TunnelEndpoint[],
+  owned: readonly Block[],
+  rejected: string[],
+): TunnelEndpoint[] {
+  const dpuBlocks = owned.filter((b) => b.endpoint !== undefined);
+  return endpoints.map((e) => {
+    const mine = sortBlocks(dpuBlocks.filter((b) => b.endpoint === e.id));
+    const seen = new Set(mine);
+    const added = e.prefixes.filter((p) => {
+      if (seen.has(p)) return false;
+      const c = parseCidr(p);
+      if (c.prefixLength === (c.family === 4 ? 32 : 128)) return true;
+      const other = dpuBlocks.find((b) => b.endpoint !== e.id && overlaps(b, c));
+      if (other === undefined) return true;
+      rejected.push(
+        `node ${node}: endpoint ${e.id} claims ${p}, but block ${other.text} is DPU ${other.endpoint}'s in etcd; prefix ignored`,
+      );
+      return false;
+    });
+    return { ...e, prefixes: [...mine, ...added] };
+  });
+}
+
+function overlaps(b: Block, c: Cidr): boolean {
+  if (b.family !== c.family) return false;
+  return b.prefixLength <= c.prefixLength
+    ? cidrContains(parseCidr(b.text), c.network)
+    : cidrContains(c, b.network);
 }
 
 function sortBlocks(blocks: Block[]): string[] {

@@ -17,10 +17,13 @@ import { EtcdCluster, haveEtcd } from '../pools/support/etcd-cluster';
 // a real 3-member etcd. da and db run the DPU backend: their pods sit behind simulated DPUs
 // (workloadnet-dpu-sim in netns mode, each in a DPU namespace of its own with an uplink on the test's
 // underlay), and the DPUs carry the overlay: each programs a kernel VXLAN device of its own from the
-// fabric objects its daemon sends it. db has two DPUs, each owning slices of db's blocks. nl runs the
-// Linux backend and its host fabric. da and nl share a subnet; db sits behind the router.
+// fabric objects its daemon sends it. db has two DPUs, each claiming blocks of its own (the block's key
+// in etcd names node and DPU). nl runs the Linux backend and its host fabric. da and nl share a subnet;
+// db sits behind the router. Blocks are /28 (16 addresses), so that a DPU fills one within a few pods.
 
 const CLUSTER = '10.244.0.0/16';
+const BLOCK_SIZE = '28';
+const PREFIX = '/workloadnet';
 const MTU = '1450';
 
 interface Dpu extends BareNode {
@@ -58,6 +61,17 @@ describeEtcdRoot(`fabric on the DPUs: simulated DPUs and a Linux node over real 
   const pod = (name: string): Pod => pods.find((p) => p.name === name) as Pod;
   const status = (n: Node): Promise<StatusResponse> => n.daemon!.client.call(n.daemon!.client.raw.status, {});
   const objectsOf = (d: Dpu): FabricObject[] => d.sim?.state()?.fabric ?? [];
+
+  /** Every block key's value in etcd, by block. */
+  async function blockValues(): Promise<Map<string, string>> {
+    const client = etcd.client();
+    try {
+      const all = await client.namespace(`${PREFIX}/`).getAll().prefix('blocks/').strings();
+      return new Map(Object.entries(all).map(([k, v]) => [k.slice('blocks/'.length).replace('-', '/'), v]));
+    } finally {
+      client.close();
+    }
+  }
 
   function startSim(n: Node, d: Dpu, extra: string[] = []): SimProcess {
     d.sim = SimProcess.start({
@@ -135,6 +149,7 @@ describeEtcdRoot(`fabric on the DPUs: simulated DPUs and a Linux node over real 
         args: [
           ...['--config', config, '--pool-source', 'etcd', '--node-name', l.name],
           ...['--etcd-endpoints', etcd.endpoints.join(','), '--cluster-cidr', CLUSTER],
+          ...['--block-size', BLOCK_SIZE],
           ...['--host-netns', `/var/run/netns/${bare.ns}`, '--fabric', 'vxlan', '--mtu', MTU],
           ...(dpus.length ? ['--backend', 'dpu', '--agent-socket', path.join(dir, 'agent.sock')] : []),
         ],
@@ -234,52 +249,88 @@ describeEtcdRoot(`fabric on the DPUs: simulated DPUs and a Linux node over real 
           ).to.equal(true);
   });
 
-  it("addresses each pod from its DPU's slice; the Linux node routes per slice, not per pod", async () => {
+  it("addresses each pod from its DPU's blocks, whose keys name node and DPU; the Linux node routes per block, not per pod", async () => {
     const db = await status(node('db'));
-    const inSlice = (ip: string, id: string): boolean =>
-      (db.fabric?.endpoints.find((e) => e.id === id)?.prefixes ?? []).some((p) => within(ip, p));
-    expect(inSlice(pod('pb0').ip, 'db-d0'), `${pod('pb0').ip} in db-d0's slices`).to.equal(true);
-    expect(inSlice(pod('pb1').ip, 'db-d1'), `${pod('pb1').ip} in db-d1's slices`).to.equal(true);
+    const blocksOf = (id: string): string[] => db.fabric?.endpoints.find((e) => e.id === id)?.prefixes ?? [];
+    const values = await blockValues();
+    for (const id of ['db-d0', 'db-d1']) {
+      expect(blocksOf(id), `${id} has blocks`).to.have.length.greaterThan(0);
+      for (const b of blocksOf(id)) {
+        expect(b, 'a whole block').to.match(new RegExp(`/${BLOCK_SIZE}$`));
+        expect(JSON.parse(values.get(b) ?? 'null'), `etcd's value of ${b}`).to.deep.equal({
+          node: 'db',
+          endpoint: id,
+        });
+      }
+    }
+    const inBlocks = (ip: string, id: string): boolean => blocksOf(id).some((p) => within(ip, p));
+    expect(inBlocks(pod('pb0').ip, 'db-d0'), `${pod('pb0').ip} in db-d0's blocks`).to.equal(true);
+    expect(inBlocks(pod('pb1').ip, 'db-d1'), `${pod('pb1').ip} in db-d1's blocks`).to.equal(true);
+    expect(db.pools.map((p) => p.cidr).sort(), 'db serves no block but its DPUs').to.deep.equal(
+      [...blocksOf('db-d0'), ...blocksOf('db-d1')].sort(),
+    );
     const routes = fabricRoutes(node('nl').ns);
     for (const e of db.fabric?.endpoints ?? [])
       for (const p of e.prefixes)
         expect(
-          routes.some((r) => r.startsWith(`${p} via `)),
-          `nl routes ${p}`,
-        ).to.equal(true);
+          routes.filter((r) => r.startsWith(`${p} via `)),
+          `nl routes ${p} once`,
+        ).to.have.length(1);
     expect(
       routes.filter((r) => /^\S+\/32 /.test(r)),
-      'no /32 before a slice is full',
+      'no /32',
     ).to.deep.equal([]);
     expect(db.fabric?.borrowed).to.equal(0);
   });
 
-  it("borrows a /32 when a DPU's slices are full: counted, announced, routed and reached", async () => {
+  it('a DPU whose blocks fill claims another one for itself: named for it in etcd, routed, reached, no /32', async () => {
     const db = node('db');
-    let borrowed: Pod | undefined;
-    for (let i = 0; i < 40 && !borrowed; i++) {
-      const p = await attach(db, `pf${i}`, 'db-d1');
-      if (((await status(db)).fabric?.borrowed ?? 0) > 0) borrowed = p;
+    const before = new Set(
+      (await status(db)).fabric?.endpoints.find((e) => e.id === 'db-d1')?.prefixes ?? [],
+    );
+    let added: string | undefined;
+    let last: Pod | undefined;
+    for (let i = 0; i < 40 && !added; i++) {
+      last = await attach(db, `pf${i}`, 'db-d1');
+      const now = (await status(db)).fabric?.endpoints.find((e) => e.id === 'db-d1')?.prefixes ?? [];
+      added = now.find((p) => !before.has(p));
     }
-    expect(borrowed, 'a borrow within 40 pods on db-d1').to.not.equal(undefined);
+    expect(added, 'a new block of db-d1 within 40 pods').to.not.equal(undefined);
+    // Fill on until a pod lands in the new block.
+    for (let i = 40; i < 80 && !within(last!.ip, added!); i++) last = await attach(db, `pf${i}`, 'db-d1');
+    expect(within(last!.ip, added!), `${last!.ip} in ${added}`).to.equal(true);
+    expect(JSON.parse((await blockValues()).get(added!) ?? 'null')).to.deep.equal({
+      node: 'db',
+      endpoint: 'db-d1',
+    });
     const st = await status(db);
-    expect(st.fabric?.endpoints.find((e) => e.id === 'db-d1')?.prefixes).to.include(`${borrowed!.ip}/32`);
+    expect(st.fabric?.borrowed, 'nothing borrowed').to.equal(0);
+    const mine = st.fabric?.endpoints.find((e) => e.id === 'db-d1')?.prefixes ?? [];
+    for (const p of pods.filter((x) => x.dpu === 'db-d1'))
+      expect(
+        mine.some((b) => within(p.ip, b)),
+        `${p.name} (${p.ip}) in db-d1's blocks`,
+      ).to.equal(true);
     await waitUntil(
-      async () => fabricRoutes(node('nl').ns).some((r) => r.startsWith(`${borrowed!.ip} via `)),
-      "nl routes the borrowed /32 to db-d1's VTEP",
+      async () => fabricRoutes(node('nl').ns).some((r) => r.startsWith(`${added} via `)),
+      "nl routes db-d1's new block",
       30_000,
       { intervalMs: 200 },
     );
     await waitUntil(
-      async () => objectsOf(dpu('da-d0')).some((o) => o.name === `route/${borrowed!.ip}/32`),
-      'da-d0 holds the borrowed /32',
+      async () => objectsOf(dpu('da-d0')).some((o) => o.name === `route/${added}`),
+      "da-d0 holds a route to db-d1's new block",
       30_000,
       { intervalMs: 200 },
     );
-    expect(await pings(pod('pl').ns, borrowed!.ip, { count: 3, waitSeconds: 2 }), 'nl → borrowed').to.equal(
+    expect(
+      fabricRoutes(node('nl').ns).filter((r) => /^\S+\/32 /.test(r)),
+      'no /32',
+    ).to.deep.equal([]);
+    expect(await pings(pod('pl').ns, last!.ip, { count: 3, waitSeconds: 2 }), 'nl → new block').to.equal(
       true,
     );
-    expect(await pings(pod('pa').ns, borrowed!.ip, { count: 3, waitSeconds: 2 }), 'da → borrowed').to.equal(
+    expect(await pings(pod('pa').ns, last!.ip, { count: 3, waitSeconds: 2 }), 'da → new block').to.equal(
       true,
     );
   });
