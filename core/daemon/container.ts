@@ -10,7 +10,6 @@ import { FABRIC_CONTROLLER, FabricController } from '../fabric/fabric-controller
 import { PEER_SOURCE, type PeerSource } from '../fabric/peer-source';
 import { FabricPodMtu } from '../fabric/pod-mtu';
 import { HOST_PORT, HostPort } from '../fabric/host-port';
-import { NetnsHandle } from '../../lib/netns/netns-handle';
 import { StaticPeerSource } from '../fabric/static-peer-source';
 import { ALLOCATOR, IpAllocator } from '../ipam/ip-allocator';
 import { LOGGER, type Logger } from '../logger';
@@ -135,7 +134,7 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
       enabled: config.dpu.hostPort,
       network,
       hostNetnsPath: hostNetns,
-      openHost: () => (hostNetns ? NetnsHandle.open(hostNetns) : Promise.resolve(NetnsHandle.own())),
+      openHost: () => ctx.container.get<NetnsOpener>(NETNS_OPENER).openHost(hostNetns),
       attacher: () => ctx.container.get<NodeService>(NODE_SERVICE).hostPortAttacher,
       // The cluster's ranges when the pool source knows them (etcd); else every range known now: this
       // node's and its peers' (a peer that joins later is routed once the host port is attached again).
