@@ -127,13 +127,17 @@ export class HostPort {
     if (rec) return this.keep(network, attacher, rec);
     const carriers = this.opts.carriers();
     if (carriers.length === 0) return this.pending('no DPU of this node carries the fabric yet');
-    const placed = await this.place(network, carriers);
-    if (typeof placed === 'string')
-      return this.pending(
-        `none of the DPUs carrying the fabric (${carriers.join(', ')}) can take it${placed ? `: ${placed}` : ''}`,
-      );
-    const netns = await this.opts.openHost();
+    // The namespace first: a host that cannot be opened asks nothing of the backend.
+    const netns = await this.opts.openHost().catch((err: unknown) => {
+      throw new Error(`cannot open the host namespace: ${asWorkloadNetError(err).message}`);
+    });
+    let placed: Placement | string;
     try {
+      placed = await this.place(network, carriers);
+      if (typeof placed === 'string')
+        return this.pending(
+          `none of the DPUs carrying the fabric (${carriers.join(', ')}) can take it${placed ? `: ${placed}` : ''}`,
+        );
       await attacher.attach(
         { netnsPath: netns.path, ifName: HOST_PORT_IF_NAME, network: network.name, dpu: placed.dpu },
         netns,
