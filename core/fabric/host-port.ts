@@ -99,9 +99,9 @@ export class HostPort {
     if (!on) return undefined;
     const network = on.name;
     const base = { network, interface: HOST_PORT_IF_NAME, netns: this.opts.hostNetnsPath };
-    if (!this.opts.enabled)
-      return { ...base, state: 'off', addresses: [], dpu: '', routes: [], reason: 'dpu.hostPort is false' };
     const rec = this.opts.attacher().row();
+    if (!this.opts.enabled && !rec)
+      return { ...base, state: 'off', addresses: [], dpu: '', routes: [], reason: 'dpu.hostPort is false' };
     if (!rec) return { ...base, state: 'pending', addresses: [], dpu: '', routes: [], reason: this.reason };
     const dpu = dpuOf(rec);
     const degraded = on.backend.attachmentState?.(toView(rec)) === 'degraded';
@@ -111,11 +111,13 @@ export class HostPort {
       addresses: rec.ips.map((i) => i.address),
       dpu,
       routes: rec.routes ?? [],
-      reason: degraded
-        ? `its DPU ${dpu} is away; the host port stays on it (detach ${HOST_PORT_WORKLOAD_ID} to move it)`
-        : this.missingSince
-          ? `${HOST_PORT_IF_NAME} is missing from the host namespace; attached again if it still is`
-          : '',
+      reason: !this.opts.enabled
+        ? `dpu.hostPort is false; attached earlier, it stays until detached (detach ${HOST_PORT_WORKLOAD_ID})`
+        : degraded
+          ? `its DPU ${dpu} is away; the host port stays on it (detach ${HOST_PORT_WORKLOAD_ID} to move it)`
+          : this.missingSince
+            ? `${HOST_PORT_IF_NAME} is missing from the host namespace; attached again if it still is`
+            : '',
     };
   }
 

@@ -46,6 +46,8 @@ class DpuStandIn extends RecordingBackend {
   }
 }
 
+const hostPortCalls = (b: DpuStandIn): string[] => b.calls.filter((c) => c.key === KEY).map((c) => c.op);
+
 describe('the host port controller', function () {
   this.timeout(60_000);
   const namespaces = new StandInNamespaces();
@@ -195,6 +197,27 @@ describe('the host port controller', function () {
     await new Promise((r) => setTimeout(r, TWO_PASSES_MS));
     expect(backend.attaches()).to.equal(0);
     expect(await hostPort()).to.include({ state: 'off', reason: 'dpu.hostPort is false' });
+  });
+
+  it('turned off after it was attached, it stays (as the pods do) and Status says how to remove it', async () => {
+    const backend = new DpuStandIn();
+    backend.fabric.setDpus(['d0']);
+    await start(backend);
+    await attached();
+    const dir = d!.dir;
+    await d!.stop();
+    d = await InProcessDaemon.start(
+      backend,
+      { fabric: { mode: 'vxlan' }, linux: { hostNetns: host.path }, dpu: { hostPort: false } },
+      { netns: namespaces, dir },
+    );
+    await new Promise((r) => setTimeout(r, TWO_PASSES_MS));
+    expect(hostPortCalls(backend)).to.deep.equal(['attach']);
+    expect(await hostPort()).to.include({
+      state: 'attached',
+      reason:
+        'dpu.hostPort is false; attached earlier, it stays until detached (detach workloadnet-host-port)',
+    });
   });
 
   it('there is none without the fabric', async () => {
