@@ -2,6 +2,7 @@ import type { Command } from 'commander';
 import type { DpuStatus, StatusResponse } from '../proto/gen/workloadnet/v1/workload';
 import { EXIT, clientCommand, withClient } from './client-commands';
 import { json, table } from './output';
+import { formatHostPort } from './peers-command';
 
 // `workloadnet dpus`: the node's DPU agents as the daemon sees them (Status.dpus), one row each, with
 // the PFs below, and while the fabric is on each DPU's part of it: whether it carries the fabric, its
@@ -65,6 +66,7 @@ export function formatDpus(st: StatusResponse): string {
     if (d.reason) out += `${d.id}: ${d.reason}\n`;
     if (d.fabric?.note) out += `${d.id}: ${d.fabric.note}\n`;
   }
+  if (st.fabric?.hostPort) out += `host port: ${formatHostPort(st.fabric.hostPort)}\n`;
   return out;
 }
 

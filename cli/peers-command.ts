@@ -1,5 +1,10 @@
 import type { Command } from 'commander';
-import type { FabricEndpoint, FabricPeer, FabricStatus } from '../proto/gen/workloadnet/v1/workload';
+import type {
+  FabricEndpoint,
+  FabricHostPort,
+  FabricPeer,
+  FabricStatus,
+} from '../proto/gen/workloadnet/v1/workload';
 import { EXIT, clientCommand, withClient } from './client-commands';
 import { age, json, table } from './output';
 
@@ -41,6 +46,7 @@ export function formatPeers(f: FabricStatus | undefined, now = Date.now()): stri
       `this node:   ${f.node} ${f.underlay.join(',') || '-'} (uplink ${f.uplink || '-'}, mtu ${f.mtu}, pod mtu ${f.podMtu})`,
     );
   for (const e of f.endpoints) lines.push(`  endpoint:  ${endpoint(e)}`);
+  if (f.hostPort) lines.push(`host port:   ${formatHostPort(f.hostPort)}`);
   if (f.source) {
     const s = f.source;
     lines.push(
@@ -83,6 +89,16 @@ function peerDetails(p: FabricPeer): string[] {
     );
   }
   return out;
+}
+
+/**
+ * The host's path into the overlay, one line: "wn-host0 10.244.1.5 on DPU d0 (routes 10.244.0.0/16)",
+ * or why there is none (`workloadnet peers` and `workloadnet dpus`).
+ */
+export function formatHostPort(h: FabricHostPort): string {
+  if (h.state !== 'attached') return `${h.state}${h.reason ? `: ${h.reason}` : ''}`;
+  const at = `${h.interface} ${h.addresses.join(',') || '-'} on DPU ${h.dpu || '-'}`;
+  return `${at} (network ${h.network}, routes ${h.routes.join(',') || '-'})${h.reason ? `; ${h.reason}` : ''}`;
 }
 
 /** A DPU's VTEP and its slices. */

@@ -36,6 +36,8 @@ export interface DpuConfig {
   heartbeatIntervalMs: number;
   /** Slices each pod range is cut into, one per DPU carrying the fabric (a power of two). */
   fabricSlices: number;
+  /** With the fabric on: the host's namespace reaches the overlay through a DPU (core/fabric/host-port.ts). */
+  hostPort: boolean;
 }
 
 export interface EtcdConfig {
@@ -169,6 +171,7 @@ export const DEFAULT_CONFIG: DaemonConfig = {
     ackTimeoutMs: 5000,
     heartbeatIntervalMs: 500,
     fabricSlices: 4,
+    hostPort: true,
   },
   etcd: {
     endpoints: [],
@@ -242,6 +245,8 @@ export const OPTION_DOCS: Record<string, string> = {
     'Interval of heartbeats to agents (ms); an agent silent for 3 intervals is lost.',
   'dpu.fabricSlices':
     'With the fabric on: slices each pod range of a dpu network is cut into, one per DPU (a power of two, 1-256, default 4); a port takes its address from the slice of the DPU it is placed on. See docs/fabric.md.',
+  'dpu.hostPort':
+    "With the fabric on the DPUs: the daemon attaches the host's own namespace to the dpu network as interface wn-host0 (no default route, the cluster's ranges), so the host reaches every pod through a DPU (default true). See docs/fabric.md.",
   'etcd.endpoints': 'etcd pool source: client URLs of the etcd members (e.g. ["https://10.0.0.1:2379"]).',
   'etcd.clusterCidrs': 'etcd pool source: cluster ranges cut into blocks, at most one per family.',
   'etcd.blockSize':
@@ -393,6 +398,8 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
   }
   if (!Number.isInteger(c.dpu.ackTimeoutMs) || c.dpu.ackTimeoutMs < 1)
     fail('dpu.ackTimeoutMs must be a positive integer');
+  if (typeof c.dpu.hostPort !== 'boolean')
+    fail(`dpu.hostPort must be true or false, not ${JSON.stringify(c.dpu.hostPort)}`);
   validatePoolSource(c, fail);
   validateNetworks(c, fail);
   validateFabric(c, fail);

@@ -13,6 +13,11 @@ import {
 export interface NetnsOpener {
   /** Opens and validates a workload's namespace (see NetnsHandle.open with `workload`). */
   openWorkload(netnsPath: string): Promise<Netns>;
+  /**
+   * Opens the node's own namespace, which the daemon attaches its host port to (core/fabric/host-port.ts):
+   * the path given, or the daemon's own when it is empty. Not refused as a caller's Attach of it is.
+   */
+  openHost(netnsPath: string): Promise<Netns>;
   /** Whether `netnsPath` still names the namespace recorded as `inode`. */
   stillPresent(netnsPath: string, inode: number): Promise<boolean>;
   /** What `netnsPath` shows of the namespace recorded as `inode` (reconcile, the leak sweep). */
@@ -25,6 +30,7 @@ export const NETNS_OPENER = Symbol.for('workloadnet.NetnsOpener');
 /** The opener the daemon uses: real namespaces. */
 export const kernelNetnsOpener: NetnsOpener = {
   openWorkload: (netnsPath) => NetnsHandle.open(netnsPath, { workload: true }),
+  openHost: async (netnsPath) => (netnsPath ? NetnsHandle.open(netnsPath) : NetnsHandle.own()),
   stillPresent: (netnsPath, inode) => netnsStillPresent(netnsPath, inode),
   presence: (netnsPath, inode) => netnsPresence(netnsPath, inode),
 };

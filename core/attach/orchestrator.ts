@@ -3,7 +3,8 @@ import { Admission } from './admission';
 import type { AttachSpec, DataplaneResult, Drift } from '../backend';
 import { attachmentKey, type AttachmentKey } from '../attachment-key';
 import { DEFAULT_NETWORK, type DaemonConfig } from '../config';
-import { alreadyExists, asWorkloadNetError, notFound, unavailable } from '../errors';
+import { alreadyExists, asWorkloadNetError, invalidArgument, notFound, unavailable } from '../errors';
+import { HOST_PORT_ORIGIN, HOST_PORT_WORKLOAD_ID } from './host-port-row';
 import type { AllocatedIp } from '../ipam/ip-allocator';
 import type { Logger } from '../logger';
 import type { Metrics } from '../metrics';
@@ -71,8 +72,34 @@ export class Orchestrator {
       const network = this.networks.get(validateNetworkName(call.network));
       label.backend = network.backend.name;
       const req = validateAttach({ ...call, network: network.name });
+      if (req.workloadId === HOST_PORT_WORKLOAD_ID)
+        throw invalidArgument(
+          `workload id ${HOST_PORT_WORKLOAD_ID} is the daemon's own host port (docs/fabric.md); use another id`,
+        );
       return this.admission.run(() => this.tracked(this.attachWorkload(req, network)));
     });
+  }
+
+  /**
+   * The host port (core/fabric/host-port.ts): the daemon's own attachment of the node's namespace,
+   * through the same flow as any Attach. The namespace is opened by the caller, since a caller's Attach
+   * may not name the host's; the interface carries no default route, only `routes`.
+   */
+  attachHostPort(
+    call: Omit<AttachCall, 'workloadId' | 'origin'>,
+    netns: Netns,
+    routes: string[],
+  ): Promise<Attachment> {
+    const network = this.networks.get(validateNetworkName(call.network));
+    const req = validateAttach({
+      ...call,
+      workloadId: HOST_PORT_WORKLOAD_ID,
+      origin: HOST_PORT_ORIGIN,
+      network: network.name,
+    });
+    return this.metered('attach', { backend: network.backend.name }, () =>
+      this.admission.run(() => this.tracked(this.attachWorkload(req, network, { netns, routes }))),
+    );
   }
 
   /** Counts an attach as in flight until it has answered or rolled back (see drain). */
@@ -119,7 +146,11 @@ export class Orchestrator {
    * behind: the backend undoes its own steps, programAndRecord removes the row, and the addresses go
    * back to the pool right where they were taken.
    */
-  private async attachWorkload(req: AttachRequest, network: Network): Promise<Attachment> {
+  private async attachWorkload(
+    req: AttachRequest,
+    network: Network,
+    host?: { netns: Netns; routes: string[] },
+  ): Promise<Attachment> {
     // The fields every line of this call carries, passed with each line: a pino child per call cost
     // more of the event loop than the attach's own planning (burst profiles, docs/benchmarks.md), and a
     // call logs one line.
@@ -130,7 +161,7 @@ export class Orchestrator {
       requestId: randomUUID(),
     };
     const backend = network.backend;
-    const netns = await this.netns.openWorkload(req.netnsPath);
+    const netns = host?.netns ?? (await this.netns.openWorkload(req.netnsPath));
     try {
       return await this.ledger.locked(req.workloadId, async () => {
         const existing = this.store.get(req.key);
@@ -151,9 +182,12 @@ export class Orchestrator {
         const mtu = req.mtu ?? network.mtu(placed?.dpu);
         const allocated = await network.allocate(placed?.endpoint);
         try {
+          // The host port never takes the host's default route: it routes the cluster's ranges only.
           const defaultRoute =
-            network.config.defaultRoute && (await this.ledger.claimDefaultRoute(netns.inode, req.key));
-          const routes = defaultRoute ? undefined : network.ranges();
+            !host &&
+            network.config.defaultRoute &&
+            (await this.ledger.claimDefaultRoute(netns.inode, req.key));
+          const routes = defaultRoute ? undefined : (host?.routes ?? network.ranges());
           const record = newRecord({ ...req, mtu }, netns, allocated, backend.name, defaultRoute, routes);
           if (placed !== undefined) record.endpoint = placed.endpoint ?? '';
           const spec: AttachSpec = {
@@ -181,7 +215,8 @@ export class Orchestrator {
         }
       });
     } finally {
-      netns.close();
+      // A namespace the caller opened is the caller's to close.
+      if (!host) netns.close();
     }
   }
 

@@ -9,6 +9,7 @@ import { AppliedPeersFile } from '../fabric/applied-peers-file';
 import { FABRIC_CONTROLLER, FabricController } from '../fabric/fabric-controller';
 import { PEER_SOURCE, type PeerSource } from '../fabric/peer-source';
 import { FabricPodMtu } from '../fabric/pod-mtu';
+import { HOST_PORT, HostPort } from '../fabric/host-port';
 import { StaticPeerSource } from '../fabric/static-peer-source';
 import { ALLOCATOR, IpAllocator } from '../ipam/ip-allocator';
 import { LOGGER, type Logger } from '../logger';
@@ -32,6 +33,9 @@ import { WORKLOAD_SERVICE } from '../workload-service';
 // static pools of its own. Backends are bound under BACKEND, one binding per kind in use. The peer
 // source defaults to the static one (the peers file); the wiring rebinds PEER_SOURCE for etcd. The
 // fabric controller takes it to the dataplanes of the backends in use that offer one.
+
+/** How often the host port is looked at (attached when it is not, checked when it is). */
+const HOST_PORT_INTERVAL_MS = 2000;
 
 export function createContainer(config: DaemonConfig, logger: Logger, metrics = new Metrics()): Container {
   const c = new Container({ defaultScope: 'Singleton' });
@@ -115,6 +119,37 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
       slices: networkSet.slices,
       log: logger.child({ part: 'fabric' }),
       metrics,
+    });
+  });
+  // The host's path into the overlay, when the fabric is on and a network's backend places ports on DPUs:
+  // on the default network if it is one of those, else the first (core/fabric/host-port.ts).
+  c.bind<HostPort>(HOST_PORT).toDynamicValue((ctx) => {
+    const settings = fabricSettings(config);
+    const networkSet = ctx.container.get<NetworkSet>(NETWORKS);
+    const onDpus = settings ? networkSet.networks.filter((n) => n.backend.place && n.backend.fabric) : [];
+    const network = onDpus.includes(networkSet.primary) ? networkSet.primary : onDpus[0];
+    const fabric = (): FabricController => ctx.container.get<FabricController>(FABRIC_CONTROLLER);
+    const hostNetns = config.linux.hostNetns;
+    return new HostPort({
+      enabled: config.dpu.hostPort,
+      network,
+      hostNetnsPath: hostNetns,
+      openHost: () => ctx.container.get<NetnsOpener>(NETNS_OPENER).openHost(hostNetns),
+      attacher: () => ctx.container.get<NodeService>(NODE_SERVICE).hostPortAttacher,
+      // The cluster's ranges when the pool source knows them (etcd); else every range known now: this
+      // node's and its peers' (a peer that joins later is routed once the host port is attached again).
+      routes: () => {
+        if (settings?.clusterCidrs.length) return [...settings.clusterCidrs];
+        const st = fabric().observe();
+        const peers = st.peers.flatMap((p) => [
+          ...p.prefixes,
+          ...(p.endpoints ?? []).flatMap((e) => e.prefixes),
+        ]);
+        return [...new Set([...(network?.ranges() ?? []), ...peers])];
+      },
+      carriers: () => (fabric().observe().endpoints ?? []).map((e) => e.id),
+      intervalMs: HOST_PORT_INTERVAL_MS,
+      log: logger.child({ part: 'host-port' }),
     });
   });
   c.bind<NetnsOpener>(NETNS_OPENER).toConstantValue(kernelNetnsOpener);

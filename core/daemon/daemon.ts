@@ -3,6 +3,7 @@ import { ApiServer } from '../serve/api-server';
 import { CONFIG, type DaemonConfig } from '../config';
 import { ENDPOINT, startAll, type Lifecycle } from './lifecycle';
 import { FABRIC_CONTROLLER, type FabricController } from '../fabric/fabric-controller';
+import { HOST_PORT, type HostPort } from '../fabric/host-port';
 import { LOGGER, type Logger } from '../logger';
 import { NODE_SERVICE, type NodeService } from '../service/node-service';
 import { STORE } from '../store/store';
@@ -26,7 +27,9 @@ import { WORKLOAD_SERVICE } from '../workload-service';
  * 7. Serving: the gate opens. Stopping it is the graceful part: stop accepting, let calls in flight
  *    finish (up to shutdownTimeoutMs), close every connection; then attaches still in flight are
  *    cancelled (their rows removed, see Orchestrator.drain in core/attach); only then the store and the backend.
- * 8. The leak sweep (core/reconcile/leak-sweep.ts), every sweepIntervalMs.
+ * 8. The host port (core/fabric/host-port.ts): with the fabric on the DPUs, the host's own namespace
+ *    attached to their network; left attached when the daemon stops.
+ * 9. The leak sweep (core/reconcile/leak-sweep.ts), every sweepIntervalMs.
  */
 export class Daemon {
   private stopAll?: () => Promise<void>;
@@ -85,6 +88,12 @@ export class Daemon {
         },
       },
       { name: 'serving', start: async () => gate.open(), stop: closeSockets },
+      {
+        // Attached in the background once a DPU carries the fabric; kept at stop, like the pods.
+        name: 'host port',
+        start: async () => this.container.get<HostPort>(HOST_PORT).start(),
+        stop: () => this.container.get<HostPort>(HOST_PORT).stop(),
+      },
       {
         name: 'leak sweep',
         start: async () => this.service.sweeper.start(),

@@ -22,6 +22,23 @@ export interface FabricPeerStatus {
   seenBy?: PeerSeenBy[];
 }
 
+/** What Status shows of the host port (host-port.ts). */
+export interface HostPortStatus {
+  /** "attached"; "pending" (not attached: `reason` says why); "off" (dpu.hostPort is false). */
+  state: 'attached' | 'pending' | 'off';
+  network: string;
+  interface: string;
+  /** The host namespace it is attached in (empty: the daemon's own). */
+  netns: string;
+  addresses: string[];
+  /** The DPU agent holding it. */
+  dpu: string;
+  /** The ranges routed through it. */
+  routes: string[];
+  /** Why it is pending or off, or how it is degraded (its DPU away); empty when all is well. */
+  reason: string;
+}
+
 export interface FabricStatus {
   mode: FabricMode;
   /** The peer source has a full list and the last peer table is in the dataplane. */
@@ -57,4 +74,6 @@ export interface FabricStatus {
   filteredPackets?: number;
   /** When the peer table was last applied (ISO time). */
   lastApply?: string;
+  /** The host's path into the overlay through a DPU (host-port.ts); absent without DPUs on the fabric. */
+  hostPort?: HostPortStatus;
 }

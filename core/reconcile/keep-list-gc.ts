@@ -2,12 +2,14 @@ import { attachmentKey } from '../attachment-key';
 import type { AttachmentLedger } from '../attach/attachment-ledger';
 import { validateIfName, validateNetworkName, validateWorkloadId } from '../attach/validation';
 import { DEFAULT_NETWORK } from '../config';
+import { isHostPort } from '../attach/host-port-row';
 import type { Logger } from '../logger';
 import type { GcResult } from '../workload-service';
 
 // GC by a keep list, as CNI GC and `workloadnet gc` ask it: every attachment not named (scoped to one
 // origin or network if asked) is detached. The caller's list is the evidence that the rest is dead; the
-// list is checked whole before anything is removed.
+// list is checked whole before anything is removed. The host port is no caller's workload, so no
+// caller's list names it: it is never taken (attach/host-port-row.ts).
 
 export class KeepListGc {
   constructor(
@@ -32,6 +34,7 @@ export class KeepListGc {
       .all()
       .filter(
         (r) =>
+          !isHostPort(r) &&
           (origin === undefined || (r.origin ?? 'api') === origin) &&
           (network === undefined || (r.network || DEFAULT_NETWORK) === network) &&
           !wholeWorkloads.has(r.workloadId) &&

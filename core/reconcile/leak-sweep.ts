@@ -6,6 +6,7 @@ import type { AttachmentRecord } from '../store/store';
 import type { SweepResult } from '../workload-service';
 import { ownString } from '../../lib/own-string';
 import { judgeGone, namespaceOf, type Hold } from './sweep-guard';
+import { isHostPort } from '../attach/host-port-row';
 
 // Attachments whose workload vanished without a DEL (a runtime crash, a node-local cleanup) keep their
 // addresses and dataplane until something releases them; containerd 1.6 never calls CNI GC. So the
@@ -14,7 +15,7 @@ import { judgeGone, namespaceOf, type Hold } from './sweep-guard';
 // this process has known for less than one interval, so that a namespace caught between its creation
 // and its bind mount, or a path being re-pointed, is not mistaken for a dead workload. Adopted
 // attachments (no recorded path, see the lost-store recovery) are left alone: their DEL or the next
-// start-up releases them. A path that looks gone is evidence only when the daemon's view of its
+// start-up releases them, and so is the host port (its namespace is the node's; attach/host-port-row.ts). A path that looks gone is evidence only when the daemon's view of its
 // directory is sound and few look gone at once (sweep-guard.ts); otherwise the sweep releases nothing
 // and says why, until the view is sound again or the operator forces it.
 
@@ -59,7 +60,7 @@ export class LeakSweep {
   /** Rows recorded before this process started (read at start-up, before the API serves). */
   knownSinceStart(rows: Iterable<AttachmentRecord>): void {
     for (const rec of rows) {
-      if (!rec.netnsPath) continue;
+      if (!rec.netnsPath || isHostPort(rec)) continue;
       const id = ownString(rowId(rec));
       this.firstSeen.set(id, { id, since: 0 });
     }
@@ -115,7 +116,7 @@ export class LeakSweep {
     // the row itself is read again, under the workload's lock, only when it is released.
     const candidates: AttachmentRecord[] = [];
     for (const rec of this.target.rows()) {
-      if (!rec.netnsPath) continue;
+      if (!rec.netnsPath || isHostPort(rec)) continue;
       namespaces.add(namespaceOf(rec));
       const row = rowId(rec);
       // The entry keeps an own copy of the row's name, made once: `row` is built from views into the

@@ -9,6 +9,7 @@ import type { NetworkSet } from '../ipam/network';
 import type { AttachmentRecord, Store } from '../store/store';
 import type { ReconcileSummary } from '../workload-service';
 import { judgeGone, uniqueNamespaces } from './sweep-guard';
+import { isHostPort } from '../attach/host-port-row';
 
 // The start-up reconcile, run once before the API serves: the store's rows are loaded (their addresses
 // held, their default routes and counts restored), then the store is reconciled with each backend's
@@ -83,8 +84,11 @@ export class StartupReconcile {
     // view of the namespace directory, and whatever the backend reported of its dataplane (a DPU keeps
     // its ports across the host's reboot).
     const afterReboot = this.store.rowsFromEarlierBoot;
-    const suspects = new Set(missing);
-    if (afterReboot) for (const r of rows) if (r.netnsPath) suspects.add(r.key);
+    // The host port lives in the node's own namespace, which outlives every reboot's doubt: it is
+    // neither released nor repaired here, but by its controller (core/fabric/host-port.ts).
+    const hostPorts = new Set(rows.filter(isHostPort).map((r) => r.key));
+    const suspects = new Set(missing.filter((k) => !hostPorts.has(k)));
+    if (afterReboot) for (const r of rows) if (r.netnsPath && !hostPorts.has(r.key)) suspects.add(r.key);
     const dataplaneMissing = new Set(missing);
     await Promise.all(
       [...suspects].map(async (key) => {
@@ -119,7 +123,10 @@ export class StartupReconcile {
     const judged = gone.filter((r) => r.netnsPath);
     const hold =
       judged.length && !afterReboot
-        ? await judgeGone(uniqueNamespaces(judged), uniqueNamespaces(rows.filter((r) => r.netnsPath)).length)
+        ? await judgeGone(
+            uniqueNamespaces(judged),
+            uniqueNamespaces(rows.filter((r) => r.netnsPath && !hostPorts.has(r.key))).length,
+          )
         : undefined;
     if (afterReboot && judged.length > 0)
       summary.warnings.push(

@@ -446,6 +446,7 @@ function toProtoFabric(f: FabricStatus): ProtoFabricStatus {
     borrowed: f.borrowed ?? 0,
     slices: f.slices ?? 0,
     filteredPackets: f.filteredPackets,
+    hostPort: f.hostPort,
   };
 }
 

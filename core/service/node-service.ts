@@ -24,6 +24,9 @@ import type {
 } from '../workload-service';
 import { NodeStatus } from './node-status';
 import { FABRIC_CONTROLLER, type FabricController } from '../fabric/fabric-controller';
+import { HOST_PORT, type HostPort, type HostPortAttacher } from '../fabric/host-port';
+import { HOST_PORT_IF_NAME, HOST_PORT_WORKLOAD_ID } from '../attach/host-port-row';
+import { attachmentKey } from '../attachment-key';
 
 // The workload service of one node, put together from its parts: the attach flow (attach/), the
 // start-up reconcile, the leak sweep and GC (reconcile/), and Status. They share one ledger of the
@@ -37,6 +40,8 @@ export class NodeService implements WorkloadService {
   private readonly nodeStatus: NodeStatus;
   /** Releases attachments whose namespace is gone (see leak-sweep.ts). */
   readonly sweeper: LeakSweep;
+  /** What the host port (core/fabric/host-port.ts) does through the attach flow. */
+  readonly hostPortAttacher: HostPortAttacher;
 
   constructor(
     @inject(NETWORKS) networks: NetworkSet,
@@ -46,6 +51,7 @@ export class NodeService implements WorkloadService {
     @inject(LOGGER) log: Logger,
     @inject(METRICS) metrics: Metrics,
     @inject(FABRIC_CONTROLLER) @optional() fabric?: FabricController,
+    @inject(HOST_PORT) @optional() hostPort?: HostPort,
   ) {
     const ledger = new AttachmentLedger(store, networks, netns, log);
     this.orchestrator = new Orchestrator(ledger, netns, config, log, metrics);
@@ -61,8 +67,19 @@ export class NodeService implements WorkloadService {
     this.nodeStatus = new NodeStatus(ledger, metrics, {
       sweepHold: () => this.sweeper.hold,
       lastReconcile: () => this.reconcile.last,
-      fabric: () => fabric?.observe(),
+      fabric: () => {
+        const st = fabric?.observe();
+        const port = hostPort?.status();
+        return st && port ? { ...st, hostPort: port } : st;
+      },
     });
+    const key = attachmentKey(HOST_PORT_WORKLOAD_ID, HOST_PORT_IF_NAME);
+    this.hostPortAttacher = {
+      row: () => store.get(key),
+      attach: (call, ns, routes) => this.orchestrator.attachHostPort(call, ns, routes),
+      check: () => this.orchestrator.check(HOST_PORT_WORKLOAD_ID, HOST_PORT_IF_NAME),
+      release: (rec, why) => ledger.releaseIfUnchanged(rec, why),
+    };
   }
 
   /**

@@ -175,7 +175,8 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
     fs.writeFileSync(
       configFile,
       JSON.stringify({
-        dpu: { agentSocket },
+        // No host port: the soak accounts for every link and row by its own workloads' churn.
+        dpu: { agentSocket, hostPort: false },
         fabric: {
           mode: 'vxlan',
           nodeIp: NODE_IP,

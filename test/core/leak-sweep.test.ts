@@ -60,6 +60,9 @@ class Presence implements NetnsOpener {
   openWorkload(): Promise<Netns> {
     throw new Error('the sweep opens no namespace');
   }
+  openHost(): Promise<Netns> {
+    throw new Error('the sweep opens no namespace');
+  }
   async stillPresent(p: string): Promise<boolean> {
     return (this.states.get(p) ?? 'present') === 'present';
   }

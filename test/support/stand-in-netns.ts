@@ -54,6 +54,11 @@ export class StandInNamespaces implements NetnsOpener {
     };
   }
 
+  /** The host's namespace is one of the stand-ins too (the host port's test names one). */
+  openHost(netnsPath: string): Promise<Netns> {
+    return this.openWorkload(netnsPath);
+  }
+
   async stillPresent(netnsPath: string, inode: number): Promise<boolean> {
     try {
       return fs.statSync(netnsPath).ino === inode;

@@ -284,6 +284,29 @@ export interface FabricStatus {
    * kernel counts them since the filter was made; absent when no filter is programmed.
    */
   filteredPackets?: number | undefined;
+  /**
+   * The host port (dpu backend): the interface through which the node's own namespace reaches the
+   * overlay through a DPU. Absent when no network's DPUs carry the fabric.
+   */
+  hostPort?: FabricHostPort | undefined;
+}
+
+/** The node's own namespace attached by the daemon to the network on its DPUs (docs/fabric.md). */
+export interface FabricHostPort {
+  /** "attached", "pending" (not attached; reason says why) or "off" (dpu.hostPort is false). */
+  state: string;
+  network: string;
+  /** Its interface in the host namespace (wn-host0). */
+  interface: string;
+  /** The host namespace's path; empty: the daemon's own. */
+  netns: string;
+  addresses: string[];
+  /** The DPU agent holding its port. */
+  dpu: string;
+  /** The ranges routed through it (it carries no default route). */
+  routes: string[];
+  /** Why it is pending or off, or that its DPU is away; empty when all is well. */
+  reason: string;
 }
 
 /** A tunnel endpoint of a node other than its own VXLAN device: one of its DPUs. */
@@ -3061,6 +3084,7 @@ function createBaseFabricStatus(): FabricStatus {
     borrowed: 0,
     slices: 0,
     filteredPackets: undefined,
+    hostPort: undefined,
   };
 }
 
@@ -3128,6 +3152,9 @@ export const FabricStatus: MessageFns<FabricStatus> = {
     }
     if (message.filteredPackets !== undefined) {
       writer.uint32(168).uint64(message.filteredPackets);
+    }
+    if (message.hostPort !== undefined) {
+      FabricHostPort.encode(message.hostPort, writer.uint32(178).fork()).join();
     }
     return writer;
   },
@@ -3313,6 +3340,14 @@ export const FabricStatus: MessageFns<FabricStatus> = {
             message.filteredPackets = longToNumber(reader.uint64());
             continue;
           }
+          case 22: {
+            if (tag !== 178) {
+              break;
+            }
+
+            message.hostPort = FabricHostPort.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3369,6 +3404,11 @@ export const FabricStatus: MessageFns<FabricStatus> = {
         ? globalThis.Number(object.filteredPackets)
         : isSet(object.filtered_packets)
           ? globalThis.Number(object.filtered_packets)
+          : undefined,
+      hostPort: isSet(object.hostPort)
+        ? FabricHostPort.fromJSON(object.hostPort)
+        : isSet(object.host_port)
+          ? FabricHostPort.fromJSON(object.host_port)
           : undefined,
     };
   },
@@ -3438,6 +3478,9 @@ export const FabricStatus: MessageFns<FabricStatus> = {
     if (message.filteredPackets !== undefined) {
       obj.filteredPackets = Math.round(message.filteredPackets);
     }
+    if (message.hostPort !== undefined) {
+      obj.hostPort = FabricHostPort.toJSON(message.hostPort);
+    }
     return obj;
   },
 
@@ -3471,6 +3514,195 @@ export const FabricStatus: MessageFns<FabricStatus> = {
     message.borrowed = object.borrowed ?? 0;
     message.slices = object.slices ?? 0;
     message.filteredPackets = object.filteredPackets ?? undefined;
+    message.hostPort =
+      object.hostPort !== undefined && object.hostPort !== null
+        ? FabricHostPort.fromPartial(object.hostPort)
+        : undefined;
+    return message;
+  },
+};
+
+function createBaseFabricHostPort(): FabricHostPort {
+  return { state: '', network: '', interface: '', netns: '', addresses: [], dpu: '', routes: [], reason: '' };
+}
+
+export const FabricHostPort: MessageFns<FabricHostPort> = {
+  encode(message: FabricHostPort, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.state !== '') {
+      writer.uint32(10).string(message.state);
+    }
+    if (message.network !== '') {
+      writer.uint32(18).string(message.network);
+    }
+    if (message.interface !== '') {
+      writer.uint32(26).string(message.interface);
+    }
+    if (message.netns !== '') {
+      writer.uint32(34).string(message.netns);
+    }
+    for (const v of message.addresses) {
+      writer.uint32(42).string(v!);
+    }
+    if (message.dpu !== '') {
+      writer.uint32(50).string(message.dpu);
+    }
+    for (const v of message.routes) {
+      writer.uint32(58).string(v!);
+    }
+    if (message.reason !== '') {
+      writer.uint32(66).string(message.reason);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FabricHostPort {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFabricHostPort();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.state = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.network = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.interface = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.netns = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.addresses.push(reader.string());
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.dpu = reader.string();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.routes.push(reader.string());
+            continue;
+          }
+          case 8: {
+            if (tag !== 66) {
+              break;
+            }
+
+            message.reason = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): FabricHostPort {
+    return {
+      state: isSet(object.state) ? globalThis.String(object.state) : '',
+      network: isSet(object.network) ? globalThis.String(object.network) : '',
+      interface: isSet(object.interface) ? globalThis.String(object.interface) : '',
+      netns: isSet(object.netns) ? globalThis.String(object.netns) : '',
+      addresses: globalThis.Array.isArray(object?.addresses)
+        ? object.addresses.map((e: any) => globalThis.String(e))
+        : [],
+      dpu: isSet(object.dpu) ? globalThis.String(object.dpu) : '',
+      routes: globalThis.Array.isArray(object?.routes)
+        ? object.routes.map((e: any) => globalThis.String(e))
+        : [],
+      reason: isSet(object.reason) ? globalThis.String(object.reason) : '',
+    };
+  },
+
+  toJSON(message: FabricHostPort): unknown {
+    const obj: any = {};
+    if (message.state !== '') {
+      obj.state = message.state;
+    }
+    if (message.network !== '') {
+      obj.network = message.network;
+    }
+    if (message.interface !== '') {
+      obj.interface = message.interface;
+    }
+    if (message.netns !== '') {
+      obj.netns = message.netns;
+    }
+    if (message.addresses?.length) {
+      obj.addresses = message.addresses;
+    }
+    if (message.dpu !== '') {
+      obj.dpu = message.dpu;
+    }
+    if (message.routes?.length) {
+      obj.routes = message.routes;
+    }
+    if (message.reason !== '') {
+      obj.reason = message.reason;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<FabricHostPort>, I>>(base?: I): FabricHostPort {
+    return FabricHostPort.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<FabricHostPort>, I>>(object: I): FabricHostPort {
+    const message = createBaseFabricHostPort();
+    message.state = object.state ?? '';
+    message.network = object.network ?? '';
+    message.interface = object.interface ?? '';
+    message.netns = object.netns ?? '';
+    message.addresses = object.addresses?.map((e) => e) || [];
+    message.dpu = object.dpu ?? '';
+    message.routes = object.routes?.map((e) => e) || [];
+    message.reason = object.reason ?? '';
     return message;
   },
 };
