@@ -84,7 +84,10 @@ export class MtuAlignment {
 
   /** Status's figures for one network. */
   counts(network: string): MtuAlignmentCounts {
-    return { updated: this.updated.get(network) ?? 0, failed: this.failing.get(network)?.size ?? 0 };
+    // A failed one detached since is no longer one (the next pass forgets it).
+    let failed = 0;
+    for (const key of this.failing.get(network) ?? []) if (this.store.get(key)) failed++;
+    return { updated: this.updated.get(network) ?? 0, failed };
   }
 
   private async pass(): Promise<void> {
@@ -94,16 +97,16 @@ export class MtuAlignment {
     for (const rec of this.store.rows()) {
       const network = this.networks.of(rec);
       const target = network && this.target(rec, network);
-      if (!network || target === undefined || target === rec.mtu) {
-        this.failing.get(network?.name ?? '')?.delete(rec.key);
-        continue;
-      }
+      if (!network || target === undefined || target === rec.mtu) continue;
       if (!network.backend.setMtu) {
         unsupported.set(network.backend, (unsupported.get(network.backend) ?? 0) + 1);
         continue;
       }
       due.push({ rec, network });
     }
+    // What failed before and is no longer due (detached, changed since, asked for) is no failure now.
+    const dueKeys = new Set(due.map((d) => d.rec.key));
+    for (const keys of this.failing.values()) for (const key of keys) if (!dueKeys.has(key)) keys.delete(key);
     for (const [backend, n] of unsupported) {
       if (this.unsupportedSaid.has(backend)) continue;
       this.unsupportedSaid.add(backend);

@@ -136,6 +136,12 @@ describe('running interfaces follow their network’s MTU', function () {
       ['w1', 1300],
       ['w2', 1400],
     ]);
+    // The one that failed, detached, is no longer counted.
+    await service().detach({ workloadId: 'w2', ifName: 'eth0' });
+    expect((await network())?.mtuFailed).to.equal(0);
+    expect(await d.metrics.registry.getSingleMetricAsString('workloadnet_mtu_changes_total')).to.include(
+      'workloadnet_mtu_changes_total{outcome="failed"} 1',
+    );
   });
 
   it('leaves an attachment whose namespace is gone to the sweep, and does nothing before the fabric’s MTU is known', async () => {
