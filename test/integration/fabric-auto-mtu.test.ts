@@ -20,7 +20,8 @@ import { waitUntil } from '../support/wait-until';
 // attached through the API gets the fabric's pod MTU on its interface, 1450, and a don't-fragment
 // packet of that size crosses the tunnel while one byte more fails in the pod at once. An uplink MTU
 // changed while the daemon is away applies to pods attached after the restart, and to those before in
-// place: both ends of their pair and their routes that carry an MTU, the same interfaces.
+// place: both ends of their pair and their routes that carry an MTU, the same interfaces; so is an
+// --mtu set at the next start.
 
 interface Node extends BareNode {
   range: number;
@@ -79,11 +80,18 @@ describeRoot('pod MTU follows the fabric (vxlan, no --mtu; real kernel)', functi
   let firstPod = '';
   /** The address of the first pod on the second node. */
   let remotePod = '';
-  const start = (n: Node): Promise<DaemonProcess> =>
+  /** The namespace of the pod attached on the first node after its restart. */
+  let secondPod = '';
+  const start = (n: Node, mtu?: number): Promise<DaemonProcess> =>
     DaemonProcess.start({
       dir: n.dir,
       netns: n.ns,
-      flags: { 'pod-cidr': `10.244.${n.range}.0/24`, fabric: 'vxlan', 'peers-file': n.peersFile },
+      flags: {
+        'pod-cidr': `10.244.${n.range}.0/24`,
+        fabric: 'vxlan',
+        'peers-file': n.peersFile,
+        ...(mtu === undefined ? {} : { mtu: String(mtu) }),
+      },
     });
   const attach = async (n: Node, id: string): Promise<{ ns: string; ip: string; mtu: number }> => {
     const pod = topo.pool.add(`${n.name}${id}`);
@@ -158,6 +166,7 @@ describeRoot('pod MTU follows the fabric (vxlan, no --mtu; real kernel)', functi
     execFileSync('ip', ['-n', ma.ns, 'link', 'set', 'dev', 'eth0', 'mtu', '1400']);
     ma.daemon = await start(ma);
     const b = await attach(ma, 'p2');
+    secondPod = b.ns;
     expect(linkMtu(b.ns, 'eth0')).to.equal(1350);
     // The pod attached before the change: both ends and its route, in place (the same interfaces).
     await waitUntil(
@@ -179,5 +188,21 @@ describeRoot('pod MTU follows the fabric (vxlan, no --mtu; real kernel)', functi
     const net = st.networks.find((n) => n.name === 'default');
     expect(net?.mtuUpdated, 'Status counts the change').to.equal(1);
     expect(net?.mtuFailed).to.equal(0);
+  });
+
+  it('applies a configured --mtu changed across a restart to every running pod of the network, in place', async () => {
+    const ma = nodes[0] as Node;
+    const pods = [firstPod, secondPod];
+    const before = pods.map(linkIndexes);
+    await (ma.daemon as DaemonProcess).stop();
+    ma.daemon = await start(ma, 1300);
+    await waitUntil(
+      async () => pods.every((ns) => linkMtu(ns, 'eth0') === 1300),
+      'both running pods follow the configured MTU',
+    );
+    expect(pods.map(linkIndexes), 'the same pairs').to.deep.equal(before);
+    for (const b of before) expect(hostLinkMtu(ma.ns, b.peer)).to.equal(1300);
+    expect(dfPing(firstPod, remotePod, 1300).ok).to.equal(true);
+    expect(dfPing(firstPod, remotePod, 1301).out).to.match(/message too long|mtu = 1300/i);
   });
 });
