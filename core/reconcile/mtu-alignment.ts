@@ -76,10 +76,18 @@ export class MtuAlignment {
     });
   }
 
-  /** Before the store closes: no further change starts; the one under way finishes. */
-  async stop(): Promise<void> {
+  /**
+   * Before the store closes: no further change starts; the one under way gets up to `boundMs` to
+   * finish (a pass waiting for a workload's lock behind an attach that never answers is not waited
+   * for: once it gets the lock it changes nothing).
+   */
+  async stop(boundMs: number): Promise<void> {
     this.stopped = true;
-    await this.runs.current?.catch(() => undefined);
+    const current = this.runs.current?.catch(() => undefined);
+    if (!current) return;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([current, new Promise((resolve) => (timer = setTimeout(resolve, boundMs)))]);
+    clearTimeout(timer);
   }
 
   /** Status's figures for one network. */
@@ -130,6 +138,7 @@ export class MtuAlignment {
 
   /** Changes one attachment's MTU, if its row is still the one seen. The caller holds its lock. */
   private async apply(key: string, createdAt: string, network: Network): Promise<void> {
+    if (this.stopped) return;
     const rec = this.store.get(key);
     if (!rec || rec.createdAt !== createdAt) return;
     const mtu = this.target(rec, network);

@@ -84,8 +84,7 @@ export class NodeService implements WorkloadService {
 
   /** Called on shutdown before the store closes (see Orchestrator.drain). */
   async drain(boundMs: number): Promise<void> {
-    await this.mtu.stop();
-    return this.orchestrator.drain(boundMs);
+    await Promise.all([this.mtu.stop(boundMs), this.orchestrator.drain(boundMs)]);
   }
 
   attach(call: AttachCall): Promise<Attachment> {

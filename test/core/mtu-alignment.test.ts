@@ -163,6 +163,27 @@ describe('running interfaces follow their network’s MTU', function () {
     expect((await service().get('w1', 'eth0'))[0]?.mtu, 'the gone one untouched').to.equal(8950);
   });
 
+  it('does not hold a shutdown for a change that does not finish', async () => {
+    const backend = new MtuBackend(1500);
+    d = await InProcessDaemon.start(backend, vxlan, { netns: namespaces });
+    await attach('w1');
+    let open!: () => void;
+    backend.gate = new Promise<void>((r) => (open = r));
+    backend.fabric.change({ mtu: 1400 });
+    await waitUntil(async () => backend.calls.some((c) => c.op === 'setMtu'), 'a change under way');
+    const dir = d.dir;
+    await d.stop();
+    d = undefined;
+    // The change answers after the store closed: it records nothing, and the next start finds the row
+    // as it was, and changes it again (setMtu is idempotent).
+    open();
+    await new Promise((r) => setTimeout(r, 50));
+    const next = new MtuBackend(1400, backend);
+    d = await InProcessDaemon.start(next, vxlan, { netns: namespaces, dir });
+    await waitUntil(async () => (await rows())[0]?.[1] === 1350, 'changed at the next start');
+    expect(next.mtuCalls.map((c) => [c.key, c.mtu])).to.deep.equal([['w1/eth0', 1350]]);
+  });
+
   it('serialises with Detach and Attach of the same workload: a row detached or attached again meanwhile is left alone', async () => {
     const backend = new MtuBackend(1500);
     d = await InProcessDaemon.start(backend, vxlan, { netns: namespaces });
