@@ -275,6 +275,12 @@ function formatStatus(st: StatusResponse): string {
       );
       for (const r of n.reasons) lines.push(`  reason:    ${r}`);
     }
+  // Only once something changed: an MTU that never changed is the common case and says nothing.
+  for (const n of st.networks)
+    if (n.mtuUpdated > 0 || n.mtuFailed > 0)
+      lines.push(
+        `mtu change:  network ${n.name}: ${n.mtuUpdated} running interface(s) given mtu ${n.mtu} in place${n.mtuFailed > 0 ? `, ${n.mtuFailed} could not be (see the daemon's log)` : ''}`,
+      );
   if (st.fabric && st.fabric.mode !== 'off') {
     const f = st.fabric;
     lines.push(

@@ -265,6 +265,14 @@ export interface Backend {
    * place back as AttachSpec.dpu. Throws as attach would when no place can take the interface.
    */
   place?(spec: PlacementRequest): Placement | Promise<Placement>;
+  /**
+   * Gives a programmed interface another MTU in place, without re-attaching it (same interfaces, same
+   * addresses): both ends of the link, and the routes on it that carry an MTU of their own. `netns` is
+   * the attachment's namespace, opened and checked by the core, which holds the workload's lock and
+   * records the new MTU once this returns. Setting the MTU it already has changes nothing. Not
+   * implemented: interfaces keep the MTU they were attached with.
+   */
+  setMtu?(att: AttachmentView, netns: Netns, mtu: number): Promise<void>;
   /** The backend's part of the fabric between nodes, when it has one (core/fabric). */
   readonly fabric?: FabricDataplane;
   stop(): Promise<void>;

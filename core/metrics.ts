@@ -165,6 +165,13 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly mtuChanges = new Counter({
+    name: 'workloadnet_mtu_changes_total',
+    help: "Running interfaces given their network's new MTU in place (updated), or not (failed: they keep theirs).",
+    labelNames: ['outcome'] as const,
+    registers: [this.registry],
+  });
+
   readonly poolSourceConnected = new Gauge({
     name: 'workloadnet_pool_source_connected',
     help: 'Pool source: 1 while it reaches its backing service (Kubernetes API, etcd), else 0.',

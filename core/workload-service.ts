@@ -108,6 +108,10 @@ export interface NetworkStatus {
   backendDetails: Record<string, string | number | boolean>;
   /** Attachments recorded on it. */
   attachments: number;
+  /** Running interfaces given its MTU in place since the daemon started (the MTU changed after attach). */
+  mtuUpdated: number;
+  /** Running interfaces whose MTU could not be changed: they keep another than the network's. */
+  mtuFailed: number;
 }
 
 export interface ServiceStatus {

@@ -48,6 +48,7 @@ import { delLinkRequest, getLink, setLinkRequest } from '../../lib/rtnetlink/lin
 import { NetlinkSocket } from '../../lib/rtnetlink/socket';
 import { ensureSysctl, readSysctl } from '../../lib/netns/sysctl';
 import { createVethPair, type VethPair } from './veth-pair';
+import { setInterfaceMtu } from './interface-mtu';
 import { LinuxFabric } from './fabric/linux-fabric';
 import { checkWorkloadNamespace, workloadRoutes, workloadSideRequests } from '../interface/workload-side';
 
@@ -215,6 +216,28 @@ export class LinuxBackend implements Backend {
       checkWorkloadNamespace(att.netnsPath, att.netnsInode, plan, att.dataplane?.mac),
     ]);
     return [...workloadDrift, ...hostDrift];
+  }
+
+  /** See interface-mtu.ts. */
+  async setMtu(att: AttachmentView, netns: Netns, mtu: number): Promise<void> {
+    const host = await this.hostContext();
+    refuseHostNamespace({ ...att, netns }, host.ns);
+    const plan = planAttachment(att, this.opts);
+    const hostName = recordedHostIfName(att) ?? plan.hostName;
+    const workload = NetlinkSocket.openIn(netns);
+    try {
+      const change = await setInterfaceMtu({ host: host.sock, workload }, plan, hostName, mtu);
+      if (change.before !== mtu || change.routes > 0)
+        this.opts.logger.info(
+          { key: att.key, hostIf: hostName, from: change.before, to: mtu, routes: change.routes },
+          'interface MTU changed in place',
+        );
+    } catch (err) {
+      if (err instanceof NetlinkError) throw fromNetlink(err, `${att.key}: setting MTU ${mtu}`);
+      throw err;
+    } finally {
+      void workload.close();
+    }
   }
 
   /** See host-reconcile.ts. */

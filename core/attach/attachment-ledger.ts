@@ -78,6 +78,12 @@ export class AttachmentLedger {
     this.count(rec, 1);
   }
 
+  /** A row rewritten with another MTU (mtu-alignment.ts): counted under its new one. */
+  mtuChanged(before: AttachmentRecord, after: AttachmentRecord): void {
+    this.networks.of(before)?.counted(before, -1);
+    this.networks.of(after)?.counted(after, 1);
+  }
+
   /**
    * Whether a new attachment in this namespace carries its default routes: yes unless another
    * attachment there already does. A holder whose namespace is gone (its inode reused by a new one) is

@@ -188,7 +188,14 @@ export class Orchestrator {
             network.config.defaultRoute &&
             (await this.ledger.claimDefaultRoute(netns.inode, req.key));
           const routes = defaultRoute ? undefined : (host?.routes ?? network.ranges());
-          const record = newRecord({ ...req, mtu }, netns, allocated, backend.name, defaultRoute, routes);
+          const record = newRecord(
+            { ...req, mtu, mtuAsked: req.mtu !== undefined },
+            netns,
+            allocated,
+            backend.name,
+            defaultRoute,
+            routes,
+          );
           if (placed !== undefined) record.endpoint = placed.endpoint ?? '';
           const spec: AttachSpec = {
             ...toSpec(record),
@@ -403,7 +410,7 @@ function sameAttachment(existing: AttachmentRecord, req: AttachRequest, netns: N
 }
 
 function newRecord(
-  req: AttachRequest & { mtu: number },
+  req: AttachRequest & { mtu: number; mtuAsked: boolean },
   netns: Pick<Netns, 'inode' | 'dirDev'>,
   allocated: AllocatedIp[],
   backend: string,
@@ -425,6 +432,8 @@ function newRecord(
       gateway: gatewayOf(a.family),
     })),
     mtu: req.mtu,
+    // The call's own MTU is kept; one from the network follows it (core/reconcile/mtu-alignment.ts).
+    ...(req.mtuAsked ? { mtuAsked: true } : {}),
     backend,
     network: req.network,
     defaultRoute,

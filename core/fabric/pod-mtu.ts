@@ -38,10 +38,13 @@ export function carriedMtu(mode: FabricMode, local: LocalNode, endpoint?: string
  * What the fabric carries, as its dataplanes last said, for the networks whose MTU is "auto" (0).
  * The fabric controller tells it each dataplane's node at prepare() and at every change (a new
  * uplink MTU is read at a start; a DPU comes or goes); a network asks it for the MTU of a new
- * interface. An interface keeps the MTU it was attached with.
+ * interface, and the interfaces attached before are brought to it in place (mtu-alignment.ts).
  */
 export class FabricPodMtu {
   private readonly locals = new Map<FabricDataplane, LocalNode>();
+  /** What each dataplane carried when last learnt, to tell a change from a repeat. */
+  private readonly carriedBefore = new Map<FabricDataplane, string>();
+  private readonly listeners: Array<() => void> = [];
 
   /** settings: the fabric's, absent when it is off. */
   constructor(private readonly settings?: Pick<FabricSettings, 'mode' | 'nodeIp'>) {}
@@ -49,6 +52,35 @@ export class FabricPodMtu {
   /** A dataplane's node, as prepare() or a later change gave it. */
   learn(dataplane: FabricDataplane, local: LocalNode): void {
     this.locals.set(dataplane, local);
+    if (!this.settings) return;
+    // A node's record changes for reasons of its own (a DPU's status); only what it carries matters.
+    const mode = this.settings.mode;
+    const carried = [
+      carriedMtu(mode, local),
+      ...(local.endpoints ?? []).map((e) => `${e.id}=${carriedMtu(mode, local, e.id)}`),
+    ].join(',');
+    if (this.carriedBefore.get(dataplane) === carried) return;
+    this.carriedBefore.set(dataplane, carried);
+    for (const listener of this.listeners) listener();
+  }
+
+  /**
+   * Calls `listener` whenever what a dataplane carries becomes known or changes (attachments made
+   * before follow it: core/reconcile/mtu-alignment.ts).
+   */
+  onChange(listener: () => void): void {
+    this.listeners.push(listener);
+  }
+
+  /**
+   * What an existing interface behind this dataplane should have now, where auto: what the fabric
+   * carries; 1500 when the fabric is off or the backend has no part in it; undefined while the
+   * dataplane is not prepared (the 1500-byte guess of auto() is right for a new interface, which
+   * must not wait, but is no reason to change one that runs).
+   */
+  settled(dataplane: FabricDataplane | undefined, endpoint?: string): number | undefined {
+    if (!this.settings || !dataplane) return DEFAULT_POD_MTU;
+    return this.carried(dataplane, endpoint);
   }
 
   /**

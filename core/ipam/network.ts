@@ -40,6 +40,20 @@ export class Network {
     return this.fabricMtu?.auto(this.backend.fabric, endpoint) ?? DEFAULT_POD_MTU;
   }
 
+  /**
+   * The MTU an interface of this network attached without its own should have now: the configured
+   * one; with "auto", what the fabric carries, and undefined while that is not known yet.
+   */
+  settledMtu(endpoint?: string): number | undefined {
+    if (this.config.mtu !== 0) return this.config.mtu;
+    return this.fabricMtu ? this.fabricMtu.settled(this.backend.fabric, endpoint) : DEFAULT_POD_MTU;
+  }
+
+  /** Calls `listener` when what the fabric carries (for an "auto" MTU) becomes known or changes. */
+  onMtuChange(listener: () => void): void {
+    if (this.config.mtu === 0) this.fabricMtu?.onChange(listener);
+  }
+
   /** What the fabric carries to a pod of this network; undefined when that is not known or not limited. */
   carried(endpoint?: string): number | undefined {
     return this.fabricMtu?.carried(this.backend.fabric, endpoint);

@@ -10,6 +10,7 @@ import { METRICS, Metrics } from '../metrics';
 import { NETNS_OPENER, type NetnsOpener } from '../netns-opener';
 import { KeepListGc } from '../reconcile/keep-list-gc';
 import { LeakSweep } from '../reconcile/leak-sweep';
+import { MtuAlignment } from '../reconcile/mtu-alignment';
 import { StartupReconcile } from '../reconcile/startup-reconcile';
 import { STORE, Store } from '../store/store';
 import type {
@@ -38,6 +39,8 @@ export class NodeService implements WorkloadService {
   private readonly reconcile: StartupReconcile;
   private readonly keepListGc: KeepListGc;
   private readonly nodeStatus: NodeStatus;
+  /** Brings running interfaces to their network's MTU when it changes (see mtu-alignment.ts). */
+  private readonly mtu: MtuAlignment;
   /** Releases attachments whose namespace is gone (see leak-sweep.ts). */
   readonly sweeper: LeakSweep;
   /** What the host port (core/fabric/host-port.ts) does through the attach flow. */
@@ -57,6 +60,7 @@ export class NodeService implements WorkloadService {
     this.orchestrator = new Orchestrator(ledger, netns, config, log, metrics);
     this.reconcile = new StartupReconcile(ledger, netns, metrics, log);
     this.keepListGc = new KeepListGc(ledger, log);
+    this.mtu = new MtuAlignment(ledger, netns, metrics, log.child({ part: 'mtu' }));
     this.sweeper = new LeakSweep(
       { rows: () => store.rows(), release: (rec, why) => ledger.releaseIfUnchanged(rec, why) },
       netns,
@@ -72,6 +76,7 @@ export class NodeService implements WorkloadService {
         const port = hostPort?.status();
         return st && port ? { ...st, hostPort: port } : st;
       },
+      mtu: (network) => this.mtu.counts(network),
     });
     const key = attachmentKey(HOST_PORT_WORKLOAD_ID, HOST_PORT_IF_NAME);
     this.hostPortAttacher = {
@@ -86,14 +91,17 @@ export class NodeService implements WorkloadService {
    * Loads allocations from the store and reconciles the store with the backends. Called once before
    * the API starts serving.
    */
-  init(): Promise<ReconcileSummary> {
+  async init(): Promise<ReconcileSummary> {
     this.sweeper.knownSinceStart(this.store.rows());
-    return this.reconcile.run();
+    const summary = await this.reconcile.run();
+    // Interfaces attached with another MTU than their network's now follow it, in the background.
+    this.mtu.start();
+    return summary;
   }
 
   /** Called on shutdown before the store closes (see Orchestrator.drain). */
-  drain(boundMs: number): Promise<void> {
-    return this.orchestrator.drain(boundMs);
+  async drain(boundMs: number): Promise<void> {
+    await Promise.all([this.mtu.stop(boundMs), this.orchestrator.drain(boundMs)]);
   }
 
   attach(call: AttachCall): Promise<Attachment> {

@@ -17,6 +17,8 @@ export interface StatusInputs {
    * attaches its pods without it.
    */
   fabric?(): FabricStatus | undefined;
+  /** Running interfaces of a network given its MTU in place, and those that could not be. */
+  mtu?(network: string): { updated: number; failed: number };
 }
 
 export class NodeStatus {
@@ -50,6 +52,7 @@ export class NodeStatus {
       for (const r of own)
         if (!reasons.includes(r)) reasons.push(several ? `network ${network.name}: ${r}` : r);
       const attachments = this.ledger.attachmentsOn(network.name);
+      const mtu = this.inputs.mtu?.(network.name) ?? { updated: 0, failed: 0 };
       networks.push({
         name: network.name,
         backend: network.backend.name,
@@ -62,6 +65,8 @@ export class NodeStatus {
         pools,
         backendDetails: { ...(health.details ?? {}) },
         attachments,
+        mtuUpdated: mtu.updated,
+        mtuFailed: mtu.failed,
       });
       this.metrics.networkReady.set(
         { network: network.name, backend: network.backend.name },

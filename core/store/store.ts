@@ -34,6 +34,11 @@ export interface AttachmentRecord extends Attachment {
    * is no endpoint (a DPU that does not carry the fabric).
    */
   endpoint?: string;
+  /**
+   * The Attach call asked for this MTU (absent: it is the network's, which an interface follows when
+   * it changes, see core/reconcile/mtu-alignment.ts).
+   */
+  mtuAsked?: boolean;
 }
 
 /** The store's databases, as a migration sees them. */

@@ -19,7 +19,9 @@ import { waitUntil } from '../support/wait-until';
 // on a test-owned underlay (a 1500-byte uplink, the nodes on two subnets joined by a router). A pod
 // attached through the API gets the fabric's pod MTU on its interface, 1450, and a don't-fragment
 // packet of that size crosses the tunnel while one byte more fails in the pod at once. An uplink MTU
-// changed while the daemon is away applies to pods attached after the restart; those before keep theirs.
+// changed while the daemon is away applies to pods attached after the restart, and to those before in
+// place: both ends of their pair and their routes that carry an MTU, the same interfaces; so is an
+// --mtu set at the next start.
 
 interface Node extends BareNode {
   range: number;
@@ -32,6 +34,27 @@ interface Node extends BareNode {
 function linkMtu(ns: string, ifName: string): number {
   const out = execFileSync('ip', ['-n', ns, '-o', 'link', 'show', 'dev', ifName], { encoding: 'utf8' });
   return Number(/ mtu (\d+) /.exec(out)?.[1]);
+}
+
+/** A pod's interface index and, from its "eth0@ifN", its host end's. */
+function linkIndexes(ns: string): { own: number; peer: number } {
+  const out = execFileSync('ip', ['-n', ns, '-o', 'link', 'show', 'dev', 'eth0'], { encoding: 'utf8' });
+  const m = /^(\d+): eth0@if(\d+):/.exec(out);
+  return { own: Number(m?.[1]), peer: Number(m?.[2]) };
+}
+
+/** The MTU of the host interface with this index in the node namespace. */
+function hostLinkMtu(ns: string, index: number): number {
+  const line = execFileSync('ip', ['-n', ns, '-o', 'link', 'show'], { encoding: 'utf8' })
+    .split('\n')
+    .find((l) => l.startsWith(`${index}: `));
+  return Number(/ mtu (\d+) /.exec(line ?? '')?.[1]);
+}
+
+/** The MTU a route inside a namespace carries (NaN without one). */
+function routeMtu(ns: string, prefix: string): number {
+  const out = execFileSync('ip', ['-n', ns, 'route', 'show', prefix], { encoding: 'utf8' });
+  return Number(/ mtu (\d+)/.exec(out)?.[1]);
 }
 
 /** One don't-fragment ping of `size` bytes of IP packet from a pod namespace. */
@@ -55,11 +78,20 @@ describeRoot('pod MTU follows the fabric (vxlan, no --mtu; real kernel)', functi
   const nodes: Node[] = [];
   /** The namespace of the first pod on the first node. */
   let firstPod = '';
-  const start = (n: Node): Promise<DaemonProcess> =>
+  /** The address of the first pod on the second node. */
+  let remotePod = '';
+  /** The namespace of the pod attached on the first node after its restart. */
+  let secondPod = '';
+  const start = (n: Node, mtu?: number): Promise<DaemonProcess> =>
     DaemonProcess.start({
       dir: n.dir,
       netns: n.ns,
-      flags: { 'pod-cidr': `10.244.${n.range}.0/24`, fabric: 'vxlan', 'peers-file': n.peersFile },
+      flags: {
+        'pod-cidr': `10.244.${n.range}.0/24`,
+        fabric: 'vxlan',
+        'peers-file': n.peersFile,
+        ...(mtu === undefined ? {} : { mtu: String(mtu) }),
+      },
     });
   const attach = async (n: Node, id: string): Promise<{ ns: string; ip: string; mtu: number }> => {
     const pod = topo.pool.add(`${n.name}${id}`);
@@ -106,6 +138,7 @@ describeRoot('pod MTU follows the fabric (vxlan, no --mtu; real kernel)', functi
     const a = await attach(ma, 'p1');
     const c = await attach(mc, 'p1');
     firstPod = a.ns;
+    remotePod = c.ip;
     expect(linkMtu(a.ns, 'eth0')).to.equal(1450);
     expect(linkMtu(c.ns, 'eth0')).to.equal(1450);
     expect(a.mtu, 'the MTU Attach answers').to.equal(1450);
@@ -118,17 +151,58 @@ describeRoot('pod MTU follows the fabric (vxlan, no --mtu; real kernel)', functi
     expect(over.out).to.match(/message too long|mtu = 1450/i);
   });
 
-  it('applies an uplink MTU changed across a restart to new pods; the pod before keeps its own', async () => {
+  it('applies an uplink MTU changed across a restart to new pods and, in place, to the pod before', async () => {
     const ma = nodes[0] as Node;
+    const mc = nodes[1] as Node;
+    const c = remotePod;
+    // A route on the pod's interface that carries an MTU of its own (as a chained plugin may add):
+    // it follows the interface's.
+    execFileSync('ip', [
+      ...['-n', firstPod, 'route', 'add', `10.244.${mc.range}.0/24`],
+      ...['via', '169.254.1.1', 'dev', 'eth0', 'mtu', '1450'],
+    ]);
+    const before = linkIndexes(firstPod);
     await (ma.daemon as DaemonProcess).stop();
     execFileSync('ip', ['-n', ma.ns, 'link', 'set', 'dev', 'eth0', 'mtu', '1400']);
     ma.daemon = await start(ma);
     const b = await attach(ma, 'p2');
+    secondPod = b.ns;
     expect(linkMtu(b.ns, 'eth0')).to.equal(1350);
-    expect(linkMtu(firstPod, 'eth0'), 'the pod attached before the change').to.equal(1450);
-    const st = await ma.daemon.client.call(ma.daemon.client.raw.status, {});
-    expect(JSON.stringify(st)).to.include(
-      'network default: 1 attachment(s) run with a larger MTU than the vxlan fabric carries (1350)',
+    // The pod attached before the change: both ends and its route, in place (the same interfaces).
+    await waitUntil(
+      async () => linkMtu(firstPod, 'eth0') === 1350,
+      "the running pod's interface follows the new pod MTU",
     );
+    expect(linkIndexes(firstPod), 'the same pair, not attached again').to.deep.equal(before);
+    expect(hostLinkMtu(ma.ns, before.peer), 'its host end').to.equal(1350);
+    expect(routeMtu(firstPod, `10.244.${mc.range}.0/24`), 'its route with an MTU').to.equal(1350);
+    await waitUntil(
+      async () => dfPing(firstPod, c, 1350).ok,
+      'a packet of the new pod MTU with DF set crosses the VXLAN path',
+    );
+    const over = dfPing(firstPod, c, 1351);
+    expect(over.ok).to.equal(false);
+    expect(over.out, 'refused in the pod, not lost on the way').to.match(/message too long|mtu = 1350/i);
+    const st = await ma.daemon.client.call(ma.daemon.client.raw.status, {});
+    expect(JSON.stringify(st)).not.to.include('larger MTU than the vxlan fabric carries');
+    const net = st.networks.find((n) => n.name === 'default');
+    expect(net?.mtuUpdated, 'Status counts the change').to.equal(1);
+    expect(net?.mtuFailed).to.equal(0);
+  });
+
+  it('applies a configured --mtu changed across a restart to every running pod of the network, in place', async () => {
+    const ma = nodes[0] as Node;
+    const pods = [firstPod, secondPod];
+    const before = pods.map(linkIndexes);
+    await (ma.daemon as DaemonProcess).stop();
+    ma.daemon = await start(ma, 1300);
+    await waitUntil(
+      async () => pods.every((ns) => linkMtu(ns, 'eth0') === 1300),
+      'both running pods follow the configured MTU',
+    );
+    expect(pods.map(linkIndexes), 'the same pairs').to.deep.equal(before);
+    for (const b of before) expect(hostLinkMtu(ma.ns, b.peer)).to.equal(1300);
+    expect(dfPing(firstPod, remotePod, 1300).ok).to.equal(true);
+    expect(dfPing(firstPod, remotePod, 1301).out).to.match(/message too long|mtu = 1300/i);
   });
 });

@@ -176,18 +176,19 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
 
   /** Programs the routes (and VXLAN entries) to one target; says how it is reached or why not. */
   const reach = (t: Target): TargetOutcome => {
-    if (t.underlay === undefined)
+    const underlay = t.underlay;
+    if (underlay === undefined)
       return {
         path: 'unreachable',
         reason: `no underlay address of IPv${family === AF_INET ? 4 : 6}, the family of this node's (${ctx.underlay.address})`,
       };
-    const direct = onLink(ctx.underlay, t.underlay);
+    const direct = onLink(ctx.underlay, underlay);
     if (ctx.mode === 'routed' || (ctx.mode === 'hybrid' && direct)) {
       if (!direct)
         return {
           path: 'unreachable',
           reason:
-            `underlay ${t.underlay} is not on a subnet of uplink ${ctx.underlay.uplink.name} (${ctx.underlay.subnets.map((x) => x.text).join(', ') || 'none'}); ` +
+            `underlay ${underlay} is not on a subnet of uplink ${ctx.underlay.uplink.name} (${ctx.underlay.subnets.map((x) => x.text).join(', ') || 'none'}); ` +
             `routed mode routes only directly connected peers, never via a gateway (use hybrid or vxlan)`,
         };
       const skipped: string[] = [];
@@ -203,20 +204,33 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
           peerRoute(
             f,
             prefix,
-            { gateway: t.underlay, oif: ctx.underlay.uplink.index, onlink: false },
+            { gateway: underlay, oif: ctx.underlay.uplink.index, onlink: false },
             ctx.routeMtu,
             t.node,
           ),
         );
       }
-      return skipped.length > 0
-        ? {
-            path: 'direct',
-            reason: `not routed directly (another family than the underlay): ${skipped.join(', ')}`,
-          }
-        : { path: 'direct' };
+      if (skipped.length === 0) return { path: 'direct' };
+      // Hybrid has a tunnel: the other family crosses it, even to a peer on the subnet (IPv6 pods
+      // over an IPv4 underlay), so that every pod reaches every pod.
+      const other = family === AF_INET ? AF_INET6 : AF_INET;
+      const tunnelled =
+        ctx.mode === 'hybrid'
+          ? tunnel({ ...t, underlay, prefixes: skipped, gateways: { [other]: t.gateways[other] } })
+          : undefined;
+      if (tunnelled && tunnelled.path !== 'unreachable') return { path: 'direct' };
+      return {
+        path: 'direct',
+        reason:
+          `not routed directly (another family than the underlay): ${skipped.join(', ')}` +
+          (tunnelled?.reason ? `; not over VXLAN either: ${tunnelled.reason}` : ''),
+      };
     }
-    // vxlan, or hybrid across a router.
+    return tunnel({ ...t, underlay });
+  };
+
+  /** Routes a target's prefixes through our VXLAN device: vxlan mode, or hybrid across a router. */
+  const tunnel = (t: Target & { underlay: string }): TargetOutcome => {
     if (ctx.vxlanIndex === undefined) return { path: 'unreachable', reason: 'no VXLAN device' };
     const vtep = t.vtep;
     if (!vtep) return { path: 'unreachable', reason: 'the peer publishes no VTEP (it runs no VXLAN device)' };

@@ -381,6 +381,17 @@ export interface NetworkStatus {
   pools: PoolStatus[];
   backendDetails: { [key: string]: string };
   attachments: number;
+  /**
+   * Running interfaces given the network's MTU in place since the daemon started (their MTU was the
+   * network's, which changed after they were attached: another configured value, or what the fabric
+   * carries).
+   */
+  mtuUpdated: number;
+  /**
+   * Running interfaces whose MTU could not be changed in place (the daemon's log says why): they keep
+   * another MTU than the network's until the next change, the next start or a new attach.
+   */
+  mtuFailed: number;
 }
 
 export interface NetworkStatus_BackendDetailsEntry {
@@ -4479,6 +4490,8 @@ function createBaseNetworkStatus(): NetworkStatus {
     pools: [],
     backendDetails: {},
     attachments: 0,
+    mtuUpdated: 0,
+    mtuFailed: 0,
   };
 }
 
@@ -4513,6 +4526,12 @@ export const NetworkStatus: MessageFns<NetworkStatus> = {
     });
     if (message.attachments !== 0) {
       writer.uint32(80).uint64(message.attachments);
+    }
+    if (message.mtuUpdated !== 0) {
+      writer.uint32(88).uint64(message.mtuUpdated);
+    }
+    if (message.mtuFailed !== 0) {
+      writer.uint32(96).uint64(message.mtuFailed);
     }
     return writer;
   },
@@ -4613,6 +4632,22 @@ export const NetworkStatus: MessageFns<NetworkStatus> = {
             message.attachments = longToNumber(reader.uint64());
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.mtuUpdated = longToNumber(reader.uint64());
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.mtuFailed = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4673,6 +4708,16 @@ export const NetworkStatus: MessageFns<NetworkStatus> = {
             )
           : {},
       attachments: isSet(object.attachments) ? globalThis.Number(object.attachments) : 0,
+      mtuUpdated: isSet(object.mtuUpdated)
+        ? globalThis.Number(object.mtuUpdated)
+        : isSet(object.mtu_updated)
+          ? globalThis.Number(object.mtu_updated)
+          : 0,
+      mtuFailed: isSet(object.mtuFailed)
+        ? globalThis.Number(object.mtuFailed)
+        : isSet(object.mtu_failed)
+          ? globalThis.Number(object.mtu_failed)
+          : 0,
     };
   },
 
@@ -4714,6 +4759,12 @@ export const NetworkStatus: MessageFns<NetworkStatus> = {
     if (message.attachments !== 0) {
       obj.attachments = Math.round(message.attachments);
     }
+    if (message.mtuUpdated !== 0) {
+      obj.mtuUpdated = Math.round(message.mtuUpdated);
+    }
+    if (message.mtuFailed !== 0) {
+      obj.mtuFailed = Math.round(message.mtuFailed);
+    }
     return obj;
   },
 
@@ -4739,6 +4790,8 @@ export const NetworkStatus: MessageFns<NetworkStatus> = {
       return acc;
     }, {});
     message.attachments = object.attachments ?? 0;
+    message.mtuUpdated = object.mtuUpdated ?? 0;
+    message.mtuFailed = object.mtuFailed ?? 0;
     return message;
   },
 };

@@ -1,0 +1,292 @@
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import {
+  FabricTopology,
+  bridge,
+  peersOf,
+  pingOutput,
+  type BareNode,
+} from '../backends/linux/fabric-topology';
+import { attachRequest } from '../support/attach-request';
+import { DaemonProcess } from '../support/daemon-process';
+import { isRoot } from '../support/netns';
+import { pings } from '../support/ping';
+import { waitUntil } from '../support/wait-until';
+import { EtcdCluster, haveEtcd } from '../pools/support/etcd-cluster';
+
+// IPv6 pods across nodes over an IPv4 underlay: three daemons claim dual-stack blocks from a real
+// 3-member etcd (one IPv4 and one IPv6 cluster range) and program the fabric from the node records and
+// block ownership there; na and nb share a subnet, nc sits behind a router. Two pods per node, attached
+// through the API. An IPv6 packet cannot be routed to an IPv4 next hop, so IPv6 crosses to every
+// peer over VXLAN — in vxlan mode, and in hybrid mode too, even to a peer on the same subnet (whose
+// IPv4 goes direct) — and routed mode, which has no tunnel, reports the IPv6 prefixes not routed and
+// leaves their traffic to the catch-all, which refuses it at once.
+
+const CLUSTER4 = '10.244.0.0/16';
+const CLUSTER6 = 'fd10::/48';
+
+interface Pod {
+  ns: string;
+  ip4: string;
+  ip6: string;
+}
+
+interface Node extends BareNode {
+  dir: string;
+  daemon?: DaemonProcess;
+  pods: Pod[];
+}
+
+const describeEtcdRoot = isRoot && haveEtcd ? describe : describe.skip;
+const SKIP = isRoot && haveEtcd ? '' : ' (skipped: needs root and etcd-server)';
+
+/** Lines of `ip` output in a namespace, trimmed and sorted. */
+function lines(ns: string, ...args: string[]): string[] {
+  return execFileSync('ip', ['-n', ns, ...args], { encoding: 'utf8' })
+    .split('\n')
+    .map((l) => l.trim())
+    .filter(Boolean)
+    .sort();
+}
+
+/** IPv6 fabric routes of ours (protocol 119) in a node namespace. */
+const routes6 = (ns: string): string[] => lines(ns, '-6', 'route', 'show', 'proto', '119');
+/** Permanent neighbours of one family on our VXLAN device (none without the device). */
+function neighbours(ns: string, family: '-4' | '-6'): string[] {
+  const hasVxlan = execFileSync('ip', ['-n', ns, '-o', 'link', 'show'], { encoding: 'utf8' }).includes(
+    ' wn-vxlan:',
+  );
+  return hasVxlan ? lines(ns, family, 'neigh', 'show', 'dev', 'wn-vxlan', 'nud', 'permanent') : [];
+}
+
+describeEtcdRoot(
+  `fabric: dual-stack pods over an IPv4 underlay (real etcd, real kernel)${SKIP}`,
+  function () {
+    this.timeout(240_000);
+    let root: string;
+    let etcd: EtcdCluster;
+
+    before(async () => {
+      root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-fabdual-'));
+      etcd = await EtcdCluster.start(path.join(root, 'etcd'), 3, 'wn-fabdual-');
+    });
+
+    after(async () => {
+      await etcd?.stop();
+      if (root) fs.rmSync(root, { recursive: true, force: true });
+    });
+
+    /** Three daemons in `mode` on a fresh underlay, each with two dual-stack pods. */
+    function cluster(mode: 'vxlan' | 'hybrid' | 'routed'): { nodes: Node[]; node: (n: string) => Node } {
+      const topo = new FabricTopology();
+      const nodes: Node[] = [];
+      before(async () => {
+        await topo.build([]);
+        for (const [name, subnet, host] of [
+          ['na', 1, 1],
+          ['nb', 1, 2],
+          ['nc', 2, 3],
+        ] as const) {
+          const bare = await topo.addBareNode({ name, subnet, host });
+          const n: Node = { ...bare, dir: path.join(root, `${mode}-${name}`), pods: [] };
+          n.daemon = await DaemonProcess.start({
+            dir: n.dir,
+            netns: etcd.netns,
+            args: [
+              ...['--pool-source', 'etcd', '--node-name', name, '--etcd-prefix', `/dual-${mode}`],
+              ...['--etcd-endpoints', etcd.endpoints.join(',')],
+              ...['--cluster-cidr', CLUSTER4, '--cluster-cidr', CLUSTER6],
+              ...['--host-netns', `/var/run/netns/${bare.ns}`, '--fabric', mode],
+            ],
+          });
+          nodes.push(n);
+        }
+        for (const n of nodes)
+          for (const i of [1, 2]) {
+            const pod = topo.pool.add(`${n.name}p${i}`);
+            const daemon = n.daemon as DaemonProcess;
+            await waitUntil(
+              async () =>
+                daemon.client
+                  .call(daemon.client.raw.attach, attachRequest(`${n.name}-p${i}`, pod.path))
+                  .then((res) => {
+                    const ips = res.ips.map((x) => (x.cidr ?? '').split('/')[0] as string);
+                    n.pods.push({
+                      ns: pod.name,
+                      ip4: ips.find((a) => !a.includes(':')) ?? '',
+                      ip6: ips.find((a) => a.includes(':')) ?? '',
+                    });
+                    return true;
+                  }),
+              `${n.name} attaches pod ${i} once it holds its blocks`,
+              30_000,
+              { intervalMs: 200, retryOnError: true },
+            );
+          }
+        // Every node has seen both peers with both their blocks.
+        for (const n of nodes)
+          await waitUntil(
+            async () => {
+              const peers = peersOf(path.join(n.dir, 'api.sock'));
+              return peers.length === 2 && peers.every((p) => p.prefixes.length === 2);
+            },
+            `${n.name} sees both peers' IPv4 and IPv6 blocks`,
+            30_000,
+            { intervalMs: 200 },
+          );
+      });
+      after(async () => {
+        for (const n of nodes) await n.daemon?.stop().catch(() => undefined);
+        await topo.cleanup();
+      });
+      return { nodes, node: (name) => nodes.find((n) => n.name === name) as Node };
+    }
+
+    /** A peer's IPv6 block and the VTEP MAC it publishes, as na's daemon shows them. */
+    function peerV6(from: Node, peer: string): { block: string; gateway: string } {
+      const block = peersOf(path.join(from.dir, 'api.sock'))
+        .find((p) => p.node === peer)
+        ?.prefixes.find((p) => p.includes(':')) as string;
+      // The neighbour key is the block's first address (fabric-plan.ts).
+      return { block, gateway: block.split('/')[0] as string };
+    }
+
+    /** Every pod pings every pod of another node over IPv6. */
+    async function everyPodReachesEveryPod(nodes: Node[]): Promise<void> {
+      const pods = nodes.flatMap((n) => n.pods.map((p) => ({ node: n.name, ...p })));
+      const failed: string[] = [];
+      await Promise.all(
+        pods.flatMap((from) =>
+          pods
+            .filter((to) => to.node !== from.node)
+            .map(async (to) => {
+              const ok = await pings(from.ns, to.ip6, { count: 3, waitSeconds: 2, intervalSeconds: 0.2 });
+              if (!ok) failed.push(`${from.ns} → ${to.ns} (${to.ip6})`);
+            }),
+        ),
+      );
+      expect(failed, 'IPv6 pairs that did not answer').to.deep.equal([]);
+    }
+
+    describe('vxlan', () => {
+      const c = cluster('vxlan');
+
+      it('programs per peer one IPv6 route per remote block, one neighbour per family and one FDB entry, and the IPv6 catch-all', async () => {
+        const na = c.node('na');
+        const nb = peerV6(na, 'nb');
+        const nc = peerV6(na, 'nc');
+        await waitUntil(async () => routes6(na.ns).length === 3, 'na routes both IPv6 blocks', 30_000, {
+          intervalMs: 200,
+        });
+        expect(routes6(na.ns)).to.deep.equal(
+          [
+            `${nb.block} via ${nb.gateway} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
+            `${nc.block} via ${nc.gateway} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
+            `unreachable ${CLUSTER6} dev lo metric 4294967295 pref medium`,
+          ].sort(),
+        );
+        expect(neighbours(na.ns, '-6')).to.deep.equal(
+          [
+            `${nb.gateway} lladdr 0e:77:0a:64:01:02 PERMANENT`,
+            `${nc.gateway} lladdr 0e:77:0a:64:02:03 PERMANENT`,
+          ].sort(),
+        );
+        expect(neighbours(na.ns, '-4')).to.have.length(2);
+        expect(
+          (await bridge(na.ns, 'fdb', 'show', 'dev', 'wn-vxlan')).trim().split('\n').sort(),
+        ).to.deep.equal([
+          '0e:77:0a:64:01:02 dst 10.100.1.2 self permanent',
+          '0e:77:0a:64:02:03 dst 10.100.2.3 self permanent',
+        ]);
+      });
+
+      it('carries IPv6 from every pod to every pod of the other nodes', async () => {
+        await everyPodReachesEveryPod(c.nodes);
+      });
+    });
+
+    describe('hybrid', () => {
+      const c = cluster('hybrid');
+
+      it('tunnels IPv6 to every peer — the one on the same subnet too, whose IPv4 goes direct', async () => {
+        const na = c.node('na');
+        const nb = peerV6(na, 'nb');
+        const nc = peerV6(na, 'nc');
+        await waitUntil(async () => routes6(na.ns).length === 3, 'na routes both IPv6 blocks', 30_000, {
+          intervalMs: 200,
+        });
+        expect(routes6(na.ns)).to.deep.equal(
+          [
+            `${nb.block} via ${nb.gateway} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
+            `${nc.block} via ${nc.gateway} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
+            `unreachable ${CLUSTER6} dev lo metric 4294967295 pref medium`,
+          ].sort(),
+        );
+        // nb's IPv4 block goes direct: an IPv4 neighbour only for nc; IPv6 neighbours and FDB entries
+        // for both.
+        expect(neighbours(na.ns, '-6')).to.have.length(2);
+        expect(neighbours(na.ns, '-4')).to.have.length(1);
+        expect(neighbours(na.ns, '-4')[0]).to.include('lladdr 0e:77:0a:64:02:03');
+        expect(
+          (await bridge(na.ns, 'fdb', 'show', 'dev', 'wn-vxlan')).trim().split('\n').sort(),
+        ).to.deep.equal([
+          '0e:77:0a:64:01:02 dst 10.100.1.2 self permanent',
+          '0e:77:0a:64:02:03 dst 10.100.2.3 self permanent',
+        ]);
+        const nbIpv4 = lines(na.ns, '-4', 'route', 'show', 'proto', '119').filter((r) =>
+          r.includes('dev eth0'),
+        );
+        expect(nbIpv4, "nb's IPv4 block direct on the uplink").to.have.length(1);
+        expect(nbIpv4[0]).to.include('via 10.100.1.2 dev eth0');
+        const peers = peersOf(path.join(na.dir, 'api.sock'));
+        expect(peers.find((p) => p.node === 'nb')?.path).to.equal('direct');
+        expect(peers.find((p) => p.node === 'nc')?.path).to.equal('vxlan');
+      });
+
+      it('carries IPv6 from every pod to every pod of the other nodes', async () => {
+        await everyPodReachesEveryPod(c.nodes);
+      });
+    });
+
+    describe('routed', () => {
+      const c = cluster('routed');
+
+      it('reports the IPv6 blocks not routed directly; their packets hit the catch-all and fail at once', async () => {
+        const na = c.node('na');
+        const nb = peerV6(na, 'nb');
+        await waitUntil(
+          async () => routes6(na.ns).length === 1 && peersOf(path.join(na.dir, 'api.sock')).length === 2,
+          'na programmed its table',
+          30_000,
+          { intervalMs: 200 },
+        );
+        expect(routes6(na.ns)).to.deep.equal([
+          `unreachable ${CLUSTER6} dev lo metric 4294967295 pref medium`,
+        ]);
+        expect(neighbours(na.ns, '-6')).to.deep.equal([]);
+        const peers = peersOf(path.join(na.dir, 'api.sock')) as Array<{
+          node: string;
+          path: string;
+          reason?: string;
+        }>;
+        const onSubnet = peers.find((p) => p.node === 'nb');
+        expect(onSubnet?.path).to.equal('direct');
+        expect(onSubnet?.reason).to.equal(
+          `not routed directly (another family than the underlay): ${nb.block}`,
+        );
+        expect(peers.find((p) => p.node === 'nc')?.path).to.equal('unreachable');
+        // IPv4 to the peer on the subnet works; IPv6 to it is refused by the catch-all, not lost.
+        const from = na.pods[0] as Pod;
+        const to = c.node('nb').pods[0] as Pod;
+        expect(await pings(from.ns, to.ip4, { count: 2, waitSeconds: 2 })).to.equal(true);
+        const six = await pingOutput(from.ns, to.ip6, 5);
+        expect(six.ok).to.equal(false);
+        expect(six.out).to.match(/unreachable/i);
+        expect(six.ms, 'refused at once, not a timeout').to.be.below(4000);
+      });
+    });
+  },
+);
