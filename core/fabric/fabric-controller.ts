@@ -58,6 +58,13 @@ export interface FabricControllerOptions {
   networks?: readonly FabricNetwork[];
   /** How the node's ranges are cut among its DPUs, when a backend in use places ports. */
   slices?: SliceBook;
+  /**
+   * The pod ranges of the networks whose backend offers the fabric, as the pool sources gave them: the
+   * dataplanes put this node's gateway keys on their devices from them.
+   */
+  ownRanges?: () => string[];
+  /** How often the ranges are looked at for a change (a block claimed), ms. */
+  rangesCheckMs?: number;
   log: Logger;
   metrics?: Metrics;
   /** Monotonic clock (ms) of the withdrawal grace; tests move it by hand. */
@@ -105,6 +112,9 @@ export class FabricController {
   private coalesce?: NodeJS.Timeout;
   private expiry?: NodeJS.Timeout;
   private periodic?: NodeJS.Timeout;
+  private rangesCheck?: NodeJS.Timeout;
+  /** The ranges the last apply gave the dataplanes (sorted, joined). */
+  private appliedRanges?: string;
   private retry?: NodeJS.Timeout;
   /** One apply at a time; a change during one is applied right after it. */
   private readonly applies = new SerialRun(
@@ -135,6 +145,13 @@ export class FabricController {
     if (this.opts.dataplanes.length === 0) return;
     this.periodic = setInterval(() => this.schedule(), this.opts.reapplyMs ?? 60_000);
     this.periodic.unref();
+    if (this.opts.ownRanges) {
+      // A block claimed or released changes this node's gateway keys; the pools have no second listener.
+      this.rangesCheck = setInterval(() => {
+        if (this.appliedRanges !== undefined && this.rangesKey() !== this.appliedRanges) this.schedule();
+      }, this.opts.rangesCheckMs ?? 2000);
+      this.rangesCheck.unref();
+    }
     await this.bringUp();
   }
 
@@ -142,7 +159,8 @@ export class FabricController {
     this.stopped = true;
     for (const t of [this.coalesce, this.expiry, this.retry]) clearTimeout(t);
     clearInterval(this.periodic);
-    this.coalesce = this.expiry = this.retry = this.periodic = undefined;
+    clearInterval(this.rangesCheck);
+    this.coalesce = this.expiry = this.retry = this.periodic = this.rangesCheck = undefined;
     await this.applies.current;
     this.opts.appliedPeers?.flush();
     // Not waiting for a start that has not finished: a source that cannot reach its store may never
@@ -304,6 +322,23 @@ export class FabricController {
     return book?.ready ? book.own() : undefined;
   }
 
+  private rangesKey(): string {
+    return [...new Set(this.opts.ownRanges?.() ?? [])].sort().join(',');
+  }
+
+  /**
+   * What the dataplanes are told this node owns: its ranges (with the book's cut, when there is one).
+   * Undefined while the book is not whole, or when neither is known.
+   */
+  private ownForApply(): OwnPrefixes | undefined {
+    const book = this.opts.slices;
+    if (book && !book.ready) return undefined;
+    const cut = book?.own();
+    if (!this.opts.ownRanges) return cut;
+    const ranges = [...new Set([...this.opts.ownRanges(), ...(cut?.ranges ?? [])])];
+    return { ranges, byEndpoint: cut?.byEndpoint ?? new Map<string, readonly string[]>() };
+  }
+
   /** Listens to the dataplanes' DPUs coming and going, and to the book's changes. */
   private followLocal(): void {
     if (this.localListening) return;
@@ -416,8 +451,9 @@ export class FabricController {
     await this.publishIfChanged();
     const source = this.opts.source;
     if (this.stopped || !this.local || !source?.synced) return;
-    const own = this.own();
-    if (this.opts.slices && !own) return;
+    if (this.opts.slices && !this.opts.slices.ready) return;
+    const own = this.ownForApply();
+    const ranges = this.rangesKey();
     const table = this.grace.table(source.peers());
     const metrics = this.opts.metrics;
     let reports: FabricReport[] = [];
@@ -437,6 +473,7 @@ export class FabricController {
       }
     }
     this.lastApplyAt = Date.now();
+    this.appliedRanges = ranges;
     this.opts.appliedPeers?.save(table);
     this.peerRows = this.rows(table, reports);
     metrics?.fabricApplies.inc({ result: reports.every((r) => r.ready) ? 'ok' : 'not_ready' });

@@ -3,10 +3,9 @@
 // prefix (plus a neighbour and an FDB entry per VXLAN peer, plus the catch-all) and nothing else of
 // ours. A periodic pass and a netlink monitor put back what someone removes by hand.
 //
-// The VXLAN device carries no address. Flannel gives its device the .0/32 of the node's own subnet,
-// so that host → remote-pod traffic leaves with a pod-range source; the dataplane is not told this
-// node's prefixes (FabricSettings has none), so such traffic takes the uplink's address as its source
-// and the peer answers it over the underlay. Pod-to-pod traffic, the purpose here, is unaffected.
+// The VXLAN device carries this node's gateway keys (gateway-address.ts), as flannel gives its device
+// the .0/32 of the node's subnet: host → remote-pod traffic leaves with that source and passes strict
+// rp_filter on the way back, and peers' probes (probe-schedule.ts) are answered by the kernel.
 
 import type { Peer } from '../../../core/fabric/peer-source';
 import type {
@@ -14,6 +13,7 @@ import type {
   FabricReport,
   FabricSettings,
   LocalNode,
+  OwnPrefixes,
 } from '../../../core/fabric/fabric-dataplane';
 import { failedPrecondition, invalidArgument } from '../../../core/errors';
 import { silentLogger, type Logger } from '../../../core/logger';
@@ -21,6 +21,7 @@ import { parseCidr } from '../../../lib/cidr';
 import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import {
   NetlinkSocket,
+  RTM_DELADDR,
   RTM_DELLINK,
   RTM_DELNEIGH,
   RTM_DELROUTE,
@@ -29,7 +30,16 @@ import {
   type Link,
 } from '../../../lib/rtnetlink';
 import { DriftMonitor, KERNEL_EVENTS_LOST, type KernelEvent } from './drift-monitor';
-import { planFabric, podMtu, routeKey, neighbourKey, fdbKey, type FabricPlan } from './fabric-plan';
+import {
+  fdbKey,
+  neighbourKey,
+  ownGatewayKeys,
+  planFabric,
+  podMtu,
+  routeKey,
+  type FabricPlan,
+} from './fabric-plan';
+import { syncGatewayAddresses } from './gateway-address';
 import { applyOps, diff, readOurs, type DiffOp } from './kernel-diff';
 import { discoverUnderlay, type Underlay } from './underlay';
 import { ensureVxlanDevice, findVxlanDevice } from './vxlan-device';
@@ -77,6 +87,10 @@ export class LinuxFabric implements FabricDataplane {
   private sock: NetlinkSocket | undefined;
   private prepared: Prepared | undefined;
   private peers: readonly Peer[] | undefined;
+  /** This node's prefixes as the controller last gave them; undefined: not told (addresses left alone). */
+  private own: OwnPrefixes | undefined;
+  /** The gateway keys the last apply put on the device: putting one back later is a repair. */
+  private keysOnDevice = new Set<string>();
   /** What the last apply put in (key → fingerprint): putting the same back later is a repair. */
   private programmed = new Map<string, string>();
   private last: FabricReport = EMPTY_REPORT;
@@ -138,9 +152,10 @@ export class LinuxFabric implements FabricDataplane {
     });
   }
 
-  apply(peers: readonly Peer[]): Promise<FabricReport> {
+  apply(peers: readonly Peer[], own?: OwnPrefixes): Promise<FabricReport> {
     return this.serial(async () => {
       this.peers = [...peers];
+      if (own) this.own = own;
       return this.reconcile();
     });
   }
@@ -211,6 +226,8 @@ export class LinuxFabric implements FabricDataplane {
     // Peers are admitted before routes to them exist (their answers must not be dropped), and a
     // withdrawn peer leaves the set only when the controller leaves it out of the table.
     if (prep.filter) await this.applyFilter(prep.settings.port, peers);
+    // Before the routes are read: a key removed from the device can take routes with it (gateway-address.ts).
+    const keyFailures = await this.syncKeys(sock, prep);
     const have = await readOurs(sock, vxlanIndex);
     const ops = diff(plan, have, vxlanIndex);
     const fingerprints = fingerprintsOf(plan);
@@ -237,15 +254,34 @@ export class LinuxFabric implements FabricDataplane {
       failures.length === 0
         ? { routes: plan.routes, neighbours: plan.neighbours, fdb: plan.fdb }
         : await readOurs(sock, vxlanIndex);
-    const reasons = failures.map((f) => `${describe(f.op)}: ${f.error.message}`);
+    const reasons = [...failures.map((f) => `${describe(f.op)}: ${f.error.message}`), ...keyFailures];
     this.last = {
-      ready: failures.length === 0,
+      ready: reasons.length === 0,
       reasons,
       peers: plan.peers,
       objects: { routes: after.routes.length, neighbours: after.neighbours.length, fdb: after.fdb.length },
       repairs: this.repairs,
     };
     return this.report();
+  }
+
+  /**
+   * Puts this node's gateway keys on the device and removes what is no longer one; left alone until
+   * the controller says which prefixes are ours. Returns why it failed, if it did.
+   */
+  private async syncKeys(sock: NetlinkSocket, prep: Prepared): Promise<string[]> {
+    const own = this.own;
+    if (!own || !prep.vxlan || prep.mac === undefined) return [];
+    const keys = ownGatewayKeys(own.ranges, [...own.byEndpoint.values()].flat());
+    const r = await syncGatewayAddresses(sock, prep.vxlan.index, keys);
+    const repaired = r.added.filter((a) => this.keysOnDevice.has(a)).length;
+    this.repairs += repaired;
+    if (r.added.length > 0 || r.removed.length > 0)
+      this.logger.info({ added: r.added, removed: r.removed, repaired }, 'fabric gateway addresses changed');
+    this.keysOnDevice = new Set(r.held);
+    return r.failures.map(
+      (f) => `${f.what} on ${prep.vxlan?.name ?? 'the VXLAN device'}: ${f.error.message}`,
+    );
   }
 
   /** Programs the source filter; a failure leaves the fabric unfiltered and is a warning. */
@@ -325,6 +361,8 @@ export class LinuxFabric implements FabricDataplane {
         return vx !== undefined && e.ifindex === vx && e.id !== undefined && this.programmed.has(e.id);
       case RTM_DELLINK:
         return vx !== undefined && e.ifindex === vx;
+      case RTM_DELADDR:
+        return vx !== undefined && e.ifindex === vx && this.keysOnDevice.size > 0;
       default:
         return false;
     }
