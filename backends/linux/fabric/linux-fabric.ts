@@ -14,6 +14,7 @@ import type {
   FabricSettings,
   LocalNode,
   OwnPrefixes,
+  PeerProbe,
 } from '../../../core/fabric/fabric-dataplane';
 import { failedPrecondition, invalidArgument } from '../../../core/errors';
 import { silentLogger, type Logger } from '../../../core/logger';
@@ -36,10 +37,13 @@ import {
   ownGatewayKeys,
   planFabric,
   podMtu,
+  probeTargets,
   routeKey,
   type FabricPlan,
 } from './fabric-plan';
 import { syncGatewayAddresses } from './gateway-address';
+import { IcmpProbeTransport } from './icmp-probe-transport';
+import { PeerProber, type ProbeTransport } from './peer-prober';
 import { applyOps, diff, readOurs, type DiffOp } from './kernel-diff';
 import { discoverUnderlay, type Underlay } from './underlay';
 import { ensureVxlanDevice, findVxlanDevice } from './vxlan-device';
@@ -56,6 +60,8 @@ export interface LinuxFabricOptions {
   monitor?: boolean;
   /** The nft binary of the VXLAN source filter (default `nft` on PATH). */
   nftCommand?: string;
+  /** How probes are sent (default ICMP echo in the host namespace); tests give their own. */
+  probeTransport?: (ns: NetnsHandle) => ProbeTransport;
 }
 
 /** How often Status may make the source filter's counter be read again. */
@@ -104,6 +110,9 @@ export class LinuxFabric implements FabricDataplane {
   private readonly filter: VxlanSourceFilter;
   /** Why the source filter is not in force, while it is not. */
   private filterOff: string | undefined;
+  /** The data-path probes, while fabric.probeIntervalSeconds is above 0 and peers are programmed. */
+  private prober: PeerProber | undefined;
+  private readonly probeListeners: Array<(node: string) => void> = [];
 
   constructor(private readonly opts: LinuxFabricOptions = {}) {
     this.logger = opts.logger ?? silentLogger();
@@ -162,6 +171,12 @@ export class LinuxFabric implements FabricDataplane {
 
   report(): FabricReport {
     const out: FabricReport = { ...this.last, repairs: this.repairs };
+    const health = this.prober?.health();
+    if (health && health.size > 0)
+      out.peers = out.peers.map((p) => {
+        const probe = health.get(p.node);
+        return probe ? { ...p, probe } : p;
+      });
     if (this.prepared?.filter && !this.stopped) this.filter.refresh(FILTER_COUNTER_MAX_AGE_MS);
     if (this.prepared?.filter && this.filter.filtered !== undefined)
       out.filteredPackets = this.filter.filtered;
@@ -169,8 +184,18 @@ export class LinuxFabric implements FabricDataplane {
     return out;
   }
 
+  probes(): ReadonlyMap<string, PeerProbe> {
+    return this.prober?.health() ?? new Map<string, PeerProbe>();
+  }
+
+  onProbeChange(listener: (node: string) => void): void {
+    this.probeListeners.push(listener);
+  }
+
   async stop(): Promise<void> {
     this.stopped = true;
+    await this.prober?.stop();
+    this.prober = undefined;
     if (this.timer) clearInterval(this.timer);
     if (this.debounce) clearTimeout(this.debounce);
     this.timer = undefined;
@@ -255,6 +280,7 @@ export class LinuxFabric implements FabricDataplane {
         ? { routes: plan.routes, neighbours: plan.neighbours, fdb: plan.fdb }
         : await readOurs(sock, vxlanIndex);
     const reasons = [...failures.map((f) => `${describe(f.op)}: ${f.error.message}`), ...keyFailures];
+    this.probe(prep, plan);
     this.last = {
       ready: reasons.length === 0,
       reasons,
@@ -282,6 +308,30 @@ export class LinuxFabric implements FabricDataplane {
     return r.failures.map(
       (f) => `${f.what} on ${prep.vxlan?.name ?? 'the VXLAN device'}: ${f.error.message}`,
     );
+  }
+
+  /** Gives the prober the peers as the plan reaches them (started at the first apply that has any). */
+  private probe(prep: Prepared, plan: FabricPlan): void {
+    const seconds = prep.settings.probeIntervalSeconds ?? 0;
+    if (seconds <= 0 || this.stopped || !this.ns) return;
+    if (!this.prober) {
+      const ns = this.ns;
+      this.prober = new PeerProber({
+        intervalMs: seconds * 1000,
+        transport: this.opts.probeTransport?.(ns) ?? new IcmpProbeTransport(ns, this.logger),
+        // Monotonic, and finer than a millisecond: round trips on a LAN are a fraction of one.
+        now: () => performance.now(),
+        onChange: (node, probe) => {
+          this.logger.info(
+            { peer: node, state: probe.state, target: probe.target, lost: probe.lost },
+            'fabric peer probe state changed',
+          );
+          for (const l of this.probeListeners) l(node);
+        },
+      });
+      this.prober.start();
+    }
+    this.prober.setTargets(probeTargets(plan));
   }
 
   /** Programs the source filter; a failure leaves the fabric unfiltered and is a warning. */
