@@ -17,6 +17,7 @@ import type { NodeRecord, Peer, PeerSource, TunnelEndpoint } from './peer-source
 import { podMtu, type FabricPodMtu } from './pod-mtu';
 import type { AppliedPeersFile } from './applied-peers-file';
 import { WithdrawalGrace } from './withdrawal-grace';
+import { mergedProbes, setProbeGauges, withProbes } from './peer-probes';
 
 // The fabric's control loop: the peer source's table, taken to the backends' dataplanes. It finds
 // this node's underlay (prepare), publishes this node's record, and on every change of the table
@@ -205,7 +206,7 @@ export class FabricController {
       ...(endpoints ? { endpoints } : {}),
       ...(book ? { borrowed: book.borrowed, slices: book.sliceCount } : {}),
       ...(source ? { source } : {}),
-      peers: this.peerRows,
+      peers: withProbes(this.peerRows, mergedProbes(this.opts.dataplanes)),
       objects: sumObjects(reports),
       repairs: reports.reduce((n, r) => n + r.repairs, 0),
       ...filteredPackets(reports),
@@ -344,6 +345,11 @@ export class FabricController {
     if (this.localListening) return;
     this.localListening = true;
     this.opts.slices?.onChange(() => this.schedule());
+    // A withdrawing peer whose probes now fail is withdrawn at the next apply, not after the grace.
+    for (const dp of this.opts.dataplanes)
+      dp.onProbeChange?.((node) => {
+        if (this.grace.pending().has(node)) this.schedule();
+      });
     this.opts.dataplanes.forEach((dp, i) =>
       dp.onLocalChange?.((local) => {
         this.locals[i] = local;
@@ -454,7 +460,14 @@ export class FabricController {
     if (this.opts.slices && !this.opts.slices.ready) return;
     const own = this.ownForApply();
     const ranges = this.rangesKey();
-    const table = this.grace.table(source.peers());
+    const probes = mergedProbes(this.opts.dataplanes);
+    const table = this.grace.table(source.peers(), (node) => probes.get(node)?.state === 'degraded');
+    const early = this.grace.withdrawnEarly();
+    if (early.length > 0)
+      this.opts.log.warn(
+        { peers: early },
+        'peers withdrawn before the grace: they left the peer source and fail their data-path probes',
+      );
     const metrics = this.opts.metrics;
     let reports: FabricReport[] = [];
     if (this.mode === 'external') {
@@ -509,7 +522,7 @@ export class FabricController {
       const reasons = [
         path ? (path.reason ?? '') : 'not in the last report of the dataplane',
         withdrawn
-          ? `left the peer source; kept for the withdrawal grace (${Math.round(this.opts.withdrawGraceMs / 1000)} s)`
+          ? `left the peer source; kept for the withdrawal grace (${Math.round(this.opts.withdrawGraceMs / 1000)} s) unless its data-path probes fail`
           : '',
       ].filter((r) => r !== '');
       rows.push({
@@ -541,6 +554,7 @@ export class FabricController {
     for (const path of ['direct', 'vxlan', 'unreachable', 'external'] as const)
       m.fabricPeers.set({ path }, st.peers.filter((p) => p.path === path).length);
     m.fabricPeersWithdrawing.set(this.grace.pending().size);
+    setProbeGauges(m, st.peers);
     if (st.borrowed !== undefined) m.fabricBorrowed.set(st.borrowed);
     for (const [kind, n] of Object.entries(st.objects)) m.fabricObjects.set({ kind }, n);
     // The dataplanes count repairs since they started; the counter takes what is new.
