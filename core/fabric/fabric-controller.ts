@@ -60,11 +60,11 @@ export interface FabricControllerOptions {
   /** How the node's ranges are cut among its DPUs, when a backend in use places ports. */
   slices?: SliceBook;
   /**
-   * The pod ranges of the networks whose backend offers the fabric, as the pool sources gave them: the
-   * dataplanes put this node's gateway keys on their devices from them.
+   * The ranges this node's gateway keys come from (OwnPrefixes.keyRanges): what its peer source
+   * announces for it, when no pod gets their first address.
    */
-  ownRanges?: () => string[];
-  /** How often the ranges are looked at for a change (a block claimed), ms. */
+  keyRanges?: () => string[];
+  /** How often they are looked at for a change (a range added), ms. */
   rangesCheckMs?: number;
   log: Logger;
   metrics?: Metrics;
@@ -146,8 +146,8 @@ export class FabricController {
     if (this.opts.dataplanes.length === 0) return;
     this.periodic = setInterval(() => this.schedule(), this.opts.reapplyMs ?? 60_000);
     this.periodic.unref();
-    if (this.opts.ownRanges) {
-      // A block claimed or released changes this node's gateway keys; the pools have no second listener.
+    if (this.opts.keyRanges) {
+      // A range added or gone may move this node's gateway keys; the pools have no second listener.
       this.rangesCheck = setInterval(() => {
         if (this.appliedRanges !== undefined && this.rangesKey() !== this.appliedRanges) this.schedule();
       }, this.opts.rangesCheckMs ?? 2000);
@@ -324,20 +324,20 @@ export class FabricController {
   }
 
   private rangesKey(): string {
-    return [...new Set(this.opts.ownRanges?.() ?? [])].sort().join(',');
+    return [...new Set(this.opts.keyRanges?.() ?? [])].sort().join(',');
   }
 
   /**
-   * What the dataplanes are told this node owns: its ranges (with the book's cut, when there is one).
-   * Undefined while the book is not whole, or when neither is known.
+   * What the dataplanes are told this node owns: the book's cut (when there is one) and the ranges of
+   * its gateway keys. Undefined while the book is not whole, or when neither is known.
    */
   private ownForApply(): OwnPrefixes | undefined {
     const book = this.opts.slices;
     if (book && !book.ready) return undefined;
     const cut = book?.own();
-    if (!this.opts.ownRanges) return cut;
-    const ranges = [...new Set([...this.opts.ownRanges(), ...(cut?.ranges ?? [])])];
-    return { ranges, byEndpoint: cut?.byEndpoint ?? new Map<string, readonly string[]>() };
+    if (!this.opts.keyRanges) return cut;
+    const keyRanges = [...new Set(this.opts.keyRanges())];
+    return cut ? { ...cut, keyRanges } : { ranges: keyRanges, byEndpoint: new Map(), keyRanges };
   }
 
   /** Listens to the dataplanes' DPUs coming and going, and to the book's changes. */

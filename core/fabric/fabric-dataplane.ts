@@ -49,6 +49,12 @@ export interface OwnPrefixes {
   ranges: string[];
   /** Per endpoint id: its slices of the ranges and the /32 (/128) it borrowed outside them. */
   byEndpoint: ReadonlyMap<string, readonly string[]>;
+  /**
+   * The ranges the peers route to this node whose first address no pod gets: per family, the first
+   * address of the lowest (of what no endpoint covers) is this node's gateway key, the peers' neighbour
+   * key for it, held on the node's VXLAN device. Absent: not known, the device is left as it is.
+   */
+  keyRanges?: readonly string[];
 }
 
 /** How one peer is reached now. */

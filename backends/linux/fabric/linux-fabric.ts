@@ -297,8 +297,8 @@ export class LinuxFabric implements FabricDataplane {
    */
   private async syncKeys(sock: NetlinkSocket, prep: Prepared): Promise<string[]> {
     const own = this.own;
-    if (!own || !prep.vxlan || prep.mac === undefined) return [];
-    const keys = ownGatewayKeys(own.ranges, [...own.byEndpoint.values()].flat());
+    if (!own?.keyRanges || !prep.vxlan || prep.mac === undefined) return [];
+    const keys = ownGatewayKeys(own.keyRanges, [...own.byEndpoint.values()].flat());
     const r = await syncGatewayAddresses(sock, prep.vxlan.index, keys);
     const repaired = r.added.filter((a) => this.keysOnDevice.has(a)).length;
     this.repairs += repaired;

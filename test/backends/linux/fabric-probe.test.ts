@@ -33,7 +33,11 @@ describeRoot('Linux fabric: data-path probes (real kernel)', function () {
     }
     fabric(topo.node('na')).onProbeChange((node) => changes.push(node));
     for (const n of topo.nodes)
-      await fabric(n).apply(topo.peersOf(n.name, locals), { ranges: n.prefixes, byEndpoint: new Map() });
+      await fabric(n).apply(topo.peersOf(n.name, locals), {
+        ranges: n.prefixes,
+        byEndpoint: new Map(),
+        keyRanges: n.prefixes,
+      });
   });
 
   after(async () => {

@@ -38,7 +38,11 @@ async function deviceAddresses(ns: string): Promise<string[]> {
     .sort();
 }
 
-const own = (n: TopologyNode, ranges = n.prefixes): OwnPrefixes => ({ ranges, byEndpoint: new Map() });
+const own = (n: TopologyNode, ranges = n.prefixes): OwnPrefixes => ({
+  ranges,
+  byEndpoint: new Map(),
+  keyRanges: ranges,
+});
 
 describeRoot('Linux fabric: node → remote pod under strict rp_filter (real kernel)', function () {
   this.timeout(120_000);

@@ -153,10 +153,10 @@ describe('fabric controller: withdrawal with data-path probes', () => {
 
   it("gives the dataplane this node's ranges, and applies again when they change", async () => {
     let ranges = ['10.244.1.0/24'];
-    await started({ ownRanges: () => ranges, rangesCheckMs: 20 });
-    expect(dp.owns[0]?.ranges).to.deep.equal(['10.244.1.0/24']);
+    await started({ keyRanges: () => ranges, rangesCheckMs: 20 });
+    expect(dp.owns[0]?.keyRanges).to.deep.equal(['10.244.1.0/24']);
     ranges = ['10.244.1.0/24', '10.244.0.0/24'];
     await until(() => dp.owns.length >= 2, 5000, 'an apply after the ranges changed');
-    expect(dp.owns.at(-1)?.ranges).to.deep.equal(['10.244.1.0/24', '10.244.0.0/24']);
+    expect(dp.owns.at(-1)?.keyRanges).to.deep.equal(['10.244.1.0/24', '10.244.0.0/24']);
   });
 });
