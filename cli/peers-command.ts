@@ -9,7 +9,8 @@ import { EXIT, clientCommand, withClient } from './client-commands';
 import { age, json, table } from './output';
 
 // `workloadnet peers`: the fabric as the daemon sees it (Status.fabric): this node, the peer source,
-// and one row per peer with the path that reaches it; below the table, per peer, its DPUs' tunnel
+// and one row per peer with the path that reaches it and what the data-path probes say (reachable,
+// degraded, unknown; the round trip); below the table, per peer, its DPUs' tunnel
 // endpoints with their slices, and how each DPU of this node sees it. Exit code 3 when the fabric is on
 // and not ready, like `status` when the node is not ready.
 
@@ -65,18 +66,33 @@ export function formatPeers(f: FabricStatus | undefined, now = Date.now()): stri
   out +=
     '\n' +
     table(
-      ['NODE', 'UNDERLAY', 'PATH', 'PREFIXES', 'CHANGED', 'REASON'],
+      ['NODE', 'UNDERLAY', 'PATH', 'PREFIXES', 'PROBE', 'RTT', 'CHANGED', 'REASON'],
       f.peers.map((p) => [
         p.node,
         p.underlay.join(',') || '-',
         p.withdrawnAt ? `${p.path} (withdrawing)` : p.path,
         p.prefixes.join(',') || '-',
+        probeState(p, now),
+        p.probe?.answered ? `${ms(p.probe.rttMs)} (median ${ms(p.probe.medianRttMs)})` : '-',
         p.lastChange ? `${age(p.lastChange, now)} ago` : '-',
         p.reason || '-',
       ]),
     );
   const details = f.peers.flatMap(peerDetails);
   return details.length ? `${out}\n${details.join('\n')}\n` : out;
+}
+
+/** The probes' word: reachable, degraded (with the probes lost and since when), or unknown; - when off. */
+function probeState(p: FabricPeer, now: number): string {
+  const probe = p.probe;
+  if (!probe) return '-';
+  if (probe.state === 'degraded')
+    return `degraded (${probe.lost} lost${probe.since ? `, ${age(probe.since, now)}` : ''})`;
+  return probe.state;
+}
+
+function ms(v: number): string {
+  return v < 10 ? `${v.toFixed(2)} ms` : `${Math.round(v)} ms`;
 }
 
 /** A peer's DPU endpoints and how this node's DPUs see it, one line each. */

@@ -191,6 +191,7 @@ export const DEFAULT_CONFIG: DaemonConfig = {
     peersFile: '',
     leaseTtlSeconds: 15,
     withdrawGraceSeconds: 180,
+    probeIntervalSeconds: 5,
     strictSlices: false,
     sourceFilter: true,
   },
@@ -269,6 +270,8 @@ export const OPTION_DOCS: Record<string, string> = {
     "Fabric, etcd peer source: TTL of the lease this node's record lives on (1-15 s): a dead node leaves its peers' tables after it.",
   'fabric.withdrawGraceSeconds':
     'Fabric: how long a peer that left its source stays programmed before its routes are removed (a lapsed lease is not proof of a dead node).',
+  'fabric.probeIntervalSeconds':
+    'Fabric: seconds between two data-path probes of each peer (ICMP echo to its gateway key over VXLAN, to its underlay address when routed), spread over the interval; a peer that answered before and misses 3 in a row is shown degraded (never withdrawn for it), and one that also left its source is withdrawn before the grace. 0 turns probes off. Default 5.',
   'fabric.sourceFilter':
     "Fabric: accept VXLAN only from the peers' underlay addresses (an nftables table of ours, `table inet workloadnet`; needs nft); other senders' packets are dropped and counted. false accepts VXLAN from anyone. Default true.",
   'fabric.strictSlices':
@@ -423,6 +426,7 @@ export function fabricSettings(c: DaemonConfig): FabricSettings | undefined {
     // Only the etcd source knows the cluster's ranges; with the others no catch-all is programmed.
     clusterCidrs: c.poolSource === 'etcd' ? c.etcd.clusterCidrs : [],
     sourceFilter: c.fabric.sourceFilter,
+    probeIntervalSeconds: c.fabric.probeIntervalSeconds,
   };
 }
 

@@ -218,6 +218,17 @@ export class Metrics {
     help: 'Fabric: peers that left their source and are kept programmed for fabric.withdrawGraceSeconds.',
     registers: [this.registry],
   });
+  readonly fabricPeersDegraded = new Gauge({
+    name: 'workloadnet_fabric_peers_degraded',
+    help: 'Fabric: peers that answered data-path probes before and left the last few unanswered (fabric.probeIntervalSeconds); they stay programmed.',
+    registers: [this.registry],
+  });
+  readonly fabricProbeRtt = new Gauge({
+    name: 'workloadnet_fabric_probe_rtt_seconds',
+    help: "Fabric: data-path probe round-trip times across peers (each peer's median of its recent probes), by quantile (0.5, 0.9, 1 = the slowest peer).",
+    labelNames: ['quantile'] as const,
+    registers: [this.registry],
+  });
   readonly fabricObjects = new Gauge({
     name: 'workloadnet_fabric_objects',
     help: 'Fabric: objects of ours in the kernel, by kind (routes, neighbours, fdb).',

@@ -1,5 +1,5 @@
-// The few libc calls Node does not offer: setns(2), socket(2) for AF_NETLINK, setsockopt(2), ioctl(2),
-// close(2), getrlimit(2)/setrlimit(2). The one place the project binds libc, through koffi, whose npm package ships prebuilt
+// The few libc calls Node does not offer: setns(2), socket(2) for AF_NETLINK and raw ICMP, setsockopt(2),
+// sendto(2), ioctl(2), close(2), getrlimit(2)/setrlimit(2). The one place the project binds libc, through koffi, whose npm package ships prebuilt
 // binaries (no compiler at install time). The library is loaded on first use so that merely importing
 // this module works on any platform.
 
@@ -46,6 +46,7 @@ interface Bindings {
   setns: koffi.KoffiFunction;
   socket: koffi.KoffiFunction;
   setsockopt: koffi.KoffiFunction;
+  sendto: koffi.KoffiFunction;
   close: koffi.KoffiFunction;
   ioctl: koffi.KoffiFunction;
   gettid: koffi.KoffiFunction;
@@ -66,6 +67,9 @@ function libc(): Bindings {
       socket: lib.func('int socket(int domain, int type, int protocol)'),
       setsockopt: lib.func(
         'int setsockopt(int fd, int level, int optname, const void *optval, uint32_t optlen)',
+      ),
+      sendto: lib.func(
+        'intptr_t sendto(int fd, const void *buf, size_t len, int flags, const void *addr, uint32_t addrlen)',
       ),
       close: lib.func('int close(int fd)'),
       // Declared without the variadic argument: the requests we use take none.
@@ -100,6 +104,11 @@ export function setsockopt(fd: number, level: number, optname: number, value: Bu
 export function setsockoptInt(fd: number, level: number, optname: number, value: number): void {
   // An int in host byte order, as the kernel reads it.
   setsockopt(fd, level, optname, Buffer.from(new Int32Array([value]).buffer));
+}
+
+/** sendto(2) of one datagram to a sockaddr (already encoded); the bytes sent. */
+export function sendTo(fd: number, data: Buffer, flags: number, address: Buffer): number {
+  return check('sendto', libc().sendto(fd, data, data.length, flags, address, address.length));
 }
 
 /** ioctl without an argument, returning its non-negative result. */

@@ -117,6 +117,12 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
       podMtu,
       networks: networkSet.networks.filter((n) => n.backend.fabric),
       slices: networkSet.slices,
+      // What the pool source announces for this node (the primary network's pools), unless it is etcd:
+      // a block hands out every address, so its first may be a pod's and cannot be the gateway key.
+      keyRanges: () =>
+        networkSet.primary.backend.fabric && config.poolSource !== 'etcd'
+          ? networkSet.primary.allocator.allPools().map((p) => p.cidr.text)
+          : [],
       log: logger.child({ part: 'fabric' }),
       metrics,
     });

@@ -20,6 +20,8 @@ export interface FabricConfig {
   leaseTtlSeconds: number;
   /** How long a peer that left its source stays programmed (it may only have lost its lease). */
   withdrawGraceSeconds: number;
+  /** Seconds between two data-path probes of each peer; 0 = no probes. */
+  probeIntervalSeconds: number;
   /** A DPU whose slices are full gets no address rather than a borrowed one. */
   strictSlices: boolean;
   /** VXLAN only from the peers' underlay addresses (an nftables table of ours); false: from anyone. */
@@ -68,6 +70,14 @@ export function validateFabric(c: FabricOptions, fail: (msg: string) => never): 
     f.withdrawGraceSeconds > 86400
   )
     fail(`fabric.withdrawGraceSeconds must be an integer in 0..86400, not ${String(f.withdrawGraceSeconds)}`);
+  if (
+    !Number.isInteger(f.probeIntervalSeconds) ||
+    f.probeIntervalSeconds < 0 ||
+    f.probeIntervalSeconds > 3600
+  )
+    fail(
+      `fabric.probeIntervalSeconds must be an integer in 0..3600 (0 turns the data-path probes off), not ${String(f.probeIntervalSeconds)}`,
+    );
   if (!isSliceCount(c.dpu.fabricSlices))
     fail(
       `dpu.fabricSlices must be a power of two in 1..${MAX_SLICES} (one slice per DPU of the node, e.g. 2, 4 or 8), not ${JSON.stringify(c.dpu.fabricSlices)}`,

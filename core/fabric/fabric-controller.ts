@@ -17,6 +17,7 @@ import type { NodeRecord, Peer, PeerSource, TunnelEndpoint } from './peer-source
 import { podMtu, type FabricPodMtu } from './pod-mtu';
 import type { AppliedPeersFile } from './applied-peers-file';
 import { WithdrawalGrace } from './withdrawal-grace';
+import { mergedProbes, setProbeGauges, withProbes } from './peer-probes';
 
 // The fabric's control loop: the peer source's table, taken to the backends' dataplanes. It finds
 // this node's underlay (prepare), publishes this node's record, and on every change of the table
@@ -58,6 +59,13 @@ export interface FabricControllerOptions {
   networks?: readonly FabricNetwork[];
   /** How the node's ranges are cut among its DPUs, when a backend in use places ports. */
   slices?: SliceBook;
+  /**
+   * The ranges this node's gateway keys come from (OwnPrefixes.keyRanges): what its peer source
+   * announces for it, when no pod gets their first address.
+   */
+  keyRanges?: () => string[];
+  /** How often they are looked at for a change (a range added), ms. */
+  rangesCheckMs?: number;
   log: Logger;
   metrics?: Metrics;
   /** Monotonic clock (ms) of the withdrawal grace; tests move it by hand. */
@@ -105,6 +113,9 @@ export class FabricController {
   private coalesce?: NodeJS.Timeout;
   private expiry?: NodeJS.Timeout;
   private periodic?: NodeJS.Timeout;
+  private rangesCheck?: NodeJS.Timeout;
+  /** The ranges the last apply gave the dataplanes (sorted, joined). */
+  private appliedRanges?: string;
   private retry?: NodeJS.Timeout;
   /** One apply at a time; a change during one is applied right after it. */
   private readonly applies = new SerialRun(
@@ -135,6 +146,13 @@ export class FabricController {
     if (this.opts.dataplanes.length === 0) return;
     this.periodic = setInterval(() => this.schedule(), this.opts.reapplyMs ?? 60_000);
     this.periodic.unref();
+    if (this.opts.keyRanges) {
+      // A range added or gone may move this node's gateway keys; the pools have no second listener.
+      this.rangesCheck = setInterval(() => {
+        if (this.appliedRanges !== undefined && this.rangesKey() !== this.appliedRanges) this.schedule();
+      }, this.opts.rangesCheckMs ?? 2000);
+      this.rangesCheck.unref();
+    }
     await this.bringUp();
   }
 
@@ -142,7 +160,8 @@ export class FabricController {
     this.stopped = true;
     for (const t of [this.coalesce, this.expiry, this.retry]) clearTimeout(t);
     clearInterval(this.periodic);
-    this.coalesce = this.expiry = this.retry = this.periodic = undefined;
+    clearInterval(this.rangesCheck);
+    this.coalesce = this.expiry = this.retry = this.periodic = this.rangesCheck = undefined;
     await this.applies.current;
     this.opts.appliedPeers?.flush();
     // Not waiting for a start that has not finished: a source that cannot reach its store may never
@@ -187,7 +206,7 @@ export class FabricController {
       ...(endpoints ? { endpoints } : {}),
       ...(book ? { borrowed: book.borrowed, slices: book.sliceCount } : {}),
       ...(source ? { source } : {}),
-      peers: this.peerRows,
+      peers: withProbes(this.peerRows, mergedProbes(this.opts.dataplanes)),
       objects: sumObjects(reports),
       repairs: reports.reduce((n, r) => n + r.repairs, 0),
       ...filteredPackets(reports),
@@ -304,11 +323,33 @@ export class FabricController {
     return book?.ready ? book.own() : undefined;
   }
 
+  private rangesKey(): string {
+    return [...new Set(this.opts.keyRanges?.() ?? [])].sort().join(',');
+  }
+
+  /**
+   * What the dataplanes are told this node owns: the book's cut (when there is one) and the ranges of
+   * its gateway keys. Undefined while the book is not whole, or when neither is known.
+   */
+  private ownForApply(): OwnPrefixes | undefined {
+    const book = this.opts.slices;
+    if (book && !book.ready) return undefined;
+    const cut = book?.own();
+    if (!this.opts.keyRanges) return cut;
+    const keyRanges = [...new Set(this.opts.keyRanges())];
+    return cut ? { ...cut, keyRanges } : { ranges: keyRanges, byEndpoint: new Map(), keyRanges };
+  }
+
   /** Listens to the dataplanes' DPUs coming and going, and to the book's changes. */
   private followLocal(): void {
     if (this.localListening) return;
     this.localListening = true;
     this.opts.slices?.onChange(() => this.schedule());
+    // A withdrawing peer whose probes now fail is withdrawn at the next apply, not after the grace.
+    for (const dp of this.opts.dataplanes)
+      dp.onProbeChange?.((node) => {
+        if (this.grace.pending().has(node)) this.schedule();
+      });
     this.opts.dataplanes.forEach((dp, i) =>
       dp.onLocalChange?.((local) => {
         this.locals[i] = local;
@@ -416,9 +457,17 @@ export class FabricController {
     await this.publishIfChanged();
     const source = this.opts.source;
     if (this.stopped || !this.local || !source?.synced) return;
-    const own = this.own();
-    if (this.opts.slices && !own) return;
-    const table = this.grace.table(source.peers());
+    if (this.opts.slices && !this.opts.slices.ready) return;
+    const own = this.ownForApply();
+    const ranges = this.rangesKey();
+    const probes = mergedProbes(this.opts.dataplanes);
+    const table = this.grace.table(source.peers(), (node) => probes.get(node)?.state === 'degraded');
+    const early = this.grace.withdrawnEarly();
+    if (early.length > 0)
+      this.opts.log.warn(
+        { peers: early },
+        'peers withdrawn before the grace: they left the peer source and fail their data-path probes',
+      );
     const metrics = this.opts.metrics;
     let reports: FabricReport[] = [];
     if (this.mode === 'external') {
@@ -437,6 +486,7 @@ export class FabricController {
       }
     }
     this.lastApplyAt = Date.now();
+    this.appliedRanges = ranges;
     this.opts.appliedPeers?.save(table);
     this.peerRows = this.rows(table, reports);
     metrics?.fabricApplies.inc({ result: reports.every((r) => r.ready) ? 'ok' : 'not_ready' });
@@ -472,7 +522,7 @@ export class FabricController {
       const reasons = [
         path ? (path.reason ?? '') : 'not in the last report of the dataplane',
         withdrawn
-          ? `left the peer source; kept for the withdrawal grace (${Math.round(this.opts.withdrawGraceMs / 1000)} s)`
+          ? `left the peer source; kept for the withdrawal grace (${Math.round(this.opts.withdrawGraceMs / 1000)} s) unless its data-path probes fail`
           : '',
       ].filter((r) => r !== '');
       rows.push({
@@ -504,6 +554,7 @@ export class FabricController {
     for (const path of ['direct', 'vxlan', 'unreachable', 'external'] as const)
       m.fabricPeers.set({ path }, st.peers.filter((p) => p.path === path).length);
     m.fabricPeersWithdrawing.set(this.grace.pending().size);
+    setProbeGauges(m, st.peers);
     if (st.borrowed !== undefined) m.fabricBorrowed.set(st.borrowed);
     for (const [kind, n] of Object.entries(st.objects)) m.fabricObjects.set({ kind }, n);
     // The dataplanes count repairs since they started; the counter takes what is new.

@@ -20,6 +20,8 @@ export interface FabricSettings {
    * dataplane that cannot filter says so in its report's warnings and works unfiltered.
    */
   sourceFilter?: boolean;
+  /** Seconds between two data-path probes of one peer (fabric.probeIntervalSeconds); 0 or absent: none. */
+  probeIntervalSeconds?: number;
 }
 
 /** This node on the underlay, as the dataplane found it at prepare(). */
@@ -47,6 +49,12 @@ export interface OwnPrefixes {
   ranges: string[];
   /** Per endpoint id: its slices of the ranges and the /32 (/128) it borrowed outside them. */
   byEndpoint: ReadonlyMap<string, readonly string[]>;
+  /**
+   * The ranges the peers route to this node whose first address no pod gets: per family, the first
+   * address of the lowest (of what no endpoint covers) is this node's gateway key, the peers' neighbour
+   * key for it, held on the node's VXLAN device. Absent: not known, the device is left as it is.
+   */
+  keyRanges?: readonly string[];
 }
 
 /** How one peer is reached now. */
@@ -59,6 +67,28 @@ export interface PeerPath {
   prefixes: string[];
   /** How each of this node's DPUs sees the peer (their PeerStatus), when DPUs carry the fabric. */
   seenBy?: PeerSeenBy[];
+  /** What this node's data-path probes to the peer say, when it probes (fabric.probeIntervalSeconds). */
+  probe?: PeerProbe;
+}
+
+/**
+ * The data-path probes to one peer. `unknown`: no answer yet (it may run no key to answer on);
+ * `reachable`: the last probe was answered; `degraded`: it answered before, and the last few probes
+ * were not. A degraded peer stays programmed: only its source's word (with the grace) removes it.
+ */
+export interface PeerProbe {
+  state: 'unknown' | 'reachable' | 'degraded';
+  /** The address probed: the peer's gateway key over VXLAN, its underlay address when routed. */
+  target: string;
+  /** Round-trip time of the last answer, and the median of the recent ones (ms). */
+  rttMs?: number;
+  medianRttMs?: number;
+  /** Probes unanswered in a row. */
+  lost: number;
+  /** The peer has answered at least once since this node began probing it. */
+  answered: boolean;
+  /** When `state` last changed (ISO time). */
+  since: string;
 }
 
 /** One DPU's word on one peer. */
@@ -108,8 +138,12 @@ export interface FabricDataplane {
    * publishes the new record and applies again.
    */
   onLocalChange?(listener: (local: LocalNode) => void): void;
-  /** The state of the last apply (and of the repairs since). */
+  /** The state of the last apply (and of the repairs since); peers carry their probes as of now. */
   report(): FabricReport;
+  /** The probes' word per peer (by node name) as of now; absent: this dataplane does not probe. */
+  probes?(): ReadonlyMap<string, PeerProbe>;
+  /** Called with a peer's name when its probe state changes (the controller may withdraw it sooner). */
+  onProbeChange?(listener: (node: string) => void): void;
   /** Stops watching for drift; the kernel state stays (routes keep working while the daemon is away). */
   stop(): Promise<void>;
 }

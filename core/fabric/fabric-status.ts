@@ -1,4 +1,4 @@
-import type { FabricMode, PeerPath, PeerSeenBy } from './fabric-dataplane';
+import type { FabricMode, PeerPath, PeerProbe, PeerSeenBy } from './fabric-dataplane';
 import type { PeerSourceStatus, TunnelEndpoint, Vtep } from './peer-source';
 
 // The fabric as Status and `workloadnet peers` show it: whether this node reaches the others' pods
@@ -20,6 +20,8 @@ export interface FabricPeerStatus {
   endpoints?: TunnelEndpoint[];
   /** How this node's DPUs see it. */
   seenBy?: PeerSeenBy[];
+  /** What this node's data-path probes say of it (degraded is shown, never withdrawn for). */
+  probe?: PeerProbe;
 }
 
 /** What Status shows of the host port (host-port.ts). */

@@ -8,6 +8,11 @@ import type { Peer } from './peer-source';
 // only after it; a record that comes back within the grace cancels the withdrawal (and its own record
 // wins). The grace lives here, in the core, so that every source and every dataplane gets it once.
 //
+// The data path is the second witness: a peer that left its source and whose probes fail too (it
+// answered them before, and no longer does) is dead by both accounts, and is withdrawn at once rather
+// than after the grace; one whose probes still pass (a node cut from etcd only) waits the whole grace.
+// A peer never answered (probes off, or nothing to answer on) waits the grace as well.
+//
 // When many peers leave at once, the source is more likely wrong than the cluster gone (a restored
 // etcd backup without the leases, a prefix deleted by hand, a list filtered by mistake). As the
 // Kubernetes node lifecycle controller slows evictions in a disrupted zone and stops them when the
@@ -47,6 +52,7 @@ export class WithdrawalGrace {
   /** When a withdrawal was last carried out while slowed. */
   private lastSlowRemoval?: number;
   private disrupted?: Disruption;
+  private early: string[] = [];
 
   constructor(
     opts: WithdrawalOptions | number,
@@ -72,12 +78,12 @@ export class WithdrawalGrace {
    * peer loses the prefixes that overlap one a listed peer announces now (a range given to a new
    * node): the listed owner wins.
    */
-  table(current: ReadonlyMap<string, Peer>): Peer[] {
+  table(current: ReadonlyMap<string, Peer>, failing: (node: string) => boolean = () => false): Peer[] {
     const t = this.now();
     for (const [name, peer] of this.last)
       if (!current.has(name) && !this.withdrawn.has(name)) this.withdrawn.set(name, { peer, since: t });
     for (const name of current.keys()) this.withdrawn.delete(name);
-    this.expire(current.size, t);
+    this.expire(current.size, t, failing);
     this.last = new Map(current);
     const kept = [...this.withdrawn.values()].map((w) => w.peer);
     const listed =
@@ -88,9 +94,10 @@ export class WithdrawalGrace {
     );
   }
 
-  private expire(listed: number, t: number): void {
+  private expire(listed: number, t: number, failing: (node: string) => boolean): void {
+    this.early = [];
     const due = [...this.withdrawn.entries()]
-      .filter(([, w]) => t - w.since >= this.graceMs)
+      .filter(([name, w]) => t - w.since >= this.graceMs || failing(name))
       .sort((a, b) => a[1].since - b[1].since);
     const withdrawing = this.withdrawn.size;
     const known = listed + withdrawing;
@@ -114,12 +121,23 @@ export class WithdrawalGrace {
       };
       const [oldest] = due;
       if (oldest && (this.lastSlowRemoval === undefined || t - this.lastSlowRemoval >= this.graceMs)) {
-        this.withdrawn.delete(oldest[0]);
+        this.remove(oldest[0], t);
         this.lastSlowRemoval = t;
       }
       return;
     }
-    for (const [name] of due) this.withdrawn.delete(name);
+    for (const [name] of due) this.remove(name, t);
+  }
+
+  private remove(name: string, t: number): void {
+    const w = this.withdrawn.get(name);
+    if (w && t - w.since < this.graceMs) this.early.push(name);
+    this.withdrawn.delete(name);
+  }
+
+  /** Peers the last table withdrew before their grace was over, their probes failing too. */
+  withdrawnEarly(): readonly string[] {
+    return this.early;
   }
 
   /** Peers kept only by the grace (or a disruption) now. */

@@ -436,6 +436,7 @@ function toProtoFabric(f: FabricStatus): ProtoFabricStatus {
       withdrawnAt: p.withdrawnAt ?? '',
       endpoints: p.endpoints ?? [],
       seenBy: p.seenBy ?? [],
+      probe: p.probe && { ...p.probe, rttMs: p.probe.rttMs ?? 0, medianRttMs: p.probe.medianRttMs ?? 0 },
     })),
     routes: f.objects.routes,
     neighbours: f.objects.neighbours,

@@ -8,7 +8,9 @@ import { NLM_F_REQUEST, encodeMessage } from './message';
 
 export const RTNLGRP_LINK = 1;
 export const RTNLGRP_NEIGH = 3;
+export const RTNLGRP_IPV4_IFADDR = 5;
 export const RTNLGRP_IPV4_ROUTE = 7;
+export const RTNLGRP_IPV6_IFADDR = 9;
 export const RTNLGRP_IPV6_ROUTE = 11;
 
 const NETLINK_ADD_MEMBERSHIP = 1;

@@ -183,4 +183,12 @@ export {
 } from './neighbour';
 export { type BatchOutcome, NetlinkSocket, type NetlinkSocketOptions } from './socket';
 export { BlockingNetlinkSocket } from './blocking-socket';
-export { RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE, RTNLGRP_LINK, RTNLGRP_NEIGH, joinGroups } from './groups';
+export {
+  RTNLGRP_IPV4_IFADDR,
+  RTNLGRP_IPV4_ROUTE,
+  RTNLGRP_IPV6_IFADDR,
+  RTNLGRP_IPV6_ROUTE,
+  RTNLGRP_LINK,
+  RTNLGRP_NEIGH,
+  joinGroups,
+} from './groups';

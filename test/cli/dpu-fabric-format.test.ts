@@ -85,4 +85,42 @@ describe('CLI: the DPU fabric in dpus and peers', () => {
       'n2: seen by dpu-a: reachable, not offloaded, tx 5 rx 7 packets; last error: late',
     );
   });
+
+  it("shows each peer's probes: reachable with its round trips, degraded with what it lost and since when", () => {
+    const now = Date.parse('2026-01-01T00:01:00Z');
+    const f = FabricStatus.fromPartial({
+      mode: 'vxlan',
+      ready: true,
+      node: 'n1',
+      peers: [
+        {
+          node: 'n2',
+          path: 'vxlan',
+          prefixes: ['10.244.2.0/24'],
+          probe: { state: 'reachable', target: '10.244.2.0', rttMs: 0.42, medianRttMs: 0.5, answered: true },
+        },
+        {
+          node: 'n3',
+          path: 'vxlan',
+          prefixes: ['10.244.3.0/24'],
+          probe: {
+            state: 'degraded',
+            target: '10.244.3.0',
+            rttMs: 12.4,
+            medianRttMs: 11,
+            lost: 4,
+            answered: true,
+            since: '2026-01-01T00:00:30Z',
+          },
+        },
+        { node: 'n4', path: 'vxlan', prefixes: ['10.244.4.0/24'], probe: { state: 'unknown' } },
+      ],
+    });
+    const lines = formatPeers(f, now).split('\n');
+    expect(lines.find((l) => l.startsWith('n2'))).to.match(/\sreachable\s+0\.42 ms \(median 0\.50 ms\)\s/);
+    expect(lines.find((l) => l.startsWith('n3'))).to.match(
+      /\sdegraded \(4 lost, 30s\)\s+12 ms \(median 11 ms\)\s/,
+    );
+    expect(lines.find((l) => l.startsWith('n4'))).to.match(/\sunknown\s+-\s/);
+  });
 });

@@ -196,4 +196,29 @@ describeRoot('fabric between three daemons (hybrid, static peers; real kernel)',
     );
     expect(fabricRoutes(na.ns)).to.have.length(2);
   });
+
+  it('withdraws at once a peer that left the file and fails its probes (daemon killed, uplink down)', async () => {
+    const na = node('na');
+    const nc = node('nc');
+    const api = path.join(na.dir, 'api.sock');
+    const probeOf = (name: string): { state?: string; answered?: boolean } | undefined =>
+      (peersOf(api) as Array<{ node: string; probe?: { state?: string; answered?: boolean } }>).find(
+        (p) => p.node === name,
+      )?.probe;
+    // The daemons probe every 5 s (the default): nc answers on its gateway key, over VXLAN.
+    await waitUntil(() => probeOf('nc')?.state === 'reachable', 'na reaches nc by probe', 30_000);
+    expect(probeOf('nb')?.state).to.equal('reachable');
+    await nc.daemon?.kill('SIGKILL');
+    nc.daemon = undefined;
+    execFileSync('ip', ['-n', nc.ns, 'link', 'set', 'eth0', 'down']);
+    writePeers(na, [node('nb')]);
+    // Far sooner than the 180 s grace: the file and the data path both say nc is gone.
+    await waitUntil(
+      () => !fabricRoutes(na.ns).some((r) => r.startsWith('10.244.3.0/24')),
+      "nc's route withdrawn from na",
+      60_000,
+    );
+    expect(peersOf(api).map((p) => p.node)).to.deep.equal(['nb']);
+    expect(fabricRoutes(na.ns)).to.deep.equal(['10.244.2.0/24 via 10.100.1.2 dev eth0 metric 1024 mtu 1450']);
+  });
 });

@@ -1,4 +1,4 @@
-// Hears the kernel's route, neighbour and link notifications in the host namespace and says when one of
+// Hears the kernel's route, neighbour, address and link notifications in the host namespace and says when one of
 // ours may have been removed or changed behind our back, so that a reconcile puts it back within a
 // second instead of at the next periodic pass.
 //
@@ -13,15 +13,19 @@ import { closeFd } from '../../../lib/libc';
 import type { Netns } from '../../../lib/netns/netns-handle';
 import {
   AF_BRIDGE,
+  RTM_DELADDR,
   RTM_DELLINK,
   RTM_DELNEIGH,
   RTM_DELROUTE,
   RTM_NEWNEIGH,
   RTM_NEWROUTE,
+  RTNLGRP_IPV4_IFADDR,
   RTNLGRP_IPV4_ROUTE,
+  RTNLGRP_IPV6_IFADDR,
   RTNLGRP_IPV6_ROUTE,
   RTNLGRP_LINK,
   RTNLGRP_NEIGH,
+  decodeAddress,
   decodeLink,
   decodeMessages,
   decodeNeighbour,
@@ -72,6 +76,8 @@ export function kernelEvent(msg: NetlinkMessage): KernelEvent | undefined {
     }
     case RTM_DELLINK:
       return { type: msg.type, ifindex: decodeLink(msg).index };
+    case RTM_DELADDR:
+      return { type: msg.type, ifindex: decodeAddress(msg).index };
     default:
       return undefined;
   }
@@ -89,7 +95,14 @@ export class DriftMonitor {
     let worker: Worker;
     try {
       configureNetlinkFd(fd, { receiveTimeoutMs: READ_TIMEOUT_MS });
-      joinGroups(fd, [RTNLGRP_LINK, RTNLGRP_NEIGH, RTNLGRP_IPV4_ROUTE, RTNLGRP_IPV6_ROUTE]);
+      joinGroups(fd, [
+        RTNLGRP_LINK,
+        RTNLGRP_NEIGH,
+        RTNLGRP_IPV4_IFADDR,
+        RTNLGRP_IPV6_IFADDR,
+        RTNLGRP_IPV4_ROUTE,
+        RTNLGRP_IPV6_ROUTE,
+      ]);
       worker = new Worker(path.join(__dirname, 'drift-monitor.js'), {
         workerData: { role: ROLE, fd } satisfies MonitorData,
       });

@@ -3,10 +3,13 @@
 // modes reads in one place.
 //
 // The VXLAN model is flannel's: a remote prefix is routed `via <gateway> dev wn-vxlan onlink`, where
-// the gateway is the first address of the peer's first prefix of that family (flannel uses the .0 of
-// the peer's subnet). It is never an address a pod holds on the peer, only a key: a permanent
-// neighbour maps it to the peer's VTEP MAC, and the FDB entry for that MAC names the peer's underlay
-// address. So one neighbour and one FDB entry per peer, and one route per remote prefix.
+// the gateway is the first address of the peer's lowest prefix of that family (flannel uses the .0 of
+// the peer's subnet). It is never an address a pod holds on the peer: a permanent neighbour maps it
+// to the peer's VTEP MAC, and the FDB entry for that MAC names the peer's underlay address. So one
+// neighbour and one FDB entry per peer, and one route per remote prefix. Each node also puts its own
+// key on its device (ownGatewayKeys), as flannel does: traffic the node itself sends to a remote pod
+// then leaves with that source, which the peer routes back through its device (strict rp_filter
+// passes), and the peer's kernel answers the data-path probes sent to it.
 //
 // A peer's tunnel endpoints (its DPUs, each with its own VTEP) are tunnel targets of their own: per
 // endpoint one neighbour and one FDB entry, and one route per slice (or borrowed /32) it holds, to
@@ -163,6 +166,41 @@ function remainder(outer: Cidr, inners: readonly Cidr[]): Cidr[] {
     return { family: outer.family, network, prefixLength: length, text };
   });
   return halves.flatMap((h) => remainder(h, within));
+}
+
+/** Family first, then address: the order etcd and Kubernetes list a node's prefixes in. */
+function byAddress(a: Cidr, b: Cidr): number {
+  return a.family - b.family || (a.network < b.network ? -1 : a.network > b.network ? 1 : 0);
+}
+
+/**
+ * The gateway keys peers use for this node's own VTEP (planFabric's choice, seen from the node itself):
+ * per family, the first address of the lowest of its prefixes, or of what of it no endpoint (DPU)
+ * covers. The allocator never hands that address out (core/ipam/ip-pool.ts, offset 0), so putting it
+ * on our device takes nothing from a pod.
+ */
+export function ownGatewayKeys(
+  ranges: readonly string[],
+  endpointPrefixes: readonly string[] = [],
+): Partial<Record<AddressFamily, string>> {
+  const parse = (texts: readonly string[]): Cidr[] =>
+    texts.flatMap((t) => {
+      try {
+        return [parseCidr(t)];
+      } catch {
+        return [];
+      }
+    });
+  const slices = parse(endpointPrefixes);
+  const candidates = parse(ranges)
+    .flatMap((r) => remainder(r, slices).slice(0, 1))
+    .sort(byAddress);
+  const out: Partial<Record<AddressFamily, string>> = {};
+  for (const c of candidates) {
+    const f = c.family === 4 ? AF_INET : AF_INET6;
+    out[f] ??= formatAddress(c.family, c.network);
+  }
+  return out;
 }
 
 export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan {
@@ -339,7 +377,7 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
         underlay,
         vtep: peer.vtep,
         prefixes: rest.map((r) => r.prefix.text),
-        gateways: pickGateways(rest.flatMap((r) => r.left.slice(0, 1))),
+        gateways: pickGateways(rest.flatMap((r) => r.left.slice(0, 1)).sort(byAddress)),
       });
       if (endpoints.length > 0 && host.path === 'unreachable')
         outcomes.push(
@@ -414,4 +452,33 @@ function peerRoute(
   peer: string,
 ): WantedRoute {
   return { family, destination, type: RTN_UNICAST, priority: PEER_ROUTE_METRIC, ...via, mtu, peer };
+}
+
+/**
+ * Where each peer is probed over the path the plan gives it: over VXLAN its gateway key (IPv4 first),
+ * which the peer holds on its device (gateway-address.ts), so its kernel answers through the tunnel;
+ * routed, its underlay address via the direct route. A peer reached only through its DPUs, or not at
+ * all, is not probed.
+ */
+export function probeTargets(plan: FabricPlan): Array<{ node: string; address: string; family: 4 | 6 }> {
+  const out: Array<{ node: string; address: string; family: 4 | 6 }> = [];
+  const keys = new Map<string, WantedNeighbour>();
+  for (const n of plan.neighbours) {
+    const had = keys.get(n.peer);
+    if (!had || (had.family !== AF_INET && n.family === AF_INET)) keys.set(n.peer, n);
+  }
+  const direct = new Map<string, string>();
+  for (const r of plan.routes)
+    if (r.peer !== undefined && r.gateway !== undefined && !r.onlink && !direct.has(r.peer))
+      direct.set(r.peer, r.gateway);
+  for (const p of plan.peers) {
+    if (p.path === 'vxlan') {
+      const k = keys.get(p.node);
+      if (k) out.push({ node: p.node, address: k.dst, family: k.family === AF_INET ? 4 : 6 });
+    } else if (p.path === 'direct') {
+      const gw = direct.get(p.node);
+      if (gw !== undefined) out.push({ node: p.node, address: gw, family: familyOf(gw) === AF_INET ? 4 : 6 });
+    }
+  }
+  return out;
 }

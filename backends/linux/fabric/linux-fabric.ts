@@ -3,10 +3,9 @@
 // prefix (plus a neighbour and an FDB entry per VXLAN peer, plus the catch-all) and nothing else of
 // ours. A periodic pass and a netlink monitor put back what someone removes by hand.
 //
-// The VXLAN device carries no address. Flannel gives its device the .0/32 of the node's own subnet,
-// so that host → remote-pod traffic leaves with a pod-range source; the dataplane is not told this
-// node's prefixes (FabricSettings has none), so such traffic takes the uplink's address as its source
-// and the peer answers it over the underlay. Pod-to-pod traffic, the purpose here, is unaffected.
+// The VXLAN device carries this node's gateway keys (gateway-address.ts), as flannel gives its device
+// the .0/32 of the node's subnet: host → remote-pod traffic leaves with that source and passes strict
+// rp_filter on the way back, and peers' probes (probe-schedule.ts) are answered by the kernel.
 
 import type { Peer } from '../../../core/fabric/peer-source';
 import type {
@@ -14,6 +13,8 @@ import type {
   FabricReport,
   FabricSettings,
   LocalNode,
+  OwnPrefixes,
+  PeerProbe,
 } from '../../../core/fabric/fabric-dataplane';
 import { failedPrecondition, invalidArgument } from '../../../core/errors';
 import { silentLogger, type Logger } from '../../../core/logger';
@@ -21,6 +22,7 @@ import { parseCidr } from '../../../lib/cidr';
 import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import {
   NetlinkSocket,
+  RTM_DELADDR,
   RTM_DELLINK,
   RTM_DELNEIGH,
   RTM_DELROUTE,
@@ -29,7 +31,19 @@ import {
   type Link,
 } from '../../../lib/rtnetlink';
 import { DriftMonitor, KERNEL_EVENTS_LOST, type KernelEvent } from './drift-monitor';
-import { planFabric, podMtu, routeKey, neighbourKey, fdbKey, type FabricPlan } from './fabric-plan';
+import {
+  fdbKey,
+  neighbourKey,
+  ownGatewayKeys,
+  planFabric,
+  podMtu,
+  probeTargets,
+  routeKey,
+  type FabricPlan,
+} from './fabric-plan';
+import { syncGatewayAddresses } from './gateway-address';
+import { IcmpProbeTransport } from './icmp-probe-transport';
+import { PeerProber, type ProbeTransport } from './peer-prober';
 import { applyOps, diff, readOurs, type DiffOp } from './kernel-diff';
 import { discoverUnderlay, type Underlay } from './underlay';
 import { ensureVxlanDevice, findVxlanDevice } from './vxlan-device';
@@ -46,6 +60,8 @@ export interface LinuxFabricOptions {
   monitor?: boolean;
   /** The nft binary of the VXLAN source filter (default `nft` on PATH). */
   nftCommand?: string;
+  /** How probes are sent (default ICMP echo in the host namespace); tests give their own. */
+  probeTransport?: (ns: NetnsHandle) => ProbeTransport;
 }
 
 /** How often Status may make the source filter's counter be read again. */
@@ -77,6 +93,10 @@ export class LinuxFabric implements FabricDataplane {
   private sock: NetlinkSocket | undefined;
   private prepared: Prepared | undefined;
   private peers: readonly Peer[] | undefined;
+  /** This node's prefixes as the controller last gave them; undefined: not told (addresses left alone). */
+  private own: OwnPrefixes | undefined;
+  /** The gateway keys the last apply put on the device: putting one back later is a repair. */
+  private keysOnDevice = new Set<string>();
   /** What the last apply put in (key → fingerprint): putting the same back later is a repair. */
   private programmed = new Map<string, string>();
   private last: FabricReport = EMPTY_REPORT;
@@ -90,6 +110,9 @@ export class LinuxFabric implements FabricDataplane {
   private readonly filter: VxlanSourceFilter;
   /** Why the source filter is not in force, while it is not. */
   private filterOff: string | undefined;
+  /** The data-path probes, while fabric.probeIntervalSeconds is above 0 and peers are programmed. */
+  private prober: PeerProber | undefined;
+  private readonly probeListeners: Array<(node: string) => void> = [];
 
   constructor(private readonly opts: LinuxFabricOptions = {}) {
     this.logger = opts.logger ?? silentLogger();
@@ -138,15 +161,22 @@ export class LinuxFabric implements FabricDataplane {
     });
   }
 
-  apply(peers: readonly Peer[]): Promise<FabricReport> {
+  apply(peers: readonly Peer[], own?: OwnPrefixes): Promise<FabricReport> {
     return this.serial(async () => {
       this.peers = [...peers];
+      if (own) this.own = own;
       return this.reconcile();
     });
   }
 
   report(): FabricReport {
     const out: FabricReport = { ...this.last, repairs: this.repairs };
+    const health = this.prober?.health();
+    if (health && health.size > 0)
+      out.peers = out.peers.map((p) => {
+        const probe = health.get(p.node);
+        return probe ? { ...p, probe } : p;
+      });
     if (this.prepared?.filter && !this.stopped) this.filter.refresh(FILTER_COUNTER_MAX_AGE_MS);
     if (this.prepared?.filter && this.filter.filtered !== undefined)
       out.filteredPackets = this.filter.filtered;
@@ -154,8 +184,18 @@ export class LinuxFabric implements FabricDataplane {
     return out;
   }
 
+  probes(): ReadonlyMap<string, PeerProbe> {
+    return this.prober?.health() ?? new Map<string, PeerProbe>();
+  }
+
+  onProbeChange(listener: (node: string) => void): void {
+    this.probeListeners.push(listener);
+  }
+
   async stop(): Promise<void> {
     this.stopped = true;
+    await this.prober?.stop();
+    this.prober = undefined;
     if (this.timer) clearInterval(this.timer);
     if (this.debounce) clearTimeout(this.debounce);
     this.timer = undefined;
@@ -211,6 +251,8 @@ export class LinuxFabric implements FabricDataplane {
     // Peers are admitted before routes to them exist (their answers must not be dropped), and a
     // withdrawn peer leaves the set only when the controller leaves it out of the table.
     if (prep.filter) await this.applyFilter(prep.settings.port, peers);
+    // Before the routes are read: a key removed from the device can take routes with it (gateway-address.ts).
+    const keyFailures = await this.syncKeys(sock, prep);
     const have = await readOurs(sock, vxlanIndex);
     const ops = diff(plan, have, vxlanIndex);
     const fingerprints = fingerprintsOf(plan);
@@ -237,15 +279,59 @@ export class LinuxFabric implements FabricDataplane {
       failures.length === 0
         ? { routes: plan.routes, neighbours: plan.neighbours, fdb: plan.fdb }
         : await readOurs(sock, vxlanIndex);
-    const reasons = failures.map((f) => `${describe(f.op)}: ${f.error.message}`);
+    const reasons = [...failures.map((f) => `${describe(f.op)}: ${f.error.message}`), ...keyFailures];
+    this.probe(prep, plan);
     this.last = {
-      ready: failures.length === 0,
+      ready: reasons.length === 0,
       reasons,
       peers: plan.peers,
       objects: { routes: after.routes.length, neighbours: after.neighbours.length, fdb: after.fdb.length },
       repairs: this.repairs,
     };
     return this.report();
+  }
+
+  /**
+   * Puts this node's gateway keys on the device and removes what is no longer one; left alone until
+   * the controller says which prefixes are ours. Returns why it failed, if it did.
+   */
+  private async syncKeys(sock: NetlinkSocket, prep: Prepared): Promise<string[]> {
+    const own = this.own;
+    if (!own?.keyRanges || !prep.vxlan || prep.mac === undefined) return [];
+    const keys = ownGatewayKeys(own.keyRanges, [...own.byEndpoint.values()].flat());
+    const r = await syncGatewayAddresses(sock, prep.vxlan.index, keys);
+    const repaired = r.added.filter((a) => this.keysOnDevice.has(a)).length;
+    this.repairs += repaired;
+    if (r.added.length > 0 || r.removed.length > 0)
+      this.logger.info({ added: r.added, removed: r.removed, repaired }, 'fabric gateway addresses changed');
+    this.keysOnDevice = new Set(r.held);
+    return r.failures.map(
+      (f) => `${f.what} on ${prep.vxlan?.name ?? 'the VXLAN device'}: ${f.error.message}`,
+    );
+  }
+
+  /** Gives the prober the peers as the plan reaches them (started at the first apply that has any). */
+  private probe(prep: Prepared, plan: FabricPlan): void {
+    const seconds = prep.settings.probeIntervalSeconds ?? 0;
+    if (seconds <= 0 || this.stopped || !this.ns) return;
+    if (!this.prober) {
+      const ns = this.ns;
+      this.prober = new PeerProber({
+        intervalMs: seconds * 1000,
+        transport: this.opts.probeTransport?.(ns) ?? new IcmpProbeTransport(ns, this.logger),
+        // Monotonic, and finer than a millisecond: round trips on a LAN are a fraction of one.
+        now: () => performance.now(),
+        onChange: (node, probe) => {
+          this.logger.info(
+            { peer: node, state: probe.state, target: probe.target, lost: probe.lost },
+            'fabric peer probe state changed',
+          );
+          for (const l of this.probeListeners) l(node);
+        },
+      });
+      this.prober.start();
+    }
+    this.prober.setTargets(probeTargets(plan));
   }
 
   /** Programs the source filter; a failure leaves the fabric unfiltered and is a warning. */
@@ -325,6 +411,8 @@ export class LinuxFabric implements FabricDataplane {
         return vx !== undefined && e.ifindex === vx && e.id !== undefined && this.programmed.has(e.id);
       case RTM_DELLINK:
         return vx !== undefined && e.ifindex === vx;
+      case RTM_DELADDR:
+        return vx !== undefined && e.ifindex === vx && this.keysOnDevice.size > 0;
       default:
         return false;
     }

@@ -34,6 +34,7 @@ describe('fabric configuration', () => {
       port: 4789,
       clusterCidrs: ['10.96.0.0/12'],
       sourceFilter: true,
+      probeIntervalSeconds: 5,
     });
     expect(
       fabricSettings(mergeConfig(DEFAULT_CONFIG, ETCD, { fabric: { sourceFilter: false } }))?.sourceFilter,
@@ -54,6 +55,14 @@ describe('fabric configuration', () => {
     [{ leaseTtlSeconds: 60 }, 'fabric.leaseTtlSeconds must be an integer in 1..15'],
     [{ withdrawGraceSeconds: -1 }, 'fabric.withdrawGraceSeconds must be an integer in 0..86400, not -1'],
     [{ sourceFilter: 'yes' }, 'fabric.sourceFilter must be true or false, not "yes"'],
+    [
+      { probeIntervalSeconds: 0.5 },
+      'fabric.probeIntervalSeconds must be an integer in 0..3600 (0 turns the data-path probes off), not 0.5',
+    ],
+    [
+      { probeIntervalSeconds: -1 },
+      'fabric.probeIntervalSeconds must be an integer in 0..3600 (0 turns the data-path probes off), not -1',
+    ],
   ] as const) {
     it(`refuses ${JSON.stringify(fabric)} with a message naming the option`, () => {
       expect(() => mergeConfig(DEFAULT_CONFIG, { fabric: fabric as ConfigOverrides['fabric'] })).to.throw(

@@ -366,6 +366,28 @@ export interface FabricPeer {
   endpoints: FabricEndpoint[];
   /** How each of this node's DPUs sees it, when DPUs carry the fabric. */
   seenBy: FabricSeenBy[];
+  /** What this node's data-path probes say of it; absent when it is not probed. */
+  probe?: FabricProbe | undefined;
+}
+
+/**
+ * This node's data-path probes to one peer (fabric.probeIntervalSeconds). A degraded peer stays
+ * programmed; one that also left its peer source is withdrawn without waiting for the grace.
+ */
+export interface FabricProbe {
+  /** "unknown" (no answer yet), "reachable", or "degraded" (it answered before; the last few probes not). */
+  state: string;
+  /** The address probed: the peer's gateway key over VXLAN, its underlay address when routed. */
+  target: string;
+  /** Round-trip time of the last answer, and the median of the recent ones, in ms (0 before any answer). */
+  rttMs: number;
+  medianRttMs: number;
+  /** Probes unanswered in a row. */
+  lost: number;
+  /** It has answered at least once since this node began probing it. */
+  answered: boolean;
+  /** When state last changed (RFC 3339). */
+  since: string;
 }
 
 export interface NetworkStatus {
@@ -4264,6 +4286,7 @@ function createBaseFabricPeer(): FabricPeer {
     withdrawnAt: '',
     endpoints: [],
     seenBy: [],
+    probe: undefined,
   };
 }
 
@@ -4295,6 +4318,9 @@ export const FabricPeer: MessageFns<FabricPeer> = {
     }
     for (const v of message.seenBy) {
       FabricSeenBy.encode(v!, writer.uint32(74).fork()).join();
+    }
+    if (message.probe !== undefined) {
+      FabricProbe.encode(message.probe, writer.uint32(82).fork()).join();
     }
     return writer;
   },
@@ -4384,6 +4410,14 @@ export const FabricPeer: MessageFns<FabricPeer> = {
             message.seenBy.push(FabricSeenBy.decode(reader, reader.uint32()));
             continue;
           }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.probe = FabricProbe.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4425,6 +4459,7 @@ export const FabricPeer: MessageFns<FabricPeer> = {
         : globalThis.Array.isArray(object?.seen_by)
           ? object.seen_by.map((e: any) => FabricSeenBy.fromJSON(e))
           : [],
+      probe: isSet(object.probe) ? FabricProbe.fromJSON(object.probe) : undefined,
     };
   },
 
@@ -4457,6 +4492,9 @@ export const FabricPeer: MessageFns<FabricPeer> = {
     if (message.seenBy?.length) {
       obj.seenBy = message.seenBy.map((e) => FabricSeenBy.toJSON(e));
     }
+    if (message.probe !== undefined) {
+      obj.probe = FabricProbe.toJSON(message.probe);
+    }
     return obj;
   },
 
@@ -4474,6 +4512,181 @@ export const FabricPeer: MessageFns<FabricPeer> = {
     message.withdrawnAt = object.withdrawnAt ?? '';
     message.endpoints = object.endpoints?.map((e) => FabricEndpoint.fromPartial(e)) || [];
     message.seenBy = object.seenBy?.map((e) => FabricSeenBy.fromPartial(e)) || [];
+    message.probe =
+      object.probe !== undefined && object.probe !== null ? FabricProbe.fromPartial(object.probe) : undefined;
+    return message;
+  },
+};
+
+function createBaseFabricProbe(): FabricProbe {
+  return { state: '', target: '', rttMs: 0, medianRttMs: 0, lost: 0, answered: false, since: '' };
+}
+
+export const FabricProbe: MessageFns<FabricProbe> = {
+  encode(message: FabricProbe, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.state !== '') {
+      writer.uint32(10).string(message.state);
+    }
+    if (message.target !== '') {
+      writer.uint32(18).string(message.target);
+    }
+    if (message.rttMs !== 0) {
+      writer.uint32(25).double(message.rttMs);
+    }
+    if (message.medianRttMs !== 0) {
+      writer.uint32(33).double(message.medianRttMs);
+    }
+    if (message.lost !== 0) {
+      writer.uint32(40).uint32(message.lost);
+    }
+    if (message.answered !== false) {
+      writer.uint32(48).bool(message.answered);
+    }
+    if (message.since !== '') {
+      writer.uint32(58).string(message.since);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): FabricProbe {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseFabricProbe();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.state = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.target = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 25) {
+              break;
+            }
+
+            message.rttMs = reader.double();
+            continue;
+          }
+          case 4: {
+            if (tag !== 33) {
+              break;
+            }
+
+            message.medianRttMs = reader.double();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.lost = reader.uint32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.answered = reader.bool();
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.since = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): FabricProbe {
+    return {
+      state: isSet(object.state) ? globalThis.String(object.state) : '',
+      target: isSet(object.target) ? globalThis.String(object.target) : '',
+      rttMs: isSet(object.rttMs)
+        ? globalThis.Number(object.rttMs)
+        : isSet(object.rtt_ms)
+          ? globalThis.Number(object.rtt_ms)
+          : 0,
+      medianRttMs: isSet(object.medianRttMs)
+        ? globalThis.Number(object.medianRttMs)
+        : isSet(object.median_rtt_ms)
+          ? globalThis.Number(object.median_rtt_ms)
+          : 0,
+      lost: isSet(object.lost) ? globalThis.Number(object.lost) : 0,
+      answered: isSet(object.answered) ? globalThis.Boolean(object.answered) : false,
+      since: isSet(object.since) ? globalThis.String(object.since) : '',
+    };
+  },
+
+  toJSON(message: FabricProbe): unknown {
+    const obj: any = {};
+    if (message.state !== '') {
+      obj.state = message.state;
+    }
+    if (message.target !== '') {
+      obj.target = message.target;
+    }
+    if (message.rttMs !== 0) {
+      obj.rttMs = floatToJson(message.rttMs);
+    }
+    if (message.medianRttMs !== 0) {
+      obj.medianRttMs = floatToJson(message.medianRttMs);
+    }
+    if (message.lost !== 0) {
+      obj.lost = Math.round(message.lost);
+    }
+    if (message.answered !== false) {
+      obj.answered = message.answered;
+    }
+    if (message.since !== '') {
+      obj.since = message.since;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<FabricProbe>, I>>(base?: I): FabricProbe {
+    return FabricProbe.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<FabricProbe>, I>>(object: I): FabricProbe {
+    const message = createBaseFabricProbe();
+    message.state = object.state ?? '';
+    message.target = object.target ?? '';
+    message.rttMs = object.rttMs ?? 0;
+    message.medianRttMs = object.medianRttMs ?? 0;
+    message.lost = object.lost ?? 0;
+    message.answered = object.answered ?? false;
+    message.since = object.since ?? '';
     return message;
   },
 };
@@ -6988,6 +7201,10 @@ function bytesFromBase64(b64: string): Uint8Array {
 
 function base64FromBytes(arr: Uint8Array): string {
   return globalThis.Buffer.from(arr).toString('base64');
+}
+
+function floatToJson(value: number | null | undefined): number | string | null | undefined {
+  return typeof value === 'number' && !globalThis.Number.isFinite(value) ? globalThis.String(value) : value;
 }
 
 type Builtin = Date | Function | Uint8Array | string | number | boolean | undefined;

@@ -1,0 +1,54 @@
+import type { Metrics } from '../metrics';
+import type { FabricDataplane, PeerProbe } from './fabric-dataplane';
+import type { FabricPeerStatus } from './fabric-status';
+
+// The data-path probes as the core sees them: the dataplanes' word per peer merged, put on the peer
+// rows of Status, and counted in the gauges. A degraded peer is shown, never withdrawn for: only its
+// source's word removes it (with the grace, which failing probes cut short, withdrawal-grace.ts).
+
+/**
+ * The dataplanes' probes by peer, merged: a peer any dataplane finds reachable is reachable (with its
+ * round trip); degraded only when none reaches it.
+ */
+export function mergedProbes(dataplanes: readonly FabricDataplane[]): Map<string, PeerProbe> {
+  const out = new Map<string, PeerProbe>();
+  for (const dp of dataplanes)
+    for (const [node, p] of dp.probes?.() ?? []) {
+      const had = out.get(node);
+      if (!had || rank(p) > rank(had)) out.set(node, p);
+    }
+  return out;
+}
+
+/** The rows, each with its probes as of now. */
+export function withProbes(
+  rows: readonly FabricPeerStatus[],
+  probes: ReadonlyMap<string, PeerProbe>,
+): FabricPeerStatus[] {
+  if (probes.size === 0) return [...rows];
+  return rows.map((r) => {
+    const probe = probes.get(r.node);
+    return probe ? { ...r, probe } : r;
+  });
+}
+
+/** Peers degraded, and the spread of the peers' median round trips (0.5, 0.9 and the slowest). */
+export function setProbeGauges(m: Metrics, peers: readonly FabricPeerStatus[]): void {
+  m.fabricPeersDegraded.set(peers.filter((p) => p.probe?.state === 'degraded').length);
+  m.fabricProbeRtt.reset();
+  const rtts = peers
+    .flatMap((p) => (p.probe?.medianRttMs === undefined ? [] : [p.probe.medianRttMs / 1000]))
+    .sort((a, b) => a - b);
+  if (rtts.length === 0) return;
+  for (const [quantile, q] of [
+    ['0.5', 0.5],
+    ['0.9', 0.9],
+    ['1', 1],
+  ] as const)
+    m.fabricProbeRtt.set({ quantile }, rtts[Math.min(rtts.length - 1, Math.floor(q * rtts.length))] ?? 0);
+}
+
+/** How good a probe's word is: reachable over unknown over degraded. */
+function rank(p: PeerProbe): number {
+  return p.state === 'reachable' ? 2 : p.state === 'unknown' ? 1 : 0;
+}

@@ -1,0 +1,162 @@
+import { expect } from 'chai';
+import { FabricController, type FabricControllerOptions } from '../../../core/fabric/fabric-controller';
+import type {
+  FabricSettings,
+  OwnPrefixes,
+  PeerProbe,
+  FabricReport,
+} from '../../../core/fabric/fabric-dataplane';
+import type { Peer } from '../../../core/fabric/peer-source';
+import { silentLogger } from '../../../core/logger';
+import { Metrics } from '../../../core/metrics';
+import { ManualPeerSource, RecordingFabricDataplane, peer, until } from './recording-fabric-dataplane';
+
+// The withdrawal rule with the data path as second witness: a peer that left its source is withdrawn at
+// once only when its probes fail too (it answered before and no longer does); while they pass, or
+// before it ever answered, it waits the whole grace. The grace's clock is moved by hand; the probes
+// are set by hand on a recording dataplane.
+
+const SETTINGS: FabricSettings = { mode: 'vxlan', nodeIp: '', vni: 30574, port: 4789, clusterCidrs: [] };
+const GRACE_MS = 180_000;
+
+class ProbingDataplane extends RecordingFabricDataplane {
+  readonly health = new Map<string, PeerProbe>();
+  readonly owns: Array<OwnPrefixes | undefined> = [];
+  private readonly listeners: Array<(node: string) => void> = [];
+
+  override apply(peers: readonly Peer[], own?: OwnPrefixes): Promise<FabricReport> {
+    this.owns.push(own);
+    return super.apply(peers);
+  }
+  probes(): ReadonlyMap<string, PeerProbe> {
+    return this.health;
+  }
+  onProbeChange(listener: (node: string) => void): void {
+    this.listeners.push(listener);
+  }
+  /** Sets what the probes say of `node` and tells the listeners. */
+  probe(node: string, state: PeerProbe['state'], rttMs?: number): void {
+    this.health.set(node, {
+      state,
+      target: `10.244.0.${node.slice(1)}`,
+      lost: state === 'degraded' ? 3 : 0,
+      answered: state !== 'unknown',
+      since: new Date().toISOString(),
+      ...(rttMs === undefined ? {} : { rttMs, medianRttMs: rttMs }),
+    });
+    for (const l of this.listeners) l(node);
+  }
+}
+
+describe('fabric controller: withdrawal with data-path probes', () => {
+  let source: ManualPeerSource;
+  let dp: ProbingDataplane;
+  let clock: number;
+  let metrics: Metrics;
+  let controller: FabricController | undefined;
+
+  beforeEach(() => {
+    source = new ManualPeerSource();
+    dp = new ProbingDataplane();
+    clock = 1_000_000;
+    metrics = new Metrics();
+  });
+  afterEach(async () => {
+    await controller?.stop();
+    controller = undefined;
+  });
+
+  async function started(over: Partial<FabricControllerOptions> = {}): Promise<FabricController> {
+    controller = new FabricController({
+      settings: SETTINGS,
+      nodeName: 'n1',
+      bootId: 'boot-n1',
+      source,
+      dataplanes: [dp],
+      backends: ['linux'],
+      withdrawGraceMs: GRACE_MS,
+      log: silentLogger(),
+      metrics,
+      now: () => clock,
+      coalesceMs: 20,
+      ...over,
+    });
+    await controller.start();
+    source.set([peer('n2', 2), peer('n3', 3), peer('n4', 4)]);
+    await until(() => dp.applied.length === 1, 5000, 'the first apply');
+    return controller;
+  }
+
+  it('withdraws at once a peer whose lease lapsed and whose probes then fail (a dead node)', async () => {
+    const c = await started();
+    dp.probe('n3', 'reachable', 0.4);
+    source.set([peer('n2', 2), peer('n4', 4)]);
+    await until(() => dp.applied.length === 2);
+    expect(dp.applied[1], 'kept while its probes pass').to.deep.equal(['n2', 'n3', 'n4']);
+    // Its uplink is gone too: the probes fail; no time passes on the grace's clock.
+    dp.probe('n3', 'degraded');
+    await until(() => dp.applied.length === 3, 5000, 'an apply after the probe change');
+    expect(dp.applied[2], 'withdrawn before the grace').to.deep.equal(['n2', 'n4']);
+    expect(c.status().peers.map((p) => p.node)).to.deep.equal(['n2', 'n4']);
+  });
+
+  it('withdraws at the first table a peer that was already degraded when it left the source', async () => {
+    await started();
+    dp.probe('n3', 'degraded');
+    source.set([peer('n2', 2), peer('n4', 4)]);
+    await until(() => dp.applied.length === 2);
+    expect(dp.applied[1]).to.deep.equal(['n2', 'n4']);
+  });
+
+  it('keeps a peer cut from the source only (its probes pass) for the whole grace', async () => {
+    const c = await started();
+    dp.probe('n3', 'reachable', 0.4);
+    source.set([peer('n2', 2), peer('n4', 4)]);
+    await until(() => dp.applied.length === 2);
+    dp.probe('n3', 'reachable', 0.5);
+    clock += GRACE_MS - 1;
+    await c.applyNow();
+    expect(dp.applied.at(-1)).to.deep.equal(['n2', 'n3', 'n4']);
+    const row = c.status().peers.find((p) => p.node === 'n3');
+    expect(row?.withdrawnAt).to.be.a('string');
+    expect(row?.reason).to.include('unless its data-path probes fail');
+    clock += 1;
+    await c.applyNow();
+    expect(dp.applied.at(-1), 'gone when the grace is over').to.deep.equal(['n2', 'n4']);
+  });
+
+  it('keeps a peer that never answered a probe (no evidence either way) for the grace', async () => {
+    const c = await started();
+    dp.probe('n3', 'unknown');
+    source.set([peer('n2', 2), peer('n4', 4)]);
+    await until(() => dp.applied.length === 2);
+    clock += GRACE_MS / 2;
+    await c.applyNow();
+    expect(dp.applied.at(-1)).to.deep.equal(['n2', 'n3', 'n4']);
+  });
+
+  it('shows a degraded peer still in its source as degraded, keeps it, and sets the gauges', async () => {
+    const c = await started();
+    dp.probe('n2', 'reachable', 0.2);
+    dp.probe('n3', 'degraded');
+    dp.probe('n4', 'reachable', 0.8);
+    await c.applyNow();
+    expect(dp.applied.at(-1), 'degraded is not withdrawn').to.deep.equal(['n2', 'n3', 'n4']);
+    const st = c.observe();
+    expect(st.peers.find((p) => p.node === 'n3')?.probe?.state).to.equal('degraded');
+    expect(st.peers.find((p) => p.node === 'n2')?.probe).to.include({ state: 'reachable', rttMs: 0.2 });
+    const text = await metrics.registry.metrics();
+    expect(text).to.match(/^workloadnet_fabric_peers_degraded 1$/m);
+    expect(text).to.match(/^workloadnet_fabric_probe_rtt_seconds\{quantile="1"\} 0\.0008$/m);
+    expect(text).to.match(/^workloadnet_fabric_probe_rtt_seconds\{quantile="0\.5"\} 0\.0008$/m);
+  });
+
+  it("gives the dataplane this node's ranges, and applies again when they change", async () => {
+    let ranges = ['10.244.1.0/24'];
+    await started({ keyRanges: () => ranges, rangesCheckMs: 20 });
+    expect(dp.owns[0]?.keyRanges).to.deep.equal(['10.244.1.0/24']);
+    ranges = ['10.244.1.0/24', '10.244.0.0/24'];
+    await until(() => dp.owns.length >= 2, 5000, 'an apply after the ranges changed');
+    expect(dp.owns.at(-1)?.keyRanges).to.deep.equal(['10.244.1.0/24', '10.244.0.0/24']);
+  });
+});
