@@ -17,7 +17,8 @@ import type { AgentSession } from './agent-session';
 import type { AgentSync } from './agent-sync';
 import type { AgentSyncState } from './agent-sync-state';
 import { DEFAULT_UPLINK_MTU, fabricCarriage } from './fabric-carriage';
-import { peerNodeOf, planFabric, type FabricAgent } from './fabric-plan';
+import { peerNodeOf, type FabricAgent } from './fabric-plan';
+import { FabricPlanner } from './fabric-planner';
 
 // The DPU backend's part of the fabric: the node's DPUs carry its overlay, not the host. Each agent
 // that carries the fabric (fabric-carriage.ts) is one tunnel endpoint of this node with the slices the
@@ -30,6 +31,10 @@ import { peerNodeOf, planFabric, type FabricAgent } from './fabric-plan';
 // other nodes withdraw its slices from under live pods. It goes only when the agent itself says it no
 // longer carries the fabric (it came back without the feature or an uplink), or moves when it comes
 // back with another uplink.
+//
+// At 5,000 peers an agent holds ~10,000 objects, so nothing here walks them per call: each agent's plan
+// is kept and changed per peer (fabric-planner.ts), and what Status asks for is kept until what it is
+// made of moves (the peer table, an agent's objects or its PeerStatus; acks only move counts).
 
 export interface DpuFabricDeps {
   /** This node's name, as the peer table names it. */
@@ -49,6 +54,12 @@ export class DpuFabric implements FabricDataplane {
   /** Agents that carry the fabric, seen in this daemon's life, by id. */
   private readonly agents = new Map<string, FabricAgent>();
   private readonly listeners: Array<(local: LocalNode) => void> = [];
+  /** Each carrying agent's plan, kept between applies. */
+  private readonly planners = new Map<string, FabricPlanner>();
+  /** The last peer paths, and what they were made of. */
+  private paths: { inputs: unknown[]; value: PeerPath[] } | undefined;
+  /** Per agent, its peers held and reachable, and what they were counted from. */
+  private readonly peerCounts = new Map<string, { inputs: unknown[]; total: number; reachable: number }>();
 
   constructor(private readonly deps: DpuFabricDeps) {}
 
@@ -142,16 +153,17 @@ export class DpuFabric implements FabricDataplane {
     for (const s of carrying) {
       const fabric = this.deps.sync.state(s.agentId)?.fabric;
       if (!fabric) continue;
-      const failures = fabric.failures();
-      const waiting = fabric.size - fabric.acked - failures.length;
+      const waiting = fabric.size - fabric.acked - fabric.failed;
       if (waiting > 0)
         reasons.push(
           `DPU agent ${s.agentId} has not acknowledged ${waiting} of its ${fabric.size} fabric objects`,
         );
-      if (failures.length > 0)
+      if (fabric.failed > 0) {
+        const [first] = fabric.failures();
         reasons.push(
-          `DPU agent ${s.agentId} could not program ${failures.length} fabric objects (${failures[0]?.name}: ${failures[0]?.message})`,
+          `DPU agent ${s.agentId} could not program ${fabric.failed} fabric objects (${first?.name}: ${first?.message})`,
         );
+      }
     }
     // What the agents hold: a FabricPeer is the DPU's neighbour and FDB entry for a tunnel endpoint, so
     // it counts as one fdb entry; each PeerRoute as one route; summed over the agents.
@@ -169,7 +181,7 @@ export class DpuFabric implements FabricDataplane {
     const st = this.deps.sync.state(agentId);
     if (!st?.carriage.carries) return undefined;
     const size = st.fabric.size;
-    return { waiting: size - st.fabric.acked - st.fabric.failures().length, size };
+    return { waiting: size - st.fabric.acked - st.fabric.failed, size };
   }
 
   /** The fabric part of an agent's row in `workloadnet dpus`; undefined while the fabric is off. */
@@ -189,8 +201,7 @@ export class DpuFabric implements FabricDataplane {
         peersTotal: 0,
       };
     }
-    const peerNames = new Set(st?.fabric.values().flatMap((o) => (o.peer ? [o.name] : [])) ?? []);
-    const reachable = (st?.peerStates ?? []).filter((p) => p.reachable && peerNames.has(p.name)).length;
+    const peers = st ? this.peerCountsOf(st) : { total: 0, reachable: 0 };
     return {
       carries: true,
       note: this.deps.link.sessionOf(agentId)?.healthy
@@ -199,8 +210,8 @@ export class DpuFabric implements FabricDataplane {
       vtep: agent?.address ?? '',
       objectsAcked: st?.fabric.acked ?? 0,
       objectsDesired: st?.fabric.size ?? 0,
-      peersReachable: reachable,
-      peersTotal: peerNames.size,
+      peersReachable: peers.reachable,
+      peersTotal: peers.total,
     };
   }
 
@@ -218,6 +229,7 @@ export class DpuFabric implements FabricDataplane {
     if (!c.carries) {
       if (!known) return false;
       this.agents.delete(s.agentId);
+      this.planners.delete(s.agentId);
       this.deps.sync.setFabric(s.agentId, new Map());
       this.deps.log.warn(
         { agentId: s.agentId, why: c.why },
@@ -240,11 +252,31 @@ export class DpuFabric implements FabricDataplane {
     if (!settings || !peers) return;
     const locals = [...this.agents.values()];
     let changed = 0;
+    let replanned = 0;
     for (const agent of locals) {
-      const plan = planFabric({ node: this.deps.node, agent, locals, peers, own: this.own, settings });
+      let planner = this.planners.get(agent.id);
+      if (!planner) {
+        planner = new FabricPlanner();
+        this.planners.set(agent.id, planner);
+      }
+      const plan = planner.update({ node: this.deps.node, agent, locals, own: this.own, settings }, peers);
+      replanned += planner.replanned;
       changed += this.deps.sync.setFabric(agent.id, plan);
     }
-    if (changed > 0) this.deps.log.debug({ agents: locals.length, changed }, 'fabric objects changed');
+    if (changed > 0)
+      this.deps.log.debug({ agents: locals.length, changed, replanned }, 'fabric objects changed');
+  }
+
+  /** An agent's FabricPeers, and how many of them its last PeerStatus says are reachable. */
+  private peerCountsOf(st: AgentSyncState): { total: number; reachable: number } {
+    const inputs = [st.fabric.revision, st.fabric.size, st.peerStates];
+    const kept = this.peerCounts.get(st.agentId);
+    if (kept && sameInputs(kept.inputs, inputs)) return kept;
+    const names = new Set(st.fabric.values().flatMap((o) => (o.peer ? [o.name] : [])));
+    const reachable = st.peerStates.filter((p) => p.reachable && names.has(p.name)).length;
+    const counts = { inputs, total: names.size, reachable };
+    this.peerCounts.set(st.agentId, counts);
+    return counts;
   }
 
   private *carryingStates(): Iterable<AgentSyncState> {
@@ -266,9 +298,22 @@ export class DpuFabric implements FabricDataplane {
     return `no healthy DPU agent carries the fabric (${why.join('; ')})`;
   }
 
-  /** One path per peer node: through the DPUs when some agent holds a tunnel endpoint of it. */
+  /**
+   * One path per peer node: through the DPUs when some agent holds a tunnel endpoint of it. Made again
+   * only when the table, an agent's objects or its PeerStatus changed since the last.
+   */
   private peerPaths(): PeerPath[] {
     if (!this.peers) return [];
+    const inputs: unknown[] = [this.peers];
+    for (const st of this.carryingStates())
+      inputs.push(st, st.fabric.revision, st.fabric.size, st.peerStates);
+    if (this.paths && sameInputs(this.paths.inputs, inputs)) return this.paths.value;
+    const value = this.buildPeerPaths(this.peers);
+    this.paths = { inputs, value };
+    return value;
+  }
+
+  private buildPeerPaths(peers: readonly Peer[]): PeerPath[] {
     const held = new Map<string, Set<string>>();
     const prefixes = new Map<string, Set<string>>();
     const seen = new Map<string, PeerSeenBy[]>();
@@ -287,7 +332,7 @@ export class DpuFabric implements FabricDataplane {
       }
       for (const [node, by] of seenByOf(st)) push(seen, node, by);
     }
-    return [...this.peers]
+    return [...peers]
       .filter((p) => p.node !== this.deps.node)
       .sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0))
       .map((p): PeerPath => {
@@ -335,6 +380,11 @@ function seenByOf(st: AgentSyncState): Map<string, PeerSeenBy> {
     if (!by.lastError && p.lastError) by.lastError = `${p.name}: ${p.lastError}`;
   }
   return out;
+}
+
+/** Whether two lists of a derived value's inputs are the same values (objects by identity). */
+function sameInputs(a: readonly unknown[], b: readonly unknown[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
 }
 
 function add(m: Map<string, Set<string>>, key: string, value: string): void {
