@@ -444,14 +444,13 @@ export class NetnsFabric implements FabricDataplane {
     for (const family of [AF_INET, AF_INET6] as const)
       for (const n of await listNeighbours(this.sock, family))
         if (n.dst !== undefined) neigh.set(`${n.ifindex}|${n.dst}`, n.state);
+    // A set, not a scan per peer: 5,000 peers against 5,000 entries is 25 million comparisons.
+    const entries = new Set(fdb.map((f) => `${f.mac ?? ''}|${f.dst ?? ''}`));
     const out: PeerState[] = [];
     for (const o of table.peers()) {
       const p = o.peer!;
       let why = this.errors.get(o.name);
-      if (
-        why === undefined &&
-        !fdb.some((f) => f.mac === p.mac.toLowerCase() && f.dst === canonicalAddress(p.address))
-      )
+      if (why === undefined && !entries.has(`${p.mac.toLowerCase()}|${canonicalAddress(p.address)}`))
         why = `its FDB entry (${p.mac} dst ${p.address}) is not on ${VXLAN_DEVICE}`;
       if (why === undefined) {
         const route = await lookupRoute(this.sock, p.address).catch(() => undefined);

@@ -14,6 +14,10 @@ import type { VfSlot } from './vf-pool';
 // coalesced: a burst of changes (a 5,000-port snapshot) costs a few rewrites, not one per port, and the
 // file always ends up showing the latest state.
 //
+// At 5,000 peers the file holds ~10,000 fabric objects and a PeerStatus of 5,000 (a few MB), and each
+// change to one of them is one write: so the long lists are written one element per line, each element's
+// text kept with the (never mutated) object it was made from, and a write joins what is mostly made.
+//
 // The file is also what a restart with the same boot id resumes: the DPU's memory. So a change counts
 // as kept only once a write that contains it has landed (kept()), and the agent acks nothing before
 // that: an ack whose change a SIGKILL could still undo would let the daemon forget a Delete the
@@ -71,6 +75,35 @@ export function readStateFile(file: string): SimState | undefined {
   return parsed && typeof parsed === 'object' && Array.isArray(parsed.ports) ? parsed : undefined;
 }
 
+/** Each element's JSON text, made once per object: the objects are replaced, never changed in place. */
+const texts = new WeakMap<object, string>();
+function textOf(o: object): string {
+  let t = texts.get(o);
+  if (t === undefined) {
+    t = JSON.stringify(o);
+    texts.set(o, t);
+  }
+  return t;
+}
+
+/** A list as JSON, one element per line. */
+function listText(list: readonly object[]): string {
+  return list.length === 0 ? '[]' : `[\n${list.map(textOf).join(',\n')}\n]`;
+}
+
+/** The state file's text: the state as indented JSON, its long lists one element per line. */
+export function stateText(state: SimState): string {
+  const { fabric, peerStatus, ...rest } = state;
+  const head = JSON.stringify(rest, null, 1);
+  const lists = [
+    ...(fabric ? [` "fabric": ${listText(fabric)}`] : []),
+    ...(peerStatus ? [` "peerStatus": ${listText(peerStatus)}`] : []),
+  ];
+  if (lists.length === 0) return head;
+  // `rest` always has fields (agentId...): its text ends in "\n}".
+  return `${head.slice(0, -2)},\n${lists.join(',\n')}\n}`;
+}
+
 export class StateFile {
   private writing: Promise<void> | undefined;
   private dirty = false;
@@ -119,7 +152,7 @@ export class StateFile {
     const tmp = path.join(path.dirname(file), `.${path.basename(file)}.${process.pid}.tmp`);
     // Everything noted up to here is in what render() returns now.
     const holds = this.noted;
-    const text = JSON.stringify(this.render(), null, 1);
+    const text = stateText(this.render());
     if (this.writeDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, this.writeDelayMs));
     // A synchronous write (before exiting) may have landed newer state meanwhile.
     if (this.written >= holds) return;
@@ -145,7 +178,7 @@ export class StateFile {
     if (!this.file) return;
     const holds = this.noted;
     const tmp = path.join(path.dirname(this.file), `.${path.basename(this.file)}.${process.pid}.sync.tmp`);
-    fs.writeFileSync(tmp, JSON.stringify(this.render(), null, 1));
+    fs.writeFileSync(tmp, stateText(this.render()));
     fs.renameSync(tmp, this.file);
     this.landed(holds);
   }
