@@ -12,6 +12,7 @@ import type {
 import type { Peer, TunnelEndpoint } from '../../core/fabric/peer-source';
 import type { Logger } from '../../core/logger';
 import { vtepMac } from '../../lib/vtep-mac';
+import { indexFabric, type AgentFabricIndex } from './agent-fabric-index';
 import type { AgentLink } from './agent-link';
 import type { AgentSession } from './agent-session';
 import type { AgentSync } from './agent-sync';
@@ -59,6 +60,15 @@ export class DpuFabric implements FabricDataplane {
   /** The last peer paths, and what they were made of. */
   private paths: { inputs: unknown[]; value: PeerPath[] } | undefined;
   /** Per agent, its peers held and reachable, and what they were counted from. */
+  private readonly indexes = new WeakMap<
+    AgentSyncState,
+    { revision: number; size: number; index: AgentFabricIndex }
+  >();
+  private readonly seen = new WeakMap<
+    AgentSyncState,
+    { peerStates: AgentSyncState['peerStates']; byNode: Map<string, PeerSeenBy> }
+  >();
+  private sorted: { peers: readonly Peer[]; value: readonly Peer[] } | undefined;
   private readonly peerCounts = new Map<string, { inputs: unknown[]; total: number; reachable: number }>();
 
   constructor(private readonly deps: DpuFabricDeps) {}
@@ -269,14 +279,42 @@ export class DpuFabric implements FabricDataplane {
 
   /** An agent's FabricPeers, and how many of them its last PeerStatus says are reachable. */
   private peerCountsOf(st: AgentSyncState): { total: number; reachable: number } {
-    const inputs = [st.fabric.revision, st.fabric.size, st.peerStates];
+    const index = this.indexOf(st);
+    const inputs = [index, st.peerStates];
     const kept = this.peerCounts.get(st.agentId);
     if (kept && sameInputs(kept.inputs, inputs)) return kept;
-    const names = new Set(st.fabric.values().flatMap((o) => (o.peer ? [o.name] : [])));
-    const reachable = st.peerStates.filter((p) => p.reachable && names.has(p.name)).length;
-    const counts = { inputs, total: names.size, reachable };
+    const reachable = st.peerStates.filter((p) => p.reachable && index.peerNames.has(p.name)).length;
+    const counts = { inputs, total: index.peerNames.size, reachable };
     this.peerCounts.set(st.agentId, counts);
     return counts;
+  }
+
+  /** The agent's objects indexed per peer node, made again when they changed. */
+  private indexOf(st: AgentSyncState): AgentFabricIndex {
+    const kept = this.indexes.get(st);
+    if (kept && kept.revision === st.fabric.revision && kept.size === st.fabric.size) return kept.index;
+    const index = indexFabric(st.fabric.values());
+    this.indexes.set(st, { revision: st.fabric.revision, size: st.fabric.size, index });
+    return index;
+  }
+
+  /** The agent's last PeerStatus per peer node, made again when a new one came. */
+  private seenOf(st: AgentSyncState): Map<string, PeerSeenBy> {
+    const kept = this.seen.get(st);
+    if (kept && kept.peerStates === st.peerStates) return kept.byNode;
+    const byNode = seenByOf(st);
+    this.seen.set(st, { peerStates: st.peerStates, byNode });
+    return byNode;
+  }
+
+  /** The table's other nodes by name, sorted once per table. */
+  private sortedPeers(peers: readonly Peer[]): readonly Peer[] {
+    if (this.sorted?.peers === peers) return this.sorted.value;
+    const value = peers
+      .filter((p) => p.node !== this.deps.node)
+      .sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
+    this.sorted = { peers, value };
+    return value;
   }
 
   private *carryingStates(): Iterable<AgentSyncState> {
@@ -314,40 +352,28 @@ export class DpuFabric implements FabricDataplane {
   }
 
   private buildPeerPaths(peers: readonly Peer[]): PeerPath[] {
-    const held = new Map<string, Set<string>>();
-    const prefixes = new Map<string, Set<string>>();
-    const seen = new Map<string, PeerSeenBy[]>();
-    const states = [...this.carryingStates()];
-    for (const st of states) {
-      const peerNode = new Map<string, string>();
-      for (const o of st.fabric.values()) {
-        if (o.peer) {
-          peerNode.set(o.name, o.peer.node);
-          add(held, o.peer.node, st.agentId);
-        }
+    const agents = [...this.carryingStates()].map((st) => ({
+      index: this.indexOf(st),
+      seen: this.seenOf(st),
+    }));
+    return this.sortedPeers(peers).map((p): PeerPath => {
+      const seenBy = agents.flatMap((a) => a.seen.get(p.node) ?? []);
+      const base = { node: p.node, ...(seenBy.length > 0 ? { seenBy } : {}) };
+      let prefixes: readonly string[] | undefined;
+      for (const a of agents) {
+        const mine = a.index.prefixesByNode.get(p.node);
+        if (!mine) continue;
+        prefixes = prefixes ? [...new Set([...prefixes, ...mine])].sort() : mine;
       }
-      for (const o of st.fabric.values()) {
-        const node = o.peerRoute && peerNode.get(o.peerRoute.peer);
-        if (node && o.peerRoute) add(prefixes, node, o.peerRoute.prefix);
-      }
-      for (const [node, by] of seenByOf(st)) push(seen, node, by);
-    }
-    return [...peers]
-      .filter((p) => p.node !== this.deps.node)
-      .sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0))
-      .map((p): PeerPath => {
-        const seenBy = seen.get(p.node);
-        const base = { node: p.node, ...(seenBy ? { seenBy } : {}) };
-        if (held.has(p.node))
-          return { ...base, path: 'vxlan', prefixes: [...(prefixes.get(p.node) ?? [])].sort() };
-        const reason =
-          states.length === 0
-            ? 'no DPU agent of this node carries the fabric'
-            : !p.vtep && (p.endpoints ?? []).length === 0
-              ? 'it publishes no VTEP and no DPU endpoint'
-              : 'no tunnel endpoint of it has an address the DPUs can reach';
-        return { ...base, path: 'unreachable', reason, prefixes: [...p.prefixes].sort() };
-      });
+      if (prefixes) return { ...base, path: 'vxlan', prefixes: [...prefixes] };
+      const reason =
+        agents.length === 0
+          ? 'no DPU agent of this node carries the fabric'
+          : !p.vtep && (p.endpoints ?? []).length === 0
+            ? 'it publishes no VTEP and no DPU endpoint'
+            : 'no tunnel endpoint of it has an address the DPUs can reach';
+      return { ...base, path: 'unreachable', reason, prefixes: [...p.prefixes].sort() };
+    });
   }
 }
 
@@ -385,18 +411,6 @@ function seenByOf(st: AgentSyncState): Map<string, PeerSeenBy> {
 /** Whether two lists of a derived value's inputs are the same values (objects by identity). */
 function sameInputs(a: readonly unknown[], b: readonly unknown[]): boolean {
   return a.length === b.length && a.every((x, i) => x === b[i]);
-}
-
-function add(m: Map<string, Set<string>>, key: string, value: string): void {
-  const s = m.get(key);
-  if (s) s.add(value);
-  else m.set(key, new Set([value]));
-}
-
-function push<T>(m: Map<string, T[]>, key: string, value: T): void {
-  const list = m.get(key);
-  if (list) list.push(value);
-  else m.set(key, [value]);
 }
 
 function byId(a: { id: string }, b: { id: string }): number {
