@@ -6,8 +6,8 @@
 // netns mode, in a test-owned DPU namespace on the fabric tests' underlay, where it programs its own
 // wn-vxlan, FDB, neighbours and routes before it acknowledges.
 //
-// Two end points are timed. "Held": the simulator's state file (stat polled every 2 ms, parsed when it
-// changed) shows the objects; it acks nothing before that file has landed and acks right after, so this
+// Two end points are timed. "Held": the simulator's state file and its journal (stat polled every 2 ms,
+// read and parsed when either changed) show the objects; it acks nothing before that file has landed and acks right after, so this
 // is the simulator's ack less a few ms. "Acknowledged": Status dpus[].fabric objectsAcked ==
 // objectsDesired (both at their current generations), polled after "held" with a pause between calls:
 // a Status call lists all 5,000 peers and costs the daemon hundreds of ms on a loaded machine, so back
@@ -21,7 +21,7 @@ import * as path from 'node:path';
 import type { DpuStatus } from '../../proto/gen/workloadnet/v1/workload';
 import { FabricTopology, writePeersFile, type PeersFileEntry } from '../backends/linux/fabric-topology';
 import { ip } from '../backends/linux/netns-fixture';
-import { readStateFile, type SimState } from '../../backends/dpu-sim/state-file';
+import { journalOf, readStateFile, type SimState } from '../../backends/dpu-sim/state-file';
 import { SimProcess } from '../backends/dpu/sim-process';
 import { netnsPath } from '../support/netns';
 import { DaemonProcess } from '../support/daemon-process';
@@ -153,7 +153,10 @@ async function msUntilHeld(
 ): Promise<number> {
   let seen = 0;
   for (;;) {
-    const mtime = fs.statSync(sim.stateFile, { throwIfNoEntry: false })?.mtimeMs ?? 0;
+    // Between full writes the simulator appends to the file's journal: either one moving is news.
+    const mtime =
+      (fs.statSync(sim.stateFile, { throwIfNoEntry: false })?.mtimeMs ?? 0) +
+      (fs.statSync(journalOf(sim.stateFile), { throwIfNoEntry: false })?.mtimeMs ?? 0);
     if (mtime !== seen) {
       seen = mtime;
       const t = process.hrtime.bigint();
