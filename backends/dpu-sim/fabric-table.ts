@@ -19,7 +19,7 @@ export class FabricTable {
   private readonly objects = new Map<string, FabricObject>();
   private readonly routesByPeer = new Map<string, Set<string>>();
   private readonly peerNames = new Set<string>();
-  /** entries() as last sorted; dropped when a name comes or goes (the state file asks on every write). */
+  /** The objects ordered by name, once asked for (the state file asks on every write). */
   private sorted: FabricObject[] | undefined;
 
   get(name: string): FabricObject | undefined {
@@ -28,11 +28,11 @@ export class FabricTable {
 
   set(o: FabricObject): void {
     this.unindex(o.name);
-    if (!this.objects.has(o.name)) this.sorted = undefined;
-    else if (this.sorted) {
-      const i = this.indexOf(o.name);
-      if (i >= 0) this.sorted[i] = o;
-      else this.sorted = undefined;
+    if (this.sorted) {
+      // Kept sorted in place: a snapshot adds 10,000 names, and the state file asks after each write.
+      const i = this.position(o.name);
+      if (this.sorted[i]?.name === o.name) this.sorted[i] = o;
+      else this.sorted.splice(i, 0, o);
     }
     this.objects.set(o.name, o);
     if (o.peer) this.peerNames.add(o.name);
@@ -46,7 +46,10 @@ export class FabricTable {
   delete(name: string): FabricObject | undefined {
     const o = this.objects.get(name);
     this.unindex(name);
-    if (this.objects.delete(name)) this.sorted = undefined;
+    if (this.objects.delete(name) && this.sorted) {
+      const i = this.position(name);
+      if (this.sorted[i]?.name === name) this.sorted.splice(i, 1);
+    }
     return o;
   }
 
@@ -97,8 +100,8 @@ export class FabricTable {
       .filter((o): o is FabricObject => o !== undefined);
   }
 
-  /** Where `name` is in the sorted entries, or -1. */
-  private indexOf(name: string): number {
+  /** Where `name` is, or would go, in the sorted entries. */
+  private position(name: string): number {
     const list = this.sorted ?? [];
     let lo = 0;
     let hi = list.length;
@@ -107,7 +110,7 @@ export class FabricTable {
       if ((list[mid] as FabricObject).name < name) lo = mid + 1;
       else hi = mid;
     }
-    return list[lo]?.name === name ? lo : -1;
+    return lo;
   }
 }
 

@@ -190,7 +190,13 @@ export class StateFile {
     // A synchronous write (before exiting) may have landed newer state meanwhile.
     if (this.written >= holds) return;
     if (line !== undefined) {
-      await fs.promises.appendFile(journalOf(file), line);
+      try {
+        await fs.promises.appendFile(journalOf(file), line);
+      } catch (err) {
+        // What the line held is not on disk: the next write is a full one.
+        this.base = undefined;
+        throw err;
+      }
       this.journalBytes += line.length;
     } else {
       const tmp = path.join(path.dirname(file), `.${path.basename(file)}.${process.pid}.tmp`);
@@ -210,21 +216,28 @@ export class StateFile {
   private journalLine(state: SimState): string | undefined {
     if (!this.base || this.journalBytes >= JOURNAL_LIMIT_BYTES) return undefined;
     const { fabric = [], peerStatus, ...head } = state;
+    const base = this.base;
     const set: FabricObject[] = [];
-    const now = new Map<string, FabricObject>();
     for (const o of fabric) {
-      now.set(o.name, o);
-      if (this.base.fabric.get(o.name) !== o) set.push(o);
+      if (base.fabric.get(o.name) === o) continue;
+      set.push(o);
+      base.fabric.set(o.name, o);
     }
-    const del = [...this.base.fabric.keys()].filter((n) => !now.has(n));
+    // Every current name is in the map now: more names there are the ones deleted (rare: scan then).
+    let del: string[] = [];
+    if (base.fabric.size > fabric.length) {
+      const now = new Set(fabric.map((o) => o.name));
+      del = [...base.fabric.keys()].filter((n) => !now.has(n));
+      for (const n of del) base.fabric.delete(n);
+    }
     const line: JournalLine = {
-      base: this.base.id,
+      base: base.id,
       head,
       ...(set.length > 0 ? { set } : {}),
       ...(del.length > 0 ? { del } : {}),
-      ...(peerStatus && peerStatus !== this.base.peerStatus ? { peerStatus } : {}),
+      ...(peerStatus && peerStatus !== base.peerStatus ? { peerStatus } : {}),
     };
-    this.base = { id: this.base.id, fabric: now, peerStatus };
+    base.peerStatus = peerStatus;
     return `${JSON.stringify(line)}\n`;
   }
 
