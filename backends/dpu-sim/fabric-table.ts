@@ -18,7 +18,9 @@ export function kindOf(o: FabricObject): FabricKind | undefined {
 export class FabricTable {
   private readonly objects = new Map<string, FabricObject>();
   private readonly routesByPeer = new Map<string, Set<string>>();
-  private peerCount = 0;
+  private readonly peerNames = new Set<string>();
+  /** The objects ordered by name, once asked for (the state file asks on every write). */
+  private sorted: FabricObject[] | undefined;
 
   get(name: string): FabricObject | undefined {
     return this.objects.get(name);
@@ -26,8 +28,14 @@ export class FabricTable {
 
   set(o: FabricObject): void {
     this.unindex(o.name);
+    if (this.sorted) {
+      // Kept sorted in place: a snapshot adds 10,000 names, and the state file asks after each write.
+      const i = this.position(o.name);
+      if (this.sorted[i]?.name === o.name) this.sorted[i] = o;
+      else this.sorted.splice(i, 0, o);
+    }
     this.objects.set(o.name, o);
-    if (o.peer) this.peerCount += 1;
+    if (o.peer) this.peerNames.add(o.name);
     if (o.peerRoute) {
       const set = this.routesByPeer.get(o.peerRoute.peer) ?? new Set<string>();
       set.add(o.name);
@@ -38,12 +46,15 @@ export class FabricTable {
   delete(name: string): FabricObject | undefined {
     const o = this.objects.get(name);
     this.unindex(name);
-    this.objects.delete(name);
+    if (this.objects.delete(name) && this.sorted) {
+      const i = this.position(name);
+      if (this.sorted[i]?.name === name) this.sorted.splice(i, 1);
+    }
     return o;
   }
 
   private unindex(name: string): void {
-    if (this.objects.get(name)?.peer) this.peerCount -= 1;
+    this.peerNames.delete(name);
     const peer = this.objects.get(name)?.peerRoute?.peer;
     if (peer === undefined) return;
     const set = this.routesByPeer.get(peer);
@@ -59,7 +70,7 @@ export class FabricTable {
 
   /** Whether any FabricPeer is held (asked on every heartbeat: no scan). */
   hasPeers(): boolean {
-    return this.peerCount > 0;
+    return this.peerNames.size > 0;
   }
 
   /** Names of the routes that name `peer`. */
@@ -77,10 +88,32 @@ export class FabricTable {
 
   /** Objects ordered by name, as the state file shows them. */
   entries(): FabricObject[] {
-    return [...this.objects.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    this.sorted ??= [...this.objects.values()].sort((a, b) => compare(a.name, b.name));
+    return [...this.sorted];
   }
 
+  /** The FabricPeers, ordered by name. */
   peers(): FabricObject[] {
-    return this.entries().filter((o) => o.peer !== undefined);
+    return [...this.peerNames]
+      .sort(compare)
+      .map((n) => this.objects.get(n))
+      .filter((o): o is FabricObject => o !== undefined);
   }
+
+  /** Where `name` is, or would go, in the sorted entries. */
+  private position(name: string): number {
+    const list = this.sorted ?? [];
+    let lo = 0;
+    let hi = list.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >> 1;
+      if ((list[mid] as FabricObject).name < name) lo = mid + 1;
+      else hi = mid;
+    }
+    return lo;
+  }
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
 }

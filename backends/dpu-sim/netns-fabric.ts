@@ -29,6 +29,7 @@ import {
   type Link,
   type NetlinkRequest,
   type NetlinkSocket,
+  type Route,
 } from '../../lib/rtnetlink';
 import type { LocalVtep, PeerState } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { FabricDataplane, FabricOutcome, Uplink } from './dataplane';
@@ -47,6 +48,9 @@ export const VXLAN_DEVICE = 'wn-vxlan';
 export const VXLAN_ALIAS = 'workloadnet fabric';
 /** rp_filter "loose" on wn-vxlan: a Linux node's own traffic arrives with its underlay address as source. */
 const RP_FILTER_LOOSE = 2;
+
+/** How long a looked-up underlay route stands for the kernel's (see underlayRoute()). */
+const UNDERLAY_ROUTE_TTL_MS = 5000;
 
 const NUD_INCOMPLETE = 0x01;
 const NUD_FAILED = 0x20;
@@ -75,6 +79,8 @@ export class NetnsFabric implements FabricDataplane {
   private readonly ourRoutes = new Set<string>();
   /** Why an object is not (fully) programmed: the last error, or what it waits for. */
   private readonly errors = new Map<string, string>();
+  /** Routes to peers' underlay addresses, and when each was looked up (performance.now()). */
+  private readonly underlayRoutes = new Map<string, { at: number; route: Route | undefined }>();
 
   private constructor(
     private readonly sock: NetlinkSocket,
@@ -429,6 +435,20 @@ export class NetnsFabric implements FabricDataplane {
   }
 
   /**
+   * The kernel's route to a peer's underlay address, looked up again once it is UNDERLAY_ROUTE_TTL_MS
+   * old: a PeerStatus follows every change, and at 5,000 peers one lookup per peer each time was most
+   * of what a change cost this process. A peer new to the table is looked up at once.
+   */
+  private async underlayRoute(address: string): Promise<Route | undefined> {
+    const now = performance.now();
+    const seen = this.underlayRoutes.get(address);
+    if (seen && now - seen.at < UNDERLAY_ROUTE_TTL_MS) return seen.route;
+    const route = await lookupRoute(this.sock, address).catch(() => undefined);
+    this.underlayRoutes.set(address, { at: now, route });
+    return route;
+  }
+
+  /**
    * What the DPU can honestly say about each peer. reachable: its FDB entry is in the kernel on our
    * device, the underlay has a route to its address, and the next hop of that route is not known to
    * be dead (no FAILED or INCOMPLETE neighbour entry). That is "the path is programmed and nothing
@@ -444,17 +464,22 @@ export class NetnsFabric implements FabricDataplane {
     for (const family of [AF_INET, AF_INET6] as const)
       for (const n of await listNeighbours(this.sock, family))
         if (n.dst !== undefined) neigh.set(`${n.ifindex}|${n.dst}`, n.state);
+    // A set, not a scan per peer: 5,000 peers against 5,000 entries is 25 million comparisons.
+    const entries = new Set(fdb.map((f) => `${f.mac ?? ''}|${f.dst ?? ''}`));
     const out: PeerState[] = [];
-    for (const o of table.peers()) {
+    const peers = table.peers();
+    // Addresses of peers that left are not looked up again.
+    if (this.underlayRoutes.size > 2 * peers.length) {
+      const wanted = new Set(peers.map((o) => o.peer!.address));
+      for (const a of this.underlayRoutes.keys()) if (!wanted.has(a)) this.underlayRoutes.delete(a);
+    }
+    for (const o of peers) {
       const p = o.peer!;
       let why = this.errors.get(o.name);
-      if (
-        why === undefined &&
-        !fdb.some((f) => f.mac === p.mac.toLowerCase() && f.dst === canonicalAddress(p.address))
-      )
+      if (why === undefined && !entries.has(`${p.mac.toLowerCase()}|${canonicalAddress(p.address)}`))
         why = `its FDB entry (${p.mac} dst ${p.address}) is not on ${VXLAN_DEVICE}`;
       if (why === undefined) {
-        const route = await lookupRoute(this.sock, p.address).catch(() => undefined);
+        const route = await this.underlayRoute(p.address);
         if (!route || route.type !== RTN_UNICAST) why = `no underlay route to ${p.address}`;
         else {
           const hop = route.gateway ?? canonicalAddress(p.address);

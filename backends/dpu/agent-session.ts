@@ -12,6 +12,7 @@ import type {
   PortStatus,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import { AgentInventory } from './agent-inventory';
+import { refusedMessage } from './agent-message-limit';
 import type { AgentCall, AgentPeer } from './agent-server';
 import { DAEMON_FEATURES, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, type Admission } from './hello-admission';
 import { PortStatusGate } from './port-status-gate';
@@ -98,9 +99,22 @@ export class AgentSession {
     this.heartbeats = new TokenBucket(HEARTBEAT_BURST, HEARTBEATS_PER_INTERVAL / timing.heartbeatIntervalMs);
     call.on('data', (msg: AgentMessage) => this.onMessage(msg));
     call.on('end', () => this.close(status.UNAVAILABLE, 'the agent closed the stream'));
-    call.on('cancelled', () => this.close(status.CANCELLED, 'the agent cancelled the stream'));
     call.on('error', (err: Error) => this.close(status.UNAVAILABLE, `stream error: ${err.message}`));
-    call.on('close', () => this.close(status.UNAVAILABLE, 'the stream closed'));
+    // gRPC ends a call whose agent sent a message over its receive limit as a cancel, and writes the
+    // status it answered with only after that: the cause is read once the current events are done.
+    const ended = (code: status, reason: string): void => {
+      setImmediate(() => {
+        const refused = refusedMessage(call);
+        if (refused)
+          this.close(
+            status.RESOURCE_EXHAUSTED,
+            `the agent sent a message of ${refused.bytes} bytes, over the limit of ${refused.limit} bytes; the daemon ended the stream`,
+          );
+        else this.close(code, reason);
+      });
+    };
+    call.on('cancelled', () => ended(status.CANCELLED, 'the agent cancelled the stream'));
+    call.on('close', () => ended(status.UNAVAILABLE, 'the stream closed'));
     // An agent that connects and says nothing holds a stream for nothing.
     this.timers.push(
       setTimeout(() => {

@@ -12,12 +12,14 @@ import type {
 import type { Peer, TunnelEndpoint } from '../../core/fabric/peer-source';
 import type { Logger } from '../../core/logger';
 import { vtepMac } from '../../lib/vtep-mac';
+import { indexFabric, type AgentFabricIndex } from './agent-fabric-index';
 import type { AgentLink } from './agent-link';
 import type { AgentSession } from './agent-session';
 import type { AgentSync } from './agent-sync';
 import type { AgentSyncState } from './agent-sync-state';
 import { DEFAULT_UPLINK_MTU, fabricCarriage } from './fabric-carriage';
-import { peerNodeOf, planFabric, type FabricAgent } from './fabric-plan';
+import { peerNodeOf, type FabricAgent } from './fabric-plan';
+import { FabricPlanner } from './fabric-planner';
 
 // The DPU backend's part of the fabric: the node's DPUs carry its overlay, not the host. Each agent
 // that carries the fabric (fabric-carriage.ts) is one tunnel endpoint of this node with the slices the
@@ -30,6 +32,10 @@ import { peerNodeOf, planFabric, type FabricAgent } from './fabric-plan';
 // other nodes withdraw its slices from under live pods. It goes only when the agent itself says it no
 // longer carries the fabric (it came back without the feature or an uplink), or moves when it comes
 // back with another uplink.
+//
+// At 5,000 peers an agent holds ~10,000 objects, so nothing here walks them per call: each agent's plan
+// is kept and changed per peer (fabric-planner.ts), and what Status asks for is kept until what it is
+// made of moves (the peer table, an agent's objects or its PeerStatus; acks only move counts).
 
 export interface DpuFabricDeps {
   /** This node's name, as the peer table names it. */
@@ -49,6 +55,21 @@ export class DpuFabric implements FabricDataplane {
   /** Agents that carry the fabric, seen in this daemon's life, by id. */
   private readonly agents = new Map<string, FabricAgent>();
   private readonly listeners: Array<(local: LocalNode) => void> = [];
+  /** Each carrying agent's plan, kept between applies. */
+  private readonly planners = new Map<string, FabricPlanner>();
+  /** The last peer paths, and what they were made of. */
+  private paths: { inputs: unknown[]; value: PeerPath[] } | undefined;
+  /** Per agent, its peers held and reachable, and what they were counted from. */
+  private readonly indexes = new WeakMap<
+    AgentSyncState,
+    { revision: number; size: number; index: AgentFabricIndex }
+  >();
+  private readonly seen = new WeakMap<
+    AgentSyncState,
+    { peerStates: AgentSyncState['peerStates']; byNode: Map<string, PeerSeenBy> }
+  >();
+  private sorted: { peers: readonly Peer[]; value: readonly Peer[] } | undefined;
+  private readonly peerCounts = new Map<string, { inputs: unknown[]; total: number; reachable: number }>();
 
   constructor(private readonly deps: DpuFabricDeps) {}
 
@@ -142,16 +163,17 @@ export class DpuFabric implements FabricDataplane {
     for (const s of carrying) {
       const fabric = this.deps.sync.state(s.agentId)?.fabric;
       if (!fabric) continue;
-      const failures = fabric.failures();
-      const waiting = fabric.size - fabric.acked - failures.length;
+      const waiting = fabric.size - fabric.acked - fabric.failed;
       if (waiting > 0)
         reasons.push(
           `DPU agent ${s.agentId} has not acknowledged ${waiting} of its ${fabric.size} fabric objects`,
         );
-      if (failures.length > 0)
+      if (fabric.failed > 0) {
+        const [first] = fabric.failures();
         reasons.push(
-          `DPU agent ${s.agentId} could not program ${failures.length} fabric objects (${failures[0]?.name}: ${failures[0]?.message})`,
+          `DPU agent ${s.agentId} could not program ${fabric.failed} fabric objects (${first?.name}: ${first?.message})`,
         );
+      }
     }
     // What the agents hold: a FabricPeer is the DPU's neighbour and FDB entry for a tunnel endpoint, so
     // it counts as one fdb entry; each PeerRoute as one route; summed over the agents.
@@ -169,7 +191,7 @@ export class DpuFabric implements FabricDataplane {
     const st = this.deps.sync.state(agentId);
     if (!st?.carriage.carries) return undefined;
     const size = st.fabric.size;
-    return { waiting: size - st.fabric.acked - st.fabric.failures().length, size };
+    return { waiting: size - st.fabric.acked - st.fabric.failed, size };
   }
 
   /** The fabric part of an agent's row in `workloadnet dpus`; undefined while the fabric is off. */
@@ -189,8 +211,7 @@ export class DpuFabric implements FabricDataplane {
         peersTotal: 0,
       };
     }
-    const peerNames = new Set(st?.fabric.values().flatMap((o) => (o.peer ? [o.name] : [])) ?? []);
-    const reachable = (st?.peerStates ?? []).filter((p) => p.reachable && peerNames.has(p.name)).length;
+    const peers = st ? this.peerCountsOf(st) : { total: 0, reachable: 0 };
     return {
       carries: true,
       note: this.deps.link.sessionOf(agentId)?.healthy
@@ -199,8 +220,8 @@ export class DpuFabric implements FabricDataplane {
       vtep: agent?.address ?? '',
       objectsAcked: st?.fabric.acked ?? 0,
       objectsDesired: st?.fabric.size ?? 0,
-      peersReachable: reachable,
-      peersTotal: peerNames.size,
+      peersReachable: peers.reachable,
+      peersTotal: peers.total,
     };
   }
 
@@ -218,6 +239,7 @@ export class DpuFabric implements FabricDataplane {
     if (!c.carries) {
       if (!known) return false;
       this.agents.delete(s.agentId);
+      this.planners.delete(s.agentId);
       this.deps.sync.setFabric(s.agentId, new Map());
       this.deps.log.warn(
         { agentId: s.agentId, why: c.why },
@@ -240,11 +262,59 @@ export class DpuFabric implements FabricDataplane {
     if (!settings || !peers) return;
     const locals = [...this.agents.values()];
     let changed = 0;
+    let replanned = 0;
     for (const agent of locals) {
-      const plan = planFabric({ node: this.deps.node, agent, locals, peers, own: this.own, settings });
+      let planner = this.planners.get(agent.id);
+      if (!planner) {
+        planner = new FabricPlanner();
+        this.planners.set(agent.id, planner);
+      }
+      const plan = planner.update({ node: this.deps.node, agent, locals, own: this.own, settings }, peers);
+      replanned += planner.replanned;
       changed += this.deps.sync.setFabric(agent.id, plan);
     }
-    if (changed > 0) this.deps.log.debug({ agents: locals.length, changed }, 'fabric objects changed');
+    if (changed > 0)
+      this.deps.log.debug({ agents: locals.length, changed, replanned }, 'fabric objects changed');
+  }
+
+  /** An agent's FabricPeers, and how many of them its last PeerStatus says are reachable. */
+  private peerCountsOf(st: AgentSyncState): { total: number; reachable: number } {
+    const index = this.indexOf(st);
+    const inputs = [index, st.peerStates];
+    const kept = this.peerCounts.get(st.agentId);
+    if (kept && sameInputs(kept.inputs, inputs)) return kept;
+    const reachable = st.peerStates.filter((p) => p.reachable && index.peerNames.has(p.name)).length;
+    const counts = { inputs, total: index.peerNames.size, reachable };
+    this.peerCounts.set(st.agentId, counts);
+    return counts;
+  }
+
+  /** The agent's objects indexed per peer node, made again when they changed. */
+  private indexOf(st: AgentSyncState): AgentFabricIndex {
+    const kept = this.indexes.get(st);
+    if (kept && kept.revision === st.fabric.revision && kept.size === st.fabric.size) return kept.index;
+    const index = indexFabric(st.fabric.values());
+    this.indexes.set(st, { revision: st.fabric.revision, size: st.fabric.size, index });
+    return index;
+  }
+
+  /** The agent's last PeerStatus per peer node, made again when a new one came. */
+  private seenOf(st: AgentSyncState): Map<string, PeerSeenBy> {
+    const kept = this.seen.get(st);
+    if (kept && kept.peerStates === st.peerStates) return kept.byNode;
+    const byNode = seenByOf(st);
+    this.seen.set(st, { peerStates: st.peerStates, byNode });
+    return byNode;
+  }
+
+  /** The table's other nodes by name, sorted once per table. */
+  private sortedPeers(peers: readonly Peer[]): readonly Peer[] {
+    if (this.sorted?.peers === peers) return this.sorted.value;
+    const value = peers
+      .filter((p) => p.node !== this.deps.node)
+      .sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
+    this.sorted = { peers, value };
+    return value;
   }
 
   private *carryingStates(): Iterable<AgentSyncState> {
@@ -266,43 +336,44 @@ export class DpuFabric implements FabricDataplane {
     return `no healthy DPU agent carries the fabric (${why.join('; ')})`;
   }
 
-  /** One path per peer node: through the DPUs when some agent holds a tunnel endpoint of it. */
+  /**
+   * One path per peer node: through the DPUs when some agent holds a tunnel endpoint of it. Made again
+   * only when the table, an agent's objects or its PeerStatus changed since the last.
+   */
   private peerPaths(): PeerPath[] {
     if (!this.peers) return [];
-    const held = new Map<string, Set<string>>();
-    const prefixes = new Map<string, Set<string>>();
-    const seen = new Map<string, PeerSeenBy[]>();
-    const states = [...this.carryingStates()];
-    for (const st of states) {
-      const peerNode = new Map<string, string>();
-      for (const o of st.fabric.values()) {
-        if (o.peer) {
-          peerNode.set(o.name, o.peer.node);
-          add(held, o.peer.node, st.agentId);
-        }
+    const inputs: unknown[] = [this.peers];
+    for (const st of this.carryingStates())
+      inputs.push(st, st.fabric.revision, st.fabric.size, st.peerStates);
+    if (this.paths && sameInputs(this.paths.inputs, inputs)) return this.paths.value;
+    const value = this.buildPeerPaths(this.peers);
+    this.paths = { inputs, value };
+    return value;
+  }
+
+  private buildPeerPaths(peers: readonly Peer[]): PeerPath[] {
+    const agents = [...this.carryingStates()].map((st) => ({
+      index: this.indexOf(st),
+      seen: this.seenOf(st),
+    }));
+    return this.sortedPeers(peers).map((p): PeerPath => {
+      const seenBy = agents.flatMap((a) => a.seen.get(p.node) ?? []);
+      const base = { node: p.node, ...(seenBy.length > 0 ? { seenBy } : {}) };
+      let prefixes: readonly string[] | undefined;
+      for (const a of agents) {
+        const mine = a.index.prefixesByNode.get(p.node);
+        if (!mine) continue;
+        prefixes = prefixes ? [...new Set([...prefixes, ...mine])].sort() : mine;
       }
-      for (const o of st.fabric.values()) {
-        const node = o.peerRoute && peerNode.get(o.peerRoute.peer);
-        if (node && o.peerRoute) add(prefixes, node, o.peerRoute.prefix);
-      }
-      for (const [node, by] of seenByOf(st)) push(seen, node, by);
-    }
-    return [...this.peers]
-      .filter((p) => p.node !== this.deps.node)
-      .sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0))
-      .map((p): PeerPath => {
-        const seenBy = seen.get(p.node);
-        const base = { node: p.node, ...(seenBy ? { seenBy } : {}) };
-        if (held.has(p.node))
-          return { ...base, path: 'vxlan', prefixes: [...(prefixes.get(p.node) ?? [])].sort() };
-        const reason =
-          states.length === 0
-            ? 'no DPU agent of this node carries the fabric'
-            : !p.vtep && (p.endpoints ?? []).length === 0
-              ? 'it publishes no VTEP and no DPU endpoint'
-              : 'no tunnel endpoint of it has an address the DPUs can reach';
-        return { ...base, path: 'unreachable', reason, prefixes: [...p.prefixes].sort() };
-      });
+      if (prefixes) return { ...base, path: 'vxlan', prefixes: [...prefixes] };
+      const reason =
+        agents.length === 0
+          ? 'no DPU agent of this node carries the fabric'
+          : !p.vtep && (p.endpoints ?? []).length === 0
+            ? 'it publishes no VTEP and no DPU endpoint'
+            : 'no tunnel endpoint of it has an address the DPUs can reach';
+      return { ...base, path: 'unreachable', reason, prefixes: [...p.prefixes].sort() };
+    });
   }
 }
 
@@ -337,16 +408,9 @@ function seenByOf(st: AgentSyncState): Map<string, PeerSeenBy> {
   return out;
 }
 
-function add(m: Map<string, Set<string>>, key: string, value: string): void {
-  const s = m.get(key);
-  if (s) s.add(value);
-  else m.set(key, new Set([value]));
-}
-
-function push<T>(m: Map<string, T[]>, key: string, value: T): void {
-  const list = m.get(key);
-  if (list) list.push(value);
-  else m.set(key, [value]);
+/** Whether two lists of a derived value's inputs are the same values (objects by identity). */
+function sameInputs(a: readonly unknown[], b: readonly unknown[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
 }
 
 function byId(a: { id: string }, b: { id: string }): number {

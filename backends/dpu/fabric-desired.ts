@@ -16,6 +16,8 @@ export interface FabricAck {
 
 interface Entry {
   object: FabricObject;
+  /** The plan's body it was made from: the same body planned again is unchanged without a compare. */
+  body: FabricBody;
   ack: FabricAck | undefined;
 }
 
@@ -29,6 +31,17 @@ export class FabricDesired {
   private readonly objects = new Map<string, Entry>();
   /** Whether a plan was ever set: before that the agent's table is not known. */
   planned = false;
+  /**
+   * Grows whenever the set of objects or one of them changes (not on acks): what is derived from the
+   * objects alone (the report's peer paths) is kept until it moves.
+   */
+  revision = 0;
+  // Counts kept as acks come and go: Status and readiness ask for them at every call, and a scan of
+  // 10,000 objects each time is what made Status slow at 5,000 peers.
+  private ackedOk = 0;
+  private refused = 0;
+  private heldPeers = 0;
+  private heldRoutes = 0;
 
   /** Replaces the desired objects with `plan`; `nextGeneration` gives each change its generation. */
   set(plan: ReadonlyMap<string, FabricBody>, nextGeneration: () => number): FabricChanges {
@@ -36,17 +49,37 @@ export class FabricDesired {
     const changes: FabricChanges = { upserts: [], deletes: [] };
     for (const [name, body] of plan) {
       const old = this.objects.get(name);
-      if (old && isDeepStrictEqual(withoutGeneration(old.object), body)) continue;
+      if (old && (old.body === body || isDeepStrictEqual(old.body, body))) {
+        old.body = body;
+        continue;
+      }
       const object: FabricObject = { ...body, name, generation: nextGeneration() };
-      this.objects.set(name, { object, ack: undefined });
+      if (old) this.count(old.ack, old.object, -1);
+      this.objects.set(name, { object, body, ack: undefined });
       changes.upserts.push(object);
     }
-    for (const name of [...this.objects.keys()]) {
-      if (plan.has(name)) continue;
-      this.objects.delete(name);
-      changes.deletes.push({ name, generation: nextGeneration() });
-    }
+    // Every planned name is held now: anything more is what the plan dropped.
+    if (this.objects.size > plan.size)
+      for (const [name, old] of this.objects) {
+        if (plan.has(name)) continue;
+        this.count(old.ack, old.object, -1);
+        this.objects.delete(name);
+        changes.deletes.push({ name, generation: nextGeneration() });
+      }
+    if (changes.upserts.length + changes.deletes.length > 0) this.revision++;
     return changes;
+  }
+
+  /** Adds (or, with -1, takes away) what an ack of `object` counts for. */
+  private count(ack: FabricAck | undefined, object: FabricObject, sign: 1 | -1): void {
+    if (!ack) return;
+    if (!ack.ok) {
+      this.refused += sign;
+      return;
+    }
+    this.ackedOk += sign;
+    if (object.peer) this.heldPeers += sign;
+    else if (object.peerRoute) this.heldRoutes += sign;
   }
 
   /**
@@ -55,6 +88,7 @@ export class FabricDesired {
    */
   clearAcks(): void {
     for (const e of this.objects.values()) e.ack = undefined;
+    this.ackedOk = this.refused = this.heldPeers = this.heldRoutes = 0;
   }
 
   get(name: string): FabricObject | undefined {
@@ -65,7 +99,9 @@ export class FabricDesired {
   recordAck(name: string, ack: FabricAck): boolean {
     const entry = this.objects.get(name);
     if (entry?.object.generation !== ack.generation) return false;
+    this.count(entry.ack, entry.object, -1);
     entry.ack = ack;
+    this.count(ack, entry.object, 1);
     return true;
   }
 
@@ -82,14 +118,18 @@ export class FabricDesired {
 
   /** Objects acked OK at their current generation. */
   get acked(): number {
-    let n = 0;
-    for (const e of this.objects.values()) if (e.ack?.ok) n++;
-    return n;
+    return this.ackedOk;
+  }
+
+  /** How many objects the agent refused at their current generation. */
+  get failed(): number {
+    return this.refused;
   }
 
   /** Objects the agent refused at their current generation, with its message. */
   failures(): Array<{ name: string; message: string }> {
     const out: Array<{ name: string; message: string }> = [];
+    if (this.refused === 0) return out;
     for (const e of this.objects.values())
       if (e.ack && !e.ack.ok) out.push({ name: e.object.name, message: e.ack.message });
     return out;
@@ -97,23 +137,11 @@ export class FabricDesired {
 
   /** Acked objects of each kind, as the agent holds them now. */
   heldCounts(): { peers: number; routes: number } {
-    let peers = 0;
-    let routes = 0;
-    for (const e of this.objects.values()) {
-      if (!e.ack?.ok) continue;
-      if (e.object.peer) peers++;
-      else if (e.object.peerRoute) routes++;
-    }
-    return { peers, routes };
+    return { peers: this.heldPeers, routes: this.heldRoutes };
   }
 
   /** Every current object, for report (peer paths). */
   values(): FabricObject[] {
     return [...this.objects.values()].map((e) => e.object);
   }
-}
-
-function withoutGeneration(o: FabricObject): FabricBody {
-  const { generation: _generation, ...body } = o;
-  return body;
 }

@@ -55,70 +55,95 @@ export function overlayMtu(agent: FabricAgent): number {
   return agent.uplinkMtu - encapsulationOverhead('vxlan', { underlay: [agent.address] });
 }
 
-/** Every fabric object `input.agent` must hold, by name. */
-export function planFabric(input: FabricPlanInput): Map<string, FabricBody> {
-  const { node, agent, settings } = input;
-  const out = new Map<string, FabricBody>();
-  const mtu = overlayMtu(agent);
-  const vxlan = { vni: settings.vni, port: settings.port };
-  out.set(VTEP_OBJECT, {
+/**
+ * What one source of the plan contributes: its FabricPeer objects, and the routes it asks for in its
+ * order of preference (each prefix once). A route goes to the first part that asks for its prefix, in
+ * the plan's order (planParts), unless it is one of the agent's own prefixes.
+ */
+export interface PlanPart {
+  objects: FabricBody[];
+  routes: Array<{ prefix: string; peer: string }>;
+}
+
+/** The agent's own objects: its VTEP and its slices (whose prefixes are never routed elsewhere). */
+export function planOwn(input: Pick<FabricPlanInput, 'agent' | 'own' | 'settings'>): {
+  objects: FabricBody[];
+  prefixes: string[];
+} {
+  const { agent, settings } = input;
+  const vtep: FabricBody = {
     name: VTEP_OBJECT,
-    localVtep: { address: agent.address, mac: vtepMac(agent.address), ...vxlan, mtu },
-  });
-  const mine = canonical(input.own.byEndpoint.get(agent.id) ?? []);
-  for (const p of mine)
-    out.set(prefixObject(p.text), { name: prefixObject(p.text), localPrefix: { prefix: p.text } });
-
-  // A prefix already routed (or this agent's own) is not routed again: the first claim wins, in the
-  // order below (this node's agents, then peers by name), so that the result does not depend on the
-  // order the table arrived in.
-  const routed = new Set(mine.map((p) => p.text));
-  const route = (prefix: string, peer: string): void => {
-    if (routed.has(prefix)) return;
-    routed.add(prefix);
-    out.set(routeObject(prefix), {
-      name: routeObject(prefix),
-      peerRoute: { prefix, peer, via: RouteVia.ROUTE_VIA_ENCAP, mtu },
-    });
+    localVtep: {
+      address: agent.address,
+      mac: vtepMac(agent.address),
+      vni: settings.vni,
+      port: settings.port,
+      mtu: overlayMtu(agent),
+    },
   };
+  const mine = canonical(input.own.byEndpoint.get(agent.id) ?? []).map((p) => p.text);
+  const prefixes = mine.map((text): FabricBody => ({
+    name: prefixObject(text),
+    localPrefix: { prefix: text },
+  }));
+  return { objects: [vtep, ...prefixes], prefixes: mine };
+}
 
-  // Traffic between two DPUs of this node crosses the fabric as well.
-  for (const other of [...input.locals].sort(byId)) {
-    if (other.id === agent.id) continue;
-    const name = peerObject(node, other.id);
-    out.set(name, {
-      name,
-      peer: { node, endpoint: other.id, address: other.address, mac: vtepMac(other.address), ...vxlan },
-    });
-    for (const p of canonical(input.own.byEndpoint.get(other.id) ?? [])) route(p.text, name);
-  }
-
-  for (const peer of [...input.peers].sort((a, b) => compare(a.node, b.node))) {
-    if (peer.node === node) continue;
-    const claimed: Cidr[] = [];
-    for (const e of [...(peer.endpoints ?? [])].sort(byId)) {
-      if (!isIP(e.underlay)) continue;
-      const name = peerObject(peer.node, e.id);
-      out.set(name, {
+/** Another DPU of this node, beside the agent: traffic between the two crosses the fabric as well. */
+export function planLocalPart(
+  input: Pick<FabricPlanInput, 'node' | 'own' | 'settings'>,
+  other: FabricAgent,
+): PlanPart {
+  const { node, settings } = input;
+  const name = peerObject(node, other.id);
+  return {
+    objects: [
+      {
         name,
         peer: {
-          node: peer.node,
-          endpoint: e.id,
-          address: e.underlay,
-          mac: e.vtep.mac,
-          vni: e.vtep.vni,
-          port: e.vtep.port,
+          node,
+          endpoint: other.id,
+          address: other.address,
+          mac: vtepMac(other.address),
+          vni: settings.vni,
+          port: settings.port,
         },
-      });
-      for (const p of canonical(e.prefixes)) {
-        claimed.push(p);
-        route(p.text, name);
-      }
+      },
+    ],
+    routes: unique(
+      canonical(input.own.byEndpoint.get(other.id) ?? []).map((p) => ({ prefix: p.text, peer: name })),
+    ),
+  };
+}
+
+/** A remote node: each of its DPUs, its own VXLAN device when it has one, and their prefixes. */
+export function planRemotePart(agent: FabricAgent, peer: Peer): PlanPart {
+  const objects: FabricBody[] = [];
+  const routes: Array<{ prefix: string; peer: string }> = [];
+  const claimed: Cidr[] = [];
+  for (const e of [...(peer.endpoints ?? [])].sort(byId)) {
+    if (!isIP(e.underlay)) continue;
+    const name = peerObject(peer.node, e.id);
+    objects.push({
+      name,
+      peer: {
+        node: peer.node,
+        endpoint: e.id,
+        address: e.underlay,
+        mac: e.vtep.mac,
+        vni: e.vtep.vni,
+        port: e.vtep.port,
+      },
+    });
+    for (const p of canonical(e.prefixes)) {
+      claimed.push(p);
+      routes.push({ prefix: p.text, peer: name });
     }
-    const address = sameFamily(peer.underlay, agent.address);
-    if (!peer.vtep || !address) continue;
+  }
+  const address = sameFamily(peer.underlay, agent.address);
+  if (peer.vtep && address) {
     const name = peerObject(peer.node);
-    out.set(name, {
+    objects.push({
       name,
       peer: {
         node: peer.node,
@@ -131,9 +156,60 @@ export function planFabric(input: FabricPlanInput): Map<string, FabricBody> {
     });
     // What no endpoint claims goes to the node's own device; a slice of a node range is more specific
     // than the range, so the range's route does not take the slices' traffic.
-    for (const p of canonical(peer.prefixes)) if (!claimed.some((c) => inside(p, c))) route(p.text, name);
+    for (const p of canonical(peer.prefixes))
+      if (!claimed.some((c) => inside(p, c))) routes.push({ prefix: p.text, peer: name });
+  }
+  return { objects, routes: unique(routes) };
+}
+
+/** A route to `prefix` through the FabricPeer `peer`, at the agent's overlay MTU. */
+export function routeBody(agent: FabricAgent, prefix: string, peer: string): FabricBody {
+  return {
+    name: routeObject(prefix),
+    peerRoute: { prefix, peer, via: RouteVia.ROUTE_VIA_ENCAP, mtu: overlayMtu(agent) },
+  };
+}
+
+/**
+ * The order in which parts claim routes: this node's other agents by id, then peers by node name, so
+ * that the result does not depend on the order the table arrived in. Keys compare as plain strings.
+ */
+export const localPartKey = (id: string): string => `1\0${id}`;
+export const remotePartKey = (node: string): string => `2\0${node}`;
+
+/** Every fabric object `input.agent` must hold, by name. */
+export function planFabric(input: FabricPlanInput): Map<string, FabricBody> {
+  const { node, agent } = input;
+  const out = new Map<string, FabricBody>();
+  const own = planOwn(input);
+  for (const o of own.objects) out.set(o.name, o);
+  // A prefix already routed (or this agent's own) is not routed again: the first claim wins.
+  const routed = new Set(own.prefixes);
+  const parts: PlanPart[] = [
+    ...[...input.locals]
+      .filter((other) => other.id !== agent.id)
+      .sort(byId)
+      .map((other) => planLocalPart(input, other)),
+    ...[...input.peers]
+      .filter((peer) => peer.node !== node)
+      .sort((x, y) => compare(x.node, y.node))
+      .map((peer) => planRemotePart(agent, peer)),
+  ];
+  for (const part of parts) {
+    for (const o of part.objects) out.set(o.name, o);
+    for (const r of part.routes) {
+      if (routed.has(r.prefix)) continue;
+      routed.add(r.prefix);
+      out.set(routeObject(r.prefix), routeBody(agent, r.prefix, r.peer));
+    }
   }
   return out;
+}
+
+/** The first claim of each prefix within one part. */
+function unique(routes: Array<{ prefix: string; peer: string }>): Array<{ prefix: string; peer: string }> {
+  const seen = new Set<string>();
+  return routes.filter((r) => !seen.has(r.prefix) && !!seen.add(r.prefix));
 }
 
 /** The prefixes that parse, canonical and sorted; a malformed one is left out (sources validate). */

@@ -6,8 +6,8 @@
 // netns mode, in a test-owned DPU namespace on the fabric tests' underlay, where it programs its own
 // wn-vxlan, FDB, neighbours and routes before it acknowledges.
 //
-// Two end points are timed. "Held": the simulator's state file (stat polled every 2 ms, parsed when it
-// changed) shows the objects; it acks nothing before that file has landed and acks right after, so this
+// Two end points are timed. "Held": the simulator's state file and its journal (stat polled every 2 ms,
+// read and parsed when either changed) show the objects; it acks nothing before that file has landed and acks right after, so this
 // is the simulator's ack less a few ms. "Acknowledged": Status dpus[].fabric objectsAcked ==
 // objectsDesired (both at their current generations), polled after "held" with a pause between calls:
 // a Status call lists all 5,000 peers and costs the daemon hundreds of ms on a loaded machine, so back
@@ -21,11 +21,12 @@ import * as path from 'node:path';
 import type { DpuStatus } from '../../proto/gen/workloadnet/v1/workload';
 import { FabricTopology, writePeersFile, type PeersFileEntry } from '../backends/linux/fabric-topology';
 import { ip } from '../backends/linux/netns-fixture';
-import { readStateFile, type SimState } from '../../backends/dpu-sim/state-file';
+import { journalOf, readStateFile, type SimState } from '../../backends/dpu-sim/state-file';
 import { SimProcess } from '../backends/dpu/sim-process';
 import { netnsPath } from '../support/netns';
 import { DaemonProcess } from '../support/daemon-process';
 import { syntheticPeers, type FabricBenchRow } from './fabric.bench';
+import { processCpu } from './process-cpu';
 import { percentile } from './stats';
 
 const PEERS = 5000;
@@ -153,7 +154,10 @@ async function msUntilHeld(
 ): Promise<number> {
   let seen = 0;
   for (;;) {
-    const mtime = fs.statSync(sim.stateFile, { throwIfNoEntry: false })?.mtimeMs ?? 0;
+    // Between full writes the simulator appends to the file's journal: either one moving is news.
+    const mtime =
+      (fs.statSync(sim.stateFile, { throwIfNoEntry: false })?.mtimeMs ?? 0) +
+      (fs.statSync(journalOf(sim.stateFile), { throwIfNoEntry: false })?.mtimeMs ?? 0);
     if (mtime !== seen) {
       seen = mtime;
       const t = process.hrtime.bigint();
@@ -187,6 +191,17 @@ interface Timings {
 
 const timings = (): Timings => ({ held: [], acked: [] });
 
+/**
+ * CPU the daemon and the simulator spent (ms), which the machine's load does not stretch as it does
+ * the wall-clock rows: on an idle machine those cannot be shorter than the larger of the two.
+ */
+interface CpuSpent {
+  daemon: number[];
+  sim: number[];
+}
+
+const cpuOf = (pid: number | undefined): number => (pid === undefined ? 0 : processCpu(pid).totalMs);
+
 async function measure(
   rig: Rig,
   mode: Mode,
@@ -204,11 +219,15 @@ async function measure(
   // daemon counting every desired object acknowledged (Status). Each round is a new simulator process
   // with a new boot id, so it holds nothing; the daemon has seen the previous one go first.
   const snap = timings();
+  const snapCpu: CpuSpent = { daemon: [], sim: [] };
+  const changeCpu: CpuSpent = { daemon: [], sim: [] };
+  const daemonPid = rig.daemon.child.pid;
   const connect: number[] = [];
   let desired = 0;
   const endedBefore = sessionsEnded(rig.daemon);
   for (let r = 0; r < opts.snapshots; r++) {
     const t0 = process.hrtime.bigint();
+    const daemonCpu0 = cpuOf(daemonPid);
     const sim = rig.startSim(r);
     try {
       connect.push(
@@ -226,6 +245,8 @@ async function measure(
       snap.acked.push(
         await msUntilRow(rig.daemon, t0, allAcked(2 * PEERS), `${label}: snapshot acknowledged`, calls, 1000),
       );
+      snapCpu.daemon.push(cpuOf(daemonPid) - daemonCpu0);
+      snapCpu.sim.push(cpuOf(sim.child.pid));
       desired = (await dpuRow(rig.daemon)).row?.fabric?.objectsDesired ?? 0;
       if (r === opts.snapshots - 1) {
         // (b) One peer change at a time: the file written (renamed into place) → the simulator holds
@@ -234,11 +255,14 @@ async function measure(
         for (let i = 0; i < opts.rounds; i++)
           for (const c of changePeer(i)) {
             const t1 = process.hrtime.bigint();
+            const cpu0 = { daemon: cpuOf(daemonPid), sim: cpuOf(sim.child.pid) };
             writePeersFile(rig.peersFile, [...base, ...c.peers]);
             const k = byKind[c.label] as Timings;
             k.held.push(
               await msUntilHeld(sim, t1, (s) => c.held(names(s)), `${label}: peer ${c.label} held`, reads),
             );
+            changeCpu.daemon.push(cpuOf(daemonPid) - cpu0.daemon);
+            changeCpu.sim.push(cpuOf(sim.child.pid) - cpu0.sim);
             k.acked.push(
               await msUntilRow(
                 rig.daemon,
@@ -259,6 +283,8 @@ async function measure(
           add(`${label}: one peer change → ${what}, ${n} changes, p50`, percentile(all(w), 50), 'ms');
           add(`${label}: one peer change → ${what}, ${n} changes, p95`, percentile(all(w), 95), 'ms');
         }
+        for (const [who, list] of Object.entries(changeCpu) as Array<[string, number[]]>)
+          add(`${label}: one peer change → held, CPU of the ${who}, p50 (${n})`, percentile(list, 50), 'ms');
         for (const [kind, k] of Object.entries(byKind)) {
           const what = `peer ${kind} → held by the simulator (${k.held.length})`;
           add(`${label}: ${what}, p50`, percentile(k.held, 50), 'ms');
@@ -295,6 +321,12 @@ async function measure(
     percentile(connectToAcked, 50),
     'ms',
   );
+  for (const [who, list] of Object.entries(snapCpu) as Array<[string, number[]]>)
+    add(
+      `${label}: snapshot, spawned → all acknowledged, CPU of the ${who}, p50 (${n})`,
+      percentile(list, 50),
+      'ms',
+    );
   add(`${label}: quantisation: Status call while polling, p50`, percentile(calls, 50), 'ms');
   add(`${label}: quantisation: Status call while polling, p95`, percentile(calls, 95), 'ms');
   add(`${label}: quantisation: state file read and parsed, p50`, percentile(reads, 50), 'ms');

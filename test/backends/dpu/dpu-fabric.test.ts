@@ -1,5 +1,6 @@
 import { expect } from 'chai';
 import * as path from 'node:path';
+import { status as grpcStatus } from '@grpc/grpc-js';
 import type { DpuBackend } from '../../../backends/dpu';
 import type { FabricSettings, LocalNode, OwnPrefixes } from '../../../core/fabric/fabric-dataplane';
 import type { Peer } from '../../../core/fabric/peer-source';
@@ -362,5 +363,98 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
       'every peer reported reachable',
     );
     expect(a.isEnded, 'the stream stays').to.equal(false);
+  });
+
+  it('says of an agent message over the limit that the daemon refused it, with its size, in Status', async () => {
+    // gRPC's own limit ended the call with nothing the session could read, and the daemon said "the
+    // agent cancelled the stream" of a message it had refused itself.
+    const b = backend!;
+    const a = connect(v3Hello('dpu-a'));
+    await a.next((m) => !!m.helloAccept, 'hello accepted');
+    const huge: AgentMessage = {
+      peerStatus: {
+        peers: [
+          {
+            name: 'peer/n3',
+            reachable: false,
+            offloaded: false,
+            txPackets: 0,
+            rxPackets: 0,
+            lastError: 'x'.repeat(5 * 1024 * 1024),
+          },
+        ],
+      },
+    };
+    const bytes = AgentMessageCodec.encode(AgentMessageCodec.fromPartial(huge)).finish().length;
+    a.send(huge);
+    const end = await a.end(10_000);
+    expect(end.code).to.equal(grpcStatus.RESOURCE_EXHAUSTED);
+    const said = `the agent sent a message of ${bytes} bytes, over the limit of ${4 * 1024 * 1024} bytes`;
+    await waitUntil(
+      async () => ((await b.health()).dpus?.find((d) => d.id === 'dpu-a')?.reason ?? '').includes(said),
+      'Status naming the refused message',
+    );
+  });
+
+  it('shows a change of the table, a PeerStatus, an ack and a refusal at the next report, never a stale one', async () => {
+    // The report and each agent's counts are kept between changes (at 5,000 peers Status rebuilt them
+    // on every call): each of these must still show at once.
+    const b = backend!;
+    await b.fabric.prepare(SETTINGS);
+    const a = connect(v3Hello('dpu-a'));
+    await snapshot(a);
+    let from = a.received.length;
+    await b.fabric.apply([n3], own({}));
+    await waitUntil(() => fabricUpserts(a, from).length === 3, 'three fabric upserts');
+    const first = fabricUpserts(a, from);
+    const peersOf = (): Array<[string, boolean | undefined]> =>
+      b.fabric.report().peers.map((p) => [p.node, p.seenBy?.[0]?.reachable]);
+    const row = async (): Promise<[number, number, number, number] | undefined> => {
+      const f = (await b.health()).dpus?.find((d) => d.id === 'dpu-a')?.fabric;
+      return f && [f.objectsAcked, f.objectsDesired, f.peersReachable, f.peersTotal];
+    };
+    expect(peersOf()).to.deep.equal([['n3', undefined]]);
+    expect(await row()).to.deep.equal([0, 3, 0, 1]);
+
+    for (const o of first) a.send(fabricAck(o));
+    await waitUntil(() => b.fabric.report().ready, 'ready after the acks');
+    expect(b.fabric.report().objects).to.deep.equal({ routes: 1, neighbours: 0, fdb: 1 });
+    expect(await row()).to.deep.equal([3, 3, 0, 1]);
+
+    const say = (reachable: boolean): void =>
+      a.send({
+        peerStatus: {
+          peers: [
+            { name: 'peer/n3', reachable, offloaded: false, txPackets: 0, rxPackets: 0, lastError: '' },
+          ],
+        },
+      });
+    say(true);
+    await waitUntil(() => peersOf()[0]?.[1] === true, 'n3 reachable');
+    expect(await row()).to.deep.equal([3, 3, 1, 1]);
+    say(false);
+    await waitUntil(() => peersOf()[0]?.[1] === false, 'n3 unreachable');
+    expect(await row()).to.deep.equal([3, 3, 0, 1]);
+
+    from = a.received.length;
+    const report = await b.fabric.apply([n3, n4], own({}));
+    expect(report.peers.map((p) => p.node)).to.deep.equal(['n3', 'n4']);
+    expect(report.ready).to.equal(false);
+    expect(await row()).to.deep.equal([3, 5, 0, 2]);
+    await waitUntil(() => fabricUpserts(a, from).length === 2, "n4's two objects");
+    const [peer4, route4] = fabricUpserts(a, from).sort((x, y) => (x.name < y.name ? -1 : 1));
+    a.send(fabricAck(peer4!));
+    a.send(fabricAck(route4!, { code: AckCode.ACK_CODE_INVALID, message: 'no room' }));
+    await waitUntil(
+      () => b.fabric.report().reasons.some((r) => r.includes('could not program 1 fabric objects')),
+      'the refusal as a reason',
+    );
+    expect(b.fabric.report().objects).to.deep.equal({ routes: 1, neighbours: 0, fdb: 2 });
+    expect(await row()).to.deep.equal([4, 5, 0, 2]);
+
+    await b.fabric.apply([n4], own({}));
+    expect(b.fabric.report().peers.map((p) => p.node)).to.deep.equal(['n4']);
+    expect(b.fabric.report().objects).to.deep.equal({ routes: 0, neighbours: 0, fdb: 1 });
+    expect(await row()).to.deep.equal([2, 3, 0, 1]);
   });
 });

@@ -1,7 +1,6 @@
 import { spawn, type ChildProcess } from 'node:child_process';
-import * as fs from 'node:fs';
 import * as path from 'node:path';
-import type { SimState } from '../../../backends/dpu-sim/state-file';
+import { readStateFile, type SimState } from '../../../backends/dpu-sim/state-file';
 
 // The simulator as the daemon meets it: a separate node process started from the compiled executable,
 // observed only through its state file, its stderr and its exit code.
@@ -74,7 +73,8 @@ export class SimProcess {
 
   state(): SimState | undefined {
     try {
-      return JSON.parse(fs.readFileSync(this.stateFile, 'utf8')) as SimState;
+      // The file with its journal (state-file.ts): the file alone may be behind.
+      return readStateFile(this.stateFile);
     } catch {
       return undefined;
     }

@@ -1,0 +1,206 @@
+import type { Peer } from '../../core/fabric/peer-source';
+import {
+  localPartKey,
+  planFabric,
+  planLocalPart,
+  planOwn,
+  planRemotePart,
+  remotePartKey,
+  routeBody,
+  routeObject,
+  type FabricBody,
+  type FabricPlanInput,
+  type PlanPart,
+} from './fabric-plan';
+
+// One agent's fabric plan kept between applies, so that a change of one peer re-plans that peer's
+// objects only: at 5,000 peers a full plan is ~10,000 objects per agent, and every apply would build
+// and compare them all. The result is always what planFabric gives for the same input (the property
+// test checks it on random changes): the plan is made of the same parts (fabric-plan.ts), each peer's
+// part is replaced when the peer's record changed, and a route whose prefix a replaced part claimed is
+// given again to the first part (in planFabric's order) that still claims it.
+//
+// Anything else changing (the agent, this node's other agents, its prefixes, the settings) plans again
+// from scratch: those change when a DPU comes or goes, not per peer.
+//
+// Objects of unchanged parts keep their identity in the returned map, which FabricDesired.set takes as
+// "unchanged" without comparing them.
+
+/** Everything of the plan's input but the peers. */
+export type PlanContext = Omit<FabricPlanInput, 'peers'>;
+
+interface Part {
+  shape: string;
+  part: PlanPart;
+}
+
+/** A record's shape: a peer whose shape did not change contributes the same part. */
+const shapes = new WeakMap<Peer, string>();
+export function peerShape(peer: Peer): string {
+  let s = shapes.get(peer);
+  if (s === undefined) {
+    s = JSON.stringify(peer);
+    shapes.set(peer, s);
+  }
+  return s;
+}
+
+export class FabricPlanner {
+  private context: string | undefined;
+  private input: PlanContext | undefined;
+  private plan = new Map<string, FabricBody>();
+  private ownPrefixes = new Set<string>();
+  /** Parts by key (localPartKey / remotePartKey). */
+  private parts = new Map<string, Part>();
+  /** Which part each FabricPeer name came from: two parts naming one object need the full plan's order. */
+  private owners = new Map<string, string>();
+  /** Per prefix, the keys of the parts that ask for a route to it, sorted (the first one wins). */
+  private claims = new Map<string, string[]>();
+  /** Parts planned by the last update (for tests and the log: what an apply cost). */
+  replanned = 0;
+
+  /** The plan for `peers` under `context`: the whole map, updated in place. */
+  update(context: PlanContext, peers: readonly Peer[]): ReadonlyMap<string, FabricBody> {
+    const text = contextShape(context);
+    const remote = new Map<string, Peer>();
+    let duplicate = false;
+    for (const p of peers) {
+      if (p.node === context.node) continue;
+      if (remote.has(p.node)) duplicate = true;
+      remote.set(p.node, p);
+    }
+    // A table naming one node twice is planned whole, as planFabric orders it.
+    if (text !== this.context || duplicate) return this.rebuild(context, text, peers, duplicate);
+    this.replanned = 0;
+    const input = this.input as PlanContext;
+    for (const [key, { part }] of this.parts) {
+      if (!key.startsWith(remotePartKey(''))) continue;
+      if (!remote.has(key.slice(remotePartKey('').length))) {
+        this.dropPart(key, part);
+        this.parts.delete(key);
+        this.replanned++;
+      }
+    }
+    for (const [node, peer] of remote) {
+      const key = remotePartKey(node);
+      const shape = peerShape(peer);
+      const old = this.parts.get(key);
+      if (old?.shape === shape) continue;
+      if (old) this.dropPart(key, old.part);
+      const part = planRemotePart(input.agent, peer);
+      this.parts.set(key, { shape, part });
+      if (!this.addPart(key, part)) return this.rebuild(context, text, peers, true);
+      this.replanned++;
+    }
+    return this.plan;
+  }
+
+  private rebuild(
+    context: PlanContext,
+    text: string,
+    peers: readonly Peer[],
+    whole: boolean,
+  ): ReadonlyMap<string, FabricBody> {
+    this.plan = new Map();
+    this.parts = new Map();
+    this.owners = new Map();
+    this.claims = new Map();
+    this.input = context;
+    this.context = text;
+    const own = planOwn(context);
+    this.ownPrefixes = new Set(own.prefixes);
+    for (const o of own.objects) this.plan.set(o.name, o);
+    let clash = whole;
+    for (const other of whole ? [] : context.locals) {
+      if (other.id === context.agent.id) continue;
+      const key = localPartKey(other.id);
+      const part = planLocalPart(context, other);
+      this.parts.set(key, { shape: '', part });
+      clash = !this.addPart(key, part) || clash;
+    }
+    for (const peer of whole ? [] : peers) {
+      if (peer.node === context.node) continue;
+      const key = remotePartKey(peer.node);
+      const part = planRemotePart(context.agent, peer);
+      this.parts.set(key, { shape: peerShape(peer), part });
+      clash = !this.addPart(key, part) || clash;
+    }
+    this.replanned = this.parts.size;
+    // Parts that name one object (or one node twice) override each other in planFabric's order, which
+    // the per-part bookkeeping does not model: such a table is planned whole, and next time again.
+    if (clash) {
+      this.context = undefined;
+      this.plan = planFabric({ ...context, peers });
+    }
+    return this.plan;
+  }
+
+  /** Adds a part's objects and claims; false when one of its objects is another part's. */
+  private addPart(key: string, part: PlanPart): boolean {
+    for (const o of part.objects) {
+      const owner = this.owners.get(o.name);
+      if (owner !== undefined && owner !== key) return false;
+    }
+    for (const o of part.objects) {
+      this.owners.set(o.name, key);
+      this.plan.set(o.name, o);
+    }
+    for (const r of part.routes) {
+      const list = this.claims.get(r.prefix);
+      if (list) list.splice(sortedIndex(list, key), 0, key);
+      else this.claims.set(r.prefix, [key]);
+      this.route(r.prefix);
+    }
+    return true;
+  }
+
+  private dropPart(key: string, part: PlanPart): void {
+    for (const o of part.objects) {
+      if (this.owners.get(o.name) !== key) continue;
+      this.owners.delete(o.name);
+      this.plan.delete(o.name);
+    }
+    for (const r of part.routes) {
+      const list = this.claims.get(r.prefix);
+      const i = list?.indexOf(key) ?? -1;
+      if (list && i >= 0) list.splice(i, 1);
+      if (list?.length === 0) this.claims.delete(r.prefix);
+      this.route(r.prefix);
+    }
+  }
+
+  /** Gives the route to `prefix` to the first part that claims it (none: no route). */
+  private route(prefix: string): void {
+    const name = routeObject(prefix);
+    const first = this.ownPrefixes.has(prefix) ? undefined : this.claims.get(prefix)?.[0];
+    if (first === undefined) {
+      this.plan.delete(name);
+      return;
+    }
+    const peer = this.parts.get(first)?.part.routes.find((r) => r.prefix === prefix)?.peer;
+    if (peer === undefined) {
+      // Not reached: a claim is kept only with its part.
+      this.plan.delete(name);
+      return;
+    }
+    if (this.plan.get(name)?.peerRoute?.peer === peer) return;
+    this.plan.set(name, routeBody((this.input as PlanContext).agent, prefix, peer));
+  }
+}
+
+function contextShape(c: PlanContext): string {
+  const own = [...c.own.byEndpoint.entries()].sort((x, y) => (x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0));
+  const locals = [...c.locals].sort((x, y) => (x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
+  return JSON.stringify([c.node, c.agent, locals, own, c.settings.vni, c.settings.port]);
+}
+
+function sortedIndex(list: string[], key: string): number {
+  let lo = 0;
+  let hi = list.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >> 1;
+    if ((list[mid] as string) < key) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
