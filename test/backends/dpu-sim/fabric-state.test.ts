@@ -167,7 +167,8 @@ describe('DPU simulator: fabric objects (protocol version 3)', function () {
     expect(held(sim).map((o) => o.name)).to.deep.equal(['peer/n2', 'vtep']);
   });
 
-  it('acks a snapshot of 5,000 peers with a route each, one by one, and records all of them', async () => {
+  it('acks a snapshot of 5,000 peers with a route each, one by one, and records all of them', async function () {
+    this.timeout(300_000);
     // Logging every object at debug level would be most of the work.
     sim = start(['--vtep-address', '10.100.1.7', '--log-level', 'info']);
     const s = await daemon.session();
@@ -181,7 +182,7 @@ describe('DPU simulator: fabric objects (protocol version 3)', function () {
       );
     }
     daemon.snapshot(s, objects);
-    await waitUntil(() => s.acks.length >= objects.length, 'every object acked', 60_000);
+    await waitUntil(() => s.acks.length >= objects.length, 'every object acked', 180_000);
     expect(
       s.acks.filter((a) => a.code === AckCode.ACK_CODE_OK && a.kind === ObjectKind.OBJECT_KIND_FABRIC),
     ).to.have.length(objects.length);
