@@ -13,7 +13,7 @@ import type {
   OwnPrefixes,
 } from './fabric-dataplane';
 import type { FabricPeerStatus, FabricStatus } from './fabric-status';
-import type { NodeRecord, Peer, PeerSource, TunnelEndpoint } from './peer-source';
+import type { NodeRecord, Peer, PeerSource, TunnelEndpoint, Vtep } from './peer-source';
 import { podMtu, type FabricPodMtu } from './pod-mtu';
 import type { AppliedPeersFile } from './applied-peers-file';
 import { WithdrawalGrace } from './withdrawal-grace';
@@ -64,6 +64,11 @@ export interface FabricControllerOptions {
    * announces for it, when no pod gets their first address.
    */
   keyRanges?: () => string[];
+  /**
+   * This node's tunnel addresses, when its pools hand out every address (core/ipam/tunnel-addresses.ts):
+   * published in its record's VTEP and put on its device in place of the keyRanges' first addresses.
+   */
+  tunnelAddresses?: () => { 4?: string; 6?: string };
   /** How often they are looked at for a change (a range added), ms. */
   rangesCheckMs?: number;
   log: Logger;
@@ -146,7 +151,7 @@ export class FabricController {
     if (this.opts.dataplanes.length === 0) return;
     this.periodic = setInterval(() => this.schedule(), this.opts.reapplyMs ?? 60_000);
     this.periodic.unref();
-    if (this.opts.keyRanges) {
+    if (this.opts.keyRanges || this.opts.tunnelAddresses) {
       // A range added or gone may move this node's gateway keys; the pools have no second listener.
       this.rangesCheck = setInterval(() => {
         if (this.appliedRanges !== undefined && this.rangesKey() !== this.appliedRanges) this.schedule();
@@ -303,10 +308,16 @@ export class FabricController {
       node: this.opts.nodeName,
       underlay: local.underlay,
       mtu: local.mtu,
-      ...(local.vtep ? { vtep: local.vtep } : {}),
+      ...(local.vtep ? { vtep: this.withTunnel(local.vtep) } : {}),
       bootId: this.opts.bootId,
       ...(endpoints ? { endpoints } : {}),
     };
+  }
+
+  /** The VTEP as published: with this node's tunnel addresses as its gateways, when it has some. */
+  private withTunnel(vtep: Vtep): Vtep {
+    const gateways = this.tunnel();
+    return gateways[4] === undefined && gateways[6] === undefined ? vtep : { ...vtep, gateways };
   }
 
   /** The node's DPUs, each with its prefixes from the slice book (or as its dataplane gave them). */
@@ -324,7 +335,19 @@ export class FabricController {
   }
 
   private rangesKey(): string {
-    return [...new Set(this.opts.keyRanges?.() ?? [])].sort().join(',');
+    const tunnel = this.tunnel();
+    return [...[...new Set(this.opts.keyRanges?.() ?? [])].sort(), tunnel[4] ?? '', tunnel[6] ?? ''].join(
+      ',',
+    );
+  }
+
+  /** The tunnel addresses now, per family present (empty when this node has none). */
+  private tunnel(): { 4?: string; 6?: string } {
+    const t = this.opts.tunnelAddresses?.() ?? {};
+    return {
+      ...(t[4] !== undefined ? { 4: t[4] } : {}),
+      ...(t[6] !== undefined ? { 6: t[6] } : {}),
+    };
   }
 
   /**
@@ -335,6 +358,12 @@ export class FabricController {
     const book = this.opts.slices;
     if (book && !book.ready) return undefined;
     const cut = book?.own();
+    if (this.opts.tunnelAddresses) {
+      // The keys are the tunnel addresses, once there is one; until then the device is left alone.
+      const keys = this.tunnel();
+      if (keys[4] === undefined && keys[6] === undefined) return cut;
+      return cut ? { ...cut, keys } : { ranges: [], byEndpoint: new Map(), keys };
+    }
     if (!this.opts.keyRanges) return cut;
     const keyRanges = [...new Set(this.opts.keyRanges())];
     return cut ? { ...cut, keyRanges } : { ranges: keyRanges, byEndpoint: new Map(), keyRanges };

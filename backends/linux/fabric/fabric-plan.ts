@@ -17,8 +17,12 @@
 // endpoint covers goes to the peer's own VTEP; the whole prefix is routed there and the endpoints'
 // longer prefixes win. Gateway keys never repeat: the peer's lies in what no endpoint covers, an
 // endpoint's is the first address of its first slice.
+//
+// A peer whose pools hand out every address (etcd blocks) publishes its tunnel address instead
+// (Vtep.gateways, core/ipam/tunnel-addresses.ts), as Calico's VXLAN tunnel address: it is the key when
+// it lies in what of the peer's own prefixes no endpoint covers; an older record keeps the first address.
 
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { Peer, Vtep } from '../../../core/fabric/peer-source';
 import type { FabricMode, PeerPath } from '../../../core/fabric/fabric-dataplane';
 import { cidrContains, familyBits, formatAddress, parseCidr, type Cidr } from '../../../lib/cidr';
 import {
@@ -299,9 +303,29 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
     return { path: 'vxlan' };
   };
 
-  /** The first address of one of `candidates` (in order) per family that no target uses yet. */
-  const pickGateways = (candidates: readonly Cidr[]): Target['gateways'] => {
+  /**
+   * Per family, the tunnel address the peer publishes when it lies in `candidates` (what of its own
+   * prefixes this target serves) and no target uses it yet; else the first address of one of
+   * `candidates` (in order) that no target uses yet.
+   */
+  const pickGateways = (
+    candidates: readonly Cidr[],
+    published?: { gateways?: Vtep['gateways']; within: readonly Cidr[] },
+  ): Target['gateways'] => {
     const out: Target['gateways'] = {};
+    for (const [k, a] of Object.entries(published?.gateways ?? {})) {
+      let address: string;
+      try {
+        address = canonicalAddress(a);
+      } catch {
+        continue;
+      }
+      const f = k === '4' ? AF_INET : AF_INET6;
+      const value = parseCidr(`${address}/${k === '4' ? 32 : 128}`);
+      if (!published?.within.some((c) => inside(value, c)) || gateways.has(`${f}|${address}`)) continue;
+      out[f] = address;
+      gateways.add(`${f}|${address}`);
+    }
     for (const c of candidates) {
       const f = c.family === 4 ? AF_INET : AF_INET6;
       const address = formatAddress(c.family, c.network);
@@ -377,7 +401,10 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
         underlay,
         vtep: peer.vtep,
         prefixes: rest.map((r) => r.prefix.text),
-        gateways: pickGateways(rest.flatMap((r) => r.left.slice(0, 1)).sort(byAddress)),
+        gateways: pickGateways(rest.flatMap((r) => r.left.slice(0, 1)).sort(byAddress), {
+          gateways: peer.vtep?.gateways,
+          within: rest.flatMap((r) => r.left),
+        }),
       });
       if (endpoints.length > 0 && host.path === 'unreachable')
         outcomes.push(
