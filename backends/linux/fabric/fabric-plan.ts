@@ -310,7 +310,7 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
    */
   const pickGateways = (
     candidates: readonly Cidr[],
-    published?: { gateways?: Vtep['gateways']; within: readonly Cidr[] },
+    published?: { gateways?: Vtep['gateways']; within: readonly Cidr[]; ignored: string[] },
   ): Target['gateways'] => {
     const out: Target['gateways'] = {};
     for (const [k, a] of Object.entries(published?.gateways ?? {})) {
@@ -322,7 +322,10 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
       }
       const f = k === '4' ? AF_INET : AF_INET6;
       const value = parseCidr(`${address}/${k === '4' ? 32 : 128}`);
-      if (!published?.within.some((c) => inside(value, c)) || gateways.has(`${f}|${address}`)) continue;
+      if (!published?.within.some((c) => inside(value, c)) || gateways.has(`${f}|${address}`)) {
+        published?.ignored.push(address);
+        continue;
+      }
       out[f] = address;
       gateways.add(`${f}|${address}`);
     }
@@ -393,6 +396,7 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
     // there (the endpoints' longer prefixes win), and its gateway key lies outside every slice.
     const rest = own.map((o) => ({ prefix: o, left: remainder(o, slices) })).filter((r) => r.left.length > 0);
     const outcomes: string[] = [];
+    const ignoredTunnel: string[] = [];
     let host: TargetOutcome | undefined;
     if (endpoints.length === 0 || rest.length > 0) {
       host = reach({
@@ -404,6 +408,7 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
         gateways: pickGateways(rest.flatMap((r) => r.left.slice(0, 1)).sort(byAddress), {
           gateways: peer.vtep?.gateways,
           within: rest.flatMap((r) => r.left),
+          ignored: ignoredTunnel,
         }),
       });
       if (endpoints.length > 0 && host.path === 'unreachable')
@@ -441,10 +446,20 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
         : 'unreachable';
     if (endpoints.length === 0 && host) {
       // A peer without endpoints reads as it always did.
-      plan.peers.push(path(host.path, [clash, host.reason].filter((r) => r !== undefined).join('; ')));
+      plan.peers.push(
+        path(
+          host.path,
+          [clash, host.reason, tunnelNote(ignoredTunnel)].filter((r) => r !== undefined).join('; '),
+        ),
+      );
       continue;
     }
-    plan.peers.push(path(overall, [clash, ...outcomes].filter((r) => r !== undefined).join('; ')));
+    plan.peers.push(
+      path(
+        overall,
+        [clash, ...outcomes, tunnelNote(ignoredTunnel)].filter((r) => r !== undefined).join('; '),
+      ),
+    );
   }
   if (ctx.mode !== 'external') {
     for (const cidr of ctx.clusterCidrs) {
@@ -459,6 +474,13 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
     }
   }
   return plan;
+}
+
+/** Why a peer is keyed on its first address although it publishes a tunnel address. */
+function tunnelNote(ignored: readonly string[]): string | undefined {
+  return ignored.length === 0
+    ? undefined
+    : `published tunnel address ${ignored.join(', ')} ignored: not inside its own prefixes (or another peer's key); keyed on its first address`;
 }
 
 /** Constants every object of ours carries (for the kernel diff). */

@@ -64,7 +64,12 @@ describe('fabric plan (per mode, no kernel)', () => {
     const foreign = peer('far', '10.0.2.3', ['10.244.3.0/24'], {
       vtep: { mac: '0e:77:0a:00:02:03', vni: 30574, port: 4789, gateways: { 4: '10.244.2.1' } },
     });
-    expect(planFabric(ctx('vxlan'), [foreign]).neighbours.map((n) => n.dst)).to.deep.equal(['10.244.3.0']);
+    const refused = planFabric(ctx('vxlan'), [foreign]);
+    expect(refused.neighbours.map((n) => n.dst)).to.deep.equal(['10.244.3.0']);
+    expect(refused.peers[0]?.reason).to.match(
+      /published tunnel address 10\.244\.2\.1 ignored: not inside its own prefixes/,
+    );
+    expect(plan.peers[0]).to.not.have.property('reason');
   });
 
   it('routed: direct routes to the peer on our subnet only; the far one unreachable, with why', () => {
