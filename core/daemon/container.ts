@@ -21,6 +21,7 @@ import { POOL_SUPPLY, PoolSupply } from '../ipam/pool-supply';
 import { SliceBook } from '../ipam/slice-book';
 import { ServiceGate } from '../serve/service-gate';
 import { StaticPoolSource } from '../ipam/static-pool-source';
+import { TunnelAddresses } from '../ipam/tunnel-addresses';
 import { STORE, Store } from '../store/store';
 import { NODE_SERVICE, NodeService } from '../service/node-service';
 import { WORKLOAD_SERVICE } from '../workload-service';
@@ -99,6 +100,28 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
     const settings = fabricSettings(config);
     const networkSet = ctx.container.get<NetworkSet>(NETWORKS);
     const backends = networkSet.backends();
+    // With etcd blocks, the host's key is a tunnel address of its own (core/ipam/tunnel-addresses.ts);
+    // a network whose ports are on DPUs carries the fabric there and needs none. Built even with the
+    // fabric off, so that a start with it off releases the one an earlier start reserved.
+    const primary = networkSet.primary;
+    const tunnelWanted =
+      settings !== undefined &&
+      config.poolSource === 'etcd' &&
+      !!primary.backend.fabric &&
+      !primary.backend.place;
+    const tunnel = new TunnelAddresses({
+      allocator: primary.allocator,
+      store: () => ctx.container.get<Store>(STORE),
+      wanted: tunnelWanted,
+      log: logger.child({ part: 'fabric' }),
+    });
+    networkSet.onRestored(() => {
+      void tunnel
+        .restore()
+        .catch((err: unknown) =>
+          logger.error({ err: (err as Error).message }, 'cannot restore the fabric tunnel addresses'),
+        );
+    });
     return new FabricController({
       settings,
       nodeName: config.nodeName || os.hostname(),
@@ -118,11 +141,13 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
       networks: networkSet.networks.filter((n) => n.backend.fabric),
       slices: networkSet.slices,
       // What the pool source announces for this node (the primary network's pools), unless it is etcd:
-      // a block hands out every address, so its first may be a pod's and cannot be the gateway key.
+      // a block hands out every address, so its first may be a pod's and cannot be the gateway key;
+      // there the node reserves a tunnel address of its own instead.
       keyRanges: () =>
         networkSet.primary.backend.fabric && config.poolSource !== 'etcd'
           ? networkSet.primary.allocator.allPools().map((p) => p.cidr.text)
           : [],
+      ...(tunnelWanted ? { tunnelAddresses: () => tunnel.current() } : {}),
       log: logger.child({ part: 'fabric' }),
       metrics,
     });

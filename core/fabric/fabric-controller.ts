@@ -14,6 +14,7 @@ import type {
 } from './fabric-dataplane';
 import type { FabricPeerStatus, FabricStatus } from './fabric-status';
 import type { NodeRecord, Peer, PeerSource, TunnelEndpoint } from './peer-source';
+import { OwnKeys, type TunnelAddressesNow } from './own-keys';
 import { podMtu, type FabricPodMtu } from './pod-mtu';
 import type { AppliedPeersFile } from './applied-peers-file';
 import { WithdrawalGrace } from './withdrawal-grace';
@@ -64,6 +65,8 @@ export interface FabricControllerOptions {
    * announces for it, when no pod gets their first address.
    */
   keyRanges?: () => string[];
+  /** This node's tunnel addresses, the keys in place of keyRanges' (own-keys.ts), when it has some. */
+  tunnelAddresses?: TunnelAddressesNow;
   /** How often they are looked at for a change (a range added), ms. */
   rangesCheckMs?: number;
   log: Logger;
@@ -95,6 +98,7 @@ export const FABRIC_CONTROLLER = Symbol.for('workloadnet.FabricController');
 export class FabricController {
   readonly name = 'fabric';
   private readonly grace: WithdrawalGrace;
+  private readonly keys: OwnKeys;
   private readonly now: () => number;
   private local?: LocalNode;
   /** Each dataplane's node as it last said (the first one's underlay and VTEP are the node's). */
@@ -131,6 +135,7 @@ export class FabricController {
   private peerRows: FabricPeerStatus[] = [];
 
   constructor(private readonly opts: FabricControllerOptions) {
+    this.keys = new OwnKeys(opts.keyRanges, opts.tunnelAddresses);
     this.now = opts.now ?? monotonicMs;
     this.grace = new WithdrawalGrace({ graceMs: opts.withdrawGraceMs }, this.now);
     if (opts.appliedPeers) this.grace.seed(opts.appliedPeers.load());
@@ -146,10 +151,11 @@ export class FabricController {
     if (this.opts.dataplanes.length === 0) return;
     this.periodic = setInterval(() => this.schedule(), this.opts.reapplyMs ?? 60_000);
     this.periodic.unref();
-    if (this.opts.keyRanges) {
+    if (this.keys.followed) {
       // A range added or gone may move this node's gateway keys; the pools have no second listener.
       this.rangesCheck = setInterval(() => {
-        if (this.appliedRanges !== undefined && this.rangesKey() !== this.appliedRanges) this.schedule();
+        if (this.appliedRanges !== undefined && this.keys.fingerprint() !== this.appliedRanges)
+          this.schedule();
       }, this.opts.rangesCheckMs ?? 2000);
       this.rangesCheck.unref();
     }
@@ -303,7 +309,7 @@ export class FabricController {
       node: this.opts.nodeName,
       underlay: local.underlay,
       mtu: local.mtu,
-      ...(local.vtep ? { vtep: local.vtep } : {}),
+      ...(local.vtep ? { vtep: this.keys.vtep(local.vtep) } : {}),
       bootId: this.opts.bootId,
       ...(endpoints ? { endpoints } : {}),
     };
@@ -323,21 +329,14 @@ export class FabricController {
     return book?.ready ? book.own() : undefined;
   }
 
-  private rangesKey(): string {
-    return [...new Set(this.opts.keyRanges?.() ?? [])].sort().join(',');
-  }
-
   /**
-   * What the dataplanes are told this node owns: the book's cut (when there is one) and the ranges of
-   * its gateway keys. Undefined while the book is not whole, or when neither is known.
+   * What the dataplanes are told this node owns: the book's cut (when there is one) and where its
+   * gateway keys come from. Undefined while the book is not whole, or when neither is known.
    */
   private ownForApply(): OwnPrefixes | undefined {
     const book = this.opts.slices;
     if (book && !book.ready) return undefined;
-    const cut = book?.own();
-    if (!this.opts.keyRanges) return cut;
-    const keyRanges = [...new Set(this.opts.keyRanges())];
-    return cut ? { ...cut, keyRanges } : { ranges: keyRanges, byEndpoint: new Map(), keyRanges };
+    return this.keys.withKeys(book?.own());
   }
 
   /** Listens to the dataplanes' DPUs coming and going, and to the book's changes. */
@@ -459,7 +458,7 @@ export class FabricController {
     if (this.stopped || !this.local || !source?.synced) return;
     if (this.opts.slices && !this.opts.slices.ready) return;
     const own = this.ownForApply();
-    const ranges = this.rangesKey();
+    const ranges = this.keys.fingerprint();
     const probes = mergedProbes(this.opts.dataplanes);
     const table = this.grace.table(source.peers(), (node) => probes.get(node)?.state === 'degraded');
     const early = this.grace.withdrawnEarly();

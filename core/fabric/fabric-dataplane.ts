@@ -55,6 +55,11 @@ export interface OwnPrefixes {
    * key for it, held on the node's VXLAN device. Absent: not known, the device is left as it is.
    */
   keyRanges?: readonly string[];
+  /**
+   * This node's tunnel addresses (core/ipam/tunnel-addresses.ts), when its pools hand out every address:
+   * the gateway keys themselves, in place of those keyRanges would give.
+   */
+  keys?: { 4?: string; 6?: string };
 }
 
 /** How one peer is reached now. */

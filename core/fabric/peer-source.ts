@@ -46,6 +46,12 @@ export interface Vtep {
   vni: number;
   /** UDP destination port. */
   port: number;
+  /**
+   * The node's tunnel address per family ("4", "6"), held on its VXLAN device: peers use it as the
+   * neighbour key of its routes and as its probe target. Absent (older records, static and Kubernetes
+   * sources): peers use the first address of its lowest prefix, which those pools never hand out.
+   */
+  gateways?: { 4?: string; 6?: string };
 }
 
 /** Another node, with the prefixes its source vouches that it owns. */

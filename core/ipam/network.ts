@@ -173,6 +173,20 @@ export class NetworkSet {
   restoreCursors(cursors: Record<string, string>): void {
     for (const n of this.networks) n.allocator.restoreCursors(cursors);
   }
+
+  private readonly restoredListeners: Array<() => void> = [];
+
+  /**
+   * Called once every stored attachment's addresses are held again (start-up): only then may an address
+   * be reserved outside the attach flow without taking one a recorded pod holds.
+   */
+  onRestored(listener: () => void): void {
+    this.restoredListeners.push(listener);
+  }
+
+  restored(): void {
+    for (const l of this.restoredListeners) l();
+  }
 }
 
 /**

@@ -42,6 +42,7 @@ export class StartupReconcile {
     for (const rec of rows) this.ledger.restore(rec);
     this.networks.slices?.restoredAll();
     this.networks.restoreCursors(this.store.cursors());
+    this.networks.restored();
     return this.reconcile();
   }
 

@@ -104,6 +104,14 @@ export interface StoredSlices {
 
 /** Meta key of the StoredSlices. */
 const FABRIC_SLICES_KEY = 'fabricSlices';
+/** Meta key of this node's fabric tunnel addresses (core/ipam/tunnel-addresses.ts). */
+const TUNNEL_ADDRESSES_KEY = 'fabricTunnelAddresses';
+
+/** This node's fabric tunnel address per family, reserved from its own pools. */
+export interface StoredTunnelAddresses {
+  4?: string;
+  6?: string;
+}
 
 /** Who created a store, recorded once when it is created, so that a new store is recognisable. */
 export interface StoreIdentity {
@@ -392,6 +400,29 @@ export class Store {
   /** Records the cut in one durable transaction. */
   async putFabricSlices(slices: StoredSlices): Promise<void> {
     await this.write(() => void this.meta.put(FABRIC_SLICES_KEY, slices));
+  }
+
+  /** The tunnel addresses reserved for the fabric, as last recorded (empty when none). */
+  tunnelAddresses(): StoredTunnelAddresses {
+    const v = this.meta.get(TUNNEL_ADDRESSES_KEY);
+    if (!v || typeof v !== 'object') return {};
+    const out: StoredTunnelAddresses = {};
+    for (const f of [4, 6] as const) {
+      const a = (v as Record<string, unknown>)[f];
+      if (typeof a === 'string') out[f] = a;
+    }
+    return out;
+  }
+
+  /** Records them in one durable transaction; empty removes the record. */
+  async putTunnelAddresses(addresses: StoredTunnelAddresses): Promise<void> {
+    const empty = addresses[4] === undefined && addresses[6] === undefined;
+    await this.write(
+      () =>
+        void (empty
+          ? this.meta.remove(TUNNEL_ADDRESSES_KEY)
+          : this.meta.put(TUNNEL_ADDRESSES_KEY, addresses)),
+    );
   }
 
   cursors(): Record<string, string> {

@@ -18,6 +18,9 @@ export interface ReadRecord {
 export function encodeRecord(r: NodeRecord): string {
   const out: NodeRecord = { node: r.node, underlay: r.underlay, mtu: r.mtu, bootId: r.bootId };
   if (r.vtep) out.vtep = { mac: r.vtep.mac, vni: r.vtep.vni, port: r.vtep.port };
+  // The node's tunnel addresses (etcd blocks hand out their first address); older readers ignore them.
+  if (out.vtep && r.vtep?.gateways && Object.keys(r.vtep.gateways).length > 0)
+    out.vtep.gateways = { ...r.vtep.gateways };
   // Only when there are some: a node without DPUs writes the record it always wrote.
   if (r.endpoints && r.endpoints.length > 0) out.endpoints = encodeEndpoints(r.endpoints);
   return JSON.stringify(out);

@@ -113,9 +113,13 @@ describeEtcdRoot(
       });
       const [nbBlock] = peersOf(path.join(na.dir, 'api.sock')).find((p) => p.node === 'nb')?.prefixes ?? [];
       const [ncBlock] = peersOf(path.join(na.dir, 'api.sock')).find((p) => p.node === 'nc')?.prefixes ?? [];
+      // nc's neighbour key is the tunnel address it publishes (an address of its own block).
+      const ncRecord = etcd.etcdctl('get', '/workloadnet/nodes/nc', '--print-value-only');
+      const ncKey = (JSON.parse(ncRecord) as { vtep?: { gateways?: { 4?: string } } }).vtep?.gateways?.[4];
+      expect(ncKey).to.be.a('string');
       expect(fabricRoutes(na.ns)).to.have.members([
         `${nbBlock} via 10.100.1.2 dev eth0 metric 1024 mtu 1450`,
-        `${ncBlock} via ${ncBlock?.split('/')[0]} dev wn-vxlan metric 1024 onlink mtu 1450`,
+        `${ncBlock} via ${ncKey} dev wn-vxlan metric 1024 onlink mtu 1450`,
         `unreachable ${CLUSTER} metric 4294967295`,
       ]);
       for (const from of nodes)

@@ -26,6 +26,34 @@ describe('etcd node record', () => {
     expect(decode(routedOnly).record).to.deep.equal(routedOnly);
   });
 
+  it('round-trips the tunnel addresses (vtep.gateways), and an old record without them reads as it was', () => {
+    const withTunnel: NodeRecord = {
+      ...good,
+      vtep: { ...good.vtep!, gateways: { 4: '10.96.0.66', 6: 'fd10::42' } },
+    };
+    expect(JSON.parse(encodeRecord(withTunnel))).to.deep.equal(withTunnel);
+    expect(decode(JSON.parse(encodeRecord(withTunnel))).record).to.deep.equal(withTunnel);
+    expect(decode(good).record.vtep).to.not.have.property('gateways');
+  });
+
+  it('refuses a record whose tunnel addresses are not one address of their family each', () => {
+    const bad = (gateways: unknown): string => {
+      try {
+        decode({ ...good, vtep: { ...good.vtep, gateways } });
+      } catch (err) {
+        return (err as Error).message;
+      }
+      return 'accepted';
+    };
+    expect(bad(['10.96.0.66'])).to.match(/VTEP gateways .* not an object/);
+    expect(bad({ 4: 'fd10::1' })).to.match(/gateway "fd10::1" for family 4, not an IPv4 address/);
+    expect(bad({ 6: '10.96.0.66' })).to.match(/for family 6, not an IPv6 address/);
+    expect(bad({ 4: '10.96.0.66/32' })).to.match(/not an IPv4 address/);
+    expect(bad({ 4: 'x' })).to.match(/not an IPv4 address/);
+    expect(bad({ 4: 7 })).to.match(/not an IPv4 address/);
+    expect(bad({ 5: '10.96.0.66' })).to.match(/family "5", not "4" or "6"/);
+  });
+
   it('round-trips DPU endpoints, writes none for a node without them, and reads an old record as it was', () => {
     const endpoints = [
       {

@@ -17,8 +17,12 @@
 // endpoint covers goes to the peer's own VTEP; the whole prefix is routed there and the endpoints'
 // longer prefixes win. Gateway keys never repeat: the peer's lies in what no endpoint covers, an
 // endpoint's is the first address of its first slice.
+//
+// A peer whose pools hand out every address (etcd blocks) publishes its tunnel address instead
+// (Vtep.gateways, core/ipam/tunnel-addresses.ts), as Calico's VXLAN tunnel address: it is the key when
+// it lies in what of the peer's own prefixes no endpoint covers; an older record keeps the first address.
 
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { Peer, Vtep } from '../../../core/fabric/peer-source';
 import type { FabricMode, PeerPath } from '../../../core/fabric/fabric-dataplane';
 import { cidrContains, familyBits, formatAddress, parseCidr, type Cidr } from '../../../lib/cidr';
 import {
@@ -299,9 +303,32 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
     return { path: 'vxlan' };
   };
 
-  /** The first address of one of `candidates` (in order) per family that no target uses yet. */
-  const pickGateways = (candidates: readonly Cidr[]): Target['gateways'] => {
+  /**
+   * Per family, the tunnel address the peer publishes when it lies in `candidates` (what of its own
+   * prefixes this target serves) and no target uses it yet; else the first address of one of
+   * `candidates` (in order) that no target uses yet.
+   */
+  const pickGateways = (
+    candidates: readonly Cidr[],
+    published?: { gateways?: Vtep['gateways']; within: readonly Cidr[]; ignored: string[] },
+  ): Target['gateways'] => {
     const out: Target['gateways'] = {};
+    for (const [k, a] of Object.entries(published?.gateways ?? {})) {
+      let address: string;
+      try {
+        address = canonicalAddress(a);
+      } catch {
+        continue;
+      }
+      const f = k === '4' ? AF_INET : AF_INET6;
+      const value = parseCidr(`${address}/${k === '4' ? 32 : 128}`);
+      if (!published?.within.some((c) => inside(value, c)) || gateways.has(`${f}|${address}`)) {
+        published?.ignored.push(address);
+        continue;
+      }
+      out[f] = address;
+      gateways.add(`${f}|${address}`);
+    }
     for (const c of candidates) {
       const f = c.family === 4 ? AF_INET : AF_INET6;
       const address = formatAddress(c.family, c.network);
@@ -369,6 +396,7 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
     // there (the endpoints' longer prefixes win), and its gateway key lies outside every slice.
     const rest = own.map((o) => ({ prefix: o, left: remainder(o, slices) })).filter((r) => r.left.length > 0);
     const outcomes: string[] = [];
+    const ignoredTunnel: string[] = [];
     let host: TargetOutcome | undefined;
     if (endpoints.length === 0 || rest.length > 0) {
       host = reach({
@@ -377,7 +405,11 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
         underlay,
         vtep: peer.vtep,
         prefixes: rest.map((r) => r.prefix.text),
-        gateways: pickGateways(rest.flatMap((r) => r.left.slice(0, 1)).sort(byAddress)),
+        gateways: pickGateways(rest.flatMap((r) => r.left.slice(0, 1)).sort(byAddress), {
+          gateways: peer.vtep?.gateways,
+          within: rest.flatMap((r) => r.left),
+          ignored: ignoredTunnel,
+        }),
       });
       if (endpoints.length > 0 && host.path === 'unreachable')
         outcomes.push(
@@ -414,10 +446,20 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
         : 'unreachable';
     if (endpoints.length === 0 && host) {
       // A peer without endpoints reads as it always did.
-      plan.peers.push(path(host.path, [clash, host.reason].filter((r) => r !== undefined).join('; ')));
+      plan.peers.push(
+        path(
+          host.path,
+          [clash, host.reason, tunnelNote(ignoredTunnel)].filter((r) => r !== undefined).join('; '),
+        ),
+      );
       continue;
     }
-    plan.peers.push(path(overall, [clash, ...outcomes].filter((r) => r !== undefined).join('; ')));
+    plan.peers.push(
+      path(
+        overall,
+        [clash, ...outcomes, tunnelNote(ignoredTunnel)].filter((r) => r !== undefined).join('; '),
+      ),
+    );
   }
   if (ctx.mode !== 'external') {
     for (const cidr of ctx.clusterCidrs) {
@@ -432,6 +474,13 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
     }
   }
   return plan;
+}
+
+/** Why a peer is keyed on its first address although it publishes a tunnel address. */
+function tunnelNote(ignored: readonly string[]): string | undefined {
+  return ignored.length === 0
+    ? undefined
+    : `published tunnel address ${ignored.join(', ')} ignored: not inside its own prefixes (or another peer's key); keyed on its first address`;
 }
 
 /** Constants every object of ours carries (for the kernel diff). */

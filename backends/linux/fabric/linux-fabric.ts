@@ -21,6 +21,8 @@ import { silentLogger, type Logger } from '../../../core/logger';
 import { parseCidr } from '../../../lib/cidr';
 import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import {
+  AF_INET,
+  AF_INET6,
   NetlinkSocket,
   RTM_DELADDR,
   RTM_DELLINK,
@@ -297,8 +299,10 @@ export class LinuxFabric implements FabricDataplane {
    */
   private async syncKeys(sock: NetlinkSocket, prep: Prepared): Promise<string[]> {
     const own = this.own;
-    if (!own?.keyRanges || !prep.vxlan || prep.mac === undefined) return [];
-    const keys = ownGatewayKeys(own.keyRanges, [...own.byEndpoint.values()].flat());
+    if ((!own?.keyRanges && !own?.keys) || !prep.vxlan || prep.mac === undefined) return [];
+    const keys = own.keys
+      ? { [AF_INET]: own.keys[4], [AF_INET6]: own.keys[6] }
+      : ownGatewayKeys(own.keyRanges ?? [], [...own.byEndpoint.values()].flat());
     const r = await syncGatewayAddresses(sock, prep.vxlan.index, keys);
     const repaired = r.added.filter((a) => this.keysOnDevice.has(a)).length;
     this.repairs += repaired;

@@ -45,6 +45,33 @@ const near = peer('near', '10.0.1.2', ['10.244.2.0/24', '10.244.12.0/24']);
 const far = peer('far', '10.0.2.3', ['10.244.3.0/24', 'fd10:0:3::/64']);
 
 describe('fabric plan (per mode, no kernel)', () => {
+  it('keys a peer on the tunnel address it publishes, inside its own prefixes; else on the first address', () => {
+    const tunnelled = peer('far', '10.0.2.3', ['10.244.3.0/24', 'fd10:0:3::/64'], {
+      vtep: {
+        mac: '0e:77:0a:00:02:03',
+        vni: 30574,
+        port: 4789,
+        gateways: { 4: '10.244.3.17', 6: 'fd10:0:3::9' },
+      },
+    });
+    const plan = planFabric(ctx('vxlan'), [tunnelled]);
+    expect(plan.neighbours.map((n) => n.dst)).to.deep.equal(['10.244.3.17', 'fd10:0:3::9']);
+    expect(plan.routes.filter((r) => r.peer).map((r) => `${r.destination} via ${r.gateway}`)).to.deep.equal([
+      '10.244.3.0/24 via 10.244.3.17',
+      'fd10:0:3::/64 via fd10:0:3::9',
+    ]);
+    // An address outside what the peer owns is not its to publish: today's first-address key.
+    const foreign = peer('far', '10.0.2.3', ['10.244.3.0/24'], {
+      vtep: { mac: '0e:77:0a:00:02:03', vni: 30574, port: 4789, gateways: { 4: '10.244.2.1' } },
+    });
+    const refused = planFabric(ctx('vxlan'), [foreign]);
+    expect(refused.neighbours.map((n) => n.dst)).to.deep.equal(['10.244.3.0']);
+    expect(refused.peers[0]?.reason).to.match(
+      /published tunnel address 10\.244\.2\.1 ignored: not inside its own prefixes/,
+    );
+    expect(plan.peers[0]).to.not.have.property('reason');
+  });
+
   it('routed: direct routes to the peer on our subnet only; the far one unreachable, with why', () => {
     const plan = planFabric(ctx('routed'), [far, near]);
     expect(
