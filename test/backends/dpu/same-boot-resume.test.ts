@@ -143,7 +143,9 @@ describe('DPU agent restarted with the same boot while snapshots keep unlisted p
     await real?.backend.stop();
     const dir = scratchDir();
     dirs.push(dir);
-    const backend = await startBackend(dir, {}, false);
+    // Heartbeats a second apart: the agent takes three silent intervals for a dead daemon, and this
+    // daemon runs in the test's own process, which a loaded machine can stall for more than 600 ms.
+    const backend = await startBackend(dir, { heartbeatIntervalMs: 1000 }, false);
     await backend.reconcile([], { storeIsNew: true });
     const r: Real = {
       backend,
