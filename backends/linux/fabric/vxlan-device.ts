@@ -82,11 +82,19 @@ export async function ensureVxlanDevice(
         existing.mac !== want.mac ||
         !existing.up ||
         existing.alias !== VXLAN_ALIAS;
+      // Only what differs: setting the MAC, even to the same value, makes the kernel flush the
+      // device's neighbours (NETDEV_CHANGEADDR), permanent ones included, and every peer would be
+      // unreachable until the next apply put them back: packets lost across a restart.
       if (change)
         await sock.request(
           setLinkRequest(
             { index: existing.index },
-            { mtu: want.mtu, mac: want.mac, up: true, alias: VXLAN_ALIAS },
+            {
+              ...(existing.mtu !== want.mtu ? { mtu: want.mtu } : {}),
+              ...(existing.mac !== want.mac ? { mac: want.mac } : {}),
+              ...(existing.alias !== VXLAN_ALIAS ? { alias: VXLAN_ALIAS } : {}),
+              up: true,
+            },
           ),
         );
       const link = change ? await getLink(sock, { index: existing.index }) : existing;
@@ -124,8 +132,14 @@ export async function ensureVxlanDevice(
       );
     throw err;
   }
-  const link = await getLink(sock, { name: VXLAN_DEVICE });
+  let link = await getLink(sock, { name: VXLAN_DEVICE });
   if (!link) throw failedPrecondition(`fabric: ${VXLAN_DEVICE} was created but cannot be read back; retry`);
+  // The kernel takes no alias when it creates a link: set it now, or the next start would see a device
+  // to update (and, before only what differs was set, flush its neighbours).
+  if (link.alias !== VXLAN_ALIAS) {
+    await sock.request(setLinkRequest({ index: link.index }, { alias: VXLAN_ALIAS }));
+    link = (await getLink(sock, { index: link.index })) ?? link;
+  }
   return { link, outcome, why };
 }
 

@@ -64,6 +64,26 @@ describeRoot('Linux fabric: dual-stack pods over VXLAN on an IPv4 underlay', fun
     expect(await ip('-n', ns, '-6', 'route', 'show', 'proto', '119')).to.equal(before);
   });
 
+  it('a restart adopts the device as it is: alias set since its creation, permanent neighbours kept before any apply', async () => {
+    const ns = topo.nodes[0]!.ns;
+    const neighbours = async (): Promise<string> =>
+      (await ip('-n', ns, 'neigh', 'show', 'dev', 'wn-vxlan', 'nud', 'permanent')).trim();
+    const before = await neighbours();
+    expect(before, 'the peers are programmed').to.not.equal('');
+    const [link] = await ipJson<{ ifalias?: string; ifindex: number }>(ns, 'link', 'show', 'wn-vxlan');
+    // What a restarted daemon does first: prepare, and only after its first full list, apply.
+    const again = new LinuxFabric({ hostNetnsPath: netnsPath(ns), monitor: false });
+    try {
+      await again.prepare(settings('vxlan', { clusterCidrs: [CLUSTER, 'fd10::/32'] }));
+      expect(await neighbours(), 'no neighbour flushed by adopting the device').to.equal(before);
+      const [same] = await ipJson<{ ifindex: number }>(ns, 'link', 'show', 'wn-vxlan');
+      expect(same?.ifindex).to.equal(link?.ifindex);
+      expect(link?.ifalias, 'the alias set when the device was created').to.equal('workloadnet fabric');
+    } finally {
+      await again.stop();
+    }
+  });
+
   it('carries IPv6 and IPv4 between pods across the router', async () => {
     const a = topo.node('n6a');
     const c = topo.node('n6c');
