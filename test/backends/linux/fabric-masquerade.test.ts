@@ -61,6 +61,7 @@ describeRoot('Linux fabric: VXLAN under kube-proxy-like masquerade rules', funct
   let server: ChildProcess | undefined;
   let ma: TopologyNode;
   let mc: TopologyNode;
+  const locals = new Map<string, LocalNode>();
 
   before(async () => {
     requireProgram('nft');
@@ -71,7 +72,6 @@ describeRoot('Linux fabric: VXLAN under kube-proxy-like masquerade rules', funct
     ]);
     ma = topo.node('ma');
     mc = topo.node('mc');
-    const locals = new Map<string, LocalNode>();
     for (const n of topo.nodes) {
       const f = new LinuxFabric({ hostNetnsPath: netnsPath(n.ns), monitor: false });
       fabrics.push(f);
@@ -134,5 +134,23 @@ describeRoot('Linux fabric: VXLAN under kube-proxy-like masquerade rules', funct
     // Nothing crossed the fabric before this transfer: what the counter holds, it counted now.
     expect(await untracked(ma.ns), 'our notrack counter').to.be.greaterThan(0);
     expect(await untracked(mc.ns), 'the receiving node leaves them untracked too').to.be.greaterThan(0);
+  });
+
+  it('with the source filter off (and with it the notrack chains), the outer packets do reach nat', async () => {
+    const off = new LinuxFabric({ hostNetnsPath: netnsPath(ma.ns), monitor: false });
+    try {
+      await off.prepare(settings('vxlan', { sourceFilter: false }));
+      await off.apply(topo.peersOf('ma', locals));
+      const before = await outerAtNat(ma.ns);
+      await run('ip', ['netns', 'exec', ma.pod, 'ping', '-c', '2', '-i', '0.2', '-W', '2', mc.podIp]);
+      expect(await outerAtNat(ma.ns), 'outer VXLAN packets seen by nat POSTROUTING').to.be.greaterThan(
+        before,
+      );
+    } finally {
+      await off.stop();
+      // Put the table back for the fabric of the other test.
+      await fabrics[0]?.prepare(settings('vxlan'));
+      await fabrics[0]?.apply(topo.peersOf('ma', locals));
+    }
   });
 });
