@@ -24,6 +24,17 @@
 //   code than this; `nft` (Debian package nftables) is spawned only from the fabric's apply path (a
 //   change of the peer table, the periodic pass), never from an attach.
 // Without `nft` or without nf_tables in the kernel the fabric still works, unfiltered, and says so.
+//
+// The same table keeps the outer VXLAN packets out of conntrack: two raw-priority chains (-300, before
+// conntrack at -200) `notrack` what we send to a peer's port (output hook) and what a peer sends to
+// ours (prerouting hook), counted in `vxlan_untracked`. Why: the VXLAN device encapsulates in the
+// host namespace and the outer packet keeps the inner packet's skb mark, so kube-proxy's
+// `-m mark --mark 0x4000/0x4000 -j MASQUERADE --random-fully` NATs the outer packet (kubernetes#88986,
+// the stalled flows and 63-second delays); nat is a conntrack hook, so an untracked packet never
+// meets any nat rule of any table. It also saves a conntrack entry per peer pair. It shares the
+// filter's switch (`fabric.sourceFilter`) and its life: one transaction, one table to remove.
+// No `fib daddr type local` on the prerouting rule: it would need nft_fib, and a node forwarding
+// someone else's VXLAN from a peer on our port is not a case this fabric has.
 
 import { spawn } from 'node:child_process';
 import { canonicalAddress, familyOf, AF_INET } from '../../../lib/rtnetlink';
@@ -35,6 +46,9 @@ export const PEER_SET_V4 = 'vxlan_peers4';
 export const PEER_SET_V6 = 'vxlan_peers6';
 export const FILTER_COUNTER = 'vxlan_filtered';
 export const FILTER_CHAIN = 'vxlan_input';
+export const UNTRACKED_COUNTER = 'vxlan_untracked';
+export const NOTRACK_OUT_CHAIN = 'vxlan_notrack_out';
+export const NOTRACK_IN_CHAIN = 'vxlan_notrack_in';
 
 const TABLE = `${FILTER_FAMILY} ${FILTER_TABLE}`;
 
@@ -116,7 +130,10 @@ export function filterScript(port: number, addresses: { v4: string[]; v6: string
     `  set ${PEER_SET_V4} { type ipv4_addr; }\n` +
     `  set ${PEER_SET_V6} { type ipv6_addr; }\n` +
     `  counter ${FILTER_COUNTER} { }\n` +
+    `  counter ${UNTRACKED_COUNTER} { }\n` +
     `  chain ${FILTER_CHAIN} { type filter hook input priority filter - 10; policy accept; }\n` +
+    `  chain ${NOTRACK_OUT_CHAIN} { type filter hook output priority raw; policy accept; }\n` +
+    `  chain ${NOTRACK_IN_CHAIN} { type filter hook prerouting priority raw; policy accept; }\n` +
     `}\n` +
     `flush set ${TABLE} ${PEER_SET_V4}\n` +
     `flush set ${TABLE} ${PEER_SET_V6}\n` +
@@ -125,6 +142,12 @@ export function filterScript(port: number, addresses: { v4: string[]; v6: string
     `flush chain ${TABLE} ${FILTER_CHAIN}\n` +
     `add rule ${TABLE} ${FILTER_CHAIN} udp dport ${port} ip saddr != @${PEER_SET_V4} counter name ${FILTER_COUNTER} drop\n` +
     `add rule ${TABLE} ${FILTER_CHAIN} udp dport ${port} ip6 saddr != @${PEER_SET_V6} counter name ${FILTER_COUNTER} drop\n` +
+    `flush chain ${TABLE} ${NOTRACK_OUT_CHAIN}\n` +
+    `add rule ${TABLE} ${NOTRACK_OUT_CHAIN} udp dport ${port} ip daddr @${PEER_SET_V4} counter name ${UNTRACKED_COUNTER} notrack\n` +
+    `add rule ${TABLE} ${NOTRACK_OUT_CHAIN} udp dport ${port} ip6 daddr @${PEER_SET_V6} counter name ${UNTRACKED_COUNTER} notrack\n` +
+    `flush chain ${TABLE} ${NOTRACK_IN_CHAIN}\n` +
+    `add rule ${TABLE} ${NOTRACK_IN_CHAIN} udp dport ${port} ip saddr @${PEER_SET_V4} counter name ${UNTRACKED_COUNTER} notrack\n` +
+    `add rule ${TABLE} ${NOTRACK_IN_CHAIN} udp dport ${port} ip6 saddr @${PEER_SET_V6} counter name ${UNTRACKED_COUNTER} notrack\n` +
     COUNTER_READ
   );
 }

@@ -36,14 +36,17 @@ describe('VXLAN source filter: the nft script', () => {
     ).to.deep.equal({ v4: ['10.0.0.2', '10.0.0.3', '10.0.0.30'], v6: ['fd00::2'] });
   });
 
-  it('declares the table (keeping it and its counter), flushes and refills both sets and the rules in one script', () => {
+  it('declares the table (keeping it and its counters), flushes and refills both sets and the rules in one script', () => {
     const s = filterScript(4789, { v4: ['10.0.0.2'], v6: [] });
     expect(s.split('\n').filter(Boolean)).to.deep.equal([
       'table inet workloadnet {',
       '  set vxlan_peers4 { type ipv4_addr; }',
       '  set vxlan_peers6 { type ipv6_addr; }',
       '  counter vxlan_filtered { }',
+      '  counter vxlan_untracked { }',
       '  chain vxlan_input { type filter hook input priority filter - 10; policy accept; }',
+      '  chain vxlan_notrack_out { type filter hook output priority raw; policy accept; }',
+      '  chain vxlan_notrack_in { type filter hook prerouting priority raw; policy accept; }',
       '}',
       'flush set inet workloadnet vxlan_peers4',
       'flush set inet workloadnet vxlan_peers6',
@@ -51,6 +54,13 @@ describe('VXLAN source filter: the nft script', () => {
       'flush chain inet workloadnet vxlan_input',
       'add rule inet workloadnet vxlan_input udp dport 4789 ip saddr != @vxlan_peers4 counter name vxlan_filtered drop',
       'add rule inet workloadnet vxlan_input udp dport 4789 ip6 saddr != @vxlan_peers6 counter name vxlan_filtered drop',
+      // Outer packets to and from peers never enter conntrack, so no nat rule of anyone's sees them.
+      'flush chain inet workloadnet vxlan_notrack_out',
+      'add rule inet workloadnet vxlan_notrack_out udp dport 4789 ip daddr @vxlan_peers4 counter name vxlan_untracked notrack',
+      'add rule inet workloadnet vxlan_notrack_out udp dport 4789 ip6 daddr @vxlan_peers6 counter name vxlan_untracked notrack',
+      'flush chain inet workloadnet vxlan_notrack_in',
+      'add rule inet workloadnet vxlan_notrack_in udp dport 4789 ip saddr @vxlan_peers4 counter name vxlan_untracked notrack',
+      'add rule inet workloadnet vxlan_notrack_in udp dport 4789 ip6 saddr @vxlan_peers6 counter name vxlan_untracked notrack',
       'list counter inet workloadnet vxlan_filtered',
     ]);
     expect(s).to.not.match(/^(delete|flush) table/m);
