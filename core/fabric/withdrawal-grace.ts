@@ -112,7 +112,9 @@ export class WithdrawalGrace {
       };
       return;
     }
-    if (withdrawing > 1 && withdrawing > this.maxShare * known) {
+    // A grace of 0 is the operator's word that a peer leaving the source is gone: there is no grace
+    // period to slow down to (one withdrawal per table instead would take 2,000 tables for 2,000 peers).
+    if (this.graceMs > 0 && withdrawing > 1 && withdrawing > this.maxShare * known) {
       this.disrupted = {
         kind: 'slowed',
         withdrawing,

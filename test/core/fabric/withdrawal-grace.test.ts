@@ -60,6 +60,17 @@ describe('withdrawal grace', () => {
     expect(g.disruption()).to.equal(undefined);
   });
 
+  it('with a grace of 0 withdraws every peer that left at once, however many (nothing to slow down to)', () => {
+    const g = new WithdrawalGrace(0, clock);
+    const all = range(2002);
+    g.table(listOf(...all));
+    t += 1;
+    const left = g.table(listOf(...all.slice(0, 2)));
+    expect(names(left)).to.deep.equal(['n1', 'n2']);
+    expect(g.disruption()).to.equal(undefined);
+    expect(g.pending().size).to.equal(0);
+  });
+
   it('stops withdrawals while the source lists no peer at all', () => {
     const g = new WithdrawalGrace(GRACE, clock);
     g.table(listOf(...range(3)));
