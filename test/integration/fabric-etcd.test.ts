@@ -113,13 +113,25 @@ describeEtcdRoot(
       });
       const [nbBlock] = peersOf(path.join(na.dir, 'api.sock')).find((p) => p.node === 'nb')?.prefixes ?? [];
       const [ncBlock] = peersOf(path.join(na.dir, 'api.sock')).find((p) => p.node === 'nc')?.prefixes ?? [];
-      // nc's neighbour key is the tunnel address it publishes (an address of its own block).
-      const ncRecord = etcd.etcdctl('get', '/workloadnet/nodes/nc', '--print-value-only');
-      const ncKey = (JSON.parse(ncRecord) as { vtep?: { gateways?: { 4?: string } } }).vtep?.gateways?.[4];
-      expect(ncKey).to.be.a('string');
+      // nc's neighbour key is the tunnel address it publishes (an address of its own block): nc reserves
+      // it once its block is claimed and publishes it again, so na may route nc's block on its first
+      // address for a moment before.
+      const ncKey = (): string | undefined => {
+        const ncRecord = etcd.etcdctl('get', '/workloadnet/nodes/nc', '--print-value-only');
+        return (JSON.parse(ncRecord) as { vtep?: { gateways?: { 4?: string } } }).vtep?.gateways?.[4];
+      };
+      await waitUntil(
+        async () => {
+          const key = ncKey();
+          return key !== undefined && fabricRoutes(na.ns).some((r) => r.startsWith(`${ncBlock} via ${key} `));
+        },
+        "na keys nc's block on the tunnel address nc publishes",
+        30_000,
+        { intervalMs: 200 },
+      );
       expect(fabricRoutes(na.ns)).to.have.members([
         `${nbBlock} via 10.100.1.2 dev eth0 metric 1024 mtu 1450`,
-        `${ncBlock} via ${ncKey} dev wn-vxlan metric 1024 onlink mtu 1450`,
+        `${ncBlock} via ${ncKey() ?? ''} dev wn-vxlan metric 1024 onlink mtu 1450`,
         `unreachable ${CLUSTER} metric 4294967295`,
       ]);
       for (const from of nodes)
