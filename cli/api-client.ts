@@ -1,5 +1,9 @@
 import * as grpc from '@grpc/grpc-js';
-import { WorkloadNetworkingClient } from '../proto/gen/workloadnet/v1/workload';
+import {
+  StatusRequest,
+  WorkloadNetworkingClient,
+  type StatusResponse,
+} from '../proto/gen/workloadnet/v1/workload';
 
 // A promise-style client of the workload API for the CLI (and tests). Every call has a deadline so that
 // a wedged daemon turns into an error instead of a hang.
@@ -38,6 +42,11 @@ export class ApiClient {
         (err, res) => (err ? reject(err) : resolve(res as Res)),
       );
     });
+  }
+
+  /** Status; `omitFabricPeers` leaves out the fabric's per-peer rows. */
+  status(opts: Partial<StatusRequest> = {}): Promise<StatusResponse> {
+    return this.call(this.raw.status, StatusRequest.fromPartial(opts));
   }
 
   close(): void {

@@ -60,7 +60,7 @@ export function registerClientCommands(program: Command): void {
     )
     .action((opts: GlobalOpts) =>
       withClient(opts, async (c) => {
-        const st = await c.call(c.raw.status, {});
+        const st = await c.status();
         process.stdout.write(opts.json ? json(st) : formatStatus(st));
         return st.ready ? EXIT.ok : EXIT.notReady;
       }),
@@ -237,7 +237,7 @@ Examples:
     .addHelpText('after', '\nExample:\n  workloadnet version --json')
     .action(async (opts: { socket: string; json?: boolean }) => {
       const c = new ApiClient(opts.socket, 2000);
-      const daemon = await c.call(c.raw.status, {}).then(
+      const daemon = await c.status().then(
         (s) => s.version,
         () => undefined,
       );

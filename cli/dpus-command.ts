@@ -24,7 +24,7 @@ export function registerDpusCommand(program: Command): void {
     )
     .action((opts: DpusOpts) =>
       withClient(opts, async (c) => {
-        const st = await c.call(c.raw.status, {});
+        const st = await c.status({ omitFabricPeers: true });
         process.stdout.write(opts.json ? json(st.dpus) : formatDpus(st));
         return st.dpus.some((d) => d.healthy) ? EXIT.ok : EXIT.notReady;
       }),

@@ -29,7 +29,7 @@ export function registerPeersCommand(program: Command): void {
     )
     .action((opts: PeersOpts) =>
       withClient(opts, async (c) => {
-        const st = await c.call(c.raw.status, {});
+        const st = await c.status();
         const fabric = st.fabric;
         process.stdout.write(opts.json ? json(fabric ?? null) : formatPeers(fabric));
         return !fabric || fabric.mode === 'off' || fabric.ready ? EXIT.ok : EXIT.notReady;

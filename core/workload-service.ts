@@ -150,10 +150,16 @@ export interface GcResult {
   removed: string[];
 }
 
+/** What a Status call leaves out. */
+export interface StatusOptions {
+  /** The fabric's per-peer rows (default true): readiness polls and `workloadnet dpus` need counts only. */
+  fabricPeers?: boolean;
+}
+
 export interface WorkloadService {
   attach(call: AttachCall): Promise<Attachment>;
   detach(call: DetachCall): Promise<void>;
-  status(): Promise<ServiceStatus>;
+  status(opts?: StatusOptions): Promise<ServiceStatus>;
   /**
    * Every attachment. Lazy: rows are read from the store as the caller iterates, so a List of
    * thousands never holds them all at once.

@@ -202,7 +202,7 @@ export class CniHandler {
   private async status(config: NetworkConfig): Promise<void> {
     let status;
     try {
-      status = await this.service.status();
+      status = await this.service.status({ fabricPeers: false });
     } catch (err) {
       throw cniErrorFromService(err, 'STATUS');
     }

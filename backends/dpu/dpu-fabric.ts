@@ -12,7 +12,7 @@ import type {
 import type { Peer, TunnelEndpoint } from '../../core/fabric/peer-source';
 import type { Logger } from '../../core/logger';
 import { vtepMac } from '../../lib/vtep-mac';
-import { indexFabric, type AgentFabricIndex } from './agent-fabric-index';
+import type { AgentFabricIndex } from './agent-fabric-index';
 import type { AgentLink } from './agent-link';
 import type { AgentSession } from './agent-session';
 import type { AgentSync } from './agent-sync';
@@ -59,11 +59,8 @@ export class DpuFabric implements FabricDataplane {
   private readonly planners = new Map<string, FabricPlanner>();
   /** The last peer paths, and what they were made of. */
   private paths: { inputs: unknown[]; value: PeerPath[] } | undefined;
-  /** Per agent, its peers held and reachable, and what they were counted from. */
-  private readonly indexes = new WeakMap<
-    AgentSyncState,
-    { revision: number; size: number; index: AgentFabricIndex }
-  >();
+  /** Each peer node's path as last made, and what it was made of (the report makes only moved ones). */
+  private readonly pathOf = new Map<string, KeptPath>();
   private readonly seen = new WeakMap<
     AgentSyncState,
     { peerStates: AgentSyncState['peerStates']; byNode: Map<string, PeerSeenBy> }
@@ -279,23 +276,14 @@ export class DpuFabric implements FabricDataplane {
 
   /** An agent's FabricPeers, and how many of them its last PeerStatus says are reachable. */
   private peerCountsOf(st: AgentSyncState): { total: number; reachable: number } {
-    const index = this.indexOf(st);
-    const inputs = [index, st.peerStates];
+    const index = st.fabric.index;
+    const inputs = [index, st.fabric.revision, st.peerStates];
     const kept = this.peerCounts.get(st.agentId);
     if (kept && sameInputs(kept.inputs, inputs)) return kept;
-    const reachable = st.peerStates.filter((p) => p.reachable && index.peerNames.has(p.name)).length;
-    const counts = { inputs, total: index.peerNames.size, reachable };
+    const reachable = st.peerStates.filter((p) => p.reachable && index.hasPeer(p.name)).length;
+    const counts = { inputs, total: index.peerCount, reachable };
     this.peerCounts.set(st.agentId, counts);
     return counts;
-  }
-
-  /** The agent's objects indexed per peer node, made again when they changed. */
-  private indexOf(st: AgentSyncState): AgentFabricIndex {
-    const kept = this.indexes.get(st);
-    if (kept && kept.revision === st.fabric.revision && kept.size === st.fabric.size) return kept.index;
-    const index = indexFabric(st.fabric.values());
-    this.indexes.set(st, { revision: st.fabric.revision, size: st.fabric.size, index });
-    return index;
   }
 
   /** The agent's last PeerStatus per peer node, made again when a new one came. */
@@ -303,6 +291,12 @@ export class DpuFabric implements FabricDataplane {
     const kept = this.seen.get(st);
     if (kept && kept.peerStates === st.peerStates) return kept.byNode;
     const byNode = seenByOf(st);
+    // A node the agent says the same of keeps its object: its path is then not made again.
+    if (kept)
+      for (const [node, by] of byNode) {
+        const was = kept.byNode.get(node);
+        if (was && sameSeenBy(was, by)) byNode.set(node, was);
+      }
     this.seen.set(st, { peerStates: st.peerStates, byNode });
     return byNode;
   }
@@ -353,28 +347,91 @@ export class DpuFabric implements FabricDataplane {
 
   private buildPeerPaths(peers: readonly Peer[]): PeerPath[] {
     const agents = [...this.carryingStates()].map((st) => ({
-      index: this.indexOf(st),
+      index: st.fabric.index,
       seen: this.seenOf(st),
     }));
-    return this.sortedPeers(peers).map((p): PeerPath => {
-      const seenBy = agents.flatMap((a) => a.seen.get(p.node) ?? []);
-      const base = { node: p.node, ...(seenBy.length > 0 ? { seenBy } : {}) };
-      let prefixes: readonly string[] | undefined;
-      for (const a of agents) {
-        const mine = a.index.prefixesByNode.get(p.node);
-        if (!mine) continue;
-        prefixes = prefixes ? [...new Set([...prefixes, ...mine])].sort() : mine;
+    const sorted = this.sortedPeers(peers);
+    const out: PeerPath[] = [];
+    const names = new Set<string>();
+    for (const p of sorted) {
+      names.add(p.node);
+      const kept = this.pathOf.get(p.node);
+      if (kept && kept.peer === p && sameAgentsWord(kept, agents, p.node)) {
+        out.push(kept.path);
+        continue;
       }
-      if (prefixes) return { ...base, path: 'vxlan', prefixes: [...prefixes] };
-      const reason =
-        agents.length === 0
-          ? 'no DPU agent of this node carries the fabric'
-          : !p.vtep && (p.endpoints ?? []).length === 0
-            ? 'it publishes no VTEP and no DPU endpoint'
-            : 'no tunnel endpoint of it has an address the DPUs can reach';
-      return { ...base, path: 'unreachable', reason, prefixes: [...p.prefixes].sort() };
-    });
+      const fresh: KeptPath = {
+        peer: p,
+        prefixes: agents.map((a) => a.index.prefixesOf(p.node)),
+        seen: agents.map((a) => a.seen.get(p.node)),
+        path: peerPath(
+          p,
+          agents.length,
+          prefixesOfNode(agents, p.node),
+          agents.flatMap((a) => a.seen.get(p.node) ?? []),
+        ),
+      };
+      this.pathOf.set(p.node, fresh);
+      out.push(fresh.path);
+    }
+    if (this.pathOf.size > names.size)
+      for (const node of this.pathOf.keys()) if (!names.has(node)) this.pathOf.delete(node);
+    return out;
   }
+}
+
+/** A peer node's path as last made, and the agents' word it was made from. */
+interface KeptPath {
+  peer: Peer;
+  /** Per carrying agent (in order): the prefixes it routes to the node. */
+  prefixes: Array<readonly string[] | undefined>;
+  /** Per carrying agent: its PeerStatus of the node. */
+  seen: Array<PeerSeenBy | undefined>;
+  path: PeerPath;
+}
+
+interface AgentWord {
+  index: AgentFabricIndex;
+  seen: Map<string, PeerSeenBy>;
+}
+
+/** Whether the agents still say of `node` what the kept path was made from. */
+function sameAgentsWord(kept: KeptPath, agents: readonly AgentWord[], node: string): boolean {
+  if (kept.prefixes.length !== agents.length) return false;
+  for (let i = 0; i < agents.length; i++) {
+    const a = agents[i] as AgentWord;
+    if (a.index.prefixesOf(node) !== kept.prefixes[i] || a.seen.get(node) !== kept.seen[i]) return false;
+  }
+  return true;
+}
+
+/** Every prefix some agent routes to the node, sorted; undefined when none holds a tunnel endpoint of it. */
+function prefixesOfNode(agents: readonly AgentWord[], node: string): readonly string[] | undefined {
+  let prefixes: readonly string[] | undefined;
+  for (const a of agents) {
+    const mine = a.index.prefixesOf(node);
+    if (!mine) continue;
+    prefixes = prefixes ? [...new Set([...prefixes, ...mine])].sort() : mine;
+  }
+  return prefixes;
+}
+
+/** Through the DPUs when some agent holds a tunnel endpoint of the peer, else why not. */
+function peerPath(
+  p: Peer,
+  agents: number,
+  prefixes: readonly string[] | undefined,
+  seenBy: PeerSeenBy[],
+): PeerPath {
+  const base = { node: p.node, ...(seenBy.length > 0 ? { seenBy } : {}) };
+  if (prefixes) return { ...base, path: 'vxlan', prefixes: [...prefixes] };
+  const reason =
+    agents === 0
+      ? 'no DPU agent of this node carries the fabric'
+      : !p.vtep && (p.endpoints ?? []).length === 0
+        ? 'it publishes no VTEP and no DPU endpoint'
+        : 'no tunnel endpoint of it has an address the DPUs can reach';
+  return { ...base, path: 'unreachable', reason, prefixes: [...p.prefixes].sort() };
 }
 
 /**
@@ -406,6 +463,17 @@ function seenByOf(st: AgentSyncState): Map<string, PeerSeenBy> {
     if (!by.lastError && p.lastError) by.lastError = `${p.name}: ${p.lastError}`;
   }
   return out;
+}
+
+function sameSeenBy(a: PeerSeenBy, b: PeerSeenBy): boolean {
+  return (
+    a.endpoint === b.endpoint &&
+    a.reachable === b.reachable &&
+    a.offloaded === b.offloaded &&
+    a.txPackets === b.txPackets &&
+    a.rxPackets === b.rxPackets &&
+    a.lastError === b.lastError
+  );
 }
 
 /** Whether two lists of a derived value's inputs are the same values (objects by identity). */

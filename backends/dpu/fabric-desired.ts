@@ -1,5 +1,6 @@
 import { isDeepStrictEqual } from 'node:util';
 import type { FabricObject } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import { AgentFabricIndex } from './agent-fabric-index';
 import type { FabricBody } from './fabric-plan';
 
 // The fabric objects one agent should hold, each with its generation and the agent's last word on it:
@@ -36,6 +37,8 @@ export class FabricDesired {
    * objects alone (the report's peer paths) is kept until it moves.
    */
   revision = 0;
+  /** The objects per peer node (for the report), kept as they change. */
+  readonly index = new AgentFabricIndex();
   // Counts kept as acks come and go: Status and readiness ask for them at every call, and a scan of
   // 10,000 objects each time is what made Status slow at 5,000 peers.
   private ackedOk = 0;
@@ -54,8 +57,12 @@ export class FabricDesired {
         continue;
       }
       const object: FabricObject = { ...body, name, generation: nextGeneration() };
-      if (old) this.count(old.ack, old.object, -1);
+      if (old) {
+        this.count(old.ack, old.object, -1);
+        this.index.remove(old.object);
+      }
       this.objects.set(name, { object, body, ack: undefined });
+      this.index.add(object);
       changes.upserts.push(object);
     }
     // Every planned name is held now: anything more is what the plan dropped.
@@ -63,6 +70,7 @@ export class FabricDesired {
       for (const [name, old] of this.objects) {
         if (plan.has(name)) continue;
         this.count(old.ack, old.object, -1);
+        this.index.remove(old.object);
         this.objects.delete(name);
         changes.deletes.push({ name, generation: nextGeneration() });
       }
@@ -138,10 +146,5 @@ export class FabricDesired {
   /** Acked objects of each kind, as the agent holds them now. */
   heldCounts(): { peers: number; routes: number } {
     return { peers: this.heldPeers, routes: this.heldRoutes };
-  }
-
-  /** Every current object, for report (peer paths). */
-  values(): FabricObject[] {
-    return [...this.objects.values()].map((e) => e.object);
   }
 }

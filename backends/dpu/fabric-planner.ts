@@ -1,4 +1,5 @@
 import type { Peer } from '../../core/fabric/peer-source';
+import { peerShape } from '../../core/fabric/peer-shape';
 import {
   localPartKey,
   planFabric,
@@ -32,17 +33,9 @@ export type PlanContext = Omit<FabricPlanInput, 'peers'>;
 interface Part {
   shape: string;
   part: PlanPart;
-}
-
-/** A record's shape: a peer whose shape did not change contributes the same part. */
-const shapes = new WeakMap<Peer, string>();
-export function peerShape(peer: Peer): string {
-  let s = shapes.get(peer);
-  if (s === undefined) {
-    s = JSON.stringify(peer);
-    shapes.set(peer, s);
-  }
-  return s;
+  /** A remote part's node, and the record it was planned from (the same record: nothing to compare). */
+  node?: string;
+  peer?: Peer;
 }
 
 export class FabricPlanner {
@@ -56,8 +49,19 @@ export class FabricPlanner {
   private owners = new Map<string, string>();
   /** Per prefix, the keys of the parts that ask for a route to it, sorted (the first one wins). */
   private claims = new Map<string, string[]>();
+  /** Each remote node's part key, made once (one text per node per apply is garbage at 5,000). */
+  private keys = new Map<string, string>();
   /** Parts planned by the last update (for tests and the log: what an apply cost). */
   replanned = 0;
+
+  private keyOf(node: string): string {
+    let key = this.keys.get(node);
+    if (key === undefined) {
+      key = remotePartKey(node);
+      this.keys.set(node, key);
+    }
+    return key;
+  }
 
   /** The plan for `peers` under `context`: the whole map, updated in place. */
   update(context: PlanContext, peers: readonly Peer[]): ReadonlyMap<string, FabricBody> {
@@ -73,22 +77,25 @@ export class FabricPlanner {
     if (text !== this.context || duplicate) return this.rebuild(context, text, peers, duplicate);
     this.replanned = 0;
     const input = this.input as PlanContext;
-    for (const [key, { part }] of this.parts) {
-      if (!key.startsWith(remotePartKey(''))) continue;
-      if (!remote.has(key.slice(remotePartKey('').length))) {
-        this.dropPart(key, part);
-        this.parts.delete(key);
-        this.replanned++;
-      }
+    for (const [key, { part, node }] of this.parts) {
+      if (node === undefined || remote.has(node)) continue;
+      this.dropPart(key, part);
+      this.parts.delete(key);
+      this.keys.delete(node);
+      this.replanned++;
     }
     for (const [node, peer] of remote) {
-      const key = remotePartKey(node);
-      const shape = peerShape(peer);
+      const key = this.keyOf(node);
       const old = this.parts.get(key);
-      if (old?.shape === shape) continue;
+      if (old?.peer === peer) continue;
+      const shape = peerShape(peer);
+      if (old?.shape === shape) {
+        old.peer = peer;
+        continue;
+      }
       if (old) this.dropPart(key, old.part);
       const part = planRemotePart(input.agent, peer);
-      this.parts.set(key, { shape, part });
+      this.parts.set(key, { shape, part, node, peer });
       if (!this.addPart(key, part)) return this.rebuild(context, text, peers, true);
       this.replanned++;
     }
@@ -105,6 +112,7 @@ export class FabricPlanner {
     this.parts = new Map();
     this.owners = new Map();
     this.claims = new Map();
+    this.keys = new Map();
     this.input = context;
     this.context = text;
     const own = planOwn(context);
@@ -122,7 +130,7 @@ export class FabricPlanner {
       if (peer.node === context.node) continue;
       const key = remotePartKey(peer.node);
       const part = planRemotePart(context.agent, peer);
-      this.parts.set(key, { shape: peerShape(peer), part });
+      this.parts.set(key, { shape: peerShape(peer), part, node: peer.node, peer });
       clash = !this.addPart(key, part) || clash;
     }
     this.replanned = this.parts.size;

@@ -104,7 +104,7 @@ export class Daemon {
       log.warn({ part, err: (err as Error).message }, 'stopping a part failed'),
     );
     const ready = async (): Promise<void> => {
-      const st = await this.service.status().catch(() => undefined);
+      const st = await this.service.status({ fabricPeers: false }).catch(() => undefined);
       this.api?.setServing(st?.ready ?? false);
     };
     await ready();

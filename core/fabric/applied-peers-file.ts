@@ -55,11 +55,9 @@ export class AppliedPeersFile {
   save(peers: readonly Peer[]): void {
     this.pending = peers;
     if (this.timer) return;
-    const wait = this.lastWrite + (this.opts.minIntervalMs ?? 5_000) - Date.now();
-    if (wait <= 0) {
-      this.write();
-      return;
-    }
+    // Never written in the caller's turn, also when due: the apply that saves is sending the table's
+    // changes to the dataplanes, and a megabyte made into text and written would hold them back.
+    const wait = Math.max(0, this.lastWrite + (this.opts.minIntervalMs ?? 5_000) - Date.now());
     this.timer = setTimeout(() => {
       this.timer = undefined;
       this.write();

@@ -12,13 +12,14 @@ import type {
   LocalNode,
   OwnPrefixes,
 } from './fabric-dataplane';
-import type { FabricPeerStatus, FabricStatus } from './fabric-status';
+import type { FabricStatus } from './fabric-status';
 import type { NodeRecord, Peer, PeerSource, TunnelEndpoint } from './peer-source';
 import { OwnKeys, type TunnelAddressesNow } from './own-keys';
 import { podMtu, type FabricPodMtu } from './pod-mtu';
 import type { AppliedPeersFile } from './applied-peers-file';
 import { WithdrawalGrace } from './withdrawal-grace';
-import { mergedProbes, setProbeGauges, withProbes } from './peer-probes';
+import { mergedProbes, setProbeGauges } from './peer-probes';
+import { PeerRows } from './peer-rows';
 
 // The fabric's control loop: the peer source's table, taken to the backends' dataplanes. It finds
 // this node's underlay (prepare), publishes this node's record, and on every change of the table
@@ -73,7 +74,10 @@ export interface FabricControllerOptions {
   metrics?: Metrics;
   /** Monotonic clock (ms) of the withdrawal grace; tests move it by hand. */
   now?: () => number;
-  /** Changes of the table within this long are applied once (ms). */
+  /**
+   * Changes of the table within this long are applied once (ms). Short: a burst that comes while an
+   * apply runs is applied once after it anyway (one apply at a time).
+   */
   coalesceMs?: number;
   /** Period of the full apply (ms). */
   reapplyMs?: number;
@@ -89,6 +93,11 @@ export interface FabricNetwork {
   carried(): number | undefined;
   /** Its live attachments with a larger MTU than the fabric carries to them. */
   aboveFabric(): number;
+}
+
+export interface FabricStatusOptions {
+  /** The per-peer rows (default true). */
+  peers?: boolean;
 }
 
 /** inversify identifier of the FabricController. */
@@ -130,14 +139,13 @@ export class FabricController {
   private lastApplyAt?: number;
   private lastRepairs = 0;
   private lastFiltered: number | undefined;
-  /** Per peer: what it looked like at the last apply, and since when (wall clock). */
-  private readonly seen = new Map<string, { shape: string; since: number }>();
-  private peerRows: FabricPeerStatus[] = [];
+  private readonly peerRows: PeerRows;
 
   constructor(private readonly opts: FabricControllerOptions) {
     this.keys = new OwnKeys(opts.keyRanges, opts.tunnelAddresses);
     this.now = opts.now ?? monotonicMs;
     this.grace = new WithdrawalGrace({ graceMs: opts.withdrawGraceMs }, this.now);
+    this.peerRows = new PeerRows({ graceMs: opts.withdrawGraceMs, now: this.now });
     if (opts.appliedPeers) this.grace.seed(opts.appliedPeers.load());
   }
 
@@ -184,7 +192,11 @@ export class FabricController {
     await this.applies.run();
   }
 
-  status(): FabricStatus {
+  /**
+   * The fabric as of now. `peers: false` leaves the per-peer rows out (readiness and `workloadnet dpus`
+   * need the counts, not 5,000 rows).
+   */
+  status(opts: FabricStatusOptions = {}): FabricStatus {
     const mode = this.mode;
     const local = this.local;
     const reports = this.local && mode !== 'external' ? this.opts.dataplanes.map((d) => d.report()) : [];
@@ -212,7 +224,7 @@ export class FabricController {
       ...(endpoints ? { endpoints } : {}),
       ...(book ? { borrowed: book.borrowed, slices: book.sliceCount } : {}),
       ...(source ? { source } : {}),
-      peers: withProbes(this.peerRows, mergedProbes(this.opts.dataplanes)),
+      peers: opts.peers === false ? [] : this.peerRows.view(reports, mergedProbes(this.opts.dataplanes)),
       objects: sumObjects(reports),
       repairs: reports.reduce((n, r) => n + r.repairs, 0),
       ...filteredPackets(reports),
@@ -448,7 +460,7 @@ export class FabricController {
     this.coalesce = setTimeout(() => {
       this.coalesce = undefined;
       void this.applies.run();
-    }, this.opts.coalesceMs ?? 100);
+    }, this.opts.coalesceMs ?? 5);
     this.coalesce.unref();
   }
 
@@ -487,9 +499,9 @@ export class FabricController {
     this.lastApplyAt = Date.now();
     this.appliedRanges = ranges;
     this.opts.appliedPeers?.save(table);
-    this.peerRows = this.rows(table, reports);
+    this.peerRows.update(table, reports, this.grace.pending());
     metrics?.fabricApplies.inc({ result: reports.every((r) => r.ready) ? 'ok' : 'not_ready' });
-    this.setGauges(this.status());
+    this.setGauges(this.status({ peers: false }));
     this.scheduleExpiry();
   }
 
@@ -503,44 +515,9 @@ export class FabricController {
     this.expiry.unref();
   }
 
-  private rows(table: readonly Peer[], reports: readonly FabricReport[]): FabricPeerStatus[] {
-    const wall = Date.now();
-    const paths = new Map(reports.flatMap((r) => r.peers).map((p) => [p.node, p]));
-    const pending = this.grace.pending();
-    const rows: FabricPeerStatus[] = [];
-    const names = new Set<string>();
-    for (const peer of table) {
-      names.add(peer.node);
-      const path = paths.get(peer.node);
-      const withdrawn = pending.get(peer.node);
-      const shape = JSON.stringify([peer, path?.path, path?.reason]);
-      const prev = this.seen.get(peer.node);
-      const since = prev && prev.shape === shape ? prev.since : wall;
-      this.seen.set(peer.node, { shape, since });
-      const withdrawnAt = withdrawn ? wall - (this.now() - withdrawn.since) : undefined;
-      const reasons = [
-        path ? (path.reason ?? '') : 'not in the last report of the dataplane',
-        withdrawn
-          ? `left the peer source; kept for the withdrawal grace (${Math.round(this.opts.withdrawGraceMs / 1000)} s) unless its data-path probes fail`
-          : '',
-      ].filter((r) => r !== '');
-      rows.push({
-        node: peer.node,
-        underlay: peer.underlay,
-        path: path?.path ?? 'unreachable',
-        prefixes: path?.prefixes ?? peer.prefixes,
-        reason: reasons.join('; '),
-        lastChange: new Date(since).toISOString(),
-        ...(withdrawnAt === undefined ? {} : { withdrawnAt: new Date(withdrawnAt).toISOString() }),
-      });
-    }
-    for (const name of this.seen.keys()) if (!names.has(name)) this.seen.delete(name);
-    return rows;
-  }
-
   /** Status as of now, with the fabric's gauges set from it (repairs happen between applies). */
-  observe(): FabricStatus {
-    const st = this.status();
+  observe(opts: FabricStatusOptions = {}): FabricStatus {
+    const st = this.status(opts);
     if (st.mode !== 'off') this.setGauges(st);
     return st;
   }
@@ -551,9 +528,9 @@ export class FabricController {
     m.fabricReady.set(st.ready ? 1 : 0);
     m.fabricPeers.reset();
     for (const path of ['direct', 'vxlan', 'unreachable', 'external'] as const)
-      m.fabricPeers.set({ path }, st.peers.filter((p) => p.path === path).length);
+      m.fabricPeers.set({ path }, this.peerRows.count(path));
     m.fabricPeersWithdrawing.set(this.grace.pending().size);
-    setProbeGauges(m, st.peers);
+    setProbeGauges(m, this.peerRows.rows, mergedProbes(this.opts.dataplanes));
     if (st.borrowed !== undefined) m.fabricBorrowed.set(st.borrowed);
     for (const [kind, n] of Object.entries(st.objects)) m.fabricObjects.set({ kind }, n);
     // The dataplanes count repairs since they started; the counter takes what is new.

@@ -2,8 +2,8 @@ import type { Metrics } from '../metrics';
 import type { FabricDataplane, PeerProbe } from './fabric-dataplane';
 import type { FabricPeerStatus } from './fabric-status';
 
-// The data-path probes as the core sees them: the dataplanes' word per peer merged, put on the peer
-// rows of Status, and counted in the gauges. A degraded peer is shown, never withdrawn for: only its
+// The data-path probes as the core sees them: the dataplanes' word per peer merged (put on the peer
+// rows of Status by peer-rows.ts), and counted in the gauges. A degraded peer is shown, never withdrawn for: only its
 // source's word removes it (with the grace, which failing probes cut short, withdrawal-grace.ts).
 
 /**
@@ -20,25 +20,23 @@ export function mergedProbes(dataplanes: readonly FabricDataplane[]): Map<string
   return out;
 }
 
-/** The rows, each with its probes as of now. */
-export function withProbes(
-  rows: readonly FabricPeerStatus[],
-  probes: ReadonlyMap<string, PeerProbe>,
-): FabricPeerStatus[] {
-  if (probes.size === 0) return [...rows];
-  return rows.map((r) => {
-    const probe = probes.get(r.node);
-    return probe ? { ...r, probe } : r;
-  });
-}
-
 /** Peers degraded, and the spread of the peers' median round trips (0.5, 0.9 and the slowest). */
-export function setProbeGauges(m: Metrics, peers: readonly FabricPeerStatus[]): void {
-  m.fabricPeersDegraded.set(peers.filter((p) => p.probe?.state === 'degraded').length);
+export function setProbeGauges(
+  m: Metrics,
+  peers: readonly FabricPeerStatus[],
+  probes: ReadonlyMap<string, PeerProbe>,
+): void {
+  let degraded = 0;
+  const rtts: number[] = [];
+  if (probes.size > 0)
+    for (const p of peers) {
+      const probe = probes.get(p.node);
+      if (probe?.state === 'degraded') degraded++;
+      if (probe?.medianRttMs !== undefined) rtts.push(probe.medianRttMs / 1000);
+    }
+  m.fabricPeersDegraded.set(degraded);
   m.fabricProbeRtt.reset();
-  const rtts = peers
-    .flatMap((p) => (p.probe?.medianRttMs === undefined ? [] : [p.probe.medianRttMs / 1000]))
-    .sort((a, b) => a - b);
+  rtts.sort((a, b) => a - b);
   if (rtts.length === 0) return;
   for (const [quantile, q] of [
     ['0.5', 0.5],

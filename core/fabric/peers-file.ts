@@ -2,6 +2,7 @@ import { formatAddress, parseAddress, parseCidr } from '../../lib/cidr';
 import { invalidArgument, type WorkloadNetError } from '../errors';
 import { decodeEndpoints, vouchedEndpoints } from './endpoint-fields';
 import type { Peer } from './peer-source';
+import { scanPeersList } from './peers-list-scan';
 
 // The static peer source's file (--peers-file): {"peers":[{"node","underlay","mtu","vtep","prefixes",
 // "bootId","endpoints"}]}. A file that is wrong anywhere is refused whole, with the field named, so
@@ -30,42 +31,121 @@ export function readPeersFile(
   text: string,
   file: string,
 ): { peers: Map<string, Peer>; rejected: PeersFileRejection[] } {
-  const fail = (msg: string): WorkloadNetError => invalidArgument(`peers file ${file}: ${msg}`);
-  let doc: unknown;
-  try {
-    doc = JSON.parse(text);
-  } catch (err) {
-    throw fail(`not valid JSON: ${(err as Error).message}`);
-  }
-  if (!isObject(doc) || !Array.isArray(doc.peers))
-    throw fail('must hold a JSON object with a "peers" list: {"peers":[{"node":…}]}');
-  for (const k of Object.keys(doc)) if (k !== 'peers') throw fail(`unknown key "${k}" (known: peers)`);
-  const peers = new Map<string, Peer>();
-  const owners = new Map<string, string>();
-  const rejected: PeersFileRejection[] = [];
-  for (const [i, entry] of (doc.peers as unknown[]).entries()) {
-    const at = `peers[${i}]`;
-    if (!isObject(entry)) throw fail(`${at} must be an object`);
-    for (const k of Object.keys(entry))
-      if (!PEER_KEYS.has(k)) throw fail(`${at}: unknown key "${k}" (known: ${[...PEER_KEYS].join(', ')})`);
-    const peer = parsePeer(entry, at, fail);
-    if (peer.endpoints) {
-      const vouched = vouchedEndpoints(peer.node, peer.endpoints, peer.prefixes, "its entry's prefixes");
-      peer.endpoints = vouched.endpoints;
-      rejected.push(
-        ...vouched.rejected.map((r) => ({ node: peer.node, why: `peers file ${file}: ${at}: ${r}` })),
-      );
+  return new PeersFileReader().read(Buffer.from(text, 'utf8'), file);
+}
+
+/** What a read made of one entry of the list. */
+interface ReadEntry {
+  peer: Peer;
+  /** Its endpoint prefixes dropped (not in its own prefixes), each with why. */
+  dropped: string[];
+  /** The last read that listed it. */
+  seen: number;
+}
+
+/**
+ * Reads the file again and again, keeping what each entry's text was read as: an entry whose text did
+ * not change is taken as it is, record included. At 5,000 peers the file is re-read whole for every
+ * change of one entry; checking and canonicalising every entry again cost tens of milliseconds per
+ * change, and a new record for an unchanged peer made everything downstream compare it field by field.
+ */
+export class PeersFileReader {
+  /** By the entry's JSON text (as this file writes it). */
+  private readonly known = new Map<string, ReadEntry>();
+  private reads = 0;
+
+  /** The peers the bytes list; throws, naming the field, when they are wrong anywhere. */
+  read(bytes: Buffer, file: string): { peers: Map<string, Peer>; rejected: PeersFileRejection[] } {
+    const fail = (msg: string): WorkloadNetError => invalidArgument(`peers file ${file}: ${msg}`);
+    const stamp = ++this.reads;
+    const list = this.listOf(bytes, fail);
+    const peers = new Map<string, Peer>();
+    const owners = new Map<string, string>();
+    const rejected: PeersFileRejection[] = [];
+    for (let i = 0; i < list.length; i++) {
+      const { key, entry } = list[i] as ListEntry;
+      const at = (): string => `peers[${i}]`;
+      let read = this.known.get(key);
+      if (!read) {
+        read = { ...entryOf(entry, at(), fail), seen: stamp };
+        this.known.set(key, read);
+      }
+      read.seen = stamp;
+      const { peer } = read;
+      for (const r of read.dropped)
+        rejected.push({ node: peer.node, why: `peers file ${file}: ${at()}: ${r}` });
+      if (peers.has(peer.node)) throw fail(`${at()}.node: "${peer.node}" is listed twice`);
+      // Two nodes claiming one prefix would send its traffic to whichever was programmed last.
+      for (const p of peer.prefixes) {
+        const other = owners.get(p);
+        if (other !== undefined) throw fail(`${at()}.prefixes: ${p} is also listed for node "${other}"`);
+        owners.set(p, peer.node);
+      }
+      peers.set(peer.node, peer);
     }
-    if (peers.has(peer.node)) throw fail(`${at}.node: "${peer.node}" is listed twice`);
-    // Two nodes claiming one prefix would send its traffic to whichever was programmed last.
-    for (const p of peer.prefixes) {
-      const other = owners.get(p);
-      if (other) throw fail(`${at}.prefixes: ${p} is also listed for node "${other}"`);
-      owners.set(p, peer.node);
-    }
-    peers.set(peer.node, peer);
+    for (const [key, read] of this.known) if (read.seen !== stamp) this.known.delete(key);
+    return { peers, rejected };
   }
-  return { peers, rejected };
+
+  /**
+   * The list's entries: found by a scan (peers-list-scan.ts), and parsed one by one only when their
+   * text is new; or, when the file is not of its plain shape or an entry is not JSON, from the file
+   * parsed whole, which names what is wrong.
+   */
+  private listOf(bytes: Buffer, fail: (m: string) => WorkloadNetError): ListEntry[] {
+    const scanned = scanPeersList(bytes);
+    if (scanned) {
+      const out: ListEntry[] = [];
+      let whole = false;
+      for (const [start, end] of scanned) {
+        const key = bytes.toString('utf8', start, end);
+        if (this.known.has(key)) {
+          out.push({ key });
+          continue;
+        }
+        try {
+          out.push({ key, entry: JSON.parse(key) });
+        } catch {
+          whole = true;
+          break;
+        }
+      }
+      if (!whole) return out;
+    }
+    let doc: unknown;
+    try {
+      doc = JSON.parse(bytes.toString('utf8'));
+    } catch (err) {
+      throw fail(`not valid JSON: ${(err as Error).message}`);
+    }
+    if (!isObject(doc) || !Array.isArray(doc.peers))
+      throw fail('must hold a JSON object with a "peers" list: {"peers":[{"node":…}]}');
+    for (const k of Object.keys(doc)) if (k !== 'peers') throw fail(`unknown key "${k}" (known: peers)`);
+    return (doc.peers as unknown[]).map((entry) => ({ key: JSON.stringify(entry), entry }));
+  }
+}
+
+interface ListEntry {
+  /** The entry's JSON text. */
+  key: string;
+  /** The entry parsed; absent when its text was read before. */
+  entry?: unknown;
+}
+
+/** One entry checked and made canonical, with its endpoint prefixes it does not vouch for dropped. */
+function entryOf(
+  entry: unknown,
+  at: string,
+  fail: (m: string) => WorkloadNetError,
+): { peer: Peer; dropped: string[] } {
+  if (!isObject(entry)) throw fail(`${at} must be an object`);
+  for (const k of Object.keys(entry))
+    if (!PEER_KEYS.has(k)) throw fail(`${at}: unknown key "${k}" (known: ${[...PEER_KEYS].join(', ')})`);
+  const peer = parsePeer(entry, at, fail);
+  if (!peer.endpoints) return { peer, dropped: [] };
+  const vouched = vouchedEndpoints(peer.node, peer.endpoints, peer.prefixes, "its entry's prefixes");
+  peer.endpoints = vouched.endpoints;
+  return { peer, dropped: vouched.rejected };
 }
 
 function parsePeer(e: Record<string, unknown>, at: string, fail: (m: string) => WorkloadNetError): Peer {

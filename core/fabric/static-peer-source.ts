@@ -3,7 +3,8 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { Logger } from '../logger';
 import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from './peer-source';
-import { readPeersFile, type PeersFileRejection } from './peers-file';
+import { PeersFileReader, type PeersFileRejection } from './peers-file';
+import { samePeer } from './peer-shape';
 
 // The peer source of a node without a cluster store: the peers a file lists (--peers-file), or none.
 // The file is read again when it changes: fs.watch on its directory (editors and config managers
@@ -28,8 +29,13 @@ export class StaticPeerSource implements PeerSource {
   private readonly listeners: Array<() => void> = [];
   private watcher?: fs.FSWatcher;
   private poll?: NodeJS.Timeout;
-  /** What the file looked like when last read: a poll that finds the same reads nothing. */
-  private seen = '';
+  /**
+   * What the file held when last read: a poll that finds the same reads nothing. Kept as bytes, off
+   * the JavaScript heap: a megabyte of text kept per read is old-generation garbage at the next.
+   */
+  private seen: Buffer = Buffer.alloc(0);
+  /** Keeps what each entry was read as (peers-file.ts): an unchanged entry keeps its record. */
+  private readonly reader = new PeersFileReader();
   private readonly reads = new SerialRun(
     () => this.read(),
     () => this.stopped,
@@ -108,30 +114,32 @@ export class StaticPeerSource implements PeerSource {
   }
 
   private async read(): Promise<void> {
-    let text: string;
+    let bytes: Buffer;
     try {
-      text = await fs.promises.readFile(this.file, 'utf8');
+      // Read as bytes and decoded once (read as text, a large file is decoded chunk by chunk), and only
+      // when it changed.
+      bytes = await fs.promises.readFile(this.file);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
       this.refuse(
         code === 'ENOENT'
           ? `peers file ${this.file} does not exist`
           : `cannot read peers file ${this.file}: ${(err as Error).message}`,
-        '',
+        Buffer.alloc(0),
       );
       return;
     }
     // Unchanged since it was last accepted or refused.
-    if (text === this.seen && (this.loaded || this.problem !== undefined)) return;
+    if (bytes.equals(this.seen) && (this.loaded || this.problem !== undefined)) return;
     let parsed: Map<string, Peer>;
     let rejected: PeersFileRejection[];
     try {
-      ({ peers: parsed, rejected } = readPeersFile(text, this.file));
+      ({ peers: parsed, rejected } = this.reader.read(bytes, this.file));
     } catch (err) {
-      this.refuse((err as Error).message, text);
+      this.refuse((err as Error).message, bytes);
       return;
     }
-    this.seen = text;
+    this.seen = bytes;
     parsed.delete(this.self);
     // This node's own entry is skipped, and so is what it says of itself.
     this.rejected = rejected.filter((r) => r.node !== this.self).map((r) => r.why);
@@ -146,8 +154,8 @@ export class StaticPeerSource implements PeerSource {
     }
   }
 
-  private refuse(problem: string, text: string): void {
-    this.seen = text;
+  private refuse(problem: string, bytes: Buffer): void {
+    this.seen = bytes;
     if (problem === this.problem) return;
     this.log.warn({ file: this.file, err: problem }, 'peers file refused');
     this.problem = problem;
@@ -162,6 +170,6 @@ export class StaticPeerSource implements PeerSource {
 
 function sameTable(a: ReadonlyMap<string, Peer>, b: ReadonlyMap<string, Peer>): boolean {
   if (a.size !== b.size) return false;
-  for (const [k, v] of a) if (JSON.stringify(b.get(k)) !== JSON.stringify(v)) return false;
+  for (const [k, v] of a) if (!samePeer(v, b.get(k))) return false;
   return true;
 }

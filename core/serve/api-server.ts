@@ -193,8 +193,8 @@ export class ApiServer {
         });
         return {};
       }),
-      status: this.unary<StatusRequest, StatusResponse>('Status', async () => {
-        const st = await s.status();
+      status: this.unary<StatusRequest, StatusResponse>('Status', async (req) => {
+        const st = await s.status({ fabricPeers: !req.omitFabricPeers });
         // The original contract's StatusResponse has no fields, so its clients learn "not ready" only
         // from an error code.
         if (seed && !st.ready) throw unavailable(`not ready: ${st.reasons.join('; ')}`);

@@ -5,6 +5,7 @@ import type {
   DetachCall,
   GcResult,
   ServiceStatus,
+  StatusOptions,
   SweepResult,
   WorkloadService,
 } from '../workload-service';
@@ -56,8 +57,8 @@ export class ServiceGate implements WorkloadService {
     return this.through((s) => s.detach(call));
   }
 
-  async status(): Promise<ServiceStatus> {
-    if (this.opened) return this.target().status();
+  async status(opts?: StatusOptions): Promise<ServiceStatus> {
+    if (this.opened) return this.target().status(opts);
     return {
       ready: false,
       reasons: ['starting: the backend and the start-up reconcile are not done yet; calls wait for them'],

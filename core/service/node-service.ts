@@ -20,6 +20,7 @@ import type {
   GcResult,
   ReconcileSummary,
   ServiceStatus,
+  StatusOptions,
   SweepResult,
   WorkloadService,
 } from '../workload-service';
@@ -71,8 +72,8 @@ export class NodeService implements WorkloadService {
     this.nodeStatus = new NodeStatus(ledger, metrics, {
       sweepHold: () => this.sweeper.hold,
       lastReconcile: () => this.reconcile.last,
-      fabric: () => {
-        const st = fabric?.observe();
+      fabric: (opts) => {
+        const st = fabric?.observe({ peers: opts.fabricPeers !== false });
         const port = hostPort?.status();
         return st && port ? { ...st, hostPort: port } : st;
       },
@@ -128,8 +129,8 @@ export class NodeService implements WorkloadService {
     return this.orchestrator.check(workloadId, ifName);
   }
 
-  status(): Promise<ServiceStatus> {
-    return this.nodeStatus.read();
+  status(opts?: StatusOptions): Promise<ServiceStatus> {
+    return this.nodeStatus.read(opts);
   }
 
   /**

@@ -3,7 +3,13 @@ import type { AttachmentLedger } from '../attach/attachment-ledger';
 import { asWorkloadNetError } from '../errors';
 import type { FabricStatus } from '../fabric/fabric-status';
 import type { Metrics } from '../metrics';
-import type { NetworkStatus, PoolUsage, ReconcileSummary, ServiceStatus } from '../workload-service';
+import type {
+  NetworkStatus,
+  PoolUsage,
+  ReconcileSummary,
+  ServiceStatus,
+  StatusOptions,
+} from '../workload-service';
 
 // Status: whether the node can attach now and, if not, why, per network and as a whole; the gauges
 // that say the same are set from the same reading (the daemon asks every 2 s for gRPC health).
@@ -16,7 +22,7 @@ export interface StatusInputs {
    * The fabric between nodes (its gauges set from the same reading); its readiness is its own: a node
    * attaches its pods without it.
    */
-  fabric?(): FabricStatus | undefined;
+  fabric?(opts: StatusOptions): FabricStatus | undefined;
   /** Running interfaces of a network given its MTU in place, and those that could not be. */
   mtu?(network: string): { updated: number; failed: number };
 }
@@ -28,7 +34,7 @@ export class NodeStatus {
     private readonly inputs: StatusInputs,
   ) {}
 
-  async read(): Promise<ServiceStatus> {
+  async read(opts: StatusOptions = {}): Promise<ServiceStatus> {
     const { networks: networkSet, store } = this.ledger;
     const healths = new Map(
       await Promise.all(networkSet.backends().map(async (b) => [b, await backendHealth(b)] as const)),
@@ -91,7 +97,7 @@ export class NodeStatus {
     }
     const dpus = [...healths.values()].flatMap((h) => h.dpus ?? []);
     if (dpus.length) this.metrics.setDpus(dpus);
-    const fabric = this.inputs.fabric?.();
+    const fabric = this.inputs.fabric?.(opts);
     const primary = networkSet.primary;
     const primaryHealth = healths.get(primary.backend);
     const primarySupply = supplies.find(([n]) => n === primary)?.[1];

@@ -106,7 +106,7 @@ export async function benchAttachSteps(opts: {
     for (let i = 0; i < opts.count; i++)
       await c.call(c.raw.detach, { workloadId: `seq-${i}`, netns: undefined });
     const statusMs: number[] = [];
-    for (let i = 0; i < opts.count; i++) statusMs.push(await timeMs(() => c.call(c.raw.status, {})));
+    for (let i = 0; i < opts.count; i++) statusMs.push(await timeMs(() => c.status()));
     const healthMs = await healthRoundTrips(d.socket, opts.count);
     await d.stop();
     const records = (JSON.parse(fs.readFileSync(traceFile, 'utf8')) as Marks[]).slice(-opts.count);

@@ -132,7 +132,7 @@ export async function benchPools(opts: { count: number; parallel: number }): Pro
         });
     const waitForBlock = async (d: BenchDaemon): Promise<void> => {
       for (let i = 0; i < 200; i++) {
-        const st = await d.client.call(d.client.raw.status, {});
+        const st = await d.client.status();
         if (st.ready && st.poolSource?.connected && st.pools.length > 0) return;
         await new Promise((r) => setTimeout(r, 50));
       }

@@ -155,7 +155,7 @@ export async function benchScale(opts: {
     // Ready, and every DPU connected: placement must see them all before the fill starts.
     const ready = async (): Promise<void> => {
       for (;;) {
-        const st = await d.client.call(d.client.raw.status, {});
+        const st = await d.client.status();
         if (st.ready && st.dpus.filter((a) => a.healthy).length === sims.length) return;
         await new Promise((r) => setTimeout(r, 20));
       }
@@ -202,7 +202,7 @@ export async function benchScale(opts: {
     await memoryBreakdown(pid, 'idle');
     const status: number[] = [];
     const list: number[] = [];
-    for (let i = 0; i < 20; i++) status.push(await timeMs(() => d.client.call(d.client.raw.status, {})));
+    for (let i = 0; i < 20; i++) status.push(await timeMs(() => d.client.status()));
     const listCpu = processCpu(pid);
     for (let i = 0; i < 5; i++) list.push(await timeMs(() => d.client.call(d.client.raw.list, {})));
     const listCpuMs = cpuSince(pid, listCpu).totalMs / 5;
@@ -233,14 +233,14 @@ export async function benchScale(opts: {
       process.kill(pid, 'SIGUSR2');
       while (fs.existsSync(path.join(process.env.WN_GC_HOOK_DIR, 'snapshot')))
         await new Promise((r) => setTimeout(r, 200));
-      await d.client.call(d.client.raw.status, {});
+      await d.client.status();
     }
     await d.stop();
     const restart = await timeMs(async () => {
       d = await DaemonProcess.start({ dir, args, netns: node });
       await ready();
     });
-    const held = (await d.client.call(d.client.raw.status, {})).attachments;
+    const held = (await d.client.status()).attachments;
     return [
       { name: `attachments held after restart (of ${opts.attachments})`, value: held, unit: '' },
       { name: 'attaches retried during the fill (agent away: UNAVAILABLE)', value: unavailable, unit: '' },

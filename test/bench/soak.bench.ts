@@ -233,7 +233,7 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
     const resynced = async (): Promise<void> => {
       const until = Date.now() + 60_000;
       for (;;) {
-        const st = await d.client.call(d.client.raw.status, {});
+        const st = await d.client.status();
         const sessionId = st.networks.find((n) => n.name === 'fast')?.backendDetails.sessionId;
         const state = sim?.state();
         if (
@@ -319,7 +319,7 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
       const until = Date.now() + 60_000;
       while (Date.now() < until) {
         const list = (await d.client.call(d.client.raw.list, {})).attachments;
-        const status = await d.client.call(d.client.raw.status, {});
+        const status = await d.client.status();
         const of = (n: string) => list.filter((a) => a.network === n);
         const used = status.networks.reduce((s, n) => s + n.pools.reduce((t, p) => t + p.used, 0), 0);
         const inWorkloads = await Promise.all(workloads.map((w) => linkNames(w.ns.name)));
@@ -376,7 +376,7 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
       // it has run.
       for (;;) {
         await sleep(200);
-        await d.client.call(d.client.raw.status, {});
+        await d.client.status();
         const fresh = fs.readdirSync(hookDir).filter((f) => !before.has(f));
         const mem = fresh.find((f) => f.startsWith('memory-'));
         const file = fresh.find((f) => f.endsWith('.heapsnapshot'));

@@ -119,11 +119,7 @@ describeRoot('workloadnet ls: streamed from the daemon (DPU backend, simulated D
       stateFile: path.join(dir, 'sim.json'),
       extra: ['--dataplane', 'none', '--log-level', 'warn'],
     });
-    await waitUntil(
-      async () => (await d.client.call(d.client.raw.status, {})).ready,
-      'the daemon ready with its DPU',
-      30_000,
-    );
+    await waitUntil(async () => (await d.client.status()).ready, 'the daemon ready with its DPU', 30_000);
     let next = 0;
     await Promise.all(
       Array.from({ length: 16 }, async () => {

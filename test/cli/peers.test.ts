@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { execFile, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
+import { ApiClient } from '../../cli/api-client';
 import { CLI } from '../support/daemon-process';
 import { InProcessDaemon } from '../support/in-process-daemon';
 import { RecordingBackend } from '../support/recording-backend';
@@ -101,6 +102,44 @@ describe('workloadnet peers', () => {
       expect(r.stdout).to.not.include('self-node   ');
     });
 
+    it('Status leaves the peer rows out when asked (omit_fabric_peers), every count kept', async () => {
+      const client = new ApiClient(d.config.socket);
+      try {
+        const all = await client.status();
+        const summary = await client.status({ omitFabricPeers: true });
+        expect(all.fabric?.peers.map((p) => p.node)).to.deep.equal(['n2', 'n3']);
+        expect(summary.fabric?.peers).to.deep.equal([]);
+        expect(summary.fabric).to.include({ mode: 'vxlan', ready: true, routes: 3, neighbours: 2, fdb: 2 });
+      } finally {
+        client.close();
+      }
+    });
+
+    it("shows how this node's DPUs see a peer as they say it now, between applies", async () => {
+      dp.seen = new Map([
+        [
+          'n2',
+          [
+            {
+              endpoint: 'dpu-a',
+              reachable: true,
+              offloaded: true,
+              txPackets: 12,
+              rxPackets: 34,
+              lastError: '',
+            },
+          ],
+        ],
+      ]);
+      try {
+        const r = await runAsync(['peers', ...sock()]);
+        expect(r.code, r.stderr).to.equal(0);
+        expect(r.stdout).to.include('n2: seen by dpu-a: reachable, offloaded, tx 12 rx 34 packets');
+      } finally {
+        dp.seen = undefined;
+      }
+    });
+
     it('--json prints the Status API’s fabric', async () => {
       const r = await runAsync(['peers', '--json', ...sock()]);
       expect(r.code).to.equal(0);
@@ -153,7 +192,7 @@ describe('workloadnet peers', () => {
     });
 
     it('exports the fabric gauges', async () => {
-      await d.client.call(d.client.raw.status, {});
+      await d.client.status();
       const text = await d.metrics.registry.metrics();
       expect(text).to.match(/workloadnet_fabric_ready 1/);
       expect(text).to.match(/workloadnet_fabric_peers\{path="vxlan"\} 1/);

@@ -28,11 +28,7 @@ conformanceSuite({
       stateFile: path.join(work, 'sim-state.json'),
       extra: ['--dataplane', 'netns', '--dpu-netns', dpu.name, '--host-netns', `/var/run/netns/${nodeNetns}`],
     });
-    await waitUntil(
-      async () => (await d.client.call(d.client.raw.status, {})).ready,
-      'the daemon to see the agent',
-      15_000,
-    );
+    await waitUntil(async () => (await d.client.status()).ready, 'the daemon to see the agent', 15_000);
     return {
       client: d.client,
       stop: async () => {
@@ -105,7 +101,7 @@ conformanceSuite({
       }),
     );
     await waitUntil(
-      async () => (await d.client.call(d.client.raw.status, {})).backendDetails.agentsHealthy === '2',
+      async () => (await d.client.status()).backendDetails.agentsHealthy === '2',
       'the daemon to see both agents',
       15_000,
     );

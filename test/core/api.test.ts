@@ -51,7 +51,7 @@ describe('workload API (recording backend, stand-in namespaces, no root needed)'
   afterEach(async () => d.dispose());
 
   const attach = (r: AttachRequest) => d.client.call(d.client.raw.attach, r);
-  const status = () => d.client.call(d.client.raw.status, {});
+  const status = () => d.client.status();
   const list = () => d.client.call(d.client.raw.list, {});
 
   it('attaches a workload and returns an address from the pool', async () => {
@@ -337,7 +337,7 @@ describe('workload API (recording backend, stand-in namespaces, no root needed)'
         expect(codeOf(err), err.details).to.equal('INVALID_ARGUMENT');
         expect(err.details.length).to.be.greaterThan(10);
         expect((await client.call(client.raw.list, {})).attachments).to.have.length(0);
-        expect((await client.call(client.raw.status, {})).pools[0]?.used).to.equal(0);
+        expect((await client.status()).pools[0]?.used).to.equal(0);
         expect(dataplane.calls).to.have.length(0);
       });
     }

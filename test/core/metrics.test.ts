@@ -44,7 +44,7 @@ describe('Prometheus metrics (stand-in namespaces, no root needed)', () => {
     }
     backend.failAttach = internal('boom');
     await d.client.call(d.client.raw.attach, attachRequest('bad', netnsPath)).catch(() => undefined);
-    await d.client.call(d.client.raw.status, {});
+    await d.client.status();
 
     const res = await fetch(`http://127.0.0.1:${server.port}/metrics`);
     expect(res.status).to.equal(200);
@@ -108,7 +108,7 @@ describe('Prometheus metrics (stand-in namespaces, no root needed)', () => {
     backend.health = (): Promise<BackendHealth> => Promise.resolve({ ready: true, reasons: [], dpus });
     try {
       const scrape = async (): Promise<string> => {
-        await d.client.call(d.client.raw.status, {});
+        await d.client.status();
         return (await fetch(`http://127.0.0.1:${server.port}/metrics`)).text();
       };
       let text = await scrape();

@@ -68,10 +68,7 @@ describeRoot(
         .sort();
     const usedPerNetwork = async (): Promise<Record<string, number>> =>
       Object.fromEntries(
-        (await api().call(api().raw.status, {})).networks.map((n) => [
-          n.name,
-          n.pools.reduce((sum, p) => sum + p.used, 0),
-        ]),
+        (await api().status()).networks.map((n) => [n.name, n.pools.reduce((sum, p) => sum + p.used, 0)]),
       );
     const startDaemon = async (): Promise<void> => {
       daemon = await DaemonProcess.start({
@@ -79,11 +76,7 @@ describeRoot(
         netns: nodeNetns,
         flags: { config: configFile },
       });
-      await waitUntil(
-        async () => (await api().call(api().raw.status, {})).ready,
-        'both networks ready',
-        15_000,
-      );
+      await waitUntil(async () => (await api().status()).ready, 'both networks ready', 15_000);
     };
     const runPod = async (name: string): Promise<{ id: string; ip: string; netnsPath: string }> => {
       const c = containerd as ContainerdHarness;
@@ -242,7 +235,7 @@ describeRoot(
       expect(await attachmentsOf(pod.id)).to.deep.equal([]);
       await containerd?.cri.removePodSandbox(pod.id);
       expect(await usedPerNetwork()).to.deep.equal({ default: 0, fast: 0 });
-      const st = await api().call(api().raw.status, {});
+      const st = await api().status();
       expect(st.reconcile?.released ?? 0).to.equal(0);
     });
 

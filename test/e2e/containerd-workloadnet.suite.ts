@@ -34,7 +34,7 @@ export function containerdSuite(
 
     const api = (): ApiClient => node.daemon.client;
     const attachments = async () => (await api().call(api().raw.list, {})).attachments;
-    const used = async () => (await api().call(api().raw.status, {})).pools.reduce((n, p) => n + p.used, 0);
+    const used = async () => (await api().status()).pools.reduce((n, p) => n + p.used, 0);
 
     async function runPod(name: string): Promise<{ id: string; ip: string; netnsPath: string }> {
       const id = await node.containerd.cri.runPodSandbox(node.containerd.podSpec(name));

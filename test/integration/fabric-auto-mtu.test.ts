@@ -183,7 +183,7 @@ describeRoot('pod MTU follows the fabric (vxlan, no --mtu; real kernel)', functi
     const over = dfPing(firstPod, c, 1351);
     expect(over.ok).to.equal(false);
     expect(over.out, 'refused in the pod, not lost on the way').to.match(/message too long|mtu = 1350/i);
-    const st = await ma.daemon.client.call(ma.daemon.client.raw.status, {});
+    const st = await ma.daemon.client.status();
     expect(JSON.stringify(st)).not.to.include('larger MTU than the vxlan fabric carries');
     const net = st.networks.find((n) => n.name === 'default');
     expect(net?.mtuUpdated, 'Status counts the change').to.equal(1);

@@ -55,8 +55,7 @@ describeEtcdRoot(
 
     const node = (name: string): Node => nodes.find((n) => n.name === name) as Node;
     const pod = (name: string): Pod => pods.get(name) as Pod;
-    const status = (n: Node): Promise<StatusResponse> =>
-      n.daemon!.client.call(n.daemon!.client.raw.status, {});
+    const status = (n: Node): Promise<StatusResponse> => n.daemon!.client.status();
     const hostPortOf = async (n: Node): Promise<FabricHostPort | undefined> =>
       (await status(n)).fabric?.hostPort;
 

@@ -59,7 +59,7 @@ describeEtcdRoot(`fabric on the DPUs: simulated DPUs and a Linux node over real 
   const node = (name: string): Node => nodes.find((n) => n.name === name) as Node;
   const dpu = (id: string): Dpu => nodes.flatMap((n) => n.dpus).find((d) => d.name === id) as Dpu;
   const pod = (name: string): Pod => pods.find((p) => p.name === name) as Pod;
-  const status = (n: Node): Promise<StatusResponse> => n.daemon!.client.call(n.daemon!.client.raw.status, {});
+  const status = (n: Node): Promise<StatusResponse> => n.daemon!.client.status();
   const objectsOf = (d: Dpu): FabricObject[] => d.sim?.state()?.fabric ?? [];
 
   /** Every block key's value in etcd, by block. */

@@ -52,7 +52,7 @@ describeRoot('a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', fun
 
   async function waitForReady(ready: boolean): Promise<string[]> {
     for (let i = 0; i < 100; i++) {
-      const st = await daemon.client.call(daemon.client.raw.status, {});
+      const st = await daemon.client.status();
       if (st.ready === ready) return st.reasons;
       await new Promise((r) => setTimeout(r, 100));
     }
@@ -116,7 +116,7 @@ describeRoot('a full state disk (root, test-owned namespaces, 1 MiB tmpfs)', fun
     expect(inWorkload).to.not.include('eth0');
     const list = (await daemon.client.call(daemon.client.raw.list, {})).attachments;
     expect(list.map((a) => a.workloadId)).to.not.include(failed.id);
-    const st = await daemon.client.call(daemon.client.raw.status, {});
+    const st = await daemon.client.status();
     expect(st.pools[0]?.used).to.equal(attached);
 
     // Room again: the daemon's probe notices without any call, and the same workload attaches.
@@ -165,7 +165,7 @@ describeRoot('a first start on a full state disk (root, test-owned namespaces, 1
 
     fs.unlinkSync(filler);
     const started = await fx.startDaemon({ args });
-    const st = await started.client.call(started.client.raw.status, {});
+    const st = await started.client.status();
     expect(st.ready, st.reasons.join()).to.equal(true);
   });
 });

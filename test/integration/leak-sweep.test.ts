@@ -98,8 +98,7 @@ describeRoot('leak sweep: namespaces deleted behind the daemon (root, test-owned
     const kept = fx.namespaces.add();
     await attach(client, 'sweep-gone', gone.path);
     await attach(client, 'sweep-kept', kept.path);
-    const used = async (): Promise<number> =>
-      Number((await client.call(client.raw.status, {})).pools[0]?.used ?? -1);
+    const used = async (): Promise<number> => Number((await client.status()).pools[0]?.used ?? -1);
     expect(await used()).to.equal(2);
 
     execFileSync('ip', ['netns', 'del', gone.name]);
@@ -158,14 +157,9 @@ describeRoot('leak sweep: namespaces deleted behind the daemon (root, test-owned
       stateFile: path.join(fx.dir, 'sim.json'),
     });
     stops.push(() => sim.stop('SIGKILL'));
-    await waitUntil(
-      async () => (await daemon.client.call(daemon.client.raw.status, {})).ready,
-      'the agent',
-      SWEEP_WAIT_MS,
-      {
-        intervalMs: 100,
-      },
-    );
+    await waitUntil(async () => (await daemon.client.status()).ready, 'the agent', SWEEP_WAIT_MS, {
+      intervalMs: 100,
+    });
     await sweepsAway(daemon);
     await sim.waitForState(
       (s) => s.ports.map((p) => p.name).join() === 'sweep-kept/eth0',
@@ -234,7 +228,7 @@ describeRoot('leak sweep: namespaces deleted behind the daemon (root, test-owned
     });
     stops.push(() => daemon.stop());
     const client = daemon.client;
-    const status = () => client.call(client.raw.status, {});
+    const status = () => client.status();
     await waitUntil(
       async () => (await status()).reasons.some((r) => r.includes('leak sweep held')),
       'Status to say why the sweep holds',
@@ -252,7 +246,7 @@ describeRoot('leak sweep: namespaces deleted behind the daemon (root, test-owned
     );
     expect(metrics(fx.node)).to.match(/^workloadnet_sweep_held\{reason="directory_other_mount"\} 1$/m);
     expect(await listed(client)).to.deep.equal(names);
-    expect((await client.call(client.raw.status, {})).pools[0]?.used).to.equal(3);
+    expect((await client.status()).pools[0]?.used).to.equal(3);
     expect((await linuxHostLinks(fx.node)).map((l) => l.ifalias).sort()).to.deep.equal(aliases.slice(0, 2));
     for (const pod of pods.slice(0, 2)) expect(podLinks(pod.name)).to.include('eth0');
     expect(fs.readFileSync(daemon.logFile, 'utf8')).to.not.match(/released an attachment/);
@@ -292,7 +286,7 @@ describeRoot('leak sweep: namespaces deleted behind the daemon (root, test-owned
     // In the same boot, every namespace gone at once is no evidence: the guard keeps them all.
     const sameBoot = await DaemonProcess.start({ dir: fx.dir, netns: fx.node, args: flags });
     stops.push(() => sameBoot.stop());
-    const kept = await sameBoot.client.call(sameBoot.client.raw.status, {});
+    const kept = await sameBoot.client.status();
     expect(kept.reconcile?.released).to.equal(0);
     expect(kept.reconcile?.warnings.join('\n')).to.match(
       /3 attachment\(s\) with their dataplane missing kept/,
@@ -306,7 +300,7 @@ describeRoot('leak sweep: namespaces deleted behind the daemon (root, test-owned
     await store.close();
     const rebooted = await DaemonProcess.start({ dir: fx.dir, netns: fx.node, args: flags });
     stops.push(() => rebooted.stop());
-    const st = await rebooted.client.call(rebooted.client.raw.status, {});
+    const st = await rebooted.client.status();
     expect(st.reconcile?.released).to.equal(3);
     expect(st.reconcile?.warnings.join('\n')).to.match(
       /3 attachment\(s\) recorded before this boot released: their namespaces did not survive the reboot/,

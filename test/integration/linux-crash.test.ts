@@ -37,7 +37,7 @@ describeRoot('linux backend crash recovery (root, test-owned namespaces)', funct
 
     daemon = await start();
     const list = (await daemon.client.call(daemon.client.raw.list, {})).attachments;
-    const status = await daemon.client.call(daemon.client.raw.status, {});
+    const status = await daemon.client.status();
     expect(status.reconcile, 'reconcile ran').to.not.equal(undefined);
 
     const hostLinks = await linuxHostLinks(fx.node);

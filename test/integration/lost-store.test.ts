@@ -42,7 +42,7 @@ describeRoot('a lost store beside running workloads (root, test-owned namespaces
     fs.rmSync(path.join(fx.dir, 'state'), { recursive: true, force: true });
     daemon = await start();
 
-    const status = await daemon.client.call(daemon.client.raw.status, {});
+    const status = await daemon.client.status();
     expect(status.reconcile?.adopted).to.equal(2);
     expect(status.reconcile?.orphansRemoved).to.equal(0);
     expect(status.reconcile?.warnings.join('\n')).to.match(
@@ -76,7 +76,7 @@ describeRoot('a lost store beside running workloads (root, test-owned namespaces
     // The store is no longer new: the next start trusts it, and the adopted workload is healthy.
     await daemon.stop();
     daemon = await start();
-    const again = await daemon.client.call(daemon.client.raw.status, {});
+    const again = await daemon.client.status();
     expect(again.reconcile?.adopted).to.equal(0);
     expect(again.reconcile?.orphansRemoved).to.equal(0);
     expect(again.reconcile?.healthy).to.equal(1 + fresh.length);
@@ -133,7 +133,7 @@ describeRoot('a lost store whose first start is killed part-way (root, test-owne
     expect(killedAt.length, 'starts killed before their reconcile finished').to.be.above(1);
 
     const final = await fx.startDaemon({ args });
-    const status = await final.client.call(final.client.raw.status, {});
+    const status = await final.client.status();
     expect(status.reconcile?.orphansRemoved).to.equal(0);
     expect(await hostLinks()).to.deep.equal(linksBefore);
     const list = (await final.client.call(final.client.raw.list, {})).attachments;

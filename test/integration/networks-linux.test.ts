@@ -43,11 +43,7 @@ describeRoot(
         }),
       );
       daemon = await DaemonProcess.start({ dir, netns: node, flags: { config } });
-      await waitUntil(
-        async () => (await daemon.client.call(daemon.client.raw.status, {})).ready,
-        'ready',
-        10_000,
-      );
+      await waitUntil(async () => (await daemon.client.status()).ready, 'ready', 10_000);
     });
 
     after(async () => {
@@ -108,7 +104,7 @@ describeRoot(
       expect(drift.drift.map((d) => d.message)).to.deep.equal([
         'route to 10.246.20.0/24 via 169.254.1.1 dev net1 is missing',
       ]);
-      const st = await daemon.client.call(daemon.client.raw.status, {});
+      const st = await daemon.client.status();
       expect(st.networks.map((n) => `${n.name}:${n.backend}:${n.attachments}`)).to.deep.equal([
         'default:linux:1',
         'storage:linux:2',

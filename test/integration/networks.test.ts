@@ -57,11 +57,7 @@ describeRoot(
     /** Starts the daemon and waits until both networks are ready (the simulator reconnects by itself). */
     const startDaemon = async (): Promise<void> => {
       daemon = await DaemonProcess.start({ dir, netns: node, flags: { config: configFile } });
-      await waitUntil(
-        async () => (await daemon.client.call(daemon.client.raw.status, {})).ready,
-        'both networks ready',
-        15_000,
-      );
+      await waitUntil(async () => (await daemon.client.status()).ready, 'both networks ready', 15_000);
     };
     const attach = (workloadId: string, netnsPath: string, ifName: string, network = '') =>
       daemon.client.call(daemon.client.raw.attach, attachRequest(workloadId, netnsPath, ifName, { network }));
@@ -112,7 +108,7 @@ describeRoot(
     });
 
     it('lists both networks in Status with their backends, routing and pools', async () => {
-      const st = await daemon.client.call(daemon.client.raw.status, {});
+      const st = await daemon.client.status();
       expect(st.ready, st.reasons.join('; ')).to.equal(true);
       const byName = Object.fromEntries(st.networks.map((n) => [n.name, n]));
       expect(Object.keys(byName).sort()).to.deep.equal(['default', 'fast']);
@@ -219,7 +215,7 @@ describeRoot(
       const pf = await attach('net-kill-peer', peerFast.path, 'eth0', 'fast');
       await daemon.kill('SIGKILL');
       await startDaemon();
-      const st = await daemon.client.call(daemon.client.raw.status, {});
+      const st = await daemon.client.status();
       expect(st.reconcile?.orphansRemoved).to.equal(0);
       expect(st.reconcile?.released).to.equal(0);
       const got = await daemon.client.call(daemon.client.raw.get, { workloadId: 'net-kill', ifName: '' });
@@ -247,7 +243,7 @@ describeRoot(
       expect(await pings(w.name, v4(pd)), 'eth0 still works').to.equal(true);
       await daemon.client.call(daemon.client.raw.detach, detachRequest('net-detach', w.path, ''));
       expect(links(w.name).map((l) => l.ifname)).to.deep.equal(['lo']);
-      const st = await daemon.client.call(daemon.client.raw.status, {});
+      const st = await daemon.client.status();
       const fast = st.networks.find((n) => n.name === 'fast');
       // The peers of the earlier tests hold fast addresses; this workload's is back in the pool.
       const listed = (await daemon.client.call(daemon.client.raw.list, {})).attachments.filter(
@@ -339,9 +335,7 @@ describeRoot(
       it('answers STATUS for the network its config selects: fast is unavailable while its agent is away, default is not', async () => {
         await sim.stop();
         await waitUntil(
-          async () =>
-            (await daemon.client.call(daemon.client.raw.status, {})).networks.find((n) => n.name === 'fast')
-              ?.ready === false,
+          async () => (await daemon.client.status()).networks.find((n) => n.name === 'fast')?.ready === false,
           'the fast network to notice its agent is gone',
           15_000,
         );
@@ -360,11 +354,7 @@ describeRoot(
             extra: ['--dataplane', 'netns', '--dpu-netns', dpu, '--host-netns', `/var/run/netns/${node}`],
           });
         }
-        await waitUntil(
-          async () => (await daemon.client.call(daemon.client.raw.status, {})).ready,
-          'the agent back',
-          15_000,
-        );
+        await waitUntil(async () => (await daemon.client.status()).ready, 'the agent back', 15_000);
         expect((await cni('STATUS', '', '', '', 'fast')).exitCode).to.equal('0');
       });
     });

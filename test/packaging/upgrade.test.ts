@@ -94,7 +94,7 @@ describeIf(
     const status = async () => {
       const c = new ApiClient(flags().socket, 10_000);
       try {
-        return await c.call(c.raw.status, {});
+        return await c.status();
       } finally {
         c.close();
       }

@@ -54,7 +54,7 @@ class Node {
   }
 
   status(): Promise<StatusResponse> {
-    return this.client.call(this.client.raw.status, {});
+    return this.client.status();
   }
 
   async attach(workloadId: string, netnsPath: string, network = ''): Promise<string[]> {

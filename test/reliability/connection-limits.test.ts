@@ -120,7 +120,7 @@ describeRoot('bounded connections (root, test-owned namespaces)', function () {
       try {
         const st = await new Promise<StatusResponse>((resolve, reject) =>
           client.raw.status(
-            {},
+            { omitFabricPeers: false },
             new Metadata({ waitForReady: true }),
             { deadline: Date.now() + 10_000 },
             (err, res) => (err ? reject(err) : resolve(res)),

@@ -351,7 +351,7 @@ describeRoot('fuzz: workload API input (recording backend, root for test-owned n
       raw.close();
     }
     expect(backend.calls.length).to.equal(calls);
-    expect((await client.call(client.raw.status, {})).ready, 'still serving').to.equal(true);
+    expect((await client.status()).ready, 'still serving').to.equal(true);
   });
 });
 

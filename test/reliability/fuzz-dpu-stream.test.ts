@@ -300,11 +300,7 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
       },
     });
     sim = startSim();
-    await waitUntil(
-      async () => (await daemon.client.call(daemon.client.raw.status, {})).ready,
-      'the simulator to connect',
-      15_000,
-    );
+    await waitUntil(async () => (await daemon.client.status()).ready, 'the simulator to connect', 15_000);
     for (let i = 0; i < 6; i++) {
       const ns = namespaces.add();
       await daemon.client.call(daemon.client.raw.attach, attachRequest(`fz-${i}`, ns.path));
@@ -466,7 +462,7 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
   async function daemonStillFine(what: string): Promise<void> {
     expect(daemon.child.exitCode, `${what}: the daemon exited\n${daemon.log()}`).to.equal(null);
     expect(daemon.child.signalCode, `${what}: the daemon was killed\n${daemon.log()}`).to.equal(null);
-    const st = await outcome(daemon.client.call(daemon.client.raw.status, {}));
+    const st = await outcome(daemon.client.status());
     expect(codeName(st.code), `${what}: Status ${st.details}`).to.equal('OK');
     expect(await attachments(), `${what}: attachments changed`).to.equal(baseline);
   }
@@ -517,7 +513,7 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
   it('resynchronises a well-behaved agent to exactly the stored attachments afterwards, and attaches again', async () => {
     sim = startSim();
     await waitUntil(
-      async () => (await daemon.client.call(daemon.client.raw.status, {})).ready,
+      async () => (await daemon.client.status()).ready,
       'the simulator to be accepted again',
       15_000,
     );
@@ -548,11 +544,7 @@ describeRoot('fuzz: DPU agent stream (real daemon, root for test-owned namespace
   it('forgets a "port down" report from an earlier agent session once a new agent has re-programmed the port', async () => {
     await sim?.stop();
     sim = undefined;
-    await waitUntil(
-      async () => !(await daemon.client.call(daemon.client.raw.status, {})).ready,
-      'the simulator to be gone',
-      5_000,
-    );
+    await waitUntil(async () => !(await daemon.client.status()).ready, 'the simulator to be gone', 5_000);
     const agent = new RawAgent(agentSocket);
     try {
       agent.send(RawAgent.hello('dpu-fuzz', { bootId: 'boot-before' }));

@@ -85,7 +85,7 @@ describeRoot('graceful shutdown (root, test-owned namespaces)', function () {
       // gRPC clients with an open, idle channel.
       for (let i = 0; i < 5; i++) {
         const c = new ApiClient(daemon.socket, 5000);
-        await c.call(c.raw.status, {});
+        await c.status();
         clients.push(c);
       }
 
@@ -119,7 +119,7 @@ describeRoot('graceful shutdown (root, test-owned namespaces)', function () {
     // Not accepting any more: a new client cannot connect.
     await new Promise((r) => setTimeout(r, 100));
     const late = new ApiClient(d.config.socket, 1000);
-    const lateOutcome = await late.call(late.raw.status, {}).then(
+    const lateOutcome = await late.status().then(
       () => 'answered',
       () => 'refused',
     );
@@ -147,7 +147,7 @@ describeRoot('graceful shutdown (root, test-owned namespaces)', function () {
     const args = ['--config', config, '--backend', 'dpu', '--agent-socket', agentSocket];
     const opts = { dir, netns: node, args: [...args, '--pod-cidr', '10.244.9.0/24'] };
     const ready = async (d: DaemonProcess): Promise<void> =>
-      waitUntil(async () => (await d.client.call(d.client.raw.status, {})).ready, 'the agent', 20_000, {
+      waitUntil(async () => (await d.client.status()).ready, 'the agent', 20_000, {
         intervalMs: 100,
       });
     const sims: SimProcess[] = [];
@@ -196,7 +196,7 @@ describeRoot('graceful shutdown (root, test-owned namespaces)', function () {
       daemons.push(await DaemonProcess.start(opts));
       const again = daemons[1]!;
       await ready(again);
-      const st = await again.client.call(again.client.raw.status, {});
+      const st = await again.client.status();
       expect(st.reconcile?.repaired, JSON.stringify(st.reconcile)).to.equal(0);
       expect(st.attachments).to.equal(0);
       const list = (await again.client.call(again.client.raw.list, {})).attachments;

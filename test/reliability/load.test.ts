@@ -117,7 +117,7 @@ describeRoot('load: concurrent calls over gRPC (root for test-owned namespaces)'
       ).to.deep.equal({ OK: BURST });
       const addresses = report.outcomes.map((o) => o.address);
       expect(new Set(addresses).size, 'distinct addresses').to.equal(BURST);
-      expect((await daemon.client.call(daemon.client.raw.status, {})).pools[0]?.used).to.equal(BURST);
+      expect((await daemon.client.status()).pools[0]?.used).to.equal(BURST);
       expect((await daemon.client.call(daemon.client.raw.list, {})).attachments).to.have.length(BURST);
       collect();
       const heapLoaded = process.memoryUsage().heapUsed;
@@ -132,7 +132,7 @@ describeRoot('load: concurrent calls over gRPC (root for test-owned namespaces)'
         channels: 1,
       });
       expect(tallyCodes(detached.outcomes)).to.deep.equal({ OK: BURST });
-      expect((await daemon.client.call(daemon.client.raw.status, {})).pools[0]?.used).to.equal(0);
+      expect((await daemon.client.status()).pools[0]?.used).to.equal(0);
       expect(backend.programmed.size).to.equal(0);
       collect();
       const heapAfter = process.memoryUsage().heapUsed;
@@ -211,9 +211,7 @@ describeRoot('load: concurrent calls over gRPC (root for test-owned namespaces)'
       expect([...backend.programmed.keys()].map((k) => k.split('/')[0]).sort()).to.deep.equal(accepted);
       const addresses = list.map((a) => addressOf(a.result));
       expect(new Set(addresses).size).to.equal(addresses.length);
-      expect((await daemon.client.call(daemon.client.raw.status, {})).pools[0]?.used).to.equal(
-        accepted.length,
-      );
+      expect((await daemon.client.status()).pools[0]?.used).to.equal(accepted.length);
       expect(latency.failures).to.equal(0);
     });
 
@@ -249,7 +247,7 @@ describeRoot('load: concurrent calls over gRPC (root for test-owned namespaces)'
         byWorkload,
         `p50 of Detach by workload id (ms), by interface ${byInterface.toFixed(2)} ms`,
       ).to.be.lessThan(3 * byInterface + 1);
-      expect((await daemon.client.call(daemon.client.raw.status, {})).attachments).to.equal(STORED);
+      expect((await daemon.client.status()).attachments).to.equal(STORED);
     });
   });
 
@@ -322,7 +320,7 @@ describeRoot('load: concurrent calls over gRPC (root for test-owned namespaces)'
       const detached = await detachAll();
       expect(tallyCodes(detached.outcomes)).to.deep.equal({ OK: LINUX_BURST });
       expect(await hostLinksInGroup(node, DEFAULT_CONFIG.linux.linkGroup)).to.deep.equal([]);
-      expect((await daemon.client.call(daemon.client.raw.status, {})).pools[0]?.used).to.equal(0);
+      expect((await daemon.client.status()).pools[0]?.used).to.equal(0);
       console.log(
         `      linux: ${LINUX_BURST} concurrent attaches in ${attached.ms.toFixed(0)} ms (${fmtLatency(attached.latency)}), ` +
           `detaches in ${detached.ms.toFixed(0)} ms (${fmtLatency(detached.latency)})`,

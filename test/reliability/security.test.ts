@@ -80,7 +80,7 @@ describeRoot('security (root, test-owned namespaces)', function () {
     async function nothingCreated(): Promise<void> {
       expect((await daemon.client.call(daemon.client.raw.list, {})).attachments).to.deep.equal([]);
       expect(await hostLinksInGroup(fx.node, DEFAULT_CONFIG.linux.linkGroup)).to.deep.equal([]);
-      expect((await daemon.client.call(daemon.client.raw.status, {})).pools[0]?.used).to.equal(0);
+      expect((await daemon.client.status()).pools[0]?.used).to.equal(0);
     }
 
     it('creates the API and CNI sockets with mode 0660, owned by the configured group', () => {
@@ -145,7 +145,7 @@ describeRoot('security (root, test-owned namespaces)', function () {
       expect(codeName(justUnder.code), justUnder.details.slice(0, 200)).to.equal('INVALID_ARGUMENT');
 
       expect(daemon.child.exitCode, 'the daemon is still running').to.equal(null);
-      const st = await daemon.client.call(daemon.client.raw.status, {});
+      const st = await daemon.client.status();
       expect(st.version).to.not.equal('');
       await nothingCreated();
     });
@@ -219,7 +219,7 @@ describeRoot('security (root, test-owned namespaces)', function () {
       expect(plain.accepted, JSON.stringify(plain)).to.equal(false);
       expect(codeName(plain.code ?? -1), JSON.stringify(plain)).to.equal('UNAVAILABLE');
       // The refusals happened at the handshake: no session was ever established for them.
-      const st = await daemon.client.call(daemon.client.raw.status, {});
+      const st = await daemon.client.status();
       expect(st.ready, 'no agent is connected now').to.equal(false);
     });
 

@@ -39,8 +39,11 @@ export class StatusSampler {
 
   private status(): Promise<void> {
     return new Promise((resolve, reject) =>
-      this.client.status({}, new grpc.Metadata(), { deadline: Date.now() + 5_000 }, (err) =>
-        err ? reject(err) : resolve(),
+      this.client.status(
+        { omitFabricPeers: false },
+        new grpc.Metadata(),
+        { deadline: Date.now() + 5_000 },
+        (err) => (err ? reject(err) : resolve()),
       ),
     );
   }

@@ -111,7 +111,7 @@ describeRoot('torture: DPU backend with the simulator under SIGKILL of daemon an
     const until = Date.now() + 20_000;
     let last = '';
     for (;;) {
-      const st = await d.client.call(d.client.raw.status, {});
+      const st = await d.client.status();
       const state = s.state();
       const sessionId = st.backendDetails.sessionId;
       if (
@@ -136,7 +136,7 @@ describeRoot('torture: DPU backend with the simulator under SIGKILL of daemon an
     const where = `after kill ${round + 1} (seed ${TORTURE_SEED})`;
     await waitForResync(d, s, where);
     const list = (await d.client.call(d.client.raw.list, {})).attachments;
-    const status = await d.client.call(d.client.raw.status, {});
+    const status = await d.client.status();
     expect(
       list.filter((a) => a.state !== 'ready').map((a) => a.workloadId),
       `${where}: unfinished attachments`,

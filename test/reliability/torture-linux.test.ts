@@ -95,7 +95,7 @@ describeRoot(
     async function checkInvariants(d: DaemonProcess, round: number): Promise<void> {
       const where = `after kill ${round + 1} (seed ${TORTURE_SEED})`;
       const list = (await d.client.call(d.client.raw.list, {})).attachments;
-      const status = await d.client.call(d.client.raw.status, {});
+      const status = await d.client.status();
       const keys = list.map((a) => `${a.workloadId}/${a.ifName}`);
       const addressOf = new Map(
         list.map((a) => [a.workloadId, (a.result?.ips[0]?.cidr ?? '').split('/')[0] ?? '']),

@@ -147,7 +147,7 @@ describeRoot(
     async function waitForResync(d: DaemonProcess, s: SimProcess, where: string): Promise<SimState> {
       const until = Date.now() + 20_000;
       for (;;) {
-        const st = await d.client.call(d.client.raw.status, {});
+        const st = await d.client.status();
         const sessionId = st.networks.find((n) => n.name === 'fast')?.backendDetails.sessionId;
         const state = s.state();
         if (
@@ -183,7 +183,7 @@ describeRoot(
       const where = `after kill ${round + 1} (seed ${TORTURE_SEED})`;
       await waitForResync(d, s, where);
       const list = (await d.client.call(d.client.raw.list, {})).attachments;
-      const status = await d.client.call(d.client.raw.status, {});
+      const status = await d.client.status();
       expect(status.reconcile?.released ?? 0, `${where}: nothing released (every namespace lives)`).to.equal(
         0,
       );

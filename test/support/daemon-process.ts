@@ -103,7 +103,7 @@ export class DaemonProcess {
       while (Date.now() < deadline) {
         if (exited) throw new Error(`daemon exited during start-up:\n${this.log()}`);
         if (fs.existsSync(this.socket)) {
-          const ok = await probe.call(probe.raw.status, {}).then(
+          const ok = await probe.status().then(
             (st) => st.reconcile !== undefined,
             () => false,
           );

@@ -441,8 +441,12 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
     expect(await row()).to.deep.equal([3, 3, 0, 1]);
 
     from = a.received.length;
+    const n3Path = b.fabric.report().peers[0];
     const report = await b.fabric.apply([n3, n4], own({}));
     expect(report.peers.map((p) => p.node)).to.deep.equal(['n3', 'n4']);
+    // n3's record, objects and PeerStatus did not move: its path is the one made before, not made again.
+    expect(report.peers[0]).to.equal(n3Path);
+    expect(report.peers[0]?.seenBy?.[0]?.reachable).to.equal(false);
     expect(report.ready).to.equal(false);
     expect(await row()).to.deep.equal([3, 5, 0, 2]);
     await waitUntil(() => fabricUpserts(a, from).length === 2, "n4's two objects");

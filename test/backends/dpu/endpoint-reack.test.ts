@@ -54,8 +54,7 @@ describeRoot(
     const attach = (workloadId: string, netnsPath: string, ifName: string, network = '') =>
       daemon.client.call(daemon.client.raw.attach, attachRequest(workloadId, netnsPath, ifName, { network }));
     const fastDetails = async (): Promise<Record<string, string>> =>
-      (await daemon.client.call(daemon.client.raw.status, {})).networks.find((x) => x.name === 'fast')
-        ?.backendDetails ?? {};
+      (await daemon.client.status()).networks.find((x) => x.name === 'fast')?.backendDetails ?? {};
 
     /** Connects the agent (a new boot id is a DPU that rebooted) and acks its snapshot as `endpoint` says. */
     async function connect(bootId: string, endpoint: (port: Port) => string = () => ''): Promise<void> {

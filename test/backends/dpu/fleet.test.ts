@@ -359,7 +359,7 @@ describeRoot('DPU fleet through the workload API (real daemon, root for test-own
       );
     const d = daemon;
     await waitUntil(
-      async () => (await d.client.call(d.client.raw.status, {})).backendDetails.agentsHealthy === '2',
+      async () => (await d.client.status()).backendDetails.agentsHealthy === '2',
       'both agents',
       15_000,
     );
@@ -376,10 +376,10 @@ describeRoot('DPU fleet through the workload API (real daemon, root for test-own
     const d = daemon!;
     // The inventory follows the hello.
     await waitUntil(
-      async () => (await d.client.call(d.client.raw.status, {})).dpus.every((x) => x.vfsTotal > 0),
+      async () => (await d.client.status()).dpus.every((x) => x.vfsTotal > 0),
       'both inventories',
     );
-    const st = await d.client.call(d.client.raw.status, {});
+    const st = await d.client.status();
     expect(st.dpus.map((x) => [x.id, x.connected, x.healthy, x.protocolVersion])).to.deep.equal([
       ['dpu-a', true, true, 3],
       ['dpu-b', true, true, 3],
@@ -424,10 +424,10 @@ describeRoot('DPU fleet through the workload API (real daemon, root for test-own
 
     await sims[1]!.stop('SIGKILL');
     await waitUntil(
-      async () => (await d.client.call(d.client.raw.status, {})).backendDetails.agentsAway === 'dpu-b',
+      async () => (await d.client.status()).backendDetails.agentsAway === 'dpu-b',
       'the loss noticed',
     );
-    const st = await d.client.call(d.client.raw.status, {});
+    const st = await d.client.status();
     expect(st.ready, st.reasons.join('; ')).to.equal(true);
     const b = st.dpus.find((x) => x.id === 'dpu-b');
     expect(b).to.include({ connected: false, healthy: false, ports: 1 });
@@ -467,8 +467,7 @@ describeRoot('DPU fleet through the workload API (real daemon, root for test-own
     });
     expect(port?.vf?.pf).to.equal(1);
 
-    const used = async (): Promise<number | undefined> =>
-      (await d.client.call(d.client.raw.status, {})).pools[0]?.used;
+    const used = async (): Promise<number | undefined> => (await d.client.status()).pools[0]?.used;
     const before = await used();
     for (const [vf, message] of [
       [{ linkState: 'sideways' }, /linkState must be auto, enable or disable/],

@@ -66,6 +66,42 @@ describe('fabric controller', () => {
     });
   });
 
+  it("shows each peer's DPU endpoints and how this node's DPUs see it now, and leaves the rows out when asked", async () => {
+    const c = make();
+    await c.start();
+    const endpoint = {
+      id: 'd0',
+      underlay: '192.0.2.50',
+      mtu: 1500,
+      vtep: { mac: '0e:77:c0:00:02:32', vni: 30574, port: 4789 },
+      prefixes: ['10.244.2.0/25'],
+    };
+    source.set([{ ...peer('n2', 2), endpoints: [endpoint] }, peer('n3', 3)], true);
+    await c.applyNow();
+    // A PeerStatus after the apply: Status shows it at once, not at the next apply.
+    const seen = {
+      endpoint: 'dpu-a',
+      reachable: true,
+      offloaded: false,
+      txPackets: 9,
+      rxPackets: 8,
+      lastError: '',
+    };
+    dp.seen = new Map([['n2', [seen]]]);
+    const st = c.status();
+    expect(st.peers.map((p) => p.node)).to.deep.equal(['n2', 'n3']);
+    expect(st.peers[0]?.endpoints).to.deep.equal([endpoint]);
+    expect(st.peers[0]?.seenBy).to.deep.equal([seen]);
+    const summary = c.status({ peers: false });
+    expect(summary.peers).to.deep.equal([]);
+    expect(summary.objects).to.deep.equal(st.objects);
+    expect(summary.ready).to.equal(true);
+    // The gauges still count every peer.
+    expect(await metrics.registry.getSingleMetricAsString('workloadnet_fabric_peers')).to.contain(
+      'path="vxlan"} 2',
+    );
+  });
+
   it('applies nothing before the source has a full list, then the whole table', async () => {
     const c = make();
     await c.start();

@@ -3,6 +3,7 @@ import type {
   FabricReport,
   FabricSettings,
   LocalNode,
+  PeerSeenBy,
 } from '../../../core/fabric/fabric-dataplane';
 import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from '../../../core/fabric/peer-source';
 
@@ -23,6 +24,8 @@ export class RecordingFabricDataplane implements FabricDataplane {
   /** What report() says of a source filter: its counter, and warnings. */
   filteredPackets?: number;
   warnings?: string[];
+  /** What report() says the node's DPUs see of each peer now (their PeerStatus, between applies). */
+  seen?: Map<string, PeerSeenBy[]>;
   local: LocalNode = {
     underlay: ['192.0.2.1'],
     uplink: 'eth0',
@@ -61,7 +64,14 @@ export class RecordingFabricDataplane implements FabricDataplane {
   }
 
   report(): FabricReport {
-    const out: FabricReport = { ...this.last, repairs: this.repairs };
+    const seen = this.seen;
+    const out: FabricReport = {
+      ...this.last,
+      repairs: this.repairs,
+      ...(seen
+        ? { peers: this.last.peers.map((p) => (seen.has(p.node) ? { ...p, seenBy: seen.get(p.node) } : p)) }
+        : {}),
+    };
     if (this.filteredPackets !== undefined) out.filteredPackets = this.filteredPackets;
     if (this.warnings) out.warnings = this.warnings;
     return out;

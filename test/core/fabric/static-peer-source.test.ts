@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { parsePeersFile, readPeersFile } from '../../../core/fabric/peers-file';
+import { PeersFileReader, parsePeersFile, readPeersFile } from '../../../core/fabric/peers-file';
 import type { NodeRecord } from '../../../core/fabric/peer-source';
 import { StaticPeerSource } from '../../../core/fabric/static-peer-source';
 import { silentLogger } from '../../../core/logger';
@@ -85,6 +85,25 @@ describe('static peer source', () => {
     write({ peers: [entry('n2', 2), entry('n3', 3)] });
     await until(() => s.peers().size === 2, 10_000, 'the new table (watch)');
     expect(changes).to.be.greaterThan(before);
+  });
+
+  it('keeps the record of every entry that did not change, and gives a changed one a new record', async () => {
+    write({ peers: [entry('n2', 2), entry('n3', 3), entry('n4', 4)] });
+    const s = await started();
+    const [n2, n3, n4] = ['n2', 'n3', 'n4'].map((n) => s.peers().get(n));
+    const before = changes;
+    // Moved in the list and one of them given another MTU.
+    write({ peers: [entry('n4', 4), entry('n2', 2, { mtu: 9000 }), entry('n3', 3)] });
+    await until(() => s.peers().get('n2')?.mtu === 9000, 10_000, 'the changed entry');
+    expect(changes).to.equal(before + 1);
+    // Downstream compares unchanged peers by identity (peer-shape.ts): they must be the same objects.
+    expect(s.peers().get('n3')).to.equal(n3);
+    expect(s.peers().get('n4')).to.equal(n4);
+    expect(s.peers().get('n2')).to.not.equal(n2);
+    // The same text again is no change at all.
+    write({ peers: [entry('n4', 4), entry('n2', 2, { mtu: 9000 }), entry('n3', 3)] });
+    await s.reload();
+    expect(changes).to.equal(before + 1);
   });
 
   it('reads the file again on the poll when no event comes', async () => {
@@ -224,6 +243,61 @@ describe('peers file', () => {
       expect(() => parse(doc)).to.throw(message);
     });
   }
+
+  const bytes = (doc: unknown): Buffer => Buffer.from(JSON.stringify(doc));
+
+  it('checks an entry read before against the others again: a prefix it claims that a new entry claims too is refused', () => {
+    const reader = new PeersFileReader();
+    reader.read(bytes({ peers: [entry('n2', 2)] }), '/etc/p.json');
+    // n2's entry is unchanged (its record is the one read before); n3 now claims n2's prefix.
+    const doc = { peers: [entry('n3', 3, { prefixes: ['10.244.2.0/24'] }), entry('n2', 2)] };
+    expect(() => reader.read(bytes(doc), '/etc/p.json')).to.throw(
+      'peers[1].prefixes: 10.244.2.0/24 is also listed for node "n3"',
+    );
+    const twice = { peers: [entry('n2', 2), entry('n2', 2)] };
+    expect(() => reader.read(bytes(twice), '/etc/p.json')).to.throw('peers[1].node: "n2" is listed twice');
+  });
+
+  it('names a dropped endpoint prefix of an entry read before at its new place in the list', () => {
+    const withEndpoint = entry('n2', 2, {
+      prefixes: ['10.244.2.0/24'],
+      endpoints: [
+        {
+          id: 'd0',
+          underlay: '192.0.2.50',
+          mtu: 1500,
+          vtep: { mac: '0e:77:c0:00:02:32', vni: 30574, port: 4789 },
+          prefixes: ['10.244.2.0/25', '10.9.0.0/24'],
+        },
+      ],
+    });
+    const reader = new PeersFileReader();
+    const first = reader.read(bytes({ peers: [withEndpoint] }), '/etc/p.json');
+    expect(first.rejected.map((r) => r.why).join('\n')).to.contain('peers[0]');
+    const again = reader.read(bytes({ peers: [entry('n3', 3), withEndpoint] }), '/etc/p.json');
+    expect(again.peers.get('n2')).to.equal(first.peers.get('n2'));
+    expect(again.rejected).to.have.length(1);
+    expect(again.rejected[0]?.why).to.contain('peers[1]').and.contain('10.9.0.0/24');
+  });
+
+  it('reads a file of another layout (white space, key order) as the same peers, and an entry that is not JSON as the whole file is named', () => {
+    const reader = new PeersFileReader();
+    const pretty = Buffer.from(JSON.stringify({ peers: [entry('n2', 2), entry('n3', 3)] }, null, 2));
+    const a = reader.read(pretty, '/etc/p.json');
+    const b = new PeersFileReader().read(bytes({ peers: [entry('n2', 2), entry('n3', 3)] }), '/etc/p.json');
+    expect([...a.peers.values()]).to.deep.equal([...b.peers.values()]);
+    // Read again as it is: the same records.
+    const again = reader.read(pretty, '/etc/p.json');
+    expect(again.peers.get('n3')).to.equal(a.peers.get('n3'));
+    // A broken entry: the file's own parse names where.
+    const broken = Buffer.from('{"peers":[' + JSON.stringify(entry('n2', 2)) + ',{"node":"n3",}]}');
+    expect(() => reader.read(broken, '/etc/p.json')).to.throw('not valid JSON');
+    // Text after the list, another key: refused whole, named.
+    expect(() => reader.read(Buffer.from('{"peers":[],"nodes":[]}'), '/etc/p.json')).to.throw(
+      'unknown key "nodes"',
+    );
+    expect(() => reader.read(Buffer.from('{"peers":[]} x'), '/etc/p.json')).to.throw('not valid JSON');
+  });
 
   it('reads endpoints, canonical, and an entry without them as before', () => {
     const { peers, rejected } = readPeersFile(

@@ -87,7 +87,7 @@ export class WorkloadnetNode {
     // Pods are only started once the daemon says it can attach (a DPU backend waits for its agent).
     const client = this.daemon.client;
     const deadline = Date.now() + 15_000;
-    while (!(await client.call(client.raw.status, {})).ready) {
+    while (!(await client.status()).ready) {
       if (Date.now() > deadline) throw new Error(`daemon not ready after 15 s:\n${this.daemon.log()}`);
       await new Promise((r) => setTimeout(r, 50));
     }

@@ -53,7 +53,7 @@ export async function restartNode(n: PoolNode, netns: string): Promise<void> {
 }
 
 export function status(d: DaemonProcess): Promise<StatusResponse> {
-  return d.client.call(d.client.raw.status, {});
+  return d.client.status();
 }
 
 /**

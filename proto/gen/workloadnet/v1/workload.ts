@@ -169,7 +169,13 @@ export interface DetachRequest {
 
 export interface DetachResponse {}
 
-export interface StatusRequest {}
+export interface StatusRequest {
+  /**
+   * Leave out fabric.peers (one row per peer: thousands in a large cluster); every count and every
+   * other field is still given. For callers that poll readiness or list DPUs.
+   */
+  omitFabricPeers: boolean;
+}
 
 export interface PoolStatus {
   cidr: string;
@@ -2058,11 +2064,14 @@ export const DetachResponse: MessageFns<DetachResponse> = {
 };
 
 function createBaseStatusRequest(): StatusRequest {
-  return {};
+  return { omitFabricPeers: false };
 }
 
 export const StatusRequest: MessageFns<StatusRequest> = {
-  encode(_: StatusRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+  encode(message: StatusRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.omitFabricPeers !== false) {
+      writer.uint32(8).bool(message.omitFabricPeers);
+    }
     return writer;
   },
 
@@ -2079,6 +2088,14 @@ export const StatusRequest: MessageFns<StatusRequest> = {
       while (reader.pos < end) {
         const tag = reader.uint32();
         switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.omitFabricPeers = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2091,20 +2108,30 @@ export const StatusRequest: MessageFns<StatusRequest> = {
     }
   },
 
-  fromJSON(_: any): StatusRequest {
-    return {};
+  fromJSON(object: any): StatusRequest {
+    return {
+      omitFabricPeers: isSet(object.omitFabricPeers)
+        ? globalThis.Boolean(object.omitFabricPeers)
+        : isSet(object.omit_fabric_peers)
+          ? globalThis.Boolean(object.omit_fabric_peers)
+          : false,
+    };
   },
 
-  toJSON(_: StatusRequest): unknown {
+  toJSON(message: StatusRequest): unknown {
     const obj: any = {};
+    if (message.omitFabricPeers !== false) {
+      obj.omitFabricPeers = message.omitFabricPeers;
+    }
     return obj;
   },
 
   create<I extends Exact<DeepPartial<StatusRequest>, I>>(base?: I): StatusRequest {
     return StatusRequest.fromPartial(base ?? ({} as any));
   },
-  fromPartial<I extends Exact<DeepPartial<StatusRequest>, I>>(_: I): StatusRequest {
+  fromPartial<I extends Exact<DeepPartial<StatusRequest>, I>>(object: I): StatusRequest {
     const message = createBaseStatusRequest();
+    message.omitFabricPeers = object.omitFabricPeers ?? false;
     return message;
   },
 };

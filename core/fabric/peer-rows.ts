@@ -1,0 +1,163 @@
+import type { FabricReport, PeerPath, PeerProbe } from './fabric-dataplane';
+import type { FabricPeerStatus } from './fabric-status';
+import type { Peer } from './peer-source';
+import { samePeer } from './peer-shape';
+import type { Withdrawal } from './withdrawal-grace';
+
+// The peers as Status shows them: one row per peer of the table last applied, with how the dataplanes
+// reach it and since when that last changed. A row is made again only when what it shows changed (its
+// record, its path, its withdrawal): at 5,000 peers an apply for one peer's change used to make 5,000
+// rows, each with its record turned into text to find whether it changed, and that garbage was a
+// large part of what one change cost the daemon.
+//
+// What moves between applies (the data-path probes, the DPUs' PeerStatus) is put on the rows when
+// Status asks (view()), not kept in them.
+
+interface Kept {
+  peer: Peer;
+  path: PeerPath | undefined;
+  withdrawnSince: number | undefined;
+  /** When its record, path or reason last changed (wall clock). */
+  since: number;
+  row: FabricPeerStatus;
+}
+
+export interface PeerRowsOptions {
+  /** The withdrawal grace (ms), named in a withdrawing peer's reason. */
+  graceMs: number;
+  /** The withdrawal grace's clock (monotonic ms). */
+  now: () => number;
+}
+
+export class PeerRows {
+  private readonly kept = new Map<string, Kept>();
+  private list: FabricPeerStatus[] = [];
+  private paths = new Map<string, number>();
+
+  constructor(private readonly opts: PeerRowsOptions) {}
+
+  /** The rows for a table just applied, and what the dataplanes reported for it. */
+  update(
+    table: readonly Peer[],
+    reports: readonly FabricReport[],
+    pending: ReadonlyMap<string, Withdrawal>,
+  ): readonly FabricPeerStatus[] {
+    const wall = Date.now();
+    const paths = pathsOf(reports);
+    const rows: FabricPeerStatus[] = [];
+    const names = new Set<string>();
+    const counts = new Map<string, number>();
+    for (const peer of table) {
+      names.add(peer.node);
+      const path = paths.get(peer.node);
+      const withdrawnSince = pending.get(peer.node)?.since;
+      const prev = this.kept.get(peer.node);
+      let kept: Kept;
+      if (
+        prev &&
+        samePeer(prev.peer, peer) &&
+        sameShown(prev.path, path) &&
+        prev.withdrawnSince === withdrawnSince
+      )
+        kept = prev;
+      else {
+        const moved = !prev || !samePeer(prev.peer, peer) || !sameCourse(prev.path, path);
+        const since = moved ? wall : prev.since;
+        kept = { peer, path, withdrawnSince, since, row: this.row(peer, path, withdrawnSince, since, wall) };
+        this.kept.set(peer.node, kept);
+      }
+      rows.push(kept.row);
+      counts.set(kept.row.path, (counts.get(kept.row.path) ?? 0) + 1);
+    }
+    if (this.kept.size > names.size)
+      for (const name of this.kept.keys()) if (!names.has(name)) this.kept.delete(name);
+    this.list = rows;
+    this.paths = counts;
+    return rows;
+  }
+
+  /** The rows of the last apply. */
+  get rows(): readonly FabricPeerStatus[] {
+    return this.list;
+  }
+
+  /** How many peers of the last apply are reached by each path. */
+  count(path: FabricPeerStatus['path']): number {
+    return this.paths.get(path) ?? 0;
+  }
+
+  /**
+   * The rows with what moved since the apply: each peer's probes as of now, and how this node's DPUs
+   * see it now (their PeerStatus comes between applies).
+   */
+  view(reports: readonly FabricReport[], probes: ReadonlyMap<string, PeerProbe>): FabricPeerStatus[] {
+    const seen = seenByOf(reports);
+    if (probes.size === 0 && seen.size === 0) return [...this.list];
+    return this.list.map((r) => {
+      const probe = probes.get(r.node);
+      const seenBy = seen.get(r.node);
+      if (!probe && !seenBy) return r;
+      return { ...r, ...(probe ? { probe } : {}), ...(seenBy ? { seenBy } : {}) };
+    });
+  }
+
+  private row(
+    peer: Peer,
+    path: PeerPath | undefined,
+    withdrawnSince: number | undefined,
+    since: number,
+    wall: number,
+  ): FabricPeerStatus {
+    const withdrawnAt = withdrawnSince === undefined ? undefined : wall - (this.opts.now() - withdrawnSince);
+    const reasons = [
+      path ? (path.reason ?? '') : 'not in the last report of the dataplane',
+      withdrawnSince !== undefined
+        ? `left the peer source; kept for the withdrawal grace (${Math.round(this.opts.graceMs / 1000)} s) unless its data-path probes fail`
+        : '',
+    ].filter((r) => r !== '');
+    return {
+      node: peer.node,
+      underlay: peer.underlay,
+      path: path?.path ?? 'unreachable',
+      prefixes: path?.prefixes ?? peer.prefixes,
+      reason: reasons.join('; '),
+      lastChange: new Date(since).toISOString(),
+      ...(withdrawnAt === undefined ? {} : { withdrawnAt: new Date(withdrawnAt).toISOString() }),
+      ...(peer.endpoints ? { endpoints: peer.endpoints } : {}),
+    };
+  }
+}
+
+/** Each peer's path, the first dataplane's that reports it. */
+function pathsOf(reports: readonly FabricReport[]): Map<string, PeerPath> {
+  if (reports.length === 1) {
+    const only = new Map<string, PeerPath>();
+    for (const p of (reports[0] as FabricReport).peers) only.set(p.node, p);
+    return only;
+  }
+  return new Map(reports.flatMap((r) => r.peers).map((p) => [p.node, p]));
+}
+
+/** Every DPU's word on each peer, across the dataplanes' reports. */
+function seenByOf(reports: readonly FabricReport[]): Map<string, NonNullable<PeerPath['seenBy']>> {
+  const out = new Map<string, NonNullable<PeerPath['seenBy']>>();
+  for (const r of reports)
+    for (const p of r.peers) {
+      if (!p.seenBy || p.seenBy.length === 0) continue;
+      const had = out.get(p.node);
+      out.set(p.node, had ? [...had, ...p.seenBy] : p.seenBy);
+    }
+  return out;
+}
+
+/** The same way and the same reason: what "last change" tracks. */
+function sameCourse(a: PeerPath | undefined, b: PeerPath | undefined): boolean {
+  return a?.path === b?.path && a?.reason === b?.reason;
+}
+
+/** Everything a row shows of the path. */
+function sameShown(a: PeerPath | undefined, b: PeerPath | undefined): boolean {
+  if (a === b) return true;
+  if (!a || !b || !sameCourse(a, b)) return false;
+  return a.prefixes.length === b.prefixes.length && a.prefixes.every((p, i) => p === b.prefixes[i]);
+}
