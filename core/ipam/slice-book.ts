@@ -88,9 +88,12 @@ export class SliceBook {
     return [...this.byNetwork.values()].filter((a) => !this.pooled.has(a));
   }
 
-  /** Slices per range in effect (the stored cut's while live addresses hold it, see load). */
+  /**
+   * Slices per range in effect (the stored cut's while live addresses hold it, see load); 0 when no
+   * network is cut, every one's DPUs claiming pools of their own (etcd blocks).
+   */
   get sliceCount(): number {
-    return this.count;
+    return this.pooled.size > 0 && this.cut().length === 0 ? 0 : this.count;
   }
 
   get strict(): boolean {

@@ -129,6 +129,7 @@ describe('slice book over pools per endpoint', () => {
     expect(b.own().byEndpoint.get('d0')).to.deep.equal(['10.98.0.0/28', '10.98.0.32/28']);
     expect(b.own().byEndpoint.get('d1')).to.deep.equal(['10.98.0.16/28']);
     expect([...b.assignments()], 'no slice index given').to.deep.equal([]);
+    expect(b.sliceCount, 'Status: no range is cut into slices').to.equal(0);
   });
 
   it('borrows when the source cannot give more, and under strict slices refuses with its UNAVAILABLE', async () => {
@@ -179,5 +180,6 @@ describe('slice book over pools per endpoint', () => {
     const a = await b.allocate(supply, 'd1');
     expect(b.own().byEndpoint.get('d1')).to.deep.equal(['10.244.1.64/26']);
     expect(allocator.poolFor(a[0]!.address)?.sliceOf(a[0]!.address)).to.equal(1);
+    expect(b.sliceCount).to.equal(4);
   });
 });

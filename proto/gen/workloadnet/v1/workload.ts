@@ -283,7 +283,10 @@ export interface FabricStatus {
   endpoints: FabricEndpoint[];
   /** Addresses held outside the slices of the DPU holding their port (each announced as a /32 or /128). */
   borrowed: number;
-  /** Slices each pod range is cut into for this node's DPUs (0 without DPUs on the fabric). */
+  /**
+   * Slices each pod range is cut into for this node's DPUs (0 without DPUs on the fabric, and when each
+   * DPU claims blocks of its own: etcd).
+   */
   slices: number;
   /**
    * VXLAN packets the source filter dropped (their source is no peer's underlay address), as the
