@@ -91,7 +91,7 @@ export class PeerRows {
    * see it now (their PeerStatus comes between applies).
    */
   view(reports: readonly FabricReport[], probes: ReadonlyMap<string, PeerProbe>): FabricPeerStatus[] {
-    const seen = seenByOf(reports);
+    const seen = seenByNode(reports);
     if (probes.size === 0 && seen.size === 0) return [...this.list];
     return this.list.map((r) => {
       const probe = probes.get(r.node);
@@ -139,7 +139,7 @@ function pathsOf(reports: readonly FabricReport[]): Map<string, PeerPath> {
 }
 
 /** Every DPU's word on each peer, across the dataplanes' reports. */
-function seenByOf(reports: readonly FabricReport[]): Map<string, NonNullable<PeerPath['seenBy']>> {
+function seenByNode(reports: readonly FabricReport[]): Map<string, NonNullable<PeerPath['seenBy']>> {
   const out = new Map<string, NonNullable<PeerPath['seenBy']>>();
   for (const r of reports)
     for (const p of r.peers) {
