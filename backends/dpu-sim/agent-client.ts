@@ -9,6 +9,7 @@ import {
   type Ack,
   type AgentMessage,
   type ControllerMessage,
+  type FabricObject,
   type Inventory,
   type PeerState,
   type Port,
@@ -252,6 +253,12 @@ export class AgentClient {
         return new Promise((done) => call.write(msg, () => done()));
       };
 
+      /** The drop-stream fault: the stream ends instead of the change being applied. */
+      const dropStream = (what: Record<string, string>): void => {
+        log.warn(what, 'fault injection: dropping the stream instead of applying a change');
+        call.cancel();
+      };
+
       const handle = async (msg: ControllerMessage): Promise<void> => {
         if (ended) return;
         if (msg.helloAccept) {
@@ -305,52 +312,19 @@ export class AgentClient {
           this.syncedValue = false;
           this.opts.changed();
         } else if (msg.upsert?.port) {
-          if (this.opts.faults.onChange() === 'drop-stream') {
-            log.warn(
-              { port: msg.upsert.port.name },
-              'fault injection: dropping the stream instead of applying a change',
-            );
-            call.cancel();
-            return;
-          }
+          if (this.opts.faults.onChange() === 'drop-stream')
+            return dropStream({ port: msg.upsert.port.name });
           this.snapshot?.seen.add(msg.upsert.port.name);
           const ack = await this.applyUpsert(msg.upsert.port);
           acks = this.ackWhenKept(acks, send, ack);
           if (this.opts.faults.shouldCrash()) await acks;
-        } else if (msg.upsert?.fabric) {
-          if (this.opts.faults.onChange() === 'drop-stream') {
-            log.warn(
-              { object: msg.upsert.fabric.name },
-              'fault injection: dropping the stream instead of applying a change',
-            );
-            call.cancel();
-            return;
-          }
-          this.snapshot?.seenFabric.add(msg.upsert.fabric.name);
-          const ack = await this.fabricAgent.upsert(msg.upsert.fabric);
-          acks = this.ackWhenKept(acks, send, ack);
-          if (this.opts.faults.shouldCrash()) await acks;
         } else if (msg.delete?.kind === ObjectKind.OBJECT_KIND_FABRIC) {
-          if (this.opts.faults.onChange() === 'drop-stream') {
-            log.warn(
-              { object: msg.delete.name },
-              'fault injection: dropping the stream instead of applying a change',
-            );
-            call.cancel();
-            return;
-          }
+          if (this.opts.faults.onChange() === 'drop-stream') return dropStream({ object: msg.delete.name });
           const ack = await this.fabricAgent.delete(msg.delete.name, msg.delete.generation);
           acks = this.ackWhenKept(acks, send, ack);
           if (this.opts.faults.shouldCrash()) await acks;
         } else if (msg.delete) {
-          if (this.opts.faults.onChange() === 'drop-stream') {
-            log.warn(
-              { port: msg.delete.name },
-              'fault injection: dropping the stream instead of applying a change',
-            );
-            call.cancel();
-            return;
-          }
+          if (this.opts.faults.onChange() === 'drop-stream') return dropStream({ port: msg.delete.name });
           const ack = await this.applyDelete(msg.delete.name, msg.delete.generation);
           acks = this.ackWhenKept(acks, send, ack);
           if (this.opts.faults.shouldCrash()) await acks;
@@ -365,13 +339,45 @@ export class AgentClient {
         }
       };
 
+      /** The batch of fabric Upserts still waiting its turn: later ones join it. */
+      let fabricBatch: FabricObject[] | undefined;
+      /**
+       * FabricObject Upserts received back to back, applied together (a snapshot's 10,000 in a few
+       * batches), each acked with its own outcome; each still counts as one change for the faults.
+       */
+      const handleFabricUpserts = async (objects: FabricObject[]): Promise<void> => {
+        if (fabricBatch === objects) fabricBatch = undefined;
+        for (let next = 0; next < objects.length && !ended;) {
+          const { run, drop, crash } = this.opts.faults.takeRun(objects, next);
+          next += run.length + (drop ? 1 : 0);
+          for (const o of run) this.snapshot?.seenFabric.add(o.name);
+          const results = run.length > 0 ? await this.fabricAgent.upsert(run) : [];
+          results.forEach((ack, i) => {
+            acks = this.ackWhenKept(acks, send, ack, crash && i === results.length - 1);
+          });
+          if (drop) return dropStream({ object: drop.name });
+          if (crash) await acks;
+        }
+      };
+
+      const enqueue = (run: () => Promise<void>): void => {
+        queue = queue.then(run).catch((err: unknown) => {
+          log.error({ err: (err as Error).message }, 'failed to handle a daemon message');
+        });
+      };
       call.on('data', (msg: ControllerMessage) => {
         lastReceived = performance.now();
-        queue = queue
-          .then(() => handle(msg))
-          .catch((err: unknown) => {
-            log.error({ err: (err as Error).message }, 'failed to handle a daemon message');
-          });
+        const fabric = msg.upsert?.fabric;
+        if (!fabric) {
+          // Nothing received after this message may be handled before it.
+          fabricBatch = undefined;
+          enqueue(() => handle(msg));
+        } else if (fabricBatch) fabricBatch.push(fabric);
+        else {
+          const batch = [fabric];
+          fabricBatch = batch;
+          enqueue(() => handleFabricUpserts(batch));
+        }
       });
       call.on('error', (err: grpc.ServiceError) => {
         if (this.stopped) return end({ state: 'disconnected', reason: 'stopped' });
@@ -418,8 +424,8 @@ export class AgentClient {
     prev: Promise<void>,
     send: (m: AgentMessage, flushed?: boolean) => Promise<void>,
     ack: Ack,
+    crash = this.opts.faults.shouldCrash(),
   ): Promise<void> {
-    const crash = this.opts.faults.shouldCrash();
     const kept = this.opts.kept();
     const deliver = async (): Promise<void> => {
       await send({ ack }, crash);
