@@ -32,6 +32,19 @@ const NUD_FAILED = 0x20;
 /** How an FDB entry shows in a dump of wn-vxlan's forwarding database. */
 const fdbEntry = (mac: string, dst: string): string => `${mac.toLowerCase()}|${canonicalAddress(dst)}`;
 
+/** fdbEntry() by a peer's MAC and address as sent: parsing 5,000 addresses per PeerStatus adds up. */
+const entries = new Map<string, string>();
+function peerFdbEntry(mac: string, dst: string): string {
+  const key = `${mac}|${dst}`;
+  let entry = entries.get(key);
+  if (entry === undefined) {
+    if (entries.size > 100_000) entries.clear();
+    entry = fdbEntry(mac, dst);
+    entries.set(key, entry);
+  }
+  return entry;
+}
+
 export class NetnsPeerView {
   /** Routes to peers' underlay addresses, and when each was looked up (performance.now()). */
   private readonly underlayRoutes = new Map<string, { at: number; route: Route | undefined }>();
@@ -67,16 +80,16 @@ export class NetnsPeerView {
   }
 
   /**
-   * Looks up the kernel's routes to peers' underlay addresses, each again once it is
-   * UNDERLAY_ROUTE_TTL_MS old: at 5,000 peers one lookup per peer for every PeerStatus was most of
-   * what a change cost this process. An address new to the table is looked up at once; the lookups
-   * go out together.
+   * Looks up the kernel's routes to peers' underlay addresses: an address new to the table at once,
+   * and, on a fresh read, each again once it is UNDERLAY_ROUTE_TTL_MS old. At 5,000 peers one lookup
+   * per peer for every PeerStatus was most of what a change cost this process (each answer is a
+   * datagram of its own, batched or not).
    */
-  private async lookUpUnderlay(addresses: Iterable<string>): Promise<void> {
+  private async lookUpUnderlay(addresses: Iterable<string>, fresh: boolean): Promise<void> {
     const now = performance.now();
     const due = [...new Set(addresses)].filter((a) => {
       const seen = this.underlayRoutes.get(a);
-      return !seen || now - seen.at >= UNDERLAY_ROUTE_TTL_MS;
+      return !seen || (fresh && now - seen.at >= UNDERLAY_ROUTE_TTL_MS);
     });
     const outcomes = await sendInBatches(
       this.sock,
@@ -128,7 +141,7 @@ export class NetnsPeerView {
     fresh: boolean,
   ): Promise<PeerState[]> {
     if (fresh || this.fdb === undefined || this.neighbourStates === undefined) await this.readKernel();
-    const entries = this.device() === undefined ? new Set<string>() : (this.fdb ?? new Set<string>());
+    const held = this.device() === undefined ? new Set<string>() : (this.fdb ?? new Set<string>());
     const neighbours = this.neighbourStates ?? new Map<string, number>();
     const peers = table.peers();
     // Addresses of peers that left are not looked up again.
@@ -140,11 +153,14 @@ export class NetnsPeerView {
     for (const o of peers) {
       const p = o.peer!;
       let reason = errors.get(o.name);
-      if (reason === undefined && !entries.has(fdbEntry(p.mac, p.address)))
+      if (reason === undefined && !held.has(peerFdbEntry(p.mac, p.address)))
         reason = `its FDB entry (${p.mac} dst ${p.address}) is not on wn-vxlan`;
       why.set(o.name, reason);
     }
-    await this.lookUpUnderlay(peers.filter((o) => why.get(o.name) === undefined).map((o) => o.peer!.address));
+    await this.lookUpUnderlay(
+      peers.filter((o) => why.get(o.name) === undefined).map((o) => o.peer!.address),
+      fresh,
+    );
     return peers.map((o) => {
       const p = o.peer!;
       let reason = why.get(o.name);
