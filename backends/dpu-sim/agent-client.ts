@@ -1,4 +1,3 @@
-import * as fs from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import {
@@ -14,6 +13,7 @@ import {
   type PeerState,
   type Port,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import { channelCredentials, type TlsFiles } from './channel-credentials';
 import type { Dataplane, Uplink } from './dataplane';
 import type { FaultInjector } from './fault-injection';
 import { FABRIC_FEATURE, FABRIC_PROTOCOL_VERSION, FabricAgent } from './fabric-agent';
@@ -42,7 +42,7 @@ export interface AgentClientOptions {
   controller: string;
   agentId: string;
   bootId: string;
-  tls?: { cert: string; key: string; ca: string; serverName?: string };
+  tls?: TlsFiles;
   /** Treat SnapshotBegin/SyncComplete as unknown (an agent that never removes stale ports). */
   ignoreSnapshot: boolean;
   backoffMaxMs: number;
@@ -98,6 +98,8 @@ export class AgentClient {
   private inventoryTimer: NodeJS.Timeout | undefined;
   /** Sends on the current session, while there is one. */
   private sendNow: ((m: AgentMessage) => void) | undefined;
+  /** The crash fault fired: the process is exiting, and handles nothing more meanwhile. */
+  private crashing = false;
   private readonly fabricAgent: FabricAgent;
 
   constructor(private readonly opts: AgentClientOptions) {
@@ -112,7 +114,7 @@ export class AgentClient {
       changed: opts.changed,
       log: opts.log,
     });
-    this.client = new DpuAgentServiceClient(opts.controller, credentials(opts), {
+    this.client = new DpuAgentServiceClient(opts.controller, channelCredentials(opts.tls), {
       'grpc.max_receive_message_length': 16 * 1024 * 1024,
       ...(opts.tls?.serverName ? { 'grpc.ssl_target_name_override': opts.tls.serverName } : {}),
     });
@@ -356,14 +358,16 @@ export class AgentClient {
             acks = this.ackWhenKept(acks, send, ack, crash && i === results.length - 1);
           });
           if (drop) return dropStream({ object: drop.name });
-          if (crash) await acks;
+          if (crash) return acks;
         }
       };
 
       const enqueue = (run: () => Promise<void>): void => {
-        queue = queue.then(run).catch((err: unknown) => {
-          log.error({ err: (err as Error).message }, 'failed to handle a daemon message');
-        });
+        queue = queue
+          .then(() => (this.crashing ? undefined : run()))
+          .catch((err: unknown) => {
+            log.error({ err: (err as Error).message }, 'failed to handle a daemon message');
+          });
       };
       call.on('data', (msg: ControllerMessage) => {
         lastReceived = performance.now();
@@ -431,6 +435,7 @@ export class AgentClient {
       await send({ ack }, crash);
       if (crash) {
         this.opts.log.warn({ port: ack.name }, 'fault injection: crashing after acking a change');
+        this.crashing = true;
         this.opts.crash();
       }
     };
@@ -587,13 +592,4 @@ export class AgentClient {
     this.opts.changed();
     log.info({ epoch, ports: table.size }, 'snapshot applied');
   }
-}
-
-function credentials(opts: AgentClientOptions): grpc.ChannelCredentials {
-  if (!opts.tls) return grpc.credentials.createInsecure();
-  return grpc.credentials.createSsl(
-    fs.readFileSync(opts.tls.ca),
-    fs.readFileSync(opts.tls.key),
-    fs.readFileSync(opts.tls.cert),
-  );
 }
