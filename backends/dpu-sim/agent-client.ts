@@ -354,9 +354,7 @@ export class AgentClient {
           next += run.length + (drop ? 1 : 0);
           for (const o of run) this.snapshot?.seenFabric.add(o.name);
           const results = run.length > 0 ? await this.fabricAgent.upsert(run) : [];
-          results.forEach((ack, i) => {
-            acks = this.ackWhenKept(acks, send, ack, crash && i === results.length - 1);
-          });
+          acks = this.ackWhenKept(acks, send, results, crash);
           if (drop) return dropStream({ object: drop.name });
           if (crash) return acks;
         }
@@ -419,22 +417,26 @@ export class AgentClient {
   }
 
   /**
-   * Sends `ack` after the acks before it (`prev`), once its change is kept: an agent killed before its
-   * state file holds a change must not have acked it, or a restart of the same boot would bring back a
-   * port whose Delete the daemon already counts as done. Waiting holds up this ack, not the next change.
-   * The crash fault is decided now, for this change, and the process exits right after its ack.
+   * Sends `ack` (or a batch's acks, in order) after the acks before it (`prev`), once its change is
+   * kept: an agent killed before its state file holds a change must not have acked it, or a restart of
+   * the same boot would bring back a port whose Delete the daemon already counts as done. Waiting holds
+   * up this ack, not the next change. `crash`: the process exits right after the (last) ack.
    */
   private ackWhenKept(
     prev: Promise<void>,
     send: (m: AgentMessage, flushed?: boolean) => Promise<void>,
-    ack: Ack,
+    ack: Ack | Ack[],
     crash = this.opts.faults.shouldCrash(),
   ): Promise<void> {
+    const list = Array.isArray(ack) ? ack : [ack];
+    const last = list.at(-1);
+    if (!last) return prev;
     const kept = this.opts.kept();
     const deliver = async (): Promise<void> => {
-      await send({ ack }, crash);
+      for (const a of list) if (a !== last) void send({ ack: a });
+      await send({ ack: last }, crash);
       if (crash) {
-        this.opts.log.warn({ port: ack.name }, 'fault injection: crashing after acking a change');
+        this.opts.log.warn({ port: last.name }, 'fault injection: crashing after acking a change');
         this.crashing = true;
         this.opts.crash();
       }
