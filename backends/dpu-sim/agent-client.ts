@@ -1,4 +1,3 @@
-import * as fs from 'node:fs';
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import {
@@ -9,10 +8,12 @@ import {
   type Ack,
   type AgentMessage,
   type ControllerMessage,
+  type FabricObject,
   type Inventory,
   type PeerState,
   type Port,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import { channelCredentials, type TlsFiles } from './channel-credentials';
 import type { Dataplane, Uplink } from './dataplane';
 import type { FaultInjector } from './fault-injection';
 import { FABRIC_FEATURE, FABRIC_PROTOCOL_VERSION, FabricAgent } from './fabric-agent';
@@ -41,7 +42,7 @@ export interface AgentClientOptions {
   controller: string;
   agentId: string;
   bootId: string;
-  tls?: { cert: string; key: string; ca: string; serverName?: string };
+  tls?: TlsFiles;
   /** Treat SnapshotBegin/SyncComplete as unknown (an agent that never removes stale ports). */
   ignoreSnapshot: boolean;
   backoffMaxMs: number;
@@ -97,6 +98,8 @@ export class AgentClient {
   private inventoryTimer: NodeJS.Timeout | undefined;
   /** Sends on the current session, while there is one. */
   private sendNow: ((m: AgentMessage) => void) | undefined;
+  /** The crash fault fired: the process is exiting, and handles nothing more meanwhile. */
+  private crashing = false;
   private readonly fabricAgent: FabricAgent;
 
   constructor(private readonly opts: AgentClientOptions) {
@@ -111,7 +114,7 @@ export class AgentClient {
       changed: opts.changed,
       log: opts.log,
     });
-    this.client = new DpuAgentServiceClient(opts.controller, credentials(opts), {
+    this.client = new DpuAgentServiceClient(opts.controller, channelCredentials(opts.tls), {
       'grpc.max_receive_message_length': 16 * 1024 * 1024,
       ...(opts.tls?.serverName ? { 'grpc.ssl_target_name_override': opts.tls.serverName } : {}),
     });
@@ -252,6 +255,12 @@ export class AgentClient {
         return new Promise((done) => call.write(msg, () => done()));
       };
 
+      /** The drop-stream fault: the stream ends instead of the change being applied. */
+      const dropStream = (what: Record<string, string>): void => {
+        log.warn(what, 'fault injection: dropping the stream instead of applying a change');
+        call.cancel();
+      };
+
       const handle = async (msg: ControllerMessage): Promise<void> => {
         if (ended) return;
         if (msg.helloAccept) {
@@ -305,52 +314,19 @@ export class AgentClient {
           this.syncedValue = false;
           this.opts.changed();
         } else if (msg.upsert?.port) {
-          if (this.opts.faults.onChange() === 'drop-stream') {
-            log.warn(
-              { port: msg.upsert.port.name },
-              'fault injection: dropping the stream instead of applying a change',
-            );
-            call.cancel();
-            return;
-          }
+          if (this.opts.faults.onChange() === 'drop-stream')
+            return dropStream({ port: msg.upsert.port.name });
           this.snapshot?.seen.add(msg.upsert.port.name);
           const ack = await this.applyUpsert(msg.upsert.port);
           acks = this.ackWhenKept(acks, send, ack);
           if (this.opts.faults.shouldCrash()) await acks;
-        } else if (msg.upsert?.fabric) {
-          if (this.opts.faults.onChange() === 'drop-stream') {
-            log.warn(
-              { object: msg.upsert.fabric.name },
-              'fault injection: dropping the stream instead of applying a change',
-            );
-            call.cancel();
-            return;
-          }
-          this.snapshot?.seenFabric.add(msg.upsert.fabric.name);
-          const ack = await this.fabricAgent.upsert(msg.upsert.fabric);
-          acks = this.ackWhenKept(acks, send, ack);
-          if (this.opts.faults.shouldCrash()) await acks;
         } else if (msg.delete?.kind === ObjectKind.OBJECT_KIND_FABRIC) {
-          if (this.opts.faults.onChange() === 'drop-stream') {
-            log.warn(
-              { object: msg.delete.name },
-              'fault injection: dropping the stream instead of applying a change',
-            );
-            call.cancel();
-            return;
-          }
+          if (this.opts.faults.onChange() === 'drop-stream') return dropStream({ object: msg.delete.name });
           const ack = await this.fabricAgent.delete(msg.delete.name, msg.delete.generation);
           acks = this.ackWhenKept(acks, send, ack);
           if (this.opts.faults.shouldCrash()) await acks;
         } else if (msg.delete) {
-          if (this.opts.faults.onChange() === 'drop-stream') {
-            log.warn(
-              { port: msg.delete.name },
-              'fault injection: dropping the stream instead of applying a change',
-            );
-            call.cancel();
-            return;
-          }
+          if (this.opts.faults.onChange() === 'drop-stream') return dropStream({ port: msg.delete.name });
           const ack = await this.applyDelete(msg.delete.name, msg.delete.generation);
           acks = this.ackWhenKept(acks, send, ack);
           if (this.opts.faults.shouldCrash()) await acks;
@@ -365,13 +341,45 @@ export class AgentClient {
         }
       };
 
-      call.on('data', (msg: ControllerMessage) => {
-        lastReceived = performance.now();
+      /** The batch of fabric Upserts still waiting its turn: later ones join it. */
+      let fabricBatch: FabricObject[] | undefined;
+      /**
+       * FabricObject Upserts received back to back, applied together (a snapshot's 10,000 in a few
+       * batches), each acked with its own outcome; each still counts as one change for the faults.
+       */
+      const handleFabricUpserts = async (objects: FabricObject[]): Promise<void> => {
+        if (fabricBatch === objects) fabricBatch = undefined;
+        for (let next = 0; next < objects.length && !ended;) {
+          const { run, drop, crash } = this.opts.faults.takeRun(objects, next);
+          next += run.length + (drop ? 1 : 0);
+          for (const o of run) this.snapshot?.seenFabric.add(o.name);
+          const results = run.length > 0 ? await this.fabricAgent.upsert(run) : [];
+          acks = this.ackWhenKept(acks, send, results, crash);
+          if (drop) return dropStream({ object: drop.name });
+          if (crash) return acks;
+        }
+      };
+
+      const enqueue = (run: () => Promise<void>): void => {
         queue = queue
-          .then(() => handle(msg))
+          .then(() => (this.crashing ? undefined : run()))
           .catch((err: unknown) => {
             log.error({ err: (err as Error).message }, 'failed to handle a daemon message');
           });
+      };
+      call.on('data', (msg: ControllerMessage) => {
+        lastReceived = performance.now();
+        const fabric = msg.upsert?.fabric;
+        if (!fabric) {
+          // Nothing received after this message may be handled before it.
+          fabricBatch = undefined;
+          enqueue(() => handle(msg));
+        } else if (fabricBatch) fabricBatch.push(fabric);
+        else {
+          const batch = [fabric];
+          fabricBatch = batch;
+          enqueue(() => handleFabricUpserts(batch));
+        }
       });
       call.on('error', (err: grpc.ServiceError) => {
         if (this.stopped) return end({ state: 'disconnected', reason: 'stopped' });
@@ -409,22 +417,27 @@ export class AgentClient {
   }
 
   /**
-   * Sends `ack` after the acks before it (`prev`), once its change is kept: an agent killed before its
-   * state file holds a change must not have acked it, or a restart of the same boot would bring back a
-   * port whose Delete the daemon already counts as done. Waiting holds up this ack, not the next change.
-   * The crash fault is decided now, for this change, and the process exits right after its ack.
+   * Sends `ack` (or a batch's acks, in order) after the acks before it (`prev`), once its change is
+   * kept: an agent killed before its state file holds a change must not have acked it, or a restart of
+   * the same boot would bring back a port whose Delete the daemon already counts as done. Waiting holds
+   * up this ack, not the next change. `crash`: the process exits right after the (last) ack.
    */
   private ackWhenKept(
     prev: Promise<void>,
     send: (m: AgentMessage, flushed?: boolean) => Promise<void>,
-    ack: Ack,
+    ack: Ack | Ack[],
+    crash = this.opts.faults.shouldCrash(),
   ): Promise<void> {
-    const crash = this.opts.faults.shouldCrash();
+    const list = Array.isArray(ack) ? ack : [ack];
+    const last = list.at(-1);
+    if (!last) return prev;
     const kept = this.opts.kept();
     const deliver = async (): Promise<void> => {
-      await send({ ack }, crash);
+      for (const a of list) if (a !== last) void send({ ack: a });
+      await send({ ack: last }, crash);
       if (crash) {
-        this.opts.log.warn({ port: ack.name }, 'fault injection: crashing after acking a change');
+        this.opts.log.warn({ port: last.name }, 'fault injection: crashing after acking a change');
+        this.crashing = true;
         this.opts.crash();
       }
     };
@@ -581,13 +594,4 @@ export class AgentClient {
     this.opts.changed();
     log.info({ epoch, ports: table.size }, 'snapshot applied');
   }
-}
-
-function credentials(opts: AgentClientOptions): grpc.ChannelCredentials {
-  if (!opts.tls) return grpc.credentials.createInsecure();
-  return grpc.credentials.createSsl(
-    fs.readFileSync(opts.tls.ca),
-    fs.readFileSync(opts.tls.key),
-    fs.readFileSync(opts.tls.cert),
-  );
 }

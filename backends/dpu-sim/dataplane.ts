@@ -26,19 +26,30 @@ export interface FabricOutcome {
   message: string;
 }
 
+/** One fabric object that changed: just upserted, or deleted (then absent from the table). */
+export interface FabricChange {
+  name: string;
+  /** Its kind (for a deleted object, the kind it had). */
+  kind: string | undefined;
+}
+
 /** The fabric half of a dataplane (protocol version 3, feature "fabric-vxlan"). */
 export interface FabricDataplane {
   /** The uplink to announce, read now (an address may change while the agent runs). */
   uplink(): Promise<Uplink>;
   /**
-   * Makes the dataplane match `table` for the object `name` (just upserted, or deleted: then absent
-   * from the table) and for whatever depends on it.
+   * Makes the dataplane match `table` for the objects that changed and for whatever depends on them,
+   * all together (a snapshot's burst costs a few kernel round trips, not one per entry); one outcome
+   * per change, in order, each about that object alone.
    */
-  apply(table: FabricTable, name: string, kind: string | undefined): Promise<FabricOutcome>;
+  apply(table: FabricTable, changes: readonly FabricChange[]): Promise<FabricOutcome[]>;
   /** Removes objects of ours that no object of `table` wants (after a complete snapshot). */
   prune(table: FabricTable): Promise<void>;
-  /** One PeerState per FabricPeer of the table, as the dataplane sees it now. */
-  peerStates(table: FabricTable): Promise<PeerState[]>;
+  /**
+   * One PeerState per FabricPeer of the table. `fresh`: read the kernel again now (the heartbeat);
+   * otherwise the dataplane may answer from what it read last and what it has programmed since.
+   */
+  peerStates(table: FabricTable, fresh: boolean): Promise<PeerState[]>;
 }
 
 export interface Dataplane {

@@ -7,7 +7,7 @@ import {
   type FabricObject,
   type PeerState,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
-import type { FabricDataplane, Uplink } from './dataplane';
+import type { FabricChange, FabricDataplane, Uplink } from './dataplane';
 import { kindOf, type FabricTable } from './fabric-table';
 import { validateFabricObject } from './fabric-validation';
 
@@ -20,8 +20,10 @@ import { validateFabricObject } from './fabric-validation';
 export const FABRIC_PROTOCOL_VERSION = 3;
 /** The feature of an agent that programs the fabric's objects. */
 export const FABRIC_FEATURE = 'fabric-vxlan';
-/** A burst of fabric changes is followed by one PeerStatus, this long after the last. */
+/** A burst of fabric changes is followed by one PeerStatus, this long after the last… */
 const PEER_STATUS_COALESCE_MS = 100;
+/** …or this long after the first, so that a steady stream of changes (a snapshot) still reports. */
+const PEER_STATUS_MAX_DELAY_MS = 1000;
 
 /** What a snapshot said about the fabric. */
 export interface FabricSnapshot {
@@ -79,15 +81,24 @@ export class FabricAgent {
     this.send = undefined;
     clearTimeout(this.peerStatusTimer);
     this.peerStatusTimer = undefined;
+    this.peerStatusFirst = undefined;
   }
 
-  /** A heartbeat tick: the protocol wants PeerStatus at least every interval while peers are held. */
+  /**
+   * A heartbeat tick: the protocol wants PeerStatus at least every interval while peers are held. The
+   * tick's is read from the kernel afresh; one after a change may answer from what was programmed
+   * since (reading 5,000 FDB entries and every neighbour after each change was most of its cost).
+   */
   tick(): void {
-    if (this.o.table.hasPeers()) void this.sendPeerStatus();
+    if (this.o.table.hasPeers()) void this.sendPeerStatus(true);
   }
 
   private peerStatusTimer: NodeJS.Timeout | undefined;
+  /** When the first change of the burst the timer waits out came (performance.now()). */
+  private peerStatusFirst: number | undefined;
   private peerStatusRunning = false;
+  /** A fresh read was asked for while one was running: the next one reads afresh. */
+  private peerStatusFresh = false;
   private lastPeerStatus: PeerState[] | undefined;
   private peerStatusesSent = 0;
 
@@ -95,14 +106,22 @@ export class FabricAgent {
     return { sent: this.peerStatusesSent, last: this.lastPeerStatus };
   }
 
-  /** Sends every FabricPeer's state now (one at a time; a request meanwhile is served right after). */
-  async sendPeerStatus(): Promise<void> {
+  /**
+   * Sends every FabricPeer's state now (one at a time; a request meanwhile is served right after).
+   * `fresh`: the dataplane reads the kernel again rather than answering from what it programmed.
+   */
+  async sendPeerStatus(fresh = false): Promise<void> {
     const fabric = this.o.dataplane;
     if (!fabric || this.version < FABRIC_PROTOCOL_VERSION || !this.send) return;
-    if (this.peerStatusRunning) return this.peerStatusChanged();
+    if (this.peerStatusRunning) {
+      this.peerStatusFresh ||= fresh;
+      return this.peerStatusChanged();
+    }
     this.peerStatusRunning = true;
+    fresh ||= this.peerStatusFresh;
+    this.peerStatusFresh = false;
     try {
-      const peers = await fabric.peerStates(this.o.table);
+      const peers = await fabric.peerStates(this.o.table, fresh);
       if (!this.send) return;
       this.send({ peerStatus: { peers } });
       this.lastPeerStatus = peers;
@@ -117,11 +136,19 @@ export class FabricAgent {
 
   /** The fabric changed: a PeerStatus soon, once for a burst. */
   peerStatusChanged(): void {
-    if (this.peerStatusTimer || this.version < FABRIC_PROTOCOL_VERSION) return;
-    this.peerStatusTimer = setTimeout(() => {
-      this.peerStatusTimer = undefined;
-      void this.sendPeerStatus();
-    }, PEER_STATUS_COALESCE_MS);
+    if (this.version < FABRIC_PROTOCOL_VERSION) return;
+    const now = performance.now();
+    this.peerStatusFirst ??= now;
+    clearTimeout(this.peerStatusTimer);
+    const delay = Math.min(PEER_STATUS_COALESCE_MS, this.peerStatusFirst + PEER_STATUS_MAX_DELAY_MS - now);
+    this.peerStatusTimer = setTimeout(
+      () => {
+        this.peerStatusTimer = undefined;
+        this.peerStatusFirst = undefined;
+        void this.sendPeerStatus();
+      },
+      Math.max(0, delay),
+    );
   }
 
   /** Why this session cannot take fabric objects, or undefined when it can. */
@@ -133,39 +160,70 @@ export class FabricAgent {
     return undefined;
   }
 
-  async upsert(o: FabricObject): Promise<Ack> {
-    const base = {
+  /**
+   * Applies FabricObjects received one after another, together: the table takes them all, then the
+   * dataplane converges them in one go (a snapshot's burst costs a few kernel round trips, not one per
+   * entry). One ack per object, in order, each with that object's own outcome.
+   */
+  async upsert(objects: readonly FabricObject[]): Promise<Ack[]> {
+    const base = (o: FabricObject): Ack => ({
       name: o.name,
       generation: o.generation,
+      code: AckCode.ACK_CODE_OK,
       retryable: false,
       message: '',
       kind: ObjectKind.OBJECT_KIND_FABRIC,
-    };
+    });
     const refused = this.refusal();
-    if (refused) return { ...base, code: AckCode.ACK_CODE_UNSUPPORTED, message: refused };
-    const invalid = validateFabricObject(o);
-    if (invalid) return { ...base, code: AckCode.ACK_CODE_INVALID, message: invalid };
+    if (refused)
+      return objects.map((o) => ({ ...base(o), code: AckCode.ACK_CODE_UNSUPPORTED, message: refused }));
     const { table: fabric, log } = this.o;
     const dataplane = this.o.dataplane!;
-    // Desired state is held even when programming fails: the next change or snapshot converges it.
-    fabric.set(o);
+    const acks: Ack[] = objects.map(base);
+    const valid: number[] = [];
+    objects.forEach((o, i) => {
+      const invalid = validateFabricObject(o);
+      if (invalid) acks[i] = { ...acks[i]!, code: AckCode.ACK_CODE_INVALID, message: invalid };
+      else {
+        // Desired state is held even when programming fails: the next change or snapshot converges it.
+        fabric.set(o);
+        valid.push(i);
+      }
+    });
+    if (valid.length === 0) return acks;
     this.o.changed();
-    const outcome = await dataplane.apply(fabric, o.name, kindOf(o)).catch((err: unknown) => ({
-      code: 'failed' as const,
-      message: (err as Error).message,
-    }));
+    const changes = valid.map((i) => ({ name: objects[i]!.name, kind: kindOf(objects[i]!) }));
+    const outcomes = await dataplane
+      .apply(fabric, changes)
+      .catch((err: unknown) =>
+        changes.map(() => ({ code: 'failed' as const, message: (err as Error).message })),
+      );
     this.peerStatusChanged();
-    log.debug({ object: o.name, generation: o.generation, outcome }, 'fabric object applied');
-    if (outcome.code === 'invalid')
-      return { ...base, code: AckCode.ACK_CODE_INVALID, message: outcome.message };
-    if (outcome.code === 'failed')
-      return {
-        ...base,
-        code: AckCode.ACK_CODE_INTERNAL,
-        retryable: true,
-        message: `dataplane: ${outcome.message}`,
-      };
-    return { ...base, code: AckCode.ACK_CODE_OK };
+    const notOk: string[] = [];
+    valid.forEach((i, j) => {
+      const outcome = outcomes[j] ?? { code: 'failed' as const, message: 'no outcome from the dataplane' };
+      if (outcome.code !== 'ok') notOk.push(objects[i]!.name);
+      if (outcome.code === 'invalid')
+        acks[i] = { ...acks[i]!, code: AckCode.ACK_CODE_INVALID, message: outcome.message };
+      else if (outcome.code === 'failed')
+        acks[i] = {
+          ...acks[i]!,
+          code: AckCode.ACK_CODE_INTERNAL,
+          retryable: true,
+          message: `dataplane: ${outcome.message}`,
+        };
+    });
+    // One line per batch, not per object: at debug level 10,000 lines were a good part of a snapshot.
+    log.debug(
+      {
+        objects: changes.length,
+        first: changes[0]!.name,
+        last: changes.at(-1)!.name,
+        ...(notOk.length > 0 ? { notOk: notOk.slice(0, 20), notOkCount: notOk.length } : {}),
+      },
+      'fabric objects applied',
+    );
+    return acks;
   }
 
   async delete(name: string, generation: number): Promise<Ack> {
@@ -180,21 +238,34 @@ export class FabricAgent {
 
   /** Forgets a fabric object and removes what it programmed; the error, when removing failed. */
   private async remove(name: string): Promise<string | undefined> {
+    return (await this.removeAll([name])).get(name);
+  }
+
+  /** Forgets fabric objects and removes what they programmed, together; the errors, by name. */
+  private async removeAll(names: readonly string[]): Promise<Map<string, string>> {
     const fabric = this.o.table;
-    const held = fabric.get(name);
-    if (!held) return undefined;
-    fabric.delete(name);
-    const outcome = await this.o.dataplane?.apply(fabric, name, kindOf(held)).catch((err: unknown) => ({
-      code: 'failed' as const,
-      message: (err as Error).message,
-    }));
+    const changes: FabricChange[] = [];
+    for (const name of names) {
+      const held = fabric.delete(name);
+      if (held) changes.push({ name, kind: kindOf(held) });
+    }
+    const failed = new Map<string, string>();
+    if (changes.length === 0) return failed;
+    const outcomes =
+      (await this.o.dataplane
+        ?.apply(fabric, changes)
+        .catch((err: unknown) =>
+          changes.map(() => ({ code: 'failed' as const, message: (err as Error).message })),
+        )) ?? [];
     this.o.changed();
     this.peerStatusChanged();
-    if (outcome?.code === 'failed') {
-      this.o.log.warn({ object: name, err: outcome.message }, 'removing a fabric object failed');
-      return outcome.message;
-    }
-    return undefined;
+    changes.forEach((c, i) => {
+      const outcome = outcomes[i];
+      if (outcome?.code !== 'failed') return;
+      this.o.log.warn({ object: c.name, err: outcome.message }, 'removing a fabric object failed');
+      failed.set(c.name, outcome.message);
+    });
+    return failed;
   }
 
   /**
@@ -213,12 +284,13 @@ export class FabricAgent {
         );
       return;
     }
-    // Routes first, the VTEP last: nothing is left pointing at what went before it.
-    const rank = (n: string): number =>
-      n.startsWith('route/') ? 0 : n.startsWith('prefix/') ? 1 : n.startsWith('peer/') ? 2 : 3;
-    for (const name of unlisted.sort((a, b) => rank(a) - rank(b))) {
-      const err = await this.remove(name);
-      if (err === undefined) log.info({ object: name }, 'stale fabric object removed after sync');
+    // Everything but the VTEP together (the dataplane removes routes before what they use), the VTEP
+    // last: nothing is left pointing at what went before it.
+    const removeLast = unlisted.filter((n) => kindOf(fabric.get(n)!) === 'vtep');
+    for (const batch of [unlisted.filter((n) => !removeLast.includes(n)), removeLast]) {
+      const failed = await this.removeAll(batch);
+      for (const name of batch)
+        if (!failed.has(name)) log.info({ object: name }, 'stale fabric object removed after sync');
     }
     try {
       await this.o.dataplane?.prune(fabric);

@@ -21,6 +21,8 @@ export class FabricTable {
   private readonly peerNames = new Set<string>();
   /** The objects ordered by name, once asked for (the state file asks on every write). */
   private sorted: FabricObject[] | undefined;
+  /** The FabricPeers ordered by name, once asked for (every PeerStatus asks). */
+  private sortedPeers: FabricObject[] | undefined;
 
   get(name: string): FabricObject | undefined {
     return this.objects.get(name);
@@ -35,7 +37,10 @@ export class FabricTable {
       else this.sorted.splice(i, 0, o);
     }
     this.objects.set(o.name, o);
-    if (o.peer) this.peerNames.add(o.name);
+    if (o.peer) {
+      this.peerNames.add(o.name);
+      this.sortedPeers = undefined;
+    }
     if (o.peerRoute) {
       const set = this.routesByPeer.get(o.peerRoute.peer) ?? new Set<string>();
       set.add(o.name);
@@ -54,7 +59,7 @@ export class FabricTable {
   }
 
   private unindex(name: string): void {
-    this.peerNames.delete(name);
+    if (this.peerNames.delete(name)) this.sortedPeers = undefined;
     const peer = this.objects.get(name)?.peerRoute?.peer;
     if (peer === undefined) return;
     const set = this.routesByPeer.get(peer);
@@ -94,10 +99,11 @@ export class FabricTable {
 
   /** The FabricPeers, ordered by name. */
   peers(): FabricObject[] {
-    return [...this.peerNames]
+    this.sortedPeers ??= [...this.peerNames]
       .sort(compare)
       .map((n) => this.objects.get(n))
       .filter((o): o is FabricObject => o !== undefined);
+    return [...this.sortedPeers];
   }
 
   /** Where `name` is, or would go, in the sorted entries. */

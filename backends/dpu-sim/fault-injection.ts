@@ -61,6 +61,22 @@ export class FaultInjector {
     return this.opts.crashAfter > 0 && this.changes >= this.opts.crashAfter;
   }
 
+  /**
+   * Counts the changes of `items` from `from` on, to be applied together: up to the one the stream is
+   * dropped instead of (`drop`, not applied), or up to and with the one after whose ack the process
+   * crashes (`crash`); every change still counts as one.
+   */
+  takeRun<T>(items: readonly T[], from: number): { run: T[]; drop: T | undefined; crash: boolean } {
+    const run: T[] = [];
+    for (let i = from; i < items.length; i++) {
+      const item = items[i] as T;
+      if (this.onChange() === 'drop-stream') return { run, drop: item, crash: false };
+      run.push(item);
+      if (this.shouldCrash()) return { run, drop: undefined, crash: true };
+    }
+    return { run, drop: undefined, crash: false };
+  }
+
   /** An injected refusal for an Upsert, or undefined to let it through. */
   injectedError(): { code: AckCode; message: string } | undefined {
     if (this.opts.errorRate <= 0 || this.random() >= this.opts.errorRate) return undefined;

@@ -236,16 +236,20 @@ async function createDataplane(o: CliOptions, table: PortTable, log: pino.Logger
   });
 }
 
-/** Programs the resumed fabric again: the device is adopted as it is, entries replaced in place. */
+/** Programs the resumed fabric again, all together: the device is adopted as it is, entries replaced in place. */
 async function resumeFabric(dataplane: Dataplane, fabric: FabricTable, log: pino.Logger): Promise<void> {
   if (!dataplane.fabric || fabric.size === 0) return;
   const rank = { vtep: 0, peer: 1, prefix: 2, route: 3 } as const;
   const objects = fabric.entries().sort((a, b) => rank[kindOf(a) ?? 'route'] - rank[kindOf(b) ?? 'route']);
-  for (const o of objects) {
-    const outcome = await dataplane.fabric.apply(fabric, o.name, kindOf(o));
-    if (outcome.code !== 'ok')
+  const outcomes = await dataplane.fabric.apply(
+    fabric,
+    objects.map((o) => ({ name: o.name, kind: kindOf(o) })),
+  );
+  objects.forEach((o, i) => {
+    const outcome = outcomes[i];
+    if (outcome?.code !== 'ok')
       log.warn({ object: o.name, outcome }, 'a resumed fabric object is not programmed');
-  }
+  });
   log.info({ objects: fabric.size }, 'resumed the fabric of the same boot');
 }
 

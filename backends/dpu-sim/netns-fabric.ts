@@ -8,7 +8,6 @@ import {
   NTF_SELF,
   NUD_PERMANENT,
   NetlinkError,
-  RTN_UNICAST,
   RTPROT_WORKLOADNET,
   RT_TABLE_MAIN,
   canonicalAddress,
@@ -20,7 +19,6 @@ import {
   listLinks,
   listNeighbours,
   listRoutes,
-  lookupRoute,
   newLinkRequest,
   newNeighbourRequest,
   newRouteRequest,
@@ -29,11 +27,12 @@ import {
   type Link,
   type NetlinkRequest,
   type NetlinkSocket,
-  type Route,
 } from '../../lib/rtnetlink';
 import type { LocalVtep, PeerState } from '../../proto/gen/workloadnet/dpu/v1/dpu';
-import type { FabricDataplane, FabricOutcome, Uplink } from './dataplane';
+import type { FabricChange, FabricDataplane, FabricOutcome, Uplink } from './dataplane';
 import type { FabricTable } from './fabric-table';
+import { sendInBatches } from './netlink-batches';
+import { NetnsPeerView } from './netns-peer-view';
 import { discoverUplink } from './uplink';
 import { dependentsOf, routeKey, wantsOf, type Wanted } from './vxlan-programming';
 
@@ -43,17 +42,29 @@ import { dependentsOf, routeKey, wantsOf, type Wanted } from './vxlan-programmin
 // table, and entries on our own device. A change touches only the objects of the name that changed
 // (and of what depends on it); a complete snapshot prunes objects of ours nobody wants. A restart
 // adopts the device as it is (a new one would drop packets and every entry on it).
+//
+// Objects that change together (a snapshot's burst, a new device that needs everything again) are
+// converged together: their kernel requests go out a few hundred to a datagram (netlink-batches.ts),
+// removals first, and the kernel answers each failing request with its own error, so every object
+// still gets its own outcome.
 
 export const VXLAN_DEVICE = 'wn-vxlan';
 export const VXLAN_ALIAS = 'workloadnet fabric';
 /** rp_filter "loose" on wn-vxlan: a Linux node's own traffic arrives with its underlay address as source. */
 const RP_FILTER_LOOSE = 2;
 
-/** How long a looked-up underlay route stands for the kernel's (see underlayRoute()). */
-const UNDERLAY_ROUTE_TTL_MS = 5000;
-
-const NUD_INCOMPLETE = 0x01;
-const NUD_FAILED = 0x20;
+/** What converging one object takes: computed for every object of a batch before anything is sent. */
+interface Plan {
+  name: string;
+  /** What it had programmed (the live map: removals are taken out of it as they succeed). */
+  before: Map<string, Wanted>;
+  next: Map<string, Wanted>;
+  adds: Wanted[];
+  dels: Wanted[];
+  blocked: string | undefined;
+  conflict: boolean;
+  failures: string[];
+}
 
 function isGone(err: unknown): boolean {
   return err instanceof NetlinkError && err.notFound;
@@ -79,14 +90,17 @@ export class NetnsFabric implements FabricDataplane {
   private readonly ourRoutes = new Set<string>();
   /** Why an object is not (fully) programmed: the last error, or what it waits for. */
   private readonly errors = new Map<string, string>();
-  /** Routes to peers' underlay addresses, and when each was looked up (performance.now()). */
-  private readonly underlayRoutes = new Map<string, { at: number; route: Route | undefined }>();
+
+  /** What PeerStatus says, from the kernel (told of every FDB entry confirmed). */
+  private readonly peers: NetnsPeerView;
 
   private constructor(
     private readonly sock: NetlinkSocket,
     private readonly log: Logger,
     private readonly vtepAddress: string | undefined,
-  ) {}
+  ) {
+    this.peers = new NetnsPeerView(sock, () => this.vxlan?.index);
+  }
 
   static async open(sock: NetlinkSocket, log: Logger, vtepAddress?: string): Promise<NetnsFabric> {
     const f = new NetnsFabric(sock, log, vtepAddress);
@@ -102,33 +116,35 @@ export class NetnsFabric implements FabricDataplane {
     return discoverUplink(this.sock, this.vtepAddress);
   }
 
-  async apply(table: FabricTable, name: string, kind: string | undefined): Promise<FabricOutcome> {
-    let deviceError: string | undefined;
-    let names = [name, ...dependentsOf(table, name, kind)];
-    if (kind === 'vtep') {
+  async apply(table: FabricTable, changes: readonly FabricChange[]): Promise<FabricOutcome[]> {
+    const deviceErrors = new Map<string, string>();
+    // The names whose kernel objects may change, in the order they are planned (the first to want a
+    // key gets it, as when they came one at a time).
+    const names = new Set<string>();
+    for (const { name, kind } of changes) {
+      names.add(name);
+      for (const n of dependentsOf(table, name, kind)) names.add(n);
+      if (kind !== 'vtep') continue;
       const before = this.vxlan?.index;
       try {
         await this.ensureDevice(table.get(name)?.localVtep);
       } catch (err) {
-        deviceError = (err as Error).message;
-        this.log.warn({ err: deviceError }, 'the fabric device could not be programmed');
+        deviceErrors.set(name, (err as Error).message);
+        this.log.warn({ err: (err as Error).message }, 'the fabric device could not be programmed');
       }
       // A new device (or none) holds none of the entries the old one held.
       if (this.vxlan?.index !== before) {
         for (const n of [...this.programmed.keys()]) this.forgetDeviceObjects(n);
-        names = [name, ...table.names().filter((n) => n !== name)];
+        this.peers.deviceReplaced();
       }
     }
-    let outcome: FabricOutcome = { code: 'ok', message: '' };
-    for (const n of names) {
-      const o = await this.converge(table, n);
-      if (n === name) outcome = o;
-    }
-    if (deviceError !== undefined) {
+    const outcomes = await this.converge(table, [...names]);
+    return changes.map(({ name }) => {
+      const deviceError = deviceErrors.get(name);
+      if (deviceError === undefined) return outcomes.get(name) ?? { code: 'ok', message: '' };
       this.errors.set(name, deviceError);
       return { code: 'failed', message: deviceError };
-    }
-    return outcome;
+    });
   }
 
   /** The device died with its entries (and routes over it): they are no longer ours to delete. */
@@ -143,68 +159,113 @@ export class NetnsFabric implements FabricDataplane {
     }
   }
 
-  /** Makes the kernel hold exactly what `name` wants now. */
-  private async converge(table: FabricTable, name: string): Promise<FabricOutcome> {
-    const wants = wantsOf(table, name);
-    const before = this.programmed.get(name) ?? new Map<string, Wanted>();
-    const next = new Map<string, Wanted>();
-    let blocked = wants.blocked;
-    let conflict = wants.conflict ?? false;
-    const vx = this.vxlan?.index;
-    for (const w of wants.objects) {
-      const owner = this.owners.get(w.key);
-      if (owner !== undefined && owner !== name) {
-        blocked = `${describe(w)} is already programmed for ${owner}`;
-        conflict = true;
-        next.clear();
-        break;
+  /** Makes the kernel hold exactly what each of `names` wants now; each one's outcome. */
+  private async converge(table: FabricTable, names: readonly string[]): Promise<Map<string, FabricOutcome>> {
+    const plans = this.plan(table, names);
+    // Routes removed before the entries they use; entries added before the routes that use them.
+    const order = (w: Wanted): number => (w.kind === 'route' ? 1 : 0);
+    const dels = plans.flatMap((p) => p.dels.map((w) => ({ p, w }))).sort((a, b) => order(b.w) - order(a.w));
+    const removed = await sendInBatches(
+      this.sock,
+      dels.map(({ w }) => this.deleteRequest(w)),
+    );
+    dels.forEach(({ p, w }, i) => {
+      const o = removed[i]!;
+      if (!o.ok && !isGone(o.error)) {
+        p.failures.push(`remove ${describe(w)}: ${o.error.message}`);
+        return;
       }
-      if (w.kind !== 'route' || w.overVxlan) {
-        if (vx === undefined) {
-          blocked ??= 'waiting for the local VTEP (object "vtep")';
+      p.before.delete(w.key);
+      this.owners.delete(w.key);
+      if (w.kind === 'route') this.ourRoutes.delete(w.key);
+      if (w.kind === 'fdb') this.peers.fdbConfirmed(w.mac, w.dst, false);
+    });
+    const adds: Array<{ p: Plan; w: Wanted }> = [];
+    for (const p of plans)
+      for (const w of p.adds) {
+        // Planned free because another object of the batch removes it; that removal failed.
+        const owner = this.owners.get(w.key);
+        if (owner !== undefined && owner !== p.name) {
+          p.failures.push(`${describe(w)} is still programmed for ${owner}`);
+          p.next.delete(w.key);
+        } else adds.push({ p, w });
+      }
+    adds.sort((a, b) => order(a.w) - order(b.w));
+    const added = await sendInBatches(
+      this.sock,
+      adds.map(({ w }) => this.addRequest(w)),
+    );
+    adds.forEach(({ p, w }, i) => {
+      const o = added[i]!;
+      if (!o.ok) {
+        const foreign =
+          o.error instanceof NetlinkError && o.error.code === 'EEXIST' && w.kind === 'route'
+            ? ' (a route that is not ours holds it; left alone)'
+            : '';
+        p.failures.push(`${describe(w)}: ${o.error.message}${foreign}`);
+        p.next.delete(w.key);
+        return;
+      }
+      this.owners.set(w.key, p.name);
+      if (w.kind === 'route') this.ourRoutes.add(w.key);
+      if (w.kind === 'fdb') {
+        // A replace moves the MAC's entry to its new destination.
+        const was = p.before.get(w.key);
+        if (was?.kind === 'fdb') this.peers.fdbConfirmed(was.mac, was.dst, false);
+        this.peers.fdbConfirmed(w.mac, w.dst, true);
+      }
+    });
+    const outcomes = new Map<string, FabricOutcome>();
+    for (const p of plans) outcomes.set(p.name, this.settle(table, p));
+    return outcomes;
+  }
+
+  /**
+   * What each object wants added and removed. Keys are checked against their owners as they will be
+   * once the objects planned before have converged: a key one of them gives up is free for a later
+   * one, and a key one of them takes is not.
+   */
+  private plan(table: FabricTable, names: readonly string[]): Plan[] {
+    const vx = this.vxlan?.index;
+    const planned = new Map<string, string | undefined>();
+    const ownerOf = (key: string): string | undefined =>
+      planned.has(key) ? planned.get(key) : this.owners.get(key);
+    return names.map((name) => {
+      const wants = wantsOf(table, name);
+      const before = this.programmed.get(name) ?? new Map<string, Wanted>();
+      const next = new Map<string, Wanted>();
+      let blocked = wants.blocked;
+      let conflict = wants.conflict ?? false;
+      for (const w of wants.objects) {
+        const owner = ownerOf(w.key);
+        if (owner !== undefined && owner !== name) {
+          blocked = `${describe(w)} is already programmed for ${owner}`;
+          conflict = true;
           next.clear();
           break;
         }
-      }
-      next.set(w.key, w);
-    }
-    const adds: Wanted[] = [...next.values()].filter(
-      (w) => before.get(w.key) === undefined || fingerprint(before.get(w.key)!) !== fingerprint(w),
-    );
-    const dels: Wanted[] = [...before.values()].filter((w) => !next.has(w.key));
-    // Entries before the routes that use them; routes removed before the entries they use.
-    const order = (w: Wanted): number => (w.kind === 'route' ? 1 : 0);
-    adds.sort((a, b) => order(a) - order(b));
-    dels.sort((a, b) => order(b) - order(a));
-    const failures: string[] = [];
-    for (const w of dels) {
-      try {
-        await this.sock.request(this.deleteRequest(w));
-      } catch (err) {
-        if (!isGone(err)) {
-          failures.push(`remove ${describe(w)}: ${(err as Error).message}`);
-          continue;
+        if (w.kind !== 'route' || w.overVxlan) {
+          if (vx === undefined) {
+            blocked ??= 'waiting for the local VTEP (object "vtep")';
+            next.clear();
+            break;
+          }
         }
+        next.set(w.key, w);
       }
-      before.delete(w.key);
-      this.owners.delete(w.key);
-      if (w.kind === 'route') this.ourRoutes.delete(w.key);
-    }
-    for (const w of adds) {
-      try {
-        await this.sock.request(this.addRequest(w));
-      } catch (err) {
-        const foreign =
-          err instanceof NetlinkError && err.code === 'EEXIST' && w.kind === 'route'
-            ? ' (a route that is not ours holds it; left alone)'
-            : '';
-        failures.push(`${describe(w)}: ${(err as Error).message}${foreign}`);
-        next.delete(w.key);
-        continue;
-      }
-      this.owners.set(w.key, name);
-      if (w.kind === 'route') this.ourRoutes.add(w.key);
-    }
+      const adds: Wanted[] = [...next.values()].filter(
+        (w) => before.get(w.key) === undefined || fingerprint(before.get(w.key)!) !== fingerprint(w),
+      );
+      const dels: Wanted[] = [...before.values()].filter((w) => !next.has(w.key));
+      for (const w of dels) planned.set(w.key, undefined);
+      for (const w of adds) planned.set(w.key, name);
+      return { name, before, next, adds, dels, blocked, conflict, failures: [] };
+    });
+  }
+
+  /** Records what an object holds now that its requests were answered; its outcome. */
+  private settle(table: FabricTable, p: Plan): FabricOutcome {
+    const { name, before, next, failures } = p;
     // What could not be removed is still ours to remove later.
     for (const [key, w] of before) if (!next.has(key) && this.owners.get(key) === name) next.set(key, w);
     if (next.size > 0) this.programmed.set(name, next);
@@ -215,10 +276,10 @@ export class NetnsFabric implements FabricDataplane {
       this.log.warn({ object: name, err: message }, 'fabric object programming failed');
       return { code: 'failed', message };
     }
-    if (blocked !== undefined && table.get(name)) {
-      this.errors.set(name, blocked);
-      this.log.debug({ object: name, blocked }, 'fabric object not programmed');
-      return conflict ? { code: 'invalid', message: blocked } : { code: 'ok', message: '' };
+    if (p.blocked !== undefined && table.get(name)) {
+      this.errors.set(name, p.blocked);
+      this.log.debug({ object: name, blocked: p.blocked }, 'fabric object not programmed');
+      return p.conflict ? { code: 'invalid', message: p.blocked } : { code: 'ok', message: '' };
     }
     this.errors.delete(name);
     return { code: 'ok', message: '' };
@@ -371,7 +432,7 @@ export class NetnsFabric implements FabricDataplane {
   }
 
   async prune(table: FabricTable): Promise<void> {
-    if (!table.vtep() && this.vxlan) await this.apply(table, 'vtep', 'vtep');
+    if (!table.vtep() && this.vxlan) await this.apply(table, [{ name: 'vtep', kind: 'vtep' }]);
     const stray: Array<{ what: string; request: NetlinkRequest }> = [];
     for (const family of [AF_INET, AF_INET6] as const)
       for (const r of await listRoutes(this.sock, family, {
@@ -420,83 +481,22 @@ export class NetnsFabric implements FabricDataplane {
         });
       }
     }
-    for (const s of stray) {
-      try {
-        await this.sock.request(s.request);
-        this.log.info({ object: s.what }, 'removed a fabric object no longer wanted');
-      } catch (err) {
-        if (!isGone(err))
-          this.log.warn(
-            { object: s.what, err: (err as Error).message },
-            'could not remove a stale fabric object',
-          );
-      }
-    }
+    const outcomes = await sendInBatches(
+      this.sock,
+      stray.map((x) => x.request),
+    );
+    stray.forEach((x, i) => {
+      const o = outcomes[i]!;
+      if (o.ok) this.log.info({ object: x.what }, 'removed a fabric object no longer wanted');
+      else if (!isGone(o.error))
+        this.log.warn({ object: x.what, err: o.error.message }, 'could not remove a stale fabric object');
+    });
+    // The stray FDB entries are gone (or were already): what the kernel holds is read again next time.
+    if (vx !== undefined && stray.length > 0) this.peers.forget();
   }
 
-  /**
-   * The kernel's route to a peer's underlay address, looked up again once it is UNDERLAY_ROUTE_TTL_MS
-   * old: a PeerStatus follows every change, and at 5,000 peers one lookup per peer each time was most
-   * of what a change cost this process. A peer new to the table is looked up at once.
-   */
-  private async underlayRoute(address: string): Promise<Route | undefined> {
-    const now = performance.now();
-    const seen = this.underlayRoutes.get(address);
-    if (seen && now - seen.at < UNDERLAY_ROUTE_TTL_MS) return seen.route;
-    const route = await lookupRoute(this.sock, address).catch(() => undefined);
-    this.underlayRoutes.set(address, { at: now, route });
-    return route;
-  }
-
-  /**
-   * What the DPU can honestly say about each peer. reachable: its FDB entry is in the kernel on our
-   * device, the underlay has a route to its address, and the next hop of that route is not known to
-   * be dead (no FAILED or INCOMPLETE neighbour entry). That is "the path is programmed and nothing
-   * says it is broken", not a probe of the peer: a kernel VXLAN device keeps no per-remote state to
-   * prove more (with learning off, receiving does not touch the FDB). offloaded: false, always: this is
-   * the kernel's software path, not an eswitch. Packets: 0, because the kernel counts per device
-   * (ip -s link show wn-vxlan), not per remote; a real DPU counts per flow.
-   */
-  async peerStates(table: FabricTable): Promise<PeerState[]> {
-    const vx = this.vxlan?.index;
-    const fdb = vx === undefined ? [] : await listNeighbours(this.sock, AF_BRIDGE, { ifindex: vx });
-    const neigh = new Map<string, number>();
-    for (const family of [AF_INET, AF_INET6] as const)
-      for (const n of await listNeighbours(this.sock, family))
-        if (n.dst !== undefined) neigh.set(`${n.ifindex}|${n.dst}`, n.state);
-    // A set, not a scan per peer: 5,000 peers against 5,000 entries is 25 million comparisons.
-    const entries = new Set(fdb.map((f) => `${f.mac ?? ''}|${f.dst ?? ''}`));
-    const out: PeerState[] = [];
-    const peers = table.peers();
-    // Addresses of peers that left are not looked up again.
-    if (this.underlayRoutes.size > 2 * peers.length) {
-      const wanted = new Set(peers.map((o) => o.peer!.address));
-      for (const a of this.underlayRoutes.keys()) if (!wanted.has(a)) this.underlayRoutes.delete(a);
-    }
-    for (const o of peers) {
-      const p = o.peer!;
-      let why = this.errors.get(o.name);
-      if (why === undefined && !entries.has(`${p.mac.toLowerCase()}|${canonicalAddress(p.address)}`))
-        why = `its FDB entry (${p.mac} dst ${p.address}) is not on ${VXLAN_DEVICE}`;
-      if (why === undefined) {
-        const route = await this.underlayRoute(p.address);
-        if (!route || route.type !== RTN_UNICAST) why = `no underlay route to ${p.address}`;
-        else {
-          const hop = route.gateway ?? canonicalAddress(p.address);
-          const state = neigh.get(`${route.oif ?? 0}|${hop}`);
-          if (state !== undefined && (state & (NUD_FAILED | NUD_INCOMPLETE)) !== 0)
-            why = `the underlay next hop ${hop} does not answer`;
-        }
-      }
-      out.push({
-        name: o.name,
-        reachable: why === undefined,
-        offloaded: false,
-        txPackets: 0,
-        rxPackets: 0,
-        lastError: this.errors.get(o.name) ?? why ?? '',
-      });
-    }
-    return out;
+  /** One PeerState per FabricPeer (see NetnsPeerView). */
+  peerStates(table: FabricTable, fresh: boolean): Promise<PeerState[]> {
+    return this.peers.peerStates(table, this.errors, fresh);
   }
 }

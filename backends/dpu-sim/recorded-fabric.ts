@@ -1,5 +1,5 @@
 import type { PeerState } from '../../proto/gen/workloadnet/dpu/v1/dpu';
-import type { FabricDataplane, FabricOutcome, Uplink } from './dataplane';
+import type { FabricChange, FabricDataplane, FabricOutcome, Uplink } from './dataplane';
 import type { FabricTable } from './fabric-table';
 import { dependentsOf, wantsOf } from './vxlan-programming';
 
@@ -16,15 +16,17 @@ export class RecordedFabric implements FabricDataplane {
     return { addresses: [this.vtepAddress], mtu: 1500 };
   }
 
-  async apply(table: FabricTable, name: string, kind: string | undefined): Promise<FabricOutcome> {
-    let outcome: FabricOutcome = { code: 'ok', message: '' };
-    for (const n of [name, ...dependentsOf(table, name, kind)]) {
-      const w = wantsOf(table, n);
-      if (w.blocked === undefined || !table.get(n)) this.blocked.delete(n);
-      else this.blocked.set(n, w.blocked);
-      if (n === name && w.conflict) outcome = { code: 'invalid', message: w.blocked ?? '' };
-    }
-    return outcome;
+  async apply(table: FabricTable, changes: readonly FabricChange[]): Promise<FabricOutcome[]> {
+    return changes.map(({ name, kind }) => {
+      let outcome: FabricOutcome = { code: 'ok', message: '' };
+      for (const n of [name, ...dependentsOf(table, name, kind)]) {
+        const w = wantsOf(table, n);
+        if (w.blocked === undefined || !table.get(n)) this.blocked.delete(n);
+        else this.blocked.set(n, w.blocked);
+        if (n === name && w.conflict) outcome = { code: 'invalid', message: w.blocked ?? '' };
+      }
+      return outcome;
+    });
   }
 
   async prune(): Promise<void> {}

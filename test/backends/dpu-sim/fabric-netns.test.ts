@@ -278,4 +278,81 @@ describeRoot('DPU simulator: the fabric over VXLAN in netns mode (needs root)', 
     expect(ip('-n', da.node.ns, 'route', 'show', '10.244.9.0/24')).to.include('proto static');
     expect(await ping(da.pod, nl.podIp), 'nl still reached').to.equal(true);
   });
+  it('converges a burst of objects together: an object whose request fails is acked with its own error, every other one OK and in the kernel', async () => {
+    const [, db] = dpus as [Dpu, Dpu];
+    // A foreign route where one of the burst's routes must go: our exclusive create fails (EEXIST),
+    // in the middle of a batch of some hundred other requests.
+    const taken = '10.245.200.0/24';
+    ip('-n', db.node.ns, 'route', 'add', 'blackhole', taken, 'metric', '1024', 'proto', 'static');
+    const g = (): number => db.daemon.nextGeneration();
+    const count = 60;
+    const peers = Array.from({ length: count }, (_, i) => ({ name: `bt${i}`, address: `10.100.9.${i + 1}` }));
+    const objects: FabricObject[] = peers.flatMap((p, i) => [
+      peer(g(), p.name, p.address),
+      route(g(), `10.245.${i}.0/24`, `peer/${p.name}`),
+    ]);
+    const bad = route(g(), taken, 'peer/bt0');
+    objects.splice(count, 0, bad);
+    for (const o of objects) db.daemon.upsert(db.session, o);
+    const acks = await db.daemon.allAcked(db.session, objects, 60_000);
+
+    const failed = acks.filter((a) => a.code !== AckCode.ACK_CODE_OK);
+    expect(failed.map((a) => a.name)).to.deep.equal([bad.name]);
+    expect(failed[0]!.code).to.equal(AckCode.ACK_CODE_INTERNAL);
+    expect(failed[0]!.retryable).to.equal(true);
+    expect(failed[0]!.message).to.match(
+      new RegExp(
+        `route ${taken.replace(/\./g, '\\.')} via 10\\.245\\.200\\.0 metric 1024: .*EEXIST.*a route that is not ours holds it; left alone`,
+      ),
+    );
+    // It shared a batch with others: the simulator logs each batch and the objects of it that failed.
+    const batches = db.sim.stderr
+      .split('\n')
+      .filter((l) => l.includes('"msg":"fabric objects applied"'))
+      .map((l) => JSON.parse(l) as { objects: number; notOk?: string[] });
+    const withBad = batches.find((b) => b.notOk?.includes(bad.name));
+    expect(withBad, 'a batch holding the failing route').to.not.equal(undefined);
+    expect(withBad!.objects, 'objects converged with the failing route').to.be.greaterThan(1);
+    expect(withBad!.notOk).to.deep.equal([bad.name]);
+
+    const k = await kernelState(db.node.ns);
+    for (const [i, p] of peers.entries()) {
+      expect(k.fdb, p.name).to.include(`${vtepMac(p.address)} dst ${p.address} self permanent`);
+      expect(k.neigh, p.name).to.include(`10.245.${i}.0 lladdr ${vtepMac(p.address)} PERMANENT`);
+      expect(k.routes, p.name).to.include(
+        `10.245.${i}.0/24 via 10.245.${i}.0 dev wn-vxlan metric 1024 onlink mtu 1450`,
+      );
+    }
+    expect(k.routes.join('\n')).to.not.include(taken);
+    expect(ip('-n', db.node.ns, 'route', 'show', taken))
+      .to.include('blackhole')
+      .and.include('proto static');
+
+    // PeerStatus after the burst, from what was programmed: the new peers are reachable.
+    const latest = (name: string) => db.session.peerStatus.at(-1)?.peers.find((p) => p.name === name);
+    await waitUntil(
+      () => peers.every((p) => latest(`peer/${p.name}`)?.reachable === true),
+      "the burst's peers reported reachable",
+    );
+    // An FDB entry that goes behind our back shows by the next heartbeat's read of the kernel.
+    const gone = peers[7]!;
+    execFileSync('bridge', [
+      '-n',
+      db.node.ns,
+      'fdb',
+      'del',
+      vtepMac(gone.address),
+      'dev',
+      'wn-vxlan',
+      'dst',
+      gone.address,
+    ]);
+    await waitUntil(
+      () => latest(`peer/${gone.name}`)?.reachable === false,
+      `peer/${gone.name} reported unreachable once its FDB entry is gone`,
+      15_000,
+    );
+    expect(latest(`peer/${gone.name}`)!.lastError).to.match(/its FDB entry .* is not on wn-vxlan/);
+    expect(latest(`peer/${peers[8]!.name}`)?.reachable).to.equal(true);
+  });
 });

@@ -215,4 +215,18 @@ describe('DPU simulator: fabric objects (protocol version 3)', function () {
     expect(s.hello.capabilities?.features).to.not.include('fabric-vxlan');
     expect(s.hello.uplinkAddresses).to.deep.equal([]);
   });
+  it('counts each object of a burst as one change for the faults: --crash-after cuts the batch after the Nth object and acks exactly N', async () => {
+    sim = start(['--vtep-address', '10.100.1.7', '--crash-after', '5']);
+    const s = await daemon.session();
+    const g = (): number => daemon.nextGeneration();
+    const objects = table(g);
+    for (let i = 0; i < 6; i++) objects.push(peer(g(), `b${i}`, `10.100.3.${i + 1}`));
+    // Twelve Upserts back to back: the simulator takes them together, and still stops after the fifth.
+    for (const o of objects) daemon.upsert(s, o);
+    expect(await sim.exited).to.equal(70);
+    expect(s.acks.map((a) => [a.name, a.code])).to.deep.equal(
+      objects.slice(0, 5).map((o) => [o.name, AckCode.ACK_CODE_OK]),
+    );
+    expect(held(sim)).to.deep.equal(expected(objects.slice(0, 5)));
+  });
 });
