@@ -61,6 +61,7 @@ export class DpuFabric implements FabricDataplane {
   private paths: { inputs: unknown[]; value: PeerPath[] } | undefined;
   /** Each peer node's path as last made, and what it was made of (the report makes only moved ones). */
   private readonly pathOf = new Map<string, KeptPath>();
+  private pathBuilds = 0;
   private readonly seen = new WeakMap<
     AgentSyncState,
     { peerStates: AgentSyncState['peerStates']; byNode: Map<string, PeerSeenBy> }
@@ -352,15 +353,16 @@ export class DpuFabric implements FabricDataplane {
     }));
     const sorted = this.sortedPeers(peers);
     const out: PeerPath[] = [];
-    const names = new Set<string>();
+    const stamp = ++this.pathBuilds;
     for (const p of sorted) {
-      names.add(p.node);
       const kept = this.pathOf.get(p.node);
       if (kept && kept.peer === p && sameAgentsWord(kept, agents, p.node)) {
+        kept.built = stamp;
         out.push(kept.path);
         continue;
       }
       const fresh: KeptPath = {
+        built: stamp,
         peer: p,
         prefixes: agents.map((a) => a.index.prefixesOf(p.node)),
         seen: agents.map((a) => a.seen.get(p.node)),
@@ -374,14 +376,16 @@ export class DpuFabric implements FabricDataplane {
       this.pathOf.set(p.node, fresh);
       out.push(fresh.path);
     }
-    if (this.pathOf.size > names.size)
-      for (const node of this.pathOf.keys()) if (!names.has(node)) this.pathOf.delete(node);
+    if (this.pathOf.size > out.length)
+      for (const [node, kept] of this.pathOf) if (kept.built !== stamp) this.pathOf.delete(node);
     return out;
   }
 }
 
 /** A peer node's path as last made, and the agents' word it was made from. */
 interface KeptPath {
+  /** The last build that listed it. */
+  built: number;
   peer: Peer;
   /** Per carrying agent (in order): the prefixes it routes to the node. */
   prefixes: Array<readonly string[] | undefined>;

@@ -20,6 +20,8 @@ interface Kept {
   /** When its record, path or reason last changed (wall clock). */
   since: number;
   row: FabricPeerStatus;
+  /** The last update that listed it. */
+  seen: number;
 }
 
 export interface PeerRowsOptions {
@@ -33,6 +35,7 @@ export class PeerRows {
   private readonly kept = new Map<string, Kept>();
   private list: FabricPeerStatus[] = [];
   private paths = new Map<string, number>();
+  private updates = 0;
 
   constructor(private readonly opts: PeerRowsOptions) {}
 
@@ -43,13 +46,12 @@ export class PeerRows {
     pending: ReadonlyMap<string, Withdrawal>,
   ): readonly FabricPeerStatus[] {
     const wall = Date.now();
-    const paths = pathsOf(reports);
+    const stamp = ++this.updates;
+    const pathOf = pathFinder(reports);
     const rows: FabricPeerStatus[] = [];
-    const names = new Set<string>();
     const counts = new Map<string, number>();
     for (const peer of table) {
-      names.add(peer.node);
-      const path = paths.get(peer.node);
+      const path = pathOf(peer.node);
       const withdrawnSince = pending.get(peer.node)?.since;
       const prev = this.kept.get(peer.node);
       let kept: Kept;
@@ -63,14 +65,16 @@ export class PeerRows {
       else {
         const moved = !prev || !samePeer(prev.peer, peer) || !sameCourse(prev.path, path);
         const since = moved ? wall : prev.since;
-        kept = { peer, path, withdrawnSince, since, row: this.row(peer, path, withdrawnSince, since, wall) };
+        const row = this.row(peer, path, withdrawnSince, since, wall);
+        kept = { peer, path, withdrawnSince, since, row, seen: stamp };
         this.kept.set(peer.node, kept);
       }
+      kept.seen = stamp;
       rows.push(kept.row);
       counts.set(kept.row.path, (counts.get(kept.row.path) ?? 0) + 1);
     }
-    if (this.kept.size > names.size)
-      for (const name of this.kept.keys()) if (!names.has(name)) this.kept.delete(name);
+    if (this.kept.size > rows.length)
+      for (const [name, k] of this.kept) if (k.seen !== stamp) this.kept.delete(name);
     this.list = rows;
     this.paths = counts;
     return rows;
@@ -128,14 +132,24 @@ export class PeerRows {
   }
 }
 
-/** Each peer's path, the first dataplane's that reports it. */
-function pathsOf(reports: readonly FabricReport[]): Map<string, PeerPath> {
-  if (reports.length === 1) {
-    const only = new Map<string, PeerPath>();
-    for (const p of (reports[0] as FabricReport).peers) only.set(p.node, p);
-    return only;
-  }
-  return new Map(reports.flatMap((r) => r.peers).map((p) => [p.node, p]));
+/**
+ * Each peer's path (the last dataplane's that reports it, as before), asked for in the table's order. A single
+ * report listing the peers in that order (the DPU backend's, sorted like the table) is walked along,
+ * no map of 5,000 made per apply; anything else is looked up in one.
+ */
+function pathFinder(reports: readonly FabricReport[]): (node: string) => PeerPath | undefined {
+  const only = reports.length === 1 ? (reports[0] as FabricReport).peers : undefined;
+  let next = 0;
+  let byNode: Map<string, PeerPath> | undefined;
+  return (node) => {
+    const walked = only?.[next];
+    if (walked?.node === node) {
+      next++;
+      return walked;
+    }
+    byNode ??= new Map(reports.flatMap((r) => r.peers).map((p) => [p.node, p]));
+    return byNode.get(node);
+  };
 }
 
 /** Every DPU's word on each peer, across the dataplanes' reports. */

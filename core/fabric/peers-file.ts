@@ -52,18 +52,39 @@ interface ReadEntry {
 export class PeersFileReader {
   /** By the entry's JSON text (as this file writes it). */
   private readonly known = new Map<string, ReadEntry>();
+  /**
+   * Which node each prefix was listed for, and by which read: kept and changed in place, since a new
+   * map of every prefix per read was, at 5,000 peers, garbage that outlived the read.
+   */
+  private readonly owners = new Map<string, { node: string; seen: number }>();
   private reads = 0;
 
   /** The peers the bytes list; throws, naming the field, when they are wrong anywhere. */
   read(bytes: Buffer, file: string): { peers: Map<string, Peer>; rejected: PeersFileRejection[] } {
     const fail = (msg: string): WorkloadNetError => invalidArgument(`peers file ${file}: ${msg}`);
+    const ranges = scanPeersList(bytes);
+    if (ranges)
+      try {
+        return this.readList(ranges.length / 2, (i) => this.scanned(bytes, ranges, i), file, fail);
+      } catch (err) {
+        if (!(err instanceof NotJson)) throw err;
+      }
+    const list = wholeList(bytes, fail);
+    return this.readList(list.length, (i) => list[i] as ListEntry, file, fail);
+  }
+
+  private readList(
+    count: number,
+    entryAt: (i: number) => ListEntry,
+    file: string,
+    fail: (m: string) => WorkloadNetError,
+  ): { peers: Map<string, Peer>; rejected: PeersFileRejection[] } {
     const stamp = ++this.reads;
-    const list = this.listOf(bytes, fail);
     const peers = new Map<string, Peer>();
-    const owners = new Map<string, string>();
     const rejected: PeersFileRejection[] = [];
-    for (let i = 0; i < list.length; i++) {
-      const { key, entry } = list[i] as ListEntry;
+    let prefixes = 0;
+    for (let i = 0; i < count; i++) {
+      const { key, entry } = entryAt(i);
       const at = (): string => `peers[${i}]`;
       let read = this.known.get(key);
       if (!read) {
@@ -77,52 +98,53 @@ export class PeersFileReader {
       if (peers.has(peer.node)) throw fail(`${at()}.node: "${peer.node}" is listed twice`);
       // Two nodes claiming one prefix would send its traffic to whichever was programmed last.
       for (const p of peer.prefixes) {
-        const other = owners.get(p);
-        if (other !== undefined) throw fail(`${at()}.prefixes: ${p} is also listed for node "${other}"`);
-        owners.set(p, peer.node);
+        const owner = this.owners.get(p);
+        if (owner?.seen === stamp)
+          throw fail(`${at()}.prefixes: ${p} is also listed for node "${owner.node}"`);
+        if (owner) {
+          owner.node = peer.node;
+          owner.seen = stamp;
+        } else this.owners.set(p, { node: peer.node, seen: stamp });
+        prefixes++;
       }
       peers.set(peer.node, peer);
     }
     for (const [key, read] of this.known) if (read.seen !== stamp) this.known.delete(key);
+    if (this.owners.size > 2 * prefixes)
+      for (const [p, owner] of this.owners) if (owner.seen !== stamp) this.owners.delete(p);
     return { peers, rejected };
   }
 
-  /**
-   * The list's entries: found by a scan (peers-list-scan.ts), and parsed one by one only when their
-   * text is new; or, when the file is not of its plain shape or an entry is not JSON, from the file
-   * parsed whole, which names what is wrong.
-   */
-  private listOf(bytes: Buffer, fail: (m: string) => WorkloadNetError): ListEntry[] {
-    const scanned = scanPeersList(bytes);
-    if (scanned) {
-      const out: ListEntry[] = [];
-      let whole = false;
-      for (const [start, end] of scanned) {
-        const key = bytes.toString('utf8', start, end);
-        if (this.known.has(key)) {
-          out.push({ key });
-          continue;
-        }
-        try {
-          out.push({ key, entry: JSON.parse(key) });
-        } catch {
-          whole = true;
-          break;
-        }
-      }
-      if (!whole) return out;
-    }
-    let doc: unknown;
+  /** Entry `i` of a scanned list: its text, parsed only when new; NotJson when it does not parse. */
+  private scanned(bytes: Buffer, ranges: readonly number[], i: number): ListEntry {
+    const key = bytes.toString('utf8', ranges[2 * i], ranges[2 * i + 1]);
+    if (this.known.has(key)) return { key };
     try {
-      doc = JSON.parse(bytes.toString('utf8'));
-    } catch (err) {
-      throw fail(`not valid JSON: ${(err as Error).message}`);
+      return { key, entry: JSON.parse(key) as unknown };
+    } catch {
+      throw new NotJson();
     }
-    if (!isObject(doc) || !Array.isArray(doc.peers))
-      throw fail('must hold a JSON object with a "peers" list: {"peers":[{"node":…}]}');
-    for (const k of Object.keys(doc)) if (k !== 'peers') throw fail(`unknown key "${k}" (known: peers)`);
-    return (doc.peers as unknown[]).map((entry) => ({ key: JSON.stringify(entry), entry }));
   }
+}
+
+/** An entry a scan found is not JSON: the file is parsed whole, which says where. */
+class NotJson extends Error {}
+
+/**
+ * The list's entries from the file parsed whole (not of its plain shape, or an entry not JSON): it
+ * names what is wrong.
+ */
+function wholeList(bytes: Buffer, fail: (m: string) => WorkloadNetError): ListEntry[] {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(bytes.toString('utf8'));
+  } catch (err) {
+    throw fail(`not valid JSON: ${(err as Error).message}`);
+  }
+  if (!isObject(doc) || !Array.isArray(doc.peers))
+    throw fail('must hold a JSON object with a "peers" list: {"peers":[{"node":…}]}');
+  for (const k of Object.keys(doc)) if (k !== 'peers') throw fail(`unknown key "${k}" (known: peers)`);
+  return (doc.peers as unknown[]).map((entry) => ({ key: JSON.stringify(entry), entry }));
 }
 
 interface ListEntry {

@@ -22,8 +22,11 @@ const COMMA = 0x2c;
 const COLON = 0x3a;
 const PEERS_KEY = Buffer.from('"peers"');
 
-/** Start and end (exclusive) of each entry of the list, in order; undefined when not of the file's shape. */
-export function scanPeersList(bytes: Uint8Array): Array<[number, number]> | undefined {
+/**
+ * Start and end (exclusive) of each entry of the list, in order, one after the other in one array (no
+ * pair per entry); undefined when not of the file's shape.
+ */
+export function scanPeersList(bytes: Uint8Array): number[] | undefined {
   const n = bytes.length;
   let i = skip(bytes, 0);
   if (bytes[i] !== OPEN_OBJECT) return undefined;
@@ -34,14 +37,14 @@ export function scanPeersList(bytes: Uint8Array): Array<[number, number]> | unde
   i = skip(bytes, i + 1);
   if (bytes[i] !== OPEN_LIST) return undefined;
   i = skip(bytes, i + 1);
-  const entries: Array<[number, number]> = [];
+  const entries: number[] = [];
   if (bytes[i] === CLOSE_LIST) i++;
   else
     for (;;) {
       if (bytes[i] !== OPEN_OBJECT) return undefined;
       const end = objectEnd(bytes, i);
       if (end === undefined) return undefined;
-      entries.push([i, end]);
+      entries.push(i, end);
       i = skip(bytes, end);
       const c = bytes[i++];
       if (c === CLOSE_LIST) break;

@@ -7,7 +7,11 @@ import { scanPeersList } from '../../../core/fabric/peers-list-scan';
 
 const texts = (s: string): string[] | undefined => {
   const b = Buffer.from(s, 'utf8');
-  return scanPeersList(b)?.map(([start, end]) => b.toString('utf8', start, end));
+  const ranges = scanPeersList(b);
+  if (!ranges) return undefined;
+  const out: string[] = [];
+  for (let i = 0; i < ranges.length; i += 2) out.push(b.toString('utf8', ranges[i], ranges[i + 1]));
+  return out;
 };
 
 describe('peers list scan', () => {

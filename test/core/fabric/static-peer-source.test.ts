@@ -258,6 +258,22 @@ describe('peers file', () => {
     expect(() => reader.read(bytes(twice), '/etc/p.json')).to.throw('peers[1].node: "n2" is listed twice');
   });
 
+  it('lets a prefix move from one node to another between reads, and refuses it on two nodes in one, after a refused read too', () => {
+    const reader = new PeersFileReader();
+    const moved = ['10.244.2.0/24'];
+    reader.read(bytes({ peers: [entry('n2', 2)] }), '/etc/p.json');
+    const b = reader.read(bytes({ peers: [entry('n3', 3, { prefixes: moved })] }), '/etc/p.json');
+    expect(b.peers.get('n3')?.prefixes).to.deep.equal(moved);
+    expect(() =>
+      reader.read(bytes({ peers: [entry('n3', 3, { prefixes: moved }), entry('n2', 2)] }), '/etc/p.json'),
+    ).to.throw('peers[1].prefixes: 10.244.2.0/24 is also listed for node "n3"');
+    // After the refused read: each alone is fine again, and both are refused again.
+    expect(reader.read(bytes({ peers: [entry('n2', 2)] }), '/etc/p.json').peers.size).to.equal(1);
+    expect(() =>
+      reader.read(bytes({ peers: [entry('n2', 2), entry('n3', 3, { prefixes: moved })] }), '/etc/p.json'),
+    ).to.throw('peers[1].prefixes: 10.244.2.0/24 is also listed for node "n2"');
+  });
+
   it('names a dropped endpoint prefix of an entry read before at its new place in the list', () => {
     const withEndpoint = entry('n2', 2, {
       prefixes: ['10.244.2.0/24'],
