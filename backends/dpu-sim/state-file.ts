@@ -141,7 +141,14 @@ export class StateFile {
    * place): the next journal line is what differs. Undefined until this process wrote a full file.
    */
   private base:
-    { id: string; fabric: Map<string, FabricObject>; peerStatus: PeerState[] | undefined } | undefined;
+    | {
+        id: string;
+        fabric: Map<string, FabricObject>;
+        peerStatus: PeerState[] | undefined;
+        /** The last PeerStatus written, as text (unknown right after a full write). */
+        peerStatusText?: string;
+      }
+    | undefined;
   private journalBytes = 0;
 
   /** `writeDelayMs` stands for a slow disk: each write lands that long after it rendered the state. */
@@ -230,12 +237,21 @@ export class StateFile {
       del = [...base.fabric.keys()].filter((n) => !now.has(n));
       for (const n of del) base.fabric.delete(n);
     }
+    // A PeerStatus comes after every change and lists every peer (some 300 KB at 5,000): written only
+    // when it says something new, else the journal grew by that much per change and the full write
+    // it then forced every dozen changes held a change's ack back.
+    let newStatus = false;
+    if (peerStatus && peerStatus !== base.peerStatus) {
+      const text = JSON.stringify(peerStatus);
+      newStatus = text !== base.peerStatusText;
+      base.peerStatusText = text;
+    }
     const line: JournalLine = {
       base: base.id,
       head,
       ...(set.length > 0 ? { set } : {}),
       ...(del.length > 0 ? { del } : {}),
-      ...(peerStatus && peerStatus !== base.peerStatus ? { peerStatus } : {}),
+      ...(newStatus ? { peerStatus } : {}),
     };
     base.peerStatus = peerStatus;
     return `${JSON.stringify(line)}\n`;

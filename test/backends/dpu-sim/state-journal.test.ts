@@ -17,6 +17,7 @@ describe('DPU simulator: state file journal', () => {
   let fabric: Map<string, FabricObject>;
   let epoch: number;
 
+  let peerStatus: SimState['peerStatus'];
   const render = (): SimState => ({
     agentId: 'dpu-j',
     bootId: 'boot-1',
@@ -26,6 +27,7 @@ describe('DPU simulator: state file journal', () => {
     session: { state: 'connected' },
     ports: [],
     fabric: [...fabric.values()].sort((a, b) => (a.name < b.name ? -1 : 1)),
+    ...(peerStatus ? { peerStatus } : {}),
   });
   const names = (s: SimState | undefined): string[] => (s?.fabric ?? []).map((o) => o.name);
 
@@ -33,6 +35,7 @@ describe('DPU simulator: state file journal', () => {
     dir = scratchDir();
     file = path.join(dir, 'sim.json');
     epoch = 1;
+    peerStatus = undefined;
     fabric = new Map(
       [vtep(1, '10.100.1.7'), peer(2, 'n2', '10.100.1.8'), route(3, '10.244.2.0/24', 'peer/n2')].map((o) => [
         o.name,
@@ -77,6 +80,35 @@ describe('DPU simulator: state file journal', () => {
     state.writeNow();
     expect(fs.readFileSync(journalOf(file), 'utf8')).to.equal('');
     expect(names(readStateFile(file))).to.deep.equal(['peer/n3', 'route/10.244.2.0/24', 'vtep']);
+  });
+
+  it('journals a PeerStatus only when it says something new, and reads back the last one said', async () => {
+    const state = new StateFile(file, render);
+    await write(state);
+    const say = (reachable: boolean): SimState['peerStatus'] => [
+      { name: 'peer/n2', reachable, offloaded: false, txPackets: 0, rxPackets: 0, lastError: '' },
+    ];
+    const lines = (): Array<{ peerStatus?: unknown }> =>
+      fs
+        .readFileSync(journalOf(file), 'utf8')
+        .split('\n')
+        .filter((l) => l !== '')
+        .map((l) => JSON.parse(l) as { peerStatus?: unknown });
+    peerStatus = say(true);
+    await write(state);
+    // The agent sends the same word again after each change (a new message, the same content).
+    for (let i = 0; i < 3; i++) {
+      epoch += 1;
+      peerStatus = say(true);
+      await write(state);
+    }
+    expect(lines().map((l) => l.peerStatus !== undefined)).to.deep.equal([true, false, false, false]);
+    peerStatus = say(false);
+    await write(state);
+    expect(lines().at(-1)?.peerStatus).to.deep.equal(say(false));
+    const back = readStateFile(file);
+    expect(back?.peerStatus).to.deep.equal(say(false));
+    expect(back?.epoch).to.equal(epoch);
   });
 
   it('skips lines that follow an older full file, and a line cut short', async () => {
