@@ -178,7 +178,7 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
         ]);
         return [...new Set([...(network?.ranges() ?? []), ...peers])];
       },
-      carriers: () => (fabric().observe().endpoints ?? []).map((e) => e.id),
+      carriers: () => (fabric().observe({ peers: false }).endpoints ?? []).map((e) => e.id),
       intervalMs: HOST_PORT_INTERVAL_MS,
       log: logger.child({ part: 'host-port' }),
     });
