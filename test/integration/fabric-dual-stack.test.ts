@@ -145,13 +145,35 @@ describeEtcdRoot(
       return { nodes, node: (name) => nodes.find((n) => n.name === name) as Node };
     }
 
-    /** A peer's IPv6 block and the VTEP MAC it publishes, as na's daemon shows them. */
-    function peerV6(from: Node, peer: string): { block: string; gateway: string } {
+    /**
+     * A peer's IPv6 block as na's daemon shows it, and the neighbour key of its routes: the IPv6 tunnel
+     * address the peer publishes in its record (an address of its own block, held on its wn-vxlan), or
+     * the block's first address before it has published one (own-keys.ts). The peer reserves it once
+     * its block is claimed and publishes its record again, so the key may move once after start.
+     */
+    function peerV6(from: Node, peer: string, mode: string): { block: string; gateway: () => string } {
       const block = peersOf(path.join(from.dir, 'api.sock'))
         .find((p) => p.node === peer)
         ?.prefixes.find((p) => p.includes(':')) as string;
-      // The neighbour key is the block's first address (fabric-plan.ts).
-      return { block, gateway: block.split('/')[0] as string };
+      const gateway = (): string => {
+        const record = etcd.etcdctl('get', `/dual-${mode}/nodes/${peer}`, '--print-value-only').trim();
+        const published = record
+          ? (JSON.parse(record) as { vtep?: { gateways?: { 6?: string } } }).vtep?.gateways?.[6]
+          : undefined;
+        return published ?? (block.split('/')[0] as string);
+      };
+      return { block, gateway };
+    }
+
+    /** Waits until na's IPv6 routes are `expected()` (keys may move once after start), then asserts it. */
+    async function routesSettle(ns: string, expected: () => string[]): Promise<void> {
+      await waitUntil(
+        async () => JSON.stringify(routes6(ns)) === JSON.stringify(expected().sort()),
+        'IPv6 routes keyed on what the peers publish',
+        30_000,
+        { intervalMs: 200 },
+      );
+      expect(routes6(ns)).to.deep.equal(expected().sort());
     }
 
     /** Every pod pings every pod of another node over IPv6. */
@@ -172,26 +194,22 @@ describeEtcdRoot(
     }
 
     describe('vxlan', () => {
-      const c = cluster('vxlan');
+      const MODE = 'vxlan';
+      const c = cluster(MODE);
 
       it('programs per peer one IPv6 route per remote block, one neighbour per family and one FDB entry, and the IPv6 catch-all', async () => {
         const na = c.node('na');
-        const nb = peerV6(na, 'nb');
-        const nc = peerV6(na, 'nc');
-        await waitUntil(async () => routes6(na.ns).length === 3, 'na routes both IPv6 blocks', 30_000, {
-          intervalMs: 200,
-        });
-        expect(routes6(na.ns)).to.deep.equal(
-          [
-            `${nb.block} via ${nb.gateway} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
-            `${nc.block} via ${nc.gateway} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
-            `unreachable ${CLUSTER6} dev lo metric 4294967295 pref medium`,
-          ].sort(),
-        );
+        const nb = peerV6(na, 'nb', MODE);
+        const nc = peerV6(na, 'nc', MODE);
+        await routesSettle(na.ns, () => [
+          `${nb.block} via ${nb.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
+          `${nc.block} via ${nc.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
+          `unreachable ${CLUSTER6} dev lo metric 4294967295 pref medium`,
+        ]);
         expect(neighbours(na.ns, '-6')).to.deep.equal(
           [
-            `${nb.gateway} lladdr 0e:77:0a:64:01:02 PERMANENT`,
-            `${nc.gateway} lladdr 0e:77:0a:64:02:03 PERMANENT`,
+            `${nb.gateway()} lladdr 0e:77:0a:64:01:02 PERMANENT`,
+            `${nc.gateway()} lladdr 0e:77:0a:64:02:03 PERMANENT`,
           ].sort(),
         );
         expect(neighbours(na.ns, '-4')).to.have.length(2);
@@ -209,22 +227,18 @@ describeEtcdRoot(
     });
 
     describe('hybrid', () => {
-      const c = cluster('hybrid');
+      const MODE = 'hybrid';
+      const c = cluster(MODE);
 
       it('tunnels IPv6 to every peer — the one on the same subnet too, whose IPv4 goes direct', async () => {
         const na = c.node('na');
-        const nb = peerV6(na, 'nb');
-        const nc = peerV6(na, 'nc');
-        await waitUntil(async () => routes6(na.ns).length === 3, 'na routes both IPv6 blocks', 30_000, {
-          intervalMs: 200,
-        });
-        expect(routes6(na.ns)).to.deep.equal(
-          [
-            `${nb.block} via ${nb.gateway} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
-            `${nc.block} via ${nc.gateway} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
-            `unreachable ${CLUSTER6} dev lo metric 4294967295 pref medium`,
-          ].sort(),
-        );
+        const nb = peerV6(na, 'nb', MODE);
+        const nc = peerV6(na, 'nc', MODE);
+        await routesSettle(na.ns, () => [
+          `${nb.block} via ${nb.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
+          `${nc.block} via ${nc.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
+          `unreachable ${CLUSTER6} dev lo metric 4294967295 pref medium`,
+        ]);
         // nb's IPv4 block goes direct: an IPv4 neighbour only for nc; IPv6 neighbours and FDB entries
         // for both.
         expect(neighbours(na.ns, '-6')).to.have.length(2);
@@ -256,7 +270,7 @@ describeEtcdRoot(
 
       it('reports the IPv6 blocks not routed directly; their packets hit the catch-all and fail at once', async () => {
         const na = c.node('na');
-        const nb = peerV6(na, 'nb');
+        const nb = peerV6(na, 'nb', 'routed');
         await waitUntil(
           async () => routes6(na.ns).length === 1 && peersOf(path.join(na.dir, 'api.sock')).length === 2,
           'na programmed its table',
