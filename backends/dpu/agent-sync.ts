@@ -144,10 +144,11 @@ export class AgentSync implements LinkEvents {
   }
 
   /**
-   * Drops a port from desired state (Detach) and has its agent delete it, waiting for the ack from a
-   * healthy agent only. Never fails.
+   * Drops a port from desired state (Detach, or an Attach failing after its agent programmed the port)
+   * and has its agent delete it, waiting for the ack from a healthy agent only, so that the caller
+   * returns once the port's netdevs are gone. Never fails.
    */
-  async remove(key: string, agentId: string): Promise<void> {
+  async remove(key: string, agentId: string, reason = ''): Promise<void> {
     const { desired, link, acks, ackTimeoutMs, log } = this.deps;
     const gen = desired.delete(key);
     this.supersede(key, agentId);
@@ -158,7 +159,7 @@ export class AgentSync implements LinkEvents {
       // A session gone quiet may still be alive, and may already hold its snapshot (with this port):
       // tell it now rather than leave the port there until the next snapshot. Waiting for its ack
       // would only hold Detach for the ack timeout.
-      this.sendDelete(agentId, key, gen, 'detached');
+      this.sendDelete(agentId, key, gen, reason || 'detached');
       log.info(
         { port: key, agentId },
         'port removed while its DPU agent is silent; told it without waiting for the ack',
@@ -167,7 +168,7 @@ export class AgentSync implements LinkEvents {
       const who = `deletion of port ${key} (generation ${gen}) on DPU agent ${s.agentId}`;
       try {
         const acked = acks.wait(key, gen, s.id, ackTimeoutMs, who);
-        this.sendDelete(agentId, key, gen, '');
+        this.sendDelete(agentId, key, gen, reason);
         const ack = await acked;
         if (ack.code !== AckCode.ACK_CODE_OK) throw nackError(ack, who);
       } catch (err) {

@@ -302,7 +302,7 @@ export class DpuBackend implements Backend {
 
     const endpoint = ack.endpoint?.netdev ?? '';
     if (!endpoint && s.hello?.capabilities?.features.includes(FEATURE_HOST_ENDPOINT)) {
-      this.sync.forget(spec.key, s.agentId, 'attach failed: the ack named no host endpoint');
+      await this.sync.remove(spec.key, s.agentId, 'attach failed: the ack named no host endpoint');
       throw internal(
         `${who} was acknowledged without a host endpoint although the agent advertises "${FEATURE_HOST_ENDPOINT}"`,
       );
@@ -316,7 +316,7 @@ export class DpuBackend implements Backend {
           `the DPU agent reported ${endpoint} as the host end of its port, but ${refusal}; refusing to move it into ${spec.netnsPath}`,
         );
         this.log.error({ port: spec.key, endpoint }, failure.message);
-        this.sync.forget(spec.key, s.agentId, `attach failed: ${failure.message}`);
+        await this.sync.remove(spec.key, s.agentId, `attach failed: ${failure.message}`);
         throw failure;
       }
       const placement = placementOf(spec);
@@ -330,7 +330,10 @@ export class DpuBackend implements Backend {
       } catch (err) {
         const failure = asWorkloadNetError(err);
         if (failure instanceof EndpointRefused) this.log.error({ port: spec.key, endpoint }, failure.message);
-        this.sync.forget(spec.key, s.agentId, `attach failed: ${failure.message}`);
+        // The agent programmed the port and answers: the failed Attach returns once its VF is gone,
+        // so that it leaves no interface behind on the node (after a timeout or a refusal to program
+        // there is no answer to count on; the next snapshot settles those).
+        await this.sync.remove(spec.key, s.agentId, `attach failed: ${failure.message}`);
         throw failure;
       }
       this.desired.setPlacement(spec.key, placement, { netdev: endpoint, linkIndex: ifIndex });

@@ -19,6 +19,30 @@ import { waitUntil } from './sim-process';
 
 const LINK_GROUP = 30574;
 
+/**
+ * The refused port's Delete says why, and the Attach fails only once the agent has confirmed it: an
+ * agent that programmed the port answers, and a failed Attach leaves none of its VFs behind.
+ */
+async function refusedOnceDeleted(
+  a: RawAgent,
+  port: Port,
+  result: Promise<unknown>,
+  why: RegExp,
+): Promise<Error> {
+  const del = await a.next((m) => m.delete?.name === port.name, 'the Delete of the refused port');
+  expect(del.delete?.reason).to.match(why);
+  const early = await Promise.race([
+    result.then(
+      () => 'resolved',
+      () => 'failed',
+    ),
+    new Promise<string>((r) => setTimeout(() => r('pending'), 150)),
+  ]);
+  expect(early, 'the Attach waits for the agent to confirm the deletion').to.equal('pending');
+  a.send(okAck(port.name, del.delete!.generation));
+  return expectCode(result, 'FAILED_PRECONDITION');
+}
+
 interface IpLink {
   ifname: string;
   flags: string[];
@@ -95,13 +119,11 @@ describeRoot('DPU backend: a rogue agent cannot take host interfaces (root)', fu
 
   async function expectRefused(endpoint: string, why: RegExp, name = (_: Port) => endpoint): Promise<void> {
     const { result, port, before } = await attachAckedAs(name);
-    const err = await expectCode(result, 'FAILED_PRECONDITION');
+    const err = await refusedOnceDeleted(agent, port, result, why);
     expect(err.message).to.match(new RegExp(`reported ${endpoint} as the host end`));
     expect(err.message).to.match(why);
     expect(nodeState(), 'the node namespace is untouched').to.deep.equal(before);
     expect(linkNames(workload.name)).to.deep.equal(['lo']);
-    const del = await agent.next((m) => m.delete?.name === port.name, 'the Delete of the refused port');
-    expect(del.delete?.reason).to.match(why);
   }
 
   function linkNames(ns: string): string[] {
@@ -315,14 +337,10 @@ describeRoot('DPU backend: a version 2 agent hands over only VFs its inventory l
 
   async function expectRefused(agentId: string, netdev: string, why: RegExp, more = {}): Promise<void> {
     const { result, port } = await ackAs(agentId, netdev, more);
-    const err = await expectCode(result, 'FAILED_PRECONDITION');
+    const err = await refusedOnceDeleted(agents.get(agentId)!, port, result, why);
     expect(err.message).to.match(new RegExp(`reported ${netdev} as the host end`));
     expect(err.message).to.match(why);
     expect(ipJson<IpLink[]>(workload.name, ['link', 'show']).map((l) => l.ifname)).to.deep.equal(['lo']);
-    const del = await agents
-      .get(agentId)!
-      .next((m) => m.delete?.name === port.name, 'the Delete of the refused port');
-    expect(del.delete?.reason).to.match(why);
   }
 
   it('refuses a clean netdev that is no VF in its inventory', async () => {
