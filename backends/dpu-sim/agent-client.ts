@@ -280,7 +280,8 @@ export class AgentClient {
           this.sendNow = (m) => void send(m);
           this.setSession({ state: 'connected', sessionId: msg.helloAccept.sessionId });
           this.sendInventory();
-          this.fabricAgent.started(this.versionValue, (m) => void send(m));
+          const daemonFeatures = msg.helloAccept.capabilities?.features;
+          this.fabricAgent.started(this.versionValue, (m) => void send(m), daemonFeatures);
           let seq = 0;
           let lastTick = performance.now();
           heartbeat = setInterval(() => {

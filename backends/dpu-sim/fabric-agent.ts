@@ -10,6 +10,7 @@ import {
 import type { FabricChange, FabricDataplane, Uplink } from './dataplane';
 import { kindOf, type FabricTable } from './fabric-table';
 import { validateFabricObject } from './fabric-validation';
+import { PeerStatusDeltas } from './peer-status-deltas';
 
 // The agent's fabric half (protocol version 3): it applies FabricObjects to the table and the
 // dataplane, answers each with an ack of kind FABRIC, applies a snapshot's fabric part, and reports the
@@ -20,6 +21,8 @@ import { validateFabricObject } from './fabric-validation';
 export const FABRIC_PROTOCOL_VERSION = 3;
 /** The feature of an agent that programs the fabric's objects. */
 export const FABRIC_FEATURE = 'fabric-vxlan';
+/** The daemon's feature that takes a PeerStatus of what changed only. */
+export const PEER_STATUS_DELTA_FEATURE = 'peer-status-delta';
 /** A burst of fabric changes is followed by one PeerStatus, this long after the last… */
 const PEER_STATUS_COALESCE_MS = 100;
 /** …or this long after the first, so that a steady stream of changes (a snapshot) still reports. */
@@ -69,10 +72,15 @@ export class FabricAgent {
     return this.uplinkValue;
   }
 
-  /** A session was accepted at `version`; PeerStatus goes out through `send`. */
-  started(version: number, send: (m: AgentMessage) => void): void {
+  /**
+   * A session was accepted at `version` by a daemon doing `daemonFeatures`; PeerStatus goes out
+   * through `send`.
+   */
+  started(version: number, send: (m: AgentMessage) => void, daemonFeatures: readonly string[] = []): void {
     this.version = version;
     this.send = send;
+    this.deltas.reset();
+    this.sendDeltas = daemonFeatures.includes(PEER_STATUS_DELTA_FEATURE);
     if (this.o.table.hasPeers()) this.peerStatusChanged();
   }
 
@@ -101,6 +109,9 @@ export class FabricAgent {
   private peerStatusFresh = false;
   private lastPeerStatus: PeerState[] | undefined;
   private peerStatusesSent = 0;
+  private readonly deltas = new PeerStatusDeltas();
+  /** The daemon of this session takes deltas. */
+  private sendDeltas = false;
 
   get peerStatusInfo(): { sent: number; last: PeerState[] | undefined } {
     return { sent: this.peerStatusesSent, last: this.lastPeerStatus };
@@ -123,7 +134,7 @@ export class FabricAgent {
     try {
       const peers = await fabric.peerStates(this.o.table, fresh);
       if (!this.send) return;
-      this.send({ peerStatus: { peers } });
+      this.send({ peerStatus: this.deltas.next(peers, this.sendDeltas) });
       this.lastPeerStatus = peers;
       this.peerStatusesSent += 1;
       this.o.changed();

@@ -1,7 +1,8 @@
-import type { PeerState } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { AgentInventory } from './agent-inventory';
 import type { FabricCarriage } from './fabric-carriage';
 import { FabricDesired } from './fabric-desired';
+import { peerNodeOf } from './fabric-plan';
+import { PeerStateBook } from './peer-state-book';
 import type { SnapshotSync } from './snapshot-sync';
 
 // What the backend tracks of its exchange with one agent (by agent id, across its sessions): the
@@ -29,8 +30,8 @@ export class AgentSyncState {
   readonly fabric = new FabricDesired();
   /** Fabric Deletes sent and not yet acked: name → generation of the Delete. */
   readonly fabricTombstones = new Map<string, number>();
-  /** Its latest PeerStatus (each replaces the previous whole); empty until it sends one. */
-  peerStates: PeerState[] = [];
+  /** Its word on its peers, from its PeerStatus messages this session; empty until it sends one. */
+  readonly peers = new PeerStateBook(peerNodeOf);
 
   constructor(readonly agentId: string) {}
 }

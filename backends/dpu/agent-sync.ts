@@ -210,7 +210,7 @@ export class AgentSync implements LinkEvents {
     st.version = s.version;
     // A new session reports its inventory and its peers afresh; a version 1 agent has none.
     st.inventory = undefined;
-    st.peerStates = [];
+    st.peers.clear();
     st.fabric.clearAcks();
     st.carriage = fabricCarriage(s.version, s.hello);
     this.deps.established?.(s);
@@ -357,7 +357,7 @@ export class AgentSync implements LinkEvents {
         );
       return;
     }
-    st.peerStates = ps.peers;
+    st.peers.apply(ps);
   }
 
   // ---- the fabric ----------------------------------------------------------------------------

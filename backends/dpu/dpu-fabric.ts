@@ -12,13 +12,14 @@ import type {
 import type { Peer, TunnelEndpoint } from '../../core/fabric/peer-source';
 import type { Logger } from '../../core/logger';
 import { vtepMac } from '../../lib/vtep-mac';
+import type { PeerState } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { AgentFabricIndex } from './agent-fabric-index';
 import type { AgentLink } from './agent-link';
 import type { AgentSession } from './agent-session';
 import type { AgentSync } from './agent-sync';
 import type { AgentSyncState } from './agent-sync-state';
 import { DEFAULT_UPLINK_MTU, fabricCarriage } from './fabric-carriage';
-import { peerNodeOf, type FabricAgent } from './fabric-plan';
+import type { FabricAgent } from './fabric-plan';
 import { FabricPlanner } from './fabric-planner';
 
 // The DPU backend's part of the fabric: the node's DPUs carry its overlay, not the host. Each agent
@@ -64,7 +65,7 @@ export class DpuFabric implements FabricDataplane {
   private pathBuilds = 0;
   private readonly seen = new WeakMap<
     AgentSyncState,
-    { peerStates: AgentSyncState['peerStates']; byNode: Map<string, PeerSeenBy> }
+    { revision: number; byNode: Map<string, PeerSeenBy> }
   >();
   private sorted: { peers: readonly Peer[]; value: readonly Peer[] } | undefined;
   private readonly peerCounts = new Map<string, { inputs: unknown[]; total: number; reachable: number }>();
@@ -278,27 +279,34 @@ export class DpuFabric implements FabricDataplane {
   /** An agent's FabricPeers, and how many of them its last PeerStatus says are reachable. */
   private peerCountsOf(st: AgentSyncState): { total: number; reachable: number } {
     const index = st.fabric.index;
-    const inputs = [index, st.fabric.revision, st.peerStates];
+    const inputs = [index, st.fabric.revision, st.peers, st.peers.revision];
     const kept = this.peerCounts.get(st.agentId);
     if (kept && sameInputs(kept.inputs, inputs)) return kept;
-    const reachable = st.peerStates.filter((p) => p.reachable && index.hasPeer(p.name)).length;
+    let reachable = 0;
+    for (const p of st.peers.values()) if (p.reachable && index.hasPeer(p.name)) reachable++;
     const counts = { inputs, total: index.peerCount, reachable };
     this.peerCounts.set(st.agentId, counts);
     return counts;
   }
 
-  /** The agent's last PeerStatus per peer node, made again when a new one came. */
+  /**
+   * The agent's word per peer node, made again only for the nodes its PeerStatus messages moved since
+   * the last time. A node the agent says the same of keeps its object: its path is then not made again.
+   */
   private seenOf(st: AgentSyncState): Map<string, PeerSeenBy> {
+    const book = st.peers;
     const kept = this.seen.get(st);
-    if (kept && kept.peerStates === st.peerStates) return kept.byNode;
-    const byNode = seenByOf(st);
-    // A node the agent says the same of keeps its object: its path is then not made again.
-    if (kept)
-      for (const [node, by] of byNode) {
-        const was = kept.byNode.get(node);
-        if (was && sameSeenBy(was, by)) byNode.set(node, was);
-      }
-    this.seen.set(st, { peerStates: st.peerStates, byNode });
+    if (kept?.revision === book.revision) return kept.byNode;
+    const moved = kept && book.movedSince(kept.revision);
+    const byNode = kept && moved ? kept.byNode : new Map<string, PeerSeenBy>();
+    for (const node of moved ?? book.nodes()) {
+      const states = book.statesOf(node);
+      const by = states && seenByNode(st.agentId, states.values());
+      const was = kept?.byNode.get(node);
+      if (!by) byNode.delete(node);
+      else byNode.set(node, was && sameSeenBy(was, by) ? was : by);
+    }
+    this.seen.set(st, { revision: book.revision, byNode });
     return byNode;
   }
 
@@ -339,7 +347,7 @@ export class DpuFabric implements FabricDataplane {
     if (!this.peers) return [];
     const inputs: unknown[] = [this.peers];
     for (const st of this.carryingStates())
-      inputs.push(st, st.fabric.revision, st.fabric.size, st.peerStates);
+      inputs.push(st, st.fabric.revision, st.fabric.size, st.peers.revision);
     if (this.paths && sameInputs(this.paths.inputs, inputs)) return this.paths.value;
     const value = this.buildPeerPaths(this.peers);
     this.paths = { inputs, value };
@@ -439,25 +447,23 @@ function peerPath(
 }
 
 /**
- * One agent's word on each peer node: a node reached through several tunnel endpoints (its VXLAN
+ * One agent's word on one peer node: a node reached through several tunnel endpoints (its VXLAN
  * device, its DPUs) is reachable and offloaded when every one of them is, its packets summed, its
- * last error the first one said (named by the object).
+ * last error the first one by object name (and named by it).
  */
-function seenByOf(st: AgentSyncState): Map<string, PeerSeenBy> {
-  const out = new Map<string, PeerSeenBy>();
-  for (const p of st.peerStates) {
-    const node = peerNodeOf(p.name);
-    if (node === undefined) continue;
-    const by = out.get(node);
+function seenByNode(agentId: string, states: Iterable<PeerState>): PeerSeenBy | undefined {
+  const sorted = [...states].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  let by: PeerSeenBy | undefined;
+  for (const p of sorted) {
     if (!by) {
-      out.set(node, {
-        endpoint: st.agentId,
+      by = {
+        endpoint: agentId,
         reachable: p.reachable,
         offloaded: p.offloaded,
         txPackets: p.txPackets,
         rxPackets: p.rxPackets,
         lastError: p.lastError ? `${p.name}: ${p.lastError}` : '',
-      });
+      };
       continue;
     }
     by.reachable &&= p.reachable;
@@ -466,7 +472,7 @@ function seenByOf(st: AgentSyncState): Map<string, PeerSeenBy> {
     by.rxPackets += p.rxPackets;
     if (!by.lastError && p.lastError) by.lastError = `${p.name}: ${p.lastError}`;
   }
-  return out;
+  return by;
 }
 
 function sameSeenBy(a: PeerSeenBy, b: PeerSeenBy): boolean {

@@ -11,7 +11,14 @@ export const PROTOCOL_VERSION = 3;
 /** The oldest it still speaks. */
 export const MIN_PROTOCOL_VERSION = 1;
 /** What the daemon tells agents it does (HelloAccept.capabilities.features). */
-export const DAEMON_FEATURES = ['inventory', 'qos', 'pf-select', 'keep-unlisted', 'fabric'];
+export const DAEMON_FEATURES = [
+  'inventory',
+  'qos',
+  'pf-select',
+  'keep-unlisted',
+  'fabric',
+  'peer-status-delta',
+];
 const MAX_ID_LENGTH = 253;
 const ID_PATTERN = /^[\x21-\x7e]+$/;
 

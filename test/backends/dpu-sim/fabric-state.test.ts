@@ -95,6 +95,59 @@ describe('DPU simulator: fabric objects (protocol version 3)', function () {
     await waitUntil(() => (s.peerStatus.at(-1)?.peers.length ?? 0) === 1, 'a PeerStatus without peer/n2');
   });
 
+  it('to a daemon that takes deltas (peer-status-delta) sends its first PeerStatus whole, then only what changed', async () => {
+    await daemon.stop();
+    daemon = await ScriptedDaemon.start(path.join(dir, 'agent-delta.sock'), {
+      features: ['inventory', 'keep-unlisted', 'fabric', 'peer-status-delta'],
+    });
+    sim = start();
+    const s = await daemon.session();
+    const g = (): number => daemon.nextGeneration();
+    const objects = table(g);
+    daemon.snapshot(s, objects);
+    await daemon.allAcked(s, objects);
+    // What the daemon holds: the whole one, with every delta after it applied in turn.
+    const replayed = (): string[] => {
+      const held = new Set<string>();
+      for (const p of s.peerStatus) {
+        if (!p.delta) held.clear();
+        for (const g of p.gone) held.delete(g);
+        for (const x of p.peers) held.add(x.name);
+      }
+      return [...held].sort();
+    };
+    await waitUntil(() => replayed().length === 2, 'both peers reported');
+    expect(s.peerStatus[0]?.delta, 'the first of the session is whole').to.equal(false);
+    expect(replayed()).to.deep.equal(['peer/n2', 'peer/n3']);
+
+    const from = s.peerStatus.length;
+    const n4 = peer(g(), 'n4', '10.100.3.4');
+    daemon.upsert(s, n4);
+    await daemon.ackOf(s, n4.name, n4.generation);
+    daemon.delete(s, 'peer/n2');
+    await waitUntil(
+      () => s.peerStatus.slice(from).some((p) => p.gone.includes('peer/n2')),
+      'a delta dropping peer/n2',
+    );
+    expect(replayed()).to.deep.equal(['peer/n3', 'peer/n4']);
+    const later = s.peerStatus.slice(from);
+    expect(
+      later.every((p) => p.delta),
+      'every later PeerStatus is a delta',
+    ).to.equal(true);
+    // Every delta carries only what moved: peer/n4 once, peer/n3 (unchanged) never.
+    const named = later.flatMap((p) => p.peers.map((x) => x.name));
+    expect(named).to.deep.equal(['peer/n4']);
+    // With nothing changing, the heartbeat still reports (an empty delta).
+    const quiet = s.peerStatus.length;
+    await waitUntil(() => s.peerStatus.length >= quiet + 2, 'two heartbeat reports');
+    expect(s.peerStatus.slice(quiet).map((p) => [p.delta, p.peers.length, p.gone.length])).to.deep.include([
+      true,
+      0,
+      0,
+    ]);
+  });
+
   it('refuses an invalid object with INVALID and a reason, and keeps what it held', async () => {
     sim = start();
     const s = await daemon.session();

@@ -159,6 +159,8 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
         peers: [
           { name: 'peer/n3', reachable: true, offloaded: true, txPackets: 5, rxPackets: 7, lastError: '' },
         ],
+        delta: false,
+        gone: [],
       },
     });
     await waitUntil(() => (b.fabric.report().peers[0]?.seenBy ?? []).length === 1, 'the peer status');
@@ -356,7 +358,7 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
       rxPackets: 2_000_000_000 + i,
       lastError: '',
     }));
-    const status: AgentMessage = { peerStatus: { peers: states } };
+    const status: AgentMessage = { peerStatus: { peers: states, delta: false, gone: [] } };
     const bytes = AgentMessageCodec.encode(AgentMessageCodec.fromPartial(status)).finish().length;
     expect(bytes, 'larger than the old 256 KiB limit').to.be.above(256 * 1024);
     a.send(status);
@@ -387,6 +389,8 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
             lastError: 'x'.repeat(5 * 1024 * 1024),
           },
         ],
+        delta: false,
+        gone: [],
       },
     };
     const bytes = AgentMessageCodec.encode(AgentMessageCodec.fromPartial(huge)).finish().length;
@@ -431,6 +435,8 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
           peers: [
             { name: 'peer/n3', reachable, offloaded: false, txPackets: 0, rxPackets: 0, lastError: '' },
           ],
+          delta: false,
+          gone: [],
         },
       });
     say(true);
@@ -464,5 +470,88 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
     expect(b.fabric.report().peers.map((p) => p.node)).to.deep.equal(['n4']);
     expect(b.fabric.report().objects).to.deep.equal({ routes: 0, neighbours: 0, fdb: 1 });
     expect(await row()).to.deep.equal([2, 3, 0, 1]);
+  });
+
+  it('takes a PeerStatus of what changed only (peer-status-delta) on top of the last, and a new session starts with none', async () => {
+    const b = backend!;
+    await b.fabric.prepare(SETTINGS);
+    const a = connect(v3Hello('dpu-a'));
+    const accept = await a.next((m) => !!m.helloAccept, 'the accept');
+    expect(accept.helloAccept?.capabilities?.features).to.include('peer-status-delta');
+    await snapshot(a);
+    await b.fabric.apply([n3, n4], own({}));
+    const state = (name: string, reachable: boolean, txPackets = 0, lastError = ''): PeerState => ({
+      name,
+      reachable,
+      offloaded: false,
+      txPackets,
+      rxPackets: 0,
+      lastError,
+    });
+    const seen = (): Array<[string, boolean | undefined, number | undefined, string | undefined]> =>
+      b.fabric
+        .report()
+        .peers.map((p) => [
+          p.node,
+          p.seenBy?.[0]?.reachable,
+          p.seenBy?.[0]?.txPackets,
+          p.seenBy?.[0]?.lastError,
+        ]);
+    const reachableCount = async (): Promise<number | undefined> =>
+      (await b.health()).dpus?.find((d) => d.id === 'dpu-a')?.fabric?.peersReachable;
+
+    a.send({
+      peerStatus: { peers: [state('peer/n3', true, 5), state('peer/n4', true, 7)], delta: false, gone: [] },
+    });
+    await waitUntil(() => seen()[1]?.[1] === true, 'the whole PeerStatus');
+    expect(seen()).to.deep.equal([
+      ['n3', true, 5, ''],
+      ['n4', true, 7, ''],
+    ]);
+    const n3Path = b.fabric.report().peers[0];
+
+    // A delta naming n4 only: n3 stays as the whole one said, and keeps its path object.
+    a.send({ peerStatus: { peers: [state('peer/n4', false, 9, 'no answer')], delta: true, gone: [] } });
+    await waitUntil(() => seen()[1]?.[1] === false, 'the delta');
+    expect(seen()).to.deep.equal([
+      ['n3', true, 5, ''],
+      ['n4', false, 9, 'peer/n4: no answer'],
+    ]);
+    expect(b.fabric.report().peers[0]).to.equal(n3Path);
+    expect(await reachableCount()).to.equal(1);
+
+    // A second endpoint of n4 joins its word; `gone` drops it again.
+    a.send({
+      peerStatus: { peers: [state('peer/n4/x', true, 1), state('peer/n4', true, 9)], delta: true, gone: [] },
+    });
+    await waitUntil(() => seen()[1]?.[2] === 10, 'both endpoints of n4 summed');
+    expect(seen()[1]).to.deep.equal(['n4', true, 10, '']);
+    a.send({ peerStatus: { peers: [], delta: true, gone: ['peer/n4/x', 'peer/never-held'] } });
+    await waitUntil(() => seen()[1]?.[2] === 9, 'the gone endpoint dropped');
+    expect(seen()).to.deep.equal([
+      ['n3', true, 5, ''],
+      ['n4', true, 9, ''],
+    ]);
+    expect(await reachableCount()).to.equal(2);
+
+    // A whole PeerStatus again replaces everything: n3 is no longer reported.
+    a.send({ peerStatus: { peers: [state('peer/n4', true, 11)], delta: false, gone: [] } });
+    await waitUntil(() => seen()[0]?.[1] === undefined, 'n3 no longer reported');
+    expect(seen()).to.deep.equal([
+      ['n3', undefined, undefined, undefined],
+      ['n4', true, 11, ''],
+    ]);
+
+    // A new session starts with nothing: its first delta stands on an empty book.
+    a.close();
+    const again = connect(v3Hello('dpu-a'));
+    await snapshot(again);
+    await waitUntil(() => seen()[1]?.[1] === undefined, "the old session's word forgotten");
+    again.send({ peerStatus: { peers: [state('peer/n3', false)], delta: true, gone: [] } });
+    await waitUntil(() => seen()[0]?.[1] === false, "the new session's delta");
+    expect(seen()).to.deep.equal([
+      ['n3', false, 0, ''],
+      ['n4', undefined, undefined, undefined],
+    ]);
   });
 });

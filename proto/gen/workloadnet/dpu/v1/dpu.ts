@@ -574,10 +574,15 @@ export interface Heartbeat {
 
 /**
  * Version 3: every Peer the agent holds, as it sees it now. Each PeerStatus replaces the previous
- * one whole.
+ * one whole, unless `delta` is set, which an agent may do only when the daemon lists the feature
+ * "peer-status-delta" in HelloAccept: then `peers` are only those whose state changed since the
+ * previous PeerStatus of the session, and `gone` names those it no longer reports. The first
+ * PeerStatus of a session is always whole.
  */
 export interface PeerStatus {
   peers: PeerState[];
+  delta: boolean;
+  gone: string[];
 }
 
 export interface PeerState {
@@ -2303,13 +2308,19 @@ export const Heartbeat: MessageFns<Heartbeat> = {
 };
 
 function createBasePeerStatus(): PeerStatus {
-  return { peers: [] };
+  return { peers: [], delta: false, gone: [] };
 }
 
 export const PeerStatus: MessageFns<PeerStatus> = {
   encode(message: PeerStatus, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     for (const v of message.peers) {
       PeerState.encode(v!, writer.uint32(10).fork()).join();
+    }
+    if (message.delta !== false) {
+      writer.uint32(16).bool(message.delta);
+    }
+    for (const v of message.gone) {
+      writer.uint32(26).string(v!);
     }
     return writer;
   },
@@ -2335,6 +2346,22 @@ export const PeerStatus: MessageFns<PeerStatus> = {
             message.peers.push(PeerState.decode(reader, reader.uint32()));
             continue;
           }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.delta = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.gone.push(reader.string());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2352,6 +2379,8 @@ export const PeerStatus: MessageFns<PeerStatus> = {
       peers: globalThis.Array.isArray(object?.peers)
         ? object.peers.map((e: any) => PeerState.fromJSON(e))
         : [],
+      delta: isSet(object.delta) ? globalThis.Boolean(object.delta) : false,
+      gone: globalThis.Array.isArray(object?.gone) ? object.gone.map((e: any) => globalThis.String(e)) : [],
     };
   },
 
@@ -2359,6 +2388,12 @@ export const PeerStatus: MessageFns<PeerStatus> = {
     const obj: any = {};
     if (message.peers?.length) {
       obj.peers = message.peers.map((e) => PeerState.toJSON(e));
+    }
+    if (message.delta !== false) {
+      obj.delta = message.delta;
+    }
+    if (message.gone?.length) {
+      obj.gone = message.gone;
     }
     return obj;
   },
@@ -2369,6 +2404,8 @@ export const PeerStatus: MessageFns<PeerStatus> = {
   fromPartial<I extends Exact<DeepPartial<PeerStatus>, I>>(object: I): PeerStatus {
     const message = createBasePeerStatus();
     message.peers = object.peers?.map((e) => PeerState.fromPartial(e)) || [];
+    message.delta = object.delta ?? false;
+    message.gone = object.gone?.map((e) => e) || [];
     return message;
   },
 };
