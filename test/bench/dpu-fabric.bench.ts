@@ -54,6 +54,17 @@ async function dpuRow(d: DaemonProcess): Promise<{ row: DpuStatus | undefined; c
   return { row: st.dpus.find((x) => x.id === AGENT), callMs: since(t) };
 }
 
+/** The host port's state and how many ranges it routes, once attached (or as it is after 20 s). */
+async function hostPortOf(d: DaemonProcess): Promise<{ state: string; routes: number }> {
+  const until = Date.now() + 20_000;
+  for (;;) {
+    const hp = (await d.client.status({ omitFabricPeers: true })).fabric?.hostPort;
+    const state = hp?.state ?? '';
+    if (state === 'attached' || Date.now() > until) return { state, routes: hp?.routes.length ?? 0 };
+    await new Promise((r) => setTimeout(r, 200));
+  }
+}
+
 /**
  * Polls Status (`pauseMs` between calls) until `done` holds for the agent's row; the time from `t0` to
  * the end of the call that saw it, and the calls' durations. Each call still costs the daemon some
@@ -274,6 +285,14 @@ async function measure(
       snapCpu.sim.push(cpuOf(sim.child.pid));
       desired = (await dpuRow(rig.daemon)).row?.fabric?.objectsDesired ?? 0;
       if (r === opts.snapshots - 1) {
+        // The host port takes a route per peer range: at 5,000 peers one write of them all was more
+        // than the kernel takes, and the port never attached.
+        const hostPort = await hostPortOf(rig.daemon);
+        add(
+          `${label}: host port with ${PEERS} peers: routes through it (${hostPort.state || 'absent'})`,
+          hostPort.routes,
+          'routes',
+        );
         // (b) One peer change at a time: the file written (renamed into place) → the simulator holds
         // it → the daemon counts the changed desired set acknowledged.
         const byKind: Record<string, Timings> = { add: timings(), change: timings(), remove: timings() };

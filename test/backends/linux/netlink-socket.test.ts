@@ -92,6 +92,31 @@ describe('netlink socket', function () {
     });
   }
 
+  for (const ackEveryRequest of [false, true]) {
+    it(`settles each of 6,000 requests of one batch (240 KB: more than one write takes) by its own answer, failures anywhere (ackEveryRequest: ${ackEveryRequest})`, async () => {
+      const own = NetlinkSocket.openIn(ns, { ackEveryRequest });
+      try {
+        await own.request(newVethRequest({ name: 'big0', peer: { name: 'big1' } }));
+        const index = (await getLink(own, { name: 'big0' }))!.index;
+        const address = (i: number): string => `10.77.${Math.floor(i / 250)}.${(i % 250) + 1}`;
+        // A request repeating an earlier address fails with EEXIST; every other one succeeds.
+        const repeats = new Set([1, 100, 999, 1500, 1637, 1639, 2999, 4500, 5999]);
+        const reqs = Array.from({ length: 6000 }, (_, i) =>
+          newAddressRequest({ index, address: address(repeats.has(i) ? i - 1 : i), prefixLength: 32 }),
+        );
+        const outcomes = await own.batch(reqs);
+        expect(outcomes.flatMap((o, i) => (o.ok ? [] : [[i, o.error.code]]))).to.deep.equal(
+          [...repeats].map((i) => [i, 'EEXIST']),
+        );
+        const held = await listAddresses(own, { index });
+        expect(held.filter((a) => a.address.startsWith('10.77.'))).to.have.length(6000 - repeats.size);
+        await own.request(delLinkRequest({ name: 'big0' }));
+      } finally {
+        await own.close();
+      }
+    });
+  }
+
   it('surfaces errno and the kernel extended-ack message', async () => {
     await sock.request(setLinkRequest({ name: 'lo' }, { up: true }));
     const lo = await getLink(sock, { name: 'lo' });
