@@ -41,6 +41,15 @@ interface ReadEntry {
   dropped: string[];
   /** The last read that listed it. */
   seen: number;
+  /** Its index in that read's list. */
+  index: number;
+}
+
+/** The last scanned read that was accepted: its bytes, its entries' byte ranges, and their reads. */
+interface LastList {
+  bytes: Buffer;
+  ranges: readonly number[];
+  entries: ReadEntry[];
 }
 
 /**
@@ -58,17 +67,36 @@ export class PeersFileReader {
    */
   private readonly owners = new Map<string, { node: string; seen: number }>();
   private reads = 0;
+  /**
+   * The last accepted list, and where in it the read under way expects its next entry. An entry whose
+   * bytes equal the expected one's is that entry, found without making its text a string: making and
+   * hashing 5,000 strings of some 200 bytes per read was most of a read's time and its garbage.
+   */
+  private last: LastList | undefined;
+  private cursor = 0;
 
   /** The peers the bytes list; throws, naming the field, when they are wrong anywhere. */
   read(bytes: Buffer, file: string): { peers: Map<string, Peer>; rejected: PeersFileRejection[] } {
     const fail = (msg: string): WorkloadNetError => invalidArgument(`peers file ${file}: ${msg}`);
     const ranges = scanPeersList(bytes);
-    if (ranges)
+    if (ranges) {
+      const entries: ReadEntry[] = [];
+      this.cursor = 0;
       try {
-        return this.readList(ranges.length / 2, (i) => this.scanned(bytes, ranges, i), file, fail);
+        const out = this.readList(
+          ranges.length / 2,
+          (i) => this.scanned(bytes, ranges, i),
+          file,
+          fail,
+          entries,
+        );
+        this.last = { bytes, ranges, entries };
+        return out;
       } catch (err) {
         if (!(err instanceof NotJson)) throw err;
       }
+    }
+    this.last = undefined;
     const list = wholeList(bytes, fail);
     return this.readList(list.length, (i) => list[i] as ListEntry, file, fail);
   }
@@ -78,20 +106,23 @@ export class PeersFileReader {
     entryAt: (i: number) => ListEntry,
     file: string,
     fail: (m: string) => WorkloadNetError,
+    entries?: ReadEntry[],
   ): { peers: Map<string, Peer>; rejected: PeersFileRejection[] } {
     const stamp = ++this.reads;
     const peers = new Map<string, Peer>();
     const rejected: PeersFileRejection[] = [];
     let prefixes = 0;
     for (let i = 0; i < count; i++) {
-      const { key, entry } = entryAt(i);
+      const { key, entry, read: same } = entryAt(i);
       const at = (): string => `peers[${i}]`;
-      let read = this.known.get(key);
+      let read = same ?? this.known.get(key);
       if (!read) {
-        read = { ...entryOf(entry, at(), fail), seen: stamp };
+        read = { ...entryOf(entry, at(), fail), seen: stamp, index: i };
         this.known.set(key, read);
       }
       read.seen = stamp;
+      read.index = i;
+      entries?.push(read);
       const { peer } = read;
       for (const r of read.dropped)
         rejected.push({ node: peer.node, why: `peers file ${file}: ${at()}: ${r}` });
@@ -115,10 +146,31 @@ export class PeersFileReader {
     return { peers, rejected };
   }
 
-  /** Entry `i` of a scanned list: its text, parsed only when new; NotJson when it does not parse. */
+  /**
+   * Entry `i` of a scanned list: the last list's entry where its bytes are that one's, else its text,
+   * parsed only when new; NotJson when it does not parse.
+   */
   private scanned(bytes: Buffer, ranges: readonly number[], i: number): ListEntry {
-    const key = bytes.toString('utf8', ranges[2 * i], ranges[2 * i + 1]);
-    if (this.known.has(key)) return { key };
+    const start = ranges[2 * i] ?? 0;
+    const end = ranges[2 * i + 1] ?? 0;
+    const last = this.last;
+    const j = this.cursor;
+    if (last && j < last.entries.length) {
+      const from = last.ranges[2 * j] ?? 0;
+      const to = last.ranges[2 * j + 1] ?? 0;
+      if (to - from === end - start && bytes.compare(last.bytes, from, to, start, end) === 0) {
+        this.cursor = j + 1;
+        const read = last.entries[j] as ReadEntry;
+        return { key: '', read };
+      }
+    }
+    const key = bytes.toString('utf8', start, end);
+    const known = this.known.get(key);
+    if (known) {
+      // An entry moved (one before it added or removed): expect the one that followed it last time.
+      if (last && last.entries[known.index] === known) this.cursor = known.index + 1;
+      return { key };
+    }
     try {
       return { key, entry: JSON.parse(key) as unknown };
     } catch {
@@ -148,10 +200,12 @@ function wholeList(bytes: Buffer, fail: (m: string) => WorkloadNetError): ListEn
 }
 
 interface ListEntry {
-  /** The entry's JSON text. */
+  /** The entry's JSON text ('' when `read` is given). */
   key: string;
   /** The entry parsed; absent when its text was read before. */
   entry?: unknown;
+  /** What the last read made of the same bytes. */
+  read?: ReadEntry;
 }
 
 /** One entry checked and made canonical, with its endpoint prefixes it does not vouch for dropped. */
