@@ -5,9 +5,8 @@ import { parseCidr, type Cidr } from '../lib/cidr';
 import { invalidArgument } from './errors';
 import type { FabricMode, FabricSettings } from './fabric/fabric-dataplane';
 
-// The daemon's configuration: embedded defaults, then a JSON file (--config), then command-line flags.
-// Each option is described once, in OPTION_DOCS, which the reference in docs/ and the CLI help are
-// checked against.
+// The daemon's configuration: embedded defaults, then a JSON file (--config), then flags. Each option is
+// described once, in OPTION_DOCS, which the reference in docs/ and the CLI help are checked against.
 
 export type BackendName = 'linux' | 'dpu';
 export type PoolSourceName = 'static' | 'kubernetes' | 'etcd';
@@ -194,6 +193,7 @@ export const DEFAULT_CONFIG: DaemonConfig = {
     probeIntervalSeconds: 5,
     strictSlices: false,
     sourceFilter: true,
+    clusterCidrs: [],
   },
 };
 
@@ -274,6 +274,8 @@ export const OPTION_DOCS: Record<string, string> = {
     'Fabric: seconds between two data-path probes of each peer (ICMP echo to its gateway key over VXLAN, to its underlay address when routed), spread over the interval; a peer that answered before and misses 3 in a row is shown degraded (never withdrawn for it), and one that also left its source is withdrawn before the grace. 0 turns probes off. Default 5.',
   'fabric.sourceFilter':
     "Fabric: accept VXLAN only from the peers' underlay addresses (an nftables table of ours, `table inet workloadnet`; needs nft); other senders' packets are dropped and counted. false accepts VXLAN from anyone. Default true.",
+  'fabric.clusterCidrs':
+    "Fabric, static and kubernetes pool sources: the cluster's pod ranges, one per family (etcd has etcd.clusterCidrs). With DPUs the host port routes them, so a node that joins later is reached; the Linux fabric makes them unreachable rather than sent along the default route. Empty (default): the host port routes the ranges known when it was attached, no catch-all.",
   'fabric.strictSlices':
     "Fabric with DPUs: when a DPU's slices are full, refuse the attach (RESOURCE_EXHAUSTED) instead of borrowing an address from elsewhere in the node's ranges (announced as a /32 or /128); default false.",
 };
@@ -404,8 +406,8 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
   if (typeof c.dpu.hostPort !== 'boolean')
     fail(`dpu.hostPort must be true or false, not ${JSON.stringify(c.dpu.hostPort)}`);
   validatePoolSource(c, fail);
+  validateFabric(c, fail); // before the networks, which are checked against its cluster ranges
   validateNetworks(c, fail);
-  validateFabric(c, fail);
   return c;
 }
 
@@ -423,8 +425,8 @@ export function fabricSettings(c: DaemonConfig): FabricSettings | undefined {
     nodeIp: c.fabric.nodeIp,
     vni: c.fabric.vni,
     port: c.fabric.port,
-    // Only the etcd source knows the cluster's ranges; with the others no catch-all is programmed.
-    clusterCidrs: c.poolSource === 'etcd' ? c.etcd.clusterCidrs : [],
+    // The etcd source knows the cluster's ranges; with the others only when configured.
+    clusterCidrs: c.poolSource === 'etcd' ? c.etcd.clusterCidrs : c.fabric.clusterCidrs,
     sourceFilter: c.fabric.sourceFilter,
     probeIntervalSeconds: c.fabric.probeIntervalSeconds,
   };
@@ -443,12 +445,13 @@ function validateNetworks(c: DaemonConfig, fail: (msg: string) => never): void {
   if (!Array.isArray(c.networks)) fail('networks must be a list of objects');
   const names = new Set<string>();
   // Every network's pools, so that no address is in two networks: the configured podCidrs, and the
-  // cluster ranges the etcd source cuts the default network's blocks from (a Node's ranges are known
-  // only at run time; the address space refuses those, see core/ipam/address-space.ts).
+  // default network's cluster ranges (etcd's or fabric.clusterCidrs; a Node's ranges are known only
+  // at run time: the address space refuses those, see core/ipam/address-space.ts).
   const ranges: Array<{ network: string; cidr: Cidr; from: string }> = [];
-  if (c.networks.length > 0 && c.poolSource === 'etcd')
-    for (const text of c.etcd.clusterCidrs)
-      ranges.push({ network: DEFAULT_NETWORK, cidr: parseCidr(text), from: 'etcd.clusterCidrs' });
+  const cluster = c.poolSource === 'etcd' ? 'etcd.clusterCidrs' : 'fabric.clusterCidrs';
+  if (c.networks.length > 0)
+    for (const text of c.poolSource === 'etcd' ? c.etcd.clusterCidrs : c.fabric.clusterCidrs)
+      ranges.push({ network: DEFAULT_NETWORK, cidr: parseCidr(text), from: cluster });
   if (
     c.networks.length > 0 &&
     c.poolSource !== 'static' &&

@@ -1,4 +1,4 @@
-import { parseAddress } from '../../lib/cidr';
+import { cidrContains, parseAddress, parseCidr, type Cidr } from '../../lib/cidr';
 import type { FabricMode } from './fabric-dataplane';
 import { MAX_SLICES, isSliceCount } from '../ipam/address-slices';
 
@@ -26,6 +26,13 @@ export interface FabricConfig {
   strictSlices: boolean;
   /** VXLAN only from the peers' underlay addresses (an nftables table of ours); false: from anyone. */
   sourceFilter: boolean;
+  /**
+   * The cluster's pod ranges, at most one per family, for the static and Kubernetes sources (the etcd
+   * source has its own, etcd.clusterCidrs): the host port routes them, and the Linux fabric makes them
+   * unreachable rather than sent along the default route. Empty: every range known when the host port
+   * was attached, and no catch-all.
+   */
+  clusterCidrs: string[];
 }
 
 /** What the check reads of the configuration. */
@@ -33,6 +40,8 @@ interface FabricOptions {
   fabric: FabricConfig;
   poolSource: string;
   dpu: { fabricSlices: number };
+  podCidrs: string[];
+  networks: ReadonlyArray<{ name?: unknown; podCidrs?: unknown }>;
 }
 
 const FABRIC_MODES = ['auto', 'off', 'routed', 'vxlan', 'hybrid', 'external'];
@@ -86,4 +95,49 @@ export function validateFabric(c: FabricOptions, fail: (msg: string) => never): 
     fail(`fabric.strictSlices must be true or false, not ${JSON.stringify(f.strictSlices)}`);
   if (typeof f.sourceFilter !== 'boolean')
     fail(`fabric.sourceFilter must be true or false, not ${JSON.stringify(f.sourceFilter)}`);
+  validateClusterCidrs(c, fail);
+}
+
+/**
+ * fabric.clusterCidrs: CIDRs, one per family, not beside the etcd source's own, and (static source)
+ * holding every range of the node's podCidrs: a range outside would be routed by no cluster range.
+ */
+function validateClusterCidrs(c: FabricOptions, fail: (msg: string) => never): void {
+  const list = c.fabric.clusterCidrs;
+  if (!Array.isArray(list) || list.some((x) => typeof x !== 'string'))
+    fail('fabric.clusterCidrs must be a list of CIDR strings');
+  if (list.length === 0) return;
+  if (c.poolSource === 'etcd')
+    fail(
+      'fabric.clusterCidrs is for the static and kubernetes pool sources; with etcd the cluster ranges are etcd.clusterCidrs',
+    );
+  const byFamily = new Map<number, Cidr>();
+  for (const text of list) {
+    let cidr: Cidr;
+    try {
+      cidr = parseCidr(text);
+    } catch (err) {
+      return fail(`fabric.clusterCidrs: ${(err as Error).message}`);
+    }
+    if (byFamily.has(cidr.family))
+      fail(`fabric.clusterCidrs has two IPv${cidr.family} ranges; give one per family`);
+    byFamily.set(cidr.family, cidr);
+  }
+  if (c.poolSource !== 'static') return;
+  // The default network's ranges: the named one's when networks are configured.
+  const own = c.networks.length === 0 ? c.podCidrs : c.networks.find((n) => n?.name === 'default')?.podCidrs;
+  for (const text of Array.isArray(own) ? (own as unknown[]) : []) {
+    if (typeof text !== 'string') continue; // named by the networks check
+    let pod: Cidr;
+    try {
+      pod = parseCidr(text);
+    } catch {
+      continue; // named by the podCidrs check
+    }
+    const cluster = byFamily.get(pod.family);
+    if (cluster && !(cluster.prefixLength <= pod.prefixLength && cidrContains(cluster, pod.network)))
+      fail(
+        `podCidrs ${text} is outside fabric.clusterCidrs ${cluster.text}: the cluster's ranges must hold the node's`,
+      );
+  }
 }

@@ -80,6 +80,75 @@ describe('fabric configuration', () => {
     ).to.throw('with poolSource "kubernetes" the peers come from the Kubernetes API');
   });
 
+  it('gives the static and Kubernetes sources the cluster ranges of fabric.clusterCidrs, one per family', () => {
+    const k8s = mergeConfig(
+      DEFAULT_CONFIG,
+      { poolSource: 'kubernetes' },
+      {
+        fabric: { clusterCidrs: ['10.244.0.0/16', 'fd00:244::/56'] },
+      },
+    );
+    expect(fabricSettings(k8s)?.clusterCidrs).to.deep.equal(['10.244.0.0/16', 'fd00:244::/56']);
+    const fromStatic = mergeConfig(DEFAULT_CONFIG, {
+      podCidrs: ['10.244.3.0/24'],
+      fabric: { mode: 'vxlan', clusterCidrs: ['10.244.0.0/16'] },
+    });
+    expect(fabricSettings(fromStatic)?.clusterCidrs).to.deep.equal(['10.244.0.0/16']);
+    expect(() =>
+      mergeConfig(DEFAULT_CONFIG, { fabric: { clusterCidrs: ['10.244.0.0/16', '10.245.0.0/16'] } }),
+    ).to.throw('fabric.clusterCidrs has two IPv4 ranges; give one per family');
+    expect(() => mergeConfig(DEFAULT_CONFIG, { fabric: { clusterCidrs: ['10.244.0.0'] } })).to.throw(
+      'fabric.clusterCidrs: ',
+    );
+    expect(() => mergeConfig(DEFAULT_CONFIG, ETCD, { fabric: { clusterCidrs: ['10.96.0.0/12'] } })).to.throw(
+      'fabric.clusterCidrs is for the static and kubernetes pool sources; with etcd the cluster ranges are etcd.clusterCidrs',
+    );
+  });
+
+  it("refuses cluster ranges that miss the node's own static range, or that another network's pools overlap", () => {
+    expect(() =>
+      mergeConfig(DEFAULT_CONFIG, {
+        podCidrs: ['10.88.0.0/16'],
+        fabric: { clusterCidrs: ['10.244.0.0/16'] },
+      }),
+    ).to.throw(
+      "podCidrs 10.88.0.0/16 is outside fabric.clusterCidrs 10.244.0.0/16: the cluster's ranges must hold the node's",
+    );
+    expect(
+      () =>
+        mergeConfig(DEFAULT_CONFIG, {
+          podCidrs: ['10.0.0.0/8'],
+          fabric: { clusterCidrs: ['10.244.0.0/16'] },
+        }),
+      'a node range wider than the cluster range',
+    ).to.throw('podCidrs 10.0.0.0/8 is outside fabric.clusterCidrs 10.244.0.0/16');
+    expect(() =>
+      mergeConfig(DEFAULT_CONFIG, {
+        poolSource: 'kubernetes',
+        networks: [
+          { name: 'default', backend: 'linux' },
+          { name: 'fast', backend: 'dpu', podCidrs: ['10.244.200.0/24'] },
+        ],
+        fabric: { clusterCidrs: ['10.244.0.0/16'] },
+      }),
+    ).to.throw(
+      'network "fast": pod CIDR 10.244.200.0/24 overlaps 10.244.0.0/16 of network "default" (its fabric.clusterCidrs)',
+    );
+    expect(() =>
+      mergeConfig(DEFAULT_CONFIG, {
+        networks: [{ name: 'default', backend: 'linux', podCidrs: ['10.99.7.0/24'] }],
+        fabric: { clusterCidrs: ['10.244.0.0/16'] },
+      }),
+    ).to.throw('podCidrs 10.99.7.0/24 is outside fabric.clusterCidrs 10.244.0.0/16');
+    // The default network's own ranges inside it are what it is for.
+    expect(() =>
+      mergeConfig(DEFAULT_CONFIG, {
+        networks: [{ name: 'default', backend: 'linux', podCidrs: ['10.244.7.0/24'] }],
+        fabric: { clusterCidrs: ['10.244.0.0/16'] },
+      }),
+    ).to.not.throw();
+  });
+
   it('takes --fabric, --node-ip and --peers-file (relative to the working directory)', () => {
     const c = effectiveConfig({ fabric: 'vxlan', nodeIp: 'fd00::1', peersFile: 'peers.json' });
     expect(c.fabric).to.deep.include({
