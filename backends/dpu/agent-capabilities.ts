@@ -10,7 +10,11 @@ import { featuresNeeded, type PortFields } from './port-spec';
 // than left to fail a port halfway.
 
 /** Refuses, before anything is sent, what the agent said in its hello that it cannot do. */
-export function checkCapabilities(s: AgentSession, spec: AttachSpec, port: PortFields): void {
+export function checkCapabilities(
+  s: AgentSession,
+  spec: Pick<AttachSpec, 'key' | 'ips' | 'mtu'>,
+  port: PortFields,
+): void {
   const refusal = vfSettingsRefusal(s, spec.key, port);
   if (refusal) throw invalidArgument(refusal);
   const caps = s.hello?.capabilities;

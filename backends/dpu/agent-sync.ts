@@ -134,6 +134,20 @@ export class AgentSync implements LinkEvents {
     return port;
   }
 
+  /**
+   * A port that stays where it is at a new generation (desired-state.ts change()), with what upsert()
+   * also does for it. Undefined when the port is not desired.
+   */
+  change(fields: PortFields, agentId: string): Port | undefined {
+    const port = this.deps.desired.change(fields);
+    if (!port) return undefined;
+    const st = this.stateOf(agentId);
+    st.tombstones.delete(fields.name);
+    st.unconfirmedDeletes.delete(fields.name);
+    this.supersede(fields.name, agentId);
+    return port;
+  }
+
   /** Drops a port from desired state and tells the agent without waiting (the failure paths' rollback). */
   forget(key: string, agentId: string, reason: string): void {
     const st = this.stateOf(agentId);

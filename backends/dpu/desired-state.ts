@@ -58,6 +58,19 @@ export class DesiredState {
     return port;
   }
 
+  /**
+   * A new generation of a port that stays where it is (another MTU): its agent, its placement, the link
+   * moved in and its last ack (the older generation's until the agent acks this one) are kept, so that
+   * its endpoint stays the one the daemon plumbed. Undefined when the port is not desired.
+   */
+  change(fields: PortFields): Port | undefined {
+    const old = this.ports.get(fields.name);
+    if (!old) return undefined;
+    const port = withGeneration(fields, this.nextGeneration());
+    this.ports.set(port.name, { ...old, port });
+    return port;
+  }
+
   private put(entry: DesiredPort): void {
     this.drop(entry.port.name);
     this.ports.set(entry.port.name, entry);

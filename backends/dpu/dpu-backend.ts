@@ -19,6 +19,7 @@ import {
   type WorkloadNetError,
 } from '../../core/errors';
 import { KeyedMutex } from '../../lib/keyed-mutex';
+import type { Netns } from '../../lib/netns/netns-handle';
 import { silentLogger, type Logger } from '../../core/logger';
 import { AckCode, type Ack } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import { nackError } from './ack-code';
@@ -37,6 +38,7 @@ import { monotonicMs } from '../../core/monotonic-clock';
 import { ownString } from '../../lib/own-string';
 import { workloadInterface, workloadRoutes } from '../interface/workload-side';
 import { placeNewPort } from './placement';
+import { setPortMtu } from './port-mtu';
 import {
   macForKey,
   portFields,
@@ -357,6 +359,21 @@ export class DpuBackend implements Backend {
         portOptions: options ? JSON.stringify(options) : '',
       }),
     };
+  }
+
+  /** See port-mtu.ts. */
+  setMtu(att: AttachmentView, netns: Netns, mtu: number): Promise<void> {
+    return this.locks.run(att.key, async () => {
+      const { desired, sync, link, acks, ackTimeoutMs } = this;
+      const awaitAgent = (id: string): Promise<void> => this.awaitRestartedAgent(id);
+      const deps = { desired, sync, link, acks, ackTimeoutMs, awaitAgent };
+      const change = await setPortMtu(deps, att, netns, mtu);
+      if (change.before !== mtu || change.routes > 0)
+        this.log.info(
+          { key: att.key, from: change.before, to: mtu, routes: change.routes },
+          'interface MTU changed in place',
+        );
+    });
   }
 
   detach(att: AttachmentView): Promise<void> {

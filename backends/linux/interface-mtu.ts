@@ -9,15 +9,11 @@
 // host end would drop; going up, the host end grows first.
 
 import { failedPrecondition } from '../../core/errors';
-import { AF_INET, AF_INET6 } from '../../lib/rtnetlink/inet';
-import { getLink, setLinkRequest, type Link } from '../../lib/rtnetlink/link';
-import type { NetlinkRequest } from '../../lib/rtnetlink/message';
-import { RTNH_F_ONLINK, listRoutes, newRouteRequest, type Route } from '../../lib/rtnetlink/route';
+import { getLink, setLinkRequest } from '../../lib/rtnetlink/link';
 import type { NetlinkSocket } from '../../lib/rtnetlink/socket';
+import { IPV6_MIN_MTU } from '../interface/link-local';
+import { setWorkloadEndMtu } from '../interface/workload-mtu';
 import type { AttachPlan } from './attach-plan';
-
-/** Below this an interface loses its IPv6 configuration (RFC 8200's minimum link MTU). */
-export const IPV6_MIN_MTU = 1280;
 
 export interface InterfaceMtuSockets {
   /** In the host namespace. */
@@ -58,55 +54,17 @@ export async function setInterfaceMtu(
     throw failedPrecondition(
       `${plan.key}: ${plan.ifName} in the workload's namespace is ${podLink ? 'not the peer of' : 'missing beside'} host interface ${hostName}; not changing it`,
     );
-  const routes = await routesToChange(socks.workload, podLink, mtu);
   const host = (): Promise<unknown> =>
     hostLink.mtu === mtu
       ? Promise.resolve()
       : socks.host.request(setLinkRequest({ index: hostLink.index }, { mtu }));
-  const workloadEnd: NetlinkRequest[] = [
-    ...(podLink.mtu === mtu ? [] : [setLinkRequest({ index: podLink.index }, { mtu })]),
-  ];
-  const routeRequests = routes.map((r) => newRouteRequest({ ...routeSpec(r), mtu }, { replace: true }));
+  let routes: number;
   if (mtu < podLink.mtu) {
-    await socks.workload.batchOrThrow([...routeRequests, ...workloadEnd]);
+    routes = await setWorkloadEndMtu(socks.workload, podLink, mtu);
     await host();
   } else {
     await host();
-    await socks.workload.batchOrThrow([...workloadEnd, ...routeRequests]);
+    routes = await setWorkloadEndMtu(socks.workload, podLink, mtu);
   }
-  return { before: podLink.mtu, routes: routes.length };
-}
-
-/**
- * The routes on the workload's end whose MTU follows the interface's: ours carry none (they take the
- * interface's), but one that does — set by a chained plugin or by hand — and says the interface's old
- * MTU, or more than the new one (its packets would be dropped by the host end), gets the new one. A
- * route given a smaller MTU on purpose keeps it.
- */
-async function routesToChange(sock: NetlinkSocket, link: Link, mtu: number): Promise<Route[]> {
-  const out: Route[] = [];
-  for (const family of [AF_INET, AF_INET6] as const) {
-    for (const r of await listRoutes(sock, family, { oif: link.index })) {
-      if (r.mtu === undefined || r.mtu === mtu) continue;
-      if (r.mtu === link.mtu || r.mtu > mtu) out.push(r);
-    }
-  }
-  return out;
-}
-
-/** A route as it is, to be written again with another MTU. */
-function routeSpec(r: Route): Parameters<typeof newRouteRequest>[0] {
-  return {
-    destination: r.destination,
-    family: r.family,
-    ...(r.gateway !== undefined ? { gateway: r.gateway } : {}),
-    ...(r.oif !== undefined ? { oif: r.oif } : {}),
-    scope: r.scope,
-    table: r.table,
-    protocol: r.protocol,
-    type: r.type,
-    ...((r.flags & RTNH_F_ONLINK) !== 0 ? { onlink: true } : {}),
-    ...(r.priority !== undefined ? { priority: r.priority } : {}),
-    ...(r.prefsrc !== undefined ? { prefsrc: r.prefsrc } : {}),
-  };
+  return { before: podLink.mtu, routes };
 }

@@ -4,6 +4,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { DataplaneResult } from '../../../core/backend';
 import type { DpuBackend } from '../../../backends/dpu';
+import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import { NetnsSet, ipJson } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';
@@ -194,6 +195,75 @@ describeRoot('DPU offload with the netns dataplane (needs root)', function () {
       'old ports wiped',
     ).to.equal(2);
     expect(await ping(w1.name, '10.90.0.4'), 'ping after the DPU reboot').to.equal(true);
+  });
+
+  it("changes a running port's MTU in place: the VF in the workload and the representor, same interface, traffic kept", async () => {
+    const s1 = workloadSpec(1, w1);
+    const r1: DataplaneResult = await attachTo(backend!, s1);
+    await attachTo(backend!, workloadSpec(2, w2));
+    const rep = sim!.state()?.ports.find((p) => p.name === s1.key)?.representor ?? '';
+    const link = (ns: string, dev: string): { ifindex: number; mtu: number } | undefined => {
+      const l = ipJson<Array<{ ifindex: number; mtu: number }>>(ns, ['link', 'show', 'dev', dev])[0];
+      return l && { ifindex: l.ifindex, mtu: l.mtu };
+    };
+    const before = link(w1.name, 'eth0');
+    // A route of the pod's that carries the interface's MTU follows it; one set smaller on purpose stays.
+    execFileSync('ip', [
+      '-n',
+      w1.name,
+      'route',
+      'add',
+      '10.55.0.0/24',
+      'via',
+      '169.254.1.1',
+      'dev',
+      'eth0',
+      'mtu',
+      '1500',
+    ]);
+    execFileSync('ip', [
+      '-n',
+      w1.name,
+      'route',
+      'add',
+      '10.56.0.0/24',
+      'via',
+      '169.254.1.1',
+      'dev',
+      'eth0',
+      'mtu',
+      '1300',
+    ]);
+    const routeMtu = (dst: string): number | undefined =>
+      ipJson<Array<{ metrics?: Array<{ mtu?: number }> }>>(w1.name, ['route', 'show', dst])[0]?.metrics?.find(
+        (m) => m.mtu !== undefined,
+      )?.mtu;
+    const ns = await NetnsHandle.open(w1.path);
+    try {
+      await backend!.setMtu(view(s1, r1), ns, 1400);
+      expect(link(w1.name, 'eth0')).to.deep.equal({ ifindex: before?.ifindex, mtu: 1400 });
+      expect(link(dpu.name, rep)?.mtu, "the agent's end, the representor").to.equal(1400);
+      expect(routeMtu('10.55.0.0/24')).to.equal(1400);
+      expect(routeMtu('10.56.0.0/24'), 'a smaller route MTU is kept').to.equal(1300);
+      expect(await backend!.check(view({ ...s1, mtu: 1400 }, r1))).to.deep.equal([]);
+      expect(await ping(w1.name, '10.90.0.4'), 'traffic through the DPU after the change').to.equal(true);
+
+      await backend!.setMtu(view({ ...s1, mtu: 1400 }, r1), ns, 1500);
+      expect(link(w1.name, 'eth0')).to.deep.equal({ ifindex: before?.ifindex, mtu: 1500 });
+      expect(link(dpu.name, rep)?.mtu).to.equal(1500);
+
+      // Its agent away: refused, nothing changed on either end.
+      await sim!.stop('SIGKILL');
+      const err = await backend!.setMtu(view(s1, r1), ns, 1450).then(
+        () => undefined,
+        (e: Error & { code?: string }) => e,
+      );
+      expect(err?.code).to.equal('UNAVAILABLE');
+      expect(link(w1.name, 'eth0')?.mtu).to.equal(1500);
+      expect(link(dpu.name, rep)?.mtu).to.equal(1500);
+    } finally {
+      ns.close();
+    }
   });
 
   it('reports drift in the workload interface and hands the VF back on detach', async () => {
