@@ -10,6 +10,7 @@ import { nackError } from './ack-code';
 import type { AckWaiter } from './ack-waiter';
 import { checkCapabilities } from './agent-capabilities';
 import type { AgentLink } from './agent-link';
+import type { AgentSession } from './agent-session';
 import type { AgentSync } from './agent-sync';
 import { decodeDetails } from './details';
 import type { DesiredState } from './desired-state';
@@ -49,37 +50,52 @@ export async function setPortMtu(
   const s = deps.link.requireHealthy(entry.agentId);
   const fields: PortFields = { ...entry.port, mtu };
   checkCapabilities(s, { key: att.key, ips: att.ips, mtu }, fields);
+  // A port its agent exposes to the host as no netdev has no end in the workload: only the agent's.
+  const stored = decodeDetails(att.dataplane);
+  if (!entry.plumbed && !stored?.endpoint) {
+    await agentSide(deps, s, att.key, entry.port.mtu === mtu ? undefined : fields);
+    return { before: entry.port.mtu, routes: 0 };
+  }
   const sock = NetlinkSocket.openIn(netns);
   try {
     // Only the link this daemon moved in: its index as recorded, carrying the port's MAC.
-    const index = entry.plumbed?.linkIndex || decodeDetails(att.dataplane)?.ifIndex || 0;
+    const index = entry.plumbed?.linkIndex || stored?.ifIndex || 0;
     const link = await getLink(sock, { name: att.ifName });
     if (!link || link.index !== index || link.mac !== entry.port.mac)
       throw failedPrecondition(
         `${att.key}: ${att.ifName} in the workload's namespace is ${link ? 'not' : 'missing, so not'} the VF moved in for this port (index ${index}, MAC ${entry.port.mac}); not changing it`,
       );
     if (mtu === link.mtu && entry.port.mtu === mtu) return { before: link.mtu, routes: 0 };
-    const agentSide = async (): Promise<void> => {
-      if (entry.port.mtu === mtu) return;
-      // The same port, plumbed where it was: a new generation does not move it.
-      const port = deps.sync.change(fields, s.agentId);
-      if (!port) throw failedPrecondition(`port ${att.key} is no longer in the DPU desired state`);
-      const who = `MTU ${mtu} of port ${att.key} (generation ${port.generation}) on DPU agent ${s.agentId}`;
-      const acked = deps.acks.wait(att.key, port.generation, s.id, deps.ackTimeoutMs, who);
-      s.send({ upsert: { port } });
-      const ack = await acked;
-      if (ack.code !== AckCode.ACK_CODE_OK) throw nackError(ack, who);
-    };
+    const agent = (): Promise<void> =>
+      agentSide(deps, s, att.key, entry.port.mtu === mtu ? undefined : fields);
     let routes: number;
     if (mtu < link.mtu) {
       routes = await setWorkloadEndMtu(sock, link, mtu);
-      await agentSide();
+      await agent();
     } else {
-      await agentSide();
+      await agent();
       routes = await setWorkloadEndMtu(sock, link, mtu);
     }
     return { before: link.mtu, routes };
   } finally {
     void sock.close();
   }
+}
+
+/** The port again at a new generation with `fields` (none: it has them already), acknowledged. */
+async function agentSide(
+  deps: PortMtuDeps,
+  s: AgentSession,
+  key: string,
+  fields: PortFields | undefined,
+): Promise<void> {
+  if (!fields) return;
+  // The same port, plumbed where it was: a new generation does not move it.
+  const port = deps.sync.change(fields, s.agentId);
+  if (!port) throw failedPrecondition(`port ${key} is no longer in the DPU desired state`);
+  const who = `MTU ${fields.mtu} of port ${key} (generation ${port.generation}) on DPU agent ${s.agentId}`;
+  const acked = deps.acks.wait(key, port.generation, s.id, deps.ackTimeoutMs, who);
+  s.send({ upsert: { port } });
+  const ack = await acked;
+  if (ack.code !== AckCode.ACK_CODE_OK) throw nackError(ack, who);
 }

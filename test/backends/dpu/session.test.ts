@@ -5,6 +5,7 @@ import type { DpuBackend } from '../../../backends/dpu';
 import { expectCode, removeDir, scratchDir, spec, startBackend, view } from './fixtures';
 import { SimProcess, sleep, waitUntil } from './sim-process';
 import { attachTo } from '../../support/attach-spec';
+import { NetnsHandle } from '../../../lib/netns/netns-handle';
 
 // The DPU backend against the real simulator process: sessions, acks, failures and resynchronisation,
 // observed from both ends (the backend's results and health, the simulator's state file).
@@ -104,6 +105,23 @@ describe('DPU backend with the simulator', function () {
 
     await backend.detach(view(spec(1), res2));
     await s.waitForState((x) => x.ports.length === 0, 'port deleted');
+  });
+
+  it("changes a port's MTU in place at its agent when it has no end in the workload (setMtu)", async () => {
+    backend = await startBackend(dir);
+    const s = sim('dpu-a');
+    await connected(s);
+    const res = await attachTo(backend, spec(1));
+    // No netdev is moved for a port without a host endpoint: the namespace handle goes unused.
+    const ns = await NetnsHandle.open('/proc/self/ns/net');
+    try {
+      await backend.setMtu(view(spec(1), res), ns, 1400);
+    } finally {
+      ns.close();
+    }
+    const st = await s.waitForState((x) => x.ports[0]?.mtu === 1400, 'mtu 1400 at the agent');
+    expect(st.ports[0]?.generation).to.be.greaterThan(res.details?.dpuGeneration as number);
+    expect(await backend.check(view(spec(1, { mtu: 1400 }), res))).to.deep.equal([]);
   });
 
   it('waits for acks of different workloads concurrently', async () => {
