@@ -2,6 +2,7 @@ import { expect } from 'chai';
 import { peerNodeOf } from '../../../backends/dpu/fabric-plan';
 import { PeerStateBook } from '../../../backends/dpu/peer-state-book';
 import type { PeerState, PeerStatus } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+import { SeededRandom } from '../../support/seeded-random';
 
 const state = (name: string, reachable = true, txPackets = 0): PeerState => ({
   name,
@@ -13,17 +14,6 @@ const state = (name: string, reachable = true, txPackets = 0): PeerState => ({
 });
 const whole = (peers: PeerState[]): PeerStatus => ({ peers, delta: false, gone: [] });
 const delta = (peers: PeerState[], gone: string[] = []): PeerStatus => ({ peers, delta: true, gone });
-
-/** A small deterministic generator, so that a failing run can be told again by its seed. */
-function random(seed: number): () => number {
-  let x = seed >>> 0 || 1;
-  return () => {
-    x ^= x << 13;
-    x ^= x >>> 17;
-    x ^= x << 5;
-    return (x >>> 0) / 2 ** 32;
-  };
-}
 
 describe('DPU backend: an agent’s word on its peers (PeerStateBook)', () => {
   it('replaces itself with a whole PeerStatus and changes only what a delta names', () => {
@@ -72,7 +62,8 @@ describe('DPU backend: an agent’s word on its peers (PeerStateBook)', () => {
 
   it('holds what a from-scratch replay holds, after 300 random runs of whole and delta messages', () => {
     for (let seed = 1; seed <= 300; seed++) {
-      const rnd = random(seed);
+      const seeded = new SeededRandom(seed);
+      const rnd = (): number => seeded.next();
       const book = new PeerStateBook(peerNodeOf);
       let model = new Map<string, PeerState>();
       let seenRevision = book.revision;
