@@ -4,10 +4,12 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { DpuBackend } from '../../../backends/dpu';
 import { LinkState, type AgentMessage, type Port } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
-import { attachTo } from '../../support/attach-spec';
+import type { DataplaneResult } from '../../../core/backend';
+import { NetnsHandle } from '../../../lib/netns/netns-handle';
+import { attachTo, type TestSpec } from '../../support/attach-spec';
 import { NetnsSet, addNodeUplink, ipJson } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
-import { expectCode, okAck, removeDir, scratchDir, spec, startBackend } from './fixtures';
+import { expectCode, okAck, removeDir, scratchDir, spec, startBackend, view } from './fixtures';
 import { RawAgent } from './raw-agent';
 import { waitUntil } from './sim-process';
 
@@ -95,14 +97,15 @@ describeRoot('DPU backend: a rogue agent cannot take host interfaces (root)', fu
 
   /**
    * Attaches one port and has the agent ack it with the netdev `endpoint` names (after setting it up);
-   * returns the attach, the port sent, and the node's state right before the ack.
+   * returns the attach, the port sent, its spec, and the node's state right before the ack.
    */
   async function attachAckedAs(
     endpoint: (port: Port) => string,
-  ): Promise<{ result: Promise<unknown>; port: Port; before: unknown }> {
+    over: Partial<TestSpec> = {},
+  ): Promise<{ result: Promise<unknown>; port: Port; before: unknown; s: TestSpec }> {
     n++;
     const from = agent.received.length;
-    const s = { ...spec(n), netnsPath: workload.path, netnsInode: fs.statSync(workload.path).ino };
+    const s = { ...spec(n, over), netnsPath: workload.path, netnsInode: fs.statSync(workload.path).ino };
     const result = attachTo(backend, s);
     result.catch(() => undefined);
     const up = await agent.next((m) => !!m.upsert, 'the upsert', 5000, from);
@@ -114,7 +117,7 @@ describeRoot('DPU backend: a rogue agent cannot take host interfaces (root)', fu
         endpoint: { netdev, mac: port.mac, pciAddress: '', representor: '' },
       }),
     );
-    return { result, port, before };
+    return { result, port, before, s };
   }
 
   async function expectRefused(endpoint: string, why: RegExp, name = (_: Port) => endpoint): Promise<void> {
@@ -208,6 +211,47 @@ describeRoot('DPU backend: a rogue agent cannot take host interfaces (root)', fu
     await result;
     expect(linkNames(workload.name)).to.include('eth0');
     expect(linkNames(node.name)).to.not.include(vf);
+  });
+
+  it("keeps a port's endpoint when the ack of an MTU change names the node's uplink, and leaves the workload's link as it was", async () => {
+    let vf = '';
+    // Its own interface name: an earlier test leaves its eth0 in the workload.
+    const { result, port, s } = await attachAckedAs(
+      (p) => {
+        vf = `vfmtu${n}`;
+        ip('link', 'add', vf, 'address', p.mac, 'type', 'veth', 'peer', 'name', `vfmtp${n}`);
+        return vf;
+      },
+      { ifName: 'net9' },
+    );
+    const r = (await result) as DataplaneResult;
+    const ns = await NetnsHandle.open(workload.path);
+    try {
+      const from = agent.received.length;
+      // Growing: the agent's end first, so its ack comes before the workload's link is touched.
+      const changing = backend.setMtu(view(s, r), ns, 9000);
+      const up = await agent.next((m) => m.upsert?.port?.mtu === 9000, 'the MTU upsert', 5000, from);
+      agent.send(
+        okAck(port.name, up.upsert!.port!.generation, {
+          endpoint: { netdev: 'up0', mac: port.mac, pciAddress: '', representor: '' },
+        }),
+      );
+      await expectCode(changing, 'DEADLINE_EXCEEDED');
+    } finally {
+      ns.close();
+    }
+    const net9 = ipJson<Array<{ mtu: number }>>(workload.name, ['link', 'show', 'dev', 'net9'])[0];
+    expect(net9?.mtu, "the workload's link keeps its MTU").to.equal(1500);
+    // Detach hands back the VF it moved in, never the uplink the lying ack named.
+    const from = agent.received.length;
+    const detaching = backend.detach(view(s, r));
+    const del = await agent.next((m) => m.delete?.name === port.name, 'the Delete', 5000, from);
+    agent.send(okAck(port.name, del.delete!.generation));
+    await detaching;
+    expect(linkNames(node.name)).to.include.members([vf, 'up0']);
+    expect(linkNames(workload.name)).to.not.include('net9');
+    const [up0] = ipJson<IpLink[]>(node.name, ['link', 'show', 'dev', 'up0']);
+    expect(up0?.flags).to.include('UP');
   });
 });
 
