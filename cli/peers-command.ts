@@ -114,7 +114,23 @@ function peerDetails(p: FabricPeer): string[] {
 export function formatHostPort(h: FabricHostPort): string {
   if (h.state !== 'attached') return `${h.state}${h.reason ? `: ${h.reason}` : ''}`;
   const at = `${h.interface} ${h.addresses.join(',') || '-'} on DPU ${h.dpu || '-'}`;
-  return `${at} (network ${h.network}, routes ${h.routes.join(',') || '-'})${h.reason ? `; ${h.reason}` : ''}`;
+  return `${at} (network ${h.network}, routes ${routesText(h)})${h.reason ? `; ${h.reason}` : ''}`;
+}
+
+/** Shown routes of the host port. */
+const SHOWN_ROUTES = 4;
+
+/**
+ * Its routes on one line: without the cluster's ranges (fabric.clusterCidrs, etcd.clusterCidrs) it
+ * routes one per peer, thousands of them; the first few and how many (`peers --json` lists them).
+ */
+function routesText(h: FabricHostPort): string {
+  // A daemon from before route_count gives the list only.
+  const count = Math.max(h.routeCount, h.routes.length);
+  if (count === 0) return '-';
+  if (h.routes.length === 0) return `${count} ranges`;
+  const shown = h.routes.slice(0, SHOWN_ROUTES).join(',');
+  return count > SHOWN_ROUTES ? `${shown},… ${count} in all` : shown;
 }
 
 /** A DPU's VTEP and its slices. */

@@ -119,6 +119,15 @@ export interface AttachmentView {
   dataplane?: DataplaneResult;
 }
 
+/**
+ * How much check() looks at. `full` (the default): everything the backend can compare. `presence`:
+ * whether the workload's interface is there at all (netns-missing, netns-changed, interface-missing),
+ * for a caller that acts on nothing else: the host port, checked every few seconds, routes every pod
+ * range of the cluster, and a full check read and compared all 5,000 of its routes each time. A
+ * backend may always look at more than it is asked.
+ */
+export type CheckScope = 'full' | 'presence';
+
 export interface Drift {
   /** Machine-readable kind, e.g. "interface-missing", "address-missing", "mtu-changed". */
   kind: string;
@@ -247,7 +256,7 @@ export interface Backend {
    */
   detach(att: AttachmentView): Promise<void>;
   /** Compare the dataplane with the stored attachment; an empty list means no drift. */
-  check(att: AttachmentView): Promise<Drift[]>;
+  check(att: AttachmentView, scope?: CheckScope): Promise<Drift[]>;
   /**
    * Called once at start-up with every stored attachment; removes orphans (or, when the store is new,
    * reports them as unclaimed), reports missing ones.

@@ -4,6 +4,7 @@ import type {
   Backend,
   DpuPortOptions,
   BackendHealth,
+  CheckScope,
   DataplaneResult,
   Drift,
   Placement,
@@ -412,7 +413,7 @@ export class DpuBackend implements Backend {
     if (hostError) throw hostError;
   }
 
-  async check(att: AttachmentView): Promise<Drift[]> {
+  async check(att: AttachmentView, scope: CheckScope = 'full'): Promise<Drift[]> {
     const entry = this.desired.get(att.key);
     if (!entry) return [{ kind: 'port-missing', message: `port ${att.key} is not in the DPU desired state` }];
     const drift: Drift[] = [];
@@ -430,7 +431,7 @@ export class DpuBackend implements Backend {
         message: `port ${att.key} is on DPU agent ${entry.agentId}, which is away: ${this.link.whyUnavailable(entry.agentId)}`,
       });
     const endpoint = decodeDetails(att.dataplane)?.endpoint || entry.ack?.endpoint?.netdev;
-    if (endpoint) drift.push(...(await this.hostSide.inspect(att)));
+    if (endpoint) drift.push(...(await this.hostSide.inspect(att, scope)));
     return drift;
   }
 
@@ -484,9 +485,9 @@ export class DpuBackend implements Backend {
     }
     // The agent's side is repaired by the snapshot; only the host side can be checked here. A port whose
     // workload interface is gone is reported missing so the core repairs it (or releases it when the
-    // namespace went away with its workload).
+    // namespace went away with its workload). Only presence is asked: nothing else is acted on here.
     for (const att of withEndpoint) {
-      const drift = await this.hostSide.inspect(att);
+      const drift = await this.hostSide.inspect(att, 'presence');
       if (drift.some((d) => d.kind === 'interface-missing' || d.kind === 'netns-missing'))
         outcome.missing.push(att.key);
       else outcome.healthy.push(att.key);

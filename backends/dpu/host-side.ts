@@ -1,4 +1,4 @@
-import type { Drift, IpAssignment } from '../../core/backend';
+import type { CheckScope, Drift, IpAssignment } from '../../core/backend';
 import {
   WorkloadNetError,
   failedPrecondition,
@@ -17,7 +17,12 @@ import {
   setLinkRequest,
   type Link,
 } from '../../lib/rtnetlink';
-import { checkWorkloadNamespace, workloadInterface, workloadSideRequests } from '../interface/workload-side';
+import {
+  checkWorkloadNamespace,
+  checkWorkloadPresence,
+  workloadInterface,
+  workloadSideRequests,
+} from '../interface/workload-side';
 import { refuseEndpoint } from './endpoint-guard';
 
 // The host's half of a DPU port. The agent exposes each port to the host as a netdev (an SR-IOV VF on
@@ -79,8 +84,8 @@ export interface HostSide {
    * No other link is touched.
    */
   unplumb(req: UnplumbRequest): Promise<void>;
-  /** Differences between the workload interface and what was recorded. */
-  inspect(req: InspectRequest): Promise<Drift[]>;
+  /** Differences between the workload interface and what was recorded (or only whether it is there). */
+  inspect(req: InspectRequest, scope?: CheckScope): Promise<Drift[]>;
   /** Names of the links currently in the host namespace (one dump). */
   hostLinkNames(): Promise<Set<string>>;
   close(): Promise<void>;
@@ -282,7 +287,8 @@ class NetlinkHostSide implements HostSide {
     return carrying[0];
   }
 
-  async inspect(req: InspectRequest): Promise<Drift[]> {
+  async inspect(req: InspectRequest, scope: CheckScope = 'full'): Promise<Drift[]> {
+    if (scope === 'presence') return checkWorkloadPresence(req.netnsPath, req.netnsInode, req.ifName);
     return checkWorkloadNamespace(req.netnsPath, req.netnsInode, workloadInterface(req));
   }
 

@@ -176,11 +176,34 @@ export function workloadSideRequests(
  * Differences between the workload's namespace and the interface it should have. Opens the namespace
  * by path and reports it missing, or re-pointed to another namespace (another inode), as drift.
  */
-export async function checkWorkloadNamespace(
+export function checkWorkloadNamespace(
   netnsPath: string,
   netnsInode: number,
   iface: WorkloadInterface,
   expectedMac?: string,
+): Promise<Drift[]> {
+  return inWorkloadNamespace(netnsPath, netnsInode, (sock) => checkWorkloadSide(sock, iface, expectedMac));
+}
+
+/**
+ * Only whether the interface is there (Backend.check's `presence` scope): the namespace as above, then
+ * one link lookup by name; its addresses and routes are not read.
+ */
+export function checkWorkloadPresence(
+  netnsPath: string,
+  netnsInode: number,
+  ifName: string,
+): Promise<Drift[]> {
+  return inWorkloadNamespace(netnsPath, netnsInode, async (sock) =>
+    (await getLink(sock, { name: ifName })) ? [] : [interfaceMissing(ifName)],
+  );
+}
+
+/** `check` run on a socket in the workload's namespace, or the namespace's own drift. */
+async function inWorkloadNamespace(
+  netnsPath: string,
+  netnsInode: number,
+  check: (sock: NetlinkSocket) => Promise<Drift[]>,
 ): Promise<Drift[]> {
   let ns: NetnsHandle;
   try {
@@ -204,13 +227,20 @@ export async function checkWorkloadNamespace(
     }
     const sock = NetlinkSocket.openIn(ns);
     try {
-      return await checkWorkloadSide(sock, iface, expectedMac);
+      return await check(sock);
     } finally {
       void sock.close();
     }
   } finally {
     ns.close();
   }
+}
+
+function interfaceMissing(ifName: string): Drift {
+  return {
+    kind: 'interface-missing',
+    message: `interface ${ifName} is missing from the workload's namespace`,
+  };
 }
 
 /** Differences between the interface as the workload's namespace has it and as it should be. */
@@ -220,14 +250,7 @@ export async function checkWorkloadSide(
   expectedMac?: string,
 ): Promise<Drift[]> {
   const link = await getLink(sock, { name: iface.ifName });
-  if (!link) {
-    return [
-      {
-        kind: 'interface-missing',
-        message: `interface ${iface.ifName} is missing from the workload's namespace`,
-      },
-    ];
-  }
+  if (!link) return [interfaceMissing(iface.ifName)];
   const drift: Drift[] = [];
   if (!link.up) drift.push({ kind: 'interface-down', message: `interface ${iface.ifName} is down` });
   if (link.mtu !== iface.mtu) {

@@ -17,6 +17,7 @@ import type {
   AttachmentView,
   Backend,
   BackendHealth,
+  CheckScope,
   DataplaneResult,
   Drift,
   ReconcileOptions,
@@ -50,7 +51,12 @@ import { ensureSysctl, readSysctl } from '../../lib/netns/sysctl';
 import { createVethPair, type VethPair } from './veth-pair';
 import { setInterfaceMtu } from './interface-mtu';
 import { LinuxFabric } from './fabric/linux-fabric';
-import { checkWorkloadNamespace, workloadRoutes, workloadSideRequests } from '../interface/workload-side';
+import {
+  checkWorkloadNamespace,
+  checkWorkloadPresence,
+  workloadRoutes,
+  workloadSideRequests,
+} from '../interface/workload-side';
 
 export type { LinuxBackendOptions } from './linux-backend-options';
 
@@ -208,7 +214,8 @@ export class LinuxBackend implements Backend {
     }
   }
 
-  async check(att: AttachmentView): Promise<Drift[]> {
+  async check(att: AttachmentView, scope: CheckScope = 'full'): Promise<Drift[]> {
+    if (scope === 'presence') return checkWorkloadPresence(att.netnsPath, att.netnsInode, att.ifName);
     const host = await this.hostContext();
     const plan = planAttachment(att, this.opts);
     const [hostDrift, workloadDrift] = await Promise.all([

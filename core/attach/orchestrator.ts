@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Admission } from './admission';
-import type { AttachSpec, DataplaneResult, Drift } from '../backend';
+import type { AttachSpec, CheckScope, DataplaneResult, Drift } from '../backend';
 import { attachmentKey, type AttachmentKey } from '../attachment-key';
 import { DEFAULT_NETWORK, type DaemonConfig } from '../config';
 import { alreadyExists, asWorkloadNetError, invalidArgument, notFound, unavailable } from '../errors';
@@ -385,13 +385,13 @@ export class Orchestrator {
     return state && state !== view.state ? { ...view, state } : view;
   }
 
-  async check(workloadId: string, ifName: string): Promise<Drift[]> {
+  async check(workloadId: string, ifName: string, scope: CheckScope = 'full'): Promise<Drift[]> {
     validateWorkloadId(workloadId);
     const key = attachmentKey(workloadId, validateIfName(ifName || DEFAULT_IF_NAME));
     return this.ledger.locked(workloadId, async () => {
       const rec = this.store.get(key);
       if (!rec) throw notFound(`workload ${workloadId} has no attachment ${key}`);
-      return this.networks.backendOf(rec).check(toView(rec));
+      return this.networks.backendOf(rec).check(toView(rec), scope);
     });
   }
 }

@@ -35,8 +35,10 @@ export interface HostPortStatus {
   addresses: string[];
   /** The DPU agent holding it. */
   dpu: string;
-  /** The ranges routed through it. */
+  /** The ranges routed through it (left out when Status leaves out the peer rows). */
   routes: string[];
+  /** How many ranges are routed through it (given also when `routes` is left out). */
+  routeCount: number;
   /** Why it is pending or off, or how it is degraded (its DPU away); empty when all is well. */
   reason: string;
 }

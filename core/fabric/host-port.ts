@@ -29,6 +29,7 @@ export interface HostPortAttacher {
   /** The host port's row on its network, if recorded. */
   row(): AttachmentRecord | undefined;
   attach(call: Omit<AttachCall, 'workloadId' | 'origin'>, netns: Netns, routes: string[]): Promise<unknown>;
+  /** Whether its interface is there (a presence check: all the controller acts on). */
   check(): Promise<Drift[]>;
   /** Detaches it if it is still this row; true when it did. */
   release(rec: AttachmentRecord, why: string): Promise<boolean>;
@@ -93,16 +94,19 @@ export class HostPort {
     return this.running;
   }
 
-  /** Undefined when the node has no network whose DPUs carry the fabric. */
-  status(): HostPortStatus | undefined {
+  /**
+   * Undefined when the node has no network whose DPUs carry the fabric. `routes: false` leaves the
+   * list of its routes out (one per pod range of the cluster), their count stays.
+   */
+  status(opts: { routes?: boolean } = {}): HostPortStatus | undefined {
     const on = this.opts.network;
     if (!on) return undefined;
     const network = on.name;
     const base = { network, interface: HOST_PORT_IF_NAME, netns: this.opts.hostNetnsPath };
     const rec = this.opts.attacher().row();
     if (!this.opts.enabled && !rec)
-      return { ...base, state: 'off', addresses: [], dpu: '', routes: [], reason: 'dpu.hostPort is false' };
-    if (!rec) return { ...base, state: 'pending', addresses: [], dpu: '', routes: [], reason: this.reason };
+      return { ...base, state: 'off', ...UNATTACHED, reason: 'dpu.hostPort is false' };
+    if (!rec) return { ...base, state: 'pending', ...UNATTACHED, reason: this.reason };
     const dpu = dpuOf(rec);
     const degraded = on.backend.attachmentState?.(toView(rec)) === 'degraded';
     return {
@@ -110,7 +114,8 @@ export class HostPort {
       state: 'attached',
       addresses: rec.ips.map((i) => i.address),
       dpu,
-      routes: rec.routes ?? [],
+      routes: opts.routes === false ? [] : (rec.routes ?? []),
+      routeCount: rec.routes?.length ?? 0,
       reason: !this.opts.enabled
         ? `dpu.hostPort is false; attached earlier, it stays until detached (detach ${HOST_PORT_WORKLOAD_ID})`
         : degraded
@@ -211,6 +216,8 @@ export class HostPort {
     this.reason = reason;
   }
 }
+
+const UNATTACHED = { addresses: [], dpu: '', routes: [], routeCount: 0 };
 
 /** The DPU agent holding a recorded port: its fabric endpoint, else the agent its backend recorded. */
 function dpuOf(rec: AttachmentRecord): string {

@@ -29,6 +29,7 @@ import { FABRIC_CONTROLLER, type FabricController } from '../fabric/fabric-contr
 import { HOST_PORT, type HostPort, type HostPortAttacher } from '../fabric/host-port';
 import { HOST_PORT_IF_NAME, HOST_PORT_WORKLOAD_ID } from '../attach/host-port-row';
 import { attachmentKey } from '../attachment-key';
+import { RowCache } from '../store/row-cache';
 
 // The workload service of one node, put together from its parts: the attach flow (attach/), the
 // start-up reconcile, the leak sweep and GC (reconcile/), and Status. They share one ledger of the
@@ -74,16 +75,17 @@ export class NodeService implements WorkloadService {
       lastReconcile: () => this.reconcile.last,
       fabric: (opts) => {
         const st = fabric?.observe({ peers: opts.fabricPeers !== false });
-        const port = hostPort?.status();
+        // Its routes are one per pod range of the cluster, left out with the peer rows.
+        const port = hostPort?.status({ routes: opts.fabricPeers !== false });
         return st && port ? { ...st, hostPort: port } : st;
       },
       mtu: (network) => this.mtu.counts(network),
     });
-    const key = attachmentKey(HOST_PORT_WORKLOAD_ID, HOST_PORT_IF_NAME);
+    const hostPortRow = new RowCache(store, attachmentKey(HOST_PORT_WORKLOAD_ID, HOST_PORT_IF_NAME));
     this.hostPortAttacher = {
-      row: () => store.get(key),
+      row: () => hostPortRow.get(),
       attach: (call, ns, routes) => this.orchestrator.attachHostPort(call, ns, routes),
-      check: () => this.orchestrator.check(HOST_PORT_WORKLOAD_ID, HOST_PORT_IF_NAME),
+      check: () => this.orchestrator.check(HOST_PORT_WORKLOAD_ID, HOST_PORT_IF_NAME, 'presence'),
       release: (rec, why) => ledger.releaseIfUnchanged(rec, why),
     };
   }

@@ -154,6 +154,9 @@ export class Store {
   private identityValue!: StoreIdentity;
   private isNewValue = false;
   private readonly bootId: string;
+  /** Writes begun and not settled, and writes settled (see writeMark). */
+  private writing = 0;
+  private settled = 0;
 
   private constructor(
     /** Directory holding the store, for messages. */
@@ -302,12 +305,14 @@ export class Store {
     if (!this.isNewValue) throw new Error('recordFirstReconcile: the store is not new');
     // transactionSync: unlike lmdb's asynchronous transaction, it aborts (writes nothing) when its
     // body throws part-way, e.g. on a row it cannot encode. It runs once, before the API serves.
-    await this.health.run(async () =>
-      this.root.transactionSync(() => {
-        for (const record of adopted) this.attachments.putSync(record.key, record);
-        if (adopted.length > 0) this.meta.putSync('cursors', cursors);
-        this.meta.removeSync(NEW_UNTIL_RECONCILED_KEY);
-      }),
+    await this.tracked(() =>
+      this.health.run(async () =>
+        this.root.transactionSync(() => {
+          for (const record of adopted) this.attachments.putSync(record.key, record);
+          if (adopted.length > 0) this.meta.putSync('cursors', cursors);
+          this.meta.removeSync(NEW_UNTIL_RECONCILED_KEY);
+        }),
+      ),
     );
     this.isNewValue = false;
   }
@@ -440,7 +445,25 @@ export class Store {
    * store (see store-write-health.ts) and never ends the process.
    */
   private write(body: () => void): Promise<void> {
-    return this.health.run(() => this.root.transaction(body));
+    return this.tracked(() => this.health.run(() => this.root.transaction(body)));
+  }
+
+  /**
+   * Moves whenever a write of this process settles; undefined while one is under way. A row read while
+   * it is defined and has not moved since is what the store holds (core/store/row-cache.ts).
+   */
+  get writeMark(): number | undefined {
+    return this.writing > 0 ? undefined : this.settled;
+  }
+
+  private async tracked(write: () => Promise<void>): Promise<void> {
+    this.writing++;
+    try {
+      await write();
+    } finally {
+      this.writing--;
+      this.settled++;
+    }
   }
 }
 

@@ -60,7 +60,7 @@ async function hostPortOf(d: DaemonProcess): Promise<{ state: string; routes: nu
   for (;;) {
     const hp = (await d.client.status({ omitFabricPeers: true })).fabric?.hostPort;
     const state = hp?.state ?? '';
-    if (state === 'attached' || Date.now() > until) return { state, routes: hp?.routes.length ?? 0 };
+    if (state === 'attached' || Date.now() > until) return { state, routes: hp?.routeCount ?? 0 };
     await new Promise((r) => setTimeout(r, 200));
   }
 }

@@ -41,6 +41,23 @@ describe('CLI: the host port in peers and dpus', () => {
     expect(formatPeers(FabricStatus.fromPartial({ mode: 'vxlan' }))).to.not.include('host port');
   });
 
+  it('shows the first few routes and how many there are, or only the count when Status left them out', () => {
+    const routes = Array.from({ length: 5001 }, (_, i) => `10.${64 + (i >> 8)}.${i % 256}.0/24`);
+    const many = FabricStatus.fromPartial({
+      mode: 'vxlan',
+      hostPort: { ...attached, routes, routeCount: routes.length },
+    });
+    expect(formatPeers(many)).to.include(
+      '(network default, routes 10.64.0.0/24,10.64.1.0/24,10.64.2.0/24,10.64.3.0/24,… 5001 in all)\n',
+    );
+    const counted = StatusResponse.fromPartial({
+      backend: 'dpu',
+      dpus: [{ id: 'dpu-a', connected: true, healthy: true, synced: true, fabric: { carries: true } }],
+      fabric: { mode: 'vxlan', hostPort: { ...attached, routes: [], routeCount: 5001 } },
+    });
+    expect(formatDpus(counted)).to.include('(network default, routes 5001 ranges)\n');
+  });
+
   it('dpus shows it below the agents', () => {
     const st = StatusResponse.fromPartial({
       backend: 'dpu',

@@ -3,6 +3,7 @@ import type {
   AttachSpec,
   Backend,
   BackendHealth,
+  CheckScope,
   DataplaneResult,
   Drift,
   ReconcileOutcome,
@@ -75,7 +76,11 @@ export class RecordingBackend implements Backend {
   /** Drift that check() reports per key, as a backend that found an attachment's dataplane changed. */
   readonly drift = new Map<string, Drift[]>();
 
-  async check(att: AttachmentView): Promise<Drift[]> {
+  /** The scope of each check() asked, by key. */
+  readonly checks: Array<{ key: string; scope: CheckScope }> = [];
+
+  async check(att: AttachmentView, scope: CheckScope = 'full'): Promise<Drift[]> {
+    this.checks.push({ key: att.key, scope });
     const found = this.drift.get(att.key);
     if (found) return found;
     return this.programmed.has(att.key)

@@ -132,6 +132,12 @@ describeRoot('DPU offload with the netns dataplane (needs root)', function () {
     expect(await ping(w1.name, '10.90.0.4'), 'ping to a detached workload').to.equal(false);
     expect(linkNames(dpu.name), sim!.stderr.slice(-3000)).to.not.include(rep2);
     expect(linkNames(w2.name)).to.not.include('eth0');
+
+    // A presence check (the host port's) looks for the interface only: w1's routes flushed are drift
+    // to a full check, not to it.
+    execFileSync('ip', ['-n', w1.name, 'route', 'flush', 'dev', 'eth0']);
+    expect((await backend!.check(view(s1, r1))).map((d) => d.kind)).to.include('route-missing');
+    expect(await backend!.check(view(s1, r1), 'presence')).to.deep.equal([]);
   });
 
   it('carries IPv6 across the DPU: each representor answers for fe80::1', async () => {

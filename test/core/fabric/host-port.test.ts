@@ -112,6 +112,11 @@ describe('the host port controller', function () {
       reason: '',
     });
     expect(st?.addresses).to.deep.equal(spec?.ips.map((i) => i.address));
+    expect(st).to.include({ routeCount: 1 });
+    expect(st?.routes).to.deep.equal(['10.77.0.0/24']);
+    // Status without the peer rows leaves out its routes too (one per pod range), not their count.
+    const brief = (await d!.daemon.service.status({ fabricPeers: false })).fabric?.hostPort;
+    expect(brief).to.deep.equal({ ...st, routes: [] });
     const rows = await d!.daemon.service.get('workloadnet-host-port');
     expect(rows[0]).to.include({ origin: 'host-port', defaultRoute: false });
   });
@@ -151,6 +156,10 @@ describe('the host port controller', function () {
     await new Promise((r) => setTimeout(r, TWO_PASSES_MS));
     expect(backend.attaches(), 'attached once, by the first start').to.equal(1);
     expect(await hostPort()).to.deep.equal(before);
+    // Its passes ask only whether its interface is there: a full check reads every route it carries.
+    const scopes = backend.checks.filter((c) => c.key === KEY).map((c) => c.scope);
+    expect(scopes.length, 'passes checked it').to.be.above(0);
+    expect(new Set(scopes)).to.deep.equal(new Set(['presence']));
   });
 
   it('keeps it while its DPU is away; attaches it again when its interface is missing with the DPU back', async () => {

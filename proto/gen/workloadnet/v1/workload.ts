@@ -171,8 +171,9 @@ export interface DetachResponse {}
 
 export interface StatusRequest {
   /**
-   * Leave out fabric.peers (one row per peer: thousands in a large cluster); every count and every
-   * other field is still given. For callers that poll readiness or list DPUs.
+   * Leave out fabric.peers (one row per peer: thousands in a large cluster) and fabric.host_port.routes
+   * (one per pod range); every count and every other field is still given. For callers that poll
+   * readiness or list DPUs.
    */
   omitFabricPeers: boolean;
 }
@@ -312,10 +313,15 @@ export interface FabricHostPort {
   addresses: string[];
   /** The DPU agent holding its port. */
   dpu: string;
-  /** The ranges routed through it (it carries no default route). */
+  /**
+   * The ranges routed through it (it carries no default route): one per pod range of the cluster, so
+   * left out with omit_fabric_peers.
+   */
   routes: string[];
   /** Why it is pending or off, or that its DPU is away; empty when all is well. */
   reason: string;
+  /** How many ranges are routed through it; given also when routes is left out. */
+  routeCount: number;
 }
 
 /** A tunnel endpoint of a node other than its own VXLAN device: one of its DPUs. */
@@ -3586,7 +3592,17 @@ export const FabricStatus: MessageFns<FabricStatus> = {
 };
 
 function createBaseFabricHostPort(): FabricHostPort {
-  return { state: '', network: '', interface: '', netns: '', addresses: [], dpu: '', routes: [], reason: '' };
+  return {
+    state: '',
+    network: '',
+    interface: '',
+    netns: '',
+    addresses: [],
+    dpu: '',
+    routes: [],
+    reason: '',
+    routeCount: 0,
+  };
 }
 
 export const FabricHostPort: MessageFns<FabricHostPort> = {
@@ -3614,6 +3630,9 @@ export const FabricHostPort: MessageFns<FabricHostPort> = {
     }
     if (message.reason !== '') {
       writer.uint32(66).string(message.reason);
+    }
+    if (message.routeCount !== 0) {
+      writer.uint32(72).uint32(message.routeCount);
     }
     return writer;
   },
@@ -3695,6 +3714,14 @@ export const FabricHostPort: MessageFns<FabricHostPort> = {
             message.reason = reader.string();
             continue;
           }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.routeCount = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3721,6 +3748,11 @@ export const FabricHostPort: MessageFns<FabricHostPort> = {
         ? object.routes.map((e: any) => globalThis.String(e))
         : [],
       reason: isSet(object.reason) ? globalThis.String(object.reason) : '',
+      routeCount: isSet(object.routeCount)
+        ? globalThis.Number(object.routeCount)
+        : isSet(object.route_count)
+          ? globalThis.Number(object.route_count)
+          : 0,
     };
   },
 
@@ -3750,6 +3782,9 @@ export const FabricHostPort: MessageFns<FabricHostPort> = {
     if (message.reason !== '') {
       obj.reason = message.reason;
     }
+    if (message.routeCount !== 0) {
+      obj.routeCount = Math.round(message.routeCount);
+    }
     return obj;
   },
 
@@ -3766,6 +3801,7 @@ export const FabricHostPort: MessageFns<FabricHostPort> = {
     message.dpu = object.dpu ?? '';
     message.routes = object.routes?.map((e) => e) || [];
     message.reason = object.reason ?? '';
+    message.routeCount = object.routeCount ?? 0;
     return message;
   },
 };
