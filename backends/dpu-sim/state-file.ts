@@ -80,7 +80,10 @@ interface JournalLine {
   head: Omit<SimState, 'fabric' | 'peerStatus'>;
   set?: FabricObject[];
   del?: string[];
+  /** The PeerStatus whole, or (peerStatusSet, peerStatusGone) what changed in it by peer name. */
   peerStatus?: PeerState[];
+  peerStatusSet?: PeerState[];
+  peerStatusGone?: string[];
 }
 
 /** The state as the file and its journal hold it together; undefined when there is none (yet). */
@@ -113,7 +116,7 @@ export function readStateFile(file: string): SimState | undefined {
     // Lines of an earlier full file (a crash between its replacement and emptying the journal).
     if (line.base !== parsed.journalBase) continue;
     changed = true;
-    state = { ...line.head, fabric: state.fabric, peerStatus: line.peerStatus ?? state.peerStatus };
+    state = { ...line.head, fabric: state.fabric, peerStatus: replayPeerStatus(state.peerStatus, line) };
     for (const name of line.del ?? []) fabric.delete(name);
     for (const o of line.set ?? []) fabric.set(o.name, o);
   }
@@ -124,6 +127,19 @@ export function readStateFile(file: string): SimState | undefined {
     fabric: [...fabric.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)),
     ...(peerStatus ? { peerStatus } : {}),
   };
+}
+
+/**
+ * The PeerStatus after a journal line: its whole list, or the one before with the states it set and
+ * the names gone, ordered by name (as the simulator lists its peers: FabricTable.peers()).
+ */
+function replayPeerStatus(before: PeerState[] | undefined, line: JournalLine): PeerState[] | undefined {
+  if (line.peerStatus) return line.peerStatus;
+  if (!line.peerStatusSet && !line.peerStatusGone) return before;
+  const byName = new Map((before ?? []).map((p) => [p.name, p]));
+  for (const name of line.peerStatusGone ?? []) byName.delete(name);
+  for (const p of line.peerStatusSet ?? []) byName.set(p.name, p);
+  return [...byName.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
 }
 
 /** A journal this long is folded into a full write. */
@@ -145,8 +161,8 @@ export class StateFile {
         id: string;
         fabric: Map<string, FabricObject>;
         peerStatus: PeerState[] | undefined;
-        /** The last PeerStatus written, as text (unknown right after a full write). */
-        peerStatusText?: string;
+        /** Each state of the last PeerStatus written, as text, by peer name. */
+        peerStatusTexts: Map<string, string>;
       }
     | undefined;
   private journalBytes = 0;
@@ -237,21 +253,14 @@ export class StateFile {
       del = [...base.fabric.keys()].filter((n) => !now.has(n));
       for (const n of del) base.fabric.delete(n);
     }
-    // A PeerStatus comes after every change and lists every peer (some 300 KB at 5,000): written only
-    // when it says something new, else the journal grew by that much per change and the full write
-    // it then forced every dozen changes held a change's ack back.
-    let newStatus = false;
-    if (peerStatus && peerStatus !== base.peerStatus) {
-      const text = JSON.stringify(peerStatus);
-      newStatus = text !== base.peerStatusText;
-      base.peerStatusText = text;
-    }
     const line: JournalLine = {
       base: base.id,
       head,
       ...(set.length > 0 ? { set } : {}),
       ...(del.length > 0 ? { del } : {}),
-      ...(newStatus ? { peerStatus } : {}),
+      ...(peerStatus && peerStatus !== base.peerStatus
+        ? peerStatusChange(peerStatus, base.peerStatusTexts)
+        : {}),
     };
     base.peerStatus = peerStatus;
     return `${JSON.stringify(line)}\n`;
@@ -264,6 +273,7 @@ export class StateFile {
       id,
       fabric: new Map((state.fabric ?? []).map((o) => [o.name, o])),
       peerStatus: state.peerStatus,
+      peerStatusTexts: new Map((state.peerStatus ?? []).map((p) => [p.name, JSON.stringify(p)])),
     };
     return JSON.stringify({ ...state, journalBase: id }, null, 1);
   }
@@ -291,4 +301,37 @@ export class StateFile {
     this.journalBytes = 0;
     this.landed(holds);
   }
+}
+
+/**
+ * What a journal line says of a PeerStatus against the last one written (`texts`, updated): the states
+ * that changed and the names gone. A PeerStatus comes after every change and lists every peer (some
+ * 300 KB at 5,000): written whole each time it moved, the journal outgrew its bound every dozen
+ * changes, and the full write of ~3 MB that followed held that change's ack back. Whole only when the
+ * list is not ordered by name (the replay orders it so).
+ */
+function peerStatusChange(
+  peerStatus: PeerState[],
+  texts: Map<string, string>,
+): Pick<JournalLine, 'peerStatus' | 'peerStatusSet' | 'peerStatusGone'> {
+  const now = new Map<string, string>();
+  const set: PeerState[] = [];
+  let ordered = true;
+  let last = '';
+  for (const p of peerStatus) {
+    const text = JSON.stringify(p);
+    now.set(p.name, text);
+    if (texts.get(p.name) !== text) set.push(p);
+    if (p.name <= last) ordered = false;
+    last = p.name;
+  }
+  const gone: string[] = [];
+  for (const name of texts.keys()) if (!now.has(name)) gone.push(name);
+  texts.clear();
+  for (const [name, text] of now) texts.set(name, text);
+  if (!ordered) return { peerStatus };
+  return {
+    ...(set.length > 0 ? { peerStatusSet: set } : {}),
+    ...(gone.length > 0 ? { peerStatusGone: gone } : {}),
+  };
 }

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { journalOf, readStateFile, StateFile, type SimState } from '../../../backends/dpu-sim/state-file';
-import type { FabricObject } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+import type { FabricObject, PeerState } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { removeDir, scratchDir } from '../dpu/fixtures';
 import { peer, route, vtep } from './fabric-objects';
 
@@ -51,6 +51,20 @@ describe('DPU simulator: state file journal', () => {
     await state.kept();
   }
 
+  interface Line {
+    peerStatus?: PeerState[];
+    peerStatusSet?: PeerState[];
+    peerStatusGone?: string[];
+  }
+  const journal = (): Line[] =>
+    fs
+      .readFileSync(journalOf(file), 'utf8')
+      .split('\n')
+      .filter((l) => l !== '')
+      .map((l) => JSON.parse(l) as Line);
+  const saysPeerStatus = (l: Line): boolean =>
+    l.peerStatus !== undefined || l.peerStatusSet !== undefined || l.peerStatusGone !== undefined;
+
   it('appends a change to the journal, and the file read back is the whole latest state', async () => {
     const state = new StateFile(file, render);
     await write(state);
@@ -88,12 +102,6 @@ describe('DPU simulator: state file journal', () => {
     const say = (reachable: boolean): SimState['peerStatus'] => [
       { name: 'peer/n2', reachable, offloaded: false, txPackets: 0, rxPackets: 0, lastError: '' },
     ];
-    const lines = (): Array<{ peerStatus?: unknown }> =>
-      fs
-        .readFileSync(journalOf(file), 'utf8')
-        .split('\n')
-        .filter((l) => l !== '')
-        .map((l) => JSON.parse(l) as { peerStatus?: unknown });
     peerStatus = say(true);
     await write(state);
     // The agent sends the same word again after each change (a new message, the same content).
@@ -102,13 +110,55 @@ describe('DPU simulator: state file journal', () => {
       peerStatus = say(true);
       await write(state);
     }
-    expect(lines().map((l) => l.peerStatus !== undefined)).to.deep.equal([true, false, false, false]);
+    expect(journal().map((l) => saysPeerStatus(l))).to.deep.equal([true, false, false, false]);
     peerStatus = say(false);
     await write(state);
-    expect(lines().at(-1)?.peerStatus).to.deep.equal(say(false));
+    expect(journal().at(-1)?.peerStatusSet).to.deep.equal(say(false));
     const back = readStateFile(file);
     expect(back?.peerStatus).to.deep.equal(say(false));
     expect(back?.epoch).to.equal(epoch);
+  });
+
+  it('journals only the states a PeerStatus of 5,000 changed, added or dropped, and reads back the whole', async () => {
+    const state = new StateFile(file, render);
+    const stateOf = (i: number, reachable = true): PeerState => ({
+      name: `peer/n${String(i).padStart(5, '0')}`,
+      reachable,
+      offloaded: false,
+      txPackets: i,
+      rxPackets: 0,
+      lastError: reachable ? '' : 'its FDB entry is not on wn-vxlan',
+    });
+    const all = Array.from({ length: 5000 }, (_, i) => stateOf(i));
+    peerStatus = all;
+    await write(state);
+    const size = fs.statSync(file).size;
+    const steps: Array<(l: PeerState[]) => PeerState[]> = [
+      (l) => l.map((p, i) => (i === 17 ? stateOf(17, false) : p)),
+      (l) => [...l, stateOf(5000)],
+      (l) => l.filter((p) => p.name !== stateOf(3).name),
+      (l) => l.map((p, i) => (i === 4000 ? { ...p, txPackets: 9 } : p)),
+    ];
+    for (const step of steps) {
+      peerStatus = step(peerStatus);
+      await write(state);
+      expect(readStateFile(file)?.peerStatus).to.deep.equal(peerStatus);
+    }
+    const lines = journal();
+    expect(lines.map((l) => [l.peerStatusSet?.length ?? 0, l.peerStatusGone ?? []])).to.deep.equal([
+      [1, []],
+      [1, []],
+      [0, [stateOf(3).name]],
+      [1, []],
+    ]);
+    expect(fs.statSync(journalOf(file)).size, 'four lines, not four lists').to.be.below(4000);
+    expect(fs.statSync(file).size, 'no full write since').to.equal(size);
+
+    // A list out of name order is written whole: a replay orders by name.
+    peerStatus = [...peerStatus].reverse();
+    await write(state);
+    expect(journal().at(-1)?.peerStatus).to.deep.equal(peerStatus);
+    expect(readStateFile(file)?.peerStatus).to.deep.equal(peerStatus);
   });
 
   it('skips lines that follow an older full file, and a line cut short', async () => {
