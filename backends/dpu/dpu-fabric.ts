@@ -385,7 +385,9 @@ export class DpuFabric implements FabricDataplane {
       out.push(fresh.path);
     }
     if (this.pathOf.size > out.length)
-      for (const [node, kept] of this.pathOf) if (kept.built !== stamp) this.pathOf.delete(node);
+      this.pathOf.forEach((kept, node) => {
+        if (kept.built !== stamp) this.pathOf.delete(node);
+      });
     return out;
   }
 }

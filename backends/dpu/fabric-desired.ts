@@ -50,11 +50,12 @@ export class FabricDesired {
   set(plan: ReadonlyMap<string, FabricBody>, nextGeneration: () => number): FabricChanges {
     this.planned = true;
     const changes: FabricChanges = { upserts: [], deletes: [] };
-    for (const [name, body] of plan) {
+    // forEach, not for-of: at 10,000 objects an entry array each, per apply, was garbage.
+    plan.forEach((body, name) => {
       const old = this.objects.get(name);
       if (old && (old.body === body || isDeepStrictEqual(old.body, body))) {
         old.body = body;
-        continue;
+        return;
       }
       const object: FabricObject = { ...body, name, generation: nextGeneration() };
       if (old) {
@@ -64,16 +65,16 @@ export class FabricDesired {
       this.objects.set(name, { object, body, ack: undefined });
       this.index.add(object);
       changes.upserts.push(object);
-    }
+    });
     // Every planned name is held now: anything more is what the plan dropped.
     if (this.objects.size > plan.size)
-      for (const [name, old] of this.objects) {
-        if (plan.has(name)) continue;
+      this.objects.forEach((old, name) => {
+        if (plan.has(name)) return;
         this.count(old.ack, old.object, -1);
         this.index.remove(old.object);
         this.objects.delete(name);
         changes.deletes.push({ name, generation: nextGeneration() });
-      }
+      });
     if (changes.upserts.length + changes.deletes.length > 0) this.revision++;
     return changes;
   }

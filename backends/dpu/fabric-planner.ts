@@ -49,43 +49,46 @@ export class FabricPlanner {
   private owners = new Map<string, string>();
   /** Per prefix, the keys of the parts that ask for a route to it, sorted (the first one wins). */
   private claims = new Map<string, string[]>();
-  /** Each remote node's part key, made once (one text per node per apply is garbage at 5,000). */
-  private keys = new Map<string, string>();
+  /**
+   * Each remote node's part key, made once (one text per node per apply is garbage at 5,000), and the
+   * last update that listed the node: what tells a node gone, or listed twice, without a map of the
+   * table made per apply.
+   */
+  private keys = new Map<string, { key: string; listed: number }>();
+  private updates = 0;
   /** Parts planned by the last update (for tests and the log: what an apply cost). */
   replanned = 0;
-
-  private keyOf(node: string): string {
-    let key = this.keys.get(node);
-    if (key === undefined) {
-      key = remotePartKey(node);
-      this.keys.set(node, key);
-    }
-    return key;
-  }
 
   /** The plan for `peers` under `context`: the whole map, updated in place. */
   update(context: PlanContext, peers: readonly Peer[]): ReadonlyMap<string, FabricBody> {
     const text = contextShape(context);
-    const remote = new Map<string, Peer>();
-    let duplicate = false;
+    if (text !== this.context) return this.rebuild(context, text, peers, hasTwice(peers, context.node));
+    const stamp = ++this.updates;
     for (const p of peers) {
       if (p.node === context.node) continue;
-      if (remote.has(p.node)) duplicate = true;
-      remote.set(p.node, p);
+      let k = this.keys.get(p.node);
+      if (!k) {
+        k = { key: remotePartKey(p.node), listed: 0 };
+        this.keys.set(p.node, k);
+      }
+      // A table naming one node twice is planned whole, as planFabric orders it.
+      if (k.listed === stamp) return this.rebuild(context, text, peers, true);
+      k.listed = stamp;
     }
-    // A table naming one node twice is planned whole, as planFabric orders it.
-    if (text !== this.context || duplicate) return this.rebuild(context, text, peers, duplicate);
     this.replanned = 0;
     const input = this.input as PlanContext;
-    for (const [key, { part, node }] of this.parts) {
-      if (node === undefined || remote.has(node)) continue;
+    // forEach, not for-of: an entry array per part per apply is garbage at 5,000.
+    this.parts.forEach(({ part, node }, key) => {
+      if (node === undefined || this.keys.get(node)?.listed === stamp) return;
       this.dropPart(key, part);
       this.parts.delete(key);
       this.keys.delete(node);
       this.replanned++;
-    }
-    for (const [node, peer] of remote) {
-      const key = this.keyOf(node);
+    });
+    for (const peer of peers) {
+      if (peer.node === context.node) continue;
+      const node = peer.node;
+      const key = (this.keys.get(node) as { key: string }).key;
       const old = this.parts.get(key);
       if (old?.peer === peer) continue;
       const shape = peerShape(peer);
@@ -194,6 +197,17 @@ export class FabricPlanner {
     if (this.plan.get(name)?.peerRoute?.peer === peer) return;
     this.plan.set(name, routeBody((this.input as PlanContext).agent, prefix, peer));
   }
+}
+
+/** Whether the table names one node (other than this one) twice. */
+function hasTwice(peers: readonly Peer[], self: string): boolean {
+  const nodes = new Set<string>();
+  for (const p of peers) {
+    if (p.node === self) continue;
+    if (nodes.has(p.node)) return true;
+    nodes.add(p.node);
+  }
+  return false;
 }
 
 function contextShape(c: PlanContext): string {

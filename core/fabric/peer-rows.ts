@@ -74,7 +74,9 @@ export class PeerRows {
       counts.set(kept.row.path, (counts.get(kept.row.path) ?? 0) + 1);
     }
     if (this.kept.size > rows.length)
-      for (const [name, k] of this.kept) if (k.seen !== stamp) this.kept.delete(name);
+      this.kept.forEach((k, name) => {
+        if (k.seen !== stamp) this.kept.delete(name);
+      });
     this.list = rows;
     this.paths = counts;
     return rows;
@@ -173,5 +175,7 @@ function sameCourse(a: PeerPath | undefined, b: PeerPath | undefined): boolean {
 function sameShown(a: PeerPath | undefined, b: PeerPath | undefined): boolean {
   if (a === b) return true;
   if (!a || !b || !sameCourse(a, b)) return false;
-  return a.prefixes.length === b.prefixes.length && a.prefixes.every((p, i) => p === b.prefixes[i]);
+  if (a.prefixes.length !== b.prefixes.length) return false;
+  for (let i = 0; i < a.prefixes.length; i++) if (a.prefixes[i] !== b.prefixes[i]) return false;
+  return true;
 }

@@ -140,9 +140,14 @@ export class PeersFileReader {
       }
       peers.set(peer.node, peer);
     }
-    for (const [key, read] of this.known) if (read.seen !== stamp) this.known.delete(key);
+    // forEach, not for-of: an entry array per peer per read was garbage at 5,000.
+    this.known.forEach((read, key) => {
+      if (read.seen !== stamp) this.known.delete(key);
+    });
     if (this.owners.size > 2 * prefixes)
-      for (const [p, owner] of this.owners) if (owner.seen !== stamp) this.owners.delete(p);
+      this.owners.forEach((owner, p) => {
+        if (owner.seen !== stamp) this.owners.delete(p);
+      });
     return { peers, rejected };
   }
 

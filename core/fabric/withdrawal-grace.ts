@@ -80,11 +80,18 @@ export class WithdrawalGrace {
    */
   table(current: ReadonlyMap<string, Peer>, failing: (node: string) => boolean = () => false): Peer[] {
     const t = this.now();
-    for (const [name, peer] of this.last)
-      if (!current.has(name) && !this.withdrawn.has(name)) this.withdrawn.set(name, { peer, since: t });
-    for (const name of current.keys()) this.withdrawn.delete(name);
+    // The last table is brought to this one in place, not copied: at 5,000 peers a new map per apply
+    // was garbage that outlived several young-generation collections.
+    this.last.forEach((peer, name) => {
+      if (current.has(name)) return;
+      if (!this.withdrawn.has(name)) this.withdrawn.set(name, { peer, since: t });
+      this.last.delete(name);
+    });
+    current.forEach((peer, name) => {
+      if (this.withdrawn.size > 0) this.withdrawn.delete(name);
+      this.last.set(name, peer);
+    });
     this.expire(current.size, t, failing);
-    this.last = new Map(current);
     const kept = [...this.withdrawn.values()].map((w) => w.peer);
     const listed =
       kept.length > 0 ? [...current.values()].flatMap((p) => p.prefixes.map(cidrOrUndefined)) : [];
