@@ -60,7 +60,8 @@ export function registerClientCommands(program: Command): void {
     )
     .action((opts: GlobalOpts) =>
       withClient(opts, async (c) => {
-        const st = await c.status();
+        // The text counts the peers; only --json prints their rows (thousands in a large cluster).
+        const st = await c.status({ omitFabricPeers: !opts.json });
         process.stdout.write(opts.json ? json(st) : formatStatus(st));
         return st.ready ? EXIT.ok : EXIT.notReady;
       }),
@@ -284,7 +285,8 @@ function formatStatus(st: StatusResponse): string {
   if (st.fabric && st.fabric.mode !== 'off') {
     const f = st.fabric;
     lines.push(
-      `fabric:      ${f.mode}, ${f.ready ? 'ready' : 'not ready'}, ${f.peers.length} peers (workloadnet peers)`,
+      // A daemon from before peer_count gives the rows only.
+      `fabric:      ${f.mode}, ${f.ready ? 'ready' : 'not ready'}, ${Math.max(f.peerCount, f.peers.length)} peers (workloadnet peers)`,
     );
     for (const r of f.reasons) lines.push(`  reason:    ${r}`);
     for (const w of f.warnings) lines.push(`  warning:   ${w}`);

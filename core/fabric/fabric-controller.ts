@@ -225,6 +225,7 @@ export class FabricController {
       ...(book ? { borrowed: book.borrowed, slices: book.sliceCount } : {}),
       ...(source ? { source } : {}),
       peers: opts.peers === false ? [] : this.peerRows.view(reports, mergedProbes(this.opts.dataplanes)),
+      peerCount: this.peerRows.rows.length,
       objects: sumObjects(reports),
       repairs: reports.reduce((n, r) => n + r.repairs, 0),
       ...filteredPackets(reports),

@@ -67,6 +67,8 @@ export interface FabricStatus {
   slices?: number;
   source?: PeerSourceStatus;
   peers: FabricPeerStatus[];
+  /** Rows of the last table applied (given also when `peers` is left out). */
+  peerCount: number;
   /** Objects of ours in the kernel now. */
   objects: { routes: number; neighbours: number; fdb: number };
   /** Objects put back after they were removed or changed behind our back, since start. */

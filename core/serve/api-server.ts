@@ -438,6 +438,7 @@ function toProtoFabric(f: FabricStatus): ProtoFabricStatus {
       seenBy: p.seenBy ?? [],
       probe: p.probe && { ...p.probe, rttMs: p.probe.rttMs ?? 0, medianRttMs: p.probe.medianRttMs ?? 0 },
     })),
+    peerCount: f.peerCount,
     routes: f.objects.routes,
     neighbours: f.objects.neighbours,
     fdb: f.objects.fdb,

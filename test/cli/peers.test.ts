@@ -110,6 +110,10 @@ describe('workloadnet peers', () => {
         expect(all.fabric?.peers.map((p) => p.node)).to.deep.equal(['n2', 'n3']);
         expect(summary.fabric?.peers).to.deep.equal([]);
         expect(summary.fabric).to.include({ mode: 'vxlan', ready: true, routes: 3, neighbours: 2, fdb: 2 });
+        expect(
+          [all.fabric?.peerCount, summary.fabric?.peerCount],
+          'the rows counted either way',
+        ).to.deep.equal([2, 2]);
       } finally {
         client.close();
       }

@@ -299,6 +299,8 @@ export interface FabricStatus {
    * overlay through a DPU. Absent when no network's DPUs carry the fabric.
    */
   hostPort?: FabricHostPort | undefined;
+  /** How many peers the last applied table holds: the rows of peers, given also when they are left out. */
+  peerCount: number;
 }
 
 /** The node's own namespace attached by the daemon to the network on its DPUs (docs/fabric.md). */
@@ -3154,6 +3156,7 @@ function createBaseFabricStatus(): FabricStatus {
     slices: 0,
     filteredPackets: undefined,
     hostPort: undefined,
+    peerCount: 0,
   };
 }
 
@@ -3224,6 +3227,9 @@ export const FabricStatus: MessageFns<FabricStatus> = {
     }
     if (message.hostPort !== undefined) {
       FabricHostPort.encode(message.hostPort, writer.uint32(178).fork()).join();
+    }
+    if (message.peerCount !== 0) {
+      writer.uint32(184).uint32(message.peerCount);
     }
     return writer;
   },
@@ -3417,6 +3423,14 @@ export const FabricStatus: MessageFns<FabricStatus> = {
             message.hostPort = FabricHostPort.decode(reader, reader.uint32());
             continue;
           }
+          case 23: {
+            if (tag !== 184) {
+              break;
+            }
+
+            message.peerCount = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3479,6 +3493,11 @@ export const FabricStatus: MessageFns<FabricStatus> = {
         : isSet(object.host_port)
           ? FabricHostPort.fromJSON(object.host_port)
           : undefined,
+      peerCount: isSet(object.peerCount)
+        ? globalThis.Number(object.peerCount)
+        : isSet(object.peer_count)
+          ? globalThis.Number(object.peer_count)
+          : 0,
     };
   },
 
@@ -3550,6 +3569,9 @@ export const FabricStatus: MessageFns<FabricStatus> = {
     if (message.hostPort !== undefined) {
       obj.hostPort = FabricHostPort.toJSON(message.hostPort);
     }
+    if (message.peerCount !== 0) {
+      obj.peerCount = Math.round(message.peerCount);
+    }
     return obj;
   },
 
@@ -3587,6 +3609,7 @@ export const FabricStatus: MessageFns<FabricStatus> = {
       object.hostPort !== undefined && object.hostPort !== null
         ? FabricHostPort.fromPartial(object.hostPort)
         : undefined;
+    message.peerCount = object.peerCount ?? 0;
     return message;
   },
 };
