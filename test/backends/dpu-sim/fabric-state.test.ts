@@ -5,7 +5,7 @@ import { removeDir, scratchDir } from '../dpu/fixtures';
 import { SimProcess } from '../dpu/sim-process';
 import { waitUntil } from '../../support/wait-until';
 import { localPrefix, peer, route, vtep } from './fabric-objects';
-import { ScriptedDaemon } from './scripted-daemon';
+import { ScriptedDaemon, type Session } from './scripted-daemon';
 
 // The simulator's fabric desired state, against a scripted daemon: every object acknowledged with its
 // kind, the state file holding exactly the set, snapshot semantics (keep_unlisted_fabric), a restart of
@@ -57,6 +57,16 @@ describe('DPU simulator: fabric objects (protocol version 3)', function () {
     ];
   }
 
+  /** A session whose simulator was sent the table above and acked all of it. */
+  async function holding(): Promise<{ s: Session; g: () => number; objects: FabricObject[] }> {
+    const s = await daemon.session();
+    const g = (): number => daemon.nextGeneration();
+    const objects = table(g);
+    daemon.snapshot(s, objects);
+    await daemon.allAcked(s, objects);
+    return { s, g, objects };
+  }
+
   it('says hello with version 3, fabric-vxlan and its uplink; acks every object with kind FABRIC and records exactly the set', async () => {
     sim = start();
     const s = await daemon.session();
@@ -101,11 +111,7 @@ describe('DPU simulator: fabric objects (protocol version 3)', function () {
       features: ['inventory', 'keep-unlisted', 'fabric', 'peer-status-delta'],
     });
     sim = start();
-    const s = await daemon.session();
-    const g = (): number => daemon.nextGeneration();
-    const objects = table(g);
-    daemon.snapshot(s, objects);
-    await daemon.allAcked(s, objects);
+    const { s, g } = await holding();
     // What the daemon holds: the whole one, with every delta after it applied in turn.
     const replayed = (): string[] => {
       const held = new Set<string>();
@@ -150,11 +156,7 @@ describe('DPU simulator: fabric objects (protocol version 3)', function () {
 
   it('refuses an invalid object with INVALID and a reason, and keeps what it held', async () => {
     sim = start();
-    const s = await daemon.session();
-    const g = (): number => daemon.nextGeneration();
-    const objects = table(g);
-    daemon.snapshot(s, objects);
-    await daemon.allAcked(s, objects);
+    const { s, g, objects } = await holding();
     const bad: FabricObject[] = [
       { ...peer(g(), 'n2', 'not-an-address') },
       { ...route(g(), '10.244.2.1/24', 'peer/n2') },
@@ -181,11 +183,9 @@ describe('DPU simulator: fabric objects (protocol version 3)', function () {
 
   it('keeps unlisted objects under keep_unlisted_fabric and removes them after a complete snapshot', async () => {
     sim = start();
-    let s = await daemon.session();
-    const g = (): number => daemon.nextGeneration();
-    const objects = table(g);
-    daemon.snapshot(s, objects);
-    await daemon.allAcked(s, objects);
+    const first = await holding();
+    const { g, objects } = first;
+    let s = first.s;
     await sim.waitForState((x) => x.synced && (x.fabric?.length ?? 0) === 6, 'six objects');
 
     // A restart of the same boot resumes the set from the state file.
