@@ -4,27 +4,13 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { RowCache } from '../../core/store/row-cache';
 import { Store, type AttachmentRecord } from '../../core/store/store';
+import { storeRecord } from '../support/store-record';
 
 // core/store/row-cache.ts against a real store: the row decoded once while nothing is written, and
 // never older than the last write that settled, whichever row that write touched.
 
-function record(key: string, routes: string[]): AttachmentRecord {
-  const [workloadId = '', ifName = ''] = key.split('/');
-  return {
-    key,
-    workloadId,
-    ifName,
-    netnsPath: '/var/run/netns/x',
-    netnsInode: 1,
-    ips: [{ family: 4, address: '10.0.0.2', gateway: '169.254.1.1' }],
-    mtu: 1500,
-    backend: 'test',
-    state: 'ready',
-    createdAt: new Date(0).toISOString(),
-    defaultRoute: false,
-    routes,
-  };
-}
+const record = (key: string, routes: string[]): AttachmentRecord =>
+  storeRecord(key, ['10.0.0.2'], { defaultRoute: false, routes });
 
 describe('RowCache', () => {
   let dir: string;

@@ -6,26 +6,7 @@ import { open } from 'lmdb';
 import { SCHEMA_VERSION, Store, type AttachmentRecord } from '../../core/store/store';
 import type { WorkloadNetError } from '../../core/errors';
 import { setStoreSchemaVersion } from '../support/store-schema';
-
-function record(key: string, addresses: string[]): AttachmentRecord {
-  const [workloadId = '', ifName = ''] = key.split('/');
-  return {
-    key,
-    workloadId,
-    ifName,
-    netnsPath: '/var/run/netns/x',
-    netnsInode: 1,
-    ips: addresses.map((address) => ({
-      family: 4,
-      address,
-      gateway: '169.254.1.1',
-    })),
-    mtu: 1500,
-    backend: 'test',
-    state: 'ready',
-    createdAt: new Date(0).toISOString(),
-  };
-}
+import { storeRecord } from '../support/store-record';
 
 describe('Store', () => {
   let dir: string;
@@ -34,7 +15,7 @@ describe('Store', () => {
 
   it('keeps a row and its addresses across reopen', async () => {
     const s = Store.open(dir);
-    await s.put(record('w1/eth0', ['10.0.0.2']));
+    await s.put(storeRecord('w1/eth0', ['10.0.0.2']));
     await s.close();
     const again = Store.open(dir);
     expect(again.get('w1/eth0')?.ips[0]?.address).to.equal('10.0.0.2');
@@ -43,8 +24,8 @@ describe('Store', () => {
 
   it('replaces a record whole, and remove returns the addresses it held', async () => {
     const s = Store.open(dir);
-    await s.put(record('w1/eth0', ['10.0.0.2', '10.0.0.3']));
-    await s.put(record('w1/eth0', ['10.0.0.3']));
+    await s.put(storeRecord('w1/eth0', ['10.0.0.2', '10.0.0.3']));
+    await s.put(storeRecord('w1/eth0', ['10.0.0.3']));
     expect(s.get('w1/eth0')?.ips.map((i) => i.address)).to.deep.equal(['10.0.0.3']);
     const released = await s.remove('w1/eth0');
     expect(released.map((i) => i.address)).to.deep.equal(['10.0.0.3']);
@@ -61,7 +42,7 @@ describe('Store', () => {
 
   it('migrates a store written without a schema version to the current one, keeping its rows', async () => {
     const s = Store.open(dir);
-    await s.put(record('old/eth0', ['10.0.0.9']));
+    await s.put(storeRecord('old/eth0', ['10.0.0.9']));
     await s.close();
     await setStoreSchemaVersion(dir, 0);
     const migrated = Store.open(dir);
@@ -74,8 +55,12 @@ describe('Store', () => {
     // Written the way version 1 wrote: plain lmdb databases, no shared record structures.
     const v1 = open({ path: path.join(dir, 'workloadnet.mdb'), compression: false });
     const rows = [
-      record('w1/eth0', ['10.0.0.2']),
-      { ...record('w2/eth0', ['10.0.0.3']), pod: { uid: 'u', namespace: 'ns', name: 'p' }, origin: 'cni' },
+      storeRecord('w1/eth0', ['10.0.0.2']),
+      {
+        ...storeRecord('w2/eth0', ['10.0.0.3']),
+        pod: { uid: 'u', namespace: 'ns', name: 'p' },
+        origin: 'cni',
+      },
     ];
     const attachments = v1.openDB<AttachmentRecord, string>({ name: 'attachments' });
     const allocations = v1.openDB<string, string>({ name: 'allocations' });
@@ -92,7 +77,7 @@ describe('Store', () => {
     const s = Store.open(dir);
     expect(s.schemaVersion).to.equal(SCHEMA_VERSION);
     expect(s.all()).to.deep.equal(rows);
-    await s.put(record('w3/eth0', ['10.0.0.4']));
+    await s.put(storeRecord('w3/eth0', ['10.0.0.4']));
     await s.close();
 
     const again = Store.open(dir);
@@ -117,7 +102,7 @@ describe('Store', () => {
       await Promise.all(
         Array.from({ length: 100 }, (_, j) => {
           const n = i * 100 + j;
-          return s.put(record(`w${n}/eth0`, [`10.${n >> 16}.${(n >> 8) & 255}.${n & 255}`]));
+          return s.put(storeRecord(`w${n}/eth0`, [`10.${n >> 16}.${(n >> 8) & 255}.${n & 255}`]));
         }),
       );
     }
