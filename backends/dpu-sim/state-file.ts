@@ -258,9 +258,7 @@ export class StateFile {
       head,
       ...(set.length > 0 ? { set } : {}),
       ...(del.length > 0 ? { del } : {}),
-      ...(peerStatus && peerStatus !== base.peerStatus
-        ? peerStatusChange(peerStatus, base.peerStatusTexts)
-        : {}),
+      ...(peerStatus && peerStatus !== base.peerStatus ? peerStatusChange(peerStatus, base) : {}),
     };
     base.peerStatus = peerStatus;
     return `${JSON.stringify(line)}\n`;
@@ -304,7 +302,7 @@ export class StateFile {
 }
 
 /**
- * What a journal line says of a PeerStatus against the last one written (`texts`, updated): the states
+ * What a journal line says of a PeerStatus against the last one written (`base`, updated): the states
  * that changed and the names gone. A PeerStatus comes after every change and lists every peer (some
  * 300 KB at 5,000): written whole each time it moved, the journal outgrew its bound every dozen
  * changes, and the full write of ~3 MB that followed held that change's ack back. Whole only when the
@@ -312,8 +310,9 @@ export class StateFile {
  */
 function peerStatusChange(
   peerStatus: PeerState[],
-  texts: Map<string, string>,
+  base: { peerStatusTexts: Map<string, string> },
 ): Pick<JournalLine, 'peerStatus' | 'peerStatusSet' | 'peerStatusGone'> {
+  const texts = base.peerStatusTexts;
   const now = new Map<string, string>();
   const set: PeerState[] = [];
   let ordered = true;
@@ -327,8 +326,7 @@ function peerStatusChange(
   }
   const gone: string[] = [];
   for (const name of texts.keys()) if (!now.has(name)) gone.push(name);
-  texts.clear();
-  for (const [name, text] of now) texts.set(name, text);
+  base.peerStatusTexts = now;
   if (!ordered) return { peerStatus };
   return {
     ...(set.length > 0 ? { peerStatusSet: set } : {}),
