@@ -1,6 +1,6 @@
 import * as fs from 'node:fs';
 import { cidrsOverlap } from './ipam/address-space';
-import { validateFabric, type FabricConfig } from './fabric/fabric-config';
+import { clusterRanges, validateFabric, type FabricConfig } from './fabric/fabric-config';
 import { parseCidr, type Cidr } from '../lib/cidr';
 import { invalidArgument } from './errors';
 import type { FabricMode, FabricSettings } from './fabric/fabric-dataplane';
@@ -560,17 +560,7 @@ function validatePoolSource(c: DaemonConfig, fail: (msg: string) => never): void
     if (!/^https?:\/\/[^\s/]+$/.test(url)) fail(`etcd endpoint "${url}" must look like http(s)://HOST:PORT`);
   if (e.endpoints.some((u) => u.startsWith('https:')) && !e.ca) fail('https etcd endpoints need etcd.ca');
   if (e.clusterCidrs.length === 0) fail('poolSource "etcd" needs etcd.clusterCidrs (--cluster-cidr)');
-  const families = new Set<number>();
-  for (const text of e.clusterCidrs) {
-    let cidr;
-    try {
-      cidr = parseCidr(text);
-    } catch (err) {
-      return fail(`etcd.clusterCidrs: ${(err as Error).message}`);
-    }
-    if (families.has(cidr.family))
-      fail(`etcd.clusterCidrs has two IPv${cidr.family} ranges; give one per family`);
-    families.add(cidr.family);
+  for (const cidr of clusterRanges('etcd.clusterCidrs', e.clusterCidrs, fail)) {
     const block = cidr.family === 4 ? e.blockSize : 96 + e.blockSize;
     if (cidr.prefixLength > block)
       fail(

@@ -111,18 +111,7 @@ function validateClusterCidrs(c: FabricOptions, fail: (msg: string) => never): v
     fail(
       'fabric.clusterCidrs is for the static and kubernetes pool sources; with etcd the cluster ranges are etcd.clusterCidrs',
     );
-  const byFamily = new Map<number, Cidr>();
-  for (const text of list) {
-    let cidr: Cidr;
-    try {
-      cidr = parseCidr(text);
-    } catch (err) {
-      return fail(`fabric.clusterCidrs: ${(err as Error).message}`);
-    }
-    if (byFamily.has(cidr.family))
-      fail(`fabric.clusterCidrs has two IPv${cidr.family} ranges; give one per family`);
-    byFamily.set(cidr.family, cidr);
-  }
+  const ranges = clusterRanges('fabric.clusterCidrs', list, fail);
   if (c.poolSource !== 'static') return;
   // The default network's ranges: the named one's when networks are configured.
   const own = c.networks.length === 0 ? c.podCidrs : c.networks.find((n) => n?.name === 'default')?.podCidrs;
@@ -134,10 +123,30 @@ function validateClusterCidrs(c: FabricOptions, fail: (msg: string) => never): v
     } catch {
       continue; // named by the podCidrs check
     }
-    const cluster = byFamily.get(pod.family);
+    const cluster = ranges.find((r) => r.family === pod.family);
     if (cluster && !(cluster.prefixLength <= pod.prefixLength && cidrContains(cluster, pod.network)))
       fail(
         `podCidrs ${text} is outside fabric.clusterCidrs ${cluster.text}: the cluster's ranges must hold the node's`,
       );
   }
+}
+
+/**
+ * A list of cluster ranges (fabric.clusterCidrs, etcd.clusterCidrs) parsed: CIDRs, at most one per
+ * family; `field` names the list in the refusal.
+ */
+export function clusterRanges(field: string, list: readonly string[], fail: (msg: string) => never): Cidr[] {
+  const ranges: Cidr[] = [];
+  for (const text of list) {
+    let cidr: Cidr;
+    try {
+      cidr = parseCidr(text);
+    } catch (err) {
+      return fail(`${field}: ${(err as Error).message}`);
+    }
+    if (ranges.some((r) => r.family === cidr.family))
+      fail(`${field} has two IPv${cidr.family} ranges; give one per family`);
+    ranges.push(cidr);
+  }
+  return ranges;
 }
