@@ -108,11 +108,10 @@ export class EtcdPeerSource implements PeerSource {
         callTimeoutMs: this.opts.callTimeoutMs ?? 2000,
       }),
     );
-    const me = aliveHolder(this.opts.storeId());
     this.publisher = new RecordPublisher(
       this.client,
       this.root + recordKey(self.node),
-      { key: this.root + aliveKey(self.node), me: () => me },
+      { key: this.root + aliveKey(self.node), me: aliveHolder(this.opts.storeId()) },
       this.opts.leaseTtlSeconds,
       this.opts.logger,
       (err) => {

@@ -40,7 +40,7 @@ export class RecordPublisher {
     /** Full key of the record. */
     private readonly key: string,
     /** Full key of the node name's alive key, and this daemon as it names itself there. */
-    private readonly holder: { key: string; me: () => AliveHolder },
+    private readonly holder: { key: string; me: AliveHolder },
     private readonly ttlSeconds: number,
     private readonly logger: Logger,
     /** Told when the lease is lost (etcd unreachable past the TTL, or the lease expired). */
@@ -134,7 +134,7 @@ export class RecordPublisher {
   private async heldHere(node: string): Promise<string | undefined> {
     const value = (await this.client.get(this.holder.key).string()) ?? undefined;
     const holder = value === undefined ? undefined : parseAliveHolder(value);
-    const me = this.holder.me();
+    const me = this.holder.me;
     if (holder && sameDaemon(holder, me)) return value;
     const refusal =
       value === undefined
