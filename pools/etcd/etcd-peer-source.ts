@@ -2,7 +2,9 @@ import { Etcd3, Range, type IKeyValue, type IWatchResponse, type Watcher } from 
 import { invalidArgument } from '../../core/errors';
 import type { Logger } from '../../core/logger';
 import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from '../../core/fabric/peer-source';
+import { aliveHolder } from './alive-key';
 import { blockLayout, type BlockLayout } from './block-layout';
+import { aliveKey } from './block-registry';
 import { etcdClientOptions } from './etcd-client';
 import { decodeRecord, encodeRecord } from './node-record';
 import { PeerTable, recordKey } from './peer-table';
@@ -11,7 +13,8 @@ import { RecordPublisher } from './record-publisher';
 // The other nodes from etcd, where the etcd pool source keeps block ownership (see
 // docs/fabric.md). Layout under the configured prefix:
 //   nodes/<node>   JSON NodeRecord, bound to a lease kept alive by that node's daemon (TTL
-//                  fabric.leaseTtlSeconds): a dead node's record expires, nobody deletes it.
+//                  fabric.leaseTtlSeconds): a dead node's record expires, nobody deletes it. Only
+//                  the daemon holding the name (its alive key, nodes/<node>/alive) writes it.
 //   blocks/<block> the owning node (written by the pool source): the only source of a peer's prefixes.
 // One range read of the whole prefix gives records and ownership at one revision; a watch of the
 // prefix from the next revision follows it. A dropped watch resumes from the last revision applied;
@@ -34,6 +37,11 @@ export interface EtcdPeerSourceOptions {
   clusterCidrs: string[];
   blockSize: number;
   nodeName: string;
+  /**
+   * This daemon's store id (core/store StoreIdentity), read at start: with the boot id, what the node
+   * name's alive key must name for this daemon to publish the record.
+   */
+  storeId: () => string;
   /** TTL of the node record's lease (s). */
   leaseTtlSeconds: number;
   logger: Logger;
@@ -103,6 +111,7 @@ export class EtcdPeerSource implements PeerSource {
     this.publisher = new RecordPublisher(
       this.client,
       this.root + recordKey(self.node),
+      { key: this.root + aliveKey(self.node), me: aliveHolder(this.opts.storeId()) },
       this.opts.leaseTtlSeconds,
       this.opts.logger,
       (err) => {
@@ -227,7 +236,8 @@ export class EtcdPeerSource implements PeerSource {
       start = Buffer.concat([res.kvs[res.kvs.length - 1]!.key, Buffer.from([0])]);
     }
     this.table.clear();
-    for (const kv of kvs) this.table.put(kv.key.toString().slice(this.root.length), kv.value.toString());
+    for (const kv of kvs)
+      this.table.put(kv.key.toString().slice(this.root.length), kv.value.toString(), kv.lease);
     this.revision = Number(revision);
     this.needList = false;
     this.lists++;
@@ -290,7 +300,7 @@ export class EtcdPeerSource implements PeerSource {
       const key = ev.kv.key.toString();
       if (!key.startsWith(this.root)) continue;
       const rel = key.slice(this.root.length);
-      if (ev.type === 'Put') this.table.put(rel, ev.kv.value.toString());
+      if (ev.type === 'Put') this.table.put(rel, ev.kv.value.toString(), ev.kv.lease);
       else this.table.delete(rel);
     }
     this.revision = Math.max(this.revision, Number(res.header.revision));
@@ -300,12 +310,16 @@ export class EtcdPeerSource implements PeerSource {
     if (this.table.recompute()) this.notify();
   }
 
-  /** Our record gone or changed while we think it is published (deleted by hand): write it again. */
+  /**
+   * Our record gone, changed or taken off our lease while we think it is published (deleted or
+   * overwritten by hand, or by another daemon): write it again, if this daemon still holds the name.
+   */
   private checkOwnRecord(): void {
     const value = this.publisher?.value;
     // A table older than our write cannot show it yet.
     if (value === undefined || this.revision < this.publisher!.writtenAt) return;
-    if (this.table.ownRecord() !== value) {
+    const stored = this.table.ownRecord();
+    if (stored?.value !== value || stored.lease !== this.publisher!.leaseOfRecord) {
       this.opts.logger.warn(
         { node: this.opts.nodeName },
         'own node record changed in etcd; writing it again',

@@ -206,6 +206,12 @@ export class EtcdPoolSource implements PoolSource {
     if (!layout) return;
     const whose =
       endpoint === undefined ? `node ${this.opts.nodeName}` : `DPU ${endpoint} of node ${this.opts.nodeName}`;
+    // Blocks are claimed under the name only by the daemon holding it (see keepAlive).
+    if (this.connected && this.aliveValue === undefined)
+      throw unavailable(
+        `no free IPv${family} address in the blocks ${whose} owns, and no block is claimed: ` +
+          (this.refusal ?? `this daemon does not hold node name ${this.opts.nodeName} in etcd yet; retry`),
+      );
     if (!this.connected) {
       throw unavailable(
         `no free IPv${family} address in the blocks ${whose} owns, and etcd is unreachable ` +

@@ -34,7 +34,7 @@ export function etcdPoolSourceModule(config: DaemonConfig, logger: Logger): Cont
     );
     // Peers come from the same etcd as the blocks; the source connects only when the fabric starts it.
     (isBound(PEER_SOURCE) ? rebind<PeerSource>(PEER_SOURCE) : bind<PeerSource>(PEER_SOURCE)).toDynamicValue(
-      () =>
+      (ctx) =>
         new EtcdPeerSource({
           endpoints: config.etcd.endpoints,
           tls,
@@ -42,6 +42,8 @@ export function etcdPoolSourceModule(config: DaemonConfig, logger: Logger): Cont
           clusterCidrs: config.etcd.clusterCidrs,
           blockSize: config.etcd.blockSize,
           nodeName,
+          // The same daemon as the pool source names in the alive key: only its holder publishes.
+          storeId: () => ctx.container.get<Store>(STORE).identity.storeId,
           leaseTtlSeconds: config.fabric.leaseTtlSeconds,
           logger: logger.child({ peerSource: 'etcd' }),
         }),

@@ -8,6 +8,13 @@ import type { NodeRecord } from '../../core/fabric/peer-source';
 // that could not be programmed is ignored as a whole and reported, never half-used. (Whether its
 // endpoints' prefixes are the node's to give is the peer table's question: it knows the blocks.)
 
+/**
+ * Most endpoints a record may list. A daemon serves at most 16 DPU agents at once (the DPU backend's
+ * maxAgents), so a node has at most that many; four times it leaves room without letting one record
+ * put thousands of routes and filter elements on every node. A record listing more is ignored whole.
+ */
+export const MAX_RECORD_ENDPOINTS = 64;
+
 /** A record as read from etcd: the node's data, plus the prefixes it claims to announce, if any. */
 export interface ReadRecord {
   record: NodeRecord;
@@ -58,6 +65,11 @@ export function decodeRecord(node: string, text: string): ReadRecord {
   };
   if (o.vtep !== undefined) record.vtep = decodeVtep(o.vtep);
   // Absent in records of daemons before DPU endpoints: those stay readable as they were.
+  if (Array.isArray(o.endpoints) && o.endpoints.length > MAX_RECORD_ENDPOINTS)
+    throw new Error(
+      `lists ${o.endpoints.length} endpoints, more than the ${MAX_RECORD_ENDPOINTS} a node may have ` +
+        '(a daemon serves at most 16 DPUs)',
+    );
   if (o.endpoints !== undefined)
     try {
       record.endpoints = decodeEndpoints(o.endpoints);

@@ -16,6 +16,14 @@ import { decodeRecord } from './node-record';
 // prefix whatever the record says: an endpoint's prefixes are its blocks, then what its record adds
 // inside the node's own blocks (slices) or as one address anywhere in them (borrowed). A record
 // giving an endpoint a prefix of a block that names another DPU is refused that prefix, and reported.
+// An endpoint left with no prefix is not part of the peer: nothing routes to it, and its underlay is
+// not admitted by the VXLAN filter (a record cannot add addresses to every node's filter by listing
+// endpoints that hold nothing).
+//
+// Records count only as daemons write them: under a lease (record-publisher.ts). One without a lease
+// (lease 0, written by a person or another program) never expires and is ignored: for a node whose
+// daemon is alive (its alive key exists), the last record written under a lease stays in use until the
+// daemon, which holds the name, writes its own over it; a name known by nothing else is not routed.
 //
 // A change touches one or two nodes (a record's, a block's old and new owner); only those are worked
 // out again, so a watch event costs the same with 5 or 5,000 nodes.
@@ -32,9 +40,19 @@ interface Block {
   endpoint?: string;
 }
 
+/** A key's value as stored, with the lease it is bound to ('0': none). */
+export interface Stored {
+  value: string;
+  lease: string;
+}
+
 export class PeerTable {
   /** Raw record per node name. */
-  private readonly records = new Map<string, string>();
+  private readonly records = new Map<string, Stored>();
+  /** The last record per node that was written under a lease, while its key holds one. */
+  private readonly leased = new Map<string, string>();
+  /** Nodes whose alive key exists: their daemon holds the name. */
+  private readonly alive = new Set<string>();
   /** Owning node per block key name (the key's text after blocks/). */
   private readonly blocks = new Map<string, string>();
   /** Valid blocks per owner, by key name. */
@@ -60,17 +78,24 @@ export class PeerTable {
     for (const node of this.records.keys()) this.dirty.add(node);
     for (const owner of this.byOwner.keys()) this.dirty.add(owner);
     this.records.clear();
+    this.leased.clear();
+    this.alive.clear();
     this.blocks.clear();
     this.byOwner.clear();
     this.badBlocks.clear();
   }
 
-  /** A key under the prefix (relative to it) now holds `value`. */
-  put(key: string, value: string): void {
+  /** A key under the prefix (relative to it) now holds `value`, bound to `lease` ('0': none). */
+  put(key: string, value: string, lease: string): void {
     const node = recordNode(key);
+    const alive = aliveNode(key);
     if (node !== undefined) {
-      this.records.set(node, value);
+      this.records.set(node, { value, lease });
+      if (lease !== '0') this.leased.set(node, value);
       this.dirty.add(node);
+    } else if (alive !== undefined) {
+      this.alive.add(alive);
+      this.dirty.add(alive);
     } else if (key.startsWith(BLOCKS)) {
       const name = key.slice(BLOCKS.length);
       this.dropBlock(name);
@@ -99,14 +124,19 @@ export class PeerTable {
   /** A key under the prefix (relative to it) is gone. */
   delete(key: string): void {
     const node = recordNode(key);
+    const alive = aliveNode(key);
     if (node !== undefined) {
       this.records.delete(node);
+      this.leased.delete(node);
       this.dirty.add(node);
+    } else if (alive !== undefined) {
+      this.alive.delete(alive);
+      this.dirty.add(alive);
     } else if (key.startsWith(BLOCKS)) this.dropBlock(key.slice(BLOCKS.length));
   }
 
-  /** This node's own record as stored, if any. */
-  ownRecord(): string | undefined {
+  /** This node's own record as stored, with its lease, if any. */
+  ownRecord(): Stored | undefined {
     return this.records.get(this.self);
   }
 
@@ -176,7 +206,9 @@ export class PeerTable {
   private peerOf(node: string): Peer | undefined {
     this.badRecords.delete(node);
     this.droppedPrefixes.delete(node);
-    const text = this.records.get(node);
+    const stored = this.records.get(node);
+    if (stored === undefined) return undefined;
+    const text = stored.lease !== '0' ? stored.value : this.unleased(node);
     if (text === undefined) return undefined;
     let read;
     try {
@@ -195,9 +227,27 @@ export class PeerTable {
     const prefixes = sortBlocks(owned);
     if (!read.record.endpoints) return { ...read.record, prefixes };
     const vouched = vouchedEndpoints(node, read.record.endpoints, prefixes, 'the blocks it owns');
-    const endpoints = byAffinity(node, vouched.endpoints, owned, vouched.rejected);
+    const endpoints = byAffinity(node, vouched.endpoints, owned, vouched.rejected).filter(
+      (e) => e.prefixes.length > 0,
+    );
     if (vouched.rejected.length > 0) this.droppedPrefixes.set(node, vouched.rejected);
-    return { ...read.record, endpoints, prefixes };
+    if (endpoints.length > 0) return { ...read.record, endpoints, prefixes };
+    const { endpoints: _none, ...hostOnly } = read.record;
+    return { ...hostOnly, prefixes };
+  }
+
+  /**
+   * What stands for `node`'s record while its key holds one written without a lease: the last one
+   * its daemon wrote, while that daemon is alive; nothing otherwise. Said why, either way.
+   */
+  private unleased(node: string): string | undefined {
+    const kept = this.alive.has(node) ? this.leased.get(node) : undefined;
+    this.badRecords.set(
+      node,
+      'was written without a lease (every daemon writes its record under one; a person or another ' +
+        `program wrote this one)${kept !== undefined ? ", and the node's daemon is alive: its last record stays in use until it writes its own again" : ''}`,
+    );
+    return kept;
   }
 
   private dropBlock(name: string): void {
@@ -269,6 +319,15 @@ function sortBlocks(blocks: Block[]): string[] {
   return blocks
     .sort((a, b) => a.family - b.family || (a.network < b.network ? -1 : a.network > b.network ? 1 : 0))
     .map((b) => b.text);
+}
+
+const ALIVE = '/alive';
+
+/** The node an alive key names (nodes/<node>/alive), or undefined for any other key. */
+function aliveNode(key: string): string | undefined {
+  if (!key.startsWith(NODES) || !key.endsWith(ALIVE)) return undefined;
+  const name = key.slice(NODES.length, -ALIVE.length);
+  return name.length > 0 && !name.includes('/') ? name : undefined;
 }
 
 /** The node a record key names (nodes/<node>), or undefined for any other key (an alive key too). */

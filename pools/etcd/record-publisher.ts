@@ -1,16 +1,21 @@
 import type { Etcd3, Lease } from 'etcd3';
 import type { Logger } from '../../core/logger';
 import type { NodeRecord } from '../../core/fabric/peer-source';
-import { decodeRecord, encodeRecord } from './node-record';
+import { describeHolder, parseAliveHolder, sameDaemon, type AliveHolder } from './alive-key';
+import { encodeRecord } from './node-record';
 
 // This node's record under a lease: it lives while the daemon keeps the lease alive, so a dead node is
 // withdrawn everywhere without anyone deleting it. A lost lease (etcd unreachable for longer than its
 // TTL) is granted again and the record put again once etcd answers.
 //
-// The record is written only over nothing, over our own, or over one this same daemon wrote on this
-// boot before a restart (its old lease may still live): a second daemon given the same node name (a
-// cloned VM boots with another boot id) must not redirect the node's traffic to itself. It waits
-// instead, and says so, until the other's lease expires.
+// One daemon speaks for a node name: the one whose store and boot its alive key names (alive-key.ts,
+// taken by the pool source). The record is put only in a transaction that also finds the alive key
+// still holding the value read as this daemon's, so a second daemon given the same --node-name (a
+// cloned VM, or another namespace on the same kernel with its own state) writes nothing and says who
+// holds the name, whatever the boot. The holder writes over whatever else is under the key: a record
+// without a lease (no daemon writes one: a person or an impostor did, and peers ignore it), a record of
+// a daemon that no longer holds the name, or its own from before a restart (its old lease may still
+// live: peers see one record replace the other, never the node withdrawn in between).
 //
 // A changed record (a DPU came or went, a slice was borrowed from) is put over our own under the same
 // lease, in one transaction that holds only while the stored value is still the one we wrote: peers see
@@ -22,16 +27,20 @@ export class RecordPublisher {
   private written?: string;
   /** Revision of the write. */
   writtenAt = 0;
+  /** The alive key's value when the record was written: the holder the record is tied to. */
+  private heldAs?: string;
   private stopped = false;
   /** One publication at a time: the maintenance tick and an update may both ask. */
   private chain: Promise<unknown> = Promise.resolve();
-  /** Why the record is not published, while another daemon's record holds the key. */
+  /** Why the record is not published: this daemon does not hold the node name (yet). */
   refusal?: string;
 
   constructor(
     private readonly client: Etcd3,
     /** Full key of the record. */
     private readonly key: string,
+    /** Full key of the node name's alive key, and this daemon as it names itself there. */
+    private readonly holder: { key: string; me: AliveHolder },
     private readonly ttlSeconds: number,
     private readonly logger: Logger,
     /** Told when the lease is lost (etcd unreachable past the TTL, or the lease expired). */
@@ -41,6 +50,11 @@ export class RecordPublisher {
   /** Whether the record is written under a lease believed alive. */
   get published(): boolean {
     return this.written !== undefined && this.lease !== undefined && !this.lease.revoked();
+  }
+
+  /** The lease the record is written under, while it is believed stored. */
+  get leaseOfRecord(): string | undefined {
+    return this.written === undefined ? undefined : this.leaseId;
   }
 
   /** The stored record no longer is ours (deleted by hand, or overwritten): write it again. */
@@ -68,6 +82,8 @@ export class RecordPublisher {
       if (this.written === encodeRecord(record)) return false;
       if (await this.replace(record)) return true;
     }
+    const alive = await this.heldHere(record.node);
+    if (alive === undefined) return true;
     if (!this.lease || this.lease.revoked()) {
       const lease = this.client.lease(this.ttlSeconds, { autoKeepAlive: true });
       lease.on('lost', (err: Error) => {
@@ -94,42 +110,73 @@ export class RecordPublisher {
     }
     const value = encodeRecord(record);
     const current = (await this.client.get(this.key).exec()).kvs[0];
-    if (current && current.lease !== this.leaseId && !this.sameDaemon(current.value.toString(), record)) {
-      const stored = current.value.toString().slice(0, 200);
-      // A record without a lease never expires: no daemon writes one, so a person did.
-      const refusal =
-        current.lease === '0'
-          ? `the node record ${this.key} was written without a lease (${stored}); this node is not ` +
-            'announced until it is deleted (etcdctl del)'
-          : `the node record ${this.key} is held by another daemon under the same node name ` +
-            `(${stored}); this node is not announced until that record's lease expires: give one of ` +
-            'the two daemons another --node-name, or stop the other one';
-      if (this.refusal !== refusal) this.logger.error({ key: this.key }, refusal);
-      this.refusal = refusal;
-      return true;
-    }
-    const cmp = current
-      ? this.client.if(this.key, 'Mod', '==', current.mod_revision)
-      : this.client.if(this.key, 'Create', '==', 0);
-    const res = await cmp.then(this.client.put(this.key).value(value).lease(this.leaseId!)).commit();
-    // Lost a race with another writer: the next attempt reads who.
+    const res = await this.client
+      .if(this.holder.key, 'Value', '==', alive)
+      .and(this.key, current ? 'Mod' : 'Create', '==', current ? current.mod_revision : 0)
+      .then(this.client.put(this.key).value(value).lease(this.leaseId!))
+      .commit();
+    // The name changed hands, or another writer came between: the next attempt reads again.
     if (!res.succeeded) return true;
-    if (this.refusal) this.logger.info({ key: this.key }, 'node record free again; announcing this node');
+    if (current && current.lease !== this.leaseId) this.tellReplaced(current.lease, current.value);
+    if (this.refusal) this.logger.info({ key: this.key }, 'this daemon holds the node name; announcing it');
     this.refusal = undefined;
     this.written = value;
     this.writtenAt = Number(res.header.revision);
+    this.heldAs = alive;
     this.logger.info({ key: this.key, ttlSeconds: this.ttlSeconds }, 'published node record');
     return true;
   }
 
   /**
-   * Puts `record` over the value we wrote, under the same lease; false when the stored value is no
-   * longer ours (then the full path reads who holds the key).
+   * The alive key's value when it names this daemon; undefined, with the refusal set and said, when
+   * it names another daemon or does not exist yet (the pool source takes it).
+   */
+  private async heldHere(node: string): Promise<string | undefined> {
+    const value = (await this.client.get(this.holder.key).string()) ?? undefined;
+    const holder = value === undefined ? undefined : parseAliveHolder(value);
+    const me = this.holder.me;
+    if (holder && sameDaemon(holder, me)) return value;
+    const refusal =
+      value === undefined
+        ? `node record ${this.key} not published: this daemon does not hold node name ${node} yet ` +
+          `(its alive key ${this.holder.key} does not exist; the etcd pool source takes it)`
+        : `node name ${node} is held by ${describeHolder(holder)} (alive key ${this.holder.key}): this ` +
+          `daemon (store ${me.store}) publishes no node record for ${node}; give one of the two ` +
+          'daemons another --node-name, or stop the other one';
+    if (this.refusal !== refusal) {
+      if (value === undefined) this.logger.info({ key: this.key }, refusal);
+      else this.logger.error({ key: this.key, holder: value }, refusal);
+    }
+    this.refusal = refusal;
+    return undefined;
+  }
+
+  /** Says what the holder's write replaced, when it was not this run's own record. */
+  private tellReplaced(lease: string, stored: Buffer): void {
+    const text = stored.toString().slice(0, 200);
+    if (lease === '0')
+      this.logger.warn(
+        { key: this.key, stored: text },
+        'node record was written without a lease (no daemon writes one; peers ignore it); ' +
+          "replaced it with this node's record under its lease",
+      );
+    else
+      this.logger.info(
+        { key: this.key, lease, stored: text },
+        'replaced the node record of an earlier holder of the name (this daemon before a restart, ' +
+          'or a daemon that no longer holds it)',
+      );
+  }
+
+  /**
+   * Puts `record` over the value we wrote, under the same lease, while this daemon still holds the
+   * name; false when either changed (then the full path reads who holds the key).
    */
   private async replace(record: NodeRecord): Promise<boolean> {
     const value = encodeRecord(record);
     const res = await this.client
       .if(this.key, 'Mod', '==', this.writtenAt)
+      .and(this.holder.key, 'Value', '==', this.heldAs!)
       .then(this.client.put(this.key).value(value).lease(this.leaseId!))
       .commit();
     if (!res.succeeded) {
@@ -153,16 +200,5 @@ export class RecordPublisher {
     const lease = this.lease;
     this.lease = undefined;
     lease?.release();
-  }
-
-  /** A record of this same daemon before a restart: the same node on the same boot. */
-  private sameDaemon(stored: string, record: NodeRecord): boolean {
-    try {
-      const prev = decodeRecord(record.node, stored).record;
-      return record.bootId !== '' && prev.bootId === record.bootId;
-    } catch {
-      // Unreadable: nobody can route with it, and only this node's daemon writes its key.
-      return true;
-    }
   }
 }

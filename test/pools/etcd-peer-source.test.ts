@@ -10,11 +10,13 @@ import { EtcdPeerSource } from '../../pools/etcd/etcd-peer-source';
 import { isRoot } from '../support/netns';
 import { waitUntil } from '../support/wait-until';
 import { EtcdCluster, haveEtcd } from './support/etcd-cluster';
+import { holdName, type HeldName } from './support/name-holder';
 
 // The etcd peer source against a real 3-member etcd cluster: sources in this process act as nodes,
 // block ownership is written with the pool source's own registry, and members are killed, restarted
 // and compacted under the sources' feet. Every test uses its own key prefix, so tests share the
-// cluster without seeing each other's nodes.
+// cluster without seeing each other's nodes. Each source's node name is held for it (its alive key,
+// as the pool source beside it would hold it): only the name's holder publishes its record.
 
 const describeEtcd = isRoot && haveEtcd ? describe : describe.skip;
 const V4 = '10.96.0.0/22'; // 16 blocks of /26
@@ -45,31 +47,55 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
   let registry: BlockRegistry;
   let seq = 0;
   const running: EtcdPeerSource[] = [];
+  const held = new Map<EtcdPeerSource, HeldName>();
 
-  function source(node: string, endpoints = etcd.localEndpoints, listPage?: number): EtcdPeerSource {
+  interface SourceOptions {
+    endpoints?: string[];
+    listPage?: number;
+    /** The daemon's store id (default one per node name). */
+    storeId?: string;
+    /** Hold the node name for it first (default true). */
+    hold?: boolean;
+  }
+
+  async function source(node: string, o: SourceOptions = {}): Promise<EtcdPeerSource> {
+    const storeId = o.storeId ?? `store-of-${node}`;
     const s = new EtcdPeerSource({
-      endpoints,
+      endpoints: o.endpoints ?? etcd.localEndpoints,
       prefix,
       clusterCidrs: [V4, V6],
       blockSize: 26,
       nodeName: node,
+      storeId: () => storeId,
       leaseTtlSeconds: TTL,
       logger: silentLogger(),
       tickMs: 200,
-      listPage,
+      listPage: o.listPage,
     });
     running.push(s);
+    if (o.hold !== false) held.set(s, await holdName(client, prefix, node, storeId));
     return s;
   }
 
-  async function started(node: string, ip: string, endpoints?: string[]): Promise<EtcdPeerSource> {
-    const s = source(node, endpoints);
+  async function started(node: string, ip: string, o?: SourceOptions): Promise<EtcdPeerSource> {
+    const s = await source(node, o);
     await s.start(record(node, ip));
     await waitUntil(() => s.synced, `${node} synced`, 20_000);
     return s;
   }
 
+  /** A daemon's clean stop: its peer source, then its pool source's alive key. */
+  async function stopNode(s: EtcdPeerSource): Promise<void> {
+    await s.stop();
+    await held.get(s)?.drop();
+    held.delete(s);
+  }
+
   const prefixesOf = (s: EtcdPeerSource, node: string): string[] | undefined => s.peers().get(node)?.prefixes;
+
+  let lease: Promise<string> | undefined;
+  /** A lease of the test's, for records it writes as a daemon would (peers ignore unleased ones). */
+  const testLease = (): Promise<string> => (lease ??= client.lease(120, { autoKeepAlive: false }).grant());
 
   function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
     return waitUntil(check, what, timeoutMs, { intervalMs: 50, retryOnError: true });
@@ -82,12 +108,15 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
   });
 
   beforeEach(() => {
+    lease = undefined;
     prefix = `/wn-peers-${seq++}`;
     registry = new BlockRegistry(client, prefix);
   });
 
   afterEach(async () => {
     for (const s of running.splice(0)) await s.stop().catch(() => undefined);
+    for (const h of held.values()) await h.drop();
+    held.clear();
   });
 
   after(async () => {
@@ -101,7 +130,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     await registry.create('10.96.0.0/26', 'n1');
     await registry.create('fd96::40/122', 'n2');
     await registry.create('10.96.1.0/26', 'n2');
-    const a = source('n1');
+    const a = await source('n1');
     let changes = 0;
     a.onChange(() => changes++);
     await a.start(record('n1', '192.0.2.1'));
@@ -156,11 +185,13 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     // A node that owns one block but announces n2's too, to draw its traffic.
     await client
       .put(`${prefix}/nodes/evil`)
+      .lease(testLease())
       .value(JSON.stringify({ ...record('evil', '192.0.2.66'), prefixes: ['10.96.3.0/26', '10.96.0.64/26'] }))
       .exec();
     // A record stored under one name that speaks for another.
     await client
       .put(`${prefix}/nodes/liar`)
+      .lease(testLease())
       .value(JSON.stringify(record('n2', '192.0.2.99')))
       .exec();
     // Ownership of a range that is no block of ours: must never become a route.
@@ -180,6 +211,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     // The same node with an honest record is accepted, with its own block only.
     await client
       .put(`${prefix}/nodes/evil`)
+      .lease(testLease())
       .value(JSON.stringify(record('evil', '192.0.2.66')))
       .exec();
     await until('evil accepted', () => a.peers().has('evil'));
@@ -205,7 +237,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     const b = await started('n2', '192.0.2.2');
     await until('n2 joined', () => a.peers().has('n2'));
     const key = `${prefix}/nodes/n2`;
-    await b.stop();
+    await stopNode(b);
     const kv = (await client.get(key).exec()).kvs[0];
     expect(kv, 'record still there after a clean stop').to.not.equal(undefined);
     expect(a.peers().has('n2'), 'still a peer right after the stop').to.equal(true);
@@ -223,7 +255,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
   it('resumes the watch after an etcd member restart, from where it was, without listing again', async () => {
     await registry.create('10.96.0.64/26', 'n2');
     const only = [etcd.localEndpoints[0]!];
-    const a = await started('n1', '192.0.2.1', only);
+    const a = await started('n1', '192.0.2.1', { endpoints: only });
     const b = await started('n2', '192.0.2.2');
     await until('n1 sees n2', () => a.peers().has('n2'));
     await etcd.kill(0);
@@ -251,7 +283,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     await registry.create('10.96.0.64/26', 'n2');
     await registry.create('10.96.1.0/26', 'n3');
     const only = [etcd.localEndpoints[1]!];
-    const a = await started('n1', '192.0.2.1', only);
+    const a = await started('n1', '192.0.2.1', { endpoints: only });
     await started('n2', '192.0.2.2');
     const c = await started('n3', '192.0.2.3');
     await until('n1 sees n2 and n3', () => a.peers().has('n2') && a.peers().has('n3'));
@@ -261,7 +293,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     // deleted outright), and the history of all that is compacted away.
     await registry.create('10.96.2.0/26', 'n2');
     await registry.release('10.96.0.64/26', 'n2');
-    await c.stop();
+    await stopNode(c);
     await client.delete().key(`${prefix}/nodes/n3`).exec();
     const rev = await etcd.revision();
     await client.put('/compaction-filler').value('x').exec();
@@ -281,13 +313,16 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
   it('lists more keys than one page holds, at one revision', async () => {
     for (let i = 0; i < 16; i++) await registry.create(`10.96.${i >> 2}.${(i & 3) * 64}/26`, `m${i}`);
     const ops = Array.from({ length: 16 }, (_, i) =>
-      client.put(`${prefix}/nodes/m${i}`).value(JSON.stringify(record(`m${i}`, `192.0.2.${10 + i}`))),
+      client
+        .put(`${prefix}/nodes/m${i}`)
+        .value(JSON.stringify(record(`m${i}`, `192.0.2.${10 + i}`)))
+        .lease(testLease()),
     );
     await client
       .if(`${prefix}/nodes/m0`, 'Create', '==', 0)
       .then(...ops)
       .commit();
-    const a = source('n1', etcd.localEndpoints, 5);
+    const a = await source('n1', { listPage: 5 });
     await a.start(record('n1', '192.0.2.1'));
     await until('n1 synced', () => a.synced);
     expect(a.peers().size).to.equal(16);
@@ -306,48 +341,11 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     expect(a.status().reasons).to.deep.equal([]);
   });
 
-  it('does not overwrite a live record of another daemon holding the same node name, and takes it once it expires', async () => {
-    const a = await started('n1', '192.0.2.1');
-    const b = await started('n2', '192.0.2.2');
-    await until('n2 sees n1', () => b.peers().has('n1'));
-    // A clone: the same node name on another boot, another underlay.
-    const clone = source('n1');
-    await clone.start({ ...record('n1', '192.0.2.101'), bootId: 'another-boot' });
-    await until('clone refused', () =>
-      clone
-        .status()
-        .reasons.some((r) => /node record \S+ is held by another daemon under the same node name/.test(r)),
-    );
-    expect(b.peers().get('n1')!.underlay, 'n1 still points at the first daemon').to.deep.equal(['192.0.2.1']);
-    // The first one goes away for good: its lease expires, then the clone takes the name.
-    await a.stop();
-    await until('clone publishes', () => b.peers().get('n1')?.underlay[0] === '192.0.2.101');
-    // Its refusal is cleared when its write's answer comes back, which n2's watch may see before.
-    await until('clone no longer refused', () => clone.status().reasons.length === 0);
-  });
-
-  it('does not overwrite a record written by hand without a lease, says how to clear it, and publishes once it is gone', async () => {
-    const key = `${prefix}/nodes/n1`;
-    await client
-      .put(key)
-      .value(JSON.stringify({ ...record('n1', '192.0.2.200'), bootId: 'old-boot' }))
-      .exec();
-    const a = source('n1');
-    await a.start(record('n1', '192.0.2.1'));
-    await until('refused', () => a.status().reasons.some((r) => /written without a lease/.test(r)));
-    expect(a.status().reasons.join('\n')).to.match(
-      /the node record \S+\/nodes\/n1 was written without a lease \(.*192\.0\.2\.200.*\); this node is not announced until it is deleted \(etcdctl del\)/,
-    );
-    await client.delete().key(key).exec();
-    await until('published', async () => (await client.get(key).string())?.includes('192.0.2.1') === true);
-    await until('no reason left', () => a.status().reasons.length === 0);
-  });
-
   it("carries a node's DPU endpoints, dropping and reporting a prefix outside the node's own blocks", async () => {
     await registry.create('10.96.0.64/26', 'n2');
     await registry.create('10.96.1.0/26', 'n3');
     const a = await started('n1', '192.0.2.1');
-    const b = source('n2');
+    const b = await source('n2');
     const { vtep: _none, ...hostless } = record('n2', '192.0.2.2');
     const dpus = {
       ...hostless,
@@ -384,10 +382,12 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     const a = await started('n1', '192.0.2.1');
     await client
       .put(`${prefix}/nodes/old`)
+      .lease(testLease())
       .value('{"node":"old","underlay":["192.0.2.7"],"mtu":1500,"bootId":"b"}')
       .exec();
     await client
       .put(`${prefix}/nodes/bad`)
+      .lease(testLease())
       .value(JSON.stringify({ ...record('bad', '192.0.2.8'), endpoints: [{ id: 'x', underlay: 'nowhere' }] }))
       .exec();
     await until('old read', () => a.peers().has('old'));
@@ -490,7 +490,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     const b = await started('n2', '192.0.2.2');
     await until('n2 sees n1', () => b.peers().has('n1'));
     const oldLease = (await client.get(`${prefix}/nodes/n1`).exec()).kvs[0]!.lease;
-    await a.stop();
+    await stopNode(a);
     let withdrawn = false;
     b.onChange(() => {
       if (!b.peers().has('n1')) withdrawn = true;

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { decodeRecord, encodeRecord } from '../../pools/etcd/node-record';
+import { decodeRecord, encodeRecord, MAX_RECORD_ENDPOINTS } from '../../pools/etcd/node-record';
 import type { NodeRecord } from '../../core/fabric/peer-source';
 
 // Node records are other nodes' words: everything that could not be programmed is refused as a whole,
@@ -74,6 +74,23 @@ describe('etcd node record', () => {
       mtu: 1500,
       bootId: 'b',
     });
+  });
+
+  it(`reads a record with ${MAX_RECORD_ENDPOINTS} endpoints, and refuses one with more, in words`, () => {
+    const endpoints = (n: number): unknown[] =>
+      Array.from({ length: n }, (_, i) => ({
+        id: `dpu-${i}`,
+        underlay: `192.0.${2 + (i >> 8)}.${i & 255}`,
+        mtu: 1500,
+        vtep: { mac: '0e:77:c0:00:02:14', vni: 30574, port: 4789 },
+        prefixes: [],
+      }));
+    expect(decode({ ...good, endpoints: endpoints(MAX_RECORD_ENDPOINTS) }).record.endpoints).to.have.length(
+      64,
+    );
+    expect(() => decode({ ...good, endpoints: endpoints(5000) })).to.throw(
+      'lists 5000 endpoints, more than the 64 a node may have (a daemon serves at most 16 DPUs)',
+    );
   });
 
   const bad: Array<[string, unknown, RegExp]> = [

@@ -23,7 +23,7 @@ const dpuBlock = (node: string, dpu: string): string => JSON.stringify({ node, e
 
 function table(keys: Record<string, string>): PeerTable {
   const t = new PeerTable('self', layouts);
-  for (const [k, v] of Object.entries(keys)) t.put(k, v);
+  for (const [k, v] of Object.entries(keys)) t.put(k, v, '7587');
   t.recompute();
   return t;
 }
@@ -97,13 +97,14 @@ describe('etcd peer table: blocks of DPUs', () => {
       'blocks/10.96.0.0-26': dpuBlock('b', 'b-d0'),
       'nodes/b': record('b', [endpoint('b-d0', 21, []), endpoint('b-d1', 22, [])]),
     });
-    expect(prefixesOf(t, 'b')).to.deep.equal({ 'b-d0': ['10.96.0.0/26'], 'b-d1': [] });
+    // An endpoint holding nothing is no part of the peer: nothing to route to it, nothing to admit.
+    expect(prefixesOf(t, 'b')).to.deep.equal({ 'b-d0': ['10.96.0.0/26'] });
     t.delete('blocks/10.96.0.0-26');
-    t.put('blocks/10.96.0.0-26', dpuBlock('b', 'b-d1'));
+    t.put('blocks/10.96.0.0-26', dpuBlock('b', 'b-d1'), '7587');
     expect(t.recompute()).to.equal(true);
-    expect(prefixesOf(t, 'b')).to.deep.equal({ 'b-d0': [], 'b-d1': ['10.96.0.0/26'] });
+    expect(prefixesOf(t, 'b')).to.deep.equal({ 'b-d1': ['10.96.0.0/26'] });
     t.delete('blocks/10.96.0.0-26');
     expect(t.recompute()).to.equal(true);
-    expect(prefixesOf(t, 'b')).to.deep.equal({ 'b-d0': [], 'b-d1': [] });
+    expect(t.peers().get('b')?.endpoints).to.equal(undefined);
   });
 });

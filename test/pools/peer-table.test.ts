@@ -15,6 +15,8 @@ const BLOCKS = [
   'fd96::40-122',
 ];
 const NODES = ['self', 'a', 'b', 'c'];
+/** A lease as a daemon writes its record under (the value matters only as not '0'). */
+const LEASE = '7587';
 
 const record = (node: string, extra: Record<string, unknown> = {}): string =>
   JSON.stringify({
@@ -48,7 +50,7 @@ const pick = <T>(r: () => number, xs: readonly T[]): T => xs[Math.floor(r() * xs
 
 function fresh(keys: Map<string, string>): PeerTable {
   const t = new PeerTable('self', layouts);
-  for (const [k, v] of keys) t.put(k, v);
+  for (const [k, v] of keys) t.put(k, v, LEASE);
   t.recompute();
   return t;
 }
@@ -93,7 +95,7 @@ describe('etcd peer table', () => {
           t.delete(key);
         } else {
           keys.set(key, value);
-          t.put(key, value);
+          t.put(key, value, LEASE);
         }
         if (r() < 0.5) t.recompute();
       }
@@ -108,31 +110,70 @@ describe('etcd peer table', () => {
 
   it('hands out tables that never change under their holder, and says when the table changed', () => {
     const t = new PeerTable('self', layouts);
-    t.put('blocks/10.96.0.64-26', 'a');
-    t.put('nodes/a', record('a'));
+    t.put('blocks/10.96.0.64-26', 'a', LEASE);
+    t.put('nodes/a', record('a'), LEASE);
     expect(t.recompute()).to.equal(true);
     const before = t.peers();
-    t.put('blocks/10.96.0.128-26', 'a');
+    t.put('blocks/10.96.0.128-26', 'a', LEASE);
     expect(t.recompute()).to.equal(true);
     expect(before.get('a')!.prefixes).to.deep.equal(['10.96.0.64/26']);
     expect(t.peers().get('a')!.prefixes).to.deep.equal(['10.96.0.64/26', '10.96.0.128/26']);
     // The same record written again, an alive key, our own record: no change for the fabric.
-    t.put('nodes/a', record('a'));
-    t.put('nodes/a/alive', '{}');
-    t.put('nodes/self', record('self'));
+    t.put('nodes/a', record('a'), LEASE);
+    t.put('nodes/a/alive', '{}', LEASE);
+    t.put('nodes/self', record('self'), LEASE);
     expect(t.recompute()).to.equal(false);
   });
 
   it('keeps its peers on a full list that says the same, and drops what the list no longer has', () => {
     const t = new PeerTable('self', layouts);
-    t.put('blocks/10.96.0.64-26', 'a');
-    t.put('nodes/a', record('a'));
-    t.put('nodes/b', record('b'));
+    t.put('blocks/10.96.0.64-26', 'a', LEASE);
+    t.put('nodes/a', record('a'), LEASE);
+    t.put('nodes/b', record('b'), LEASE);
     t.recompute();
     t.clear();
-    t.put('blocks/10.96.0.64-26', 'a');
-    t.put('nodes/a', record('a'));
+    t.put('blocks/10.96.0.64-26', 'a', LEASE);
+    t.put('nodes/a', record('a'), LEASE);
     expect(t.recompute()).to.equal(true);
     expect([...t.peers().keys()]).to.deep.equal(['a']);
+  });
+
+  it("keeps a live node's last leased record over one written without a lease, and routes no name by an unleased record alone", () => {
+    const t = new PeerTable('self', layouts);
+    t.put('blocks/10.96.0.64-26', 'a', '0');
+    t.put('nodes/a', record('a'), LEASE);
+    t.put('nodes/a/alive', '{}', '99');
+    t.recompute();
+    const before = t.peers().get('a');
+    expect(before?.underlay).to.deep.equal(['192.0.2.97']);
+    // Someone writes another underlay into a's key, without a lease.
+    t.put('nodes/a', record('a', { underlay: ['192.0.2.66'] }), '0');
+    expect(t.recompute(), 'no change for the fabric').to.equal(false);
+    expect(t.peers().get('a')).to.deep.equal(before);
+    expect(t.rejected()).to.deep.equal([
+      'node a: its record was written without a lease (every daemon writes its record under one; a ' +
+        "person or another program wrote this one), and the node's daemon is alive: its last record " +
+        'stays in use until it writes its own again; record ignored',
+    ]);
+    // Its daemon writes its own again: in use, nothing reported.
+    t.put('nodes/a', record('a', { mtu: 1450 }), LEASE);
+    t.recompute();
+    expect(t.peers().get('a')?.mtu).to.equal(1450);
+    expect(t.rejected()).to.deep.equal([]);
+    // Unleased again, and then the daemon is gone (its alive key expired): nothing left to route.
+    t.put('nodes/a', record('a', { underlay: ['192.0.2.66'] }), '0');
+    t.recompute();
+    expect(t.peers().get('a')?.mtu).to.equal(1450);
+    t.delete('nodes/a/alive');
+    expect(t.recompute()).to.equal(true);
+    expect(t.peers().has('a')).to.equal(false);
+    // A name known by nothing but an unleased record and a block: not routed, and said why.
+    t.put('blocks/10.96.0.128-26', 'b', '0');
+    t.put('nodes/b', record('b'), '0');
+    t.recompute();
+    expect(t.peers().has('b')).to.equal(false);
+    expect(t.rejected().join('\n')).to.match(
+      /node b: its record was written without a lease .*; record ignored/,
+    );
   });
 });

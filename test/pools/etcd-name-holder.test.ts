@@ -1,0 +1,184 @@
+import { expect } from 'chai';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import type { Etcd3 } from 'etcd3';
+import type { NodeRecord } from '../../core/fabric/peer-source';
+import { IpAllocator } from '../../core/ipam/ip-allocator';
+import { silentLogger } from '../../core/logger';
+import { Metrics } from '../../core/metrics';
+import { Store } from '../../core/store/store';
+import { BlockRegistry } from '../../pools/etcd/block-registry';
+import { EtcdPeerSource } from '../../pools/etcd/etcd-peer-source';
+import { EtcdPoolSource } from '../../pools/etcd/etcd-pool-source';
+import { isRoot } from '../support/netns';
+import { rejection } from '../support/expect-error';
+import { waitUntil } from '../support/wait-until';
+import { EtcdCluster, haveEtcd } from './support/etcd-cluster';
+
+// One holder per node name, for everything published under it: two daemons given one --node-name on
+// the same kernel boot (another namespace, its own state directory, so another store id) are told
+// apart by their stores. Each daemon here is what the daemon wires for etcd, in this process: its
+// store, the pool source (alive key, blocks) and the peer source (record) beside it, on a real
+// 3-member etcd.
+
+const describeEtcd = isRoot && haveEtcd ? describe : describe.skip;
+const V4 = '10.96.0.0/22';
+const TTL = 2;
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+const record = (node: string, ip: string): NodeRecord => ({
+  node,
+  underlay: [ip],
+  mtu: 1500,
+  vtep: {
+    mac: `0e:77:c0:00:02:${Number(ip.split('.')[3]).toString(16).padStart(2, '0')}`,
+    vni: 30574,
+    port: 4789,
+  },
+  // One kernel: both daemons of a name report the same boot.
+  bootId: 'the-one-boot',
+});
+
+/** One daemon's etcd side. */
+class Daemon {
+  readonly store: Store;
+  readonly pool: EtcdPoolSource;
+  readonly peers: EtcdPeerSource;
+
+  constructor(
+    readonly name: string,
+    dir: string,
+    etcd: EtcdCluster,
+    prefix: string,
+  ) {
+    this.store = Store.open(dir, { node: name, bootId: 'the-one-boot' });
+    const common = { endpoints: etcd.localEndpoints, clusterCidrs: [V4], blockSize: 26, prefix };
+    this.pool = new EtcdPoolSource({
+      ...common,
+      nodeName: name,
+      emptyBlockGraceMs: 3_600_000,
+      store: this.store,
+      metrics: new Metrics(),
+      logger: silentLogger(),
+      aliveTtlSeconds: TTL,
+      tickMs: 200,
+    });
+    this.peers = new EtcdPeerSource({
+      ...common,
+      nodeName: name,
+      storeId: () => this.store.identity.storeId,
+      leaseTtlSeconds: TTL,
+      logger: silentLogger(),
+      tickMs: 200,
+    });
+  }
+
+  async start(ip: string): Promise<this> {
+    await this.pool.start(new IpAllocator([]));
+    await this.peers.start(record(this.name, ip));
+    return this;
+  }
+
+  async stop(): Promise<void> {
+    await this.peers.stop();
+    await this.pool.stop();
+    await this.store.close();
+  }
+}
+
+describeEtcd('one holder per node name (real 3-member etcd cluster)', function () {
+  this.timeout(120_000);
+  let root: string;
+  let etcd: EtcdCluster;
+  let client: Etcd3;
+  let seq = 0;
+  let prefix: string;
+  const daemons: Daemon[] = [];
+
+  const daemon = (name: string, ip: string): Promise<Daemon> => {
+    const d = new Daemon(name, path.join(root, `${name}-${seq++}`), etcd, prefix);
+    daemons.push(d);
+    return d.start(ip);
+  };
+  const blocksOf = async (node: string): Promise<string[]> =>
+    [...(await new BlockRegistry(client, prefix).blocks())]
+      .filter(([, owner]) => owner === node)
+      .map(([b]) => b)
+      .sort();
+  const until = (what: string, check: () => boolean | Promise<boolean>, ms = 30_000): Promise<void> =>
+    waitUntil(check, what, ms, { intervalMs: 50, retryOnError: true });
+
+  before(async () => {
+    root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-holder-'));
+    etcd = await EtcdCluster.start(path.join(root, 'etcd'), 3, 'wn-holder-');
+    client = etcd.client();
+  });
+
+  beforeEach(() => {
+    prefix = `/wn-holder-${seq++}`;
+  });
+
+  afterEach(async () => {
+    for (const d of daemons.splice(0)) await d.stop().catch(() => undefined);
+  });
+
+  after(async () => {
+    client?.close();
+    await etcd?.stop();
+    if (root) fs.rmSync(root, { recursive: true, force: true });
+  });
+
+  it('a second daemon with a live node name on the same boot writes nothing under it, says who holds it, and takes over once the first is gone', async () => {
+    const first = await daemon('n1', '192.0.2.1');
+    const watcher = await daemon('n2', '192.0.2.2');
+    await until(
+      'n2 sees n1 with its block',
+      () => (watcher.peers.peers().get('n1')?.prefixes.length ?? 0) > 0,
+    );
+    const underlays = new Set<string>();
+    watcher.peers.onChange(() => {
+      const p = watcher.peers.peers().get('n1');
+      if (p) underlays.add(p.underlay[0]!);
+    });
+    // Every write under the name from now on.
+    const since = Number((await client.get(`${prefix}/nodes/n1`).exec()).header.revision) + 1;
+    const puts: string[] = [];
+    const w = await client.watch().prefix(`${prefix}/`).startRevision(String(since)).create();
+    w.on('put', (kv) => {
+      const key = kv.key.toString().slice(prefix.length + 1);
+      if (key === 'nodes/n1' || (key.startsWith('blocks/') && kv.value.toString().includes('n1')))
+        puts.push(key);
+    });
+
+    const blocksBefore = await blocksOf('n1');
+    const clone = await daemon('n1', '192.0.2.101');
+    expect(clone.store.identity.storeId).to.not.equal(first.store.identity.storeId);
+    // Long enough for a clone that fought over the name to have written several times.
+    await sleep(3000);
+    await w.cancel();
+    expect(puts, 'nothing written under n1 while the first holds it').to.deep.equal([]);
+    expect(watcher.peers.peers().get('n1')!.underlay).to.deep.equal(['192.0.2.1']);
+    expect([...underlays], 'n2 never routed n1 elsewhere').to.deep.equal([]);
+    const held = new RegExp(`node name n1 is held by the daemon of store ${first.store.identity.storeId} `);
+    expect(clone.peers.status().reasons.join('\n')).to.match(held);
+    expect(clone.peers.status().reasons.join('\n')).to.match(
+      /publishes no node record for n1; give one of the two daemons another --node-name, or stop the other one/,
+    );
+    expect(clone.pool.status().reasons.join('\n')).to.match(held);
+    // An attach on the clone finds no address: it may not claim a block under the name.
+    const err = await rejection(clone.pool.needMore(4), 'UNAVAILABLE');
+    expect(err.message).to.match(held);
+    expect(await blocksOf('n1'), 'no block claimed by the clone').to.deep.equal(blocksBefore);
+
+    // The first daemon stops for good: the name is free, and the clone takes record and blocks.
+    await first.stop();
+    daemons.splice(daemons.indexOf(first), 1);
+    await until(
+      'n2 routes n1 to the clone',
+      () => watcher.peers.peers().get('n1')?.underlay[0] === '192.0.2.101',
+    );
+    await until('the clone reports nothing', () => clone.peers.status().reasons.length === 0);
+    expect(clone.pool.status().reasons).to.deep.equal([]);
+  });
+});
