@@ -19,6 +19,20 @@ import { StoreWriteHealth, type WriteHealth } from './store-write-health';
 /** Version of the record layout written by this build. Bump it and add a migration when it changes. */
 export const SCHEMA_VERSION = 2;
 
+/**
+ * The oldest schema whose builds read this build's stores correctly, written into every store this
+ * build opens (meta key `minReaderSchema`). A rollback (`kubectl rollout undo`, a package downgrade)
+ * puts an earlier build on the store a later one wrote: that build opens a store of a newer schema as
+ * long as the store names a minimum reader it satisfies. Keep schema changes additive — new fields,
+ * new keys that older builds ignore — and this stays at the schema of the last change that older
+ * builds would misread; raise it only with such a change, and say so in the release notes. Schema 2
+ * rows refer to shared record structures that a schema 1 build misreads, hence 2.
+ */
+export const MIN_READER_SCHEMA = 2;
+
+/** Meta key of the minimum reader schema (MIN_READER_SCHEMA of the build that last opened the store). */
+const MIN_READER_KEY = 'minReaderSchema';
+
 /** A stored attachment: the public view plus what only the daemon needs. */
 export interface AttachmentRecord extends Attachment {
   /** Inode of the workload namespace when it was attached (detects a re-created namespace). */
@@ -214,7 +228,7 @@ export class Store {
       opts,
     );
     try {
-      store.migrate(opts.node ?? os.hostname());
+      store.migrate(opts.node ?? os.hostname(), opts.logger);
     } catch (err) {
       void root.close();
       throw err;
@@ -263,27 +277,42 @@ export class Store {
     return this.health.current;
   }
 
-  private migrate(node: string): void {
+  private migrate(node: string, logger: Logger | undefined): void {
     const found = this.schemaVersion;
-    if (found > SCHEMA_VERSION) {
+    const minReader = this.meta.get(MIN_READER_KEY);
+    const identity = asIdentity(this.meta.get('identity'));
+    // Every build that writes the minimum reader also writes the store's identity.
+    const readable = typeof minReader === 'number' && minReader <= SCHEMA_VERSION && identity !== undefined;
+    if (found > SCHEMA_VERSION && !readable) {
       throw failedPrecondition(
         `the state store at ${this.dir} was written by a newer workloadnet (schema ${found}, this build ` +
-          `understands up to ${SCHEMA_VERSION}); downgrading is not supported: run the newer version or ` +
-          `move the state directory aside`,
+          `understands up to ${SCHEMA_VERSION}` +
+          (typeof minReader === 'number' ? `, and the store needs at least ${minReader}` : '') +
+          `); downgrading is not supported: run the newer version or move the state directory aside`,
       );
     }
-    const identity = asIdentity(this.meta.get('identity'));
     if (identity) this.identityValue = identity;
     // A store created by an earlier start that ended before its first reconcile was recorded is still
     // new: nothing it holds says which of the dataplane's workloads are ours.
     this.isNewValue = this.meta.get(NEW_UNTIL_RECONCILED_KEY) === true;
-    if (found === SCHEMA_VERSION && identity) return;
+    if (found > SCHEMA_VERSION) {
+      // A rollback onto a store that a newer build wrote and says stays readable: its rows are ours
+      // plus fields we ignore. The stamps stay the newer build's, so that rolling forward again finds
+      // the store as it left it.
+      logger?.warn(
+        { schema: found, minReaderSchema: minReader, buildSchema: SCHEMA_VERSION },
+        'state store written by a newer workloadnet that older builds can read; opening it as it is',
+      );
+      return;
+    }
+    if (found === SCHEMA_VERSION && identity && minReader === MIN_READER_SCHEMA) return;
     const created = found === 0 && !identity && this.attachments.getCount() === 0;
     this.isNewValue ||= created;
     this.root.transactionSync(() => {
       const dbs = { attachments: this.attachments, meta: this.meta };
       for (let v = found + 1; v <= SCHEMA_VERSION; v++) migrations[v]?.(dbs);
       this.meta.putSync('schemaVersion', SCHEMA_VERSION);
+      this.meta.putSync(MIN_READER_KEY, MIN_READER_SCHEMA);
       if (created) this.meta.putSync(NEW_UNTIL_RECONCILED_KEY, true);
       if (!identity) {
         this.identityValue = { storeId: randomUUID(), node, createdAt: new Date().toISOString() };

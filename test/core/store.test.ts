@@ -3,7 +3,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { open } from 'lmdb';
-import { SCHEMA_VERSION, Store, type AttachmentRecord } from '../../core/store/store';
+import { MIN_READER_SCHEMA, SCHEMA_VERSION, Store, type AttachmentRecord } from '../../core/store/store';
 import type { WorkloadNetError } from '../../core/errors';
 import { setStoreSchemaVersion } from '../support/store-schema';
 import { storeRecord } from '../support/store-record';
@@ -116,15 +116,49 @@ describe('Store', () => {
     await s.close();
   });
 
-  it('refuses a store written by a newer version with a message saying what to do', async () => {
+  it('refuses a store written by a newer version that older builds cannot read, saying what to do', async () => {
     await Store.open(dir).close();
-    await setStoreSchemaVersion(dir, SCHEMA_VERSION + 1);
+    await setStoreSchemaVersion(dir, SCHEMA_VERSION + 1, SCHEMA_VERSION + 1);
     try {
       Store.open(dir);
       expect.fail('opening a newer store must fail');
     } catch (err) {
       expect((err as WorkloadNetError).code).to.equal('FAILED_PRECONDITION');
-      expect((err as Error).message).to.match(/newer workloadnet.*downgrading is not supported/);
+      expect((err as Error).message).to.match(
+        new RegExp(`newer workloadnet.*needs at least ${SCHEMA_VERSION + 1}.*downgrading is not supported`),
+      );
     }
+  });
+
+  it('refuses a newer store that names no minimum reader (written before stores named one)', async () => {
+    await Store.open(dir).close();
+    const root = open({ path: path.join(dir, 'workloadnet.mdb'), compression: false });
+    root.openDB<unknown, string>({ name: 'meta' }).removeSync('minReaderSchema');
+    await root.close();
+    await setStoreSchemaVersion(dir, SCHEMA_VERSION + 1);
+    expect(() => Store.open(dir)).to.throw(/newer workloadnet/);
+  });
+
+  it('names the oldest schema that reads it in every store it opens', async () => {
+    await Store.open(dir).close();
+    const root = open({ path: path.join(dir, 'workloadnet.mdb'), compression: false });
+    expect(root.openDB<unknown, string>({ name: 'meta' }).get('minReaderSchema')).to.equal(MIN_READER_SCHEMA);
+    await root.close();
+  });
+
+  it('opens a newer store that says this build may read it (a rollback), rows kept, stamps left as they are', async () => {
+    const s = Store.open(dir);
+    await s.put(storeRecord('w1/eth0', ['10.0.0.2']));
+    const storeId = s.identity.storeId;
+    await s.close();
+    await setStoreSchemaVersion(dir, SCHEMA_VERSION + 1, SCHEMA_VERSION);
+    const rolledBack = Store.open(dir);
+    expect(rolledBack.get('w1/eth0')?.ips[0]?.address).to.equal('10.0.0.2');
+    expect(rolledBack.identity.storeId, 'the same store, not a new one').to.equal(storeId);
+    await rolledBack.put(storeRecord('w2/eth0', ['10.0.0.3']));
+    await rolledBack.close();
+    const forward = Store.open(dir);
+    expect(forward.schemaVersion, 'the newer stamp stays for the roll forward').to.equal(SCHEMA_VERSION + 1);
+    await forward.close();
   });
 });

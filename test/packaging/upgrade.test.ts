@@ -19,16 +19,23 @@ import { waitUntil } from '../support/wait-until';
 // attachment is kept (same addresses, same host links, none removed as an orphan, none added), traffic
 // between the pods and to the node flows, and Detach works on what the old daemon attached. The earlier
 // commit is the last one whose store has schema 1, so the upgrade also migrates the store. Then the
-// other direction: a store of a newer schema than this build's is refused at start, in words, and the
-// refusal changes nothing.
+// other direction: a rollback puts the previous release back on the store this build wrote, and it
+// keeps every attachment; a store of a newer schema that says this build cannot read it (its minimum
+// reader) is refused at start, in words, and the refusal changes nothing.
 
 const ROOT = path.resolve(__dirname, '..', '..', '..');
 /** The last commit with store schema 1 (the next one, 80a6a3b, introduced schema 2). */
 const FROM = process.env.WORKLOADNET_UPGRADE_FROM ?? '391a9c6b19382ade587e6bc356e01ac027cbf809';
+/**
+ * The release before the one that started naming a store's minimum reader: the build a rollback puts
+ * back on this build's store (`kubectl rollout undo`).
+ */
+const ROLLBACK_TO = process.env.WORKLOADNET_ROLLBACK_TO ?? '2007ac3be6c353bc10b06f851100df6d6a017007';
 
 const hasCommit = ((): boolean => {
   try {
-    execFileSync('git', ['-C', ROOT, 'cat-file', '-e', `${FROM}^{commit}`], { stdio: 'ignore' });
+    for (const c of [FROM, ROLLBACK_TO])
+      execFileSync('git', ['-C', ROOT, 'cat-file', '-e', `${c}^{commit}`], { stdio: 'ignore' });
     return true;
   } catch {
     return false;
@@ -37,7 +44,7 @@ const hasCommit = ((): boolean => {
 const why = !isRoot
   ? ' (skipped: needs root)'
   : !hasCommit
-    ? ` (skipped: commit ${FROM.slice(0, 12)} is not in this clone; a shallow clone has no history)`
+    ? ` (skipped: commit ${FROM.slice(0, 12)} or ${ROLLBACK_TO.slice(0, 12)} is not in this clone; a shallow clone has no history)`
     : '';
 const describeIf = why === '' ? describe : describe.skip;
 
@@ -63,6 +70,7 @@ describeIf(
     const fx = useNodeFixture({ prefix: 'wn-upg-', uplinkAddress: '10.250.33.1' });
     const shim = path.join(ROOT, 'dist', 'bin', 'workloadnet-cni');
     let oldTree: string;
+    let rollbackTree: string;
     let old: ChildProcess | undefined;
     let current: DaemonProcess | undefined;
     const pods: Pod[] = [];
@@ -108,24 +116,56 @@ describeIf(
       }
     };
 
-    before(async function () {
-      // The earlier build: its tree from git (no worktree: nothing is registered in the repository),
-      // this checkout's node_modules (its dependencies are a subset at the same versions), and tsc.
-      oldTree = path.join(fx.dir, 'old');
-      fs.mkdirSync(oldTree);
-      execFileSync('sh', ['-c', `git -C "${ROOT}" archive ${FROM} | tar -x -C "${oldTree}"`]);
-      fs.symlinkSync(path.join(ROOT, 'node_modules'), path.join(oldTree, 'node_modules'));
+    /**
+     * An earlier build: its tree from git (no worktree: nothing is registered in the repository), this
+     * checkout's node_modules (its dependencies are a subset at the same versions), and tsc.
+     */
+    const buildTree = async (commit: string, name: string): Promise<string> => {
+      const tree = path.join(fx.dir, name);
+      fs.mkdirSync(tree);
+      execFileSync('sh', ['-c', `git -C "${ROOT}" archive ${commit} | tar -x -C "${tree}"`]);
+      fs.symlinkSync(path.join(ROOT, 'node_modules'), path.join(tree, 'node_modules'));
       const tsc = await run(
         process.execPath,
         [path.join(ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.json'],
-        {
-          cwd: oldTree,
-          timeout: 5 * 60_000,
-        },
+        { cwd: tree, timeout: 5 * 60_000 },
       );
-      if (!fs.existsSync(path.join(oldTree, 'dist', 'cli', 'workloadnet.js'))) {
-        throw new Error(`building ${FROM} failed:\n${tsc.stdout}${tsc.stderr}`);
+      if (!fs.existsSync(path.join(tree, 'dist', 'cli', 'workloadnet.js'))) {
+        throw new Error(`building ${commit} failed:\n${tsc.stdout}${tsc.stderr}`);
       }
+      return tree;
+    };
+    /** Runs an earlier build's daemon on the node's state and sockets, logging to `log` in the state's folder. */
+    const startEarlier = (tree: string, log: string): ChildProcess => {
+      const fd = fs.openSync(path.join(dir(), log), 'a');
+      const args = Object.entries(flags()).flatMap(([k, v]) => [`--${k}`, v]);
+      const child = spawn(
+        'ip',
+        [
+          'netns',
+          'exec',
+          fx.node,
+          process.execPath,
+          path.join(tree, 'dist', 'cli', 'workloadnet.js'),
+          'daemon',
+          ...args,
+        ],
+        { stdio: ['ignore', fd, fd] },
+      );
+      fs.closeSync(fd);
+      return child;
+    };
+    const stopEarlier = async (child: ChildProcess | undefined): Promise<number | null | undefined> => {
+      child?.kill('SIGTERM');
+      await new Promise<void>((resolve) =>
+        child?.exitCode !== null ? resolve() : child.once('exit', () => resolve()),
+      );
+      return child?.exitCode;
+    };
+
+    before(async function () {
+      oldTree = await buildTree(FROM, 'old');
+      rollbackTree = await buildTree(ROLLBACK_TO, 'rollback');
       fs.mkdirSync(dir(), { recursive: true });
     });
 
@@ -145,24 +185,7 @@ describeIf(
     });
 
     it('the earlier daemon runs with attachments whose traffic flows', async () => {
-      const log = fs.openSync(path.join(dir(), 'old.log'), 'a');
-      const args = Object.entries(flags()).flatMap(([k, v]) => [`--${k}`, v]);
-      old = spawn(
-        'ip',
-        [
-          'netns',
-          'exec',
-          fx.node,
-          process.execPath,
-          path.join(oldTree, 'dist', 'cli', 'workloadnet.js'),
-          'daemon',
-          ...args,
-        ],
-        {
-          stdio: ['ignore', log, log],
-        },
-      );
-      fs.closeSync(log);
+      old = startEarlier(oldTree, 'old.log');
       await waitUntil(async () => (await status()).ready, 'the earlier daemon to be ready', 60_000, {
         retryOnError: true,
         intervalMs: 200,
@@ -191,11 +214,7 @@ describeIf(
     it('this build takes over the same state and sockets: every attachment kept, migrated, no orphan', async () => {
       const before = (await linuxHostLinks(fx.node)).map((l) => l.ifname).sort();
       expect(before).to.deep.equal(pods.map((p) => p.hostLink).sort());
-      old?.kill('SIGTERM');
-      await new Promise<void>((resolve) =>
-        old?.exitCode !== null ? resolve() : old.once('exit', () => resolve()),
-      );
-      expect(old?.exitCode, 'the earlier daemon drained and exited 0').to.equal(0);
+      expect(await stopEarlier(old), 'the earlier daemon drained and exited 0').to.equal(0);
 
       current = await fx.startDaemon({ dir: dir(), flags: flags() });
       await waitUntil(async () => (await status()).ready, 'this build to be ready', 60_000, {
@@ -229,11 +248,33 @@ describeIf(
       expect(await pings(fx.node, b.ip, { count: 3 })).to.equal(true);
     });
 
-    it('refuses, in words, a store of a newer schema than its own, and changes nothing', async () => {
+    it(`rolls back: the previous release (${ROLLBACK_TO.slice(0, 7)}) runs on this build's store, every attachment kept`, async () => {
+      const before = (await linuxHostLinks(fx.node)).map((l) => l.ifname).sort();
+      await current?.stop();
+      current = undefined;
+      old = startEarlier(rollbackTree, 'rollback.log');
+      await waitUntil(async () => (await status()).ready, 'the previous release to be ready', 60_000, {
+        retryOnError: true,
+        intervalMs: 200,
+      });
+      const st = await status();
+      expect(st.reconcile).to.deep.include({ orphansRemoved: 0, released: 0, repaired: 0 });
+      const rows = await list();
+      expect(rows.map((r) => [r.workloadId, r.result?.ips[0]?.cidr ?? ''].join(' ')).sort()).to.deep.equal(
+        pods.map((p) => `${p.id} ${p.ip}/32`).sort(),
+      );
+      expect((await linuxHostLinks(fx.node)).map((l) => l.ifname).sort()).to.deep.equal(before);
+      const [a, b] = pods as [Pod, Pod];
+      expect(await pings(a.name, b.ip, { count: 3 })).to.equal(true);
+      expect(await stopEarlier(old), 'the previous release drained and exited 0').to.equal(0);
+      old = undefined;
+    });
+
+    it('refuses, in words, a store of a newer schema that says this build cannot read it, and changes nothing', async () => {
       await current?.stop();
       current = undefined;
       const stateDir = flags()['state-dir'];
-      await setStoreSchemaVersion(stateDir, SCHEMA_VERSION + 1);
+      await setStoreSchemaVersion(stateDir, SCHEMA_VERSION + 1, SCHEMA_VERSION + 1);
       const linksBefore = (await linuxHostLinks(fx.node)).map((l) => l.ifname).sort();
       const args = Object.entries(flags()).flatMap(([k, v]) => [`--${k}`, v]);
       const refused = await run('ip', ['netns', 'exec', fx.node, process.execPath, CLI, 'daemon', ...args], {
@@ -241,7 +282,7 @@ describeIf(
       });
       expect(refused.code).to.equal(1);
       expect(refused.stderr).to.include(
-        `written by a newer workloadnet (schema ${SCHEMA_VERSION + 1}, this build understands up to ${SCHEMA_VERSION})`,
+        `written by a newer workloadnet (schema ${SCHEMA_VERSION + 1}, this build understands up to ${SCHEMA_VERSION}, and the store needs at least ${SCHEMA_VERSION + 1})`,
       );
       expect(refused.stderr).to.match(/downgrading is not supported/);
       expect((await linuxHostLinks(fx.node)).map((l) => l.ifname).sort()).to.deep.equal(linksBefore);

@@ -4,10 +4,16 @@ import { STORE_FILE } from '../../core/store/store';
 
 /**
  * Pretends a (closed) store was written by another version of the daemon: writes its schema version
- * key through lmdb directly, as that version would have.
+ * key (and, when given, the oldest schema that may read it) through lmdb directly, as that version would.
  */
-export async function setStoreSchemaVersion(stateDir: string, version: number): Promise<void> {
+export async function setStoreSchemaVersion(
+  stateDir: string,
+  version: number,
+  minReaderSchema?: number,
+): Promise<void> {
   const root = open({ path: path.join(stateDir, STORE_FILE), compression: false });
-  root.openDB<unknown, string>({ name: 'meta' }).putSync('schemaVersion', version);
+  const meta = root.openDB<unknown, string>({ name: 'meta' });
+  meta.putSync('schemaVersion', version);
+  if (minReaderSchema !== undefined) meta.putSync('minReaderSchema', minReaderSchema);
   await root.close();
 }
