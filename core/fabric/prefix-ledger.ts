@@ -96,7 +96,10 @@ export class PrefixLedger {
     this.ownKey = key;
     this.own = own.map((c) => parseCidr(c));
     this.dropPoints(SELF);
-    for (const a of underlay) this.addPoint(a, SELF);
+    for (const a of underlay) {
+      const v = address(a);
+      if (v) this.addPoint(a, v, SELF);
+    }
     return this.put([...this.claims.values()], true);
   }
 
@@ -105,10 +108,10 @@ export class PrefixLedger {
    * put before is left as it is unless `again`. Returns the nodes whose outcome changed.
    */
   put(claims: readonly PrefixClaim[], again = false): Set<string> {
-    const before = new Map<string, string>();
+    const before = new Map<string, Settled | undefined>();
     const todo = claims.filter((c) => again || !sameClaim(this.claims.get(c.node), c));
     for (const c of todo) {
-      before.set(c.node, JSON.stringify(this.outcomes.get(c.node)));
+      before.set(c.node, this.outcomes.get(c.node));
       this.claims.set(c.node, c);
     }
     // Every address first, then the prefixes: a prefix new in this batch never refuses a node.
@@ -125,30 +128,30 @@ export class PrefixLedger {
     this.dropSpans(node);
     this.outcomes.delete(node);
     this.waiting.delete(node);
-    return this.retry(new Map([[node, 'gone']]));
+    return this.retry(new Map([[node, GONE]]));
   }
 
   /** Settles again the nodes that waited on something released, until nothing more changes. */
-  private retry(before: Map<string, string>): Set<string> {
+  private retry(before: Map<string, Settled | undefined>): Set<string> {
     for (let round = 0; this.released && this.waiting.size > 0 && round < 10; round++) {
       this.released = false;
       const waiting = [...this.waiting].map((n) => this.claims.get(n)).filter((c) => c !== undefined);
-      for (const c of waiting)
-        if (!before.has(c.node)) before.set(c.node, JSON.stringify(this.outcomes.get(c.node)));
+      for (const c of waiting) if (!before.has(c.node)) before.set(c.node, this.outcomes.get(c.node));
       for (const c of waiting) if (this.settleUnderlay(c)) this.settlePrefixes(c);
     }
     this.released = false;
     const changed = new Set<string>();
-    for (const [node, was] of before) if (JSON.stringify(this.outcomes.get(node)) !== was) changed.add(node);
+    for (const [node, was] of before) if (!sameSettled(this.outcomes.get(node), was)) changed.add(node);
     return changed;
   }
 
   /** Indexes the node's addresses; false (the node refused whole) when one lies in another's prefix. */
   private settleUnderlay(c: PrefixClaim): boolean {
     this.waiting.delete(c.node);
-    this.dropPoints(c.node, new Set(c.underlay));
-    for (const a of c.underlay) {
-      const v = address(a);
+    if (this.pointsOf.has(c.node)) this.dropPoints(c.node, new Set(c.underlay));
+    const parsed = c.underlay.map(address);
+    for (const [i, a] of c.underlay.entries()) {
+      const v = parsed[i];
       if (!v) continue;
       const own = this.own.find((o) => o.family === v.family && cidrContains(o, v.value));
       const held = own ? undefined : this.holder(v.family, v.value, v.value + 1n, c.node);
@@ -166,7 +169,10 @@ export class PrefixLedger {
       return false;
     }
     const have = new Set((this.pointsOf.get(c.node) ?? []).map((p) => p.text));
-    for (const a of c.underlay) if (!have.has(a)) this.addPoint(a, c.node);
+    for (const [i, a] of c.underlay.entries()) {
+      const v = parsed[i];
+      if (v && !have.has(a)) this.addPoint(a, v, c.node);
+    }
     return true;
   }
 
@@ -185,27 +191,28 @@ export class PrefixLedger {
         refused.set(p, `${p} is listed twice`);
         continue;
       }
-      const why = this.refusal(p, c.node);
+      let cidr: Cidr;
+      try {
+        cidr = parseCidr(p);
+      } catch (err) {
+        refused.set(p, (err as Error).message);
+        continue;
+      }
+      const why = this.refusal(cidr, c.node);
       if (why === undefined) {
         ok.add(p);
-        this.addSpan(parseCidr(p), c.node);
+        this.addSpan(cidr, c.node);
       } else refused.set(p, why);
     }
     for (const p of held) if (!ok.has(p)) this.released = true;
     this.outcomes.set(c.node, {
-      accepted: c.prefixes.filter((p) => ok.has(p)),
+      accepted: c.prefixes.filter((p, i) => ok.has(p) && c.prefixes.indexOf(p) === i),
       refused: [...refused.values()],
     });
   }
 
-  /** Why `text` may not be routed to `node`, or undefined. */
-  private refusal(text: string, node: string): string | undefined {
-    let c: Cidr;
-    try {
-      c = parseCidr(text);
-    } catch (err) {
-      return (err as Error).message;
-    }
+  /** Why `c` may not be routed to `node`, or undefined. */
+  private refusal(c: Cidr, node: string): string | undefined {
     const { start, end } = span(c);
     if (this.cluster.length > 0 && !this.cluster.some((r) => r.family === c.family && inside(c, r)))
       return (
@@ -265,15 +272,26 @@ export class PrefixLedger {
     else this.pointsOf.delete(node);
   }
 
-  private addPoint(text: string, node: string): void {
-    const v = address(text);
-    if (!v) return;
+  private addPoint(text: string, v: { family: 4 | 6; value: bigint }, node: string): void {
     const p: Point = { value: v.value, family: v.family, text, node };
     insert(this.points[v.family], p, (x) => x.value);
     const mine = this.pointsOf.get(node);
     if (mine) mine.push(p);
     else this.pointsOf.set(node, [p]);
   }
+}
+
+/** What `remove` compares the outcome of a node gone with: never the same as any. */
+const GONE: Settled = { accepted: [], refused: [], whole: '' };
+
+function sameSettled(a: Settled | undefined, b: Settled | undefined): boolean {
+  if (a === b) return true;
+  if (a === undefined || b === undefined || a.whole !== b.whole) return false;
+  return sameList(a.accepted, b.accepted) && sameList(a.refused, b.refused);
+}
+
+function sameList(a: readonly string[], b: readonly string[]): boolean {
+  return a.length === b.length && a.every((x, i) => x === b[i]);
 }
 
 function sameClaim(a: PrefixClaim | undefined, b: PrefixClaim): boolean {
