@@ -8,7 +8,10 @@ import { scanPeersList } from './peers-list-scan';
 // "bootId","endpoints"}]}. A file that is wrong anywhere is refused whole, with the field named, so
 // that a typo in one entry never withdraws the others (the source keeps its previous table). The one
 // exception is a well-formed endpoint prefix outside its entry's own prefixes: the file vouches for
-// a node only what the entry lists, so such a prefix is dropped and reported, the rest kept.
+// a node only what the entry lists, so such a prefix is dropped and reported, the rest kept. Whether
+// a well-formed prefix may be routed (inside the cluster ranges, over no underlay address, no own
+// range, no other node's prefix) depends on what was routed before: the source settles that
+// (prefix-ledger.ts), not the reader, which reads the same bytes the same way whatever came before.
 
 const PEER_KEYS = new Set(['node', 'underlay', 'mtu', 'vtep', 'prefixes', 'bootId', 'endpoints']);
 const VTEP_KEYS = new Set(['mac', 'vni', 'port']);
@@ -61,11 +64,6 @@ interface LastList {
 export class PeersFileReader {
   /** By the entry's JSON text (as this file writes it). */
   private readonly known = new Map<string, ReadEntry>();
-  /**
-   * Which node each prefix was listed for, and by which read: kept and changed in place, since a new
-   * map of every prefix per read was, at 5,000 peers, garbage that outlived the read.
-   */
-  private readonly owners = new Map<string, { node: string; seen: number }>();
   private reads = 0;
   /**
    * The last accepted list, and where in it the read under way expects its next entry. An entry whose
@@ -111,7 +109,6 @@ export class PeersFileReader {
     const stamp = ++this.reads;
     const peers = new Map<string, Peer>();
     const rejected: PeersFileRejection[] = [];
-    let prefixes = 0;
     for (let i = 0; i < count; i++) {
       const { key, entry, read: same } = entryAt(i);
       const at = (): string => `peers[${i}]`;
@@ -127,27 +124,12 @@ export class PeersFileReader {
       for (const r of read.dropped)
         rejected.push({ node: peer.node, why: `peers file ${file}: ${at()}: ${r}` });
       if (peers.has(peer.node)) throw fail(`${at()}.node: "${peer.node}" is listed twice`);
-      // Two nodes claiming one prefix would send its traffic to whichever was programmed last.
-      for (const p of peer.prefixes) {
-        const owner = this.owners.get(p);
-        if (owner?.seen === stamp)
-          throw fail(`${at()}.prefixes: ${p} is also listed for node "${owner.node}"`);
-        if (owner) {
-          owner.node = peer.node;
-          owner.seen = stamp;
-        } else this.owners.set(p, { node: peer.node, seen: stamp });
-        prefixes++;
-      }
       peers.set(peer.node, peer);
     }
     // forEach, not for-of: an entry array per peer per read was garbage at 5,000.
     this.known.forEach((read, key) => {
       if (read.seen !== stamp) this.known.delete(key);
     });
-    if (this.owners.size > 2 * prefixes)
-      this.owners.forEach((owner, p) => {
-        if (owner.seen !== stamp) this.owners.delete(p);
-      });
     return { peers, rejected };
   }
 

@@ -8,6 +8,7 @@ import {
   type V1NodeList,
 } from '@kubernetes/client-node';
 import { invalidArgument } from '../../core/errors';
+import { parseCidr } from '../../lib/cidr';
 import type { Logger } from '../../core/logger';
 import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from '../../core/fabric/peer-source';
 import { FABRIC_ANNOTATION, encodeAnnotation } from './fabric-annotation';
@@ -52,6 +53,10 @@ export interface KubernetesPeerSourceOptions {
   logger: Logger;
   /** First and largest delay before a failed list+watch or annotation write is tried again. */
   backoffMs?: { initial: number; max: number };
+  /** The cluster's ranges (fabric.clusterCidrs): a podCIDR outside them is not routed; empty: unchecked. */
+  clusterCidrs?: readonly string[];
+  /** This node's pools besides its Node's podCIDRs (the other networks' podCidrs). */
+  ownRanges?: readonly string[];
 }
 
 export class KubernetesPeerSource implements PeerSource {
@@ -71,6 +76,8 @@ export class KubernetesPeerSource implements PeerSource {
   private backoff: number;
   /** The own Node as last seen: undefined before the first list, null when it does not exist. */
   private own?: V1Node | null;
+  /** The own Node as last seen to exist: its podCIDRs and addresses are this node's own. */
+  private ownSeen?: V1Node;
   /** The annotation is on our Node as we wrote it (the last patch was answered, or an event showed it). */
   private published = false;
   private publishing = false;
@@ -80,7 +87,10 @@ export class KubernetesPeerSource implements PeerSource {
   private publishBackoff: number;
 
   constructor(private readonly opts: KubernetesPeerSourceOptions) {
-    this.table = new NodePeerTable(opts.nodeName);
+    this.table = new NodePeerTable(opts.nodeName, {
+      ...(opts.clusterCidrs ? { clusterCidrs: opts.clusterCidrs } : {}),
+      ...(opts.ownRanges ? { ownRanges: opts.ownRanges } : {}),
+    });
     this.backoff = this.initialBackoff;
     this.publishBackoff = this.initialBackoff;
   }
@@ -102,6 +112,7 @@ export class KubernetesPeerSource implements PeerSource {
       );
     this.self = self;
     this.annotation = encodeAnnotation(self);
+    this.settleSelf();
     const kc = loadKubeConfig(this.opts.kubeconfig);
     const api = kc.makeApiClient(CoreV1Api);
     this.api = api;
@@ -147,6 +158,7 @@ export class KubernetesPeerSource implements PeerSource {
         `node record names ${self.node}, but this source serves node ${this.opts.nodeName}`,
       );
     this.self = self;
+    if (this.settleSelf()) this.notify();
     const annotation = encodeAnnotation(self);
     if (annotation === this.annotation) return;
     this.annotation = annotation;
@@ -210,7 +222,10 @@ export class KubernetesPeerSource implements PeerSource {
     this.lists++;
     const own = items.find((n) => n.metadata?.name === this.opts.nodeName);
     this.own = own ?? null;
-    const changed = this.table.replace(items);
+    // This node's ranges first: a peer's podCIDR over them is never routed, not even for a moment.
+    if (own) this.ownSeen = own;
+    const settled = this.settleSelf();
+    const changed = this.table.replace(items) || settled;
     const first = !this.isSynced;
     this.isSynced = true;
     this.opts.logger.info({ nodes: items.length, peers: this.table.peers().size, first }, 'listed Nodes');
@@ -219,8 +234,32 @@ export class KubernetesPeerSource implements PeerSource {
   }
 
   private applyNode(node: V1Node): void {
-    if (node.metadata?.name === this.opts.nodeName) return this.checkOwn(node);
+    if (node.metadata?.name === this.opts.nodeName) {
+      this.ownSeen = node;
+      if (this.settleSelf()) this.notify();
+      return this.checkOwn(node);
+    }
     if (this.table.put(node)) this.notify();
+  }
+
+  /**
+   * Tells the table what this node is: its Node's podCIDRs and InternalIPs (the last seen; a deleted
+   * Node keeps them, since its ranges come back with it), its address and its DPUs'. True when
+   * peers() changed.
+   */
+  private settleSelf(): boolean {
+    const node = this.ownSeen;
+    const own = node?.spec?.podCIDRs ?? (node?.spec?.podCIDR ? [node.spec.podCIDR] : []);
+    const ranges = own.filter(isCidr);
+    const underlay = [
+      ...(this.self?.underlay ?? []),
+      ...(node?.status?.addresses ?? []).filter((a) => a.type === 'InternalIP').map((a) => a.address),
+    ];
+    for (const e of this.self?.endpoints ?? []) {
+      ranges.push(...e.prefixes);
+      underlay.push(e.underlay);
+    }
+    return this.table.setSelf(ranges, underlay);
   }
 
   /** Our Node as the API has it: the annotation removed or changed by someone is written again. */
@@ -351,6 +390,15 @@ export class KubernetesPeerSource implements PeerSource {
     this.retry = setTimeout(() => void this.restart(), this.backoff);
     this.retry.unref();
     this.backoff = Math.min(this.backoff * 2, this.opts.backoffMs?.max ?? 30_000);
+  }
+}
+
+function isCidr(text: string): boolean {
+  try {
+    parseCidr(text);
+    return true;
+  } catch {
+    return false;
   }
 }
 

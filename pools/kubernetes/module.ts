@@ -1,6 +1,6 @@
 import * as os from 'node:os';
 import { ContainerModule } from 'inversify';
-import type { DaemonConfig } from '../../core/config';
+import { DEFAULT_NETWORK, effectiveNetworks, type DaemonConfig } from '../../core/config';
 import type { Logger } from '../../core/logger';
 import { POOL_SOURCE, type PoolSource } from '../../core/ipam/pool-source';
 import { PEER_SOURCE, type PeerSource } from '../../core/fabric/peer-source';
@@ -26,6 +26,11 @@ export function kubernetesPoolSourceModule(config: DaemonConfig, logger: Logger)
           nodeName,
           kubeconfig: config.kubeconfig,
           logger: logger.child({ peerSource: 'kubernetes' }),
+          clusterCidrs: config.fabric.clusterCidrs,
+          // The default network's pools are this Node's podCIDRs, which the source reads itself.
+          ownRanges: effectiveNetworks(config)
+            .filter((n) => n.name !== DEFAULT_NETWORK)
+            .flatMap((n) => n.podCidrs),
         }),
     );
   });

@@ -233,11 +233,6 @@ describe('peers file', () => {
       'peers[0].vtep.vni',
     ],
     ['a node twice', { peers: [entry('n2', 2), entry('n2', 3)] }, 'peers[1].node: "n2" is listed twice'],
-    [
-      'a prefix twice',
-      { peers: [entry('n2', 2), entry('n3', 3, { prefixes: ['10.244.2.0/24'] })] },
-      'peers[1].prefixes: 10.244.2.0/24 is also listed for node "n2"',
-    ],
   ] as const) {
     it(`refuses ${what}, naming the field`, () => {
       expect(() => parse(doc)).to.throw(message);
@@ -245,34 +240,6 @@ describe('peers file', () => {
   }
 
   const bytes = (doc: unknown): Buffer => Buffer.from(JSON.stringify(doc));
-
-  it('checks an entry read before against the others again: a prefix it claims that a new entry claims too is refused', () => {
-    const reader = new PeersFileReader();
-    reader.read(bytes({ peers: [entry('n2', 2)] }), '/etc/p.json');
-    // n2's entry is unchanged (its record is the one read before); n3 now claims n2's prefix.
-    const doc = { peers: [entry('n3', 3, { prefixes: ['10.244.2.0/24'] }), entry('n2', 2)] };
-    expect(() => reader.read(bytes(doc), '/etc/p.json')).to.throw(
-      'peers[1].prefixes: 10.244.2.0/24 is also listed for node "n3"',
-    );
-    const twice = { peers: [entry('n2', 2), entry('n2', 2)] };
-    expect(() => reader.read(bytes(twice), '/etc/p.json')).to.throw('peers[1].node: "n2" is listed twice');
-  });
-
-  it('lets a prefix move from one node to another between reads, and refuses it on two nodes in one, after a refused read too', () => {
-    const reader = new PeersFileReader();
-    const moved = ['10.244.2.0/24'];
-    reader.read(bytes({ peers: [entry('n2', 2)] }), '/etc/p.json');
-    const b = reader.read(bytes({ peers: [entry('n3', 3, { prefixes: moved })] }), '/etc/p.json');
-    expect(b.peers.get('n3')?.prefixes).to.deep.equal(moved);
-    expect(() =>
-      reader.read(bytes({ peers: [entry('n3', 3, { prefixes: moved }), entry('n2', 2)] }), '/etc/p.json'),
-    ).to.throw('peers[1].prefixes: 10.244.2.0/24 is also listed for node "n3"');
-    // After the refused read: each alone is fine again, and both are refused again.
-    expect(reader.read(bytes({ peers: [entry('n2', 2)] }), '/etc/p.json').peers.size).to.equal(1);
-    expect(() =>
-      reader.read(bytes({ peers: [entry('n2', 2), entry('n3', 3, { prefixes: moved })] }), '/etc/p.json'),
-    ).to.throw('peers[1].prefixes: 10.244.2.0/24 is also listed for node "n2"');
-  });
 
   it('names a dropped endpoint prefix of an entry read before at its new place in the list', () => {
     const withEndpoint = entry('n2', 2, {
