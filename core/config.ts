@@ -571,20 +571,3 @@ function validatePoolSource(c: DaemonConfig, fail: (msg: string) => never): void
 
 /** inversify identifier of the effective configuration. */
 export const CONFIG = Symbol.for('workloadnet.Config');
-
-/**
- * Whether IPv6 addresses may be handed out, known before any pool exists (the Linux backend enables
- * IPv6 forwarding at start). A Node's ranges are only known later and may be dual-stack, so the
- * kubernetes source says yes.
- */
-export function mayServeIpv6(config: DaemonConfig): boolean {
-  if (effectiveNetworks(config).some((n) => n.podCidrs.some((c) => c.includes(':')))) return true;
-  switch (config.poolSource) {
-    case 'static':
-      return config.podCidrs.some((c) => c.includes(':'));
-    case 'etcd':
-      return config.etcd.clusterCidrs.some((c) => c.includes(':'));
-    case 'kubernetes':
-      return true;
-  }
-}
