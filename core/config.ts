@@ -2,6 +2,7 @@ import * as fs from 'node:fs';
 import { cidrsOverlap } from './ipam/address-space';
 import { clusterRanges, validateFabric, type FabricConfig } from './fabric/fabric-config';
 import { parseCidr, type Cidr } from '../lib/cidr';
+import { closestName, closestOption } from '../lib/closest-name';
 import { invalidArgument } from './errors';
 import type { FabricMode, FabricSettings } from './fabric/fabric-dataplane';
 
@@ -10,7 +11,8 @@ import type { FabricMode, FabricSettings } from './fabric/fabric-dataplane';
 
 export type BackendName = 'linux' | 'dpu';
 export type PoolSourceName = 'static' | 'kubernetes' | 'etcd';
-export type LogLevel = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal';
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal'] as const;
+export type LogLevel = (typeof LOG_LEVELS)[number];
 
 export interface LinuxConfig {
   /** Netns whose links face the workloads; empty = the daemon's own namespace (the normal case). */
@@ -337,9 +339,20 @@ export function loadConfigFile(file: string): ConfigOverrides {
   return config as ConfigOverrides;
 }
 
-/** An MTU as a flag gives it: "auto" is AUTO_MTU; anything else its number (validation names a bad one). */
+/**
+ * The configuration a daemon would start with (defaults, the file, then `layers`: flags), validated and
+ * nothing started; throws INVALID_ARGUMENT with the words the daemon would exit with.
+ */
+export function checkConfig(file: string | undefined, ...layers: ConfigOverrides[]): DaemonConfig {
+  return mergeConfig(DEFAULT_CONFIG, file === undefined ? {} : loadConfigFile(file), ...layers);
+}
+
+/** An MTU as a flag gives it: "auto" is AUTO_MTU, else a whole number (validation checks its range). */
 export function parseMtu(flag: string): number {
-  return flag === 'auto' ? AUTO_MTU : Number(flag);
+  if (flag === 'auto') return AUTO_MTU;
+  if (!/^\d{1,6}$/.test(flag.trim()))
+    throw invalidArgument(`--mtu must be "auto" (or 0) or a whole number in 68..65535, not "${flag}"`);
+  return Number(flag);
 }
 
 function checkKeys(obj: Record<string, unknown>, prefix: string, file: string): void {
@@ -349,11 +362,19 @@ function checkKeys(obj: Record<string, unknown>, prefix: string, file: string): 
       if (!v || typeof v !== 'object') throw invalidArgument(`${file}: "${k}" must be an object`);
       checkKeys(v as Record<string, unknown>, `${k}.`, file);
     } else if (!(dotted in OPTION_DOCS)) {
-      throw invalidArgument(
-        `${file}: unknown option "${dotted}" (known: ${Object.keys(OPTION_DOCS).join(', ')})`,
-      );
+      throw invalidArgument(`${file}: unknown option "${dotted}"; ${suggestOption(dotted, prefix)}`);
     }
   }
+}
+
+/** The likely fix of an unknown key (lib/closest-name.ts), else where its section's options are. */
+function suggestOption(dotted: string, prefix: string): string {
+  const options = Object.keys(OPTION_DOCS);
+  const guess = closestOption(dotted, options);
+  const section = options.filter((o) => prefix && o.startsWith(prefix));
+  if (guess) return `did you mean "${guess}"?`;
+  if (section.length) return `the options of "${prefix.slice(0, -1)}" are ${section.join(', ')}`;
+  return 'every option is listed in docs/operations.md ("Configure")';
 }
 
 export function validateConfig(c: DaemonConfig): DaemonConfig {
@@ -369,8 +390,8 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
     fail('podCidrs must be a list of CIDR strings');
   }
   if (!validMtu(c.mtu)) fail(`mtu must be 0 (auto) or an integer in 68..65535, not ${String(c.mtu)}`);
-  if (!['trace', 'debug', 'info', 'warn', 'error', 'fatal'].includes(c.logLevel))
-    fail(`unknown logLevel "${c.logLevel}"`);
+  if (!(LOG_LEVELS as readonly unknown[]).includes(c.logLevel))
+    fail(`logLevel must be one of ${LOG_LEVELS.join(', ')}, not ${JSON.stringify(c.logLevel)}`);
   if (!Number.isInteger(c.maxInFlight) || c.maxInFlight < 1) fail('maxInFlight must be a positive integer');
   for (const key of [
     'apiMaxConnections',
@@ -463,8 +484,13 @@ function validateNetworks(c: DaemonConfig, fail: (msg: string) => never): void {
   for (const [i, n] of c.networks.entries()) {
     if (!n || typeof n !== 'object' || Array.isArray(n)) fail(`networks[${i}] must be an object`);
     for (const k of Object.keys(n))
-      if (!NETWORK_KEYS.has(k))
-        fail(`networks[${i}]: unknown key "${k}" (known: ${[...NETWORK_KEYS].join(', ')})`);
+      if (!NETWORK_KEYS.has(k)) {
+        const guess = closestName(k, NETWORK_KEYS);
+        fail(
+          `networks[${i}]: unknown key "${k}"; ` +
+            (guess ? `did you mean "${guess}"?` : `a network's keys are ${[...NETWORK_KEYS].join(', ')}`),
+        );
+      }
     const where = `network "${String(n.name)}"`;
     if (typeof n.name !== 'string' || !NETWORK_NAME.test(n.name) || n.name.length > 64)
       fail(
@@ -571,20 +597,3 @@ function validatePoolSource(c: DaemonConfig, fail: (msg: string) => never): void
 
 /** inversify identifier of the effective configuration. */
 export const CONFIG = Symbol.for('workloadnet.Config');
-
-/**
- * Whether IPv6 addresses may be handed out, known before any pool exists (the Linux backend enables
- * IPv6 forwarding at start). A Node's ranges are only known later and may be dual-stack, so the
- * kubernetes source says yes.
- */
-export function mayServeIpv6(config: DaemonConfig): boolean {
-  if (effectiveNetworks(config).some((n) => n.podCidrs.some((c) => c.includes(':')))) return true;
-  switch (config.poolSource) {
-    case 'static':
-      return config.podCidrs.some((c) => c.includes(':'));
-    case 'etcd':
-      return config.etcd.clusterCidrs.some((c) => c.includes(':'));
-    case 'kubernetes':
-      return true;
-  }
-}

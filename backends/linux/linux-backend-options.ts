@@ -17,8 +17,12 @@ export interface LinuxBackendOptions {
    * request deletes the whole group. Must hold nothing else. Default 0x776f.
    */
   detachGroup?: number;
-  /** Also enable IPv6 forwarding at start (dual-stack pools). Default false. */
-  ipv6?: boolean;
+  /**
+   * Whether the networks of this backend have an IPv6 range: IPv6 forwarding is turned on once this
+   * says yes (see host-forwarding.ts). A function is asked again on every health probe, for ranges a
+   * pool source supplies after start. Default false; an IPv6 attach turns it on in any case.
+   */
+  ipv6?: boolean | (() => boolean);
   /**
    * Keep the kernel's IPv6 link-local address on both ends of a link that has no IPv6 address of
    * ours. Default false: such links get none (see link-local.ts).
@@ -36,7 +40,7 @@ export interface ResolvedLinuxBackendOptions {
   hostNetnsPath: string | undefined;
   linkGroup: number;
   detachGroup: number;
-  ipv6: boolean;
+  ipv6: () => boolean;
   ipv6LinkLocal: boolean;
   netlinkThread: boolean;
   logger: Logger;
@@ -70,9 +74,13 @@ export function resolveLinuxBackendOptions(opts: LinuxBackendOptions): ResolvedL
     hostNetnsPath,
     linkGroup,
     detachGroup,
-    ipv6: opts.ipv6 ?? false,
+    ipv6: typeof opts.ipv6 === 'function' ? opts.ipv6 : constant(opts.ipv6 ?? false),
     ipv6LinkLocal: opts.ipv6LinkLocal ?? false,
     netlinkThread: opts.netlinkThread ?? true,
     logger: opts.logger ?? silentLogger(),
   };
+}
+
+function constant(value: boolean): () => boolean {
+  return () => value;
 }

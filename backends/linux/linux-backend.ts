@@ -35,6 +35,7 @@ import { NetnsHandle, type Netns } from '../../lib/netns/netns-handle';
 import type { AttachStep } from './attach-exchange';
 import { planAttachment, randomMac, type AttachPlan } from './attach-plan';
 import { GroupDeleter } from './group-deleter';
+import { HostForwarding } from './host-forwarding';
 import { checkHostSide, hostSideRequests } from './host-side';
 import { recordedHostIfName } from './host-link-name';
 import { reconcileHostLinks } from './host-reconcile';
@@ -47,7 +48,6 @@ import { NetlinkThread } from './netlink-thread';
 import { NetlinkError, NetlinkSocketError } from '../../lib/rtnetlink/errors';
 import { delLinkRequest, getLink, setLinkRequest } from '../../lib/rtnetlink/link';
 import { NetlinkSocket } from '../../lib/rtnetlink/socket';
-import { ensureSysctl, readSysctl } from '../../lib/netns/sysctl';
 import { createVethPair, type VethPair } from './veth-pair';
 import { setInterfaceMtu } from './interface-mtu';
 import { LinuxFabric } from './fabric/linux-fabric';
@@ -60,14 +60,13 @@ import {
 
 export type { LinuxBackendOptions } from './linux-backend-options';
 
-const IPV4_FORWARD = 'net/ipv4/ip_forward';
-const IPV6_FORWARD = 'net/ipv6/conf/all/forwarding';
 const RECOMMENDED_THREADPOOL = 16;
 
 interface HostContext {
   ns: NetnsHandle;
   sock: NetlinkSocket;
   deleter: GroupDeleter;
+  forwarding: HostForwarding;
   /** Runs attaches' netlink exchanges; undefined when it could not start or is turned off. */
   thread: NetlinkThread | undefined;
 }
@@ -87,13 +86,18 @@ export class LinuxBackend implements Backend {
     this.fabric = new LinuxFabric({ hostNetnsPath: this.opts.hostNetnsPath, logger: this.opts.logger });
   }
 
-  /** Opens the host namespace, checks privileges, enables forwarding there. */
+  /**
+   * Opens the host namespace, checks privileges, enables forwarding there for the families the
+   * networks have ranges of (one it cannot set leaves the backend not ready, see host-forwarding.ts).
+   */
   async start(): Promise<void> {
     const host = await this.hostContext();
-    await this.enableForwarding(host);
+    const ipv6 = this.opts.ipv6();
+    await host.forwarding.ensure(4, true);
+    if (ipv6) await host.forwarding.ensure(6, true);
     const threadpool = threadpoolSize();
     this.opts.logger.info(
-      { hostNetns: host.ns.path, linkGroup: this.opts.linkGroup, ipv6: this.opts.ipv6, threadpool },
+      { hostNetns: host.ns.path, linkGroup: this.opts.linkGroup, ipv6, threadpool },
       'linux backend ready',
     );
     if (threadpool < RECOMMENDED_THREADPOOL) {
@@ -121,12 +125,8 @@ export class LinuxBackend implements Backend {
   async attach(spec: AttachSpec, planned: DataplaneResult): Promise<DataplaneResult> {
     const host = await this.hostContext();
     const plan = planAttachment(spec, this.opts);
-    if (plan.v6.length > 0 && !this.opts.ipv6) {
-      this.opts.logger.warn(
-        { key: spec.key },
-        'IPv6 address attached but IPv6 forwarding was not enabled (ipv6 option)',
-      );
-    }
+    // Once, before the first IPv6 address: the range it came from may be newer than the last probe.
+    if (plan.v6.length > 0) await host.forwarding.ensure(6);
     refuseHostNamespace(spec, host.ns);
     if (!host.thread?.alive) return this.attachOnThreadpool(host, spec, plan, planned);
     const r = await host.thread.attach({
@@ -292,20 +292,7 @@ export class LinuxBackend implements Backend {
     } catch (err) {
       reasons.push(`netlink unreachable: ${(err as Error).message}`);
     }
-    const sysctls: Array<[string, string]> = [[IPV4_FORWARD, 'ipForward']];
-    if (this.opts.ipv6) sysctls.push([IPV6_FORWARD, 'ipv6Forwarding']);
-    for (const [path, name] of sysctls) {
-      try {
-        const v = await readSysctl(host.ns, path);
-        details[name] = v === '1';
-        if (v !== '1')
-          reasons.push(
-            `${path.replace(/\//g, '.')} is ${v} in ${host.ns.path}; workloads cannot reach anything`,
-          );
-      } catch (err) {
-        reasons.push(`cannot read ${path.replace(/\//g, '.')}: ${(err as Error).message}`);
-      }
-    }
+    reasons.push(...(await host.forwarding.check(this.opts.ipv6() ? [4, 6] : [4], details)));
     return { ready: reasons.length === 0, reasons, details };
   }
 
@@ -359,6 +346,7 @@ export class LinuxBackend implements Backend {
         ns,
         sock,
         deleter: new GroupDeleter(sock, this.opts.detachGroup),
+        forwarding: new HostForwarding(ns, this.opts.logger),
         thread: await this.startThread(ns),
       };
     } catch (err) {
@@ -385,27 +373,6 @@ export class LinuxBackend implements Backend {
         'netlink thread did not start; attaches use the threadpool (slower)',
       );
       return undefined;
-    }
-  }
-
-  private async enableForwarding(host: HostContext): Promise<void> {
-    const wanted = this.opts.ipv6 ? [IPV4_FORWARD, IPV6_FORWARD] : [IPV4_FORWARD];
-    for (const path of wanted) {
-      try {
-        if (await ensureSysctl(host.ns, path, '1')) {
-          this.opts.logger.info(
-            { sysctl: path.replace(/\//g, '.'), netns: host.ns.path },
-            'enabled forwarding',
-          );
-        }
-      } catch (err) {
-        const code = (err as NodeJS.ErrnoException).code;
-        if (code === 'EACCES' || code === 'EPERM' || code === 'EROFS')
-          throw needsRoot(`writing /proc/sys/${path}`);
-        throw failedPrecondition(
-          `linux backend: cannot enable ${path.replace(/\//g, '.')}: ${(err as Error).message}`,
-        );
-      }
     }
   }
 

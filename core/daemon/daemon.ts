@@ -2,6 +2,7 @@ import type { Container } from 'inversify';
 import { ApiServer } from '../serve/api-server';
 import { CONFIG, type DaemonConfig } from '../config';
 import { ENDPOINT, startAll, type Lifecycle } from './lifecycle';
+import { NODE_LOCK } from './node-lock';
 import { FABRIC_CONTROLLER, type FabricController } from '../fabric/fabric-controller';
 import { HOST_PORT, type HostPort } from '../fabric/host-port';
 import { LOGGER, type Logger } from '../logger';
@@ -16,6 +17,8 @@ import { WORKLOAD_SERVICE } from '../workload-service';
 /**
  * The daemon: its parts, started in this order and stopped in reverse.
  *
+ * 0. The node lock, when the wiring binds one (core/daemon/node-lock.ts): refuse to run beside
+ *    another daemon serving the same network namespace, whatever its sockets and state directory.
  * 1. The socket guard: refuse to run beside a live daemon before touching anything (its backend
  *    would take our in-flight attachments for orphans).
  * 2. The sockets: the gRPC API and the endpoints bound under ENDPOINT (CNI, metrics) listen at once,
@@ -51,6 +54,7 @@ export class Daemon {
     const endpoints = this.container.isBound(ENDPOINT) ? this.container.getAll<Lifecycle>(ENDPOINT) : [];
     const closeSockets = (): Promise<void> => (this.closing ??= this.closeSockets(endpoints, config));
     const parts: Lifecycle[] = [
+      ...(this.container.isBound(NODE_LOCK) ? [this.container.get<Lifecycle>(NODE_LOCK)] : []),
       { name: 'socket guard', start: () => prepareSocketPath(config.socket), stop: async () => undefined },
       {
         name: 'sockets',

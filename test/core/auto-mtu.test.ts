@@ -71,7 +71,7 @@ describe('pod MTU: auto vs explicit', function () {
       expect(effectiveConfig({ mtu: '1500' }).mtu).to.equal(1500);
       expect(effectiveConfig({}).mtu).to.equal(AUTO_MTU);
       expect(() => effectiveConfig({ mtu: 'big' })).to.throw(
-        /mtu must be 0 \(auto\) or an integer in 68..65535, not NaN/,
+        /--mtu must be "auto" \(or 0\) or a whole number in 68\.\.65535, not "big"/,
       );
     });
 

@@ -2,7 +2,6 @@ import { expect } from 'chai';
 import {
   DEFAULT_CONFIG,
   effectiveNetworks,
-  mayServeIpv6,
   mergeConfig,
   type ConfigOverrides,
   type NetworkConfig,
@@ -70,16 +69,6 @@ describe('networks configuration', () => {
         routes: ['10.3.0.0/16'],
       },
     ]);
-  });
-
-  it('serves IPv6 when any network has an IPv6 pool', () => {
-    const c = mergeConfig(DEFAULT_CONFIG, {
-      ...nets(
-        { name: 'default', backend: 'linux', podCidrs: ['10.1.0.0/24'] },
-        { name: 'v6', backend: 'linux', podCidrs: ['fd00:9::/64'] },
-      ),
-    });
-    expect(mayServeIpv6(c)).to.equal(true);
   });
 
   it('refuses two networks of one name', () =>
