@@ -94,7 +94,12 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
     );
   });
   c.bind<PeerSource>(PEER_SOURCE).toDynamicValue(
-    () => new StaticPeerSource(config.fabric.peersFile, logger.child({ part: 'peers' })),
+    () =>
+      new StaticPeerSource(config.fabric.peersFile, logger.child({ part: 'peers' }), {
+        // A file's prefix is routed only inside the cluster's ranges and over none of this node's own.
+        clusterCidrs: config.fabric.clusterCidrs,
+        ownRanges: networks.flatMap((n) => n.podCidrs),
+      }),
   );
   c.bind<FabricController>(FABRIC_CONTROLLER).toDynamicValue((ctx) => {
     const settings = fabricSettings(config);
