@@ -58,7 +58,8 @@ function describeFailure(err: unknown, socket: string): ClientFailure {
       message: `cannot reach the daemon at ${socket}: ${unreachableDetails(e.details ?? '')}`,
       code: EXIT.unreachable,
     };
-  if (e.code === undefined) return { message: err instanceof Error ? err.message : String(err), code: EXIT.error };
+  if (e.code === undefined)
+    return { message: err instanceof Error ? err.message : String(err), code: EXIT.error };
   return {
     message: `${grpc.status[e.code] ?? 'ERROR'}: ${e.details ?? String(err)}`,
     code: e.code === grpc.status.NOT_FOUND ? EXIT.notFound : EXIT.error,

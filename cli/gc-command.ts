@@ -82,9 +82,7 @@ async function sweep(c: ApiClient, opts: GcOpts): Promise<number> {
 
 async function detachOthers(c: ApiClient, keep: Ref[], opts: GcOpts): Promise<number> {
   const res = await c.call(c.raw.gc, { keep, namespacesGone: false, dryRun: false });
-  process.stdout.write(
-    opts.json ? json(res) : `removed ${res.removed.length}: ${names(res.removed)}\n`,
-  );
+  process.stdout.write(opts.json ? json(res) : `removed ${res.removed.length}: ${names(res.removed)}\n`);
   return EXIT.ok;
 }
 

@@ -83,7 +83,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
     )
     .option(
       '--metrics-listen <host:port>',
-      'serve Prometheus metrics here (off by default; keep it on loopback)',
+      'serve /metrics, /healthz and /readyz over HTTP here (off by default; no auth, read-only)',
     )
     .option('--host-netns <path>', "linux/dpu: namespace facing the workloads (default: the daemon's own)")
     .option(

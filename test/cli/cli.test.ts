@@ -239,8 +239,12 @@ describe('workloadnet CLI against a daemon (stand-in namespaces, no root needed)
     const text = await runAsync(['gc', 'alpha/eth0', '--dry-run', ...sock()]);
     expect(text.stdout).to.equal('would detach 1 of 2 (nothing was detached): beta/eth0\n');
     const all = await runAsync(['gc', '--all', '--dry-run', ...sock()]);
-    expect(all.stdout).to.match(/^would detach 2 of 2 .*: (alpha\/eth0 beta\/eth0|beta\/eth0 alpha\/eth0)\n$/);
-    const ls = JSON.parse((await runAsync(['ls', '--json', ...sock()])).stdout) as Array<{ workloadId: string }>;
+    expect(all.stdout).to.match(
+      /^would detach 2 of 2 .*: (alpha\/eth0 beta\/eth0|beta\/eth0 alpha\/eth0)\n$/,
+    );
+    const ls = JSON.parse((await runAsync(['ls', '--json', ...sock()])).stdout) as Array<{
+      workloadId: string;
+    }>;
     expect(ls.map((a) => a.workloadId).sort()).to.deep.equal(['alpha', 'beta']);
   });
 

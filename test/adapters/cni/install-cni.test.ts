@@ -198,9 +198,7 @@ describe('installCni', function () {
       expect(await runtimeConfigs(confDir), 'what a runtime reads').to.deep.equal([
         '05-workloadnet.conflist',
       ]);
-      expect(out.movedAside).to.deep.equal([
-        { from: flannel(), to: `${flannel()}.workloadnet-disabled` },
-      ]);
+      expect(out.movedAside).to.deep.equal([{ from: flannel(), to: `${flannel()}.workloadnet-disabled` }]);
       expect(await fs.readFile(`${flannel()}.workloadnet-disabled`, 'utf8')).to.equal(FLANNEL);
     });
 
