@@ -60,3 +60,11 @@ export function isUnreachable(err: unknown): boolean {
   const details = (err as grpc.ServiceError | undefined)?.details ?? '';
   return code === grpc.status.UNAVAILABLE && /connect|ENOENT|ECONNREFUSED|No connection/i.test(details);
 }
+
+/**
+ * grpc-js' words for a failed connection, without what says nothing: it ends them with "Resolution
+ * note: " followed by nothing when name resolution had nothing to add.
+ */
+export function unreachableDetails(details: string): string {
+  return details.replace(/\s*Resolution note:\s*$/, '').trim();
+}

@@ -1,14 +1,12 @@
-import * as path from 'node:path';
-import type { Command } from 'commander';
+import { InvalidArgumentError, type Command } from 'commander';
 import * as grpc from '@grpc/grpc-js';
-import { installCni, parseChain } from '../adapters/cni/install';
 import { VERSION } from '../core/serve/api-server';
-import { DEFAULT_CONFIG, DEFAULT_NETWORK } from '../core/config';
-import { invalidArgument } from '../core/errors';
+import { DEFAULT_CONFIG } from '../core/config';
 import type { StatusResponse } from '../proto/gen/workloadnet/v1/workload';
-import { ApiClient, isUnreachable } from './api-client';
+import { ApiClient, isUnreachable, unreachableDetails } from './api-client';
 import { attachmentJson, formatInspect } from './inspect-format';
 import { json } from './output';
+import { peerCounts } from './peer-counts';
 
 // The operator's commands. They talk to the daemon only through the public gRPC API.
 
@@ -20,7 +18,21 @@ interface GlobalOpts {
   timeout: string;
 }
 
-export function withClient(opts: GlobalOpts, fn: (c: ApiClient) => Promise<number>): Promise<void> {
+/** How a command failed to get its answer: the words printed, and the exit code. */
+export interface ClientFailure {
+  message: string;
+  code: number;
+}
+
+/**
+ * Runs `fn` with a client; its answer is the exit code. A failure is printed on stderr, and also given
+ * to `onFailure` (status --json prints it as JSON, so that a script reading stdout gets an answer).
+ */
+export function withClient(
+  opts: GlobalOpts,
+  fn: (c: ApiClient) => Promise<number>,
+  onFailure?: (f: ClientFailure) => void,
+): Promise<void> {
   const client = new ApiClient(opts.socket, Number(opts.timeout) * 1000);
   return fn(client).then(
     (code) => {
@@ -29,18 +41,37 @@ export function withClient(opts: GlobalOpts, fn: (c: ApiClient) => Promise<numbe
     },
     (err: unknown) => {
       client.close();
-      const e = err as grpc.ServiceError;
-      if (isUnreachable(err)) {
-        process.stderr.write(
-          `workloadnet: cannot reach the daemon at ${opts.socket}: ${e.details}\nIs it running? (workloadnet daemon, or systemctl status workloadnet)\n`,
-        );
-        process.exitCode = EXIT.unreachable;
-      } else {
-        process.stderr.write(`workloadnet: ${grpc.status[e.code] ?? 'ERROR'}: ${e.details ?? String(err)}\n`);
-        process.exitCode = e.code === grpc.status.NOT_FOUND ? EXIT.notFound : EXIT.error;
-      }
+      const f = describeFailure(err, opts.socket);
+      process.stderr.write(`workloadnet: ${f.message}\n`);
+      if (f.code === EXIT.unreachable)
+        process.stderr.write('Is it running? (workloadnet daemon, or systemctl status workloadnet)\n');
+      onFailure?.(f);
+      process.exitCode = f.code;
     },
   );
+}
+
+function describeFailure(err: unknown, socket: string): ClientFailure {
+  const e = err as Partial<grpc.ServiceError>;
+  if (isUnreachable(err))
+    return {
+      message: `cannot reach the daemon at ${socket}: ${unreachableDetails(e.details ?? '')}`,
+      code: EXIT.unreachable,
+    };
+  if (e.code === undefined)
+    return { message: err instanceof Error ? err.message : String(err), code: EXIT.error };
+  return {
+    message: `${grpc.status[e.code] ?? 'ERROR'}: ${e.details ?? String(err)}`,
+    code: e.code === grpc.status.NOT_FOUND ? EXIT.notFound : EXIT.error,
+  };
+}
+
+/** --timeout: seconds, more than 0 (a fraction is fine); anything else is a usage error (exit 2). */
+export function parseTimeoutSeconds(value: string): string {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n) || n <= 0)
+    throw new InvalidArgumentError(`"${value}" is not a number of seconds greater than 0 (e.g. 5 or 0.5).`);
+  return value;
 }
 
 export function clientCommand(program: Command, name: string, description: string): Command {
@@ -48,7 +79,7 @@ export function clientCommand(program: Command, name: string, description: strin
     .command(name)
     .description(description)
     .option('--socket <path>', 'daemon API socket', process.env.WORKLOADNET_SOCKET ?? DEFAULT_CONFIG.socket)
-    .option('--timeout <seconds>', 'give up after this long', '30');
+    .option('--timeout <seconds>', 'give up after this long', parseTimeoutSeconds, '30');
 }
 
 export function registerClientCommands(program: Command): void {
@@ -59,12 +90,21 @@ export function registerClientCommands(program: Command): void {
       '\nExit code 3 when the daemon is not ready.\nExample:\n  workloadnet status --json | jq .ready',
     )
     .action((opts: GlobalOpts) =>
-      withClient(opts, async (c) => {
-        // The text counts the peers; only --json prints their rows (thousands in a large cluster).
-        const st = await c.status({ omitFabricPeers: !opts.json });
-        process.stdout.write(opts.json ? json(st) : formatStatus(st));
-        return st.ready ? EXIT.ok : EXIT.notReady;
-      }),
+      withClient(
+        opts,
+        async (c) => {
+          const st = await c.status();
+          process.stdout.write(opts.json ? json(st) : formatStatus(st));
+          return st.ready ? EXIT.ok : EXIT.notReady;
+        },
+        // A script reading `status --json` gets a document whatever happened, with ready false.
+        (f) => {
+          if (opts.json)
+            process.stdout.write(
+              json({ ready: false, reachable: f.code !== EXIT.unreachable, error: f.message }),
+            );
+        },
+      ),
     );
 
   clientCommand(program, 'inspect', 'show one workload’s attachments in full')
@@ -101,133 +141,6 @@ export function registerClientCommands(program: Command): void {
         process.stdout.write(`detached ${workload}\n`);
         return EXIT.ok;
       }),
-    );
-
-  clientCommand(program, 'gc', 'detach every attachment except the workloads named')
-    .argument('[keep...]', 'workload ids (or workload/ifname) to keep')
-    .option('--all', 'allow an empty keep list, which detaches everything')
-    .option(
-      '--namespaces-gone',
-      'instead of a keep list: run the leak sweep now (detach attachments whose namespace is gone)',
-    )
-    .option('--dry-run', 'with no keep list: show what the leak sweep would detach, change nothing')
-    .option('--json', 'print JSON')
-    .addHelpText(
-      'after',
-      '\nExamples:\n  workloadnet gc $(crictl pods -q)\n  workloadnet gc --dry-run\n  workloadnet gc --namespaces-gone',
-    )
-    .action(
-      (keep: string[], opts: GlobalOpts & { all?: boolean; namespacesGone?: boolean; dryRun?: boolean }) => {
-        if (opts.dryRun || opts.namespacesGone) {
-          if (keep.length > 0) {
-            process.stderr.write('workloadnet: --dry-run and --namespaces-gone take no keep list\n');
-            process.exitCode = EXIT.usage;
-            return Promise.resolve();
-          }
-          return withClient(opts, async (c) => {
-            const res = await c.call(c.raw.gc, {
-              keep: [],
-              namespacesGone: true,
-              dryRun: opts.dryRun ?? false,
-            });
-            const names = (refs: Array<{ workloadId: string; ifName: string }>): string =>
-              refs.map((r) => `${r.workloadId}/${r.ifName}`).join(' ') || '(none)';
-            process.stdout.write(
-              opts.json
-                ? json(res)
-                : `${opts.dryRun ? 'would detach' : 'detached'} (namespace gone on two sweeps): ${names(res.removed)}\n` +
-                    `namespace gone, seen once (detached by the next sweep if still gone): ${names(res.suspected)}\n`,
-            );
-            return EXIT.ok;
-          });
-        }
-        if (keep.length === 0 && !opts.all) {
-          process.stderr.write(
-            'workloadnet: gc with no workloads to keep detaches everything; pass --all if you mean it\n',
-          );
-          process.exitCode = EXIT.usage;
-          return Promise.resolve();
-        }
-        return withClient(opts, async (c) => {
-          const res = await c.call(c.raw.gc, {
-            keep: keep.map((k) => {
-              const [workloadId = '', ifName = ''] = k.split('/');
-              return { workloadId, ifName };
-            }),
-            namespacesGone: false,
-            dryRun: false,
-          });
-          process.stdout.write(
-            opts.json
-              ? json(res)
-              : `removed ${res.removed.length}: ${res.removed.map((r) => `${r.workloadId}/${r.ifName}`).join(' ')}\n`,
-          );
-          return EXIT.ok;
-        });
-      },
-    );
-
-  program
-    .command('install-cni')
-    .description('install the workloadnet-cni forwarder and a conflist for container runtimes')
-    .option('--bin-dir <dir>', 'CNI binary directory', '/opt/cni/bin')
-    .option('--conf-dir <dir>', 'CNI configuration directory', '/etc/cni/net.d')
-    .option('--cni-socket <path>', 'the daemon’s CNI socket', DEFAULT_CONFIG.cniSocket)
-    .option('--name <name>', 'network name in the conflist', 'workloadnet')
-    .option(
-      '--network <name>',
-      'the daemon network (config "networks") this conflist selects: names the conflist after it; ' +
-        'a network other than "default" is written as 90-<name>.conflist, after the runtime’s default',
-    )
-    .option('--mtu <n>', 'MTU to put in the conflist (default: the daemon’s)')
-    .option(
-      '--chain <plugins>',
-      'run these reference plugins after workloadnet: portmap (hostPort), bandwidth (traffic shaping); ' +
-        'each must be in --bin-dir',
-    )
-    .option(
-      '--force',
-      'overwrite files that were not written by workloadnet, and chain plugins missing from --bin-dir',
-    )
-    .addHelpText(
-      'after',
-      `
-The forwarder is dist/bin/workloadnet-cni, built by npm run build when a C compiler is present.
-
-Examples:
-  workloadnet install-cni --bin-dir /opt/cni/bin --conf-dir /etc/cni/net.d
-  workloadnet install-cni --chain portmap,bandwidth     hostPort and bandwidth annotations for pods
-  workloadnet install-cni --network default             the pod network of a daemon with named networks
-  workloadnet install-cni --network fast                a secondary network (e.g. for Multus)`,
-    )
-    .action(
-      async (opts: {
-        binDir: string;
-        confDir: string;
-        cniSocket: string;
-        name: string;
-        network?: string;
-        mtu?: string;
-        force?: boolean;
-        chain?: string;
-      }) => {
-        if (opts.network !== undefined && opts.name !== 'workloadnet' && opts.name !== opts.network)
-          throw invalidArgument(
-            `--name ${opts.name} and --network ${opts.network} disagree: the network's name is the conflist's name; give one`,
-          );
-        const res = await installCni({
-          chain: opts.chain === undefined ? [] : parseChain(opts.chain),
-          binDir: opts.binDir,
-          confDir: opts.confDir,
-          cniSocket: opts.cniSocket,
-          name: opts.network ?? opts.name,
-          secondary: opts.network !== undefined && opts.network !== DEFAULT_NETWORK,
-          force: opts.force ?? false,
-          shimPath: path.resolve(__dirname, '..', 'bin', 'workloadnet-cni'),
-          mtu: opts.mtu ? Number(opts.mtu) : undefined,
-        });
-        process.stdout.write(`installed ${res.binary}\nwrote ${res.conflist}\n`);
-      },
     );
 
   program
@@ -285,8 +198,7 @@ function formatStatus(st: StatusResponse): string {
   if (st.fabric && st.fabric.mode !== 'off') {
     const f = st.fabric;
     lines.push(
-      // A daemon from before peer_count gives the rows only.
-      `fabric:      ${f.mode}, ${f.ready ? 'ready' : 'not ready'}, ${Math.max(f.peerCount, f.peers.length)} peers (workloadnet peers)`,
+      `fabric:      ${f.mode}, ${f.ready ? 'ready' : 'not ready'}, ${peerCounts(f)} (workloadnet peers)`,
     );
     for (const r of f.reasons) lines.push(`  reason:    ${r}`);
     for (const w of f.warnings) lines.push(`  warning:   ${w}`);

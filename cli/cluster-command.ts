@@ -3,7 +3,7 @@ import type { Command } from 'commander';
 import type { Etcd3 } from 'etcd3';
 import { DEFAULT_CONFIG, loadConfigFile, mergeConfig, type EtcdConfig } from '../core/config';
 import type { BlockRegistry } from '../pools/etcd/block-registry';
-import { EXIT } from './client-commands';
+import { EXIT, parseTimeoutSeconds } from './client-commands';
 import { json, table } from './output';
 
 // Cluster-wide operations of the etcd pool source. They talk to etcd directly (not to a daemon): a
@@ -81,7 +81,7 @@ function etcdCommand(parent: Command, name: string, description: string): Comman
     .option('--etcd-ca <file>', 'CA of the etcd server certificates')
     .option('--etcd-cert <file>', 'client certificate for mutual TLS')
     .option('--etcd-key <file>', 'client key for mutual TLS')
-    .option('--timeout <seconds>', 'give up on etcd after this long', '10');
+    .option('--timeout <seconds>', 'give up on etcd after this long', parseTimeoutSeconds, '10');
 }
 
 export function registerClusterCommand(program: Command): void {

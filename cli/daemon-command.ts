@@ -20,7 +20,7 @@ import { ENDPOINT, type Lifecycle } from '../core/daemon/lifecycle';
 import { createLogger, type Logger } from '../core/logger';
 import { WORKLOAD_SERVICE, type WorkloadService } from '../core/workload-service';
 import { Metrics } from '../core/metrics';
-import { MetricsServer } from '../core/serve/metrics-server';
+import { MetricsServer, type Readiness } from '../core/serve/metrics-server';
 import { cniEndpoint } from './cni-endpoint';
 import { bindPoolSource } from './pool-source-wiring';
 
@@ -148,14 +148,24 @@ export async function runDaemon(flags: DaemonFlags): Promise<void> {
   process.on('SIGINT', () => shutdown('SIGINT'));
 }
 
-/** What the daemon serves besides the gRPC API: the CNI endpoint, and metrics when configured. */
+/**
+ * What the daemon serves besides the gRPC API: the CNI endpoint, and when configured the HTTP listener
+ * (metrics, health, readiness).
+ */
 function endpointsModule(config: DaemonConfig, logger: Logger, metrics: Metrics): ContainerModule {
   return new ContainerModule((bind) => {
     bind<Lifecycle>(ENDPOINT).toDynamicValue((ctx) =>
       cniEndpoint(ctx.container.get<WorkloadService>(WORKLOAD_SERVICE), config, logger),
     );
     if (config.metricsListen) {
-      bind<Lifecycle>(ENDPOINT).toDynamicValue(() => new MetricsServer(config.metricsListen, metrics));
+      bind<Lifecycle>(ENDPOINT).toDynamicValue((ctx) => {
+        const service = ctx.container.get<WorkloadService>(WORKLOAD_SERVICE);
+        // The served service answers Status while the daemon starts ("starting"), so /healthz holds
+        // through a long start-up and /readyz says why the node is not ready yet.
+        const readiness = (): Promise<Readiness> =>
+          service.status({ fabricPeers: false }).then((st) => ({ ready: st.ready, reasons: st.reasons }));
+        return new MetricsServer(config.metricsListen, metrics, { readiness });
+      });
     }
   });
 }

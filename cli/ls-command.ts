@@ -32,12 +32,8 @@ export function registerLsCommand(program: Command): void {
     )
     .action((opts: LsOpts) =>
       withClient(opts, async (c) => {
+        // A reader that goes away (`workloadnet ls | head`) ends the command quietly: see workloadnet.ts.
         const out = process.stdout;
-        // The reader went away (`workloadnet ls | head`): stop quietly, as ls(1) does on SIGPIPE.
-        out.on('error', (err: NodeJS.ErrnoException) => {
-          if (err.code !== 'EPIPE') throw err;
-          process.exit(EXIT.ok);
-        });
         const printer = opts.json ? jsonPrinter(out) : tablePrinter(out);
         const timeoutMs = Number(opts.timeout) * 1000;
         const streamed = await streamAttachments(c, printer.add, () => drained(out), timeoutMs);

@@ -7,6 +7,7 @@ import type {
 } from '../proto/gen/workloadnet/v1/workload';
 import { EXIT, clientCommand, withClient } from './client-commands';
 import { age, json, table } from './output';
+import { peerCounts } from './peer-counts';
 
 // `workloadnet peers`: the fabric as the daemon sees it (Status.fabric): this node, the peer source,
 // and one row per peer with the path that reaches it and what the data-path probes say (reachable,
@@ -39,7 +40,7 @@ export function registerPeersCommand(program: Command): void {
 
 export function formatPeers(f: FabricStatus | undefined, now = Date.now()): string {
   if (!f || f.mode === 'off') return 'the fabric is off (daemon --fabric, config fabric.mode)\n';
-  const lines = [`fabric:      ${f.mode}, ${f.ready ? 'ready' : 'not ready'}`];
+  const lines = [`fabric:      ${f.mode}, ${f.ready ? 'ready' : 'not ready'}, ${peerCounts(f)}`];
   for (const r of f.reasons) lines.push(`  reason:    ${r}`);
   for (const w of f.warnings) lines.push(`  warning:   ${w}`);
   if (f.node)

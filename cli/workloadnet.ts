@@ -5,6 +5,9 @@ import { Command, Option } from 'commander';
 import { runDaemon, type DaemonFlags } from './daemon-command';
 import { registerClientCommands } from './client-commands';
 import { registerClusterCommand } from './cluster-command';
+import { registerConfigCommand } from './config-command';
+import { registerGcCommand } from './gc-command';
+import { registerInstallCniCommand } from './install-cni-command';
 import { registerDpusCommand } from './dpus-command';
 import { registerLsCommand } from './ls-command';
 import { registerPeersCommand } from './peers-command';
@@ -38,6 +41,7 @@ Examples:
   workloadnet dpus                                      the DPU agents: connected? VFs free? ports?
   workloadnet peers                                     the other nodes: how each is reached
   workloadnet install-cni                               install the CNI forwarder and conflist
+  workloadnet config check -c /etc/workloadnet/config.json   would the daemon accept this config?
   workloadnet store check                               is the state store sound? (offline)
 
 Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not found.`,
@@ -79,7 +83,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
     )
     .option(
       '--metrics-listen <host:port>',
-      'serve Prometheus metrics here (off by default; keep it on loopback)',
+      'serve /metrics, /healthz and /readyz over HTTP here (off by default; no auth, read-only)',
     )
     .option('--host-netns <path>', "linux/dpu: namespace facing the workloads (default: the daemon's own)")
     .option(
@@ -149,6 +153,9 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
     .action((flags: DaemonFlags) => runDaemon(flags));
 
   registerClientCommands(program);
+  registerGcCommand(program);
+  registerInstallCniCommand(program);
+  registerConfigCommand(program);
   registerLsCommand(program);
   registerClusterCommand(program);
   registerDpusCommand(program);
@@ -157,7 +164,21 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
   return program;
 }
 
+/**
+ * The reader of stdout went away (`workloadnet peers | head`): stop quietly, as a command killed by
+ * SIGPIPE does, instead of dying on an unhandled EPIPE with a stack trace. Node ignores SIGPIPE, so a
+ * write to a closed pipe fails with EPIPE instead.
+ */
+export function exitQuietlyOnClosedStdout(): void {
+  process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code === 'EPIPE') process.exit(0);
+    process.stderr.write(`workloadnet: cannot write to stdout: ${err.message}\n`);
+    process.exit(1);
+  });
+}
+
 if (require.main === module) {
+  exitQuietlyOnClosedStdout();
   buildProgram()
     .parseAsync(process.argv)
     .catch((err: unknown) => {

@@ -1,11 +1,15 @@
+import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { constants as fsConstants, promises as fs } from 'node:fs';
 import * as path from 'node:path';
 import { alreadyExists, failedPrecondition, invalidArgument } from '../../core/errors';
+import { moveAside, runtimeConfigs, type MovedAside } from './conf-dir';
 
 // Puts the forwarder where a runtime looks for plugins and writes the network config that names it.
 // Both files are written atomically (temporary file in the same folder, then rename), so a runtime that
 // reads the config dir or execs the plugin meanwhile sees the old file or the new one, never half of one.
+// The pod network's conflist is named to sort before the usual 10-*: the runtime takes the first
+// config of its directory, and the other plugins' configs are moved aside (conf-dir.ts) unless kept.
 
 export interface InstallCniOptions {
   /** The runtime's CNI bin_dir (e.g. /opt/cni/bin). */
@@ -15,7 +19,7 @@ export interface InstallCniOptions {
   /** The daemon's CNI socket, written into the config for the forwarder. */
   cniSocket: string;
   /**
-   * Network name; also names the file 10-<name>.conflist. On a daemon with named networks it selects
+   * Network name; also names the file 05-<name>.conflist. On a daemon with named networks it selects
    * the network.
    */
   name: string;
@@ -31,9 +35,19 @@ export interface InstallCniOptions {
   mtu?: number;
   /**
    * Reference plugins to run after ours, in this order (portmap for hostPort, bandwidth for shaping).
-   * Each must be in binDir, unless force is set.
+   * Each must be in binDir (or pluginsFrom), unless force is set.
    */
   chain?: ChainedPlugin[];
+  /**
+   * Where to copy a chained plugin from when binDir has none (the image's /usr/lib/cni). A plugin
+   * binDir already has is the node's and is left as it is, whatever its version.
+   */
+  pluginsFrom?: string;
+  /**
+   * Leave other plugins' configs where they are (the pod network only; a secondary network never moves
+   * anything). By default they are renamed *.workloadnet-disabled, so the runtime cannot take one.
+   */
+  keepOthers?: boolean;
 }
 
 /** The plugins install-cni knows how to chain, and the runtime capabilities each one receives. */
@@ -66,7 +80,24 @@ export function parseChain(list: string): ChainedPlugin[] {
 export interface InstalledCni {
   binary: string;
   conflist: string;
+  /** The CNI versions the conflist offers (see renderConflist). */
+  cniVersions: string[];
+  /** Why 1.1.0 is not offered (a chained plugin that does not speak it), when it is not. */
+  versionNote?: string;
+  /** Chained plugins copied into binDir from pluginsFrom. */
+  copiedPlugins: string[];
+  /** Other plugins' configs renamed aside. */
+  movedAside: MovedAside[];
+  /** Conflists of ours for the same network under another name (an older release's), removed. */
+  superseded: string[];
+  /** With keepOthers: the configs that sort before ours, one of which the runtime takes instead. */
+  shadowedBy: string[];
 }
+
+/** The version every runtime and plugin here speaks; the one a libcni older than 1.2 uses. */
+export const BASE_CNI_VERSION = '1.0.0';
+/** The version with STATUS and GC, used by libcni 1.2 and later when every plugin of the list has it. */
+export const STATUS_CNI_VERSION = '1.1.0';
 
 /** The plugin "type" in configs, hence the executable's name in binDir. */
 export const CNI_PLUGIN_TYPE = 'workloadnet';
@@ -81,10 +112,18 @@ const CONFLIST_MARKER_VALUE = 'workloadnet install-cni';
 const NETWORK_NAME = /^[a-zA-Z0-9][a-zA-Z0-9_.-]*$/;
 const SUN_PATH_MAX = 107;
 
+/**
+ * The file name's prefix: before the usual 10-* (flannel, bridge, Calico's 10-calico) for the pod
+ * network; after them for a secondary network, which must never become the runtime's default.
+ */
+export function conflistName(name: string, secondary = false): string {
+  return `${secondary ? 90 : '05'}-${name}.conflist`;
+}
+
 export async function installCni(opts: InstallCniOptions): Promise<InstalledCni> {
   validate(opts);
   const binary = path.join(opts.binDir, CNI_PLUGIN_TYPE);
-  const conflist = path.join(opts.confDir, `${opts.secondary ? 90 : 10}-${opts.name}.conflist`);
+  const conflist = path.join(opts.confDir, conflistName(opts.name, opts.secondary));
 
   const shim = await fs.readFile(opts.shimPath).catch((err: NodeJS.ErrnoException) => {
     if (err.code === 'ENOENT') {
@@ -100,21 +139,82 @@ export async function installCni(opts: InstallCniOptions): Promise<InstalledCni>
   }
 
   // Check everything before writing anything, so a refusal leaves nothing half-installed.
+  const chain = opts.chain ?? [];
+  const toCopy: ChainedPlugin[] = [];
+  for (const name of chain) {
+    if (await isExecutable(path.join(opts.binDir, name))) continue;
+    if (opts.pluginsFrom && (await isExecutable(path.join(opts.pluginsFrom, name)))) toCopy.push(name);
+    else if (!opts.force) await requirePlugin(opts.binDir, name, opts.pluginsFrom);
+  }
   if (!opts.force) {
-    for (const name of opts.chain ?? []) await requirePlugin(opts.binDir, name);
     await refuseForeign(binary, (b) => b.includes(SHIM_MARKER), 'a workloadnet-cni forwarder');
     await refuseForeign(conflist, isOurConflist, 'a conflist written by workloadnet');
   }
 
   await fs.mkdir(opts.binDir, { recursive: true, mode: 0o755 });
   await fs.mkdir(opts.confDir, { recursive: true, mode: 0o755 });
+  for (const name of toCopy) {
+    const from = path.join(opts.pluginsFrom ?? '', name);
+    await writeAtomic(path.join(opts.binDir, name), await fs.readFile(from), 0o755);
+  }
   await writeAtomic(binary, shim, 0o755);
-  await writeAtomic(conflist, Buffer.from(renderConflist(opts)), 0o644);
-  return { binary, conflist };
+  const versions = await offeredVersions(opts.binDir, chain);
+  await writeAtomic(
+    conflist,
+    Buffer.from(renderConflist({ ...opts, cniVersions: versions.versions })),
+    0o644,
+  );
+  // Ours is in place before anything else moves, so the runtime never sees a directory without one.
+  const others = await arrangeConfDir(opts, conflist);
+  return {
+    binary,
+    conflist,
+    cniVersions: versions.versions,
+    versionNote: versions.note,
+    copiedPlugins: toCopy.map((n) => path.join(opts.binDir, n)),
+    ...others,
+  };
 }
 
+/**
+ * The other configs of the directory: ours for the same network under another name are superseded and
+ * removed; other plugins' are moved aside for the pod network unless kept; with keepOthers, those that
+ * sort before ours are named (the runtime takes the first).
+ */
+async function arrangeConfDir(
+  opts: InstallCniOptions,
+  conflist: string,
+): Promise<Pick<InstalledCni, 'movedAside' | 'superseded' | 'shadowedBy'>> {
+  const out = { movedAside: [] as MovedAside[], superseded: [] as string[], shadowedBy: [] as string[] };
+  for (const n of await runtimeConfigs(opts.confDir)) {
+    const file = path.join(opts.confDir, n);
+    if (file === conflist) continue;
+    const content = await fs.readFile(file).catch(() => undefined);
+    if (content === undefined) continue; // gone meanwhile, or not a file
+    const ours = ourConflistName(content);
+    if (ours !== undefined) {
+      if (ours === opts.name) {
+        await fs.rm(file, { force: true });
+        out.superseded.push(file);
+      }
+      continue;
+    }
+    if (opts.secondary) continue;
+    if (!opts.keepOthers) out.movedAside.push(await moveAside(file));
+    else if (n < path.basename(conflist)) out.shadowedBy.push(file);
+  }
+  return out;
+}
+
+/**
+ * The conflist. cniVersion is 1.0.0, which every runtime here reads; cniVersions adds 1.1.0 when every
+ * plugin of the list speaks it: libcni 1.2 and later (containerd 2, CRI-O 1.31) take the highest
+ * version listed there and then send STATUS and GC, while an older libcni ignores the key. A plain
+ * "cniVersion": "1.1.0" would break pod creation under an older libcni (containerd 1.6 and 1.7:
+ * "unsupported CNI result version"), and any chained plugin older than 1.1.0 support refuses it.
+ */
 export function renderConflist(
-  opts: Pick<InstallCniOptions, 'name' | 'cniSocket' | 'mtu' | 'chain'>,
+  opts: Pick<InstallCniOptions, 'name' | 'cniSocket' | 'mtu' | 'chain'> & { cniVersions?: string[] },
 ): string {
   const plugin: Record<string, unknown> = { type: CNI_PLUGIN_TYPE, socket: opts.cniSocket };
   if (opts.mtu !== undefined) plugin.mtu = opts.mtu;
@@ -125,8 +225,10 @@ export function renderConflist(
   // Chained plugins read our result as prevResult: the host interface (no sandbox) for bandwidth, the
   // pod's addresses for portmap.
   const chained = (opts.chain ?? []).map((name) => ({ ...CHAINABLE_PLUGINS[name] }));
+  const versions = opts.cniVersions ?? [BASE_CNI_VERSION, STATUS_CNI_VERSION];
   const list = {
-    cniVersion: '1.0.0',
+    cniVersion: BASE_CNI_VERSION,
+    ...(versions.length > 1 ? { cniVersions: versions } : {}),
     name: opts.name,
     plugins: [plugin, ...chained],
     [CONFLIST_MARKER_KEY]: CONFLIST_MARKER_VALUE,
@@ -152,30 +254,88 @@ function validate(opts: InstallCniOptions): void {
   }
 }
 
-async function requirePlugin(binDir: string, name: ChainedPlugin): Promise<void> {
+async function isExecutable(file: string): Promise<boolean> {
+  return fs.access(file, fsConstants.X_OK).then(
+    () => true,
+    () => false,
+  );
+}
+
+async function requirePlugin(binDir: string, name: ChainedPlugin, pluginsFrom?: string): Promise<void> {
   const file = path.join(binDir, name);
   try {
     await fs.access(file, fsConstants.X_OK);
   } catch (err) {
     const why = (err as NodeJS.ErrnoException).code === 'ENOENT' ? 'is not there' : 'is not executable';
+    const from = pluginsFrom ? ` nor in ${pluginsFrom}` : '';
     throw failedPrecondition(
-      `cannot chain ${name}: ${file} ${why}. Install the reference CNI plugins there (Debian: apt-get ` +
-        `install containernetworking-plugins puts them in /usr/lib/cni), or install with force to write ` +
-        'the conflist anyway',
+      `cannot chain ${name}: ${file} ${why}${from}. Install the reference CNI plugins there (Debian: ` +
+        `apt-get install containernetworking-plugins puts them in /usr/lib/cni), or install with force ` +
+        'to write the conflist anyway',
     );
   }
 }
 
-function isOurConflist(content: Buffer): boolean {
-  try {
-    const parsed: unknown = JSON.parse(content.toString('utf8'));
-    return (
-      typeof parsed === 'object' &&
-      parsed !== null &&
-      (parsed as Record<string, unknown>)[CONFLIST_MARKER_KEY] === CONFLIST_MARKER_VALUE
+/**
+ * The versions the conflist offers: 1.0.0, and 1.1.0 when every chained plugin says (CNI VERSION) that
+ * it supports it. Our forwarder supports both.
+ */
+async function offeredVersions(
+  binDir: string,
+  chain: ChainedPlugin[],
+): Promise<{ versions: string[]; note?: string }> {
+  for (const name of chain) {
+    const file = path.join(binDir, name);
+    const supported = await pluginVersions(file);
+    if (!supported.includes(STATUS_CNI_VERSION)) {
+      const says = supported.length > 0 ? `supports ${supported.join(', ')}` : 'did not answer VERSION';
+      return {
+        versions: [BASE_CNI_VERSION],
+        note:
+          `${file} ${says}, not ${STATUS_CNI_VERSION}: the conflist offers ${BASE_CNI_VERSION} only, so ` +
+          'runtimes send no STATUS or GC (reference plugins support 1.1.0 from release 1.5.0)',
+      };
+    }
+  }
+  return { versions: [BASE_CNI_VERSION, STATUS_CNI_VERSION] };
+}
+
+/** A plugin's answer to CNI VERSION (its supportedVersions), or [] when it gives none. */
+function pluginVersions(file: string): Promise<string[]> {
+  return new Promise((resolve) => {
+    const child = execFile(
+      file,
+      [],
+      { env: { CNI_COMMAND: 'VERSION' }, timeout: 5000, maxBuffer: 64 * 1024 },
+      (err, stdout) => {
+        if (err) return resolve([]);
+        try {
+          const v = (JSON.parse(stdout) as { supportedVersions?: unknown }).supportedVersions;
+          resolve(Array.isArray(v) ? v.filter((x): x is string => typeof x === 'string') : []);
+        } catch {
+          resolve([]);
+        }
+      },
     );
+    // A plugin may answer without reading its input: its closed stdin is no error of ours.
+    child.stdin?.on('error', () => undefined);
+    child.stdin?.end(JSON.stringify({ cniVersion: BASE_CNI_VERSION }));
+  });
+}
+
+function isOurConflist(content: Buffer): boolean {
+  return ourConflistName(content) !== undefined;
+}
+
+/** The network name of a conflist written by installCni; undefined for anyone else's file. */
+function ourConflistName(content: Buffer): string | undefined {
+  try {
+    const parsed = JSON.parse(content.toString('utf8')) as Record<string, unknown> | null;
+    if (typeof parsed !== 'object' || parsed === null) return undefined;
+    if (parsed[CONFLIST_MARKER_KEY] !== CONFLIST_MARKER_VALUE) return undefined;
+    return typeof parsed.name === 'string' ? parsed.name : '';
   } catch {
-    return false;
+    return undefined;
   }
 }
 

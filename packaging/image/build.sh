@@ -9,8 +9,10 @@
 #   --out FILE   also keep the root file system tarball that was imported here
 #
 # One layer, made of two parts:
-#   1. a Debian root file system (mmdebstrap, the essential set plus libstdc++6 for Node.js and
-#      nftables for the fabric's VXLAN source filter; nsenter comes with the essential util-linux), cached in
+#   1. a Debian root file system (mmdebstrap, the essential set plus libstdc++6 for Node.js,
+#      nftables for the fabric's VXLAN source filter, and the reference CNI plugins portmap and bandwidth
+#      from containernetworking-plugins, which install-cni --plugins-from /usr/lib/cni copies to a node
+#      that has none; nsenter comes with the essential util-linux), cached in
 #      $WORKLOADNET_IMAGE_CACHE (default ~/.cache/workloadnet-image) under a key made of every input:
 #      the mmdebstrap arguments, its version, and the mirrors' signed InRelease files (so a Debian
 #      update, security fixes included, makes a new one and nothing else does);
@@ -19,7 +21,8 @@
 #      integrity pinned in packaging/image/node-version and node-integrity).
 # Both are written as sorted tar streams with fixed times, owners and modes, so the same inputs give
 # the same layer digest. The image is tagged REPO:VERSION and REPO:VERSION-<first 12 of the layer
-# digest>; a build whose layer is already in the store imports nothing.
+# digest> and REPO:VERSION-g<first 12 of the commit>; a build whose layer is already in the store
+# imports nothing.
 set -eu
 
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -65,12 +68,13 @@ start=$(date +%s)
 # /usr as Debian 12 does without pulling in usrmerge and perl. Manual pages, translations and
 # documentation other than the copyright files are left out; so are the two files mmdebstrap copies
 # from the build machine (a container runtime provides both).
-set -- --variant=essential --include=libstdc++6,nftables \
+set -- --variant=essential --include=libstdc++6,nftables,containernetworking-plugins \
   --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
   --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
   --dpkgopt='path-exclude=/usr/share/info/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
   --dpkgopt='path-include=/usr/share/doc/*/copyright' \
-  --customize-hook='rm -f "$1/etc/resolv.conf" "$1/etc/hostname" "$1"/var/cache/debconf/*-old "$1"/var/lib/dpkg/*-old'
+  --customize-hook='rm -f "$1/etc/resolv.conf" "$1/etc/hostname" "$1"/var/cache/debconf/*-old "$1"/var/lib/dpkg/*-old' \
+  --customize-hook='find "$1/usr/lib/cni" -type f ! -name portmap ! -name bandwidth -delete; rm -f "$1"/lib/systemd/system/cni-dhcp.* "$1"/usr/lib/systemd/system/cni-dhcp.*'
 sources="deb $MIRROR $SUITE main
 deb $MIRROR $SUITE-updates main
 deb $SECURITY_MIRROR $SUITE-security main"
@@ -180,6 +184,9 @@ else
     "$work/rootfs.tar" "$image" >/dev/null
 fi
 podman tag "$image" "$name:$version"
+# The commit it was built from, for operators matching a node's image to the source.
+commit=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || true)
+[ -n "$commit" ] && podman tag "$image" "$name:$version-g$commit"
 size=$(podman image inspect --format '{{.Size}}' "$image")
 say "$image: $((size / 1048576)) MiB, built in $(($(date +%s) - start)) s"
 echo "$image"

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
-import { execFile, spawnSync } from 'node:child_process';
+import { execFile, spawn, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { CLI } from '../support/daemon-process';
 import { InProcessDaemon } from '../support/in-process-daemon';
@@ -40,6 +41,7 @@ describe('workloadnet CLI: help', () => {
     ['detach'],
     ['gc'],
     ['install-cni'],
+    ['config', 'check'],
     ['store', 'check'],
     ['version'],
     ['dpus'],
@@ -60,10 +62,85 @@ describe('workloadnet CLI: help', () => {
     expect(run(['status', '--no-such-flag']).code).to.equal(2);
   });
 
-  it('exits 4 with a hint when the daemon is unreachable', () => {
+  it('exits 4 with a hint when the daemon is unreachable, with no empty "Resolution note:"', () => {
     const r = run(['status', '--socket', '/nonexistent/wn.sock', '--timeout', '2']);
     expect(r.code).to.equal(4);
-    expect(r.stderr).to.include('cannot reach the daemon');
+    expect(r.stderr).to.include('cannot reach the daemon at /nonexistent/wn.sock: ');
+    expect(r.stderr).to.include('ENOENT').and.include('Is it running?');
+    expect(r.stderr).to.not.include('Resolution note');
+  });
+
+  it('refuses a --timeout that is not a number of seconds as a usage error (exit 2), naming it', () => {
+    for (const t of ['abc', '0', '-1', '']) {
+      const r = run(['status', '--socket', '/nonexistent/wn.sock', '--timeout', t]);
+      expect(r.code, `--timeout "${t}"`).to.equal(2);
+      expect(r.stderr).to.include(`"${t}" is not a number of seconds greater than 0`);
+      expect(r.stderr).to.not.match(/DEADLINE|LB pick/);
+    }
+    expect(run(['cluster', 'blocks', '--timeout', 'abc']).code).to.equal(2);
+  });
+
+  it('status --json prints ready false and the error as JSON when the daemon is down (exit 4)', () => {
+    const r = run(['status', '--json', '--socket', '/nonexistent/wn.sock', '--timeout', '2']);
+    expect(r.code).to.equal(4);
+    const st = JSON.parse(r.stdout) as { ready: boolean; reachable: boolean; error: string };
+    expect(st).to.include({ ready: false, reachable: false });
+    expect(st.error).to.include('cannot reach the daemon at /nonexistent/wn.sock');
+  });
+
+  it('exits quietly when the reader of its output goes away (EPIPE)', async () => {
+    const child = spawn(process.execPath, [CLI, 'version', '--socket', '/nonexistent/wn.sock'], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    // Closing our end at once: the command's first write meets a closed pipe, as under `| head -0`.
+    child.stdout.destroy();
+    let stderr = '';
+    child.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+    const code = await new Promise<number | null>((resolve) => child.on('close', resolve));
+    expect(stderr).to.not.include('EPIPE');
+    expect(code).to.equal(0);
+  });
+});
+
+describe('workloadnet config check', () => {
+  let dir: string;
+  before(() => (dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-cfgcheck-'))));
+  after(() => fs.rmSync(dir, { recursive: true, force: true }));
+  const write = (name: string, config: unknown): string => {
+    const file = path.join(dir, name);
+    fs.writeFileSync(file, JSON.stringify(config));
+    return file;
+  };
+
+  it('accepts a config the daemon would accept (exit 0) and says what it makes of it', () => {
+    const file = write('ok.json', { podCidrs: ['10.77.0.0/24'], stateDir: path.join(dir, 'state') });
+    const r = run(['config', 'check', '--config', file]);
+    expect(r.code, r.stderr).to.equal(0);
+    expect(r.stdout).to.include(`${file}: valid`).and.include('default (linux, 10.77.0.0/24)');
+    expect(fs.existsSync(path.join(dir, 'state')), 'nothing started, no store made').to.equal(false);
+  });
+
+  for (const [name, config] of [
+    ['a wrong logLevel', { logLevel: 'loud' }],
+    ['an unknown key', { podCidr: ['10.77.0.0/24'] }],
+    ['a bad MTU', { mtu: 12 }],
+  ] as const) {
+    it(`refuses ${name} with exit 2 and the daemon's own message`, () => {
+      const file = write(`bad-${name.replace(/\W/g, '')}.json`, config);
+      const r = run(['config', 'check', '--config', file]);
+      expect(r.code).to.equal(2);
+      const daemon = run(['daemon', '--config', file]);
+      expect(daemon.code, 'the daemon refuses it too').to.equal(1);
+      const message = daemon.stderr.replace(/^workloadnetd: /, '').trim();
+      expect(message).to.not.equal('');
+      expect(r.stderr.trim()).to.equal(`workloadnet: ${message}`);
+    });
+  }
+
+  it('refuses a file it cannot read (exit 2)', () => {
+    const r = run(['config', 'check', '--config', path.join(dir, 'absent.json')]);
+    expect(r.code).to.equal(2);
+    expect(r.stderr).to.include('cannot read config file');
   });
 });
 
@@ -151,6 +228,24 @@ describe('workloadnet CLI against a daemon (stand-in namespaces, no root needed)
     const host = att?.result.interfaces.find((i) => i.sandbox === '');
     expect(host?.name).to.match(/^rec\d+$/);
     expect(host).to.deep.include({ sandbox: '', mac: '', mtu: 1500 });
+  });
+
+  it('gc KEEP --dry-run says what would be detached and detaches nothing', async () => {
+    const r = await runAsync(['gc', 'alpha', '--dry-run', '--json', ...sock()]);
+    expect(r.code, r.stderr).to.equal(0);
+    const res = JSON.parse(r.stdout) as { removed: Array<{ workloadId: string }>; dryRun: boolean };
+    expect(res.removed.map((x) => x.workloadId)).to.deep.equal(['beta']);
+    expect(res.dryRun).to.equal(true);
+    const text = await runAsync(['gc', 'alpha/eth0', '--dry-run', ...sock()]);
+    expect(text.stdout).to.equal('would detach 1 of 2 (nothing was detached): beta/eth0\n');
+    const all = await runAsync(['gc', '--all', '--dry-run', ...sock()]);
+    expect(all.stdout).to.match(
+      /^would detach 2 of 2 .*: (alpha\/eth0 beta\/eth0|beta\/eth0 alpha\/eth0)\n$/,
+    );
+    const ls = JSON.parse((await runAsync(['ls', '--json', ...sock()])).stdout) as Array<{
+      workloadId: string;
+    }>;
+    expect(ls.map((a) => a.workloadId).sort()).to.deep.equal(['alpha', 'beta']);
   });
 
   it('gc refuses an empty keep list without --all, then keeps only what is named', async () => {

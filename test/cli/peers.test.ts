@@ -77,10 +77,11 @@ describe('workloadnet peers', () => {
       await d.dispose();
     });
 
-    it('lists every peer but this node, with its path, prefixes and why it is unreachable', async () => {
+    it('lists every peer but this node, with its path, prefixes and why it is unreachable, and counts the unreachable', async () => {
       const r = await runAsync(['peers', ...sock()]);
       expect(r.code, r.stderr).to.equal(0);
-      expect(r.stdout).to.match(/^fabric:\s+vxlan, ready\n/);
+      // n3 has no VTEP: "ready, 2 peers" alone would hide that one of them is not reached.
+      expect(r.stdout).to.match(/^fabric:\s+vxlan, ready, 2 peers: 1 reachable, 1 unreachable\n/);
       expect(r.stdout).to.match(
         /this node:\s+self-node 192\.0\.2\.1 \(uplink eth0, mtu 1500, pod mtu 1450\)/,
       );
@@ -179,7 +180,9 @@ describe('workloadnet peers', () => {
     it('status shows the fabric line, and a refused peers file as its reason, without losing readiness', async () => {
       const st = await runAsync(['status', ...sock()]);
       expect(st.code).to.equal(0);
-      expect(st.stdout).to.match(/fabric:\s+vxlan, ready, 2 peers \(workloadnet peers\)/);
+      expect(st.stdout).to.match(
+        /fabric:\s+vxlan, ready, 2 peers: 1 reachable, 1 unreachable \(workloadnet peers\)/,
+      );
       fs.writeFileSync(`${peersFile}.tmp`, '{"peers":[{"node":"n2"}]}');
       fs.renameSync(`${peersFile}.tmp`, peersFile);
       let out = '';
@@ -190,7 +193,7 @@ describe('workloadnet peers', () => {
       expect(out).to.include(`peers file ${peersFile}: peers[0].underlay must be a non-empty list`);
       expect(out, 'the table read before stays').to.match(/^n2\s/m);
       expect(out, 'still ready: the table programmed is the last good one').to.match(
-        /^fabric:\s+vxlan, ready\n/,
+        /^fabric:\s+vxlan, ready, /,
       );
       fs.writeFileSync(peersFile, JSON.stringify(PEERS));
     });

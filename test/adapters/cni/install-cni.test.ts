@@ -3,6 +3,7 @@ import { promises as fs } from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { CniServer } from '../../../adapters/cni/cni-server';
+import { restoreMovedAside, runtimeConfigs } from '../../../adapters/cni/conf-dir';
 import { installCni, parseChain } from '../../../adapters/cni/install';
 import { rejection } from '../../support/expect-error';
 import { buildShim, runShim } from './cni-harness';
@@ -44,7 +45,7 @@ describe('installCni', function () {
       mtu: 1450,
     });
     expect(out.binary).to.equal(path.join(binDir, 'workloadnet'));
-    expect(out.conflist).to.equal(path.join(confDir, '10-wnc-pods.conflist'));
+    expect(out.conflist).to.equal(path.join(confDir, '05-wnc-pods.conflist'));
 
     const bin = await fs.stat(out.binary);
     expect(bin.mode & 0o777).to.equal(0o755);
@@ -52,10 +53,15 @@ describe('installCni', function () {
 
     const list = JSON.parse(await fs.readFile(out.conflist, 'utf8')) as {
       cniVersion: string;
+      cniVersions: string[];
       name: string;
       plugins: Record<string, unknown>[];
     };
+    // 1.0.0 for a libcni before 1.2 (containerd 1.6/1.7), which fails on a 1.1.0 result; 1.1.0, with
+    // STATUS and GC, for a libcni that reads cniVersions.
     expect(list.cniVersion).to.equal('1.0.0');
+    expect(list.cniVersions).to.deep.equal(['1.0.0', '1.1.0']);
+    expect(out.cniVersions).to.deep.equal(['1.0.0', '1.1.0']);
     expect(list.name).to.equal('wnc-pods');
     expect(list.plugins).to.have.length(1);
     expect(list.plugins[0]).to.include({ type: 'workloadnet', socket: cniSocket, mtu: 1450 });
@@ -96,7 +102,7 @@ describe('installCni', function () {
 
   it('refuses to overwrite a conflist it did not write, and leaves both files untouched', async () => {
     await fs.mkdir(confDir, { recursive: true });
-    const foreign = path.join(confDir, '10-wnc-pods.conflist');
+    const foreign = path.join(confDir, '05-wnc-pods.conflist');
     await fs.writeFile(foreign, '{"cniVersion":"1.0.0","name":"wnc-pods","plugins":[{"type":"bridge"}]}');
     const err = await rejection(
       installCni({ binDir, confDir, cniSocket, name: 'wnc-pods', force: false, shimPath }),
@@ -122,7 +128,7 @@ describe('installCni', function () {
   it('overwrites foreign files when forced', async () => {
     await fs.mkdir(confDir, { recursive: true });
     await fs.mkdir(binDir, { recursive: true });
-    await fs.writeFile(path.join(confDir, '10-wnc-pods.conflist'), 'not even json');
+    await fs.writeFile(path.join(confDir, '05-wnc-pods.conflist'), 'not even json');
     await fs.writeFile(path.join(binDir, 'workloadnet'), 'foreign');
     const out = await installCni({ binDir, confDir, cniSocket, name: 'wnc-pods', force: true, shimPath });
     expect(JSON.parse(await fs.readFile(out.conflist, 'utf8'))).to.have.property('plugins');
@@ -175,14 +181,139 @@ describe('installCni', function () {
     }
   });
 
+  describe("beside another plugin's config", () => {
+    const FLANNEL = '{"name":"cbr0","cniVersion":"0.3.1","plugins":[{"type":"flannel"}]}\n';
+    const flannel = (): string => path.join(confDir, '10-flannel.conflist');
+    const install = (extra: Partial<Parameters<typeof installCni>[0]> = {}) =>
+      installCni({ binDir, confDir, cniSocket, name: 'workloadnet', force: false, shimPath, ...extra });
+
+    beforeEach(async () => {
+      await fs.mkdir(confDir, { recursive: true });
+      await fs.writeFile(flannel(), FLANNEL);
+    });
+
+    it('sorts first and moves the other config aside, content intact, saying so', async () => {
+      const out = await install();
+      expect(path.basename(out.conflist)).to.equal('05-workloadnet.conflist');
+      expect(await runtimeConfigs(confDir), 'what a runtime reads').to.deep.equal([
+        '05-workloadnet.conflist',
+      ]);
+      expect(out.movedAside).to.deep.equal([{ from: flannel(), to: `${flannel()}.workloadnet-disabled` }]);
+      expect(await fs.readFile(`${flannel()}.workloadnet-disabled`, 'utf8')).to.equal(FLANNEL);
+    });
+
+    it('keeps the other config with keepOthers, and names one that still sorts before ours', async () => {
+      await fs.writeFile(path.join(confDir, '00-multus.conf'), '{"name":"multus","type":"multus"}');
+      const out = await install({ keepOthers: true });
+      expect(out.movedAside).to.deep.equal([]);
+      expect(await fs.readFile(flannel(), 'utf8')).to.equal(FLANNEL);
+      expect(out.shadowedBy).to.deep.equal([path.join(confDir, '00-multus.conf')]);
+      expect((await runtimeConfigs(confDir))[1]).to.equal('05-workloadnet.conflist');
+    });
+
+    it('moves nothing for a secondary network, which must not become the default', async () => {
+      const out = await install({ name: 'fast', secondary: true });
+      expect(out.movedAside).to.deep.equal([]);
+      expect(await runtimeConfigs(confDir)).to.deep.equal(['10-flannel.conflist', '90-fast.conflist']);
+    });
+
+    it('removes an older conflist of ours for the same network, and keeps ours for another', async () => {
+      const fast = await install({ name: 'fast', secondary: true });
+      const first = await install({ keepOthers: true });
+      const older = path.join(confDir, '10-workloadnet.conflist');
+      await fs.rename(first.conflist, older);
+      const out = await install({ keepOthers: true });
+      expect(out.superseded).to.deep.equal([older]);
+      expect(await runtimeConfigs(confDir)).to.deep.equal([
+        '05-workloadnet.conflist',
+        '10-flannel.conflist',
+        path.basename(fast.conflist),
+      ]);
+    });
+
+    it('restores what it moved aside, unless a file of that name came back', async () => {
+      await install();
+      await fs.writeFile(path.join(confDir, '20-other.conf'), 'x');
+      await install();
+      await fs.writeFile(path.join(confDir, '20-other.conf'), 'newer');
+      const res = await restoreMovedAside(confDir);
+      expect(res.restored.map((r) => path.basename(r.to))).to.deep.equal(['10-flannel.conflist']);
+      expect(res.kept).to.deep.equal([path.join(confDir, '20-other.conf.workloadnet-disabled')]);
+      expect(await fs.readFile(flannel(), 'utf8')).to.equal(FLANNEL);
+      expect(await fs.readFile(path.join(confDir, '20-other.conf'), 'utf8')).to.equal('newer');
+    });
+  });
+
   describe('chained plugins', () => {
-    async function fakePlugin(name: string, mode = 0o755): Promise<void> {
-      await fs.mkdir(binDir, { recursive: true });
-      await fs.writeFile(path.join(binDir, name), '#!/bin/sh\n', { mode });
-      await fs.chmod(path.join(binDir, name), mode);
+    /** A plugin that answers CNI VERSION with `versions`. */
+    async function fakePlugin(
+      name: string,
+      mode = 0o755,
+      versions = ['0.4.0', '1.0.0', '1.1.0'],
+      dir = binDir,
+    ): Promise<void> {
+      await fs.mkdir(dir, { recursive: true });
+      const answer = JSON.stringify({ cniVersion: '1.0.0', supportedVersions: versions });
+      await fs.writeFile(path.join(dir, name), `#!/bin/sh\necho '${answer}'\n`, { mode });
+      await fs.chmod(path.join(dir, name), mode);
     }
     const read = async (file: string) =>
-      JSON.parse(await fs.readFile(file, 'utf8')) as { plugins: Record<string, unknown>[] };
+      JSON.parse(await fs.readFile(file, 'utf8')) as {
+        cniVersion: string;
+        cniVersions?: string[];
+        plugins: Record<string, unknown>[];
+      };
+
+    it('offers 1.1.0 only when every chained plugin speaks it, and says which one does not', async () => {
+      await fakePlugin('portmap');
+      await fakePlugin('bandwidth', 0o755, ['0.3.1', '0.4.0', '1.0.0']);
+      const out = await installCni({
+        binDir,
+        confDir,
+        cniSocket,
+        name: 'wnc-pods',
+        force: false,
+        shimPath,
+        chain: parseChain('portmap,bandwidth'),
+      });
+      const list = await read(out.conflist);
+      expect(list.cniVersion).to.equal('1.0.0');
+      expect(list.cniVersions, 'a 1.1.0 list would fail in bandwidth').to.equal(undefined);
+      expect(out.versionNote).to.contain(path.join(binDir, 'bandwidth')).and.contain('1.0.0 only');
+      await fakePlugin('bandwidth');
+      const again = await installCni({
+        binDir,
+        confDir,
+        cniSocket,
+        name: 'wnc-pods',
+        force: false,
+        shimPath,
+        chain: parseChain('portmap,bandwidth'),
+      });
+      expect((await read(again.conflist)).cniVersions).to.deep.equal(['1.0.0', '1.1.0']);
+    });
+
+    it('copies a chained plugin from pluginsFrom only when the bin dir has none', async () => {
+      const from = path.join(path.dirname(binDir), 'image-plugins');
+      await fakePlugin('portmap', 0o755, ['1.0.0'], from);
+      await fakePlugin('bandwidth', 0o755, ['1.0.0'], from);
+      await fakePlugin('bandwidth'); // the node's own, newer
+      const out = await installCni({
+        binDir,
+        confDir,
+        cniSocket,
+        name: 'wnc-pods',
+        force: false,
+        shimPath,
+        chain: parseChain('portmap,bandwidth'),
+        pluginsFrom: from,
+      });
+      expect(out.copiedPlugins).to.deep.equal([path.join(binDir, 'portmap')]);
+      expect(await fs.readFile(path.join(binDir, 'portmap'))).to.deep.equal(
+        await fs.readFile(path.join(from, 'portmap')),
+      );
+      expect(await fs.readFile(path.join(binDir, 'bandwidth'), 'utf8')).to.contain('1.1.0');
+    });
 
     it('writes portmap and bandwidth after workloadnet, each declaring the capability it applies', async () => {
       await fakePlugin('portmap');
