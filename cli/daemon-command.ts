@@ -14,6 +14,7 @@ import {
   type PoolSourceName,
 } from '../core/config';
 import { createContainer } from '../core/daemon/container';
+import { NODE_LOCK, NodeLock } from '../core/daemon/node-lock';
 import { Daemon } from '../core/daemon/daemon';
 import { applyFdBudget } from '../core/daemon/fd-limit';
 import { ENDPOINT, type Lifecycle } from '../core/daemon/lifecycle';
@@ -119,6 +120,11 @@ export async function runDaemon(flags: DaemonFlags): Promise<void> {
   const metrics = new Metrics({ processMetrics: true });
   const container = createContainer(config, logger, metrics);
   container.load(...backendModules(config, logger), endpointsModule(config, logger, metrics));
+  // One daemon per node, whichever backends it runs (core/daemon/node-lock.ts). Bound here, for a real
+  // daemon only: in-process test daemons share the machine's own namespace and must not take it.
+  container
+    .bind<NodeLock>(NODE_LOCK)
+    .toDynamicValue(() => new NodeLock(config, logger.child({ part: 'node lock' })));
   await bindPoolSource(container, config, logger);
   const daemon = new Daemon(container);
   try {

@@ -19,7 +19,8 @@ import { DEFAULT_CONFIG } from '../core/config';
 // scripts can rely on: 0 ok, 1 error, 2 usage error, 3 daemon not ready, 4 daemon unreachable,
 // 5 not found.
 
-const collect = (v: string, prev: string[]): string[] => [...prev, v];
+// No initial [] for repeatable options: commander would print it as a second "(default: [])".
+const collect = (v: string, prev: string[] = []): string[] => [...prev, v];
 
 export function buildProgram(): Command {
   const program = new Command('workloadnet')
@@ -65,7 +66,6 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
       '--pod-cidr <cidr>',
       `address pool, repeatable for dual-stack (default ${DEFAULT_CONFIG.podCidrs.join(', ')})`,
       collect,
-      [],
     )
     .option(
       '--mtu <n>',
@@ -115,7 +115,6 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
       '--cluster-cidr <cidr>',
       'etcd: cluster range cut into blocks, one per family (repeatable)',
       collect,
-      [],
     )
     .option(
       '--block-size <prefixlen>',

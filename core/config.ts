@@ -216,7 +216,8 @@ export const OPTION_DOCS: Record<string, string> = {
   mtu: 'MTU of workload interfaces (68-65535) unless a call asks for another; 0 (default) is auto: with the fabric on, what it carries (the uplink MTU less the encapsulation: 1450 for VXLAN over a 1500-byte IPv4 underlay), else 1500. A set value is kept exactly. See docs/fabric.md.',
   logLevel: 'Log level: trace, debug, info, warn, error or fatal.',
   maxInFlight: 'Attach calls allowed in flight at once; further calls get RESOURCE_EXHAUSTED.',
-  metricsListen: 'HOST:PORT of the Prometheus /metrics endpoint; empty disables it. Keep it on loopback.',
+  metricsListen:
+    'HOST:PORT of the HTTP listener: /metrics (Prometheus), /healthz and /readyz (probes); empty disables it.',
   apiMaxConnections:
     'Connections the gRPC API holds at once; at the cap the connection silent longest is closed to make room.',
   apiIdleTimeoutMs:

@@ -1,15 +1,11 @@
 import { ContainerModule, type interfaces } from 'inversify';
 import { BACKEND, type Backend } from '../../core/backend';
 import type { DaemonConfig } from '../../core/config';
-import { NODE_LOCK, NodeLock } from '../../core/daemon/node-lock';
 import { NETWORKS, type NetworkSet } from '../../core/ipam/network';
 import type { Logger } from '../../core/logger';
 import { LinuxBackend } from './linux-backend';
 
-/**
- * The Linux backend as the daemon loads it: BACKEND, built from the daemon's config, and the node lock
- * in the namespace it programs (one daemon per node, see core/daemon/node-lock.ts).
- */
+/** The Linux backend as the daemon loads it: BACKEND, built from the daemon's config. */
 export function linuxBackendModule(config: DaemonConfig, logger: Logger): ContainerModule {
   return new ContainerModule((bind) => {
     bind<Backend>(BACKEND).toDynamicValue((ctx) => {
@@ -23,7 +19,6 @@ export function linuxBackendModule(config: DaemonConfig, logger: Logger): Contai
       });
       return backend;
     });
-    bind<NodeLock>(NODE_LOCK).toDynamicValue(() => new NodeLock(config, logger.child({ part: 'node lock' })));
   });
 }
 

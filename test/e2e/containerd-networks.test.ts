@@ -159,7 +159,7 @@ describeRoot(
         );
         return out;
       };
-      const defaultConf = await delegateConf('10-default.conflist', path.join(work, 'default.json'));
+      const defaultConf = await delegateConf('05-default.conflist', path.join(work, 'default.json'));
       const fastConf = await delegateConf('90-fast.conflist', path.join(work, 'fast.json'));
       const delegate = path.join(binDir, 'multus-stand-in');
       await writeFile(delegate, delegateScript(path.join(binDir, 'workloadnet'), defaultConf, fastConf));
