@@ -2,6 +2,7 @@
 // the per-workload serialisation; a backend only programs (and unprograms) what it is told to. A
 // backend never sees the store and never allocates: everything it needs arrives in the spec.
 
+import type { EgressDataplane } from './egress-dataplane';
 import type { FabricDataplane } from './fabric/fabric-dataplane';
 import type { Netns } from '../lib/netns/netns-handle';
 
@@ -284,6 +285,8 @@ export interface Backend {
   setMtu?(att: AttachmentView, netns: Netns, mtu: number): Promise<void>;
   /** The backend's part of the fabric between nodes, when it has one (core/fabric). */
   readonly fabric?: FabricDataplane;
+  /** Masquerades its pods' traffic leaving the cluster, when it can (core/egress). */
+  readonly egress?: EgressDataplane;
   stop(): Promise<void>;
 }
 

@@ -5,6 +5,7 @@ import { parseCidr, type Cidr } from '../lib/cidr';
 import { closestName, closestOption } from '../lib/closest-name';
 import { invalidArgument } from './errors';
 import type { FabricMode, FabricSettings } from './fabric/fabric-dataplane';
+import { OPTION_DOCS } from './option-docs';
 
 // The daemon's configuration: embedded defaults, then a JSON file (--config), then flags. Each option is
 // described once, in OPTION_DOCS, which the reference in docs/ and the CLI help are checked against.
@@ -58,6 +59,7 @@ export interface EtcdConfig {
 }
 
 export type { FabricConfig } from './fabric/fabric-config';
+export { OPTION_DOCS };
 
 /** One named network as the config file gives it (see docs/configuration.md, "Networks"). */
 export interface NetworkConfig {
@@ -72,6 +74,8 @@ export interface NetworkConfig {
   defaultRoute?: boolean;
   /** More ranges routed through its interfaces when they do not carry the default route. */
   routes?: string[];
+  /** Whether its pods' traffic leaving the cluster ranges is masqueraded; the daemon's when absent. */
+  masquerade?: boolean;
 }
 
 /** A network with every default filled in. */
@@ -83,6 +87,7 @@ export interface ResolvedNetwork {
   mtu: number;
   defaultRoute: boolean;
   routes: string[];
+  masquerade: boolean;
 }
 
 /** `mtu` (daemon or network) meaning: follow the fabric's pod MTU when it is on, else 1500. */
@@ -110,6 +115,8 @@ export interface DaemonConfig {
    * encapsulation), else 1500. A default of 1500 could not be told from a 1500 set on purpose.
    */
   mtu: number;
+  /** Pods' traffic leaving every cluster range leaves with the node's address (per network: its own key). */
+  masquerade: boolean;
   logLevel: LogLevel;
   /** Attach calls allowed in flight at once; more are refused with RESOURCE_EXHAUSTED. */
   maxInFlight: number;
@@ -150,6 +157,7 @@ export const DEFAULT_CONFIG: DaemonConfig = {
   nodeName: '',
   kubeconfig: '',
   mtu: AUTO_MTU,
+  masquerade: true,
   logLevel: 'info',
   maxInFlight: 1024,
   metricsListen: '',
@@ -197,90 +205,6 @@ export const DEFAULT_CONFIG: DaemonConfig = {
     sourceFilter: true,
     clusterCidrs: [],
   },
-};
-
-/** One line per option, keyed by its dotted path in the config file. */
-export const OPTION_DOCS: Record<string, string> = {
-  socket: 'Unix socket of the gRPC workload API.',
-  cniSocket: 'Unix socket of the CNI endpoint that the workloadnet-cni forwarder calls.',
-  socketGroup: "Group (name or numeric gid) owning both sockets (mode 0660); empty keeps the daemon's group.",
-  stateDir: 'Directory of the embedded store (LMDB). Keep it on persistent storage.',
-  backend: 'Dataplane backend: "linux" (veth + rtnetlink) or "dpu" (SmartNIC agent over gRPC).',
-  podCidrs:
-    'Address pools, at most one address per family per attachment (e.g. ["10.88.0.0/16","fd00:88::/64"]).',
-  poolSource:
-    'Where address pools come from: "static" (podCidrs), "kubernetes" (this Node\'s spec.podCIDRs) or "etcd" (blocks of etcd.clusterCidrs claimed in etcd). See docs/pool-sources.md.',
-  nodeName: 'Node name for the kubernetes and etcd pool sources; empty means the host name.',
-  kubeconfig:
-    'kubernetes pool source: kubeconfig file; empty means $KUBECONFIG, else the in-cluster service account.',
-  mtu: 'MTU of workload interfaces (68-65535) unless a call asks for another; 0 (default) is auto: with the fabric on, what it carries (the uplink MTU less the encapsulation: 1450 for VXLAN over a 1500-byte IPv4 underlay), else 1500. A set value is kept exactly. See docs/fabric.md.',
-  logLevel: 'Log level: trace, debug, info, warn, error or fatal.',
-  maxInFlight: 'Attach calls allowed in flight at once; further calls get RESOURCE_EXHAUSTED.',
-  metricsListen:
-    'HOST:PORT of the HTTP listener: /metrics (Prometheus), /healthz and /readyz (probes); empty disables it.',
-  apiMaxConnections:
-    'Connections the gRPC API holds at once; at the cap the connection silent longest is closed to make room.',
-  apiIdleTimeoutMs:
-    'An API connection without a call for this long is closed (ms); clients reconnect on demand.',
-  cniMaxConnections:
-    'Connections the CNI endpoint holds at once; at the cap one still sending its request is closed to make room.',
-  cniHeaderTimeoutMs: 'Time a CNI connection has to send its request headers (ms).',
-  cniBodyTimeoutMs: 'Time a CNI request has, after its headers, to send its body (ms).',
-  cniIdleTimeoutMs: 'A kept-alive CNI connection without a new request for this long is closed (ms).',
-  shutdownTimeoutMs:
-    'On SIGTERM, how long in-flight calls may finish before every connection is closed and the daemon exits (ms).',
-  sweepIntervalMs:
-    'Period of the leak sweep (ms): an attachment whose namespace is gone on two sweeps in a row is detached; 0 turns it off.',
-  networks:
-    'Named networks: [{"name", "backend" ("linux"|"dpu"), "podCidrs", "mtu", "defaultRoute", "routes"}]. Empty means one network, "default", made of backend, podCidrs and mtu. See docs/networks.md.',
-  'linux.hostNetns': "Network namespace path facing the workloads; empty means the daemon's own.",
-  'linux.linkGroup': 'Link group number marking host interfaces created by workloadnet.',
-  'linux.detachGroup':
-    'Link group host interfaces pass through while being deleted (many are deleted at once); give it to nothing else.',
-  'linux.ipv6LinkLocal':
-    "Keep the kernel's IPv6 link-local (fe80::) address on both ends of an IPv4-only link; false (default) turns it off.",
-  'dpu.agentSocket': 'Unix socket on which DPU agents connect.',
-  'dpu.agentListen': 'Optional HOST:PORT on which DPU agents connect over TCP with mutual TLS.',
-  'dpu.tlsCert': 'Server certificate (PEM file) for dpu.agentListen.',
-  'dpu.tlsKey': 'Server private key (PEM file) for dpu.agentListen.',
-  'dpu.tlsCa': 'CA bundle (PEM file) that agent client certificates must chain to.',
-  'dpu.ackTimeoutMs': 'How long Attach waits for the agent to acknowledge the port (ms).',
-  'dpu.heartbeatIntervalMs':
-    'Interval of heartbeats to agents (ms); an agent silent for 3 intervals is lost.',
-  'dpu.fabricSlices':
-    'With the fabric on: slices each pod range of a dpu network is cut into, one per DPU (a power of two, 1-256, default 4); a port takes its address from the slice of the DPU it is placed on. See docs/fabric.md.',
-  'dpu.hostPort':
-    "With the fabric on the DPUs: the daemon attaches the host's own namespace to the dpu network as interface wn-host0 (no default route, the cluster's ranges), so the host reaches every pod through a DPU (default true). See docs/fabric.md.",
-  'etcd.endpoints': 'etcd pool source: client URLs of the etcd members (e.g. ["https://10.0.0.1:2379"]).',
-  'etcd.clusterCidrs': 'etcd pool source: cluster ranges cut into blocks, at most one per family.',
-  'etcd.blockSize':
-    'etcd pool source: IPv4 block prefix length (20-30, default 26 = 64 addresses); IPv6 blocks are /(96+blockSize).',
-  'etcd.prefix': 'etcd pool source: key prefix of block ownership and node liveness keys.',
-  'etcd.ca': 'etcd pool source: CA bundle (PEM file) of the etcd server certificates; empty = plain HTTP.',
-  'etcd.cert': 'etcd pool source: client certificate (PEM file) for etcd mutual TLS.',
-  'etcd.key': 'etcd pool source: client private key (PEM file) for etcd mutual TLS.',
-  'etcd.emptyBlockGraceSeconds':
-    'etcd pool source: how long an owned block stays empty before it is given back to the cluster.',
-  'fabric.mode':
-    'Fabric between nodes: "off", "routed" (via directly connected peers), "vxlan", "hybrid" (routed in the subnet, VXLAN beyond) or "external" (publish only); "auto" (default) is off with the static pool source, hybrid with kubernetes or etcd. See docs/fabric.md.',
-  'fabric.nodeIp':
-    "Fabric: this node's underlay address; empty means the address of the interface holding the default route.",
-  'fabric.vni': 'Fabric: VXLAN network identifier (1-16777215, default 30574).',
-  'fabric.port': 'Fabric: VXLAN UDP port (default 4789).',
-  'fabric.peersFile':
-    'Fabric, static peer source: JSON file of the other nodes ({"peers":[...]}, see docs/fabric.md), reloaded on change; empty means no peers.',
-  'fabric.leaseTtlSeconds':
-    "Fabric, etcd peer source: TTL of the lease this node's record lives on (1-15 s): a dead node leaves its peers' tables after it.",
-  'fabric.withdrawGraceSeconds':
-    'Fabric: how long a peer that left its source stays programmed before its routes are removed (a lapsed lease is not proof of a dead node).',
-  'fabric.probeIntervalSeconds':
-    'Fabric: seconds between two data-path probes of each peer (ICMP echo to its gateway key over VXLAN, to its underlay address when routed), spread over the interval; a peer that answered before and misses 3 in a row is shown degraded (never withdrawn for it), and one that also left its source is withdrawn before the grace. 0 turns probes off. Default 5.',
-  'fabric.sourceFilter':
-    "Fabric: accept VXLAN only from the peers' underlay addresses (an nftables table of ours, `table inet workloadnet`; needs nft); other senders' packets are dropped and counted. false accepts VXLAN from anyone. Default true.",
-  'fabric.clusterCidrs':
-    "Fabric, static and kubernetes pool sources: the cluster's pod ranges, one per family (etcd has etcd.clusterCidrs). With DPUs the host port routes them, so a node that joins later is reached; the Linux fabric makes them unreachable rather than sent along the default route. Empty (default): the host port routes the ranges known when it was attached, no catch-all.",
-  'fabric.strictSlices':
-    "Fabric with DPUs: when a DPU's slices are full, refuse the attach (RESOURCE_EXHAUSTED) instead of borrowing an address from elsewhere in the node's ranges (announced as a /32 or /128); default false.",
 };
 
 /** A partial configuration as read from a file or assembled from flags. */
@@ -391,6 +315,7 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
     fail('podCidrs must be a list of CIDR strings');
   }
   if (!validMtu(c.mtu)) fail(`mtu must be 0 (auto) or an integer in 68..65535, not ${String(c.mtu)}`);
+  if (typeof c.masquerade !== 'boolean') fail('masquerade must be true or false');
   if (!(LOG_LEVELS as readonly unknown[]).includes(c.logLevel))
     fail(`logLevel must be one of ${LOG_LEVELS.join(', ')}, not ${JSON.stringify(c.logLevel)}`);
   if (!Number.isInteger(c.maxInFlight) || c.maxInFlight < 1) fail('maxInFlight must be a positive integer');
@@ -461,7 +386,7 @@ export function fabricMode(c: DaemonConfig): FabricMode {
 }
 
 const NETWORK_NAME = /^[A-Za-z0-9][A-Za-z0-9_.-]*$/;
-const NETWORK_KEYS = new Set(['name', 'backend', 'podCidrs', 'mtu', 'defaultRoute', 'routes']);
+const NETWORK_KEYS = new Set(['name', 'backend', 'podCidrs', 'mtu', 'defaultRoute', 'routes', 'masquerade']);
 
 function validateNetworks(c: DaemonConfig, fail: (msg: string) => never): void {
   if (!Array.isArray(c.networks)) fail('networks must be a list of objects');
@@ -503,8 +428,8 @@ function validateNetworks(c: DaemonConfig, fail: (msg: string) => never): void {
       fail(`${where}: backend must be "linux" or "dpu", not "${String(n.backend)}"`);
     if (n.mtu !== undefined && !validMtu(n.mtu))
       fail(`${where}: mtu must be 0 (auto) or an integer in 68..65535, not ${String(n.mtu)}`);
-    if (n.defaultRoute !== undefined && typeof n.defaultRoute !== 'boolean')
-      fail(`${where}: defaultRoute must be true or false`);
+    for (const key of ['defaultRoute', 'masquerade'] as const)
+      if (n[key] !== undefined && typeof n[key] !== 'boolean') fail(`${where}: ${key} must be true or false`);
     for (const key of ['podCidrs', 'routes'] as const) {
       const v = n[key];
       if (v === undefined) continue;
@@ -548,6 +473,7 @@ export function effectiveNetworks(c: DaemonConfig): ResolvedNetwork[] {
         mtu: c.mtu,
         defaultRoute: true,
         routes: [],
+        masquerade: c.masquerade,
       },
     ];
   return c.networks.map((n) => ({
@@ -557,6 +483,7 @@ export function effectiveNetworks(c: DaemonConfig): ResolvedNetwork[] {
     mtu: n.mtu ?? c.mtu,
     defaultRoute: n.defaultRoute ?? n.name === DEFAULT_NETWORK,
     routes: n.routes ?? [],
+    masquerade: n.masquerade ?? c.masquerade,
   }));
 }
 

@@ -23,6 +23,7 @@
 // deleted (DESIGN.md, "Trusting what others write").
 
 import { parseCidr } from '../../lib/cidr';
+import type { EgressDataplane, EgressRanges } from '../../core/egress-dataplane';
 import type { NftRunner } from './fabric/vxlan-source-filter';
 
 export const EGRESS_TABLE = 'workloadnet_egress';
@@ -30,12 +31,6 @@ export const EGRESS_TABLE = 'workloadnet_egress';
 export const EGRESS_MARK = 'workloadnet: pod traffic leaving the cluster ranges, masqueraded to the node';
 export const EGRESS_COUNTER = 'masqueraded';
 const TABLE = `inet ${EGRESS_TABLE}`;
-
-/** What to masquerade: sources in `pod`, unless the destination lies in `cluster` (CIDR texts). */
-export interface EgressRanges {
-  pod: readonly string[];
-  cluster: readonly string[];
-}
 
 /** A table of our name that is not ours: left as it is, and the egress not masqueraded. */
 export class ForeignEgressTableError extends Error {}
@@ -88,6 +83,8 @@ export function egressScript(ranges: EgressRanges): string {
 }
 
 const COUNTER_READ = `list counter ${TABLE} ${EGRESS_COUNTER}\n`;
+/** What `applied` holds once our table was removed. */
+const REMOVED = '';
 
 /** Packets counted, from nft's listing of our counter. */
 function parseCounter(out: string): number | undefined {
@@ -99,15 +96,25 @@ function parseCounter(out: string): number | undefined {
  * The egress masquerade of one host namespace: programs the table when the ranges change, and removes
  * it when no network masquerades any more. Failures are thrown to the caller, which reports them.
  */
-export class EgressMasquerade {
+export class EgressMasquerade implements EgressDataplane {
   /** Packets masqueraded, as last read; undefined while the table is not ours or not there. */
   masqueraded: number | undefined;
+  /** The script last applied; REMOVED once the table was removed. */
   private applied?: string;
 
   constructor(private readonly nft: NftRunner) {}
 
-  /** Masquerades exactly `ranges`, in one transaction; a no-op when they are what was applied last. */
+  /**
+   * Masquerades exactly `ranges`, in one transaction; with no pod range, removes our table. A no-op
+   * when that is what was done last.
+   */
   async apply(ranges: EgressRanges): Promise<void> {
+    if (ranges.pod.length === 0) {
+      if (this.applied === REMOVED) return;
+      await this.remove();
+      this.applied = REMOVED;
+      return;
+    }
     const script = egressScript(ranges);
     if (script === this.applied) return;
     await this.refuseForeign();
@@ -126,7 +133,7 @@ export class EgressMasquerade {
 
   /** Reads the counter again (Status and metrics), while the table is ours. */
   async readCounter(): Promise<number | undefined> {
-    if (this.applied === undefined) return undefined;
+    if (this.applied === undefined || this.applied === REMOVED) return undefined;
     this.masqueraded = parseCounter(await this.nft(COUNTER_READ)) ?? this.masqueraded;
     return this.masqueraded;
   }

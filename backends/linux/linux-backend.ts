@@ -51,6 +51,8 @@ import { NetlinkSocket } from '../../lib/rtnetlink/socket';
 import { createVethPair, type VethPair } from './veth-pair';
 import { setInterfaceMtu } from './interface-mtu';
 import { LinuxFabric } from './fabric/linux-fabric';
+import { EgressMasquerade } from './egress-masquerade';
+import { nftRunner } from './fabric/vxlan-source-filter';
 import {
   checkWorkloadNamespace,
   checkWorkloadPresence,
@@ -80,10 +82,13 @@ export class LinuxBackend implements Backend {
   private healthAt = 0;
   /** Routes and VXLAN to other nodes, in the same host namespace (core/fabric drives it). */
   readonly fabric: LinuxFabric;
+  /** Pods' traffic leaving the cluster, masqueraded in the host namespace (core/egress drives it). */
+  readonly egress: EgressMasquerade;
 
   constructor(opts: LinuxBackendOptions = {}) {
     this.opts = resolveLinuxBackendOptions(opts);
     this.fabric = new LinuxFabric({ hostNetnsPath: this.opts.hostNetnsPath, logger: this.opts.logger });
+    this.egress = new EgressMasquerade(nftRunner({ netnsPath: this.opts.hostNetnsPath }));
   }
 
   /**

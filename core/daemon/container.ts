@@ -6,6 +6,7 @@ import { currentBootId } from '../../lib/boot-id';
 import { BACKEND, type Backend } from '../backend';
 import { CONFIG, DEFAULT_NETWORK, effectiveNetworks, fabricSettings, type DaemonConfig } from '../config';
 import { AppliedPeersFile } from '../fabric/applied-peers-file';
+import { EGRESS_CONTROLLER, EgressController } from '../egress/egress-controller';
 import { FABRIC_CONTROLLER, FabricController } from '../fabric/fabric-controller';
 import { PEER_SOURCE, type PeerSource } from '../fabric/peer-source';
 import { FabricPodMtu } from '../fabric/pod-mtu';
@@ -37,6 +38,8 @@ import { WORKLOAD_SERVICE } from '../workload-service';
 
 /** How often the host port is looked at (attached when it is not, checked when it is). */
 const HOST_PORT_INTERVAL_MS = 2000;
+/** How often the egress masquerade's ranges are looked at for a change (a range added, a peer). */
+const EGRESS_INTERVAL_MS = 2000;
 
 export function createContainer(config: DaemonConfig, logger: Logger, metrics = new Metrics()): Container {
   const c = new Container({ defaultScope: 'Singleton' });
@@ -188,6 +191,29 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
       log: logger.child({ part: 'host-port' }),
     });
   });
+  // Pods' traffic leaving the cluster, masqueraded by the backends that can, for the networks that ask.
+  c.bind<EgressController>(EGRESS_CONTROLLER).toDynamicValue((ctx) => {
+    const networkSet = ctx.container.get<NetworkSet>(NETWORKS);
+    const peers = fabricSettings(config) ? ctx.container.get<PeerSource>(PEER_SOURCE) : undefined;
+    const pools = (n: Network): string[] => [
+      ...n.config.podCidrs,
+      ...n.allocator.allPools().map((p) => p.cidr.text),
+    ];
+    const configured = config.poolSource === 'etcd' ? config.etcd.clusterCidrs : config.fabric.clusterCidrs;
+    return new EgressController({
+      targets: networkSet.backends().flatMap((b) => {
+        const egress = b.egress;
+        if (!egress) return [];
+        const mine = networkSet.networks.filter((n) => n.backend === b && n.config.masquerade);
+        return [{ backend: b.name, dataplane: egress, podRanges: () => mine.flatMap(pools) }];
+      }),
+      // Every network's pools, the configured cluster ranges, and every peer's prefixes (its DPUs'
+      // slices are inside them): a pod on another node keeps seeing this pod's own address.
+      clusterRanges: () => [...networkSet.networks.flatMap(pools), ...configured, ...peerPrefixes(peers)],
+      intervalMs: EGRESS_INTERVAL_MS,
+      log: logger.child({ part: 'egress' }),
+    });
+  });
   c.bind<NetnsOpener>(NETNS_OPENER).toConstantValue(kernelNetnsOpener);
   c.bind<NodeService>(NODE_SERVICE).to(NodeService);
   // What the API and the endpoints serve: the node service behind the start-up gate (service-gate.ts).
@@ -195,4 +221,11 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
     (ctx) => new ServiceGate(() => ctx.container.get<NodeService>(NODE_SERVICE)),
   );
   return c;
+}
+
+/** Every prefix the peer source lists now (a peer's DPUs' slices lie inside its prefixes). */
+function peerPrefixes(source: PeerSource | undefined): string[] {
+  const out: string[] = [];
+  source?.peers().forEach((p) => out.push(...p.prefixes));
+  return out;
 }

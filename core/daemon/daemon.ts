@@ -3,6 +3,7 @@ import { ApiServer } from '../serve/api-server';
 import { CONFIG, type DaemonConfig } from '../config';
 import { ENDPOINT, startAll, type Lifecycle } from './lifecycle';
 import { NODE_LOCK } from './node-lock';
+import { EGRESS_CONTROLLER, type EgressController } from '../egress/egress-controller';
 import { FABRIC_CONTROLLER, type FabricController } from '../fabric/fabric-controller';
 import { HOST_PORT, type HostPort } from '../fabric/host-port';
 import { LOGGER, type Logger } from '../logger';
@@ -80,6 +81,7 @@ export class Daemon {
         );
       }),
       lazy('fabric', () => this.container.get<FabricController>(FABRIC_CONTROLLER)),
+      lazy('egress masquerade', () => this.container.get<EgressController>(EGRESS_CONTROLLER)),
       {
         name: 'store and reconcile',
         start: async () => void (await this.service.init()),
