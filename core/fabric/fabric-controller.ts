@@ -13,7 +13,7 @@ import type {
   OwnPrefixes,
 } from './fabric-dataplane';
 import type { FabricStatus } from './fabric-status';
-import type { NodeRecord, Peer, PeerSource, TunnelEndpoint } from './peer-source';
+import type { NodeRecord, PeerSource, TunnelEndpoint } from './peer-source';
 import { OwnKeys, type TunnelAddressesNow } from './own-keys';
 import { podMtu, type FabricPodMtu } from './pod-mtu';
 import type { AppliedPeersFile } from './applied-peers-file';
