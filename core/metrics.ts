@@ -218,6 +218,12 @@ export class Metrics {
     help: 'Fabric: peers that left their source and are kept programmed for fabric.withdrawGraceSeconds.',
     registers: [this.registry],
   });
+  readonly fabricRefusedClaims = new Gauge({
+    name: 'workloadnet_fabric_refused_claims',
+    help: 'Fabric: claims of peers refused in the last apply because another peer (the incumbent) or this node holds them, by claim (prefix, mac, underlay, gateway); each peer says which and who in Status.',
+    labelNames: ['claim'] as const,
+    registers: [this.registry],
+  });
   readonly fabricPeersDegraded = new Gauge({
     name: 'workloadnet_fabric_peers_degraded',
     help: 'Fabric: peers that answered data-path probes before and left the last few unanswered (fabric.probeIntervalSeconds); they stay programmed.',

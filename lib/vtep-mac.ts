@@ -1,16 +1,34 @@
-// The MAC of our VXLAN device, derived from the node's address so that it is the same after a reboot
-// or a recreated device: peers keep their neighbour and FDB entries for us valid across both.
+// The MAC of a VXLAN device, derived rather than random so that it is the same after a reboot or a
+// recreated device: peers keep their neighbour and FDB entries for it valid across both.
+//
+// A node's MAC is derived from its name and its underlay address: two nodes with one IPv4 address on
+// different underlays (each behind its own NAT, or two clusters' address plans) have different names,
+// so different MACs, where a MAC made of the address alone would make one take the other's FDB entry.
+// Without a name (a DPU's endpoint, named by its agent) the address alone is used, as before.
 
 import * as crypto from 'node:crypto';
-import { addressBytes, familyOf, AF_INET } from './rtnetlink';
+import { addressBytes, canonicalAddress, familyOf, AF_INET } from './rtnetlink';
 
-/** `0e:77:a.b.c.d` for an IPv4 address; an IPv6-only node takes 4 bytes of the address's sha256. */
-export function vtepMac(nodeAddress: string): string {
-  const bytes = addressBytes(nodeAddress);
-  const tail =
-    familyOf(nodeAddress) === AF_INET
-      ? bytes
-      : crypto.createHash('sha256').update(bytes).digest().subarray(0, 4);
+/**
+ * `0e:` and 5 bytes of sha256(name, address) for a named node (2^40 values: two of 5,000 nodes share
+ * one with a chance near 1 in 100,000, and the planner then refuses the newcomer in words). Unnamed:
+ * `0e:77:a.b.c.d` for an IPv4 address, `0e:77:` and 4 bytes of the address's sha256 for IPv6.
+ */
+export function vtepMac(address: string, nodeName?: string): string {
   // 0x0e: locally administered (bit 1), unicast (bit 0 clear).
-  return [0x0e, 0x77, ...tail].map((b) => b.toString(16).padStart(2, '0')).join(':');
+  if (nodeName !== undefined && nodeName !== '') {
+    const digest = crypto
+      .createHash('sha256')
+      .update(`workloadnet vtep\0${nodeName}\0${canonicalAddress(address)}`)
+      .digest();
+    return hex([0x0e, ...digest.subarray(0, 5)]);
+  }
+  const bytes = addressBytes(address);
+  const tail =
+    familyOf(address) === AF_INET ? bytes : crypto.createHash('sha256').update(bytes).digest().subarray(0, 4);
+  return hex([0x0e, 0x77, ...tail]);
+}
+
+function hex(bytes: readonly number[]): string {
+  return bytes.map((b) => b.toString(16).padStart(2, '0')).join(':');
 }

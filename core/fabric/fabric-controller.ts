@@ -13,12 +13,14 @@ import type {
   OwnPrefixes,
 } from './fabric-dataplane';
 import type { FabricStatus } from './fabric-status';
-import type { NodeRecord, Peer, PeerSource, TunnelEndpoint } from './peer-source';
+import type { NodeRecord, PeerSource, TunnelEndpoint } from './peer-source';
 import { OwnKeys, type TunnelAddressesNow } from './own-keys';
 import { podMtu, type FabricPodMtu } from './pod-mtu';
 import type { AppliedPeersFile } from './applied-peers-file';
 import { WithdrawalGrace } from './withdrawal-grace';
-import { mergedProbes, setProbeGauges } from './peer-probes';
+import { mergedProbes, neverAnswered, setProbeGauges } from './peer-probes';
+import { ApplyPacer } from './apply-pacer';
+import { externalReport, filteredPackets, sumObjects } from './report-sums';
 import { PeerRows } from './peer-rows';
 
 // The fabric's control loop: the peer source's table, taken to the backends' dataplanes. It finds
@@ -81,6 +83,8 @@ export interface FabricControllerOptions {
   coalesceMs?: number;
   /** Period of the full apply (ms). */
   reapplyMs?: number;
+  /** Share of the time applies may take when changes keep coming (apply-pacer.ts; default 0.1). */
+  applyShare?: number;
   /** Wait before preparing again after prepare failed, or starting the source again (ms). */
   retryMs?: number;
 }
@@ -132,7 +136,7 @@ export class FabricController {
   private retry?: NodeJS.Timeout;
   /** One apply at a time; a change during one is applied right after it. */
   private readonly applies = new SerialRun(
-    () => this.applyOnce(),
+    () => this.pacer.time(() => this.applyOnce()),
     () => this.stopped,
   );
   private applyError?: string;
@@ -140,12 +144,14 @@ export class FabricController {
   private lastRepairs = 0;
   private lastFiltered: number | undefined;
   private readonly peerRows: PeerRows;
+  private readonly pacer: ApplyPacer;
 
   constructor(private readonly opts: FabricControllerOptions) {
     this.keys = new OwnKeys(opts.keyRanges, opts.tunnelAddresses);
     this.now = opts.now ?? monotonicMs;
     this.grace = new WithdrawalGrace({ graceMs: opts.withdrawGraceMs }, this.now);
     this.peerRows = new PeerRows({ graceMs: opts.withdrawGraceMs, now: this.now });
+    this.pacer = new ApplyPacer({ share: opts.applyShare });
     if (opts.appliedPeers) this.grace.seed(opts.appliedPeers.load());
   }
 
@@ -288,7 +294,7 @@ export class FabricController {
       let first: LocalNode | undefined;
       const locals: LocalNode[] = [];
       for (const dp of this.opts.dataplanes) {
-        const local = await dp.prepare(settings);
+        const local = await dp.prepare({ ...settings, nodeName: this.opts.nodeName });
         first ??= local;
         locals.push(local);
       }
@@ -357,10 +363,10 @@ export class FabricController {
     if (this.localListening) return;
     this.localListening = true;
     this.opts.slices?.onChange(() => this.schedule());
-    // A withdrawing peer whose probes now fail is withdrawn at the next apply, not after the grace.
+    // A withdrawing peer whose probes now fail (or never answered) goes at the next apply, not after the grace.
     for (const dp of this.opts.dataplanes)
       dp.onProbeChange?.((node) => {
-        if (this.grace.pending().has(node)) this.schedule();
+        if (this.grace.pending().has(node) || this.grace.keptPrefixes(node)) this.schedule();
       });
     this.opts.dataplanes.forEach((dp, i) =>
       dp.onLocalChange?.((local) => {
@@ -458,10 +464,13 @@ export class FabricController {
 
   private schedule(): void {
     if (this.stopped || this.coalesce) return;
-    this.coalesce = setTimeout(() => {
-      this.coalesce = undefined;
-      void this.applies.run();
-    }, this.opts.coalesceMs ?? 5);
+    this.coalesce = setTimeout(
+      () => {
+        this.coalesce = undefined;
+        void this.applies.run();
+      },
+      this.pacer.delay(this.opts.coalesceMs ?? 5),
+    );
     this.coalesce.unref();
   }
 
@@ -473,12 +482,21 @@ export class FabricController {
     const own = this.ownForApply();
     const ranges = this.keys.fingerprint();
     const probes = mergedProbes(this.opts.dataplanes);
-    const table = this.grace.table(source.peers(), (node) => probes.get(node)?.state === 'degraded');
+    const table = this.grace.table(source.peers(), {
+      failing: (node) => probes.get(node)?.state === 'degraded',
+      unproven: (node) => this.peerRows.pathOf(node) === 'unreachable' || neverAnswered(probes.get(node)),
+    });
     const early = this.grace.withdrawnEarly();
     if (early.length > 0)
       this.opts.log.warn(
         { peers: early },
         'peers withdrawn before the grace: they left the peer source and fail their data-path probes',
+      );
+    const unproven = this.grace.withdrawnUnproven();
+    if (unproven.length > 0)
+      this.opts.log.warn(
+        { peers: unproven },
+        'peers withdrawn at once: they left the peer source and never proved themselves (no path, or no probe answered)',
       );
     const metrics = this.opts.metrics;
     let reports: FabricReport[] = [];
@@ -500,7 +518,13 @@ export class FabricController {
     this.lastApplyAt = Date.now();
     this.appliedRanges = ranges;
     this.opts.appliedPeers?.save(table);
-    this.peerRows.update(table, reports, this.grace.pending());
+    this.peerRows.update(table, reports, this.grace.pending(), (node) => this.grace.keptPrefixes(node));
+    // One kept by the grace that this apply found unreachable (refused a claim) goes at the next.
+    for (const node of this.grace.pending().keys())
+      if (this.peerRows.pathOf(node) === 'unreachable') {
+        this.schedule();
+        break;
+      }
     metrics?.fabricApplies.inc({ result: reports.every((r) => r.ready) ? 'ok' : 'not_ready' });
     this.setGauges(this.status({ peers: false }));
     this.scheduleExpiry();
@@ -531,6 +555,8 @@ export class FabricController {
     for (const path of ['direct', 'vxlan', 'unreachable', 'external'] as const)
       m.fabricPeers.set({ path }, this.peerRows.count(path));
     m.fabricPeersWithdrawing.set(this.grace.pending().size);
+    m.fabricRefusedClaims.reset();
+    for (const [claim, n] of this.peerRows.refusedClaims()) m.fabricRefusedClaims.set({ claim }, n);
     setProbeGauges(m, this.peerRows.rows, mergedProbes(this.opts.dataplanes));
     if (st.borrowed !== undefined) m.fabricBorrowed.set(st.borrowed);
     for (const [kind, n] of Object.entries(st.objects)) m.fabricObjects.set({ kind }, n);
@@ -547,30 +573,4 @@ export class FabricController {
       this.lastFiltered = st.filteredPackets;
     }
   }
-}
-
-function filteredPackets(reports: readonly FabricReport[]): { filteredPackets?: number } {
-  const counted = reports.filter((r) => r.filteredPackets !== undefined);
-  if (counted.length === 0) return {};
-  return { filteredPackets: counted.reduce((n, r) => n + (r.filteredPackets ?? 0), 0) };
-}
-
-function sumObjects(reports: readonly FabricReport[]): FabricReport['objects'] {
-  const out = { routes: 0, neighbours: 0, fdb: 0 };
-  for (const r of reports) {
-    out.routes += r.objects.routes;
-    out.neighbours += r.objects.neighbours;
-    out.fdb += r.objects.fdb;
-  }
-  return out;
-}
-
-function externalReport(table: readonly Peer[]): FabricReport {
-  return {
-    ready: true,
-    reasons: [],
-    peers: table.map((p) => ({ node: p.node, path: 'external', prefixes: p.prefixes })),
-    objects: { routes: 0, neighbours: 0, fdb: 0 },
-    repairs: 0,
-  };
 }

@@ -22,6 +22,11 @@ export interface FabricSettings {
   sourceFilter?: boolean;
   /** Seconds between two data-path probes of one peer (fabric.probeIntervalSeconds); 0 or absent: none. */
   probeIntervalSeconds?: number;
+  /**
+   * This node's name: with the underlay address, what its VTEP MAC is derived from (two nodes with one
+   * address on different underlays get different MACs). The controller gives it.
+   */
+  nodeName?: string;
 }
 
 /** This node on the underlay, as the dataplane found it at prepare(). */
@@ -74,6 +79,18 @@ export interface PeerPath {
   seenBy?: PeerSeenBy[];
   /** What this node's data-path probes to the peer say, when it probes (fabric.probeIntervalSeconds). */
   probe?: PeerProbe;
+  /** What the peer states that another peer (or this node) already holds: refused, and named in `reason`. */
+  refused?: RefusedClaim[];
+}
+
+/** An identity a peer states: a prefix, its VTEP MAC, its underlay address, or a gateway key. */
+export type ClaimKind = 'prefix' | 'mac' | 'underlay' | 'gateway';
+
+/** A claim refused to a peer because `holder` (a peer, `peer/endpoint`, or "this node") holds it. */
+export interface RefusedClaim {
+  claim: ClaimKind;
+  value: string;
+  holder: string;
 }
 
 /**

@@ -7,6 +7,17 @@ import type { FabricPeerStatus } from './fabric-status';
 // source's word removes it (with the grace, which failing probes cut short, withdrawal-grace.ts).
 
 /**
+ * Probes in a row a peer may leave unanswered, never having answered one, before it counts as one
+ * that never proved itself (withdrawal-grace.ts): it is then withdrawn at once when it leaves.
+ */
+export const UNANSWERED_TO_DISPROVE = 3;
+
+/** Whether the probes say the peer never answered, having been asked enough times. */
+export function neverAnswered(p: PeerProbe | undefined): boolean {
+  return p !== undefined && !p.answered && p.lost >= UNANSWERED_TO_DISPROVE;
+}
+
+/**
  * The dataplanes' probes by peer, merged: a peer any dataplane finds reachable is reachable (with its
  * round trip); degraded only when none reaches it.
  */

@@ -1,4 +1,4 @@
-import type { FabricReport, PeerPath, PeerProbe } from './fabric-dataplane';
+import type { ClaimKind, FabricReport, PeerPath, PeerProbe } from './fabric-dataplane';
 import type { FabricPeerStatus } from './fabric-status';
 import type { Peer } from './peer-source';
 import { samePeer } from './peer-shape';
@@ -17,6 +17,8 @@ interface Kept {
   peer: Peer;
   path: PeerPath | undefined;
   withdrawnSince: number | undefined;
+  /** The prefixes it lost and keeps for the grace, as text ('' when none). */
+  keptText: string;
   /** When its record, path or reason last changed (wall clock). */
   since: number;
   row: FabricPeerStatus;
@@ -35,6 +37,7 @@ export class PeerRows {
   private readonly kept = new Map<string, Kept>();
   private list: FabricPeerStatus[] = [];
   private paths = new Map<string, number>();
+  private refused = new Map<ClaimKind, number>();
   private updates = 0;
 
   constructor(private readonly opts: PeerRowsOptions) {}
@@ -44,34 +47,40 @@ export class PeerRows {
     table: readonly Peer[],
     reports: readonly FabricReport[],
     pending: ReadonlyMap<string, Withdrawal>,
+    kept: (node: string) => ReadonlyMap<string, number> | undefined = () => undefined,
   ): readonly FabricPeerStatus[] {
     const wall = Date.now();
     const stamp = ++this.updates;
     const pathOf = pathFinder(reports);
     const rows: FabricPeerStatus[] = [];
     const counts = new Map<string, number>();
+    const refused = new Map<ClaimKind, number>();
     for (const peer of table) {
       const path = pathOf(peer.node);
+      for (const r of path?.refused ?? []) refused.set(r.claim, (refused.get(r.claim) ?? 0) + 1);
       const withdrawnSince = pending.get(peer.node)?.since;
+      const lost = kept(peer.node);
+      const keptText = lost ? [...lost.keys()].join(', ') : '';
       const prev = this.kept.get(peer.node);
-      let kept: Kept;
+      let k: Kept;
       if (
         prev &&
         samePeer(prev.peer, peer) &&
         sameShown(prev.path, path) &&
-        prev.withdrawnSince === withdrawnSince
+        prev.withdrawnSince === withdrawnSince &&
+        prev.keptText === keptText
       )
-        kept = prev;
+        k = prev;
       else {
         const moved = !prev || !samePeer(prev.peer, peer) || !sameCourse(prev.path, path);
         const since = moved ? wall : prev.since;
-        const row = this.row(peer, path, withdrawnSince, since, wall);
-        kept = { peer, path, withdrawnSince, since, row, seen: stamp };
-        this.kept.set(peer.node, kept);
+        const row = this.row(peer, path, withdrawnSince, since, wall, keptText);
+        k = { peer, path, withdrawnSince, keptText, since, row, seen: stamp };
+        this.kept.set(peer.node, k);
       }
-      kept.seen = stamp;
-      rows.push(kept.row);
-      counts.set(kept.row.path, (counts.get(kept.row.path) ?? 0) + 1);
+      k.seen = stamp;
+      rows.push(k.row);
+      counts.set(k.row.path, (counts.get(k.row.path) ?? 0) + 1);
     }
     if (this.kept.size > rows.length)
       this.kept.forEach((k, name) => {
@@ -79,7 +88,18 @@ export class PeerRows {
       });
     this.list = rows;
     this.paths = counts;
+    this.refused = refused;
     return rows;
+  }
+
+  /** How a peer of the last apply is reached, if it was in it. */
+  pathOf(node: string): FabricPeerStatus['path'] | undefined {
+    return this.kept.get(node)?.row.path;
+  }
+
+  /** Claims refused in the last apply (another peer or this node holds them), by kind. */
+  refusedClaims(): ReadonlyMap<ClaimKind, number> {
+    return this.refused;
   }
 
   /** The rows of the last apply. */
@@ -113,12 +133,16 @@ export class PeerRows {
     withdrawnSince: number | undefined,
     since: number,
     wall: number,
+    keptText = '',
   ): FabricPeerStatus {
     const withdrawnAt = withdrawnSince === undefined ? undefined : wall - (this.opts.now() - withdrawnSince);
     const reasons = [
       path ? (path.reason ?? '') : 'not in the last report of the dataplane',
       withdrawnSince !== undefined
         ? `left the peer source; kept for the withdrawal grace (${Math.round(this.opts.graceMs / 1000)} s) unless its data-path probes fail`
+        : '',
+      keptText !== ''
+        ? `prefixes ${keptText} left the peer source; kept for the withdrawal grace (${Math.round(this.opts.graceMs / 1000)} s)`
         : '',
     ].filter((r) => r !== '');
     return {

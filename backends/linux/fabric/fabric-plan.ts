@@ -23,7 +23,7 @@
 // it lies in what of the peer's own prefixes no endpoint covers; an older record keeps the first address.
 
 import type { Peer, Vtep } from '../../../core/fabric/peer-source';
-import type { FabricMode, PeerPath } from '../../../core/fabric/fabric-dataplane';
+import type { ClaimKind, FabricMode, PeerPath, RefusedClaim } from '../../../core/fabric/fabric-dataplane';
 import { cidrContains, familyBits, formatAddress, parseCidr, type Cidr } from '../../../lib/cidr';
 import {
   AF_BRIDGE,
@@ -39,6 +39,7 @@ import {
   familyOf,
   type AddressFamily,
 } from '../../../lib/rtnetlink';
+import { Claims, refusalReason, type Holders } from './identity-claims';
 import { onLink, type Underlay } from './underlay';
 
 /** Metric of our routes to peers' prefixes. A foreign route to the same prefix with a lower one wins. */
@@ -81,6 +82,8 @@ export interface FabricPlan {
   neighbours: WantedNeighbour[];
   fdb: WantedFdb[];
   peers: PeerPath[];
+  /** Who holds each identity this plan programs (identity-claims.ts): the next plan's incumbents. */
+  holders?: Holders;
 }
 
 export interface PlanContext {
@@ -95,6 +98,8 @@ export interface PlanContext {
   /** MTU carried by every remote-prefix route (the pod MTU). */
   routeMtu: number;
   clusterCidrs: string[];
+  /** Who held each identity in the last plan: they keep it against a newcomer (identity-claims.ts). */
+  holders?: Holders;
 }
 
 export const routeKey = (r: { family: number; destination: string; priority?: number }): string =>
@@ -145,12 +150,20 @@ interface Target {
   prefixes: string[];
   /** The neighbour key per family: an address none of another target's routes uses. */
   gateways: Partial<Record<AddressFamily, string>>;
+  /** Gateway keys it could have had that another target holds. */
+  blocked?: RefusedClaim[];
 }
 
 interface TargetOutcome {
   path: 'direct' | 'vxlan' | 'unreachable';
   reason?: string;
+  refused?: RefusedClaim[];
 }
+
+const refuse = (claim: ClaimKind, value: string, holder: string): TargetOutcome => {
+  const r: RefusedClaim = { claim, value, holder };
+  return { path: 'unreachable', reason: refusalReason(r), refused: [r] };
+};
 
 const familyOfPrefix = (p: string): AddressFamily => familyOf(p.slice(0, p.indexOf('/')));
 const inside = (inner: Cidr, outer: Cidr): boolean =>
@@ -208,11 +221,10 @@ export function ownGatewayKeys(
 }
 
 export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan {
-  const plan: FabricPlan = { routes: [], neighbours: [], fdb: [], peers: [] };
-  const routed = new Map<string, string>();
-  const macs = new Map<string, string>();
-  /** Neighbour keys in use, per family: a second target on one would take the first's traffic. */
-  const gateways = new Set<string>();
+  // Prefixes, MACs, underlay addresses and neighbour keys: a second target on one would take the
+  // first's traffic, so each has one holder, the incumbent first (identity-claims.ts).
+  const claims = new Claims(ctx.holders, peers);
+  const plan: FabricPlan = { routes: [], neighbours: [], fdb: [], peers: [], holders: claims.held };
   const family = ctx.underlay.family;
   const sorted = [...peers].sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
 
@@ -224,6 +236,9 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
         path: 'unreachable',
         reason: `no underlay address of IPv${family === AF_INET ? 4 : 6}, the family of this node's (${ctx.underlay.address})`,
       };
+    const squatted =
+      underlay === ctx.underlay.address ? 'this node' : claims.holder('underlay', underlay, t.label);
+    if (squatted !== undefined) return refuse('underlay', underlay, squatted);
     const direct = onLink(ctx.underlay, underlay);
     if (ctx.mode === 'routed' || (ctx.mode === 'hybrid' && direct)) {
       if (!direct)
@@ -241,7 +256,8 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
           skipped.push(prefix);
           continue;
         }
-        routed.set(prefix, t.node);
+        claims.take('prefix', prefix, t.node);
+        claims.take('underlay', underlay, t.label);
         plan.routes.push(
           peerRoute(
             f,
@@ -263,6 +279,7 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
       if (tunnelled && tunnelled.path !== 'unreachable') return { path: 'direct' };
       return {
         path: 'direct',
+        ...(tunnelled?.refused ? { refused: tunnelled.refused } : {}),
         reason:
           `not routed directly (another family than the underlay): ${skipped.join(', ')}` +
           (tunnelled?.reason ? `; not over VXLAN either: ${tunnelled.reason}` : ''),
@@ -282,25 +299,36 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
         reason: `VTEP VNI ${vtep.vni} port ${vtep.port} differs from ours (VNI ${ctx.vni} port ${ctx.port})`,
       };
     const mac = vtep.mac.toLowerCase();
-    const macOwner = macs.get(mac);
-    if (macOwner !== undefined || mac === ctx.ownMac)
-      return { path: 'unreachable', reason: `VTEP MAC ${mac} is also used by ${macOwner ?? 'this node'}` };
+    const macHolder = mac === ctx.ownMac ? 'this node' : claims.holder('mac', mac, t.label);
+    if (macHolder !== undefined) return refuse('mac', mac, macHolder);
     if (t.prefixes.length === 0) return { path: 'vxlan' };
-    macs.set(mac, t.label);
+    // A family without a free gateway key has no neighbour to route through: said, never silent.
+    const unkeyed = t.prefixes.filter((p) => t.gateways[familyOfPrefix(p)] === undefined);
+    const noKey =
+      unkeyed.length === 0
+        ? undefined
+        : {
+            reason: `not routed, no gateway key free: ${unkeyed.join(', ')}${(t.blocked ?? []).map((b) => `; ${refusalReason(b)}`).join('')}`,
+            ...(t.blocked && t.blocked.length > 0 ? { refused: t.blocked } : {}),
+          };
+    if (noKey && unkeyed.length === t.prefixes.length) return { path: 'unreachable', ...noKey };
+    claims.take('mac', mac, t.label);
+    claims.take('underlay', t.underlay, t.label);
     plan.fdb.push({ mac, dst: t.underlay, peer: t.label });
     for (const f of [AF_INET, AF_INET6] as const) {
       const gateway = t.gateways[f];
       if (gateway === undefined) continue;
+      claims.programmed('gateway', gateway, t.label);
       plan.neighbours.push({ family: f, dst: gateway, mac, peer: t.label });
       for (const prefix of t.prefixes) {
         if (familyOfPrefix(prefix) !== f) continue;
-        routed.set(prefix, t.node);
+        claims.take('prefix', prefix, t.node);
         plan.routes.push(
           peerRoute(f, prefix, { gateway, oif: ctx.vxlanIndex, onlink: true }, ctx.routeMtu, t.node),
         );
       }
     }
-    return { path: 'vxlan' };
+    return { path: 'vxlan', ...noKey };
   };
 
   /**
@@ -309,10 +337,18 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
    * `candidates` (in order) that no target uses yet.
    */
   const pickGateways = (
+    label: string,
     candidates: readonly Cidr[],
     published?: { gateways?: Vtep['gateways']; within: readonly Cidr[]; ignored: string[] },
-  ): Target['gateways'] => {
+  ): Pick<Target, 'gateways' | 'blocked'> => {
     const out: Target['gateways'] = {};
+    const blocked: RefusedClaim[] = [];
+    /** Whether `address` is free for this target; if another holds it, that is kept for the reason. */
+    const free = (address: string): boolean => {
+      const holder = claims.holder('gateway', address, label);
+      if (holder !== undefined) blocked.push({ claim: 'gateway', value: address, holder });
+      return holder === undefined;
+    };
     for (const [k, a] of Object.entries(published?.gateways ?? {})) {
       let address: string;
       try {
@@ -322,21 +358,21 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
       }
       const f = k === '4' ? AF_INET : AF_INET6;
       const value = parseCidr(`${address}/${k === '4' ? 32 : 128}`);
-      if (!published?.within.some((c) => inside(value, c)) || gateways.has(`${f}|${address}`)) {
+      if (!published?.within.some((c) => inside(value, c)) || !free(address)) {
         published?.ignored.push(address);
         continue;
       }
       out[f] = address;
-      gateways.add(`${f}|${address}`);
+      claims.take('gateway', address, label, false);
     }
     for (const c of candidates) {
       const f = c.family === 4 ? AF_INET : AF_INET6;
       const address = formatAddress(c.family, c.network);
-      if (out[f] !== undefined || gateways.has(`${f}|${address}`)) continue;
+      if (out[f] !== undefined || !free(address)) continue;
       out[f] = address;
-      gateways.add(`${f}|${address}`);
+      claims.take('gateway', address, label, false);
     }
-    return out;
+    return blocked.length === 0 ? { gateways: out } : { gateways: out, blocked };
   };
 
   for (const peer of sorted) {
@@ -347,22 +383,30 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
         bad.length > 0 ? `ignored prefixes that are not CIDRs: ${bad.join(', ')}` : undefined,
       ];
       const text = reasons.filter((r) => r !== undefined && r !== '').join('; ');
-      return text === ''
-        ? { node: peer.node, path: p, prefixes }
-        : { node: peer.node, path: p, reason: text, prefixes };
+      const out: PeerPath = { node: peer.node, path: p, prefixes };
+      if (text !== '') out.reason = text;
+      if (refused.length > 0) out.refused = refused;
+      return out;
     };
+    const refused: RefusedClaim[] = [];
     if (ctx.mode === 'external') {
       plan.peers.push(path('external'));
       continue;
     }
     const underlay = peerUnderlay(peer.underlay, family);
-    // Claimed twice: the first peer (by name) keeps the prefix; traffic cannot go to both.
-    const taken = prefixes.filter((p) => routed.has(p));
-    const own = prefixes.filter((p) => !routed.has(p)).map((p) => parseCidr(p));
+    // Claimed twice: the incumbent (else the first peer by name) keeps the prefix; traffic cannot go to both.
+    const taken: RefusedClaim[] = [];
+    const own: Cidr[] = [];
+    for (const p of prefixes) {
+      const holder = claims.holder('prefix', p, peer.node);
+      if (holder === undefined) own.push(parseCidr(p));
+      else taken.push({ claim: 'prefix', value: p, holder });
+    }
     const clash =
       taken.length > 0
-        ? `prefixes also announced by ${taken.map((p) => `${routed.get(p)} (${p})`).join(', ')}`
+        ? `prefixes also announced by ${taken.map((r) => `${r.holder} (${r.value})`).join(', ')}, which keeps them`
         : undefined;
+    refused.push(...taken);
     // The endpoints' prefixes (slices and borrowed /32), each only inside a prefix this peer holds.
     const endpoints: Array<{ id: string; underlay?: string; vtep: Peer['vtep']; prefixes: Cidr[] }> = [];
     const notOwn: string[] = [];
@@ -405,12 +449,13 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
         underlay,
         vtep: peer.vtep,
         prefixes: rest.map((r) => r.prefix.text),
-        gateways: pickGateways(rest.flatMap((r) => r.left.slice(0, 1)).sort(byAddress), {
+        ...pickGateways(peer.node, rest.flatMap((r) => r.left.slice(0, 1)).sort(byAddress), {
           gateways: peer.vtep?.gateways,
           within: rest.flatMap((r) => r.left),
           ignored: ignoredTunnel,
         }),
       });
+      refused.push(...(host.refused ?? []));
       if (endpoints.length > 0 && host.path === 'unreachable')
         outcomes.push(
           `unreachable, covered by no endpoint: ${rest.flatMap((r) => r.left.map((c) => c.text)).join(', ')} (${host.reason ?? ''})`,
@@ -422,14 +467,16 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
       if (e.prefixes.length === 0) continue;
       // Slices first: a slice's first address is never a pod's, a borrowed /32 is.
       const byLength = [...e.prefixes].sort((a, b) => a.prefixLength - b.prefixLength);
+      const label = `${peer.node}/${e.id}`;
       const o = reach({
-        label: `${peer.node}/${e.id}`,
+        label,
         node: peer.node,
         underlay: e.underlay,
         vtep: e.vtep,
         prefixes: e.prefixes.map((c) => c.text),
-        gateways: pickGateways(byLength),
+        ...pickGateways(label, byLength),
       });
+      refused.push(...(o.refused ?? []));
       paths.push(o.path);
       if (o.path === 'unreachable')
         outcomes.push(

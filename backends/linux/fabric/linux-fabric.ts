@@ -44,6 +44,7 @@ import {
   type FabricPlan,
 } from './fabric-plan';
 import { syncGatewayAddresses } from './gateway-address';
+import type { Holders } from './identity-claims';
 import { IcmpProbeTransport } from './icmp-probe-transport';
 import { PeerProber, type ProbeTransport } from './peer-prober';
 import { applyOps, diff, readOurs, type DiffOp } from './kernel-diff';
@@ -101,6 +102,11 @@ export class LinuxFabric implements FabricDataplane {
   private keysOnDevice = new Set<string>();
   /** What the last apply put in (key → fingerprint): putting the same back later is a repair. */
   private programmed = new Map<string, string>();
+  /**
+   * Who held each identity (MAC, underlay address, gateway key, prefix) in the last plan: the planner
+   * keeps it for them against a newcomer (identity-claims.ts). Empty after a start: then the first by name.
+   */
+  private holders: Holders | undefined;
   private last: FabricReport = EMPTY_REPORT;
   private repairs = 0;
   private chain: Promise<unknown> = Promise.resolve();
@@ -132,7 +138,7 @@ export class LinuxFabric implements FabricDataplane {
       let mac: string | undefined;
       let routeMtu = podMtu(settings.mode, underlay);
       if (settings.mode === 'vxlan' || settings.mode === 'hybrid') {
-        mac = vtepMac(underlay.address);
+        mac = vtepMac(underlay.address, settings.nodeName);
         const r = await ensureVxlanDevice(
           sock,
           { vni: settings.vni, port: settings.port, mac, mtu: routeMtu },
@@ -247,9 +253,11 @@ export class LinuxFabric implements FabricDataplane {
         ownMac: prep.mac,
         routeMtu: prep.routeMtu,
         clusterCidrs: prep.settings.clusterCidrs,
+        holders: this.holders,
       },
       peers,
     );
+    this.holders = plan.holders;
     // Peers are admitted before routes to them exist (their answers must not be dropped), and a
     // withdrawn peer leaves the set only when the controller leaves it out of the table.
     if (prep.filter) await this.applyFilter(prep.settings.port, peers);

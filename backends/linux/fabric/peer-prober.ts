@@ -6,9 +6,11 @@
 // A peer is `reachable` once a probe is answered, `degraded` when, having answered before, it leaves
 // LOSSES_TO_DEGRADE probes in a row unanswered, and `unknown` before its first answer: a peer that never
 // answered is no evidence of a dead one (it may hold no address to answer on), so it is never called
-// degraded. The transport (ICMP in the kernel, a fake in tests) and the clocks are given.
+// degraded; after UNANSWERED_TO_DISPROVE unanswered probes it is still unknown, but listeners are told
+// (a peer that never answered keeps nothing through the withdrawal grace). The transport (ICMP in the kernel, a fake in tests) and the clocks are given.
 
 import type { PeerProbe } from '../../../core/fabric/fabric-dataplane';
+import { UNANSWERED_TO_DISPROVE } from '../../../core/fabric/peer-probes';
 
 export interface ProbeTarget {
   node: string;
@@ -187,6 +189,8 @@ export class PeerProber {
   private lose(node: string, p: PeerState): void {
     p.lost++;
     if (p.answered && p.lost >= LOSSES_TO_DEGRADE) this.set(node, p, 'degraded');
+    // Still unknown, but now a peer that never proved itself: the controller may withdraw it sooner.
+    else if (!p.answered && p.lost === UNANSWERED_TO_DISPROVE) this.opts.onChange?.(node, view(p));
   }
 
   private set(node: string, p: PeerState, state: PeerProbe['state']): void {

@@ -167,4 +167,13 @@ describe('rtnetlink: the fabric objects (codec)', () => {
     expect(vtepMac('fd00::2')).to.equal(v6);
     expect(vtepMac('fd00::3')).to.not.equal(v6);
   });
+
+  it('gives two named nodes with one address (on different underlays) different MACs, each the same every time', () => {
+    const a = vtepMac('10.100.1.2', 'n2');
+    expect(a).to.match(/^0e(:[0-9a-f]{2}){5}$/);
+    expect(vtepMac('10.100.1.2', 'n2'), 'the same after a reboot').to.equal(a);
+    expect(vtepMac('10.100.1.2', 'n3')).to.not.equal(a);
+    expect(vtepMac('10.100.1.3', 'n2')).to.not.equal(a);
+    expect(vtepMac('fd00:0::2', 'n2'), 'one address, however written').to.equal(vtepMac('fd00::2', 'n2'));
+  });
 });

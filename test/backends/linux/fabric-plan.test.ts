@@ -146,7 +146,7 @@ describe('fabric plan (per mode, no kernel)', () => {
     expect(why.othervni).to.match(
       /^unreachable: VTEP VNI 7 port 4789 differs from ours \(VNI 30574 port 4789\)/,
     );
-    expect(why.samemac).to.match(/^unreachable: VTEP MAC 0e:77:0a:00:01:01 is also used by this node/);
+    expect(why.samemac).to.match(/^unreachable: VTEP MAC 0e:77:0a:00:01:01 is this node's own/);
     expect(why.v6only).to.match(/^unreachable: no underlay address of IPv4/);
     expect(why['a-first']).to.equal('vxlan: ');
     expect(why['b-second']).to.match(

@@ -135,6 +135,29 @@ describe('fabric controller: withdrawal with data-path probes', () => {
     expect(dp.applied.at(-1)).to.deep.equal(['n2', 'n3', 'n4']);
   });
 
+  it('withdraws at once a peer that left after leaving every probe unanswered (it never proved itself)', async () => {
+    await started();
+    dp.probe('n3', 'unknown');
+    const silent = dp.health.get('n3');
+    if (silent) dp.health.set('n3', { ...silent, lost: 3 });
+    source.set([peer('n2', 2), peer('n4', 4)]);
+    await until(() => dp.applied.length === 2);
+    expect(dp.applied[1], 'no grace for a peer that never answered').to.deep.equal(['n2', 'n4']);
+  });
+
+  it('drops with its record at once a peer no path reached (a refused claim), without the grace', async () => {
+    const c = await started();
+    // A record without a VTEP: the recording dataplane reports it unreachable, as a refused claim is.
+    const squatter = { ...peer('aaa', 9), vtep: undefined };
+    source.set([squatter, peer('n2', 2), peer('n3', 3), peer('n4', 4)]);
+    await until(() => dp.applied.length === 2);
+    expect(c.status().peers.find((p) => p.node === 'aaa')?.path).to.equal('unreachable');
+    source.set([peer('n2', 2), peer('n3', 3), peer('n4', 4)]);
+    await until(() => dp.applied.length === 3);
+    expect(dp.applied[2], 'gone at once, not kept for the grace').to.deep.equal(['n2', 'n3', 'n4']);
+    expect(c.status().peers.map((p) => p.node)).to.deep.equal(['n2', 'n3', 'n4']);
+  });
+
   it('shows a degraded peer still in its source as degraded, keeps it, and sets the gauges', async () => {
     const c = await started();
     dp.probe('n2', 'reachable', 0.2);

@@ -55,7 +55,7 @@ describe('fabric controller', () => {
 
   it('prepares the dataplane and publishes this node with its underlay, MTU, VTEP and boot id', async () => {
     await make().start();
-    expect(dp.prepared).to.deep.equal([SETTINGS]);
+    expect(dp.prepared).to.deep.equal([{ ...SETTINGS, nodeName: 'n1' }]);
     await until(() => source.started !== undefined);
     expect(source.started).to.deep.equal({
       node: 'n1',
