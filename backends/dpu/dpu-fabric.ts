@@ -18,8 +18,9 @@ import type { AgentLink } from './agent-link';
 import type { AgentSession } from './agent-session';
 import type { AgentSync } from './agent-sync';
 import type { AgentSyncState } from './agent-sync-state';
+import { endpointClash } from './endpoint-clash';
 import { DEFAULT_UPLINK_MTU, fabricCarriage } from './fabric-carriage';
-import type { FabricAgent } from './fabric-plan';
+import { peerNodeOf, type FabricAgent } from './fabric-plan';
 import { FabricPlanner } from './fabric-planner';
 
 // The DPU backend's part of the fabric: the node's DPUs carry its overlay, not the host. Each agent
@@ -33,6 +34,12 @@ import { FabricPlanner } from './fabric-planner';
 // other nodes withdraw its slices from under live pods. It goes only when the agent itself says it no
 // longer carries the fabric (it came back without the feature or an uplink), or moves when it comes
 // back with another uplink.
+//
+// An agent may carry the fabric only at an address (and VTEP MAC) no other node's underlay, VTEP or DPU
+// and no other DPU of this node already has (endpoint-clash.ts): the holder is the incumbent and keeps
+// it. The newcomer still serves ports, says why in its row of `workloadnet dpus` and the log, and is
+// admitted the moment the holder is gone (a table without it, a DPU that moved). An agent admitted
+// before the first table is checked against it when it comes: the cluster's nodes were there first.
 //
 // At 5,000 peers an agent holds ~10,000 objects, so nothing here walks them per call: each agent's plan
 // is kept and changed per peer (fabric-planner.ts), and what Status asks for is kept until what it is
@@ -55,6 +62,10 @@ export class DpuFabric implements FabricDataplane {
   private own: OwnPrefixes = NO_OWN;
   /** Agents that carry the fabric, seen in this daemon's life, by id. */
   private readonly agents = new Map<string, FabricAgent>();
+  /** Agents whose endpoint clashes with a holder's, by id: admitted once it is gone. */
+  private readonly refused = new Map<string, { agent: FabricAgent; why: string }>();
+  /** Agents admitted before the first table, to be checked against it. */
+  private readonly unchecked = new Set<string>();
   private readonly listeners: Array<(local: LocalNode) => void> = [];
   /** Each carrying agent's plan, kept between applies. */
   private readonly planners = new Map<string, FabricPlanner>();
@@ -63,6 +74,8 @@ export class DpuFabric implements FabricDataplane {
   /** Each peer node's path as last made, and what it was made of (the report makes only moved ones). */
   private readonly pathOf = new Map<string, KeptPath>();
   private pathBuilds = 0;
+  /** What logClashes() last said per agent. */
+  private readonly clashesLogged = new Map<string, string>();
   private readonly seen = new WeakMap<
     AgentSyncState,
     { revision: number; byNode: Map<string, PeerSeenBy> }
@@ -96,7 +109,10 @@ export class DpuFabric implements FabricDataplane {
     if (!this.settings) throw failedPrecondition('the DPU fabric was applied before it was prepared');
     this.peers = peers;
     this.own = own ?? NO_OWN;
+    const refusedNow = this.checkFirstTable();
+    const admitted = this.readmit();
     this.planAll();
+    if (refusedNow || admitted) this.announce();
     return Promise.resolve(this.report());
   }
 
@@ -140,10 +156,16 @@ export class DpuFabric implements FabricDataplane {
    */
   established(s: AgentSession): void {
     if (!this.settings) return;
-    if (!this.learn(s)) return;
+    const learnt = this.learn(s);
+    if (!(this.readmit() || learnt)) return;
     this.planAll();
+    this.announce();
+  }
+
+  /** Tells the listeners this node's endpoints changed. */
+  private announce(): void {
     const local = this.local();
-    // After the snapshot went out: a listener publishes and applies, which must not run inside it.
+    // After the snapshot or apply under way: a listener publishes and applies, which must not run inside it.
     queueMicrotask(() => {
       for (const l of this.listeners) l(local);
     });
@@ -236,10 +258,9 @@ export class DpuFabric implements FabricDataplane {
     const c = fabricCarriage(s.version, s.hello);
     const known = this.agents.get(s.agentId);
     if (!c.carries) {
+      this.refused.delete(s.agentId);
       if (!known) return false;
-      this.agents.delete(s.agentId);
-      this.planners.delete(s.agentId);
-      this.deps.sync.setFabric(s.agentId, new Map());
+      this.leave(s.agentId);
       this.deps.log.warn(
         { agentId: s.agentId, why: c.why },
         'DPU agent came back without the fabric; its endpoint leaves this node record',
@@ -247,12 +268,92 @@ export class DpuFabric implements FabricDataplane {
       return true;
     }
     if (known?.address === c.address && known.uplinkMtu === c.uplinkMtu) return false;
-    this.agents.set(s.agentId, { id: s.agentId, address: c.address, uplinkMtu: c.uplinkMtu });
+    const agent: FabricAgent = { id: s.agentId, address: c.address, uplinkMtu: c.uplinkMtu };
+    // The same address at another MTU is still the incumbent's.
+    const why =
+      known?.address === c.address
+        ? undefined
+        : endpointClash(agent, this.deps.node, this.agents.values(), this.peers ?? []);
+    if (why !== undefined) {
+      this.refuse(agent, why);
+      if (!known) return false;
+      this.leave(s.agentId);
+      return true;
+    }
+    this.admit(agent, known?.address);
+    return true;
+  }
+
+  /** An agent's endpoint leaves this node: it carries nothing of the fabric any more. */
+  private leave(agentId: string): void {
+    this.agents.delete(agentId);
+    this.unchecked.delete(agentId);
+    this.planners.delete(agentId);
+    this.deps.sync.setFabric(agentId, new Map());
+  }
+
+  private admit(agent: FabricAgent, previous: string | undefined): void {
+    this.refused.delete(agent.id);
+    this.agents.set(agent.id, agent);
+    if (!this.peers) this.unchecked.add(agent.id);
+    this.deps.sync.setCarriage(agent.id, {
+      carries: true,
+      address: agent.address,
+      uplinkMtu: agent.uplinkMtu,
+    });
     this.deps.log.info(
-      { agentId: s.agentId, address: c.address, uplinkMtu: c.uplinkMtu, previous: known?.address },
+      { agentId: agent.id, address: agent.address, uplinkMtu: agent.uplinkMtu, previous },
       'DPU agent carries the fabric: its VTEP is an endpoint of this node',
     );
-    return true;
+  }
+
+  private refuse(agent: FabricAgent, why: string): void {
+    const was = this.refused.get(agent.id);
+    this.refused.set(agent.id, { agent, why });
+    this.deps.sync.setCarriage(agent.id, {
+      carries: false,
+      why: `refused: ${why}, which keeps it; it carries the fabric once that is gone`,
+    });
+    if (was?.why !== why || was.agent.address !== agent.address)
+      this.deps.log.warn(
+        { agentId: agent.id, address: agent.address, why },
+        'DPU agent refused as a carrier of the fabric: its endpoint is held already; it serves ports only',
+      );
+  }
+
+  /** Admits each refused agent still connected whose endpoint nothing holds now; true when one was. */
+  private readmit(): boolean {
+    let changed = false;
+    for (const [id, { agent }] of this.refused) {
+      if (!this.deps.link.sessionOf(id)) {
+        // Its claim went with its session: a new one states its uplink again.
+        this.refused.delete(id);
+        continue;
+      }
+      const why = endpointClash(agent, this.deps.node, this.agents.values(), this.peers ?? []);
+      if (why !== undefined) this.refuse(agent, why);
+      else {
+        this.admit(agent, undefined);
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+  /** Agents admitted before any table are refused when the first one shows their endpoint held. */
+  private checkFirstTable(): boolean {
+    if (this.unchecked.size === 0 || !this.peers) return false;
+    let changed = false;
+    for (const id of this.unchecked) {
+      const agent = this.agents.get(id);
+      const why = agent && endpointClash(agent, this.deps.node, [], this.peers);
+      if (!agent || why === undefined) continue;
+      this.leave(id);
+      this.refuse(agent, why);
+      changed = true;
+    }
+    this.unchecked.clear();
+    return changed;
   }
 
   /** Plans every carrying agent's objects from the last table; nothing before the first apply. */
@@ -271,9 +372,31 @@ export class DpuFabric implements FabricDataplane {
       const plan = planner.update({ node: this.deps.node, agent, locals, own: this.own, settings }, peers);
       replanned += planner.replanned;
       changed += this.deps.sync.setFabric(agent.id, plan);
+      this.logClashes(agent.id, planner.refused);
     }
     if (changed > 0)
       this.deps.log.debug({ agents: locals.length, changed, replanned }, 'fabric objects changed');
+  }
+
+  /** Says once which endpoints an agent's plan leaves out, and for whom: a newcomer's clash. */
+  private logClashes(agentId: string, refused: ReadonlyMap<string, string>): void {
+    const text = [...refused].map(([name, holder]) => `${name} (held by ${holder})`).join(', ');
+    if (text === (this.clashesLogged.get(agentId) ?? '')) return;
+    this.clashesLogged.set(agentId, text);
+    if (text)
+      this.deps.log.warn(
+        { agentId, endpoints: text.slice(0, 2000) },
+        'tunnel endpoints left out: each states a VTEP MAC or address another endpoint holds already',
+      );
+    else this.deps.log.info({ agentId }, 'no tunnel endpoint is left out for a clash any more');
+  }
+
+  /** The endpoint of `node` an agent's plan leaves out, with who holds its identity. */
+  private clashOf(node: string): string | undefined {
+    for (const planner of this.planners.values())
+      for (const [name, holder] of planner.refused)
+        if (peerNodeOf(name) === node) return `${name} states a VTEP MAC or address that ${holder} holds`;
+    return undefined;
   }
 
   /** An agent's FabricPeers, and how many of them its last PeerStatus says are reachable. */
@@ -379,6 +502,7 @@ export class DpuFabric implements FabricDataplane {
           agents.length,
           prefixesOfNode(agents, p.node),
           agents.flatMap((a) => a.seen.get(p.node) ?? []),
+          this.clashOf(p.node),
         ),
       };
       this.pathOf.set(p.node, fresh);
@@ -436,15 +560,17 @@ function peerPath(
   agents: number,
   prefixes: readonly string[] | undefined,
   seenBy: PeerSeenBy[],
+  clash: string | undefined,
 ): PeerPath {
   const base = { node: p.node, ...(seenBy.length > 0 ? { seenBy } : {}) };
   if (prefixes) return { ...base, path: 'vxlan', prefixes: [...prefixes] };
   const reason =
-    agents === 0
+    clash ??
+    (agents === 0
       ? 'no DPU agent of this node carries the fabric'
       : !p.vtep && (p.endpoints ?? []).length === 0
         ? 'it publishes no VTEP and no DPU endpoint'
-        : 'no tunnel endpoint of it has an address the DPUs can reach';
+        : 'no tunnel endpoint of it has an address the DPUs can reach');
   return { ...base, path: 'unreachable', reason, prefixes: [...p.prefixes].sort() };
 }
 

@@ -14,6 +14,7 @@ import {
   type Hello,
   type PeerState,
 } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+import { vtepMac } from '../../../lib/vtep-mac';
 import { okAck, removeDir, scratchDir, startBackend } from './fixtures';
 import { RawAgent } from './raw-agent';
 import { waitUntil } from './sim-process';
@@ -31,7 +32,13 @@ const n3: Peer = {
   vtep: { mac: '0e:77:0a:00:00:03', vni: 30574, port: 4789 },
   prefixes: ['10.244.2.0/24'],
 };
-const n4: Peer = { ...n3, node: 'n4', underlay: ['10.0.0.4'], prefixes: ['10.244.3.0/24'] };
+const n4: Peer = {
+  ...n3,
+  node: 'n4',
+  underlay: ['10.0.0.4'],
+  vtep: { mac: '0e:77:0a:00:00:04', vni: 30574, port: 4789 },
+  prefixes: ['10.244.3.0/24'],
+};
 const own = (slices: Record<string, string[]>): OwnPrefixes => ({
   ranges: ['10.244.0.0/24'],
   byEndpoint: new Map(Object.entries(slices)),
@@ -342,6 +349,7 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
       ...n3,
       node: `worker-${String(i).padStart(4, '0')}.rack-${Math.floor(i / 40)}.example.net`,
       underlay: [`10.1.${Math.floor(i / 250)}.${(i % 250) + 1}`],
+      vtep: { mac: vtepMac(`10.1.${Math.floor(i / 250)}.${(i % 250) + 1}`), vni: 30574, port: 4789 },
       prefixes: [`10.${128 + Math.floor(i / 1024)}.${Math.floor((i % 1024) / 4)}.${(i % 4) * 64}/26`],
     }));
     await b.fabric.apply(peers, own({}));
