@@ -159,14 +159,14 @@ describeRoot(
         30_000,
         { intervalMs: 100 },
       );
-      await waitUntil(() => backend!.fabric.report().ready, 'ready once A and the rogue acked', 30_000, {
-        intervalMs: 100,
-      });
+      expect(await reachesR0(), 'pa → r0 after the rogue came back elsewhere').to.equal(true);
       expect(await fdbOfA(), "A's FDB").to.include.members([
         r0Fdb(),
         `${vtepMac(ROGUE_RETURNS_AT)} dst ${ROGUE_RETURNS_AT} self permanent`,
       ]);
-      expect(await reachesR0(), 'pa → r0 after the rogue came back elsewhere').to.equal(true);
+      await waitUntil(() => backend!.fabric.report().ready, 'ready once A and the rogue acked', 30_000, {
+        intervalMs: 100,
+      });
       const r0Path = backend!.fabric.report().peers.find((p) => p.node === 'r0');
       expect(r0Path?.path).to.equal('vxlan');
       expect(r0Path?.seenBy?.find((s) => s.endpoint === 'dpu-a')?.reachable, "A's word on r0").to.equal(true);
