@@ -18,8 +18,8 @@ import type { AgentLink } from './agent-link';
 import type { AgentSession } from './agent-session';
 import type { AgentSync } from './agent-sync';
 import type { AgentSyncState } from './agent-sync-state';
-import { endpointClash } from './endpoint-clash';
-import { DEFAULT_UPLINK_MTU, fabricCarriage } from './fabric-carriage';
+import { CarrierAdmission } from './carrier-admission';
+import { DEFAULT_UPLINK_MTU } from './fabric-carriage';
 import { peerNodeOf, type FabricAgent } from './fabric-plan';
 import { FabricPlanner } from './fabric-planner';
 
@@ -35,11 +35,7 @@ import { FabricPlanner } from './fabric-planner';
 // longer carries the fabric (it came back without the feature or an uplink), or moves when it comes
 // back with another uplink.
 //
-// An agent may carry the fabric only at an address (and VTEP MAC) no other node's underlay, VTEP or DPU
-// and no other DPU of this node already has (endpoint-clash.ts): the holder is the incumbent and keeps
-// it. The newcomer still serves ports, says why in its row of `workloadnet dpus` and the log, and is
-// admitted the moment the holder is gone (a table without it, a DPU that moved). An agent admitted
-// before the first table is checked against it when it comes: the cluster's nodes were there first.
+// Which agents carry the fabric is carrier-admission.ts's: one endpoint, one holder.
 //
 // At 5,000 peers an agent holds ~10,000 objects, so nothing here walks them per call: each agent's plan
 // is kept and changed per peer (fabric-planner.ts), and what Status asks for is kept until what it is
@@ -60,12 +56,9 @@ export class DpuFabric implements FabricDataplane {
   /** The last table applied; undefined before the first apply (the table is not known complete). */
   private peers: readonly Peer[] | undefined;
   private own: OwnPrefixes = NO_OWN;
-  /** Agents that carry the fabric, seen in this daemon's life, by id. */
-  private readonly agents = new Map<string, FabricAgent>();
-  /** Agents whose endpoint clashes with a holder's, by id: admitted once it is gone. */
-  private readonly refused = new Map<string, { agent: FabricAgent; why: string }>();
-  /** Agents admitted before the first table, to be checked against it. */
-  private readonly unchecked = new Set<string>();
+  /** Which agents carry the fabric (seen in this daemon's life), and which wait for their endpoint. */
+  private readonly carriers: CarrierAdmission;
+  private readonly agents: ReadonlyMap<string, FabricAgent>;
   private readonly listeners: Array<(local: LocalNode) => void> = [];
   /** Each carrying agent's plan, kept between applies. */
   private readonly planners = new Map<string, FabricPlanner>();
@@ -83,7 +76,10 @@ export class DpuFabric implements FabricDataplane {
   private sorted: { peers: readonly Peer[]; value: readonly Peer[] } | undefined;
   private readonly peerCounts = new Map<string, { inputs: unknown[]; total: number; reachable: number }>();
 
-  constructor(private readonly deps: DpuFabricDeps) {}
+  constructor(private readonly deps: DpuFabricDeps) {
+    this.carriers = new CarrierAdmission({ ...deps, left: (id) => this.planners.delete(id) });
+    this.agents = this.carriers.agents;
+  }
 
   /** Whether the fabric is on (prepare() ran). */
   get prepared(): boolean {
@@ -101,7 +97,7 @@ export class DpuFabric implements FabricDataplane {
       );
     this.settings = settings;
     // Agents that connected before the fabric was prepared are its endpoints too.
-    for (const s of this.deps.link.sessions()) this.learn(s);
+    for (const s of this.deps.link.sessions()) this.carriers.learn(s, this.peers);
     return Promise.resolve(this.local());
   }
 
@@ -109,8 +105,8 @@ export class DpuFabric implements FabricDataplane {
     if (!this.settings) throw failedPrecondition('the DPU fabric was applied before it was prepared');
     this.peers = peers;
     this.own = own ?? NO_OWN;
-    const refusedNow = this.checkFirstTable();
-    const admitted = this.readmit();
+    const refusedNow = this.carriers.checkFirstTable(peers);
+    const admitted = this.carriers.readmit(peers);
     this.planAll();
     if (refusedNow || admitted) this.announce();
     return Promise.resolve(this.report());
@@ -156,8 +152,8 @@ export class DpuFabric implements FabricDataplane {
    */
   established(s: AgentSession): void {
     if (!this.settings) return;
-    const learnt = this.learn(s);
-    if (!(this.readmit() || learnt)) return;
+    const learnt = this.carriers.learn(s, this.peers);
+    if (!(this.carriers.readmit(this.peers) || learnt)) return;
     this.planAll();
     this.announce();
   }
@@ -252,109 +248,6 @@ export class DpuFabric implements FabricDataplane {
   }
 
   // ---- internals -----------------------------------------------------------------------------
-
-  /** Records what the session says of its agent's endpoint; true when the endpoint set changed. */
-  private learn(s: AgentSession): boolean {
-    const c = fabricCarriage(s.version, s.hello);
-    const known = this.agents.get(s.agentId);
-    if (!c.carries) {
-      this.refused.delete(s.agentId);
-      if (!known) return false;
-      this.leave(s.agentId);
-      this.deps.log.warn(
-        { agentId: s.agentId, why: c.why },
-        'DPU agent came back without the fabric; its endpoint leaves this node record',
-      );
-      return true;
-    }
-    if (known?.address === c.address && known.uplinkMtu === c.uplinkMtu) return false;
-    const agent: FabricAgent = { id: s.agentId, address: c.address, uplinkMtu: c.uplinkMtu };
-    // The same address at another MTU is still the incumbent's.
-    const why =
-      known?.address === c.address
-        ? undefined
-        : endpointClash(agent, this.deps.node, this.agents.values(), this.peers ?? []);
-    if (why !== undefined) {
-      this.refuse(agent, why);
-      if (!known) return false;
-      this.leave(s.agentId);
-      return true;
-    }
-    this.admit(agent, known?.address);
-    return true;
-  }
-
-  /** An agent's endpoint leaves this node: it carries nothing of the fabric any more. */
-  private leave(agentId: string): void {
-    this.agents.delete(agentId);
-    this.unchecked.delete(agentId);
-    this.planners.delete(agentId);
-    this.deps.sync.setFabric(agentId, new Map());
-  }
-
-  private admit(agent: FabricAgent, previous: string | undefined): void {
-    this.refused.delete(agent.id);
-    this.agents.set(agent.id, agent);
-    if (!this.peers) this.unchecked.add(agent.id);
-    this.deps.sync.setCarriage(agent.id, {
-      carries: true,
-      address: agent.address,
-      uplinkMtu: agent.uplinkMtu,
-    });
-    this.deps.log.info(
-      { agentId: agent.id, address: agent.address, uplinkMtu: agent.uplinkMtu, previous },
-      'DPU agent carries the fabric: its VTEP is an endpoint of this node',
-    );
-  }
-
-  private refuse(agent: FabricAgent, why: string): void {
-    const was = this.refused.get(agent.id);
-    this.refused.set(agent.id, { agent, why });
-    this.deps.sync.setCarriage(agent.id, {
-      carries: false,
-      why: `refused: ${why}, which keeps it; it carries the fabric once that is gone`,
-    });
-    if (was?.why !== why || was.agent.address !== agent.address)
-      this.deps.log.warn(
-        { agentId: agent.id, address: agent.address, why },
-        'DPU agent refused as a carrier of the fabric: its endpoint is held already; it serves ports only',
-      );
-  }
-
-  /** Admits each refused agent still connected whose endpoint nothing holds now; true when one was. */
-  private readmit(): boolean {
-    let changed = false;
-    for (const [id, { agent }] of this.refused) {
-      if (!this.deps.link.sessionOf(id)) {
-        // Its claim went with its session: a new one states its uplink again.
-        this.refused.delete(id);
-        continue;
-      }
-      const why = endpointClash(agent, this.deps.node, this.agents.values(), this.peers ?? []);
-      if (why !== undefined) this.refuse(agent, why);
-      else {
-        this.admit(agent, undefined);
-        changed = true;
-      }
-    }
-    return changed;
-  }
-
-  /** Agents admitted before any table are refused when the first one shows their endpoint held. */
-  private checkFirstTable(): boolean {
-    if (this.unchecked.size === 0 || !this.peers) return false;
-    let changed = false;
-    for (const id of this.unchecked) {
-      const agent = this.agents.get(id);
-      const why = agent && endpointClash(agent, this.deps.node, [], this.peers);
-      if (!agent || why === undefined) continue;
-      this.leave(id);
-      this.refuse(agent, why);
-      changed = true;
-    }
-    this.unchecked.clear();
-    return changed;
-  }
 
   /** Plans every carrying agent's objects from the last table; nothing before the first apply. */
   private planAll(): void {
