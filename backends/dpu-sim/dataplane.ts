@@ -50,6 +50,11 @@ export interface FabricDataplane {
    * otherwise the dataplane may answer from what it read last and what it has programmed since.
    */
   peerStates(table: FabricTable, fresh: boolean): Promise<PeerState[]>;
+  /**
+   * Tells `listener` of an object refused earlier for what another object held, programmed (or
+   * refused anew) once that one let go, outside the change that brought it: its ack must go again.
+   */
+  onHeldApplied?(listener: (name: string, outcome: FabricOutcome) => void): void;
 }
 
 export interface Dataplane {

@@ -7,7 +7,7 @@ import {
   type FabricObject,
   type PeerState,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
-import type { FabricChange, FabricDataplane, Uplink } from './dataplane';
+import type { FabricChange, FabricDataplane, FabricOutcome, Uplink } from './dataplane';
 import { kindOf, type FabricTable } from './fabric-table';
 import { validateFabricObject } from './fabric-validation';
 import { PeerStatusDeltas } from './peer-status-deltas';
@@ -49,7 +49,30 @@ export class FabricAgent {
   private send: ((m: AgentMessage) => void) | undefined;
   private uplinkValue: Uplink | undefined;
 
-  constructor(private readonly o: FabricAgentOptions) {}
+  constructor(private readonly o: FabricAgentOptions) {
+    o.dataplane?.onHeldApplied?.((name, outcome) => this.heldApplied(name, outcome));
+  }
+
+  /**
+   * An object refused for another's key is programmed now that the key is free: acked OK again at its
+   * generation, so that the daemon counts it held without sending it anew.
+   */
+  private heldApplied(name: string, outcome: FabricOutcome): void {
+    const o = this.o.table.get(name);
+    if (!o || outcome.code !== 'ok' || !this.send || this.version < FABRIC_PROTOCOL_VERSION) return;
+    this.send({
+      ack: {
+        name,
+        generation: o.generation,
+        code: AckCode.ACK_CODE_OK,
+        retryable: false,
+        message: '',
+        kind: ObjectKind.OBJECT_KIND_FABRIC,
+      },
+    });
+    this.o.changed();
+    this.peerStatusChanged();
+  }
 
   get carries(): boolean {
     return this.o.carries;

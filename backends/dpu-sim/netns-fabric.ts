@@ -30,7 +30,7 @@ import {
 } from '../../lib/rtnetlink';
 import type { LocalVtep, PeerState } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { FabricChange, FabricDataplane, FabricOutcome, Uplink } from './dataplane';
-import type { FabricTable } from './fabric-table';
+import { kindOf, type FabricTable } from './fabric-table';
 import { sendInBatches } from './netlink-batches';
 import { NetnsPeerView } from './netns-peer-view';
 import { discoverUplink } from './uplink';
@@ -47,6 +47,11 @@ import { dependentsOf, routeKey, wantsOf, type Wanted } from './vxlan-programmin
 // converged together: their kernel requests go out a few hundred to a datagram (netlink-batches.ts),
 // removals first, and the kernel answers each failing request with its own error, so every object
 // still gets its own outcome.
+//
+// An object refused because another object holds its kernel object (one FDB entry per VTEP MAC, one
+// route per prefix) waits for that one key: it is converged again the moment its holder gives the key
+// up, in the same call that freed it (a later object of the same batch, a Delete, a move), and the
+// agent is told (onHeldApplied). Never "at the next snapshot".
 
 export const VXLAN_DEVICE = 'wn-vxlan';
 export const VXLAN_ALIAS = 'workloadnet fabric';
@@ -63,6 +68,8 @@ interface Plan {
   dels: Wanted[];
   blocked: string | undefined;
   conflict: boolean;
+  /** The key another object holds, that this one waits for. */
+  waitsFor: string | undefined;
   failures: string[];
 }
 
@@ -90,6 +97,9 @@ export class NetnsFabric implements FabricDataplane {
   private readonly ourRoutes = new Set<string>();
   /** Why an object is not (fully) programmed: the last error, or what it waits for. */
   private readonly errors = new Map<string, string>();
+  /** Objects held back by another's key: name → that key. */
+  private readonly waiting = new Map<string, string>();
+  private heldListener: ((name: string, outcome: FabricOutcome) => void) | undefined;
 
   /** What PeerStatus says, from the kernel (told of every FDB entry confirmed). */
   private readonly peers: NetnsPeerView;
@@ -139,12 +149,56 @@ export class NetnsFabric implements FabricDataplane {
       }
     }
     const outcomes = await this.converge(table, [...names]);
+    await this.convergeFreed(table, outcomes, new Set(changes.map((c) => c.name)));
     return changes.map(({ name }) => {
       const deviceError = deviceErrors.get(name);
       if (deviceError === undefined) return outcomes.get(name) ?? { code: 'ok', message: '' };
       this.errors.set(name, deviceError);
       return { code: 'failed', message: deviceError };
     });
+  }
+
+  onHeldApplied(listener: (name: string, outcome: FabricOutcome) => void): void {
+    this.heldListener = listener;
+  }
+
+  /**
+   * Converges again each object that waits for a key nobody holds now (with what depends on it), until
+   * none is freed; `outcomes` takes their new outcomes, and the listener hears of those that are not
+   * among `changed` (their ack went out with an earlier change).
+   */
+  private async convergeFreed(
+    table: FabricTable,
+    outcomes: Map<string, FabricOutcome>,
+    changed: ReadonlySet<string>,
+  ): Promise<void> {
+    // Each round programs at least one waiting object or stops: bounded by the objects waiting.
+    for (let rounds = this.waiting.size; rounds > 0; rounds--) {
+      const names = new Set<string>();
+      for (const [name, key] of this.waiting) {
+        const o = table.get(name);
+        if (!o) {
+          this.waiting.delete(name);
+          continue;
+        }
+        const owner = this.owners.get(key);
+        if (owner !== undefined && owner !== name) continue;
+        names.add(name);
+        for (const n of dependentsOf(table, name, kindOf(o))) names.add(n);
+      }
+      if (names.size === 0) return;
+      const before = this.waiting.size;
+      const again = await this.converge(table, [...names]);
+      again.forEach((outcome, name) => {
+        outcomes.set(name, outcome);
+        if (!changed.has(name) && this.heldListener && table.get(name)) this.heldListener(name, outcome);
+      });
+      if (this.waiting.size >= before) return;
+      this.log.info(
+        { objects: before - this.waiting.size },
+        'fabric objects held back programmed: their key was freed',
+      );
+    }
   }
 
   /** The device died with its entries (and routes over it): they are no longer ours to delete. */
@@ -236,11 +290,13 @@ export class NetnsFabric implements FabricDataplane {
       const next = new Map<string, Wanted>();
       let blocked = wants.blocked;
       let conflict = wants.conflict ?? false;
+      let waitsFor: string | undefined;
       for (const w of wants.objects) {
         const owner = ownerOf(w.key);
         if (owner !== undefined && owner !== name) {
           blocked = `${describe(w)} is already programmed for ${owner}`;
           conflict = true;
+          waitsFor = w.key;
           next.clear();
           break;
         }
@@ -259,13 +315,15 @@ export class NetnsFabric implements FabricDataplane {
       const dels: Wanted[] = [...before.values()].filter((w) => !next.has(w.key));
       for (const w of dels) planned.set(w.key, undefined);
       for (const w of adds) planned.set(w.key, name);
-      return { name, before, next, adds, dels, blocked, conflict, failures: [] };
+      return { name, before, next, adds, dels, blocked, conflict, waitsFor, failures: [] };
     });
   }
 
   /** Records what an object holds now that its requests were answered; its outcome. */
   private settle(table: FabricTable, p: Plan): FabricOutcome {
     const { name, before, next, failures } = p;
+    if (p.waitsFor !== undefined && table.get(name)) this.waiting.set(name, p.waitsFor);
+    else this.waiting.delete(name);
     // What could not be removed is still ours to remove later.
     for (const [key, w] of before) if (!next.has(key) && this.owners.get(key) === name) next.set(key, w);
     if (next.size > 0) this.programmed.set(name, next);

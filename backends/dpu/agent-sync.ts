@@ -17,7 +17,7 @@ import type { AgentLink, LinkEvents, LostAgent } from './agent-link';
 import type { AgentSession } from './agent-session';
 import { AgentSyncState } from './agent-sync-state';
 import type { DesiredPort, DesiredState } from './desired-state';
-import { fabricCarriage } from './fabric-carriage';
+import { fabricCarriage, type FabricCarriage } from './fabric-carriage';
 import type { FabricBody } from './fabric-plan';
 import type { PortFields } from './port-spec';
 import { SnapshotSync } from './snapshot-sync';
@@ -377,6 +377,14 @@ export class AgentSync implements LinkEvents {
   // ---- the fabric ----------------------------------------------------------------------------
 
   /**
+   * Whether the agent carries the fabric, as the fabric decided (a hello may state an endpoint another
+   * holds): objects are sent, and acks taken, only while it does.
+   */
+  setCarriage(agentId: string, carriage: FabricCarriage): void {
+    this.stateOf(agentId).carriage = carriage;
+  }
+
+  /**
    * Makes `plan` the fabric `agentId` should hold: changed objects get a new generation and go to its
    * session now, removed ones a Delete. An agent away (or whose snapshot is still to come) gets them in
    * its next snapshot. Returns how many objects changed.
@@ -398,6 +406,20 @@ export class AgentSync implements LinkEvents {
       const reason = 'no longer in the peer table';
       if (s?.send({ delete: { name, generation, reason, kind: ObjectKind.OBJECT_KIND_FABRIC } }))
         st.fabricTombstones.set(name, generation);
+    }
+    // What the agent refused for another object's sake (an FDB entry it holds for another endpoint)
+    // goes again right behind a change that may have freed it: the agent takes messages in order.
+    if (s && changes.deletes.length + changes.replaced > 0) {
+      const again = st.fabric.renewRefused(() => this.deps.desired.nextGeneration());
+      for (const object of again) {
+        this.supersede(object.name, agentId, ObjectKind.OBJECT_KIND_FABRIC);
+        s.send({ upsert: { fabric: object } });
+      }
+      if (again.length > 0)
+        this.deps.log.info(
+          { agentId, objects: again.length, first: again[0]?.name },
+          'fabric objects the agent refused sent again: what held them back may be gone',
+        );
     }
     return changes.upserts.length + changes.deletes.length;
   }

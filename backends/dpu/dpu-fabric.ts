@@ -18,8 +18,9 @@ import type { AgentLink } from './agent-link';
 import type { AgentSession } from './agent-session';
 import type { AgentSync } from './agent-sync';
 import type { AgentSyncState } from './agent-sync-state';
-import { DEFAULT_UPLINK_MTU, fabricCarriage } from './fabric-carriage';
-import type { FabricAgent } from './fabric-plan';
+import { CarrierAdmission } from './carrier-admission';
+import { DEFAULT_UPLINK_MTU } from './fabric-carriage';
+import { peerNodeOf, type FabricAgent } from './fabric-plan';
 import { FabricPlanner } from './fabric-planner';
 
 // The DPU backend's part of the fabric: the node's DPUs carry its overlay, not the host. Each agent
@@ -33,6 +34,8 @@ import { FabricPlanner } from './fabric-planner';
 // other nodes withdraw its slices from under live pods. It goes only when the agent itself says it no
 // longer carries the fabric (it came back without the feature or an uplink), or moves when it comes
 // back with another uplink.
+//
+// Which agents carry the fabric is carrier-admission.ts's: one endpoint, one holder.
 //
 // At 5,000 peers an agent holds ~10,000 objects, so nothing here walks them per call: each agent's plan
 // is kept and changed per peer (fabric-planner.ts), and what Status asks for is kept until what it is
@@ -53,8 +56,9 @@ export class DpuFabric implements FabricDataplane {
   /** The last table applied; undefined before the first apply (the table is not known complete). */
   private peers: readonly Peer[] | undefined;
   private own: OwnPrefixes = NO_OWN;
-  /** Agents that carry the fabric, seen in this daemon's life, by id. */
-  private readonly agents = new Map<string, FabricAgent>();
+  /** Which agents carry the fabric (seen in this daemon's life), and which wait for their endpoint. */
+  private readonly carriers: CarrierAdmission;
+  private readonly agents: ReadonlyMap<string, FabricAgent>;
   private readonly listeners: Array<(local: LocalNode) => void> = [];
   /** Each carrying agent's plan, kept between applies. */
   private readonly planners = new Map<string, FabricPlanner>();
@@ -63,6 +67,8 @@ export class DpuFabric implements FabricDataplane {
   /** Each peer node's path as last made, and what it was made of (the report makes only moved ones). */
   private readonly pathOf = new Map<string, KeptPath>();
   private pathBuilds = 0;
+  /** What logClashes() last said per agent. */
+  private readonly clashesLogged = new Map<string, string>();
   private readonly seen = new WeakMap<
     AgentSyncState,
     { revision: number; byNode: Map<string, PeerSeenBy> }
@@ -70,7 +76,10 @@ export class DpuFabric implements FabricDataplane {
   private sorted: { peers: readonly Peer[]; value: readonly Peer[] } | undefined;
   private readonly peerCounts = new Map<string, { inputs: unknown[]; total: number; reachable: number }>();
 
-  constructor(private readonly deps: DpuFabricDeps) {}
+  constructor(private readonly deps: DpuFabricDeps) {
+    this.carriers = new CarrierAdmission({ ...deps, left: (id) => this.planners.delete(id) });
+    this.agents = this.carriers.agents;
+  }
 
   /** Whether the fabric is on (prepare() ran). */
   get prepared(): boolean {
@@ -88,7 +97,7 @@ export class DpuFabric implements FabricDataplane {
       );
     this.settings = settings;
     // Agents that connected before the fabric was prepared are its endpoints too.
-    for (const s of this.deps.link.sessions()) this.learn(s);
+    for (const s of this.deps.link.sessions()) this.carriers.learn(s, this.peers);
     return Promise.resolve(this.local());
   }
 
@@ -96,7 +105,10 @@ export class DpuFabric implements FabricDataplane {
     if (!this.settings) throw failedPrecondition('the DPU fabric was applied before it was prepared');
     this.peers = peers;
     this.own = own ?? NO_OWN;
+    const refusedNow = this.carriers.checkFirstTable(peers);
+    const admitted = this.carriers.readmit(peers);
     this.planAll();
+    if (refusedNow || admitted) this.announce();
     return Promise.resolve(this.report());
   }
 
@@ -140,10 +152,16 @@ export class DpuFabric implements FabricDataplane {
    */
   established(s: AgentSession): void {
     if (!this.settings) return;
-    if (!this.learn(s)) return;
+    const learnt = this.carriers.learn(s, this.peers);
+    if (!(this.carriers.readmit(this.peers) || learnt)) return;
     this.planAll();
+    this.announce();
+  }
+
+  /** Tells the listeners this node's endpoints changed. */
+  private announce(): void {
     const local = this.local();
-    // After the snapshot went out: a listener publishes and applies, which must not run inside it.
+    // After the snapshot or apply under way: a listener publishes and applies, which must not run inside it.
     queueMicrotask(() => {
       for (const l of this.listeners) l(local);
     });
@@ -231,30 +249,6 @@ export class DpuFabric implements FabricDataplane {
 
   // ---- internals -----------------------------------------------------------------------------
 
-  /** Records what the session says of its agent's endpoint; true when the endpoint set changed. */
-  private learn(s: AgentSession): boolean {
-    const c = fabricCarriage(s.version, s.hello);
-    const known = this.agents.get(s.agentId);
-    if (!c.carries) {
-      if (!known) return false;
-      this.agents.delete(s.agentId);
-      this.planners.delete(s.agentId);
-      this.deps.sync.setFabric(s.agentId, new Map());
-      this.deps.log.warn(
-        { agentId: s.agentId, why: c.why },
-        'DPU agent came back without the fabric; its endpoint leaves this node record',
-      );
-      return true;
-    }
-    if (known?.address === c.address && known.uplinkMtu === c.uplinkMtu) return false;
-    this.agents.set(s.agentId, { id: s.agentId, address: c.address, uplinkMtu: c.uplinkMtu });
-    this.deps.log.info(
-      { agentId: s.agentId, address: c.address, uplinkMtu: c.uplinkMtu, previous: known?.address },
-      'DPU agent carries the fabric: its VTEP is an endpoint of this node',
-    );
-    return true;
-  }
-
   /** Plans every carrying agent's objects from the last table; nothing before the first apply. */
   private planAll(): void {
     const { settings, peers } = this;
@@ -271,9 +265,31 @@ export class DpuFabric implements FabricDataplane {
       const plan = planner.update({ node: this.deps.node, agent, locals, own: this.own, settings }, peers);
       replanned += planner.replanned;
       changed += this.deps.sync.setFabric(agent.id, plan);
+      this.logClashes(agent.id, planner.refused);
     }
     if (changed > 0)
       this.deps.log.debug({ agents: locals.length, changed, replanned }, 'fabric objects changed');
+  }
+
+  /** Says once which endpoints an agent's plan leaves out, and for whom: a newcomer's clash. */
+  private logClashes(agentId: string, refused: ReadonlyMap<string, string>): void {
+    const text = [...refused].map(([name, holder]) => `${name} (held by ${holder})`).join(', ');
+    if (text === (this.clashesLogged.get(agentId) ?? '')) return;
+    this.clashesLogged.set(agentId, text);
+    if (text)
+      this.deps.log.warn(
+        { agentId, endpoints: text.slice(0, 2000) },
+        'tunnel endpoints left out: each states a VTEP MAC or address another endpoint holds already',
+      );
+    else this.deps.log.info({ agentId }, 'no tunnel endpoint is left out for a clash any more');
+  }
+
+  /** The endpoint of `node` an agent's plan leaves out, with who holds its identity. */
+  private clashOf(node: string): string | undefined {
+    for (const planner of this.planners.values())
+      for (const [name, holder] of planner.refused)
+        if (peerNodeOf(name) === node) return `${name} states a VTEP MAC or address that ${holder} holds`;
+    return undefined;
   }
 
   /** An agent's FabricPeers, and how many of them its last PeerStatus says are reachable. */
@@ -379,6 +395,7 @@ export class DpuFabric implements FabricDataplane {
           agents.length,
           prefixesOfNode(agents, p.node),
           agents.flatMap((a) => a.seen.get(p.node) ?? []),
+          this.clashOf(p.node),
         ),
       };
       this.pathOf.set(p.node, fresh);
@@ -436,15 +453,17 @@ function peerPath(
   agents: number,
   prefixes: readonly string[] | undefined,
   seenBy: PeerSeenBy[],
+  clash: string | undefined,
 ): PeerPath {
   const base = { node: p.node, ...(seenBy.length > 0 ? { seenBy } : {}) };
   if (prefixes) return { ...base, path: 'vxlan', prefixes: [...prefixes] };
   const reason =
-    agents === 0
+    clash ??
+    (agents === 0
       ? 'no DPU agent of this node carries the fabric'
       : !p.vtep && (p.endpoints ?? []).length === 0
         ? 'it publishes no VTEP and no DPU endpoint'
-        : 'no tunnel endpoint of it has an address the DPUs can reach';
+        : 'no tunnel endpoint of it has an address the DPUs can reach');
   return { ...base, path: 'unreachable', reason, prefixes: [...p.prefixes].sort() };
 }
 

@@ -26,6 +26,8 @@ interface Entry {
 export interface FabricChanges {
   upserts: FabricObject[];
   deletes: Array<{ name: string; generation: number }>;
+  /** How many of the upserts replace an object held before (what it held may be free now). */
+  replaced: number;
 }
 
 export class FabricDesired {
@@ -49,7 +51,7 @@ export class FabricDesired {
   /** Replaces the desired objects with `plan`; `nextGeneration` gives each change its generation. */
   set(plan: ReadonlyMap<string, FabricBody>, nextGeneration: () => number): FabricChanges {
     this.planned = true;
-    const changes: FabricChanges = { upserts: [], deletes: [] };
+    const changes: FabricChanges = { upserts: [], deletes: [], replaced: 0 };
     // forEach, not for-of: at 10,000 objects an entry array each, per apply, was garbage.
     plan.forEach((body, name) => {
       const old = this.objects.get(name);
@@ -61,6 +63,7 @@ export class FabricDesired {
       if (old) {
         this.count(old.ack, old.object, -1);
         this.index.remove(old.object);
+        changes.replaced++;
       }
       this.objects.set(name, { object, body, ack: undefined });
       this.index.add(object);
@@ -98,6 +101,23 @@ export class FabricDesired {
   clearAcks(): void {
     for (const e of this.objects.values()) e.ack = undefined;
     this.ackedOk = this.refused = this.heldPeers = this.heldRoutes = 0;
+  }
+
+  /**
+   * Gives every object the agent refused a new generation (unacked again), for sending once more:
+   * what blocked it may be gone. Returns them.
+   */
+  renewRefused(nextGeneration: () => number): FabricObject[] {
+    const out: FabricObject[] = [];
+    if (this.refused === 0) return out;
+    for (const e of this.objects.values()) {
+      if (!e.ack || e.ack.ok) continue;
+      this.count(e.ack, e.object, -1);
+      e.object = { ...e.object, generation: nextGeneration() };
+      e.ack = undefined;
+      out.push(e.object);
+    }
+    return out;
   }
 
   get(name: string): FabricObject | undefined {

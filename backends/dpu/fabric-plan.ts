@@ -2,7 +2,7 @@ import { isIP } from 'node:net';
 import type { FabricSettings, OwnPrefixes } from '../../core/fabric/fabric-dataplane';
 import type { Peer } from '../../core/fabric/peer-source';
 import { encapsulationOverhead } from '../../core/fabric/pod-mtu';
-import { cidrContains, parseCidr, type Cidr } from '../../lib/cidr';
+import { cidrContains, formatAddress, parseAddress, parseCidr, type Cidr } from '../../lib/cidr';
 import { vtepMac } from '../../lib/vtep-mac';
 import { RouteVia, type FabricObject } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 
@@ -11,6 +11,12 @@ import { RouteVia, type FabricObject } from '../../proto/gen/workloadnet/dpu/v1/
 // node's VXLAN device, another node's DPU, a DPU of this node beside it) and one route per remote
 // prefix. A pure function of its input: the same input gives the same objects, so an apply that changes
 // nothing sends nothing.
+//
+// Every tunnel endpoint is one FDB entry on the DPU, keyed by its VTEP MAC, towards its address: two
+// endpoints stating one MAC or one address cannot both be held. The incumbent keeps it: the endpoint
+// that held that MAC or address in the previous plan (`held`), else the agent's own VTEP, then the
+// plan's order. A newcomer is left out, with its routes, until it no longer clashes; name order never
+// lets a newcomer displace an established endpoint (a snapshot lists objects by name).
 
 /** One of this node's agents that carries the fabric. */
 export interface FabricAgent {
@@ -30,6 +36,8 @@ export interface FabricPlanInput {
   peers: readonly Peer[];
   own: OwnPrefixes;
   settings: Pick<FabricSettings, 'vni' | 'port'>;
+  /** Who held each identity in the previous plan (identityOwners() of it); none: a first plan. */
+  held?: ReadonlyMap<string, string>;
 }
 
 /** A fabric object as desired, before it is given a generation. */
@@ -177,15 +185,33 @@ export function routeBody(agent: FabricAgent, prefix: string, peer: string): Fab
 export const localPartKey = (id: string): string => `1\0${id}`;
 export const remotePartKey = (node: string): string => `2\0${node}`;
 
-/** Every fabric object `input.agent` must hold, by name. */
-export function planFabric(input: FabricPlanInput): Map<string, FabricBody> {
+/** The identities a FabricPeer (or the LocalVtep) takes on the DPU: its VTEP MAC and its address. */
+export function identityKeys(o: FabricBody): string[] {
+  const e = o.peer ?? o.localVtep;
+  return e ? [`mac|${e.mac.toLowerCase()}`, `address|${canonicalAddress(e.address)}`] : [];
+}
+
+/** Which object holds each identity in `plan`: the `held` of the next plan. */
+export function identityOwners(plan: ReadonlyMap<string, FabricBody>): Map<string, string> {
+  const out = new Map<string, string>();
+  plan.forEach((o, name) => {
+    for (const k of identityKeys(o)) out.set(k, name);
+  });
+  return out;
+}
+
+/**
+ * Every fabric object `input.agent` must hold, by name. `refused`, when given, is told each endpoint
+ * left out for an identity another holds: its object name → the holder's.
+ */
+export function planFabric(input: FabricPlanInput, refused?: Map<string, string>): Map<string, FabricBody> {
   const { node, agent } = input;
   const out = new Map<string, FabricBody>();
   const own = planOwn(input);
   for (const o of own.objects) out.set(o.name, o);
   // A prefix already routed (or this agent's own) is not routed again: the first claim wins.
   const routed = new Set(own.prefixes);
-  const parts: PlanPart[] = [
+  const wanted: PlanPart[] = [
     ...[...input.locals]
       .filter((other) => other.id !== agent.id)
       .sort(byId)
@@ -195,6 +221,7 @@ export function planFabric(input: FabricPlanInput): Map<string, FabricBody> {
       .sort((x, y) => compare(x.node, y.node))
       .map((peer) => planRemotePart(agent, peer)),
   ];
+  const parts = withoutClashes(own.objects, wanted, input.held ?? new Map(), refused);
   for (const part of parts) {
     for (const o of part.objects) out.set(o.name, o);
     for (const r of part.routes) {
@@ -204,6 +231,52 @@ export function planFabric(input: FabricPlanInput): Map<string, FabricBody> {
     }
   }
   return out;
+}
+
+/**
+ * The parts without the endpoints that clash with an incumbent's identity (and without their routes).
+ * Endpoints that held one of their identities in the previous plan choose first, in the plan's order,
+ * then the others; each takes its identities unless one is taken by another object already.
+ */
+function withoutClashes(
+  own: readonly FabricBody[],
+  parts: readonly PlanPart[],
+  held: ReadonlyMap<string, string>,
+  refused: Map<string, string> | undefined,
+): PlanPart[] {
+  const taken = new Map<string, string>();
+  for (const o of own) for (const k of identityKeys(o)) taken.set(k, o.name);
+  const peers = parts.flatMap((part, i) => part.objects.map((o) => ({ o, i, keys: identityKeys(o) })));
+  const incumbent = (x: (typeof peers)[number]): boolean => x.keys.some((k) => held.get(k) === x.o.name);
+  const left = new Set<FabricBody>();
+  for (const x of [...peers.filter(incumbent), ...peers.filter((x) => !incumbent(x))]) {
+    const clash = x.keys.map((k) => taken.get(k)).find((owner) => owner !== undefined && owner !== x.o.name);
+    if (clash !== undefined) {
+      left.add(x.o);
+      refused?.set(x.o.name, clash);
+      continue;
+    }
+    for (const k of x.keys) taken.set(k, x.o.name);
+  }
+  if (left.size === 0) return [...parts];
+  return parts.map((part) => {
+    const out = new Set(part.objects.filter((o) => left.has(o)).map((o) => o.name));
+    if (out.size === 0) return part;
+    return {
+      objects: part.objects.filter((o) => !left.has(o)),
+      routes: part.routes.filter((r) => !out.has(r.peer)),
+    };
+  });
+}
+
+/** An address in its canonical text (IPv6 compressed, lower case); the text itself when it is none. */
+export function canonicalAddress(text: string): string {
+  try {
+    const a = parseAddress(text);
+    return formatAddress(a.family, a.value);
+  } catch {
+    return text;
+  }
 }
 
 /** The first claim of each prefix within one part. */

@@ -1,6 +1,8 @@
 import type { Peer } from '../../core/fabric/peer-source';
 import { peerShape } from '../../core/fabric/peer-shape';
 import {
+  identityKeys,
+  identityOwners,
   localPartKey,
   planFabric,
   planLocalPart,
@@ -26,6 +28,9 @@ import {
 //
 // Objects of unchanged parts keep their identity in the returned map, which FabricDesired.set takes as
 // "unchanged" without comparing them.
+//
+// Two endpoints stating one VTEP MAC or address are decided by incumbency (fabric-plan.ts): such a
+// table is planned whole, given who held each identity in the plan before this update.
 
 /** Everything of the plan's input but the peers. */
 export type PlanContext = Omit<FabricPlanInput, 'peers'>;
@@ -56,12 +61,19 @@ export class FabricPlanner {
    */
   private keys = new Map<string, { key: string; listed: number }>();
   private updates = 0;
+  /** Which object holds each identity (VTEP MAC, address) in the plan, kept with it. */
+  private identities = new Map<string, string>();
+  /** What this update changed in `identities` (key, previous holder): undone, it is the last plan's. */
+  private journal: Array<[string, string | undefined]> = [];
   /** Parts planned by the last update (for tests and the log: what an apply cost). */
   replanned = 0;
+  /** Endpoints the last plan left out, each with the object that holds its identity. */
+  refused = new Map<string, string>();
 
   /** The plan for `peers` under `context`: the whole map, updated in place. */
   update(context: PlanContext, peers: readonly Peer[]): ReadonlyMap<string, FabricBody> {
     const text = contextShape(context);
+    this.journal = [];
     if (text !== this.context) return this.rebuild(context, text, peers, hasTwice(peers, context.node));
     const stamp = ++this.updates;
     for (const p of peers) {
@@ -111,6 +123,10 @@ export class FabricPlanner {
     peers: readonly Peer[],
     whole: boolean,
   ): ReadonlyMap<string, FabricBody> {
+    const held = this.heldBefore();
+    this.identities = new Map();
+    this.journal = [];
+    this.refused = new Map();
     this.plan = new Map();
     this.parts = new Map();
     this.owners = new Map();
@@ -120,7 +136,10 @@ export class FabricPlanner {
     this.context = text;
     const own = planOwn(context);
     this.ownPrefixes = new Set(own.prefixes);
-    for (const o of own.objects) this.plan.set(o.name, o);
+    for (const o of own.objects) {
+      this.plan.set(o.name, o);
+      for (const k of identityKeys(o)) this.identities.set(k, o.name);
+    }
     let clash = whole;
     for (const other of whole ? [] : context.locals) {
       if (other.id === context.agent.id) continue;
@@ -141,20 +160,31 @@ export class FabricPlanner {
     // the per-part bookkeeping does not model: such a table is planned whole, and next time again.
     if (clash) {
       this.context = undefined;
-      this.plan = planFabric({ ...context, peers });
+      this.plan = planFabric({ ...context, peers, held }, this.refused);
+      this.identities = identityOwners(this.plan);
     }
     return this.plan;
   }
 
-  /** Adds a part's objects and claims; false when one of its objects is another part's. */
+  /**
+   * Adds a part's objects and claims; false when one of its objects is another part's, or states an
+   * identity another object holds.
+   */
   private addPart(key: string, part: PlanPart): boolean {
+    const mine = new Map<string, string>();
     for (const o of part.objects) {
       const owner = this.owners.get(o.name);
       if (owner !== undefined && owner !== key) return false;
+      for (const k of identityKeys(o)) {
+        const holder = this.identities.get(k) ?? mine.get(k);
+        if (holder !== undefined && holder !== o.name) return false;
+        mine.set(k, o.name);
+      }
     }
     for (const o of part.objects) {
       this.owners.set(o.name, key);
       this.plan.set(o.name, o);
+      for (const k of identityKeys(o)) this.setIdentity(k, o.name);
     }
     for (const r of part.routes) {
       const list = this.claims.get(r.prefix);
@@ -170,6 +200,7 @@ export class FabricPlanner {
       if (this.owners.get(o.name) !== key) continue;
       this.owners.delete(o.name);
       this.plan.delete(o.name);
+      for (const k of identityKeys(o)) if (this.identities.get(k) === o.name) this.setIdentity(k, undefined);
     }
     for (const r of part.routes) {
       const list = this.claims.get(r.prefix);
@@ -178,6 +209,23 @@ export class FabricPlanner {
       if (list?.length === 0) this.claims.delete(r.prefix);
       this.route(r.prefix);
     }
+  }
+
+  private setIdentity(key: string, holder: string | undefined): void {
+    this.journal.push([key, this.identities.get(key)]);
+    if (holder === undefined) this.identities.delete(key);
+    else this.identities.set(key, holder);
+  }
+
+  /** Who held each identity in the plan last returned (this update's changes undone). */
+  private heldBefore(): Map<string, string> {
+    const held = new Map(this.identities);
+    for (let i = this.journal.length - 1; i >= 0; i--) {
+      const [key, holder] = this.journal[i] as [string, string | undefined];
+      if (holder === undefined) held.delete(key);
+      else held.set(key, holder);
+    }
+    return held;
   }
 
   /** Gives the route to `prefix` to the first part that claims it (none: no route). */

@@ -355,4 +355,42 @@ describeRoot('DPU simulator: the fabric over VXLAN in netns mode (needs root)', 
     expect(latest(`peer/${gone.name}`)!.lastError).to.match(/its FDB entry .* is not on wn-vxlan/);
     expect(latest(`peer/${peers[8]!.name}`)?.reachable).to.equal(true);
   });
+
+  it("programs an object held back by another's FDB entry the moment that one lets go of it, and acks it again", async () => {
+    const [da] = dpus as [Dpu, Dpu];
+    const nl = topo.node('nl');
+    const g = (): number => da.daemon.nextGeneration();
+    // nl's entry goes, then a shadow stating nl's address (so its MAC) and nl itself come in one batch,
+    // the shadow first: it takes the FDB entry, and nl is refused for it.
+    const d = da.daemon.delete(da.session, 'peer/nl');
+    expect((await da.daemon.ackOf(da.session, 'peer/nl', d)).code).to.equal(AckCode.ACK_CODE_OK);
+    const shadow = peer(g(), 'aa-shadow', nl.address);
+    const toNl = peer(g(), 'nl', nl.address);
+    for (const o of [shadow, toNl]) da.daemon.upsert(da.session, o);
+    const [, refused] = await da.daemon.allAcked(da.session, [shadow, toNl]);
+    expect(refused!.code).to.equal(AckCode.ACK_CODE_INVALID);
+    expect(refused!.message).to.match(/already programmed for peer\/aa-shadow/);
+
+    // The shadow moves to another address: nl's entry is programmed at once, and acked OK at its generation.
+    const moved = peer(g(), 'aa-shadow', '10.100.1.99');
+    da.daemon.upsert(da.session, moved);
+    expect((await da.daemon.ackOf(da.session, moved.name, moved.generation)).code).to.equal(
+      AckCode.ACK_CODE_OK,
+    );
+    await waitUntil(
+      () =>
+        da.session.acks.some(
+          (a) => a.name === 'peer/nl' && a.generation === toNl.generation && a.code === AckCode.ACK_CODE_OK,
+        ),
+      'peer/nl acked OK once its entry was free',
+    );
+    const k = await kernelState(da.node.ns);
+    expect(k.fdb).to.include.members([
+      `${vtepMac(nl.address)} dst ${nl.address} self permanent`,
+      `${vtepMac('10.100.1.99')} dst 10.100.1.99 self permanent`,
+    ]);
+    expect(await ping(da.pod, nl.podIp), 'pod behind da → pod of the Linux node').to.equal(true);
+    const g2 = da.daemon.delete(da.session, moved.name);
+    expect((await da.daemon.ackOf(da.session, moved.name, g2)).code).to.equal(AckCode.ACK_CODE_OK);
+  });
 });

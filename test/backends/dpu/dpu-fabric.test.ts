@@ -8,14 +8,13 @@ import {
   AckCode,
   ObjectKind,
   type AgentMessage,
-  type ControllerMessage,
   AgentMessage as AgentMessageCodec,
-  type FabricObject,
-  type Hello,
   type PeerState,
 } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+import { vtepMac } from '../../../lib/vtep-mac';
 import { okAck, removeDir, scratchDir, startBackend } from './fixtures';
 import { RawAgent } from './raw-agent';
+import { fabricAck, fabricUpserts, snapshot, v3Hello } from './fabric-stream';
 import { waitUntil } from './sim-process';
 
 // The DPU backend's fabric against its real agent server, with hand-driven agents: a version 3 agent
@@ -31,46 +30,17 @@ const n3: Peer = {
   vtep: { mac: '0e:77:0a:00:00:03', vni: 30574, port: 4789 },
   prefixes: ['10.244.2.0/24'],
 };
-const n4: Peer = { ...n3, node: 'n4', underlay: ['10.0.0.4'], prefixes: ['10.244.3.0/24'] };
+const n4: Peer = {
+  ...n3,
+  node: 'n4',
+  underlay: ['10.0.0.4'],
+  vtep: { mac: '0e:77:0a:00:00:04', vni: 30574, port: 4789 },
+  prefixes: ['10.244.3.0/24'],
+};
 const own = (slices: Record<string, string[]>): OwnPrefixes => ({
   ranges: ['10.244.0.0/24'],
   byEndpoint: new Map(Object.entries(slices)),
 });
-
-function v3Hello(agentId: string, over: Partial<Hello> = {}): AgentMessage {
-  return RawAgent.hello(agentId, {
-    protocolVersion: 1,
-    minProtocolVersion: 1,
-    maxProtocolVersion: 3,
-    uplinkAddresses: ['10.0.1.11'],
-    uplinkMtu: 1500,
-    capabilities: { maxPorts: 0, ipv6: true, minMtu: 68, maxMtu: 9216, features: ['fabric-vxlan'] },
-    ...over,
-  });
-}
-
-const fabricAck = (o: FabricObject, more: Partial<AgentMessage['ack']> = {}): AgentMessage =>
-  okAck(o.name, o.generation, { kind: ObjectKind.OBJECT_KIND_FABRIC, ...more });
-
-/** The fabric upserts received from index `from` on. */
-const fabricUpserts = (a: RawAgent, from = 0): FabricObject[] =>
-  a.received.slice(from).flatMap((m) => (m.upsert?.fabric ? [m.upsert.fabric] : []));
-
-/** The snapshot that starts at or after `from`: its begin, its fabric objects and its end. */
-async function snapshot(
-  a: RawAgent,
-  from = 0,
-  timeoutMs = 5000,
-): Promise<{ begin: ControllerMessage; fabric: FabricObject[]; end: ControllerMessage }> {
-  const begin = await a.next((m) => !!m.snapshotBegin, 'a snapshot', timeoutMs, from);
-  const start = a.received.indexOf(begin);
-  const end = await a.next((m) => !!m.syncComplete, 'its sync complete', timeoutMs, start);
-  return {
-    begin,
-    fabric: fabricUpserts(a, start).filter((_, i) => i < (end.syncComplete?.fabricCount ?? 0)),
-    end,
-  };
-}
 
 describe('DPU backend: the fabric on the agent stream (protocol version 3)', function () {
   this.timeout(30_000);
@@ -342,6 +312,7 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
       ...n3,
       node: `worker-${String(i).padStart(4, '0')}.rack-${Math.floor(i / 40)}.example.net`,
       underlay: [`10.1.${Math.floor(i / 250)}.${(i % 250) + 1}`],
+      vtep: { mac: vtepMac(`10.1.${Math.floor(i / 250)}.${(i % 250) + 1}`), vni: 30574, port: 4789 },
       prefixes: [`10.${128 + Math.floor(i / 1024)}.${Math.floor((i % 1024) / 4)}.${(i % 4) * 64}/26`],
     }));
     await b.fabric.apply(peers, own({}));

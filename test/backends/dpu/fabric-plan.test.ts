@@ -2,7 +2,13 @@ import { expect } from 'chai';
 import type { OwnPrefixes } from '../../../core/fabric/fabric-dataplane';
 import type { Peer } from '../../../core/fabric/peer-source';
 import { FabricDesired } from '../../../backends/dpu/fabric-desired';
-import { planFabric, type FabricAgent, type FabricBody } from '../../../backends/dpu/fabric-plan';
+import {
+  identityOwners,
+  planFabric,
+  type FabricAgent,
+  type FabricBody,
+} from '../../../backends/dpu/fabric-plan';
+import { FabricPlanner } from '../../../backends/dpu/fabric-planner';
 import { RouteVia } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 
 // What each DPU of a node must hold for the fabric: its VTEP and slices, every remote tunnel endpoint
@@ -160,5 +166,50 @@ describe('DPU fabric plan', () => {
     expect(second.deletes.map((d) => d.name).sort()).to.deep.equal(['peer/n3', 'route/10.244.2.0/24']);
     for (const d of second.deletes) expect(d.generation).to.be.greaterThan(top);
     expect(desired.snapshot().map((o) => o.name)).to.not.include('peer/n3');
+  });
+
+  it("keeps the incumbent's FDB key when a newcomer that sorts first states its VTEP MAC or address", () => {
+    const input = { node: 'n1', agent: a, locals: [a], own, settings };
+    const before = planFabric({ ...input, peers: [n3] });
+    // n0 states n3's MAC at another address, m0 n3's address with another MAC: both sort before n3.
+    const n0: Peer = { ...n3, node: 'n0', underlay: ['10.0.0.9'], prefixes: ['10.244.9.0/24'] };
+    const m0: Peer = {
+      ...n3,
+      node: 'm0',
+      vtep: { mac: '0e:77:0a:00:00:99', ...vx },
+      prefixes: ['10.244.8.0/24'],
+    };
+    const refused = new Map<string, string>();
+    const plan = planFabric({ ...input, peers: [n0, m0, n3], held: identityOwners(before) }, refused);
+    expect(plan.get('peer/n3')).to.deep.equal(before.get('peer/n3'));
+    expect(plan.get('route/10.244.2.0/24')?.peerRoute?.peer).to.equal('peer/n3');
+    for (const name of ['peer/n0', 'peer/m0', 'route/10.244.9.0/24', 'route/10.244.8.0/24'])
+      expect(plan.has(name), `${name} left out`).to.equal(false);
+    expect(Object.fromEntries(refused)).to.deep.equal({ 'peer/n0': 'peer/n3', 'peer/m0': 'peer/n3' });
+    // Once n3 leaves, nothing holds what they state (they do not clash with each other).
+    const after = planFabric({ ...input, peers: [n0, m0], held: identityOwners(plan) });
+    expect(after.get('route/10.244.8.0/24')?.peerRoute?.peer).to.equal('peer/m0');
+    expect(after.get('route/10.244.9.0/24')?.peerRoute?.peer).to.equal('peer/n0');
+  });
+
+  it("never lets a peer take the agent's own VTEP MAC or address, nor a DPU beside it", () => {
+    const forger: Peer = {
+      ...n3,
+      node: 'n0',
+      underlay: ['10.0.1.12'],
+      vtep: { mac: '0e:77:0a:00:00:99', ...vx },
+      prefixes: ['10.244.9.0/24'],
+    };
+    const planner = new FabricPlanner();
+    const context = { node: 'n1', agent: a, locals: [a, b], own, settings };
+    planner.update(context, [n3]);
+    const plan = planner.update(context, [n3, forger]);
+    expect(plan.has('peer/n0')).to.equal(false);
+    expect(plan.get('peer/n1/dpu-b')?.peer?.address).to.equal('10.0.1.12');
+    expect(plan.get('peer/n3')).to.not.equal(undefined);
+    expect(Object.fromEntries(planner.refused)).to.deep.equal({ 'peer/n0': 'peer/n1/dpu-b' });
+    const mine: Peer = { ...forger, underlay: ['10.0.1.11'] };
+    expect(planner.update(context, [n3, mine]).has('peer/n0')).to.equal(false);
+    expect(Object.fromEntries(planner.refused)).to.deep.equal({ 'peer/n0': 'vtep' });
   });
 });

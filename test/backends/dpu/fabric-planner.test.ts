@@ -3,7 +3,12 @@ import fc from 'fast-check';
 import type { OwnPrefixes } from '../../../core/fabric/fabric-dataplane';
 import type { Peer, TunnelEndpoint } from '../../../core/fabric/peer-source';
 import { FabricDesired } from '../../../backends/dpu/fabric-desired';
-import { planFabric, type FabricAgent, type FabricBody } from '../../../backends/dpu/fabric-plan';
+import {
+  identityOwners,
+  planFabric,
+  type FabricAgent,
+  type FabricBody,
+} from '../../../backends/dpu/fabric-plan';
 import { FabricPlanner, type PlanContext } from '../../../backends/dpu/fabric-planner';
 
 // The plan kept between applies and changed per peer gives exactly what the whole plan gives, after
@@ -102,12 +107,16 @@ describe('DPU fabric plan kept between applies (per-peer re-plan)', () => {
           const planners = new Map([agentA, agentB].map((a) => [a.id, new FabricPlanner()]));
           const kept = new Map([agentA, agentB].map((a) => [a.id, new FabricDesired()]));
           const whole = new Map([agentA, agentB].map((a) => [a.id, new FabricDesired()]));
+          // What each agent's last plan held: the incumbents of the next one.
+          const last = new Map<string, ReadonlyMap<string, FabricBody>>();
           let gen = 0;
           const next = (): number => ++gen;
           const check = (): void => {
             for (const agent of locals) {
               const context: PlanContext = { node: NODE, agent, locals, own: ownNow, settings };
-              const expected = planFabric({ ...context, peers: table });
+              const held = identityOwners(last.get(agent.id) ?? new Map());
+              const expected = planFabric({ ...context, peers: table, held });
+              last.set(agent.id, expected);
               const got = (planners.get(agent.id) as FabricPlanner).update(context, table);
               expect(sorted(got)).to.deep.equal(sorted(expected));
               const a = changed((kept.get(agent.id) as FabricDesired).set(got, next));
