@@ -294,7 +294,11 @@ export class FabricController {
       let first: LocalNode | undefined;
       const locals: LocalNode[] = [];
       for (const dp of this.opts.dataplanes) {
-        const local = await dp.prepare({ ...settings, nodeName: this.opts.nodeName });
+        // The VTEP MAC is derived from the node's name too only where the source publishes it (etcd
+        // records, Kubernetes annotations): a peers file lists each node's MAC by hand, and a MAC that
+        // changed at an upgrade would cut the node off until every file was edited.
+        const nodeName = this.opts.source?.kind === 'static' ? undefined : this.opts.nodeName;
+        const local = await dp.prepare({ ...settings, ...(nodeName !== undefined ? { nodeName } : {}) });
         first ??= local;
         locals.push(local);
       }

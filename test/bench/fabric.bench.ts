@@ -12,7 +12,6 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { vtepMac } from '../../lib/vtep-mac';
 import {
-  DAEMON_NODE_NAME,
   FabricTopology,
   bridge,
   peersFileEntry,
@@ -162,7 +161,7 @@ async function joinLeave(
   const prefix = `10.244.${peer.range}.0/24`;
   const hasRoute = async (): Promise<boolean> =>
     (await fabricRoutes(na.ns)).some((l) => l.startsWith(prefix));
-  const mac = vtepMac(peer.address, DAEMON_NODE_NAME);
+  const mac = vtepMac(peer.address);
   for (let i = 0; i <= reps; i++) {
     const t0 = process.hrtime.bigint();
     writePeers(na, [...base, nodeEntry(peer)]);

@@ -5,7 +5,6 @@
 
 import { execFile, execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
-import * as os from 'node:os';
 import { promisify } from 'node:util';
 import type { Peer } from '../../../core/fabric/peer-source';
 import type { FabricSettings, LocalNode } from '../../../core/fabric/fabric-dataplane';
@@ -221,24 +220,13 @@ export interface PeersFileEntry {
   bootId: string;
 }
 
-/** The name the tests' daemons run under: their config sets no nodeName, so it is the host's. */
-export const DAEMON_NODE_NAME = os.hostname();
-
-/**
- * The entry for a node at `address` owning `prefixes`, with the VTEP its daemon derives (from the name
- * the daemon runs under and its address).
- */
-export function peersFileEntry(
-  node: string,
-  address: string,
-  prefixes: string[],
-  daemonName = DAEMON_NODE_NAME,
-): PeersFileEntry {
+/** The entry for a node at `address` owning `prefixes`, with the VTEP its daemon derives. */
+export function peersFileEntry(node: string, address: string, prefixes: string[]): PeersFileEntry {
   return {
     node,
     underlay: [address],
     mtu: 1500,
-    vtep: { mac: vtepMac(address, daemonName), vni: 30574, port: 4789 },
+    vtep: { mac: vtepMac(address), vni: 30574, port: 4789 },
     prefixes,
     bootId: '',
   };

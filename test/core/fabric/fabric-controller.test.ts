@@ -53,6 +53,12 @@ describe('fabric controller', () => {
     return controller;
   }
 
+  it('derives the VTEP MAC from the address alone with the static source, whose peers files list it by hand', async () => {
+    Object.defineProperty(source, 'kind', { value: 'static' });
+    await make().start();
+    expect(dp.prepared).to.deep.equal([SETTINGS]);
+  });
+
   it('prepares the dataplane and publishes this node with its underlay, MTU, VTEP and boot id', async () => {
     await make().start();
     expect(dp.prepared).to.deep.equal([{ ...SETTINGS, nodeName: 'n1' }]);
