@@ -46,6 +46,28 @@ export interface DirectSources {
   owners: Map<string, Cidr[]>;
   /** Prefixes of direct peers whose MAC is not known yet: admitted from any MAC, for now. */
   unresolved: Cidr[];
+  /** The uplink's ifindex and, per direct peer's underlay address, the MAC used (undefined: unresolved). */
+  uplinkIndex: number;
+  macs: Map<string, string | undefined>;
+}
+
+/**
+ * Whether a neighbour notification changes what the direct path admits: a direct peer's entry on the
+ * uplink resolved to another MAC than the filter holds (a replaced NIC, a first answer). The fabric
+ * then applies again at once rather than dropping the peer's pods until the next pass.
+ */
+export function directNeighbourChanged(
+  d: DirectSources | undefined,
+  e: { ifindex?: number; dst?: string; mac?: string },
+): boolean {
+  if (!d || e.ifindex !== d.uplinkIndex || e.dst === undefined || e.mac === undefined) return false;
+  let dst: string;
+  try {
+    dst = canonicalAddress(e.dst);
+  } catch {
+    return false;
+  }
+  return d.macs.has(dst) && d.macs.get(dst) !== e.mac;
 }
 
 function parse(texts: readonly string[]): Cidr[] {
@@ -165,5 +187,7 @@ export async function directSources(
     guarded,
     owners,
     unresolved: outermost(unresolved),
+    uplinkIndex: underlay.uplink.index,
+    macs: new Map(targets.map((t) => [t.address, macs.get(t.address)])),
   };
 }
