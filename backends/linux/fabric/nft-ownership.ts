@@ -32,6 +32,8 @@ export interface TableObject {
   kind: string;
   name: string;
   comment?: string;
+  /** A counter's packets. */
+  packets?: number;
 }
 
 export interface TableListing {
@@ -58,6 +60,8 @@ export function parseListing(text: string): TableListing {
     const objectComment = /^\t\tcomment "(.*)"$/.exec(line);
     if (objectComment?.[1] !== undefined && current && current.comment === undefined)
       current.comment = objectComment[1];
+    const packets = /^\t\tpackets (\d+) bytes \d+$/.exec(line);
+    if (packets?.[1] !== undefined && current?.kind === 'counter') current.packets = Number(packets[1]);
     if (line === '\t}') current = undefined;
   }
   return out;

@@ -24,10 +24,12 @@
 //   (iptables-nft's tables, kube-proxy's, firewalld's live in theirs); a drop in any base chain is
 //   final whatever other chains accept, so our chains need nothing of theirs. Removing the filter
 //   deletes our objects, and the table only when nothing else is left in it.
-// - One transaction (`nft -f -`) declares the table (a no-op when it exists, so the counter and the
-//   hook survive), flushes each set and fills it again, and rewrites the rules: the kernel switches
-//   from the old set to the new one at once, so there is no moment without the filter and no moment
-//   where a peer in both the old and the new table is missing.
+// - One transaction (`nft -f -`) declares the table (a no-op when it exists, so the counters and the
+//   hooks survive), writes the sets and rewrites the rules: the kernel switches from the old sets to
+//   the new ones at once, so there is no moment without the filter and no moment where a peer in both
+//   the old and the new table is missing. A set is flushed and filled whole at the first apply and at
+//   least once a minute; between, only the elements that changed are deleted and added (the daemon
+//   is the one writer of its table; a whole write puts right anything changed by hand).
 // - The input hook sees only packets addressed to this host, where the VXLAN socket is; packets the
 //   node merely forwards on the port are not ours to judge. Priority filter - 10: before the usual
 //   filter chains, so the counter sees every forged packet even when a later chain drops it too.
@@ -188,38 +190,63 @@ function declarations(): string {
   return lines.join('\n');
 }
 
-/** The sets' contents, each flushed and filled again in the same transaction. */
-function contents(input: FilterInput): string {
-  let out = '';
-  const fill = (set: string, list: readonly string[]): void => {
-    out += `flush set ${TABLE} ${set}\n` + elements(set, list);
-  };
-  fill(PEER_SET_V4, input.addresses.v4);
-  fill(PEER_SET_V6, input.addresses.v6);
+/** Every set of ours with the elements it is to hold, as nft text. */
+export function setContents(input: FilterInput): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  out.set(PEER_SET_V4, input.addresses.v4);
+  out.set(PEER_SET_V6, input.addresses.v6);
   for (const o of FAMILIES)
     for (const i of FAMILIES) {
       const list: string[] = [];
       for (const [outer, cidrs] of input.inner)
         if (fam(outer) === o) for (const c of ofFamily(cidrs, i)) list.push(`${outer} . ${rawRange(c)}`);
-      fill(innerSet(o, i), list);
+      out.set(innerSet(o, i), list);
     }
   const d = input.direct;
   for (const f of FAMILIES) {
     const owners: string[] = [];
     for (const [mac, cidrs] of d?.owners ?? [])
       for (const c of ofFamily(cidrs, f)) owners.push(`${mac} . ${c.text}`);
-    fill(`direct_owners${f}`, owners);
-    fill(
+    out.set(`direct_owners${f}`, owners);
+    out.set(
       `direct_guarded${f}`,
       ofFamily(d?.guarded ?? [], f).map((c) => c.text),
     );
-    fill(
+    out.set(
       `direct_open${f}`,
       ofFamily(d?.unresolved ?? [], f).map((c) => c.text),
     );
   }
   return out;
 }
+
+/**
+ * The sets' new contents: a set whose present elements are known (`previous`, what the last apply
+ * wrote) gets only the differences; any other is flushed and filled again. Both in the transaction.
+ * Why differences: flushing and refilling a concatenated interval set costs nft hundreds of
+ * milliseconds at 2,000 peers, adding or deleting a few elements a few.
+ */
+function contents(sets: ReadonlyMap<string, readonly string[]>, previous?: WrittenSets): string {
+  let out = '';
+  for (const [set, list] of sets) {
+    const had = previous?.get(set);
+    if (!had) {
+      out += `flush set ${TABLE} ${set}\n` + elements(set, list);
+      continue;
+    }
+    const now = new Set(list);
+    const gone = [...had].filter((e) => !now.has(e));
+    if (gone.length > 0) out += `delete element ${TABLE} ${set} { ${gone.join(', ')} }\n`;
+    out += elements(
+      set,
+      list.filter((e) => !had.has(e)),
+    );
+  }
+  return out;
+}
+
+/** What an apply wrote into each set. */
+export type WrittenSets = ReadonlyMap<string, ReadonlySet<string>>;
 
 function rules(input: FilterInput): string {
   const port = input.port;
@@ -264,19 +291,24 @@ function rules(input: FilterInput): string {
 }
 
 /**
- * The one transaction that makes our table admit exactly `input`, and reads the counters. `replace`:
- * the previous version's unmarked table is deleted first, in the same transaction (no moment without
- * a filter).
+ * The one transaction that makes our table admit exactly `input`. `replace`: the previous version's
+ * unmarked table is deleted first, in the same transaction (no moment without a filter); `previous`:
+ * what the sets hold now, so that only the differences are written.
  */
-export function filterScript(input: FilterInput, replace = false): string {
+export function filterScript(
+  input: FilterInput,
+  opts: { replace?: boolean; previous?: WrittenSets } = {},
+): string {
   return (
-    (replace ? `delete table ${TABLE}\n` : '') +
+    (opts.replace ? `delete table ${TABLE}\n` : '') +
     `table ${TABLE} {\n  ${MARK}\n${declarations()}\n}\n` +
-    contents(input) +
-    rules(input) +
-    COUNTER_READ
+    contents(setContents(input), opts.replace ? undefined : opts.previous) +
+    rules(input)
   );
 }
+
+/** How often the sets are written whole even when only a few elements changed. */
+const WHOLE_EVERY_MS = 60_000;
 
 const COUNTER_READ = `list counter ${TABLE} ${FILTER_COUNTER}\nlist counter ${TABLE} ${DIRECT_COUNTER}\n`;
 const LIST = `list table ${TABLE}\n`;
@@ -289,6 +321,17 @@ export function removeScript(r: { objects: readonly TableObject[]; table: boolea
     .sort((a, b) => order.indexOf(a.kind) - order.indexOf(b.kind))
     .map((o) => `delete ${o.kind} ${TABLE} ${o.name}\n`)
     .join('');
+}
+
+/** Packets our drop counters hold in a listing of the table (their sum). */
+function countedIn(listing: TableListing | undefined): number | undefined {
+  const ours = (listing?.objects ?? []).filter(
+    (o) =>
+      o.kind === 'counter' &&
+      (o.name === FILTER_COUNTER || o.name === DIRECT_COUNTER) &&
+      o.comment === OUR_MARK,
+  );
+  return ours.length === 0 ? undefined : ours.reduce((a, o) => a + (o.packets ?? 0), 0);
 }
 
 /** Packets counted, from nft's listing of our counters (their sum). */
@@ -307,12 +350,16 @@ export class VxlanSourceFilter {
   filtered: number | undefined;
   private reading: Promise<void> | undefined;
   private readAt = 0;
+  /** What the last apply wrote, while the kernel is known to hold it; undefined: write every set whole. */
+  private written: Map<string, Set<string>> | undefined;
+  private wholeAt = 0;
 
   constructor(private readonly nft: NftRunner) {}
 
   /** Admits exactly these peers (as themselves only) on `port`, in one transaction, and reads the counters. */
   async apply(port: number, peers: readonly Peer[], opts: FilterOptions = {}): Promise<void> {
-    const state = ownership(TABLE, await this.list(), OUR_OBJECTS);
+    const listing = await this.list();
+    const state = ownership(TABLE, listing, OUR_OBJECTS);
     if (state.state === 'foreign') throw new FilterNotOursError(`VXLAN source filter: ${state.why}`);
     const input: FilterInput = {
       port,
@@ -321,14 +368,37 @@ export class VxlanSourceFilter {
       vni: opts.vni,
       direct: opts.direct,
     };
-    const out = await this.nft(filterScript(input, state.state === 'legacy'));
-    this.filtered = parseCounter(out) ?? this.filtered;
+    // The counters as they were before this apply: one nft run less (listing them loads every set).
+    if (state.state === 'ours') this.filtered = countedIn(listing) ?? this.filtered;
+    // Differences only while the table is ours and was written whole lately: a set changed by hand
+    // is put right at the next whole write, at most a minute on.
+    const whole =
+      state.state !== 'ours' || this.written === undefined || Date.now() - this.wholeAt > WHOLE_EVERY_MS;
+    const sets = setContents(input);
+    try {
+      await this.nft(
+        filterScript(input, {
+          replace: state.state === 'legacy',
+          previous: whole ? undefined : this.written,
+        }),
+      );
+    } catch (err) {
+      this.written = undefined;
+      if (whole) throw err;
+      // An element we thought there was not (removed by hand): write every set whole.
+      await this.nft(filterScript(input));
+    }
+    if (whole || this.written === undefined) this.wholeAt = Date.now();
+    this.written = new Map([...sets].map(([k, v]) => [k, new Set(v)]));
+    // A table made (or replaced) just now counts from zero.
+    if (state.state !== 'ours') this.filtered = 0;
     this.readAt = Date.now();
   }
 
   /** Deletes what of our table is ours (and the table, when nothing else is in it). */
   async remove(): Promise<void> {
     const r = removable(await this.list(), OUR_OBJECTS);
+    this.written = undefined;
     if (r && (r.table || r.objects.length > 0)) await this.nft(removeScript(r));
     this.filtered = undefined;
   }

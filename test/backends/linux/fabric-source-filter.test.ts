@@ -97,6 +97,25 @@ describeRoot('Linux fabric: the VXLAN source filter', function () {
 
   const peersOfA = (extra: Peer[] = []): Peer[] => [...topo.peersOf('na', locals), ...extra];
 
+  /** A peer that joins (the rogue, with a DPU endpoint beside it). */
+  const newcomer: Peer = {
+    node: 'nx',
+    underlay: ['10.100.1.9'], // the rogue's
+    mtu: 1500,
+    vtep: { mac: '0e:77:0a:64:01:09', vni: 30574, port: 4789 },
+    bootId: '',
+    prefixes: ['10.244.9.0/24'],
+    endpoints: [
+      {
+        id: 'dpu-a',
+        underlay: '10.100.1.10',
+        mtu: 1500,
+        vtep: { mac: '0e:77:0a:64:01:0a', vni: 30574, port: 4789 },
+        prefixes: ['10.244.9.0/26'],
+      },
+    ],
+  };
+
   before(async () => {
     requireProgram('nft');
     tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'wnf-filter-'));
@@ -223,23 +242,6 @@ describeRoot('Linux fabric: the VXLAN source filter', function () {
     );
     const wrapped = open(na, { nftCommand: wrapper });
     await wrapped.prepare(settings('vxlan'));
-    const newcomer: Peer = {
-      node: 'nx',
-      underlay: [rogue.address],
-      mtu: 1500,
-      vtep: { mac: '0e:77:0a:64:01:09', vni: 30574, port: 4789 },
-      bootId: '',
-      prefixes: ['10.244.9.0/24'],
-      endpoints: [
-        {
-          id: 'dpu-a',
-          underlay: '10.100.1.10',
-          mtu: 1500,
-          vtep: { mac: '0e:77:0a:64:01:0a', vni: 30574, port: 4789 },
-          prefixes: ['10.244.9.0/26'],
-        },
-      ],
-    };
     const report = await wrapped.apply(peersOfA([newcomer]));
     await wrapped.stop();
     expect(report.ready).to.equal(true);
@@ -263,6 +265,8 @@ describeRoot('Linux fabric: the VXLAN source filter', function () {
   });
 
   it('a withdrawn peer leaves the set when the table leaves it out, and is dropped again', async () => {
+    await fabric.apply(peersOfA([newcomer]));
+    expect(await setElements(na.ns, 'vxlan_peers4')).to.have.length(3);
     await fabric.apply(peersOfA());
     expect(await setElements(na.ns, 'vxlan_peers4')).to.deep.equal(['10.100.2.3']);
     const before = await filtered(fabric, 0);
