@@ -58,6 +58,9 @@ export interface KernelEvent {
   ifindex?: number;
   /** The object as the fabric names it in its plan ("route|…", "neighbour|…", "fdb|…"). */
   id?: string;
+  /** Neighbour: its address and MAC (the source filter follows the MACs of direct peers). */
+  dst?: string;
+  mac?: string;
 }
 
 /** The worker's reading of one notification. */
@@ -72,7 +75,7 @@ export function kernelEvent(msg: NetlinkMessage): KernelEvent | undefined {
     case RTM_DELNEIGH: {
       const n = decodeNeighbour(msg);
       const id = n.family === AF_BRIDGE ? `fdb|${fdbKey(n)}` : `neighbour|${neighbourKey(n)}`;
-      return { type: msg.type, ifindex: n.ifindex, id };
+      return { type: msg.type, ifindex: n.ifindex, id, dst: n.dst, mac: n.mac };
     }
     case RTM_DELLINK:
       return { type: msg.type, ifindex: decodeLink(msg).index };

@@ -1,7 +1,11 @@
 // Our one VXLAN device: created once, adopted on every later start. Recreating it on a restart would
 // drop every tunnelled packet for a moment (and every neighbour and FDB entry on it), so a device of
 // ours whose settings match is left exactly as it is; only what SETLINK can change in place (MTU, MAC,
-// up) is changed in place. A foreign device on our UDP port is never touched: we refuse, naming it.
+// up) is changed in place. A device is ours only when it carries our alias: an operator's device
+// named wn-vxlan (or a foreign one on our UDP port) is never changed, deleted or cleaned; we refuse,
+// naming it and what to do. The one unmarked device taken as ours is the one we would create, exactly
+// (our VNI, port, local address, underlay device, and the VTEP MAC derived from our address) with no
+// alias at all: a creation of ours interrupted before its alias was set.
 
 import { failedPrecondition } from '../../../core/errors';
 import {
@@ -45,6 +49,36 @@ function fixedMismatch(link: Link, want: VxlanDeviceSettings, underlay: Underlay
   return undefined;
 }
 
+/** How a device is described to the operator: its kind, VNI and alias. */
+function described(link: Link): string {
+  const vni = link.vxlan ? `, VNI ${link.vxlan.vni}` : '';
+  const alias = link.alias !== undefined && link.alias !== '' ? `alias "${link.alias}"` : 'no alias';
+  return `${link.kind ?? 'device of unknown kind'}${vni}, ${alias}`;
+}
+
+/**
+ * Refuses (FAILED_PRECONDITION, nothing changed) a device named like ours that is not ours: any other
+ * alias, or no alias on a device we would not have made exactly so.
+ */
+function notOurs(link: Link, want: VxlanDeviceSettings, underlay: Underlay): void {
+  if (link.alias === VXLAN_ALIAS) return;
+  const interrupted =
+    (link.alias === undefined || link.alias === '') &&
+    link.mac === want.mac &&
+    fixedMismatch(link, want, underlay) === undefined;
+  if (interrupted) return;
+  throw failedPrecondition(
+    `fabric: an interface named ${VXLAN_DEVICE} exists (${described(link)}) and is not ours ` +
+      `(our devices carry the alias "${VXLAN_ALIAS}"); it was left as it is: rename or remove it ` +
+      `(ip link del ${VXLAN_DEVICE}) to let the fabric create its own`,
+  );
+}
+
+/** Our device (by name, kind and alias) among these links, when it is there. */
+export function oursAmong(links: readonly Link[]): Link | undefined {
+  return links.find((l) => l.name === VXLAN_DEVICE && l.kind === 'vxlan' && l.alias === VXLAN_ALIAS);
+}
+
 /** A device other than ours that would take our packets: a VXLAN device on the same UDP port. */
 function foreignOnPort(links: Link[], want: VxlanDeviceSettings): Link | undefined {
   return links.find((l) => l.name !== VXLAN_DEVICE && l.kind === 'vxlan' && l.vxlan?.port === want.port);
@@ -74,6 +108,7 @@ export async function ensureVxlanDevice(
     );
   let outcome: VxlanOutcome = 'created';
   let why: string | undefined;
+  if (existing) notOurs(existing, want, underlay);
   if (existing) {
     why = fixedMismatch(existing, want, underlay);
     if (why === undefined) {
@@ -143,8 +178,11 @@ export async function ensureVxlanDevice(
   return { link, outcome, why };
 }
 
-/** Our device when it exists (modes that run none still clean what is on it). */
+/**
+ * Our device when it exists (modes that run none still clean what is on it). A device of our name
+ * without our alias is not ours: nothing on it is cleaned.
+ */
 export async function findVxlanDevice(sock: NetlinkSocket): Promise<Link | undefined> {
   const link = await getLink(sock, { name: VXLAN_DEVICE });
-  return link?.kind === 'vxlan' ? link : undefined;
+  return link && oursAmong([link]);
 }

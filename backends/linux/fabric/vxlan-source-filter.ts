@@ -1,20 +1,35 @@
-// Who may send to our VXLAN port. The kernel's VXLAN device takes a packet from any source on its UDP
-// port and delivers the inner frame into the pod network, so anyone on the underlay could inject
-// traffic that appears to come from a remote pod. The filter drops every packet to the port whose
-// source is not the underlay address of a current peer (a node's VTEP or one of its DPU endpoints),
-// and counts it.
+// Who may send to our VXLAN port, and as whom. The kernel's VXLAN device takes a packet from any source
+// on its UDP port and delivers the inner frame into the pod network, so anyone on the underlay could
+// inject traffic that appears to come from a remote pod. The filter drops, and counts, every packet to
+// the port
+// - whose outer source is not the underlay address of a current peer (a node's VTEP or one of its DPU
+//   endpoints),
+// - whose VNI is not ours,
+// - whose inner frame is not IPv4 or IPv6 (peers' neighbours are permanent: nothing else is sent), or
+// - whose inner source is not one that outer address may send (vxlan-inner-sources.ts: its own
+//   prefixes): an outer source is forged with one raw socket, and would otherwise let anyone on the
+//   underlay speak as any pod of the cluster.
+// In hybrid mode it also guards the direct path (direct-sources.ts): a pod-range source arriving on
+// the uplink as plain IP must come from the MAC of the peer that owns it (chain direct_input,
+// counter direct_filtered).
 //
-// Mechanism: an nftables table of our own, `table inet workloadnet`, holding one named set of peer
-// addresses per family, a named counter, and one input-hook chain with a rule per family:
+// Mechanism: an nftables table of our own, `table inet workloadnet`, holding named sets, counters and
+// base chains, every one with our mark as its comment (nft-ownership.ts: only what carries it is ours
+// to rewrite or delete; an operator's chain in the table is kept, a foreign object with our name is
+// refused). The rules, per family:
 //   udp dport <port> ip saddr != @vxlan_peers4 counter name vxlan_filtered drop
+//   udp dport <port> @ih,160,16 0x0800 ip saddr . @ih,272,32 != @vxlan_inner44 counter … drop
 // Why nftables and this shape:
-// - A table of our own is the one unit we can replace, read and delete without ever touching a
-//   foreign rule (iptables-nft's tables, kube-proxy's, firewalld's live in theirs); a drop in any base
-//   chain is final whatever other chains accept, so our chain needs nothing of theirs.
-// - One transaction (`nft -f -`) declares the table (a no-op when it exists, so the counter and the
-//   hook survive), flushes each set and fills it again, and rewrites the rules: the kernel switches
-//   from the old set to the new one at once, so there is no moment without the filter and no moment
-//   where a peer in both the old and the new table is missing.
+// - A table of our own is the one unit we can program without ever touching a foreign rule
+//   (iptables-nft's tables, kube-proxy's, firewalld's live in theirs); a drop in any base chain is
+//   final whatever other chains accept, so our chains need nothing of theirs. Removing the filter
+//   deletes our objects, and the table only when nothing else is left in it.
+// - One transaction (`nft -f -`) declares the table (a no-op when it exists, so the counters and the
+//   hooks survive), writes the sets and rewrites the rules: the kernel switches from the old sets to
+//   the new ones at once, so there is no moment without the filter and no moment where a peer in both
+//   the old and the new table is missing. A set is flushed and filled whole at the first apply and at
+//   least once a minute; between, only the elements that changed are deleted and added (the daemon
+//   is the one writer of its table; a whole write puts right anything changed by hand).
 // - The input hook sees only packets addressed to this host, where the VXLAN socket is; packets the
 //   node merely forwards on the port are not ours to judge. Priority filter - 10: before the usual
 //   filter chains, so the counter sees every forged packet even when a later chain drops it too.
@@ -23,6 +38,10 @@
 // - No maintained Node library speaks nf_tables netlink, and writing its batch protocol is far more
 //   code than this; `nft` (Debian package nftables) is spawned only from the fabric's apply path (a
 //   change of the peer table, the periodic pass), never from an attach.
+// - The inner header is read from the outer packet at the input hook (raw payload `@ih`), where the
+//   outer source is still known: after decapsulation, on wn-vxlan, nothing tells which peer sent it.
+//   IP reassembles a fragmented outer packet before the input hook, and GRO merges only packets of one
+//   inner flow, so the first inner header is every segment's.
 // Without `nft` or without nf_tables in the kernel the fabric still works, unfiltered, and says so.
 //
 // The same table keeps the outer VXLAN packets out of conntrack: two raw-priority chains (-300, before
@@ -36,9 +55,22 @@
 // No `fib daddr type local` on the prerouting rule: it would need nft_fib, and a node forwarding
 // someone else's VXLAN from a peer on our port is not a case this fabric has.
 
-import { spawn } from 'node:child_process';
-import { canonicalAddress, familyOf, AF_INET } from '../../../lib/rtnetlink';
 import type { Peer } from '../../../core/fabric/peer-source';
+import { canonicalAddress, familyOf, AF_INET } from '../../../lib/rtnetlink';
+import type { Cidr } from '../../../lib/cidr';
+import type { DirectSources } from './direct-sources';
+import { NftError, type NftRunner } from './nft-runner';
+import {
+  OUR_MARK,
+  ownership,
+  parseListing,
+  removable,
+  type TableListing,
+  type TableObject,
+} from './nft-ownership';
+import { innerSources, rawRange, type InnerSources } from './vxlan-inner-sources';
+
+export { NftError, nftRunner, type NftRunner, type NftRunnerOptions } from './nft-runner';
 
 export const FILTER_TABLE = 'workloadnet';
 export const FILTER_FAMILY = 'inet';
@@ -49,57 +81,58 @@ export const FILTER_CHAIN = 'vxlan_input';
 export const UNTRACKED_COUNTER = 'vxlan_untracked';
 export const NOTRACK_OUT_CHAIN = 'vxlan_notrack_out';
 export const NOTRACK_IN_CHAIN = 'vxlan_notrack_in';
+export const DIRECT_CHAIN = 'direct_input';
+export const DIRECT_COUNTER = 'direct_filtered';
 
 const TABLE = `${FILTER_FAMILY} ${FILTER_TABLE}`;
+const MARK = `comment "${OUR_MARK}";`;
 
-/** How nft is run: the command, and the namespace to run it in (a path; empty: our own). */
-export interface NftRunnerOptions {
-  /** The nft binary (default `nft`, found on PATH). */
-  command?: string;
-  netnsPath?: string;
+/** Bit offsets in the UDP payload of a VXLAN packet (8-byte VXLAN header, then the inner Ethernet frame). */
+const VNI = '@ih,32,24';
+const INNER_ETHERTYPE = '@ih,160,16';
+const INNER_SADDR = { 4: '@ih,272,32', 6: '@ih,240,128' } as const;
+const ETHERTYPE = { 4: '0x0800', 6: '0x86dd' } as const;
+const OUTER = { 4: 'ip', 6: 'ip6' } as const;
+
+/** The set of (outer source . inner source) for an outer and an inner family. */
+const innerSet = (outer: 4 | 6, inner: 4 | 6): string => `vxlan_inner${outer}${inner}`;
+const FAMILIES = [4, 6] as const;
+
+/** Everything of ours in the table, as `<kind> <name>` (what nft-ownership.ts compares). */
+export const OUR_OBJECTS: readonly string[] = [
+  `set ${PEER_SET_V4}`,
+  `set ${PEER_SET_V6}`,
+  ...FAMILIES.flatMap((o) => FAMILIES.map((i) => `set ${innerSet(o, i)}`)),
+  ...FAMILIES.flatMap((f) => [`set direct_owners${f}`, `set direct_guarded${f}`, `set direct_open${f}`]),
+  `counter ${FILTER_COUNTER}`,
+  `counter ${UNTRACKED_COUNTER}`,
+  `counter ${DIRECT_COUNTER}`,
+  `chain ${FILTER_CHAIN}`,
+  `chain ${NOTRACK_OUT_CHAIN}`,
+  `chain ${NOTRACK_IN_CHAIN}`,
+  `chain ${DIRECT_CHAIN}`,
+];
+
+/** Something with one of our names in our table (or the table itself) is not ours: nothing was changed. */
+export class FilterNotOursError extends NftError {}
+
+/** What the filter admits: filled from the peer table (and, in hybrid, the uplink's neighbours). */
+export interface FilterInput {
+  port: number;
+  /** Outer sources: every peer's and DPU's underlay address. */
+  addresses: { v4: string[]; v6: string[] };
+  /** Per outer source, the inner sources it may send. */
+  inner: InnerSources;
+  /** Our VNI; undefined: not checked. */
+  vni?: number;
+  /** The direct path of hybrid mode; undefined: not guarded. */
+  direct?: DirectSources;
 }
 
-/** Runs one nft script (read from stdin) and returns what nft printed. */
-export type NftRunner = (script: string) => Promise<string>;
-
-export class NftError extends Error {}
-
-/** nft, in the given namespace (through nsenter, as a spawned child cannot be moved by setns). */
-export function nftRunner(opts: NftRunnerOptions = {}): NftRunner {
-  const nft = opts.command ?? 'nft';
-  const [file, args] =
-    opts.netnsPath === undefined || opts.netnsPath === ''
-      ? [nft, ['-f', '-']]
-      : ['nsenter', [`--net=${opts.netnsPath}`, '--', nft, '-f', '-']];
-  return (script) =>
-    new Promise((resolve, reject) => {
-      const child = spawn(file, args, { stdio: ['pipe', 'pipe', 'pipe'] });
-      let out = '';
-      let err = '';
-      child.stdout.setEncoding('utf8').on('data', (d: string) => (out += d));
-      child.stderr.setEncoding('utf8').on('data', (d: string) => (err += d));
-      child.on('error', (e: NodeJS.ErrnoException) =>
-        reject(
-          new NftError(
-            e.code === 'ENOENT'
-              ? `${file} is not installed (Debian package ${file === 'nsenter' ? 'util-linux' : 'nftables'})`
-              : `${file}: ${e.message}`,
-          ),
-        ),
-      );
-      child.on('close', (code) => {
-        if (code === 0) resolve(out);
-        else {
-          const text = err.trim().split('\n').slice(0, 3).join(' ') || `exit code ${String(code)}`;
-          // nsenter names the program it could not run; say it as plainly as a missing nft.
-          if (/nsenter: failed to execute .*No such file/.test(text))
-            reject(new NftError(`${nft} is not installed (Debian package nftables)`));
-          else reject(new NftError(`nft: ${text}`));
-        }
-      });
-      child.stdin.on('error', () => undefined);
-      child.stdin.end(script);
-    });
+/** What the fabric tells the filter besides the port and the peers. */
+export interface FilterOptions {
+  vni?: number;
+  direct?: DirectSources;
 }
 
 /** The underlay addresses of every peer and of every DPU endpoint of theirs, per family, sorted. */
@@ -121,75 +154,267 @@ export function peerAddresses(peers: readonly Peer[]): { v4: string[]; v6: strin
   return { v4: [...v4].sort(), v6: [...v6].sort() };
 }
 
-/** The one transaction that makes our table admit exactly `addresses` to `port`, and reads the counter. */
-export function filterScript(port: number, addresses: { v4: string[]; v6: string[] }): string {
-  const elements = (set: string, list: string[]): string =>
-    list.length === 0 ? '' : `add element ${TABLE} ${set} { ${list.join(', ')} }\n`;
+const fam = (address: string): 4 | 6 => (address.includes(':') ? 6 : 4);
+const ofFamily = (list: readonly Cidr[], f: 4 | 6): Cidr[] => list.filter((c) => c.family === f);
+
+/** `add element` for a non-empty list; nothing for an empty one (nft refuses `{ }`). */
+const elements = (set: string, list: readonly string[]): string =>
+  list.length === 0 ? '' : `add element ${TABLE} ${set} { ${list.join(', ')} }\n`;
+
+/** The set declarations, each created with our mark (a declaration never changes an existing one). */
+function declarations(): string {
+  const lines = [
+    `  set ${PEER_SET_V4} { type ipv4_addr; ${MARK} }`,
+    `  set ${PEER_SET_V6} { type ipv6_addr; ${MARK} }`,
+  ];
+  for (const o of FAMILIES)
+    for (const i of FAMILIES)
+      lines.push(
+        `  set ${innerSet(o, i)} { typeof ${OUTER[o]} saddr . ${INNER_SADDR[i]}; flags interval; ${MARK} }`,
+      );
+  for (const f of FAMILIES) {
+    const addr = f === 4 ? 'ipv4_addr' : 'ipv6_addr';
+    lines.push(`  set direct_owners${f} { type ether_addr . ${addr}; flags interval; ${MARK} }`);
+    lines.push(`  set direct_guarded${f} { type ${addr}; flags interval; ${MARK} }`);
+    lines.push(`  set direct_open${f} { type ${addr}; flags interval; ${MARK} }`);
+  }
+  for (const c of [FILTER_COUNTER, UNTRACKED_COUNTER, DIRECT_COUNTER])
+    lines.push(`  counter ${c} { ${MARK} }`);
+  lines.push(
+    `  chain ${FILTER_CHAIN} { type filter hook input priority filter - 10; policy accept; ${MARK} }`,
+    `  chain ${NOTRACK_OUT_CHAIN} { type filter hook output priority raw; policy accept; ${MARK} }`,
+    `  chain ${NOTRACK_IN_CHAIN} { type filter hook prerouting priority raw; policy accept; ${MARK} }`,
+    // Before conntrack (and the notrack chain): a forged packet costs no conntrack entry.
+    `  chain ${DIRECT_CHAIN} { type filter hook prerouting priority raw - 10; policy accept; ${MARK} }`,
+  );
+  return lines.join('\n');
+}
+
+/** Every set of ours with the elements it is to hold, as nft text. */
+export function setContents(input: FilterInput): Map<string, string[]> {
+  const out = new Map<string, string[]>();
+  out.set(PEER_SET_V4, input.addresses.v4);
+  out.set(PEER_SET_V6, input.addresses.v6);
+  for (const o of FAMILIES)
+    for (const i of FAMILIES) {
+      const list: string[] = [];
+      for (const [outer, cidrs] of input.inner)
+        if (fam(outer) === o) for (const c of ofFamily(cidrs, i)) list.push(`${outer} . ${rawRange(c)}`);
+      out.set(innerSet(o, i), list);
+    }
+  const d = input.direct;
+  for (const f of FAMILIES) {
+    const owners: string[] = [];
+    for (const [mac, cidrs] of d?.owners ?? [])
+      for (const c of ofFamily(cidrs, f)) owners.push(`${mac} . ${c.text}`);
+    out.set(`direct_owners${f}`, owners);
+    out.set(
+      `direct_guarded${f}`,
+      ofFamily(d?.guarded ?? [], f).map((c) => c.text),
+    );
+    out.set(
+      `direct_open${f}`,
+      ofFamily(d?.unresolved ?? [], f).map((c) => c.text),
+    );
+  }
+  return out;
+}
+
+/**
+ * The sets' new contents: a set whose present elements are known (`previous`, what the last apply
+ * wrote) gets only the differences; any other is flushed and filled again. Both in the transaction.
+ * Why differences: flushing and refilling a concatenated interval set costs nft hundreds of
+ * milliseconds at 2,000 peers, adding or deleting a few elements a few.
+ */
+function contents(sets: ReadonlyMap<string, readonly string[]>, previous?: WrittenSets): string {
+  let out = '';
+  for (const [set, list] of sets) {
+    const had = previous?.get(set);
+    if (!had) {
+      out += `flush set ${TABLE} ${set}\n` + elements(set, list);
+      continue;
+    }
+    const now = new Set(list);
+    const gone = [...had].filter((e) => !now.has(e));
+    if (gone.length > 0) out += `delete element ${TABLE} ${set} { ${gone.join(', ')} }\n`;
+    out += elements(
+      set,
+      list.filter((e) => !had.has(e)),
+    );
+  }
+  return out;
+}
+
+/** What an apply wrote into each set. */
+export type WrittenSets = ReadonlyMap<string, ReadonlySet<string>>;
+
+function rules(input: FilterInput): string {
+  const port = input.port;
+  const drop = `counter name ${FILTER_COUNTER} drop`;
+  const add = (chain: string, rule: string): string => `add rule ${TABLE} ${chain} ${rule}\n`;
+  let out = `flush chain ${TABLE} ${FILTER_CHAIN}\n`;
+  out += add(FILTER_CHAIN, `udp dport ${port} ip saddr != @${PEER_SET_V4} ${drop}`);
+  out += add(FILTER_CHAIN, `udp dport ${port} ip6 saddr != @${PEER_SET_V6} ${drop}`);
+  if (input.vni !== undefined) out += add(FILTER_CHAIN, `udp dport ${port} ${VNI} != ${input.vni} ${drop}`);
+  out += add(
+    FILTER_CHAIN,
+    `udp dport ${port} ${INNER_ETHERTYPE} != { ${ETHERTYPE[4]}, ${ETHERTYPE[6]} } ${drop}`,
+  );
+  for (const o of FAMILIES)
+    for (const i of FAMILIES)
+      out += add(
+        FILTER_CHAIN,
+        `udp dport ${port} ${INNER_ETHERTYPE} ${ETHERTYPE[i]} ${OUTER[o]} saddr . ${INNER_SADDR[i]} != @${innerSet(o, i)} ${drop}`,
+      );
+  out += `flush chain ${TABLE} ${NOTRACK_OUT_CHAIN}\n`;
+  for (const f of FAMILIES)
+    out += add(
+      NOTRACK_OUT_CHAIN,
+      `udp dport ${port} ${OUTER[f]} daddr @vxlan_peers${f} counter name ${UNTRACKED_COUNTER} notrack`,
+    );
+  out += `flush chain ${TABLE} ${NOTRACK_IN_CHAIN}\n`;
+  for (const f of FAMILIES)
+    out += add(
+      NOTRACK_IN_CHAIN,
+      `udp dport ${port} ${OUTER[f]} saddr @vxlan_peers${f} counter name ${UNTRACKED_COUNTER} notrack`,
+    );
+  out += `flush chain ${TABLE} ${DIRECT_CHAIN}\n`;
+  const d = input.direct;
+  if (d)
+    for (const f of FAMILIES)
+      out += add(
+        DIRECT_CHAIN,
+        `iifname ${JSON.stringify(d.uplink)} ${OUTER[f]} saddr @direct_guarded${f} ${OUTER[f]} saddr != @direct_open${f} ` +
+          `ether saddr . ${OUTER[f]} saddr != @direct_owners${f} counter name ${DIRECT_COUNTER} drop`,
+      );
+  return out;
+}
+
+/**
+ * The one transaction that makes our table admit exactly `input`. `replace`: the previous version's
+ * unmarked table is deleted first, in the same transaction (no moment without a filter); `previous`:
+ * what the sets hold now, so that only the differences are written.
+ */
+export function filterScript(
+  input: FilterInput,
+  opts: { replace?: boolean; previous?: WrittenSets } = {},
+): string {
   return (
-    `table ${TABLE} {\n` +
-    `  set ${PEER_SET_V4} { type ipv4_addr; }\n` +
-    `  set ${PEER_SET_V6} { type ipv6_addr; }\n` +
-    `  counter ${FILTER_COUNTER} { }\n` +
-    `  counter ${UNTRACKED_COUNTER} { }\n` +
-    `  chain ${FILTER_CHAIN} { type filter hook input priority filter - 10; policy accept; }\n` +
-    `  chain ${NOTRACK_OUT_CHAIN} { type filter hook output priority raw; policy accept; }\n` +
-    `  chain ${NOTRACK_IN_CHAIN} { type filter hook prerouting priority raw; policy accept; }\n` +
-    `}\n` +
-    `flush set ${TABLE} ${PEER_SET_V4}\n` +
-    `flush set ${TABLE} ${PEER_SET_V6}\n` +
-    elements(PEER_SET_V4, addresses.v4) +
-    elements(PEER_SET_V6, addresses.v6) +
-    `flush chain ${TABLE} ${FILTER_CHAIN}\n` +
-    `add rule ${TABLE} ${FILTER_CHAIN} udp dport ${port} ip saddr != @${PEER_SET_V4} counter name ${FILTER_COUNTER} drop\n` +
-    `add rule ${TABLE} ${FILTER_CHAIN} udp dport ${port} ip6 saddr != @${PEER_SET_V6} counter name ${FILTER_COUNTER} drop\n` +
-    `flush chain ${TABLE} ${NOTRACK_OUT_CHAIN}\n` +
-    `add rule ${TABLE} ${NOTRACK_OUT_CHAIN} udp dport ${port} ip daddr @${PEER_SET_V4} counter name ${UNTRACKED_COUNTER} notrack\n` +
-    `add rule ${TABLE} ${NOTRACK_OUT_CHAIN} udp dport ${port} ip6 daddr @${PEER_SET_V6} counter name ${UNTRACKED_COUNTER} notrack\n` +
-    `flush chain ${TABLE} ${NOTRACK_IN_CHAIN}\n` +
-    `add rule ${TABLE} ${NOTRACK_IN_CHAIN} udp dport ${port} ip saddr @${PEER_SET_V4} counter name ${UNTRACKED_COUNTER} notrack\n` +
-    `add rule ${TABLE} ${NOTRACK_IN_CHAIN} udp dport ${port} ip6 saddr @${PEER_SET_V6} counter name ${UNTRACKED_COUNTER} notrack\n` +
-    COUNTER_READ
+    (opts.replace ? `delete table ${TABLE}\n` : '') +
+    `table ${TABLE} {\n  ${MARK}\n${declarations()}\n}\n` +
+    contents(setContents(input), opts.replace ? undefined : opts.previous) +
+    rules(input)
   );
 }
 
-const COUNTER_READ = `list counter ${TABLE} ${FILTER_COUNTER}\n`;
+/** How often the sets are written whole even when only a few elements changed. */
+const WHOLE_EVERY_MS = 60_000;
 
-/** Removes our table when it is there (declared first, so the delete never fails on its absence). */
-export const REMOVE_SCRIPT = `table ${TABLE} {}\ndelete table ${TABLE}\n`;
+const COUNTER_READ = `list counter ${TABLE} ${FILTER_COUNTER}\nlist counter ${TABLE} ${DIRECT_COUNTER}\n`;
+const LIST = `list table ${TABLE}\n`;
 
-/** Packets counted, from nft's listing of our counter. */
+/** Deletes what of the table is ours (chains first: their rules use the sets), and the table when nothing else is left. */
+export function removeScript(r: { objects: readonly TableObject[]; table: boolean }): string {
+  if (r.table) return `delete table ${TABLE}\n`;
+  const order = ['chain', 'set', 'counter'];
+  return [...r.objects]
+    .sort((a, b) => order.indexOf(a.kind) - order.indexOf(b.kind))
+    .map((o) => `delete ${o.kind} ${TABLE} ${o.name}\n`)
+    .join('');
+}
+
+/** Packets our drop counters hold in a listing of the table (their sum). */
+function countedIn(listing: TableListing | undefined): number | undefined {
+  const ours = (listing?.objects ?? []).filter(
+    (o) =>
+      o.kind === 'counter' &&
+      (o.name === FILTER_COUNTER || o.name === DIRECT_COUNTER) &&
+      o.comment === OUR_MARK,
+  );
+  return ours.length === 0 ? undefined : ours.reduce((a, o) => a + (o.packets ?? 0), 0);
+}
+
+/** Packets counted, from nft's listing of our counters (their sum). */
 export function parseCounter(out: string): number | undefined {
-  const m = /packets (\d+) bytes \d+/.exec(out);
-  return m?.[1] === undefined ? undefined : Number(m[1]);
+  const all = [...out.matchAll(/packets (\d+) bytes \d+/g)].map((m) => Number(m[1]));
+  return all.length === 0 ? undefined : all.reduce((a, b) => a + b, 0);
 }
 
 /**
  * The filter of one host namespace: programs it on every apply, reads its counter, removes it when
- * the fabric runs no VXLAN device or the operator turned it off. Failures are the caller's warning.
+ * the fabric runs no VXLAN device or the operator turned it off. Failures are the caller's warning;
+ * a FilterNotOursError names what is in the way.
  */
 export class VxlanSourceFilter {
-  /** The counter as last read; undefined until it was (or while the filter is off). */
+  /** The counters as last read; undefined until they were (or while the filter is off). */
   filtered: number | undefined;
   private reading: Promise<void> | undefined;
   private readAt = 0;
+  /** What the last apply wrote, while the kernel is known to hold it; undefined: write every set whole. */
+  private written: Map<string, Set<string>> | undefined;
+  private wholeAt = 0;
 
   constructor(private readonly nft: NftRunner) {}
 
-  /** Admits exactly these peers' addresses on `port`, in one transaction, and reads the counter. */
-  async apply(port: number, peers: readonly Peer[]): Promise<void> {
-    const out = await this.nft(filterScript(port, peerAddresses(peers)));
-    this.filtered = parseCounter(out) ?? this.filtered;
+  /** Admits exactly these peers (as themselves only) on `port`, in one transaction, and reads the counters. */
+  async apply(port: number, peers: readonly Peer[], opts: FilterOptions = {}): Promise<void> {
+    const listing = await this.list();
+    const state = ownership(TABLE, listing, OUR_OBJECTS);
+    if (state.state === 'foreign') throw new FilterNotOursError(`VXLAN source filter: ${state.why}`);
+    const input: FilterInput = {
+      port,
+      addresses: peerAddresses(peers),
+      inner: innerSources(peers),
+      vni: opts.vni,
+      direct: opts.direct,
+    };
+    // The counters as they were before this apply: one nft run less (listing them loads every set).
+    if (state.state === 'ours') this.filtered = countedIn(listing) ?? this.filtered;
+    // Differences only while the table is ours and was written whole lately: a set changed by hand
+    // is put right at the next whole write, at most a minute on.
+    const whole =
+      state.state !== 'ours' || this.written === undefined || Date.now() - this.wholeAt > WHOLE_EVERY_MS;
+    const sets = setContents(input);
+    try {
+      await this.nft(
+        filterScript(input, {
+          replace: state.state === 'legacy',
+          previous: whole ? undefined : this.written,
+        }),
+      );
+    } catch (err) {
+      this.written = undefined;
+      if (whole) throw err;
+      // An element we thought there was not (removed by hand): write every set whole.
+      await this.nft(filterScript(input));
+    }
+    if (whole || this.written === undefined) this.wholeAt = Date.now();
+    this.written = new Map([...sets].map(([k, v]) => [k, new Set(v)]));
+    // A table made (or replaced) just now counts from zero.
+    if (state.state !== 'ours') this.filtered = 0;
     this.readAt = Date.now();
   }
 
-  /** Deletes our table (and with it the counter). */
+  /** Deletes what of our table is ours (and the table, when nothing else is in it). */
   async remove(): Promise<void> {
-    await this.nft(REMOVE_SCRIPT);
+    const r = removable(await this.list(), OUR_OBJECTS);
+    this.written = undefined;
+    if (r && (r.table || r.objects.length > 0)) await this.nft(removeScript(r));
     this.filtered = undefined;
   }
 
+  /** The table as it is now (terse: without set elements); undefined when there is none. */
+  private async list(): Promise<TableListing | undefined> {
+    try {
+      return parseListing(await this.nft(LIST, ['-t']));
+    } catch (err) {
+      if (err instanceof NftError && /Error: No such file or directory/.test(err.message)) return undefined;
+      throw err;
+    }
+  }
+
   /**
-   * Reads the counter again in the background when the last read is older than `maxAgeMs`: Status
+   * Reads the counters again in the background when the last read is older than `maxAgeMs`: Status
    * asks, and sees the new value at its next call. At most one read at a time.
    */
   refresh(maxAgeMs: number): void {

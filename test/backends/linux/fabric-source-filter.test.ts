@@ -41,9 +41,9 @@ async function tableExists(ns: string): Promise<boolean> {
   return (await nft(ns, 'list', 'tables')).includes('table inet workloadnet');
 }
 
-/** Packets from the forged source that reached the pod: counted by a probe table inside the pod. */
-async function forgedInPod(pod: string): Promise<number> {
-  const out = await nft(pod, 'list', 'counter', 'inet', 'probe', 'forged');
+/** Packets from a source that reached the pod: counted by a probe table inside the pod. */
+async function forgedInPod(pod: string, counter = 'forged'): Promise<number> {
+  const out = await nft(pod, 'list', 'counter', 'inet', 'probe', counter);
   return Number(/packets (\d+)/.exec(out)?.[1] ?? NaN);
 }
 
@@ -63,14 +63,27 @@ describeRoot('Linux fabric: the VXLAN source filter', function () {
     new LinuxFabric({ hostNetnsPath: netnsPath(n.ns), monitor: false, ...over });
 
   /** Sends FORGED echo requests from the rogue to na's pod; how many the pod received. */
-  async function forge(): Promise<number> {
-    const before = await forgedInPod(na.pod);
-    await netnsExec(rogue.ns, 'ping', '-q', '-c', String(FORGED), '-i', '0.02', '-W', '1', na.podIp).catch(
+  async function forge(from = '10.244.3.99', counter = 'forged'): Promise<number> {
+    const before = await forgedInPod(na.pod, counter);
+    await netnsExec(
+      rogue.ns,
+      'ping',
+      '-q',
+      '-c',
+      String(FORGED),
+      '-i',
+      '0.02',
+      '-W',
+      '1',
+      '-I',
+      from,
+      na.podIp,
+    ).catch(
       () => undefined, // no reply comes back to the rogue: ping exits 1
     );
     // The last requests are in flight for a moment after ping gives up on them.
     await new Promise((r) => setTimeout(r, 200));
-    return (await forgedInPod(na.pod)) - before;
+    return (await forgedInPod(na.pod, counter)) - before;
   }
 
   async function filtered(f: LinuxFabric, atLeast: number): Promise<number> {
@@ -83,6 +96,25 @@ describeRoot('Linux fabric: the VXLAN source filter', function () {
   }
 
   const peersOfA = (extra: Peer[] = []): Peer[] => [...topo.peersOf('na', locals), ...extra];
+
+  /** A peer that joins (the rogue, with a DPU endpoint beside it). */
+  const newcomer: Peer = {
+    node: 'nx',
+    underlay: ['10.100.1.9'], // the rogue's
+    mtu: 1500,
+    vtep: { mac: '0e:77:0a:64:01:09', vni: 30574, port: 4789 },
+    bootId: '',
+    prefixes: ['10.244.9.0/24'],
+    endpoints: [
+      {
+        id: 'dpu-a',
+        underlay: '10.100.1.10',
+        mtu: 1500,
+        vtep: { mac: '0e:77:0a:64:01:0a', vni: 30574, port: 4789 },
+        prefixes: ['10.244.9.0/26'],
+      },
+    ],
+  };
 
   before(async () => {
     requireProgram('nft');
@@ -108,7 +140,8 @@ describeRoot('Linux fabric: the VXLAN source filter', function () {
       'nft',
       'add table inet probe; add counter inet probe forged; ' +
         'add chain inet probe c { type filter hook input priority 0; policy accept; }; ' +
-        'add rule inet probe c ip saddr 10.244.3.99 counter name forged',
+        'add rule inet probe c ip saddr 10.244.3.99 counter name forged; ' +
+        'add counter inet probe newcomer; add rule inet probe c ip saddr 10.244.9.99 counter name newcomer',
     );
     rogue = await topo.addBareNode({ name: 'nx', subnet: 1, host: 9 });
     // The rogue's VXLAN device speaks our VNI and port, straight at na, with na's VTEP MAC as the inner
@@ -134,6 +167,7 @@ describeRoot('Linux fabric: the VXLAN source filter', function () {
     );
     await ip('-n', rogue.ns, 'link', 'set', 'rg', 'up');
     await ip('-n', rogue.ns, 'addr', 'add', '10.244.3.99/32', 'dev', 'rg');
+    await ip('-n', rogue.ns, 'addr', 'add', '10.244.9.99/32', 'dev', 'rg');
     await ip(
       '-n',
       rogue.ns,
@@ -170,6 +204,9 @@ describeRoot('Linux fabric: the VXLAN source filter', function () {
     const chain = await nft(na.ns, 'list', 'chain', 'inet', 'workloadnet', 'vxlan_input');
     expect(chain).to.match(/type filter hook input priority filter - 10; policy accept;/);
     expect(chain).to.match(/udp dport 4789 ip saddr != @vxlan_peers4 counter name "vxlan_filtered" drop/);
+    expect(chain).to.match(
+      /udp dport 4789 @ih,160,16 0x800 ip saddr \. @ih,272,32 != @vxlan_inner44 counter name "vxlan_filtered" drop/,
+    );
     const opts = { count: 3, waitSeconds: 2, intervalSeconds: 0.2 };
     expect(await pings(na.pod, topo.node('nc').podIp, opts), 'na pod → nc pod').to.equal(true);
     expect(await pings(topo.node('nc').pod, na.podIp, opts), 'nc pod → na pod').to.equal(true);
@@ -205,27 +242,13 @@ describeRoot('Linux fabric: the VXLAN source filter', function () {
     );
     const wrapped = open(na, { nftCommand: wrapper });
     await wrapped.prepare(settings('vxlan'));
-    const newcomer: Peer = {
-      node: 'nx',
-      underlay: [rogue.address],
-      mtu: 1500,
-      vtep: { mac: '0e:77:0a:64:01:09', vni: 30574, port: 4789 },
-      bootId: '',
-      prefixes: ['10.244.9.0/24'],
-      endpoints: [
-        {
-          id: 'dpu-a',
-          underlay: '10.100.1.10',
-          mtu: 1500,
-          vtep: { mac: '0e:77:0a:64:01:0a', vni: 30574, port: 4789 },
-          prefixes: ['10.244.9.0/26'],
-        },
-      ],
-    };
     const report = await wrapped.apply(peersOfA([newcomer]));
     await wrapped.stop();
     expect(report.ready).to.equal(true);
-    expect(fs.readFileSync(log, 'utf8'), 'no route to the newcomer when nft ran').to.equal('nft run:\n');
+    // Two runs: the table is read (whose objects are ours), then programmed.
+    expect(fs.readFileSync(log, 'utf8'), 'no route to the newcomer when nft ran').to.equal(
+      'nft run:\nnft run:\n',
+    );
     expect(await ip('-n', na.ns, 'route', 'show', '10.244.9.0/24', 'proto', '119')).to.match(
       /via 10\.244\.9\.64/,
     );
@@ -234,11 +257,16 @@ describeRoot('Linux fabric: the VXLAN source filter', function () {
       '10.100.1.9',
       '10.100.2.3',
     ]);
-    // Its packets (here, the rogue's, now a peer) are let in.
-    expect(await forge(), 'received from a peer').to.be.at.least(FORGED);
+    // Its packets (here, the rogue's, now a peer) are let in as its own pods, never as nc's.
+    expect(await forge('10.244.9.99', 'newcomer'), 'received from a peer as its own pod').to.be.at.least(
+      FORGED,
+    );
+    expect(await forge(), "a peer speaking as another node's pod").to.equal(0);
   });
 
   it('a withdrawn peer leaves the set when the table leaves it out, and is dropped again', async () => {
+    await fabric.apply(peersOfA([newcomer]));
+    expect(await setElements(na.ns, 'vxlan_peers4')).to.have.length(3);
     await fabric.apply(peersOfA());
     expect(await setElements(na.ns, 'vxlan_peers4')).to.deep.equal(['10.100.2.3']);
     const before = await filtered(fabric, 0);
