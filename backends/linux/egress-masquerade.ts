@@ -24,7 +24,7 @@
 
 import { parseCidr } from '../../lib/cidr';
 import type { EgressDataplane, EgressRanges } from '../../core/egress-dataplane';
-import type { NftRunner } from './fabric/vxlan-source-filter';
+import type { NftRunner } from './fabric/nft-runner';
 
 export const EGRESS_TABLE = 'workloadnet_egress';
 /** The comment that marks the table ours: only a table carrying it is adopted, changed or deleted. */

@@ -52,7 +52,7 @@ import { createVethPair, type VethPair } from './veth-pair';
 import { setInterfaceMtu } from './interface-mtu';
 import { LinuxFabric } from './fabric/linux-fabric';
 import { EgressMasquerade } from './egress-masquerade';
-import { nftRunner } from './fabric/vxlan-source-filter';
+import { nftRunner } from './fabric/nft-runner';
 import {
   checkWorkloadNamespace,
   checkWorkloadPresence,

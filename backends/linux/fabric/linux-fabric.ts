@@ -28,6 +28,7 @@ import {
   RTM_DELLINK,
   RTM_DELNEIGH,
   RTM_DELROUTE,
+  RTM_NEWNEIGH,
   RTM_NEWROUTE,
   RTPROT_WORKLOADNET,
   type Link,
@@ -50,7 +51,8 @@ import { PeerProber, type ProbeTransport } from './peer-prober';
 import { applyOps, diff, readOurs, type DiffOp } from './kernel-diff';
 import { discoverUnderlay, type Underlay } from './underlay';
 import { ensureVxlanDevice, findVxlanDevice } from './vxlan-device';
-import { VxlanSourceFilter, nftRunner } from './vxlan-source-filter';
+import { FilterNotOursError, VxlanSourceFilter, nftRunner } from './vxlan-source-filter';
+import { directNeighbourChanged, directSources, type DirectSources } from './direct-sources';
 import { vtepMac } from '../../../lib/vtep-mac';
 
 export interface LinuxFabricOptions {
@@ -118,6 +120,10 @@ export class LinuxFabric implements FabricDataplane {
   private readonly filter: VxlanSourceFilter;
   /** Why the source filter is not in force, while it is not. */
   private filterOff: string | undefined;
+  /** Something with our names in our table is not ours: a reason the fabric is not ready. */
+  private filterRefused: string | undefined;
+  /** What the filter admits on hybrid's direct path, as last applied. */
+  private direct: DirectSources | undefined;
   /** The data-path probes, while fabric.probeIntervalSeconds is above 0 and peers are programmed. */
   private prober: PeerProber | undefined;
   private readonly probeListeners: Array<(node: string) => void> = [];
@@ -260,7 +266,7 @@ export class LinuxFabric implements FabricDataplane {
     this.holders = plan.holders;
     // Peers are admitted before routes to them exist (their answers must not be dropped), and a
     // withdrawn peer leaves the set only when the controller leaves it out of the table.
-    if (prep.filter) await this.applyFilter(prep.settings.port, peers);
+    if (prep.filter) await this.applyFilter(sock, prep, peers);
     // Before the routes are read: a key removed from the device can take routes with it (gateway-address.ts).
     const keyFailures = await this.syncKeys(sock, prep);
     const have = await readOurs(sock, vxlanIndex);
@@ -289,7 +295,11 @@ export class LinuxFabric implements FabricDataplane {
       failures.length === 0
         ? { routes: plan.routes, neighbours: plan.neighbours, fdb: plan.fdb }
         : await readOurs(sock, vxlanIndex);
-    const reasons = [...failures.map((f) => `${describe(f.op)}: ${f.error.message}`), ...keyFailures];
+    const reasons = [
+      ...failures.map((f) => `${describe(f.op)}: ${f.error.message}`),
+      ...keyFailures,
+      ...(this.filterRefused !== undefined ? [this.filterRefused] : []),
+    ];
     this.probe(prep, plan);
     this.last = {
       ready: reasons.length === 0,
@@ -346,16 +356,28 @@ export class LinuxFabric implements FabricDataplane {
     this.prober.setTargets(probeTargets(plan));
   }
 
-  /** Programs the source filter; a failure leaves the fabric unfiltered and is a warning. */
-  private async applyFilter(port: number, peers: readonly Peer[]): Promise<void> {
+  /**
+   * Programs the source filter; a failure leaves the fabric unfiltered and is a warning, an object of
+   * our name that is not ours a reason too.
+   */
+  private async applyFilter(sock: NetlinkSocket, prep: Prepared, peers: readonly Peer[]): Promise<void> {
+    const port = prep.settings.port;
+    this.filterRefused = undefined;
     try {
-      await this.filter.apply(port, peers);
+      this.direct =
+        prep.settings.mode === 'hybrid'
+          ? await directSources(sock, prep.underlay, peers, prep.settings.clusterCidrs)
+          : undefined;
+      await this.filter.apply(port, peers, { vni: prep.settings.vni, direct: this.direct });
       if (this.filterOff !== undefined) this.logger.info({}, 'VXLAN source filter in force');
       this.filterOff = undefined;
     } catch (err) {
+      const notOurs = err instanceof FilterNotOursError;
+      if (notOurs) this.filterRefused = err.message;
       const why =
         `VXLAN source filter off: ${(err as Error).message}; VXLAN packets are accepted from any source ` +
-        `on UDP port ${port} (install nftables, or set fabric.sourceFilter to false)`;
+        `on UDP port ${port}` +
+        (notOurs ? '' : ' (install nftables, or set fabric.sourceFilter to false)');
       if (why !== this.filterOff) this.logger.warn({ err: (err as Error).message }, why);
       this.filterOff = why;
     }
@@ -367,6 +389,8 @@ export class LinuxFabric implements FabricDataplane {
    */
   private async removeFilter(settings: FabricSettings): Promise<void> {
     this.filterOff = undefined;
+    this.filterRefused = undefined;
+    this.direct = undefined;
     try {
       await this.filter.remove();
     } catch (err) {
@@ -421,6 +445,8 @@ export class LinuxFabric implements FabricDataplane {
         return e.protocol === RTPROT_WORKLOADNET && e.id !== undefined && !this.programmed.has(e.id);
       case RTM_DELNEIGH:
         return vx !== undefined && e.ifindex === vx && e.id !== undefined && this.programmed.has(e.id);
+      case RTM_NEWNEIGH:
+        return directNeighbourChanged(this.direct, e);
       case RTM_DELLINK:
         return vx !== undefined && e.ifindex === vx;
       case RTM_DELADDR:

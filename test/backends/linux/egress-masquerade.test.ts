@@ -6,7 +6,7 @@ import {
   ForeignEgressTableError,
   egressScript,
 } from '../../../backends/linux/egress-masquerade';
-import { nftRunner } from '../../../backends/linux/fabric/vxlan-source-filter';
+import { nftRunner } from '../../../backends/linux/fabric/nft-runner';
 import { NetnsSet, type TestNamespace } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';
