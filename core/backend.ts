@@ -2,7 +2,6 @@
 // the per-workload serialisation; a backend only programs (and unprograms) what it is told to. A
 // backend never sees the store and never allocates: everything it needs arrives in the spec.
 
-import type { EgressDataplane } from './egress-dataplane';
 import type { FabricDataplane } from './fabric/fabric-dataplane';
 import type { Netns } from '../lib/netns/netns-handle';
 
@@ -288,6 +287,29 @@ export interface Backend {
   /** Masquerades its pods' traffic leaving the cluster, when it can (core/egress). */
   readonly egress?: EgressDataplane;
   stop(): Promise<void>;
+}
+
+/**
+ * A backend's masquerade of its pods' traffic leaving the cluster (core/egress drives it): the Linux
+ * backend's nftables table.
+ */
+/** What to masquerade: sources in `pod`, unless the destination lies in `cluster` (CIDR texts). */
+export interface EgressRanges {
+  pod: readonly string[];
+  cluster: readonly string[];
+}
+
+export interface EgressDataplane {
+  /**
+   * Masquerades exactly `ranges`; with no pod range, removes what it programmed. Cheap when nothing
+   * changed since the last call. Throws, in words, when it cannot (a foreign table of its name, no
+   * nftables): the caller reports it and calls again later.
+   */
+  apply(ranges: EgressRanges): Promise<void>;
+  /** Forgets what was applied: the next apply programs it again (puts back a table changed by hand). */
+  invalidate(): void;
+  /** Packets masqueraded so far, when known (Status). */
+  readonly masqueraded: number | undefined;
 }
 
 /** inversify identifier under which the active backend is bound. */

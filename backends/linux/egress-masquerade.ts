@@ -23,7 +23,7 @@
 // deleted (DESIGN.md, "Trusting what others write").
 
 import { parseCidr } from '../../lib/cidr';
-import type { EgressDataplane, EgressRanges } from '../../core/egress-dataplane';
+import type { EgressDataplane, EgressRanges } from '../../core/backend';
 import type { NftRunner } from './fabric/nft-runner';
 
 export const EGRESS_TABLE = 'workloadnet_egress';

@@ -1,5 +1,5 @@
 import { SerialRun } from '../../lib/serial-run';
-import type { EgressDataplane, EgressRanges } from '../egress-dataplane';
+import type { EgressDataplane, EgressRanges } from '../backend';
 import type { Logger } from '../logger';
 
 // Keeps each backend's egress masquerade in step with the ranges: the pod ranges of the networks that
