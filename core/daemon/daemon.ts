@@ -3,6 +3,7 @@ import { ApiServer } from '../serve/api-server';
 import { CONFIG, type DaemonConfig } from '../config';
 import { ENDPOINT, startAll, type Lifecycle } from './lifecycle';
 import { NODE_LOCK } from './node-lock';
+import { READINESS_LISTENER, type ReadinessListener } from './readiness-listener';
 import { EGRESS_CONTROLLER, type EgressController } from '../egress/egress-controller';
 import { FABRIC_CONTROLLER, type FabricController } from '../fabric/fabric-controller';
 import { HOST_PORT, type HostPort } from '../fabric/host-port';
@@ -109,9 +110,13 @@ export class Daemon {
     this.stopAll = await startAll(parts, (part, err) =>
       log.warn({ part, err: (err as Error).message }, 'stopping a part failed'),
     );
+    const listeners = this.container.isBound(READINESS_LISTENER)
+      ? this.container.getAll<ReadinessListener>(READINESS_LISTENER)
+      : [];
     const ready = async (): Promise<void> => {
       const st = await this.service.status({ fabricPeers: false }).catch(() => undefined);
       this.api?.setServing(st?.ready ?? false);
+      for (const l of listeners) l.readinessChecked(st?.ready ?? false);
     };
     await ready();
     // Health clients see readiness changes (pool exhausted, agent lost) without calling Status.

@@ -207,7 +207,7 @@ export class KubernetesPoolSource implements PoolSource {
   private restartLater(err: unknown): void {
     if (this.stopped) return;
     this.connected = false;
-    this.lastError = describe(err);
+    this.lastError = describeApiError(err);
     this.opts.logger.warn({ err: this.lastError, retryMs: this.backoff }, 'Kubernetes list+watch failed');
     clearTimeout(this.retry);
     this.retry = setTimeout(() => void this.restart(), this.backoff);
@@ -233,7 +233,7 @@ export function loadKubeConfig(file: string): KubeConfig {
   return kc;
 }
 
-function describe(err: unknown): string {
+export function describeApiError(err: unknown): string {
   if (err instanceof Error) {
     const code =
       (err as { code?: number | string; statusCode?: number }).statusCode ?? (err as { code?: unknown }).code;

@@ -6,8 +6,13 @@ import { POOL_SOURCE, type PoolSource } from '../../core/ipam/pool-source';
 import { PEER_SOURCE, type PeerSource } from '../../core/fabric/peer-source';
 import { KubernetesPeerSource } from './kubernetes-peer-source';
 import { KubernetesPoolSource } from './kubernetes-pool-source';
+import { NodeNetworkCondition } from './node-network-condition';
+import { READINESS_LISTENER, type ReadinessListener } from '../../core/daemon/readiness-listener';
 
-/** Binds the kubernetes pool source in place of the default one, and the Kubernetes peer source beside it. */
+/**
+ * Binds the kubernetes pool source in place of the default one, the Kubernetes peer source beside it, and
+ * the Node's network condition.
+ */
 export function kubernetesPoolSourceModule(config: DaemonConfig, logger: Logger): ContainerModule {
   const nodeName = config.nodeName || os.hostname();
   return new ContainerModule((bind, _unbind, isBound, rebind) => {
@@ -17,6 +22,15 @@ export function kubernetesPoolSourceModule(config: DaemonConfig, logger: Logger)
           nodeName,
           kubeconfig: config.kubeconfig,
           logger: logger.child({ poolSource: 'kubernetes' }),
+        }),
+    );
+    // The Node's NetworkUnavailable condition cleared once the daemon is ready, as Calico and Cilium do.
+    bind<ReadinessListener>(READINESS_LISTENER).toDynamicValue(
+      () =>
+        new NodeNetworkCondition({
+          nodeName,
+          kubeconfig: config.kubeconfig,
+          logger: logger.child({ part: 'node condition' }),
         }),
     );
     // Peers come from the same API as the ranges; the source connects only when the fabric starts it.

@@ -58,6 +58,9 @@ describeRoot('IP forwarding on a node (root, test-owned namespaces, stand-in API
   const setSysctl = (node: TestNamespace, name: string, value: string): void =>
     void execFileSync('ip', ['netns', 'exec', node.name, 'sysctl', '-qw', `${name}=${value}`]);
 
+  const networkUnavailable = (name: string) =>
+    api.node(name)?.status?.conditions?.find((c) => c.type === 'NetworkUnavailable');
+
   /** A node namespace with these forwarding values, its Node with `ranges`, its daemon started. */
   async function node(
     name: string,
@@ -70,6 +73,11 @@ describeRoot('IP forwarding on a node (root, test-owned namespaces, stand-in API
     setSysctl(ns, IPV4, forwarding.v4);
     setSysctl(ns, IPV6, forwarding.v6);
     api.setNode(name, ranges);
+    // As a cloud's node controller makes a Node: tainted network-unavailable until the plugin runs.
+    api.setConditions(name, [
+      { type: 'NetworkUnavailable', status: 'True', reason: 'NoRouteCreated' },
+      { type: 'Ready', status: 'True', reason: 'KubeletReady' },
+    ]);
     const daemon = await DaemonProcess.start({
       dir: path.join(root, name),
       flags: {
@@ -115,11 +123,24 @@ describeRoot('IP forwarding on a node (root, test-owned namespaces, stand-in API
     expect(st.reasons.join('\n')).not.to.match(/root/);
     expect(daemon.log()).to.include(`${IPV4} is 0`);
     expect(daemon.child.exitCode).to.equal(null);
+    expect(networkUnavailable('fw-ro-off')?.status, 'the Node stays network-unavailable meanwhile').to.equal(
+      'True',
+    );
     // Set on the node (as an init container would): ready without a restart.
     setSysctl(ns, IPV4, '1');
     await waitUntil(async () => (await daemon.client.status()).ready, 'ready once it is set', 10_000, {
       intervalMs: 100,
     });
+    // Ready: the Node's NetworkUnavailable condition is cleared (the taint goes), the kubelet's kept.
+    await waitUntil(
+      () => networkUnavailable('fw-ro-off')?.status === 'False',
+      'the condition cleared',
+      10_000,
+    );
+    expect(networkUnavailable('fw-ro-off')?.reason).to.equal('WorkloadnetIsUp');
+    expect(api.node('fw-ro-off')?.status?.conditions?.find((c) => c.type === 'Ready')?.status).to.equal(
+      'True',
+    );
   });
 
   it('turns IPv6 forwarding on only when its Node gets an IPv6 range', async () => {

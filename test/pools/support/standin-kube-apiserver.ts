@@ -19,7 +19,16 @@ interface NodeObject {
   kind: 'Node';
   metadata: { name: string; uid: string; resourceVersion: string; annotations?: Record<string, string> };
   spec: { podCIDR?: string; podCIDRs?: string[] };
-  status?: { addresses?: NodeAddress[] };
+  status?: { addresses?: NodeAddress[]; conditions?: NodeCondition[] };
+}
+
+export interface NodeCondition {
+  type: string;
+  status: 'True' | 'False' | 'Unknown';
+  reason?: string;
+  message?: string;
+  lastTransitionTime?: string;
+  lastHeartbeatTime?: string;
 }
 
 export interface NodeAddress {
@@ -168,6 +177,12 @@ export class StandInKubeApiServer {
     this.store({ ...node, status: { ...node.status, addresses } }, true);
   }
 
+  /** Sets an existing Node's status.conditions, as its kubelet and a cloud's node controller report them. */
+  setConditions(name: string, conditions: NodeCondition[]): void {
+    const node = this.existing(name);
+    this.store({ ...node, status: { ...node.status, conditions } }, true);
+  }
+
   /** Sets (or, with undefined, removes) an annotation of an existing Node, as a person or tool would. */
   setAnnotation(name: string, key: string, value: string | undefined): void {
     const node = this.existing(name);
@@ -262,16 +277,47 @@ export class StandInKubeApiServer {
         } catch {
           return status(400, 'BadRequest', 'the patch is not JSON');
         }
-        const p = patch as { metadata?: { annotations?: Record<string, string | null> } };
+        const p = patch as {
+          metadata?: { annotations?: Record<string, string | null> };
+          status?: { conditions?: NodeCondition[] };
+        };
         const keys = Object.keys(p ?? {});
         const metaKeys = Object.keys(p?.metadata ?? {});
-        if (keys.some((k) => k !== 'metadata') || metaKeys.some((k) => k !== 'annotations'))
-          return status(422, 'Invalid', 'the stand-in patches metadata.annotations only');
+        const statusKeys = Object.keys(p?.status ?? {});
+        if (
+          keys.some((k) => k !== 'metadata' && k !== 'status') ||
+          metaKeys.some((k) => k !== 'annotations') ||
+          statusKeys.some((k) => k !== 'conditions')
+        )
+          return status(
+            422,
+            'Invalid',
+            'the stand-in patches metadata.annotations and status.conditions only',
+          );
+        // Conditions only through the status subresource, merged by type as a strategic merge patch
+        // does (a JSON merge patch would replace the whole list, the kubelet's conditions with it).
+        if (
+          p.status?.conditions !== undefined &&
+          (!target[2] || type !== 'application/strategic-merge-patch+json')
+        )
+          return status(
+            422,
+            'Invalid',
+            'conditions are patched through nodes/status with a strategic merge patch',
+          );
         const annotations = { ...node.metadata.annotations };
         for (const [k, v] of Object.entries(p.metadata?.annotations ?? {}))
           if (v === null) delete annotations[k];
           else annotations[k] = String(v);
-        reply(200, this.store({ ...node, metadata: { ...node.metadata, annotations } }, true));
+        const conditions = [...(node.status?.conditions ?? [])];
+        for (const c of p.status?.conditions ?? []) {
+          const i = conditions.findIndex((x) => x.type === c.type);
+          if (i >= 0) conditions[i] = { ...conditions[i]!, ...c };
+          else conditions.push(c);
+        }
+        const patched = { ...node, metadata: { ...node.metadata, annotations } };
+        if (conditions.length > 0) patched.status = { ...node.status, conditions };
+        reply(200, this.store(patched, true));
       });
       return;
     }
