@@ -7,12 +7,16 @@
 // it, keeps it whatever the newcomer's name; the newcomer is refused, with the holder named. The plan
 // after the holder stops stating it (it left, or took another) gives it to the newcomer: the planner is
 // a pure function, so the holders of the last plan come in with the context (linux-fabric.ts keeps
-// them). Among targets none of which held it, the first by name wins.
+// them). After a start there is no last plan, but the kernel still holds what the last daemon
+// programmed: its FDB entries, neighbours and routes name the incumbents (holdersInKernel), so that a
+// squatter sorting first by name does not take a live node's MAC at every restart. Among targets none
+// of which held it, the first by name wins.
 
 import type { ClaimKind, RefusedClaim } from '../../../core/fabric/fabric-dataplane';
 import type { Peer } from '../../../core/fabric/peer-source';
 import { cidrContains, parseCidr, type Cidr } from '../../../lib/cidr';
 import { canonicalAddress } from '../../../lib/rtnetlink';
+import type { KernelObjects } from './kernel-diff';
 
 /** Who held each identity in a plan: `<kind>|<value>` → the target's label (`node` or `node/endpoint`). */
 export type Holders = ReadonlyMap<string, string>;
@@ -80,6 +84,55 @@ export class Claims {
   }
 }
 
+/**
+ * Who held each identity, as the kernel's entries of our device and protocol show it: an FDB entry
+ * (MAC → underlay) is the target that states both; a permanent neighbour (gateway key → MAC) is that
+ * MAC's target; a route is the node of the target its next hop leads to. Entries no listed target
+ * explains are nobody's: the plan decides them as it would without a history.
+ */
+export function holdersInKernel(have: KernelObjects, peers: readonly Peer[]): Holders {
+  const targets = peers.flatMap((p) => [
+    { label: p.node, node: p.node, mac: p.vtep?.mac.toLowerCase(), underlay: addresses(p.underlay) },
+    ...(p.endpoints ?? []).map((e) => ({
+      label: `${p.node}/${e.id}`,
+      node: p.node,
+      mac: e.vtep?.mac.toLowerCase(),
+      underlay: addresses([e.underlay]),
+    })),
+  ]);
+  const held = new Map<string, string>();
+  const byMac = new Map<string, { label: string; node: string }>();
+  for (const f of have.fdb) {
+    const mac = f.mac?.toLowerCase();
+    const dst = f.dst === undefined ? undefined : canonical(f.dst);
+    if (mac === undefined || dst === undefined) continue;
+    const t = targets.find((x) => x.mac === mac && x.underlay.includes(dst));
+    if (!t) continue;
+    held.set(key('mac', mac), t.label);
+    held.set(key('underlay', dst), t.label);
+    byMac.set(mac, t);
+  }
+  const byGateway = new Map<string, { label: string; node: string }>();
+  for (const n of have.neighbours) {
+    const t = n.mac === undefined ? undefined : byMac.get(n.mac.toLowerCase());
+    const dst = n.dst === undefined ? undefined : canonical(n.dst);
+    if (!t || dst === undefined) continue;
+    held.set(key('gateway', dst), t.label);
+    byGateway.set(dst, t);
+  }
+  for (const r of have.routes) {
+    const gw = r.gateway === undefined ? undefined : canonical(r.gateway);
+    const prefix = cidr(r.destination)?.text;
+    if (gw === undefined || prefix === undefined) continue;
+    // Through the tunnel: the gateway key's target; direct: the target whose underlay is the next hop.
+    const t = byGateway.get(gw) ?? targets.find((x) => x.underlay.includes(gw));
+    if (!t) continue;
+    held.set(key('prefix', prefix), t.node);
+    if (!byGateway.has(gw)) held.set(key('underlay', gw), t.label);
+  }
+  return held;
+}
+
 /** The words for a refused claim, as Status and `workloadnet peers` show it. */
 export function refusalReason(r: RefusedClaim): string {
   const what = { mac: 'VTEP MAC', underlay: 'underlay address', gateway: 'gateway key', prefix: 'prefix' }[
@@ -87,6 +140,14 @@ export function refusalReason(r: RefusedClaim): string {
   ];
   if (r.holder === 'this node') return `${what} ${r.value} is this node's own`;
   return `${what} ${r.value} is held by ${r.holder}; refused until ${r.holder} no longer states it (the incumbent keeps it)`;
+}
+
+/** The canonical forms of those of `list` that are addresses. */
+function addresses(list: readonly string[]): string[] {
+  return list.flatMap((a) => {
+    const c = canonical(a);
+    return c === undefined ? [] : [c];
+  });
 }
 
 function canonical(a: string): string | undefined {

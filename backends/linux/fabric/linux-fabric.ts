@@ -45,7 +45,7 @@ import {
   type FabricPlan,
 } from './fabric-plan';
 import { syncGatewayAddresses } from './gateway-address';
-import type { Holders } from './identity-claims';
+import { holdersInKernel, type Holders } from './identity-claims';
 import { IcmpProbeTransport } from './icmp-probe-transport';
 import { PeerProber, type ProbeTransport } from './peer-prober';
 import { applyOps, diff, readOurs, type DiffOp } from './kernel-diff';
@@ -249,6 +249,8 @@ export class LinuxFabric implements FabricDataplane {
       }
     }
     const vxlanIndex = prep.vxlan?.index;
+    // The first apply of a start: the incumbents are what the last daemon left in the kernel.
+    this.holders ??= holdersInKernel(await readOurs(sock, vxlanIndex), peers);
     const plan = planFabric(
       {
         mode: prep.settings.mode,

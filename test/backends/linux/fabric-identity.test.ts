@@ -116,4 +116,20 @@ describeRoot('fabric identities on the kernel: a record squatting a VTEP MAC', f
     expect(controller?.status().peers.map((p) => p.node)).to.deep.equal(['nb', 'nc']);
     await ncIsProgrammedAndReachable();
   });
+
+  it("keeps nc's entries when na's daemon restarts with the squatter listed: the kernel says who held them", async () => {
+    await controller?.stop();
+    controller = undefined;
+    // A new daemon's dataplane knows no holders; the squatter sorts before nc.
+    const restarted = new LinuxFabric({ hostNetnsPath: netnsPath(topo.node('na').ns), monitor: false });
+    try {
+      await restarted.prepare({ ...settings('vxlan'), nodeName: 'na' });
+      const report = await restarted.apply([squatter(), ...topo.peersOf('na', locals)]);
+      await ncIsProgrammedAndReachable();
+      const row = report.peers.find((p) => p.node === 'aaa');
+      expect(row?.reason).to.match(new RegExp(`VTEP MAC ${ncMac()} is held by nc`));
+    } finally {
+      await restarted.stop();
+    }
+  });
 });
