@@ -39,6 +39,7 @@ describe('networks configuration', () => {
         mtu: 1400,
         defaultRoute: true,
         routes: [],
+        masquerade: true,
       },
     ]);
   });
@@ -59,6 +60,7 @@ describe('networks configuration', () => {
         mtu: 1450,
         defaultRoute: true,
         routes: [],
+        masquerade: true,
       },
       {
         name: 'fast',
@@ -67,8 +69,37 @@ describe('networks configuration', () => {
         mtu: 9000,
         defaultRoute: false,
         routes: ['10.3.0.0/16'],
+        masquerade: true,
       },
     ]);
+  });
+
+  it("masquerades a network's pods leaving the cluster unless it or the daemon says not to", () => {
+    const c = mergeConfig(DEFAULT_CONFIG, {
+      masquerade: false,
+      ...nets(
+        { name: 'default', backend: 'linux', podCidrs: ['10.1.0.0/24'] },
+        { name: 'routed', backend: 'linux', podCidrs: ['10.2.0.0/24'], masquerade: true },
+      ),
+    });
+    expect(effectiveNetworks(c).map((n) => [n.name, n.masquerade])).to.deep.equal([
+      ['default', false],
+      ['routed', true],
+    ]);
+    expect(() =>
+      mergeConfig(
+        DEFAULT_CONFIG,
+        nets({
+          name: 'x',
+          backend: 'linux',
+          podCidrs: ['10.1.0.0/24'],
+          masquerade: 'yes' as unknown as boolean,
+        }),
+      ),
+    ).to.throw(/network "x": masquerade must be true or false/);
+    expect(() => mergeConfig(DEFAULT_CONFIG, { masquerade: 'yes' as unknown as boolean })).to.throw(
+      /masquerade must be true or false/,
+    );
   });
 
   it('refuses two networks of one name', () =>
