@@ -16,6 +16,11 @@ import { isRoot } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
 import { EtcdCluster, haveEtcd } from '../pools/support/etcd-cluster';
+import { vtepMac } from '../../lib/vtep-mac';
+
+/** The VTEP MACs the etcd source's daemons derive from their names and underlay addresses. */
+const NB_MAC = vtepMac('10.100.1.2', 'nb');
+const NC_MAC = vtepMac('10.100.2.3', 'nc');
 
 // IPv6 pods across nodes over an IPv4 underlay: three daemons claim dual-stack blocks from a real
 // 3-member etcd (one IPv4 and one IPv6 cluster range) and program the fabric from the node records and
@@ -207,17 +212,14 @@ describeEtcdRoot(
           `unreachable ${CLUSTER6} dev lo metric 4294967295 pref medium`,
         ]);
         expect(neighbours(na.ns, '-6')).to.deep.equal(
-          [
-            `${nb.gateway()} lladdr 0e:77:0a:64:01:02 PERMANENT`,
-            `${nc.gateway()} lladdr 0e:77:0a:64:02:03 PERMANENT`,
-          ].sort(),
+          [`${nb.gateway()} lladdr ${NB_MAC} PERMANENT`, `${nc.gateway()} lladdr ${NC_MAC} PERMANENT`].sort(),
         );
         expect(neighbours(na.ns, '-4')).to.have.length(2);
         expect(
           (await bridge(na.ns, 'fdb', 'show', 'dev', 'wn-vxlan')).trim().split('\n').sort(),
         ).to.deep.equal([
-          '0e:77:0a:64:01:02 dst 10.100.1.2 self permanent',
-          '0e:77:0a:64:02:03 dst 10.100.2.3 self permanent',
+          `${NB_MAC} dst 10.100.1.2 self permanent`,
+          `${NC_MAC} dst 10.100.2.3 self permanent`,
         ]);
       });
 
@@ -243,12 +245,12 @@ describeEtcdRoot(
         // for both.
         expect(neighbours(na.ns, '-6')).to.have.length(2);
         expect(neighbours(na.ns, '-4')).to.have.length(1);
-        expect(neighbours(na.ns, '-4')[0]).to.include('lladdr 0e:77:0a:64:02:03');
+        expect(neighbours(na.ns, '-4')[0]).to.include(`lladdr ${NC_MAC}`);
         expect(
           (await bridge(na.ns, 'fdb', 'show', 'dev', 'wn-vxlan')).trim().split('\n').sort(),
         ).to.deep.equal([
-          '0e:77:0a:64:01:02 dst 10.100.1.2 self permanent',
-          '0e:77:0a:64:02:03 dst 10.100.2.3 self permanent',
+          `${NB_MAC} dst 10.100.1.2 self permanent`,
+          `${NC_MAC} dst 10.100.2.3 self permanent`,
         ]);
         const nbIpv4 = lines(na.ns, '-4', 'route', 'show', 'proto', '119').filter((r) =>
           r.includes('dev eth0'),

@@ -9,6 +9,7 @@ import { describeRoot } from '../support/describe-root';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
 import { StandInKubeApiServer } from '../pools/support/standin-kube-apiserver';
+import { vtepMac } from '../../lib/vtep-mac';
 
 // Ranges and routes from the Kubernetes API: three daemons take their pod ranges from their Node's
 // spec.podCIDRs and their peers from every Node (podCIDRs, InternalIP, and the fabric annotation each
@@ -112,7 +113,8 @@ describeRoot(
       const annotation = api.node('nc')?.metadata.annotations?.['workloadnet.io/fabric'];
       expect(annotation, "nc's fabric annotation").to.be.a('string');
       const rec = JSON.parse(annotation as string) as { vtep?: { mac?: string } };
-      expect(rec.vtep?.mac).to.equal('0e:77:0a:64:02:03');
+      // Derived from its name too: the annotation carries it to the peers.
+      expect(rec.vtep?.mac).to.equal(vtepMac('10.100.2.3', 'nc'));
       const seen = peersOf(socketOf(node('na'))).find((p) => p.node === 'nc');
       expect(seen?.path).to.equal('vxlan');
     });
