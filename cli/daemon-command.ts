@@ -5,6 +5,7 @@ import {
   parseMtu,
   DEFAULT_CONFIG,
   loadConfigFile,
+  effectiveNetworks,
   mergeConfig,
   type BackendName,
   type ConfigOverrides,
@@ -120,11 +121,14 @@ export async function runDaemon(flags: DaemonFlags): Promise<void> {
   const metrics = new Metrics({ processMetrics: true });
   const container = createContainer(config, logger, metrics);
   container.load(...backendModules(config, logger), endpointsModule(config, logger, metrics));
-  // One daemon per node, whichever backends it runs (core/daemon/node-lock.ts). Bound here, for a real
-  // daemon only: in-process test daemons share the machine's own namespace and must not take it.
-  container
-    .bind<NodeLock>(NODE_LOCK)
-    .toDynamicValue(() => new NodeLock(config, logger.child({ part: 'node lock' })));
+  // One daemon per node (core/daemon/node-lock.ts), for a daemon whose Linux backend programs the host
+  // namespace: two would take each other's links for orphans. Bound here, for a real daemon only:
+  // in-process test daemons share the machine's own namespace and must not take it. A daemon with DPU
+  // networks only does not take it yet (its host side is the VFs it moves, each its agent's).
+  if (effectiveNetworks(config).some((n) => n.backend === 'linux'))
+    container
+      .bind<NodeLock>(NODE_LOCK)
+      .toDynamicValue(() => new NodeLock(config, logger.child({ part: 'node lock' })));
   await bindPoolSource(container, config, logger);
   const daemon = new Daemon(container);
   try {
