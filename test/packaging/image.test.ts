@@ -156,7 +156,7 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
 
   const cniCall = { conf: '', env: {} as Record<string, string>, bin: '', ip: '', pod: '' };
 
-  it('is built by one command, under 200 MiB, its layer the sorted tar the build wrote, Node.js 20', async () => {
+  it('is built by one command, under 210 MiB, its layer the sorted tar the build wrote, Node.js 20', async () => {
     expect(built.image).to.match(/^localhost\/workloadnet:\d+\.\d+\.\d+-[0-9a-f]{12}$/);
     const inspect = await podman([
       'image',
@@ -169,7 +169,8 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
     const [layers, size] = inspect.stdout.trim().split(' ');
     expect(JSON.parse(layers ?? '[]')).to.deep.equal([`sha256:${built.layer}`]);
     expect(sha256(path.join(fx.dir, 'rootfs.tar'))).to.equal(built.layer);
-    expect(Number(size)).to.be.below(200 * 1024 * 1024);
+    // About 203 MiB, 13 of them the reference plugins portmap and bandwidth and the iptables they need.
+    expect(Number(size)).to.be.below(210 * 1024 * 1024);
     const node = await podman([
       'run',
       '--rm',
