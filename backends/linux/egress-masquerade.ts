@@ -101,6 +101,8 @@ export class EgressMasquerade implements EgressDataplane {
   masqueraded: number | undefined;
   /** The script last applied; REMOVED once the table was removed. */
   private applied?: string;
+  /** Why the last apply failed, until one succeeds. */
+  private failure?: string;
 
   constructor(private readonly nft: NftRunner) {}
 
@@ -109,6 +111,23 @@ export class EgressMasquerade implements EgressDataplane {
    * when that is what was done last.
    */
   async apply(ranges: EgressRanges): Promise<void> {
+    try {
+      await this.program(ranges);
+      this.failure = undefined;
+    } catch (err) {
+      this.failure = (err as Error).message;
+      throw err;
+    }
+  }
+
+  /** What Status shows of it (the backend's details): masquerading, or why not. */
+  describe(): { egress?: string } {
+    if (this.failure !== undefined) return { egress: `not masqueraded: ${this.failure}` };
+    if (this.applied === undefined || this.applied === REMOVED) return {};
+    return { egress: `masqueraded (table inet ${EGRESS_TABLE})` };
+  }
+
+  private async program(ranges: EgressRanges): Promise<void> {
     if (ranges.pod.length === 0) {
       if (this.applied === REMOVED) return;
       await this.remove();

@@ -284,6 +284,7 @@ export class LinuxBackend implements Backend {
       hostNetns: this.opts.hostNetnsPath ?? '(own)',
       linkGroup: this.opts.linkGroup,
       threadpool: threadpoolSize(),
+      ...this.egress.describe(),
     };
     let host: HostContext;
     try {

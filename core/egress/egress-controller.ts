@@ -41,7 +41,7 @@ export class EgressController {
     () => this.syncOnce(),
     () => this.stopped,
   );
-  /** The last failure per backend, while it lasts (Status, and one log line per new failure). */
+  /** The last failure per backend, while it lasts (one log line per new failure; Status asks the backend). */
   private readonly failures = new Map<string, string>();
   /** The ranges last applied per backend, as text. */
   private readonly appliedKeys = new Map<string, string>();
@@ -65,11 +65,6 @@ export class EgressController {
   /** Looks at the ranges again now (coalesced with a look under way). */
   changed(): void {
     if (this.timer) void this.run.run();
-  }
-
-  /** Why a backend's pods are not masqueraded now, by backend. */
-  problems(): ReadonlyMap<string, string> {
-    return this.failures;
   }
 
   private async syncOnce(): Promise<void> {

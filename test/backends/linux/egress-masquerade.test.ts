@@ -88,6 +88,7 @@ describeRoot('Linux backend: egress masquerade (root, test-owned namespaces)', f
     expect(pod2Counts['10.244.1.5'], 'echo from the other pod, unchanged').to.be.greaterThan(0);
     expect(pod2Counts['10.244.2.1'], 'echo rewritten to the node').to.equal(0);
     expect(await egress.readCounter(), 'connections masqueraded').to.be.greaterThan(0);
+    expect(egress.describe().egress).to.equal(`masqueraded (table inet ${EGRESS_TABLE})`);
   });
 
   it('adopts its table across a restart in one transaction, and follows changed ranges', async () => {
@@ -119,6 +120,7 @@ describeRoot('Linux backend: egress masquerade (root, test-owned namespaces)', f
     await fresh.apply(ranges).catch((e: unknown) => (err = e));
     expect(err).to.be.instanceOf(ForeignEgressTableError);
     expect((err as Error).message).to.match(/not workloadnet's.*nft delete table/);
+    expect(fresh.describe().egress, 'what Status shows').to.match(/^not masqueraded: .*not workloadnet's/);
     await fresh.remove();
     const listing = nft(node.name, `list table inet ${EGRESS_TABLE}\n`);
     expect(listing).to.include('chain operator');
