@@ -15,8 +15,14 @@
 import type { ClaimKind, RefusedClaim } from '../../../core/fabric/fabric-dataplane';
 import type { Peer } from '../../../core/fabric/peer-source';
 import { cidrContains, parseCidr, type Cidr } from '../../../lib/cidr';
-import { canonicalAddress } from '../../../lib/rtnetlink';
-import type { KernelObjects } from './kernel-diff';
+import { canonicalAddress, type Neighbour, type Route } from '../../../lib/rtnetlink';
+
+/** Our entries as the kernel holds them (kernel-diff.ts reads them). */
+interface KernelEntries {
+  routes: readonly Route[];
+  neighbours: readonly Neighbour[];
+  fdb: readonly Neighbour[];
+}
 
 /** Who held each identity in a plan: `<kind>|<value>` → the target's label (`node` or `node/endpoint`). */
 export type Holders = ReadonlyMap<string, string>;
@@ -90,7 +96,7 @@ export class Claims {
  * MAC's target; a route is the node of the target its next hop leads to. Entries no listed target
  * explains are nobody's: the plan decides them as it would without a history.
  */
-export function holdersInKernel(have: KernelObjects, peers: readonly Peer[]): Holders {
+export function holdersInKernel(have: KernelEntries, peers: readonly Peer[]): Holders {
   const targets = peers.flatMap((p) => [
     { label: p.node, node: p.node, mac: p.vtep?.mac.toLowerCase(), underlay: addresses(p.underlay) },
     ...(p.endpoints ?? []).map((e) => ({
