@@ -308,8 +308,6 @@ export interface EgressDataplane {
   apply(ranges: EgressRanges): Promise<void>;
   /** Forgets what was applied: the next apply programs it again (puts back a table changed by hand). */
   invalidate(): void;
-  /** Packets masqueraded so far, when known (Status). */
-  readonly masqueraded: number | undefined;
 }
 
 /** inversify identifier under which the active backend is bound. */
