@@ -258,8 +258,12 @@ describeRoot('DPU offload with the netns dataplane (needs root)', function () {
       expect(link(w1.name, 'eth0')).to.deep.equal({ ifindex: before?.ifindex, mtu: 1500 });
       expect(link(dpu.name, rep)?.mtu).to.equal(1500);
 
-      // Its agent away: refused, nothing changed on either end.
+      // Its agent away (once the backend has seen it go): refused, nothing changed on either end.
       await sim!.stop('SIGKILL');
+      await waitUntil(
+        async () => (await backend!.health()).dpus?.some((d) => !d.connected) ?? false,
+        'the backend to see its agent gone',
+      );
       const err = await backend!.setMtu(view(s1, r1), ns, 1450).then(
         () => undefined,
         (e: Error & { code?: string }) => e,
