@@ -1,6 +1,8 @@
 import type { Command } from 'commander';
+import * as os from 'node:os';
 import { uninstallCni, type UninstalledCni } from '../adapters/cni/uninstall';
 import { tearDownNode, type TeardownReport } from '../backends/linux/node-teardown';
+import { removeFabricAnnotation } from '../pools/kubernetes/fabric-annotation-removal';
 import { DEFAULT_CONFIG, loadConfigFile, mergeConfig, type DaemonConfig } from '../core/config';
 import { NodeLock } from '../core/daemon/node-lock';
 import { failedPrecondition } from '../core/errors';
@@ -60,7 +62,8 @@ export function registerCleanupCommand(program: Command): void {
 Run it after the daemon is stopped for good (a running daemon makes it refuse) and its pods are
 detached (workloadnet gc --all while the daemon runs, or delete the pods). Only objects that carry
 workloadnet's mark are removed; configs install-cni moved aside are renamed back. Kept: the state
-store, etcd's address blocks, the Node annotation: the output says how to remove each.
+store and etcd's address blocks: the output says how to remove each. With the Kubernetes pool
+source, the Node's workloadnet.io/fabric annotation is removed too.
 
 Exit code 0 when everything of ours is gone, 1 when something could not be removed, 3 when it refused.
 
@@ -109,11 +112,20 @@ async function cleanup(config: DaemonConfig, opts: CleanupOpts): Promise<Cleanup
   const cni = opts.keepCni
     ? undefined
     : await uninstallCni({ confDir: opts.confDir, binDir: opts.binDir, dryRun });
+  const nodeName = config.nodeName || os.hostname();
+  if (config.poolSource === 'kubernetes') {
+    try {
+      const had = await removeFabricAnnotation({ nodeName, kubeconfig: config.kubeconfig, dryRun });
+      if (had) node.removed.push(`the workloadnet.io/fabric annotation of Node ${nodeName}`);
+    } catch (err) {
+      node.failed.push(
+        `${(err as Error).message} (by hand: kubectl annotate node ${nodeName} workloadnet.io/fabric-)`,
+      );
+    }
+  }
   const left = [`the state store ${config.stateDir} (rm -r it, or keep it to reinstall with the same pods)`];
   if (config.poolSource === 'etcd')
-    left.push("this node's address blocks in etcd: workloadnet cluster release-node NODE");
-  if (config.poolSource === 'kubernetes')
-    left.push("the Node's fabric annotation: kubectl annotate node NODE workloadnet.io/fabric-");
+    left.push(`this node's address blocks in etcd: workloadnet cluster release-node ${nodeName}`);
   return { dryRun, node, ...(cni ? { cni } : {}), left };
 }
 

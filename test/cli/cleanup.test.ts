@@ -16,6 +16,7 @@ import { describeRoot } from '../support/describe-root';
 import { netnsPath } from '../support/netns';
 import { requireProgram } from '../support/system-program';
 import { attachRequest } from '../support/attach-request';
+import { StandInKubeApiServer } from '../pools/support/standin-kube-apiserver';
 
 // `workloadnet cleanup` on a node namespace the fabric and the egress masquerade programmed, beside
 // objects of others with our names or in our range: ours go, theirs stay; a daemon holding the node,
@@ -169,6 +170,32 @@ describeRoot('workloadnet cleanup (root, test-owned namespaces)', function () {
     const again = await run(['cleanup', ...flags()]);
     expect(again.code).to.equal(0);
     expect(again.stdout).to.include('nothing of workloadnet found on this node');
+  });
+
+  it("removes this node's fabric annotation from its Node (Kubernetes source), and only that", async () => {
+    const api = await StandInKubeApiServer.start(path.join(dir, 'api'));
+    try {
+      api.setNode('n1', ['10.244.1.0/24']);
+      api.setNode('n2', ['10.244.2.0/24']);
+      for (const n of ['n1', 'n2'])
+        api.setAnnotation(n, 'workloadnet.io/fabric', '{"mtu":1500,"bootId":"b"}');
+      api.setAnnotation('n1', 'example.com/other', 'kept');
+      const config = path.join(dir, 'k8s.json');
+      fs.writeFileSync(
+        config,
+        JSON.stringify({ poolSource: 'kubernetes', nodeName: 'n1', kubeconfig: api.kubeconfig() }),
+      );
+      const dry = await run(['cleanup', '--dry-run', '-c', config, ...flags()]);
+      expect(dry.code, dry.stderr).to.equal(0);
+      expect(dry.stdout).to.include('would remove the workloadnet.io/fabric annotation of Node n1');
+      expect(api.node('n1')?.metadata.annotations?.['workloadnet.io/fabric']).to.be.a('string');
+      const r = await run(['cleanup', '-c', config, ...flags()]);
+      expect(r.code, r.stdout + r.stderr).to.equal(0);
+      expect(api.node('n1')?.metadata.annotations).to.deep.equal({ 'example.com/other': 'kept' });
+      expect(api.node('n2')?.metadata.annotations?.['workloadnet.io/fabric']).to.be.a('string');
+    } finally {
+      await api.stop();
+    }
   });
 
   it('refuses while the store records attachments, unless forced', async () => {
