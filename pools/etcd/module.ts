@@ -58,7 +58,9 @@ export function etcdPoolSourceModule(config: DaemonConfig, logger: Logger): Cont
  * The DPU agents connected now, as the health of the backends that place ports on DPUs lists them;
  * undefined when none does. The backends are looked up at each call, long after the source was built.
  */
-async function connectedDpus(container: interfaces.Container): Promise<ReadonlySet<string> | undefined> {
+export async function connectedDpus(
+  container: interfaces.Container,
+): Promise<ReadonlySet<string> | undefined> {
   let listed = false;
   const out = new Set<string>();
   for (const backend of container.getAll<Backend>(BACKEND)) {
