@@ -6,8 +6,9 @@ import { monotonicMs } from '../../core/monotonic-clock';
 // ends; gone once unseen for the grace (dpu.goneGraceSeconds). A connected DPU is claimed blocks ahead
 // of need and keeps a quarter block free; an away one keeps what it has (a DPU rebooting comes back
 // within minutes and finds its block); a gone one gives back every block that is empty and is claimed
-// nothing until it is seen again. A block with an address in use is never given back: its pod may run
-// on whatever that DPU is now, and only its detach (or `workloadnet cluster release-node`) frees it.
+// nothing until it is seen again. A block with an address in use is never given back: that port may
+// still be live (an agent out of reach is no evidence it is dead); its detach, or an operator's
+// `workloadnet cluster release-node --dpu`, frees it.
 //
 // Seen means: connected when the backend was asked, newly listed among the node's endpoints, or named
 // by an attach placed on it. What the daemon cannot tell ages nobody: until the backend has answered,
@@ -89,6 +90,8 @@ export class DpuLiveness {
       return;
     }
     for (const id of connected) this.lastSeen.set(id, now);
+    // A refused DPU that left is no longer waiting for a place: Status stops naming it.
+    for (const id of this.refused.keys()) if (!connected.has(id)) this.refused.delete(id);
   }
 
   /** Whether `id` is connected: as the backend said, or, when it cannot tell, listed. */
