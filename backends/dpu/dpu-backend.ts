@@ -2,7 +2,6 @@ import type {
   AttachSpec,
   AttachmentView,
   Backend,
-  DpuPortOptions,
   BackendHealth,
   CheckScope,
   DataplaneResult,

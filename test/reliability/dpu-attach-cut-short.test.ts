@@ -68,7 +68,8 @@ describeRoot('DPU attach cut short by SIGKILL (root, simulator process)', functi
       await sleep(delay);
       await daemon.kill('SIGKILL');
       await attaching;
-      ok ? answered.add(id) : cutShort.push(id);
+      if (ok) answered.add(id);
+      else cutShort.push(id);
       daemon = await start();
 
       const st = await daemon.client.status();
