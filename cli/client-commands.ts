@@ -206,7 +206,7 @@ function formatStatus(st: StatusResponse): string {
   if (st.reconcile) {
     const r = st.reconcile;
     lines.push(
-      `reconcile:   at ${r.at}: ${r.healthy} healthy, ${r.repaired} repaired, ${r.released} released, ${r.orphansRemoved} orphans removed${r.adopted ? `, ${r.adopted} adopted` : ''}`,
+      `reconcile:   at ${r.at}: ${r.healthy} healthy, ${r.repaired} repaired, ${r.released} released, ${r.orphansRemoved} orphans removed${r.adopted ? `, ${r.adopted} adopted` : ''}${r.cutShort ? `, ${r.cutShort} cut short` : ''}`,
     );
     for (const w of r.warnings) lines.push(`  warning:   ${w}`);
   }

@@ -161,7 +161,7 @@ export class Metrics {
 
   readonly reconciled = new Counter({
     name: 'workloadnet_reconcile_items_total',
-    help: 'Items handled by start-up reconcile, by outcome (orphan_removed, repaired, released, healthy).',
+    help: 'Items handled by start-up reconcile, by outcome (orphan_removed, adopted, repaired, released, cut_short, healthy).',
     labelNames: ['outcome'] as const,
     registers: [this.registry],
   });

@@ -141,7 +141,10 @@ export interface ReconcileSummary {
   /** Dataplane objects found without a row beside a new store, recorded as they are. */
   adopted: number;
   repaired: number;
+  /** Workloads found gone (their namespace is), and their attachments released. */
   released: number;
+  /** Attaches cut short by the daemon's end, removed (cut-short.ts); not in `released`. */
+  cutShort: number;
   healthy: number;
   warnings: string[];
 }

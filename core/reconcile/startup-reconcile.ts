@@ -63,6 +63,7 @@ export class StartupReconcile {
       adopted: 0,
       repaired: 0,
       released: 0,
+      cutShort: 0,
       healthy: 0,
       warnings: [],
     };
@@ -156,6 +157,7 @@ export class StartupReconcile {
       adopted: summary.adopted,
       repaired: summary.repaired,
       released: summary.released,
+      cut_short: summary.cutShort,
       healthy: summary.healthy,
     })) {
       this.metrics.reconciled.inc({ outcome: outcomeName }, n);
@@ -225,7 +227,7 @@ export class StartupReconcile {
     await Promise.all(
       rows.cutShort.map(async (rec) => {
         await this.ledger.teardown(rec, 'reconcile: attach cut short');
-        summary.released++;
+        summary.cutShort++;
       }),
     );
     if (rows.cutShort.length > 0) {

@@ -75,6 +75,10 @@ describeRoot('DPU attach cut short by SIGKILL (root, simulator process)', functi
       const st = await daemon.client.status();
       const report = `kill ${delay} ms into the attach of ${id}: ${JSON.stringify(st.reconcile)}`;
       expect(st.reconcile?.repaired, report).to.equal(0);
+      // Its namespace lives: an attach removed is counted cut short, never released; an answered one
+      // is not removed at all.
+      expect(st.reconcile?.released, report).to.equal(0);
+      expect(st.reconcile?.cutShort, report).to.be.at.most(ok ? 0 : 1);
       const listed = (await daemon.client.call(daemon.client.raw.list, {})).attachments.map(
         (a) => a.workloadId,
       );

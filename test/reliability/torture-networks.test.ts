@@ -187,6 +187,8 @@ describeRoot(
       expect(status.reconcile?.released ?? 0, `${where}: nothing released (every namespace lives)`).to.equal(
         0,
       );
+      // Only an attach in flight at the kill can have been cut short: one per worker at most.
+      expect(status.reconcile?.cutShort ?? 0, `${where}: attaches cut short`).to.be.at.most(WORKERS);
       const addresses = list.map((a) => a.result?.ips[0]?.cidr ?? '');
       expect(new Set(addresses).size, `${where}: an address held twice: ${addresses.join(' ')}`).to.equal(
         addresses.length,

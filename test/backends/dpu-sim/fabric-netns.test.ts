@@ -306,12 +306,15 @@ describeRoot('DPU simulator: the fabric over VXLAN in netns mode (needs root)', 
       ),
     );
     // It shared a batch with others: the simulator logs each batch and the objects of it that failed.
-    const batches = db.sim.stderr
-      .split('\n')
-      .filter((l) => l.includes('"msg":"fabric objects applied"'))
-      .map((l) => JSON.parse(l) as { objects: number; notOk?: string[] });
-    const withBad = batches.find((b) => b.notOk?.includes(bad.name));
-    expect(withBad, 'a batch holding the failing route').to.not.equal(undefined);
+    // The log line comes over stderr, the acks over the stream: it may arrive after them.
+    const batchWithBad = (): { objects: number; notOk?: string[] } | undefined =>
+      db.sim.stderr
+        .split('\n')
+        .filter((l) => l.includes('"msg":"fabric objects applied"'))
+        .map((l) => JSON.parse(l) as { objects: number; notOk?: string[] })
+        .find((b) => b.notOk?.includes(bad.name));
+    await waitUntil(async () => batchWithBad() !== undefined, 'a batch holding the failing route logged');
+    const withBad = batchWithBad();
     expect(withBad!.objects, 'objects converged with the failing route').to.be.greaterThan(1);
     expect(withBad!.notOk).to.deep.equal([bad.name]);
 

@@ -1,11 +1,10 @@
 import { expect } from 'chai';
-import type { BackendHealth } from '../../../core/backend';
 import { execFile } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
-import type { AttachmentView, DataplaneResult, IpAssignment } from '../../../core/backend';
+import type { AttachmentView, BackendHealth, DataplaneResult, IpAssignment } from '../../../core/backend';
 import { hostLinkName } from '../../../backends/linux/host-link-name';
 import { LinuxBackend } from '../../../backends/linux/linux-backend';
 import { ip, ipJson, netnsExec, netnsInode } from './netns-fixture';
@@ -44,7 +43,6 @@ interface IpRoute {
 function v4(address: string): IpAssignment {
   return { family: 4, address, gateway: '169.254.1.1' };
 }
-
 function v6(address: string): IpAssignment {
   return { family: 6, address, gateway: 'fe80::1' };
 }
@@ -82,10 +80,14 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
   this.timeout(60_000);
   const pool = new NetnsSet('wnl-');
   let node: string;
+  let other: string;
   let backend: LinuxBackend;
 
   before(async () => {
     node = pool.addNode('10.250.0.1').name;
+    // Made before start(), forwarding off: a new one copies the machine's (devconf_inherit_init_net).
+    other = pool.add('fwd').name;
+    await netnsExec(other, 'sh', '-c', 'echo 0 > /proc/sys/net/ipv4/ip_forward');
     backend = new LinuxBackend({ hostNetnsPath: netnsPath(node), ipv6: true });
     await backend.start();
   });
@@ -104,8 +106,6 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
         '/proc/sys/net/ipv6/conf/all/forwarding',
       );
       expect(inNode.split('\n').filter(Boolean)).to.deep.equal(['1', '1']);
-      // A second namespace was never touched by start().
-      const other = pool.add('fwd').name;
       expect((await netnsExec(other, 'cat', '/proc/sys/net/ipv4/ip_forward')).trim()).to.equal('0');
     });
 

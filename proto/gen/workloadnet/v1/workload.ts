@@ -220,6 +220,11 @@ export interface ReconcileStatus {
   warnings: string[];
   /** Workloads found in the dataplane beside a new (lost?) store and recorded as they are. */
   adopted: number;
+  /**
+   * Attaches cut short by the daemon's end (their callers were told they failed), removed; not counted
+   * in released, which is workloads found gone.
+   */
+  cutShort: number;
 }
 
 export interface StatusResponse {
@@ -2551,7 +2556,16 @@ export const PoolSourceStatus_DetailsEntry: MessageFns<PoolSourceStatus_DetailsE
 };
 
 function createBaseReconcileStatus(): ReconcileStatus {
-  return { at: '', orphansRemoved: 0, repaired: 0, released: 0, healthy: 0, warnings: [], adopted: 0 };
+  return {
+    at: '',
+    orphansRemoved: 0,
+    repaired: 0,
+    released: 0,
+    healthy: 0,
+    warnings: [],
+    adopted: 0,
+    cutShort: 0,
+  };
 }
 
 export const ReconcileStatus: MessageFns<ReconcileStatus> = {
@@ -2576,6 +2590,9 @@ export const ReconcileStatus: MessageFns<ReconcileStatus> = {
     }
     if (message.adopted !== 0) {
       writer.uint32(56).uint32(message.adopted);
+    }
+    if (message.cutShort !== 0) {
+      writer.uint32(64).uint32(message.cutShort);
     }
     return writer;
   },
@@ -2649,6 +2666,14 @@ export const ReconcileStatus: MessageFns<ReconcileStatus> = {
             message.adopted = reader.uint32();
             continue;
           }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.cutShort = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2676,6 +2701,11 @@ export const ReconcileStatus: MessageFns<ReconcileStatus> = {
         ? object.warnings.map((e: any) => globalThis.String(e))
         : [],
       adopted: isSet(object.adopted) ? globalThis.Number(object.adopted) : 0,
+      cutShort: isSet(object.cutShort)
+        ? globalThis.Number(object.cutShort)
+        : isSet(object.cut_short)
+          ? globalThis.Number(object.cut_short)
+          : 0,
     };
   },
 
@@ -2702,6 +2732,9 @@ export const ReconcileStatus: MessageFns<ReconcileStatus> = {
     if (message.adopted !== 0) {
       obj.adopted = Math.round(message.adopted);
     }
+    if (message.cutShort !== 0) {
+      obj.cutShort = Math.round(message.cutShort);
+    }
     return obj;
   },
 
@@ -2717,6 +2750,7 @@ export const ReconcileStatus: MessageFns<ReconcileStatus> = {
     message.healthy = object.healthy ?? 0;
     message.warnings = object.warnings?.map((e) => e) || [];
     message.adopted = object.adopted ?? 0;
+    message.cutShort = object.cutShort ?? 0;
     return message;
   },
 };
