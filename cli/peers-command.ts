@@ -61,7 +61,7 @@ export function formatPeers(f: FabricStatus | undefined, now = Date.now()): stri
     `programmed:  ${f.routes} routes, ${f.neighbours} neighbours, ${f.fdb} fdb entries; ${f.repairs} repairs`,
   );
   if (f.filteredPackets !== undefined)
-    lines.push(`filtered:    ${f.filteredPackets} VXLAN packets from senders that are not peers`);
+    lines.push(`filtered:    ${f.filteredPackets} packets dropped by the source filter`);
   let out = lines.join('\n') + '\n';
   if (f.peers.length === 0) return out + 'no peers\n';
   out +=

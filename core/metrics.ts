@@ -249,7 +249,7 @@ export class Metrics {
   });
   readonly fabricFilteredPackets = new Counter({
     name: 'workloadnet_fabric_filtered_packets_total',
-    help: "Fabric: VXLAN packets dropped because their source is no peer's underlay address (fabric.sourceFilter), as the kernel counts them.",
+    help: "Fabric: packets the source filter dropped (fabric.sourceFilter): VXLAN not from a peer's underlay, for another VNI or from an inner source outside the sender's prefixes, and hybrid's direct-path pod sources from a peer that does not own them; as the kernel counts them.",
     registers: [this.registry],
   });
   readonly fabricBorrowed = new Gauge({

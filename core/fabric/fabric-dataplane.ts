@@ -134,7 +134,8 @@ export interface FabricReport {
   /** Objects put back after they were removed or changed behind our back. */
   repairs: number;
   /**
-   * VXLAN packets dropped because their source is no peer's underlay address (the kernel's counter,
+   * Packets the source filter dropped (VXLAN not from a peer, for another VNI or inner source; hybrid's
+   * direct path from a peer not owning the source) (the kernel's counter,
    * kept across restarts); absent when no source filter is programmed.
    */
   filteredPackets?: number;

@@ -74,8 +74,8 @@ export interface FabricStatus {
   /** Objects put back after they were removed or changed behind our back, since start. */
   repairs: number;
   /**
-   * VXLAN packets the source filter dropped (their source is no peer's underlay address), as the
-   * kernel counts them since the filter was created; absent when no filter is programmed.
+   * Packets the source filter dropped (VXLAN not from a peer, for another VNI or inner source; hybrid's
+   * direct path from a peer not owning the source), as the kernel counts them since the filter was created; absent when no filter is programmed.
    */
   filteredPackets?: number;
   /** When the peer table was last applied (ISO time). */

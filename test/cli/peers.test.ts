@@ -167,7 +167,7 @@ describe('workloadnet peers', () => {
       dp.filteredPackets = 7;
       try {
         const r = await runAsync(['peers', ...sock()]);
-        expect(r.stdout).to.include('filtered:    7 VXLAN packets from senders that are not peers\n');
+        expect(r.stdout).to.include('filtered:    7 packets dropped by the source filter\n');
         const j = JSON.parse((await runAsync(['peers', '--json', ...sock()])).stdout) as {
           filteredPackets?: number;
         };
