@@ -45,6 +45,7 @@ import {
   type ResolvedLinuxBackendOptions,
 } from './linux-backend-options';
 import { NetlinkThread } from './netlink-thread';
+import { RestartingReader } from './restarting-reader';
 import { NetlinkError, NetlinkSocketError } from '../../lib/rtnetlink/errors';
 import { delLinkRequest, getLink, setLinkRequest } from '../../lib/rtnetlink/link';
 import { NetlinkSocket } from '../../lib/rtnetlink/socket';
@@ -69,8 +70,11 @@ interface HostContext {
   sock: NetlinkSocket;
   deleter: GroupDeleter;
   forwarding: HostForwarding;
-  /** Runs attaches' netlink exchanges; undefined when it could not start or is turned off. */
-  thread: NetlinkThread | undefined;
+  /**
+   * Runs attaches' netlink exchanges, started again whenever it ends; undefined when turned off. While
+   * it is down, attaches take the threadpool path.
+   */
+  thread: RestartingReader<NetlinkThread> | undefined;
 }
 
 export class LinuxBackend implements Backend {
@@ -133,8 +137,9 @@ export class LinuxBackend implements Backend {
     // Once, before the first IPv6 address: the range it came from may be newer than the last probe.
     if (plan.v6.length > 0) await host.forwarding.ensure(6);
     refuseHostNamespace(spec, host.ns);
-    if (!host.thread?.alive) return this.attachOnThreadpool(host, spec, plan, planned);
-    const r = await host.thread.attach({
+    const thread = host.thread?.current;
+    if (!thread?.alive) return this.attachOnThreadpool(host, spec, plan, planned);
+    const r = await thread.attach({
       plan,
       mac: planned.mac,
       netnsFd: spec.netns.fd,
@@ -299,6 +304,9 @@ export class LinuxBackend implements Backend {
       reasons.push(`netlink unreachable: ${(err as Error).message}`);
     }
     reasons.push(...(await host.forwarding.check(this.opts.ipv6() ? [4, 6] : [4], details)));
+    // Attaches still work meanwhile (on the threadpool): a detail, not a reason.
+    const threadDown = host.thread?.down();
+    if (threadDown !== undefined) details.netlinkThread = threadDown;
     return { ready: reasons.length === 0, reasons, details };
   }
 
@@ -366,20 +374,20 @@ export class LinuxBackend implements Backend {
     }
   }
 
-  /** The netlink thread, unless turned off; one that cannot start leaves the threadpool path in use. */
-  private async startThread(ns: NetnsHandle): Promise<NetlinkThread | undefined> {
+  /**
+   * The netlink thread, unless turned off. One that cannot start, or ends, is started again after a
+   * back-off (restarting-reader.ts); attaches use the threadpool path meanwhile.
+   */
+  private async startThread(ns: NetnsHandle): Promise<RestartingReader<NetlinkThread> | undefined> {
     if (!this.opts.netlinkThread) return undefined;
-    try {
-      return await NetlinkThread.start(ns, (why) =>
-        this.opts.logger.error({ why }, 'netlink thread ended; attaches use the threadpool from now on'),
-      );
-    } catch (err) {
-      this.opts.logger.warn(
-        { err: (err as Error).message },
-        'netlink thread did not start; attaches use the threadpool (slower)',
-      );
-      return undefined;
-    }
+    const thread = new RestartingReader({
+      what: 'netlink thread',
+      meanwhile: 'attaches use the threadpool (slower)',
+      logger: this.opts.logger,
+      start: (died) => NetlinkThread.start(ns, died),
+    });
+    await thread.begin();
+    return thread;
   }
 
   /**

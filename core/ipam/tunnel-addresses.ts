@@ -12,9 +12,12 @@ import type { StoredTunnelAddresses } from '../store/store';
 // first address, the key static and Kubernetes ranges use, may be a pod's. It is kept in the store, so
 // a restart holds the same address before any attach can take it, and it is never an attachment's row:
 // the leak sweep, the start-up reconcile and the slice book never see it, and the block holding it is
-// never empty, so it is never released to etcd. It goes only when the fabric is turned off (the next
-// start releases it) or the node's blocks are released by an operator (cluster release-node), which
-// gives back the blocks and so the address with them.
+// never empty, so it is never released to etcd. It goes only when the node's blocks are released by an
+// operator (cluster release-node), which gives back the blocks and so the address with them.
+//
+// A start with the fabric off keeps it reserved (held, not published): no fabric runs then to take it
+// off wn-vxlan, and an address still on one of the host's devices is a local address of the host, so a
+// pod given it would never hear its node's answers. The next start with the fabric on uses it again.
 
 /** What the reservation reads and writes in the store (core/store/store.ts). */
 export interface TunnelAddressStore {
@@ -40,22 +43,16 @@ export class TunnelAddresses {
   constructor(private readonly opts: TunnelAddressesOptions) {}
 
   /**
-   * Holds the stored addresses again, once every attachment's are held (so none is taken twice), or,
-   * when the node no longer wants one, releases them. A stored address no pool of this node contains
-   * any more (its block went with a release-node) is dropped; another is reserved.
+   * Holds the stored addresses again, once every attachment's are held (so none is taken twice), also
+   * when the node no longer wants one (see the header: it may still be on wn-vxlan). A stored address no
+   * pool of this node contains any more (its block went with a release-node) is dropped; when wanted,
+   * another is reserved.
    */
   async restore(): Promise<void> {
     if (this.restoredOnce) return;
     this.restoredOnce = true;
     const store = this.opts.store();
     const stored = store.tunnelAddresses();
-    const listed = [stored[4], stored[6]].filter((a): a is string => a !== undefined);
-    if (!this.opts.wanted) {
-      if (listed.length === 0) return;
-      await store.putTunnelAddresses({});
-      this.opts.log.info({ released: listed }, 'fabric tunnel addresses released: the fabric is off');
-      return;
-    }
     const kept: StoredTunnelAddresses = {};
     for (const f of [4, 6] as const) {
       const a = stored[f];
@@ -63,7 +60,8 @@ export class TunnelAddresses {
       if (this.opts.allocator.poolFor(a) === undefined) {
         this.opts.log.warn(
           { address: a },
-          "stored fabric tunnel address is in none of this node's pools; reserving another",
+          "stored fabric tunnel address is in none of this node's pools; " +
+            (this.opts.wanted ? 'reserving another' : 'dropped'),
         );
         continue;
       }
@@ -71,6 +69,11 @@ export class TunnelAddresses {
       kept[f] = a;
     }
     this.held = kept;
+    if (!this.opts.wanted && (kept[4] ?? kept[6]) !== undefined)
+      this.opts.log.info(
+        { kept: [kept[4], kept[6]].filter((a) => a !== undefined) },
+        'fabric tunnel addresses kept reserved while the fabric is off (they may still be on wn-vxlan)',
+      );
     if (kept[4] !== stored[4] || kept[6] !== stored[6]) await store.putTunnelAddresses(kept);
   }
 

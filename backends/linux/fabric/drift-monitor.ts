@@ -5,6 +5,10 @@
 // The socket is read by a worker thread with blocking reads: a read on the threadpool would hold one
 // of its few threads for as long as nothing happens (that is, almost always). The worker only decodes
 // headers and posts a few numbers per notification; every decision is made on the main thread.
+//
+// A read interrupted by a signal (EINTR: a read with SO_RCVTIMEO is not restarted after SIGSTOP/SIGCONT,
+// as a debugger, the cgroup freezer or `docker pause` send) is read again. Any other failure ends the
+// thread and is reported; its keeper (restarting-reader.ts) starts a new monitor.
 
 import * as fs from 'node:fs';
 import * as path from 'node:path';
@@ -87,12 +91,18 @@ export function kernelEvent(msg: NetlinkMessage): KernelEvent | undefined {
 }
 
 export class DriftMonitor {
+  private stopping = false;
+  private closed = false;
+
   private constructor(
     private readonly worker: Worker,
     private readonly fd: number,
   ) {}
 
-  /** Starts listening in `ns`; `onEvent` gets every route, neighbour and link notification. */
+  /**
+   * Starts listening in `ns`; `onEvent` gets every route, neighbour and link notification, `onDeath`
+   * hears once of a monitor that ends other than by stop().
+   */
   static start(ns: Netns, onEvent: (e: KernelEvent) => void, onDeath: (why: string) => void): DriftMonitor {
     const fd = netlinkFdIn(ns);
     let worker: Worker;
@@ -114,17 +124,29 @@ export class DriftMonitor {
       throw err;
     }
     worker.unref();
+    const monitor = new DriftMonitor(worker, fd);
+    let dead = false;
+    const death = (why: string): void => {
+      if (dead || monitor.stopping) return;
+      dead = true;
+      onDeath(why);
+    };
     worker.on('message', (e: KernelEvent | { kind: 'error'; message: string }) => {
-      if ('kind' in e) onDeath(e.message);
+      if ('kind' in e) death(e.message);
       else onEvent(e);
     });
-    worker.on('error', (err) => onDeath(err.message));
-    return new DriftMonitor(worker, fd);
+    worker.on('error', (err) => death(`drift monitor thread failed: ${err.message}`));
+    worker.on('exit', (code) => death(`drift monitor thread ended (exit code ${code})`));
+    return monitor;
   }
 
   async stop(): Promise<void> {
-    // The thread is at most one read timeout away from noticing.
+    this.stopping = true;
+    // A blocking read is not interrupted by terminate(): the thread is at most one read timeout away
+    // from noticing.
     await this.worker.terminate();
+    if (this.closed) return;
+    this.closed = true;
     closeFd(this.fd);
   }
 }
@@ -139,7 +161,8 @@ function listen(data: MonitorData): void {
       n = fs.readSync(data.fd, buf, 0, buf.length, null);
     } catch (err) {
       const code = (err as NodeJS.ErrnoException).code;
-      if (code === 'EAGAIN') continue;
+      // EAGAIN: the read timeout passed with nothing to read. EINTR: a signal cut the read short.
+      if (code === 'EAGAIN' || code === 'EINTR') continue;
       // ENOBUFS: the kernel dropped notifications; only a full reconcile can tell what they said.
       if (code === 'ENOBUFS') {
         port.postMessage({ type: KERNEL_EVENTS_LOST } satisfies KernelEvent);

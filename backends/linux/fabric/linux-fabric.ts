@@ -1,7 +1,9 @@
 // The Linux backend's part of the fabric (core/fabric/fabric-dataplane.ts), in the backend's host
 // namespace: finds the underlay, keeps our VXLAN device, and makes the kernel hold one route per remote
 // prefix (plus a neighbour and an FDB entry per VXLAN peer, plus the catch-all) and nothing else of
-// ours. A periodic pass and a netlink monitor put back what someone removes by hand.
+// ours. A periodic pass and a netlink monitor put back what someone removes by hand; the monitor is
+// started again whenever it ends (restarting-reader.ts), and a reconcile that fails is tried again after
+// a back-off rather than at the next periodic pass.
 //
 // The VXLAN device carries this node's gateway keys (gateway-address.ts), as flannel gives its device
 // the .0/32 of the node's subnet: host → remote-pod traffic leaves with that source and passes strict
@@ -34,6 +36,7 @@ import {
   type Link,
 } from '../../../lib/rtnetlink';
 import { DriftMonitor, KERNEL_EVENTS_LOST, type KernelEvent } from './drift-monitor';
+import { RestartingReader } from '../restarting-reader';
 import {
   fdbKey,
   neighbourKey,
@@ -75,6 +78,10 @@ const FILTER_COUNTER_MAX_AGE_MS = 1000;
 /** Coalesces a burst of notifications (our own apply makes some) into one reconcile. */
 const MONITOR_DEBOUNCE_MS = 100;
 
+/** A failed reconcile is tried again after this, doubling per failure up to the maximum. */
+const RETRY_FIRST_MS = 100;
+const RETRY_MAX_MS = 10_000;
+
 const EMPTY_REPORT: FabricReport = {
   ready: false,
   reasons: ['the fabric has not been applied yet'],
@@ -113,8 +120,11 @@ export class LinuxFabric implements FabricDataplane {
   private repairs = 0;
   private chain: Promise<unknown> = Promise.resolve();
   private timer: NodeJS.Timeout | undefined;
-  private monitor: DriftMonitor | undefined;
+  private monitor: RestartingReader<DriftMonitor> | undefined;
   private debounce: NodeJS.Timeout | undefined;
+  /** The next try of a reconcile that failed, and how long the one after it waits. */
+  private retry: NodeJS.Timeout | undefined;
+  private retryMs = RETRY_FIRST_MS;
   private stopped = false;
   private readonly logger: Logger;
   private readonly filter: VxlanSourceFilter;
@@ -194,7 +204,8 @@ export class LinuxFabric implements FabricDataplane {
     if (this.prepared?.filter && !this.stopped) this.filter.refresh(FILTER_COUNTER_MAX_AGE_MS);
     if (this.prepared?.filter && this.filter.filtered !== undefined)
       out.filteredPackets = this.filter.filtered;
-    if (this.filterOff !== undefined) out.warnings = [this.filterOff];
+    const warnings = [this.filterOff, this.monitor?.down()].filter((w): w is string => w !== undefined);
+    if (warnings.length > 0) out.warnings = warnings;
     return out;
   }
 
@@ -212,6 +223,7 @@ export class LinuxFabric implements FabricDataplane {
     this.prober = undefined;
     if (this.timer) clearInterval(this.timer);
     if (this.debounce) clearTimeout(this.debounce);
+    if (this.retry) clearTimeout(this.retry);
     this.timer = undefined;
     await this.chain.catch(() => undefined);
     await this.filter.settled();
@@ -413,21 +425,23 @@ export class LinuxFabric implements FabricDataplane {
       this.timer.unref();
     }
     if (this.monitor === undefined && (this.opts.monitor ?? true) && this.ns) {
-      try {
-        this.monitor = DriftMonitor.start(
-          this.ns,
-          (e) => {
-            if (this.concernsUs(e)) this.scheduleReconcile('monitor');
-          },
-          (why) =>
-            this.logger.warn({ why }, 'fabric drift monitor stopped; the periodic reconcile still repairs'),
-        );
-      } catch (err) {
-        this.logger.warn(
-          { err: (err as Error).message },
-          'fabric drift monitor did not start; the periodic reconcile repairs',
-        );
-      }
+      const ns = this.ns;
+      this.monitor = new RestartingReader({
+        what: 'fabric drift monitor',
+        meanwhile: 'the periodic reconcile still repairs',
+        logger: this.logger,
+        start: (died) =>
+          DriftMonitor.start(
+            ns,
+            (e) => {
+              if (this.concernsUs(e)) this.scheduleReconcile('monitor');
+            },
+            died,
+          ),
+        // What changed while no monitor listened is known only to a full reconcile.
+        onRestart: () => this.scheduleReconcile('monitor'),
+      });
+      void this.monitor.begin();
     }
   }
 
@@ -474,11 +488,26 @@ export class LinuxFabric implements FabricDataplane {
 
   private runReconcile(why: string): void {
     if (this.stopped) return;
-    this.serial(() => this.reconcile()).catch((err: unknown) =>
-      this.logger.warn(
-        { why, err: (err as Error).message },
-        'fabric reconcile failed; retried at the next pass',
-      ),
+    this.serial(() => this.reconcile()).then(
+      () => {
+        this.retryMs = RETRY_FIRST_MS;
+      },
+      (err: unknown) => {
+        // A repair must not wait for the periodic pass because one request was cut short (EINTR after
+        // SIGSTOP/SIGCONT, a socket that timed out): it is tried again soon, less often while it fails.
+        const delay = this.retryMs;
+        this.retryMs = Math.min(RETRY_MAX_MS, this.retryMs * 2);
+        this.logger.warn(
+          { why, err: (err as Error).message, retryInMs: delay },
+          'fabric reconcile failed; tried again',
+        );
+        if (this.retry || this.stopped) return;
+        this.retry = setTimeout(() => {
+          this.retry = undefined;
+          this.runReconcile('retry');
+        }, delay);
+        this.retry.unref();
+      },
     );
   }
 
