@@ -235,11 +235,11 @@ describeIf(`The manifest unchanged, as a cluster runs it (podman, stand-in API o
   });
 
   it('removes the pods through the chain in reverse order, leaving no hostPort rule', async () => {
+    const nat = (): string =>
+      execFileSync('ip', ['netns', 'exec', fx.node, 'iptables-save', '-t', 'nat'], { encoding: 'utf8' });
+    expect(nat(), 'the hostPort rule portmap wrote').to.include(`--dport ${HOST_PORT}`);
     for (const p of pods.splice(0)) await chain.del(p.call, p.addResult);
-    const nat = execFileSync('ip', ['netns', 'exec', fx.node, 'iptables-save', '-t', 'nat'], {
-      encoding: 'utf8',
-    });
-    expect(nat).not.to.include(`--dport ${HOST_PORT}`);
+    expect(nat()).not.to.include(`--dport ${HOST_PORT}`);
     const ls = await podman(['exec', daemonName, 'workloadnet', 'ls', '--json']);
     expect(JSON.parse(ls.stdout)).to.deep.equal([]);
   });
