@@ -49,7 +49,16 @@ export interface NodeView {
   /** The node's network namespace (a test-owned one, by name). */
   netns: string;
   nodeName: string;
+  /**
+   * The API server kubelet points pods at: its service account files (token, ca.crt, namespace), mounted
+   * where kubelet mounts them, and the address and port it gives in KUBERNETES_SERVICE_HOST/PORT.
+   * Without it, containers get no service account (as with automountServiceAccountToken: false).
+   */
+  apiServer?: { serviceAccountDir: string; host: string; port: number };
 }
+
+/** Where kubelet mounts a pod's service account token, its CA and its namespace. */
+export const SERVICE_ACCOUNT_PATH = '/var/run/secrets/kubernetes.io/serviceaccount';
 
 /** Where a host path of the manifest is in the test: below `root`, or itself when it is shared. */
 export function onNode(view: NodeView, hostPath: string): string {
@@ -88,6 +97,14 @@ export function podmanRunArgs(view: NodeView, pod: IPodSpec, c: IContainer, imag
     else throw new Error(`env ${e.name}: the test knows only values and spec.nodeName`);
   }
   for (const [k, v] of Object.entries(env)) args.push('--env', `${k}=${v}`);
+  if (view.apiServer && pod.automountServiceAccountToken !== false) {
+    // What kubelet gives every container of a pod with a service account (the kubernetes Service's
+    // address, in the variables client libraries read for their in-cluster configuration).
+    const { host, port, serviceAccountDir } = view.apiServer;
+    args.push('--env', `KUBERNETES_SERVICE_HOST=${host}`, '--env', `KUBERNETES_SERVICE_PORT=${port}`);
+    args.push('--env', `KUBERNETES_SERVICE_PORT_HTTPS=${port}`);
+    args.push('--volume', `${serviceAccountDir}:${SERVICE_ACCOUNT_PATH}:ro`);
+  }
   for (const m of c.volumeMounts ?? []) {
     const vol = pod.volumes?.find((v) => v.name === m.name);
     let source: string;
@@ -115,6 +132,24 @@ export function podmanRunArgs(view: NodeView, pod: IPodSpec, c: IContainer, imag
   if (!c.command && entry !== undefined) args.push(entry);
   args.push(...cmd);
   return args;
+}
+
+export type ProbeKind = 'readinessProbe' | 'livenessProbe' | 'startupProbe';
+
+/**
+ * A probe of container `c` as kubelet makes it: an HTTP GET of its path on its (named) port, from the
+ * node's network (the pod's, with hostNetwork). The status code; 0 when nothing answers.
+ */
+export function httpProbe(view: NodeView, c: IContainer, which: ProbeKind): Promise<number> {
+  const get = c[which]?.httpGet;
+  if (!get) throw new Error(`${c.name}: no ${which} with httpGet`);
+  const port = c.ports?.find((p) => p.name === get.port)?.containerPort ?? get.port;
+  const code = `fetch('http://127.0.0.1:${String(port)}${get.path ?? '/'}').then((r) => process.stdout.write(String(r.status)), () => process.stdout.write('0'))`;
+  return new Promise((resolve) =>
+    execFile('ip', ['netns', 'exec', view.netns, process.execPath, '-e', code], (_err, stdout) =>
+      resolve(Number(stdout) || 0),
+    ),
+  );
 }
 
 export interface Run {

@@ -1,21 +1,23 @@
 import { expect } from 'chai';
-import { execFile, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { ipJson, isRoot } from '../support/netns';
+import { ipJson } from '../support/netns';
 import { useNodeFixture } from '../support/node-fixture';
 import { pings } from '../support/ping';
-import { programPath } from '../support/system-program';
 import { waitUntil } from '../support/wait-until';
 import { runShim } from '../adapters/cni/cni-harness';
+import { buildImage, imageSkipReason, type Built } from './image-build';
 import {
   container,
+  httpProbe,
   nodePathOf,
   podman,
   podmanRunArgs,
   readManifest,
   ROOT,
   type NodeView,
+  type ProbeKind,
 } from './daemonset-podman';
 
 // The image `npm run image` builds (packaging/image/build.sh), run with podman as the DaemonSet of
@@ -25,44 +27,8 @@ import {
 // by the manifest's own readiness probe, and a pod namespace made after it started is attached and
 // detached through the installed forwarder, reading the installed conflist, as a runtime would.
 
-const BUILD = path.join(ROOT, 'packaging', 'image', 'build.sh');
-const NEEDED: Record<string, string> = {
-  podman: 'podman',
-  mmdebstrap: 'mmdebstrap',
-  runc: 'runc',
-  strip: 'binutils',
-};
-const missing = Object.keys(NEEDED).filter((p) => programPath(p) === undefined);
-const why = !isRoot
-  ? ' (skipped: needs root)'
-  : missing.length > 0
-    ? ` (skipped: ${missing.map((p) => `${p}, Debian package ${NEEDED[p]}`).join('; ')} not installed)`
-    : '';
+const why = imageSkipReason();
 const describeIf = why === '' ? describe : describe.skip;
-
-interface Built {
-  image: string;
-  layer: string;
-  log: string;
-}
-
-/** Runs the image build on dist/ as npm test built it; the Debian root file system comes from its cache. */
-function buildImage(out: string): Promise<Built> {
-  return new Promise((resolve, reject) =>
-    execFile(
-      'sh',
-      [BUILD, '--no-build', '--out', out],
-      { cwd: ROOT, encoding: 'utf8', timeout: 20 * 60_000, maxBuffer: 64 << 20 },
-      (err, stdout, stderr) => {
-        if (err)
-          return reject(new Error(`image build failed (${err.code ?? err.signal}):\n${stderr.slice(-4000)}`));
-        const image = stdout.trim().split('\n').pop() ?? '';
-        const layer = /layer sha256:([0-9a-f]{64})/.exec(stderr)?.[1] ?? '';
-        resolve({ image, layer, log: stderr });
-      },
-    ),
-  );
-}
 
 const sha256 = (file: string): string =>
   execFileSync('sha256sum', [file], { encoding: 'utf8' }).split(' ')[0] ?? '';
@@ -129,21 +95,9 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
     expect((await podman(['rm', daemonName])).code).to.equal(0);
   }
   const exec = (cmd: string[]) => podman(['exec', daemonName, ...cmd]);
-  /**
-   * A probe of the manifest as kubelet makes it: an HTTP GET of its path on its (named) port, from the
-   * node's network (the pod's, with hostNetwork). The status code; 0 when nothing answers.
-   */
-  const probe = async (which: 'readinessProbe' | 'livenessProbe' | 'startupProbe'): Promise<number> => {
-    const c = container(manifest.pod, 'workloadnet');
-    const get = c[which]?.httpGet;
-    const port = c.ports?.find((p) => p.name === get?.port)?.containerPort ?? get?.port;
-    const code = `fetch('http://127.0.0.1:${String(port)}${get?.path ?? '/'}').then((r) => process.stdout.write(String(r.status)), () => process.stdout.write('0'))`;
-    return new Promise((resolve) =>
-      execFile('ip', ['netns', 'exec', fx.node, process.execPath, '-e', code], (_err, stdout) =>
-        resolve(Number(stdout) || 0),
-      ),
-    );
-  };
+  /** A probe of the manifest's daemon container as kubelet makes it (the status code; 0: no answer). */
+  const probe = (which: ProbeKind): Promise<number> =>
+    httpProbe(view, container(manifest.pod, 'workloadnet'), which);
   const readiness = 'readinessProbe' as const;
   const listed = async (): Promise<string[]> =>
     (JSON.parse((await exec(['workloadnet', 'ls', '--json'])).stdout) as Array<{ workloadId: string }>).map(

@@ -4,6 +4,7 @@ import * as https from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import * as path from 'node:path';
+import { NetnsHandle } from '../../../lib/netns/netns-handle';
 
 // A stand-in for the Kubernetes API server, written for the tests because no real one can be installed
 // here. It speaks only what a node's pool and peer sources use, as the real one does: HTTPS with a
@@ -49,6 +50,17 @@ interface Watcher {
 
 const TOKEN = 'stand-in-token';
 
+export interface StandInOptions {
+  /**
+   * A network namespace (path) to serve in rather than the test's own, on every address of it: a
+   * daemon that runs in a test-owned node namespace (a container on it) reaches the API there, never
+   * through the machine's own network.
+   */
+  netns?: string;
+  /** Addresses the server certificate names besides 127.0.0.1 (where a client dials it in `netns`). */
+  addresses?: string[];
+}
+
 export interface RequestLogEntry {
   verb: 'get' | 'list' | 'watch' | 'patch';
   /** The patched object's path, for a patch. */
@@ -72,19 +84,41 @@ export class StandInKubeApiServer {
   private constructor(
     readonly dir: string,
     private readonly tls: { key: Buffer; cert: Buffer; ca: Buffer },
+    private readonly netns?: string,
   ) {}
 
-  static async start(dir: string): Promise<StandInKubeApiServer> {
+  static async start(dir: string, opts: StandInOptions = {}): Promise<StandInKubeApiServer> {
     fs.mkdirSync(dir, { recursive: true });
-    makePki(dir);
+    makePki(dir, opts.addresses ?? []);
     const read = (f: string): Buffer => fs.readFileSync(path.join(dir, f));
-    const s = new StandInKubeApiServer(dir, {
-      key: read('server.key'),
-      cert: read('server.crt'),
-      ca: read('ca.crt'),
-    });
+    const s = new StandInKubeApiServer(
+      dir,
+      {
+        key: read('server.key'),
+        cert: read('server.crt'),
+        ca: read('ca.crt'),
+      },
+      opts.netns,
+    );
     await s.listen();
     return s;
+  }
+
+  /** The TCP port it serves on. */
+  get listenPort(): number {
+    return this.port;
+  }
+
+  /**
+   * The files kubelet mounts at /var/run/secrets/kubernetes.io/serviceaccount for a pod of `namespace`
+   * (token, ca.crt, namespace), written to `dir`, which is returned.
+   */
+  serviceAccount(dir: string, namespace: string): string {
+    fs.mkdirSync(dir, { recursive: true });
+    fs.writeFileSync(path.join(dir, 'token'), TOKEN);
+    fs.writeFileSync(path.join(dir, 'ca.crt'), this.tls.ca);
+    fs.writeFileSync(path.join(dir, 'namespace'), namespace);
+    return dir;
   }
 
   /** Starts serving (again, on the same port after stop()). */
@@ -98,7 +132,16 @@ export class StandInKubeApiServer {
     });
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
-      server.listen(this.port, '127.0.0.1', () => resolve());
+      server.once('listening', () => resolve());
+      if (this.netns === undefined) return void server.listen(this.port, '127.0.0.1');
+      // Without a host, listen() makes and binds its socket before it returns, so inside the window
+      // the socket belongs to the namespace (with a host it would first look the address up, later).
+      const ns = NetnsHandle.openSync(this.netns);
+      try {
+        ns.enter(() => server.listen(this.port));
+      } finally {
+        ns.close();
+      }
     });
     this.port = (server.address() as AddressInfo).port;
     this.server = server;
@@ -381,8 +424,8 @@ function openssl(dir: string, args: string[]): void {
   execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
 }
 
-/** A test CA and a server certificate for 127.0.0.1 signed by it. */
-function makePki(dir: string): void {
+/** A test CA and a server certificate for 127.0.0.1 (and `addresses`) signed by it. */
+function makePki(dir: string, addresses: string[]): void {
   const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
   openssl(dir, [
     'req',
@@ -400,7 +443,7 @@ function makePki(dir: string): void {
   openssl(dir, ['req', ...ec, '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=kube-apiserver']);
   fs.writeFileSync(
     path.join(dir, 'server.ext'),
-    'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n',
+    `subjectAltName=${['127.0.0.1', ...addresses].map((a) => `IP:${a}`).join(',')},DNS:localhost\nextendedKeyUsage=serverAuth\n`,
   );
   openssl(dir, [
     'x509',
