@@ -195,8 +195,12 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
   c.bind<EgressController>(EGRESS_CONTROLLER).toDynamicValue((ctx) => {
     const networkSet = ctx.container.get<NetworkSet>(NETWORKS);
     const peers = fabricSettings(config) ? ctx.container.get<PeerSource>(PEER_SOURCE) : undefined;
+    // The default network's configured podCidrs are its pools only with the static source; with
+    // etcd or Kubernetes they are an unused default (10.88.0.0/16, podman's own) that must not be
+    // masqueraded as ours nor exempted as cluster traffic.
+    const sourced = config.poolSource !== 'static' ? networkSet.primary : undefined;
     const pools = (n: Network): string[] => [
-      ...n.config.podCidrs,
+      ...(n === sourced ? [] : n.config.podCidrs),
       ...n.allocator.allPools().map((p) => p.cidr.text),
     ];
     const configured = config.poolSource === 'etcd' ? config.etcd.clusterCidrs : config.fabric.clusterCidrs;

@@ -131,7 +131,10 @@ export class Daemon {
       {
         socket: config.socket,
         backend: networks[0]?.backend.name,
-        pools: networks[0]?.config.podCidrs,
+        // With etcd or Kubernetes the default network's pools arrive later (Status lists them).
+        ...(config.poolSource === 'static'
+          ? { pools: networks[0]?.config.podCidrs }
+          : { poolSource: config.poolSource }),
         networks: networks.map((n) => `${n.name}:${n.backend.name}`),
       },
       'workloadnetd ready',

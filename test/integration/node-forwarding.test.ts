@@ -3,6 +3,7 @@ import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { EGRESS_TABLE } from '../../backends/linux/egress-masquerade';
 import { attachRequest } from '../support/attach-request';
 import { DaemonProcess } from '../support/daemon-process';
 import { describeRoot } from '../support/describe-root';
@@ -141,6 +142,26 @@ describeRoot('IP forwarding on a node (root, test-owned namespaces, stand-in API
     expect(api.node('fw-ro-off')?.status?.conditions?.find((c) => c.type === 'Ready')?.status).to.equal(
       'True',
     );
+  });
+
+  it("masquerades its Node's pod range only, not the configured podCidrs the Kubernetes source replaces", async () => {
+    const { ns } = await node('fw-egress', ['10.241.5.0/24'], { v4: '1', v6: '0' }, false);
+    const table = (): string => {
+      try {
+        return execFileSync('ip', ['netns', 'exec', ns.name, 'nft', 'list', 'table', 'inet', EGRESS_TABLE], {
+          encoding: 'utf8',
+          stdio: ['ignore', 'pipe', 'ignore'],
+        });
+      } catch {
+        return '';
+      }
+    };
+    await waitUntil(() => table().includes('10.241.5.0/24'), 'the Node range in the egress table', 20_000, {
+      intervalMs: 100,
+    });
+    // 10.88.0.0/16 is the default podCidrs (podman's own network): neither ours to masquerade nor a
+    // cluster range whose traffic keeps its source.
+    expect(table()).to.not.include('10.88.0.0/16');
   });
 
   it('turns IPv6 forwarding on only when its Node gets an IPv6 range', async () => {
