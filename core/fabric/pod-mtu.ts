@@ -36,8 +36,8 @@ export function carriedMtu(mode: FabricMode, local: LocalNode, endpoint?: string
 
 /**
  * What the fabric carries, as its dataplanes last said, for the networks whose MTU is "auto" (0).
- * The fabric controller tells it each dataplane's node at prepare() and at every change (a new
- * uplink MTU is read at a start; a DPU comes or goes); a network asks it for the MTU of a new
+ * The fabric controller tells it each dataplane's node at prepare() and at every change (the
+ * uplink's MTU changed; a DPU comes or goes); a network asks it for the MTU of a new
  * interface, and the interfaces attached before are brought to it in place (mtu-alignment.ts).
  */
 export class FabricPodMtu {

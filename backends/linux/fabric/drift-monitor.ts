@@ -21,6 +21,7 @@ import {
   RTM_DELLINK,
   RTM_DELNEIGH,
   RTM_DELROUTE,
+  RTM_NEWLINK,
   RTM_NEWNEIGH,
   RTM_NEWROUTE,
   RTNLGRP_IPV4_IFADDR,
@@ -81,6 +82,7 @@ export function kernelEvent(msg: NetlinkMessage): KernelEvent | undefined {
       const id = n.family === AF_BRIDGE ? `fdb|${fdbKey(n)}` : `neighbour|${neighbourKey(n)}`;
       return { type: msg.type, ifindex: n.ifindex, id, dst: n.dst, mac: n.mac };
     }
+    case RTM_NEWLINK:
     case RTM_DELLINK:
       return { type: msg.type, ifindex: decodeLink(msg).index };
     case RTM_DELADDR:

@@ -30,6 +30,7 @@ import {
   RTM_DELLINK,
   RTM_DELNEIGH,
   RTM_DELROUTE,
+  RTM_NEWLINK,
   RTM_NEWNEIGH,
   RTM_NEWROUTE,
   RTPROT_WORKLOADNET,
@@ -53,6 +54,7 @@ import { IcmpProbeTransport } from './icmp-probe-transport';
 import { PeerProber, type ProbeTransport } from './peer-prober';
 import { applyOps, diff, readOurs, type DiffOp } from './kernel-diff';
 import { discoverUnderlay, type Underlay } from './underlay';
+import { followUplinkMtu } from './uplink-mtu';
 import { ensureVxlanDevice, findVxlanDevice } from './vxlan-device';
 import { FilterNotOursError, VxlanSourceFilter, nftRunner } from './vxlan-source-filter';
 import { directNeighbourChanged, directSources, type DirectSources } from './direct-sources';
@@ -137,6 +139,7 @@ export class LinuxFabric implements FabricDataplane {
   /** The data-path probes, while fabric.probeIntervalSeconds is above 0 and peers are programmed. */
   private prober: PeerProber | undefined;
   private readonly probeListeners: Array<(node: string) => void> = [];
+  private readonly localListeners: Array<(local: LocalNode) => void> = [];
 
   constructor(private readonly opts: LinuxFabricOptions = {}) {
     this.logger = opts.logger ?? silentLogger();
@@ -174,15 +177,13 @@ export class LinuxFabric implements FabricDataplane {
       if (!filter) await this.removeFilter(settings);
       this.prepared = { settings, underlay, vxlan, mac, routeMtu, filter };
       this.startRepairs();
-      const local: LocalNode = {
-        underlay: [underlay.address],
-        uplink: underlay.uplink.name,
-        mtu: underlay.uplink.mtu,
-        subnets: underlay.subnets.map((s) => s.text),
-      };
-      if (mac !== undefined) local.vtep = { mac, vni: settings.vni, port: settings.port };
-      return local;
+      return localNode(this.prepared);
     });
+  }
+
+  /** Told this node as it is now when the uplink's MTU changed (uplink-mtu.ts). */
+  onLocalChange(listener: (local: LocalNode) => void): void {
+    this.localListeners.push(listener);
   }
 
   apply(peers: readonly Peer[], own?: OwnPrefixes): Promise<FabricReport> {
@@ -260,6 +261,7 @@ export class LinuxFabric implements FabricDataplane {
         this.repairs++;
       }
     }
+    await this.takeUplinkMtu(sock, prep);
     const vxlanIndex = prep.vxlan?.index;
     // The first apply of a start: the incumbents are what the last daemon left in the kernel.
     this.holders ??= holdersInKernel(await readOurs(sock, vxlanIndex), peers);
@@ -416,6 +418,18 @@ export class LinuxFabric implements FabricDataplane {
     }
   }
 
+  /** The uplink's MTU changed: the device and the routes of this pass take it, the controller hears. */
+  private async takeUplinkMtu(sock: NetlinkSocket, prep: Prepared): Promise<void> {
+    const was = await followUplinkMtu(sock, prep);
+    if (was === undefined) return;
+    const { uplink } = prep.underlay;
+    this.logger.info(
+      { uplink: uplink.name, was, mtu: uplink.mtu, routeMtu: prep.routeMtu },
+      "fabric follows the uplink's new MTU",
+    );
+    for (const listener of this.localListeners) listener(localNode(prep));
+  }
+
   private startRepairs(): void {
     if (this.timer === undefined) {
       this.timer = setInterval(
@@ -465,6 +479,9 @@ export class LinuxFabric implements FabricDataplane {
         return directNeighbourChanged(this.direct, e);
       case RTM_DELLINK:
         return vx !== undefined && e.ifindex === vx;
+      case RTM_NEWLINK:
+        // The uplink's MTU may have changed (followUplinkMtu).
+        return e.ifindex !== undefined && e.ifindex === this.prepared?.underlay.uplink.index;
       case RTM_DELADDR:
         return vx !== undefined && e.ifindex === vx && this.keysOnDevice.size > 0;
       default:
@@ -559,4 +576,17 @@ function validate(s: FabricSettings): void {
       throw invalidArgument(`fabric: cluster CIDR: ${(err as Error).message}`);
     }
   }
+}
+
+/** This node as the fabric publishes it. */
+function localNode(prep: Prepared): LocalNode {
+  const local: LocalNode = {
+    underlay: [prep.underlay.address],
+    uplink: prep.underlay.uplink.name,
+    mtu: prep.underlay.uplink.mtu,
+    subnets: prep.underlay.subnets.map((s) => s.text),
+  };
+  if (prep.mac !== undefined)
+    local.vtep = { mac: prep.mac, vni: prep.settings.vni, port: prep.settings.port };
+  return local;
 }

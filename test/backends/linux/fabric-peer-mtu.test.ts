@@ -6,6 +6,7 @@ import { ip } from './netns-fixture';
 import { FabricTopology, settings } from './fabric-topology';
 import { netnsPath } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
+import { waitUntil } from '../../support/wait-until';
 
 // A peer that publishes a smaller uplink MTU is routed at what its pods carry, and a change of it is
 // followed without a restart: two nodes in VXLAN mode across the router, nb's uplink lowered below the
@@ -112,5 +113,32 @@ describeRoot("fabric routes follow a peer's published MTU (vxlan; real kernel)",
     const large = await dfPing(na.pod, nb.podIp, 1350);
     expect(large.ok, large.out).to.equal(false);
     expect(large.out, large.out).to.match(/mtu ?=? ?1250/);
+  });
+
+  it("follows its own uplink's MTU without a restart: the device, its routes and what it publishes", async () => {
+    const na = topo.node('na');
+    const nb = topo.node('nb');
+    // A fabric whose drift monitor runs, as the daemon's does: the uplink's link notification is heard.
+    await fabrics.get('na')?.stop();
+    const f = new LinuxFabric({ hostNetnsPath: netnsPath(na.ns), reconcileIntervalMs: 600_000 });
+    fabrics.set('na', f);
+    const told: LocalNode[] = [];
+    f.onLocalChange((l) => told.push(l));
+    locals.set('na', await f.prepare(settings('vxlan')));
+    await apply('na');
+    const device = async (): Promise<number> =>
+      Number(/ mtu (\d+)/.exec(await ip('-n', na.ns, 'link', 'show', 'wn-vxlan'))?.[1]);
+    expect(await device()).to.equal(1450);
+
+    await ip('-n', na.ns, 'link', 'set', 'eth0', 'mtu', '1380');
+    await waitUntil(() => told.length > 0, 'the fabric to tell of its new MTU', 5_000, { intervalMs: 50 });
+    expect(told.at(-1)?.mtu, 'what na publishes now').to.equal(1380);
+    expect(await device()).to.equal(1330);
+    // The smaller of na's pod MTU now and what nb's pods carry (1250, from the test before).
+    await waitUntil(async () => (await routeMtu(na.ns, nb.prefix)) === 1250, 'the route at 1250', 5_000);
+    await ip('-n', na.ns, 'link', 'set', 'eth0', 'mtu', '1200');
+    await waitUntil(() => told.at(-1)?.mtu === 1200, 'told again at 1200', 5_000, { intervalMs: 50 });
+    await waitUntil(async () => (await routeMtu(na.ns, nb.prefix)) === 1150, 'the route at 1150', 5_000);
+    expect(await device()).to.equal(1150);
   });
 });
