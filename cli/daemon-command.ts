@@ -118,7 +118,7 @@ export async function runDaemon(flags: DaemonFlags): Promise<void> {
   }
   const logger = createLogger(config.logLevel);
   config = applyFdBudget(config, logger);
-  const metrics = new Metrics({ processMetrics: true });
+  const metrics = new Metrics({ processMetrics: true, eventLoopResolutionMs: config.eventLoopResolutionMs });
   const container = createContainer(config, logger, metrics);
   container.load(...backendModules(config, logger), endpointsModule(config, logger, metrics));
   // One daemon per node (core/daemon/node-lock.ts), for a daemon whose Linux backend programs the host

@@ -264,8 +264,15 @@ export class Metrics {
     registers: [this.registry],
   });
 
-  constructor(opts: { processMetrics?: boolean } = {}) {
-    if (opts.processMetrics) collectDefaultMetrics({ register: this.registry });
+  /** processMetrics: Node.js process metrics, the event loop sampled every eventLoopResolutionMs. */
+  constructor(opts: { processMetrics?: boolean; eventLoopResolutionMs?: number } = {}) {
+    if (opts.processMetrics)
+      collectDefaultMetrics({
+        register: this.registry,
+        ...(opts.eventLoopResolutionMs !== undefined
+          ? { eventLoopMonitoringPrecision: opts.eventLoopResolutionMs }
+          : {}),
+      });
     this.setSweepHeld(undefined);
   }
 

@@ -21,6 +21,8 @@ export const OPTION_DOCS: Record<string, string> = {
   maxInFlight: 'Attach calls allowed in flight at once; further calls get RESOURCE_EXHAUSTED.',
   metricsListen:
     'HOST:PORT of the HTTP listener: /metrics (Prometheus), /healthz and /readyz (probes); empty disables it.',
+  eventLoopResolutionMs:
+    'How often the event-loop delay metrics (nodejs_eventloop_lag_*) sample the loop (ms); a stall shorter than this may go unseen. Each sample wakes an idle daemon: 10 costs about 5 millicores.',
   apiMaxConnections:
     'Connections the gRPC API holds at once; at the cap the connection silent longest is closed to make room.',
   apiIdleTimeoutMs:

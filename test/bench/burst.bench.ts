@@ -65,9 +65,15 @@ export async function benchDaemonBurst(opts: {
     const nodePath = `/var/run/netns/${fx.node}`;
     const pathsFile = path.join(fx.dir, 'netns-paths');
     fs.writeFileSync(pathsFile, Array.from({ length: n }, () => fx.namespaces.add().path).join('\n'));
+    // The loop sampled at the bench's resolution, finer than the daemon's default (100 ms).
+    const configFile = path.join(fx.dir, 'config.json');
+    fs.writeFileSync(configFile, JSON.stringify({ eventLoopResolutionMs: PROM_LOOP_RESOLUTION_MS }));
     const d = await fx.startDaemon({
       dir: path.join(fx.dir, 'daemon'),
-      args: ['--pod-cidr', '10.94.0.0/16', '--log-level', 'warn', '--metrics-listen', METRICS_ADDR],
+      args: [
+        ...['--config', configFile, '--pod-cidr', '10.94.0.0/16'],
+        ...['--log-level', 'warn', '--metrics-listen', METRICS_ADDR],
+      ],
     });
     const pid = d.child.pid;
     if (pid === undefined) throw new Error('daemon has no pid');

@@ -175,6 +175,8 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
     fs.writeFileSync(
       configFile,
       JSON.stringify({
+        // The loop sampled finely: the soak reads its p99 (the daemon's default samples every 100 ms).
+        eventLoopResolutionMs: 10,
         // No host port: the soak accounts for every link and row by its own workloads' churn.
         dpu: { agentSocket, hostPort: false },
         fabric: {

@@ -49,6 +49,15 @@ describe('config messages', () => {
     expect(() => checkConfig(file({ dpu: { goneGraceSeconds: 30 } }))).to.not.throw();
   });
 
+  it('takes an eventLoopResolutionMs in 1..10000 ms, 100 by default, and refuses others by name', () => {
+    expect(checkConfig(file({})).eventLoopResolutionMs).to.equal(100);
+    expect(checkConfig(file({ eventLoopResolutionMs: 10 })).eventLoopResolutionMs).to.equal(10);
+    for (const bad of [0, 10_001, 2.5, '10'])
+      expect(refusal(() => checkConfig(file({ eventLoopResolutionMs: bad })))).to.include(
+        'eventLoopResolutionMs must be an integer in 1..10000 (ms)',
+      );
+  });
+
   it('points a key given at the top to the section that has it', () => {
     expect(refusal(() => checkConfig(file({ hostNetns: '/run/netns/x' })))).to.match(
       /unknown option "hostNetns"; did you mean "linux\.hostNetns"\?/,
