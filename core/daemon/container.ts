@@ -204,7 +204,7 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
       ...n.allocator.allPools().map((p) => p.cidr.text),
     ];
     const configured = config.poolSource === 'etcd' ? config.etcd.clusterCidrs : config.fabric.clusterCidrs;
-    return new EgressController({
+    const controller = new EgressController({
       targets: networkSet.backends().flatMap((b) => {
         const egress = b.egress;
         if (!egress) return [];
@@ -217,6 +217,10 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
       intervalMs: EGRESS_INTERVAL_MS,
       log: logger.child({ part: 'egress' }),
     });
+    // A Node's range or an etcd block arriving is masqueraded at once, not at the next poll: the
+    // first pods of a start are attached right after their range arrives.
+    for (const n of networkSet.networks) n.allocator.onPoolsChange(() => controller.changed());
+    return controller;
   });
   c.bind<NetnsOpener>(NETNS_OPENER).toConstantValue(kernelNetnsOpener);
   c.bind<NodeService>(NODE_SERVICE).to(NodeService);

@@ -91,6 +91,7 @@ export class IpAllocator {
   /** Addresses restored while no pool held them (see the top of this file). */
   private readonly unpooled = new Set<string>();
   private listener?: () => void;
+  private readonly poolListeners: Array<() => void> = [];
   private space?: { space: AddressSpace; network: string };
   /** Slices per pool (address-slices.ts); 1: pools are not cut. */
   private slices = 1;
@@ -138,6 +139,14 @@ export class IpAllocator {
   }
 
   /**
+   * Called after a pool is added or removed (allPools() changed), not on usage: for what follows the
+   * ranges themselves (the egress masquerade).
+   */
+  onPoolsChange(listener: () => void): void {
+    this.poolListeners.push(listener);
+  }
+
+  /**
    * Adds a pool, or makes a draining pool with the same CIDR active again (then `reserved` and
    * `wholeBlock` keep their first values). Throws INVALID_ARGUMENT when it overlaps another pool, of
    * this network or (once joined to an address space) of another.
@@ -175,6 +184,7 @@ export class IpAllocator {
     }
     this.pools.push(pool);
     this.changed();
+    for (const l of this.poolListeners) l();
     return true;
   }
 
@@ -452,6 +462,7 @@ export class IpAllocator {
     this.draining.delete(pool);
     this.space?.space.remove(this.space.network, pool.cidr.text);
     this.changed();
+    for (const l of this.poolListeners) l();
   }
 
   private changed(): void {

@@ -107,6 +107,27 @@ describe('IpAllocator with dynamic pools', () => {
     expect(calls).to.equal(4);
   });
 
+  it('tells its pool listeners when a pool comes or goes, never of usage, each of them', () => {
+    const a = new IpAllocator([]);
+    const seen: string[][] = [[], []];
+    for (const log of seen)
+      a.onPoolsChange(() =>
+        log.push(
+          a
+            .allPools()
+            .map((p) => p.cidr.text)
+            .join(),
+        ),
+      );
+    a.addPool({ cidr: '10.1.0.0/29' });
+    a.addPool({ cidr: '10.1.0.0/29' });
+    const [ip] = a.allocate();
+    a.drainPool('10.1.0.0/29');
+    a.release([ip!.address]);
+    a.addPool({ cidr: '10.2.0.0/29' });
+    for (const log of seen) expect(log).to.deep.equal(['10.1.0.0/29', '', '10.2.0.0/29']);
+  });
+
   it('counts free addresses of active pools only', () => {
     const a = new IpAllocator([{ cidr: '10.1.0.0/29', wholeBlock: true }, { cidr: '10.2.0.0/29' }]);
     expect(a.freeIn(4)).to.equal(8 + 5);
