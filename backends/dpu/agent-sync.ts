@@ -6,18 +6,19 @@ import {
   ObjectKind,
   PortOperState,
   type Ack,
-  type Endpoint,
   type PeerStatus,
   type Port,
   type PortStatus,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import { ackCodeName, nackError } from './ack-code';
+import { AckEndpoints } from './ack-endpoint';
 import type { AckWaiter } from './ack-waiter';
 import type { AgentLink, LinkEvents, LostAgent } from './agent-link';
 import type { AgentSession } from './agent-session';
 import { AgentSyncState } from './agent-sync-state';
 import type { DesiredPort, DesiredState } from './desired-state';
 import { fabricCarriage, type FabricCarriage } from './fabric-carriage';
+import { hostPortFirst } from './host-port-first';
 import type { FabricBody } from './fabric-plan';
 import type { PortFields } from './port-spec';
 import { SnapshotSync } from './snapshot-sync';
@@ -36,8 +37,9 @@ export interface AgentSyncDeps {
   ackTimeoutMs: number;
   log: Logger;
   /**
-   * Runs, unawaited, once an agent has applied a snapshot: a DPU that rebooted re-created its VFs in the
-   * host namespace, and they must go back into their workloads.
+   * Runs, unawaited, as each port of a snapshot is acked and once the agent has applied the whole
+   * snapshot: a DPU that rebooted re-created its VFs in the host namespace, and they must go back into
+   * their workloads. Calls close together may be served by one pass (endpoint-replumb.ts).
    */
   synced(agentId: string): Promise<void>;
   /**
@@ -59,10 +61,12 @@ export class AgentSync implements LinkEvents {
    */
   keepUnlisted = false;
   private removedByAgents = 0;
-  /** Acks refused for naming another endpoint than the one plumbed (see endpointOf). */
-  private refusedEndpoints = 0;
+  /** What each port ack leaves recorded as its endpoint (ack-endpoint.ts). */
+  private readonly endpoints: AckEndpoints;
 
-  constructor(private readonly deps: AgentSyncDeps) {}
+  constructor(private readonly deps: AgentSyncDeps) {
+    this.endpoints = new AckEndpoints(deps.log);
+  }
 
   /** Set once reconcile has restored the stored ports: before that a snapshot would wipe the agent. */
   get primed(): boolean {
@@ -75,7 +79,7 @@ export class AgentSync implements LinkEvents {
   }
 
   get refusedEndpointChanges(): number {
-    return this.refusedEndpoints;
+    return this.endpoints.refused;
   }
 
   /** What is tracked of an agent's exchange, if anything is. */
@@ -291,7 +295,7 @@ export class AgentSync implements LinkEvents {
     const tomb = st.tombstones.get(ack.name);
     const ok = ack.code === AckCode.ACK_CODE_OK;
     if (entry && entry.port.generation === ack.generation) {
-      const endpoint = this.endpointOf(s, entry, ack);
+      const endpoint = this.endpoints.of(s, entry, ack);
       if (endpoint === 'refused') {
         const sync = st.sync;
         if (sync?.sessionId === s.id && sync.ack(ack.name, ack.generation, false))
@@ -305,8 +309,12 @@ export class AgentSync implements LinkEvents {
         endpoint: endpoint.endpoint,
         bootId: endpoint.bootId,
       });
-      const sync = st.sync;
-      if (sync?.sessionId === s.id && sync.ack(ack.name, ack.generation, ok)) this.syncFinished(st, sync);
+      const sync = st.sync?.sessionId === s.id ? st.sync : undefined;
+      const listed = sync?.awaits(ack.name, ack.generation) === true;
+      if (sync && listed && sync.ack(ack.name, ack.generation, ok)) this.syncFinished(st, sync);
+      // A port of the snapshot is re-plumbed on its own ack, not after the whole snapshot: behind it
+      // may come thousands of fabric objects, and a rebooted DPU's VF waits in the host meanwhile.
+      else if (listed && ok && endpoint.endpoint?.netdev) this.replumb(st.agentId);
       if (!ok && !this.deps.acks.isWaiting(ack.name)) {
         this.deps.log.warn(
           {
@@ -469,7 +477,8 @@ export class AgentSync implements LinkEvents {
 
   private sendSnapshot(s: AgentSession): void {
     const st = this.stateOf(s.agentId);
-    const ports = this.deps.desired.snapshot(s.agentId);
+    // Ports before the fabric, the host port first: each is re-plumbed as soon as it is acked.
+    const ports = hostPortFirst(this.deps.desired.snapshot(s.agentId), (p) => p.name);
     const fabric = st.carriage.carries ? st.fabric.snapshot() : [];
     this.epoch += 1;
     const sync = new SnapshotSync(s.id, this.epoch, ports, fabric);
@@ -508,8 +517,12 @@ export class AgentSync implements LinkEvents {
       { agentId: st.agentId, epoch: sync.epoch, ms: st.lastSyncMs, failed: sync.failed.length },
       sync.failed.length ? 'snapshot applied with failures' : 'snapshot applied',
     );
+    this.replumb(st.agentId);
+  }
+
+  private replumb(agentId: string): void {
     void this.deps
-      .synced(st.agentId)
+      .synced(agentId)
       .catch((err: unknown) =>
         this.deps.log.warn({ err: (err as Error).message }, 'could not check host endpoints after a resync'),
       );
@@ -523,47 +536,6 @@ export class AgentSync implements LinkEvents {
   }
 
   // ---- acks ----------------------------------------------------------------------------------
-
-  /**
-   * The endpoint an ack at a port's current generation leaves recorded, or 'refused' (reported) when it
-   * names another one than the port already has. Detach and re-plumbing act on the recorded endpoint, so
-   * an agent re-acking a plumbed port as, say, `eth0` must not become the daemon's word for it: the
-   * endpoint stays what the daemon plumbed for as long as the DPU keeps the boot that created it. A DPU
-   * that rebooted (a new boot id) re-created its VFs and may name them anew; that endpoint is moved in
-   * only through the same guards as at Attach (endpoint-replumb.ts). Within one boot, an ack that names
-   * no endpoint, or a negative one, keeps the one recorded.
-   */
-  private endpointOf(
-    s: AgentSession,
-    entry: DesiredPort,
-    ack: Ack,
-  ): { endpoint?: Endpoint; bootId: string } | 'refused' {
-    const recorded = entry.ack?.endpoint?.netdev ? entry.ack : undefined;
-    const offered = ack.endpoint?.netdev ? ack.endpoint : undefined;
-    if (!recorded?.endpoint) return { endpoint: offered, bootId: s.bootId };
-    // Another boot's endpoint went with that boot: what this boot acks OK (a netdev, or none for an
-    // agent without host endpoints) is the port's endpoint now.
-    if (ack.code === AckCode.ACK_CODE_OK && recorded.bootId !== undefined && recorded.bootId !== s.bootId)
-      return { endpoint: offered, bootId: s.bootId };
-    if (!offered || ack.code !== AckCode.ACK_CODE_OK || sameEndpoint(recorded.endpoint, offered))
-      return { endpoint: recorded.endpoint, bootId: recorded.bootId ?? s.bootId };
-    this.refusedEndpoints += 1;
-    const n = this.logRate.occurrence('endpoint-change');
-    if (n !== undefined) {
-      this.deps.log.error(
-        {
-          agentId: s.agentId,
-          port: ack.name,
-          generation: ack.generation,
-          endpoint: recorded.endpoint.netdev,
-          offered: offered.netdev.slice(0, 64),
-          occurrences: n,
-        },
-        'refused an ack naming another endpoint for a port already plumbed; the port keeps its endpoint',
-      );
-    }
-    return 'refused';
-  }
 
   /** Acks for replaced generations are normal (logged quietly); for unknown ports, not (logged, throttled). */
   private unexpectedAck(s: AgentSession, ack: Ack, newest: number | undefined, what = 'port'): void {
@@ -584,15 +556,4 @@ export class AgentSync implements LinkEvents {
         : 'ack for a generation never sent; ignored',
     );
   }
-}
-
-/**
- * Whether an ack names the endpoint already recorded: the same netdev, and the same MAC and VF where
- * both say.
- */
-function sameEndpoint(a: Endpoint, b: Endpoint): boolean {
-  if (a.netdev !== b.netdev) return false;
-  if (a.mac && b.mac && a.mac.toLowerCase() !== b.mac.toLowerCase()) return false;
-  if (a.pfIndex !== undefined && b.pfIndex !== undefined && a.pfIndex !== b.pfIndex) return false;
-  return a.vfIndex === undefined || b.vfIndex === undefined || a.vfIndex === b.vfIndex;
 }

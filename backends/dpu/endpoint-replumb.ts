@@ -4,11 +4,15 @@ import { inventoryRefusal } from './agent-capabilities';
 import type { AgentLink } from './agent-link';
 import type { DesiredState } from './desired-state';
 import { EndpointRefused, type HostSide } from './host-side';
+import { hostPortFirst } from './host-port-first';
 
 // A DPU that reboots takes its VFs with it, and re-creates them in the host namespace when it comes
-// back. Once its agent has applied the snapshot, every endpoint of its ports that sits in the host
-// namespace instead of its workload is such a VF: it is moved back where the port was plumbed, through
-// the same guards as at Attach.
+// back. Once its agent has acked a port of the snapshot at its current generation, that port's endpoint
+// sitting in the host namespace instead of its workload is such a VF: it is moved back where the port
+// was plumbed, through the same guards as at Attach. This runs as the snapshot's ports are acked (the
+// host port first), not after the whole snapshot: behind the ports come the fabric objects, thousands
+// of them with a large peer table, and every packet to a workload waits for its VF meanwhile.
+// Calls for one agent while a pass runs are served by one more pass after it, never by two at once.
 
 export interface ReplumbContext {
   desired: DesiredState;
@@ -19,10 +23,47 @@ export interface ReplumbContext {
   log: Logger;
 }
 
-/** Moves the endpoints of `agentId`'s ports that are back in the host namespace into their workloads. */
-export async function replumbRecreatedEndpoints(ctx: ReplumbContext, agentId: string): Promise<void> {
+interface Pass {
+  /** Asked for again while it ran: what was acked meanwhile needs one more look. */
+  again: boolean;
+  done: Promise<void>;
+}
+
+/** Per context (one per backend), the pass running for each agent. */
+const passes = new WeakMap<ReplumbContext, Map<string, Pass>>();
+
+/**
+ * Moves the endpoints of `agentId`'s ports that are back in the host namespace into their workloads.
+ * While a pass for the agent runs, a call asks for one more after it and shares its promise.
+ */
+export function replumbRecreatedEndpoints(ctx: ReplumbContext, agentId: string): Promise<void> {
+  let running = passes.get(ctx);
+  if (!running) passes.set(ctx, (running = new Map()));
+  const byAgent = running;
+  const current = byAgent.get(agentId);
+  if (current) {
+    current.again = true;
+    return current.done;
+  }
+  const pass: Pass = { again: false, done: Promise.resolve() };
+  pass.done = (async () => {
+    try {
+      do {
+        pass.again = false;
+        await replumbOnce(ctx, agentId);
+      } while (pass.again);
+    } finally {
+      byAgent.delete(agentId);
+    }
+  })();
+  byAgent.set(agentId, pass);
+  return pass.done;
+}
+
+async function replumbOnce(ctx: ReplumbContext, agentId: string): Promise<void> {
   const { desired, hostSide, link, locks, log } = ctx;
-  const candidates = [...desired.entries()].filter(
+  const entries = hostPortFirst([...desired.entries()], (e) => e.port.name);
+  const candidates = entries.filter(
     (e) =>
       e.agentId === agentId &&
       e.placement &&

@@ -47,6 +47,11 @@ export class SnapshotSync {
     return this.finishedAt === undefined ? undefined : this.finishedAt - this.startedAt;
   }
 
+  /** Whether the snapshot still waits for this generation of the object. */
+  awaits(name: string, generation: number, kind = ObjectKind.OBJECT_KIND_PORT): boolean {
+    return this.remaining.get(key(kind, name)) === generation;
+  }
+
   /** Counts an ack; true when it completed the snapshot. `failed` lists ports only (they warn). */
   ack(name: string, generation: number, ok: boolean, kind = ObjectKind.OBJECT_KIND_PORT): boolean {
     const k = key(kind, name);
