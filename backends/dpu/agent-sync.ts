@@ -16,7 +16,7 @@ import type { AckWaiter } from './ack-waiter';
 import type { AgentLink, LinkEvents, LostAgent } from './agent-link';
 import type { AgentSession } from './agent-session';
 import { AgentSyncState } from './agent-sync-state';
-import type { DesiredPort, DesiredState } from './desired-state';
+import type { DesiredState } from './desired-state';
 import { fabricCarriage, type FabricCarriage } from './fabric-carriage';
 import { hostPortFirst } from './host-port-first';
 import type { FabricBody } from './fabric-plan';
