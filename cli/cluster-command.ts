@@ -19,6 +19,7 @@ interface ClusterOpts {
   timeout: string;
   json?: boolean;
   force?: boolean;
+  dpu?: string;
 }
 
 /** etcd settings: the daemon's config file if given, then these flags. */
@@ -124,32 +125,44 @@ export function registerClusterCommand(program: Command): void {
 
   etcdCommand(cluster, 'release-node', "give a dead node's address blocks back to the cluster")
     .argument('<name>', 'node name')
+    .option('--dpu <id>', 'only the blocks claimed for this DPU (agent id) of the node')
     .option('--force', 'release even though the node looks alive (its alive key exists)')
     .option('--json', 'print JSON')
     .addHelpText(
       'after',
-      '\nOnly for a node that is gone for good: its workloads must not run any more, or their addresses\n' +
-        'will be handed out twice. Refused while the node is alive unless --force.\n' +
-        'Example:\n  workloadnet cluster release-node worker-7 --etcd-endpoints http://10.0.0.1:2379',
+      '\nOnly for a node (or, with --dpu, a DPU) that is gone for good: its workloads must not run any\n' +
+        'more, or their addresses will be handed out twice. Refused while the node is alive unless\n' +
+        '--force (a live daemon gives back the empty blocks of a DPU unseen for dpu.goneGraceSeconds\n' +
+        'by itself).\n' +
+        'Examples:\n  workloadnet cluster release-node worker-7 --etcd-endpoints http://10.0.0.1:2379\n' +
+        '  workloadnet cluster release-node worker-7 --dpu bf3-0 -c /etc/workloadnet/config.json',
     )
     .action((name: string, opts: ClusterOpts) =>
       withRegistry(opts, async (r) => {
+        const which = opts.dpu === undefined ? `node ${name}` : `DPU ${opts.dpu} of node ${name}`;
+        if (opts.dpu === '') {
+          process.stderr.write('workloadnet: --dpu needs a DPU agent id (as `cluster blocks` lists it)\n');
+          return EXIT.error;
+        }
         const alive = await r.aliveNodes();
         if (alive.has(name) && !opts.force) {
           process.stderr.write(
-            `workloadnet: node ${name} is alive (its daemon holds its alive key): its blocks may hold running ` +
-              "workloads' addresses. Stop it first, wait for its alive key to expire, or pass --force.\n",
+            `workloadnet: node ${name} is alive (its daemon holds its alive key): the blocks of ${which} may ` +
+              "hold running workloads' addresses. Stop it first, wait for its alive key to expire, or pass " +
+              '--force.\n',
           );
           return EXIT.error;
         }
-        // Its DPUs' blocks too: each is released with the exact owner its key names.
-        const owned = [...(await r.affinities())].filter(([, o]) => o.node === name);
+        // Its DPUs' blocks too (or one DPU's only): each is released with the exact owner its key names.
+        const owned = [...(await r.affinities())].filter(
+          ([, o]) => o.node === name && (opts.dpu === undefined || o.endpoint === opts.dpu),
+        );
         const released: string[] = [];
         for (const [block, owner] of owned) if (await r.release(block, owner)) released.push(block);
         process.stdout.write(
           opts.json
-            ? json({ node: name, released })
-            : `released ${released.length} block${released.length === 1 ? '' : 's'} of node ${name}` +
+            ? json({ node: name, ...(opts.dpu !== undefined ? { dpu: opts.dpu } : {}), released })
+            : `released ${released.length} block${released.length === 1 ? '' : 's'} of ${which}` +
                 (released.length ? `: ${released.join(', ')}` : '') +
                 '\n',
         );

@@ -79,7 +79,8 @@ function fabricColumns(d: DpuStatus): string[] {
     'yes',
     f.vtep || '-',
     `${f.objectsAcked}/${f.objectsDesired}`,
-    `${f.peersReachable}/${f.peersTotal}`,
+    // An agent away says nothing of its peers: its last word is no answer now.
+    `${d.connected ? f.peersReachable : '?'}/${f.peersTotal}`,
   ];
 }
 

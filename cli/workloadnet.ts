@@ -7,6 +7,7 @@ import { registerClientCommands } from './client-commands';
 import { registerClusterCommand } from './cluster-command';
 import { registerConfigCommand } from './config-command';
 import { registerGcCommand } from './gc-command';
+import { registerCleanupCommand } from './cleanup-command';
 import { registerInstallCniCommand } from './install-cni-command';
 import { registerDpusCommand } from './dpus-command';
 import { registerLsCommand } from './ls-command';
@@ -154,6 +155,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
   registerClientCommands(program);
   registerGcCommand(program);
   registerInstallCniCommand(program);
+  registerCleanupCommand(program);
   registerConfigCommand(program);
   registerLsCommand(program);
   registerClusterCommand(program);

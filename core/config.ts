@@ -40,6 +40,8 @@ export interface DpuConfig {
   fabricSlices: number;
   /** With the fabric on: the host's namespace reaches the overlay through a DPU (core/fabric/host-port.ts). */
   hostPort: boolean;
+  /** etcd pool source: a DPU unseen this long gives back its empty blocks (pools/etcd/dpu-liveness.ts). */
+  goneGraceSeconds: number;
 }
 
 export interface EtcdConfig {
@@ -181,6 +183,7 @@ export const DEFAULT_CONFIG: DaemonConfig = {
     heartbeatIntervalMs: 500,
     fabricSlices: 4,
     hostPort: true,
+    goneGraceSeconds: 600,
   },
   etcd: {
     endpoints: [],
@@ -352,6 +355,10 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
     fail('dpu.ackTimeoutMs must be a positive integer');
   if (typeof c.dpu.hostPort !== 'boolean')
     fail(`dpu.hostPort must be true or false, not ${JSON.stringify(c.dpu.hostPort)}`);
+  if (!Number.isInteger(c.dpu.goneGraceSeconds) || c.dpu.goneGraceSeconds < 1)
+    fail(
+      `dpu.goneGraceSeconds must be a positive whole number of seconds (default 600), not ${JSON.stringify(c.dpu.goneGraceSeconds)}`,
+    );
   validatePoolSource(c, fail);
   validateFabric(c, fail); // before the networks, which are checked against its cluster ranges
   validateNetworks(c, fail);

@@ -135,7 +135,8 @@ export class Metrics {
       if (!f.carries) continue;
       this.dpuAgentFabricObjects.set({ ...agent, state: 'acked' }, f.objectsAcked);
       this.dpuAgentFabricObjects.set({ ...agent, state: 'desired' }, f.objectsDesired);
-      this.dpuAgentFabricPeers.set({ ...agent, state: 'reachable' }, f.peersReachable);
+      // An agent away says nothing of its peers now: no reachable series rather than a 0 read as "down".
+      if (d.connected) this.dpuAgentFabricPeers.set({ ...agent, state: 'reachable' }, f.peersReachable);
       this.dpuAgentFabricPeers.set({ ...agent, state: 'total' }, f.peersTotal);
     }
   }

@@ -52,6 +52,8 @@ export const OPTION_DOCS: Record<string, string> = {
     'Interval of heartbeats to agents (ms); an agent silent for 3 intervals is lost.',
   'dpu.fabricSlices':
     'With the fabric on: slices each pod range of a dpu network is cut into, one per DPU (a power of two, 1-256, default 4); a port takes its address from the slice of the DPU it is placed on. See docs/fabric.md.',
+  'dpu.goneGraceSeconds':
+    'etcd pool source: a DPU (agent id) not connected for this long gives back the address blocks claimed for it that hold no address in use (default 600).',
   'dpu.hostPort':
     "With the fabric on the DPUs: the daemon attaches the host's own namespace to the dpu network as interface wn-host0 (no default route, the cluster's ranges), so the host reaches every pod through a DPU (default true). See docs/fabric.md.",
   'etcd.endpoints': 'etcd pool source: client URLs of the etcd members (e.g. ["https://10.0.0.1:2379"]).',

@@ -103,7 +103,7 @@ export const STATUS_CNI_VERSION = '1.1.0';
 export const CNI_PLUGIN_TYPE = 'workloadnet';
 
 /** The forwarder's User-Agent, present in every build of it (see shim/workloadnet-cni.c). */
-const SHIM_MARKER = Buffer.from('workloadnet-cni/');
+export const SHIM_MARKER = Buffer.from('workloadnet-cni/');
 
 /** A top-level conflist key that libcni ignores and that marks the file as written by this function. */
 export const CONFLIST_MARKER_KEY = 'workloadnet.managedBy';
@@ -328,7 +328,7 @@ function isOurConflist(content: Buffer): boolean {
 }
 
 /** The network name of a conflist written by installCni; undefined for anyone else's file. */
-function ourConflistName(content: Buffer): string | undefined {
+export function ourConflistName(content: Buffer): string | undefined {
   try {
     const parsed = JSON.parse(content.toString('utf8')) as Record<string, unknown> | null;
     if (typeof parsed !== 'object' || parsed === null) return undefined;

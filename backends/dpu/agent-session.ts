@@ -15,12 +15,13 @@ import { AgentInventory } from './agent-inventory';
 import { refusedMessage } from './agent-message-limit';
 import type { AgentCall, AgentPeer } from './agent-server';
 import { DAEMON_FEATURES, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, type Admission } from './hello-admission';
+import { PeerStatusGate } from './peer-status-gate';
 import { PortStatusGate } from './port-status-gate';
 import { monotonicMs } from '../../core/monotonic-clock';
 import { TokenBucket } from './rate-limiter';
 
 // One agent's stream, from its first message to its end. The session enforces the protocol's framing
-// (hello first and once, liveness, heartbeat rate) and hands everything that carries meaning to its
+// (hello first and once, liveness, the rates of heartbeats and statuses) and hands everything that carries meaning to its
 // host, the backend, which decides about admission and owns the desired state.
 
 export interface SessionHost {
@@ -85,6 +86,9 @@ export class AgentSession {
   private floodWindowStart = monotonicMs();
   /** Repeats and floods of PortStatus stop here (see port-status-gate.ts). */
   private readonly portStatuses = new PortStatusGate();
+  /** PeerStatus floods are coalesced, or end the stream (see peer-status-gate.ts). */
+  private readonly peerStatuses: PeerStatusGate;
+  private readonly closedListeners: Array<() => void> = [];
   private readonly dropLog = new LogRate(undefined, monotonicMs);
   private readonly log: Logger;
 
@@ -97,6 +101,7 @@ export class AgentSession {
   ) {
     this.log = logger.child({ session: this.id, peer: peer.address });
     this.heartbeats = new TokenBucket(HEARTBEAT_BURST, HEARTBEATS_PER_INTERVAL / timing.heartbeatIntervalMs);
+    this.peerStatuses = new PeerStatusGate(timing.heartbeatIntervalMs);
     call.on('data', (msg: AgentMessage) => this.onMessage(msg));
     call.on('end', () => this.close(status.UNAVAILABLE, 'the agent closed the stream'));
     call.on('error', (err: Error) => this.close(status.UNAVAILABLE, `stream error: ${err.message}`));
@@ -187,6 +192,12 @@ export class AgentSession {
     return true;
   }
 
+  /** Calls `listener` once the session has ended (after the host heard of it). */
+  onClosed(listener: () => void): void {
+    if (this.stateValue === 'closed') listener();
+    else this.closedListeners.push(listener);
+  }
+
   /**
    * Ends the session. Any code but OK is sent to the agent as the stream's status with `reason`, so the
    * agent's log says why it was dropped.
@@ -207,6 +218,7 @@ export class AgentSession {
       'agent session ended',
     );
     this.host.closed(this, reason);
+    for (const l of this.closedListeners.splice(0)) l();
   }
 
   private violation(code: status, reason: string): void {
@@ -246,7 +258,7 @@ export class AgentSession {
         if (msg.inventory) this.onInventory(msg.inventory);
         return;
       case 'peer_status':
-        if (msg.peerStatus) this.host.peerStatus(this, msg.peerStatus);
+        if (msg.peerStatus) this.onPeerStatus(msg.peerStatus);
         return;
       default:
         // A newer agent may send a message kind this daemon does not know; it is not an error.
@@ -351,6 +363,18 @@ export class AgentSession {
     else if (this.dropLog.take('port-status') !== undefined) this.reportDroppedStatuses();
   }
 
+  private onPeerStatus(ps: PeerStatus): void {
+    const passed = this.peerStatuses.offer(ps);
+    const flood = this.peerStatuses.flood;
+    if (flood) this.violation(status.RESOURCE_EXHAUSTED, flood);
+    else if (passed) this.host.peerStatus(this, passed);
+    else if (this.dropLog.take('peer-status') !== undefined)
+      this.log.warn(
+        { agentId: this.agentId, held: this.peerStatuses.takeHeld() },
+        'agent peer statuses over the rate are held and merged into one (none of what they say is lost)',
+      );
+  }
+
   private reportDroppedStatuses(): void {
     const { duplicates, limited } = this.portStatuses.takeCounts();
     if (duplicates + limited === 0) return;
@@ -367,6 +391,8 @@ export class AgentSession {
   private tick(): void {
     if (this.stateValue !== 'active') return;
     for (const ps of this.portStatuses.due()) this.host.portStatus(this, ps);
+    const peers = this.peerStatuses.due();
+    if (peers) this.host.peerStatus(this, peers);
     this.heartbeatSeq += 1;
     this.send({ heartbeat: { seq: this.heartbeatSeq, sentAtUnixMs: Date.now() } });
   }

@@ -2,7 +2,6 @@ import type {
   AttachSpec,
   AttachmentView,
   Backend,
-  DpuPortOptions,
   BackendHealth,
   CheckScope,
   DataplaneResult,
@@ -34,21 +33,15 @@ import { DesiredState } from './desired-state';
 import { DpuFabric } from './dpu-fabric';
 import { decodeDetails, encodeDetails } from './details';
 import { replumbRecreatedEndpoints } from './endpoint-replumb';
-import { EndpointRefused, createHostSide, type HostSide, type WorkloadPlacement } from './host-side';
+import { EndpointRefused, createHostSide, type HostSide } from './host-side';
+import { KeepUnlisted } from './keep-unlisted';
+import { placementOf, restoreStoredPorts } from './stored-ports';
+import type { AgentAdoption } from '../../core/reconcile/agent-adoption';
 import { monotonicMs } from '../../core/monotonic-clock';
-import { ownString } from '../../lib/own-string';
 import { workloadInterface, workloadRoutes } from '../interface/workload-side';
 import { placeNewPort } from './placement';
 import { setPortMtu } from './port-mtu';
-import {
-  macForKey,
-  portFields,
-  portFieldsFromView,
-  portOptions,
-  wireQos,
-  type PortFields,
-} from './port-spec';
-import { validateDpuPort } from '../../core/dpu-port-options';
+import { macForKey, portFields, portOptions, wireQos, type PortFields } from './port-spec';
 
 // The DPU backend: the core asks for a port, this backend places it on one of the connected agents
 // (a node may carry several DPUs), turns it into desired state, hands it to that agent and waits for
@@ -118,6 +111,8 @@ export class DpuBackend implements Backend {
   private readonly link: AgentLink;
   /** Snapshots, changes and Deletes on their way to each agent, and what the agents answer. */
   private readonly sync: AgentSync;
+  /** Which agents' snapshots keep the ports they do not list (a store new to them). */
+  private readonly keep: KeepUnlisted;
   private startedAt = monotonicMs();
   private readonly startupAgentWaitMs: number;
   /** A daemon ran here before this start (its store existed): its agent is expected to reconnect. */
@@ -176,9 +171,16 @@ export class DpuBackend implements Backend {
       acks: this.acks,
       ackTimeoutMs: this.ackTimeoutMs,
       log: this.log,
-      synced: (agentId) => replumbRecreatedEndpoints(replumb, agentId),
-      established: (sess) => this.fabric.established(sess),
+      synced: (agentId) => {
+        this.keep.snapshotApplied(agentId);
+        return replumbRecreatedEndpoints(replumb, agentId);
+      },
+      established: (sess) => {
+        this.keep.beforeSnapshot(sess.agentId);
+        this.fabric.established(sess);
+      },
     });
+    this.keep = new KeepUnlisted(this.sync, this.log);
     this.fabric = new DpuFabric({
       node: opts.nodeName ?? '',
       link: this.link,
@@ -409,7 +411,9 @@ export class DpuBackend implements Backend {
         );
       }
     }
-    await this.sync.remove(att.key, agentId);
+    // A row without an agent is an attach cut short before its agent answered: its agent was never
+    // recorded, and the snapshot, which does not list the port, removes it.
+    if (agentId) await this.sync.remove(att.key, agentId);
     if (hostError) throw hostError;
   }
 
@@ -437,10 +441,9 @@ export class DpuBackend implements Backend {
 
   async reconcile(
     atts: AttachmentView[],
-    opts: ReconcileOptions = { storeIsNew: false },
+    opts: ReconcileOptions & { adoption?: AgentAdoption } = { storeIsNew: false },
   ): Promise<ReconcileOutcome> {
     const outcome: ReconcileOutcome = { orphansRemoved: [], missing: [], healthy: [], warnings: [] };
-    this.sync.keepUnlisted = opts.storeIsNew;
     // A store that existed before this start means a daemon ran here before, with its agent.
     this.agentExpected = !opts.storeIsNew;
     if (opts.storeIsNew) {
@@ -449,40 +452,7 @@ export class DpuBackend implements Backend {
           'to running workloads whose state was lost); see "A lost state store" in docs/troubleshooting.md',
       );
     }
-    const withEndpoint: AttachmentView[] = [];
-    for (const att of atts) {
-      const d = decodeDetails(att.dataplane);
-      if (!att.dataplane || !d || !d.agentId) {
-        outcome.missing.push(att.key);
-        if (att.dataplane) {
-          outcome.warnings.push(
-            `${att.key}: no port confirmed by a DPU agent is recorded (an attach cut short, or one made by another backend); re-programming it`,
-          );
-        }
-        continue;
-      }
-      const endpoint = d.endpoint
-        ? {
-            netdev: ownString(d.endpoint),
-            mac: ownString(att.dataplane.mac),
-            pfIndex: d.pf,
-            vfIndex: d.vf,
-            pciAddress: ownString(d.pciAddress ?? ''),
-            representor: ownString(d.representor ?? ''),
-          }
-        : undefined;
-      this.desired.restore(
-        portFieldsFromView(att, d.mac || undefined, storedOptions(d.portOptions)),
-        d.generation,
-        ownString(d.agentId),
-        endpoint,
-        endpoint ? placementOf(att) : undefined,
-        ownString(d.bootId),
-        d.ifIndex,
-      );
-      if (d.endpoint) withEndpoint.push(att);
-      else outcome.healthy.push(att.key);
-    }
+    const withEndpoint = restoreStoredPorts(atts, this.desired, outcome);
     // The agent's side is repaired by the snapshot; only the host side can be checked here. A port whose
     // workload interface is gone is reported missing so the core repairs it (or releases it when the
     // namespace went away with its workload). Only presence is asked: nothing else is acted on here.
@@ -493,6 +463,8 @@ export class DpuBackend implements Backend {
       else outcome.healthy.push(att.key);
     }
     // Only now may a snapshot go out: before this point it would have told the agent to drop ports.
+    const connected = this.link.sessions().map((s) => s.agentId);
+    this.keep.restored(opts.storeIsNew, opts.adoption, connected);
     let sessions = this.sync.prime();
     if (sessions.length === 0 && outcome.missing.length > 0) {
       // The core repairs missing ports right after this returns, which needs an agent; one that is
@@ -538,33 +510,6 @@ export class DpuBackend implements Backend {
       fabricWaiting: (agentId) => this.fabric.waiting(agentId),
     });
   }
-}
-
-/** The options stored with an attachment, or none when absent or not readable. */
-function storedOptions(json: string | undefined): DpuPortOptions | undefined {
-  if (!json) return undefined;
-  try {
-    return validateDpuPort(JSON.parse(json) as DpuPortOptions);
-  } catch {
-    return undefined;
-  }
-}
-
-/** Where a port's host end belongs, kept with the port: its strings are copies of their own. */
-function placementOf(a: AttachSpec | AttachmentView): WorkloadPlacement {
-  const ips = a.ips.map((ip) => ({
-    family: ip.family,
-    address: ownString(ip.address),
-    gateway: ownString(ip.gateway),
-  }));
-  return {
-    netnsPath: ownString(a.netnsPath),
-    netnsInode: a.netnsInode,
-    ifName: ownString(a.ifName),
-    mtu: a.mtu,
-    ips,
-    ...(a.defaultRoute === false ? { defaultRoute: false, routes: (a.routes ?? []).map(ownString) } : {}),
-  };
 }
 
 function positive(what: string, v: number): number {

@@ -10,7 +10,9 @@ import type {
   PeerSeenBy,
 } from '../../core/fabric/fabric-dataplane';
 import type { Peer, TunnelEndpoint } from '../../core/fabric/peer-source';
+import { LogRate } from '../../core/log-rate';
 import type { Logger } from '../../core/logger';
+import { monotonicMs } from '../../core/monotonic-clock';
 import { vtepMac } from '../../lib/vtep-mac';
 import type { PeerState } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { AgentFabricIndex } from './agent-fabric-index';
@@ -40,6 +42,10 @@ import { FabricPlanner } from './fabric-planner';
 // At 5,000 peers an agent holds ~10,000 objects, so nothing here walks them per call: each agent's plan
 // is kept and changed per peer (fabric-planner.ts), and what Status asks for is kept until what it is
 // made of moves (the peer table, an agent's objects or its PeerStatus; acks only move counts).
+//
+// What an agent says of its peers is taken from each session for its duration, and only on the
+// FabricPeers that agent was sent (peer-state-book.ts): a lost agent's word is forgotten, so Status
+// says nothing for it rather than its last claims.
 
 export interface DpuFabricDeps {
   /** This node's name, as the peer table names it. */
@@ -75,6 +81,9 @@ export class DpuFabric implements FabricDataplane {
   >();
   private sorted: { peers: readonly Peer[]; value: readonly Peer[] } | undefined;
   private readonly peerCounts = new Map<string, { inputs: unknown[]; total: number; reachable: number }>();
+  private readonly unsentLog = new LogRate(undefined, monotonicMs);
+  /** Per agent: entries dropped for naming nothing it was sent, as of the last log line. */
+  private readonly unsentLogged = new Map<string, number>();
 
   constructor(private readonly deps: DpuFabricDeps) {
     this.carriers = new CarrierAdmission({ ...deps, left: (id) => this.planners.delete(id) });
@@ -151,11 +160,36 @@ export class DpuFabric implements FabricDataplane {
    * is planned for, in its own objects and in its neighbours' peers, and the node record changes.
    */
   established(s: AgentSession): void {
+    this.hearPeersOf(s);
     if (!this.settings) return;
     const learnt = this.carriers.learn(s, this.peers);
     if (!(this.carriers.readmit(this.peers) || learnt)) return;
     this.planAll();
     this.announce();
+  }
+
+  /**
+   * The agent's PeerStatus is taken, for this session only, on the FabricPeers it was sent; the rest
+   * is counted and said in the log, at most once per interval per agent.
+   */
+  private hearPeersOf(s: AgentSession): void {
+    const st = this.deps.sync.state(s.agentId);
+    if (!st) return;
+    const book = st.peers;
+    book.open({
+      session: s.id,
+      sent: (name) => st.fabric.index.hasPeer(name),
+      unsent: (count, first) => {
+        if (this.unsentLog.take(s.agentId) === undefined) return;
+        const since = this.unsentLogged.get(s.agentId) ?? 0;
+        this.unsentLogged.set(s.agentId, book.unsent);
+        this.deps.log.warn(
+          { agentId: s.agentId, dropped: book.unsent - since, total: book.unsent, latest: first, count },
+          'the agent reported peers it was never sent (or no longer holds); dropped',
+        );
+      },
+    });
+    s.onClosed(() => book.close(s.id));
   }
 
   /** Tells the listeners this node's endpoints changed. */
@@ -229,11 +263,16 @@ export class DpuFabric implements FabricDataplane {
       };
     }
     const peers = st ? this.peerCountsOf(st) : { total: 0, reachable: 0 };
+    const notes = this.deps.link.sessionOf(agentId)?.healthy
+      ? []
+      : [
+          'away: its VTEP stays published, its DPU keeps the last programmed fabric; how it sees its peers is unknown until it is back',
+        ];
+    if (st && st.peers.unsent > 0)
+      notes.push(`dropped ${st.peers.unsent} PeerStatus entries naming peers it was never sent`);
     return {
       carries: true,
-      note: this.deps.link.sessionOf(agentId)?.healthy
-        ? ''
-        : 'away: its VTEP stays published, its DPU keeps the last programmed fabric',
+      note: notes.join('; '),
       vtep: agent?.address ?? '',
       objectsAcked: st?.fabric.acked ?? 0,
       objectsDesired: st?.fabric.size ?? 0,

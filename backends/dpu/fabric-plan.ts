@@ -17,6 +17,9 @@ import { RouteVia, type FabricObject } from '../../proto/gen/workloadnet/dpu/v1/
 // that held that MAC or address in the previous plan (`held`), else the agent's own VTEP, then the
 // plan's order. A newcomer is left out, with its routes, until it no longer clashes; name order never
 // lets a newcomer displace an established endpoint (a snapshot lists objects by name).
+//
+// A route carries the smaller of the agent's overlay MTU and its target's (the uplink MTU the target
+// states, less the encapsulation): what the pods behind the target carry, and no more.
 
 /** One of this node's agents that carries the fabric. */
 export interface FabricAgent {
@@ -60,7 +63,19 @@ export function peerNodeOf(name: string): string | undefined {
 
 /** MTU of an agent's overlay: its uplink's less the encapsulation. */
 export function overlayMtu(agent: FabricAgent): number {
-  return agent.uplinkMtu - encapsulationOverhead('vxlan', { underlay: [agent.address] });
+  return tunnelMtu(agent.uplinkMtu, agent.address);
+}
+
+/** What a tunnel endpoint at `address` with an uplink of `uplinkMtu` carries for its pods. */
+function tunnelMtu(uplinkMtu: number, address: string): number {
+  return uplinkMtu - encapsulationOverhead('vxlan', { underlay: [address] });
+}
+
+/** A route a part asks for: its prefix, the FabricPeer it goes to, and what that peer's pods carry. */
+export interface PartRoute {
+  prefix: string;
+  peer: string;
+  mtu: number;
 }
 
 /**
@@ -70,7 +85,7 @@ export function overlayMtu(agent: FabricAgent): number {
  */
 export interface PlanPart {
   objects: FabricBody[];
-  routes: Array<{ prefix: string; peer: string }>;
+  routes: PartRoute[];
 }
 
 /** The agent's own objects: its VTEP and its slices (whose prefixes are never routed elsewhere). */
@@ -119,7 +134,11 @@ export function planLocalPart(
       },
     ],
     routes: unique(
-      canonical(input.own.byEndpoint.get(other.id) ?? []).map((p) => ({ prefix: p.text, peer: name })),
+      canonical(input.own.byEndpoint.get(other.id) ?? []).map((p) => ({
+        prefix: p.text,
+        peer: name,
+        mtu: overlayMtu(other),
+      })),
     ),
   };
 }
@@ -127,7 +146,7 @@ export function planLocalPart(
 /** A remote node: each of its DPUs, its own VXLAN device when it has one, and their prefixes. */
 export function planRemotePart(agent: FabricAgent, peer: Peer): PlanPart {
   const objects: FabricBody[] = [];
-  const routes: Array<{ prefix: string; peer: string }> = [];
+  const routes: PartRoute[] = [];
   const claimed: Cidr[] = [];
   for (const e of [...(peer.endpoints ?? [])].sort(byId)) {
     if (!isIP(e.underlay)) continue;
@@ -143,9 +162,10 @@ export function planRemotePart(agent: FabricAgent, peer: Peer): PlanPart {
         port: e.vtep.port,
       },
     });
+    const mtu = tunnelMtu(e.mtu, e.underlay);
     for (const p of canonical(e.prefixes)) {
       claimed.push(p);
-      routes.push({ prefix: p.text, peer: name });
+      routes.push({ prefix: p.text, peer: name, mtu });
     }
   }
   const address = sameFamily(peer.underlay, agent.address);
@@ -164,17 +184,23 @@ export function planRemotePart(agent: FabricAgent, peer: Peer): PlanPart {
     });
     // What no endpoint claims goes to the node's own device; a slice of a node range is more specific
     // than the range, so the range's route does not take the slices' traffic.
+    const mtu = tunnelMtu(peer.mtu, address);
     for (const p of canonical(peer.prefixes))
-      if (!claimed.some((c) => inside(p, c))) routes.push({ prefix: p.text, peer: name });
+      if (!claimed.some((c) => inside(p, c))) routes.push({ prefix: p.text, peer: name, mtu });
   }
   return { objects, routes: unique(routes) };
 }
 
-/** A route to `prefix` through the FabricPeer `peer`, at the agent's overlay MTU. */
-export function routeBody(agent: FabricAgent, prefix: string, peer: string): FabricBody {
+/** The part's route as the agent holds it: at its overlay MTU, or the target's when that is less. */
+export function routeBody(agent: FabricAgent, r: PartRoute): FabricBody {
   return {
-    name: routeObject(prefix),
-    peerRoute: { prefix, peer, via: RouteVia.ROUTE_VIA_ENCAP, mtu: overlayMtu(agent) },
+    name: routeObject(r.prefix),
+    peerRoute: {
+      prefix: r.prefix,
+      peer: r.peer,
+      via: RouteVia.ROUTE_VIA_ENCAP,
+      mtu: Math.min(overlayMtu(agent), r.mtu),
+    },
   };
 }
 
@@ -227,7 +253,7 @@ export function planFabric(input: FabricPlanInput, refused?: Map<string, string>
     for (const r of part.routes) {
       if (routed.has(r.prefix)) continue;
       routed.add(r.prefix);
-      out.set(routeObject(r.prefix), routeBody(agent, r.prefix, r.peer));
+      out.set(routeObject(r.prefix), routeBody(agent, r));
     }
   }
   return out;
@@ -280,7 +306,7 @@ export function canonicalAddress(text: string): string {
 }
 
 /** The first claim of each prefix within one part. */
-function unique(routes: Array<{ prefix: string; peer: string }>): Array<{ prefix: string; peer: string }> {
+function unique(routes: PartRoute[]): PartRoute[] {
   const seen = new Set<string>();
   return routes.filter((r) => !seen.has(r.prefix) && !!seen.add(r.prefix));
 }

@@ -236,14 +236,17 @@ export class FabricPlanner {
       this.plan.delete(name);
       return;
     }
-    const peer = this.parts.get(first)?.part.routes.find((r) => r.prefix === prefix)?.peer;
-    if (peer === undefined) {
+    const route = this.parts.get(first)?.part.routes.find((r) => r.prefix === prefix);
+    if (route === undefined) {
       // Not reached: a claim is kept only with its part.
       this.plan.delete(name);
       return;
     }
-    if (this.plan.get(name)?.peerRoute?.peer === peer) return;
-    this.plan.set(name, routeBody((this.input as PlanContext).agent, prefix, peer));
+    const body = routeBody((this.input as PlanContext).agent, route);
+    const had = this.plan.get(name)?.peerRoute;
+    // Unchanged, the object keeps its identity (FabricDesired.set then sends nothing).
+    if (had?.peer === route.peer && had.mtu === body.peerRoute?.mtu) return;
+    this.plan.set(name, body);
   }
 }
 

@@ -172,7 +172,7 @@ export class EgressMasquerade implements EgressDataplane {
   }
 
   /** Whose the table of our name is, by its comment. */
-  private async owner(): Promise<'absent' | 'ours' | 'foreign'> {
+  async owner(): Promise<'absent' | 'ours' | 'foreign'> {
     let listing: string;
     try {
       listing = await this.nft(`list table ${TABLE}\n`);

@@ -36,6 +36,13 @@ export function toView(rec: AttachmentRecord): AttachmentView {
 
 /** The API's view: the row without the namespace identity the daemon keeps for itself. */
 export function publicView(rec: AttachmentRecord): Attachment {
-  const { netnsInode: _inode, netnsDirDev: _dirDev, endpoint: _endpoint, mtuAsked: _asked, ...rest } = rec;
+  const {
+    netnsInode: _inode,
+    netnsDirDev: _dirDev,
+    endpoint: _endpoint,
+    mtuAsked: _asked,
+    unfinished: _unfinished,
+    ...rest
+  } = rec;
   return rest;
 }

@@ -228,12 +228,13 @@ export class Orchestrator {
   }
 
   /**
-   * The one way an attachment is recorded. The row, with the planned dataplane, is written in one
-   * durable transaction while the backend programs, and stays hidden from List and Get until both are
-   * done. If the backend reports more than it planned (an agent's endpoint), the row is updated before
-   * the answer. A crash in between leaves a row whose dataplane reconcile finds missing (repaired while
-   * the namespace exists, released when it is gone), or a dataplane without a row, which carries the
-   * attachment's name and is removed as an orphan.
+   * The one way an attachment is recorded. The row, with the planned dataplane and marked unfinished,
+   * is written in one durable transaction while the backend programs, and stays hidden from List and
+   * Get until both are done. If the backend reports more than it planned (an agent's endpoint), the row
+   * is rewritten, finished, before the answer. A crash in between leaves an unfinished row, an attach
+   * whose caller was told it failed: the next start removes it when its dataplane is not all there
+   * (core/reconcile/cut-short.ts) rather than programming it again; or a dataplane without a row, which
+   * carries the attachment's name and is removed as an orphan.
    */
   private async programAndRecord(
     record: AttachmentRecord,
@@ -246,7 +247,7 @@ export class Orchestrator {
     try {
       const [programmed, stored] = await Promise.allSettled([
         network.backend.attach(spec, planned),
-        this.store.put(record, this.networks.cursors()),
+        this.store.put({ ...record, unfinished: true }, this.networks.cursors()),
       ]);
       if (this.cancelled.has(record.key)) {
         // Shutdown removed the row and the caller has gone: whatever the backend did is undone.
@@ -256,7 +257,13 @@ export class Orchestrator {
       let failure: unknown =
         programmed.status === 'rejected' ? programmed.reason : (stored as PromiseRejectedResult).reason;
       if (programmed.status === 'fulfilled' && stored.status === 'fulfilled') {
-        if (sameDataplane(programmed.value, planned)) return;
+        if (sameDataplane(programmed.value, planned)) {
+          // The plan was the whole answer (the Linux backend): the row is right but for its mark, which
+          // goes without holding the answer for a second disk flush. In the moment before it does, a
+          // crash leaves a mark that the next start drops again when the dataplane is there.
+          this.finishLater(record);
+          return;
+        }
         record.dataplane = programmed.value;
         try {
           await this.store.put(record);
@@ -272,6 +279,16 @@ export class Orchestrator {
     } finally {
       this.programming.delete(record.key);
     }
+  }
+
+  /** Drops an answered attach's unfinished mark in the background (see programAndRecord). */
+  private finishLater(record: AttachmentRecord): void {
+    this.store.markFinished(record.key, record.createdAt).catch((err: unknown) => {
+      this.log.warn(
+        { workloadId: record.workloadId, ifName: record.ifName, err: (err as Error).message },
+        'could not record an attach as finished; the next start checks its dataplane instead',
+      );
+    });
   }
 
   /** Whether a failed attach left its row behind (shutdown removes a cancelled one's itself). */

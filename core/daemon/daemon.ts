@@ -16,6 +16,9 @@ import { prepareSocketPath } from '../serve/unix-socket';
 import type { Store } from '../store/store';
 import { WORKLOAD_SERVICE } from '../workload-service';
 
+/** How often readiness is pushed to gRPC health watchers and readiness listeners. */
+const READINESS_INTERVAL_MS = 5000;
+
 /**
  * The daemon: its parts, started in this order and stopped in reverse.
  *
@@ -119,8 +122,10 @@ export class Daemon {
       for (const l of listeners) l.readinessChecked(st?.ready ?? false);
     };
     await ready();
-    // Health clients see readiness changes (pool exhausted, agent lost) without calling Status.
-    this.readyTimer = setInterval(() => void ready(), 2000).unref();
+    // Health clients see readiness changes (pool exhausted, agent lost) without calling Status. Every
+    // 5 s: a Status costs a backend probe, sysctl reads and a count of the store, most of an idle
+    // daemon's CPU at a shorter interval; the HTTP probes (/readyz) ask Status themselves.
+    this.readyTimer = setInterval(() => void ready(), READINESS_INTERVAL_MS).unref();
     const networks = this.container.get<NetworkSet>(NETWORKS).networks;
     log.info(
       {

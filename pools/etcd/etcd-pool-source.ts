@@ -11,6 +11,7 @@ import { blockIndex, blockLayout, reservedInBlock, type BlockLayout } from './bl
 import { aliveHolder, describeHolder, parseAliveHolder, sameDaemon } from './alive-key';
 import { BlockRegistry } from './block-registry';
 import type { BlockOwner } from './block-owner';
+import { DpuLiveness, type ConnectedDpus } from './dpu-liveness';
 import { etcdClientOptions } from './etcd-client';
 
 // Address blocks of cluster CIDRs claimed in etcd (see docs/pool-sources.md). The attach path never
@@ -24,10 +25,13 @@ import { etcdClientOptions } from './etcd-client';
 // DPU claims blocks of its own: the block's key names node and DPU (block-owner.ts), the block is a
 // pool of that DPU's ports only, claimed ahead and released when empty by the same rules as a node's
 // blocks, counted per DPU. The node then claims blocks of its own only when an attach not placed on a
-// DPU needs one.
+// DPU needs one. Only a connected DPU is claimed blocks ahead; a gone one gives back its empty blocks,
+// and the node's DPU identities holding blocks are bounded (dpu-liveness.ts).
 
 /** Ticks between two reconciliations with etcd while connected (one range read each). */
 const SYNC_EVERY_TICKS = 10;
+/** Ticks between two questions to the backend about which DPUs are connected. */
+const LIVENESS_EVERY_TICKS = 5;
 
 export interface EtcdPoolSourceOptions {
   endpoints: string[];
@@ -50,6 +54,10 @@ export interface EtcdPoolSourceOptions {
   aliveTtlSeconds?: number;
   /** Period of the maintenance loop (reconnect, claim ahead, release empty blocks). */
   tickMs?: number;
+  /** dpu.goneGraceSeconds in ms: a DPU unseen this long gives back its empty blocks. */
+  goneGraceMs?: number;
+  /** Which DPU agents are connected now (the backend's word); absent: every listed one counts. */
+  connectedDpus?: ConnectedDpus;
 }
 
 interface OwnedBlock {
@@ -68,18 +76,21 @@ export class EtcdPoolSource implements PoolSource {
   private readonly claims = new Map<string, Promise<void>>();
   /** Blocks come per DPU (EndpointPools.use): the node claims none ahead for itself. */
   private perEndpoint = false;
-  /** The node's DPUs as last listed: each keeps a block per family ahead of need. */
-  private endpoints = new Set<string>();
   readonly endpointPools: EndpointPools = {
     use: () => {
       this.perEndpoint = true;
     },
     present: (ids) => {
-      this.endpoints = new Set(ids);
+      this.dpus.listed(ids);
       this.claimAheadIfLow();
     },
-    needMoreFor: (family, endpoint) => this.waitForClaim(family, endpoint),
+    needMoreFor: (family, endpoint) => {
+      // A port is being placed on it: it is there.
+      this.dpus.seen(endpoint);
+      return this.waitForClaim(family, endpoint);
+    },
   };
+  private readonly dpus: DpuLiveness;
   /** Blocks cached as ours that etcd gives to another node: kept draining, shown in Status. */
   private readonly lost = new Map<string, string>();
   private client?: Etcd3;
@@ -110,6 +121,7 @@ export class EtcdPoolSource implements PoolSource {
     this.callTimeoutMs = opts.callTimeoutMs ?? 2000;
     this.aliveTtl = opts.aliveTtlSeconds ?? 10;
     this.tickMs = opts.tickMs ?? 1000;
+    this.dpus = new DpuLiveness(opts);
   }
 
   families(): ReadonlyArray<4 | 6> {
@@ -138,6 +150,8 @@ export class EtcdPoolSource implements PoolSource {
         continue;
       }
       this.serve(block, layout, entry.endpoint);
+      // A restart is no evidence a DPU is gone: each one's grace starts again.
+      if (entry.endpoint !== undefined) this.dpus.seen(entry.endpoint);
     }
     allocator.onChange(() => this.claimAheadIfLow());
     this.client = new Etcd3(
@@ -171,6 +185,7 @@ export class EtcdPoolSource implements PoolSource {
     if (ready && !this.connected)
       reasons.push(`etcd is unreachable (${this.lastError || 'connecting'}); serving from owned blocks only`);
     for (const f of this.full) reasons.push(`every IPv${f} block of the cluster CIDR is claimed`);
+    reasons.push(...this.dpus.refused.values());
     for (const [block, owner] of this.lost)
       reasons.push(
         `block ${block} is now owned by node ${owner} in etcd; draining its addresses in use here`,
@@ -188,6 +203,7 @@ export class EtcdPoolSource implements PoolSource {
         blocksOwnedV4: v4,
         blocksOwnedV6: this.owned.size - v4,
         blocksOwnedForDpus: [...this.owned.values()].filter((b) => b.endpoint !== undefined).length,
+        dpusHoldingBlocks: this.holders().size,
       },
     };
   }
@@ -290,11 +306,21 @@ export class EtcdPoolSource implements PoolSource {
       : this.allocator!.freeFor(family, endpoint);
   }
 
-  /** DPUs listed now or owning a block: those whose blocks are claimed ahead. */
+  /** DPUs listed now or owning a block, connected and within the bound: those claimed blocks ahead. */
   private endpointsServed(): Set<string> {
-    const out = new Set(this.endpoints);
+    const out = new Set(this.dpus.listedIds);
     for (const b of this.owned.values()) if (b.endpoint !== undefined) out.add(b.endpoint);
+    const holders = this.holders();
+    for (const e of out)
+      if (!this.dpus.isConnected(e) || this.dpus.refusal(e, holders) !== undefined) out.delete(e);
     return out;
+  }
+
+  /** DPUs holding blocks, or being claimed one now: the node's DPU identities (dpu-liveness.ts). */
+  private holders(): Set<string> {
+    const claiming = [...this.claims.keys()].map((key) => key.slice(key.indexOf('/') + 1));
+    const owning = [...this.owned.values()].map((b) => b.endpoint ?? '');
+    return new Set([...owning, ...claiming].filter((e) => e !== ''));
   }
 
   private ownsBlockFor(family: 4 | 6, endpoint: string): boolean {
@@ -331,6 +357,9 @@ export class EtcdPoolSource implements PoolSource {
     const key = claimKey(layout.family, endpoint);
     const running = this.claims.get(key);
     if (running) return running;
+    const refused = endpoint === undefined ? undefined : this.dpus.refusal(endpoint, this.holders());
+    if (refused !== undefined)
+      return Promise.reject(new WorkloadNetError('RESOURCE_EXHAUSTED', refused, true));
     const p = this.doClaim(layout, mode, endpoint).finally(() => this.claims.delete(key));
     this.claims.set(key, p);
     return p;
@@ -403,11 +432,12 @@ export class EtcdPoolSource implements PoolSource {
       // Reconcile at (re)connection, and now and then: an operator may have released blocks meanwhile.
       if (!this.synced || ++this.ticks % SYNC_EVERY_TICKS === 0) await this.sync();
       if (this.synced) {
+        if (this.perEndpoint && this.ticks % LIVENESS_EVERY_TICKS === 0) await this.dpus.refresh();
         for (const l of this.layouts) {
           if (!this.perEndpoint && !this.ownsBlockOf(l.family))
             await this.claim(l, 'ahead').catch(() => undefined);
           if (this.perEndpoint)
-            for (const e of this.endpoints)
+            for (const e of this.endpointsServed())
               if (!this.ownsBlockFor(l.family, e)) await this.claim(l, 'ahead', e).catch(() => undefined);
         }
         this.claimAheadIfLow();
@@ -524,9 +554,9 @@ export class EtcdPoolSource implements PoolSource {
 
   /**
    * Gives back blocks that have been empty for the grace period, as long as the family keeps enough
-   * free addresses without them (so the last block of a family is kept). The block leaves the
-   * allocator first, in the same tick as the emptiness check, so no attach can take an address of it
-   * while etcd deletes the key; if etcd refuses, it is served again.
+   * free addresses without them (so the last block of a family is kept); a gone DPU's go back whatever
+   * it keeps free. The block leaves the allocator first, in the same tick as the emptiness check, so no
+   * attach can take an address of it while etcd deletes the key; if etcd refuses, it is served again.
    */
   private async releaseEmptyBlocks(): Promise<void> {
     const now = Date.now();
@@ -539,8 +569,11 @@ export class EtcdPoolSource implements PoolSource {
       b.emptySince ??= now;
       if (now - b.emptySince < this.opts.emptyBlockGraceMs) continue;
       const layout = this.layoutOf(block)!;
-      // A DPU keeps a quarter block free of its own, the node one across the family (as before DPUs).
-      if (this.freeOf(b.family, b.endpoint) - layout.blockAddresses < this.lowWater(layout)) continue;
+      // A DPU keeps a quarter block free of its own, the node one across the family (as before DPUs);
+      // a gone DPU keeps nothing free.
+      const gone = b.endpoint !== undefined && this.dpus.isGone(b.endpoint);
+      if (!gone && this.freeOf(b.family, b.endpoint) - layout.blockAddresses < this.lowWater(layout))
+        continue;
       if (this.allocator!.drainPool(block) !== 'removed') continue;
       this.owned.delete(block);
       this.countBlocks();
@@ -549,7 +582,8 @@ export class EtcdPoolSource implements PoolSource {
         await this.cache!.remove(block);
         this.full.delete(b.family);
         this.opts.metrics.blockReleases.inc();
-        this.opts.logger.info({ block }, 'released empty address block');
+        if (gone) this.dpus.released(block, b.endpoint!, this.holders().has(b.endpoint!));
+        else this.opts.logger.info({ block }, 'released empty address block');
       } catch (err) {
         this.serve(block, layout, b.endpoint);
         throw err;

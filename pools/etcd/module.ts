@@ -1,5 +1,6 @@
 import * as os from 'node:os';
-import { ContainerModule } from 'inversify';
+import { ContainerModule, type interfaces } from 'inversify';
+import { BACKEND, type Backend } from '../../core/backend';
 import type { DaemonConfig } from '../../core/config';
 import type { Logger } from '../../core/logger';
 import { METRICS, type Metrics } from '../../core/metrics';
@@ -27,6 +28,8 @@ export function etcdPoolSourceModule(config: DaemonConfig, logger: Logger): Cont
           tls,
           nodeName,
           emptyBlockGraceMs: config.etcd.emptyBlockGraceSeconds * 1000,
+          goneGraceMs: config.dpu.goneGraceSeconds * 1000,
+          connectedDpus: () => connectedDpus(ctx.container),
           store: ctx.container.get<Store>(STORE),
           metrics: ctx.container.get<Metrics>(METRICS),
           logger: logger.child({ poolSource: 'etcd' }),
@@ -49,4 +52,23 @@ export function etcdPoolSourceModule(config: DaemonConfig, logger: Logger): Cont
         }),
     );
   });
+}
+
+/**
+ * The DPU agents connected now, as the health of the backends that place ports on DPUs lists them;
+ * undefined when none does. The backends are looked up at each call, long after the source was built.
+ */
+export async function connectedDpus(
+  container: interfaces.Container,
+): Promise<ReadonlySet<string> | undefined> {
+  let listed = false;
+  const out = new Set<string>();
+  for (const backend of container.getAll<Backend>(BACKEND)) {
+    if (!backend.place) continue;
+    const { dpus } = await backend.health();
+    if (!dpus) continue;
+    listed = true;
+    for (const d of dpus) if (d.connected) out.add(d.id);
+  }
+  return listed ? out : undefined;
 }

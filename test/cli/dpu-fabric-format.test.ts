@@ -43,6 +43,27 @@ describe('CLI: the DPU fabric in dpus and peers', () => {
     expect(text).to.include('dpu-b: does not carry the fabric: protocol version 2\n');
   });
 
+  it("shows an away DPU's reachable peers as unknown, not as its last word", () => {
+    const st = StatusResponse.fromPartial({
+      backend: 'dpu',
+      dpus: [
+        {
+          id: 'dpu-a',
+          connected: false,
+          fabric: {
+            carries: true,
+            vtep: '10.0.1.11',
+            objectsAcked: 4,
+            objectsDesired: 4,
+            peersReachable: 2,
+            peersTotal: 2,
+          },
+        },
+      ],
+    });
+    expect(formatDpus(st)).to.match(/dpu-a\s+away.*\syes\s+10\.0\.1\.11\s+4\/4\s+\?\/2/);
+  });
+
   it('leaves the fabric columns out while the fabric is off', () => {
     const st = StatusResponse.fromPartial({ backend: 'dpu', dpus: [{ id: 'dpu-a', connected: true }] });
     expect(formatDpus(st)).to.not.include('FABRIC');

@@ -41,6 +41,14 @@ describe('config messages', () => {
     );
   });
 
+  it('refuses a dpu.goneGraceSeconds that is not a positive whole number of seconds, naming it', () => {
+    for (const bad of [0, -5, 1.5, '600'])
+      expect(refusal(() => checkConfig(file({ dpu: { goneGraceSeconds: bad } })))).to.include(
+        `dpu.goneGraceSeconds must be a positive whole number of seconds (default 600), not ${JSON.stringify(bad)}`,
+      );
+    expect(() => checkConfig(file({ dpu: { goneGraceSeconds: 30 } }))).to.not.throw();
+  });
+
   it('points a key given at the top to the section that has it', () => {
     expect(refusal(() => checkConfig(file({ hostNetns: '/run/netns/x' })))).to.match(
       /unknown option "hostNetns"; did you mean "linux\.hostNetns"\?/,

@@ -137,6 +137,21 @@ describe('Prometheus metrics (stand-in namespaces, no root needed)', () => {
       expect(text).to.not.match(/agent="dpu-b"/);
       expect(sample(text, 'workloadnet_dpu_agent_healthy', { agent: 'dpu-c' })).to.equal(1);
       expect(sample(text, 'workloadnet_dpu_agent_carries_fabric', { agent: 'dpu-c' })).to.equal(undefined);
+
+      // dpu-a away: how it sees its peers is unknown, so no reachable series (its total stays).
+      dpus = [
+        {
+          ...agent(
+            'dpu-a',
+            fabric({ objectsAcked: 10, objectsDesired: 10, peersReachable: 3, peersTotal: 3 }),
+          ),
+          connected: false,
+          healthy: false,
+        },
+      ];
+      text = await scrape();
+      expect(peers('dpu-a', 'reachable')).to.equal(undefined);
+      expect(peers('dpu-a', 'total')).to.equal(3);
     } finally {
       backend.health = original;
     }

@@ -175,7 +175,9 @@ describeEtcdRoot(
       await waitUntil(
         async () => JSON.stringify(routes6(ns)) === JSON.stringify(expected().sort()),
         'IPv6 routes keyed on what the peers publish',
-        30_000,
+        // Each key moves once after start (a reservation, a record, a peer's apply): seconds apart on
+        // a loaded machine.
+        60_000,
         { intervalMs: 200 },
       );
       expect(routes6(ns)).to.deep.equal(expected().sort());

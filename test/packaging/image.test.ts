@@ -154,9 +154,17 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
       (l) => String(l.group) === '30574',
     );
 
+  /** `node ARGS` run in a container of the image (no mounts of the manifest's containers). */
+  const imageNode = (args: string[]) =>
+    podman([
+      'run',
+      '--rm',
+      ...podmanRunArgs(view, manifest.pod, { name: 'node', command: ['node'], args }, built.image),
+    ]);
+
   const cniCall = { conf: '', env: {} as Record<string, string>, bin: '', ip: '', pod: '' };
 
-  it('is built by one command, under 210 MiB, its layer the sorted tar the build wrote, Node.js 20', async () => {
+  it('is built by one command, under 225 MiB, its layer the sorted tar the build wrote, Node.js 24', async () => {
     expect(built.image).to.match(/^localhost\/workloadnet:\d+\.\d+\.\d+-[0-9a-f]{12}$/);
     const inspect = await podman([
       'image',
@@ -169,22 +177,46 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
     const [layers, size] = inspect.stdout.trim().split(' ');
     expect(JSON.parse(layers ?? '[]')).to.deep.equal([`sha256:${built.layer}`]);
     expect(sha256(path.join(fx.dir, 'rootfs.tar'))).to.equal(built.layer);
-    // About 203 MiB, 13 of them the reference plugins portmap and bandwidth and the iptables they need.
-    expect(Number(size)).to.be.below(210 * 1024 * 1024);
-    const node = await podman([
-      'run',
-      '--rm',
-      ...podmanRunArgs(
-        view,
-        manifest.pod,
-        { name: 'node', command: ['node'], args: ['--version'] },
-        built.image,
-      ),
-    ]);
+    // About 220 MiB: Node.js 24 is 104 of them (stripped), the reference plugins portmap and bandwidth
+    // and the iptables they need 13.
+    expect(Number(size)).to.be.below(225 * 1024 * 1024);
+    const node = await imageNode(['--version']);
     expect(node.stdout.trim()).to.equal(
       `v${fs.readFileSync(path.join(ROOT, 'packaging', 'image', 'node-version'), 'utf8').trim()}`,
     );
-    expect(node.stdout).to.match(/^v20\./);
+    expect(node.stdout).to.match(/^v24\./);
+  });
+
+  it("loads lmdb, msgpackr-extract and koffi on the image's Node.js, from the native builds the image keeps", async () => {
+    // What the daemon does with them: a store in lmdb (whose msgpackr loads msgpackr-extract) and a
+    // libc call through koffi. The build keeps each package's build for this Node's ABI or its N-API
+    // build; Node 24 has no ABI build of lmdb or msgpackr-extract, so their N-API builds must load.
+    const code = `
+      const from = { paths: ['/opt/workloadnet'] };
+      const lmdb = require(require.resolve('lmdb', from));
+      const koffi = require(require.resolve('koffi', from));
+      const db = lmdb.open({ path: require('fs').mkdtempSync('/tmp/store-') });
+      db.putSync('k', { a: 1 });
+      const getpid = koffi.load('libc.so.6').func('int getpid()');
+      process.stdout.write(JSON.stringify({
+        abi: process.versions.modules,
+        got: db.get('k'),
+        pid: getpid() === process.pid,
+        addons: Object.keys(require.cache).filter((f) => f.endsWith('.node')).sort(),
+      }));`;
+    const run = await imageNode(['-e', code]);
+    expect(run.code, run.stderr).to.equal(0);
+    const r = JSON.parse(run.stdout) as { abi: string; got: unknown; pid: boolean; addons: string[] };
+    expect(r.got).to.deep.equal({ a: 1 });
+    expect(r.pid, 'getpid through koffi').to.equal(true);
+    const build = `node\\.(napi|abi${r.abi})\\.glibc\\.node`;
+    const modules = '^/opt/workloadnet/node_modules/';
+    expect(r.addons).to.have.length(3);
+    expect(r.addons[0]).to.match(new RegExp(`${modules}@lmdb/lmdb-linux-x64/${build}$`));
+    expect(r.addons[1]).to.match(
+      new RegExp(`${modules}@msgpackr-extract/msgpackr-extract-linux-x64/${build}$`),
+    );
+    expect(r.addons[2]).to.match(new RegExp(`${modules}koffi/build/koffi/linux_x64/koffi\\.node$`));
   });
 
   it('is reproducible: a second build from the same inputs writes the same layer and reuses the image', async () => {

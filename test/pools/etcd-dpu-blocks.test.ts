@@ -4,20 +4,14 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Etcd3 } from 'etcd3';
-import { IpAllocator } from '../../core/ipam/ip-allocator';
-import { PoolSupply } from '../../core/ipam/pool-supply';
-import { SliceBook } from '../../core/ipam/slice-book';
-import { silentLogger } from '../../core/logger';
-import { Metrics } from '../../core/metrics';
-import { Store } from '../../core/store/store';
 import { BlockRegistry } from '../../pools/etcd/block-registry';
-import { EtcdPoolSource } from '../../pools/etcd/etcd-pool-source';
 import { CLI } from '../support/daemon-process';
 import { isRoot } from '../support/netns';
 import { rejection } from '../support/expect-error';
 import { waitUntil } from '../support/wait-until';
 import { EtcdCluster, haveEtcd } from './support/etcd-cluster';
 import { inBlock } from './support/pool-nodes';
+import { DPU_PREFIX, DpuPoolNode as Node, type DpuPoolNodeOptions } from './support/dpu-pool-node';
 
 // Blocks per DPU against a real 3-member etcd: the etcd pool source, the allocator and the slice book
 // of one node as the daemon wires them, without the daemon around them. Each DPU claims blocks of its
@@ -25,86 +19,7 @@ import { inBlock } from './support/pool-nodes';
 // and empty ones go back by the rules of a node's blocks, never with an address in use.
 
 const describeEtcd = isRoot && haveEtcd ? describe : describe.skip;
-const PREFIX = '/workloadnet';
-
-/** One node: its store, pools, pool source and slice book. */
-class Node {
-  readonly store: Store;
-  readonly allocator = new IpAllocator([]);
-  readonly source: EtcdPoolSource;
-  readonly supply: PoolSupply;
-  readonly book: SliceBook;
-  private seq = 0;
-  /** Addresses held per attachment key. */
-  readonly held = new Map<string, string[]>();
-
-  constructor(
-    readonly name: string,
-    dir: string,
-    etcd: EtcdCluster,
-    opts: { cluster: string; blockSize: number; graceMs?: number; strict?: boolean },
-  ) {
-    this.store = Store.open(dir, { node: name, bootId: 'boot-1' });
-    this.source = new EtcdPoolSource({
-      endpoints: etcd.localEndpoints,
-      clusterCidrs: [opts.cluster],
-      blockSize: opts.blockSize,
-      prefix: PREFIX,
-      nodeName: name,
-      emptyBlockGraceMs: opts.graceMs ?? 3_600_000,
-      store: this.store,
-      metrics: new Metrics(),
-      logger: silentLogger(),
-      tickMs: 100,
-    });
-    this.supply = new PoolSupply(this.source, this.allocator);
-    this.book = new SliceBook({
-      count: 4,
-      strict: opts.strict ?? false,
-      networks: [{ name: 'default', allocator: this.allocator, supply: this.supply }],
-      store: () => this.store,
-      log: silentLogger(),
-    });
-  }
-
-  /** What the daemon's start does: the source's pools, then the book (no stored rows here). */
-  async start(dpus: string[]): Promise<this> {
-    await this.supply.start();
-    await this.book.load([]);
-    this.book.restoredAll();
-    await this.book.setPresent(dpus);
-    return this;
-  }
-
-  async attach(endpoint: string): Promise<{ key: string; address: string }> {
-    const key = `w${this.seq++}`;
-    const ips = await this.book.allocate(this.supply, endpoint);
-    this.held.set(
-      key,
-      ips.map((i) => i.address),
-    );
-    return { key, address: ips[0]!.address };
-  }
-
-  detach(key: string): void {
-    const addresses = this.held.get(key) ?? [];
-    this.held.delete(key);
-    this.supply.release(addresses);
-    this.book.released(addresses);
-  }
-
-  pools(endpoint: string | undefined): string[] {
-    return this.allocator
-      .allPools()
-      .filter((p) => p.endpoint === endpoint)
-      .map((p) => p.cidr.text);
-  }
-
-  async stop(): Promise<void> {
-    await this.source.stop();
-    await this.store.close();
-  }
-}
+const PREFIX = DPU_PREFIX;
 
 describeEtcd('etcd blocks per DPU (real 3-member etcd cluster)', function () {
   this.timeout(120_000);
@@ -135,7 +50,7 @@ describeEtcd('etcd blocks per DPU (real 3-member etcd cluster)', function () {
 
   async function node(
     name: string,
-    opts: ConstructorParameters<typeof Node>[3],
+    opts: DpuPoolNodeOptions,
     dpus: string[],
     dir = path.join(root, `${name}-${run++}`),
   ): Promise<Node> {

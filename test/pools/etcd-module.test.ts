@@ -6,7 +6,8 @@ import { PEER_SOURCE, type PeerSource } from '../../core/fabric/peer-source';
 import { POOL_SOURCE } from '../../core/ipam/pool-source';
 import { silentLogger } from '../../core/logger';
 import { EtcdPeerSource } from '../../pools/etcd/etcd-peer-source';
-import { etcdPoolSourceModule } from '../../pools/etcd/module';
+import { BACKEND, type Backend, type BackendHealth } from '../../core/backend';
+import { connectedDpus, etcdPoolSourceModule } from '../../pools/etcd/module';
 
 // With the etcd pool source, peers come from the same etcd: the module binds both, and building the
 // peer source connects nothing (only start() does).
@@ -54,5 +55,28 @@ describe('etcd module', () => {
       /this node's record has no underlay address .*; other nodes would ignore it/,
     );
     expect(peers.status()).to.include({ ready: false, connected: false });
+  });
+
+  it("asks the DPU backend's health which agents are connected, and says it cannot tell without one", async () => {
+    const c = new Container({ defaultScope: 'Singleton' });
+    const dpu = (id: string, connected: boolean): NonNullable<BackendHealth['dpus']>[number] =>
+      ({ id, connected }) as NonNullable<BackendHealth['dpus']>[number];
+    // A backend that places no port on a DPU is not asked: its health may be costly and lists no DPU.
+    c.bind<Backend>(BACKEND).toConstantValue({
+      name: 'linux',
+      health: () => Promise.reject(new Error('not to be asked')),
+    } as unknown as Backend);
+    expect(await connectedDpus(c)).to.equal(undefined);
+    c.bind<Backend>(BACKEND).toConstantValue({
+      name: 'dpu',
+      place: () => ({}),
+      health: () =>
+        Promise.resolve({
+          ready: true,
+          reasons: [],
+          dpus: [dpu('a', true), dpu('b', false), dpu('c', true)],
+        }),
+    } as unknown as Backend);
+    expect([...((await connectedDpus(c)) ?? [])].sort()).to.deep.equal(['a', 'c']);
   });
 });

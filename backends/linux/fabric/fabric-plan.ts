@@ -21,10 +21,14 @@
 // A peer whose pools hand out every address (etcd blocks) publishes its tunnel address instead
 // (Vtep.gateways, core/ipam/tunnel-addresses.ts), as Calico's VXLAN tunnel address: it is the key when
 // it lies in what of the peer's own prefixes no endpoint covers; an older record keeps the first address.
+//
+// A route carries the smaller of our pod MTU and what the pods behind its target carry, from the uplink
+// MTU the target publishes: a packet that fits our pods but not theirs would be dropped past the tunnel.
 
 import type { Peer, Vtep } from '../../../core/fabric/peer-source';
 import type { ClaimKind, FabricMode, PeerPath, RefusedClaim } from '../../../core/fabric/fabric-dataplane';
-import { cidrContains, familyBits, formatAddress, parseCidr, type Cidr } from '../../../lib/cidr';
+import { podMtu as carriedMtu } from '../../../core/fabric/pod-mtu';
+import { formatAddress, parseCidr, type Cidr } from '../../../lib/cidr';
 import {
   AF_BRIDGE,
   AF_INET,
@@ -40,6 +44,7 @@ import {
   type AddressFamily,
 } from '../../../lib/rtnetlink';
 import { Claims, refusalReason, type Holders } from './identity-claims';
+import { byAddress, inside, remainder } from './prefix-remainder';
 import { onLink, type Underlay } from './underlay';
 
 /** Metric of our routes to peers' prefixes. A foreign route to the same prefix with a lower one wins. */
@@ -95,7 +100,7 @@ export interface PlanContext {
   port: number;
   /** Our own VTEP MAC: a peer claiming it is a misconfiguration, not a peer. */
   ownMac?: string;
-  /** MTU carried by every remote-prefix route (the pod MTU). */
+  /** Our pod MTU: no remote-prefix route carries more (a peer publishing a smaller uplink, less). */
   routeMtu: number;
   clusterCidrs: string[];
   /** Who held each identity in the last plan: they keep it against a newcomer (identity-claims.ts). */
@@ -146,6 +151,9 @@ interface Target {
   /** Its underlay address in our underlay's family, if it has one. */
   underlay?: string;
   vtep?: Peer['vtep'];
+  /** The uplink MTU it publishes; a DPU (`dpu`) encapsulates its pods' packets whatever the mode. */
+  mtu: number;
+  dpu: boolean;
   /** What is routed to it. */
   prefixes: string[];
   /** The neighbour key per family: an address none of another target's routes uses. */
@@ -166,30 +174,6 @@ const refuse = (claim: ClaimKind, value: string, holder: string): TargetOutcome 
 };
 
 const familyOfPrefix = (p: string): AddressFamily => familyOf(p.slice(0, p.indexOf('/')));
-const inside = (inner: Cidr, outer: Cidr): boolean =>
-  inner.family === outer.family &&
-  outer.prefixLength <= inner.prefixLength &&
-  cidrContains(outer, inner.network);
-
-/** What of `outer` none of `inners` (each inside it) covers, as CIDRs in address order. */
-function remainder(outer: Cidr, inners: readonly Cidr[]): Cidr[] {
-  if (inners.some((i) => inside(outer, i))) return [];
-  const within = inners.filter((i) => inside(i, outer));
-  if (within.length === 0) return [outer];
-  const length = outer.prefixLength + 1;
-  const half = 1n << BigInt(familyBits(outer.family) - length);
-  const halves = [outer.network, outer.network + half].map((network) => {
-    const text = `${formatAddress(outer.family, network)}/${length}`;
-    return { family: outer.family, network, prefixLength: length, text };
-  });
-  return halves.flatMap((h) => remainder(h, within));
-}
-
-/** Family first, then address: the order etcd and Kubernetes list a node's prefixes in. */
-function byAddress(a: Cidr, b: Cidr): number {
-  return a.family - b.family || (a.network < b.network ? -1 : a.network > b.network ? 1 : 0);
-}
-
 /**
  * The gateway keys peers use for this node's own VTEP (planFabric's choice, seen from the node itself):
  * per family, the first address of the lowest of its prefixes, or of what of it no endpoint (DPU)
@@ -228,6 +212,10 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
   const family = ctx.underlay.family;
   const sorted = [...peers].sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
 
+  /** The MTU of the routes to a target: ours, or what its pods carry when that is less. */
+  const mtuOf = (t: Target & { underlay: string }): number =>
+    Math.min(ctx.routeMtu, carriedMtu(t.dpu ? 'vxlan' : ctx.mode, { mtu: t.mtu, underlay: [t.underlay] }));
+
   /** Programs the routes (and VXLAN entries) to one target; says how it is reached or why not. */
   const reach = (t: Target): TargetOutcome => {
     const underlay = t.underlay;
@@ -263,7 +251,7 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
             f,
             prefix,
             { gateway: underlay, oif: ctx.underlay.uplink.index, onlink: false },
-            ctx.routeMtu,
+            mtuOf({ ...t, underlay }),
             t.node,
           ),
         );
@@ -324,7 +312,7 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
         if (familyOfPrefix(prefix) !== f) continue;
         claims.take('prefix', prefix, t.node);
         plan.routes.push(
-          peerRoute(f, prefix, { gateway, oif: ctx.vxlanIndex, onlink: true }, ctx.routeMtu, t.node),
+          peerRoute(f, prefix, { gateway, oif: ctx.vxlanIndex, onlink: true }, mtuOf(t), t.node),
         );
       }
     }
@@ -408,7 +396,13 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
         : undefined;
     refused.push(...taken);
     // The endpoints' prefixes (slices and borrowed /32), each only inside a prefix this peer holds.
-    const endpoints: Array<{ id: string; underlay?: string; vtep: Peer['vtep']; prefixes: Cidr[] }> = [];
+    const endpoints: Array<{
+      id: string;
+      underlay?: string;
+      mtu: number;
+      vtep: Peer['vtep'];
+      prefixes: Cidr[];
+    }> = [];
     const notOwn: string[] = [];
     const claimed = new Set<string>();
     for (const e of peer.endpoints ?? []) {
@@ -431,6 +425,7 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
       endpoints.push({
         id: e.id,
         underlay: peerUnderlay([e.underlay], family),
+        mtu: e.mtu,
         vtep: e.vtep,
         prefixes: mine,
       });
@@ -448,6 +443,8 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
         node: peer.node,
         underlay,
         vtep: peer.vtep,
+        mtu: peer.mtu,
+        dpu: false,
         prefixes: rest.map((r) => r.prefix.text),
         ...pickGateways(peer.node, rest.flatMap((r) => r.left.slice(0, 1)).sort(byAddress), {
           gateways: peer.vtep?.gateways,
@@ -473,6 +470,8 @@ export function planFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan
         node: peer.node,
         underlay: e.underlay,
         vtep: e.vtep,
+        mtu: e.mtu,
+        dpu: true,
         prefixes: e.prefixes.map((c) => c.text),
         ...pickGateways(label, byLength),
       });

@@ -395,6 +395,15 @@ export class VxlanSourceFilter {
     this.readAt = Date.now();
   }
 
+  /** What of the table `remove()` would delete, in words; undefined when nothing of ours is there. */
+  async held(): Promise<string | undefined> {
+    const r = removable(await this.list(), OUR_OBJECTS);
+    if (!r || (!r.table && r.objects.length === 0)) return undefined;
+    return r.table
+      ? `nftables table ${TABLE} (the VXLAN source filter)`
+      : `${r.objects.length} objects of ours in nftables table ${TABLE} (the table also holds others', which stay)`;
+  }
+
   /** Deletes what of our table is ours (and the table, when nothing else is in it). */
   async remove(): Promise<void> {
     const r = removable(await this.list(), OUR_OBJECTS);

@@ -450,7 +450,21 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
     const accept = await a.next((m) => !!m.helloAccept, 'the accept');
     expect(accept.helloAccept?.capabilities?.features).to.include('peer-status-delta');
     await snapshot(a);
-    await b.fabric.apply([n3, n4], own({}));
+    // n4 has a DPU beside its own VXLAN device: two FabricPeers, peer/n4 and peer/n4/x.
+    const n4x: Peer = {
+      ...n4,
+      endpoints: [
+        {
+          id: 'x',
+          underlay: '10.0.0.44',
+          mtu: 1500,
+          vtep: { mac: vtepMac('10.0.0.44'), vni: 30574, port: 4789 },
+          prefixes: [],
+        },
+      ],
+    };
+    await b.fabric.apply([n3, n4x], own({}));
+    await waitUntil(() => fabricUpserts(a).some((o) => o.name === 'peer/n4/x'), 'peer/n4/x sent');
     const state = (name: string, reachable: boolean, txPackets = 0, lastError = ''): PeerState => ({
       name,
       reachable,

@@ -99,7 +99,7 @@ describe('DPU fabric plan', () => {
     );
   });
 
-  it('has two DPUs of one node see each other as peers, each with its own MTU', () => {
+  it('has two DPUs of one node see each other as peers, each with its own MTU, routed at the smaller', () => {
     const pa = planFabric({ node: 'n1', agent: a, locals: [a, b], peers: [], own, settings });
     const pb = planFabric({ node: 'n1', agent: b, locals: [a, b], peers: [], own, settings });
     expect([...pa.keys()].sort()).to.deep.equal(
@@ -129,9 +129,11 @@ describe('DPU fabric plan', () => {
       prefix: '10.244.0.0/26',
       peer: 'peer/n1/dpu-a',
       via: RouteVia.ROUTE_VIA_ENCAP,
-      mtu: 8950,
+      // dpu-a's pods carry 1450: a larger packet from dpu-b's would be dropped past the tunnel.
+      mtu: 1450,
     });
     expect(pb.get('vtep')?.localVtep?.mtu).to.equal(8950);
+    expect(pa.get('route/10.244.0.64/26')?.peerRoute?.mtu).to.equal(1450);
   });
 
   it("routes a node's range to its own VTEP and its DPUs' slices to the DPUs", () => {
@@ -166,6 +168,39 @@ describe('DPU fabric plan', () => {
     expect(second.deletes.map((d) => d.name).sort()).to.deep.equal(['peer/n3', 'route/10.244.2.0/24']);
     for (const d of second.deletes) expect(d.generation).to.be.greaterThan(top);
     expect(desired.snapshot().map((o) => o.name)).to.not.include('peer/n3');
+  });
+
+  it("routes a peer's prefixes at the MTU its pods carry when that is smaller, and follows a change in place", () => {
+    let gen = 0;
+    const next = (): number => ++gen;
+    const planner = new FabricPlanner();
+    const desired = new FabricDesired();
+    const context = { node: 'n1', agent: b, locals: [b], own, settings };
+    const mtuOf = (name: string): number | undefined =>
+      desired.snapshot().find((o) => o.name === name)?.peerRoute?.mtu;
+    const lowered = (p: Peer, mtu: number): Peer => ({
+      ...p,
+      mtu,
+      endpoints: p.endpoints?.map((e) => ({ ...e, mtu })),
+    });
+    desired.set(planner.update(context, [lowered(n2, 1400), lowered(n3, 1400)]), next);
+    // dpu-b's overlay carries 8950; n3's pods and n2's DPU carry 1400 less VXLAN's 50.
+    expect(mtuOf('route/10.244.2.0/24')).to.equal(1350);
+    expect(mtuOf('route/10.244.1.0/26')).to.equal(1350);
+
+    const before = desired.snapshot().find((o) => o.name === 'route/10.244.2.0/24');
+    const change = desired.set(planner.update(context, [lowered(n2, 1400), lowered(n3, 1300)]), next);
+    expect(change.upserts.map((o) => o.name)).to.deep.equal(['route/10.244.2.0/24']);
+    expect(change.deletes).to.deep.equal([]);
+    expect(change.upserts[0]?.peerRoute?.mtu).to.equal(1250);
+    expect(change.upserts[0]?.generation).to.be.greaterThan(before?.generation ?? Infinity);
+    // A peer carrying more than the agent's overlay is routed at the overlay's.
+    desired.set(planner.update(context, [lowered(n2, 1400), lowered(n3, 9216)]), next);
+    expect(mtuOf('route/10.244.2.0/24')).to.equal(8950);
+    expect(
+      planFabric({ ...context, peers: [lowered(n2, 1400), lowered(n3, 1300)] }).get('route/10.244.2.0/24')
+        ?.peerRoute?.mtu,
+    ).to.equal(1250);
   });
 
   it("keeps the incumbent's FDB key when a newcomer that sorts first states its VTEP MAC or address", () => {

@@ -37,7 +37,7 @@ const prefixes = fc.subarray(PREFIXES, { maxLength: 4 });
 const endpoint: fc.Arbitrary<TunnelEndpoint> = fc.record({
   id: fc.constantFrom('e1', 'e2', 'e3'),
   underlay: fc.constantFrom('10.0.2.1', '10.0.2.2', 'fd00::2', 'nowhere'),
-  mtu: fc.constant(1500),
+  mtu: fc.constantFrom(1400, 1500, 9000),
   vtep: fc.record({
     mac: fc.constantFrom('0e:77:0a:00:02:01', '0e:77:0a:00:02:02'),
     vni: fc.constant(30574),
@@ -49,7 +49,7 @@ const peer: fc.Arbitrary<Peer> = fc.record(
   {
     node: fc.constantFrom(...NODES),
     underlay: fc.subarray(['10.0.0.9', 'fd00::9'], { minLength: 0 }),
-    mtu: fc.constant(1500),
+    mtu: fc.constantFrom(1400, 1500, 9000),
     bootId: fc.constantFrom('b1', 'b2'),
     vtep: fc.record({
       mac: fc.constantFrom('0e:77:0a:00:00:09', '0e:77:0a:00:00:08'),

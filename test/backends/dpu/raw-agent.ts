@@ -80,6 +80,11 @@ export class RawAgent {
     }, intervalMs);
   }
 
+  /** Messages written and not yet handed to the transport (a flood paces itself on this). */
+  get queued(): number {
+    return this.call.writableLength;
+  }
+
   get isEnded(): boolean {
     return this.endValue !== undefined;
   }
