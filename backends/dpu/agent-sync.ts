@@ -22,6 +22,13 @@ import { hostPortFirst } from './host-port-first';
 import type { FabricBody } from './fabric-plan';
 import type { PortFields } from './port-spec';
 import { SnapshotSync } from './snapshot-sync';
+import { UnexpectedAcks } from './unexpected-ack';
+
+/**
+ * How long the whole snapshot waits, behind a snapshot of the ports, for their host ends to be
+ * re-plumbed: a move stuck in a namespace must not hold the fabric back for long.
+ */
+const FABRIC_AFTER_REPLUMB_MAX_MS = 2000;
 
 // Keeps each agent's ports in step with the desired state: a snapshot of its ports on every session it
 // opens, single changes in between, Deletes until they are confirmed, and what its acks and port
@@ -63,9 +70,11 @@ export class AgentSync implements LinkEvents {
   private removedByAgents = 0;
   /** What each port ack leaves recorded as its endpoint (ack-endpoint.ts). */
   private readonly endpoints: AckEndpoints;
+  private readonly unexpected: UnexpectedAcks;
 
   constructor(private readonly deps: AgentSyncDeps) {
     this.endpoints = new AckEndpoints(deps.log);
+    this.unexpected = new UnexpectedAcks(deps.log);
   }
 
   /** Set once reconcile has restored the stored ports: before that a snapshot would wipe the agent. */
@@ -314,7 +323,7 @@ export class AgentSync implements LinkEvents {
       if (sync && listed && sync.ack(ack.name, ack.generation, ok)) this.syncFinished(st, sync);
       // A port of the snapshot is re-plumbed on its own ack, not after the whole snapshot: behind it
       // may come thousands of fabric objects, and a rebooted DPU's VF waits in the host meanwhile.
-      else if (listed && ok && endpoint.endpoint?.netdev) this.replumb(st.agentId);
+      else if (listed && ok && endpoint.endpoint?.netdev) void this.replumb(st.agentId);
       if (!ok && !this.deps.acks.isWaiting(ack.name)) {
         this.deps.log.warn(
           {
@@ -332,7 +341,7 @@ export class AgentSync implements LinkEvents {
       if (ack.code === AckCode.ACK_CODE_OK && st.unconfirmedDeletes.get(ack.name) === ack.generation)
         st.unconfirmedDeletes.delete(ack.name);
     } else {
-      this.unexpectedAck(s, ack, entry?.port.generation ?? tomb);
+      this.unexpected.report(s, ack, entry?.port.generation ?? tomb);
     }
     // A waiter only ever takes its exact generation (matched above as current or tombstone).
     this.deps.acks.deliver(ack, s.id);
@@ -460,7 +469,12 @@ export class AgentSync implements LinkEvents {
     } else if (!current && st.fabricTombstones.get(ack.name) === ack.generation) {
       st.fabricTombstones.delete(ack.name);
     } else {
-      this.unexpectedAck(s, ack, current?.generation ?? st.fabricTombstones.get(ack.name), 'fabric object');
+      this.unexpected.report(
+        s,
+        ack,
+        current?.generation ?? st.fabricTombstones.get(ack.name),
+        'fabric object',
+      );
     }
   }
 
@@ -475,28 +489,52 @@ export class AgentSync implements LinkEvents {
     return st;
   }
 
+  /**
+   * Sends `s` its snapshot. With ports and fabric objects both to list, the ports go first in a
+   * snapshot of their own (its fabric kept as it is), and the whole snapshot follows once they are
+   * acked and their host ends re-plumbed: behind 10,000 fabric objects, the agent would program a
+   * rebooted DPU's VFs, and the daemon move them back, only after it got through all of them, while
+   * every packet to a workload waits.
+   */
   private sendSnapshot(s: AgentSession): void {
     const st = this.stateOf(s.agentId);
-    // Ports before the fabric, the host port first: each is re-plumbed as soon as it is acked.
+    const portsFirst =
+      st.carriage.carries && st.fabric.size > 0 && this.deps.desired.snapshot(s.agentId).length > 0;
+    this.sendSnapshotOf(s, st, { fabric: !portsFirst, keepUnlisted: this.keepUnlisted });
+  }
+
+  private sendSnapshotOf(
+    s: AgentSession,
+    st: AgentSyncState,
+    o: { fabric: boolean; keepUnlisted: boolean; follows?: SnapshotSync },
+  ): void {
+    // The host port first: it is re-plumbed as soon as it is acked.
     const ports = hostPortFirst(this.deps.desired.snapshot(s.agentId), (p) => p.name);
-    const fabric = st.carriage.carries ? st.fabric.snapshot() : [];
+    const fabric = o.fabric && st.carriage.carries ? st.fabric.snapshot() : [];
     this.epoch += 1;
-    const sync = new SnapshotSync(s.id, this.epoch, ports, fabric);
+    const sync = new SnapshotSync(s.id, this.epoch, ports, fabric, {
+      fabricFollows: !o.fabric,
+      keepUnlisted: o.keepUnlisted,
+      startedAt: o.follows?.startedAt,
+    });
     st.sync?.abandon();
     st.sync = sync;
     // Until the fabric planned this agent's objects (after the first apply of a full peer table), the
-    // agent keeps whatever fabric it holds: an empty list then means "not known yet", not "none".
-    const keepUnlistedFabric = !st.fabric.planned;
-    s.send({ snapshotBegin: { epoch: sync.epoch, keepUnlisted: this.keepUnlisted, keepUnlistedFabric } });
+    // agent keeps whatever fabric it holds: an empty list then means "not known yet", not "none". A
+    // snapshot of the ports alone keeps it too: the whole snapshot follows.
+    const keepUnlistedFabric = !st.fabric.planned || !o.fabric;
+    s.send({ snapshotBegin: { epoch: sync.epoch, keepUnlisted: o.keepUnlisted, keepUnlistedFabric } });
     for (const port of ports) s.send({ upsert: { port } });
     for (const object of fabric) s.send({ upsert: { fabric: object } });
     s.send({
       syncComplete: { epoch: sync.epoch, portCount: ports.length, fabricCount: fabric.length },
     });
-    // The snapshot keeps what it does not list; what this daemon removed must still go.
-    for (const [name, generation] of st.unconfirmedDeletes) {
-      if (this.deps.desired.get(name)?.agentId === s.agentId) continue;
-      this.sendDelete(s.agentId, name, generation, 'removed while the agent was away');
+    // The snapshot keeps what it does not list; what this daemon removed must still go (once).
+    if (!o.follows) {
+      for (const [name, generation] of st.unconfirmedDeletes) {
+        if (this.deps.desired.get(name)?.agentId === s.agentId) continue;
+        this.sendDelete(s.agentId, name, generation, 'removed while the agent was away');
+      }
     }
     this.deps.log.info(
       {
@@ -505,23 +543,46 @@ export class AgentSync implements LinkEvents {
         ports: ports.length,
         fabric: fabric.length,
         keepUnlistedFabric,
+        ...(o.fabric ? {} : { fabricFollows: st.fabric.size }),
       },
-      'snapshot sent',
+      o.fabric
+        ? 'snapshot sent'
+        : 'snapshot of the ports sent; the whole snapshot follows once they are acked',
     );
     if (sync.complete) this.syncFinished(st, sync);
+    // An agent that never acks a port still gets its fabric, after the ack timeout.
+    else if (!o.fabric) setTimeout(() => this.followWithFabric(st, sync), this.deps.ackTimeoutMs).unref();
   }
 
   private syncFinished(st: AgentSyncState, sync: SnapshotSync): void {
+    if (sync.fabricFollows) {
+      this.deps.log.info(
+        { agentId: st.agentId, epoch: sync.epoch, ms: sync.durationMs, failed: sync.failed.length },
+        'ports of the snapshot applied; the whole snapshot follows once their host ends are re-plumbed',
+      );
+      // The fabric objects' acks would compete with the moves for this process and the agent.
+      const replumbed = this.replumb(st.agentId);
+      const cap = new Promise<void>((r) => setTimeout(r, FABRIC_AFTER_REPLUMB_MAX_MS).unref());
+      void Promise.race([replumbed, cap]).then(() => this.followWithFabric(st, sync));
+      return;
+    }
     st.lastSyncMs = sync.durationMs;
     this.deps.log.info(
       { agentId: st.agentId, epoch: sync.epoch, ms: st.lastSyncMs, failed: sync.failed.length },
       sync.failed.length ? 'snapshot applied with failures' : 'snapshot applied',
     );
-    this.replumb(st.agentId);
+    void this.replumb(st.agentId);
   }
 
-  private replumb(agentId: string): void {
-    void this.deps
+  /** The whole snapshot behind a snapshot of the ports, unless a newer one (or the session's end) took over. */
+  private followWithFabric(st: AgentSyncState, lead: SnapshotSync): void {
+    const s = this.deps.link.sessionOf(st.agentId);
+    if (st.sync !== lead || s?.id !== lead.sessionId) return;
+    this.sendSnapshotOf(s, st, { fabric: true, keepUnlisted: lead.keepUnlisted, follows: lead });
+  }
+
+  private replumb(agentId: string): Promise<void> {
+    return this.deps
       .synced(agentId)
       .catch((err: unknown) =>
         this.deps.log.warn({ err: (err as Error).message }, 'could not check host endpoints after a resync'),
@@ -533,27 +594,5 @@ export class AgentSync implements LinkEvents {
     const st = this.states.get(agentId);
     const sync = st?.sync;
     if (st && sync?.supersede(name, kind)) this.syncFinished(st, sync);
-  }
-
-  // ---- acks ----------------------------------------------------------------------------------
-
-  /** Acks for replaced generations are normal (logged quietly); for unknown ports, not (logged, throttled). */
-  private unexpectedAck(s: AgentSession, ack: Ack, newest: number | undefined, what = 'port'): void {
-    const field = what === 'port' ? 'port' : 'object';
-    if (newest !== undefined && ack.generation < newest) {
-      this.deps.log.debug(
-        { [field]: ack.name, generation: ack.generation, current: newest },
-        'stale ack ignored',
-      );
-      return;
-    }
-    const n = this.logRate.occurrence('unexpected-ack');
-    if (n === undefined) return;
-    this.deps.log.warn(
-      { agentId: s.agentId, [field]: ack.name.slice(0, 256), generation: ack.generation, occurrences: n },
-      newest === undefined
-        ? `ack for a ${what} this daemon does not know; ignored`
-        : 'ack for a generation never sent; ignored',
-    );
   }
 }

@@ -31,6 +31,8 @@ interface Replumbing {
   looks: Map<string, { again: boolean; done: Promise<void> }>;
   /** Ports being moved back now: a later look leaves them to the move under way. */
   moving: Set<string>;
+  /** Per agent, the moves under way, whichever look started them: every look's caller waits for them. */
+  moves: Map<string, Set<Promise<void>>>;
   /** Moves waiting for a slot (REPLUMB_CONCURRENCY), the host port's first. */
   queue: Array<() => Promise<void>>;
   running: number;
@@ -42,29 +44,37 @@ const state = new WeakMap<ReplumbContext, Replumbing>();
  * Moves the endpoints of `agentId`'s ports that are back in the host namespace into their workloads.
  * One look at the host per agent at a time: a call while one runs asks for one more after it. The
  * moves it finds run a few at once, and none waits for another look: a pod's VF acked while the host
- * port's thousands of routes are written is moved meanwhile. Resolves once the moves it started ended.
+ * port's thousands of routes are written is moved meanwhile. Resolves once the agent's moves under
+ * way ended, those an earlier look started included.
  */
 export async function replumbRecreatedEndpoints(ctx: ReplumbContext, agentId: string): Promise<void> {
   let st = state.get(ctx);
-  if (!st) state.set(ctx, (st = { looks: new Map(), moving: new Set(), queue: [], running: 0 }));
+  if (!st)
+    state.set(ctx, (st = { looks: new Map(), moving: new Set(), moves: new Map(), queue: [], running: 0 }));
   const current = st.looks.get(agentId);
   if (current) {
     current.again = true;
     return current.done;
   }
   const r = st;
-  const moves: Array<Promise<void>> = [];
+  let moves = r.moves.get(agentId);
+  if (!moves) r.moves.set(agentId, (moves = new Set()));
+  const mine = moves;
   const look = { again: false, done: Promise.resolve() };
   look.done = (async () => {
     try {
       do {
         look.again = false;
-        for (const e of await recreated(ctx, agentId, r.moving)) moves.push(move(ctx, r, agentId, e));
+        for (const e of await recreated(ctx, agentId, r.moving)) {
+          const m = move(ctx, r, agentId, e).finally(() => mine.delete(m));
+          mine.add(m);
+        }
       } while (look.again);
     } finally {
       r.looks.delete(agentId);
     }
-    await Promise.all(moves);
+    // Moves an earlier look started count too: a caller waits for the host ends to be back.
+    await Promise.all([...mine]);
   })();
   r.looks.set(agentId, look);
   return look.done;

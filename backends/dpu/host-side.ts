@@ -24,6 +24,7 @@ import {
   workloadSideRequests,
 } from '../interface/workload-side';
 import { refuseEndpoint } from './endpoint-guard';
+import { nudgeGateways } from './gateway-nudge';
 
 // The host's half of a DPU port. The agent exposes each port to the host as a netdev (an SR-IOV VF on
 // real hardware, a veth end in the simulator); the daemon moves it into the workload's namespace,
@@ -236,7 +237,9 @@ class NetlinkHostSide implements HostSide {
   private async configure(req: PlumbRequest, wsock: NetlinkSocket, link: Link): Promise<Link> {
     const index = link.index;
     if (link.name !== req.ifName) await wsock.request(setLinkRequest({ index }, { name: req.ifName }));
-    await wsock.batchOrThrow(workloadSideRequests(workloadInterface(req), index, { replace: true }));
+    const iface = workloadInterface(req);
+    await wsock.batchOrThrow(workloadSideRequests(iface, index, { replace: true }));
+    await nudgeGateways(wsock, index, iface);
     return (await getLink(wsock, { index })) ?? link;
   }
 
