@@ -44,11 +44,12 @@ export interface AgentSyncDeps {
   ackTimeoutMs: number;
   log: Logger;
   /**
-   * Runs, unawaited, as each port of a snapshot is acked and once the agent has applied the whole
-   * snapshot: a DPU that rebooted re-created its VFs in the host namespace, and they must go back into
-   * their workloads. Calls close together may be served by one pass (endpoint-replumb.ts).
+   * Runs, unawaited, as each port of a snapshot is acked and once a snapshot's ports are applied: a
+   * rebooted DPU's VFs go back into their workloads (endpoint-replumb.ts; close calls share a pass).
    */
-  synced(agentId: string): Promise<void>;
+  replumb(agentId: string): Promise<void>;
+  /** Runs, unawaited, once the agent has applied a whole snapshot (its ports and fabric objects). */
+  synced(agentId: string): void;
   /**
    * Runs when an agent's session is established, before its snapshot is built: the fabric plans the
    * agent's objects (and its neighbours' objects for it) so that the snapshot lists them.
@@ -571,6 +572,7 @@ export class AgentSync implements LinkEvents {
       { agentId: st.agentId, epoch: sync.epoch, ms: st.lastSyncMs, failed: sync.failed.length },
       sync.failed.length ? 'snapshot applied with failures' : 'snapshot applied',
     );
+    this.deps.synced(st.agentId);
     void this.replumb(st.agentId);
   }
 
@@ -583,7 +585,7 @@ export class AgentSync implements LinkEvents {
 
   private replumb(agentId: string): Promise<void> {
     return this.deps
-      .synced(agentId)
+      .replumb(agentId)
       .catch((err: unknown) =>
         this.deps.log.warn({ err: (err as Error).message }, 'could not check host endpoints after a resync'),
       );
