@@ -6,21 +6,29 @@ import {
   ObjectKind,
   PortOperState,
   type Ack,
-  type Endpoint,
   type PeerStatus,
   type Port,
   type PortStatus,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import { ackCodeName, nackError } from './ack-code';
+import { AckEndpoints } from './ack-endpoint';
 import type { AckWaiter } from './ack-waiter';
 import type { AgentLink, LinkEvents, LostAgent } from './agent-link';
 import type { AgentSession } from './agent-session';
 import { AgentSyncState } from './agent-sync-state';
-import type { DesiredPort, DesiredState } from './desired-state';
+import type { DesiredState } from './desired-state';
 import { fabricCarriage, type FabricCarriage } from './fabric-carriage';
+import { hostPortFirst } from './host-port-first';
 import type { FabricBody } from './fabric-plan';
 import type { PortFields } from './port-spec';
 import { SnapshotSync } from './snapshot-sync';
+import { UnexpectedAcks } from './unexpected-ack';
+
+/**
+ * How long the whole snapshot waits, behind a snapshot of the ports, for their host ends to be
+ * re-plumbed: a move stuck in a namespace must not hold the fabric back for long.
+ */
+const FABRIC_AFTER_REPLUMB_MAX_MS = 2000;
 
 // Keeps each agent's ports in step with the desired state: a snapshot of its ports on every session it
 // opens, single changes in between, Deletes until they are confirmed, and what its acks and port
@@ -36,10 +44,12 @@ export interface AgentSyncDeps {
   ackTimeoutMs: number;
   log: Logger;
   /**
-   * Runs, unawaited, once an agent has applied a snapshot: a DPU that rebooted re-created its VFs in the
-   * host namespace, and they must go back into their workloads.
+   * Runs, unawaited, as each port of a snapshot is acked and once a snapshot's ports are applied: a
+   * rebooted DPU's VFs go back into their workloads (endpoint-replumb.ts; close calls share a pass).
    */
-  synced(agentId: string): Promise<void>;
+  replumb(agentId: string): Promise<void>;
+  /** Runs, unawaited, once the agent has applied a whole snapshot (its ports and fabric objects). */
+  synced(agentId: string): void;
   /**
    * Runs when an agent's session is established, before its snapshot is built: the fabric plans the
    * agent's objects (and its neighbours' objects for it) so that the snapshot lists them.
@@ -59,10 +69,14 @@ export class AgentSync implements LinkEvents {
    */
   keepUnlisted = false;
   private removedByAgents = 0;
-  /** Acks refused for naming another endpoint than the one plumbed (see endpointOf). */
-  private refusedEndpoints = 0;
+  /** What each port ack leaves recorded as its endpoint (ack-endpoint.ts). */
+  private readonly endpoints: AckEndpoints;
+  private readonly unexpected: UnexpectedAcks;
 
-  constructor(private readonly deps: AgentSyncDeps) {}
+  constructor(private readonly deps: AgentSyncDeps) {
+    this.endpoints = new AckEndpoints(deps.log);
+    this.unexpected = new UnexpectedAcks(deps.log);
+  }
 
   /** Set once reconcile has restored the stored ports: before that a snapshot would wipe the agent. */
   get primed(): boolean {
@@ -75,7 +89,7 @@ export class AgentSync implements LinkEvents {
   }
 
   get refusedEndpointChanges(): number {
-    return this.refusedEndpoints;
+    return this.endpoints.refused;
   }
 
   /** What is tracked of an agent's exchange, if anything is. */
@@ -291,7 +305,7 @@ export class AgentSync implements LinkEvents {
     const tomb = st.tombstones.get(ack.name);
     const ok = ack.code === AckCode.ACK_CODE_OK;
     if (entry && entry.port.generation === ack.generation) {
-      const endpoint = this.endpointOf(s, entry, ack);
+      const endpoint = this.endpoints.of(s, entry, ack);
       if (endpoint === 'refused') {
         const sync = st.sync;
         if (sync?.sessionId === s.id && sync.ack(ack.name, ack.generation, false))
@@ -305,8 +319,12 @@ export class AgentSync implements LinkEvents {
         endpoint: endpoint.endpoint,
         bootId: endpoint.bootId,
       });
-      const sync = st.sync;
-      if (sync?.sessionId === s.id && sync.ack(ack.name, ack.generation, ok)) this.syncFinished(st, sync);
+      const sync = st.sync?.sessionId === s.id ? st.sync : undefined;
+      const listed = sync?.awaits(ack.name, ack.generation) === true;
+      if (sync && listed && sync.ack(ack.name, ack.generation, ok)) this.syncFinished(st, sync);
+      // A port of the snapshot is re-plumbed on its own ack, not after the whole snapshot: behind it
+      // may come thousands of fabric objects, and a rebooted DPU's VF waits in the host meanwhile.
+      else if (listed && ok && endpoint.endpoint?.netdev) void this.replumb(st.agentId);
       if (!ok && !this.deps.acks.isWaiting(ack.name)) {
         this.deps.log.warn(
           {
@@ -324,7 +342,7 @@ export class AgentSync implements LinkEvents {
       if (ack.code === AckCode.ACK_CODE_OK && st.unconfirmedDeletes.get(ack.name) === ack.generation)
         st.unconfirmedDeletes.delete(ack.name);
     } else {
-      this.unexpectedAck(s, ack, entry?.port.generation ?? tomb);
+      this.unexpected.report(s, ack, entry?.port.generation ?? tomb);
     }
     // A waiter only ever takes its exact generation (matched above as current or tombstone).
     this.deps.acks.deliver(ack, s.id);
@@ -452,7 +470,12 @@ export class AgentSync implements LinkEvents {
     } else if (!current && st.fabricTombstones.get(ack.name) === ack.generation) {
       st.fabricTombstones.delete(ack.name);
     } else {
-      this.unexpectedAck(s, ack, current?.generation ?? st.fabricTombstones.get(ack.name), 'fabric object');
+      this.unexpected.report(
+        s,
+        ack,
+        current?.generation ?? st.fabricTombstones.get(ack.name),
+        'fabric object',
+      );
     }
   }
 
@@ -467,27 +490,52 @@ export class AgentSync implements LinkEvents {
     return st;
   }
 
+  /**
+   * Sends `s` its snapshot. With ports and fabric objects both to list, the ports go first in a
+   * snapshot of their own (its fabric kept as it is), and the whole snapshot follows once they are
+   * acked and their host ends re-plumbed: behind 10,000 fabric objects, the agent would program a
+   * rebooted DPU's VFs, and the daemon move them back, only after it got through all of them, while
+   * every packet to a workload waits.
+   */
   private sendSnapshot(s: AgentSession): void {
     const st = this.stateOf(s.agentId);
-    const ports = this.deps.desired.snapshot(s.agentId);
-    const fabric = st.carriage.carries ? st.fabric.snapshot() : [];
+    const portsFirst =
+      st.carriage.carries && st.fabric.size > 0 && this.deps.desired.snapshot(s.agentId).length > 0;
+    this.sendSnapshotOf(s, st, { fabric: !portsFirst, keepUnlisted: this.keepUnlisted });
+  }
+
+  private sendSnapshotOf(
+    s: AgentSession,
+    st: AgentSyncState,
+    o: { fabric: boolean; keepUnlisted: boolean; follows?: SnapshotSync },
+  ): void {
+    // The host port first: it is re-plumbed as soon as it is acked.
+    const ports = hostPortFirst(this.deps.desired.snapshot(s.agentId), (p) => p.name);
+    const fabric = o.fabric && st.carriage.carries ? st.fabric.snapshot() : [];
     this.epoch += 1;
-    const sync = new SnapshotSync(s.id, this.epoch, ports, fabric);
+    const sync = new SnapshotSync(s.id, this.epoch, ports, fabric, {
+      fabricFollows: !o.fabric,
+      keepUnlisted: o.keepUnlisted,
+      startedAt: o.follows?.startedAt,
+    });
     st.sync?.abandon();
     st.sync = sync;
     // Until the fabric planned this agent's objects (after the first apply of a full peer table), the
-    // agent keeps whatever fabric it holds: an empty list then means "not known yet", not "none".
-    const keepUnlistedFabric = !st.fabric.planned;
-    s.send({ snapshotBegin: { epoch: sync.epoch, keepUnlisted: this.keepUnlisted, keepUnlistedFabric } });
+    // agent keeps whatever fabric it holds: an empty list then means "not known yet", not "none". A
+    // snapshot of the ports alone keeps it too: the whole snapshot follows.
+    const keepUnlistedFabric = !st.fabric.planned || !o.fabric;
+    s.send({ snapshotBegin: { epoch: sync.epoch, keepUnlisted: o.keepUnlisted, keepUnlistedFabric } });
     for (const port of ports) s.send({ upsert: { port } });
     for (const object of fabric) s.send({ upsert: { fabric: object } });
     s.send({
       syncComplete: { epoch: sync.epoch, portCount: ports.length, fabricCount: fabric.length },
     });
-    // The snapshot keeps what it does not list; what this daemon removed must still go.
-    for (const [name, generation] of st.unconfirmedDeletes) {
-      if (this.deps.desired.get(name)?.agentId === s.agentId) continue;
-      this.sendDelete(s.agentId, name, generation, 'removed while the agent was away');
+    // The snapshot keeps what it does not list; what this daemon removed must still go (once).
+    if (!o.follows) {
+      for (const [name, generation] of st.unconfirmedDeletes) {
+        if (this.deps.desired.get(name)?.agentId === s.agentId) continue;
+        this.sendDelete(s.agentId, name, generation, 'removed while the agent was away');
+      }
     }
     this.deps.log.info(
       {
@@ -496,20 +544,48 @@ export class AgentSync implements LinkEvents {
         ports: ports.length,
         fabric: fabric.length,
         keepUnlistedFabric,
+        ...(o.fabric ? {} : { fabricFollows: st.fabric.size }),
       },
-      'snapshot sent',
+      o.fabric
+        ? 'snapshot sent'
+        : 'snapshot of the ports sent; the whole snapshot follows once they are acked',
     );
     if (sync.complete) this.syncFinished(st, sync);
+    // An agent that never acks a port still gets its fabric, after the ack timeout.
+    else if (!o.fabric) setTimeout(() => this.followWithFabric(st, sync), this.deps.ackTimeoutMs).unref();
   }
 
   private syncFinished(st: AgentSyncState, sync: SnapshotSync): void {
+    if (sync.fabricFollows) {
+      this.deps.log.info(
+        { agentId: st.agentId, epoch: sync.epoch, ms: sync.durationMs, failed: sync.failed.length },
+        'ports of the snapshot applied; the whole snapshot follows once their host ends are re-plumbed',
+      );
+      // The fabric objects' acks would compete with the moves for this process and the agent.
+      const replumbed = this.replumb(st.agentId);
+      const cap = new Promise<void>((r) => setTimeout(r, FABRIC_AFTER_REPLUMB_MAX_MS).unref());
+      void Promise.race([replumbed, cap]).then(() => this.followWithFabric(st, sync));
+      return;
+    }
     st.lastSyncMs = sync.durationMs;
     this.deps.log.info(
       { agentId: st.agentId, epoch: sync.epoch, ms: st.lastSyncMs, failed: sync.failed.length },
       sync.failed.length ? 'snapshot applied with failures' : 'snapshot applied',
     );
-    void this.deps
-      .synced(st.agentId)
+    this.deps.synced(st.agentId);
+    void this.replumb(st.agentId);
+  }
+
+  /** The whole snapshot behind a snapshot of the ports, unless a newer one (or the session's end) took over. */
+  private followWithFabric(st: AgentSyncState, lead: SnapshotSync): void {
+    const s = this.deps.link.sessionOf(st.agentId);
+    if (st.sync !== lead || s?.id !== lead.sessionId) return;
+    this.sendSnapshotOf(s, st, { fabric: true, keepUnlisted: lead.keepUnlisted, follows: lead });
+  }
+
+  private replumb(agentId: string): Promise<void> {
+    return this.deps
+      .replumb(agentId)
       .catch((err: unknown) =>
         this.deps.log.warn({ err: (err as Error).message }, 'could not check host endpoints after a resync'),
       );
@@ -521,78 +597,4 @@ export class AgentSync implements LinkEvents {
     const sync = st?.sync;
     if (st && sync?.supersede(name, kind)) this.syncFinished(st, sync);
   }
-
-  // ---- acks ----------------------------------------------------------------------------------
-
-  /**
-   * The endpoint an ack at a port's current generation leaves recorded, or 'refused' (reported) when it
-   * names another one than the port already has. Detach and re-plumbing act on the recorded endpoint, so
-   * an agent re-acking a plumbed port as, say, `eth0` must not become the daemon's word for it: the
-   * endpoint stays what the daemon plumbed for as long as the DPU keeps the boot that created it. A DPU
-   * that rebooted (a new boot id) re-created its VFs and may name them anew; that endpoint is moved in
-   * only through the same guards as at Attach (endpoint-replumb.ts). Within one boot, an ack that names
-   * no endpoint, or a negative one, keeps the one recorded.
-   */
-  private endpointOf(
-    s: AgentSession,
-    entry: DesiredPort,
-    ack: Ack,
-  ): { endpoint?: Endpoint; bootId: string } | 'refused' {
-    const recorded = entry.ack?.endpoint?.netdev ? entry.ack : undefined;
-    const offered = ack.endpoint?.netdev ? ack.endpoint : undefined;
-    if (!recorded?.endpoint) return { endpoint: offered, bootId: s.bootId };
-    // Another boot's endpoint went with that boot: what this boot acks OK (a netdev, or none for an
-    // agent without host endpoints) is the port's endpoint now.
-    if (ack.code === AckCode.ACK_CODE_OK && recorded.bootId !== undefined && recorded.bootId !== s.bootId)
-      return { endpoint: offered, bootId: s.bootId };
-    if (!offered || ack.code !== AckCode.ACK_CODE_OK || sameEndpoint(recorded.endpoint, offered))
-      return { endpoint: recorded.endpoint, bootId: recorded.bootId ?? s.bootId };
-    this.refusedEndpoints += 1;
-    const n = this.logRate.occurrence('endpoint-change');
-    if (n !== undefined) {
-      this.deps.log.error(
-        {
-          agentId: s.agentId,
-          port: ack.name,
-          generation: ack.generation,
-          endpoint: recorded.endpoint.netdev,
-          offered: offered.netdev.slice(0, 64),
-          occurrences: n,
-        },
-        'refused an ack naming another endpoint for a port already plumbed; the port keeps its endpoint',
-      );
-    }
-    return 'refused';
-  }
-
-  /** Acks for replaced generations are normal (logged quietly); for unknown ports, not (logged, throttled). */
-  private unexpectedAck(s: AgentSession, ack: Ack, newest: number | undefined, what = 'port'): void {
-    const field = what === 'port' ? 'port' : 'object';
-    if (newest !== undefined && ack.generation < newest) {
-      this.deps.log.debug(
-        { [field]: ack.name, generation: ack.generation, current: newest },
-        'stale ack ignored',
-      );
-      return;
-    }
-    const n = this.logRate.occurrence('unexpected-ack');
-    if (n === undefined) return;
-    this.deps.log.warn(
-      { agentId: s.agentId, [field]: ack.name.slice(0, 256), generation: ack.generation, occurrences: n },
-      newest === undefined
-        ? `ack for a ${what} this daemon does not know; ignored`
-        : 'ack for a generation never sent; ignored',
-    );
-  }
-}
-
-/**
- * Whether an ack names the endpoint already recorded: the same netdev, and the same MAC and VF where
- * both say.
- */
-function sameEndpoint(a: Endpoint, b: Endpoint): boolean {
-  if (a.netdev !== b.netdev) return false;
-  if (a.mac && b.mac && a.mac.toLowerCase() !== b.mac.toLowerCase()) return false;
-  if (a.pfIndex !== undefined && b.pfIndex !== undefined && a.pfIndex !== b.pfIndex) return false;
-  return a.vfIndex === undefined || b.vfIndex === undefined || a.vfIndex === b.vfIndex;
 }

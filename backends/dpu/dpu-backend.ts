@@ -171,10 +171,9 @@ export class DpuBackend implements Backend {
       acks: this.acks,
       ackTimeoutMs: this.ackTimeoutMs,
       log: this.log,
-      synced: (agentId) => {
-        this.keep.snapshotApplied(agentId);
-        return replumbRecreatedEndpoints(replumb, agentId);
-      },
+      replumb: (agentId) => replumbRecreatedEndpoints(replumb, agentId),
+      // Only a whole snapshot ends a new store's doubt about the agent's unlisted ports (keep-unlisted.ts).
+      synced: (agentId) => this.keep.snapshotApplied(agentId),
       established: (sess) => {
         this.keep.beforeSnapshot(sess.agentId);
         this.fabric.established(sess);

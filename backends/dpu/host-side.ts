@@ -24,6 +24,7 @@ import {
   workloadSideRequests,
 } from '../interface/workload-side';
 import { refuseEndpoint } from './endpoint-guard';
+import { nudgeGateways } from './gateway-nudge';
 
 // The host's half of a DPU port. The agent exposes each port to the host as a netdev (an SR-IOV VF on
 // real hardware, a veth end in the simulator); the daemon moves it into the workload's namespace,
@@ -124,6 +125,13 @@ export class EndpointRefused extends WorkloadNetError {
     this.name = 'EndpointRefused';
   }
 }
+
+/** The name a returned endpoint takes when its own is another link's: from its index, unique there. */
+export function returnName(ifIndex: number): string {
+  return `wnvf${ifIndex}`;
+}
+
+const isNameTaken = (err: unknown): boolean => err instanceof NetlinkError && err.code === 'EEXIST';
 
 function netlinkFailure(what: string, err: unknown): WorkloadNetError {
   const known = knownWorkloadNetError(err);
@@ -229,18 +237,52 @@ class NetlinkHostSide implements HostSide {
   private async configure(req: PlumbRequest, wsock: NetlinkSocket, link: Link): Promise<Link> {
     const index = link.index;
     if (link.name !== req.ifName) await wsock.request(setLinkRequest({ index }, { name: req.ifName }));
-    await wsock.batchOrThrow(workloadSideRequests(workloadInterface(req), index, { replace: true }));
+    const iface = workloadInterface(req);
+    await wsock.batchOrThrow(workloadSideRequests(iface, index, { replace: true }));
+    await nudgeGateways(wsock, index, iface);
     return (await getLink(wsock, { index })) ?? link;
   }
 
-  /** Renames the netdev back and returns it to the host namespace. */
+  /**
+   * Renames the netdev back and returns it to the host namespace. The name it came with may be another
+   * link's by now (a DPU that rebooted re-creates its VFs under names of its choosing): the link is
+   * ours by its index, never by that name, so it goes back under a name of its own (returnName) rather
+   * than fail or take the other link's.
+   */
   private async moveOut(endpoint: string, index: number, wsock: NetlinkSocket, hostNs: Netns): Promise<void> {
     await wsock.request(setLinkRequest({ index }, { up: false }));
     const link = await getLink(wsock, { index });
     // Rename inside the workload namespace first: a move keeps the current name unless it clashes, and
     // "eth0" would clash with, or worse masquerade as, a host interface.
-    if (link && link.name !== endpoint) await wsock.request(setLinkRequest({ index }, { name: endpoint }));
-    await wsock.request(setLinkRequest({ index }, { netnsFd: hostNs.fd }));
+    let name = link?.name ?? endpoint;
+    if (name !== endpoint) name = await this.rename(wsock, index, endpoint);
+    try {
+      await wsock.request(setLinkRequest({ index }, { netnsFd: hostNs.fd }));
+    } catch (err) {
+      if (!isNameTaken(err) || name === returnName(index)) throw err;
+      // The host holds a link of that name: ours goes back under its own.
+      await this.rename(wsock, index, returnName(index), endpoint);
+      await wsock.request(setLinkRequest({ index }, { netnsFd: hostNs.fd }));
+    }
+  }
+
+  /** Names link `index` `name`, or returnName(index) when another link holds `name`; the name it got. */
+  private async rename(wsock: NetlinkSocket, index: number, name: string, taken?: string): Promise<string> {
+    if (taken === undefined) {
+      try {
+        await wsock.request(setLinkRequest({ index }, { name }));
+        return name;
+      } catch (err) {
+        if (!isNameTaken(err)) throw err;
+      }
+    }
+    const own = returnName(index);
+    this.log.warn(
+      { endpoint: taken ?? name, ifIndex: index, returnedAs: own },
+      'the name the endpoint came with belongs to another link now; returning it under a name of its own',
+    );
+    await wsock.request(setLinkRequest({ index }, { name: own }));
+    return own;
   }
 
   async unplumb(req: UnplumbRequest): Promise<void> {
@@ -252,6 +294,10 @@ class NetlinkHostSide implements HostSide {
       const link = await this.plumbedLink(wsock, req);
       if (!link) return;
       const host = await this.hostNs();
+      // The host port's workload namespace is the host's: there a link carrying the port's MAC that is
+      // neither at the recorded index nor named as plumbed is the VF its agent (re-)created and nobody
+      // moved in; it is where it belongs already.
+      if (wns.inode === host.ns.inode && link.index !== req.ifIndex && link.name !== req.ifName) return;
       await this.moveOut(req.endpoint, link.index, wsock, host.ns);
     } catch (err) {
       if (err instanceof NetlinkError && err.notFound) return;

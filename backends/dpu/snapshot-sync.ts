@@ -15,9 +15,21 @@ export interface Listed {
 const key = (kind: ObjectKind, name: string): string =>
   kind === ObjectKind.OBJECT_KIND_PORT ? `p:${name}` : `f:${name}`;
 
+/** A snapshot of the ports alone, the whole snapshot to follow (agent-sync.ts says when). */
+export interface SnapshotOptions {
+  /** It lists the ports only: the whole snapshot, fabric objects included, follows it. */
+  fabricFollows?: boolean;
+  /** The keep_unlisted it was sent with: the snapshot that follows says the same. */
+  keepUnlisted?: boolean;
+  /** When the sync it continues began (its duration counts from there). */
+  startedAt?: number;
+}
+
 export class SnapshotSync {
-  /** monotonicMs() when it was sent. */
-  readonly startedAt = monotonicMs();
+  /** monotonicMs() when it (or the snapshot of the ports it follows) was sent. */
+  readonly startedAt: number;
+  readonly fabricFollows: boolean;
+  readonly keepUnlisted: boolean;
   readonly failed: string[] = [];
   readonly done: Promise<void>;
   private readonly remaining: Map<string, number>;
@@ -29,7 +41,11 @@ export class SnapshotSync {
     readonly epoch: number,
     ports: readonly Listed[],
     fabric: readonly Listed[] = [],
+    o: SnapshotOptions = {},
   ) {
+    this.startedAt = o.startedAt ?? monotonicMs();
+    this.fabricFollows = o.fabricFollows ?? false;
+    this.keepUnlisted = o.keepUnlisted ?? false;
     this.remaining = new Map([
       ...ports.map((p): [string, number] => [key(ObjectKind.OBJECT_KIND_PORT, p.name), p.generation]),
       ...fabric.map((f): [string, number] => [key(ObjectKind.OBJECT_KIND_FABRIC, f.name), f.generation]),
@@ -45,6 +61,11 @@ export class SnapshotSync {
   /** Milliseconds from sending to the last ack, once complete. */
   get durationMs(): number | undefined {
     return this.finishedAt === undefined ? undefined : this.finishedAt - this.startedAt;
+  }
+
+  /** Whether the snapshot still waits for this generation of the object. */
+  awaits(name: string, generation: number, kind = ObjectKind.OBJECT_KIND_PORT): boolean {
+    return this.remaining.get(key(kind, name)) === generation;
   }
 
   /** Counts an ack; true when it completed the snapshot. `failed` lists ports only (they warn). */

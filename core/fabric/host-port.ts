@@ -1,11 +1,11 @@
-import type { Drift, Placement } from '../backend';
+import type { BackendHealth, Drift, Placement } from '../backend';
 import type { Netns } from '../../lib/netns/netns-handle';
 import { asWorkloadNetError } from '../errors';
 import type { Logger } from '../logger';
 import type { Network } from '../ipam/network';
 import type { AttachmentRecord } from '../store/store';
 import type { AttachCall } from '../workload-service';
-import { toView } from '../attach/attachment-views';
+import { toSpec, toView } from '../attach/attachment-views';
 import { HOST_PORT_IF_NAME, HOST_PORT_WORKLOAD_ID } from '../attach/host-port-row';
 import type { HostPortStatus } from './fabric-status';
 
@@ -20,9 +20,11 @@ import type { HostPortStatus } from './fabric-status';
 // VF stays where it is: no packet lost), an orderly shutdown leaves it as it leaves the pods, and the
 // reclaimers that judge attachments by their namespace never take it (attach/host-port-row.ts). It
 // moves only on evidence that its port is dead: its row was detached by an operator (a DPU gone for
-// good), or its interface is missing from the host while its DPU is connected, on two passes in a row;
-// then it is attached again with the usual placement. A DPU that is merely away keeps it, degraded, as
-// it keeps its pods.
+// good; then it is attached anew with the usual placement), or its interface is missing from the host
+// while its DPU is connected and synced, on two passes in a row; then its port is programmed again in
+// place, on its DPU, under its recorded address (host-network connections to pods outlive it). A DPU
+// that is merely away keeps it, degraded, as it keeps its pods; one that is resyncing after a
+// (re)connect (a reboot re-creates every VF, re-plumbed as each port is acked) is waited for.
 
 /** What the controller does through the node's attach flow (core/service/node-service.ts). */
 export interface HostPortAttacher {
@@ -62,6 +64,8 @@ export class HostPort {
   private reason = '';
   /** The row whose interface was seen missing on the last pass (its creation time). */
   private missingSince?: string;
+  /** Why a missing interface is waited for rather than counted (its DPU resyncing); empty: it is not. */
+  private waiting = '';
 
   constructor(private readonly opts: HostPortOptions) {}
 
@@ -120,9 +124,11 @@ export class HostPort {
         ? `dpu.hostPort is false; attached earlier, it stays until detached (detach ${HOST_PORT_WORKLOAD_ID})`
         : degraded
           ? `its DPU ${dpu} is away; the host port stays on it (detach ${HOST_PORT_WORKLOAD_ID} to move it)`
-          : this.missingSince
-            ? `${HOST_PORT_IF_NAME} is missing from the host namespace; attached again if it still is`
-            : '',
+          : this.waiting
+            ? this.waiting
+            : this.missingSince
+              ? `${HOST_PORT_IF_NAME} is missing from the host namespace; programmed again in place if it still is`
+              : '',
     };
   }
 
@@ -163,11 +169,12 @@ export class HostPort {
 
   /**
    * A recorded host port stays. Only its interface missing from the host namespace while its DPU is
-   * connected, on two passes in a row, is taken as its port being dead (the namespace is the node's:
-   * it cannot be gone); it is then detached and attached again.
+   * connected and synced, on two passes in a row, is taken as its port being dead (the namespace is the
+   * node's: it cannot be gone); its port is then programmed again in place, under its recorded address.
    */
   private async keep(network: Network, attacher: HostPortAttacher, rec: AttachmentRecord): Promise<void> {
     this.reason = '';
+    this.waiting = '';
     if (network.backend.attachmentState?.(toView(rec)) === 'degraded') {
       this.missingSince = undefined;
       return;
@@ -177,17 +184,66 @@ export class HostPort {
       this.missingSince = undefined;
       return;
     }
+    // A DPU resyncing re-plumbs its re-created VFs as their acks come in: the interface is on its way
+    // back, and its absence is no evidence (nor is a DPU whose state cannot be read).
+    this.waiting = await this.resyncing(network, dpuOf(rec));
+    if (this.waiting) {
+      this.missingSince = undefined;
+      return;
+    }
     if (this.missingSince !== rec.createdAt) {
       this.missingSince = rec.createdAt;
       return;
     }
     this.missingSince = undefined;
     this.opts.log.warn(
-      { dpu: dpuOf(rec) },
-      `${HOST_PORT_IF_NAME} is missing from the host namespace while its DPU is connected; attaching the host port again`,
+      { dpu: dpuOf(rec), ips: rec.ips.map((i) => i.address) },
+      `${HOST_PORT_IF_NAME} is missing from the host namespace while its DPU is connected and synced; programming its port again in place`,
     );
-    if (await attacher.release(rec, 'host port: its interface is missing from the host namespace'))
-      await this.ensure();
+    await this.repair(network, attacher, rec);
+  }
+
+  /** Why its DPU's word is awaited before a missing interface counts; empty when it need not be. */
+  private async resyncing(network: Network, dpu: string): Promise<string> {
+    let health: BackendHealth;
+    try {
+      health = await network.backend.health();
+    } catch (err) {
+      return `${HOST_PORT_IF_NAME} is missing, and whether its DPU ${dpu} is resyncing cannot be told (${asWorkloadNetError(err).message}); it is left as recorded`;
+    }
+    const row = health.dpus?.find((d) => d.id === dpu);
+    return row && !row.synced
+      ? `its DPU ${dpu} is resyncing (connected, its snapshot not applied yet); ${HOST_PORT_IF_NAME} comes back as its port is acked`
+      : '';
+  }
+
+  /**
+   * Programs the recorded host port again where it is (as the start-up reconcile repairs a pod): the
+   * same row, DPU and address. A Detach that removed the row meanwhile gets its port removed again.
+   */
+  private async repair(network: Network, attacher: HostPortAttacher, rec: AttachmentRecord): Promise<void> {
+    const backend = network.backend;
+    const netns = await this.opts.openHost().catch((err: unknown) => {
+      throw new Error(`cannot open the host namespace: ${asWorkloadNetError(err).message}`);
+    });
+    try {
+      if (netns.inode !== rec.netnsInode)
+        throw new Error(
+          `the host namespace ${netns.path} is not the one ${HOST_PORT_IF_NAME} was recorded in (inode ${netns.inode}, recorded ${rec.netnsInode}); detach ${HOST_PORT_WORKLOAD_ID} to attach it anew`,
+        );
+      const spec = { ...toSpec(rec), netns };
+      await backend.attach(spec, rec.dataplane ?? backend.plan(spec));
+    } finally {
+      netns.close();
+    }
+    if (!attacher.row()) {
+      await backend.detach(toView(rec));
+      return;
+    }
+    this.opts.log.info(
+      { dpu: dpuOf(rec), ips: rec.ips.map((i) => i.address) },
+      'host port programmed again in place',
+    );
   }
 
   /**
