@@ -46,6 +46,9 @@ export class EgressController {
   /** The ranges last applied per backend, as text. */
   private readonly appliedKeys = new Map<string, string>();
   private passes = 0;
+  /** Changes told (changed()) and the last of them a finished pass has looked at. */
+  private told = 0;
+  private seen = 0;
 
   constructor(private readonly opts: EgressControllerOptions) {}
 
@@ -64,13 +67,28 @@ export class EgressController {
 
   /** Looks at the ranges again now (coalesced with a look under way). */
   changed(): void {
+    this.told++;
     if (this.timer) void this.run.run();
   }
 
+  /**
+   * While a change told is not yet applied, the pass that applies it; undefined when there is none.
+   * An attach answered from a range that just arrived waits for it: a pod's first connection must not
+   * leave before its range is masqueraded, or its conntrack entry keeps it unNATed (and its replies
+   * lost) for as long as the flow lives. A failed pass counts as applied: Status reports the failure,
+   * and attaches do not wait for a table that cannot be written.
+   */
+  inStep(): Promise<void> | undefined {
+    if (this.seen === this.told || this.opts.targets.length === 0 || !this.timer) return undefined;
+    return this.run.run();
+  }
+
   private async syncOnce(): Promise<void> {
+    const told = this.told;
     const cluster = this.opts.clusterRanges();
     const refresh = ++this.passes % REFRESH_EVERY === 0;
     for (const t of this.opts.targets) await this.applyTo(t, { pod: t.podRanges(), cluster }, refresh);
+    this.seen = told;
   }
 
   /**

@@ -27,6 +27,7 @@ import type {
 import { NodeStatus } from './node-status';
 import { FABRIC_CONTROLLER, type FabricController } from '../fabric/fabric-controller';
 import { HOST_PORT, type HostPort, type HostPortAttacher } from '../fabric/host-port';
+import { EGRESS_CONTROLLER, type EgressController } from '../egress/egress-controller';
 import { HOST_PORT_IF_NAME, HOST_PORT_WORKLOAD_ID } from '../attach/host-port-row';
 import { attachmentKey } from '../attachment-key';
 import { RowCache } from '../store/row-cache';
@@ -57,6 +58,7 @@ export class NodeService implements WorkloadService {
     @inject(METRICS) metrics: Metrics,
     @inject(FABRIC_CONTROLLER) @optional() fabric?: FabricController,
     @inject(HOST_PORT) @optional() hostPort?: HostPort,
+    @inject(EGRESS_CONTROLLER) @optional() private readonly egress?: EgressController,
   ) {
     const ledger = new AttachmentLedger(store, networks, netns, log);
     this.orchestrator = new Orchestrator(ledger, netns, config, log, metrics);
@@ -107,8 +109,12 @@ export class NodeService implements WorkloadService {
     await Promise.all([this.mtu.stop(boundMs), this.orchestrator.drain(boundMs)]);
   }
 
-  attach(call: AttachCall): Promise<Attachment> {
-    return this.orchestrator.attach(call);
+  async attach(call: AttachCall): Promise<Attachment> {
+    const attached = await this.orchestrator.attach(call);
+    // Its range may have just arrived (a Node's podCIDRs, an etcd block claimed by this very attach):
+    // answered only once the egress masquerade covers it (egress-controller.ts inStep).
+    await this.egress?.inStep();
+    return attached;
   }
 
   detach(call: DetachCall): Promise<void> {

@@ -264,10 +264,10 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
     await waitUntil(
       async () => {
         const st = await exec(['workloadnet', 'status', '--json']);
-        return (
-          st.stdout !== '' &&
-          (JSON.parse(st.stdout) as { reasons: string[] }).reasons.some((r) => r.includes('leak sweep held'))
-        );
+        // While the daemon starts, `status --json` prints an error object without reasons.
+        const reasons =
+          st.stdout === '' ? undefined : (JSON.parse(st.stdout) as { reasons?: string[] }).reasons;
+        return reasons?.some((r) => r.includes('leak sweep held')) ?? false;
       },
       'Status to say the leak sweep holds',
       120_000,
