@@ -5,10 +5,9 @@ import type { Logger } from '../logger';
 // Keeps each backend's egress masquerade in step with the ranges: the pod ranges of the networks that
 // masquerade (a network's own ranges come and go with its pool source: a Node's podCIDRs, etcd blocks)
 // and the cluster's ranges (every network's pools, the configured cluster ranges, the peers' prefixes).
-// It looks at them when it starts, every interval, and when told of a change (the fabric's table):
-// polling, like the fabric's own check of the node's ranges, because the allocator tells only one
-// listener (its pool source) of a change. A dataplane call is cheap when nothing changed, so the
-// interval costs the building of two lists. The table is left in place at stop: pods keep their
+// It looks at them when it starts, when told a pool came or went (the allocators' pool listeners),
+// and every interval: the peers' prefixes come from the fabric's source, which it polls. A dataplane
+// call is cheap when nothing changed, so the interval costs the building of two lists. The table is left in place at stop: pods keep their
 // egress across a restart, and the next start adopts it (`workloadnet cleanup` removes it).
 
 /** Every this many passes the tables are programmed again whatever the ranges (drift repair). */
