@@ -7,8 +7,9 @@ import type { Logger } from '../logger';
 // and the cluster's ranges (every network's pools, the configured cluster ranges, the peers' prefixes).
 // It looks at them when it starts, when told a pool came or went (the allocators' pool listeners),
 // and every interval: the peers' prefixes come from the fabric's source, which it polls. A dataplane
-// call is cheap when nothing changed, so the interval costs the building of two lists. The table is left in place at stop: pods keep their
-// egress across a restart, and the next start adopts it (`workloadnet cleanup` removes it).
+// call is cheap when nothing changed, so the interval costs the building of two lists. The table is
+// left in place at stop: pods keep their egress across a restart, and the next start adopts it
+// (`workloadnet cleanup` removes it).
 
 /** Every this many passes the tables are programmed again whatever the ranges (drift repair). */
 const REFRESH_EVERY = 15;
