@@ -9,16 +9,27 @@ import { currentBootId } from '../../lib/boot-id';
 // lease still lives takes its own key back. A cloned VM's disk carries the same store id, so the boot
 // id is part of it too: a clone runs on another boot. The same daemon after a reboot is refused until
 // its previous lease expires (seconds), then takes the free key.
+//
+// The holder also stamps the node record it writes with the same store and boot (node-record.ts), and
+// says so in its alive key (stampsRecord): peers then use a record under the name only when its stamp
+// names the alive key's holder. A holder that does not say so is a daemon of an earlier version, whose
+// records carry no stamp; peers take its unstamped records as before (see peer-table.ts).
 
-export interface AliveHolder {
+/** Which daemon: what a node record's stamp carries, and what two holders are compared on. */
+export interface HolderStamp {
   /** The holder's store id (core/store/store.ts, StoreIdentity). */
   store: string;
   /** The holder's kernel boot id. */
   boot: string;
+}
+
+export interface AliveHolder extends HolderStamp {
   /** For people reading Status: where the holder runs. */
   host: string;
   pid: number;
   since: string;
+  /** The holder stamps the node record it writes: a record under its name without its stamp is not its. */
+  stampsRecord: boolean;
 }
 
 /** This daemon as it writes itself into its alive key. */
@@ -29,6 +40,7 @@ export function aliveHolder(storeId: string): AliveHolder {
     host: os.hostname(),
     pid: process.pid,
     since: new Date().toISOString(),
+    stampsRecord: true,
   };
 }
 
@@ -46,6 +58,7 @@ export function parseAliveHolder(value: string): AliveHolder | undefined {
       host: typeof v.host === 'string' ? v.host : '?',
       pid: typeof v.pid === 'number' ? v.pid : 0,
       since: typeof v.since === 'string' ? v.since : '?',
+      stampsRecord: v.stampsRecord === true,
     };
   } catch {
     return undefined;
@@ -53,7 +66,7 @@ export function parseAliveHolder(value: string): AliveHolder | undefined {
 }
 
 /** Whether two holders are one daemon: the same state on the same boot (a restart, not a clone). */
-export function sameDaemon(a: AliveHolder, b: AliveHolder): boolean {
+export function sameDaemon(a: HolderStamp, b: HolderStamp): boolean {
   return a.store === b.store && a.boot === b.boot;
 }
 

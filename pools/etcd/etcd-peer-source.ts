@@ -14,7 +14,9 @@ import { RecordPublisher } from './record-publisher';
 // docs/fabric.md). Layout under the configured prefix:
 //   nodes/<node>   JSON NodeRecord, bound to a lease kept alive by that node's daemon (TTL
 //                  fabric.leaseTtlSeconds): a dead node's record expires, nobody deletes it. Only
-//                  the daemon holding the name (its alive key, nodes/<node>/alive) writes it.
+//                  the daemon holding the name (its alive key, nodes/<node>/alive) writes it, stamped
+//                  with its store id and boot; a record another writer put there is not routed while
+//                  the name is held (peer-table.ts).
 //   blocks/<block> the owning node (written by the pool source): the only source of a peer's prefixes.
 // One range read of the whole prefix gives records and ownership at one revision; a watch of the
 // prefix from the next revision follows it. A dropped watch resumes from the last revision applied;

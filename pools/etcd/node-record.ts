@@ -2,11 +2,14 @@ import { decodeEndpoints, encodeEndpoints } from '../../core/fabric/endpoint-fie
 import { decodeVtep } from '../../core/fabric/vtep-fields';
 import { parseAddress, parseCidr } from '../../lib/cidr';
 import type { NodeRecord } from '../../core/fabric/peer-source';
+import type { HolderStamp } from './alive-key';
 
 // A node's record as JSON under <prefix>/nodes/<node>. Other nodes' records are untrusted input: one
 // that does not parse, names another node than its key, or carries an address, MTU, VTEP or endpoint
 // that could not be programmed is ignored as a whole and reported, never half-used. (Whether its
 // endpoints' prefixes are the node's to give is the peer table's question: it knows the blocks.)
+// A record carries its writer's stamp (store id and boot, field "holder"; alive-key.ts): whether the
+// writer holds the name is the peer table's question too (it knows the alive keys).
 
 /**
  * Most endpoints a record may list. A daemon serves at most 16 DPU agents at once (the DPU backend's
@@ -20,16 +23,25 @@ export interface ReadRecord {
   record: NodeRecord;
   /** Prefixes the record itself names (an extra field); only ever checked against block ownership. */
   announced: string[];
+  /** The daemon that wrote it, as it says; absent in records of daemons before stamps. */
+  holder?: HolderStamp;
 }
 
-export function encodeRecord(r: NodeRecord): string {
-  const out: NodeRecord = { node: r.node, underlay: r.underlay, mtu: r.mtu, bootId: r.bootId };
+/** `r` as stored, stamped with `holder`, the daemon writing it (only a test writes none). */
+export function encodeRecord(r: NodeRecord, holder?: HolderStamp): string {
+  const out: NodeRecord & { holder?: HolderStamp } = {
+    node: r.node,
+    underlay: r.underlay,
+    mtu: r.mtu,
+    bootId: r.bootId,
+  };
   if (r.vtep) out.vtep = { mac: r.vtep.mac, vni: r.vtep.vni, port: r.vtep.port };
   // The node's tunnel addresses (etcd blocks hand out their first address); older readers ignore them.
   if (out.vtep && r.vtep?.gateways && Object.keys(r.vtep.gateways).length > 0)
     out.vtep.gateways = { ...r.vtep.gateways };
   // Only when there are some: a node without DPUs writes the record it always wrote.
   if (r.endpoints && r.endpoints.length > 0) out.endpoints = encodeEndpoints(r.endpoints);
+  if (holder) out.holder = { store: holder.store, boot: holder.boot };
   return JSON.stringify(out);
 }
 
@@ -87,5 +99,20 @@ export function decodeRecord(node: string, text: string): ReadRecord {
       }
     }
   }
-  return { record, announced };
+  const read: ReadRecord = { record, announced };
+  if (o.holder !== undefined) read.holder = decodeStamp(o.holder);
+  return read;
+}
+
+function decodeStamp(v: unknown): HolderStamp {
+  const h = v as Partial<HolderStamp> | null;
+  if (
+    typeof h !== 'object' ||
+    typeof h?.store !== 'string' ||
+    typeof h.boot !== 'string' ||
+    h.store === '' ||
+    h.boot === ''
+  )
+    throw new Error('has a "holder" field that is not {"store","boot"} (the daemon that wrote it)');
+  return { store: h.store, boot: h.boot };
 }

@@ -1,6 +1,13 @@
 import { vouchedEndpoints } from '../../core/fabric/endpoint-fields';
 import { cidrContains, parseCidr, type Cidr } from '../../lib/cidr';
 import type { Peer, TunnelEndpoint } from '../../core/fabric/peer-source';
+import {
+  describeHolder,
+  parseAliveHolder,
+  sameDaemon,
+  type AliveHolder,
+  type HolderStamp,
+} from './alive-key';
 import { decodeOwner } from './block-owner';
 import { blockIndex, type BlockLayout } from './block-layout';
 import { BLOCKS, NODES, blockOfKey } from './block-registry';
@@ -24,6 +31,15 @@ import { decodeRecord } from './node-record';
 // (lease 0, written by a person or another program) never expires and is ignored: for a node whose
 // daemon is alive (its alive key exists), the last record written under a lease stays in use until the
 // daemon, which holds the name, writes its own over it; a name known by nothing else is not routed.
+// And only as the name's holder writes them: while the node's alive key names a daemon that stamps its
+// record (alive-key.ts), a record whose stamp names another daemon, or that carries none or does not
+// parse, is not the holder's (a clone that raced a write in, an older daemon, another program with a
+// lease): it is ignored and reported, and the node's last record that counted stays in use until the
+// holder writes its own back (it does, seeing its record changed). While the node has no alive key
+// (its daemon stopped or died), its leased record stands, stamped or not, until its lease expires, as
+// it always did. An alive key that does not say its holder stamps is a daemon of an earlier version
+// (a rolling upgrade): its unstamped records count as before, so a mixed cluster routes every node; a
+// stamped record under such a name is still checked against the holder it names.
 //
 // A change touches one or two nodes (a record's, a block's old and new owner); only those are worked
 // out again, so a watch event costs the same with 5 or 5,000 nodes.
@@ -49,10 +65,13 @@ export interface Stored {
 export class PeerTable {
   /** Raw record per node name. */
   private readonly records = new Map<string, Stored>();
-  /** The last record per node that was written under a lease, while its key holds one. */
-  private readonly leased = new Map<string, string>();
-  /** Nodes whose alive key exists: their daemon holds the name. */
-  private readonly alive = new Set<string>();
+  /**
+   * The last record per node that counted (leased, and its writer's stamp fit the holder), while its
+   * key holds a record; kept over a full list, which may find a record that does not count.
+   */
+  private readonly good = new Map<string, string>();
+  /** Holder per node whose alive key exists (undefined: a key that names no daemon). */
+  private readonly alive = new Map<string, AliveHolder | undefined>();
   /** Owning node per block key name (the key's text after blocks/). */
   private readonly blocks = new Map<string, string>();
   /** Valid blocks per owner, by key name. */
@@ -78,7 +97,6 @@ export class PeerTable {
     for (const node of this.records.keys()) this.dirty.add(node);
     for (const owner of this.byOwner.keys()) this.dirty.add(owner);
     this.records.clear();
-    this.leased.clear();
     this.alive.clear();
     this.blocks.clear();
     this.byOwner.clear();
@@ -91,10 +109,9 @@ export class PeerTable {
     const alive = aliveNode(key);
     if (node !== undefined) {
       this.records.set(node, { value, lease });
-      if (lease !== '0') this.leased.set(node, value);
       this.dirty.add(node);
     } else if (alive !== undefined) {
-      this.alive.add(alive);
+      this.alive.set(alive, parseAliveHolder(value));
       this.dirty.add(alive);
     } else if (key.startsWith(BLOCKS)) {
       const name = key.slice(BLOCKS.length);
@@ -127,7 +144,6 @@ export class PeerTable {
     const alive = aliveNode(key);
     if (node !== undefined) {
       this.records.delete(node);
-      this.leased.delete(node);
       this.dirty.add(node);
     } else if (alive !== undefined) {
       this.alive.delete(alive);
@@ -207,8 +223,11 @@ export class PeerTable {
     this.badRecords.delete(node);
     this.droppedPrefixes.delete(node);
     const stored = this.records.get(node);
-    if (stored === undefined) return undefined;
-    const text = stored.lease !== '0' ? stored.value : this.unleased(node);
+    if (stored === undefined) {
+      this.good.delete(node);
+      return undefined;
+    }
+    const text = this.counted(node, stored);
     if (text === undefined) return undefined;
     let read;
     try {
@@ -237,15 +256,58 @@ export class PeerTable {
   }
 
   /**
-   * What stands for `node`'s record while its key holds one written without a lease: the last one
-   * its daemon wrote, while that daemon is alive; nothing otherwise. Said why, either way.
+   * The record that stands for `node`: the stored one when it counts; otherwise, said why, the last
+   * one that counted while the node's daemon is alive, or nothing. A stored record that does not parse
+   * is returned as it is when nothing says it is not the holder's: decoding it says what is wrong.
    */
-  private unleased(node: string): string | undefined {
-    const kept = this.alive.has(node) ? this.leased.get(node) : undefined;
+  private counted(node: string, stored: Stored): string | undefined {
+    if (stored.lease === '0')
+      return this.kept(
+        node,
+        'was written without a lease (every daemon writes its record under one; a person or another ' +
+          'program wrote this one)',
+      );
+    const why = this.notTheHolders(node, stored.value);
+    if (why === undefined) {
+      this.good.set(node, stored.value);
+      return stored.value;
+    }
+    return why === 'unreadable' ? stored.value : this.kept(node, why);
+  }
+
+  /**
+   * Why the leased `text` under `node`'s key is not its holder's; undefined when it is, or when no
+   * daemon holds the name (no alive key: the record stands until its lease expires, as a record of a
+   * node whose daemon is gone always did); 'unreadable' for a record that does not parse under a
+   * holder that does not stamp (an older daemon's: the record is refused for what is wrong with it).
+   */
+  private notTheHolders(node: string, text: string): string | 'unreadable' | undefined {
+    if (!this.alive.has(node)) return undefined;
+    const holder = this.alive.get(node);
+    let stamp: HolderStamp | undefined;
+    try {
+      stamp = decodeRecord(node, text).holder;
+    } catch (err) {
+      // The holder stamps every record it writes, and writes none that does not parse.
+      if (!holder?.stampsRecord) return 'unreadable';
+      return `${(err as Error).message}, so it is not the record of ${held(node, holder)}`;
+    }
+    if (stamp)
+      return holder && sameDaemon(stamp, holder)
+        ? undefined
+        : `was written by the daemon of store ${stamp.store} (boot ${stamp.boot}), not by ${held(node, holder)}`;
+    return holder?.stampsRecord
+      ? `names no daemon that wrote it, but ${held(node, holder)}, which stamps every record it ` +
+          'writes: an older daemon given the same name, or another program, wrote this one'
+      : undefined;
+  }
+
+  /** The last record that counted for `node`, while its daemon is alive; said why, either way. */
+  private kept(node: string, why: string): string | undefined {
+    const kept = this.alive.has(node) ? this.good.get(node) : undefined;
     this.badRecords.set(
       node,
-      'was written without a lease (every daemon writes its record under one; a person or another ' +
-        `program wrote this one)${kept !== undefined ? ", and the node's daemon is alive: its last record stays in use until it writes its own again" : ''}`,
+      `${why}${kept !== undefined ? ", and the node's daemon is alive: its last record stays in use until it writes its own again" : ''}`,
     );
     return kept;
   }
@@ -319,6 +381,11 @@ function sortBlocks(blocks: Block[]): string[] {
   return blocks
     .sort((a, b) => a.family - b.family || (a.network < b.network ? -1 : a.network > b.network ? 1 : 0))
     .map((b) => b.text);
+}
+
+/** Who holds `node`'s name, for a reason. */
+function held(node: string, holder: AliveHolder | undefined): string {
+  return `node name ${node}'s holder, ${describeHolder(holder)} (its alive key)`;
 }
 
 const ALIVE = '/alive';

@@ -17,6 +17,13 @@ import { encodeRecord } from './node-record';
 // a daemon that no longer holds the name, or its own from before a restart (its old lease may still
 // live: peers see one record replace the other, never the node withdrawn in between).
 //
+// The record carries this daemon's stamp (store id and boot, as its alive key names it): peers use a
+// record only when its stamp names the name's current holder (peer-table.ts), so a record someone else
+// put under the key (a clone that raced a write in, an older daemon, another program with a lease) is
+// not routed in the moment before the holder writes its own back. A stamp rather than the alive key's
+// own lease: the record keeps its lease of fabric.leaseTtlSeconds (15 s), so a dead node is withdrawn
+// when it always was, and a lost alive key (pool source) does not take the record with it.
+//
 // A changed record (a DPU came or went, a slice was borrowed from) is put over our own under the same
 // lease, in one transaction that holds only while the stored value is still the one we wrote: peers see
 // the new record replace the old, never the node withdrawn in between.
@@ -74,12 +81,12 @@ export class RecordPublisher {
 
   /** Whether `record` is what is published now. */
   holds(record: NodeRecord): boolean {
-    return this.published && this.written === encodeRecord(record);
+    return this.published && this.written === this.encode(record);
   }
 
   private async ensureOnce(record: NodeRecord): Promise<boolean> {
     if (this.published) {
-      if (this.written === encodeRecord(record)) return false;
+      if (this.written === this.encode(record)) return false;
       if (await this.replace(record)) return true;
     }
     const alive = await this.heldHere(record.node);
@@ -108,7 +115,7 @@ export class RecordPublisher {
       this.lease = lease;
       this.leaseId = id;
     }
-    const value = encodeRecord(record);
+    const value = this.encode(record);
     const current = (await this.client.get(this.key).exec()).kvs[0];
     const res = await this.client
       .if(this.holder.key, 'Value', '==', alive)
@@ -151,6 +158,11 @@ export class RecordPublisher {
     return undefined;
   }
 
+  /** `record` as this daemon stores it: stamped with the store and boot its alive key names. */
+  private encode(record: NodeRecord): string {
+    return encodeRecord(record, this.holder.me);
+  }
+
   /** Says what the holder's write replaced, when it was not this run's own record. */
   private tellReplaced(lease: string, stored: Buffer): void {
     const text = stored.toString().slice(0, 200);
@@ -163,8 +175,9 @@ export class RecordPublisher {
     else
       this.logger.info(
         { key: this.key, lease, stored: text },
-        'replaced the node record of an earlier holder of the name (this daemon before a restart, ' +
-          'or a daemon that no longer holds it)',
+        'replaced a node record under another lease: an earlier holder of the name (this daemon ' +
+          'before a restart, or a daemon that no longer holds it), or a writer that never held it ' +
+          "(peers use only the holder's record)",
       );
   }
 
@@ -173,7 +186,7 @@ export class RecordPublisher {
    * name; false when either changed (then the full path reads who holds the key).
    */
   private async replace(record: NodeRecord): Promise<boolean> {
-    const value = encodeRecord(record);
+    const value = this.encode(record);
     const res = await this.client
       .if(this.key, 'Mod', '==', this.writtenAt)
       .and(this.holder.key, 'Value', '==', this.heldAs!)

@@ -8,6 +8,7 @@ import { IpAllocator } from '../../core/ipam/ip-allocator';
 import { silentLogger } from '../../core/logger';
 import { Metrics } from '../../core/metrics';
 import { Store } from '../../core/store/store';
+import { currentBootId } from '../../lib/boot-id';
 import { BlockRegistry } from '../../pools/etcd/block-registry';
 import { EtcdPeerSource } from '../../pools/etcd/etcd-peer-source';
 import { EtcdPoolSource } from '../../pools/etcd/etcd-pool-source';
@@ -180,5 +181,71 @@ describeEtcd('one holder per node name (real 3-member etcd cluster)', function (
     );
     await until('the clone reports nothing', () => clone.peers.status().reasons.length === 0);
     expect(clone.pool.status().reasons).to.deep.equal([]);
+  });
+
+  it("never routes a held name's node by a leased record another writer puts under its key, says so, and the holder's record comes back", async () => {
+    const holder = await daemon('n1', '192.0.2.1');
+    const watcher = await daemon('n2', '192.0.2.2');
+    await until(
+      'n2 sees n1 with its block',
+      () => (watcher.peers.peers().get('n1')?.prefixes.length ?? 0) > 0,
+    );
+    const key = `${prefix}/nodes/n1`;
+    const own = (await client.get(key).exec()).kvs[0]!;
+    // Every n1 that n2's peer source hands out from now on, and every reason it gives about n1.
+    const underlays = new Set<string>();
+    watcher.peers.onChange(() => {
+      const p = watcher.peers.peers().get('n1');
+      underlays.add(p ? p.underlay.join(',') : 'withdrawn');
+    });
+    const said = new Set<string>();
+    const listen = setInterval(() => {
+      for (const r of watcher.peers.status().rejected) if (r.startsWith('node n1:')) said.add(r);
+    }, 5);
+
+    // Another writer with a lease of its own: well-formed records, as an older daemon or another
+    // program writes them (no stamp) and as a daemon of other state on this boot would (its stamp).
+    const lease = client.lease(30, { autoKeepAlive: false });
+    const leaseId = await lease.grant();
+    const forged = [
+      JSON.stringify(record('n1', '192.0.2.66')),
+      JSON.stringify({ ...record('n1', '192.0.2.67'), holder: { store: 'a-clone', boot: currentBootId() } }),
+    ];
+    try {
+      for (let i = 0; i < 6; i++) {
+        await client
+          .put(key)
+          .value(forged[i % 2]!)
+          .lease(leaseId)
+          .exec();
+        await sleep(150);
+      }
+      await until('the holder wrote its own back', async () => {
+        const kv = (await client.get(key).exec()).kvs[0];
+        return kv !== undefined && kv.lease === own.lease && kv.value.equals(own.value);
+      });
+      await until('n2 reports nothing about n1', () =>
+        watcher.peers.status().rejected.every((r) => !r.startsWith('node n1:')),
+      );
+    } finally {
+      clearInterval(listen);
+      await lease.revoke().catch(() => undefined);
+    }
+    expect([...underlays], "n2 never routed n1 by another writer's record, nor withdrew it").to.deep.equal(
+      [],
+    );
+    expect(watcher.peers.peers().get('n1')!.underlay).to.deep.equal(['192.0.2.1']);
+    const holderWords = `node name n1's holder, the daemon of store ${holder.store.identity.storeId} on host `;
+    const reasons = [...said].join('\n');
+    expect(reasons, 'the unstamped record named').to.include(
+      `node n1: its record names no daemon that wrote it, but ${holderWords}`,
+    );
+    expect(reasons, 'the stamped one named').to.include(
+      `node n1: its record was written by the daemon of store a-clone (boot ${currentBootId()}), not by ${holderWords}`,
+    );
+    expect(reasons).to.include(
+      "the node's daemon is alive: its last record stays in use until it writes its own again",
+    );
+    expect(holder.peers.status().reasons).to.deep.equal([]);
   });
 });

@@ -4,6 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Etcd3 } from 'etcd3';
 import { silentLogger } from '../../core/logger';
+import { currentBootId } from '../../lib/boot-id';
 import type { NodeRecord, Peer } from '../../core/fabric/peer-source';
 import { BlockRegistry } from '../../pools/etcd/block-registry';
 import { EtcdPeerSource } from '../../pools/etcd/etcd-peer-source';
@@ -152,9 +153,13 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     expect(st).to.include({ kind: 'etcd', ready: true, connected: true });
     expect(st.rejected).to.deep.equal([]);
     await until('n1 reports nothing wrong', () => a.status().reasons.length === 0);
-    // The record is the node's own data under its lease; prefixes are never stored in it.
+    // The record is the node's own data under its lease, stamped with its writer; prefixes are never
+    // stored in it.
     const kv = (await client.get(`${prefix}/nodes/n1`).exec()).kvs[0]!;
-    expect(JSON.parse(kv.value.toString())).to.deep.equal(record('n1', '192.0.2.1'));
+    expect(JSON.parse(kv.value.toString())).to.deep.equal({
+      ...record('n1', '192.0.2.1'),
+      holder: { store: 'store-of-n1', boot: currentBootId() },
+    });
     expect(kv.lease, 'record bound to a lease').to.not.equal('0');
   });
 
@@ -480,9 +485,10 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     expect(err?.message).to.match(
       /this node's record has an invalid endpoint list: endpoints\[0\]\.id must be/,
     );
-    expect(JSON.parse((await client.get(`${prefix}/nodes/n1`).string())!)).to.deep.equal(
-      record('n1', '192.0.2.1'),
-    );
+    expect(JSON.parse((await client.get(`${prefix}/nodes/n1`).string())!)).to.deep.equal({
+      ...record('n1', '192.0.2.1'),
+      holder: { store: 'store-of-n1', boot: currentBootId() },
+    });
   });
 
   it('a restart of the same daemon (same boot) takes over its own live record at once', async () => {

@@ -6,6 +6,7 @@ import type { Etcd3 } from 'etcd3';
 import { peerAddresses } from '../../backends/linux/fabric/vxlan-source-filter';
 import type { NodeRecord, TunnelEndpoint } from '../../core/fabric/peer-source';
 import { silentLogger } from '../../core/logger';
+import { currentBootId } from '../../lib/boot-id';
 import { BlockRegistry } from '../../pools/etcd/block-registry';
 import { EtcdPeerSource } from '../../pools/etcd/etcd-peer-source';
 import { isRoot } from '../support/netns';
@@ -115,7 +116,10 @@ describeEtcd('etcd records as daemons write them (real 3-member etcd cluster)', 
     });
     const back = (await client.get(key).exec()).kvs[0]!;
     expect(back.lease, 'under its own lease').to.equal(ours.lease);
-    expect(JSON.parse(back.value.toString())).to.deep.equal(record('n2', '192.0.2.2'));
+    expect(JSON.parse(back.value.toString())).to.deep.equal({
+      ...record('n2', '192.0.2.2'),
+      holder: { store: 'store-of-n2', boot: currentBootId() },
+    });
     await until('n1 follows the record back', () => a.status().rejected.length === 0);
     expect(a.peers().get('n2')!.underlay).to.deep.equal(['192.0.2.2']);
     expect(seen, 'n1 was never given another n2').to.deep.equal([]);

@@ -26,6 +26,17 @@ describe('etcd node record', () => {
     expect(decode(routedOnly).record).to.deep.equal(routedOnly);
   });
 
+  it("carries its writer's stamp (store and boot) apart from the record, and reads an unstamped one as before", () => {
+    const stamped = encodeRecord(good, { store: 's1', boot: 'b1' });
+    expect(JSON.parse(stamped)).to.deep.equal({ ...good, holder: { store: 's1', boot: 'b1' } });
+    expect(decodeRecord('n2', stamped)).to.deep.equal({
+      record: good,
+      announced: [],
+      holder: { store: 's1', boot: 'b1' },
+    });
+    expect(decodeRecord('n2', encodeRecord(good))).to.not.have.property('holder');
+  });
+
   it('round-trips the tunnel addresses (vtep.gateways), and an old record without them reads as it was', () => {
     const withTunnel: NodeRecord = {
       ...good,
@@ -112,6 +123,11 @@ describe('etcd node record', () => {
       'a malformed endpoint',
       { ...good, endpoints: [{ id: 'd', underlay: '192.0.2.9', mtu: 1500, prefixes: [] }] },
       /has an invalid endpoint list: endpoints\[0\]\.vtep must be an object/,
+    ],
+    [
+      'a holder that is not a stamp',
+      { ...good, holder: { store: 's1' } },
+      /"holder" field that is not \{"store","boot"\}/,
     ],
     ['prefixes not a list', { ...good, prefixes: '10.96.0.0/26' }, /"prefixes" field that is not a list/],
   ];

@@ -55,6 +55,17 @@ function fresh(keys: Map<string, string>): PeerTable {
   return t;
 }
 
+/** An alive key's value as a daemon writes it (alive-key.ts); `stamps` false: a daemon of an earlier version. */
+const alive = (store: string, boot: string, stamps = true): string =>
+  JSON.stringify({
+    store,
+    boot,
+    host: `host-of-${store}`,
+    pid: 42,
+    since: '2026-01-01T00:00:00.000Z',
+    ...(stamps ? { stampsRecord: true } : {}),
+  });
+
 describe('etcd peer table', () => {
   it('ends where a table built from the final keys ends, whatever the order of changes', () => {
     for (let seed = 1; seed <= 200; seed++) {
@@ -175,5 +186,97 @@ describe('etcd peer table', () => {
     expect(t.rejected().join('\n')).to.match(
       /node b: its record was written without a lease .*; record ignored/,
     );
+  });
+
+  it("uses a held name's record only when its stamp names the holder, keeps the last one that did meanwhile, and lets a record of a name nobody holds stand", () => {
+    const t = new PeerTable('self', layouts);
+    const stamp = { store: 's1', boot: 'b1' };
+    t.put('blocks/10.96.0.64-26', 'a', '0');
+    t.put('nodes/a/alive', alive('s1', 'b1'), '99');
+    t.put('nodes/a', record('a', { holder: stamp }), LEASE);
+    t.recompute();
+    const before = t.peers().get('a');
+    expect(before?.underlay).to.deep.equal(['192.0.2.97']);
+    expect(t.rejected()).to.deep.equal([]);
+    const held =
+      "node name a's holder, the daemon of store s1 on host host-of-s1 (pid 42, since 2026-01-01T00:00:00.000Z) (its alive key)";
+    const stays =
+      ", and the node's daemon is alive: its last record stays in use until it writes its own again; record ignored";
+    // Leased records of other writers: unstamped (an older daemon, another program), stamped by
+    // another daemon (a clone on another boot, or the same boot with other state), unreadable.
+    const foreign: Array<[string, string]> = [
+      [
+        record('a', { underlay: ['192.0.2.66'] }),
+        `node a: its record names no daemon that wrote it, but ${held}, which stamps every record it writes: ` +
+          `an older daemon given the same name, or another program, wrote this one${stays}`,
+      ],
+      [
+        record('a', { underlay: ['192.0.2.66'], holder: { store: 's1', boot: 'b2' } }),
+        `node a: its record was written by the daemon of store s1 (boot b2), not by ${held}${stays}`,
+      ],
+      [
+        record('a', { underlay: ['192.0.2.66'], holder: { store: 's2', boot: 'b1' } }),
+        `node a: its record was written by the daemon of store s2 (boot b1), not by ${held}${stays}`,
+      ],
+      ['{broken', `node a: its record is not JSON, so it is not the record of ${held}${stays}`],
+    ];
+    for (const [value, why] of foreign) {
+      t.put('nodes/a', value, '1234');
+      expect(t.recompute(), 'no change for the fabric').to.equal(false);
+      expect(t.peers().get('a')).to.deep.equal(before);
+      expect(t.rejected()).to.deep.equal([why]);
+    }
+    // A full list that finds the foreign record keeps the last good one too.
+    t.clear();
+    t.put('blocks/10.96.0.64-26', 'a', '0');
+    t.put('nodes/a/alive', alive('s1', 'b1'), '99');
+    t.put('nodes/a', record('a', { underlay: ['192.0.2.66'] }), '1234');
+    expect(t.recompute()).to.equal(false);
+    expect(t.peers().get('a')).to.deep.equal(before);
+    // The holder writes its own back (an alive key with other host and pid is the same daemon: the
+    // stamp is compared on store and boot).
+    t.put('nodes/a/alive', JSON.stringify({ boot: 'b1', store: 's1', stampsRecord: true }), '99');
+    t.put('nodes/a', record('a', { mtu: 1450, holder: stamp }), LEASE);
+    t.recompute();
+    expect(t.peers().get('a')?.mtu).to.equal(1450);
+    expect(t.rejected()).to.deep.equal([]);
+    // The daemon stops (its alive key goes, its record stays until its lease expires): still routed.
+    t.delete('nodes/a/alive');
+    expect(t.recompute()).to.equal(false);
+    expect(t.peers().get('a')?.mtu).to.equal(1450);
+    // With no holder, a leased record stands whoever wrote it, as before stamps: its lease ends it.
+    t.put('nodes/a', record('a', { underlay: ['192.0.2.66'], holder: { store: 's2', boot: 'b2' } }), '1234');
+    t.recompute();
+    expect(t.peers().get('a')?.underlay).to.deep.equal(['192.0.2.66']);
+    t.delete('nodes/a');
+    t.recompute();
+    expect(t.peers().has('a')).to.equal(false);
+  });
+
+  it('routes the unstamped records of a daemon of an earlier version, whose alive key does not say it stamps, through a rolling upgrade', () => {
+    const t = new PeerTable('self', layouts);
+    t.put('blocks/10.96.0.64-26', 'a', '0');
+    t.put('nodes/a/alive', alive('s1', 'b1', false), '99');
+    t.put('nodes/a', record('a'), LEASE);
+    t.recompute();
+    expect(t.peers().get('a')?.underlay).to.deep.equal(['192.0.2.97']);
+    expect(t.rejected()).to.deep.equal([]);
+    // A newer daemon that does not hold the name is still refused: its stamp names another.
+    t.put('nodes/a', record('a', { underlay: ['192.0.2.66'], holder: { store: 's2', boot: 'b2' } }), '1234');
+    t.recompute();
+    expect(t.peers().get('a')?.underlay).to.deep.equal(['192.0.2.97']);
+    expect(t.rejected().join('\n')).to.match(/was written by the daemon of store s2 \(boot b2\), not by/);
+    t.put('nodes/a', record('a'), LEASE);
+    t.recompute();
+    // The node's daemon is upgraded: it takes the name, its old record (unstamped) is no longer its
+    // holder's, the node stays routed by it until the new daemon writes its own.
+    t.put('nodes/a/alive', alive('s1', 'b1'), '100');
+    expect(t.recompute()).to.equal(false);
+    expect(t.peers().get('a')?.underlay).to.deep.equal(['192.0.2.97']);
+    expect(t.rejected().join('\n')).to.match(/names no daemon that wrote it/);
+    t.put('nodes/a', record('a', { mtu: 1450, holder: { store: 's1', boot: 'b1' } }), LEASE);
+    t.recompute();
+    expect(t.peers().get('a')?.mtu).to.equal(1450);
+    expect(t.rejected()).to.deep.equal([]);
   });
 });
