@@ -8,8 +8,8 @@ import { fabricCarriage } from './fabric-carriage';
 import type { FabricAgent } from './fabric-plan';
 
 // Which of the node's agents carry the fabric. An agent that can (fabric-carriage.ts) carries it only
-// at an address (and VTEP MAC) no other node's underlay, VTEP or DPU and no other DPU of this node
-// already has (endpoint-clash.ts): the holder is the incumbent and keeps it. The newcomer still serves
+// with a VTEP MAC no other node's VTEP or DPU states and at an address no other DPU of this node has
+// (endpoint-clash.ts): the holder is the incumbent and keeps it. The newcomer still serves
 // ports, says why in its row of `workloadnet dpus` and the log, and is admitted the moment the holder
 // is gone (a table without it, a DPU that moved). An agent admitted before the first table is checked
 // against it when it comes: the cluster's nodes were there first.
