@@ -67,7 +67,15 @@ describe('DPU fabric plan', () => {
       Object.fromEntries<FabricBody>([
         [
           'vtep',
-          { name: 'vtep', localVtep: { address: '10.0.1.11', mac: dpuVtepMac('10.0.1.11', 'n1', 'dpu-a'), ...vx, mtu: 1450 } },
+          {
+            name: 'vtep',
+            localVtep: {
+              address: '10.0.1.11',
+              mac: dpuVtepMac('10.0.1.11', 'n1', 'dpu-a'),
+              ...vx,
+              mtu: 1450,
+            },
+          },
         ],
         ['prefix/10.244.0.0/26', { name: 'prefix/10.244.0.0/26', localPrefix: { prefix: '10.244.0.0/26' } }],
         [
