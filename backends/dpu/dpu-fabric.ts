@@ -96,6 +96,7 @@ export class DpuFabric implements FabricDataplane {
   constructor(private readonly deps: DpuFabricDeps) {
     this.carriers = new CarrierAdmission({
       ...deps,
+      named: () => this.settings?.nodeName,
       left: (id) => {
         this.planners.delete(id);
         this.holders?.forget(id);
@@ -173,7 +174,7 @@ export class DpuFabric implements FabricDataplane {
       id: a.id,
       underlay: a.address,
       mtu: a.uplinkMtu,
-      vtep: { mac: dpuVtepMac(a.address, this.deps.node, a.id), vni, port },
+      vtep: { mac: dpuVtepMac(a.address, this.settings?.nodeName, a.id), vni, port },
       prefixes: [...(this.own.byEndpoint.get(a.id) ?? [])],
     }));
   }

@@ -19,9 +19,9 @@ import { RouteVia, type FabricObject } from '../../proto/gen/workloadnet/dpu/v1/
 // lets a newcomer displace an established endpoint (a snapshot lists objects by name). Across a daemon
 // restart `held` comes from the store (fabric-holders.ts).
 //
-// This node's DPUs' MACs are derived from the node's name, the agent's id and its address
-// (dpuVtepMac), the same derivation as the one endpoints() publishes; a remote endpoint's MAC is the
-// one its record states.
+// This node's DPUs' MACs are derived from the node's name (settings.nodeName, given with a source
+// that publishes records), the agent's id and its address (dpuVtepMac), as endpoints() publishes them;
+// a remote endpoint's MAC is the one its record states.
 //
 // A route carries the smaller of the agent's overlay MTU and its target's (the uplink MTU the target
 // states, less the encapsulation): what the pods behind the target carry, and no more.
@@ -43,7 +43,7 @@ export interface FabricPlanInput {
   locals: readonly FabricAgent[];
   peers: readonly Peer[];
   own: OwnPrefixes;
-  settings: Pick<FabricSettings, 'vni' | 'port'>;
+  settings: Pick<FabricSettings, 'vni' | 'port' | 'nodeName'>;
   /** Who held each identity in the previous plan (identityOwners() of it); none: a first plan. */
   held?: ReadonlyMap<string, string>;
 }
@@ -94,7 +94,7 @@ export interface PlanPart {
 }
 
 /** The agent's own objects: its VTEP and its slices (whose prefixes are never routed elsewhere). */
-export function planOwn(input: Pick<FabricPlanInput, 'node' | 'agent' | 'own' | 'settings'>): {
+export function planOwn(input: Pick<FabricPlanInput, 'agent' | 'own' | 'settings'>): {
   objects: FabricBody[];
   prefixes: string[];
 } {
@@ -103,7 +103,7 @@ export function planOwn(input: Pick<FabricPlanInput, 'node' | 'agent' | 'own' | 
     name: VTEP_OBJECT,
     localVtep: {
       address: agent.address,
-      mac: dpuVtepMac(agent.address, input.node, agent.id),
+      mac: dpuVtepMac(agent.address, settings.nodeName, agent.id),
       vni: settings.vni,
       port: settings.port,
       mtu: overlayMtu(agent),
@@ -132,7 +132,7 @@ export function planLocalPart(
           node,
           endpoint: other.id,
           address: other.address,
-          mac: dpuVtepMac(other.address, node, other.id),
+          mac: dpuVtepMac(other.address, settings.nodeName, other.id),
           vni: settings.vni,
           port: settings.port,
         },

@@ -301,7 +301,7 @@ function sameHolders(a: ReadonlyMap<string, string>, b: ReadonlyMap<string, stri
 function contextShape(c: PlanContext): string {
   const own = [...c.own.byEndpoint.entries()].sort((x, y) => (x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0));
   const locals = [...c.locals].sort((x, y) => (x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
-  return JSON.stringify([c.node, c.agent, locals, own, c.settings.vni, c.settings.port]);
+  return JSON.stringify([c.node, c.agent, locals, own, c.settings.vni, c.settings.port, c.settings.nodeName]);
 }
 
 function sortedIndex(list: string[], key: string): number {

@@ -3,7 +3,7 @@ import * as path from 'node:path';
 import type { DpuBackend } from '../../backends/dpu';
 import { LinuxFabric } from '../../backends/linux/fabric/linux-fabric';
 import type { Peer } from '../../core/fabric/peer-source';
-import { dpuVtepMac, vtepMac } from '../../lib/vtep-mac';
+import { vtepMac } from '../../lib/vtep-mac';
 import { attachTo, testSpec } from '../support/attach-spec';
 import { describeRoot } from '../support/describe-root';
 import { netnsPath } from '../support/netns';
@@ -19,10 +19,9 @@ import { netnsInode } from '../backends/linux/netns-fixture';
 // A rogue DPU agent (a gRPC client built from the project's protos) shadows node r0: it connects to
 // node n1's daemon stating r0's underlay address as its uplink, leaves, and comes back with another
 // address, while n1's own DPU A (the simulator in netns mode, a real kernel VXLAN device) reboots in
-// between. A's pod must reach r0's pod (a Linux-backend node) throughout: the rogue's VTEP MAC is its
-// own (derived from n1/dpu-rogue), so it takes no FDB key, and A's plan leaves it out while r0 holds the
-// address: A's FDB entry for r0 is never given to it. n1's name sorts before r0's, so that a snapshot
-// listing both the rogue's endpoint and r0 names the rogue first.
+// between. A's pod must reach r0's pod (a Linux-backend node) throughout: the rogue is refused as a
+// carrier while r0 holds the address, and A's FDB entry for r0 is never given to it. n1's name sorts
+// before r0's, so that a snapshot listing both the rogue's endpoint and r0 names the rogue first.
 
 const SLICE = '10.244.1.0/24';
 const POD_IP = '10.244.1.5';
@@ -99,8 +98,7 @@ describeRoot(
       // r0 runs the host fabric and takes DPU A as n1's endpoint; n1 takes r0 from its peer table.
       linux = new LinuxFabric({ hostNetnsPath: netnsPath(r0().ns), monitor: false });
       const local = await linux.prepare(settings('vxlan'));
-      // What n1's record says of A: the MAC its daemon derives and programs on A's VTEP.
-      const toA = { mac: dpuVtepMac(dpuA.address, 'n1', 'dpu-a'), vni: 30574, port: 4789 };
+      const toA = { mac: vtepMac(dpuA.address), vni: 30574, port: 4789 };
       await linux.apply([
         { node: 'n1', underlay: [dpuA.address], mtu: 1500, vtep: toA, bootId: '', prefixes: [SLICE] },
       ]);
@@ -136,15 +134,10 @@ describeRoot(
         "the rogue's row",
       );
       expect(await reachesR0(), 'pa → r0 with the rogue connected').to.equal(true);
-      const rogueMac = backend!.fabric.local().endpoints?.find((e) => e.id === 'dpu-rogue')?.vtep.mac;
-      expect(rogueMac, "its own MAC, not r0's").to.equal(dpuVtepMac(r0().address, 'n1', 'dpu-rogue'));
-      expect(rogueMac).to.not.equal(r0Peer.vtep?.mac);
-      await waitUntil(
-        () => backend!.fabric.report().peers.some((p) => p.node === 'r0' && p.path === 'vxlan'),
-        'the report after the rogue came',
-      );
-      expect(heldByA('peer/n1/dpu-rogue'), 'A leaves it out: r0 holds the address').to.equal(undefined);
-      expect(await fdbOfA(), "A's FDB").to.include(r0Fdb());
+      const row = (await backend!.health()).dpus?.find((d) => d.id === 'dpu-rogue')?.fabric;
+      expect(row?.carries, 'the rogue does not carry the fabric').to.equal(false);
+      expect(row?.note).to.include(`its uplink address ${r0().address} is node r0's underlay address`);
+      expect(heldByA('peer/n1/dpu-rogue'), 'A is told nothing of it').to.equal(undefined);
 
       // Departure, then A reboots (a new boot id: its tables start empty and take the whole snapshot).
       rogue.close();
@@ -160,7 +153,7 @@ describeRoot(
       // while its port comes back, but never for good (a lost FDB entry stays lost).
       await waitUntil(reachesR0, 'pa → r0 after the rogue left and A rebooted', 20_000, { intervalMs: 200 });
 
-      // Return at another address: nothing holds it, so A tunnels to the rogue there; r0 keeps its entry.
+      // Return at another address: nothing holds it, so the rogue now carries the fabric; r0 keeps its entry.
       rogue = connectRogue(ROGUE_RETURNS_AT);
       await waitUntil(
         () => heldByA('peer/n1/dpu-rogue')?.peer?.address === ROGUE_RETURNS_AT,
@@ -171,7 +164,7 @@ describeRoot(
       expect(await reachesR0(), 'pa → r0 after the rogue came back elsewhere').to.equal(true);
       expect(await fdbOfA(), "A's FDB").to.include.members([
         r0Fdb(),
-        `${dpuVtepMac(ROGUE_RETURNS_AT, 'n1', 'dpu-rogue')} dst ${ROGUE_RETURNS_AT} self permanent`,
+        `${vtepMac(ROGUE_RETURNS_AT)} dst ${ROGUE_RETURNS_AT} self permanent`,
       ]);
       await waitUntil(() => backend!.fabric.report().ready, 'ready once A and the rogue acked', 30_000, {
         intervalMs: 100,

@@ -11,7 +11,7 @@ import {
   AgentMessage as AgentMessageCodec,
   type PeerState,
 } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
-import { dpuVtepMac, vtepMac } from '../../../lib/vtep-mac';
+import { vtepMac } from '../../../lib/vtep-mac';
 import { okAck, removeDir, scratchDir, startBackend } from './fixtures';
 import { RawAgent } from './raw-agent';
 import { fabricAck, fabricUpserts, snapshot, v3Hello } from './fabric-stream';
@@ -83,7 +83,7 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
     expect(first.end.syncComplete?.fabricCount).to.equal(0);
     await waitUntil(() => changes.length === 1, 'the new endpoint told to the listeners');
     expect(changes[0]?.endpoints?.map((e) => [e.id, e.underlay, e.vtep.mac])).to.deep.equal([
-      ['dpu-a', '10.0.1.11', dpuVtepMac('10.0.1.11', 'n1', 'dpu-a')],
+      ['dpu-a', '10.0.1.11', '0e:77:0a:00:01:0b'],
     ]);
     expect(b.fabric.report().reasons).to.include('the fabric has not been applied yet');
 

@@ -9,7 +9,6 @@ import {
   type FabricBody,
 } from '../../../backends/dpu/fabric-plan';
 import { FabricPlanner } from '../../../backends/dpu/fabric-planner';
-import { dpuVtepMac } from '../../../lib/vtep-mac';
 import { RouteVia } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 
 // What each DPU of a node must hold for the fabric: its VTEP and slices, every remote tunnel endpoint
@@ -67,28 +66,14 @@ describe('DPU fabric plan', () => {
       Object.fromEntries<FabricBody>([
         [
           'vtep',
-          {
-            name: 'vtep',
-            localVtep: {
-              address: '10.0.1.11',
-              mac: dpuVtepMac('10.0.1.11', 'n1', 'dpu-a'),
-              ...vx,
-              mtu: 1450,
-            },
-          },
+          { name: 'vtep', localVtep: { address: '10.0.1.11', mac: '0e:77:0a:00:01:0b', ...vx, mtu: 1450 } },
         ],
         ['prefix/10.244.0.0/26', { name: 'prefix/10.244.0.0/26', localPrefix: { prefix: '10.244.0.0/26' } }],
         [
           'peer/n1/dpu-b',
           {
             name: 'peer/n1/dpu-b',
-            peer: {
-              node: 'n1',
-              endpoint: 'dpu-b',
-              address: '10.0.1.12',
-              mac: dpuVtepMac('10.0.1.12', 'n1', 'dpu-b'),
-              ...vx,
-            },
+            peer: { node: 'n1', endpoint: 'dpu-b', address: '10.0.1.12', mac: '0e:77:0a:00:01:0c', ...vx },
           },
         ],
         route('10.244.0.64/26', 'peer/n1/dpu-b', 1450),
