@@ -8,8 +8,9 @@ import { fabricCarriage } from './fabric-carriage';
 import type { FabricAgent } from './fabric-plan';
 
 // Which of the node's agents carry the fabric. An agent that can (fabric-carriage.ts) carries it only
-// at an address (and VTEP MAC) no other node's underlay, VTEP or DPU and no other DPU of this node
-// already has (endpoint-clash.ts): the holder is the incumbent and keeps it. The newcomer still serves
+// with a VTEP MAC no other node's VTEP or DPU states, and at an address no other DPU of this node has
+// (nor, while MACs are derived from addresses alone, another node: endpoint-clash.ts): the holder is
+// the incumbent and keeps it. The newcomer still serves
 // ports, says why in its row of `workloadnet dpus` and the log, and is admitted the moment the holder
 // is gone (a table without it, a DPU that moved). An agent admitted before the first table is checked
 // against it when it comes: the cluster's nodes were there first.
@@ -22,6 +23,8 @@ export interface CarrierAdmissionDeps {
   link: AgentLink;
   sync: AgentSync;
   log: Logger;
+  /** The node name VTEP MACs are derived with (FabricSettings.nodeName); none: from addresses alone. */
+  named(): string | undefined;
   /** An agent's endpoint left this node: its plan goes with it. */
   left(agentId: string): void;
 }
@@ -56,7 +59,7 @@ export class CarrierAdmission {
     const why =
       known?.address === c.address
         ? undefined
-        : endpointClash(agent, this.deps.node, this.agents.values(), peers ?? []);
+        : endpointClash(agent, this.deps.node, this.agents.values(), peers ?? [], this.deps.named());
     if (why !== undefined) {
       this.refuse(agent, why);
       if (!known) return false;
@@ -113,7 +116,7 @@ export class CarrierAdmission {
         this.refused.delete(id);
         continue;
       }
-      const why = endpointClash(agent, this.deps.node, this.agents.values(), peers ?? []);
+      const why = endpointClash(agent, this.deps.node, this.agents.values(), peers ?? [], this.deps.named());
       if (why !== undefined) this.refuse(agent, why);
       else {
         this.admit(agent, undefined, peers);
@@ -129,7 +132,7 @@ export class CarrierAdmission {
     let changed = false;
     for (const id of this.unchecked) {
       const agent = this.agents.get(id);
-      const why = agent && endpointClash(agent, this.deps.node, [], peers);
+      const why = agent && endpointClash(agent, this.deps.node, [], peers, this.deps.named());
       if (!agent || why === undefined) continue;
       this.leave(id);
       this.refuse(agent, why);

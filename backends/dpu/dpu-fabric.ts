@@ -13,7 +13,7 @@ import type { Peer, TunnelEndpoint } from '../../core/fabric/peer-source';
 import { LogRate } from '../../core/log-rate';
 import type { Logger } from '../../core/logger';
 import { monotonicMs } from '../../core/monotonic-clock';
-import { vtepMac } from '../../lib/vtep-mac';
+import { dpuVtepMac } from '../../lib/vtep-mac';
 import type { PeerState } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { AgentFabricIndex } from './agent-fabric-index';
 import type { AgentLink } from './agent-link';
@@ -23,6 +23,7 @@ import type { AgentSyncState } from './agent-sync-state';
 import { CarrierAdmission } from './carrier-admission';
 import { DEFAULT_UPLINK_MTU } from './fabric-carriage';
 import { peerNodeOf, type FabricAgent } from './fabric-plan';
+import { DurableHolders, type HolderRecord } from './fabric-holders';
 import { FabricPlanner } from './fabric-planner';
 
 // The DPU backend's part of the fabric: the node's DPUs carry its overlay, not the host. Each agent
@@ -46,6 +47,9 @@ import { FabricPlanner } from './fabric-planner';
 // What an agent says of its peers is taken from each session for its duration, and only on the
 // FabricPeers that agent was sent (peer-state-book.ts): a lost agent's word is forgotten, so Status
 // says nothing for it rather than its last claims.
+//
+// Who holds each identity in an agent's plan outlives the daemon in its store (fabric-holders.ts): an
+// agent's first plan after a restart keeps the incumbents its last plan had.
 
 export interface DpuFabricDeps {
   /** This node's name, as the peer table names it. */
@@ -53,6 +57,8 @@ export interface DpuFabricDeps {
   link: AgentLink;
   sync: AgentSync;
   log: Logger;
+  /** The store, which keeps the endpoints' holders; none: they last as long as the daemon. */
+  holders?: () => HolderRecord;
 }
 
 const NO_OWN: OwnPrefixes = { ranges: [], byEndpoint: new Map() };
@@ -84,10 +90,28 @@ export class DpuFabric implements FabricDataplane {
   private readonly unsentLog = new LogRate(undefined, monotonicMs);
   /** Per agent: entries dropped for naming nothing it was sent, as of the last log line. */
   private readonly unsentLogged = new Map<string, number>();
+  /** Each agent's holders, kept in the store. */
+  private holders: DurableHolders | undefined;
 
   constructor(private readonly deps: DpuFabricDeps) {
-    this.carriers = new CarrierAdmission({ ...deps, left: (id) => this.planners.delete(id) });
+    this.carriers = new CarrierAdmission({
+      ...deps,
+      named: () => this.settings?.nodeName,
+      left: (id) => {
+        this.planners.delete(id);
+        this.holders?.forget(id);
+      },
+    });
     this.agents = this.carriers.agents;
+    if (deps.holders) this.keepHoldersIn(deps.holders);
+  }
+
+  /**
+   * Keeps the endpoints' holders in `open()`'s store (reached at the first plan): called before the
+   * first apply, so that every agent's first plan starts from what the last daemon held.
+   */
+  keepHoldersIn(open: () => HolderRecord): void {
+    this.holders = new DurableHolders(open, this.deps.log);
   }
 
   /** Whether the fabric is on (prepare() ran). */
@@ -150,7 +174,7 @@ export class DpuFabric implements FabricDataplane {
       id: a.id,
       underlay: a.address,
       mtu: a.uplinkMtu,
-      vtep: { mac: vtepMac(a.address), vni, port },
+      vtep: { mac: dpuVtepMac(a.address, this.settings?.nodeName, a.id), vni, port },
       prefixes: [...(this.own.byEndpoint.get(a.id) ?? [])],
     }));
   }
@@ -283,7 +307,7 @@ export class DpuFabric implements FabricDataplane {
 
   stop(): Promise<void> {
     // The agents keep their fabric: pods keep reaching their peers while the daemon is away.
-    return Promise.resolve();
+    return this.holders?.stop() ?? Promise.resolve();
   }
 
   // ---- internals -----------------------------------------------------------------------------
@@ -298,10 +322,14 @@ export class DpuFabric implements FabricDataplane {
     for (const agent of locals) {
       let planner = this.planners.get(agent.id);
       if (!planner) {
-        planner = new FabricPlanner();
+        planner = new FabricPlanner(this.holders?.restored(agent.id));
         this.planners.set(agent.id, planner);
       }
       const plan = planner.update({ node: this.deps.node, agent, locals, own: this.own, settings }, peers);
+      if (planner.holdersChanged) {
+        const p = planner;
+        this.holders?.changed(agent.id, () => p.holders);
+      }
       replanned += planner.replanned;
       changed += this.deps.sync.setFabric(agent.id, plan);
       this.logClashes(agent.id, planner.refused);

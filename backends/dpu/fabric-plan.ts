@@ -3,7 +3,7 @@ import type { FabricSettings, OwnPrefixes } from '../../core/fabric/fabric-datap
 import type { Peer } from '../../core/fabric/peer-source';
 import { encapsulationOverhead } from '../../core/fabric/pod-mtu';
 import { cidrContains, formatAddress, parseAddress, parseCidr, type Cidr } from '../../lib/cidr';
-import { vtepMac } from '../../lib/vtep-mac';
+import { dpuVtepMac } from '../../lib/vtep-mac';
 import { RouteVia, type FabricObject } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 
 // What one agent must hold for the fabric, from the peer table, this node's prefixes as the core cut
@@ -16,7 +16,12 @@ import { RouteVia, type FabricObject } from '../../proto/gen/workloadnet/dpu/v1/
 // endpoints stating one MAC or one address cannot both be held. The incumbent keeps it: the endpoint
 // that held that MAC or address in the previous plan (`held`), else the agent's own VTEP, then the
 // plan's order. A newcomer is left out, with its routes, until it no longer clashes; name order never
-// lets a newcomer displace an established endpoint (a snapshot lists objects by name).
+// lets a newcomer displace an established endpoint (a snapshot lists objects by name). Across a daemon
+// restart `held` comes from the store (fabric-holders.ts).
+//
+// This node's DPUs' MACs are derived from the node's name (settings.nodeName, given with a source
+// that publishes records), the agent's id and its address (dpuVtepMac), as endpoints() publishes them;
+// a remote endpoint's MAC is the one its record states.
 //
 // A route carries the smaller of the agent's overlay MTU and its target's (the uplink MTU the target
 // states, less the encapsulation): what the pods behind the target carry, and no more.
@@ -38,7 +43,7 @@ export interface FabricPlanInput {
   locals: readonly FabricAgent[];
   peers: readonly Peer[];
   own: OwnPrefixes;
-  settings: Pick<FabricSettings, 'vni' | 'port'>;
+  settings: Pick<FabricSettings, 'vni' | 'port' | 'nodeName'>;
   /** Who held each identity in the previous plan (identityOwners() of it); none: a first plan. */
   held?: ReadonlyMap<string, string>;
 }
@@ -98,7 +103,7 @@ export function planOwn(input: Pick<FabricPlanInput, 'agent' | 'own' | 'settings
     name: VTEP_OBJECT,
     localVtep: {
       address: agent.address,
-      mac: vtepMac(agent.address),
+      mac: dpuVtepMac(agent.address, settings.nodeName, agent.id),
       vni: settings.vni,
       port: settings.port,
       mtu: overlayMtu(agent),
@@ -127,7 +132,7 @@ export function planLocalPart(
           node,
           endpoint: other.id,
           address: other.address,
-          mac: vtepMac(other.address),
+          mac: dpuVtepMac(other.address, settings.nodeName, other.id),
           vni: settings.vni,
           port: settings.port,
         },

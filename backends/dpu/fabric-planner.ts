@@ -30,7 +30,10 @@ import {
 // "unchanged" without comparing them.
 //
 // Two endpoints stating one VTEP MAC or address are decided by incumbency (fabric-plan.ts): such a
-// table is planned whole, given who held each identity in the plan before this update.
+// table is planned whole, given who held each identity in the plan before this update. A planner made
+// after a daemon restart starts from the holders the last daemon kept (fabric-holders.ts), so its first
+// plan keeps them as the previous plan would have; `holdersChanged` tells when they are worth keeping
+// again.
 
 /** Everything of the plan's input but the peers. */
 export type PlanContext = Omit<FabricPlanInput, 'peers'>;
@@ -69,11 +72,25 @@ export class FabricPlanner {
   replanned = 0;
   /** Endpoints the last plan left out, each with the object that holds its identity. */
   refused = new Map<string, string>();
+  /** Whether the last update changed which object holds an identity (or made the first plan). */
+  holdersChanged = false;
+
+  /** `held`: who held each identity before this planner existed (a restart); none, a first plan. */
+  constructor(held?: ReadonlyMap<string, string>) {
+    // The first update plans from scratch, taking what `identities` held before it as the last plan's.
+    if (held) this.identities = new Map(held);
+  }
+
+  /** Which object holds each identity in the plan last returned (the planner's own map: read, not kept). */
+  get holders(): ReadonlyMap<string, string> {
+    return this.identities;
+  }
 
   /** The plan for `peers` under `context`: the whole map, updated in place. */
   update(context: PlanContext, peers: readonly Peer[]): ReadonlyMap<string, FabricBody> {
     const text = contextShape(context);
     this.journal = [];
+    this.holdersChanged = false;
     if (text !== this.context) return this.rebuild(context, text, peers, hasTwice(peers, context.node));
     const stamp = ++this.updates;
     for (const p of peers) {
@@ -114,6 +131,7 @@ export class FabricPlanner {
       if (!this.addPart(key, part)) return this.rebuild(context, text, peers, true);
       this.replanned++;
     }
+    this.holdersChanged = this.journalMoved();
     return this.plan;
   }
 
@@ -163,6 +181,7 @@ export class FabricPlanner {
       this.plan = planFabric({ ...context, peers, held }, this.refused);
       this.identities = identityOwners(this.plan);
     }
+    this.holdersChanged = !sameHolders(held, this.identities);
     return this.plan;
   }
 
@@ -217,6 +236,18 @@ export class FabricPlanner {
     else this.identities.set(key, holder);
   }
 
+  /** Whether this update's changes to `identities` left one with another holder than before it. */
+  private journalMoved(): boolean {
+    const seen = new Set<string>();
+    for (const [key, before] of this.journal) {
+      // The first entry of a key has its holder before the update.
+      if (seen.has(key)) continue;
+      seen.add(key);
+      if (this.identities.get(key) !== before) return true;
+    }
+    return false;
+  }
+
   /** Who held each identity in the plan last returned (this update's changes undone). */
   private heldBefore(): Map<string, string> {
     const held = new Map(this.identities);
@@ -261,10 +292,16 @@ function hasTwice(peers: readonly Peer[], self: string): boolean {
   return false;
 }
 
+function sameHolders(a: ReadonlyMap<string, string>, b: ReadonlyMap<string, string>): boolean {
+  if (a.size !== b.size) return false;
+  for (const [key, holder] of a) if (b.get(key) !== holder) return false;
+  return true;
+}
+
 function contextShape(c: PlanContext): string {
   const own = [...c.own.byEndpoint.entries()].sort((x, y) => (x[0] < y[0] ? -1 : x[0] > y[0] ? 1 : 0));
   const locals = [...c.locals].sort((x, y) => (x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
-  return JSON.stringify([c.node, c.agent, locals, own, c.settings.vni, c.settings.port]);
+  return JSON.stringify([c.node, c.agent, locals, own, c.settings.vni, c.settings.port, c.settings.nodeName]);
 }
 
 function sortedIndex(list: string[], key: string): number {

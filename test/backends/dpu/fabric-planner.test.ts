@@ -92,6 +92,9 @@ const changed = (c: ReturnType<FabricDesired['set']>): { upserts: string[]; dele
   deletes: c.deletes.map((d) => d.name).sort(),
 });
 
+const sameEntries = (a: ReadonlyMap<string, string>, b: ReadonlyMap<string, string>): boolean =>
+  a.size === b.size && [...a].every(([k, v]) => b.get(k) === v);
+
 describe('DPU fabric plan kept between applies (per-peer re-plan)', () => {
   it('equals the whole plan, and sends the same changes, after any sequence of changes', () => {
     fc.assert(
@@ -117,8 +120,13 @@ describe('DPU fabric plan kept between applies (per-peer re-plan)', () => {
               const held = identityOwners(last.get(agent.id) ?? new Map());
               const expected = planFabric({ ...context, peers: table, held });
               last.set(agent.id, expected);
-              const got = (planners.get(agent.id) as FabricPlanner).update(context, table);
+              const planner = planners.get(agent.id) as FabricPlanner;
+              const got = planner.update(context, table);
               expect(sorted(got)).to.deep.equal(sorted(expected));
+              // What the store is given: the plan's holders, and a change only when one moved.
+              const owners = identityOwners(expected);
+              expect([...planner.holders].sort()).to.deep.equal([...owners].sort());
+              expect(planner.holdersChanged).to.equal(!sameEntries(held, owners));
               const a = changed((kept.get(agent.id) as FabricDesired).set(got, next));
               const b = changed((whole.get(agent.id) as FabricDesired).set(expected, next));
               expect(a).to.deep.equal(b);
