@@ -172,6 +172,9 @@ const NEW_UNTIL_RECONCILED_KEY = 'newUntilReconciled';
  */
 const ADOPTED_AGENTS_KEY = 'adoptedAgents';
 
+/** Meta key prefix: a DPU agent id after it → that agent's fabric identity holders. */
+const FABRIC_HOLDERS_PREFIX = 'dpuFabricHolders/';
+
 /** The data file inside the state directory. */
 export const STORE_FILE = 'workloadnet.mdb';
 
@@ -179,6 +182,7 @@ export class Store {
   private readonly health: StoreWriteHealth;
   private identityValue!: StoreIdentity;
   private isNewValue = false;
+  private closed = false;
   private readonly bootId: string;
   /** Writes begun and not settled, and writes settled (see writeMark). */
   private writing = 0;
@@ -511,16 +515,33 @@ export class Store {
     return c && typeof c === 'object' ? (c as Record<string, string>) : {};
   }
 
+  /**
+   * The DPU fabric's identity holders for one agent as last recorded (backends/dpu/fabric-holders.ts
+   * checks the shape), or undefined.
+   */
+  fabricHolders(agentId: string): unknown {
+    return this.meta.get(`${FABRIC_HOLDERS_PREFIX}${agentId}`);
+  }
+
+  /** Records them in one durable transaction; undefined removes the record. */
+  async putFabricHolders(agentId: string, value: unknown): Promise<void> {
+    const key = `${FABRIC_HOLDERS_PREFIX}${agentId}`;
+    await this.write(() => void (value === undefined ? this.meta.remove(key) : this.meta.put(key, value)));
+  }
+
   async close(): Promise<void> {
+    this.closed = true;
     this.health.stop();
     await this.root.close();
   }
 
   /**
    * One durable write transaction. A full or failing disk rejects it with a WorkloadNetError naming the
-   * store (see store-write-health.ts) and never ends the process.
+   * store (see store-write-health.ts) and never ends the process; so does a write after close (a
+   * background writer finishing late), which lmdb would throw outside any caller.
    */
   private write(body: () => void): Promise<void> {
+    if (this.closed) return Promise.reject(failedPrecondition(`the state store in ${this.dir} is closed`));
     return this.tracked(() => this.health.run(() => this.root.transaction(body)));
   }
 
