@@ -174,12 +174,10 @@ export class DpuBackend implements Backend {
       replumb: (agentId) => replumbRecreatedEndpoints(replumb, agentId),
       // Only a whole snapshot ends a new store's doubt about the agent's unlisted ports (keep-unlisted.ts).
       synced: (agentId) => this.keep.snapshotApplied(agentId),
-      established: (sess) => {
-        this.keep.beforeSnapshot(sess.agentId);
-        this.fabric.established(sess);
-      },
+      keepsUnlisted: (agentId) => this.keep.keeps(agentId),
+      established: (sess) => this.fabric.established(sess),
     });
-    this.keep = new KeepUnlisted(this.sync, this.log);
+    this.keep = new KeepUnlisted(this.log);
     this.fabric = new DpuFabric({
       node: opts.nodeName ?? '',
       link: this.link,
@@ -462,8 +460,7 @@ export class DpuBackend implements Backend {
       else outcome.healthy.push(att.key);
     }
     // Only now may a snapshot go out: before this point it would have told the agent to drop ports.
-    const connected = this.link.sessions().map((s) => s.agentId);
-    this.keep.restored(opts.storeIsNew, opts.adoption, connected);
+    this.keep.restored(opts.storeIsNew, opts.adoption);
     let sessions = this.sync.prime();
     if (sessions.length === 0 && outcome.missing.length > 0) {
       // The core repairs missing ports right after this returns, which needs an agent; one that is
