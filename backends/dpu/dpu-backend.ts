@@ -407,11 +407,41 @@ export class DpuBackend implements Backend {
           'could not return the endpoint netdev to the host',
         );
       }
+    } else if (!agentId && att.dataplane?.mac) {
+      hostError = await this.returnStranded(att);
     }
     // A row without an agent is an attach cut short before its agent answered: its agent was never
     // recorded, and the snapshot, which does not list the port, removes it.
     if (agentId) await this.sync.remove(att.key, agentId);
     if (hostError) throw hostError;
+  }
+
+  /**
+   * A row without the agent's answer is an attach cut short (core/reconcile/cut-short.ts): the daemon
+   * may have ended after the VF was moved into the workload, whose namespace keeps it, and the agent
+   * cannot hand that VF out again. Only the VF carrying the port's MAC and our mark goes back.
+   */
+  private async returnStranded(att: AttachmentView): Promise<WorkloadNetError | undefined> {
+    try {
+      const returned = await this.hostSide.returnStranded({
+        mac: att.dataplane?.mac ?? '',
+        netnsPath: att.netnsPath,
+        netnsInode: att.netnsInode,
+      });
+      if (returned)
+        this.log.warn(
+          { port: att.key, netns: att.netnsPath, returnedAs: returned },
+          'the VF of an attach cut short was left in its workload; returned to the host',
+        );
+      return undefined;
+    } catch (err) {
+      const failure = asWorkloadNetError(err);
+      this.log.warn(
+        { port: att.key, err: failure.message },
+        'could not return the VF of an attach cut short',
+      );
+      return failure;
+    }
   }
 
   async check(att: AttachmentView, scope: CheckScope = 'full'): Promise<Drift[]> {
