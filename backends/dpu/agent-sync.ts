@@ -18,17 +18,10 @@ import type { AgentSession } from './agent-session';
 import { AgentSyncState } from './agent-sync-state';
 import type { DesiredState } from './desired-state';
 import { fabricCarriage, type FabricCarriage } from './fabric-carriage';
-import { hostPortFirst } from './host-port-first';
 import type { FabricBody } from './fabric-plan';
 import type { PortFields } from './port-spec';
-import { SnapshotSync } from './snapshot-sync';
+import { SnapshotSender } from './snapshot-sender';
 import { UnexpectedAcks } from './unexpected-ack';
-
-/**
- * How long the whole snapshot waits, behind a snapshot of the ports, for their host ends to be
- * re-plumbed: a move stuck in a namespace must not hold the fabric back for long.
- */
-const FABRIC_AFTER_REPLUMB_MAX_MS = 2000;
 
 // Keeps each agent's ports in step with the desired state: a snapshot of its ports on every session it
 // opens, single changes in between, Deletes until they are confirmed, and what its acks and port
@@ -51,6 +44,11 @@ export interface AgentSyncDeps {
   /** Runs, unawaited, once the agent has applied a whole snapshot (its ports and fabric objects). */
   synced(agentId: string): void;
   /**
+   * Whether the agent's snapshots keep the ports they do not list: the store cannot vouch yet that
+   * what it lists is all there is on that agent (keep-unlisted.ts). Asked per agent, per snapshot.
+   */
+  keepsUnlisted(agentId: string): boolean;
+  /**
    * Runs when an agent's session is established, before its snapshot is built: the fabric plans the
    * agent's objects (and its neighbours' objects for it) so that the snapshot lists them.
    */
@@ -61,21 +59,27 @@ export class AgentSync implements LinkEvents {
   /** Per agent id: its snapshot in flight and its outstanding Deletes. */
   private readonly states = new Map<string, AgentSyncState>();
   private readonly logRate = new LogRate();
-  private epoch = 0;
   private isPrimed = false;
-  /**
-   * The store was new at start-up, so it cannot vouch that an empty (or short) desired state is all
-   * there is: snapshots then ask the agent to keep the ports they do not list.
-   */
-  keepUnlisted = false;
   private removedByAgents = 0;
   /** What each port ack leaves recorded as its endpoint (ack-endpoint.ts). */
   private readonly endpoints: AckEndpoints;
   private readonly unexpected: UnexpectedAcks;
+  private readonly snapshots: SnapshotSender;
 
   constructor(private readonly deps: AgentSyncDeps) {
     this.endpoints = new AckEndpoints(deps.log);
     this.unexpected = new UnexpectedAcks(deps.log);
+    this.snapshots = new SnapshotSender({
+      ...deps,
+      sendDelete: (agentId, name, generation, reason) => this.sendDelete(agentId, name, generation, reason),
+      replumb: (agentId) => this.replumb(agentId),
+    });
+  }
+
+  /** Whether the current (or last) snapshot of some agent kept the ports it did not list (Status). */
+  get keepUnlisted(): boolean {
+    for (const st of this.states.values()) if (st.sync?.keepUnlisted) return true;
+    return false;
   }
 
   /** Set once reconcile has restored the stored ports: before that a snapshot would wipe the agent. */
@@ -109,7 +113,7 @@ export class AgentSync implements LinkEvents {
   prime(): AgentSession[] {
     this.isPrimed = true;
     const sessions = this.deps.link.sessions();
-    for (const s of sessions) this.sendSnapshot(s);
+    for (const s of sessions) this.snapshots.send(s, this.stateOf(s.agentId));
     return sessions;
   }
 
@@ -167,7 +171,7 @@ export class AgentSync implements LinkEvents {
     const st = this.stateOf(agentId);
     const gen = this.deps.desired.delete(key) ?? this.deps.desired.tombstoneGeneration();
     this.supersede(key, agentId);
-    if (this.keepUnlisted) st.unconfirmedDeletes.set(key, gen);
+    if (this.deps.keepsUnlisted(agentId)) st.unconfirmedDeletes.set(key, gen);
     this.sendDelete(agentId, key, gen, reason);
   }
 
@@ -181,7 +185,7 @@ export class AgentSync implements LinkEvents {
     const gen = desired.delete(key);
     this.supersede(key, agentId);
     const st = this.stateOf(agentId);
-    if (gen !== undefined && this.keepUnlisted) st.unconfirmedDeletes.set(key, gen);
+    if (gen !== undefined && this.deps.keepsUnlisted(agentId)) st.unconfirmedDeletes.set(key, gen);
     const s = link.sessionOf(agentId);
     if (gen !== undefined && s && !s.healthy) {
       // A session gone quiet may still be alive, and may already hold its snapshot (with this port):
@@ -249,7 +253,7 @@ export class AgentSync implements LinkEvents {
       );
     }
     if (this.isPrimed) {
-      this.sendSnapshot(s);
+      this.snapshots.send(s, this.stateOf(s.agentId));
     } else {
       this.deps.log.info(
         { agentId: s.agentId },
@@ -309,7 +313,7 @@ export class AgentSync implements LinkEvents {
       if (endpoint === 'refused') {
         const sync = st.sync;
         if (sync?.sessionId === s.id && sync.ack(ack.name, ack.generation, false))
-          this.syncFinished(st, sync);
+          this.snapshots.finished(st, sync);
         return;
       }
       this.deps.desired.recordAck(ack.name, {
@@ -321,7 +325,7 @@ export class AgentSync implements LinkEvents {
       });
       const sync = st.sync?.sessionId === s.id ? st.sync : undefined;
       const listed = sync?.awaits(ack.name, ack.generation) === true;
-      if (sync && listed && sync.ack(ack.name, ack.generation, ok)) this.syncFinished(st, sync);
+      if (sync && listed && sync.ack(ack.name, ack.generation, ok)) this.snapshots.finished(st, sync);
       // A port of the snapshot is re-plumbed on its own ack, not after the whole snapshot: behind it
       // may come thousands of fabric objects, and a rebooted DPU's VF waits in the host meanwhile.
       else if (listed && ok && endpoint.endpoint?.netdev) void this.replumb(st.agentId);
@@ -451,7 +455,7 @@ export class AgentSync implements LinkEvents {
       st.fabric.recordAck(ack.name, { generation: ack.generation, ok, message: ack.message });
       const sync = st.sync;
       if (sync?.sessionId === s.id && sync.ack(ack.name, ack.generation, ok, ObjectKind.OBJECT_KIND_FABRIC))
-        this.syncFinished(st, sync);
+        this.snapshots.finished(st, sync);
       if (!ok) {
         const n = this.logRate.occurrence('fabric-nack');
         if (n !== undefined)
@@ -479,8 +483,6 @@ export class AgentSync implements LinkEvents {
     }
   }
 
-  // ---- snapshots -----------------------------------------------------------------------------
-
   private stateOf(agentId: string): AgentSyncState {
     let st = this.states.get(agentId);
     if (!st) {
@@ -488,99 +490,6 @@ export class AgentSync implements LinkEvents {
       this.states.set(agentId, st);
     }
     return st;
-  }
-
-  /**
-   * Sends `s` its snapshot. With ports and fabric objects both to list, the ports go first in a
-   * snapshot of their own (its fabric kept as it is), and the whole snapshot follows once they are
-   * acked and their host ends re-plumbed: behind 10,000 fabric objects, the agent would program a
-   * rebooted DPU's VFs, and the daemon move them back, only after it got through all of them, while
-   * every packet to a workload waits.
-   */
-  private sendSnapshot(s: AgentSession): void {
-    const st = this.stateOf(s.agentId);
-    const portsFirst =
-      st.carriage.carries && st.fabric.size > 0 && this.deps.desired.snapshot(s.agentId).length > 0;
-    this.sendSnapshotOf(s, st, { fabric: !portsFirst, keepUnlisted: this.keepUnlisted });
-  }
-
-  private sendSnapshotOf(
-    s: AgentSession,
-    st: AgentSyncState,
-    o: { fabric: boolean; keepUnlisted: boolean; follows?: SnapshotSync },
-  ): void {
-    // The host port first: it is re-plumbed as soon as it is acked.
-    const ports = hostPortFirst(this.deps.desired.snapshot(s.agentId), (p) => p.name);
-    const fabric = o.fabric && st.carriage.carries ? st.fabric.snapshot() : [];
-    this.epoch += 1;
-    const sync = new SnapshotSync(s.id, this.epoch, ports, fabric, {
-      fabricFollows: !o.fabric,
-      keepUnlisted: o.keepUnlisted,
-      startedAt: o.follows?.startedAt,
-    });
-    st.sync?.abandon();
-    st.sync = sync;
-    // Until the fabric planned this agent's objects (after the first apply of a full peer table), the
-    // agent keeps whatever fabric it holds: an empty list then means "not known yet", not "none". A
-    // snapshot of the ports alone keeps it too: the whole snapshot follows.
-    const keepUnlistedFabric = !st.fabric.planned || !o.fabric;
-    s.send({ snapshotBegin: { epoch: sync.epoch, keepUnlisted: o.keepUnlisted, keepUnlistedFabric } });
-    for (const port of ports) s.send({ upsert: { port } });
-    for (const object of fabric) s.send({ upsert: { fabric: object } });
-    s.send({
-      syncComplete: { epoch: sync.epoch, portCount: ports.length, fabricCount: fabric.length },
-    });
-    // The snapshot keeps what it does not list; what this daemon removed must still go (once).
-    if (!o.follows) {
-      for (const [name, generation] of st.unconfirmedDeletes) {
-        if (this.deps.desired.get(name)?.agentId === s.agentId) continue;
-        this.sendDelete(s.agentId, name, generation, 'removed while the agent was away');
-      }
-    }
-    this.deps.log.info(
-      {
-        agentId: s.agentId,
-        epoch: sync.epoch,
-        ports: ports.length,
-        fabric: fabric.length,
-        keepUnlistedFabric,
-        ...(o.fabric ? {} : { fabricFollows: st.fabric.size }),
-      },
-      o.fabric
-        ? 'snapshot sent'
-        : 'snapshot of the ports sent; the whole snapshot follows once they are acked',
-    );
-    if (sync.complete) this.syncFinished(st, sync);
-    // An agent that never acks a port still gets its fabric, after the ack timeout.
-    else if (!o.fabric) setTimeout(() => this.followWithFabric(st, sync), this.deps.ackTimeoutMs).unref();
-  }
-
-  private syncFinished(st: AgentSyncState, sync: SnapshotSync): void {
-    if (sync.fabricFollows) {
-      this.deps.log.info(
-        { agentId: st.agentId, epoch: sync.epoch, ms: sync.durationMs, failed: sync.failed.length },
-        'ports of the snapshot applied; the whole snapshot follows once their host ends are re-plumbed',
-      );
-      // The fabric objects' acks would compete with the moves for this process and the agent.
-      const replumbed = this.replumb(st.agentId);
-      const cap = new Promise<void>((r) => setTimeout(r, FABRIC_AFTER_REPLUMB_MAX_MS).unref());
-      void Promise.race([replumbed, cap]).then(() => this.followWithFabric(st, sync));
-      return;
-    }
-    st.lastSyncMs = sync.durationMs;
-    this.deps.log.info(
-      { agentId: st.agentId, epoch: sync.epoch, ms: st.lastSyncMs, failed: sync.failed.length },
-      sync.failed.length ? 'snapshot applied with failures' : 'snapshot applied',
-    );
-    this.deps.synced(st.agentId);
-    void this.replumb(st.agentId);
-  }
-
-  /** The whole snapshot behind a snapshot of the ports, unless a newer one (or the session's end) took over. */
-  private followWithFabric(st: AgentSyncState, lead: SnapshotSync): void {
-    const s = this.deps.link.sessionOf(st.agentId);
-    if (st.sync !== lead || s?.id !== lead.sessionId) return;
-    this.sendSnapshotOf(s, st, { fabric: true, keepUnlisted: lead.keepUnlisted, follows: lead });
   }
 
   private replumb(agentId: string): Promise<void> {
@@ -595,6 +504,6 @@ export class AgentSync implements LinkEvents {
   private supersede(name: string, agentId: string, kind = ObjectKind.OBJECT_KIND_PORT): void {
     const st = this.states.get(agentId);
     const sync = st?.sync;
-    if (st && sync?.supersede(name, kind)) this.syncFinished(st, sync);
+    if (st && sync?.supersede(name, kind)) this.snapshots.finished(st, sync);
   }
 }

@@ -174,12 +174,10 @@ export class DpuBackend implements Backend {
       replumb: (agentId) => replumbRecreatedEndpoints(replumb, agentId),
       // Only a whole snapshot ends a new store's doubt about the agent's unlisted ports (keep-unlisted.ts).
       synced: (agentId) => this.keep.snapshotApplied(agentId),
-      established: (sess) => {
-        this.keep.beforeSnapshot(sess.agentId);
-        this.fabric.established(sess);
-      },
+      keepsUnlisted: (agentId) => this.keep.keeps(agentId),
+      established: (sess) => this.fabric.established(sess),
     });
-    this.keep = new KeepUnlisted(this.sync, this.log);
+    this.keep = new KeepUnlisted(this.log);
     this.fabric = new DpuFabric({
       node: opts.nodeName ?? '',
       link: this.link,
@@ -409,11 +407,41 @@ export class DpuBackend implements Backend {
           'could not return the endpoint netdev to the host',
         );
       }
+    } else if (!agentId && att.dataplane?.mac) {
+      hostError = await this.returnStranded(att);
     }
     // A row without an agent is an attach cut short before its agent answered: its agent was never
     // recorded, and the snapshot, which does not list the port, removes it.
     if (agentId) await this.sync.remove(att.key, agentId);
     if (hostError) throw hostError;
+  }
+
+  /**
+   * A row without the agent's answer is an attach cut short (core/reconcile/cut-short.ts): the daemon
+   * may have ended after the VF was moved into the workload, whose namespace keeps it, and the agent
+   * cannot hand that VF out again. Only the VF carrying the port's MAC and our mark goes back.
+   */
+  private async returnStranded(att: AttachmentView): Promise<WorkloadNetError | undefined> {
+    try {
+      const returned = await this.hostSide.returnStranded({
+        mac: att.dataplane?.mac ?? '',
+        netnsPath: att.netnsPath,
+        netnsInode: att.netnsInode,
+      });
+      if (returned)
+        this.log.warn(
+          { port: att.key, netns: att.netnsPath, returnedAs: returned },
+          'the VF of an attach cut short was left in its workload; returned to the host',
+        );
+      return undefined;
+    } catch (err) {
+      const failure = asWorkloadNetError(err);
+      this.log.warn(
+        { port: att.key, err: failure.message },
+        'could not return the VF of an attach cut short',
+      );
+      return failure;
+    }
   }
 
   async check(att: AttachmentView, scope: CheckScope = 'full'): Promise<Drift[]> {
@@ -462,8 +490,7 @@ export class DpuBackend implements Backend {
       else outcome.healthy.push(att.key);
     }
     // Only now may a snapshot go out: before this point it would have told the agent to drop ports.
-    const connected = this.link.sessions().map((s) => s.agentId);
-    this.keep.restored(opts.storeIsNew, opts.adoption, connected);
+    this.keep.restored(opts.storeIsNew, opts.adoption);
     let sessions = this.sync.prime();
     if (sessions.length === 0 && outcome.missing.length > 0) {
       // The core repairs missing ports right after this returns, which needs an agent; one that is

@@ -52,6 +52,14 @@ export interface PlumbRequest {
   netns?: Netns;
 }
 
+/** A VF an attach cut short may have left in a workload: only the row's word for it is known. */
+export interface StrandedRequest {
+  /** The port's MAC, as the row recorded it (the plan, written before the agent answered). */
+  mac: string;
+  netnsPath: string;
+  netnsInode: number;
+}
+
 /** Where a port's host end belongs: everything plumb needs except the netdev, MAC and open namespace. */
 export type WorkloadPlacement = Omit<PlumbRequest, 'endpoint' | 'mac' | 'netns'>;
 
@@ -85,6 +93,12 @@ export interface HostSide {
    * No other link is touched.
    */
   unplumb(req: UnplumbRequest): Promise<void>;
+  /**
+   * Returns to the host the VF an attach cut short left in a workload namespace that still lives: the
+   * one link there carrying both the port's MAC and the mark plumb put on it (vfAlias). Returns the
+   * name it went back under, or undefined when there was none. No other link is touched.
+   */
+  returnStranded(req: StrandedRequest): Promise<string | undefined>;
   /** Differences between the workload interface and what was recorded (or only whether it is there). */
   inspect(req: InspectRequest, scope?: CheckScope): Promise<Drift[]>;
   /** Names of the links currently in the host namespace (one dump). */
@@ -124,6 +138,25 @@ export class EndpointRefused extends WorkloadNetError {
     super('FAILED_PRECONDITION', message);
     this.name = 'EndpointRefused';
   }
+}
+
+/**
+ * The mark a VF carries while it is in a workload (IFLA_IFALIAS; it survives the move): it says the
+ * link is one this daemon moved in, and the name it came with. Set before the move, so that a daemon
+ * killed before it recorded the attach can tell the VF from the workload's own links.
+ */
+const VF_ALIAS_PREFIX = 'workloadnet-vf:';
+
+export function vfAlias(endpoint: string): string {
+  return VF_ALIAS_PREFIX + endpoint;
+}
+
+/** The name a marked VF came with; undefined when the link carries no mark of ours. */
+export function endpointOfAlias(alias: string | undefined): string | undefined {
+  if (!alias?.startsWith(VF_ALIAS_PREFIX)) return undefined;
+  const name = alias.slice(VF_ALIAS_PREFIX.length);
+  // A name the kernel would take back (IFNAMSIZ, no '/' or blanks); anything else goes back under one of its own.
+  return /^[^/\s:]{1,15}$/.test(name) ? name : '';
 }
 
 /** The name a returned endpoint takes when its own is another link's: from its index, unique there. */
@@ -214,11 +247,16 @@ class NetlinkHostSide implements HostSide {
       );
     }
     try {
-      // Down first: a VF that is up in the host may be in use there, and renaming needs it down.
+      // Down first: a VF that is up in the host may be in use there, and renaming needs it down. Marked
+      // before it moves: a daemon killed from here on finds it by its mark (returnStranded).
       await hostSock.request(setLinkRequest({ index: inHost.index }, { up: false }));
+      await hostSock.request(setLinkRequest({ index: inHost.index }, { alias: vfAlias(req.endpoint) }));
       await hostSock.request(setLinkRequest({ index: inHost.index }, { netnsFd: wns.fd }));
     } catch (err) {
       // Still in the host: leave it as it was found.
+      await hostSock
+        .request(setLinkRequest({ index: inHost.index }, { alias: inHost.alias ?? '' }))
+        .catch(() => undefined);
       if (inHost.up) {
         await hostSock.request(setLinkRequest({ index: inHost.index }, { up: true })).catch(() => undefined);
       }
@@ -250,7 +288,8 @@ class NetlinkHostSide implements HostSide {
    * than fail or take the other link's.
    */
   private async moveOut(endpoint: string, index: number, wsock: NetlinkSocket, hostNs: Netns): Promise<void> {
-    await wsock.request(setLinkRequest({ index }, { up: false }));
+    // Its mark goes: back in the host it is the agent's VF again.
+    await wsock.request(setLinkRequest({ index }, { up: false, alias: '' }));
     const link = await getLink(wsock, { index });
     // Rename inside the workload namespace first: a move keeps the current name unless it clashes, and
     // "eth0" would clash with, or worse masquerade as, a host interface.
@@ -331,6 +370,41 @@ class NetlinkHostSide implements HostSide {
       );
     }
     return carrying[0];
+  }
+
+  async returnStranded(req: StrandedRequest): Promise<string | undefined> {
+    const mac = req.mac.toLowerCase();
+    if (!mac) return undefined;
+    const wns = await openWorkloadNetns(req.netnsPath, req.netnsInode);
+    // Gone with its workload: a VF goes back to the initial namespace by itself.
+    if (!wns) return undefined;
+    const wsock = NetlinkSocket.openIn(wns);
+    try {
+      const host = await this.hostNs();
+      // The host port's namespace is the host's: its VF is where the agent keeps it already.
+      if (wns.inode === host.ns.inode) return undefined;
+      const ours = (await listLinks(wsock)).filter(
+        (l) => l.mac?.toLowerCase() === mac && endpointOfAlias(l.alias) !== undefined,
+      );
+      if (ours.length > 1) {
+        throw failedPrecondition(
+          `${ours.length} links in ${req.netnsPath} carry the port's MAC ${mac} and workloadnet's mark (${ours.map((l) => l.name).join(', ')}); which one is the port's cannot be told, so none is touched`,
+        );
+      }
+      const link = ours[0];
+      if (!link) return undefined;
+      const endpoint = endpointOfAlias(link.alias) || returnName(link.index);
+      await this.moveOut(endpoint, link.index, wsock, host.ns);
+      // The name it got: its own, or returnName when the host holds another link of that name now.
+      const back = await getLink(host.sock, { index: link.index });
+      return back?.mac?.toLowerCase() === mac ? back.name : endpoint;
+    } catch (err) {
+      if (err instanceof NetlinkError && err.notFound) return undefined;
+      throw netlinkFailure(`returning the VF of an attach cut short from ${req.netnsPath} to the host`, err);
+    } finally {
+      await wsock.close();
+      wns.close();
+    }
   }
 
   async inspect(req: InspectRequest, scope: CheckScope = 'full'): Promise<Drift[]> {

@@ -1,12 +1,11 @@
 import type { AgentAdoption } from '../../core/reconcile/agent-adoption';
 import type { Logger } from '../../core/logger';
-import type { AgentSync } from './agent-sync';
 
 // Which agents' snapshots keep the ports they do not list (SnapshotBegin.keep_unlisted): those the
 // store has not yet finished a first full sync with (core/reconcile/agent-adoption.ts). Once that sync
 // is recorded, the agent's next snapshot removes every port the store does not list, so a Delete the
 // agent acked and then lost cannot leave a port live while its address goes to another workload.
-// The sync sends one flag to every snapshot; it is set right before each agent's own.
+// Each agent is asked on its own: one still in doubt does not keep another's lost Delete alive.
 
 export class KeepUnlisted {
   private adoption: AgentAdoption | undefined;
@@ -14,27 +13,18 @@ export class KeepUnlisted {
   /** Agents whose first full sync finished in this run (their record may still be on its way). */
   private readonly synced = new Set<string>();
 
-  constructor(
-    private readonly sync: AgentSync,
-    private readonly log: Logger,
-  ) {}
+  constructor(private readonly log: Logger) {}
 
   /** From the start-up reconcile, before the first snapshot. */
-  restored(storeIsNew: boolean, adoption: AgentAdoption | undefined, connected: readonly string[]): void {
+  restored(storeIsNew: boolean, adoption: AgentAdoption | undefined): void {
     this.storeIsNew = storeIsNew;
     this.adoption = adoption;
-    // The first snapshots go to every agent connected now at once: kept if any of them is in doubt.
-    this.sync.keepUnlisted = connected.some((id) => this.keeps(id));
   }
 
+  /** Whether the agent's snapshots keep the ports they do not list. */
   keeps(agentId: string): boolean {
     if (this.synced.has(agentId)) return false;
     return this.adoption ? this.adoption.keepsUnlisted(agentId) : this.storeIsNew;
-  }
-
-  /** A session's snapshot is about to be sent. */
-  beforeSnapshot(agentId: string): void {
-    if (this.sync.primed) this.sync.keepUnlisted = this.keeps(agentId);
   }
 
   /** A snapshot was applied: the first one with an agent in doubt ends the doubt. */

@@ -1,4 +1,4 @@
-import type { BackendHealth, Drift, Placement } from '../backend';
+import type { BackendHealth, DataplaneResult, Drift, Placement } from '../backend';
 import type { Netns } from '../../lib/netns/netns-handle';
 import { asWorkloadNetError } from '../errors';
 import type { Logger } from '../logger';
@@ -35,6 +35,11 @@ export interface HostPortAttacher {
   check(): Promise<Drift[]>;
   /** Detaches it if it is still this row; true when it did. */
   release(rec: AttachmentRecord, why: string): Promise<boolean>;
+  /**
+   * Records what a repair of this row programmed (a re-created VF has its own name and ifindex), if the
+   * row is still this one; true when it did.
+   */
+  repaired(rec: AttachmentRecord, dataplane: DataplaneResult): Promise<boolean>;
 }
 
 export interface HostPortOptions {
@@ -219,25 +224,29 @@ export class HostPort {
 
   /**
    * Programs the recorded host port again where it is (as the start-up reconcile repairs a pod): the
-   * same row, DPU and address. A Detach that removed the row meanwhile gets its port removed again.
+   * same row, DPU and address, the row then naming what was programmed, so that later checks, a
+   * Detach and a restart look for the VF it has now. A Detach that removed the row meanwhile gets its
+   * port removed again.
    */
   private async repair(network: Network, attacher: HostPortAttacher, rec: AttachmentRecord): Promise<void> {
     const backend = network.backend;
     const netns = await this.opts.openHost().catch((err: unknown) => {
       throw new Error(`cannot open the host namespace: ${asWorkloadNetError(err).message}`);
     });
+    let dataplane: DataplaneResult;
     try {
       if (netns.inode !== rec.netnsInode)
         throw new Error(
           `the host namespace ${netns.path} is not the one ${HOST_PORT_IF_NAME} was recorded in (inode ${netns.inode}, recorded ${rec.netnsInode}); detach ${HOST_PORT_WORKLOAD_ID} to attach it anew`,
         );
       const spec = { ...toSpec(rec), netns };
-      await backend.attach(spec, rec.dataplane ?? backend.plan(spec));
+      dataplane = await backend.attach(spec, rec.dataplane ?? backend.plan(spec));
     } finally {
       netns.close();
     }
-    if (!attacher.row()) {
-      await backend.detach(toView(rec));
+    if (!(await attacher.repaired(rec, dataplane))) {
+      // A row attached anew meanwhile has its own port; only one that is gone leaves this one behind.
+      if (!attacher.row()) await backend.detach(toView({ ...rec, dataplane }));
       return;
     }
     this.opts.log.info(

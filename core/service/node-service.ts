@@ -89,6 +89,13 @@ export class NodeService implements WorkloadService {
       attach: (call, ns, routes) => this.orchestrator.attachHostPort(call, ns, routes),
       check: () => this.orchestrator.check(HOST_PORT_WORKLOAD_ID, HOST_PORT_IF_NAME, 'presence'),
       release: (rec, why) => ledger.releaseIfUnchanged(rec, why),
+      repaired: (rec, dataplane) =>
+        ledger.locked(rec.workloadId, async () => {
+          const current = store.get(rec.key);
+          if (current?.createdAt !== rec.createdAt) return false;
+          await store.put({ ...current, dataplane });
+          return true;
+        }),
     };
   }
 

@@ -4,7 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { DaemonProcess } from '../support/daemon-process';
 import { attachRequest } from '../support/attach-request';
-import { NetnsSet } from '../support/netns';
+import { NetnsSet, ipJson } from '../support/netns';
 import { describeRoot } from '../support/describe-root';
 import { makeNodeNamespace } from './node-namespace';
 import { SimProcess, sleep } from '../backends/dpu/sim-process';
@@ -14,11 +14,18 @@ import { waitUntil } from '../support/wait-until';
 // agent programmed, survived without the agent's answer; the next start took it for a live attachment
 // whose port had gone missing and programmed it again (`repaired 1`): a live port and a held address
 // for an Attach its caller was told failed. Now such a row is marked unfinished until the answer is
-// recorded, and the next start removes it: no row, no address, no port on the agent.
+// recorded, and the next start removes it: no row, no address, no port on the agent, and no VF of
+// ours left in the workload's namespace (the simulator plumbs real netdevs: its netns dataplane).
 
 /** The agent's ack latency: the kill lands before, around and after it. */
 const ACK_LATENCY_MS = 600;
 const KILL_DELAYS_MS = [0, 40, 150, 300, 450, 580, 640, 900];
+
+/** The links of a namespace other than its loopback. */
+const linksIn = (netns: string): string[] =>
+  ipJson<Array<{ ifname: string }>>(netns, ['link', 'show'])
+    .map((l) => l.ifname)
+    .filter((n) => n !== 'lo');
 
 describeRoot('DPU attach cut short by SIGKILL (root, simulator process)', function () {
   this.timeout(180_000);
@@ -37,6 +44,7 @@ describeRoot('DPU attach cut short by SIGKILL (root, simulator process)', functi
 
   it('never brings back as live a port whose Attach the daemon was killed in, at any point of it', async () => {
     const node = makeNodeNamespace(namespaces);
+    const dpu = namespaces.add().name;
     const agentSocket = path.join(dir, 'agent.sock');
     const args = ['--backend', 'dpu', '--agent-socket', agentSocket, '--pod-cidr', '10.244.17.0/24'];
     const opts = { dir, netns: node, args };
@@ -52,14 +60,19 @@ describeRoot('DPU attach cut short by SIGKILL (root, simulator process)', functi
       socket: agentSocket,
       agentId: 'cut-dpu',
       stateFile: path.join(dir, 'sim.json'),
-      extra: ['--ack-latency-ms', String(ACK_LATENCY_MS)],
+      extra: [
+        ...['--ack-latency-ms', String(ACK_LATENCY_MS)],
+        ...['--dataplane', 'netns', '--dpu-netns', dpu, '--host-netns', `/var/run/netns/${node}`],
+      ],
     });
     let daemon = await start();
     const answered = new Set<string>();
     const cutShort: string[] = [];
+    const workloadNs = new Map<string, string>();
     for (const [i, delay] of KILL_DELAYS_MS.entries()) {
       const id = `cut-${i}`;
       const ns = namespaces.add();
+      workloadNs.set(id, ns.name);
       let ok = false;
       const attaching = daemon.client.call(daemon.client.raw.attach, attachRequest(id, ns.path)).then(
         () => (ok = true),
@@ -100,6 +113,11 @@ describeRoot('DPU attach cut short by SIGKILL (root, simulator process)', functi
         `${report}: the agent holding the answered attaches' ports only`,
         5000,
       );
+      // Each answered workload has its VF as eth0; one cut short has no VF of ours left behind.
+      for (const [w, netns] of workloadNs)
+        expect(linksIn(netns), `${report}: the links in ${w}'s namespace`).to.deep.equal(
+          answered.has(w) ? ['eth0'] : [],
+        );
     }
     expect(cutShort.length, 'kills that cut an attach short').to.be.at.least(4);
 

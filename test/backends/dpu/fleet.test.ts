@@ -331,6 +331,33 @@ describe('DPU fleet: two simulators serving one backend', function () {
     // A repair of w2 (as the core does for a missing port) stays on dpu-b whatever the request says.
     expect(agentOf(await attachTo(backend!, spec(2, { dpu: 'dpu-a' }), r2))).to.equal('dpu-b');
   });
+
+  it("prunes an adopted agent's port the store does not list while keeping an unadopted agent's, both at start-up", async () => {
+    const [a, b] = await twoAgents();
+    await attachTo(backend!, spec(1, { dpu: 'dpu-a' }));
+    await attachTo(backend!, spec(2, { dpu: 'dpu-b' }));
+    await a.waitForState((s) => s.ports.length === 1, 'w1 held by a');
+    await b.waitForState((s) => s.ports.length === 1, 'w2 held by b');
+    await backend!.stop();
+    // The store had its first full sync with dpu-a only (dpu-b was away then), and lists neither port:
+    // w1's Delete was acked by dpu-a and lost with a state it resumed; w2 may be a workload's whose
+    // state the store never had.
+    const recorded: string[] = [];
+    const adoption = {
+      keepsUnlisted: (id: string) => id !== 'dpu-a',
+      record: (id: string) => Promise.resolve(void recorded.push(id)),
+    };
+    backend = await startBackend(dir, {}, false);
+    await waitUntil(async () => (await backend!.health()).details?.agentsHealthy === 2, 'both agents back');
+    await backend.reconcile([], { storeIsNew: false, adoption });
+    await Promise.all([
+      a.waitForState((s) => s.synced && s.ports.length === 0, "a's unlisted port pruned"),
+      b.waitForState((s) => s.synced && s.session.state === 'connected', 'b synced'),
+    ]);
+    expect(portsOf(b), "b's unlisted port kept").to.deep.equal(['w2/eth0']);
+    await waitUntil(async () => recorded.includes('dpu-b'), "b's first full sync recorded");
+    expect(recorded).to.deep.equal(['dpu-b']);
+  });
 });
 
 describeRoot('DPU fleet through the workload API (real daemon, root for test-owned namespaces)', function () {

@@ -184,6 +184,35 @@ describe('the host port controller', function () {
     expect((await hostPort())?.addresses).to.deep.equal(before?.addresses);
   });
 
+  it('records the VF a repair in place programmed, in place of the one it replaced', async () => {
+    const backend = new DpuStandIn();
+    backend.fabric.setDpus(['d0']);
+    await start(backend);
+    await attached();
+    const rowOf = async () => (await d!.daemon.service.get('workloadnet-host-port'))[0]?.dataplane;
+    const before = await rowOf();
+    // A rebooted DPU re-created the VF: another netdev, another ifindex.
+    backend.report = (planned) => ({
+      ...planned,
+      hostIfName: 'vf-recreated',
+      details: { ...planned.details, endpoint: 'vf-recreated', ifIndex: 4242 },
+    });
+    backend.programmed.delete(KEY);
+    await waitUntil(async () => backend.attaches() === 2, 'programmed again', 20_000, { intervalMs: 50 });
+    await waitUntil(async () => (await rowOf())?.hostIfName === 'vf-recreated', 'the new VF recorded', 5000, {
+      intervalMs: 50,
+    });
+    const after = await rowOf();
+    expect(after?.details).to.include({ endpoint: 'vf-recreated', ifIndex: 4242 });
+    expect(after?.mac, 'the same port').to.equal(before?.mac);
+    expect((await hostPort())?.addresses).to.have.length.above(0);
+    // A restart reads the row it left: the VF it has now.
+    backend.report = undefined;
+    d = await d!.restart(backend);
+    await attached();
+    expect((await rowOf())?.details).to.include({ endpoint: 'vf-recreated', ifIndex: 4242 });
+  });
+
   it("an operator's Detach of it (its DPU gone for good) moves it to a DPU the usual placement picks", async () => {
     const backend = new DpuStandIn();
     backend.fabric.setDpus(['d0', 'd1']);
