@@ -13,6 +13,7 @@ import {
   type PeerState,
   type Port,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
+import { AckDelivery } from './ack-delivery';
 import { channelCredentials, type TlsFiles } from './channel-credentials';
 import type { Dataplane, Uplink } from './dataplane';
 import type { FaultInjector } from './fault-injection';
@@ -98,11 +99,11 @@ export class AgentClient {
   private inventoryTimer: NodeJS.Timeout | undefined;
   /** Sends on the current session, while there is one. */
   private sendNow: ((m: AgentMessage) => void) | undefined;
-  /** The crash fault fired: the process is exiting, and handles nothing more meanwhile. */
-  private crashing = false;
+  private readonly acks: AckDelivery;
   private readonly fabricAgent: FabricAgent;
 
   constructor(private readonly opts: AgentClientOptions) {
+    this.acks = new AckDelivery(opts);
     this.fabricAgent = new FabricAgent({
       table: opts.fabric,
       dataplane: opts.dataplane.fabric,
@@ -319,17 +320,17 @@ export class AgentClient {
             return dropStream({ port: msg.upsert.port.name });
           this.snapshot?.seen.add(msg.upsert.port.name);
           const ack = await this.applyUpsert(msg.upsert.port);
-          acks = this.ackWhenKept(acks, send, ack);
+          acks = this.acks.after(acks, send, ack);
           if (this.opts.faults.shouldCrash()) await acks;
         } else if (msg.delete?.kind === ObjectKind.OBJECT_KIND_FABRIC) {
           if (this.opts.faults.onChange() === 'drop-stream') return dropStream({ object: msg.delete.name });
           const ack = await this.fabricAgent.delete(msg.delete.name, msg.delete.generation);
-          acks = this.ackWhenKept(acks, send, ack);
+          acks = this.acks.after(acks, send, ack);
           if (this.opts.faults.shouldCrash()) await acks;
         } else if (msg.delete) {
           if (this.opts.faults.onChange() === 'drop-stream') return dropStream({ port: msg.delete.name });
           const ack = await this.applyDelete(msg.delete.name, msg.delete.generation);
-          acks = this.ackWhenKept(acks, send, ack);
+          acks = this.acks.after(acks, send, ack);
           if (this.opts.faults.shouldCrash()) await acks;
         } else if (msg.syncComplete) {
           if (this.opts.ignoreSnapshot) return;
@@ -355,7 +356,7 @@ export class AgentClient {
           next += run.length + (drop ? 1 : 0);
           for (const o of run) this.snapshot?.seenFabric.add(o.name);
           const results = run.length > 0 ? await this.fabricAgent.upsert(run) : [];
-          acks = this.ackWhenKept(acks, send, results, crash);
+          acks = this.acks.after(acks, send, results, crash);
           if (drop) return dropStream({ object: drop.name });
           if (crash) return acks;
         }
@@ -363,7 +364,7 @@ export class AgentClient {
 
       const enqueue = (run: () => Promise<void>): void => {
         queue = queue
-          .then(() => (this.crashing ? undefined : run()))
+          .then(() => (this.acks.crashing ? undefined : run()))
           .catch((err: unknown) => {
             log.error({ err: (err as Error).message }, 'failed to handle a daemon message');
           });
@@ -414,40 +415,6 @@ export class AgentClient {
           uplinkMtu: uplink?.mtu ?? 0,
         },
       });
-    });
-  }
-
-  /**
-   * Sends `ack` (or a batch's acks, in order) after the acks before it (`prev`), once its change is
-   * kept: an agent killed before its state file holds a change must not have acked it, or a restart of
-   * the same boot would bring back a port whose Delete the daemon already counts as done. Waiting holds
-   * up this ack, not the next change. `crash`: the process exits right after the (last) ack.
-   */
-  private ackWhenKept(
-    prev: Promise<void>,
-    send: (m: AgentMessage, flushed?: boolean) => Promise<void>,
-    ack: Ack | Ack[],
-    crash = this.opts.faults.shouldCrash(),
-  ): Promise<void> {
-    const list = Array.isArray(ack) ? ack : [ack];
-    const last = list.at(-1);
-    if (!last) return prev;
-    const kept = this.opts.kept();
-    const deliver = async (): Promise<void> => {
-      for (const a of list) if (a !== last) void send({ ack: a });
-      await send({ ack: last }, crash);
-      if (crash) {
-        this.opts.log.warn({ port: last.name }, 'fault injection: crashing after acking a change');
-        this.crashing = true;
-        this.opts.crash();
-      }
-    };
-    const delay = this.opts.faults.ackLatencyMs;
-    return Promise.all([prev, kept]).then(() => {
-      // Latency delays the ack, not the next change: a slow agent still works through its queue.
-      if (delay > 0) setTimeout(() => void deliver(), delay);
-      else return deliver();
-      return undefined;
     });
   }
 
@@ -590,9 +557,19 @@ export class AgentClient {
         },
       });
     }
+    if (!snap.keepUnlisted) await this.releaseAdopted(snap.seen);
     this.lastEpoch = epoch;
     this.syncedValue = true;
     this.opts.changed();
     log.info({ epoch, ports: table.size }, 'snapshot applied');
+  }
+
+  /** VFs kept from an earlier start (--keep-vfs) whose ports a whole snapshot did not list: gone. */
+  private async releaseAdopted(listed: ReadonlySet<string>): Promise<void> {
+    const { dataplane, table, pool } = this.opts;
+    const gone = (await dataplane.releaseAdopted?.(listed)) ?? [];
+    // A port that took another VF since holds that one in the pool now.
+    for (const name of gone) if (!table.has(name)) pool.release(name);
+    if (gone.length > 0) this.inventoryChanged();
   }
 }

@@ -1,6 +1,7 @@
 import type { Endpoint, PeerState, Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { FabricTable } from './fabric-table';
 import type { PortEntry } from './port-table';
+import type { AdoptedVf } from './vf-adoption';
 import type { VfIdentity } from './vf-pool';
 
 // What the simulator does to "program" a port. The default does nothing but remember it (a pure
@@ -69,6 +70,10 @@ export interface Dataplane {
   program(port: Port, previous: PortEntry | undefined, vf: VfIdentity): Promise<Programmed>;
   /** Removes a port; succeeds when it is already gone. */
   remove(entry: PortEntry): Promise<void>;
+  /** VFs kept from an earlier start (--keep-vfs) whose port has not been programmed again yet. */
+  adopted?(): AdoptedVf[];
+  /** Removes the kept VFs of ports a whole snapshot did not list; the names of those ports. */
+  releaseAdopted?(wanted: ReadonlySet<string>): Promise<string[]>;
   close(): Promise<void>;
 }
 

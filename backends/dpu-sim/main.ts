@@ -24,6 +24,7 @@ interface CliOptions {
   agentId: string;
   bootId?: string;
   dataplane: 'none' | 'netns';
+  keepVfs: boolean;
   dpuNetns?: string;
   hostNetns?: string;
   stateFile?: string;
@@ -117,6 +118,12 @@ export function buildCommand(): Command {
     .option(
       '--dpu-netns <name>',
       'netns mode: name (under /var/run/netns) or path of the namespace standing for the DPU',
+    )
+    .option(
+      '--keep-vfs',
+      'netns mode: a start keeps the VFs (and representors) an earlier one left, each for its port, as a ' +
+        'DPU whose agent restarts keeps its NIC running; without it a new boot removes them (a power cycle)',
+      false,
     )
     .option(
       '--host-netns <path>',
@@ -217,7 +224,12 @@ Exit codes: 0 after SIGTERM/SIGINT, ${CRASH_EXIT_CODE} after --crash-after, 1 on
     );
 }
 
-async function createDataplane(o: CliOptions, table: PortTable, log: pino.Logger): Promise<Dataplane> {
+async function createDataplane(
+  o: CliOptions,
+  table: PortTable,
+  pool: VfPool,
+  log: pino.Logger,
+): Promise<Dataplane> {
   // A range without version 3 never carries the fabric: nothing of it is even opened.
   const fabric = o.fabric && o.protocol.max >= 3;
   if (o.dataplane === 'none')
@@ -230,6 +242,8 @@ async function createDataplane(o: CliOptions, table: PortTable, log: pino.Logger
     dpuNetns: o.dpuNetns,
     hostNetns: o.hostNetns,
     keepRepresentors,
+    keepVfs: o.keepVfs,
+    agentTag: pool.tag,
     fabric,
     vtepAddress: o.vtepAddress,
     log,
@@ -281,7 +295,11 @@ export async function main(argv: string[]): Promise<void> {
     for (const f of previous.fabric ?? []) fabric.set(f);
     log.info({ ports: table.size, fabric: fabric.size }, 'resumed the port table of the same boot');
   }
-  const dataplane = await createDataplane(o, table, log);
+  const dataplane = await createDataplane(o, table, pool, log);
+  // Each kept VF stays its port's: no other port is given it while the daemon has yet to send that one.
+  for (const a of dataplane.adopted?.() ?? []) {
+    if (a.slot.pf < pool.pfs && a.slot.vf < pool.vfsPerPf && !pool.slotOf(a.port)) pool.claim(a.port, a.slot);
+  }
   await resumeFabric(dataplane, fabric, log);
   const faults = new FaultInjector({
     ackLatencyMs: o.ackLatencyMs,

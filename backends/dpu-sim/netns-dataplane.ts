@@ -25,6 +25,7 @@ import type { Dataplane, FabricDataplane, Programmed } from './dataplane';
 import { NetnsFabric } from './netns-fabric';
 import type { PortEntry } from './port-table';
 import { deleteRootQdiscRequest, replaceTbfRequest } from './tbf-qdisc';
+import { adoptable, markedPort, representorMark, type AdoptedVf } from './vf-adoption';
 import type { VfIdentity } from './vf-pool';
 
 // A DPU made of a network namespace. Each port is a veth pair: the "VF" end appears in the host
@@ -42,8 +43,12 @@ export interface NetnsDataplaneOptions {
   dpuNetns: string;
   /** Namespace where VF ends appear; default this process's. */
   hostNetns?: string;
-  /** Representors of the ports the simulator resumed from its state file; every other one is removed. */
+  /** Representors of the ports the simulator resumed from its state file; every other one is removed… */
   keepRepresentors: string[];
+  /** …unless it carries the mark of `agentTag` and VFs are kept (vf-adoption.ts): then it is adopted. */
+  keepVfs: boolean;
+  /** The VF pool's tag: the representors' mark names it. */
+  agentTag: string;
   /** Carry the fabric (a VXLAN device of its own); false: ports only. */
   fabric: boolean;
   /** The VTEP address to announce instead of the default-route interface's. */
@@ -70,12 +75,15 @@ export class NetnsDataplane implements Dataplane {
   private readonly gateways = new Set<string>();
   private gatewayIndex = 0;
   fabric?: FabricDataplane;
+  /** VFs kept from an earlier start whose port has not been programmed again yet, by port name. */
+  private readonly adoptedVfs = new Map<string, AdoptedVf>();
 
   private constructor(
     private readonly dpu: NetnsHandle,
     private readonly host: NetnsHandle,
     private readonly sock: NetlinkSocket,
     private readonly log: Logger,
+    private readonly agentTag: string,
   ) {}
 
   static async open(o: NetnsDataplaneOptions): Promise<NetnsDataplane> {
@@ -84,9 +92,9 @@ export class NetnsDataplane implements Dataplane {
     const host = o.hostNetns ? await NetnsHandle.open(o.hostNetns) : NetnsHandle.own();
     if (dpu.inode === host.inode) throw new Error('--dpu-netns and the host namespace must differ');
     if (dpu.isOwn) throw new Error("--dpu-netns must not be the simulator's own namespace");
-    const dp = new NetnsDataplane(dpu, host, NetlinkSocket.openIn(dpu), o.log);
+    const dp = new NetnsDataplane(dpu, host, NetlinkSocket.openIn(dpu), o.log, o.agentTag);
     await dp.prepare();
-    await dp.removeAllBut(new Set(o.keepRepresentors));
+    await dp.removeAllBut(new Set(o.keepRepresentors), o.keepVfs);
     if (o.fabric) dp.fabric = await NetnsFabric.open(dp.sock, o.log, o.vtepAddress);
     return dp;
   }
@@ -109,16 +117,66 @@ export class NetnsDataplane implements Dataplane {
 
   /**
    * A DPU that lost its state (a new boot) starts empty: representors left by an earlier run that the
-   * resumed table does not know are deleted, with their VFs.
+   * resumed table does not know are deleted, with their VFs. With `keepVfs` (the agent restarted, the
+   * NIC did not) those carrying our mark are kept for their ports instead.
    */
-  private async removeAllBut(keep: Set<string>): Promise<void> {
+  private async removeAllBut(keep: Set<string>, keepVfs: boolean): Promise<void> {
     for (const link of await listLinks(this.sock)) {
       if (!REPRESENTOR.test(link.name) || keep.has(link.name)) continue;
-      await this.sock.request(delLinkRequest({ index: link.index })).catch((err: unknown) => {
-        if (!isGone(err)) throw err;
-      });
+      const kept = keepVfs ? adoptable(this.agentTag, link) : undefined;
+      if (kept && !this.adoptedVfs.has(kept.port)) {
+        this.adoptedVfs.set(kept.port, kept);
+        this.log.info({ representor: link.name, port: kept.port }, 'kept a VF left from an earlier start');
+        continue;
+      }
+      await this.deleteLink(link.index);
       this.log.info({ representor: link.name }, 'removed a port left from an earlier boot');
     }
+  }
+
+  private async deleteLink(index: number): Promise<void> {
+    await this.sock.request(delLinkRequest({ index })).catch((err: unknown) => {
+      if (!isGone(err)) throw err;
+    });
+  }
+
+  /** Deletes a kept VF's representor while it still carries the mark for its port (not a name reused). */
+  private async removeMarked(a: AdoptedVf): Promise<void> {
+    const link = await getLink(this.sock, { name: a.representor });
+    if (link && markedPort(this.agentTag, link.alias) === a.port) await this.deleteLink(link.index);
+  }
+
+  /** VFs kept from an earlier start whose port has not been programmed again yet. */
+  adopted(): AdoptedVf[] {
+    return [...this.adoptedVfs.values()];
+  }
+
+  /**
+   * Removes the kept VFs of ports not in `wanted` (a whole snapshot's: those ports are gone); the names
+   * of the ports whose VF went.
+   */
+  async releaseAdopted(wanted: ReadonlySet<string>): Promise<string[]> {
+    const gone: string[] = [];
+    for (const a of [...this.adoptedVfs.values()]) {
+      if (wanted.has(a.port)) continue;
+      try {
+        await this.removeMarked(a);
+      } catch (err) {
+        // Kept: the next whole snapshot tries again.
+        this.log.warn(
+          { representor: a.representor, err: (err as Error).message },
+          'could not remove a kept VF',
+        );
+        continue;
+      }
+      this.adoptedVfs.delete(a.port);
+      gone.push(a.port);
+      this.log.info(
+        { representor: a.representor, port: a.port },
+        'removed a kept VF its port no longer wants',
+      );
+    }
+    return gone;
   }
 
   /** Owning a workload's gateway address makes every representor answer ARP for it. */
@@ -138,6 +196,21 @@ export class NetnsDataplane implements Dataplane {
   async program(port: Port, previous: PortEntry | undefined, vf: VfIdentity): Promise<Programmed> {
     const names = { vf: vf.netdev, representor: vf.representor };
     let rep = await getLink(this.sock, { name: names.representor });
+    const markedFor = rep ? markedPort(this.agentTag, rep.alias) : undefined;
+    if (rep && markedFor !== undefined && markedFor !== port.name) {
+      // A VF kept for another port, whose slot that port left: its VF is no longer wanted.
+      await this.deleteLink(rep.index);
+      this.adoptedVfs.delete(markedFor);
+      rep = undefined;
+    }
+    const kept = this.adoptedVfs.get(port.name);
+    if (kept) {
+      this.adoptedVfs.delete(port.name);
+      if (rep && kept.representor === names.representor)
+        this.log.info({ port: port.name, representor: names.representor }, 'programming a kept VF in place');
+      // The port was given another VF (on another PF, or beyond the pool): the kept one is not its now.
+      else await this.removeMarked(kept);
+    }
     if (!rep) {
       await this.sock.request(
         newVethRequest({
@@ -151,8 +224,9 @@ export class NetnsDataplane implements Dataplane {
       if (!rep) throw new Error(`representor ${names.representor} vanished after creation`);
     }
     const index = rep.index;
+    const alias = representorMark(this.agentTag, port.name);
     await this.sock.batchOrThrow([
-      setLinkRequest({ index }, { mtu: port.mtu, up: true }),
+      setLinkRequest({ index }, { mtu: port.mtu, up: true, ...(alias ? { alias } : {}) }),
       setLinkRequest({ index }, { inetConf: { [IPV4_DEVCONF_FORWARDING]: 1, [IPV4_DEVCONF_PROXY_ARP]: 1 } }),
     ]);
     for (const r of port.routes) if (r.gateway) await this.ensureGateway(r.gateway);

@@ -23,7 +23,8 @@ export const SIM_AGENT_VERSION = 'workloadnet-dpu-sim-2';
 const hex = (n: number, width: number): string => n.toString(16).padStart(width, '0');
 
 export class VfPool {
-  private readonly tag: string;
+  /** From the agent id: names its PFs and VFs, and marks its representors (vf-adoption.ts). */
+  readonly tag: string;
   /** Port name → its VF. */
   private readonly held = new Map<string, VfSlot>();
   /** Per PF, the VF indexes in use. */

@@ -14,37 +14,36 @@ import { isRoot, netnsPath } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
 
-// A DPU reboot with a large peer table: the DPU's agent is SIGKILLed and comes back with a new boot id,
-// so every VF is re-created and the daemon has 5,000 peers' fabric objects (10,000 of them) for it. The
-// two ports go first, in a snapshot of their own, and are re-plumbed on their own acks before the
-// fabric objects are sent: the host port keeps its address (host-network connections to pods outlive
-// the reboot; its ifindex is the re-created VF's), and host → pod traffic is back a few hundred ms
-// after the agent's hello. One daemon (static peers file) in a test-owned host namespace, one simulator in
-// netns mode as a real process, one pod behind the same DPU.
+// A DPU reboot with a large peer table: the DPU's agent is SIGKILLed and comes back with a new boot id
+// (its memory is gone) while its NIC runs on (--keep-vfs: the VFs stay where the daemon put them, with
+// their ifindexes), and the daemon has 5,000 peers' fabric objects (10,000 of them) for it. The two
+// ports go first, in a snapshot of their own; the agent programs each in place on the VF it had, and the
+// daemon finds each VF where it left it (nothing to re-plumb): the host port keeps its address and its
+// ifindex (host-network connections to pods outlive the reboot), and host → pod traffic loses nothing.
+// One daemon (static peers file) in a test-owned host namespace, one simulator in netns mode as a real
+// process, one pod behind the same DPU.
 
 const PEERS = 5000;
 const AGENT = 'rb-dpu';
 /**
- * The outage the daemon may add: from the rebooted agent's hello to the first reply after it,
- * measured by a 50 ms ping from the host to the pod. Mostly 0.2–0.6 s; in about one run in eight the
- * first packets wait a further second in the kernel (a neighbour resolution retried after its 1 s
- * timer), so the bound is 2 s rather than the issue's 1 s: still far below what ports waiting for the
- * whole snapshot, and the host port attached again, cost (6.4 s).
+ * The outage the daemon may add: the longest time without a reply after the rebooted agent's hello,
+ * measured by a 50 ms ping from the host to the pod (the issue's 1 s). In 19 runs no echo was lost; the
+ * gaps seen (83–373 ms) are replies late on a loaded 2-core machine while the 10,000 objects are applied.
  */
-const MAX_DAEMON_GAP_MS = 2000;
+const MAX_DAEMON_GAP_MS = 1000;
 /**
- * The whole outage, from the simulator's restart removing the earlier boot's VFs: it also holds the
- * simulator's own start (a Node.js process, its earlier boot's clean-up, its hello), which stands for
- * a real DPU's boot and takes 0.4–0.9 s of it on a loaded 2-core machine.
+ * The whole outage, from the SIGKILL on: the kernel keeps the DPU's dataplane while its agent is away
+ * (VFs, representors, routes, the fabric), so the agent's own restart (1–5 s to its hello on that
+ * machine) loses nothing either, and the bound is the same.
  */
-const MAX_GAP_MS = 3000;
+const MAX_GAP_MS = 1000;
 const PROBE_INTERVAL_S = 0.05;
 
 const describeRoot = isRoot ? describe : describe.skip;
 
 interface Probe {
-  /** Stops it; the reply times seen (ms since the epoch), and when it stopped. */
-  stop(): Promise<{ replies: number[]; end: number }>;
+  /** Stops it; the reply times seen (ms since the epoch), echoes lost, and when it stopped. */
+  stop(): Promise<{ replies: number[]; lost: number; end: number }>;
 }
 
 /** ping(8) from `ns` to `to` every 50 ms, each reply time-stamped (-D) as it comes. */
@@ -61,20 +60,24 @@ function probe(ns: string, to: string): Probe {
       const end = Date.now();
       child.kill('SIGINT');
       await exited;
-      const replies = [...out.matchAll(/^\[(\d+\.\d+)\] \d+ bytes from/gm)].map((m) => Number(m[1]) * 1000);
-      return { replies, end };
+      const seen = [...out.matchAll(/^\[(\d+\.\d+)\] \d+ bytes from .*icmp_seq=(\d+)/gm)];
+      const replies = seen.map((m) => Number(m[1]) * 1000);
+      const seqs = seen.map((m) => Number(m[2]));
+      // Echoes between the first reply and the last that got none.
+      const lost = seqs.length === 0 ? 0 : Math.max(...seqs) - Math.min(...seqs) + 1 - new Set(seqs).size;
+      return { replies, lost, end };
     },
   };
 }
 
 /**
- * The longest time without a reply (between two replies, or from the last one to the probe's end), and
- * when it ended (the probe's end if no reply ended it).
+ * The longest time without a reply from `from` on (between two replies, or from the last one to the
+ * probe's end), and when it ended (the probe's end if no reply ended it).
  */
-function longestGap(replies: number[], end: number): { gap: number; endedAt: number } {
-  let worst = { gap: end - (replies.at(-1) ?? 0), endedAt: end };
+function longestGap(replies: number[], end: number, from = 0): { gap: number; endedAt: number } {
+  let worst = { gap: end - Math.max(from, replies.at(-1) ?? 0), endedAt: end };
   for (let i = 1; i < replies.length; i++) {
-    const gap = (replies[i] ?? 0) - (replies[i - 1] ?? 0);
+    const gap = (replies[i] ?? 0) - Math.max(from, replies[i - 1] ?? 0);
     if (gap > worst.gap) worst = { gap, endedAt: replies[i] ?? 0 };
   }
   return worst;
@@ -119,7 +122,7 @@ describeRoot(
         stateFile: path.join(root, 'sim.json'),
         // Logging each of 10,000 objects at debug would be most of the simulator's work.
         extra: [
-          ...['--log-level', 'warn', '--dataplane', 'netns'],
+          ...['--log-level', 'warn', '--dataplane', 'netns', '--keep-vfs'],
           ...['--dpu-netns', dpu.ns, '--host-netns', netnsPath(host)],
         ],
       });
@@ -148,7 +151,8 @@ describeRoot(
         config,
         JSON.stringify({ dpu: { heartbeatIntervalMs: 10_000, ackTimeoutMs: 30_000 } }),
       );
-      daemon = await DaemonProcess.start({
+      // launch, not start: with 5,000 peers to read, a loaded machine took more than start's 20 s.
+      daemon = DaemonProcess.launch({
         dir: root,
         netns: host,
         flags: {
@@ -163,6 +167,12 @@ describeRoot(
           'peers-file': peersFile,
         },
       });
+      await waitUntil(
+        async () => (await daemon.client.status({ omitFabricPeers: true })).reconcile !== undefined,
+        'the daemon answering past its start',
+        90_000,
+        { intervalMs: 200, retryOnError: true },
+      );
       sim = startSim('boot-1');
       await synced(sim, 'first snapshot applied');
       // Its row is written before its port is programmed: wn-host0 carrying the address is the mark.
@@ -201,38 +211,47 @@ describeRoot(
       if (root) fs.rmSync(root, { recursive: true, force: true });
     });
 
-    it('keeps the host port address, and host → pod traffic is back soon after the agent', async () => {
+    it('keeps the host port (address and ifindex), and host → pod traffic loses at most 1 s after the agent', async () => {
       const before = hostLink(host);
       const recorded = (await hostPort())?.addresses;
       expect(before?.address, 'wn-host0 carries its recorded address').to.equal(recorded?.[0]);
       const p = probe(host, podIp);
       await new Promise((r) => setTimeout(r, 500));
+      const killed = Date.now();
       await sim.stop('SIGKILL');
       sim = startSim('boot-2');
       await synced(sim, 'snapshot applied after the reboot');
+      const applied = Date.now();
       // Three of the host-port controller's passes (2 s apart) after the snapshot: a re-attach, if there
       // were one, would have happened.
       await new Promise((r) => setTimeout(r, 5000));
-      const { replies, end } = await p.stop();
+      const { replies, lost, end } = await p.stop();
       const after = hostLink(host);
-      const { gap, endedAt } = longestGap(replies, end);
       const hello = loggedAt(daemon.logFile, 'agent restarted with a new boot id');
-      const daemonGap = endedAt - (hello ?? 0);
+      const { gap } = longestGap(replies, end);
+      const afterHello = longestGap(replies, end, hello ?? killed).gap;
+      const said =
+        `longest gap ${Math.round(gap)} ms, ${Math.round(afterHello)} ms after the agent's hello, ` +
+        `${lost} echoes lost; kill → hello ${(hello ?? NaN) - killed} ms, → snapshot applied ` +
+        `${applied - killed} ms; wn-host0 ifindex ${before?.ifindex} → ${after?.ifindex}`;
+      if (process.env.WN_REBOOT_GAP) console.log(`      ${said}`);
       expect(after?.address, 'wn-host0 keeps its address').to.equal(before?.address);
+      expect(after?.ifindex, `wn-host0 keeps its ifindex (its VF kept): ${said}`).to.equal(before?.ifindex);
       expect((await hostPort())?.addresses, 'the host port keeps its recorded address').to.deep.equal(
         recorded,
       );
       expect(replies.length, 'replies seen').to.be.greaterThan(50);
-      const said = `outage ${Math.round(gap)} ms, ${Math.round(daemonGap)} ms of it after the agent's hello; wn-host0 ifindex ${before?.ifindex} → ${after?.ifindex} (its VF re-created)`;
-      if (process.env.WN_REBOOT_GAP) console.log(`      ${said}`);
       expect(hello, 'the daemon saw the agent back with a new boot id').to.be.a('number');
-      expect(daemonGap, `host → pod outage after the agent's hello (ms): ${said}`).to.be.below(
+      expect(afterHello, `host → pod outage after the agent's hello (ms): ${said}`).to.be.at.most(
         MAX_DAEMON_GAP_MS,
       );
-      expect(gap, `longest host → pod outage (ms): ${said}`).to.be.below(MAX_GAP_MS);
+      expect(gap, `longest host → pod outage (ms): ${said}`).to.be.at.most(MAX_GAP_MS);
       const log = fs.readFileSync(daemon.logFile, 'utf8');
       expect(log, 'no re-attach of the host port').to.not.include('attaching the host port again');
       expect(log, 'no repair of the host port').to.not.include('programming its port again in place');
+      expect(log, 'the VFs found in place, none re-plumbed').to.not.include(
+        're-plumbed a re-created endpoint',
+      );
       expect(log.split('"msg":"host port attached"').length - 1, 'attached once, at the start').to.equal(1);
     });
   },
