@@ -6,8 +6,8 @@ import type { DesiredPort, DesiredState } from './desired-state';
 import { EndpointRefused, type HostSide } from './host-side';
 import { hostPortFirst } from './host-port-first';
 
-// A DPU that reboots takes its VFs with it, and re-creates them in the host namespace when it comes
-// back. Once its agent has acked a port of the snapshot at its current generation, that port's endpoint
+// A DPU that power-cycles takes its VFs with it, and re-creates them in the host namespace when it
+// comes back (one whose agent alone restarted keeps them in their workloads: nothing to do). Once its agent has acked a port of the snapshot at its current generation, that port's endpoint
 // sitting in the host namespace instead of its workload is such a VF: it is moved back where the port
 // was plumbed, through the same guards as at Attach. This runs as the snapshot's ports are acked (the
 // host port first), not after the whole snapshot: behind the ports come the fabric objects, thousands
