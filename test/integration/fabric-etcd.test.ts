@@ -183,7 +183,8 @@ describeEtcdRoot(
       // Each owner claims its block back at its next check of etcd (its addresses are in use); until
       // then na must keep routing both: losing a prefix is a withdrawal, held through the grace.
       const missing: string[] = [];
-      const owned = (): boolean => blocks.every((b) => blockKeys().some((k) => k.endsWith(b.replace('/', '-'))));
+      const owned = (): boolean =>
+        blocks.every((b) => blockKeys().some((k) => k.endsWith(b.replace('/', '-'))));
       const deadline = Date.now() + 40_000;
       while (!owned() && Date.now() < deadline) {
         const routes = fabricRoutes(na.ns);
