@@ -86,7 +86,12 @@ const COUNTER_READ = `list counter ${TABLE} ${EGRESS_COUNTER}\n`;
 /** What `applied` holds once our table was removed. */
 const REMOVED = '';
 
-/** Packets counted, from nft's listing of our counter. */
+/** A listing without what traffic changes in it: the counter's packets and bytes. */
+function withoutCounts(listing: string): string {
+  return listing.replace(/packets \d+ bytes \d+/g, '');
+}
+
+/** Packets counted, from nft's listing of our counter (or of the table that holds it). */
 function parseCounter(out: string): number | undefined {
   const m = /packets (\d+) bytes \d+/.exec(out);
   return m?.[1] === undefined ? undefined : Number(m[1]);
@@ -101,6 +106,14 @@ export class EgressMasquerade implements EgressDataplane {
   masqueraded: number | undefined;
   /** The script last applied; REMOVED once the table was removed. */
   private applied?: string;
+  /**
+   * Our table as the kernel listed it right after the last apply, counters left out: a refresh lists
+   * the table once and writes it again only when the listing differs (changed by hand, deleted, or
+   * taken by someone else), instead of checking ownership and writing every time.
+   */
+  private listed?: string;
+  /** A refresh asked for: compare the kernel's table with `listed` at the next apply. */
+  private stale = false;
   /** Why the last apply failed, until one succeeds. */
   private failure?: string;
 
@@ -135,16 +148,27 @@ export class EgressMasquerade implements EgressDataplane {
       return;
     }
     const script = egressScript(ranges);
-    if (script === this.applied) return;
+    if (script === this.applied) {
+      if (!this.stale) return;
+      this.stale = false;
+      const listing = await this.listing();
+      if (listing !== undefined && this.listed !== undefined && withoutCounts(listing) === this.listed) {
+        this.masqueraded = parseCounter(listing) ?? this.masqueraded;
+        return;
+      }
+    }
     await this.refuseForeign();
     const out = await this.nft(script);
     this.applied = script;
     this.masqueraded = parseCounter(out) ?? this.masqueraded;
+    const after = await this.listing();
+    this.listed = after === undefined ? undefined : withoutCounts(after);
   }
 
   /** Deletes our table; leaves a foreign one of the same name alone (and says so). */
   async remove(): Promise<void> {
     this.applied = undefined;
+    this.listed = undefined;
     this.masqueraded = undefined;
     if ((await this.owner()) !== 'ours') return;
     await this.nft(`delete table ${TABLE}\n`);
@@ -157,9 +181,12 @@ export class EgressMasquerade implements EgressDataplane {
     return this.masqueraded;
   }
 
-  /** Forgets what was applied, so that the next apply programs the table again (drift repair). */
+  /**
+   * The next apply checks the kernel's table against what it applied, and programs it again when it
+   * differs (drift repair): one listing when nothing changed.
+   */
   invalidate(): void {
-    this.applied = undefined;
+    this.stale = true;
   }
 
   private async refuseForeign(): Promise<void> {
@@ -173,13 +200,18 @@ export class EgressMasquerade implements EgressDataplane {
 
   /** Whose the table of our name is, by its comment. */
   async owner(): Promise<'absent' | 'ours' | 'foreign'> {
-    let listing: string;
+    const listing = await this.listing();
+    if (listing === undefined) return 'absent';
+    return listing.includes(`comment ${JSON.stringify(EGRESS_MARK)}`) ? 'ours' : 'foreign';
+  }
+
+  /** The kernel's listing of the table of our name, whoever's it is; undefined when there is none. */
+  private async listing(): Promise<string | undefined> {
     try {
-      listing = await this.nft(`list table ${TABLE}\n`);
+      return await this.nft(`list table ${TABLE}\n`);
     } catch (err) {
-      if (/No such file or directory/.test((err as Error).message)) return 'absent';
+      if (/No such file or directory/.test((err as Error).message)) return undefined;
       throw err;
     }
-    return listing.includes(`comment ${JSON.stringify(EGRESS_MARK)}`) ? 'ours' : 'foreign';
   }
 }

@@ -93,7 +93,8 @@ export class EgressController {
 
   /**
    * Applies `ranges` when they differ from the last applied, after a failure, or on a refresh pass
-   * (which programs the table again: one removed or changed by hand comes back).
+   * (which checks the dataplane against what it applied: a table removed or changed by hand comes
+   * back).
    */
   private async applyTo(t: EgressTarget, ranges: EgressRanges, refresh: boolean): Promise<void> {
     // Comparing the lists as text costs far less than the dataplane's parse of thousands of prefixes.

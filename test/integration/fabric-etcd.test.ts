@@ -168,6 +168,34 @@ describeEtcdRoot(
       expect(await pings(na.pod as string, nc.podIp as string)).to.equal(true);
     });
 
+    it('keeps routing live peers whose block keys were deleted by hand until their owners claim them back', async () => {
+      const na = node('na');
+      const peers = peersOf(path.join(na.dir, 'api.sock'));
+      const blocks = ['nb', 'nc'].map((name) => peers.find((p) => p.node === name)?.prefixes[0] ?? '');
+      expect(blocks.every((b) => b !== '')).to.equal(true);
+      const blockKeys = (): string[] =>
+        etcd
+          .etcdctl('get', '--prefix', '/workloadnet/blocks/', '--keys-only')
+          .split('\n')
+          .filter((k) => k !== '');
+      expect(blockKeys().length).to.be.greaterThanOrEqual(3);
+      etcd.etcdctl('del', '--prefix', '/workloadnet/blocks/');
+      // Each owner claims its block back at its next check of etcd (its addresses are in use); until
+      // then na must keep routing both: losing a prefix is a withdrawal, held through the grace.
+      const missing: string[] = [];
+      const owned = (): boolean => blocks.every((b) => blockKeys().some((k) => k.endsWith(b.replace('/', '-'))));
+      const deadline = Date.now() + 40_000;
+      while (!owned() && Date.now() < deadline) {
+        const routes = fabricRoutes(na.ns);
+        for (const b of blocks) if (!routes.some((r) => r.startsWith(`${b} `))) missing.push(b);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      expect(owned(), 'nb and nc claimed their blocks back').to.equal(true);
+      expect(missing, 'samples where na had no route to a live peer').to.deep.equal([]);
+      for (const to of ['nb', 'nc'])
+        expect(await pings(na.pod as string, node(to).podIp as string), `na → ${to}`).to.equal(true);
+    });
+
     it('withdraws a dead node after its lease and the grace, and only it', async () => {
       const na = node('na');
       const nb = node('nb');

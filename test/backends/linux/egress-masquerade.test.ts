@@ -104,6 +104,25 @@ describeRoot('Linux backend: egress masquerade (root, test-owned namespaces)', f
     expect(tables.filter((t) => t.includes(EGRESS_TABLE))).to.have.length(1);
   });
 
+  it('checks its table on a refresh with one listing, and writes it again only when it was changed by hand', async () => {
+    const scripts: string[] = [];
+    const run = nftRunner({ netnsPath: node.path });
+    const counted = new EgressMasquerade((script, flags) => (scripts.push(script), run(script, flags)));
+    await counted.apply(ranges);
+    scripts.length = 0;
+    counted.invalidate();
+    await counted.apply(ranges);
+    expect(scripts, 'nothing changed: one listing').to.deep.equal([`list table inet ${EGRESS_TABLE}\n`]);
+    // Someone deletes our rules: the next refresh finds the table changed and puts them back.
+    nft(node.name, `flush chain inet ${EGRESS_TABLE} postrouting\n`);
+    expect(await pings(pod1.name, '198.51.100.2')).to.equal(false);
+    scripts.length = 0;
+    counted.invalidate();
+    await counted.apply(ranges);
+    expect(scripts.filter((s) => s.includes('masquerade\n'))).to.have.length(1);
+    expect(await pings(pod1.name, '198.51.100.2')).to.equal(true);
+  });
+
   it('removes only its own table', async () => {
     await egress.remove();
     expect(nft(node.name, 'list tables\n')).not.to.include(EGRESS_TABLE);
