@@ -306,7 +306,7 @@ export interface EgressDataplane {
    * nftables): the caller reports it and calls again later.
    */
   apply(ranges: EgressRanges): Promise<void>;
-  /** Forgets what was applied: the next apply programs it again (puts back a table changed by hand). */
+  /** The next apply checks the dataplane against what it applied, and puts back what was changed by hand. */
   invalidate(): void;
 }
 
