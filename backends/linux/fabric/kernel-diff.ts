@@ -26,7 +26,7 @@ import {
   type Neighbour,
   type Route,
 } from '../../../lib/rtnetlink';
-import { fdbKey, neighbourKey, routeKey, type FabricPlan, type WantedRoute } from './fabric-plan';
+import { fdbKey, neighbourKey, routeKey, type FabricPlan, type WantedRoute } from './plan/wanted';
 
 /** Requests per datagram: well under the socket's send buffer for any mix of ours. */
 const BATCH = 200;
