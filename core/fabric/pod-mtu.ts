@@ -8,10 +8,17 @@ import type { FabricDataplane, FabricMode, FabricSettings, LocalNode } from './f
 /** The MTU of a pod interface when nothing says otherwise: the fabric is off, or its backend has none. */
 export const DEFAULT_POD_MTU = 1500;
 
+/** Bytes VXLAN adds to an inner packet: outer IP (20 or 40) + UDP (8) + VXLAN (8) + inner Ethernet (14). */
+export const VXLAN_OVERHEAD = { 4: 50, 6: 70 } as const;
+
+/** Bytes the mode's encapsulation adds to a pod's packet on an underlay of IP version `version`. */
+export function encapsulationOverheadOn(mode: FabricMode, version: 4 | 6): number {
+  return mode === 'vxlan' || mode === 'hybrid' ? VXLAN_OVERHEAD[version] : 0;
+}
+
 /** Bytes the mode's encapsulation adds to a pod's packet on this node's underlay. */
 export function encapsulationOverhead(mode: FabricMode, local: Pick<LocalNode, 'underlay'>): number {
-  if (mode !== 'vxlan' && mode !== 'hybrid') return 0;
-  return (local.underlay[0] ?? '').includes(':') ? 70 : 50;
+  return encapsulationOverheadOn(mode, (local.underlay[0] ?? '').includes(':') ? 6 : 4);
 }
 
 /** The largest pod MTU that fits every path of the mode. */

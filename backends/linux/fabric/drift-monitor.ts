@@ -38,7 +38,7 @@ import {
   joinGroups,
   type NetlinkMessage,
 } from '../../../lib/rtnetlink';
-import { fdbKey, neighbourKey, routeKey } from './fabric-plan';
+import { fdbKey, neighbourKey, routeKey } from './plan/wanted';
 import { configureNetlinkFd, netlinkFdIn } from '../../../lib/rtnetlink/socket';
 
 const ROLE = 'workloadnet-fabric-drift-monitor';

@@ -1,4 +1,4 @@
-// This node's gateway keys (fabric-plan.ts, ownGatewayKeys) as addresses on our VXLAN device, one /32
+// This node's gateway keys (plan/gateway-keys.ts, ownGatewayKeys) as addresses on our VXLAN device, one /32
 // or /128 per family. Without them, traffic the node itself sends to a remote pod takes the uplink's
 // address as its source; the peer receives it on its VXLAN device but routes that source back through
 // its uplink, so strict rp_filter (=1) drops it. With them the source is an address the peer routes

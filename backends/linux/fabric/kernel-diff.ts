@@ -26,7 +26,7 @@ import {
   type Neighbour,
   type Route,
 } from '../../../lib/rtnetlink';
-import { fdbKey, neighbourKey, routeKey, type FabricPlan, type WantedRoute } from './fabric-plan';
+import { fdbKey, neighbourKey, routeKey, type FabricPlan, type WantedRoute } from './plan/wanted';
 
 /** Requests per datagram: well under the socket's send buffer for any mix of ours. */
 const BATCH = 200;
@@ -94,75 +94,94 @@ export interface DiffOp {
 
 /** The requests that turn `have` into the plan, in a safe order: entries before routes use them, routes removed before them. */
 export function diff(plan: FabricPlan, have: KernelObjects, vxlanIndex: number | undefined): DiffOp[] {
-  const adds: DiffOp[] = [];
-  const routeAdds: DiffOp[] = [];
-  const routeDels: DiffOp[] = [];
-  const dels: DiffOp[] = [];
+  const entries: OpsOf = { adds: [], dels: [] };
   if (vxlanIndex !== undefined) {
-    const fdbHave = new Map<string, Neighbour[]>();
-    for (const f of have.fdb) fdbHave.set(fdbKey(f), [...(fdbHave.get(fdbKey(f)) ?? []), f]);
-    const fdbWant = new Set<string>();
-    for (const f of plan.fdb) {
-      const key = fdbKey(f);
-      fdbWant.add(key);
-      const existing = fdbHave.get(key) ?? [];
-      const spec = {
-        family: AF_BRIDGE,
-        ifindex: vxlanIndex,
-        mac: f.mac,
-        dst: f.dst,
-        flags: NTF_SELF,
-        state: NUD_PERMANENT,
-      } as const;
-      if (existing.some((e) => e.dst === f.dst && (e.state & NUD_PERMANENT) !== 0)) {
-        // A MAC may hold several remotes (`bridge fdb append`): all but ours are strays.
-        for (const e of existing.filter((x) => x.dst !== f.dst)) dels.push(fdbDelete(vxlanIndex, e));
-        continue;
-      }
-      adds.push({
-        kind: 'fdb',
-        action: existing.length > 0 ? 'replace' : 'add',
-        key,
-        what: `fdb ${f.mac} dst ${f.dst} (${f.peer})`,
-        request: newNeighbourRequest(spec, { replace: true }),
-      });
-      for (const e of existing.slice(1)) dels.push(fdbDelete(vxlanIndex, e));
-    }
-    for (const [key, entries] of fdbHave)
-      if (!fdbWant.has(key)) for (const e of entries) dels.push(fdbDelete(vxlanIndex, e));
-
-    const nHave = new Map(have.neighbours.map((n) => [neighbourKey(n), n]));
-    const nWant = new Set<string>();
-    for (const n of plan.neighbours) {
-      const key = neighbourKey(n);
-      nWant.add(key);
-      const e = nHave.get(key);
-      if (e && e.mac === n.mac) continue;
-      adds.push({
-        kind: 'neighbour',
-        action: e ? 'replace' : 'add',
-        key,
-        what: `neighbour ${n.dst} lladdr ${n.mac} (${n.peer})`,
-        request: newNeighbourRequest(
-          { family: n.family, ifindex: vxlanIndex, dst: n.dst, mac: n.mac, state: NUD_PERMANENT },
-          { replace: true },
-        ),
-      });
-    }
-    for (const [key, n] of nHave)
-      if (!nWant.has(key))
-        dels.push({
-          kind: 'neighbour',
-          action: 'delete',
-          key,
-          what: `neighbour ${n.dst ?? '?'} lladdr ${n.mac ?? '?'}`,
-          request: delNeighbourRequest({
-            family: n.family as typeof AF_INET,
-            ifindex: vxlanIndex,
-            dst: n.dst,
-          }),
-        });
+    diffFdb(plan, have, vxlanIndex, entries);
+    diffNeighbours(plan, have, vxlanIndex, entries);
   }
+  const routes = diffRoutes(plan, have);
+  return [...entries.adds, ...routes.adds, ...routes.dels, ...entries.dels];
+}
+
+/** The requests of one kind of entry: what to add or replace, and what to delete. */
+interface OpsOf {
+  adds: DiffOp[];
+  dels: DiffOp[];
+}
+
+/** Our device's FDB entries: one per peer MAC, to its underlay address; every other remote is a stray. */
+function diffFdb(plan: FabricPlan, have: KernelObjects, vxlanIndex: number, out: OpsOf): void {
+  const fdbHave = new Map<string, Neighbour[]>();
+  for (const f of have.fdb) fdbHave.set(fdbKey(f), [...(fdbHave.get(fdbKey(f)) ?? []), f]);
+  const fdbWant = new Set<string>();
+  for (const f of plan.fdb) {
+    const key = fdbKey(f);
+    fdbWant.add(key);
+    const existing = fdbHave.get(key) ?? [];
+    const spec = {
+      family: AF_BRIDGE,
+      ifindex: vxlanIndex,
+      mac: f.mac,
+      dst: f.dst,
+      flags: NTF_SELF,
+      state: NUD_PERMANENT,
+    } as const;
+    if (existing.some((e) => e.dst === f.dst && (e.state & NUD_PERMANENT) !== 0)) {
+      // A MAC may hold several remotes (`bridge fdb append`): all but ours are strays.
+      for (const e of existing.filter((x) => x.dst !== f.dst)) out.dels.push(fdbDelete(vxlanIndex, e));
+      continue;
+    }
+    out.adds.push({
+      kind: 'fdb',
+      action: existing.length > 0 ? 'replace' : 'add',
+      key,
+      what: `fdb ${f.mac} dst ${f.dst} (${f.peer})`,
+      request: newNeighbourRequest(spec, { replace: true }),
+    });
+    for (const e of existing.slice(1)) out.dels.push(fdbDelete(vxlanIndex, e));
+  }
+  for (const [key, entries] of fdbHave)
+    if (!fdbWant.has(key)) for (const e of entries) out.dels.push(fdbDelete(vxlanIndex, e));
+}
+
+/** Our device's permanent neighbours: one per gateway key, to its target's VTEP MAC. */
+function diffNeighbours(plan: FabricPlan, have: KernelObjects, vxlanIndex: number, out: OpsOf): void {
+  const nHave = new Map(have.neighbours.map((n) => [neighbourKey(n), n]));
+  const nWant = new Set<string>();
+  for (const n of plan.neighbours) {
+    const key = neighbourKey(n);
+    nWant.add(key);
+    const e = nHave.get(key);
+    if (e && e.mac === n.mac) continue;
+    out.adds.push({
+      kind: 'neighbour',
+      action: e ? 'replace' : 'add',
+      key,
+      what: `neighbour ${n.dst} lladdr ${n.mac} (${n.peer})`,
+      request: newNeighbourRequest(
+        { family: n.family, ifindex: vxlanIndex, dst: n.dst, mac: n.mac, state: NUD_PERMANENT },
+        { replace: true },
+      ),
+    });
+  }
+  for (const [key, n] of nHave)
+    if (!nWant.has(key))
+      out.dels.push({
+        kind: 'neighbour',
+        action: 'delete',
+        key,
+        what: `neighbour ${n.dst ?? '?'} lladdr ${n.mac ?? '?'}`,
+        request: delNeighbourRequest({
+          family: n.family as typeof AF_INET,
+          ifindex: vxlanIndex,
+          dst: n.dst,
+        }),
+      });
+}
+
+/** Our routes, in the main table with our protocol: the peers' prefixes and the catch-alls. */
+function diffRoutes(plan: FabricPlan, have: KernelObjects): OpsOf {
+  const out: OpsOf = { adds: [], dels: [] };
   const rHave = new Map(have.routes.map((r) => [routeKey(r), r]));
   const rWant = new Set<string>();
   for (const r of plan.routes) {
@@ -170,7 +189,7 @@ export function diff(plan: FabricPlan, have: KernelObjects, vxlanIndex: number |
     rWant.add(key);
     const e = rHave.get(key);
     if (e && routeMatches(e, r)) continue;
-    routeAdds.push({
+    out.adds.push({
       kind: 'route',
       action: e ? 'replace' : 'add',
       key,
@@ -182,7 +201,7 @@ export function diff(plan: FabricPlan, have: KernelObjects, vxlanIndex: number |
   }
   for (const [key, r] of rHave)
     if (!rWant.has(key))
-      routeDels.push({
+      out.dels.push({
         kind: 'route',
         action: 'delete',
         key,
@@ -195,7 +214,7 @@ export function diff(plan: FabricPlan, have: KernelObjects, vxlanIndex: number |
           table: RT_TABLE_MAIN,
         }),
       });
-  return [...adds, ...routeAdds, ...routeDels, ...dels];
+  return out;
 }
 
 function fdbDelete(ifindex: number, e: Neighbour): DiffOp {

@@ -38,16 +38,11 @@ import {
 } from '../../../lib/rtnetlink';
 import { DriftMonitor, KERNEL_EVENTS_LOST, type KernelEvent } from './drift-monitor';
 import { RestartingReader } from '../restarting-reader';
-import {
-  fdbKey,
-  neighbourKey,
-  ownGatewayKeys,
-  planFabric,
-  podMtu,
-  probeTargets,
-  routeKey,
-  type FabricPlan,
-} from './fabric-plan';
+import { ownGatewayKeys } from './plan/gateway-keys';
+import { planHostFabric } from './plan/host-plan';
+import { probeTargets } from './plan/probe-targets';
+import { underlayPodMtu } from './plan/route-mtu';
+import { fdbKey, neighbourKey, routeKey, type FabricPlan } from './plan/wanted';
 import { syncGatewayAddresses } from './gateway-address';
 import { holdersInKernel, type Holders } from './identity-claims';
 import { IcmpProbeTransport } from './icmp-probe-transport';
@@ -155,7 +150,7 @@ export class LinuxFabric implements FabricDataplane {
       const underlay = await discoverUnderlay(sock, settings.nodeIp);
       let vxlan: Link | undefined;
       let mac: string | undefined;
-      let routeMtu = podMtu(settings.mode, underlay);
+      let routeMtu = underlayPodMtu(settings.mode, underlay);
       if (settings.mode === 'vxlan' || settings.mode === 'hybrid') {
         mac = vtepMac(underlay.address, settings.nodeName);
         const r = await ensureVxlanDevice(
@@ -265,7 +260,7 @@ export class LinuxFabric implements FabricDataplane {
     const vxlanIndex = prep.vxlan?.index;
     // The first apply of a start: the incumbents are what the last daemon left in the kernel.
     this.holders ??= holdersInKernel(await readOurs(sock, vxlanIndex), peers);
-    const plan = planFabric(
+    const plan = planHostFabric(
       {
         mode: prep.settings.mode,
         underlay: prep.underlay,

@@ -1,6 +1,6 @@
 import { cidrContains, familyBits, formatAddress, type Cidr } from '../../../lib/cidr';
 
-// What of a peer's prefix its endpoints' slices leave to the peer itself (fabric-plan.ts): the whole
+// What of a peer's prefix its endpoints' slices leave to the peer itself (plan/peer-targets.ts): the whole
 // prefix is routed to the peer, and its gateway key must lie in what no slice covers.
 
 /** Whether `inner` lies inside `outer` (or equals it). */

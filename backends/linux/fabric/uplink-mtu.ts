@@ -7,7 +7,7 @@
 import type { FabricSettings } from '../../../core/fabric/fabric-dataplane';
 import { getLink, type Link } from '../../../lib/rtnetlink/link';
 import type { NetlinkSocket } from '../../../lib/rtnetlink/socket';
-import { podMtu } from './fabric-plan';
+import { underlayPodMtu } from './plan/route-mtu';
 import type { Underlay } from './underlay';
 import { ensureVxlanDevice } from './vxlan-device';
 
@@ -35,7 +35,7 @@ export async function followUplinkMtu(
   prep.underlay = { ...prep.underlay, uplink: { ...prep.underlay.uplink, mtu: now.mtu } };
   const mode = prep.settings.mode;
   const tunnel = mode === 'vxlan' || mode === 'hybrid';
-  prep.routeMtu = tunnel ? podMtu(mode, prep.underlay) : now.mtu;
+  prep.routeMtu = tunnel ? underlayPodMtu(mode, prep.underlay) : now.mtu;
   if (tunnel && prep.vxlan && prep.mac !== undefined) {
     const want = { vni: prep.settings.vni, port: prep.settings.port, mac: prep.mac, mtu: prep.routeMtu };
     prep.vxlan = (await ensureVxlanDevice(sock, want, prep.underlay)).link;

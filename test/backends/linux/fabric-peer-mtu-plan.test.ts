@@ -1,6 +1,8 @@
 import { expect } from 'chai';
 import type { Peer } from '../../../core/fabric/peer-source';
-import { planFabric, podMtu, type PlanContext } from '../../../backends/linux/fabric/fabric-plan';
+import { planHostFabric } from '../../../backends/linux/fabric/plan/host-plan';
+import { underlayPodMtu } from '../../../backends/linux/fabric/plan/route-mtu';
+import type { PlanContext } from '../../../backends/linux/fabric/plan/wanted';
 import type { Underlay } from '../../../backends/linux/fabric/underlay';
 import { parseCidr } from '../../../lib/cidr';
 import { AF_INET, AF_INET6, RTN_UNREACHABLE } from '../../../lib/rtnetlink';
@@ -23,7 +25,7 @@ function ctx(mode: PlanContext['mode'], over: Partial<PlanContext> = {}): PlanCo
     vxlanIndex: mode === 'routed' ? undefined : 9,
     vni: 30574,
     port: 4789,
-    routeMtu: podMtu(mode, over.underlay ?? underlay),
+    routeMtu: underlayPodMtu(mode, over.underlay ?? underlay),
     clusterCidrs: ['10.244.0.0/16'],
     ...over,
   };
@@ -53,7 +55,7 @@ function peer(
 
 /** Each route to a peer as "<prefix> mtu <n>". */
 const mtus = (mode: PlanContext['mode'], peers: Peer[], over: Partial<PlanContext> = {}): string[] =>
-  planFabric(ctx(mode, over), peers)
+  planHostFabric(ctx(mode, over), peers)
     .routes.filter((r) => r.type !== RTN_UNREACHABLE)
     .map((r) => `${r.destination} mtu ${r.mtu ?? '-'}`);
 

@@ -1,6 +1,8 @@
 import { expect } from 'chai';
 import type { Peer } from '../../../core/fabric/peer-source';
-import { planFabric, podMtu, type PlanContext } from '../../../backends/linux/fabric/fabric-plan';
+import { planHostFabric } from '../../../backends/linux/fabric/plan/host-plan';
+import { underlayPodMtu } from '../../../backends/linux/fabric/plan/route-mtu';
+import type { PlanContext } from '../../../backends/linux/fabric/plan/wanted';
 import type { Underlay } from '../../../backends/linux/fabric/underlay';
 import { parseCidr } from '../../../lib/cidr';
 import { AF_INET, AF_INET6 } from '../../../lib/rtnetlink';
@@ -25,7 +27,7 @@ function ctx(mode: PlanContext['mode']): PlanContext {
     vni: 30574,
     port: 4789,
     ownMac: '0e:77:0a:00:01:01',
-    routeMtu: podMtu(mode, underlay),
+    routeMtu: underlayPodMtu(mode, underlay),
     clusterCidrs: ['10.244.0.0/16', 'fd10::/48'],
   };
 }
@@ -49,14 +51,14 @@ const peer = (
 const near = peer('near', '10.0.1.2', '0e:77:0a:00:01:02', ['10.244.2.0/26', 'fd10::2:0/122']);
 const far = peer('far', '10.0.2.3', '0e:77:0a:00:02:03', ['10.244.3.0/26', 'fd10::3:0/122']);
 
-const shown = (plan: ReturnType<typeof planFabric>): string[] =>
+const shown = (plan: ReturnType<typeof planHostFabric>): string[] =>
   plan.routes.map(
     (r) => `${r.destination} via ${r.gateway ?? '-'} oif ${r.oif ?? '-'}${r.onlink ? ' onlink' : ''}`,
   );
 
 describe('fabric plan: dual-stack peers over an IPv4 underlay (no kernel)', () => {
   it('hybrid: IPv4 direct to the peer on our subnet, its IPv6 through the tunnel; the far one tunnelled whole', () => {
-    const plan = planFabric(ctx('hybrid'), [far, near]);
+    const plan = planHostFabric(ctx('hybrid'), [far, near]);
     expect(shown(plan)).to.deep.equal([
       '10.244.3.0/26 via 10.244.3.0 oif 9 onlink',
       'fd10::3:0/122 via fd10::3:0 oif 9 onlink',
@@ -83,7 +85,7 @@ describe('fabric plan: dual-stack peers over an IPv4 underlay (no kernel)', () =
   });
 
   it('hybrid: a peer on our subnet without a VTEP keeps IPv4 direct and says why its IPv6 is not routed', () => {
-    const plan = planFabric(ctx('hybrid'), [{ ...near, vtep: undefined }]);
+    const plan = planHostFabric(ctx('hybrid'), [{ ...near, vtep: undefined }]);
     expect(shown(plan).filter((r) => r.startsWith('fd10::2'))).to.deep.equal([]);
     expect(plan.fdb).to.deep.equal([]);
     expect(plan.peers[0]?.path).to.equal('direct');
@@ -93,7 +95,7 @@ describe('fabric plan: dual-stack peers over an IPv4 underlay (no kernel)', () =
   });
 
   it('routed: the IPv6 prefix is reported not routed and left to the catch-all', () => {
-    const plan = planFabric(ctx('routed'), [near]);
+    const plan = planHostFabric(ctx('routed'), [near]);
     expect(shown(plan)).to.deep.equal([
       '10.244.2.0/26 via 10.0.1.2 oif 2',
       '10.244.0.0/16 via - oif -',

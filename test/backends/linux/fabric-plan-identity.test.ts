@@ -1,11 +1,8 @@
 import { expect } from 'chai';
 import type { Peer } from '../../../core/fabric/peer-source';
-import {
-  planFabric,
-  podMtu,
-  type FabricPlan,
-  type PlanContext,
-} from '../../../backends/linux/fabric/fabric-plan';
+import { planHostFabric } from '../../../backends/linux/fabric/plan/host-plan';
+import { underlayPodMtu } from '../../../backends/linux/fabric/plan/route-mtu';
+import type { FabricPlan, PlanContext } from '../../../backends/linux/fabric/plan/wanted';
 import type { Underlay } from '../../../backends/linux/fabric/underlay';
 import { parseCidr } from '../../../lib/cidr';
 import { AF_INET } from '../../../lib/rtnetlink';
@@ -29,7 +26,7 @@ function ctx(mode: PlanContext['mode'], last?: FabricPlan): PlanContext {
     vni: 30574,
     port: 4789,
     ownMac: '0e:77:0a:00:01:01',
-    routeMtu: podMtu(mode, underlay),
+    routeMtu: underlayPodMtu(mode, underlay),
     clusterCidrs: ['10.244.0.0/16'],
     holders: last?.holders,
   };
@@ -63,7 +60,7 @@ const objects = (plan: FabricPlan, node: string): string[] => [
 const pathOf = (plan: FabricPlan, node: string) => plan.peers.find((p) => p.node === node);
 
 describe('fabric plan: the incumbent keeps its identities', () => {
-  const before = planFabric(ctx('vxlan'), [n3, n4]);
+  const before = planHostFabric(ctx('vxlan'), [n3, n4]);
   const n3Objects = [
     'route 10.244.3.0/24 via 10.244.3.0',
     'neigh 10.244.3.0 0e:77:0a:00:02:03',
@@ -72,7 +69,7 @@ describe('fabric plan: the incumbent keeps its identities', () => {
 
   it("keeps the incumbent's route and FDB entry when a newcomer named before it states its VTEP MAC", () => {
     const aaa = peer('aaa', '10.0.9.9', ['10.244.9.0/24'], '0e:77:0a:00:02:03');
-    const plan = planFabric(ctx('vxlan', before), [aaa, n3, n4]);
+    const plan = planHostFabric(ctx('vxlan', before), [aaa, n3, n4]);
     expect(objects(plan, 'n3')).to.deep.equal(n3Objects);
     expect(objects(plan, 'aaa')).to.deep.equal([]);
     const why = pathOf(plan, 'aaa');
@@ -81,24 +78,26 @@ describe('fabric plan: the incumbent keeps its identities', () => {
     expect(why?.refused).to.deep.equal([{ claim: 'mac', value: '0e:77:0a:00:02:03', holder: 'n3' }]);
     expect(pathOf(plan, 'n3')).to.not.have.property('reason');
     // The holder leaves: the newcomer has it at the next plan.
-    const after = planFabric(ctx('vxlan', plan), [aaa, n4]);
+    const after = planHostFabric(ctx('vxlan', plan), [aaa, n4]);
     expect(objects(after, 'aaa')).to.include('fdb 0e:77:0a:00:02:03 10.0.9.9');
     // And keeps it from then on, against the node that held it before.
-    const back = planFabric(ctx('vxlan', after), [aaa, n3, n4]);
+    const back = planHostFabric(ctx('vxlan', after), [aaa, n3, n4]);
     expect(objects(back, 'aaa')).to.include('fdb 0e:77:0a:00:02:03 10.0.9.9');
     expect(pathOf(back, 'n3')?.reason).to.match(/VTEP MAC 0e:77:0a:00:02:03 is held by aaa/);
   });
 
   it("refuses a newcomer stating a live peer's underlay address (its FDB entry would send to that node)", () => {
     const aaa = peer('aaa', '10.0.2.3', ['10.244.9.0/24'], '0e:77:0a:00:09:09');
-    const plan = planFabric(ctx('vxlan', before), [aaa, n3, n4]);
+    const plan = planHostFabric(ctx('vxlan', before), [aaa, n3, n4]);
     expect(objects(plan, 'n3')).to.deep.equal(n3Objects);
     expect(objects(plan, 'aaa')).to.deep.equal([]);
     expect(pathOf(plan, 'aaa')?.reason).to.match(/underlay address 10\.0\.2\.3 is held by n3/);
   });
 
   it("refuses a newcomer stating this node's own underlay address", () => {
-    const plan = planFabric(ctx('hybrid'), [peer('aaa', '10.0.1.1', ['10.244.9.0/24'], '0e:77:0a:00:09:09')]);
+    const plan = planHostFabric(ctx('hybrid'), [
+      peer('aaa', '10.0.1.1', ['10.244.9.0/24'], '0e:77:0a:00:09:09'),
+    ]);
     expect(objects(plan, 'aaa')).to.deep.equal([]);
     expect(pathOf(plan, 'aaa')?.reason).to.match(/underlay address 10\.0\.1\.1 is this node's own/);
   });
@@ -106,7 +105,7 @@ describe('fabric plan: the incumbent keeps its identities', () => {
   it("refuses a newcomer the gateway key a live peer's routes use, and says why it has no route", () => {
     // A /25 inside n3's /24: its first address is n3's gateway key.
     const aaa = peer('aaa', '10.0.9.9', ['10.244.3.0/25'], '0e:77:0a:00:09:09');
-    const plan = planFabric(ctx('vxlan', before), [aaa, n3, n4]);
+    const plan = planHostFabric(ctx('vxlan', before), [aaa, n3, n4]);
     expect(objects(plan, 'n3')).to.deep.equal(n3Objects);
     expect(objects(plan, 'aaa')).to.deep.equal([]);
     const why = pathOf(plan, 'aaa');
@@ -119,7 +118,7 @@ describe('fabric plan: the incumbent keeps its identities', () => {
 
   it('leaves a prefix with the peer that announced it first, whatever the newcomer is named', () => {
     const aaa = peer('aaa', '10.0.9.9', ['10.244.3.0/24'], '0e:77:0a:00:09:09');
-    const plan = planFabric(ctx('vxlan', before), [aaa, n3, n4]);
+    const plan = planHostFabric(ctx('vxlan', before), [aaa, n3, n4]);
     expect(objects(plan, 'n3')).to.deep.equal(n3Objects);
     expect(pathOf(plan, 'aaa')?.reason).to.match(/prefixes also announced by n3 \(10\.244\.3\.0\/24\)/);
   });
@@ -127,7 +126,7 @@ describe('fabric plan: the incumbent keeps its identities', () => {
   it('lets the first by name win between two newcomers, as before', () => {
     const a = peer('a', '10.0.9.8', ['10.244.8.0/24'], '0e:77:0a:00:09:09');
     const b = peer('b', '10.0.9.9', ['10.244.9.0/24'], '0e:77:0a:00:09:09');
-    const plan = planFabric(ctx('vxlan', before), [b, a, n3]);
+    const plan = planHostFabric(ctx('vxlan', before), [b, a, n3]);
     expect(objects(plan, 'a')).to.include('fdb 0e:77:0a:00:09:09 10.0.9.8');
     expect(pathOf(plan, 'b')?.reason).to.match(/VTEP MAC 0e:77:0a:00:09:09 is held by a/);
   });

@@ -1,6 +1,8 @@
 import { expect } from 'chai';
 import type { Peer, TunnelEndpoint } from '../../../core/fabric/peer-source';
-import { planFabric, podMtu, type PlanContext } from '../../../backends/linux/fabric/fabric-plan';
+import { planHostFabric } from '../../../backends/linux/fabric/plan/host-plan';
+import { underlayPodMtu } from '../../../backends/linux/fabric/plan/route-mtu';
+import type { PlanContext } from '../../../backends/linux/fabric/plan/wanted';
 import type { Underlay } from '../../../backends/linux/fabric/underlay';
 import { parseCidr } from '../../../lib/cidr';
 import { AF_INET, AF_INET6, RTN_UNREACHABLE } from '../../../lib/rtnetlink';
@@ -22,7 +24,7 @@ function ctx(mode: PlanContext['mode'], over: Partial<PlanContext> = {}): PlanCo
     vni: 30574,
     port: 4789,
     ownMac: '0e:77:0a:00:01:01',
-    routeMtu: podMtu(mode, underlay),
+    routeMtu: underlayPodMtu(mode, underlay),
     clusterCidrs: ['10.244.0.0/16', 'fd10::/48'],
     ...over,
   };
@@ -54,7 +56,7 @@ describe('fabric plan (per mode, no kernel)', () => {
         gateways: { 4: '10.244.3.17', 6: 'fd10:0:3::9' },
       },
     });
-    const plan = planFabric(ctx('vxlan'), [tunnelled]);
+    const plan = planHostFabric(ctx('vxlan'), [tunnelled]);
     expect(plan.neighbours.map((n) => n.dst)).to.deep.equal(['10.244.3.17', 'fd10:0:3::9']);
     expect(plan.routes.filter((r) => r.peer).map((r) => `${r.destination} via ${r.gateway}`)).to.deep.equal([
       '10.244.3.0/24 via 10.244.3.17',
@@ -64,7 +66,7 @@ describe('fabric plan (per mode, no kernel)', () => {
     const foreign = peer('far', '10.0.2.3', ['10.244.3.0/24'], {
       vtep: { mac: '0e:77:0a:00:02:03', vni: 30574, port: 4789, gateways: { 4: '10.244.2.1' } },
     });
-    const refused = planFabric(ctx('vxlan'), [foreign]);
+    const refused = planHostFabric(ctx('vxlan'), [foreign]);
     expect(refused.neighbours.map((n) => n.dst)).to.deep.equal(['10.244.3.0']);
     expect(refused.peers[0]?.reason).to.match(
       /published tunnel address 10\.244\.2\.1 ignored: not inside its own prefixes/,
@@ -73,7 +75,7 @@ describe('fabric plan (per mode, no kernel)', () => {
   });
 
   it('routed: direct routes to the peer on our subnet only; the far one unreachable, with why', () => {
-    const plan = planFabric(ctx('routed'), [far, near]);
+    const plan = planHostFabric(ctx('routed'), [far, near]);
     expect(
       plan.routes.map(
         (r) => `${r.destination} via ${r.gateway ?? '-'} oif ${r.oif ?? '-'} mtu ${r.mtu ?? '-'}`,
@@ -97,7 +99,7 @@ describe('fabric plan (per mode, no kernel)', () => {
   });
 
   it('vxlan: one FDB entry per peer, one neighbour per family it announces, one route per prefix', () => {
-    const plan = planFabric(ctx('vxlan'), [near, far]);
+    const plan = planHostFabric(ctx('vxlan'), [near, far]);
     expect(plan.fdb.map((f) => `${f.mac} ${f.dst}`)).to.deep.equal([
       '0e:77:0a:00:02:03 10.0.2.3',
       '0e:77:0a:00:01:02 10.0.1.2',
@@ -120,7 +122,7 @@ describe('fabric plan (per mode, no kernel)', () => {
   });
 
   it('hybrid: direct to the same subnet, VXLAN across it, and one pod MTU for both', () => {
-    const plan = planFabric(ctx('hybrid'), [near, far]);
+    const plan = planHostFabric(ctx('hybrid'), [near, far]);
     expect(plan.peers.map((p) => `${p.node}:${p.path}`)).to.deep.equal(['far:vxlan', 'near:direct']);
     expect(new Set(plan.routes.filter((r) => r.mtu !== undefined).map((r) => r.mtu))).to.deep.equal(
       new Set([1450]),
@@ -129,7 +131,7 @@ describe('fabric plan (per mode, no kernel)', () => {
   });
 
   it('refuses, per peer and with a reason, what it cannot reach', () => {
-    const plan = planFabric(ctx('vxlan'), [
+    const plan = planHostFabric(ctx('vxlan'), [
       peer('novtep', '10.0.2.4', ['10.244.4.0/24'], { vtep: undefined }),
       peer('othervni', '10.0.2.5', ['10.244.5.0/24'], {
         vtep: { mac: '0e:77:0a:00:02:05', vni: 7, port: 4789 },
@@ -158,15 +160,15 @@ describe('fabric plan (per mode, no kernel)', () => {
   });
 
   it('external: nothing at all, every peer reported', () => {
-    const plan = planFabric(ctx('external'), [near, far]);
+    const plan = planHostFabric(ctx('external'), [near, far]);
     expect(plan.routes).to.deep.equal([]);
     expect(plan.peers.map((p) => `${p.node}:${p.path}`)).to.deep.equal(['far:external', 'near:external']);
   });
 
   it('pod MTU: the uplink less 50 over IPv4, 70 over IPv6, nothing routed', () => {
-    expect(podMtu('routed', underlay)).to.equal(1500);
-    expect(podMtu('vxlan', underlay)).to.equal(1450);
-    expect(podMtu('hybrid', { ...underlay, family: AF_INET6 })).to.equal(1430);
+    expect(underlayPodMtu('routed', underlay)).to.equal(1500);
+    expect(underlayPodMtu('vxlan', underlay)).to.equal(1450);
+    expect(underlayPodMtu('hybrid', { ...underlay, family: AF_INET6 })).to.equal(1430);
   });
 });
 
@@ -192,7 +194,7 @@ describe('fabric plan: peers with tunnel endpoints (DPUs)', () => {
       endpoint('dpu-b', '10.0.1.11', ['10.244.4.64/26', '10.244.4.150/32']),
     ],
   });
-  const show = (plan: ReturnType<typeof planFabric>): Record<string, string[]> => ({
+  const show = (plan: ReturnType<typeof planHostFabric>): Record<string, string[]> => ({
     routes: plan.routes
       .filter((r) => r.type !== RTN_UNREACHABLE)
       .map((r) => `${r.destination} via ${r.gateway} oif ${r.oif} onlink ${r.onlink}`),
@@ -201,7 +203,7 @@ describe('fabric plan: peers with tunnel endpoints (DPUs)', () => {
   });
 
   it('vxlan: one neighbour and FDB entry per endpoint VTEP, one route per slice and per borrowed /32 to it', () => {
-    const plan = planFabric(ctx('vxlan'), [near, dpuNode]);
+    const plan = planHostFabric(ctx('vxlan'), [near, dpuNode]);
     expect(show(plan)).to.deep.equal({
       routes: [
         '10.244.4.0/26 via 10.244.4.0 oif 9 onlink true',
@@ -229,7 +231,7 @@ describe('fabric plan: peers with tunnel endpoints (DPUs)', () => {
   });
 
   it('hybrid: an endpoint on our subnet is routed directly to its own address, the other tunnelled', () => {
-    const plan = planFabric(ctx('hybrid'), [dpuNode]);
+    const plan = planHostFabric(ctx('hybrid'), [dpuNode]);
     expect(show(plan)).to.deep.equal({
       routes: [
         '10.244.4.0/26 via 10.244.4.0 oif 9 onlink true',
@@ -243,7 +245,7 @@ describe('fabric plan: peers with tunnel endpoints (DPUs)', () => {
   });
 
   it('routed: only the endpoint on our subnet; the far one and the uncovered rest are reported', () => {
-    const plan = planFabric(ctx('routed'), [dpuNode]);
+    const plan = planHostFabric(ctx('routed'), [dpuNode]);
     expect(show(plan).routes).to.deep.equal([
       '10.244.4.64/26 via 10.0.1.11 oif 2 onlink false',
       '10.244.4.150/32 via 10.0.1.11 oif 2 onlink false',
@@ -262,7 +264,7 @@ describe('fabric plan: peers with tunnel endpoints (DPUs)', () => {
         endpoint('d2', '10.0.2.21', ['10.244.6.0/24']),
       ],
     });
-    expect(show(planFabric(ctx('vxlan'), [mixed]))).to.deep.equal({
+    expect(show(planHostFabric(ctx('vxlan'), [mixed]))).to.deep.equal({
       routes: [
         '10.244.5.0/24 via 10.244.5.128 oif 9 onlink true',
         '10.244.5.0/25 via 10.244.5.0 oif 9 onlink true',
@@ -284,7 +286,7 @@ describe('fabric plan: peers with tunnel endpoints (DPUs)', () => {
         endpoint('d2', '10.0.2.31', ['10.244.7.0/25']),
       ],
     });
-    const plan = planFabric(ctx('vxlan'), [near, greedy]);
+    const plan = planHostFabric(ctx('vxlan'), [near, greedy]);
     expect(plan.routes.filter((r) => r.destination === '10.244.2.0/24').map((r) => r.peer)).to.deep.equal([
       'near',
     ]);
@@ -307,7 +309,7 @@ describe('fabric plan: peers with tunnel endpoints (DPUs)', () => {
         endpoint('d2', '10.0.2.41', ['10.244.8.128/25']),
       ],
     });
-    const plan = planFabric(ctx('vxlan'), [odd]);
+    const plan = planHostFabric(ctx('vxlan'), [odd]);
     expect(show(plan).routes).to.deep.equal(['10.244.8.128/25 via 10.244.8.128 oif 9 onlink true']);
     expect(plan.peers[0]?.reason).to.match(
       /^endpoint d1 \(10\.244\.8\.0\/25\) unreachable: VTEP VNI 9 port 4789 differs/,
