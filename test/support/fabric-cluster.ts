@@ -14,7 +14,7 @@ import {
 import { EtcdCluster } from '../pools/support/etcd-cluster';
 import { StandInKubeApiServer } from '../pools/support/standin-kube-apiserver';
 import { attachRequest } from './attach-request';
-import { DaemonProcess } from './daemon-process';
+import { DaemonProcess, type DaemonProcessOptions } from './daemon-process';
 import { waitUntil } from './wait-until';
 
 // A fabric cluster of real daemons for the integration tests: node namespaces on the test underlay
@@ -162,10 +162,7 @@ export class FabricCluster {
   }
 
   /** The daemon of a node as it runs: its namespace, its source's flags, the cluster's and its own. */
-  private daemonOptions(
-    n: ClusterNode,
-    over: Record<string, string>,
-  ): Parameters<typeof DaemonProcess.start>[0] {
+  private daemonOptions(n: ClusterNode, over: Record<string, string>): DaemonProcessOptions {
     const { opts } = this;
     const flags: Record<string, string> = { fabric: opts.fabric };
     if (opts.mtu !== undefined) flags.mtu = String(opts.mtu);
