@@ -1,18 +1,8 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
-import type { AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
-import {
-  FabricTopology,
-  peersFileEntry,
-  writePeersFile,
-  type BareNode,
-} from '../backends/linux/fabric-topology';
-import { attachRequest } from '../support/attach-request';
-import { DaemonProcess } from '../support/daemon-process';
+import type { DaemonProcess } from '../support/daemon-process';
 import { describeRoot } from '../support/describe-root';
+import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
 import { waitUntil } from '../support/wait-until';
 
 // The pod MTU left to the daemon (no --mtu): two real daemons in VXLAN mode, each in its node namespace
@@ -22,13 +12,6 @@ import { waitUntil } from '../support/wait-until';
 // changed while the daemon is away applies to pods attached after the restart, and to those before in
 // place: both ends of their pair and their routes that carry an MTU, the same interfaces; so is an
 // --mtu set at the next start.
-
-interface Node extends BareNode {
-  range: number;
-  dir: string;
-  peersFile: string;
-  daemon?: DaemonProcess;
-}
 
 /** The MTU of an interface inside a namespace, as the kernel has it. */
 function linkMtu(ns: string, ifName: string): number {
@@ -74,66 +57,35 @@ function dfPing(ns: string, to: string, size: number): { ok: boolean; out: strin
 
 describeRoot('pod MTU follows the fabric (vxlan, no --mtu; real kernel)', function () {
   this.timeout(120_000);
-  const topo = new FabricTopology();
-  const nodes: Node[] = [];
+  let c: FabricCluster;
+  let nodes: ClusterNode[];
   /** The namespace of the first pod on the first node. */
   let firstPod = '';
   /** The address of the first pod on the second node. */
   let remotePod = '';
   /** The namespace of the pod attached on the first node after its restart. */
   let secondPod = '';
-  const start = (n: Node, mtu?: number): Promise<DaemonProcess> =>
-    DaemonProcess.start({
-      dir: n.dir,
-      netns: n.ns,
-      flags: {
-        'pod-cidr': `10.244.${n.range}.0/24`,
-        fabric: 'vxlan',
-        'peers-file': n.peersFile,
-        ...(mtu === undefined ? {} : { mtu: String(mtu) }),
-      },
-    });
-  const attach = async (n: Node, id: string): Promise<{ ns: string; ip: string; mtu: number }> => {
-    const pod = topo.pool.add(`${n.name}${id}`);
-    const client = (n.daemon as DaemonProcess).client;
-    const res: AttachResponse = await client.call(
-      client.raw.attach,
-      attachRequest(`${n.name}-${id}`, pod.path),
-    );
-    return {
-      ns: pod.name,
-      ip: (res.ips[0]?.cidr ?? '').split('/')[0] as string,
-      mtu: res.interfaces[0]?.mtu ?? 0,
-    };
-  };
+  const attach = (n: ClusterNode, id: string): Promise<{ ns: string; ip: string; mtu: number }> =>
+    c.attachPod(n, id);
 
   before(async () => {
-    await topo.build([]);
-    for (const [name, subnet, host, range] of [
-      ['ma', 1, 1, 1],
-      ['mc', 2, 3, 3],
-    ] as const) {
-      const bare = await topo.addBareNode({ name, subnet, host });
-      const dir = fs.mkdtempSync(path.join(os.tmpdir(), `wn-mtu-${name}-`));
-      nodes.push({ ...bare, range, dir, peersFile: path.join(dir, 'peers.json') });
-    }
-    for (const n of nodes) {
-      const other = nodes.find((o) => o !== n) as Node;
-      writePeersFile(n.peersFile, [
-        peersFileEntry(other.name, other.address, [`10.244.${other.range}.0/24`]),
-      ]);
-      n.daemon = await start(n);
-    }
+    c = await FabricCluster.start({
+      source: 'static',
+      fabric: 'vxlan',
+      nodes: [
+        { name: 'ma', subnet: 1, host: 1, range: 1 },
+        { name: 'mc', subnet: 2, host: 3, range: 3 },
+      ],
+    });
+    nodes = c.nodes;
   });
 
   after(async () => {
-    for (const n of nodes) await n.daemon?.stop().catch(() => undefined);
-    await topo.cleanup();
-    for (const n of nodes) fs.rmSync(n.dir, { recursive: true, force: true });
+    await c?.teardown();
   });
 
   it('gives a pod the uplink MTU less VXLAN, which crosses the tunnel whole; one byte more fails in the pod', async () => {
-    const [ma, mc] = nodes as [Node, Node];
+    const [ma, mc] = nodes as [ClusterNode, ClusterNode];
     expect(linkMtu(ma.ns, 'eth0'), 'the uplink the test made').to.equal(1500);
     const a = await attach(ma, 'p1');
     const c = await attach(mc, 'p1');
@@ -152,9 +104,9 @@ describeRoot('pod MTU follows the fabric (vxlan, no --mtu; real kernel)', functi
   });
 
   it('applies an uplink MTU changed across a restart to new pods and, in place, to the pod before', async () => {
-    const ma = nodes[0] as Node;
-    const mc = nodes[1] as Node;
-    const c = remotePod;
+    const ma = nodes[0] as ClusterNode;
+    const mc = nodes[1] as ClusterNode;
+    const remote = remotePod;
     // A route on the pod's interface that carries an MTU of its own (as a chained plugin may add):
     // it follows the interface's.
     execFileSync('ip', [
@@ -162,9 +114,9 @@ describeRoot('pod MTU follows the fabric (vxlan, no --mtu; real kernel)', functi
       ...['via', '169.254.1.1', 'dev', 'eth0', 'mtu', '1450'],
     ]);
     const before = linkIndexes(firstPod);
-    await (ma.daemon as DaemonProcess).stop();
+    await c.stop(ma);
     execFileSync('ip', ['-n', ma.ns, 'link', 'set', 'dev', 'eth0', 'mtu', '1400']);
-    ma.daemon = await start(ma);
+    await c.startDaemon(ma);
     const b = await attach(ma, 'p2');
     secondPod = b.ns;
     expect(linkMtu(b.ns, 'eth0')).to.equal(1350);
@@ -177,13 +129,13 @@ describeRoot('pod MTU follows the fabric (vxlan, no --mtu; real kernel)', functi
     expect(hostLinkMtu(ma.ns, before.peer), 'its host end').to.equal(1350);
     expect(routeMtu(firstPod, `10.244.${mc.range}.0/24`), 'its route with an MTU').to.equal(1350);
     await waitUntil(
-      async () => dfPing(firstPod, c, 1350).ok,
+      async () => dfPing(firstPod, remote, 1350).ok,
       'a packet of the new pod MTU with DF set crosses the VXLAN path',
     );
-    const over = dfPing(firstPod, c, 1351);
+    const over = dfPing(firstPod, remote, 1351);
     expect(over.ok).to.equal(false);
     expect(over.out, 'refused in the pod, not lost on the way').to.match(/message too long|mtu = 1350/i);
-    const st = await ma.daemon.client.status();
+    const st = await (ma.daemon as DaemonProcess).client.status();
     expect(JSON.stringify(st)).not.to.include('larger MTU than the vxlan fabric carries');
     const net = st.networks.find((n) => n.name === 'default');
     expect(net?.mtuUpdated, 'Status counts the change').to.equal(1);
@@ -191,11 +143,10 @@ describeRoot('pod MTU follows the fabric (vxlan, no --mtu; real kernel)', functi
   });
 
   it('applies a configured --mtu changed across a restart to every running pod of the network, in place', async () => {
-    const ma = nodes[0] as Node;
+    const ma = nodes[0] as ClusterNode;
     const pods = [firstPod, secondPod];
     const before = pods.map(linkIndexes);
-    await (ma.daemon as DaemonProcess).stop();
-    ma.daemon = await start(ma, 1300);
+    await c.restart(ma, { mtu: '1300' });
     await waitUntil(
       async () => pods.every((ns) => linkMtu(ns, 'eth0') === 1300),
       'both running pods follow the configured MTU',

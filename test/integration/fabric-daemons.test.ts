@@ -1,20 +1,8 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
-import type { AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
-import {
-  FabricTopology,
-  fabricRoutes,
-  peersFileEntry,
-  peersOf,
-  writePeersFile,
-  type BareNode,
-} from '../backends/linux/fabric-topology';
-import { attachRequest } from '../support/attach-request';
-import { CLI, DaemonProcess } from '../support/daemon-process';
+import { CLI } from '../support/daemon-process';
 import { describeRoot } from '../support/describe-root';
+import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
 
@@ -23,81 +11,38 @@ import { waitUntil } from '../support/wait-until';
 // other two. Pods are attached through each daemon's own API; the fabric the daemons program is what
 // carries their traffic, directly to the neighbour on the same subnet and over VXLAN across the router.
 
-interface Node extends BareNode {
-  range: number;
-  dir: string;
-  peersFile: string;
-  daemon?: DaemonProcess;
-  pod?: string;
-  podIp?: string;
-}
-
-function writePeers(n: Node, others: Node[]): void {
-  writePeersFile(
-    n.peersFile,
-    others.map((o) => peersFileEntry(o.name, o.address, [`10.244.${o.range}.0/24`])),
-  );
-}
-
 describeRoot('fabric between three daemons (hybrid, static peers; real kernel)', function () {
   this.timeout(120_000);
-  const topo = new FabricTopology();
-  const nodes: Node[] = [];
+  let c: FabricCluster;
 
   before(async () => {
-    await topo.build([]);
-    for (const [name, subnet, host, range] of [
-      ['na', 1, 1, 1],
-      ['nb', 1, 2, 2],
-      ['nc', 2, 3, 3],
-    ] as const) {
-      const bare = await topo.addBareNode({ name, subnet, host });
-      const dir = fs.mkdtempSync(path.join(os.tmpdir(), `wn-fab-${name}-`));
-      nodes.push({ ...bare, range, dir, peersFile: path.join(dir, 'peers.json') });
-    }
-    for (const n of nodes) {
-      writePeers(
-        n,
-        nodes.filter((o) => o !== n),
-      );
-      n.daemon = await DaemonProcess.start({
-        dir: n.dir,
-        netns: n.ns,
-        flags: {
-          'pod-cidr': `10.244.${n.range}.0/24`,
-          mtu: '1450',
-          fabric: 'hybrid',
-          'peers-file': n.peersFile,
-        },
-      });
-    }
-    for (const n of nodes) {
-      const pod = topo.pool.add(`${n.name}pod`);
-      const res: AttachResponse = await n.daemon!.client.call(
-        n.daemon!.client.raw.attach,
-        attachRequest(`${n.name}-pod`, pod.path),
-      );
-      n.pod = pod.name;
-      n.podIp = (res.ips[0]?.cidr ?? '').split('/')[0];
-    }
+    c = await FabricCluster.start({
+      source: 'static',
+      fabric: 'hybrid',
+      mtu: 1450,
+      nodes: [
+        { name: 'na', subnet: 1, host: 1, range: 1 },
+        { name: 'nb', subnet: 1, host: 2, range: 2 },
+        { name: 'nc', subnet: 2, host: 3, range: 3 },
+      ],
+      podsPerNode: 1,
+    });
   });
 
   after(async () => {
-    for (const n of nodes) await n.daemon?.stop().catch(() => undefined);
-    topo.cleanup();
-    for (const n of nodes) fs.rmSync(n.dir, { recursive: true, force: true });
+    await c?.teardown();
   });
 
-  const node = (name: string): Node => nodes.find((n) => n.name === name) as Node;
+  const node = (name: string): ClusterNode => c.node(name);
 
   it('programs the neighbour on the same subnet directly and the node behind the router over VXLAN', async () => {
     const na = node('na');
-    await waitUntil(async () => fabricRoutes(na.ns).length === 2, 'na has its two peer routes', 20_000);
-    expect(fabricRoutes(na.ns)).to.deep.equal([
+    await waitUntil(async () => c.routes(na).length === 2, 'na has its two peer routes', 20_000);
+    expect(c.routes(na)).to.deep.equal([
       '10.244.2.0/24 via 10.100.1.2 dev eth0 metric 1024 mtu 1450',
       '10.244.3.0/24 via 10.244.3.0 dev wn-vxlan metric 1024 onlink mtu 1450',
     ]);
-    const paths = Object.fromEntries(peersOf(path.join(na.dir, 'api.sock')).map((p) => [p.node, p.path]));
+    const paths = Object.fromEntries(c.peersOf(na).map((p) => [p.node, p.path]));
     expect(paths).to.deep.equal({ nb: 'direct', nc: 'vxlan' });
   });
 
@@ -117,7 +62,7 @@ describeRoot('fabric between three daemons (hybrid, static peers; real kernel)',
     expect(elements()).to.match(/elements = \{ 10\.100\.1\.2, 10\.100\.2\.3 \}/);
     const status = (): { filteredPackets?: number; warnings: string[] } =>
       JSON.parse(
-        execFileSync(process.execPath, [CLI, 'peers', '--json', '--socket', path.join(na.dir, 'api.sock')], {
+        execFileSync(process.execPath, [CLI, 'peers', '--json', '--socket', na.api], {
           encoding: 'utf8',
         }),
       ) as { filteredPackets?: number; warnings: string[] };
@@ -127,21 +72,19 @@ describeRoot('fabric between three daemons (hybrid, static peers; real kernel)',
   });
 
   it('carries every pod to every other pod', async () => {
-    for (const n of nodes)
-      await waitUntil(async () => fabricRoutes(n.ns).length === 2, `${n.name} programmed`, 20_000);
-    for (const from of nodes)
-      for (const to of nodes) {
+    for (const n of c.nodes)
+      await waitUntil(async () => c.routes(n).length === 2, `${n.name} programmed`, 20_000);
+    for (const from of c.nodes)
+      for (const to of c.nodes) {
         if (from === to) continue;
         expect(
-          await pings(from.pod as string, to.podIp as string, { count: 3, waitSeconds: 2 }),
+          await pings(c.pod(from.name).ns, c.pod(to.name).ip, { count: 3, waitSeconds: 2 }),
           `${from.name} → ${to.name}`,
         ).to.equal(true);
       }
   });
 
   it('carries the pod MTU across VXLAN without fragments; one byte more fails in the pod, at once', async () => {
-    const na = node('na');
-    const nc = node('nc');
     const dfPing = (size: number): { ok: boolean; out: string } => {
       try {
         const out = execFileSync(
@@ -149,7 +92,7 @@ describeRoot('fabric between three daemons (hybrid, static peers; real kernel)',
           [
             'netns',
             'exec',
-            na.pod as string,
+            c.pod('na').ns,
             'ping',
             '-M',
             'do',
@@ -159,7 +102,7 @@ describeRoot('fabric between three daemons (hybrid, static peers; real kernel)',
             '2',
             '-s',
             String(size),
-            nc.podIp as string,
+            c.pod('nc').ip,
           ],
           { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] },
         );
@@ -178,47 +121,41 @@ describeRoot('fabric between three daemons (hybrid, static peers; real kernel)',
 
   it('withdraws a peer that leaves the file only after the grace, and never one that stays', async () => {
     const na = node('na');
-    writePeers(na, [node('nc')]);
+    c.writePeers(na, [node('nc')]);
     // The default grace (180 s) keeps nb's route: its leaving the file is not evidence that it is dead.
     await waitUntil(
-      async () => peersOf(path.join(na.dir, 'api.sock')).some((p) => p.node === 'nb' && !!p.withdrawnAt),
+      async () => c.peersOf(na).some((p) => p.node === 'nb' && !!p.withdrawnAt),
       'na sees nb withdrawn from its source',
       20_000,
     );
-    expect(fabricRoutes(na.ns)).to.have.length(2);
-    expect(await pings(na.pod as string, node('nb').podIp as string)).to.equal(true);
+    expect(c.routes(na)).to.have.length(2);
+    expect(await pings(c.pod('na').ns, c.pod('nb').ip)).to.equal(true);
     // Back within the grace: the withdrawal is cancelled.
-    writePeers(na, [node('nb'), node('nc')]);
-    await waitUntil(
-      async () => peersOf(path.join(na.dir, 'api.sock')).every((p) => !p.withdrawnAt),
-      "nb back in na's table",
-      20_000,
-    );
-    expect(fabricRoutes(na.ns)).to.have.length(2);
+    c.writePeers(na, [node('nb'), node('nc')]);
+    await waitUntil(async () => c.peersOf(na).every((p) => !p.withdrawnAt), "nb back in na's table", 20_000);
+    expect(c.routes(na)).to.have.length(2);
   });
 
   it('withdraws at once a peer that left the file and fails its probes (daemon killed, uplink down)', async () => {
     const na = node('na');
     const nc = node('nc');
-    const api = path.join(na.dir, 'api.sock');
     const probeOf = (name: string): { state?: string; answered?: boolean } | undefined =>
-      (peersOf(api) as Array<{ node: string; probe?: { state?: string; answered?: boolean } }>).find(
+      (c.peersOf(na) as Array<{ node: string; probe?: { state?: string; answered?: boolean } }>).find(
         (p) => p.node === name,
       )?.probe;
     // The daemons probe every 5 s (the default): nc answers on its gateway key, over VXLAN.
     await waitUntil(() => probeOf('nc')?.state === 'reachable', 'na reaches nc by probe', 30_000);
     expect(probeOf('nb')?.state).to.equal('reachable');
-    await nc.daemon?.kill('SIGKILL');
-    nc.daemon = undefined;
+    await c.stop(nc, 'SIGKILL');
     execFileSync('ip', ['-n', nc.ns, 'link', 'set', 'eth0', 'down']);
-    writePeers(na, [node('nb')]);
+    c.writePeers(na, [node('nb')]);
     // Far sooner than the 180 s grace: the file and the data path both say nc is gone.
     await waitUntil(
-      () => !fabricRoutes(na.ns).some((r) => r.startsWith('10.244.3.0/24')),
+      () => !c.routes(na).some((r) => r.startsWith('10.244.3.0/24')),
       "nc's route withdrawn from na",
       60_000,
     );
-    expect(peersOf(api).map((p) => p.node)).to.deep.equal(['nb']);
-    expect(fabricRoutes(na.ns)).to.deep.equal(['10.244.2.0/24 via 10.100.1.2 dev eth0 metric 1024 mtu 1450']);
+    expect(c.peersOf(na).map((p) => p.node)).to.deep.equal(['nb']);
+    expect(c.routes(na)).to.deep.equal(['10.244.2.0/24 via 10.100.1.2 dev eth0 metric 1024 mtu 1450']);
   });
 });

@@ -1,17 +1,7 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
-import {
-  FabricTopology,
-  bridge,
-  peersOf,
-  pingOutput,
-  type BareNode,
-} from '../backends/linux/fabric-topology';
-import { attachRequest } from '../support/attach-request';
-import { DaemonProcess } from '../support/daemon-process';
+import { bridge, peersOf, pingOutput } from '../backends/linux/fabric-topology';
+import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
 import { isRoot } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
@@ -30,7 +20,6 @@ const NC_MAC = vtepMac('10.100.2.3', 'nc');
 // IPv4 goes direct) — and routed mode, which has no tunnel, reports the IPv6 prefixes not routed and
 // leaves their traffic to the catch-all, which refuses it at once.
 
-const CLUSTER4 = '10.244.0.0/16';
 const CLUSTER6 = 'fd10::/48';
 
 interface Pod {
@@ -39,10 +28,9 @@ interface Pod {
   ip6: string;
 }
 
-interface Node extends BareNode {
-  dir: string;
-  daemon?: DaemonProcess;
-  pods: Pod[];
+interface Node extends ClusterNode {
+  /** Its pods' addresses by family. */
+  dual: Pod[];
 }
 
 const describeEtcdRoot = isRoot && haveEtcd ? describe : describe.skip;
@@ -71,71 +59,45 @@ describeEtcdRoot(
   `fabric: dual-stack pods over an IPv4 underlay (real etcd, real kernel)${SKIP}`,
   function () {
     this.timeout(240_000);
-    let root: string;
-    let etcd: EtcdCluster;
-
-    before(async () => {
-      root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-fabdual-'));
-      etcd = await EtcdCluster.start(path.join(root, 'etcd'), 3, 'wn-fabdual-');
-    });
-
-    after(async () => {
-      await etcd?.stop();
-      if (root) fs.rmSync(root, { recursive: true, force: true });
-    });
-
-    /** Three daemons in `mode` on a fresh underlay, each with two dual-stack pods. */
-    function cluster(mode: 'vxlan' | 'hybrid' | 'routed'): { nodes: Node[]; node: (n: string) => Node } {
-      const topo = new FabricTopology();
+    /**
+     * Three daemons in `mode` on a fresh underlay and a fresh etcd (its keys under /dual-<mode>), each
+     * with two dual-stack pods.
+     */
+    function cluster(mode: 'vxlan' | 'hybrid' | 'routed'): {
+      nodes: Node[];
+      node: (n: string) => Node;
+      etcd: () => EtcdCluster;
+    } {
+      let c: FabricCluster | undefined;
       const nodes: Node[] = [];
       before(async () => {
-        await topo.build([]);
-        for (const [name, subnet, host] of [
-          ['na', 1, 1],
-          ['nb', 1, 2],
-          ['nc', 2, 3],
-        ] as const) {
-          const bare = await topo.addBareNode({ name, subnet, host });
-          const n: Node = { ...bare, dir: path.join(root, `${mode}-${name}`), pods: [] };
-          n.daemon = await DaemonProcess.start({
-            dir: n.dir,
-            netns: etcd.netns,
-            args: [
-              ...['--pool-source', 'etcd', '--node-name', name, '--etcd-prefix', `/dual-${mode}`],
-              ...['--etcd-endpoints', etcd.endpoints.join(',')],
-              ...['--cluster-cidr', CLUSTER4, '--cluster-cidr', CLUSTER6],
-              ...['--host-netns', `/var/run/netns/${bare.ns}`, '--fabric', mode],
-            ],
-          });
-          nodes.push(n);
-        }
-        for (const n of nodes)
-          for (const i of [1, 2]) {
-            const pod = topo.pool.add(`${n.name}p${i}`);
-            const daemon = n.daemon as DaemonProcess;
-            await waitUntil(
-              async () =>
-                daemon.client
-                  .call(daemon.client.raw.attach, attachRequest(`${n.name}-p${i}`, pod.path))
-                  .then((res) => {
-                    const ips = res.ips.map((x) => (x.cidr ?? '').split('/')[0] as string);
-                    n.pods.push({
-                      ns: pod.name,
-                      ip4: ips.find((a) => !a.includes(':')) ?? '',
-                      ip6: ips.find((a) => a.includes(':')) ?? '',
-                    });
-                    return true;
-                  }),
-              `${n.name} attaches pod ${i} once it holds its blocks`,
-              30_000,
-              { intervalMs: 200, retryOnError: true },
-            );
-          }
+        c = await FabricCluster.start({
+          source: 'etcd',
+          fabric: mode,
+          flags: { 'etcd-prefix': `/dual-${mode}` },
+          args: ['--cluster-cidr', CLUSTER6],
+          nodes: [
+            { name: 'na', subnet: 1, host: 1 },
+            { name: 'nb', subnet: 1, host: 2 },
+            { name: 'nc', subnet: 2, host: 3 },
+          ],
+          podsPerNode: 2,
+        });
+        for (const n of c.nodes)
+          nodes.push(
+            Object.assign(n, {
+              dual: n.pods.map((p) => ({
+                ns: p.ns,
+                ip4: p.ips.find((a) => !a.includes(':')) ?? '',
+                ip6: p.ips.find((a) => a.includes(':')) ?? '',
+              })),
+            }),
+          );
         // Every node has seen both peers with both their blocks.
         for (const n of nodes)
           await waitUntil(
             async () => {
-              const peers = peersOf(path.join(n.dir, 'api.sock'));
+              const peers = (c as FabricCluster).peersOf(n);
               return peers.length === 2 && peers.every((p) => p.prefixes.length === 2);
             },
             `${n.name} sees both peers' IPv4 and IPv6 blocks`,
@@ -144,10 +106,13 @@ describeEtcdRoot(
           );
       });
       after(async () => {
-        for (const n of nodes) await n.daemon?.stop().catch(() => undefined);
-        await topo.cleanup();
+        await c?.teardown();
       });
-      return { nodes, node: (name) => nodes.find((n) => n.name === name) as Node };
+      return {
+        nodes,
+        node: (name) => nodes.find((n) => n.name === name) as Node,
+        etcd: () => (c as FabricCluster).etcd as EtcdCluster,
+      };
     }
 
     /**
@@ -156,8 +121,13 @@ describeEtcdRoot(
      * the block's first address before it has published one (own-keys.ts). The peer reserves it once
      * its block is claimed and publishes its record again, so the key may move once after start.
      */
-    function peerV6(from: Node, peer: string, mode: string): { block: string; gateway: () => string } {
-      const block = peersOf(path.join(from.dir, 'api.sock'))
+    function peerV6(
+      etcd: EtcdCluster,
+      from: Node,
+      peer: string,
+      mode: string,
+    ): { block: string; gateway: () => string } {
+      const block = peersOf(from.api)
         .find((p) => p.node === peer)
         ?.prefixes.find((p) => p.includes(':')) as string;
       const gateway = (): string => {
@@ -185,7 +155,7 @@ describeEtcdRoot(
 
     /** Every pod pings every pod of another node over IPv6. */
     async function everyPodReachesEveryPod(nodes: Node[]): Promise<void> {
-      const pods = nodes.flatMap((n) => n.pods.map((p) => ({ node: n.name, ...p })));
+      const pods = nodes.flatMap((n) => n.dual.map((p) => ({ node: n.name, ...p })));
       const failed: string[] = [];
       await Promise.all(
         pods.flatMap((from) =>
@@ -206,8 +176,8 @@ describeEtcdRoot(
 
       it('programs per peer one IPv6 route per remote block, one neighbour per family and one FDB entry, and the IPv6 catch-all', async () => {
         const na = c.node('na');
-        const nb = peerV6(na, 'nb', MODE);
-        const nc = peerV6(na, 'nc', MODE);
+        const nb = peerV6(c.etcd(), na, 'nb', MODE);
+        const nc = peerV6(c.etcd(), na, 'nc', MODE);
         await routesSettle(na.ns, () => [
           `${nb.block} via ${nb.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
           `${nc.block} via ${nc.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
@@ -236,8 +206,8 @@ describeEtcdRoot(
 
       it('tunnels IPv6 to every peer — the one on the same subnet too, whose IPv4 goes direct', async () => {
         const na = c.node('na');
-        const nb = peerV6(na, 'nb', MODE);
-        const nc = peerV6(na, 'nc', MODE);
+        const nb = peerV6(c.etcd(), na, 'nb', MODE);
+        const nc = peerV6(c.etcd(), na, 'nc', MODE);
         await routesSettle(na.ns, () => [
           `${nb.block} via ${nb.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
           `${nc.block} via ${nc.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
@@ -259,7 +229,7 @@ describeEtcdRoot(
         );
         expect(nbIpv4, "nb's IPv4 block direct on the uplink").to.have.length(1);
         expect(nbIpv4[0]).to.include('via 10.100.1.2 dev eth0');
-        const peers = peersOf(path.join(na.dir, 'api.sock'));
+        const peers = peersOf(na.api);
         expect(peers.find((p) => p.node === 'nb')?.path).to.equal('direct');
         expect(peers.find((p) => p.node === 'nc')?.path).to.equal('vxlan');
       });
@@ -274,9 +244,9 @@ describeEtcdRoot(
 
       it('reports the IPv6 blocks not routed directly; their packets hit the catch-all and fail at once', async () => {
         const na = c.node('na');
-        const nb = peerV6(na, 'nb', 'routed');
+        const nb = peerV6(c.etcd(), na, 'nb', 'routed');
         await waitUntil(
-          async () => routes6(na.ns).length === 1 && peersOf(path.join(na.dir, 'api.sock')).length === 2,
+          async () => routes6(na.ns).length === 1 && peersOf(na.api).length === 2,
           'na programmed its table',
           30_000,
           { intervalMs: 200 },
@@ -285,7 +255,7 @@ describeEtcdRoot(
           `unreachable ${CLUSTER6} dev lo metric 4294967295 pref medium`,
         ]);
         expect(neighbours(na.ns, '-6')).to.deep.equal([]);
-        const peers = peersOf(path.join(na.dir, 'api.sock')) as Array<{
+        const peers = peersOf(na.api) as Array<{
           node: string;
           path: string;
           reason?: string;
@@ -297,8 +267,8 @@ describeEtcdRoot(
         );
         expect(peers.find((p) => p.node === 'nc')?.path).to.equal('unreachable');
         // IPv4 to the peer on the subnet works; IPv6 to it is refused by the catch-all, not lost.
-        const from = na.pods[0] as Pod;
-        const to = c.node('nb').pods[0] as Pod;
+        const from = na.dual[0] as Pod;
+        const to = c.node('nb').dual[0] as Pod;
         expect(await pings(from.ns, to.ip4, { count: 2, waitSeconds: 2 })).to.equal(true);
         const six = await pingOutput(from.ns, to.ip6, 5);
         expect(six.ok).to.equal(false);

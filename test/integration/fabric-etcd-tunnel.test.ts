@@ -1,11 +1,7 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
-import { FabricTopology, peersOf, type BareNode } from '../backends/linux/fabric-topology';
-import { attachRequest } from '../support/attach-request';
-import { DaemonProcess } from '../support/daemon-process';
+import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
 import { isRoot } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
@@ -17,14 +13,6 @@ import { cidrContains, parseAddress, parseCidr } from '../../lib/cidr';
 // key its routes on it and probe it. With strict rp_filter (=1) on every node, traffic a node itself
 // sends to a remote pod leaves with it as its source and its answer passes the filter. Hybrid: na and
 // nb share a subnet (routed), nc sits behind a router (VXLAN); vxlan: every peer over VXLAN.
-
-const CLUSTER = '10.244.0.0/16';
-
-interface Node extends BareNode {
-  dir: string;
-  daemon?: DaemonProcess;
-  podIp?: string;
-}
 
 const describeEtcdRoot = isRoot && haveEtcd ? describe : describe.skip;
 const SKIP = isRoot && haveEtcd ? '' : ' (skipped: needs root and etcd-server)';
@@ -62,70 +50,39 @@ for (const mode of ['hybrid', 'vxlan'] as const)
     `fabric from etcd: each node's tunnel address (${mode}, strict rp_filter)${SKIP}`,
     function () {
       this.timeout(240_000);
-      const topo = new FabricTopology();
-      const nodes: Node[] = [];
-      let root: string;
+      let c: FabricCluster;
       let etcd: EtcdCluster;
-      let config: string;
+      let nodes: ClusterNode[];
 
-      const node = (name: string): Node => nodes.find((n) => n.name === name) as Node;
-      const start = (n: Node): Promise<DaemonProcess> =>
-        DaemonProcess.start({
-          dir: n.dir,
-          netns: etcd.netns,
-          args: [
-            ...['--config', config, '--pool-source', 'etcd', '--node-name', n.name],
-            ...['--etcd-endpoints', etcd.endpoints.join(',')],
-            ...['--cluster-cidr', CLUSTER, '--host-netns', `/var/run/netns/${n.ns}`],
-            ...['--fabric', mode, '--mtu', '1450'],
-          ],
-        });
+      const node = (name: string): ClusterNode => c.node(name);
+      const podIp = (n: ClusterNode): string => c.pod(n.name).ip;
       /** The tunnel address a node publishes in its etcd record, if any. */
-      const published = (n: Node): string | undefined => {
+      const published = (n: ClusterNode): string | undefined => {
         const out = etcd.etcdctl('get', `/workloadnet/nodes/${n.name}`, '--print-value-only');
         if (out.trim() === '') return undefined;
         return (JSON.parse(out) as { vtep?: { gateways?: { 4?: string } } }).vtep?.gateways?.[4];
       };
 
       before(async () => {
-        root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-fabtun-'));
-        etcd = await EtcdCluster.start(path.join(root, 'etcd'), 3, 'wn-fabtun-');
-        await topo.build([]);
-        config = path.join(root, 'config.json');
-        fs.writeFileSync(config, JSON.stringify({ fabric: { leaseTtlSeconds: 3, probeIntervalSeconds: 1 } }));
-        for (const [name, subnet, host] of [
-          ['na', 1, 1],
-          ['nb', 1, 2],
-          ['nc', 2, 3],
-        ] as const) {
-          const bare = await topo.addBareNode({ name, subnet, host });
-          strictRpFilter(bare.ns);
-          const n: Node = { ...bare, dir: path.join(root, name) };
-          n.daemon = await start(n);
-          nodes.push(n);
-        }
-        for (const n of nodes) {
-          const pod = topo.pool.add(`${n.name}pod`);
-          await waitUntil(
-            async () =>
-              n
-                .daemon!.client.call(n.daemon!.client.raw.attach, attachRequest(`${n.name}-pod`, pod.path))
-                .then((res) => {
-                  n.podIp = (res.ips[0]?.cidr ?? '').split('/')[0];
-                  return true;
-                }),
-            `${n.name} attaches its pod once it holds a block`,
-            30_000,
-            { intervalMs: 200, retryOnError: true },
-          );
-        }
+        c = await FabricCluster.start({
+          source: 'etcd',
+          fabric: mode,
+          mtu: 1450,
+          config: { fabric: { leaseTtlSeconds: 3, probeIntervalSeconds: 1 } },
+          nodes: [
+            { name: 'na', subnet: 1, host: 1 },
+            { name: 'nb', subnet: 1, host: 2 },
+            { name: 'nc', subnet: 2, host: 3 },
+          ],
+          prepare: (n) => strictRpFilter(n.ns),
+          podsPerNode: 1,
+        });
+        etcd = c.etcd as EtcdCluster;
+        nodes = c.nodes;
       });
 
       after(async () => {
-        for (const n of nodes) await n.daemon?.stop().catch(() => undefined);
-        topo.cleanup();
-        await etcd?.stop();
-        if (root) fs.rmSync(root, { recursive: true, force: true });
+        await c?.teardown();
       });
 
       it('holds on wn-vxlan an address of its own block that no pod holds, and peers key its routes on it', async () => {
@@ -140,10 +97,9 @@ for (const mode of ['hybrid', 'vxlan'] as const)
         for (const n of nodes) {
           const address = published(n) as string;
           expect(deviceAddresses(n.ns), n.name).to.deep.equal([`${address}/32`]);
-          expect(address, n.name).to.not.be.oneOf(nodes.map((m) => m.podIp));
-          const seenBy = nodes.find((m) => m !== n) as Node;
-          const blocks =
-            peersOf(path.join(seenBy.dir, 'api.sock')).find((p) => p.node === n.name)?.prefixes ?? [];
+          expect(address, n.name).to.not.be.oneOf(nodes.map(podIp));
+          const seenBy = nodes.find((m) => m !== n) as ClusterNode;
+          const blocks = c.peersOf(seenBy).find((p) => p.node === n.name)?.prefixes ?? [];
           expect(
             blocks.some((b) => cidrContains(parseCidr(b), parseAddress(address).value)),
             `${n.name}'s ${address} inside its blocks ${blocks.join(', ')}`,
@@ -170,8 +126,7 @@ for (const mode of ['hybrid', 'vxlan'] as const)
         // Every node's fabric has programmed both peers (routed or over VXLAN) before the node pings.
         for (const n of nodes)
           await waitUntil(
-            async () =>
-              peersOf(path.join(n.dir, 'api.sock')).filter((p) => p.path !== 'unreachable').length === 2,
+            async () => c.peersOf(n).filter((p) => p.path !== 'unreachable').length === 2,
             `${n.name} reaches both peers`,
             30_000,
             { intervalMs: 200 },
@@ -180,15 +135,14 @@ for (const mode of ['hybrid', 'vxlan'] as const)
           for (const to of nodes)
             if (from !== to)
               expect(
-                await pings(from.ns, to.podIp as string, { count: 3, waitSeconds: 2 }),
+                await pings(from.ns, podIp(to), { count: 3, waitSeconds: 2 }),
                 `node ${from.name} → pod on ${to.name}`,
               ).to.equal(true);
         const nc = node('nc');
         await waitUntil(
           async () =>
-            peersOf(path.join(nc.dir, 'api.sock')).filter(
-              (p) => (p as { probe?: { state?: string } }).probe?.state === 'reachable',
-            ).length === 2,
+            c.peersOf(nc).filter((p) => (p as { probe?: { state?: string } }).probe?.state === 'reachable')
+              .length === 2,
           "nc's probes of na and nb (over VXLAN, to their tunnel addresses) reachable",
           30_000,
           { intervalMs: 300 },
@@ -202,14 +156,15 @@ for (const mode of ['hybrid', 'vxlan'] as const)
           (fs.readFileSync(na.daemon!.logFile, 'utf8').match(/fabric tunnel address reserved/g) ?? []).length;
         const reservedBefore = reserved();
         expect(reservedBefore).to.equal(1);
-        await na.daemon?.stop();
-        na.daemon = await start(na);
+        await c.restart(na);
         // The restarted daemon has applied its table once its probe of nc (over VXLAN) answers.
         await waitUntil(
           async () =>
-            peersOf(path.join(na.dir, 'api.sock')).some(
-              (p) => p.node === 'nc' && (p as { probe?: { state?: string } }).probe?.state === 'reachable',
-            ),
+            c
+              .peersOf(na)
+              .some(
+                (p) => p.node === 'nc' && (p as { probe?: { state?: string } }).probe?.state === 'reachable',
+              ),
           "the restarted na's probe of nc reachable",
           30_000,
           { intervalMs: 300 },
@@ -226,8 +181,8 @@ for (const mode of ['hybrid', 'vxlan'] as const)
             intervalMs: 100,
           },
         );
-        expect(await pings(node('nc').ns, na.podIp as string, { count: 2, waitSeconds: 2 })).to.equal(true);
-        expect(await pings(na.ns, node('nc').podIp as string, { count: 2, waitSeconds: 2 })).to.equal(true);
+        expect(await pings(node('nc').ns, podIp(na), { count: 2, waitSeconds: 2 })).to.equal(true);
+        expect(await pings(na.ns, podIp(node('nc')), { count: 2, waitSeconds: 2 })).to.equal(true);
       });
     },
   );

@@ -1,11 +1,6 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
-import { FabricTopology, type BareNode } from '../backends/linux/fabric-topology';
-import { attachRequest } from '../support/attach-request';
-import { DaemonProcess } from '../support/daemon-process';
+import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
 import { isRoot } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
@@ -17,7 +12,6 @@ import { EtcdCluster, haveEtcd } from '../pools/support/etcd-cluster';
 // the next hybrid start uses it again. Blocks of 4 addresses: the off start's pods fill the tunnel
 // address's block, so a freed address would be handed out.
 
-const CLUSTER = '10.244.0.0/16';
 const NODE_IP = '10.100.1.1';
 
 const describeEtcdRoot = isRoot && haveEtcd ? describe : describe.skip;
@@ -27,29 +21,13 @@ describeEtcdRoot(
   `fabric mode change hybrid → off → hybrid keeps the tunnel address off pods${SKIP}`,
   function () {
     this.timeout(240_000);
-    const topo = new FabricTopology();
-    let root: string;
+    let c: FabricCluster;
     let etcd: EtcdCluster;
-    let config: string;
-    let na: BareNode;
-    let dir: string;
-    let daemon: DaemonProcess | undefined;
+    let na: ClusterNode;
     const pods: Array<{ ns: string; ip: string }> = [];
 
-    const start = (mode: 'hybrid' | 'off'): Promise<DaemonProcess> =>
-      DaemonProcess.start({
-        dir,
-        netns: etcd.netns,
-        args: [
-          ...['--config', config, '--pool-source', 'etcd', '--node-name', 'na'],
-          ...['--etcd-endpoints', etcd.endpoints.join(',')],
-          ...['--cluster-cidr', CLUSTER, '--host-netns', `/var/run/netns/${na.ns}`],
-          ...['--fabric', mode, '--mtu', '1450'],
-        ],
-      });
     const restart = async (mode: 'hybrid' | 'off'): Promise<void> => {
-      await daemon?.stop();
-      daemon = await start(mode);
+      await c.restart(na, { fabric: mode });
     };
     /** Global IPv4 addresses on wn-vxlan. */
     const deviceAddresses = (): string[] =>
@@ -68,40 +46,26 @@ describeEtcdRoot(
       return (JSON.parse(out) as { vtep?: { gateways?: { 4?: string } } }).vtep?.gateways?.[4];
     };
     async function attach(name: string): Promise<{ ns: string; ip: string }> {
-      const pod = topo.pool.add(name);
-      const d = daemon as DaemonProcess;
-      let ip = '';
-      await waitUntil(
-        () =>
-          d.client.call(d.client.raw.attach, attachRequest(name, pod.path)).then((res) => {
-            ip = (res.ips[0]?.cidr ?? '').split('/')[0] ?? '';
-            return true;
-          }),
-        `${name} attached`,
-        30_000,
-        { intervalMs: 200, retryOnError: true },
-      );
-      const p = { ns: pod.name, ip };
+      const p = await c.attachPod(na, name);
       pods.push(p);
       return p;
     }
 
     before(async () => {
-      root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-fabmode-'));
-      etcd = await EtcdCluster.start(path.join(root, 'etcd'), 1, 'wn-fabmode-');
-      await topo.build([]);
-      config = path.join(root, 'config.json');
-      fs.writeFileSync(config, JSON.stringify({ etcd: { blockSize: 30 }, fabric: { leaseTtlSeconds: 3 } }));
-      na = await topo.addBareNode({ name: 'na', subnet: 1, host: 1 });
-      dir = path.join(root, 'na');
-      daemon = await start('hybrid');
+      c = await FabricCluster.start({
+        source: 'etcd',
+        etcdMembers: 1,
+        fabric: 'hybrid',
+        mtu: 1450,
+        config: { etcd: { blockSize: 30 }, fabric: { leaseTtlSeconds: 3 } },
+        nodes: [{ name: 'na', subnet: 1, host: 1 }],
+      });
+      etcd = c.etcd as EtcdCluster;
+      na = c.node('na');
     });
 
     after(async () => {
-      await daemon?.stop().catch(() => undefined);
-      topo.cleanup();
-      await etcd?.stop();
-      if (root) fs.rmSync(root, { recursive: true, force: true });
+      await c?.teardown();
     });
 
     it('gives no pod the tunnel address while off, every pod reaches its node, and hybrid again uses the same address', async () => {
