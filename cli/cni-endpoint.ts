@@ -1,6 +1,6 @@
 import { CniServer } from '../adapters/cni/cni-server';
 import type { DaemonConfig } from '../core/config';
-import type { Lifecycle } from '../core/daemon/lifecycle';
+import type { Lifecycle } from '../core/lifecycle';
 import type { Logger } from '../core/logger';
 import type { WorkloadService } from '../core/workload-service';
 

@@ -18,7 +18,7 @@ import { createContainer } from '../core/daemon/container';
 import { NODE_LOCK, NodeLock } from '../core/daemon/node-lock';
 import { Daemon } from '../core/daemon/daemon';
 import { applyFdBudget } from '../core/daemon/fd-limit';
-import { ENDPOINT, type Lifecycle } from '../core/daemon/lifecycle';
+import { ENDPOINT, type Lifecycle } from '../core/lifecycle';
 import { createLogger, type Logger } from '../core/logger';
 import { WORKLOAD_SERVICE, type WorkloadService } from '../core/workload-service';
 import { Metrics } from '../core/metrics';

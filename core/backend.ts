@@ -2,7 +2,7 @@
 // the per-workload serialisation; a backend only programs (and unprograms) what it is told to. A
 // backend never sees the store and never allocates: everything it needs arrives in the spec.
 
-import type { FabricDataplane } from './fabric/fabric-dataplane';
+import type { FabricDataplane } from './fabric-dataplane';
 import type { Netns } from '../lib/netns/netns-handle';
 
 /** What place() needs: the interface, before it has addresses. */

@@ -1,10 +1,10 @@
 import * as fs from 'node:fs';
-import { cidrsOverlap } from './ipam/address-space';
-import { clusterRanges, validateFabric, type FabricConfig } from './fabric/fabric-config';
+import { cidrsOverlap } from './address-space';
+import { clusterRanges, validateFabric, type FabricConfig } from './fabric-config';
 import { parseCidr, type Cidr } from '../lib/cidr';
 import { closestName, closestOption } from '../lib/closest-name';
 import { invalidArgument } from './errors';
-import type { FabricMode, FabricSettings } from './fabric/fabric-dataplane';
+import type { FabricMode, FabricSettings } from './fabric-dataplane';
 import { OPTION_DOCS } from './option-docs';
 
 // The daemon's configuration: embedded defaults, then a JSON file (--config), then flags. Each option is
@@ -38,7 +38,7 @@ export interface DpuConfig {
   heartbeatIntervalMs: number;
   /** Slices each pod range is cut into, one per DPU carrying the fabric (a power of two). */
   fabricSlices: number;
-  /** With the fabric on: the host's namespace reaches the overlay through a DPU (core/fabric/host-port.ts). */
+  /** With the fabric on: the host's namespace reaches the overlay through a DPU (core/host-port/host-port.ts). */
   hostPort: boolean;
   /** etcd pool source: a DPU unseen this long gives back its empty blocks (pools/etcd/dpu-liveness.ts). */
   goneGraceSeconds: number;
@@ -60,7 +60,7 @@ export interface EtcdConfig {
   emptyBlockGraceSeconds: number;
 }
 
-export type { FabricConfig } from './fabric/fabric-config';
+export type { FabricConfig } from './fabric-config';
 export { OPTION_DOCS };
 
 /** One named network as the config file gives it (see docs/configuration.md, "Networks"). */
@@ -411,7 +411,7 @@ function validateNetworks(c: DaemonConfig, fail: (msg: string) => never): void {
   const names = new Set<string>();
   // Every network's pools, so that no address is in two networks: the configured podCidrs, and the
   // default network's cluster ranges (etcd's or fabric.clusterCidrs; a Node's ranges are known only
-  // at run time: the address space refuses those, see core/ipam/address-space.ts).
+  // at run time: the address space refuses those, see core/address-space.ts).
   const ranges: Array<{ network: string; cidr: Cidr; from: string }> = [];
   const cluster = c.poolSource === 'etcd' ? 'etcd.clusterCidrs' : 'fabric.clusterCidrs';
   if (c.networks.length > 0)

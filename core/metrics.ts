@@ -1,9 +1,20 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { DpuAgentStatus } from './backend';
-import { HOLD_KINDS, type HoldKind } from './reconcile/sweep-guard';
 
 // Prometheus metrics of the daemon (prom-client). One registry per daemon so tests can run several in
 // one process without their counters mixing.
+
+// The gauge's labels are the leak sweep's reasons to hold (core/reconcile/sweep-guard.ts): they are
+// defined here, with the gauge, so that the metrics import no room of the core.
+/** Why a pass of the leak sweep released nothing; the label of workloadnet_sweep_held. */
+export type HoldKind = 'directory_unreadable' | 'directory_other_mount' | 'directory_empty' | 'too_many_gone';
+
+export const HOLD_KINDS: readonly HoldKind[] = [
+  'directory_unreadable',
+  'directory_other_mount',
+  'directory_empty',
+  'too_many_gone',
+];
 
 export class Metrics {
   readonly registry = new Registry();

@@ -14,7 +14,7 @@ export interface NetnsOpener {
   /** Opens and validates a workload's namespace (see NetnsHandle.open with `workload`). */
   openWorkload(netnsPath: string): Promise<Netns>;
   /**
-   * Opens the node's own namespace, which the daemon attaches its host port to (core/fabric/host-port.ts):
+   * Opens the node's own namespace, which the daemon attaches its host port to (core/host-port/host-port.ts):
    * the path given, or the daemon's own when it is empty. Not refused as a caller's Attach of it is.
    */
   openHost(netnsPath: string): Promise<Netns>;

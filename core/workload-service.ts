@@ -3,9 +3,22 @@
 // touch the store or a backend.
 
 import type { DataplaneResult, DpuAgentStatus, DpuPortOptions, Drift, IpAssignment } from './backend';
-import type { FabricStatus } from './fabric/fabric-status';
-import type { PoolSourceStatus } from './ipam/pool-source';
+import type { FabricStatus } from './fabric-status';
 import type { AttachmentKey } from './attachment-key';
+
+/** What the pool source reports for Status and metrics (core/ipam/pool-source.ts). */
+export interface PoolSourceStatus {
+  /** "static", "kubernetes", "etcd". */
+  kind: string;
+  /** Attaches can be served (the source has supplied its pools). */
+  ready: boolean;
+  /** The source reaches its backing service (always true for static). */
+  connected: boolean;
+  /** Why it is not ready, or what an operator should know (a draining range, a lost claim). */
+  reasons: string[];
+  /** Free-form facts for `status` (node name, blocks owned, last error). */
+  details?: Record<string, string | number | boolean>;
+}
 
 export interface PodMetadata {
   uid?: string;

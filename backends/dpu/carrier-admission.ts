@@ -1,4 +1,4 @@
-import type { Peer } from '../../core/fabric/peer-source';
+import type { Peer } from '../../core/peer-source';
 import type { Logger } from '../../core/logger';
 import type { AgentLink } from './agent-link';
 import type { AgentSession } from './agent-session';

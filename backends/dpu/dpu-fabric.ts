@@ -8,8 +8,8 @@ import type {
   OwnPrefixes,
   PeerPath,
   PeerSeenBy,
-} from '../../core/fabric/fabric-dataplane';
-import type { Peer, TunnelEndpoint } from '../../core/fabric/peer-source';
+} from '../../core/fabric-dataplane';
+import type { Peer, TunnelEndpoint } from '../../core/peer-source';
 import { LogRate } from '../../core/log-rate';
 import type { Logger } from '../../core/logger';
 import { monotonicMs } from '../../core/monotonic-clock';

@@ -1,4 +1,4 @@
-import type { Peer } from '../../core/fabric/peer-source';
+import type { Peer } from '../../core/peer-source';
 import { dpuVtepMac } from '../../lib/vtep-mac';
 import { canonicalAddress as canonical, type FabricAgent } from './fabric-plan';
 

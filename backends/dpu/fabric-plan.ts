@@ -1,6 +1,6 @@
 import { isIP } from 'node:net';
-import type { FabricSettings, OwnPrefixes } from '../../core/fabric/fabric-dataplane';
-import type { Peer } from '../../core/fabric/peer-source';
+import type { FabricSettings, OwnPrefixes } from '../../core/fabric-dataplane';
+import type { Peer } from '../../core/peer-source';
 import { encapsulationOverhead } from '../../core/fabric/pod-mtu';
 import { cidrContains, formatAddress, parseAddress, parseCidr, type Cidr } from '../../lib/cidr';
 import { dpuVtepMac } from '../../lib/vtep-mac';

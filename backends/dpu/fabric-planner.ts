@@ -1,4 +1,4 @@
-import type { Peer } from '../../core/fabric/peer-source';
+import type { Peer } from '../../core/peer-source';
 import { peerShape } from '../../core/fabric/peer-shape';
 import {
   identityKeys,

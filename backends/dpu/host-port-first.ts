@@ -1,6 +1,6 @@
 import { HOST_PORT_WORKLOAD_ID } from '../../core/attach/host-port-row';
 
-// The host port (core/fabric/host-port.ts) is the node's own way into the overlay: after a DPU
+// The host port (core/host-port/host-port.ts) is the node's own way into the overlay: after a DPU
 // reboot every host → pod packet waits for it, so it goes first wherever ports are taken in turn (the
 // snapshot, the re-plumbing of re-created VFs).
 

@@ -1,6 +1,6 @@
 import type { AttachmentRecord } from '../store/store';
 
-// The host port's attachment (core/fabric/host-port.ts): the node's own network namespace attached by
+// The host port's attachment (core/host-port/host-port.ts): the node's own network namespace attached by
 // the daemon itself to a network on the DPUs, so that the host reaches the overlay through a DPU. It is
 // recorded like any attachment, under a workload id no caller may use. Its namespace is the node's,
 // alive as long as the node is, so nothing that reclaims attachments by their namespace (the leak

@@ -81,7 +81,7 @@ export class Orchestrator {
   }
 
   /**
-   * The host port (core/fabric/host-port.ts): the daemon's own attachment of the node's namespace,
+   * The host port (core/host-port/host-port.ts): the daemon's own attachment of the node's namespace,
    * through the same flow as any Attach. The namespace is opened by the caller, since a caller's Attach
    * may not name the host's; the interface carries no default route, only `routes`.
    */

@@ -8,9 +8,9 @@ import { CONFIG, DEFAULT_NETWORK, effectiveNetworks, fabricSettings, type Daemon
 import { AppliedPeersFile } from '../fabric/applied-peers-file';
 import { EGRESS_CONTROLLER, EgressController } from '../egress/egress-controller';
 import { FABRIC_CONTROLLER, FabricController } from '../fabric/fabric-controller';
-import { PEER_SOURCE, type PeerSource } from '../fabric/peer-source';
+import { PEER_SOURCE, type PeerSource } from '../peer-source';
 import { FabricPodMtu } from '../fabric/pod-mtu';
-import { HOST_PORT, HostPort } from '../fabric/host-port';
+import { HOST_PORT, HostPort } from '../host-port/host-port';
 import { StaticPeerSource } from '../fabric/static-peer-source';
 import { ALLOCATOR, IpAllocator } from '../ipam/ip-allocator';
 import { LOGGER, type Logger } from '../logger';
@@ -161,7 +161,7 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
     });
   });
   // The host's path into the overlay, when the fabric is on and a network's backend places ports on DPUs:
-  // on the default network if it is one of those, else the first (core/fabric/host-port.ts).
+  // on the default network if it is one of those, else the first (core/host-port/host-port.ts).
   c.bind<HostPort>(HOST_PORT).toDynamicValue((ctx) => {
     const settings = fabricSettings(config);
     const networkSet = ctx.container.get<NetworkSet>(NETWORKS);

@@ -1,12 +1,12 @@
 import type { Container } from 'inversify';
 import { ApiServer } from '../serve/api-server';
 import { CONFIG, type DaemonConfig } from '../config';
-import { ENDPOINT, startAll, type Lifecycle } from './lifecycle';
+import { ENDPOINT, startAll, type Lifecycle } from '../lifecycle';
 import { NODE_LOCK } from './node-lock';
-import { READINESS_LISTENER, type ReadinessListener } from './readiness-listener';
+import { READINESS_LISTENER, type ReadinessListener } from '../readiness-listener';
 import { EGRESS_CONTROLLER, type EgressController } from '../egress/egress-controller';
 import { FABRIC_CONTROLLER, type FabricController } from '../fabric/fabric-controller';
-import { HOST_PORT, type HostPort } from '../fabric/host-port';
+import { HOST_PORT, type HostPort } from '../host-port/host-port';
 import { LOGGER, type Logger } from '../logger';
 import { NODE_SERVICE, type NodeService } from '../service/node-service';
 import { STORE } from '../store/store';
@@ -35,7 +35,7 @@ const READINESS_INTERVAL_MS = 5000;
  * 7. Serving: the gate opens. Stopping it is the graceful part: stop accepting, let calls in flight
  *    finish (up to shutdownTimeoutMs), close every connection; then attaches still in flight are
  *    cancelled (their rows removed, see Orchestrator.drain in core/attach); only then the store and the backend.
- * 8. The host port (core/fabric/host-port.ts): with the fabric on the DPUs, the host's own namespace
+ * 8. The host port (core/host-port/host-port.ts): with the fabric on the DPUs, the host's own namespace
  *    attached to their network; left attached when the daemon stops.
  * 9. The leak sweep (core/reconcile/leak-sweep.ts), every sweepIntervalMs.
  */

@@ -3,7 +3,7 @@ import type { DaemonConfig } from '../config';
 import { failedPrecondition } from '../errors';
 import type { Logger } from '../logger';
 import { NetnsHandle } from '../../lib/netns/netns-handle';
-import type { Lifecycle } from './lifecycle';
+import type { Lifecycle } from '../lifecycle';
 
 // One daemon per node: two daemons programming one network namespace (a leftover host service beside
 // the DaemonSet, with other sockets and another state directory) would each take the other's links

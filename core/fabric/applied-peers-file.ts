@@ -1,7 +1,7 @@
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { Logger } from '../logger';
-import type { Peer } from './peer-source';
+import type { Peer } from '../peer-source';
 
 // The last peer table this node applied, kept beside the store. The withdrawal grace lives in memory;
 // without this file a restart would forget which peers were programmed, and a peer missing from the

@@ -3,12 +3,12 @@ import { asWorkloadNetError } from '../errors';
 import { monotonicMs } from '../monotonic-clock';
 import { ApplyPacer } from './apply-pacer';
 import type { FabricControllerOptions } from './fabric-controller-options';
-import type { FabricReport } from './fabric-dataplane';
+import type { FabricReport } from '../fabric-dataplane';
 import type { OwnKeys } from './own-keys';
 import type { OwnRecord } from './own-record';
 import { mergedProbes, neverAnswered } from './peer-probes';
 import { PeerRows } from './peer-rows';
-import type { Peer, PeerSource } from './peer-source';
+import type { Peer, PeerSource } from '../peer-source';
 import { externalReport } from './report-sums';
 import { WithdrawalGrace } from './withdrawal-grace';
 

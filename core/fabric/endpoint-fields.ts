@@ -1,5 +1,5 @@
 import { cidrContains, formatAddress, parseAddress, parseCidr } from '../../lib/cidr';
-import type { TunnelEndpoint } from './peer-source';
+import type { TunnelEndpoint } from '../peer-source';
 
 // A node's tunnel endpoints (its DPUs) as every source stores them beside the node: an etcd record,
 // a Node annotation, a peers-file entry. Read from JSON someone else wrote, so checked field by field:

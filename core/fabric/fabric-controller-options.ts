@@ -2,9 +2,9 @@ import type { SliceBook } from '../ipam/slice-book';
 import type { Logger } from '../logger';
 import type { Metrics } from '../metrics';
 import type { AppliedPeersFile } from './applied-peers-file';
-import type { FabricDataplane, FabricSettings } from './fabric-dataplane';
+import type { FabricDataplane, FabricSettings } from '../fabric-dataplane';
 import type { TunnelAddressesNow } from './own-keys';
-import type { PeerSource } from './peer-source';
+import type { PeerSource } from '../peer-source';
 import type { FabricPodMtu } from './pod-mtu';
 
 // What the fabric controller is built with (core/daemon/container.ts), in one place: the controller

@@ -1,8 +1,8 @@
 import { asWorkloadNetError } from '../errors';
 import { ApplyLoop } from './apply-loop';
 import type { FabricControllerOptions, FabricStatusOptions } from './fabric-controller-options';
-import type { FabricMode, LocalNode } from './fabric-dataplane';
-import type { FabricStatus } from './fabric-status';
+import type { FabricMode, LocalNode } from '../fabric-dataplane';
+import type { FabricStatus } from '../fabric-status';
 import { FabricView } from './fabric-view';
 import { OwnKeys } from './own-keys';
 import { OwnRecord } from './own-record';
@@ -27,7 +27,7 @@ export type {
 /** inversify identifier of the FabricController. */
 export const FABRIC_CONTROLLER = Symbol.for('workloadnet.FabricController');
 
-/** A part of the daemon's lifecycle (core/daemon/lifecycle.ts), started after the backends and pool sources. */
+/** A part of the daemon's lifecycle (core/lifecycle.ts), started after the backends and pool sources. */
 export class FabricController {
   readonly name = 'fabric';
   private readonly record: OwnRecord;

@@ -1,7 +1,7 @@
 import type { ApplyLoop } from './apply-loop';
 import type { FabricControllerOptions, FabricStatusOptions } from './fabric-controller-options';
-import type { FabricMode, FabricReport } from './fabric-dataplane';
-import type { FabricStatus } from './fabric-status';
+import type { FabricMode, FabricReport } from '../fabric-dataplane';
+import type { FabricStatus } from '../fabric-status';
 import type { OwnRecord } from './own-record';
 import { mergedProbes, setProbeGauges } from './peer-probes';
 import { podMtu } from './pod-mtu';

@@ -1,5 +1,5 @@
-import type { OwnPrefixes } from './fabric-dataplane';
-import type { Vtep } from './peer-source';
+import type { OwnPrefixes } from '../fabric-dataplane';
+import type { Vtep } from '../peer-source';
 
 // Where this node's gateway keys (the peers' neighbour keys for it, held on its VXLAN device) come
 // from, as the fabric controller hands them to the dataplanes and the record: either the ranges whose

@@ -1,8 +1,8 @@
 import { asWorkloadNetError } from '../errors';
 import type { FabricControllerOptions } from './fabric-controller-options';
-import type { LocalNode, OwnPrefixes } from './fabric-dataplane';
+import type { LocalNode, OwnPrefixes } from '../fabric-dataplane';
 import type { OwnKeys } from './own-keys';
-import type { NodeRecord, PeerSource, TunnelEndpoint } from './peer-source';
+import type { NodeRecord, PeerSource, TunnelEndpoint } from '../peer-source';
 
 // This node as its peers and its DPUs are told of it: the node as its dataplanes last said (underlay,
 // VTEP, DPUs), the record the peer source publishes for it, and what the dataplanes are told it owns.

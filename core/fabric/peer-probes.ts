@@ -1,6 +1,6 @@
 import type { Metrics } from '../metrics';
-import type { FabricDataplane, PeerProbe } from './fabric-dataplane';
-import type { FabricPeerStatus } from './fabric-status';
+import type { FabricDataplane, PeerProbe } from '../fabric-dataplane';
+import type { FabricPeerStatus } from '../fabric-status';
 
 // The data-path probes as the core sees them: the dataplanes' word per peer merged (put on the peer
 // rows of Status by peer-rows.ts), and counted in the gauges. A degraded peer is shown, never withdrawn for: only its

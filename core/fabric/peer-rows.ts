@@ -1,6 +1,6 @@
-import type { ClaimKind, FabricReport, PeerPath, PeerProbe } from './fabric-dataplane';
-import type { FabricPeerStatus } from './fabric-status';
-import type { Peer } from './peer-source';
+import type { ClaimKind, FabricReport, PeerPath, PeerProbe } from '../fabric-dataplane';
+import type { FabricPeerStatus } from '../fabric-status';
+import type { Peer } from '../peer-source';
 import { samePeer } from './peer-shape';
 import type { Withdrawal } from './withdrawal-grace';
 

@@ -1,4 +1,4 @@
-import type { Peer } from './peer-source';
+import type { Peer } from '../peer-source';
 
 // A peer record's shape: two records of one shape program the same objects. Sources hand out the same
 // object for a peer that did not change (etcd's and Kubernetes' tables copy on change, the peers file

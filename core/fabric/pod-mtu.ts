@@ -1,12 +1,16 @@
-import type { FabricDataplane, FabricMode, FabricSettings, LocalNode } from './fabric-dataplane';
+import {
+  DEFAULT_POD_MTU,
+  type FabricDataplane,
+  type FabricMode,
+  type FabricSettings,
+  type LocalNode,
+  type PodMtuSource,
+} from '../fabric-dataplane';
 
 // A pod's packets to another node travel inside the underlay's: over VXLAN they carry an outer IP,
 // UDP, VXLAN and Ethernet header (50 bytes over IPv4, 70 over IPv6). A pod MTU that ignores it is
 // fragmented or, with don't-fragment set, dropped in silence. In hybrid mode one pod talks over both
 // paths, so the encapsulation's MTU is the one that fits both.
-
-/** The MTU of a pod interface when nothing says otherwise: the fabric is off, or its backend has none. */
-export const DEFAULT_POD_MTU = 1500;
 
 /** Bytes VXLAN adds to an inner packet: outer IP (20 or 40) + UDP (8) + VXLAN (8) + inner Ethernet (14). */
 export const VXLAN_OVERHEAD = { 4: 50, 6: 70 } as const;
@@ -47,7 +51,7 @@ export function carriedMtu(mode: FabricMode, local: LocalNode, endpoint?: string
  * uplink's MTU changed; a DPU comes or goes); a network asks it for the MTU of a new
  * interface, and the interfaces attached before are brought to it in place (mtu-alignment.ts).
  */
-export class FabricPodMtu {
+export class FabricPodMtu implements PodMtuSource {
   private readonly locals = new Map<FabricDataplane, LocalNode>();
   /** What each dataplane carried when last learnt, to tell a change from a repeat. */
   private readonly carriedBefore = new Map<FabricDataplane, string>();

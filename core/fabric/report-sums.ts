@@ -1,5 +1,5 @@
-import type { FabricReport } from './fabric-dataplane';
-import type { Peer } from './peer-source';
+import type { FabricReport } from '../fabric-dataplane';
+import type { Peer } from '../peer-source';
 
 // The dataplanes' reports summed for Status, and the report of a mode that programs nothing.
 

@@ -2,7 +2,7 @@ import { SerialRun } from '../../lib/serial-run';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { Logger } from '../logger';
-import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from './peer-source';
+import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from '../peer-source';
 import { vouchedEndpoints } from './endpoint-fields';
 import { PeersFileReader, type PeersFileRejection } from './peers-file';
 import { samePeer } from './peer-shape';

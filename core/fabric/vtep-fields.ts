@@ -1,5 +1,5 @@
 import { parseAddress } from '../../lib/cidr';
-import type { Vtep } from './peer-source';
+import type { Vtep } from '../peer-source';
 
 // A VTEP as a cluster source stores it beside a node (an etcd record, a Node annotation): read from
 // JSON another daemon wrote, so checked field by field. The messages complete "the record …" or "the

@@ -1,6 +1,6 @@
 import { parseCidr, type Cidr } from '../../lib/cidr';
-import { cidrsOverlap } from '../ipam/address-space';
-import type { Peer } from './peer-source';
+import { cidrsOverlap } from '../address-space';
+import type { Peer } from '../peer-source';
 
 // A peer missing from its source is no evidence that it is dead: its lease may have lapsed while etcd
 // was out of its reach, or a file was edited by mistake, and its pods may still be serving. So a peer

@@ -12,14 +12,6 @@ export const IPV6_TRACKED_BITS = 20;
 /** A slice holds at least this many addresses; a range that would give smaller ones stays whole. */
 export const MIN_SLICE_ADDRESSES = 4;
 
-/** Largest slice count accepted (dpu.fabricSlices): more slices than that is more routes than DPUs. */
-export const MAX_SLICES = 256;
-
-/** Whether `n` is a valid slice count: a power of two in 1..MAX_SLICES. */
-export function isSliceCount(n: unknown): n is number {
-  return typeof n === 'number' && Number.isInteger(n) && n >= 1 && n <= MAX_SLICES && (n & (n - 1)) === 0;
-}
-
 /** A range as cut: its slices in index order (one, the range itself, when it stays whole). */
 export interface RangeCut {
   /** Slice CIDRs, canonical text; slice i belongs to the endpoint holding index i. */

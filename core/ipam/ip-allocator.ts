@@ -18,7 +18,7 @@
 // A node serving several networks gives each its own allocator; joined to the node's AddressSpace,
 // an allocator also refuses a pool that overlaps another network's.
 
-import { cidrsOverlap, overlapError, type AddressSpace } from './address-space';
+import { cidrsOverlap, overlapError, type AddressSpace } from '../address-space';
 import { cidrContains, parseAddress, parseCidr, type Cidr } from '../../lib/cidr';
 import {
   exhausted,

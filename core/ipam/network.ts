@@ -1,11 +1,11 @@
-import { AddressSpace } from './address-space';
+import { AddressSpace } from '../address-space';
 import type { Backend } from '../backend';
 import { DEFAULT_NETWORK, type ResolvedNetwork } from '../config';
 import { failedPrecondition, invalidArgument } from '../errors';
 import type { AllocatedIp, IpAllocator } from './ip-allocator';
 import type { PoolSupply } from './pool-supply';
 import type { SliceBook } from './slice-book';
-import { DEFAULT_POD_MTU, type FabricPodMtu } from '../fabric/pod-mtu';
+import { DEFAULT_POD_MTU, type PodMtuSource } from '../fabric-dataplane';
 
 // A named network: its backend, its own pools, and how its interfaces route. A node may serve several
 // (the pod's eth0 on a host veth, net1 on a DPU VF); each attachment belongs to one and is attached,
@@ -24,7 +24,7 @@ export class Network {
     /** The node's slice book, when this network's ranges are cut among DPUs (slice-book.ts). */
     readonly slices?: SliceBook,
     /** What the fabric carries, for an MTU of "auto" (config mtu 0). */
-    private readonly fabricMtu?: FabricPodMtu,
+    private readonly fabricMtu?: PodMtuSource,
   ) {}
 
   get name(): string {

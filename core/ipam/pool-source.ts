@@ -8,21 +8,8 @@
 // and asks the source only when a family has no free address left (needMore), which a source may answer
 // by getting more within a bounded time or by failing UNAVAILABLE at once when it cannot.
 
+import type { PoolSourceStatus } from '../workload-service';
 import type { IpAllocator } from './ip-allocator';
-
-/** What a source reports for Status and metrics. */
-export interface PoolSourceStatus {
-  /** "static", "kubernetes", "etcd". */
-  kind: string;
-  /** Attaches can be served (the source has supplied its pools). */
-  ready: boolean;
-  /** The source reaches its backing service (always true for static). */
-  connected: boolean;
-  /** Why it is not ready, or what an operator should know (a draining range, a lost claim). */
-  reasons: string[];
-  /** Free-form facts for `status` (node name, blocks owned, last error). */
-  details?: Record<string, string | number | boolean>;
-}
 
 export interface PoolSource {
   readonly kind: string;

@@ -1,7 +1,8 @@
 import { unavailable, WorkloadNetError } from '../errors';
 import type { AllocatedIp, IpAllocator, PoolState, SliceRequest } from './ip-allocator';
 import type { Metrics } from '../metrics';
-import type { EndpointPools, PoolSource, PoolSourceStatus } from './pool-source';
+import type { EndpointPools, PoolSource } from './pool-source';
+import type { PoolSourceStatus } from '../workload-service';
 
 // Where the attach flow takes addresses and gives them back, and the pools' part of Status: the
 // allocator's pools under the rules of the active pool source. Attach stays local: a source is

@@ -1,4 +1,4 @@
-import type { OwnPrefixes } from '../fabric/fabric-dataplane';
+import type { OwnPrefixes } from '../fabric-dataplane';
 import type { Logger } from '../logger';
 import type { AttachmentRecord, StoredSlices } from '../store/store';
 import { hostPrefix } from './address-slices';

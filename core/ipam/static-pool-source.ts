@@ -1,5 +1,6 @@
 import type { IpAllocator } from './ip-allocator';
-import type { PoolSource, PoolSourceStatus } from './pool-source';
+import type { PoolSource } from './pool-source';
+import type { PoolSourceStatus } from '../workload-service';
 
 // The configured podCidrs, as every node had them before pool sources existed. The allocator is built
 // with those pools (core/daemon/container.ts), so this source has nothing to add and nothing to wait for; it

@@ -96,7 +96,7 @@ export class StartupReconcile {
     // its ports across the host's reboot).
     const afterReboot = this.store.rowsFromEarlierBoot;
     // The host port lives in the node's own namespace, which outlives every reboot's doubt: it is
-    // neither released nor repaired here, but by its controller (core/fabric/host-port.ts).
+    // neither released nor repaired here, but by its controller (core/host-port/host-port.ts).
     const hostPorts = new Set(rows.filter(isHostPort).map((r) => r.key));
     const suspects = new Set(missing.filter((k) => !hostPorts.has(k)));
     if (afterReboot) for (const r of rows) if (r.netnsPath && !hostPorts.has(r.key)) suspects.add(r.key);

@@ -1,5 +1,6 @@
 import * as fs from 'node:fs';
 import { namespaceDirectoryOf } from '../../lib/netns/path-walk-policy';
+import type { HoldKind } from '../metrics';
 
 // Whether namespaces that look gone are evidence that their workloads are gone, or only that the
 // daemon cannot see them. A daemon started in a mount namespace where /var/run/netns is another (empty)
@@ -18,16 +19,6 @@ import { namespaceDirectoryOf } from '../../lib/netns/path-walk-policy';
 // A namespace path that is gone in a directory that passes these is evidence: `ip netns del` and the
 // runtimes unmount and unlink it, and a /proc/<pid>/ns/net path goes when its process exits.
 // `workloadnet gc --namespaces-gone` releases anyway: the operator has looked.
-
-/** Why a pass released nothing; the label of workloadnet_sweep_held. */
-export type HoldKind = 'directory_unreadable' | 'directory_other_mount' | 'directory_empty' | 'too_many_gone';
-
-export const HOLD_KINDS: readonly HoldKind[] = [
-  'directory_unreadable',
-  'directory_other_mount',
-  'directory_empty',
-  'too_many_gone',
-];
 
 export interface Hold {
   kind: HoldKind;

@@ -38,7 +38,7 @@ import type { Logger } from '../logger';
 import { LogRate } from '../log-rate';
 import { listenOnSocket } from './unix-socket';
 import type { Attachment, PoolUsage, WorkloadService } from '../workload-service';
-import type { FabricStatus } from '../fabric/fabric-status';
+import type { FabricStatus } from '../fabric-status';
 
 /** The original contract's service name, served too so that its clients connect unchanged. */
 export const SEED_SERVICE = 'metropolis.node.core.network.workloads.WorkloadNetworking';

@@ -1,5 +1,5 @@
 import * as http from 'node:http';
-import type { Lifecycle } from '../daemon/lifecycle';
+import type { Lifecycle } from '../lifecycle';
 import { invalidArgument } from '../errors';
 import type { Metrics } from '../metrics';
 

@@ -26,7 +26,7 @@ import type {
 } from '../workload-service';
 import { NodeStatus } from './node-status';
 import { FABRIC_CONTROLLER, type FabricController } from '../fabric/fabric-controller';
-import { HOST_PORT, type HostPort, type HostPortAttacher } from '../fabric/host-port';
+import { HOST_PORT, type HostPort, type HostPortAttacher } from '../host-port/host-port';
 import { EGRESS_CONTROLLER, type EgressController } from '../egress/egress-controller';
 import { HOST_PORT_IF_NAME, HOST_PORT_WORKLOAD_ID } from '../attach/host-port-row';
 import { attachmentKey } from '../attachment-key';
@@ -46,7 +46,7 @@ export class NodeService implements WorkloadService {
   private readonly mtu: MtuAlignment;
   /** Releases attachments whose namespace is gone (see leak-sweep.ts). */
   readonly sweeper: LeakSweep;
-  /** What the host port (core/fabric/host-port.ts) does through the attach flow. */
+  /** What the host port (core/host-port/host-port.ts) does through the attach flow. */
   readonly hostPortAttacher: HostPortAttacher;
 
   constructor(

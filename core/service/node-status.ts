@@ -1,7 +1,7 @@
 import type { Backend, BackendHealth } from '../backend';
 import type { AttachmentLedger } from '../attach/attachment-ledger';
 import { asWorkloadNetError } from '../errors';
-import type { FabricStatus } from '../fabric/fabric-status';
+import type { FabricStatus } from '../fabric-status';
 import type { Metrics } from '../metrics';
 import type {
   NetworkStatus,

@@ -1,7 +1,7 @@
 import { Etcd3, Range, type IKeyValue, type IWatchResponse, type Watcher } from 'etcd3';
 import { invalidArgument } from '../../core/errors';
 import type { Logger } from '../../core/logger';
-import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from '../../core/fabric/peer-source';
+import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from '../../core/peer-source';
 import { aliveHolder } from './alive-key';
 import { blockLayout, type BlockLayout } from './block-layout';
 import { aliveKey } from './block-registry';

@@ -3,7 +3,8 @@ import { knownWorkloadNetError, unavailable, WorkloadNetError } from '../../core
 import type { IpAllocator } from '../../core/ipam/ip-allocator';
 import type { Logger } from '../../core/logger';
 import type { Metrics } from '../../core/metrics';
-import type { EndpointPools, PoolSource, PoolSourceStatus } from '../../core/ipam/pool-source';
+import type { EndpointPools, PoolSource } from '../../core/ipam/pool-source';
+import type { PoolSourceStatus } from '../../core/workload-service';
 import type { Store } from '../../core/store/store';
 import { BlockCache } from './block-cache';
 import { claimBlock } from './block-claimer';

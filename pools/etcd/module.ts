@@ -6,7 +6,7 @@ import type { Logger } from '../../core/logger';
 import { METRICS, type Metrics } from '../../core/metrics';
 import { STORE } from '../../core/store/store';
 import { POOL_SOURCE, type PoolSource } from '../../core/ipam/pool-source';
-import { PEER_SOURCE, type PeerSource } from '../../core/fabric/peer-source';
+import { PEER_SOURCE, type PeerSource } from '../../core/peer-source';
 import type { Store } from '../../core/store/store';
 import { EtcdPeerSource } from './etcd-peer-source';
 import { EtcdPoolSource } from './etcd-pool-source';

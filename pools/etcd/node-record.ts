@@ -1,7 +1,7 @@
 import { decodeEndpoints, encodeEndpoints } from '../../core/fabric/endpoint-fields';
 import { decodeVtep } from '../../core/fabric/vtep-fields';
 import { parseAddress, parseCidr } from '../../lib/cidr';
-import type { NodeRecord } from '../../core/fabric/peer-source';
+import type { NodeRecord } from '../../core/peer-source';
 import type { HolderStamp } from './alive-key';
 
 // A node's record as JSON under <prefix>/nodes/<node>. Other nodes' records are untrusted input: one

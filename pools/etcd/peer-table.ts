@@ -1,6 +1,6 @@
 import { vouchedEndpoints } from '../../core/fabric/endpoint-fields';
 import { cidrContains, parseCidr, type Cidr } from '../../lib/cidr';
-import type { Peer, TunnelEndpoint } from '../../core/fabric/peer-source';
+import type { Peer, TunnelEndpoint } from '../../core/peer-source';
 import {
   describeHolder,
   parseAliveHolder,

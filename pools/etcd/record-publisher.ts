@@ -1,6 +1,6 @@
 import type { Etcd3, Lease } from 'etcd3';
 import type { Logger } from '../../core/logger';
-import type { NodeRecord } from '../../core/fabric/peer-source';
+import type { NodeRecord } from '../../core/peer-source';
 import { describeHolder, parseAliveHolder, sameDaemon, type AliveHolder } from './alive-key';
 import { encodeRecord } from './node-record';
 

@@ -1,6 +1,6 @@
 import { decodeEndpoints, encodeEndpoints } from '../../core/fabric/endpoint-fields';
 import { decodeVtep } from '../../core/fabric/vtep-fields';
-import type { NodeRecord, TunnelEndpoint, Vtep } from '../../core/fabric/peer-source';
+import type { NodeRecord, TunnelEndpoint, Vtep } from '../../core/peer-source';
 
 // What a node adds to its own Node object for the fabric: the fields of its record the Node does not
 // already say (its name and underlay addresses are the Node's own; its prefixes are spec.podCIDRs).

@@ -10,7 +10,7 @@ import {
 import { invalidArgument } from '../../core/errors';
 import { parseCidr } from '../../lib/cidr';
 import type { Logger } from '../../core/logger';
-import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from '../../core/fabric/peer-source';
+import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from '../../core/peer-source';
 import { FABRIC_ANNOTATION, encodeAnnotation } from './fabric-annotation';
 import { loadKubeConfig } from './kubernetes-pool-source';
 import { NodePeerTable } from './node-peer-table';

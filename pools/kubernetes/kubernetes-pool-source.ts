@@ -10,7 +10,8 @@ import { parseCidr } from '../../lib/cidr';
 import { failedPrecondition } from '../../core/errors';
 import type { IpAllocator } from '../../core/ipam/ip-allocator';
 import type { Logger } from '../../core/logger';
-import type { PoolSource, PoolSourceStatus } from '../../core/ipam/pool-source';
+import type { PoolSource } from '../../core/ipam/pool-source';
+import type { PoolSourceStatus } from '../../core/workload-service';
 
 // This node's ranges as kube-controller-manager's node IPAM assigns them: Node NAME's spec.podCIDRs
 // (spec.podCIDR on clusters that predate dual-stack), followed with the client library's list+watch
@@ -18,7 +19,7 @@ import type { PoolSource, PoolSourceStatus } from '../../core/ipam/pool-source';
 // on 410 Gone). The library gives up on other errors (API down, connection refused); we start it
 // again with a capped backoff. A range that appears becomes a pool; one that disappears drains (its
 // addresses in use stay held, no new ones are handed out) and goes once its last address is released.
-// A range that overlaps another network's pool on this node is never used (core/ipam/address-space.ts).
+// A range that overlaps another network's pool on this node is never used (core/address-space.ts).
 
 export interface KubernetesPoolSourceOptions {
   nodeName: string;

@@ -3,11 +3,11 @@ import { ContainerModule } from 'inversify';
 import { DEFAULT_NETWORK, effectiveNetworks, type DaemonConfig } from '../../core/config';
 import type { Logger } from '../../core/logger';
 import { POOL_SOURCE, type PoolSource } from '../../core/ipam/pool-source';
-import { PEER_SOURCE, type PeerSource } from '../../core/fabric/peer-source';
+import { PEER_SOURCE, type PeerSource } from '../../core/peer-source';
 import { KubernetesPeerSource } from './kubernetes-peer-source';
 import { KubernetesPoolSource } from './kubernetes-pool-source';
 import { NodeNetworkCondition } from './node-network-condition';
-import { READINESS_LISTENER, type ReadinessListener } from '../../core/daemon/readiness-listener';
+import { READINESS_LISTENER, type ReadinessListener } from '../../core/readiness-listener';
 
 /**
  * Binds the kubernetes pool source in place of the default one, the Kubernetes peer source beside it, and

@@ -1,6 +1,6 @@
 import { CoreV1Api, PatchStrategy, setHeaderOptions, type V1NodeCondition } from '@kubernetes/client-node';
 import type { Logger } from '../../core/logger';
-import type { ReadinessListener } from '../../core/daemon/readiness-listener';
+import type { ReadinessListener } from '../../core/readiness-listener';
 import { describeApiError, loadKubeConfig } from './kubernetes-pool-source';
 
 // The Node's NetworkUnavailable condition, cleared once this node's network is up. A cloud's node

@@ -1,7 +1,7 @@
 import type { V1Node } from '@kubernetes/client-node';
 import { formatAddress, parseAddress, parseCidr } from '../../lib/cidr';
 import { vouchedEndpoints } from '../../core/fabric/endpoint-fields';
-import type { Peer } from '../../core/fabric/peer-source';
+import type { Peer } from '../../core/peer-source';
 import { PrefixLedger, type PrefixClaim, type Settled } from '../../core/fabric/prefix-ledger';
 import { FABRIC_ANNOTATION, decodeAnnotation } from './fabric-annotation';
 

@@ -7,7 +7,7 @@
 
 import * as fs from 'node:fs';
 import { FabricController } from '../../core/fabric/fabric-controller';
-import type { Peer } from '../../core/fabric/peer-source';
+import type { Peer } from '../../core/peer-source';
 import { silentLogger } from '../../core/logger';
 import { LinuxFabric } from '../../backends/linux/fabric/linux-fabric';
 import { FabricTopology, settings } from '../backends/linux/fabric-topology';

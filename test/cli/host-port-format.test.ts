@@ -3,7 +3,7 @@ import { formatDpus } from '../../cli/dpus-command';
 import { formatPeers } from '../../cli/peers-command';
 import { FabricStatus, StatusResponse } from '../../proto/gen/workloadnet/v1/workload';
 
-// What `workloadnet peers` and `workloadnet dpus` print of the host port (core/fabric/host-port.ts):
+// What `workloadnet peers` and `workloadnet dpus` print of the host port (core/host-port/host-port.ts):
 // where it is and what it routes, or why there is none.
 
 describe('CLI: the host port in peers and dpus', () => {

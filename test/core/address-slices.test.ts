@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { cutRange, isSliceCount } from '../../core/ipam/address-slices';
+import { cutRange } from '../../core/ipam/address-slices';
+import { isSliceCount } from '../../core/fabric-config';
 import { IpAllocator } from '../../core/ipam/ip-allocator';
 import { IpPool } from '../../core/ipam/ip-pool';
 import { expectError } from '../support/expect-error';

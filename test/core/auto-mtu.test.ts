@@ -12,7 +12,7 @@ import {
   type ConfigOverrides,
 } from '../../core/config';
 import { WorkloadNetError } from '../../core/errors';
-import type { FabricStatus } from '../../core/fabric/fabric-status';
+import type { FabricStatus } from '../../core/fabric-status';
 import { InProcessDaemon } from '../support/in-process-daemon';
 import { RecordingBackend } from '../support/recording-backend';
 import { StandInNamespaces } from '../support/stand-in-netns';

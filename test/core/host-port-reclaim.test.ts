@@ -6,7 +6,7 @@ import { InProcessDaemon } from '../support/in-process-daemon';
 import { RecordingBackend } from '../support/recording-backend';
 import { StandInNamespaces } from '../support/stand-in-netns';
 
-// The host port (core/fabric/host-port.ts) is recorded like any attachment, but its namespace is the
+// The host port (core/host-port/host-port.ts) is recorded like any attachment, but its namespace is the
 // node's own: whatever reclaims attachments by their namespace must never take it. Each test tries:
 // its namespace path made to name nothing at a start-up reconcile and under forced sweeps, and a
 // runtime's keep list that does not name it. A daemon in this process with a recording backend and

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import type { AttachmentView, AttachSpec } from '../../core/backend';
-import type { LocalNode } from '../../core/fabric/fabric-dataplane';
+import type { LocalNode } from '../../core/fabric-dataplane';
 import type { Netns } from '../../lib/netns/netns-handle';
 import type { ConfigOverrides } from '../../core/config';
 import * as fs from 'node:fs';

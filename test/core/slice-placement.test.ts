@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import type { AttachSpec, Placement, PlacementRequest } from '../../core/backend';
 import type { ConfigOverrides } from '../../core/config';
 import { WorkloadNetError } from '../../core/errors';
-import type { FabricStatus } from '../../core/fabric/fabric-status';
+import type { FabricStatus } from '../../core/fabric-status';
 import { rejection } from '../support/expect-error';
 import { InProcessDaemon } from '../support/in-process-daemon';
 import { RecordingBackend } from '../support/recording-backend';

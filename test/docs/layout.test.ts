@@ -9,7 +9,12 @@ import * as ts from 'typescript';
 const ROOT = path.resolve(__dirname, '..', '..', '..');
 const ROOMS = ['lib', 'core', 'backends', 'adapters', 'pools', 'cli'];
 const LONGEST_FILE = 600;
-const MOST_FILES_AT_CORE_ROOT = 12;
+// The core's root holds the seams: the contracts between its rooms and the outer ones (Backend,
+// WorkloadService, PeerSource, FabricDataplane, their settings and status types, the daemon's part
+// and readiness contracts) and what every room shares (errors, logger, metrics, config). A root file is
+// one every room may import, so a new one is a decision about the seams, not a place to park code: the
+// cap is what the seams need today.
+const MOST_FILES_AT_CORE_ROOT = 19;
 
 function sourceFiles(dir: string): string[] {
   return fs.readdirSync(path.join(ROOT, dir), { withFileTypes: true }).flatMap((e) => {

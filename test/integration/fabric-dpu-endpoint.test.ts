@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import * as path from 'node:path';
 import type { DpuBackend } from '../../backends/dpu';
 import { LinuxFabric } from '../../backends/linux/fabric/linux-fabric';
-import type { Peer } from '../../core/fabric/peer-source';
+import type { Peer } from '../../core/peer-source';
 import { vtepMac } from '../../lib/vtep-mac';
 import { attachTo, testSpec } from '../support/attach-spec';
 import { describeRoot } from '../support/describe-root';

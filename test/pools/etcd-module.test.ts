@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { Container } from 'inversify';
 import { DEFAULT_CONFIG, mergeConfig } from '../../core/config';
 import { WorkloadNetError } from '../../core/errors';
-import { PEER_SOURCE, type PeerSource } from '../../core/fabric/peer-source';
+import { PEER_SOURCE, type PeerSource } from '../../core/peer-source';
 import { POOL_SOURCE } from '../../core/ipam/pool-source';
 import { silentLogger } from '../../core/logger';
 import { EtcdPeerSource } from '../../pools/etcd/etcd-peer-source';

@@ -3,7 +3,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Etcd3 } from 'etcd3';
-import type { NodeRecord } from '../../core/fabric/peer-source';
+import type { NodeRecord } from '../../core/peer-source';
 import { IpAllocator } from '../../core/ipam/ip-allocator';
 import { silentLogger } from '../../core/logger';
 import { Metrics } from '../../core/metrics';

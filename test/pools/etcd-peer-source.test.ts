@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import type { Etcd3 } from 'etcd3';
 import { silentLogger } from '../../core/logger';
 import { currentBootId } from '../../lib/boot-id';
-import type { NodeRecord, Peer } from '../../core/fabric/peer-source';
+import type { NodeRecord, Peer } from '../../core/peer-source';
 import { BlockRegistry } from '../../pools/etcd/block-registry';
 import { EtcdPeerSource } from '../../pools/etcd/etcd-peer-source';
 import { isRoot } from '../support/netns';

@@ -4,7 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Etcd3 } from 'etcd3';
 import { peerAddresses } from '../../backends/linux/fabric/vxlan-source-filter';
-import type { NodeRecord, TunnelEndpoint } from '../../core/fabric/peer-source';
+import type { NodeRecord, TunnelEndpoint } from '../../core/peer-source';
 import { silentLogger } from '../../core/logger';
 import { currentBootId } from '../../lib/boot-id';
 import { BlockRegistry } from '../../pools/etcd/block-registry';

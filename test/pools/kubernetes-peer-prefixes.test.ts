@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { NodeRecord } from '../../core/fabric/peer-source';
+import type { NodeRecord } from '../../core/peer-source';
 import { silentLogger } from '../../core/logger';
 import { KubernetesPeerSource } from '../../pools/kubernetes/kubernetes-peer-source';
 import { waitUntil } from '../support/wait-until';

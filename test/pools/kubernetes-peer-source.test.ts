@@ -4,7 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { Container } from 'inversify';
 import { DEFAULT_CONFIG, mergeConfig } from '../../core/config';
-import { PEER_SOURCE, type NodeRecord, type Peer, type PeerSource } from '../../core/fabric/peer-source';
+import { PEER_SOURCE, type NodeRecord, type Peer, type PeerSource } from '../../core/peer-source';
 import { POOL_SOURCE } from '../../core/ipam/pool-source';
 import { silentLogger } from '../../core/logger';
 import { FABRIC_ANNOTATION, encodeAnnotation } from '../../pools/kubernetes/fabric-annotation';

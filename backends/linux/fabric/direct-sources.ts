@@ -13,7 +13,7 @@
 // admitted from any MAC: dropping a live peer's traffic on the strength of a cache miss would be an
 // outage of our making (DESIGN.md, "Deleting live state").
 
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { Peer } from '../../../core/peer-source';
 import { familyBits, parseCidr, type Cidr } from '../../../lib/cidr';
 import {
   AF_INET,

@@ -12,8 +12,8 @@
 // squatter sorting first by name does not take a live node's MAC at every restart. Among targets none
 // of which held it, the first by name wins.
 
-import type { ClaimKind, RefusedClaim } from '../../../core/fabric/fabric-dataplane';
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { ClaimKind, RefusedClaim } from '../../../core/fabric-dataplane';
+import type { Peer } from '../../../core/peer-source';
 import { cidrContains, parseCidr, type Cidr } from '../../../lib/cidr';
 import { canonicalAddress, type Neighbour, type Route } from '../../../lib/rtnetlink';
 

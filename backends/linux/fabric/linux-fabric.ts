@@ -9,7 +9,7 @@
 // the .0/32 of the node's subnet: host → remote-pod traffic leaves with that source and passes strict
 // rp_filter on the way back, and peers' probes (probe-schedule.ts) are answered by the kernel.
 
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { Peer } from '../../../core/peer-source';
 import type {
   FabricDataplane,
   FabricReport,
@@ -17,7 +17,7 @@ import type {
   LocalNode,
   OwnPrefixes,
   PeerProbe,
-} from '../../../core/fabric/fabric-dataplane';
+} from '../../../core/fabric-dataplane';
 import { failedPrecondition, invalidArgument } from '../../../core/errors';
 import { silentLogger, type Logger } from '../../../core/logger';
 import { parseCidr } from '../../../lib/cidr';

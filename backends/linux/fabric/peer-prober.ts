@@ -9,7 +9,7 @@
 // degraded; after UNANSWERED_TO_DISPROVE unanswered probes it is still unknown, but listeners are told
 // (a peer that never answered keeps nothing through the withdrawal grace). The transport (ICMP in the kernel, a fake in tests) and the clocks are given.
 
-import type { PeerProbe } from '../../../core/fabric/fabric-dataplane';
+import type { PeerProbe } from '../../../core/fabric-dataplane';
 import { UNANSWERED_TO_DISPROVE } from '../../../core/fabric/peer-probes';
 
 export interface ProbeTarget {

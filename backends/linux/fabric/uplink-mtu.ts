@@ -4,7 +4,7 @@
 // every packet between the two sizes would be lost in silence at the uplink. The fabric hears of a
 // change from its drift monitor (a link notification of the uplink) or at its periodic pass.
 
-import type { FabricSettings } from '../../../core/fabric/fabric-dataplane';
+import type { FabricSettings } from '../../../core/fabric-dataplane';
 import { getLink, type Link } from '../../../lib/rtnetlink/link';
 import type { NetlinkSocket } from '../../../lib/rtnetlink/socket';
 import { underlayPodMtu } from './plan/route-mtu';

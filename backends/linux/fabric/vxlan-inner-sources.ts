@@ -11,7 +11,7 @@
 // outer address are merged here: a concatenated interval set refuses overlapping elements.
 
 import { familyBits, formatAddress, parseCidr, type Cidr } from '../../../lib/cidr';
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { Peer } from '../../../core/peer-source';
 
 /** Per outer (underlay) address, the CIDRs its inner packets may come from. */
 export type InnerSources = Map<string, Cidr[]>;

@@ -55,7 +55,7 @@
 // No `fib daddr type local` on the prerouting rule: it would need nft_fib, and a node forwarding
 // someone else's VXLAN from a peer on our port is not a case this fabric has.
 
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { Peer } from '../../../core/peer-source';
 import { canonicalAddress, familyOf, AF_INET } from '../../../lib/rtnetlink';
 import type { Cidr } from '../../../lib/cidr';
 import type { DirectSources } from './direct-sources';

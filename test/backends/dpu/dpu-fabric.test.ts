@@ -2,8 +2,8 @@ import { expect } from 'chai';
 import * as path from 'node:path';
 import { status as grpcStatus } from '@grpc/grpc-js';
 import type { DpuBackend } from '../../../backends/dpu';
-import type { FabricSettings, LocalNode, OwnPrefixes } from '../../../core/fabric/fabric-dataplane';
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { FabricSettings, LocalNode, OwnPrefixes } from '../../../core/fabric-dataplane';
+import type { Peer } from '../../../core/peer-source';
 import {
   AckCode,
   ObjectKind,

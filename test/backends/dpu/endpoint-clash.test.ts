@@ -1,8 +1,8 @@
 import { expect } from 'chai';
 import * as path from 'node:path';
 import type { DpuBackend } from '../../../backends/dpu';
-import type { FabricSettings, OwnPrefixes } from '../../../core/fabric/fabric-dataplane';
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { FabricSettings, OwnPrefixes } from '../../../core/fabric-dataplane';
+import type { Peer } from '../../../core/peer-source';
 import { AckCode, ObjectKind, type AgentMessage } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { removeDir, scratchDir, startBackend } from './fixtures';
 import { fabricAck, fabricUpserts, snapshot, v3Hello } from './fabric-stream';

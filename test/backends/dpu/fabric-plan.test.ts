@@ -1,6 +1,6 @@
 import { expect } from 'chai';
-import type { OwnPrefixes } from '../../../core/fabric/fabric-dataplane';
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { OwnPrefixes } from '../../../core/fabric-dataplane';
+import type { Peer } from '../../../core/peer-source';
 import { FabricDesired } from '../../../backends/dpu/fabric-desired';
 import {
   identityOwners,

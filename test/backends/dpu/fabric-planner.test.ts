@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import type { OwnPrefixes } from '../../../core/fabric/fabric-dataplane';
-import type { Peer, TunnelEndpoint } from '../../../core/fabric/peer-source';
+import type { OwnPrefixes } from '../../../core/fabric-dataplane';
+import type { Peer, TunnelEndpoint } from '../../../core/peer-source';
 import { FabricDesired } from '../../../backends/dpu/fabric-desired';
 import {
   identityOwners,

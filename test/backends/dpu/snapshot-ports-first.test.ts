@@ -1,8 +1,8 @@
 import { expect } from 'chai';
 import * as path from 'node:path';
 import type { DpuBackend } from '../../../backends/dpu';
-import type { FabricSettings } from '../../../core/fabric/fabric-dataplane';
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { FabricSettings } from '../../../core/fabric-dataplane';
+import type { Peer } from '../../../core/peer-source';
 import type { ControllerMessage } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { attachTo } from '../../support/attach-spec';
 import { fabricAck, fabricUpserts, v3Hello } from './fabric-stream';

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
-import type { FabricSettings, LocalNode } from '../../../core/fabric/fabric-dataplane';
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { FabricSettings, LocalNode } from '../../../core/fabric-dataplane';
+import type { Peer } from '../../../core/peer-source';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { ip, ipJson } from './netns-fixture';
 import { CLUSTER, FabricTopology, kernelState, settings, type TopologyNode } from './fabric-topology';

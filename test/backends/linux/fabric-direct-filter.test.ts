@@ -1,6 +1,6 @@
 import { expect } from 'chai';
-import type { LocalNode } from '../../../core/fabric/fabric-dataplane';
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { LocalNode } from '../../../core/fabric-dataplane';
+import type { Peer } from '../../../core/peer-source';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { directSources } from '../../../backends/linux/fabric/direct-sources';
 import { discoverUnderlay } from '../../../backends/linux/fabric/underlay';

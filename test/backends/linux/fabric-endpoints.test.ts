@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
-import type { LocalNode } from '../../../core/fabric/fabric-dataplane';
-import type { Peer, TunnelEndpoint } from '../../../core/fabric/peer-source';
+import type { LocalNode } from '../../../core/fabric-dataplane';
+import type { Peer, TunnelEndpoint } from '../../../core/peer-source';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { vtepMac } from '../../../lib/vtep-mac';
 import { ip, ipJson, netnsExec } from './netns-fixture';

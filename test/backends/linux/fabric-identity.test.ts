@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { FabricController } from '../../../core/fabric/fabric-controller';
-import type { LocalNode } from '../../../core/fabric/fabric-dataplane';
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { LocalNode } from '../../../core/fabric-dataplane';
+import type { Peer } from '../../../core/peer-source';
 import { silentLogger } from '../../../core/logger';
 import { Metrics } from '../../../core/metrics';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';

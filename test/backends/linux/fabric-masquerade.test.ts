@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { promisify } from 'node:util';
-import type { LocalNode } from '../../../core/fabric/fabric-dataplane';
+import type { LocalNode } from '../../../core/fabric-dataplane';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { FabricTopology, settings, type TopologyNode } from './fabric-topology';
 import { netnsPath } from '../../support/netns';

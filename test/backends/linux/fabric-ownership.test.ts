@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import type { LocalNode } from '../../../core/fabric/fabric-dataplane';
+import type { LocalNode } from '../../../core/fabric-dataplane';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { ip, ipJson } from './netns-fixture';
 import { FabricTopology, settings, type TopologyNode } from './fabric-topology';

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { execFile, spawn } from 'node:child_process';
-import type { LocalNode } from '../../../core/fabric/fabric-dataplane';
+import type { LocalNode } from '../../../core/fabric-dataplane';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { ip } from './netns-fixture';
 import { FabricTopology, settings } from './fabric-topology';

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { Peer } from '../../../core/peer-source';
 import { planHostFabric } from '../../../backends/linux/fabric/plan/host-plan';
 import { underlayPodMtu } from '../../../backends/linux/fabric/plan/route-mtu';
 import type { FabricPlan, PlanContext } from '../../../backends/linux/fabric/plan/wanted';

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import type { LocalNode, PeerProbe } from '../../../core/fabric/fabric-dataplane';
+import type { LocalNode, PeerProbe } from '../../../core/fabric-dataplane';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { ip } from './netns-fixture';
 import { FabricTopology, settings, type TopologyNode } from './fabric-topology';

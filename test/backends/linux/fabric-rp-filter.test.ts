@@ -3,7 +3,7 @@ import { execFile } from 'node:child_process';
 import { Writable } from 'node:stream';
 import { promisify } from 'node:util';
 import { createLogger } from '../../../core/logger';
-import type { LocalNode, OwnPrefixes } from '../../../core/fabric/fabric-dataplane';
+import type { LocalNode, OwnPrefixes } from '../../../core/fabric-dataplane';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { ip, ipJson } from './netns-fixture';
 import { FabricTopology, settings, type TopologyNode } from './fabric-topology';

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { Peer } from '../../../core/peer-source';
 import {
   filterScript,
   parseCounter,

@@ -6,8 +6,8 @@
 import { execFile, execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import { promisify } from 'node:util';
-import type { Peer } from '../../../core/fabric/peer-source';
-import type { FabricSettings, LocalNode } from '../../../core/fabric/fabric-dataplane';
+import type { Peer } from '../../../core/peer-source';
+import type { FabricSettings, LocalNode } from '../../../core/fabric-dataplane';
 import type { IpAssignment } from '../../../core/backend';
 import { vtepMac } from '../../../lib/vtep-mac';
 import { LinuxBackend } from '../../../backends/linux/linux-backend';

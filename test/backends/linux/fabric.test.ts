@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
-import type { FabricReport, FabricSettings, LocalNode } from '../../../core/fabric/fabric-dataplane';
+import type { FabricReport, FabricSettings, LocalNode } from '../../../core/fabric-dataplane';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { ip, ipJson } from './netns-fixture';
 import {

@@ -5,7 +5,7 @@ import {
   type ProbeTarget,
   type ProbeTransport,
 } from '../../../backends/linux/fabric/peer-prober';
-import type { PeerProbe } from '../../../core/fabric/fabric-dataplane';
+import type { PeerProbe } from '../../../core/fabric-dataplane';
 
 // The prober's state machine with a hand-moved clock and a transport that records what was sent and
 // answers only when told: no timers, no sockets.

@@ -4,7 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { Writable } from 'node:stream';
 import { AppliedPeersFile } from '../../../core/fabric/applied-peers-file';
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { Peer } from '../../../core/peer-source';
 import { createLogger } from '../../../core/logger';
 
 // The last applied peer table on disk: what a restart gives the withdrawal grace.

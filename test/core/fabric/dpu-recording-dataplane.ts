@@ -1,5 +1,5 @@
-import type { FabricReport, LocalNode, OwnPrefixes } from '../../../core/fabric/fabric-dataplane';
-import type { NodeRecord, Peer, TunnelEndpoint } from '../../../core/fabric/peer-source';
+import type { FabricReport, LocalNode, OwnPrefixes } from '../../../core/fabric-dataplane';
+import type { NodeRecord, Peer, TunnelEndpoint } from '../../../core/peer-source';
 import { ManualPeerSource, RecordingFabricDataplane } from './recording-fabric-dataplane';
 
 // Stand-ins for a node whose DPUs carry the fabric: a dataplane whose DPUs the test sets (the DPU

@@ -1,12 +1,7 @@
 import { expect } from 'chai';
 import { FabricController, type FabricControllerOptions } from '../../../core/fabric/fabric-controller';
-import type {
-  FabricSettings,
-  OwnPrefixes,
-  PeerProbe,
-  FabricReport,
-} from '../../../core/fabric/fabric-dataplane';
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { FabricSettings, OwnPrefixes, PeerProbe, FabricReport } from '../../../core/fabric-dataplane';
+import type { Peer } from '../../../core/peer-source';
 import { silentLogger } from '../../../core/logger';
 import { Metrics } from '../../../core/metrics';
 import { ManualPeerSource, RecordingFabricDataplane, peer, until } from './recording-fabric-dataplane';

@@ -4,7 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { AppliedPeersFile } from '../../../core/fabric/applied-peers-file';
 import { FabricController } from '../../../core/fabric/fabric-controller';
-import type { FabricSettings } from '../../../core/fabric/fabric-dataplane';
+import type { FabricSettings } from '../../../core/fabric-dataplane';
 import { silentLogger } from '../../../core/logger';
 import { ManualPeerSource, RecordingFabricDataplane, peer, until } from './recording-fabric-dataplane';
 

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { FabricController } from '../../../core/fabric/fabric-controller';
-import type { FabricSettings, OwnPrefixes } from '../../../core/fabric/fabric-dataplane';
-import type { NodeRecord } from '../../../core/fabric/peer-source';
+import type { FabricSettings, OwnPrefixes } from '../../../core/fabric-dataplane';
+import type { NodeRecord } from '../../../core/peer-source';
 import { IpAllocator } from '../../../core/ipam/ip-allocator';
 import { PoolSupply } from '../../../core/ipam/pool-supply';
 import { SliceBook } from '../../../core/ipam/slice-book';

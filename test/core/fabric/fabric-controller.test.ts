@@ -4,7 +4,7 @@ import {
   type FabricControllerOptions,
   type FabricNetwork,
 } from '../../../core/fabric/fabric-controller';
-import type { FabricSettings } from '../../../core/fabric/fabric-dataplane';
+import type { FabricSettings } from '../../../core/fabric-dataplane';
 import { silentLogger } from '../../../core/logger';
 import { Metrics } from '../../../core/metrics';
 import { FabricPodMtu } from '../../../core/fabric/pod-mtu';

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
-import type { FabricReport, PeerPath, PeerProbe, PeerSeenBy } from '../../../core/fabric/fabric-dataplane';
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { FabricReport, PeerPath, PeerProbe, PeerSeenBy } from '../../../core/fabric-dataplane';
+import type { Peer } from '../../../core/peer-source';
 import { PeerRows } from '../../../core/fabric/peer-rows';
 import type { Withdrawal } from '../../../core/fabric/withdrawal-grace';
 import { peer } from './recording-fabric-dataplane';

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { PeersFileReader } from '../../../core/fabric/peers-file';
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { Peer } from '../../../core/peer-source';
 import { SeededRandom } from '../../support/seeded-random';
 
 // The reader that keeps what each entry was read as, against a fresh reader of the same bytes: after

@@ -3,7 +3,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { PeersFileReader, parsePeersFile, readPeersFile } from '../../../core/fabric/peers-file';
-import type { NodeRecord } from '../../../core/fabric/peer-source';
+import type { NodeRecord } from '../../../core/peer-source';
 import { StaticPeerSource } from '../../../core/fabric/static-peer-source';
 import { silentLogger } from '../../../core/logger';
 import { until } from './recording-fabric-dataplane';

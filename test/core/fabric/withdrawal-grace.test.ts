@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import type { Peer } from '../../../core/fabric/peer-source';
+import type { Peer } from '../../../core/peer-source';
 import { WithdrawalGrace } from '../../../core/fabric/withdrawal-grace';
 
 // The grace on its own clock: what stays programmed when peers leave the source one by one, many at

@@ -7,8 +7,8 @@
 // node puts its own keys on its device (ownGatewayKeys, gateway-address.ts), so the peer's kernel
 // answers the data-path probes and traffic the node sends to a remote pod has a source routed back.
 
-import type { RefusedClaim } from '../../../../core/fabric/fabric-dataplane';
-import type { Vtep } from '../../../../core/fabric/peer-source';
+import type { RefusedClaim } from '../../../../core/fabric-dataplane';
+import type { Vtep } from '../../../../core/peer-source';
 import { formatAddress, parseCidr, type Cidr } from '../../../../lib/cidr';
 import { AF_INET, AF_INET6, canonicalAddress, type AddressFamily } from '../../../../lib/rtnetlink';
 import type { Claims } from '../identity-claims';

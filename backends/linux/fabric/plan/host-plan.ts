@@ -15,7 +15,7 @@
 // reach-target.ts (direct or tunnel), tunnel-target.ts (the VXLAN entries), route-mtu.ts (what the
 // routes carry), peer-plan.ts (one peer whole, and its Status), wanted.ts (what a plan holds).
 
-import type { Peer } from '../../../../core/fabric/peer-source';
+import type { Peer } from '../../../../core/peer-source';
 import { parseCidr } from '../../../../lib/cidr';
 import { AF_INET, AF_INET6, RTN_UNREACHABLE } from '../../../../lib/rtnetlink';
 import { Claims } from '../identity-claims';

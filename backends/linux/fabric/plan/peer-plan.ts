@@ -4,8 +4,8 @@
 // reached, every claim refused and every input ignored. Its own file because this is where a peer's
 // targets meet and its outcome is told; how each target is reached is reach-target.ts's.
 
-import type { PeerPath, RefusedClaim } from '../../../../core/fabric/fabric-dataplane';
-import type { Peer } from '../../../../core/fabric/peer-source';
+import type { PeerPath, RefusedClaim } from '../../../../core/fabric-dataplane';
+import type { Peer } from '../../../../core/peer-source';
 import { byAddress } from '../prefix-remainder';
 import { pickGateways } from './gateway-keys';
 import {

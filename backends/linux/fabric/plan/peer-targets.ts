@@ -3,8 +3,8 @@
 // covers stays the peer's own. Its own file because it decides what each target is asked to carry
 // before any path is chosen (reach-target.ts) and before any claim is taken.
 
-import type { ClaimKind, RefusedClaim } from '../../../../core/fabric/fabric-dataplane';
-import type { Peer } from '../../../../core/fabric/peer-source';
+import type { ClaimKind, RefusedClaim } from '../../../../core/fabric-dataplane';
+import type { Peer } from '../../../../core/peer-source';
 import { parseCidr, type Cidr } from '../../../../lib/cidr';
 import { canonicalAddress, familyOf, type AddressFamily } from '../../../../lib/rtnetlink';
 import { refusalReason, type Claims } from '../identity-claims';

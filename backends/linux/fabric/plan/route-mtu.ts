@@ -3,7 +3,7 @@
 // but not theirs would be dropped past the tunnel. The arithmetic (which modes encapsulate, and by how
 // many bytes) is core/fabric/pod-mtu.ts's; this file only reads it for the host's underlay and targets.
 
-import type { FabricMode } from '../../../../core/fabric/fabric-dataplane';
+import type { FabricMode } from '../../../../core/fabric-dataplane';
 import { encapsulationOverheadOn, podMtu } from '../../../../core/fabric/pod-mtu';
 import { AF_INET6 } from '../../../../lib/rtnetlink';
 import type { Underlay } from '../underlay';

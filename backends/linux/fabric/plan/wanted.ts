@@ -2,7 +2,7 @@
 // how each peer is reached, and the keys the kernel diff and the drift monitor match entries by. Its
 // own file because the planner's parts write it and the diff, the monitor and the prober read it.
 
-import type { FabricMode, PeerPath } from '../../../../core/fabric/fabric-dataplane';
+import type { FabricMode, PeerPath } from '../../../../core/fabric-dataplane';
 import { RTN_UNICAST, type AddressFamily } from '../../../../lib/rtnetlink';
 import type { Claims, Holders } from '../identity-claims';
 import type { Underlay } from '../underlay';

@@ -2,14 +2,14 @@ import { expect } from 'chai';
 import type { AttachmentView, Placement, PlacementRequest } from '../../../core/backend';
 import type { ConfigOverrides } from '../../../core/config';
 import { unavailable } from '../../../core/errors';
-import type { HostPortStatus } from '../../../core/fabric/fabric-status';
+import type { HostPortStatus } from '../../../core/fabric-status';
 import { InProcessDaemon } from '../../support/in-process-daemon';
 import { RecordingBackend } from '../../support/recording-backend';
 import { StandInNamespaces } from '../../support/stand-in-netns';
 import { waitUntil } from '../../support/wait-until';
-import { DpuDataplane } from './dpu-recording-dataplane';
+import { DpuDataplane } from '../fabric/dpu-recording-dataplane';
 
-// The host port's controller (core/fabric/host-port.ts) in a daemon in this process: a recording
+// The host port's controller (core/host-port/host-port.ts) in a daemon in this process: a recording
 // backend that places ports on DPUs the test names and whose fabric dataplane lists the DPUs carrying
 // the fabric, and stand-in namespaces, one of them standing for the host's (no root needed). The
 // packets themselves are test/integration/fabric-dpu-host-port.test.ts's.

@@ -1,9 +1,16 @@
-import { cidrContains, parseAddress, parseCidr, type Cidr } from '../../lib/cidr';
+import { cidrContains, parseAddress, parseCidr, type Cidr } from '../lib/cidr';
 import type { FabricMode } from './fabric-dataplane';
-import { MAX_SLICES, isSliceCount } from '../ipam/address-slices';
 
 // The fabric's part of the configuration check (core/config.ts runs it with the rest): its mode,
 // underlay, VXLAN and peer-source options, and how the DPUs' slices are cut.
+
+/** Largest slice count accepted (dpu.fabricSlices): more slices than that is more routes than DPUs. */
+export const MAX_SLICES = 256;
+
+/** Whether `n` is a valid slice count: a power of two in 1..MAX_SLICES. */
+export function isSliceCount(n: unknown): n is number {
+  return typeof n === 'number' && Number.isInteger(n) && n >= 1 && n <= MAX_SLICES && (n & (n - 1)) === 0;
+}
 
 /** The `fabric` options of the configuration (core/config.ts). */
 export interface FabricConfig {

@@ -1,5 +1,5 @@
-import { cidrContains, parseCidr, type Cidr } from '../../lib/cidr';
-import { invalidArgument, type WorkloadNetError } from '../errors';
+import { cidrContains, parseCidr, type Cidr } from '../lib/cidr';
+import { invalidArgument, type WorkloadNetError } from './errors';
 
 // Every pool of every network on the node, in one place. Two networks whose pools overlap hand the same
 // address to two workloads, and the second host route to it replaces the first; the configuration

@@ -7,7 +7,7 @@ import type { AttachmentRecord } from '../store/store';
 import type { AttachCall } from '../workload-service';
 import { toSpec, toView } from '../attach/attachment-views';
 import { HOST_PORT_IF_NAME, HOST_PORT_WORKLOAD_ID } from '../attach/host-port-row';
-import type { HostPortStatus } from './fabric-status';
+import type { HostPortStatus } from '../fabric-status';
 
 // The host port: when the DPUs carry the fabric, the node's own network namespace has no path into the
 // overlay (it holds no VXLAN device and no route to a pod; docs/fabric.md). So the daemon attaches that

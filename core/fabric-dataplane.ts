@@ -170,3 +170,21 @@ export interface FabricDataplane {
   /** Stops watching for drift; the kernel state stays (routes keep working while the daemon is away). */
   stop(): Promise<void>;
 }
+
+/** The MTU of a pod interface when nothing says otherwise: the fabric is off, or its backend has none. */
+export const DEFAULT_POD_MTU = 1500;
+
+/**
+ * What the fabric carries for a pod, asked by a network whose MTU is "auto" (core/fabric/pod-mtu.ts
+ * answers). A contract here, so that the networks (core/ipam/) ask without importing the fabric's room.
+ */
+export interface PodMtuSource {
+  /** The MTU of a new interface behind this dataplane (on this endpoint); never waits for the fabric. */
+  auto(dataplane: FabricDataplane | undefined, endpoint?: string): number;
+  /** What an existing interface should have now; undefined while the dataplane is not prepared. */
+  settled(dataplane: FabricDataplane | undefined, endpoint?: string): number | undefined;
+  /** What the fabric carries for a pod behind this dataplane; undefined while off or not prepared. */
+  carried(dataplane: FabricDataplane | undefined, endpoint?: string): number | undefined;
+  /** Calls `listener` whenever what a dataplane carries becomes known or changes. */
+  onChange(listener: () => void): void;
+}
