@@ -15,6 +15,7 @@ const LONGEST_FILE = 600;
 // one every room may import, so a new one is a decision about the seams, not a place to park code: the
 // cap is what the seams need today.
 const MOST_FILES_AT_CORE_ROOT = 19;
+const ARCHITECTURE = path.join(ROOT, 'docs', 'architecture.md');
 
 function sourceFiles(dir: string): string[] {
   return fs.readdirSync(path.join(ROOT, dir), { withFileTypes: true }).flatMap((e) => {
@@ -44,6 +45,63 @@ function importGraph(files: readonly string[]): Map<string, string[]> {
   return graph;
 }
 
+/** A row of the rooms table: a folder and the folders its files may import (besides its own). */
+interface RoomRow {
+  folder: string;
+  mayImport: string[] | 'every room';
+}
+
+/**
+ * The rooms table of docs/architecture.md ("## The rooms"): column 1 the folder, column 3 "may import",
+ * whose code spans name the folders allowed (`core/` is the core's root); "every room" allows all.
+ */
+function roomsTable(markdown: string): RoomRow[] {
+  const section = markdown.split(/^## /m).find((s) => s.startsWith('The rooms'));
+  if (!section) throw new Error('docs/architecture.md has no "## The rooms" section');
+  const spans = (cell: string): string[] => [...cell.matchAll(/`([^`]+)`/g)].map((m) => m[1] as string);
+  return section
+    .split('\n')
+    .filter((line) => line.startsWith('| `'))
+    .map((line) => {
+      const cells = line.split('|').map((c) => c.trim());
+      const folder = spans(cells[1] ?? '')[0] ?? '';
+      const column = cells[3] ?? '';
+      return { folder, mayImport: /every room/.test(column) ? 'every room' : spans(column) };
+    });
+}
+
+/**
+ * The table's row of a file: the longest folder that holds it, where a folder that holds other rows'
+ * folders (the core's root) holds only the files directly in it.
+ */
+function roomOf(rows: readonly RoomRow[], file: string): string | undefined {
+  const folders = rows.map((r) => r.folder);
+  const holding = folders.filter((f) => file.startsWith(f)).sort((a, b) => b.length - a.length)[0];
+  if (holding === undefined) return undefined;
+  const hasSubRooms = folders.some((f) => f !== holding && f.startsWith(holding));
+  return hasSubRooms && path.posix.dirname(file) + '/' !== holding ? undefined : holding;
+}
+
+/** The imports the table does not allow, each as "file -> import (room may import: ...)". */
+function forbiddenImports(rows: readonly RoomRow[], graph: Map<string, string[]>): string[] {
+  const byFolder = new Map(rows.map((r) => [r.folder, r]));
+  const found: string[] = [];
+  for (const [file, targets] of graph) {
+    const room = roomOf(rows, file);
+    if (room === undefined) {
+      found.push(`${file}: in no room of the table`);
+      continue;
+    }
+    const allowed = byFolder.get(room)?.mayImport ?? [];
+    for (const target of targets) {
+      const to = roomOf(rows, target);
+      if (to === room || allowed === 'every room' || (to !== undefined && allowed.includes(to))) continue;
+      found.push(`${file} -> ${target} (${room} may import: ${allowed.join(', ') || 'nothing'})`);
+    }
+  }
+  return found;
+}
+
 function cycles(graph: Map<string, string[]>): string[][] {
   const found: string[][] = [];
   const state = new Map<string, 'open' | 'done'>();
@@ -69,6 +127,29 @@ describe('layout of the rooms (docs/architecture.md)', () => {
     [...graph]
       .filter(([f]) => f.startsWith(prefix))
       .flatMap(([f, ts]) => ts.map((t) => [f, t] as [string, string]));
+
+  it('imports only what the rooms table of docs/architecture.md allows', () => {
+    const rows = roomsTable(fs.readFileSync(ARCHITECTURE, 'utf8'));
+    const folders = new Set(rows.map((r) => r.folder));
+    const unknown = rows.flatMap((r) =>
+      r.mayImport === 'every room'
+        ? []
+        : r.mayImport.filter((f) => !folders.has(f)).map((f) => `${r.folder}: ${f}`),
+    );
+    expect(unknown, 'folders named in "may import" that have no row').to.deep.equal([]);
+    expect(forbiddenImports(rows, graph)).to.deep.equal([]);
+  });
+
+  it('the rooms table lets no arrow run back up (its rooms form no circle)', () => {
+    const rows = roomsTable(fs.readFileSync(ARCHITECTURE, 'utf8'));
+    const allowed = new Map(
+      rows.map((r) => [
+        r.folder,
+        r.mayImport === 'every room' ? [] : r.mayImport.filter((f) => f !== r.folder),
+      ]),
+    );
+    expect(cycles(allowed).map((c) => c.join(' -> '))).to.deep.equal([]);
+  });
 
   it('has no import circle', () => {
     expect(cycles(graph).map((c) => c.join(' -> '))).to.deep.equal([]);
