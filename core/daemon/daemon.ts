@@ -31,13 +31,13 @@ const READINESS_INTERVAL_MS = 5000;
  * 3. The backends (each one the networks use, once), 4. the pool sources (static pools, a Node's
  *    ranges, or etcd blocks; one per network), 5. the fabric (core/fabric: prepares the backends'
  *    fabric, publishes this node, follows the peer source; it does not wait for the source's first
- *    list), 6. the store and the start-up reconcile.
- * 7. Serving: the gate opens. Stopping it is the graceful part: stop accepting, let calls in flight
+ *    list), 6. the egress masquerade (core/egress), 7. the store and the start-up reconcile.
+ * 8. Serving: the gate opens. Stopping it is the graceful part: stop accepting, let calls in flight
  *    finish (up to shutdownTimeoutMs), close every connection; then attaches still in flight are
  *    cancelled (their rows removed, see Orchestrator.drain in core/attach); only then the store and the backend.
- * 8. The host port (core/host-port/host-port.ts): with the fabric on the DPUs, the host's own namespace
+ * 9. The host port (core/host-port/host-port.ts): with the fabric on the DPUs, the host's own namespace
  *    attached to their network; left attached when the daemon stops.
- * 9. The leak sweep (core/reconcile/leak-sweep.ts), every sweepIntervalMs.
+ * 10. The leak sweep (core/reconcile/leak-sweep.ts), every sweepIntervalMs.
  */
 export class Daemon {
   private stopAll?: () => Promise<void>;
