@@ -24,7 +24,7 @@ export interface FabricPeerStatus {
   probe?: PeerProbe;
 }
 
-/** What Status shows of the host port (host-port.ts). */
+/** What Status shows of the host port (core/host-port/host-port.ts). */
 export interface HostPortStatus {
   /** "attached"; "pending" (not attached: `reason` says why); "off" (dpu.hostPort is false). */
   state: 'attached' | 'pending' | 'off';
@@ -80,6 +80,6 @@ export interface FabricStatus {
   filteredPackets?: number;
   /** When the peer table was last applied (ISO time). */
   lastApply?: string;
-  /** The host's path into the overlay through a DPU (host-port.ts); absent without DPUs on the fabric. */
+  /** The host's path into the overlay through a DPU (core/host-port/host-port.ts); absent without DPUs on the fabric. */
   hostPort?: HostPortStatus;
 }

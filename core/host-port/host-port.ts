@@ -15,6 +15,8 @@ import type { HostPortStatus } from '../fabric-status';
 // placed on a DPU that carries the fabric, addressed from its slice, recorded, programmed by its agent.
 // Its interface (wn-host0) takes no default route, only the cluster's ranges: host → any pod goes
 // through the DPU, and the host's own traffic stays where it was.
+// A room of its own (core/host-port/): it drives the attach flow, reads the store and the networks,
+// none of which the fabric's room imports.
 //
 // It lives as long as the node: a restart finds its row and keeps it (the agent's snapshot lists it, the
 // VF stays where it is: no packet lost), an orderly shutdown leaves it as it leaves the pods, and the
