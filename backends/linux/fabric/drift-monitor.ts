@@ -38,7 +38,7 @@ import {
   joinGroups,
   type NetlinkMessage,
 } from '../../../lib/rtnetlink';
-import { fdbKey, neighbourKey, routeKey } from './plan/wanted';
+import { fdbKey, neighbourKey, routeKey } from '../../../lib/overlay';
 import { configureNetlinkFd, netlinkFdIn } from '../../../lib/rtnetlink/socket';
 
 const ROLE = 'workloadnet-fabric-drift-monitor';

@@ -21,6 +21,16 @@ import type {
 import { failedPrecondition, invalidArgument } from '../../../core/errors';
 import { silentLogger, type Logger } from '../../../core/logger';
 import { parseCidr } from '../../../lib/cidr';
+import {
+  applyOps,
+  diff,
+  ensureVxlanDevice,
+  fdbKey,
+  neighbourKey,
+  readOurs,
+  routeKey,
+  type DiffOp,
+} from '../../../lib/overlay';
 import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import {
   AF_INET,
@@ -42,15 +52,14 @@ import { ownGatewayKeys } from './plan/gateway-keys';
 import { planHostFabric } from './plan/host-plan';
 import { probeTargets } from './plan/probe-targets';
 import { underlayPodMtu } from './plan/route-mtu';
-import { fdbKey, neighbourKey, routeKey, type FabricPlan } from './plan/wanted';
+import type { FabricPlan } from './plan/wanted';
 import { syncGatewayAddresses } from './gateway-address';
 import { holdersInKernel, type Holders } from './identity-claims';
 import { IcmpProbeTransport } from './icmp-probe-transport';
 import { PeerProber, type ProbeTransport } from './peer-prober';
-import { applyOps, diff, readOurs, type DiffOp } from './kernel-diff';
 import { discoverUnderlay, type Underlay } from './underlay';
 import { followUplinkMtu } from './uplink-mtu';
-import { ensureVxlanDevice, findVxlanDevice } from './vxlan-device';
+import { deviceRefused, fabricDevice, findFabricDevice } from './vxlan-device';
 import { FilterNotOursError, VxlanSourceFilter, nftRunner } from './vxlan-source-filter';
 import { directNeighbourChanged, directSources, type DirectSources } from './direct-sources';
 import { vtepMac } from '../../../lib/vtep-mac';
@@ -155,9 +164,8 @@ export class LinuxFabric implements FabricDataplane {
         mac = vtepMac(underlay.address, settings.nodeName);
         const r = await ensureVxlanDevice(
           sock,
-          { vni: settings.vni, port: settings.port, mac, mtu: routeMtu },
-          underlay,
-        );
+          fabricDevice({ vni: settings.vni, port: settings.port, mac, mtu: routeMtu }, underlay),
+        ).catch(deviceRefused);
         vxlan = r.link;
         this.logger.info(
           { device: vxlan.name, ifindex: vxlan.index, outcome: r.outcome, why: r.why },
@@ -165,7 +173,7 @@ export class LinuxFabric implements FabricDataplane {
         );
       } else {
         // No device in this mode; one left by an earlier mode is only cleaned of our entries.
-        vxlan = await findVxlanDevice(sock);
+        vxlan = await findFabricDevice(sock);
         routeMtu = underlay.uplink.mtu;
       }
       const filter = mac !== undefined && settings.sourceFilter !== false;
@@ -241,13 +249,10 @@ export class LinuxFabric implements FabricDataplane {
     const sock = await this.socket();
     // The device may have been deleted by hand; modes that run one bring it back (a new ifindex).
     if (prep.vxlan && prep.mac !== undefined) {
-      const now = await findVxlanDevice(sock);
+      const now = await findFabricDevice(sock);
       if (now?.index !== prep.vxlan.index) {
-        const r = await ensureVxlanDevice(
-          sock,
-          { vni: prep.settings.vni, port: prep.settings.port, mac: prep.mac, mtu: prep.routeMtu },
-          prep.underlay,
-        );
+        const want = { vni: prep.settings.vni, port: prep.settings.port, mac: prep.mac, mtu: prep.routeMtu };
+        const r = await ensureVxlanDevice(sock, fabricDevice(want, prep.underlay)).catch(deviceRefused);
         this.logger.warn(
           { ifindex: r.link.index, outcome: r.outcome },
           'fabric VXLAN device was gone; recreated',
