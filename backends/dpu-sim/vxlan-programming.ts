@@ -2,9 +2,9 @@ import { formatAddress, parseCidr } from '../../lib/cidr';
 import {
   CATCH_ALL_METRIC,
   PEER_ROUTE_METRIC,
-  fdbKey as overlayFdbKey,
-  neighbourKey as overlayNeighbourKey,
-  routeKey as overlayRouteKey,
+  fdbId,
+  neighbourId,
+  routeId,
   type OverlayFdb,
   type OverlayNeighbour,
   type OverlayRoute,
@@ -38,7 +38,7 @@ import type { FabricTable } from './fabric-table';
 //   pod holds ends here with an ICMP error instead of going back out of the default route.
 // Every route carries our protocol (RTPROT_WORKLOADNET) in the main table.
 
-/** Keys name the kind too: one map holds which object holds each entry of every kind. */
+/** Keyed by the entries' ids (lib/overlay): one map holds which object holds each entry of every kind. */
 export interface WantedFdb extends OverlayFdb {
   kind: 'fdb';
   key: string;
@@ -66,11 +66,10 @@ export interface Wants {
   conflict?: boolean;
 }
 
-export const fdbKey = (mac: string): string => `fdb|${overlayFdbKey({ mac })}`;
-export const neighbourKey = (family: number, dst: string): string =>
-  `neighbour|${overlayNeighbourKey({ family, dst })}`;
+export const fdbKey = (mac: string): string => fdbId({ mac });
+export const neighbourKey = (family: number, dst: string): string => neighbourId({ family, dst });
 export const routeKey = (family: number, destination: string, priority: number): string =>
-  `route|${overlayRouteKey({ family, destination, priority })}`;
+  routeId({ family, destination, priority });
 
 const familyName = (f: AddressFamily): string => (f === AF_INET ? 'IPv4' : 'IPv6');
 

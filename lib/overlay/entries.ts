@@ -55,6 +55,11 @@ export const neighbourKey = (n: { family: number; dst?: string }): string => `${
 /** One FDB entry per MAC on our device (a second remote is appended beside it, a stray). */
 export const fdbKey = (f: { mac?: string }): string => f.mac ?? '';
 
+/** An entry's id among entries of every kind ("route|…", "neighbour|…", "fdb|…"): one map can hold them all. */
+export const routeId = (r: Parameters<typeof routeKey>[0]): string => `route|${routeKey(r)}`;
+export const neighbourId = (n: Parameters<typeof neighbourKey>[0]): string => `neighbour|${neighbourKey(n)}`;
+export const fdbId = (f: Parameters<typeof fdbKey>[0]): string => `fdb|${fdbKey(f)}`;
+
 const forPeer = (peer: string | undefined): string => (peer ? ` (${peer})` : '');
 
 /** An entry as a person reads it in a log or a status: what `ip route`, `ip neigh`, `bridge fdb` show. */

@@ -25,10 +25,10 @@ import {
   applyOps,
   diff,
   ensureVxlanDevice,
-  fdbKey,
-  neighbourKey,
+  fdbId,
+  neighbourId,
   readOurs,
-  routeKey,
+  routeId,
   type DiffOp,
 } from '../../../lib/overlay';
 import { NetnsHandle } from '../../../lib/netns/netns-handle';
@@ -552,9 +552,9 @@ export class LinuxFabric implements FabricDataplane {
 function fingerprintsOf(plan: FabricPlan): Map<string, string> {
   const out = new Map<string, string>();
   for (const r of plan.routes)
-    out.set(`route|${routeKey(r)}`, `${r.type}|${r.gateway ?? ''}|${r.oif ?? ''}|${r.onlink}|${r.mtu ?? ''}`);
-  for (const n of plan.neighbours) out.set(`neighbour|${neighbourKey(n)}`, n.mac);
-  for (const f of plan.fdb) out.set(`fdb|${fdbKey(f)}`, f.dst);
+    out.set(routeId(r), `${r.type}|${r.gateway ?? ''}|${r.oif ?? ''}|${r.onlink}|${r.mtu ?? ''}`);
+  for (const n of plan.neighbours) out.set(neighbourId(n), n.mac);
+  for (const f of plan.fdb) out.set(fdbId(f), f.dst);
   return out;
 }
 
