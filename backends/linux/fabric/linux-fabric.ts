@@ -241,26 +241,28 @@ export class LinuxFabric implements FabricDataplane {
 
   // ---- steps ----
 
+  /** The device may have been deleted by hand; modes that run one bring it back (a new ifindex). */
+  private async restoreDevice(sock: NetlinkSocket, prep: Prepared): Promise<void> {
+    if (!prep.vxlan || prep.mac === undefined) return;
+    const now = await findFabricDevice(sock);
+    if (now?.index === prep.vxlan.index) return;
+    const want = { vni: prep.settings.vni, port: prep.settings.port, mac: prep.mac, mtu: prep.routeMtu };
+    const r = await ensureVxlanDevice(sock, fabricDevice(want, prep.underlay)).catch(deviceRefused);
+    this.logger.warn(
+      { ifindex: r.link.index, outcome: r.outcome },
+      'fabric VXLAN device was gone; recreated',
+    );
+    prep.vxlan = r.link;
+    this.repairs++;
+  }
+
   private async reconcile(): Promise<FabricReport> {
     const prep = this.prepared;
     if (!prep) throw failedPrecondition('fabric: apply before prepare');
     const peers = this.peers;
     if (!peers) return this.report();
     const sock = await this.socket();
-    // The device may have been deleted by hand; modes that run one bring it back (a new ifindex).
-    if (prep.vxlan && prep.mac !== undefined) {
-      const now = await findFabricDevice(sock);
-      if (now?.index !== prep.vxlan.index) {
-        const want = { vni: prep.settings.vni, port: prep.settings.port, mac: prep.mac, mtu: prep.routeMtu };
-        const r = await ensureVxlanDevice(sock, fabricDevice(want, prep.underlay)).catch(deviceRefused);
-        this.logger.warn(
-          { ifindex: r.link.index, outcome: r.outcome },
-          'fabric VXLAN device was gone; recreated',
-        );
-        prep.vxlan = r.link;
-        this.repairs++;
-      }
-    }
+    await this.restoreDevice(sock, prep);
     await this.takeUplinkMtu(sock, prep);
     const vxlanIndex = prep.vxlan?.index;
     // The first apply of a start: the incumbents are what the last daemon left in the kernel.
