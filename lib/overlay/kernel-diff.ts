@@ -3,6 +3,8 @@
 // of our protocol in the main table, a permanent neighbour or an FDB entry on our own VXLAN device.
 // Nothing else is ever read as a candidate for change, so a foreign route to the same prefix, another
 // protocol's route or another device's neighbour is never touched.
+// Its own file because the read of what is ours serves every writer of the overlay (the simulator
+// reads its strays here too), and the diff of a whole plan is the Linux fabric's way of converging.
 
 import {
   AF_BRIDGE,
