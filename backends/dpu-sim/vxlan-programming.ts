@@ -1,5 +1,15 @@
 import { formatAddress, parseCidr } from '../../lib/cidr';
 import {
+  CATCH_ALL_METRIC,
+  PEER_ROUTE_METRIC,
+  fdbId,
+  neighbourId,
+  routeId,
+  type OverlayFdb,
+  type OverlayNeighbour,
+  type OverlayRoute,
+} from '../../lib/overlay';
+import {
   AF_INET,
   AF_INET6,
   RTN_UNICAST,
@@ -11,8 +21,9 @@ import { RouteVia, type FabricObject } from '../../proto/gen/workloadnet/dpu/v1/
 import type { FabricTable } from './fabric-table';
 
 // What the kernel of the DPU namespace must hold for one fabric object, as plain data (no I/O), so the
-// whole scheme reads in one place. It is the host fabric's (backends/linux/fabric/fabric-plan.ts),
-// flannel's VXLAN model, so that a DPU and a node on the Linux backend carry each other's packets:
+// whole scheme reads in one place. Its entries are the overlay's (lib/overlay/entries.ts), the host
+// fabric's (backends/linux/fabric/plan/), flannel's VXLAN model, so that a DPU and a node on the Linux
+// backend carry each other's packets:
 // - the LocalVtep is our device wn-vxlan (VNI, UDP port, local address, MAC, MTU; learning off);
 // - a FabricPeer is one permanent FDB entry on it: the peer's VTEP MAC → the peer's underlay address;
 // - a PeerRoute (encap) is `<prefix> via <gateway> dev wn-vxlan onlink`, where the gateway is the
@@ -22,43 +33,27 @@ import type { FabricTable } from './fabric-table';
 //   fabric keys the neighbour on the peer's first prefix; keying it on each route's own prefix makes a
 //   route's objects depend on that route and its peer only, and is the same on the wire.)
 // - a PeerRoute (direct) is `<prefix> via <peer underlay address>`, no encapsulation;
-// - a LocalPrefix is `unreachable <prefix>` at the lowest priority: decapsulated packets for a pod
-//   follow its host route to its representor, and one for an address no pod holds ends here with an
-//   ICMP error instead of going back out of the default route.
+// - a LocalPrefix is `unreachable <prefix>` at the lowest priority (the overlay's catch-all metric):
+//   decapsulated packets for a pod follow its host route to its representor, and one for an address no
+//   pod holds ends here with an ICMP error instead of going back out of the default route.
 // Every route carries our protocol (RTPROT_WORKLOADNET) in the main table.
 
-/** Metric of routes to peers' prefixes, as the host fabric's. */
-export const PEER_ROUTE_METRIC = 1024;
-/** The LocalPrefix catch-all: the lowest priority, so a pod's host route always wins. */
-export const LOCAL_PREFIX_METRIC = 4294967295;
-
-export interface WantedFdb {
+/** Keyed by the entries' ids (lib/overlay): one map holds which object holds each entry of every kind. */
+export interface WantedFdb extends OverlayFdb {
   kind: 'fdb';
   key: string;
-  mac: string;
-  dst: string;
 }
 
-export interface WantedNeighbour {
+export interface WantedNeighbour extends OverlayNeighbour {
   kind: 'neighbour';
   key: string;
-  family: AddressFamily;
-  dst: string;
-  mac: string;
 }
 
-export interface WantedRoute {
+export interface WantedRoute extends Omit<OverlayRoute, 'oif' | 'peer'> {
   kind: 'route';
   key: string;
-  family: AddressFamily;
-  destination: string;
-  type: number;
-  priority: number;
-  gateway?: string;
-  /** Set for routes over wn-vxlan (filled in with its ifindex). */
+  /** Set for routes over wn-vxlan (their oif is its ifindex, filled in when sent). */
   overVxlan: boolean;
-  onlink: boolean;
-  mtu?: number;
 }
 
 export type Wanted = WantedFdb | WantedNeighbour | WantedRoute;
@@ -71,10 +66,10 @@ export interface Wants {
   conflict?: boolean;
 }
 
-export const fdbKey = (mac: string): string => `fdb|${mac}`;
-export const neighbourKey = (family: number, dst: string): string => `neighbour|${family}|${dst}`;
+export const fdbKey = (mac: string): string => fdbId({ mac });
+export const neighbourKey = (family: number, dst: string): string => neighbourId({ family, dst });
 export const routeKey = (family: number, destination: string, priority: number): string =>
-  `route|${family}|${destination}|${priority}`;
+  routeId({ family, destination, priority });
 
 const familyName = (f: AddressFamily): string => (f === AF_INET ? 'IPv4' : 'IPv6');
 
@@ -168,11 +163,11 @@ export function wantsOf(table: FabricTable, name: string): Wants {
       objects: [
         {
           kind: 'route',
-          key: routeKey(family, c.text, LOCAL_PREFIX_METRIC),
+          key: routeKey(family, c.text, CATCH_ALL_METRIC),
           family,
           destination: c.text,
           type: RTN_UNREACHABLE,
-          priority: LOCAL_PREFIX_METRIC,
+          priority: CATCH_ALL_METRIC,
           overVxlan: false,
           onlink: false,
         },

@@ -12,7 +12,7 @@ import {
 import { NetnsHandle } from '../../lib/netns/netns-handle';
 import { EgressMasquerade, EGRESS_TABLE } from './egress-masquerade';
 import { nftRunner } from './fabric/nft-runner';
-import { findVxlanDevice } from './fabric/vxlan-device';
+import { findFabricDevice } from './fabric/vxlan-device';
 import { VxlanSourceFilter } from './fabric/vxlan-source-filter';
 
 // What the daemon leaves in a node's network namespace when it is removed for good: the fabric's
@@ -48,7 +48,7 @@ export async function tearDownNode(opts: TeardownOptions = {}): Promise<Teardown
   try {
     sock = NetlinkSocket.openIn(ns);
     await removeRoutes(sock, opts.dryRun === true, out);
-    const device = await findVxlanDevice(sock);
+    const device = await findFabricDevice(sock);
     if (device)
       await step(out, `VXLAN device ${device.name} (ifindex ${device.index})`, opts, () =>
         sock!.request(delLinkRequest({ index: device.index })).then(() => undefined),

@@ -1,3 +1,4 @@
+import { VXLAN_OVERHEAD } from '../../lib/overlay';
 import {
   DEFAULT_POD_MTU,
   type FabricDataplane,
@@ -8,12 +9,9 @@ import {
 } from '../fabric-dataplane';
 
 // A pod's packets to another node travel inside the underlay's: over VXLAN they carry an outer IP,
-// UDP, VXLAN and Ethernet header (50 bytes over IPv4, 70 over IPv6). A pod MTU that ignores it is
+// UDP, VXLAN and Ethernet header (lib/overlay/overhead.ts). A pod MTU that ignores it is
 // fragmented or, with don't-fragment set, dropped in silence. In hybrid mode one pod talks over both
 // paths, so the encapsulation's MTU is the one that fits both.
-
-/** Bytes VXLAN adds to an inner packet: outer IP (20 or 40) + UDP (8) + VXLAN (8) + inner Ethernet (14). */
-export const VXLAN_OVERHEAD = { 4: 50, 6: 70 } as const;
 
 /** Bytes the mode's encapsulation adds to a pod's packet on an underlay of IP version `version`. */
 export function encapsulationOverheadOn(mode: FabricMode, version: 4 | 6): number {

@@ -38,7 +38,7 @@ import {
   joinGroups,
   type NetlinkMessage,
 } from '../../../lib/rtnetlink';
-import { fdbKey, neighbourKey, routeKey } from './plan/wanted';
+import { fdbId, neighbourId, routeId } from '../../../lib/overlay';
 import { configureNetlinkFd, netlinkFdIn } from '../../../lib/rtnetlink/socket';
 
 const ROLE = 'workloadnet-fabric-drift-monitor';
@@ -74,12 +74,12 @@ export function kernelEvent(msg: NetlinkMessage): KernelEvent | undefined {
     case RTM_NEWROUTE:
     case RTM_DELROUTE: {
       const r = decodeRoute(msg);
-      return { type: msg.type, protocol: r.protocol, id: `route|${routeKey(r)}` };
+      return { type: msg.type, protocol: r.protocol, id: routeId(r) };
     }
     case RTM_NEWNEIGH:
     case RTM_DELNEIGH: {
       const n = decodeNeighbour(msg);
-      const id = n.family === AF_BRIDGE ? `fdb|${fdbKey(n)}` : `neighbour|${neighbourKey(n)}`;
+      const id = n.family === AF_BRIDGE ? fdbId(n) : neighbourId(n);
       return { type: msg.type, ifindex: n.ifindex, id, dst: n.dst, mac: n.mac };
     }
     case RTM_NEWLINK:

@@ -17,7 +17,7 @@ import type { Peer } from '../../../core/peer-source';
 import { cidrContains, parseCidr, type Cidr } from '../../../lib/cidr';
 import { canonicalAddress, type Neighbour, type Route } from '../../../lib/rtnetlink';
 
-/** Our entries as the kernel holds them (kernel-diff.ts reads them). */
+/** Our entries as the kernel holds them (lib/overlay/kernel-diff.ts reads them). */
 interface KernelEntries {
   routes: readonly Route[];
   neighbours: readonly Neighbour[];

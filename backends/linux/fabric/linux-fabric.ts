@@ -21,6 +21,16 @@ import type {
 import { failedPrecondition, invalidArgument } from '../../../core/errors';
 import { silentLogger, type Logger } from '../../../core/logger';
 import { parseCidr } from '../../../lib/cidr';
+import {
+  applyOps,
+  diff,
+  ensureVxlanDevice,
+  fdbId,
+  neighbourId,
+  readOurs,
+  routeId,
+  type DiffOp,
+} from '../../../lib/overlay';
 import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import {
   AF_INET,
@@ -42,15 +52,14 @@ import { ownGatewayKeys } from './plan/gateway-keys';
 import { planHostFabric } from './plan/host-plan';
 import { probeTargets } from './plan/probe-targets';
 import { underlayPodMtu } from './plan/route-mtu';
-import { fdbKey, neighbourKey, routeKey, type FabricPlan } from './plan/wanted';
+import type { FabricPlan } from './plan/wanted';
 import { syncGatewayAddresses } from './gateway-address';
 import { holdersInKernel, type Holders } from './identity-claims';
 import { IcmpProbeTransport } from './icmp-probe-transport';
 import { PeerProber, type ProbeTransport } from './peer-prober';
-import { applyOps, diff, readOurs, type DiffOp } from './kernel-diff';
 import { discoverUnderlay, type Underlay } from './underlay';
 import { followUplinkMtu } from './uplink-mtu';
-import { ensureVxlanDevice, findVxlanDevice } from './vxlan-device';
+import { deviceRefused, fabricDevice, findFabricDevice } from './vxlan-device';
 import { FilterNotOursError, VxlanSourceFilter, nftRunner } from './vxlan-source-filter';
 import { directNeighbourChanged, directSources, type DirectSources } from './direct-sources';
 import { vtepMac } from '../../../lib/vtep-mac';
@@ -155,9 +164,8 @@ export class LinuxFabric implements FabricDataplane {
         mac = vtepMac(underlay.address, settings.nodeName);
         const r = await ensureVxlanDevice(
           sock,
-          { vni: settings.vni, port: settings.port, mac, mtu: routeMtu },
-          underlay,
-        );
+          fabricDevice({ vni: settings.vni, port: settings.port, mac, mtu: routeMtu }, underlay),
+        ).catch(deviceRefused);
         vxlan = r.link;
         this.logger.info(
           { device: vxlan.name, ifindex: vxlan.index, outcome: r.outcome, why: r.why },
@@ -165,7 +173,7 @@ export class LinuxFabric implements FabricDataplane {
         );
       } else {
         // No device in this mode; one left by an earlier mode is only cleaned of our entries.
-        vxlan = await findVxlanDevice(sock);
+        vxlan = await findFabricDevice(sock);
         routeMtu = underlay.uplink.mtu;
       }
       const filter = mac !== undefined && settings.sourceFilter !== false;
@@ -233,29 +241,28 @@ export class LinuxFabric implements FabricDataplane {
 
   // ---- steps ----
 
+  /** The device may have been deleted by hand; modes that run one bring it back (a new ifindex). */
+  private async restoreDevice(sock: NetlinkSocket, prep: Prepared): Promise<void> {
+    if (!prep.vxlan || prep.mac === undefined) return;
+    const now = await findFabricDevice(sock);
+    if (now?.index === prep.vxlan.index) return;
+    const want = { vni: prep.settings.vni, port: prep.settings.port, mac: prep.mac, mtu: prep.routeMtu };
+    const r = await ensureVxlanDevice(sock, fabricDevice(want, prep.underlay)).catch(deviceRefused);
+    this.logger.warn(
+      { ifindex: r.link.index, outcome: r.outcome },
+      'fabric VXLAN device was gone; recreated',
+    );
+    prep.vxlan = r.link;
+    this.repairs++;
+  }
+
   private async reconcile(): Promise<FabricReport> {
     const prep = this.prepared;
     if (!prep) throw failedPrecondition('fabric: apply before prepare');
     const peers = this.peers;
     if (!peers) return this.report();
     const sock = await this.socket();
-    // The device may have been deleted by hand; modes that run one bring it back (a new ifindex).
-    if (prep.vxlan && prep.mac !== undefined) {
-      const now = await findVxlanDevice(sock);
-      if (now?.index !== prep.vxlan.index) {
-        const r = await ensureVxlanDevice(
-          sock,
-          { vni: prep.settings.vni, port: prep.settings.port, mac: prep.mac, mtu: prep.routeMtu },
-          prep.underlay,
-        );
-        this.logger.warn(
-          { ifindex: r.link.index, outcome: r.outcome },
-          'fabric VXLAN device was gone; recreated',
-        );
-        prep.vxlan = r.link;
-        this.repairs++;
-      }
-    }
+    await this.restoreDevice(sock, prep);
     await this.takeUplinkMtu(sock, prep);
     const vxlanIndex = prep.vxlan?.index;
     // The first apply of a start: the incumbents are what the last daemon left in the kernel.
@@ -547,9 +554,9 @@ export class LinuxFabric implements FabricDataplane {
 function fingerprintsOf(plan: FabricPlan): Map<string, string> {
   const out = new Map<string, string>();
   for (const r of plan.routes)
-    out.set(`route|${routeKey(r)}`, `${r.type}|${r.gateway ?? ''}|${r.oif ?? ''}|${r.onlink}|${r.mtu ?? ''}`);
-  for (const n of plan.neighbours) out.set(`neighbour|${neighbourKey(n)}`, n.mac);
-  for (const f of plan.fdb) out.set(`fdb|${fdbKey(f)}`, f.dst);
+    out.set(routeId(r), `${r.type}|${r.gateway ?? ''}|${r.oif ?? ''}|${r.onlink}|${r.mtu ?? ''}`);
+  for (const n of plan.neighbours) out.set(neighbourId(n), n.mac);
+  for (const f of plan.fdb) out.set(fdbId(f), f.dst);
   return out;
 }
 

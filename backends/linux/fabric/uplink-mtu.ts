@@ -5,11 +5,12 @@
 // change from its drift monitor (a link notification of the uplink) or at its periodic pass.
 
 import type { FabricSettings } from '../../../core/fabric-dataplane';
+import { ensureVxlanDevice } from '../../../lib/overlay';
 import { getLink, type Link } from '../../../lib/rtnetlink/link';
 import type { NetlinkSocket } from '../../../lib/rtnetlink/socket';
 import { underlayPodMtu } from './plan/route-mtu';
 import type { Underlay } from './underlay';
-import { ensureVxlanDevice } from './vxlan-device';
+import { deviceRefused, fabricDevice } from './vxlan-device';
 
 /** What of the prepared fabric the uplink's MTU decides. */
 export interface UplinkMtuState {
@@ -38,7 +39,7 @@ export async function followUplinkMtu(
   prep.routeMtu = tunnel ? underlayPodMtu(mode, prep.underlay) : now.mtu;
   if (tunnel && prep.vxlan && prep.mac !== undefined) {
     const want = { vni: prep.settings.vni, port: prep.settings.port, mac: prep.mac, mtu: prep.routeMtu };
-    prep.vxlan = (await ensureVxlanDevice(sock, want, prep.underlay)).link;
+    prep.vxlan = (await ensureVxlanDevice(sock, fabricDevice(want, prep.underlay)).catch(deviceRefused)).link;
   }
   return was;
 }

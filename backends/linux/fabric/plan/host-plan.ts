@@ -17,10 +17,11 @@
 
 import type { Peer } from '../../../../core/peer-source';
 import { parseCidr } from '../../../../lib/cidr';
+import { CATCH_ALL_METRIC } from '../../../../lib/overlay';
 import { AF_INET, AF_INET6, RTN_UNREACHABLE } from '../../../../lib/rtnetlink';
 import { Claims } from '../identity-claims';
 import { planPeer } from './peer-plan';
-import { CATCH_ALL_METRIC, type FabricPlan, type PlanContext, type WantedRoute } from './wanted';
+import type { FabricPlan, PlanContext, WantedRoute } from './wanted';
 
 export function planHostFabric(ctx: PlanContext, peers: readonly Peer[]): FabricPlan {
   // Prefixes, MACs, underlay addresses and neighbour keys: a second target on one would take the

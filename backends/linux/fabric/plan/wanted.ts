@@ -3,42 +3,22 @@
 // own file because the planner's parts write it and the diff, the monitor and the prober read it.
 
 import type { FabricMode, PeerPath } from '../../../../core/fabric-dataplane';
-import { RTN_UNICAST, type AddressFamily } from '../../../../lib/rtnetlink';
+import {
+  PEER_ROUTE_METRIC,
+  type OverlayFdb,
+  type OverlayNeighbour,
+  type OverlayRoute,
+} from '../../../../lib/overlay';
+import { RTN_UNICAST } from '../../../../lib/rtnetlink';
 import type { Claims, Holders } from '../identity-claims';
 import type { Underlay } from '../underlay';
 
-/** Metric of our routes to peers' prefixes. A foreign route to the same prefix with a lower one wins. */
-export const PEER_ROUTE_METRIC = 1024;
-/** The catch-all: the lowest priority there is, so any other route to a cluster address wins. */
-export const CATCH_ALL_METRIC = 4294967295;
-
-export interface WantedRoute {
-  family: AddressFamily;
-  destination: string;
-  type: number;
-  priority: number;
-  gateway?: string;
-  oif?: number;
-  onlink: boolean;
-  mtu?: number;
-  /** The peer it serves; absent for the catch-all. */
-  peer?: string;
-}
-
-export interface WantedNeighbour {
-  family: AddressFamily;
-  /** The gateway address the peer's routes use. */
-  dst: string;
-  mac: string;
-  peer: string;
-}
-
-export interface WantedFdb {
-  mac: string;
-  /** The peer's underlay address. */
-  dst: string;
-  peer: string;
-}
+/** A route of ours (lib/overlay); `peer` is absent for the catch-all. */
+export type WantedRoute = OverlayRoute;
+/** A neighbour of ours, for the peer whose routes use its gateway key. */
+export type WantedNeighbour = OverlayNeighbour & { peer: string };
+/** An FDB entry of ours, for the peer whose VTEP MAC it maps. */
+export type WantedFdb = OverlayFdb & { peer: string };
 
 export interface FabricPlan {
   routes: WantedRoute[];
@@ -71,11 +51,6 @@ export interface Planning {
   claims: Claims;
   plan: FabricPlan;
 }
-
-export const routeKey = (r: { family: number; destination: string; priority?: number }): string =>
-  `${r.family}|${r.destination}|${r.priority ?? 0}`;
-export const neighbourKey = (n: { family: number; dst?: string }): string => `${n.family}|${n.dst ?? ''}`;
-export const fdbKey = (f: { mac?: string }): string => f.mac ?? '';
 
 /** One route of ours to a peer's prefix: through the uplink to its underlay, or through our device. */
 export function peerRoute(

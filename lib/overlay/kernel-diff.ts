@@ -3,30 +3,44 @@
 // of our protocol in the main table, a permanent neighbour or an FDB entry on our own VXLAN device.
 // Nothing else is ever read as a candidate for change, so a foreign route to the same prefix, another
 // protocol's route or another device's neighbour is never touched.
+// Its own file because the read of what is ours serves every writer of the overlay (the simulator
+// reads its strays here too), and the diff of a whole plan is the Linux fabric's way of converging.
 
 import {
   AF_BRIDGE,
   AF_INET,
   AF_INET6,
   NUD_PERMANENT,
-  NTF_SELF,
   RTNH_F_ONLINK,
   RTN_UNICAST,
   RTPROT_WORKLOADNET,
   RT_TABLE_MAIN,
-  delNeighbourRequest,
-  delRouteRequest,
   listNeighbours,
   listRoutes,
-  newNeighbourRequest,
-  newRouteRequest,
   type NetlinkError,
   type NetlinkRequest,
   type NetlinkSocket,
   type Neighbour,
   type Route,
-} from '../../../lib/rtnetlink';
-import { fdbKey, neighbourKey, routeKey, type FabricPlan, type WantedRoute } from './plan/wanted';
+} from '../rtnetlink';
+import {
+  describeFdb,
+  describeNeighbour,
+  describeRoute,
+  fdbKey,
+  neighbourKey,
+  routeKey,
+  type OverlayEntries,
+  type OverlayRoute,
+} from './entries';
+import {
+  addRouteRequest,
+  deleteFdbRequest,
+  deleteNeighbourRequest,
+  deleteRouteRequest,
+  setFdbRequest,
+  setNeighbourRequest,
+} from './requests';
 
 /** Requests per datagram: well under the socket's send buffer for any mix of ours. */
 const BATCH = 200;
@@ -54,7 +68,7 @@ export async function readOurs(sock: NetlinkSocket, vxlanIndex: number | undefin
   return { routes, neighbours, fdb };
 }
 
-function routeMatches(have: Route, want: WantedRoute): boolean {
+function routeMatches(have: Route, want: OverlayRoute): boolean {
   // A route that goes nowhere has no next hop to compare; IPv6 reports one anyway (dev lo).
   if (want.type !== RTN_UNICAST) return have.type === want.type;
   return (
@@ -63,24 +77,6 @@ function routeMatches(have: Route, want: WantedRoute): boolean {
     have.oif === want.oif &&
     ((have.flags & RTNH_F_ONLINK) !== 0) === want.onlink &&
     have.mtu === want.mtu
-  );
-}
-
-function routeRequest(r: WantedRoute, replace: boolean): NetlinkRequest {
-  return newRouteRequest(
-    {
-      destination: r.destination,
-      family: r.family,
-      gateway: r.gateway,
-      oif: r.oif,
-      type: r.type,
-      priority: r.priority,
-      protocol: RTPROT_WORKLOADNET,
-      table: RT_TABLE_MAIN,
-      onlink: r.onlink,
-      mtu: r.mtu,
-    },
-    { replace },
   );
 }
 
@@ -93,7 +89,7 @@ export interface DiffOp {
 }
 
 /** The requests that turn `have` into the plan, in a safe order: entries before routes use them, routes removed before them. */
-export function diff(plan: FabricPlan, have: KernelObjects, vxlanIndex: number | undefined): DiffOp[] {
+export function diff(plan: OverlayEntries, have: KernelObjects, vxlanIndex: number | undefined): DiffOp[] {
   const entries: OpsOf = { adds: [], dels: [] };
   if (vxlanIndex !== undefined) {
     diffFdb(plan, have, vxlanIndex, entries);
@@ -110,7 +106,7 @@ interface OpsOf {
 }
 
 /** Our device's FDB entries: one per peer MAC, to its underlay address; every other remote is a stray. */
-function diffFdb(plan: FabricPlan, have: KernelObjects, vxlanIndex: number, out: OpsOf): void {
+function diffFdb(plan: OverlayEntries, have: KernelObjects, vxlanIndex: number, out: OpsOf): void {
   const fdbHave = new Map<string, Neighbour[]>();
   for (const f of have.fdb) fdbHave.set(fdbKey(f), [...(fdbHave.get(fdbKey(f)) ?? []), f]);
   const fdbWant = new Set<string>();
@@ -118,14 +114,6 @@ function diffFdb(plan: FabricPlan, have: KernelObjects, vxlanIndex: number, out:
     const key = fdbKey(f);
     fdbWant.add(key);
     const existing = fdbHave.get(key) ?? [];
-    const spec = {
-      family: AF_BRIDGE,
-      ifindex: vxlanIndex,
-      mac: f.mac,
-      dst: f.dst,
-      flags: NTF_SELF,
-      state: NUD_PERMANENT,
-    } as const;
     if (existing.some((e) => e.dst === f.dst && (e.state & NUD_PERMANENT) !== 0)) {
       // A MAC may hold several remotes (`bridge fdb append`): all but ours are strays.
       for (const e of existing.filter((x) => x.dst !== f.dst)) out.dels.push(fdbDelete(vxlanIndex, e));
@@ -135,8 +123,8 @@ function diffFdb(plan: FabricPlan, have: KernelObjects, vxlanIndex: number, out:
       kind: 'fdb',
       action: existing.length > 0 ? 'replace' : 'add',
       key,
-      what: `fdb ${f.mac} dst ${f.dst} (${f.peer})`,
-      request: newNeighbourRequest(spec, { replace: true }),
+      what: describeFdb(f),
+      request: setFdbRequest(vxlanIndex, f),
     });
     for (const e of existing.slice(1)) out.dels.push(fdbDelete(vxlanIndex, e));
   }
@@ -145,7 +133,7 @@ function diffFdb(plan: FabricPlan, have: KernelObjects, vxlanIndex: number, out:
 }
 
 /** Our device's permanent neighbours: one per gateway key, to its target's VTEP MAC. */
-function diffNeighbours(plan: FabricPlan, have: KernelObjects, vxlanIndex: number, out: OpsOf): void {
+function diffNeighbours(plan: OverlayEntries, have: KernelObjects, vxlanIndex: number, out: OpsOf): void {
   const nHave = new Map(have.neighbours.map((n) => [neighbourKey(n), n]));
   const nWant = new Set<string>();
   for (const n of plan.neighbours) {
@@ -157,11 +145,8 @@ function diffNeighbours(plan: FabricPlan, have: KernelObjects, vxlanIndex: numbe
       kind: 'neighbour',
       action: e ? 'replace' : 'add',
       key,
-      what: `neighbour ${n.dst} lladdr ${n.mac} (${n.peer})`,
-      request: newNeighbourRequest(
-        { family: n.family, ifindex: vxlanIndex, dst: n.dst, mac: n.mac, state: NUD_PERMANENT },
-        { replace: true },
-      ),
+      what: describeNeighbour(n),
+      request: setNeighbourRequest(vxlanIndex, n),
     });
   }
   for (const [key, n] of nHave)
@@ -171,16 +156,12 @@ function diffNeighbours(plan: FabricPlan, have: KernelObjects, vxlanIndex: numbe
         action: 'delete',
         key,
         what: `neighbour ${n.dst ?? '?'} lladdr ${n.mac ?? '?'}`,
-        request: delNeighbourRequest({
-          family: n.family as typeof AF_INET,
-          ifindex: vxlanIndex,
-          dst: n.dst,
-        }),
+        request: deleteNeighbourRequest(vxlanIndex, { family: n.family as typeof AF_INET, dst: n.dst }),
       });
 }
 
 /** Our routes, in the main table with our protocol: the peers' prefixes and the catch-alls. */
-function diffRoutes(plan: FabricPlan, have: KernelObjects): OpsOf {
+function diffRoutes(plan: OverlayEntries, have: KernelObjects): OpsOf {
   const out: OpsOf = { adds: [], dels: [] };
   const rHave = new Map(have.routes.map((r) => [routeKey(r), r]));
   const rWant = new Set<string>();
@@ -193,10 +174,10 @@ function diffRoutes(plan: FabricPlan, have: KernelObjects): OpsOf {
       kind: 'route',
       action: e ? 'replace' : 'add',
       key,
-      what: `route ${r.destination}${r.gateway ? ` via ${r.gateway}` : ''} metric ${r.priority}${r.peer ? ` (${r.peer})` : ''}`,
+      what: describeRoute(r),
       // Replace only a route of ours (found above, same key); a create is EXCL, so a foreign route
       // holding the same prefix and metric makes it fail (EEXIST) rather than be overwritten.
-      request: routeRequest(r, e !== undefined),
+      request: addRouteRequest(r, { replace: e !== undefined }),
     });
   }
   for (const [key, r] of rHave)
@@ -206,13 +187,7 @@ function diffRoutes(plan: FabricPlan, have: KernelObjects): OpsOf {
         action: 'delete',
         key,
         what: `route ${r.destination} metric ${r.priority ?? 0}`,
-        request: delRouteRequest({
-          destination: r.destination,
-          family: r.family,
-          priority: r.priority,
-          protocol: RTPROT_WORKLOADNET,
-          table: RT_TABLE_MAIN,
-        }),
+        request: deleteRouteRequest(r),
       });
   return out;
 }
@@ -223,7 +198,7 @@ function fdbDelete(ifindex: number, e: Neighbour): DiffOp {
     action: 'delete',
     key: fdbKey(e),
     what: `fdb ${e.mac ?? '?'} dst ${e.dst ?? '?'}`,
-    request: delNeighbourRequest({ family: AF_BRIDGE, ifindex, mac: e.mac, dst: e.dst, flags: NTF_SELF }),
+    request: deleteFdbRequest(ifindex, e),
   };
 }
 
