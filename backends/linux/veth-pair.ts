@@ -7,16 +7,10 @@ import type { AttachPlan } from './attach-plan';
 import type { Logger } from '../../core/logger';
 import type { Netns } from '../../lib/netns/netns-handle';
 import { NetlinkError } from '../../lib/rtnetlink/errors';
-import {
-  RTM_NEWLINK,
-  decodeLink,
-  delLinkRequest,
-  getLink,
-  newVethRequest,
-  type Link,
-} from '../../lib/rtnetlink/link';
+import { RTM_NEWLINK, decodeLink, delLinkRequest, getLink, type Link } from '../../lib/rtnetlink/link';
 import type { NetlinkMessage, NetlinkRequest } from '../../lib/rtnetlink/message';
 import type { NetlinkSocket } from '../../lib/rtnetlink/socket';
+import { newVethRequest } from '../../lib/rtnetlink/veth';
 
 export interface VethPair {
   /** ifindex of the host end, in the host namespace. */
