@@ -122,3 +122,19 @@ function nameTaken(ctx: VethPairContext, plan: AttachPlan) {
     `interface "${plan.ifName}" already exists in network namespace ${ctx.workloadNs.path}; choose another interface name or remove it`,
   );
 }
+
+/** Undo of createVethPair: deleting the host end removes both ends and everything on them. */
+export async function rollbackVethPair(
+  host: NetlinkSocket,
+  plan: AttachPlan,
+  pair: VethPair,
+  logger: Logger,
+): Promise<void> {
+  try {
+    await host.request(delLinkRequest({ index: pair.hostIndex }));
+  } catch (err) {
+    if (err instanceof NetlinkError && err.notFound) return;
+    // The link is in our group with no attachment, so the next reconcile removes it.
+    logger.error({ key: plan.key, hostIf: plan.hostName, err: (err as Error).message }, 'rollback failed');
+  }
+}
