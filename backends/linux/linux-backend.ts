@@ -9,8 +9,8 @@
 // socket inside the workload's namespace, four writes (create the pair, the workload side, the host
 // side, the alias). Everything else uses one long-lived host socket whose I/O is on the libuv
 // threadpool (replies matched by sequence number): a detach is one small write plus a share of a
-// group delete. The threadpool path also runs an attach when the thread is off or gone, or when the
-// host link's name is taken (it checks for a leftover and explains).
+// group delete. The threadpool path (threadpool-attach.ts) also runs an attach when the thread is off
+// or gone, or when the host link's name is taken (it checks for a leftover and explains).
 
 import type {
   AttachSpec,
@@ -23,20 +23,12 @@ import type {
   ReconcileOptions,
   ReconcileOutcome,
 } from '../../core/backend';
-import {
-  WorkloadNetError,
-  failedPrecondition,
-  invalidArgument,
-  knownWorkloadNetError,
-  type ErrorCode,
-} from '../../core/errors';
-import { NetnsError } from '../../lib/netns/netns-error';
-import { NetnsHandle, type Netns } from '../../lib/netns/netns-handle';
-import type { AttachStep } from './attach-exchange';
+import { invalidArgument } from '../../core/errors';
+import type { Netns } from '../../lib/netns/netns-handle';
+import { fromNetlink, stepDescription } from './attach-errors';
 import { planAttachment, randomMac, type AttachPlan } from './attach-plan';
-import { GroupDeleter } from './group-deleter';
-import { HostForwarding } from './host-forwarding';
-import { checkHostSide, hostSideRequests } from './host-side';
+import { checkHostSide } from './host-side';
+import { openHostContext, type HostContext } from './host-context';
 import { recordedHostIfName } from './host-link-name';
 import { reconcileHostLinks } from './host-reconcile';
 import {
@@ -44,38 +36,20 @@ import {
   type LinuxBackendOptions,
   type ResolvedLinuxBackendOptions,
 } from './linux-backend-options';
-import { NetlinkThread } from './netlink-thread';
-import { RestartingReader } from './restarting-reader';
-import { NetlinkError, NetlinkSocketError } from '../../lib/rtnetlink/errors';
+import { NetlinkError } from '../../lib/rtnetlink/errors';
 import { delLinkRequest, getLink, setLinkRequest } from '../../lib/rtnetlink/link';
 import { NetlinkSocket } from '../../lib/rtnetlink/socket';
-import { createVethPair, type VethPair } from './veth-pair';
+import { attachOnThreadpool } from './threadpool-attach';
+import { rollbackVethPair } from './veth-pair';
 import { setInterfaceMtu } from './interface-mtu';
 import { LinuxFabric } from './fabric/linux-fabric';
 import { EgressMasquerade } from './egress-masquerade';
 import { nftRunner } from './fabric/nft-runner';
-import {
-  checkWorkloadNamespace,
-  checkWorkloadPresence,
-  workloadRoutes,
-  workloadSideRequests,
-} from '../interface/workload-side';
+import { checkWorkloadNamespace, checkWorkloadPresence, workloadRoutes } from '../interface/workload-side';
 
 export type { LinuxBackendOptions } from './linux-backend-options';
 
 const RECOMMENDED_THREADPOOL = 16;
-
-interface HostContext {
-  ns: NetnsHandle;
-  sock: NetlinkSocket;
-  deleter: GroupDeleter;
-  forwarding: HostForwarding;
-  /**
-   * Runs attaches' netlink exchanges, started again whenever it ends; undefined when turned off. While
-   * it is down, attaches take the threadpool path.
-   */
-  thread: RestartingReader<NetlinkThread> | undefined;
-}
 
 export class LinuxBackend implements Backend {
   readonly name = 'linux';
@@ -138,7 +112,7 @@ export class LinuxBackend implements Backend {
     if (plan.v6.length > 0) await host.forwarding.ensure(6);
     refuseHostNamespace(spec, host.ns);
     const thread = host.thread?.current;
-    if (!thread?.alive) return this.attachOnThreadpool(host, spec, plan, planned);
+    if (!thread?.alive) return attachOnThreadpool(host.sock, spec, plan, planned, this.opts.logger);
     const r = await thread.attach({
       plan,
       mac: planned.mac,
@@ -147,46 +121,13 @@ export class LinuxBackend implements Backend {
       netnsInode: spec.netns.inode,
     });
     if (r.ok) return planned;
-    if (r.pair) await this.rollback(host, plan, r.pair);
+    if (r.pair) await rollbackVethPair(host.sock, plan, r.pair, this.opts.logger);
     const err = r.error;
     // A name already taken needs the leftover check and the explanation: the threadpool path has them.
     if (r.step === 'veth' && err instanceof NetlinkError && err.code === 'EEXIST')
-      return this.attachOnThreadpool(host, spec, plan, planned);
+      return attachOnThreadpool(host.sock, spec, plan, planned, this.opts.logger);
     if (r.step === 'socket' || !(err instanceof NetlinkError)) throw err;
     throw fromNetlink(err, `attach ${spec.key}: ${stepDescription(r.step, plan, spec.netnsPath)}`);
-  }
-
-  /** The same exchange as the netlink thread's, each request through the libuv threadpool. */
-  private async attachOnThreadpool(
-    host: HostContext,
-    spec: AttachSpec,
-    plan: AttachPlan,
-    planned: DataplaneResult,
-  ): Promise<DataplaneResult> {
-    const workload = NetlinkSocket.openIn(spec.netns);
-    try {
-      const pair = await step(spec.key, stepDescription('veth', plan, spec.netnsPath), () =>
-        createVethPair(
-          { host: host.sock, workload, workloadNs: spec.netns, logger: this.opts.logger },
-          plan,
-          planned.mac,
-        ),
-      );
-      try {
-        await this.configureBothSides(host, workload, plan, pair, spec.netnsPath);
-        // Last, so that a link with its alias is a complete attachment (see reconcile).
-        await step(spec.key, stepDescription('alias', plan, spec.netnsPath), () =>
-          host.sock.request(setLinkRequest({ index: pair.hostIndex }, { alias: plan.alias })),
-        );
-      } catch (err) {
-        await this.rollback(host, plan, pair);
-        throw err;
-      }
-      return planned;
-    } finally {
-      // Closing never waits (see NetlinkSocket.close); the namespace is the core's to close.
-      void workload.close();
-    }
   }
 
   /**
@@ -327,7 +268,7 @@ export class LinuxBackend implements Backend {
   /** The host namespace and its socket, opened once; a privilege problem fails here with one clear line. */
   private hostContext(): Promise<HostContext> {
     if (!this.host) {
-      const opening = this.openHost();
+      const opening = openHostContext(this.opts);
       this.host = opening;
       // A failed start may be retried (e.g. after fixing permissions).
       opening.catch(() => {
@@ -335,97 +276,6 @@ export class LinuxBackend implements Backend {
       });
     }
     return this.host;
-  }
-
-  private async openHost(): Promise<HostContext> {
-    const path = this.opts.hostNetnsPath;
-    let ns: NetnsHandle;
-    try {
-      ns = path === undefined ? NetnsHandle.own() : await NetnsHandle.open(path);
-    } catch (err) {
-      if (err instanceof NetnsError && err.reason === 'permission') throw needsRoot(`opening ${path}`);
-      const known = knownWorkloadNetError(err);
-      if (known) throw failedPrecondition(`linux backend: host namespace: ${known.message}`);
-      throw err;
-    }
-    let sock: NetlinkSocket | undefined;
-    try {
-      sock = NetlinkSocket.openIn(ns);
-      // Reading links works unprivileged; an empty SETLINK on lo is the cheapest request that needs
-      // CAP_NET_ADMIN, and changes nothing.
-      const lo = await getLink(sock, { name: 'lo' });
-      if (!lo) throw failedPrecondition(`linux backend: no loopback interface in ${ns.path}`);
-      await sock.request(setLinkRequest({ index: lo.index }, {}));
-      return {
-        ns,
-        sock,
-        deleter: new GroupDeleter(sock, this.opts.detachGroup),
-        forwarding: new HostForwarding(ns, this.opts.logger),
-        thread: await this.startThread(ns),
-      };
-    } catch (err) {
-      void sock?.close();
-      ns.close();
-      if (err instanceof NetlinkError && (err.code === 'EPERM' || err.code === 'EACCES'))
-        throw needsRoot('netlink');
-      if (err instanceof NetlinkSocketError && err.reason === 'permission')
-        throw needsRoot(`entering ${ns.path}`);
-      throw err;
-    }
-  }
-
-  /**
-   * The netlink thread, unless turned off. One that cannot start, or ends, is started again after a
-   * back-off (restarting-reader.ts); attaches use the threadpool path meanwhile.
-   */
-  private async startThread(ns: NetnsHandle): Promise<RestartingReader<NetlinkThread> | undefined> {
-    if (!this.opts.netlinkThread) return undefined;
-    const thread = new RestartingReader({
-      what: 'netlink thread',
-      meanwhile: 'attaches use the threadpool (slower)',
-      logger: this.opts.logger,
-      start: (died) => NetlinkThread.start(ns, died),
-    });
-    await thread.begin();
-    return thread;
-  }
-
-  /**
-   * One write each side, the host side first: its end must go without a link-local address before the
-   * workload end's up gives it a carrier (link-local.ts). A failure of the workload side is reported
-   * first, as the netlink thread does.
-   */
-  private async configureBothSides(
-    host: HostContext,
-    workload: NetlinkSocket,
-    plan: AttachPlan,
-    pair: VethPair,
-    netnsPath: string,
-  ): Promise<void> {
-    const hostFailure = await step(plan.key, stepDescription('host', plan, netnsPath), () =>
-      host.sock.batchOrThrow(hostSideRequests(plan, pair.hostIndex)),
-    ).then(
-      () => undefined,
-      (err: unknown) => ({ err }),
-    );
-    await step(plan.key, stepDescription('workload', plan, netnsPath), () =>
-      workload.batchOrThrow(workloadSideRequests(plan, pair.peerIndex)),
-    );
-    if (hostFailure) throw hostFailure.err;
-  }
-
-  /** Undo of createVethPair: deleting the host end removes both ends and everything on them. */
-  private async rollback(host: HostContext, plan: AttachPlan, pair: VethPair): Promise<void> {
-    try {
-      await host.sock.request(delLinkRequest({ index: pair.hostIndex }));
-    } catch (err) {
-      if (err instanceof NetlinkError && err.notFound) return;
-      // The link is in our group with no attachment, so the next reconcile removes it.
-      this.opts.logger.error(
-        { key: plan.key, hostIf: plan.hostName, err: (err as Error).message },
-        'rollback failed',
-      );
-    }
   }
 }
 
@@ -443,54 +293,9 @@ function dataplaneResult(plan: AttachPlan, mac: string): DataplaneResult {
   };
 }
 
-/** What an attach was doing at `step`, as its errors say. */
-function stepDescription(step: AttachStep, plan: AttachPlan, netnsPath: string): string {
-  switch (step) {
-    case 'socket':
-      return `opening a netlink socket in ${netnsPath}`;
-    case 'veth':
-      return 'creating the veth pair';
-    case 'workload':
-      return `configuring ${plan.ifName} in ${netnsPath}`;
-    case 'host':
-      return `configuring host interface ${plan.hostName}`;
-    case 'alias':
-      return `labelling host interface ${plan.hostName}`;
-  }
-}
-
-/** Runs one named step; kernel errors become WorkloadNetErrors that say what was being done. */
-async function step<T>(key: string, what: string, fn: () => Promise<T>): Promise<T> {
-  try {
-    return await fn();
-  } catch (err) {
-    if (err instanceof NetlinkError) throw fromNetlink(err, `attach ${key}: ${what}`);
-    throw err;
-  }
-}
-
-function fromNetlink(err: NetlinkError, context: string): WorkloadNetError {
-  const codes: Record<string, ErrorCode> = {
-    EPERM: 'FAILED_PRECONDITION',
-    EACCES: 'FAILED_PRECONDITION',
-    ENOBUFS: 'UNAVAILABLE',
-    ENOMEM: 'RESOURCE_EXHAUSTED',
-    ETIMEDOUT: 'UNAVAILABLE',
-    EBUSY: 'UNAVAILABLE',
-  };
-  const code = codes[err.code] ?? 'INTERNAL';
-  return new WorkloadNetError(code, `${context}: ${err.message}`, code === 'UNAVAILABLE');
-}
-
 function threadpoolSize(): number {
   const n = Number(process.env.UV_THREADPOOL_SIZE);
   return Number.isInteger(n) && n > 0 ? n : 4;
-}
-
-function needsRoot(what: string): WorkloadNetError {
-  return failedPrecondition(
-    `linux backend: permission denied (${what}); run workloadnetd as root or with CAP_NET_ADMIN and CAP_SYS_ADMIN`,
-  );
 }
 
 /**

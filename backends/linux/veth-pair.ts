@@ -7,16 +7,10 @@ import type { AttachPlan } from './attach-plan';
 import type { Logger } from '../../core/logger';
 import type { Netns } from '../../lib/netns/netns-handle';
 import { NetlinkError } from '../../lib/rtnetlink/errors';
-import {
-  RTM_NEWLINK,
-  decodeLink,
-  delLinkRequest,
-  getLink,
-  newVethRequest,
-  type Link,
-} from '../../lib/rtnetlink/link';
+import { RTM_NEWLINK, decodeLink, delLinkRequest, getLink, type Link } from '../../lib/rtnetlink/link';
 import type { NetlinkMessage, NetlinkRequest } from '../../lib/rtnetlink/message';
 import type { NetlinkSocket } from '../../lib/rtnetlink/socket';
+import { newVethRequest } from '../../lib/rtnetlink/veth';
 
 export interface VethPair {
   /** ifindex of the host end, in the host namespace. */
@@ -127,4 +121,20 @@ function nameTaken(ctx: VethPairContext, plan: AttachPlan) {
   return alreadyExists(
     `interface "${plan.ifName}" already exists in network namespace ${ctx.workloadNs.path}; choose another interface name or remove it`,
   );
+}
+
+/** Undo of createVethPair: deleting the host end removes both ends and everything on them. */
+export async function rollbackVethPair(
+  host: NetlinkSocket,
+  plan: AttachPlan,
+  pair: VethPair,
+  logger: Logger,
+): Promise<void> {
+  try {
+    await host.request(delLinkRequest({ index: pair.hostIndex }));
+  } catch (err) {
+    if (err instanceof NetlinkError && err.notFound) return;
+    // The link is in our group with no attachment, so the next reconcile removes it.
+    logger.error({ key: plan.key, hostIf: plan.hostName, err: (err as Error).message }, 'rollback failed');
+  }
 }

@@ -7,7 +7,8 @@
 // /var/run/netns/cni-<uuid> (no process inside). An nsfs file lives on the nsfs device (the same
 // st_dev as our own namespace file), and the NS_GET_NSTYPE ioctl tells a network namespace from a
 // mount or PID namespace. Opening resolves symlinks, so a link to the host's namespace is caught by
-// its inode too.
+// its inode too. What the path's text must look like is checked first (netns-path-form.ts); the
+// namespaces a workload may not have are in protected-namespaces.ts.
 //
 // Acting inside a namespace means, for the one system call that creates a namespace-bound object
 // (a netlink socket, a /proc/sys file):
@@ -20,12 +21,13 @@
 // process would keep running in a workload's namespace, so we abort instead.
 
 import * as fs from 'node:fs';
-import * as path from 'node:path';
 import { CLONE_NEWNET, NS_GET_NSTYPE, ioctlNoArg, setns } from '../libc';
 import { NetnsError, NetnsStateError } from './netns-error';
+import { checkPathForm, checkProcLinkType } from './netns-path-form';
+import { originalNamespace } from './own-netns';
 import { PathWalkPolicy, isProcNamespaceLink, namespaceDirectoryOf } from './path-walk-policy';
+import { protectedNamespace } from './protected-namespaces';
 
-const MAX_PATH = 4096;
 const walkPolicy = new PathWalkPolicy();
 /** open(2) flag Node does not export: resolve the path without opening the file (same on every Linux arch). */
 const O_PATH = 0o10000000;
@@ -40,44 +42,6 @@ const NAMESPACE_KINDS: Record<number, string> = {
   0x10000000: 'user',
   0x20000000: 'PID',
 };
-
-/**
- * The namespace type each /proc/<pid>/ns/<name> link names: procfs fixes the names, so a path of this
- * form says its type before anything is opened (opening another process's namespace link needs ptrace
- * rights over it, and a refusal for those would send the operator to the wrong problem).
- */
-const PROC_LINK_KINDS: Record<string, string> = {
-  pid: 'PID',
-  pid_for_children: 'PID',
-  mnt: 'mount',
-  uts: 'UTS',
-  ipc: 'IPC',
-  user: 'user',
-  cgroup: 'cgroup',
-  time: 'time',
-  time_for_children: 'time',
-};
-
-/** The namespace the main thread runs in, opened at load so that we can always switch back. */
-const original: { fd: number; inode: number; dev: number } | Error = (() => {
-  try {
-    const fd = fs.openSync('/proc/thread-self/ns/net', 'r');
-    const st = fs.fstatSync(fd);
-    return { fd, inode: st.ino, dev: st.dev };
-  } catch (err) {
-    return err instanceof Error ? err : new Error(String(err));
-  }
-})();
-
-function originalNamespace(): { fd: number; inode: number; dev: number } {
-  if (original instanceof Error) {
-    throw new NetnsStateError(
-      'no-own-namespace',
-      `cannot open this process's network namespace: ${original.message}`,
-    );
-  }
-  return original;
-}
 
 export interface OpenOptions {
   /**
@@ -296,8 +260,7 @@ export class NetnsHandle implements Netns {
   }
 
   private refuseProtected(): void {
-    protectedCache ??= protectedNamespaces();
-    const what = protectedCache.get(this.inode);
+    const what = protectedNamespace(this.inode);
     if (what) {
       throw new NetnsError(
         'protected',
@@ -360,37 +323,6 @@ function openPathInline(netnsPath: string, followLink: boolean): number | undefi
   return undefined;
 }
 
-function checkPathForm(netnsPath: string, strict: boolean): void {
-  const bad = (message: string): NetnsError => new NetnsError('not-a-netns', String(netnsPath), message);
-  if (typeof netnsPath !== 'string' || netnsPath.length === 0) {
-    throw bad('netns path is required (e.g. /proc/<pid>/ns/net or /var/run/netns/<name>)');
-  }
-  if (netnsPath.length > MAX_PATH || netnsPath.includes('\0')) {
-    throw bad('netns path is too long or contains a NUL byte');
-  }
-  if (!path.isAbsolute(netnsPath) || (strict && path.normalize(netnsPath) !== netnsPath)) {
-    throw bad(
-      `netns path ${JSON.stringify(netnsPath)} must be absolute and normalised (no "..", "." or "//")`,
-    );
-  }
-}
-
-/**
- * Refuses a /proc/<pid>/ns/<name> link of another type by its name, saying which type it is: the link
- * may not even open (another process's needs ptrace rights), and a refusal for that would not say
- * what is wrong.
- */
-function checkProcLinkType(netnsPath: string): void {
-  if (!isProcNamespaceLink(netnsPath)) return;
-  const kind = PROC_LINK_KINDS[path.basename(netnsPath)];
-  if (kind === undefined) return;
-  throw new NetnsError(
-    'not-a-netns',
-    netnsPath,
-    `netns path ${netnsPath} is a ${kind} namespace, not a network namespace (use ${path.dirname(netnsPath)}/net)`,
-  );
-}
-
 /** The device of the directory `netnsPath` was found in, or undefined when it cannot be read. */
 function directoryDeviceSync(netnsPath: string): number | undefined {
   try {
@@ -399,36 +331,6 @@ function directoryDeviceSync(netnsPath: string): number | undefined {
     return undefined;
   }
 }
-
-/**
- * Inodes of namespaces that must never be handed to a workload: our own, PID 1's, and the initial
- * network namespace. Reading PID 1's link needs ptrace rights over it, which a daemon may lack; kernel
- * threads always live in the initial namespace and kthreadd (PID 2 in the host PID namespace) stays
- * readable, so it names the host's namespace when PID 1 does not.
- */
-function protectedNamespaces(): Map<number, string> {
-  const out = new Map<number, string>();
-  const guard = (p: string, what: string): void => {
-    try {
-      const ino = fs.statSync(p).ino;
-      if (!out.has(ino)) out.set(ino, what);
-    } catch {
-      // Unreadable here; the other entries still protect what they can.
-    }
-  };
-  guard('/proc/self/ns/net', "the daemon's own network namespace");
-  guard('/proc/1/ns/net', "the network namespace of PID 1 (the host's)");
-  try {
-    if (fs.readFileSync('/proc/2/comm', 'utf8').trim() === 'kthreadd') {
-      guard('/proc/2/ns/net', "the host's initial network namespace");
-    }
-  } catch {
-    // No kthreadd in this PID namespace (a container): PID 1's entry is all we have.
-  }
-  return out;
-}
-
-let protectedCache: Map<number, string> | undefined;
 
 function describe(st: fs.Stats): string {
   if (st.isDirectory()) return 'a directory';

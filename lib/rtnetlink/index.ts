@@ -4,10 +4,11 @@
 // The `netlink` npm package does synchronous I/O on the main thread (a veth delete then stalls the
 // event loop for ~20–40 ms) and reports errors as text without the errno.
 //
-// Layout: attributes.ts and message.ts are the wire codec; link.ts (with vxlan.ts), address.ts,
-// route.ts and neighbour.ts (ARP/NDP entries and VXLAN forwarding databases) build
-// requests and decode answers for one kind of object each; errors.ts turns NLMSG_ERROR into
-// NetlinkError (errno + name + the kernel's extended-ack text); socket.ts does the I/O.
+// Layout: attributes.ts and message.ts are the wire codec; link.ts (with veth.ts and vxlan.ts),
+// address.ts, route.ts and neighbour.ts (ARP/NDP entries and VXLAN forwarding databases) build
+// requests and decode answers for one kind of object each (mac-address.ts is their MAC text);
+// errors.ts turns NLMSG_ERROR into NetlinkError (errno + name + the kernel's extended-ack text);
+// socket.ts does the I/O.
 //
 // Typical use (with lib/netns for the namespace):
 //
@@ -99,19 +100,17 @@ export {
   type LinkSelector,
   type LinkSettings,
   type NewLinkSpec,
-  type VethSpec,
   decodeLink,
   delLinkRequest,
   dumpLinksRequest,
-  formatMac,
   getLink,
   getLinkRequest,
   listLinks,
-  macBytes,
   newLinkRequest,
-  newVethRequest,
   setLinkRequest,
 } from './link';
+export { formatMac, macBytes } from './mac-address';
+export { type VethSpec, newVethRequest } from './veth';
 export {
   IFA_F_DADFAILED,
   IFA_F_NODAD,

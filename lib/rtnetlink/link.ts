@@ -1,4 +1,5 @@
-// Links (network interfaces): RTM_NEWLINK / RTM_SETLINK / RTM_DELLINK / RTM_GETLINK.
+// Links (network interfaces): RTM_NEWLINK / RTM_SETLINK / RTM_DELLINK / RTM_GETLINK. A veth pair's
+// create is in veth.ts, a vxlan link's settings in vxlan.ts.
 // Body: struct ifinfomsg {u8 family; u8 pad; u16 type; s32 index; u32 flags; u32 change;} + IFLA_* attributes.
 
 import {
@@ -23,6 +24,7 @@ import {
 } from './attributes';
 import { NetlinkError } from './errors';
 import { AF_INET, AF_INET6, AF_UNSPEC } from './inet';
+import { formatMac, macBytes } from './mac-address';
 import {
   NLM_F_CREATE,
   NLM_F_DUMP,
@@ -70,8 +72,6 @@ export const IFLA_LINK_NETNSID = 37;
 // Inside IFLA_LINKINFO.
 export const IFLA_INFO_KIND = 1;
 export const IFLA_INFO_DATA = 2;
-// Inside IFLA_INFO_DATA of a veth: the peer's ifinfomsg followed by its own IFLA_* attributes.
-export const VETH_INFO_PEER = 1;
 
 // Inside IFLA_AF_SPEC → AF_INET / AF_INET6.
 export const IFLA_INET_CONF = 1;
@@ -130,33 +130,6 @@ export interface NewLinkSpec extends LinkSettings {
   queues?: number;
 }
 
-export interface VethSpec {
-  /** The end created in the socket's namespace. */
-  name: string;
-  mtu?: number;
-  mac?: string;
-  group?: number;
-  /**
-   * Bring this end up as part of the create. Only this end can be: the peer is configured before the
-   * pair is linked, and opening a veth without a peer fails with ENOTCONN.
-   */
-  up?: boolean;
-  /**
-   * IFLA_NUM_TX_QUEUES and IFLA_NUM_RX_QUEUES of both ends. Without them a veth is allocated with a
-   * queue per possible CPU and then cut down to one real queue, and cutting down the transmit queues
-   * waits for an expedited RCU grace period (synchronize_net under the RTNL lock), once per end: with
-   * the other CPU busy those waits were about half of the create (see docs/benchmarks.md).
-   */
-  queues?: number;
-  peer: {
-    name: string;
-    mtu?: number;
-    mac?: string;
-    /** Create the peer directly inside this namespace (IFLA_NET_NS_FD), already under its name. */
-    netnsFd?: number;
-  };
-}
-
 /** A link as the kernel reports it. */
 export interface Link {
   index: number;
@@ -196,18 +169,6 @@ export function encodeIfinfomsg(
   return b;
 }
 
-export function macBytes(mac: string): Buffer {
-  const parts = mac.split(':');
-  if (parts.length !== 6 || parts.some((p) => !/^[0-9a-fA-F]{2}$/.test(p))) {
-    throw new TypeError(`not a MAC address: "${mac}"`);
-  }
-  return Buffer.from(parts.map((p) => Number.parseInt(p, 16)));
-}
-
-export function formatMac(bytes: Buffer): string {
-  return [...bytes].map((b) => b.toString(16).padStart(2, '0')).join(':');
-}
-
 function upFlags(up: boolean | undefined): { flags: number; change: number } {
   if (up === undefined) return { flags: 0, change: 0 };
   return { flags: up ? IFF_UP : 0, change: IFF_UP };
@@ -235,7 +196,8 @@ function settingsAttributes(s: LinkSettings): Attribute[] {
   return attrs;
 }
 
-function queueAttributes(queues: number | undefined): Attribute[] {
+/** IFLA_NUM_TX_QUEUES and IFLA_NUM_RX_QUEUES, both `queues`: only a create sets them. */
+export function queueAttributes(queues: number | undefined): Attribute[] {
   if (queues === undefined) return [];
   return [attrU32(IFLA_NUM_TX_QUEUES, queues), attrU32(IFLA_NUM_RX_QUEUES, queues)];
 }
@@ -266,34 +228,6 @@ export function newLinkRequest(spec: NewLinkSpec, opts: { echo?: boolean } = {})
     ]),
   ]);
   return { type: RTM_NEWLINK, flags: NLM_F_CREATE | NLM_F_EXCL | (opts.echo ? NLM_F_ECHO : 0), payload };
-}
-
-/**
- * RTM_NEWLINK for a veth pair. With `peer.netnsFd` the peer is born inside that namespace under its
- * final name, so it never appears (or collides) in the creating namespace. With `echo` the reply
- * includes the new link, whose IFLA_LINK is the peer's ifindex: no GETLINK needed afterwards.
- */
-export function newVethRequest(spec: VethSpec, opts: { echo?: boolean } = {}): NetlinkRequest {
-  const peerAttrs: Attribute[] = [attrString(IFLA_IFNAME, spec.peer.name)];
-  if (spec.peer.mtu !== undefined) peerAttrs.push(attrU32(IFLA_MTU, spec.peer.mtu));
-  if (spec.peer.mac !== undefined) peerAttrs.push(attrBytes(IFLA_ADDRESS, macBytes(spec.peer.mac)));
-  if (spec.peer.netnsFd !== undefined) peerAttrs.push(attrU32(IFLA_NET_NS_FD, spec.peer.netnsFd));
-  peerAttrs.push(...queueAttributes(spec.queues));
-  // VETH_INFO_PEER is not a plain nest: it starts with the peer's own ifinfomsg.
-  const peer = attrBytes(VETH_INFO_PEER, Buffer.concat([encodeIfinfomsg(), encodeAttributes(peerAttrs)]));
-  return newLinkRequest(
-    {
-      name: spec.name,
-      kind: 'veth',
-      mtu: spec.mtu,
-      mac: spec.mac,
-      group: spec.group,
-      up: spec.up,
-      infoData: [peer],
-      queues: spec.queues,
-    },
-    opts,
-  );
 }
 
 /** RTM_SETLINK: change settings of an existing link. */

@@ -18,7 +18,7 @@ import {
   type Attribute,
 } from './attributes';
 import { AF_INET, AF_INET6, addressBytes, formatAddress } from './inet';
-import { formatMac, macBytes } from './link';
+import { formatMac, macBytes } from './mac-address';
 import {
   NLM_F_CREATE,
   NLM_F_DUMP,

@@ -5,12 +5,13 @@
 // - All reads and writes go through fs.read/fs.write on the raw fd, i.e. on the libuv threadpool.
 //   The kernel does the work of a request inside write() (a veth delete takes ~20 ms there), so a
 //   synchronous send on the main thread would stall the event loop for that long.
-// - Replies are dispatched by sequence number, so concurrent requests on one socket never receive each
-//   other's ACKs. A request sent alone, and the last request of a batch, carry NLM_F_ACK, so each
-//   write ends with exactly one NLMSG_ERROR (error 0 = ACK) or, for a dump, NLMSG_DONE. The earlier
-//   requests of a batch do not ask for an ACK (each ACK is a datagram, i.e. one more threadpool read):
-//   the kernel handles them in order and reports any failure whether or not an ACK was asked for, so
-//   the final ACK confirms them. `ackEveryRequest` restores one ACK per request.
+// - Replies are dispatched by sequence number (pending-requests.ts), so concurrent requests on one
+//   socket never receive each other's ACKs. A request sent alone, and the last request of a batch,
+//   carry NLM_F_ACK, so each write ends with exactly one NLMSG_ERROR (error 0 = ACK) or, for a dump,
+//   NLMSG_DONE. The earlier requests of a batch do not ask for an ACK (each ACK is a datagram, i.e.
+//   one more threadpool read): the kernel handles them in order and reports any failure whether or
+//   not an ACK was asked for, so the final ACK confirms them. `ackEveryRequest` restores one ACK per
+//   request.
 // - A read is only started while some request has been written and not yet answered. The kernel
 //   queues a request's replies before write() returns (and the next part of a dump before read()
 //   returns), so such a read never waits long and never parks a threadpool thread indefinitely.
@@ -42,21 +43,17 @@ import {
 } from '../libc';
 import { NetnsStateError } from '../netns/netns-error';
 import type { Netns } from '../netns/netns-handle';
-import { NetlinkError, NetlinkSocketError, decodeDoneMessage, decodeErrorMessage } from './errors';
+import { splitByBytes } from './batch-datagrams';
+import { NetlinkError, NetlinkSocketError } from './errors';
 import {
   NLM_F_ACK,
   NLM_F_DUMP,
-  NLM_F_DUMP_INTR,
   NLM_F_REQUEST,
-  NLMSG_DONE,
-  NLMSG_ERROR,
-  NLMSG_NOOP,
-  NLMSG_OVERRUN,
-  decodeMessages,
   encodeMessages,
   type NetlinkMessage,
   type NetlinkRequest,
 } from './message';
+import { PendingRequests, type Batch, type RequestReplies } from './pending-requests';
 
 const ETIMEDOUT = 110;
 const EMSGSIZE = 90;
@@ -64,14 +61,6 @@ const EBADF = 9;
 
 /** Large enough for any rtnetlink datagram: dump parts are at most ~32 KiB. */
 const RECEIVE_SIZE = 64 * 1024;
-/**
- * The most one write carries. The kernel refuses a datagram larger than the socket's send buffer
- * (net.core.wmem_default, 212,992 bytes unless raised) with EMSGSIZE: 5,000 routes in one batch
- * (the host port's at 5,000 peers) failed whole. 64 KiB, some 1,000 requests, keeps well inside it.
- */
-const MAX_DATAGRAM_BYTES = 64 * 1024;
-/** A request's room in a datagram: its header and its payload, padded to 4 bytes. */
-const NLMSG_HDRLEN = 16;
 const DUMP_ATTEMPTS = 5;
 /**
  * Receive buffers shared by all sockets: a short-lived socket per attach would otherwise allocate
@@ -98,42 +87,14 @@ export interface NetlinkSocketOptions {
 /** The result of one request in a batch. */
 export type BatchOutcome = { ok: true; replies: NetlinkMessage[] } | { ok: false; error: NetlinkError };
 
-/** A datagram's requests, in order. */
-interface Batch {
-  seqs: readonly number[];
-  /**
-   * Every request sent without NLM_F_ACK before this position has been settled: settle() starts
-   * there, so that answering the n requests of a batch one by one costs n steps, not n²/2 (5,000
-   * routes in one batch took a second of the event loop).
-   */
-  settledBelow: number;
-}
-
-interface Pending {
-  type: number;
-  dump: boolean;
-  /** Sent without NLM_F_ACK: succeeded once a later request of its batch is answered without an error for it. */
-  implicitAck: boolean;
-  /** The whole batch, and this request's position in it. */
-  batch: Batch;
-  position: number;
-  written: boolean;
-  interrupted: boolean;
-  replies: NetlinkMessage[];
-  resolve(v: { replies: NetlinkMessage[]; interrupted: boolean }): void;
-  reject(err: Error): void;
-}
-
 export class NetlinkSocket {
   readonly label: string;
-  private readonly pending = new Map<number, Pending>();
+  private readonly pending = new PendingRequests();
   private seq: number = crypto.randomInt(1, 0x7fffffff);
   private reading = false;
   private readonly ackEveryRequest: boolean;
-  private writtenUnanswered = 0;
   private dumpChain: Promise<unknown> = Promise.resolve();
   private closing: Promise<void> | undefined;
-  private drained: (() => void) | undefined;
 
   private constructor(
     readonly fd: number,
@@ -237,7 +198,7 @@ export class NetlinkSocket {
   close(): Promise<void> {
     if (!this.closing) {
       this.closing = (async () => {
-        if (this.pending.size > 0) await new Promise<void>((resolve) => (this.drained = resolve));
+        if (this.pending.size > 0) await this.pending.whenDrained();
         // Releasing a netlink socket that subscribes to no multicast group never waits, and a
         // threadpool round trip costs more than the close itself.
         closeFd(this.fd);
@@ -253,10 +214,7 @@ export class NetlinkSocket {
     return this.seq;
   }
 
-  private send(
-    reqs: readonly NetlinkRequest[],
-    dump: boolean,
-  ): Array<Promise<{ replies: NetlinkMessage[]; interrupted: boolean }>> {
+  private send(reqs: readonly NetlinkRequest[], dump: boolean): Array<Promise<RequestReplies>> {
     if (this.closing) {
       const err = new NetlinkError(EBADF, reqs[0]?.type ?? 0, { message: `socket ${this.label} is closed` });
       return reqs.map(() => Promise.reject(err));
@@ -266,8 +224,8 @@ export class NetlinkSocket {
     const implicit = (i: number): boolean => !this.ackEveryRequest && i < reqs.length - 1;
     const promises = reqs.map((req, position) => {
       const seq = seqs[position] ?? 0;
-      return new Promise<{ replies: NetlinkMessage[]; interrupted: boolean }>((resolve, reject) => {
-        this.pending.set(seq, {
+      return new Promise<RequestReplies>((resolve, reject) => {
+        this.pending.add(seq, {
           type: req.type,
           dump,
           implicitAck: implicit(position),
@@ -294,31 +252,24 @@ export class NetlinkSocket {
       if (err || written !== datagram.length) {
         const error =
           err ?? new Error(`short netlink write on ${this.label}: ${written} of ${datagram.length} bytes`);
-        for (const seq of seqs) this.settle(seq, error);
+        for (const seq of seqs) this.pending.settle(seq, error);
         return;
       }
-      for (const seq of seqs) {
-        const p = this.pending.get(seq);
-        // Another request's read may already have picked up and settled this one.
-        if (p && !p.written) {
-          p.written = true;
-          this.writtenUnanswered++;
-        }
-      }
+      this.pending.markWritten(seqs);
       this.pump();
     });
     return promises;
   }
 
   private pump(): void {
-    if (this.reading || this.writtenUnanswered === 0) return;
+    if (this.reading || this.pending.writtenUnanswered === 0) return;
     this.reading = true;
     const buf = receiveBuffers.pop() ?? Buffer.allocUnsafe(RECEIVE_SIZE);
     fs.read(this.fd, buf, 0, RECEIVE_SIZE, null, (err, n) => {
       this.reading = false;
       if (err) {
         const errno = (err as NodeJS.ErrnoException).code === 'EAGAIN' ? ETIMEDOUT : -(err.errno ?? -5);
-        this.failWritten(
+        this.pending.failWritten(
           new NetlinkError(
             errno,
             0,
@@ -327,7 +278,7 @@ export class NetlinkSocket {
           ),
         );
       } else if (n >= RECEIVE_SIZE) {
-        this.failWritten(
+        this.pending.failWritten(
           new NetlinkError(
             EMSGSIZE,
             0,
@@ -337,76 +288,15 @@ export class NetlinkSocket {
         );
       } else {
         try {
-          this.dispatch(buf.subarray(0, n));
+          this.pending.dispatch(buf.subarray(0, n));
         } catch (e) {
-          this.failWritten(e instanceof Error ? e : new Error(String(e)));
+          this.pending.failWritten(e instanceof Error ? e : new Error(String(e)));
         }
       }
       // dispatch() copied what it keeps, so the buffer can serve the next read of any socket.
       if (receiveBuffers.length < MAX_SPARE_BUFFERS) receiveBuffers.push(buf);
       this.pump();
     });
-  }
-
-  private dispatch(datagram: Buffer): void {
-    for (const msg of decodeMessages(datagram)) {
-      const p = this.pending.get(msg.seq);
-      // Replies to requests that already failed (timeout) or to nobody are dropped.
-      if (!p) continue;
-      switch (msg.type) {
-        case NLMSG_NOOP:
-          break;
-        case NLMSG_ERROR: {
-          const ack = decodeErrorMessage(msg);
-          if (ack.errno === 0) this.settle(msg.seq);
-          else this.settle(msg.seq, new NetlinkError(ack.errno, p.type, ack.extack));
-          break;
-        }
-        case NLMSG_DONE: {
-          const done = decodeDoneMessage(msg);
-          if (done.errno === 0) this.settle(msg.seq);
-          else this.settle(msg.seq, new NetlinkError(done.errno, p.type, done.extack));
-          break;
-        }
-        case NLMSG_OVERRUN:
-          this.settle(msg.seq, new NetlinkError(EMSGSIZE, p.type, { message: 'NLMSG_OVERRUN' }));
-          break;
-        default:
-          if (msg.flags & NLM_F_DUMP_INTR) p.interrupted = true;
-          // The receive buffer is reused by the next read: keep a copy.
-          p.replies.push({ ...msg, payload: Buffer.from(msg.payload) });
-      }
-    }
-  }
-
-  private settle(seq: number, error?: Error): void {
-    const p = this.pending.get(seq);
-    if (!p) return;
-    // The kernel handles a datagram's requests in order and always reports an error, ACK flag or
-    // not. So when a request is answered, every earlier request of its batch that was sent without
-    // NLM_F_ACK and has not reported an error has succeeded.
-    const from = p.batch.settledBelow;
-    if (p.position > from) {
-      p.batch.settledBelow = p.position;
-      for (let i = from; i < p.position; i++) {
-        const earlierSeq = p.batch.seqs[i] ?? 0;
-        const earlier = this.pending.get(earlierSeq);
-        if (earlier?.implicitAck) this.settle(earlierSeq);
-      }
-    }
-    this.pending.delete(seq);
-    if (p.written) this.writtenUnanswered--;
-    if (error) p.reject(error);
-    else p.resolve({ replies: p.replies, interrupted: p.interrupted });
-    if (this.pending.size === 0 && this.drained) {
-      const drained = this.drained;
-      this.drained = undefined;
-      drained();
-    }
-  }
-
-  private failWritten(error: Error): void {
-    for (const [seq, p] of [...this.pending]) if (p.written) this.settle(seq, error);
   }
 }
 
@@ -472,23 +362,4 @@ function timeval(ms: number): Buffer {
     b.writeBigInt64BE(usec, 8);
   }
   return b;
-}
-
-/** `reqs` cut, in order, into runs that each fit one datagram (a request larger than that goes alone). */
-function splitByBytes(reqs: readonly NetlinkRequest[]): Array<readonly NetlinkRequest[]> {
-  const out: NetlinkRequest[][] = [];
-  let run: NetlinkRequest[] = [];
-  let bytes = 0;
-  for (const req of reqs) {
-    const size = NLMSG_HDRLEN + ((req.payload.length + 3) & ~3);
-    if (run.length > 0 && bytes + size > MAX_DATAGRAM_BYTES) {
-      out.push(run);
-      run = [];
-      bytes = 0;
-    }
-    run.push(req);
-    bytes += size;
-  }
-  out.push(run);
-  return out;
 }

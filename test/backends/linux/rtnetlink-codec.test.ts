@@ -52,7 +52,8 @@ import {
   type NetlinkMessage,
 } from '../../../lib/rtnetlink';
 import { isDump } from '../../../lib/rtnetlink/socket';
-import { IFLA_AF_SPEC, IFLA_INFO_DATA, IFLA_LINKINFO, VETH_INFO_PEER } from '../../../lib/rtnetlink/link';
+import { IFLA_AF_SPEC, IFLA_INFO_DATA, IFLA_LINKINFO } from '../../../lib/rtnetlink/link';
+import { VETH_INFO_PEER } from '../../../lib/rtnetlink/veth';
 
 // Builds what the kernel would send, byte by byte, so that decoding is tested against the wire
 // layout rather than against our own encoder.
