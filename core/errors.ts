@@ -1,6 +1,7 @@
 import { status } from '@grpc/grpc-js';
 import { CidrError } from '../lib/cidr';
 import { NetnsError, NetnsStateError } from '../lib/netns/netns-error';
+import { VxlanDeviceError } from '../lib/overlay/vxlan-device';
 import { NetlinkSocketError } from '../lib/rtnetlink/errors';
 
 // Every failure that leaves the daemon carries a gRPC code and a sentence a person can act on. The CNI
@@ -60,6 +61,8 @@ export function knownWorkloadNetError(err: unknown): WorkloadNetError | undefine
   if (err instanceof NetlinkSocketError) {
     return err.reason === 'permission' ? failedPrecondition(err.message) : internal(err.message);
   }
+  // A VXLAN device (or its port) that is another's: ours to refuse, theirs to remove.
+  if (err instanceof VxlanDeviceError) return failedPrecondition(err.message);
   return undefined;
 }
 

@@ -3,6 +3,7 @@ import { asWorkloadNetError, knownWorkloadNetError, WorkloadNetError } from '../
 import { CidrError, parseCidr } from '../../lib/cidr';
 import { NetnsError, NetnsStateError } from '../../lib/netns/netns-error';
 import { NetnsHandle } from '../../lib/netns/netns-handle';
+import { VxlanDeviceError } from '../../lib/overlay/vxlan-device';
 import { NetlinkSocketError } from '../../lib/rtnetlink';
 import { netlinkFdIn } from '../../lib/rtnetlink/socket';
 
@@ -26,6 +27,11 @@ describe("lib/ errors get the daemon's codes in one place", () => {
     ['a closed handle', new NetnsStateError('closed', 'handle closed'), 'INTERNAL'],
     ['setns refused', new NetlinkSocketError('permission', 'not allowed to enter'), 'FAILED_PRECONDITION'],
     ['socket(2) failed', new NetlinkSocketError('failed', 'cannot open a netlink socket'), 'INTERNAL'],
+    [
+      "a VXLAN device that is another's",
+      new VxlanDeviceError('wn-vxlan exists but is not ours'),
+      'FAILED_PRECONDITION',
+    ],
   ];
   for (const [what, err, code] of cases) {
     it(`${what}: ${code}, the message kept, not retryable`, () => {
