@@ -14,11 +14,11 @@ import type {
 import { AgentInventory } from './agent-inventory';
 import { refusedMessage } from './agent-message-limit';
 import type { AgentCall, AgentPeer } from './agent-server';
+import { HEARTBEATS_PER_INTERVAL, HeartbeatGate } from './heartbeat-gate';
 import { DAEMON_FEATURES, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, type Admission } from './hello-admission';
 import { PeerStatusGate } from './peer-status-gate';
 import { PortStatusGate } from './port-status-gate';
 import { monotonicMs } from '../../core/monotonic-clock';
-import { TokenBucket } from './rate-limiter';
 
 // One agent's stream, from its first message to its end. The session enforces the protocol's framing
 // (hello first and once, liveness, the rates of heartbeats and statuses) and hands everything that carries meaning to its
@@ -44,13 +44,6 @@ export interface SessionTiming {
   /** Silence longer than this ends the session. */
   heartbeatTimeoutMs: number;
 }
-
-/** Heartbeats allowed per interval before the excess is dropped (one is normal). */
-const HEARTBEATS_PER_INTERVAL = 10;
-const HEARTBEAT_BURST = 20;
-/** Dropped heartbeats within one flood window that end the session. */
-const FLOOD_LIMIT = 200;
-const FLOOD_WINDOW_INTERVALS = 10;
 
 type SessionState = 'awaiting-hello' | 'active' | 'closed';
 
@@ -81,9 +74,8 @@ export class AgentSession {
   private heartbeatSeq = 0;
   private lastWatch = 0;
   private readonly timers: NodeJS.Timeout[] = [];
-  private readonly heartbeats: TokenBucket;
-  private droppedHeartbeats = 0;
-  private floodWindowStart = monotonicMs();
+  /** Heartbeats over the rate are dropped, a flood of them ends the stream (see heartbeat-gate.ts). */
+  private readonly heartbeats: HeartbeatGate;
   /** Repeats and floods of PortStatus stop here (see port-status-gate.ts). */
   private readonly portStatuses = new PortStatusGate();
   /** PeerStatus floods are coalesced, or end the stream (see peer-status-gate.ts). */
@@ -100,7 +92,7 @@ export class AgentSession {
     logger: Logger,
   ) {
     this.log = logger.child({ session: this.id, peer: peer.address });
-    this.heartbeats = new TokenBucket(HEARTBEAT_BURST, HEARTBEATS_PER_INTERVAL / timing.heartbeatIntervalMs);
+    this.heartbeats = new HeartbeatGate(timing.heartbeatIntervalMs);
     this.peerStatuses = new PeerStatusGate(timing.heartbeatIntervalMs);
     call.on('data', (msg: AgentMessage) => this.onMessage(msg));
     call.on('end', () => this.close(status.UNAVAILABLE, 'the agent closed the stream'));
@@ -311,28 +303,18 @@ export class AgentSession {
   }
 
   private onHeartbeat(): void {
-    if (this.heartbeats.take()) {
+    const verdict = this.heartbeats.offer();
+    if (verdict.counted) {
       this.lastHeartbeat = monotonicMs();
       return;
     }
-    const now = monotonicMs();
-    if (now - this.floodWindowStart > FLOOD_WINDOW_INTERVALS * this.timing.heartbeatIntervalMs) {
-      this.floodWindowStart = now;
-      this.droppedHeartbeats = 0;
-    }
-    this.droppedHeartbeats++;
-    if (this.droppedHeartbeats === 1) {
+    if (verdict.firstInWindow) {
       this.log.warn(
         { agentId: this.agentId, limitPerInterval: HEARTBEATS_PER_INTERVAL },
         'agent heartbeats above the rate limit are being dropped',
       );
     }
-    if (this.droppedHeartbeats >= FLOOD_LIMIT) {
-      this.violation(
-        status.RESOURCE_EXHAUSTED,
-        `heartbeat flood: ${this.droppedHeartbeats} heartbeats over the limit of ${HEARTBEATS_PER_INTERVAL} per ${this.timing.heartbeatIntervalMs} ms`,
-      );
-    }
+    if (verdict.flood) this.violation(status.RESOURCE_EXHAUSTED, verdict.flood);
   }
 
   private onInventory(inv: Inventory): void {

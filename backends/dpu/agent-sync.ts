@@ -1,4 +1,4 @@
-import { asWorkloadNetError, unavailable } from '../../core/errors';
+import { unavailable } from '../../core/errors';
 import { LogRate } from '../../core/log-rate';
 import type { Logger } from '../../core/logger';
 import {
@@ -10,7 +10,7 @@ import {
   type Port,
   type PortStatus,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
-import { ackCodeName, nackError } from './ack-code';
+import { ackCodeName } from './ack-code';
 import { AckEndpoints } from './ack-endpoint';
 import type { AckWaiter } from './ack-waiter';
 import type { AgentLink, LinkEvents, LostAgent } from './agent-link';
@@ -19,16 +19,18 @@ import { AgentSyncState } from './agent-sync-state';
 import type { DesiredState } from './desired-state';
 import { fabricCarriage, type FabricCarriage } from './fabric-carriage';
 import type { FabricBody } from './fabric-plan';
+import { FabricSync } from './fabric-sync';
+import { PortDeletes } from './port-deletes';
 import type { PortFields } from './port-spec';
 import { SnapshotSender } from './snapshot-sender';
 import { UnexpectedAcks } from './unexpected-ack';
 
 // Keeps each agent's ports in step with the desired state: a snapshot of its ports on every session it
-// opens, single changes in between, Deletes until they are confirmed, and what its acks and port
-// statuses say of each port. This is all that the backend hears from its agents (the link's events);
+// opens, single changes in between, Deletes until they are confirmed (port-deletes.ts), and what its
+// acks and port statuses say of each port. This is all that the backend hears from its agents (the link's events);
 // the Backend verbs change the desired state and hand their changes here. From version 3 the same goes
 // for each agent's fabric objects (setFabric): listed in every snapshot, sent singly in between, acked
-// by (kind, name, generation).
+// by (kind, name, generation); fabric-sync.ts does that part.
 
 export interface AgentSyncDeps {
   link: AgentLink;
@@ -65,14 +67,30 @@ export class AgentSync implements LinkEvents {
   private readonly endpoints: AckEndpoints;
   private readonly unexpected: UnexpectedAcks;
   private readonly snapshots: SnapshotSender;
+  /** Deletes on their way to each agent, kept until their acks. */
+  private readonly deletes: PortDeletes;
+  /** Each agent's fabric objects between snapshots, their acks and its PeerStatus. */
+  private readonly fabric: FabricSync;
 
   constructor(private readonly deps: AgentSyncDeps) {
     this.endpoints = new AckEndpoints(deps.log);
     this.unexpected = new UnexpectedAcks(deps.log);
+    this.deletes = new PortDeletes({
+      ...deps,
+      stateOf: (agentId) => this.stateOf(agentId),
+      supersede: (name, agentId) => this.supersede(name, agentId),
+    });
     this.snapshots = new SnapshotSender({
       ...deps,
-      sendDelete: (agentId, name, generation, reason) => this.sendDelete(agentId, name, generation, reason),
+      sendDelete: (agentId, name, generation, reason) => this.deletes.send(agentId, name, generation, reason),
       replumb: (agentId) => this.replumb(agentId),
+    });
+    this.fabric = new FabricSync({
+      ...deps,
+      unexpected: this.unexpected,
+      stateOf: (agentId) => this.stateOf(agentId),
+      supersede: (name, agentId, kind) => this.supersede(name, agentId, kind),
+      finished: (st, sync) => this.snapshots.finished(st, sync),
     });
   }
 
@@ -168,71 +186,15 @@ export class AgentSync implements LinkEvents {
 
   /** Drops a port from desired state and tells the agent without waiting (the failure paths' rollback). */
   forget(key: string, agentId: string, reason: string): void {
-    const st = this.stateOf(agentId);
-    const gen = this.deps.desired.delete(key) ?? this.deps.desired.tombstoneGeneration();
-    this.supersede(key, agentId);
-    if (this.deps.keepsUnlisted(agentId)) st.unconfirmedDeletes.set(key, gen);
-    this.sendDelete(agentId, key, gen, reason);
+    this.deletes.forget(key, agentId, reason);
   }
 
   /**
    * Drops a port from desired state (Detach, or an Attach failing after its agent programmed the port)
-   * and has its agent delete it, waiting for the ack from a healthy agent only, so that the caller
-   * returns once the port's netdevs are gone. Never fails.
+   * and has its agent delete it (port-deletes.ts). Never fails.
    */
-  async remove(key: string, agentId: string, reason = ''): Promise<void> {
-    const { desired, link, acks, ackTimeoutMs, log } = this.deps;
-    const gen = desired.delete(key);
-    this.supersede(key, agentId);
-    const st = this.stateOf(agentId);
-    if (gen !== undefined && this.deps.keepsUnlisted(agentId)) st.unconfirmedDeletes.set(key, gen);
-    const s = link.sessionOf(agentId);
-    if (gen !== undefined && s && !s.healthy) {
-      // A session gone quiet may still be alive, and may already hold its snapshot (with this port):
-      // tell it now rather than leave the port there until the next snapshot. Waiting for its ack
-      // would only hold Detach for the ack timeout.
-      this.sendDelete(agentId, key, gen, reason || 'detached');
-      log.info(
-        { port: key, agentId },
-        'port removed while its DPU agent is silent; told it without waiting for the ack',
-      );
-    } else if (gen !== undefined && s) {
-      const who = `deletion of port ${key} (generation ${gen}) on DPU agent ${s.agentId}`;
-      try {
-        const acked = acks.wait(key, gen, s.id, ackTimeoutMs, who);
-        this.sendDelete(agentId, key, gen, reason);
-        const ack = await acked;
-        if (ack.code !== AckCode.ACK_CODE_OK) throw nackError(ack, who);
-      } catch (err) {
-        // The port is no longer desired, so the next snapshot removes it whatever happened here:
-        // failing Detach would only keep the workload's addresses from being released.
-        log.warn(
-          { port: key, err: asWorkloadNetError(err).message },
-          'agent did not confirm a deletion; the next snapshot removes it',
-        );
-      }
-    } else if (gen !== undefined) {
-      log.info(
-        { port: key, agentId },
-        'port removed while its DPU agent is away; its next snapshot removes it',
-      );
-    }
-  }
-
-  /**
-   * Sends a Delete to the agent's current session and keeps it as outstanding until its ack; nothing is
-   * kept when the agent holds no session or its stream is over, since its next snapshot settles the port.
-   * The current session need not be the one a caller last saw: a session that took over in the same turn
-   * of the event loop (a hello replacing a silent one) was sent its snapshot while the port was still
-   * desired.
-   */
-  private sendDelete(agentId: string, name: string, generation: number, reason: string): void {
-    if (
-      this.deps.link
-        .sessionOf(agentId)
-        ?.send({ delete: { name, generation, reason, kind: ObjectKind.OBJECT_KIND_PORT } })
-    )
-      this.stateOf(agentId).tombstones.set(name, generation);
+  remove(key: string, agentId: string, reason = ''): Promise<void> {
+    return this.deletes.remove(key, agentId, reason);
   }
 
   // ---- what the agent link reports -----------------------------------------------------------
@@ -299,7 +261,7 @@ export class AgentSync implements LinkEvents {
 
   ack(s: AgentSession, ack: Ack): void {
     if (ack.kind === ObjectKind.OBJECT_KIND_FABRIC) {
-      this.fabricAck(s, ack);
+      this.fabric.ack(s, ack);
       return;
     }
     const st = this.stateOf(s.agentId);
@@ -383,17 +345,7 @@ export class AgentSync implements LinkEvents {
   }
 
   peerStatus(s: AgentSession, ps: PeerStatus): void {
-    const st = this.stateOf(s.agentId);
-    if (!st.carriage.carries) {
-      const n = this.logRate.occurrence('peer-status');
-      if (n !== undefined)
-        this.deps.log.warn(
-          { agentId: s.agentId, occurrences: n },
-          'peer status from an agent that does not carry the fabric; ignored',
-        );
-      return;
-    }
-    st.peers.apply(ps);
+    this.fabric.peerStatus(s, ps);
   }
 
   // ---- the fabric ----------------------------------------------------------------------------
@@ -407,80 +359,11 @@ export class AgentSync implements LinkEvents {
   }
 
   /**
-   * Makes `plan` the fabric `agentId` should hold: changed objects get a new generation and go to its
-   * session now, removed ones a Delete. An agent away (or whose snapshot is still to come) gets them in
-   * its next snapshot. Returns how many objects changed.
+   * Makes `plan` the fabric `agentId` should hold (fabric-sync.ts); an agent away (or whose snapshot
+   * is still to come) gets it in its next snapshot. Returns how many objects changed.
    */
   setFabric(agentId: string, plan: ReadonlyMap<string, FabricBody>): number {
-    const st = this.stateOf(agentId);
-    const changes = st.fabric.set(plan, () => this.deps.desired.nextGeneration());
-    // Only a session that already got its snapshot hears single changes: one still waiting for it (not
-    // primed yet, or being established right now) gets them listed in the snapshot.
-    const current = st.carriage.carries ? this.deps.link.sessionOf(agentId) : undefined;
-    const s = current && st.sync?.sessionId === current.id ? current : undefined;
-    for (const object of changes.upserts) {
-      st.fabricTombstones.delete(object.name);
-      this.supersede(object.name, agentId, ObjectKind.OBJECT_KIND_FABRIC);
-      s?.send({ upsert: { fabric: object } });
-    }
-    for (const { name, generation } of changes.deletes) {
-      this.supersede(name, agentId, ObjectKind.OBJECT_KIND_FABRIC);
-      const reason = 'no longer in the peer table';
-      if (s?.send({ delete: { name, generation, reason, kind: ObjectKind.OBJECT_KIND_FABRIC } }))
-        st.fabricTombstones.set(name, generation);
-    }
-    // What the agent refused for another object's sake (an FDB entry it holds for another endpoint)
-    // goes again right behind a change that may have freed it: the agent takes messages in order.
-    if (s && changes.deletes.length + changes.replaced > 0) {
-      const again = st.fabric.renewRefused(() => this.deps.desired.nextGeneration());
-      for (const object of again) {
-        this.supersede(object.name, agentId, ObjectKind.OBJECT_KIND_FABRIC);
-        s.send({ upsert: { fabric: object } });
-      }
-      if (again.length > 0)
-        this.deps.log.info(
-          { agentId, objects: again.length, first: again[0]?.name },
-          'fabric objects the agent refused sent again: what held them back may be gone',
-        );
-    }
-    return changes.upserts.length + changes.deletes.length;
-  }
-
-  private fabricAck(s: AgentSession, ack: Ack): void {
-    const st = this.stateOf(s.agentId);
-    const ok = ack.code === AckCode.ACK_CODE_OK;
-    // An agent that does not carry the fabric was sent none: whatever it acks is unknown to it.
-    const current = st.carriage.carries ? st.fabric.get(ack.name) : undefined;
-    if (current && current.generation === ack.generation) {
-      st.fabric.recordAck(ack.name, { generation: ack.generation, ok, message: ack.message });
-      const sync = st.sync;
-      if (sync?.sessionId === s.id && sync.ack(ack.name, ack.generation, ok, ObjectKind.OBJECT_KIND_FABRIC))
-        this.snapshots.finished(st, sync);
-      if (!ok) {
-        const n = this.logRate.occurrence('fabric-nack');
-        if (n !== undefined)
-          this.deps.log.warn(
-            {
-              agentId: s.agentId,
-              object: ack.name,
-              generation: ack.generation,
-              code: ackCodeName(ack.code),
-              message: ack.message,
-              occurrences: n,
-            },
-            'agent could not program a fabric object',
-          );
-      }
-    } else if (!current && st.fabricTombstones.get(ack.name) === ack.generation) {
-      st.fabricTombstones.delete(ack.name);
-    } else {
-      this.unexpected.report(
-        s,
-        ack,
-        current?.generation ?? st.fabricTombstones.get(ack.name),
-        'fabric object',
-      );
-    }
+    return this.fabric.set(agentId, plan);
   }
 
   private stateOf(agentId: string): AgentSyncState {

@@ -11,43 +11,37 @@ import type {
   ReconcileOptions,
   ReconcileOutcome,
 } from '../../core/backend';
-import {
-  asWorkloadNetError,
-  internal,
-  invalidArgument,
-  unavailable,
-  type WorkloadNetError,
-} from '../../core/errors';
+import { invalidArgument, unavailable } from '../../core/errors';
 import { KeyedMutex } from '../../lib/keyed-mutex';
 import type { Netns } from '../../lib/netns/netns-handle';
 import { silentLogger, type Logger } from '../../core/logger';
-import { AckCode, type Ack } from '../../proto/gen/workloadnet/dpu/v1/dpu';
-import { nackError } from './ack-code';
 import { AckWaiter } from './ack-waiter';
-import { checkCapabilities, inventoryRefusal } from './agent-capabilities';
 import { AgentLink } from './agent-link';
 import type { AgentSession } from './agent-session';
 import { dpuHealth } from './agent-status';
 import { AgentSync } from './agent-sync';
 import { DesiredState } from './desired-state';
 import { DpuFabric } from './dpu-fabric';
-import { decodeDetails, encodeDetails } from './details';
+import { decodeDetails } from './details';
 import { replumbRecreatedEndpoints } from './endpoint-replumb';
-import { EndpointRefused, createHostSide, type HostSide } from './host-side';
+import { createHostSide, type HostSide } from './host-side';
 import { KeepUnlisted } from './keep-unlisted';
-import { placementOf, restoreStoredPorts } from './stored-ports';
+import { restoreStoredPorts } from './stored-ports';
 import type { AgentAdoption } from '../../core/reconcile/agent-adoption';
 import { monotonicMs } from '../../core/monotonic-clock';
 import { workloadInterface, workloadRoutes } from '../interface/workload-side';
 import { placeNewPort } from './placement';
 import { setPortMtu } from './port-mtu';
-import { macForKey, portFields, portOptions, wireQos, type PortFields } from './port-spec';
+import { attachPort } from './port-attach';
+import { detachPort } from './port-detach';
+import { macForKey, wireQos, type PortFields } from './port-spec';
 
 // The DPU backend: the core asks for a port, this backend places it on one of the connected agents
 // (a node may carry several DPUs), turns it into desired state, hands it to that agent and waits for
 // the agent to confirm it; then, if the agent exposes the port to the host as a netdev (a VF), it moves
 // that netdev into the workload's namespace. It programs no packet path on the host itself: that is
-// the DPU's job. A port stays on the agent it was placed on for its whole life.
+// the DPU's job. A port stays on the agent it was placed on for its whole life. Attach and Detach
+// themselves read top-down in port-attach.ts and port-detach.ts; here they get the port's lock.
 
 export interface DpuBackendOptions {
   /** Unix socket on which agents connect. */
@@ -80,8 +74,6 @@ export interface DpuBackendOptions {
 }
 
 export { PROTOCOL_VERSION } from './hello-admission';
-/** Agent feature: acks carry a host netdev that the daemon moves into the workload namespace. */
-export const FEATURE_HOST_ENDPOINT = 'host-endpoint';
 /**
  * Two agent messages list a whole table: an inventory (every VF) and, from version 3, a PeerStatus
  * (every FabricPeer, resent after each change and every heartbeat). A 5,000-peer table makes a
@@ -273,92 +265,10 @@ export class DpuBackend implements Backend {
   }
 
   attach(spec: AttachSpec, planned: DataplaneResult): Promise<DataplaneResult> {
-    return this.locks.run(spec.key, () => this.attachLocked(spec, planned));
-  }
-
-  private async attachLocked(spec: AttachSpec, planned: DataplaneResult): Promise<DataplaneResult> {
-    const previous = this.desired.get(spec.key);
-    // A repair carries no options of its own: the port keeps those it was given.
-    const options = spec.dpuPort ?? (previous ? portOptions(previous.port) : undefined);
-    const fields = portFields(spec, previous?.port.mac ?? macForKey(spec.key), options);
-    const s = await this.chooseAgent(spec, fields);
-    checkCapabilities(s, spec, fields);
-    const port = this.sync.upsert(fields, s.agentId);
-    const who = `port ${spec.key} (generation ${port.generation}) on DPU agent ${s.agentId}`;
-
-    let ack: Ack;
-    try {
-      const acked = this.acks.wait(spec.key, port.generation, s.id, this.ackTimeoutMs, who);
-      if (!s.send({ upsert: { port } })) {
-        this.acks.cancel(spec.key, unavailable(`${who}: the agent stream closed before the port was sent`));
-      }
-      ack = await acked;
-    } catch (err) {
-      this.sync.forget(spec.key, s.agentId, `attach failed: ${asWorkloadNetError(err).message}`);
-      throw err;
-    }
-    if (ack.code !== AckCode.ACK_CODE_OK) {
-      this.sync.forget(spec.key, s.agentId, 'attach failed: the agent could not program the port');
-      throw nackError(ack, who);
-    }
-
-    const endpoint = ack.endpoint?.netdev ?? '';
-    if (!endpoint && s.hello?.capabilities?.features.includes(FEATURE_HOST_ENDPOINT)) {
-      await this.sync.remove(spec.key, s.agentId, 'attach failed: the ack named no host endpoint');
-      throw internal(
-        `${who} was acknowledged without a host endpoint although the agent advertises "${FEATURE_HOST_ENDPOINT}"`,
-      );
-    }
-    let mac = ack.endpoint?.mac || port.mac;
-    let ifIndex = 0;
-    if (endpoint && ack.endpoint) {
-      const refusal = inventoryRefusal(s, ack.endpoint);
-      if (refusal) {
-        const failure = new EndpointRefused(
-          `the DPU agent reported ${endpoint} as the host end of its port, but ${refusal}; refusing to move it into ${spec.netnsPath}`,
-        );
-        this.log.error({ port: spec.key, endpoint }, failure.message);
-        await this.sync.remove(spec.key, s.agentId, `attach failed: ${failure.message}`);
-        throw failure;
-      }
-      const placement = placementOf(spec);
-      try {
-        ({ mac, ifIndex } = await this.hostSide.plumb({
-          ...placement,
-          endpoint,
-          mac: port.mac,
-          netns: spec.netns,
-        }));
-      } catch (err) {
-        const failure = asWorkloadNetError(err);
-        if (failure instanceof EndpointRefused) this.log.error({ port: spec.key, endpoint }, failure.message);
-        // The agent programmed the port and answers: the failed Attach returns once its VF is gone,
-        // so that it leaves no interface behind on the node (after a timeout or a refusal to program
-        // there is no answer to count on; the next snapshot settles those).
-        await this.sync.remove(spec.key, s.agentId, `attach failed: ${failure.message}`);
-        throw failure;
-      }
-      this.desired.setPlacement(spec.key, placement, { netdev: endpoint, linkIndex: ifIndex });
-    }
-    return {
-      ...planned,
-      mac,
-      hostIfName: endpoint || undefined,
-      details: encodeDetails({
-        port: port.name,
-        generation: port.generation,
-        mac: port.mac,
-        endpoint,
-        agentId: s.agentId,
-        bootId: s.bootId,
-        pf: ack.endpoint?.pfIndex,
-        vf: ack.endpoint?.vfIndex,
-        pciAddress: ack.endpoint?.pciAddress ?? '',
-        representor: ack.endpoint?.representor ?? '',
-        ifIndex,
-        portOptions: options ? JSON.stringify(options) : '',
-      }),
-    };
+    const { desired, sync, acks, ackTimeoutMs, hostSide, log } = this;
+    const chooseAgent = (s: AttachSpec, port: PortFields): Promise<AgentSession> => this.chooseAgent(s, port);
+    const deps = { desired, sync, acks, ackTimeoutMs, hostSide, log, chooseAgent };
+    return this.locks.run(spec.key, () => attachPort(deps, spec, planned));
   }
 
   /** See port-mtu.ts. */
@@ -377,71 +287,8 @@ export class DpuBackend implements Backend {
   }
 
   detach(att: AttachmentView): Promise<void> {
-    return this.locks.run(att.key, () => this.detachLocked(att));
-  }
-
-  private async detachLocked(att: AttachmentView): Promise<void> {
-    const entry = this.desired.get(att.key);
-    const stored = decodeDetails(att.dataplane);
-    // The link moved in goes back under the name it came with; which link that is, is told by its index
-    // and the port's MAC alone (host-side.ts), whatever an agent has said since.
-    const plumbed = entry?.plumbed;
-    const endpoint = plumbed?.netdev || stored?.endpoint || '';
-    const agentId = entry?.agentId ?? stored?.agentId ?? '';
-    // Hand the netdev back first, so that the agent finds its VF where it left it when it reclaims it.
-    let hostError: WorkloadNetError | undefined;
-    if (endpoint) {
-      try {
-        await this.hostSide.unplumb({
-          endpoint,
-          mac: entry?.port.mac ?? stored?.mac ?? '',
-          ifIndex: plumbed?.linkIndex ?? stored?.ifIndex ?? 0,
-          netnsPath: att.netnsPath,
-          netnsInode: att.netnsInode,
-          ifName: att.ifName,
-        });
-      } catch (err) {
-        hostError = asWorkloadNetError(err);
-        this.log.warn(
-          { port: att.key, endpoint, err: hostError.message },
-          'could not return the endpoint netdev to the host',
-        );
-      }
-    } else if (!agentId && att.dataplane?.mac) {
-      hostError = await this.returnStranded(att);
-    }
-    // A row without an agent is an attach cut short before its agent answered: its agent was never
-    // recorded, and the snapshot, which does not list the port, removes it.
-    if (agentId) await this.sync.remove(att.key, agentId);
-    if (hostError) throw hostError;
-  }
-
-  /**
-   * A row without the agent's answer is an attach cut short (core/reconcile/cut-short.ts): the daemon
-   * may have ended after the VF was moved into the workload, whose namespace keeps it, and the agent
-   * cannot hand that VF out again. Only the VF carrying the port's MAC and our mark goes back.
-   */
-  private async returnStranded(att: AttachmentView): Promise<WorkloadNetError | undefined> {
-    try {
-      const returned = await this.hostSide.returnStranded({
-        mac: att.dataplane?.mac ?? '',
-        netnsPath: att.netnsPath,
-        netnsInode: att.netnsInode,
-      });
-      if (returned)
-        this.log.warn(
-          { port: att.key, netns: att.netnsPath, returnedAs: returned },
-          'the VF of an attach cut short was left in its workload; returned to the host',
-        );
-      return undefined;
-    } catch (err) {
-      const failure = asWorkloadNetError(err);
-      this.log.warn(
-        { port: att.key, err: failure.message },
-        'could not return the VF of an attach cut short',
-      );
-      return failure;
-    }
+    const { desired, sync, hostSide, log } = this;
+    return this.locks.run(att.key, () => detachPort({ desired, sync, hostSide, log }, att));
   }
 
   async check(att: AttachmentView, scope: CheckScope = 'full'): Promise<Drift[]> {

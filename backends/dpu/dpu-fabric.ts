@@ -6,16 +6,12 @@ import type {
   FabricSettings,
   LocalNode,
   OwnPrefixes,
-  PeerPath,
-  PeerSeenBy,
 } from '../../core/fabric-dataplane';
 import type { Peer, TunnelEndpoint } from '../../core/peer-source';
 import { LogRate } from '../../core/log-rate';
 import type { Logger } from '../../core/logger';
 import { monotonicMs } from '../../core/monotonic-clock';
 import { dpuVtepMac } from '../../lib/vtep-mac';
-import type { PeerState } from '../../proto/gen/workloadnet/dpu/v1/dpu';
-import type { AgentFabricIndex } from './agent-fabric-index';
 import type { AgentLink } from './agent-link';
 import type { AgentSession } from './agent-session';
 import type { AgentSync } from './agent-sync';
@@ -24,6 +20,7 @@ import { CarrierAdmission } from './carrier-admission';
 import { DEFAULT_UPLINK_MTU } from './fabric-carriage';
 import { peerNodeOf, type FabricAgent } from './fabric-plan';
 import { DurableHolders, type HolderRecord } from './fabric-holders';
+import { FabricPeerView } from './fabric-peer-view';
 import { FabricPlanner } from './fabric-planner';
 
 // The DPU backend's part of the fabric: the node's DPUs carry its overlay, not the host. Each agent
@@ -41,8 +38,8 @@ import { FabricPlanner } from './fabric-planner';
 // Which agents carry the fabric is carrier-admission.ts's: one endpoint, one holder.
 //
 // At 5,000 peers an agent holds ~10,000 objects, so nothing here walks them per call: each agent's plan
-// is kept and changed per peer (fabric-planner.ts), and what Status asks for is kept until what it is
-// made of moves (the peer table, an agent's objects or its PeerStatus; acks only move counts).
+// is kept and changed per peer (fabric-planner.ts), and what Status says of the peers is kept until
+// what it is made of moves (fabric-peer-view.ts).
 //
 // What an agent says of its peers is taken from each session for its duration, and only on the
 // FabricPeers that agent was sent (peer-state-book.ts): a lost agent's word is forgotten, so Status
@@ -74,19 +71,10 @@ export class DpuFabric implements FabricDataplane {
   private readonly listeners: Array<(local: LocalNode) => void> = [];
   /** Each carrying agent's plan, kept between applies. */
   private readonly planners = new Map<string, FabricPlanner>();
-  /** The last peer paths, and what they were made of. */
-  private paths: { inputs: unknown[]; value: PeerPath[] } | undefined;
-  /** Each peer node's path as last made, and what it was made of (the report makes only moved ones). */
-  private readonly pathOf = new Map<string, KeptPath>();
-  private pathBuilds = 0;
+  /** What Status says of the peers, kept between calls. */
+  private readonly view: FabricPeerView;
   /** What logClashes() last said per agent. */
   private readonly clashesLogged = new Map<string, string>();
-  private readonly seen = new WeakMap<
-    AgentSyncState,
-    { revision: number; byNode: Map<string, PeerSeenBy> }
-  >();
-  private sorted: { peers: readonly Peer[]; value: readonly Peer[] } | undefined;
-  private readonly peerCounts = new Map<string, { inputs: unknown[]; total: number; reachable: number }>();
   private readonly unsentLog = new LogRate(undefined, monotonicMs);
   /** Per agent: entries dropped for naming nothing it was sent, as of the last log line. */
   private readonly unsentLogged = new Map<string, number>();
@@ -103,6 +91,7 @@ export class DpuFabric implements FabricDataplane {
       },
     });
     this.agents = this.carriers.agents;
+    this.view = new FabricPeerView(deps.node, (node) => this.clashOf(node));
     if (deps.holders) this.keepHoldersIn(deps.holders);
   }
 
@@ -257,7 +246,13 @@ export class DpuFabric implements FabricDataplane {
       objects.routes += held.routes;
       objects.fdb += held.peers;
     }
-    return { ready: reasons.length === 0, reasons, peers: this.peerPaths(), objects, repairs: 0 };
+    return {
+      ready: reasons.length === 0,
+      reasons,
+      peers: this.peers ? this.view.pathsOf(this.peers, [...this.carryingStates()]) : [],
+      objects,
+      repairs: 0,
+    };
   }
 
   /** Objects a connected agent that carries the fabric has not acknowledged yet (refused ones aside). */
@@ -286,7 +281,7 @@ export class DpuFabric implements FabricDataplane {
         peersTotal: 0,
       };
     }
-    const peers = st ? this.peerCountsOf(st) : { total: 0, reachable: 0 };
+    const peers = st ? this.view.countsOf(st) : { total: 0, reachable: 0 };
     const notes = this.deps.link.sessionOf(agentId)?.healthy
       ? []
       : [
@@ -359,50 +354,6 @@ export class DpuFabric implements FabricDataplane {
     return undefined;
   }
 
-  /** An agent's FabricPeers, and how many of them its last PeerStatus says are reachable. */
-  private peerCountsOf(st: AgentSyncState): { total: number; reachable: number } {
-    const index = st.fabric.index;
-    const inputs = [index, st.fabric.revision, st.peers, st.peers.revision];
-    const kept = this.peerCounts.get(st.agentId);
-    if (kept && sameInputs(kept.inputs, inputs)) return kept;
-    let reachable = 0;
-    for (const p of st.peers.values()) if (p.reachable && index.hasPeer(p.name)) reachable++;
-    const counts = { inputs, total: index.peerCount, reachable };
-    this.peerCounts.set(st.agentId, counts);
-    return counts;
-  }
-
-  /**
-   * The agent's word per peer node, made again only for the nodes its PeerStatus messages moved since
-   * the last time. A node the agent says the same of keeps its object: its path is then not made again.
-   */
-  private seenOf(st: AgentSyncState): Map<string, PeerSeenBy> {
-    const book = st.peers;
-    const kept = this.seen.get(st);
-    if (kept?.revision === book.revision) return kept.byNode;
-    const moved = kept && book.movedSince(kept.revision);
-    const byNode = kept && moved ? kept.byNode : new Map<string, PeerSeenBy>();
-    for (const node of moved ?? book.nodes()) {
-      const states = book.statesOf(node);
-      const by = states && seenByNode(st.agentId, states.values());
-      const was = kept?.byNode.get(node);
-      if (!by) byNode.delete(node);
-      else byNode.set(node, was && sameSeenBy(was, by) ? was : by);
-    }
-    this.seen.set(st, { revision: book.revision, byNode });
-    return byNode;
-  }
-
-  /** The table's other nodes by name, sorted once per table. */
-  private sortedPeers(peers: readonly Peer[]): readonly Peer[] {
-    if (this.sorted?.peers === peers) return this.sorted.value;
-    const value = peers
-      .filter((p) => p.node !== this.deps.node)
-      .sort((a, b) => (a.node < b.node ? -1 : a.node > b.node ? 1 : 0));
-    this.sorted = { peers, value };
-    return value;
-  }
-
   private *carryingStates(): Iterable<AgentSyncState> {
     for (const id of this.agents.keys()) {
       const st = this.deps.sync.state(id);
@@ -421,162 +372,6 @@ export class DpuFabric implements FabricDataplane {
     });
     return `no healthy DPU agent carries the fabric (${why.join('; ')})`;
   }
-
-  /**
-   * One path per peer node: through the DPUs when some agent holds a tunnel endpoint of it. Made again
-   * only when the table, an agent's objects or its PeerStatus changed since the last.
-   */
-  private peerPaths(): PeerPath[] {
-    if (!this.peers) return [];
-    const inputs: unknown[] = [this.peers];
-    for (const st of this.carryingStates())
-      inputs.push(st, st.fabric.revision, st.fabric.size, st.peers.revision);
-    if (this.paths && sameInputs(this.paths.inputs, inputs)) return this.paths.value;
-    const value = this.buildPeerPaths(this.peers);
-    this.paths = { inputs, value };
-    return value;
-  }
-
-  private buildPeerPaths(peers: readonly Peer[]): PeerPath[] {
-    const agents = [...this.carryingStates()].map((st) => ({
-      index: st.fabric.index,
-      seen: this.seenOf(st),
-    }));
-    const sorted = this.sortedPeers(peers);
-    const out: PeerPath[] = [];
-    const stamp = ++this.pathBuilds;
-    for (const p of sorted) {
-      const kept = this.pathOf.get(p.node);
-      if (kept && kept.peer === p && sameAgentsWord(kept, agents, p.node)) {
-        kept.built = stamp;
-        out.push(kept.path);
-        continue;
-      }
-      const fresh: KeptPath = {
-        built: stamp,
-        peer: p,
-        prefixes: agents.map((a) => a.index.prefixesOf(p.node)),
-        seen: agents.map((a) => a.seen.get(p.node)),
-        path: peerPath(
-          p,
-          agents.length,
-          prefixesOfNode(agents, p.node),
-          agents.flatMap((a) => a.seen.get(p.node) ?? []),
-          this.clashOf(p.node),
-        ),
-      };
-      this.pathOf.set(p.node, fresh);
-      out.push(fresh.path);
-    }
-    if (this.pathOf.size > out.length)
-      this.pathOf.forEach((kept, node) => {
-        if (kept.built !== stamp) this.pathOf.delete(node);
-      });
-    return out;
-  }
-}
-
-/** A peer node's path as last made, and the agents' word it was made from. */
-interface KeptPath {
-  /** The last build that listed it. */
-  built: number;
-  peer: Peer;
-  /** Per carrying agent (in order): the prefixes it routes to the node. */
-  prefixes: Array<readonly string[] | undefined>;
-  /** Per carrying agent: its PeerStatus of the node. */
-  seen: Array<PeerSeenBy | undefined>;
-  path: PeerPath;
-}
-
-interface AgentWord {
-  index: AgentFabricIndex;
-  seen: Map<string, PeerSeenBy>;
-}
-
-/** Whether the agents still say of `node` what the kept path was made from. */
-function sameAgentsWord(kept: KeptPath, agents: readonly AgentWord[], node: string): boolean {
-  if (kept.prefixes.length !== agents.length) return false;
-  for (let i = 0; i < agents.length; i++) {
-    const a = agents[i] as AgentWord;
-    if (a.index.prefixesOf(node) !== kept.prefixes[i] || a.seen.get(node) !== kept.seen[i]) return false;
-  }
-  return true;
-}
-
-/** Every prefix some agent routes to the node, sorted; undefined when none holds a tunnel endpoint of it. */
-function prefixesOfNode(agents: readonly AgentWord[], node: string): readonly string[] | undefined {
-  let prefixes: readonly string[] | undefined;
-  for (const a of agents) {
-    const mine = a.index.prefixesOf(node);
-    if (!mine) continue;
-    prefixes = prefixes ? [...new Set([...prefixes, ...mine])].sort() : mine;
-  }
-  return prefixes;
-}
-
-/** Through the DPUs when some agent holds a tunnel endpoint of the peer, else why not. */
-function peerPath(
-  p: Peer,
-  agents: number,
-  prefixes: readonly string[] | undefined,
-  seenBy: PeerSeenBy[],
-  clash: string | undefined,
-): PeerPath {
-  const base = { node: p.node, ...(seenBy.length > 0 ? { seenBy } : {}) };
-  if (prefixes) return { ...base, path: 'vxlan', prefixes: [...prefixes] };
-  const reason =
-    clash ??
-    (agents === 0
-      ? 'no DPU agent of this node carries the fabric'
-      : !p.vtep && (p.endpoints ?? []).length === 0
-        ? 'it publishes no VTEP and no DPU endpoint'
-        : 'no tunnel endpoint of it has an address the DPUs can reach');
-  return { ...base, path: 'unreachable', reason, prefixes: [...p.prefixes].sort() };
-}
-
-/**
- * One agent's word on one peer node: a node reached through several tunnel endpoints (its VXLAN
- * device, its DPUs) is reachable and offloaded when every one of them is, its packets summed, its
- * last error the first one by object name (and named by it).
- */
-function seenByNode(agentId: string, states: Iterable<PeerState>): PeerSeenBy | undefined {
-  const sorted = [...states].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
-  let by: PeerSeenBy | undefined;
-  for (const p of sorted) {
-    if (!by) {
-      by = {
-        endpoint: agentId,
-        reachable: p.reachable,
-        offloaded: p.offloaded,
-        txPackets: p.txPackets,
-        rxPackets: p.rxPackets,
-        lastError: p.lastError ? `${p.name}: ${p.lastError}` : '',
-      };
-      continue;
-    }
-    by.reachable &&= p.reachable;
-    by.offloaded &&= p.offloaded;
-    by.txPackets += p.txPackets;
-    by.rxPackets += p.rxPackets;
-    if (!by.lastError && p.lastError) by.lastError = `${p.name}: ${p.lastError}`;
-  }
-  return by;
-}
-
-function sameSeenBy(a: PeerSeenBy, b: PeerSeenBy): boolean {
-  return (
-    a.endpoint === b.endpoint &&
-    a.reachable === b.reachable &&
-    a.offloaded === b.offloaded &&
-    a.txPackets === b.txPackets &&
-    a.rxPackets === b.rxPackets &&
-    a.lastError === b.lastError
-  );
-}
-
-/** Whether two lists of a derived value's inputs are the same values (objects by identity). */
-function sameInputs(a: readonly unknown[], b: readonly unknown[]): boolean {
-  return a.length === b.length && a.every((x, i) => x === b[i]);
 }
 
 function byId(a: { id: string }, b: { id: string }): number {

@@ -25,6 +25,7 @@ import {
 } from '../interface/workload-side';
 import { refuseEndpoint } from './endpoint-guard';
 import { nudgeGateways } from './gateway-nudge';
+import { endpointOfAlias, returnName, returnVf, vfAlias } from './vf-return';
 
 // The host's half of a DPU port. The agent exposes each port to the host as a netdev (an SR-IOV VF on
 // real hardware, a veth end in the simulator); the daemon moves it into the workload's namespace,
@@ -140,32 +141,6 @@ export class EndpointRefused extends WorkloadNetError {
   }
 }
 
-/**
- * The mark a VF carries while it is in a workload (IFLA_IFALIAS; it survives the move): it says the
- * link is one this daemon moved in, and the name it came with. Set before the move, so that a daemon
- * killed before it recorded the attach can tell the VF from the workload's own links.
- */
-const VF_ALIAS_PREFIX = 'workloadnet-vf:';
-
-export function vfAlias(endpoint: string): string {
-  return VF_ALIAS_PREFIX + endpoint;
-}
-
-/** The name a marked VF came with; undefined when the link carries no mark of ours. */
-export function endpointOfAlias(alias: string | undefined): string | undefined {
-  if (!alias?.startsWith(VF_ALIAS_PREFIX)) return undefined;
-  const name = alias.slice(VF_ALIAS_PREFIX.length);
-  // A name the kernel would take back (IFNAMSIZ, no '/' or blanks); anything else goes back under one of its own.
-  return /^[^/\s:]{1,15}$/.test(name) ? name : '';
-}
-
-/** The name a returned endpoint takes when its own is another link's: from its index, unique there. */
-export function returnName(ifIndex: number): string {
-  return `wnvf${ifIndex}`;
-}
-
-const isNameTaken = (err: unknown): boolean => err instanceof NetlinkError && err.code === 'EEXIST';
-
 function netlinkFailure(what: string, err: unknown): WorkloadNetError {
   const known = knownWorkloadNetError(err);
   if (known) return known;
@@ -207,7 +182,7 @@ class NetlinkHostSide implements HostSide {
       try {
         link = await this.configure(req, wsock, link);
       } catch (err) {
-        await this.moveOut(req.endpoint, link.index, wsock, host.ns).catch((undoErr: unknown) =>
+        await returnVf(req.endpoint, link.index, wsock, host.ns, this.log).catch((undoErr: unknown) =>
           this.log.error(
             { endpoint: req.endpoint, err: (undoErr as Error).message },
             'could not return the endpoint after a failed attach',
@@ -281,49 +256,6 @@ class NetlinkHostSide implements HostSide {
     return (await getLink(wsock, { index })) ?? link;
   }
 
-  /**
-   * Renames the netdev back and returns it to the host namespace. The name it came with may be another
-   * link's by now (a DPU that rebooted re-creates its VFs under names of its choosing): the link is
-   * ours by its index, never by that name, so it goes back under a name of its own (returnName) rather
-   * than fail or take the other link's.
-   */
-  private async moveOut(endpoint: string, index: number, wsock: NetlinkSocket, hostNs: Netns): Promise<void> {
-    // Its mark goes: back in the host it is the agent's VF again.
-    await wsock.request(setLinkRequest({ index }, { up: false, alias: '' }));
-    const link = await getLink(wsock, { index });
-    // Rename inside the workload namespace first: a move keeps the current name unless it clashes, and
-    // "eth0" would clash with, or worse masquerade as, a host interface.
-    let name = link?.name ?? endpoint;
-    if (name !== endpoint) name = await this.rename(wsock, index, endpoint);
-    try {
-      await wsock.request(setLinkRequest({ index }, { netnsFd: hostNs.fd }));
-    } catch (err) {
-      if (!isNameTaken(err) || name === returnName(index)) throw err;
-      // The host holds a link of that name: ours goes back under its own.
-      await this.rename(wsock, index, returnName(index), endpoint);
-      await wsock.request(setLinkRequest({ index }, { netnsFd: hostNs.fd }));
-    }
-  }
-
-  /** Names link `index` `name`, or returnName(index) when another link holds `name`; the name it got. */
-  private async rename(wsock: NetlinkSocket, index: number, name: string, taken?: string): Promise<string> {
-    if (taken === undefined) {
-      try {
-        await wsock.request(setLinkRequest({ index }, { name }));
-        return name;
-      } catch (err) {
-        if (!isNameTaken(err)) throw err;
-      }
-    }
-    const own = returnName(index);
-    this.log.warn(
-      { endpoint: taken ?? name, ifIndex: index, returnedAs: own },
-      'the name the endpoint came with belongs to another link now; returning it under a name of its own',
-    );
-    await wsock.request(setLinkRequest({ index }, { name: own }));
-    return own;
-  }
-
   async unplumb(req: UnplumbRequest): Promise<void> {
     const wns = await openWorkloadNetns(req.netnsPath, req.netnsInode);
     // Gone with its workload: a veth went with it, and a VF went back to the initial namespace.
@@ -337,7 +269,7 @@ class NetlinkHostSide implements HostSide {
       // neither at the recorded index nor named as plumbed is the VF its agent (re-)created and nobody
       // moved in; it is where it belongs already.
       if (wns.inode === host.ns.inode && link.index !== req.ifIndex && link.name !== req.ifName) return;
-      await this.moveOut(req.endpoint, link.index, wsock, host.ns);
+      await returnVf(req.endpoint, link.index, wsock, host.ns, this.log);
     } catch (err) {
       if (err instanceof NetlinkError && err.notFound) return;
       throw netlinkFailure(`returning endpoint ${req.endpoint} from ${req.netnsPath} to the host`, err);
@@ -394,7 +326,7 @@ class NetlinkHostSide implements HostSide {
       const link = ours[0];
       if (!link) return undefined;
       const endpoint = endpointOfAlias(link.alias) || returnName(link.index);
-      await this.moveOut(endpoint, link.index, wsock, host.ns);
+      await returnVf(endpoint, link.index, wsock, host.ns, this.log);
       // The name it got: its own, or returnName when the host holds another link of that name now.
       const back = await getLink(host.sock, { index: link.index });
       return back?.mac?.toLowerCase() === mac ? back.name : endpoint;

@@ -1,9 +1,4 @@
 // The DPU backend's public surface.
-export {
-  DpuBackend,
-  FEATURE_HOST_ENDPOINT,
-  MAX_AGENT_MESSAGE_BYTES,
-  PROTOCOL_VERSION,
-  type DpuBackendOptions,
-} from './dpu-backend';
+export { DpuBackend, MAX_AGENT_MESSAGE_BYTES, PROTOCOL_VERSION, type DpuBackendOptions } from './dpu-backend';
+export { FEATURE_HOST_ENDPOINT } from './port-attach';
 export { decodeDetails, type DpuDetails } from './details';

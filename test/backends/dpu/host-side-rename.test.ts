@@ -2,7 +2,8 @@ import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import { silentLogger } from '../../../core/logger';
-import { createHostSide, returnName, type HostSide } from '../../../backends/dpu/host-side';
+import { createHostSide, type HostSide } from '../../../backends/dpu/host-side';
+import { returnName } from '../../../backends/dpu/vf-return';
 import { NetnsSet, ipJson, isRoot, type TestNamespace } from '../../support/netns';
 
 // The host side returns an endpoint by its recorded identity (index and MAC), whatever has become of
