@@ -83,6 +83,13 @@ export function clientCommand(program: Command, name: string, description: strin
 }
 
 export function registerClientCommands(program: Command): void {
+  registerStatusCommand(program);
+  registerInspectCommand(program);
+  registerDetachCommand(program);
+  registerVersionCommand(program);
+}
+
+function registerStatusCommand(program: Command): void {
   clientCommand(program, 'status', 'show whether the node can attach workloads, and why not')
     .option('--json', 'print JSON')
     .addHelpText(
@@ -106,7 +113,9 @@ export function registerClientCommands(program: Command): void {
         },
       ),
     );
+}
 
+function registerInspectCommand(program: Command): void {
   clientCommand(program, 'inspect', 'show one workload’s attachments in full')
     .argument('<workload>', 'workload id (the sandbox/container id for CNI)')
     .option('--if-name <name>', 'only this interface')
@@ -124,7 +133,9 @@ export function registerClientCommands(program: Command): void {
         return EXIT.ok;
       }),
     );
+}
 
+function registerDetachCommand(program: Command): void {
   clientCommand(program, 'detach', 'detach a workload (admin; runtimes detach through their own calls)')
     .argument('<workload>', 'workload id')
     .option('--if-name <name>', 'only this interface (default: all)')
@@ -142,7 +153,9 @@ export function registerClientCommands(program: Command): void {
         return EXIT.ok;
       }),
     );
+}
 
+function registerVersionCommand(program: Command): void {
   program
     .command('version')
     .description('print the client version (and the daemon’s, when reachable)')

@@ -94,7 +94,12 @@ export function registerClusterCommand(program: Command): void {
       '\nExamples:\n  workloadnet cluster blocks --etcd-endpoints http://10.0.0.1:2379\n' +
         '  workloadnet cluster release-node worker-7 -c /etc/workloadnet/config.json',
     );
+  registerBlocksCommand(cluster);
+  registerReleaseNodeCommand(cluster);
+}
 
+/** `cluster blocks`: every claimed block, its owner, and whether that node is alive. */
+function registerBlocksCommand(cluster: Command): void {
   etcdCommand(cluster, 'blocks', 'list every claimed address block, its node, and whether that node is alive')
     .option('--json', 'print JSON')
     .addHelpText(
@@ -122,7 +127,10 @@ export function registerClusterCommand(program: Command): void {
         return EXIT.ok;
       }),
     );
+}
 
+/** `cluster release-node`: a dead node's (or one DPU's) blocks given back, refused while it lives. */
+function registerReleaseNodeCommand(cluster: Command): void {
   etcdCommand(cluster, 'release-node', "give a dead node's address blocks back to the cluster")
     .argument('<name>', 'node name')
     .option('--dpu <id>', 'only the blocks claimed for this DPU (agent id) of the node')
