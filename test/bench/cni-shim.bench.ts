@@ -5,7 +5,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { promisify } from 'node:util';
 import { CniServer } from '../../adapters/cni/cni-server';
-import { buildShim } from '../adapters/cni/cni-harness';
+import { buildShim } from '../support/cni-harness';
 import { NetnsSet } from '../support/netns';
 import { FakeWorkloadService } from './fake-workload-service';
 

@@ -6,7 +6,7 @@ import { DpuBackend } from '../../backends/dpu';
 import { attachTo, type TestSpec } from '../support/attach-spec';
 import { NetnsSet } from '../support/netns';
 import { waitUntil } from '../support/wait-until';
-import { SimProcess } from '../backends/dpu/sim-process';
+import { SimProcess } from '../support/sim-process';
 import { percentile } from './stats';
 
 // The DPU fleet's costs: Attach with the netns dataplane on (the simulator plumbs a veth pair and

@@ -10,8 +10,8 @@ import { FabricController } from '../../core/fabric/fabric-controller';
 import type { Peer } from '../../core/peer-source';
 import { silentLogger } from '../../core/logger';
 import { LinuxFabric } from '../../backends/linux/fabric/linux-fabric';
-import { FabricTopology, settings } from '../backends/linux/fabric-topology';
-import { ManualPeerSource, until } from '../core/fabric/recording-fabric-dataplane';
+import { FabricTopology, settings } from '../support/fabric-topology';
+import { ManualPeerSource, until } from '../support/recording-fabric-dataplane';
 import { netnsPath } from '../support/netns';
 import type { FabricBenchRow } from './fabric.bench';
 

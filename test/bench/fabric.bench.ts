@@ -1,7 +1,7 @@
 // The fabric between nodes: how fast a peer that joins the static peer source is reachable and one that
 // leaves is gone, how long 2,000 peers take to be programmed and removed and what they cost the daemon
 // in memory, and what the fabric costs the attach path. Real daemons (dist/cli/workloadnet.js) in node
-// namespaces of the fabric tests' underlay (test/backends/linux/fabric-topology.ts): na and nb on one
+// namespaces of the fabric tests' underlay (test/support/fabric-topology.ts): na and nb on one
 // subnet (a direct route between them in hybrid mode), nc behind the router (VXLAN). Figures are
 // reported against the issue's targets, never asserted: the machines are shared.
 // Run alone with: node dist/test/bench/fabric.bench.js [repetitions]
@@ -18,8 +18,8 @@ import {
   writePeersFile,
   type BareNode,
   type PeersFileEntry,
-} from '../backends/linux/fabric-topology';
-import { ip } from '../backends/linux/netns-fixture';
+} from '../support/fabric-topology';
+import { ip } from '../support/netns-fixture';
 import { attachRequest } from '../support/attach-request';
 import { DaemonProcess } from '../support/daemon-process';
 import { percentile, timeMs } from './stats';

@@ -1,7 +1,7 @@
 import { monitorEventLoopDelay, type IntervalHistogram } from 'node:perf_hooks';
 import type { DataplaneResult } from '../../core/backend';
 import { LinuxBackend } from '../../backends/linux/linux-backend';
-import { netnsInode } from '../backends/linux/netns-fixture';
+import { netnsInode } from '../support/netns-fixture';
 import { NetnsSet, netnsPath } from '../support/netns';
 import { loopStallMs, percentile } from './stats';
 import { attachTo, type TestSpec } from '../support/attach-spec';

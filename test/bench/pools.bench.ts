@@ -23,7 +23,7 @@ import { BlockRegistry } from '../../pools/etcd/block-registry';
 import { EtcdPoolSource } from '../../pools/etcd/etcd-pool-source';
 import { NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
-import { EtcdCluster } from '../pools/support/etcd-cluster';
+import { EtcdCluster } from '../support/etcd-cluster';
 import { percentile, ratePerSecond, timeMs } from './stats';
 import { attachRequest } from '../support/attach-request';
 

@@ -3,7 +3,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
-import { SIM_MAIN } from '../backends/dpu/sim-process';
+import { SIM_MAIN } from '../support/sim-process';
 import { attachRequest } from '../support/attach-request';
 import { outcome } from '../support/grpc-outcome';
 import { CLI, DaemonProcess } from '../support/daemon-process';

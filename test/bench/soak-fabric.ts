@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { peersFileEntry, writePeersFile, type PeersFileEntry } from '../backends/linux/fabric-topology';
+import { peersFileEntry, writePeersFile, type PeersFileEntry } from '../support/fabric-topology';
 
 // The soak's fabric: a static peers file of a few hundred synthetic peers (nodes that exist only in the
 // file: distinct underlay addresses, one /26 each; nothing answers there, the daemon programs them all

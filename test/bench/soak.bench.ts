@@ -6,7 +6,7 @@ import { promisify } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import { DEFAULT_CONFIG } from '../../core/config';
 import { STORE_FILE } from '../../core/store/store';
-import { SimProcess, sleep } from '../backends/dpu/sim-process';
+import { SimProcess, sleep } from '../support/sim-process';
 import { spawnInNetns } from '../e2e/support/spawn-in-netns';
 import { attachRequest, detachRequest } from '../support/attach-request';
 import { childOutput } from '../support/child-output';

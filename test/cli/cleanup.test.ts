@@ -10,13 +10,13 @@ import { DEFAULT_CONFIG } from '../../core/config';
 import { NodeLock } from '../../core/daemon/node-lock';
 import { silentLogger } from '../../core/logger';
 import { vtepMac } from '../../lib/vtep-mac';
-import { FabricTopology, settings, type BareNode } from '../backends/linux/fabric-topology';
+import { FabricTopology, settings, type BareNode } from '../support/fabric-topology';
 import { CLI, DaemonProcess } from '../support/daemon-process';
 import { describeRoot } from '../support/describe-root';
 import { netnsPath } from '../support/netns';
 import { requireProgram } from '../support/system-program';
 import { attachRequest } from '../support/attach-request';
-import { StandInKubeApiServer } from '../pools/support/standin-kube-apiserver';
+import { StandInKubeApiServer } from '../support/standin-kube-apiserver';
 
 // `workloadnet cleanup` on a node namespace the fabric and the egress masquerade programmed, beside
 // objects of others with our names or in our range: ours go, theirs stay; a daemon holding the node,

@@ -15,7 +15,7 @@ import {
   type ListRequest,
   type ListResponse,
 } from '../../proto/gen/workloadnet/v1/workload';
-import { SimProcess } from '../backends/dpu/sim-process';
+import { SimProcess } from '../support/sim-process';
 import { attachRequest } from '../support/attach-request';
 import { CLI, DaemonProcess } from '../support/daemon-process';
 import { describeRoot } from '../support/describe-root';

@@ -6,7 +6,7 @@ import { ApiClient } from '../../cli/api-client';
 import { CLI } from '../support/daemon-process';
 import { InProcessDaemon } from '../support/in-process-daemon';
 import { RecordingBackend } from '../support/recording-backend';
-import { RecordingFabricDataplane, until } from '../core/fabric/recording-fabric-dataplane';
+import { RecordingFabricDataplane, until } from '../support/recording-fabric-dataplane';
 
 // `workloadnet peers` and the fabric in `status`, against a daemon in this process whose backend offers
 // a recording fabric dataplane, with the static peer source reading a file.

@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import * as path from 'node:path';
-import { SimProcess, waitUntil } from '../backends/dpu/sim-process';
+import { SimProcess, waitUntil } from '../support/sim-process';
 import { DaemonProcess } from '../support/daemon-process';
 import { NetnsSet } from '../support/netns';
 import { conformanceSuite } from './workload-api.suite';

@@ -18,7 +18,7 @@ import { RecordingBackend } from '../support/recording-backend';
 import { StandInNamespaces } from '../support/stand-in-netns';
 import { waitUntil } from '../support/wait-until';
 import { DpuDataplane, dpu } from './fabric/dpu-recording-dataplane';
-import { RecordingFabricDataplane } from './fabric/recording-fabric-dataplane';
+import { RecordingFabricDataplane } from '../support/recording-fabric-dataplane';
 
 // An MTU left unset is "auto": with the fabric on, a new interface gets what the fabric carries (the
 // uplink's MTU less the encapsulation), learnt when the fabric's dataplane is prepared; with it off,

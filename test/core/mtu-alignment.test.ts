@@ -8,7 +8,7 @@ import { InProcessDaemon } from '../support/in-process-daemon';
 import { RecordingBackend } from '../support/recording-backend';
 import { StandInNamespaces } from '../support/stand-in-netns';
 import { waitUntil } from '../support/wait-until';
-import { RecordingFabricDataplane } from './fabric/recording-fabric-dataplane';
+import { RecordingFabricDataplane } from '../support/recording-fabric-dataplane';
 
 // Running interfaces follow their network's MTU when it changes (core/reconcile/mtu-alignment.ts): after
 // the start-up reconcile (a restart with another uplink MTU, or another configured mtu) and when the

@@ -9,7 +9,7 @@ import { openProcSysFile, readSysctl } from '../../lib/netns/sysctl';
 import { asWorkloadNetError } from '../../core/errors';
 import { NetnsError } from '../../lib/netns/netns-error';
 import { NetnsHandle, netnsPresence, netnsStillPresent } from '../../lib/netns/netns-handle';
-import { ip, netnsExec, netnsInode } from '../backends/linux/netns-fixture';
+import { ip, netnsExec, netnsInode } from '../support/netns-fixture';
 import { NetnsSet, netnsPath } from '../support/netns';
 
 // The fs module itself (not an import's copy of its bindings), so that a test can see netns.ts call it.

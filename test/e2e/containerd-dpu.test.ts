@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import * as path from 'node:path';
-import { SimProcess } from '../backends/dpu/sim-process';
+import { SimProcess } from '../support/sim-process';
 import { NetnsSet } from '../support/netns';
 import { containerdSuite } from './containerd-workloadnet.suite';
 

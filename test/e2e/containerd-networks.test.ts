@@ -5,7 +5,7 @@ import { chmod, mkdir, mkdtemp, readFile, rm, writeFile } from 'node:fs/promises
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { ApiClient } from '../../cli/api-client';
-import { SimProcess } from '../backends/dpu/sim-process';
+import { SimProcess } from '../support/sim-process';
 import { CLI, DaemonProcess } from '../support/daemon-process';
 import { addNodeUplink, NetnsSet } from '../support/netns';
 import { describeRoot } from '../support/describe-root';

@@ -10,11 +10,11 @@ import { netnsPath } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
 import { fabricAck, v3Hello } from '../backends/dpu/fabric-stream';
-import { removeDir, scratchDir, startBackend } from '../backends/dpu/fixtures';
-import { RawAgent } from '../backends/dpu/raw-agent';
-import { SimProcess } from '../backends/dpu/sim-process';
-import { FabricTopology, kernelState, settings, type BareNode } from '../backends/linux/fabric-topology';
-import { netnsInode } from '../backends/linux/netns-fixture';
+import { removeDir, scratchDir, startBackend } from '../support/dpu-fixtures';
+import { RawAgent } from '../support/raw-agent';
+import { SimProcess } from '../support/sim-process';
+import { FabricTopology, kernelState, settings, type BareNode } from '../support/fabric-topology';
+import { netnsInode } from '../support/netns-fixture';
 
 // A rogue DPU agent (a gRPC client built from the project's protos) shadows node r0: it connects to
 // node n1's daemon stating r0's underlay address as its uplink, leaves, and comes back with another

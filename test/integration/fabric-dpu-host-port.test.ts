@@ -4,14 +4,14 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { FabricHostPort, StatusResponse } from '../../proto/gen/workloadnet/v1/workload';
-import { FabricTopology, type BareNode } from '../backends/linux/fabric-topology';
-import { SimProcess } from '../backends/dpu/sim-process';
+import { FabricTopology, type BareNode } from '../support/fabric-topology';
+import { SimProcess } from '../support/sim-process';
 import { attachRequest } from '../support/attach-request';
 import { DaemonProcess } from '../support/daemon-process';
 import { isRoot } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
-import { EtcdCluster, haveEtcd } from '../pools/support/etcd-cluster';
+import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
 
 // The host port end to end: with the DPUs carrying the fabric, the daemon attaches the node's own
 // namespace to the network on its DPUs (wn-host0), and the host reaches every pod through it: a pod

@@ -4,14 +4,14 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import type { FabricObject } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { StatusResponse } from '../../proto/gen/workloadnet/v1/workload';
-import { FabricTopology, fabricRoutes, type BareNode } from '../backends/linux/fabric-topology';
-import { SimProcess } from '../backends/dpu/sim-process';
+import { FabricTopology, fabricRoutes, type BareNode } from '../support/fabric-topology';
+import { SimProcess } from '../support/sim-process';
 import { attachRequest } from '../support/attach-request';
 import { DaemonProcess } from '../support/daemon-process';
 import { isRoot } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
-import { EtcdCluster, haveEtcd } from '../pools/support/etcd-cluster';
+import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
 
 // The overlay on the DPUs, end to end: three daemons take address blocks and publish their records in
 // a real 3-member etcd. da and db run the DPU backend: their pods sit behind simulated DPUs

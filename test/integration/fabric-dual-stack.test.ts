@@ -1,11 +1,11 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import { bridge, peersOf, pingOutput } from '../backends/linux/fabric-topology';
+import { bridge, peersOf, pingOutput } from '../support/fabric-topology';
 import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
 import { isRoot } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
-import { EtcdCluster, haveEtcd } from '../pools/support/etcd-cluster';
+import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
 import { vtepMac } from '../../lib/vtep-mac';
 
 /** The VTEP MACs the etcd source's daemons derive from their names and underlay addresses. */

@@ -3,7 +3,7 @@ import { execFile, execFileSync } from 'node:child_process';
 import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
 import { isRoot } from '../support/netns';
 import { waitUntil } from '../support/wait-until';
-import { EtcdCluster, haveEtcd } from '../pools/support/etcd-cluster';
+import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
 
 // A node's uplink MTU reaches its peers through its etcd record: two daemons in VXLAN mode (no --mtu)
 // across a router, nb's uplink smaller than the underlay's. na routes nb's block at what nb's pods carry;

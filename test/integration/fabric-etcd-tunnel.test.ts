@@ -5,7 +5,7 @@ import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
 import { isRoot } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
-import { EtcdCluster, haveEtcd } from '../pools/support/etcd-cluster';
+import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
 import { cidrContains, parseAddress, parseCidr } from '../../lib/cidr';
 
 // The tunnel address of an etcd node: etcd blocks hand out their first address to pods, so each node

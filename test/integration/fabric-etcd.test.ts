@@ -4,7 +4,7 @@ import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
 import { isRoot } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
-import { EtcdCluster, haveEtcd } from '../pools/support/etcd-cluster';
+import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
 
 // Ranges and routes from one source: three daemons claim address blocks from a real 3-member etcd and
 // publish their node records there; the fabric each programs comes from what etcd says (hybrid: na and

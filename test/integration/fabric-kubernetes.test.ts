@@ -3,7 +3,7 @@ import { describeRoot } from '../support/describe-root';
 import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
-import type { StandInKubeApiServer } from '../pools/support/standin-kube-apiserver';
+import type { StandInKubeApiServer } from '../support/standin-kube-apiserver';
 import { vtepMac } from '../../lib/vtep-mac';
 
 // Ranges and routes from the Kubernetes API: three daemons take their pod ranges from their Node's

@@ -9,7 +9,7 @@ import {
   peersFileEntry,
   writePeersFile,
   type BareNode,
-} from '../backends/linux/fabric-topology';
+} from '../support/fabric-topology';
 import { CLI, DaemonProcess } from '../support/daemon-process';
 import { describeRoot } from '../support/describe-root';
 import { waitUntil } from '../support/wait-until';

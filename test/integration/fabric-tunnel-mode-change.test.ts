@@ -4,7 +4,7 @@ import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
 import { isRoot } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
-import { EtcdCluster, haveEtcd } from '../pools/support/etcd-cluster';
+import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
 
 // hybrid → off → hybrid on an etcd node, pods attached in between. With the fabric off no fabric runs,
 // so the tunnel address the hybrid start put on wn-vxlan stays there: it is a local address of the

@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import type { ApiClient } from '../../cli/api-client';
 import { CLI, DaemonProcess } from '../support/daemon-process';
 import { describeRoot } from '../support/describe-root';
-import { SimProcess } from '../backends/dpu/sim-process';
+import { SimProcess } from '../support/sim-process';
 import { waitUntil } from '../support/wait-until';
 import { attachRequest } from '../support/attach-request';
 import { linuxHostLinks } from '../support/kernel-view';

@@ -5,7 +5,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import type { AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
-import { SimProcess, waitUntil } from '../backends/dpu/sim-process';
+import { SimProcess, waitUntil } from '../support/sim-process';
 import { attachRequest, detachRequest } from '../support/attach-request';
 import { cniEnvelope, postCni } from '../support/cni-http';
 import { CLI, DaemonProcess } from '../support/daemon-process';

@@ -9,7 +9,7 @@ import { DaemonProcess } from '../support/daemon-process';
 import { describeRoot } from '../support/describe-root';
 import { NetnsSet, type TestNamespace } from '../support/netns';
 import { waitUntil } from '../support/wait-until';
-import { StandInKubeApiServer } from '../pools/support/standin-kube-apiserver';
+import { StandInKubeApiServer } from '../support/standin-kube-apiserver';
 
 // Forwarding on a node as a DaemonSet pod meets it: ranges from the Node (the stand-in API server),
 // /proc/sys read-only for the daemon (an unprivileged container), the node's IPv6 forwarding off. The

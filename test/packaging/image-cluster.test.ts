@@ -6,10 +6,10 @@ import { netnsPath, type TestNamespace } from '../support/netns';
 import { useNodeFixture } from '../support/node-fixture';
 import { requireProgram } from '../support/system-program';
 import { waitUntil } from '../support/wait-until';
-import { StandInKubeApiServer } from '../pools/support/standin-kube-apiserver';
+import { StandInKubeApiServer } from '../support/standin-kube-apiserver';
 import { CniChain, type CniCall, type CniConflist } from './cni-chain';
 import { buildImage, imageSkipReason, type Built } from './image-build';
-import { httpGetIn, tcpAsk, TcpListeners } from './netns-tcp';
+import { httpGetIn, tcpAsk, TcpListeners } from '../support/netns-tcp';
 import {
   container,
   httpProbe,

@@ -6,7 +6,7 @@ import { ipJson } from '../support/netns';
 import { useNodeFixture } from '../support/node-fixture';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
-import { runShim } from '../adapters/cni/cni-harness';
+import { runShim } from '../support/cni-harness';
 import { buildImage, imageSkipReason, type Built } from './image-build';
 import {
   container,

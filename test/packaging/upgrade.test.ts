@@ -4,7 +4,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ApiClient } from '../../cli/api-client';
 import { SCHEMA_VERSION } from '../../core/store/store';
-import { runShim } from '../adapters/cni/cni-harness';
+import { runShim } from '../support/cni-harness';
 import { CLI, type DaemonProcess } from '../support/daemon-process';
 import { linuxHostLinks } from '../support/kernel-view';
 import { isRoot } from '../support/netns';

@@ -8,7 +8,7 @@ import { claimBlock } from '../../pools/etcd/block-claimer';
 import { blockAt, blockIndex, blockLayout, type BlockLayout } from '../../pools/etcd/block-layout';
 import { BlockRegistry } from '../../pools/etcd/block-registry';
 import { isRoot } from '../support/netns';
-import { EtcdCluster, haveEtcd } from './support/etcd-cluster';
+import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
 
 // The block claim logic run against a plain model of ownership (block → node), on a real 3-member etcd
 // cluster: random sequences of claims, releases and concurrent claims by several nodes. After every

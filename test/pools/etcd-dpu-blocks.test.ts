@@ -9,7 +9,7 @@ import { CLI } from '../support/daemon-process';
 import { isRoot } from '../support/netns';
 import { rejection } from '../support/expect-error';
 import { waitUntil } from '../support/wait-until';
-import { EtcdCluster, haveEtcd } from './support/etcd-cluster';
+import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
 import { inBlock } from './support/pool-nodes';
 import { DPU_PREFIX, DpuPoolNode as Node, type DpuPoolNodeOptions } from './support/dpu-pool-node';
 

@@ -9,7 +9,7 @@ import { BlockRegistry } from '../../pools/etcd/block-registry';
 import { CLI } from '../support/daemon-process';
 import { isRoot } from '../support/netns';
 import { waitUntil } from '../support/wait-until';
-import { EtcdCluster, haveEtcd } from './support/etcd-cluster';
+import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
 import { inBlock } from './support/pool-nodes';
 import { DPU_PREFIX, DpuPoolNode, type DpuPoolNodeOptions } from './support/dpu-pool-node';
 

@@ -15,7 +15,7 @@ import { EtcdPoolSource } from '../../pools/etcd/etcd-pool-source';
 import { isRoot } from '../support/netns';
 import { rejection } from '../support/expect-error';
 import { waitUntil } from '../support/wait-until';
-import { EtcdCluster, haveEtcd } from './support/etcd-cluster';
+import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
 
 // One holder per node name, for everything published under it: two daemons given one --node-name on
 // the same kernel boot (another namespace, its own state directory, so another store id) are told

@@ -10,7 +10,7 @@ import { BlockRegistry } from '../../pools/etcd/block-registry';
 import { EtcdPeerSource } from '../../pools/etcd/etcd-peer-source';
 import { isRoot } from '../support/netns';
 import { waitUntil } from '../support/wait-until';
-import { EtcdCluster, haveEtcd } from './support/etcd-cluster';
+import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
 import { holdName, type HeldName } from './support/name-holder';
 
 // The etcd peer source against a real 3-member etcd cluster: sources in this process act as nodes,

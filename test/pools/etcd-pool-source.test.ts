@@ -8,7 +8,7 @@ import type { Etcd3 } from 'etcd3';
 import { BlockRegistry } from '../../pools/etcd/block-registry';
 import { CLI } from '../support/daemon-process';
 import { isRoot, NetnsSet } from '../support/netns';
-import { EtcdCluster, haveEtcd } from './support/etcd-cluster';
+import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
 import {
   attach,
   detach,

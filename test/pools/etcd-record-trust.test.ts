@@ -11,7 +11,7 @@ import { BlockRegistry } from '../../pools/etcd/block-registry';
 import { EtcdPeerSource } from '../../pools/etcd/etcd-peer-source';
 import { isRoot } from '../support/netns';
 import { waitUntil } from '../support/wait-until';
-import { EtcdCluster, haveEtcd } from './support/etcd-cluster';
+import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
 import { holdName, type HeldName } from './support/name-holder';
 
 // Records count only as daemons write them, on a real 3-member etcd: one without a lease (a person's,

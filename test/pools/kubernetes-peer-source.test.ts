@@ -11,7 +11,7 @@ import { FABRIC_ANNOTATION, encodeAnnotation } from '../../pools/kubernetes/fabr
 import { KubernetesPeerSource } from '../../pools/kubernetes/kubernetes-peer-source';
 import { kubernetesPoolSourceModule } from '../../pools/kubernetes/module';
 import { waitUntil } from '../support/wait-until';
-import { StandInKubeApiServer } from './support/standin-kube-apiserver';
+import { StandInKubeApiServer } from '../support/standin-kube-apiserver';
 
 // The Kubernetes peer source with the real @kubernetes/client-node against the stand-in API server
 // (real HTTPS, a list of all Nodes, a watch from its resourceVersion, 410 on expired versions, merge

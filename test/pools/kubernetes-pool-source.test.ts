@@ -16,7 +16,7 @@ import { NetnsSet } from '../support/netns';
 import { describeRoot } from '../support/describe-root';
 import { RecordingBackend } from '../support/recording-backend';
 import { eventually, grpcCode, inBlock } from './support/pool-nodes';
-import { StandInKubeApiServer } from './support/standin-kube-apiserver';
+import { StandInKubeApiServer } from '../support/standin-kube-apiserver';
 import { attachRequest } from '../support/attach-request';
 
 // The kubernetes pool source with the real @kubernetes/client-node against a stand-in API server

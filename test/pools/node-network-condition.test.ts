@@ -4,7 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { silentLogger } from '../../core/logger';
 import { CONDITION_REASON, NodeNetworkCondition } from '../../pools/kubernetes/node-network-condition';
-import { StandInKubeApiServer } from './support/standin-kube-apiserver';
+import { StandInKubeApiServer } from '../support/standin-kube-apiserver';
 import { waitUntil } from '../support/wait-until';
 
 // The Node's NetworkUnavailable condition against the stand-in API server: cleared once the daemon is

@@ -7,7 +7,7 @@ import { attachRequest } from '../support/attach-request';
 import { NetnsSet, ipJson } from '../support/netns';
 import { describeRoot } from '../support/describe-root';
 import { makeNodeNamespace } from './node-namespace';
-import { SimProcess, sleep } from '../backends/dpu/sim-process';
+import { SimProcess, sleep } from '../support/sim-process';
 import { waitUntil } from '../support/wait-until';
 
 // SIGKILL of the daemon while a DPU Attach waits for a slow agent. Before: the row, written while the

@@ -7,7 +7,7 @@ import { attachRequest, detachRequest } from '../support/attach-request';
 import { NetnsSet } from '../support/netns';
 import { describeRoot } from '../support/describe-root';
 import { makeNodeNamespace } from './node-namespace';
-import { SimProcess } from '../backends/dpu/sim-process';
+import { SimProcess } from '../support/sim-process';
 import { waitUntil } from '../support/wait-until';
 import { journalOf } from '../../backends/dpu-sim/state-file';
 

@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import fc from 'fast-check';
 import { CniServer } from '../../adapters/cni/cni-server';
 import { SUPPORTED_CNI_VERSIONS } from '../../adapters/cni/cni-version';
-import { buildShim, runShim } from '../adapters/cni/cni-harness';
+import { buildShim, runShim } from '../support/cni-harness';
 import { InProcessDaemon } from '../support/in-process-daemon';
 import { NetnsSet } from '../support/netns';
 import { describeRoot } from '../support/describe-root';

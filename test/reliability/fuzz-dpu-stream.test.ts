@@ -13,9 +13,9 @@ import {
   LinkState,
   PortOperState,
 } from '../../proto/gen/workloadnet/dpu/v1/dpu';
-import { okAck } from '../backends/dpu/fixtures';
-import { RawAgent } from '../backends/dpu/raw-agent';
-import { SimProcess, sleep, waitUntil } from '../backends/dpu/sim-process';
+import { okAck } from '../support/dpu-fixtures';
+import { RawAgent } from '../support/raw-agent';
+import { SimProcess, sleep, waitUntil } from '../support/sim-process';
 import { attachRequest, detachRequest } from '../support/attach-request';
 import { DaemonProcess } from '../support/daemon-process';
 import { NetnsSet } from '../support/netns';

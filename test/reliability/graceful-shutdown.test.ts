@@ -14,7 +14,7 @@ import { describeRoot } from '../support/describe-root';
 import { RecordingBackend } from '../support/recording-backend';
 import { cniEnvelope } from '../support/cni-http';
 import { makeNodeNamespace } from './node-namespace';
-import { SimProcess } from '../backends/dpu/sim-process';
+import { SimProcess } from '../support/sim-process';
 import { waitUntil } from '../support/wait-until';
 
 // SIGTERM while clients hold idle connections. Before: the daemon was still alive 30 s later with 50

@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import type { SimState } from '../../backends/dpu-sim/state-file';
-import { SimProcess, sleep } from '../backends/dpu/sim-process';
+import { SimProcess, sleep } from '../support/sim-process';
 import type { AttachChurn, ChurnCounts } from '../support/attach-churn';
 import { DaemonProcess } from '../support/daemon-process';
 import { describeRoot } from '../support/describe-root';

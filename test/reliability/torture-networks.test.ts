@@ -6,7 +6,7 @@ import { promisify } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import type { SimState } from '../../backends/dpu-sim/state-file';
 import { DEFAULT_CONFIG } from '../../core/config';
-import { SimProcess, sleep } from '../backends/dpu/sim-process';
+import { SimProcess, sleep } from '../support/sim-process';
 import { attachRequest, detachRequest } from '../support/attach-request';
 import { DaemonProcess } from '../support/daemon-process';
 import { codeName, outcome } from '../support/grpc-outcome';

@@ -10,9 +10,9 @@ import {
   peersOf,
   writePeersFile,
   type BareNode,
-} from '../backends/linux/fabric-topology';
-import { EtcdCluster } from '../pools/support/etcd-cluster';
-import { StandInKubeApiServer } from '../pools/support/standin-kube-apiserver';
+} from './fabric-topology';
+import { EtcdCluster } from './etcd-cluster';
+import { StandInKubeApiServer } from './standin-kube-apiserver';
 import { attachRequest } from './attach-request';
 import { DaemonProcess, type DaemonProcessOptions } from './daemon-process';
 import { waitUntil } from './wait-until';

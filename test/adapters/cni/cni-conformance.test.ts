@@ -4,7 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { CniServer } from '../../../adapters/cni/cni-server';
 import { exhausted, notFound, unavailable } from '../../../core/errors';
-import { type ShimRun, buildShim, runShim } from './cni-harness';
+import { type ShimRun, buildShim, runShim } from '../../support/cni-harness';
 import { NetnsSet } from '../../support/netns';
 import type { Attachment, WorkloadService } from '../../../core/workload-service';
 import { InProcessDaemon } from '../../support/in-process-daemon';

@@ -3,7 +3,7 @@ import * as path from 'node:path';
 import type { DaemonProcess } from '../../support/daemon-process';
 import { describeRoot } from '../../support/describe-root';
 import { useNodeFixture } from '../../support/node-fixture';
-import { runShim } from './cni-harness';
+import { runShim } from '../../support/cni-harness';
 
 // The real daemon (dist/cli/workloadnet.js) killed with SIGKILL and started again 1.5 s later: CNI calls
 // a runtime makes in that window wait for it through the forwarder's retry and succeed, so a runtime

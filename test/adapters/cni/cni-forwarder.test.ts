@@ -10,7 +10,7 @@ import { CniHandler } from '../../../adapters/cni/cni-handler';
 import { parseCniRequest } from '../../../adapters/cni/cni-request';
 import { CniServer } from '../../../adapters/cni/cni-server';
 import { LATEST_CNI_VERSION, SUPPORTED_CNI_VERSIONS } from '../../../adapters/cni/cni-version';
-import { buildShim, runShim } from './cni-harness';
+import { buildShim, runShim } from '../../support/cni-harness';
 import { InProcessDaemon } from '../../support/in-process-daemon';
 import { RecordingBackend } from '../../support/recording-backend';
 import { StandInNamespaces } from '../../support/stand-in-netns';

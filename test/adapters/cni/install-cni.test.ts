@@ -6,7 +6,7 @@ import { CniServer } from '../../../adapters/cni/cni-server';
 import { restoreMovedAside, runtimeConfigs } from '../../../adapters/cni/conf-dir';
 import { installCni, parseChain } from '../../../adapters/cni/install';
 import { rejection } from '../../support/expect-error';
-import { buildShim, runShim } from './cni-harness';
+import { buildShim, runShim } from '../../support/cni-harness';
 import { InProcessDaemon } from '../../support/in-process-daemon';
 import { RecordingBackend } from '../../support/recording-backend';
 

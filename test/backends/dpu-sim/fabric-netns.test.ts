@@ -7,9 +7,9 @@ import { describeRoot } from '../../support/describe-root';
 import { netnsPath } from '../../support/netns';
 import { pings } from '../../support/ping';
 import { waitUntil } from '../../support/wait-until';
-import { FabricTopology, kernelState, settings, type BareNode } from '../linux/fabric-topology';
-import { removeDir, scratchDir } from '../dpu/fixtures';
-import { SimProcess } from '../dpu/sim-process';
+import { FabricTopology, kernelState, settings, type BareNode } from '../../support/fabric-topology';
+import { removeDir, scratchDir } from '../../support/dpu-fixtures';
+import { SimProcess } from '../../support/sim-process';
 import { PORT, VNI, localPrefix, peer, route, vtep, vtepMac } from './fabric-objects';
 import { ScriptedDaemon, type Session } from './scripted-daemon';
 

@@ -1,8 +1,8 @@
 import { expect } from 'chai';
 import * as path from 'node:path';
 import { AckCode, ObjectKind, type FabricObject } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
-import { removeDir, scratchDir } from '../dpu/fixtures';
-import { SimProcess } from '../dpu/sim-process';
+import { removeDir, scratchDir } from '../../support/dpu-fixtures';
+import { SimProcess } from '../../support/sim-process';
 import { waitUntil } from '../../support/wait-until';
 import { localPrefix, peer, route, vtep } from './fabric-objects';
 import { ScriptedDaemon, type Session } from './scripted-daemon';

@@ -3,8 +3,8 @@ import * as path from 'node:path';
 import type { Port } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { describeRoot } from '../../support/describe-root';
 import { NetnsSet, ipJson } from '../../support/netns';
-import { removeDir, scratchDir } from '../dpu/fixtures';
-import { SimProcess } from '../dpu/sim-process';
+import { removeDir, scratchDir } from '../../support/dpu-fixtures';
+import { SimProcess } from '../../support/sim-process';
 import { OK, ScriptedDaemon, type Session } from './scripted-daemon';
 
 // A simulator in netns mode SIGKILLed and started again with a new boot id. With --keep-vfs it plays a

@@ -15,7 +15,7 @@ import { waitUntil } from '../../support/wait-until';
 
 // The daemon's side of the agent protocol, driven by the test: it accepts an agent's hello with the
 // version and features the test says, sends exactly the snapshot and changes the test says, and records
-// what the agent answers (hello, acks, PeerStatus). The reverse of test/backends/dpu/raw-agent.ts, for
+// what the agent answers (hello, acks, PeerStatus). The reverse of test/support/raw-agent.ts, for
 // testing the simulator without the daemon.
 
 export interface Session {

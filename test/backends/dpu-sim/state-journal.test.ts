@@ -3,7 +3,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { journalOf, readStateFile, StateFile, type SimState } from '../../../backends/dpu-sim/state-file';
 import type { FabricObject, PeerState } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
-import { removeDir, scratchDir } from '../dpu/fixtures';
+import { removeDir, scratchDir } from '../../support/dpu-fixtures';
 import { peer, route, vtep } from './fabric-objects';
 
 // The simulator's state file with its journal: a change to one fabric object appends a line instead of

@@ -2,9 +2,9 @@ import { expect } from 'chai';
 import * as path from 'node:path';
 import { status } from '@grpc/grpc-js';
 import type { DpuBackend } from '../../../backends/dpu';
-import { okAck, removeDir, scratchDir, spec, startBackend } from './fixtures';
-import { RawAgent } from './raw-agent';
-import { sleep } from './sim-process';
+import { okAck, removeDir, scratchDir, spec, startBackend } from '../../support/dpu-fixtures';
+import { RawAgent } from '../../support/raw-agent';
+import { sleep } from '../../support/sim-process';
 import { attachTo } from '../../support/attach-spec';
 
 // Agents are outside the daemon's trust: whatever one sends, the daemon logs it, refuses it, and keeps

@@ -4,9 +4,9 @@ import { Writable } from 'node:stream';
 import { createLogger } from '../../../core/logger';
 import type { DpuBackend } from '../../../backends/dpu';
 import { DpuStatus } from '../../../proto/gen/workloadnet/v1/workload';
-import { removeDir, scratchDir, startBackend } from './fixtures';
-import { RawAgent } from './raw-agent';
-import { waitUntil } from './sim-process';
+import { removeDir, scratchDir, startBackend } from '../../support/dpu-fixtures';
+import { RawAgent } from '../../support/raw-agent';
+import { waitUntil } from '../../support/sim-process';
 
 // The wall clock of a node can jump: NTP stepping a clock that drifted, an operator's `date -s`. The
 // daemon's view of its agents must not: a well-behaved agent's heartbeats were dropped as over the rate

@@ -6,8 +6,8 @@ import type { AttachmentView, DataplaneResult } from '../../../core/backend';
 import type { DpuBackend } from '../../../backends/dpu';
 import { NetnsSet, ipJson } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
-import { removeDir, scratchDir, spec, startBackend, view } from './fixtures';
-import { SimProcess } from './sim-process';
+import { removeDir, scratchDir, spec, startBackend, view } from '../../support/dpu-fixtures';
+import { SimProcess } from '../../support/sim-process';
 import { attachTo, type TestSpec } from '../../support/attach-spec';
 
 // A daemon killed during a DPU Attach after the VF was moved into the workload, before the agent's

@@ -12,10 +12,10 @@ import {
   type PeerState,
 } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { vtepMac } from '../../../lib/vtep-mac';
-import { okAck, removeDir, scratchDir, startBackend } from './fixtures';
-import { RawAgent } from './raw-agent';
+import { okAck, removeDir, scratchDir, startBackend } from '../../support/dpu-fixtures';
+import { RawAgent } from '../../support/raw-agent';
 import { fabricAck, fabricUpserts, snapshot, v3Hello } from './fabric-stream';
-import { waitUntil } from './sim-process';
+import { waitUntil } from '../../support/sim-process';
 
 // The DPU backend's fabric against its real agent server, with hand-driven agents: a version 3 agent
 // that carries the fabric gets its objects in every snapshot and acks them one by one, and the node is

@@ -6,10 +6,10 @@ import { planFabric, type FabricAgent } from '../../../backends/dpu/fabric-plan'
 import type { FabricSettings, OwnPrefixes } from '../../../core/fabric-dataplane';
 import type { Peer } from '../../../core/peer-source';
 import { dpuVtepMac, vtepMac } from '../../../lib/vtep-mac';
-import { removeDir, scratchDir, startBackend } from './fixtures';
+import { removeDir, scratchDir, startBackend } from '../../support/dpu-fixtures';
 import { fabricAck, fabricUpserts, snapshot, v3Hello } from './fabric-stream';
-import { RawAgent } from './raw-agent';
-import { waitUntil } from './sim-process';
+import { RawAgent } from '../../support/raw-agent';
+import { waitUntil } from '../../support/sim-process';
 
 // With a source that publishes records (the fabric settings carry the node's name), a DPU's VTEP MAC
 // is derived from "<node>/<agent id>" and its address: two DPUs of different nodes at one address (two

@@ -4,10 +4,10 @@ import type { DpuBackend } from '../../../backends/dpu';
 import type { FabricSettings, OwnPrefixes } from '../../../core/fabric-dataplane';
 import type { Peer } from '../../../core/peer-source';
 import { AckCode, ObjectKind, type AgentMessage } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
-import { removeDir, scratchDir, startBackend } from './fixtures';
+import { removeDir, scratchDir, startBackend } from '../../support/dpu-fixtures';
 import { fabricAck, fabricUpserts, snapshot, v3Hello } from './fabric-stream';
-import { RawAgent } from './raw-agent';
-import { waitUntil } from './sim-process';
+import { RawAgent } from '../../support/raw-agent';
+import { waitUntil } from '../../support/sim-process';
 
 // One endpoint, one holder: a DPU may carry the fabric only at an address no other node and no other
 // DPU of this node already has. The holder keeps it; the newcomer serves ports, says why, and carries

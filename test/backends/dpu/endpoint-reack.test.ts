@@ -11,9 +11,9 @@ import { DaemonProcess } from '../../support/daemon-process';
 import { NetnsSet, addNodeUplink, ipJson } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';
-import { okAck } from './fixtures';
-import { RawAgent } from './raw-agent';
-import { waitUntil } from './sim-process';
+import { okAck } from '../../support/dpu-fixtures';
+import { RawAgent } from '../../support/raw-agent';
+import { waitUntil } from '../../support/sim-process';
 
 // A workload with eth0 on a Linux network and net1 on a DPU network. The DPU agent is outside the
 // host's trust, and here it is a rogue: after its port is plumbed as net1 it acks the port again naming

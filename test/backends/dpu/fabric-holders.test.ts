@@ -6,10 +6,10 @@ import type { HolderRecord, StoredHolders } from '../../../backends/dpu/fabric-h
 import { FabricPlanner, type PlanContext } from '../../../backends/dpu/fabric-planner';
 import type { FabricSettings, OwnPrefixes } from '../../../core/fabric-dataplane';
 import type { Peer } from '../../../core/peer-source';
-import { removeDir, scratchDir, startBackend } from './fixtures';
+import { removeDir, scratchDir, startBackend } from '../../support/dpu-fixtures';
 import { fabricAck, snapshot, v3Hello } from './fabric-stream';
-import { RawAgent } from './raw-agent';
-import { waitUntil } from './sim-process';
+import { RawAgent } from '../../support/raw-agent';
+import { waitUntil } from '../../support/sim-process';
 
 // The incumbent keeps its FDB entry on the DPU across a daemon restart: the holders of an agent's plan
 // are kept in the store and restored before its first plan, so a newcomer that sorts first and states

@@ -5,8 +5,8 @@ import {
   type FabricObject,
   type Hello,
 } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
-import { okAck } from './fixtures';
-import { RawAgent } from './raw-agent';
+import { okAck } from '../../support/dpu-fixtures';
+import { RawAgent } from '../../support/raw-agent';
 
 // What a hand-driven agent of protocol version 3 says and reads of the fabric: its hello, its acks of
 // fabric objects, the upserts and snapshots the daemon sends it.

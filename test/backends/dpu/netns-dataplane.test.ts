@@ -8,9 +8,9 @@ import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import { NetnsSet, ipJson } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';
-import { removeDir, scratchDir, spec, startBackend, view } from './fixtures';
+import { removeDir, scratchDir, spec, startBackend, view } from '../../support/dpu-fixtures';
 import { measureMbps } from './throughput';
-import { SimProcess, waitUntil } from './sim-process';
+import { SimProcess, waitUntil } from '../../support/sim-process';
 import { attachTo, type TestSpec } from '../../support/attach-spec';
 
 // The whole offload with real interfaces: a node namespace (the host side), a namespace standing for

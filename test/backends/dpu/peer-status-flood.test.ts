@@ -10,10 +10,10 @@ import type { Peer } from '../../../core/peer-source';
 import { createLogger } from '../../../core/logger';
 import type { PeerState, PeerStatus } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { attachTo } from '../../support/attach-spec';
-import { okAck, removeDir, scratchDir, spec, startBackend } from './fixtures';
+import { okAck, removeDir, scratchDir, spec, startBackend } from '../../support/dpu-fixtures';
 import { fabricUpserts, snapshot, v3Hello } from './fabric-stream';
-import { RawAgent } from './raw-agent';
-import { sleep, waitUntil } from './sim-process';
+import { RawAgent } from '../../support/raw-agent';
+import { sleep, waitUntil } from '../../support/sim-process';
 
 // A rogue agent reports peers it was never sent, each message naming thousands not named before.
 // Before: the daemon kept every one (78 to 510 MB in 32 s), also after the session ended, and took

@@ -3,8 +3,8 @@ import * as path from 'node:path';
 import type { DpuBackend } from '../../../backends/dpu';
 import { attachTo } from '../../support/attach-spec';
 import { rejection } from '../../support/expect-error';
-import { okAck, removeDir, scratchDir, spec, startBackend } from './fixtures';
-import { RawAgent } from './raw-agent';
+import { okAck, removeDir, scratchDir, spec, startBackend } from '../../support/dpu-fixtures';
+import { RawAgent } from '../../support/raw-agent';
 
 // place(): the agent a new interface goes to, chosen before its address is allocated (so that the
 // address can come from that DPU's slices), by the same rule attach uses; attach then keeps to it.

@@ -6,9 +6,9 @@ import { createLogger } from '../../../core/logger';
 import { PortOperState } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { DpuBackend } from '../../../backends/dpu';
 import { PORT_STATUS_MESSAGE_MAX, PortStatusGate } from '../../../backends/dpu/port-status-gate';
-import { okAck, removeDir, scratchDir, spec, startBackend, view } from './fixtures';
-import { RawAgent } from './raw-agent';
-import { sleep } from './sim-process';
+import { okAck, removeDir, scratchDir, spec, startBackend, view } from '../../support/dpu-fixtures';
+import { RawAgent } from '../../support/raw-agent';
+import { sleep } from '../../support/sim-process';
 import { attachTo } from '../../support/attach-spec';
 
 // An agent floods PortStatus about a port the daemon knows, each message carrying 1,000 characters of

@@ -9,9 +9,17 @@ import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import { attachTo, type TestSpec } from '../../support/attach-spec';
 import { NetnsSet, addNodeUplink, ipJson } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
-import { expectCode, okAck, removeDir, scratchDir, spec, startBackend, view } from './fixtures';
-import { RawAgent } from './raw-agent';
-import { waitUntil } from './sim-process';
+import {
+  expectCode,
+  okAck,
+  removeDir,
+  scratchDir,
+  spec,
+  startBackend,
+  view,
+} from '../../support/dpu-fixtures';
+import { RawAgent } from '../../support/raw-agent';
+import { waitUntil } from '../../support/sim-process';
 
 // A DPU agent is outside the host's trust: the netdev it names as a port's host end is moved into a
 // workload only when it looks like a VF nobody on the host uses. Here a real gRPC client plays a rogue

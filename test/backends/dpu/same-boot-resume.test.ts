@@ -4,8 +4,8 @@ import * as path from 'node:path';
 import type { DataplaneResult } from '../../../core/backend';
 import type { DpuBackend } from '../../../backends/dpu';
 import { attachTo } from '../../support/attach-spec';
-import { removeDir, scratchDir, spec, startBackend, view } from './fixtures';
-import { SimProcess, waitUntil } from './sim-process';
+import { removeDir, scratchDir, spec, startBackend, view } from '../../support/dpu-fixtures';
+import { SimProcess, waitUntil } from '../../support/sim-process';
 
 // An agent SIGKILLed and restarted with the same boot id resumes the port table its state file held,
 // which a slow disk keeps behind the agent's memory. While the daemon's store is new, its snapshots keep

@@ -2,8 +2,8 @@ import { expect } from 'chai';
 import * as path from 'node:path';
 import type { DataplaneResult } from '../../../core/backend';
 import type { DpuBackend } from '../../../backends/dpu';
-import { expectCode, removeDir, scratchDir, spec, startBackend, view } from './fixtures';
-import { SimProcess, sleep, waitUntil } from './sim-process';
+import { expectCode, removeDir, scratchDir, spec, startBackend, view } from '../../support/dpu-fixtures';
+import { SimProcess, sleep, waitUntil } from '../../support/sim-process';
 import { attachTo } from '../../support/attach-spec';
 import { NetnsHandle } from '../../../lib/netns/netns-handle';
 

@@ -6,9 +6,9 @@ import type { Peer } from '../../../core/peer-source';
 import type { ControllerMessage } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { attachTo } from '../../support/attach-spec';
 import { fabricAck, fabricUpserts, v3Hello } from './fabric-stream';
-import { okAck, removeDir, scratchDir, spec, startBackend } from './fixtures';
-import { RawAgent } from './raw-agent';
-import { waitUntil } from './sim-process';
+import { okAck, removeDir, scratchDir, spec, startBackend } from '../../support/dpu-fixtures';
+import { RawAgent } from '../../support/raw-agent';
+import { waitUntil } from '../../support/sim-process';
 
 // A reconnecting agent with ports and fabric objects gets its ports first, in a snapshot of their own:
 // a rebooted DPU programs its VFs (and the daemon moves them back) before it works through thousands

@@ -2,8 +2,8 @@ import { expect } from 'chai';
 import * as path from 'node:path';
 import { DpuBackend } from '../../../backends/dpu';
 import { makeCa, makeLeaf, makeTestPki, type TestPki } from '../../support/pki';
-import { expectCode, removeDir, scratchDir, startBackend } from './fixtures';
-import { SimProcess, sleep } from './sim-process';
+import { expectCode, removeDir, scratchDir, startBackend } from '../../support/dpu-fixtures';
+import { SimProcess, sleep } from '../../support/sim-process';
 
 // Agents over TCP: mutual TLS, and the hello's agent id must be a name the client certificate carries.
 // Certificates are made fresh with openssl for every run.

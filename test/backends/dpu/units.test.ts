@@ -31,7 +31,7 @@ import {
   type Port,
 } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { WorkloadNetError } from '../../../core/errors';
-import { spec } from './fixtures';
+import { spec } from '../../support/dpu-fixtures';
 
 // The pieces of the DPU backend and simulator that need no process or socket.
 

@@ -9,7 +9,7 @@ import {
   newVethRequest,
   setLinkRequest,
 } from '../../../lib/rtnetlink';
-import { ipJson } from './netns-fixture';
+import { ipJson } from '../../support/netns-fixture';
 import { NetnsSet, netnsPath } from '../../support/netns';
 
 // The synchronous socket the netlink thread uses, against a real kernel in a test-owned namespace

@@ -5,7 +5,7 @@ import { nftRunner } from '../../../backends/linux/fabric/nft-runner';
 import { NetnsSet, type TestNamespace } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { requireProgram } from '../../support/system-program';
-import { TcpListeners, tcpAsk } from '../../packaging/netns-tcp';
+import { TcpListeners, tcpAsk } from '../../support/netns-tcp';
 
 // The egress masquerade beside kube-proxy, in each of its two modes, on a node namespace forwarding
 // between two pods (10.244.1.5, 10.244.2.5) and an "outside" (198.51.100.2) that knows no pod range.

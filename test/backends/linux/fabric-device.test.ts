@@ -2,8 +2,14 @@ import { expect } from 'chai';
 import type { FabricSettings, LocalNode } from '../../../core/fabric-dataplane';
 import type { Peer } from '../../../core/peer-source';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
-import { ip, ipJson } from './netns-fixture';
-import { CLUSTER, FabricTopology, kernelState, settings, type TopologyNode } from './fabric-topology';
+import { ip, ipJson } from '../../support/netns-fixture';
+import {
+  CLUSTER,
+  FabricTopology,
+  kernelState,
+  settings,
+  type TopologyNode,
+} from '../../support/fabric-topology';
 import { netnsPath } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';

@@ -7,8 +7,14 @@ import { discoverUnderlay } from '../../../backends/linux/fabric/underlay';
 import { VxlanSourceFilter, nftRunner } from '../../../backends/linux/fabric/vxlan-source-filter';
 import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import { NetlinkSocket } from '../../../lib/rtnetlink';
-import { ip, ipJson, netnsExec } from './netns-fixture';
-import { CLUSTER, FabricTopology, settings, type BareNode, type TopologyNode } from './fabric-topology';
+import { ip, ipJson, netnsExec } from '../../support/netns-fixture';
+import {
+  CLUSTER,
+  FabricTopology,
+  settings,
+  type BareNode,
+  type TopologyNode,
+} from '../../support/fabric-topology';
 import { netnsPath } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';

@@ -4,8 +4,14 @@ import type { LocalNode } from '../../../core/fabric-dataplane';
 import type { Peer, TunnelEndpoint } from '../../../core/peer-source';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { vtepMac } from '../../../lib/vtep-mac';
-import { ip, ipJson, netnsExec } from './netns-fixture';
-import { FabricTopology, bridge, kernelState, settings, type TopologyNode } from './fabric-topology';
+import { ip, ipJson, netnsExec } from '../../support/netns-fixture';
+import {
+  FabricTopology,
+  bridge,
+  kernelState,
+  settings,
+  type TopologyNode,
+} from '../../support/fabric-topology';
 import { netnsPath } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';

@@ -5,11 +5,11 @@ import type { Peer } from '../../../core/peer-source';
 import { silentLogger } from '../../../core/logger';
 import { Metrics } from '../../../core/metrics';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
-import { ManualPeerSource, until } from '../../core/fabric/recording-fabric-dataplane';
+import { ManualPeerSource, until } from '../../support/recording-fabric-dataplane';
 import { describeRoot } from '../../support/describe-root';
 import { netnsPath } from '../../support/netns';
 import { pings } from '../../support/ping';
-import { FabricTopology, kernelState, settings } from './fabric-topology';
+import { FabricTopology, kernelState, settings } from '../../support/fabric-topology';
 
 // A record that states a live node's VTEP MAC, on the real kernel: na's fabric controller and Linux
 // dataplane are given nb and nc, then a record "aaa" (named before them, an underlay address nothing

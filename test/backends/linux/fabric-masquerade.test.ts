@@ -3,7 +3,7 @@ import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { promisify } from 'node:util';
 import type { LocalNode } from '../../../core/fabric-dataplane';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
-import { FabricTopology, settings, type TopologyNode } from './fabric-topology';
+import { FabricTopology, settings, type TopologyNode } from '../../support/fabric-topology';
 import { netnsPath } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { requireProgram } from '../../support/system-program';

@@ -1,8 +1,8 @@
 import { expect } from 'chai';
 import type { LocalNode, PeerProbe } from '../../../core/fabric-dataplane';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
-import { ip } from './netns-fixture';
-import { FabricTopology, settings, type TopologyNode } from './fabric-topology';
+import { ip } from '../../support/netns-fixture';
+import { FabricTopology, settings, type TopologyNode } from '../../support/fabric-topology';
 import { netnsPath } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { waitUntil } from '../../support/wait-until';

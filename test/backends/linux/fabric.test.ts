@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import type { FabricReport, FabricSettings, LocalNode } from '../../../core/fabric-dataplane';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
-import { ip, ipJson } from './netns-fixture';
+import { ip, ipJson } from '../../support/netns-fixture';
 import {
   CLUSTER,
   FabricTopology,
@@ -12,7 +12,7 @@ import {
   settings,
   vxlanTxPackets,
   type TopologyNode,
-} from './fabric-topology';
+} from '../../support/fabric-topology';
 import { netnsPath } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';

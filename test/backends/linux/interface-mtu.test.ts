@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import type { AttachmentView, DataplaneResult, IpAssignment } from '../../../core/backend';
 import { LinuxBackend } from '../../../backends/linux/linux-backend';
 import { NetnsHandle } from '../../../lib/netns/netns-handle';
-import { ip, netnsInode } from './netns-fixture';
+import { ip, netnsInode } from '../../support/netns-fixture';
 import { NetnsSet, netnsPath } from '../../support/netns';
 import { attachTo, testSpec, type TestSpec } from '../../support/attach-spec';
 import { describeRoot } from '../../support/describe-root';

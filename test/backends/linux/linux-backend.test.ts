@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import type { AttachmentView, BackendHealth, DataplaneResult, IpAssignment } from '../../../core/backend';
 import { hostLinkName } from '../../../backends/linux/host-link-name';
 import { LinuxBackend } from '../../../backends/linux/linux-backend';
-import { ip, ipJson, netnsExec, netnsInode } from './netns-fixture';
+import { ip, ipJson, netnsExec, netnsInode } from '../../support/netns-fixture';
 import { NetnsSet, netnsPath } from '../../support/netns';
 import { attachTo, testSpec, type TestSpec } from '../../support/attach-spec';
 import { rejection } from '../../support/expect-error';

@@ -14,7 +14,7 @@ import {
   setLinkRequest,
   NetlinkSocket,
 } from '../../../lib/rtnetlink';
-import { ipJson } from './netns-fixture';
+import { ipJson } from '../../support/netns-fixture';
 import { NetnsSet, netnsPath } from '../../support/netns';
 
 // The socket against a real kernel, inside a test-owned namespace.

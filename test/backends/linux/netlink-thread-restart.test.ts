@@ -3,7 +3,7 @@ import type { Worker } from 'node:worker_threads';
 import { LinuxBackend } from '../../../backends/linux/linux-backend';
 import type { NetlinkThread } from '../../../backends/linux/netlink-thread';
 import type { RestartingReader } from '../../../backends/linux/restarting-reader';
-import { netnsInode } from './netns-fixture';
+import { netnsInode } from '../../support/netns-fixture';
 import { NetnsSet, netnsPath } from '../../support/netns';
 import { attachTo, testSpec } from '../../support/attach-spec';
 import { describeRoot } from '../../support/describe-root';

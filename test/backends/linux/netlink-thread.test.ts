@@ -6,7 +6,7 @@ import { planAttachment, randomMac } from '../../../backends/linux/attach-plan';
 import { resolveLinuxBackendOptions } from '../../../backends/linux/linux-backend-options';
 import { NetlinkThread } from '../../../backends/linux/netlink-thread';
 import { NetlinkError } from '../../../lib/rtnetlink';
-import { ip, ipJson } from './netns-fixture';
+import { ip, ipJson } from '../../support/netns-fixture';
 import { NetnsSet, netnsPath } from '../../support/netns';
 
 // The netlink thread on its own: one attach's exchange per message, its failures carried back with

@@ -1,6 +1,6 @@
 import type { FabricReport, LocalNode, OwnPrefixes } from '../../../core/fabric-dataplane';
 import type { NodeRecord, Peer, TunnelEndpoint } from '../../../core/peer-source';
-import { ManualPeerSource, RecordingFabricDataplane } from './recording-fabric-dataplane';
+import { ManualPeerSource, RecordingFabricDataplane } from '../../support/recording-fabric-dataplane';
 
 // Stand-ins for a node whose DPUs carry the fabric: a dataplane whose DPUs the test sets (the DPU
 // backend's is tested against the simulator), and a peer source that records what the node publishes.

@@ -4,7 +4,12 @@ import type { FabricSettings, OwnPrefixes, PeerProbe, FabricReport } from '../..
 import type { Peer } from '../../../core/peer-source';
 import { silentLogger } from '../../../core/logger';
 import { Metrics } from '../../../core/metrics';
-import { ManualPeerSource, RecordingFabricDataplane, peer, until } from './recording-fabric-dataplane';
+import {
+  ManualPeerSource,
+  RecordingFabricDataplane,
+  peer,
+  until,
+} from '../../support/recording-fabric-dataplane';
 
 // The withdrawal rule with the data path as second witness: a peer that left its source is withdrawn at
 // once only when its probes fail too (it answered before and no longer does); while they pass, or

@@ -6,7 +6,12 @@ import { AppliedPeersFile } from '../../../core/fabric/applied-peers-file';
 import { FabricController } from '../../../core/fabric/fabric-controller';
 import type { FabricSettings } from '../../../core/fabric-dataplane';
 import { silentLogger } from '../../../core/logger';
-import { ManualPeerSource, RecordingFabricDataplane, peer, until } from './recording-fabric-dataplane';
+import {
+  ManualPeerSource,
+  RecordingFabricDataplane,
+  peer,
+  until,
+} from '../../support/recording-fabric-dataplane';
 
 // The withdrawal grace across a restart of the daemon, and when most peers leave at once: a route is
 // removed only after the grace, whatever the first list after a restart says.

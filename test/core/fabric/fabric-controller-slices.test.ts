@@ -10,7 +10,7 @@ import { silentLogger } from '../../../core/logger';
 import { Metrics } from '../../../core/metrics';
 import type { StoredSlices } from '../../../core/store/store';
 import { DpuDataplane, PublishingSource, dpu } from './dpu-recording-dataplane';
-import { peer, until } from './recording-fabric-dataplane';
+import { peer, until } from '../../support/recording-fabric-dataplane';
 
 // The fabric controller on a node whose DPUs carry the fabric: a dataplane whose DPUs come and go, a
 // slice book over a real allocator, a peer source that records what this node publishes.

@@ -9,7 +9,12 @@ import { silentLogger } from '../../../core/logger';
 import { Metrics } from '../../../core/metrics';
 import { FabricPodMtu } from '../../../core/fabric/pod-mtu';
 import { DpuDataplane, dpu } from './dpu-recording-dataplane';
-import { ManualPeerSource, RecordingFabricDataplane, peer, until } from './recording-fabric-dataplane';
+import {
+  ManualPeerSource,
+  RecordingFabricDataplane,
+  peer,
+  until,
+} from '../../support/recording-fabric-dataplane';
 
 // The fabric controller against a peer source moved by hand and a dataplane that records its tables.
 // Time of the withdrawal grace is a clock the test moves; nothing waits on it.

@@ -3,7 +3,7 @@ import type { FabricReport, PeerPath, PeerProbe, PeerSeenBy } from '../../../cor
 import type { Peer } from '../../../core/peer-source';
 import { PeerRows } from '../../../core/fabric/peer-rows';
 import type { Withdrawal } from '../../../core/fabric/withdrawal-grace';
-import { peer } from './recording-fabric-dataplane';
+import { peer } from '../../support/recording-fabric-dataplane';
 
 // The peer rows of Status: made again only when what a row shows changed, so that one peer's change at
 // 5,000 peers costs one row; and what moves between applies (probes, the DPUs' PeerStatus) put on at

@@ -6,7 +6,7 @@ import { PeersFileReader, parsePeersFile, readPeersFile } from '../../../core/fa
 import type { NodeRecord } from '../../../core/peer-source';
 import { StaticPeerSource } from '../../../core/fabric/static-peer-source';
 import { silentLogger } from '../../../core/logger';
-import { until } from './recording-fabric-dataplane';
+import { until } from '../../support/recording-fabric-dataplane';
 
 // The static peer source: the peers a file lists, read again when it changes; a bad file changes
 // nothing; this node's own entry is skipped.

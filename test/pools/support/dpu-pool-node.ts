@@ -5,7 +5,7 @@ import { silentLogger } from '../../../core/logger';
 import { Metrics } from '../../../core/metrics';
 import { Store } from '../../../core/store/store';
 import { EtcdPoolSource, type EtcdPoolSourceOptions } from '../../../pools/etcd/etcd-pool-source';
-import type { EtcdCluster } from './etcd-cluster';
+import type { EtcdCluster } from '../../support/etcd-cluster';
 
 // One node of the etcd pool source with DPUs, as the daemon wires it, without the daemon around it:
 // its store, allocator, pool source and slice book. Attaches and detaches go through the book.

@@ -4,7 +4,7 @@ import { cidrContains, parseAddress, parseCidr } from '../../../lib/cidr';
 import type { StatusResponse } from '../../../proto/gen/workloadnet/v1/workload';
 import { DaemonProcess } from '../../support/daemon-process';
 import { addNodeUplink, type NetnsSet } from '../../support/netns';
-import type { EtcdCluster } from './etcd-cluster';
+import type { EtcdCluster } from '../../support/etcd-cluster';
 import { attachRequest } from '../../support/attach-request';
 import { waitUntil } from '../../support/wait-until';
 

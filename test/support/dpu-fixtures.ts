@@ -1,12 +1,12 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { AttachmentView, DataplaneResult } from '../../../core/backend';
-import { testSpec, type TestSpec } from '../../support/attach-spec';
-import { rejection } from '../../support/expect-error';
-import type { ErrorCode, WorkloadNetError } from '../../../core/errors';
-import { DpuBackend, type DpuBackendOptions } from '../../../backends/dpu';
-import { AckCode, ObjectKind, type Ack, type AgentMessage } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+import type { AttachmentView, DataplaneResult } from '../../core/backend';
+import { testSpec, type TestSpec } from './attach-spec';
+import { rejection } from './expect-error';
+import type { ErrorCode, WorkloadNetError } from '../../core/errors';
+import { DpuBackend, type DpuBackendOptions } from '../../backends/dpu';
+import { AckCode, ObjectKind, type Ack, type AgentMessage } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 
 // Shared set-up for the DPU backend tests: a scratch directory per test, a backend listening on a
 // socket inside it, attach specs that need no real namespace (the simulator's default dataplane

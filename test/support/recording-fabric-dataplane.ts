@@ -4,8 +4,8 @@ import type {
   FabricSettings,
   LocalNode,
   PeerSeenBy,
-} from '../../../core/fabric-dataplane';
-import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from '../../../core/peer-source';
+} from '../../core/fabric-dataplane';
+import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from '../../core/peer-source';
 
 // Stand-ins for the fabric's two seams: a dataplane that records what it is asked to program (the
 // kernel one is tested with real namespaces in test/backends/linux), and a peer source the test moves

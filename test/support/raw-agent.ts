@@ -4,7 +4,7 @@ import {
   type AgentMessage,
   type ControllerMessage,
   type Hello,
-} from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+} from '../../proto/gen/workloadnet/dpu/v1/dpu';
 
 // A hand-driven agent for protocol tests: it sends exactly what the test says, including things a
 // correct agent never would, and records everything the daemon sends back.

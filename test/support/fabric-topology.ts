@@ -6,15 +6,15 @@
 import { execFile, execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import { promisify } from 'node:util';
-import type { Peer } from '../../../core/peer-source';
-import type { FabricSettings, LocalNode } from '../../../core/fabric-dataplane';
-import type { IpAssignment } from '../../../core/backend';
-import { vtepMac } from '../../../lib/vtep-mac';
-import { LinuxBackend } from '../../../backends/linux/linux-backend';
-import { CLI } from '../../support/daemon-process';
-import { NetnsSet, netnsPath } from '../../support/netns';
+import type { Peer } from '../../core/peer-source';
+import type { FabricSettings, LocalNode } from '../../core/fabric-dataplane';
+import type { IpAssignment } from '../../core/backend';
+import { vtepMac } from '../../lib/vtep-mac';
+import { LinuxBackend } from '../../backends/linux/linux-backend';
+import { CLI } from './daemon-process';
+import { NetnsSet, netnsPath } from './netns';
 import { ip, ipJson, netnsInode } from './netns-fixture';
-import { attachTo, testSpec } from '../../support/attach-spec';
+import { attachTo, testSpec } from './attach-spec';
 
 const run = promisify(execFile);
 

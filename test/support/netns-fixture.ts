@@ -5,8 +5,8 @@
 import { execFile } from 'node:child_process';
 import * as fs from 'node:fs';
 import { promisify } from 'node:util';
-import { netnsPath } from '../../support/netns';
-import { requireProgram } from '../../support/system-program';
+import { netnsPath } from './netns';
+import { requireProgram } from './system-program';
 
 const run = promisify(execFile);
 

@@ -4,7 +4,7 @@ import * as https from 'node:https';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import * as path from 'node:path';
-import { NetnsHandle } from '../../../lib/netns/netns-handle';
+import { NetnsHandle } from '../../lib/netns/netns-handle';
 
 // A stand-in for the Kubernetes API server, written for the tests because no real one can be installed
 // here. It speaks only what a node's pool and peer sources use, as the real one does: HTTPS with a

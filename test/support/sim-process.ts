@@ -1,11 +1,11 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import * as path from 'node:path';
-import { readStateFile, type SimState } from '../../../backends/dpu-sim/state-file';
+import { readStateFile, type SimState } from '../../backends/dpu-sim/state-file';
 
 // The simulator as the daemon meets it: a separate node process started from the compiled executable,
 // observed only through its state file, its stderr and its exit code.
 
-export const SIM_MAIN = path.resolve(__dirname, '../../../backends/dpu-sim/main.js');
+export const SIM_MAIN = path.resolve(__dirname, '../../backends/dpu-sim/main.js');
 
 export interface SimStartOptions {
   socket?: string;
@@ -110,4 +110,4 @@ export function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
 }
 
-export { waitUntil } from '../../support/wait-until';
+export { waitUntil } from './wait-until';

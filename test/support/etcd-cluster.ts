@@ -2,8 +2,8 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { Etcd3 } from 'etcd3';
-import { addNetns, delNetns, uniqueName } from '../../support/netns';
-import { requireProgram } from '../../support/system-program';
+import { addNetns, delNetns, uniqueName } from './netns';
+import { requireProgram } from './system-program';
 
 // A real etcd cluster (Debian's etcd-server) of several members on the loopback of a test-owned
 // network namespace. Members can be killed and started again with their data, like a real outage.
