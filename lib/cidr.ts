@@ -5,7 +5,7 @@
 // legacy IPv4 spellings ("10.1", "0x0a.0.0.1", "012.0.0.1") that the kernel and CNI results must never
 // see, it works on arrays of parts rather than numbers (we need offsets into pools anyway), and
 // RFC 5952 output is an extra call that is easy to forget. Strict parsing plus canonical output is
-// about 150 lines, all covered by the tests in test/core/cidr.test.ts.
+// about 150 lines, all covered by the tests in test/lib/cidr.test.ts.
 
 /**
  * Text that is not an address or a CIDR, or a value out of its family's range. Always the caller's

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
-import type { EgressDataplane, EgressRanges } from '../../core/backend';
-import { EgressController } from '../../core/egress/egress-controller';
-import { silentLogger } from '../../core/logger';
+import type { EgressDataplane, EgressRanges } from '../../../core/backend';
+import { EgressController } from '../../../core/egress/egress-controller';
+import { silentLogger } from '../../../core/logger';
 
 // The controller's promise to an attach: a range that arrived is masqueraded before the attach that
 // uses it is answered (inStep), and nothing is waited for when no change is pending. The dataplane is

@@ -1,14 +1,14 @@
 import { expect } from 'chai';
-import type { AttachSpec, Placement, PlacementRequest } from '../../core/backend';
-import type { ConfigOverrides } from '../../core/config';
-import { WorkloadNetError } from '../../core/errors';
-import type { FabricStatus } from '../../core/fabric-status';
-import { rejection } from '../support/expect-error';
-import { InProcessDaemon } from '../support/in-process-daemon';
-import { RecordingBackend } from '../support/recording-backend';
-import { StandInNamespaces } from '../support/stand-in-netns';
-import { waitUntil } from '../support/wait-until';
-import { DpuDataplane } from './fabric/dpu-recording-dataplane';
+import type { AttachSpec, Placement, PlacementRequest } from '../../../core/backend';
+import type { ConfigOverrides } from '../../../core/config';
+import { WorkloadNetError } from '../../../core/errors';
+import type { FabricStatus } from '../../../core/fabric-status';
+import { rejection } from '../../support/expect-error';
+import { InProcessDaemon } from '../../support/in-process-daemon';
+import { RecordingBackend } from '../../support/recording-backend';
+import { StandInNamespaces } from '../../support/stand-in-netns';
+import { waitUntil } from '../../support/wait-until';
+import { DpuDataplane } from '../fabric/dpu-recording-dataplane';
 
 // The attach flow with a backend that places ports on DPUs: placement first, then the address from
 // the slice of the DPU chosen, borrowed when that slice is full, and all of it rebuilt by a restart.

@@ -2,11 +2,11 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { IpAllocator } from '../../core/ipam/ip-allocator';
-import { TunnelAddresses } from '../../core/ipam/tunnel-addresses';
-import { silentLogger } from '../../core/logger';
-import { Store } from '../../core/store/store';
-import { waitUntil } from '../support/wait-until';
+import { IpAllocator } from '../../../core/ipam/ip-allocator';
+import { TunnelAddresses } from '../../../core/ipam/tunnel-addresses';
+import { silentLogger } from '../../../core/logger';
+import { Store } from '../../../core/store/store';
+import { waitUntil } from '../../support/wait-until';
 
 // The fabric's tunnel address of an etcd node: one address of its own whole blocks, reserved through
 // the allocator for the node itself, kept in the store. A pod never gets it, a restart holds the same

@@ -1,12 +1,12 @@
 import { expect } from 'chai';
 import * as grpc from '@grpc/grpc-js';
-import { LIST_STREAM_PAGE } from '../../core/serve/api-server';
-import type { Attachment } from '../../proto/gen/workloadnet/v1/workload';
-import { attachRequest } from '../support/attach-request';
-import { InProcessDaemon } from '../support/in-process-daemon';
-import { RecordingBackend } from '../support/recording-backend';
-import { StandInNamespaces } from '../support/stand-in-netns';
-import { waitUntil } from '../support/wait-until';
+import { LIST_STREAM_PAGE } from '../../../core/serve/api-server';
+import type { Attachment } from '../../../proto/gen/workloadnet/v1/workload';
+import { attachRequest } from '../../support/attach-request';
+import { InProcessDaemon } from '../../support/in-process-daemon';
+import { RecordingBackend } from '../../support/recording-backend';
+import { StandInNamespaces } from '../../support/stand-in-netns';
+import { waitUntil } from '../../support/wait-until';
 
 // ListStream: the attachments List returns, one message each, read a page at a time and only as fast
 // as the client takes them, so that a List of a large table does not cost the daemon the table.

@@ -2,13 +2,13 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { IpAllocator } from '../../core/ipam/ip-allocator';
-import { PoolSupply } from '../../core/ipam/pool-supply';
-import { SliceBook, endpointOf } from '../../core/ipam/slice-book';
-import { StaticPoolSource } from '../../core/ipam/static-pool-source';
-import { silentLogger } from '../../core/logger';
-import { Store, type AttachmentRecord } from '../../core/store/store';
-import { rejection } from '../support/expect-error';
+import { IpAllocator } from '../../../core/ipam/ip-allocator';
+import { PoolSupply } from '../../../core/ipam/pool-supply';
+import { SliceBook, endpointOf } from '../../../core/ipam/slice-book';
+import { StaticPoolSource } from '../../../core/ipam/static-pool-source';
+import { silentLogger } from '../../../core/logger';
+import { Store, type AttachmentRecord } from '../../../core/store/store';
+import { rejection } from '../../support/expect-error';
 
 // The slice book against a real store: which DPU owns which slice, what it borrowed, and what survives
 // a restart. The allocator is the real one; only the daemon around it is left out.

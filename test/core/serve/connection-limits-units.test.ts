@@ -2,9 +2,9 @@ import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import * as net from 'node:net';
 import * as path from 'node:path';
-import { ConnectionCap } from '../../core/serve/connection-cap';
-import { FD_RESERVE, fitConnectionCaps, getFdLimit } from '../../core/daemon/fd-limit';
-import { LogRate } from '../../core/log-rate';
+import { ConnectionCap } from '../../../core/serve/connection-cap';
+import { FD_RESERVE, fitConnectionCaps, getFdLimit } from '../../../core/daemon/fd-limit';
+import { LogRate } from '../../../core/log-rate';
 
 /** A socket that never connects; the cap reads only its byte counters and destroys it. */
 class FakeSocket extends net.Socket {
@@ -75,7 +75,7 @@ describe('descriptor limit', () => {
   it('raises the soft limit to the hard limit at start', () => {
     // Node itself raises the soft limit when it starts, so the child lowers it first with setrlimit.
     const { hard } = getFdLimit();
-    const fdLimit = path.resolve(__dirname, '../../core/daemon/fd-limit.js');
+    const fdLimit = path.resolve(__dirname, '../../../core/daemon/fd-limit.js');
     const script = `
       const koffi = require('koffi');
       const lib = koffi.load('libc.so.6');
@@ -87,7 +87,7 @@ describe('descriptor limit', () => {
       console.log(JSON.stringify({ before, raised: f.raiseFdLimit() }));`;
     const out = execFileSync(process.execPath, ['-e', script], {
       encoding: 'utf8',
-      cwd: path.resolve(__dirname, '../../..'),
+      cwd: path.resolve(__dirname, '../../../..'),
     });
     const { before, raised } = JSON.parse(out) as { before: number; raised: unknown };
     expect(before).to.equal(512);

@@ -4,10 +4,10 @@ import { randomBytes } from 'node:crypto';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { WorkloadNetError } from '../../core/errors';
-import { checkStore } from '../../core/store/store-check';
-import { checkStoreFile } from '../../core/store/store-file-check';
-import { STORE_FILE, Store, type AttachmentRecord } from '../../core/store/store';
+import type { WorkloadNetError } from '../../../core/errors';
+import { checkStore } from '../../../core/store/store-check';
+import { checkStoreFile } from '../../../core/store/store-file-check';
+import { STORE_FILE, Store, type AttachmentRecord } from '../../../core/store/store';
 
 // A damaged data file is refused in words before lmdb maps it (lmdb would die of SIGBUS or SIGSEGV).
 

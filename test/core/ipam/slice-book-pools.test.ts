@@ -2,16 +2,16 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { unavailable } from '../../core/errors';
-import { IpAllocator } from '../../core/ipam/ip-allocator';
-import type { EndpointPools, PoolSource } from '../../core/ipam/pool-source';
-import type { PoolSourceStatus } from '../../core/workload-service';
-import { PoolSupply } from '../../core/ipam/pool-supply';
-import { SliceBook } from '../../core/ipam/slice-book';
-import { StaticPoolSource } from '../../core/ipam/static-pool-source';
-import { silentLogger } from '../../core/logger';
-import { Store, type AttachmentRecord } from '../../core/store/store';
-import { rejection } from '../support/expect-error';
+import { unavailable } from '../../../core/errors';
+import { IpAllocator } from '../../../core/ipam/ip-allocator';
+import type { EndpointPools, PoolSource } from '../../../core/ipam/pool-source';
+import type { PoolSourceStatus } from '../../../core/workload-service';
+import { PoolSupply } from '../../../core/ipam/pool-supply';
+import { SliceBook } from '../../../core/ipam/slice-book';
+import { StaticPoolSource } from '../../../core/ipam/static-pool-source';
+import { silentLogger } from '../../../core/logger';
+import { Store, type AttachmentRecord } from '../../../core/store/store';
+import { rejection } from '../../support/expect-error';
 
 // The slice book choosing by what the pool source offers: a source with pools per endpoint (etcd
 // blocks per DPU) gets no cut, an endpoint's ports come from its pools, a full endpoint asks the

@@ -2,9 +2,9 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { RowCache } from '../../core/store/row-cache';
-import { Store, type AttachmentRecord } from '../../core/store/store';
-import { storeRecord } from '../support/store-record';
+import { RowCache } from '../../../core/store/row-cache';
+import { Store, type AttachmentRecord } from '../../../core/store/store';
+import { storeRecord } from '../../support/store-record';
 
 // core/store/row-cache.ts against a real store: the row decoded once while nothing is written, and
 // never older than the last write that settled, whichever row that write touched.

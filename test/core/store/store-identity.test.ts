@@ -3,9 +3,9 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { open } from 'lmdb';
-import { STORE_FILE, Store, type AttachmentRecord } from '../../core/store/store';
-import { StoreWriteHealth } from '../../core/store/store-write-health';
-import type { WorkloadNetError } from '../../core/errors';
+import { STORE_FILE, Store, type AttachmentRecord } from '../../../core/store/store';
+import { StoreWriteHealth } from '../../../core/store/store-write-health';
+import type { WorkloadNetError } from '../../../core/errors';
 
 function row(workloadId: string): AttachmentRecord {
   return {

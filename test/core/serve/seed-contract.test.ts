@@ -1,9 +1,9 @@
 import { expect } from 'chai';
 import * as grpc from '@grpc/grpc-js';
-import { WorkloadNetworkingClient as SeedClient } from '../../proto/gen/metropolis/node/core/network/workloads/workloads';
-import { InProcessDaemon } from '../support/in-process-daemon';
-import { RecordingBackend } from '../support/recording-backend';
-import { StandInNamespaces } from '../support/stand-in-netns';
+import { WorkloadNetworkingClient as SeedClient } from '../../../proto/gen/metropolis/node/core/network/workloads/workloads';
+import { InProcessDaemon } from '../../support/in-process-daemon';
+import { RecordingBackend } from '../../support/recording-backend';
+import { StandInNamespaces } from '../../support/stand-in-netns';
 
 // A client generated from an unchanged copy of the original three-call contract must work against the
 // daemon, which serves that service name as well as its own. The recording backend enters no namespace,

@@ -1,10 +1,10 @@
 import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { Store, type AttachmentRecord } from '../../core/store/store';
-import { InProcessDaemon } from '../support/in-process-daemon';
-import { RecordingBackend } from '../support/recording-backend';
-import { StandInNamespaces } from '../support/stand-in-netns';
+import { Store, type AttachmentRecord } from '../../../core/store/store';
+import { InProcessDaemon } from '../../support/in-process-daemon';
+import { RecordingBackend } from '../../support/recording-backend';
+import { StandInNamespaces } from '../../support/stand-in-netns';
 
 // The host port (core/host-port/host-port.ts) is recorded like any attachment, but its namespace is the
 // node's own: whatever reclaims attachments by their namespace must never take it. Each test tries:

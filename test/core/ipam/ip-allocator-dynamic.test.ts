@@ -1,8 +1,8 @@
 import { expect } from 'chai';
 import * as fc from 'fast-check';
-import { WorkloadNetError } from '../../core/errors';
-import { IpAllocator } from '../../core/ipam/ip-allocator';
-import { IpPool } from '../../core/ipam/ip-pool';
+import { WorkloadNetError } from '../../../core/errors';
+import { IpAllocator } from '../../../core/ipam/ip-allocator';
+import { IpPool } from '../../../core/ipam/ip-pool';
 
 // Pools that a pool source adds and drains while the daemon runs.
 

@@ -2,13 +2,13 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { LeakSweep, type SweepEvents } from '../../core/reconcile/leak-sweep';
-import { silentLogger } from '../../core/logger';
-import type { NetnsOpener } from '../../core/netns-opener';
-import type { Netns, NetnsPresence } from '../../lib/netns/netns-handle';
-import type { AttachmentRecord } from '../../core/store/store';
-import type { HoldKind } from '../../core/metrics';
-import type { Hold } from '../../core/reconcile/sweep-guard';
+import { LeakSweep, type SweepEvents } from '../../../core/reconcile/leak-sweep';
+import { silentLogger } from '../../../core/logger';
+import type { NetnsOpener } from '../../../core/netns-opener';
+import type { Netns, NetnsPresence } from '../../../lib/netns/netns-handle';
+import type { AttachmentRecord } from '../../../core/store/store';
+import type { HoldKind } from '../../../core/metrics';
+import type { Hold } from '../../../core/reconcile/sweep-guard';
 
 // The leak sweep's own rules, without a daemon: which rows it may release and when. Namespaces are
 // files in a scratch directory whose presence the test decides; the directories the guard judges

@@ -1,8 +1,8 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import { formatAddress, parseCidr } from '../../lib/cidr';
-import { expectError } from '../support/expect-error';
-import { IpPool, IPV6_POOL_WINDOW } from '../../core/ipam/ip-pool';
+import { formatAddress, parseCidr } from '../../../lib/cidr';
+import { expectError } from '../../support/expect-error';
+import { IpPool, IPV6_POOL_WINDOW } from '../../../core/ipam/ip-pool';
 
 /**
  * A deliberately naive model of a pool: the list of every address of the CIDR in order, which of them

@@ -3,7 +3,7 @@ import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { Store } from '../../core/store/store';
+import { Store } from '../../../core/store/store';
 
 // A writer process churns the store and is SIGKILLed at random moments; after every kill the store must
 // reopen with its invariants intact.

@@ -2,8 +2,8 @@ import { expect } from 'chai';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { service as healthService } from 'grpc-health-check';
-import { InProcessDaemon } from '../support/in-process-daemon';
-import { RecordingBackend } from '../support/recording-backend';
+import { InProcessDaemon } from '../../support/in-process-daemon';
+import { RecordingBackend } from '../../support/recording-backend';
 
 // Standard tooling works against the daemon: the gRPC health service reflects readiness, and server
 // reflection lists the workload API (what grpcurl and similar tools use).

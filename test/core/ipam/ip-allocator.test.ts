@@ -1,8 +1,8 @@
 import { expect } from 'chai';
 import fc from 'fast-check';
-import { formatAddress, parseCidr } from '../../lib/cidr';
-import { expectError } from '../support/expect-error';
-import { IpAllocator, type PoolConfig } from '../../core/ipam/ip-allocator';
+import { formatAddress, parseCidr } from '../../../lib/cidr';
+import { expectError } from '../../support/expect-error';
+import { IpAllocator, type PoolConfig } from '../../../core/ipam/ip-allocator';
 
 /** Every address a pool may hand out, computed the naive way (all addresses minus the excluded ones). */
 function usableAddresses(pool: PoolConfig): string[] {

@@ -3,10 +3,10 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { open } from 'lmdb';
-import { MIN_READER_SCHEMA, SCHEMA_VERSION, Store, type AttachmentRecord } from '../../core/store/store';
-import type { WorkloadNetError } from '../../core/errors';
-import { setStoreSchemaVersion } from '../support/store-schema';
-import { storeRecord } from '../support/store-record';
+import { MIN_READER_SCHEMA, SCHEMA_VERSION, Store, type AttachmentRecord } from '../../../core/store/store';
+import type { WorkloadNetError } from '../../../core/errors';
+import { setStoreSchemaVersion } from '../../support/store-schema';
+import { storeRecord } from '../../support/store-record';
 
 describe('Store', () => {
   let dir: string;

@@ -1,14 +1,14 @@
 import { expect } from 'chai';
-import type { AttachmentView, AttachSpec } from '../../core/backend';
-import type { LocalNode } from '../../core/fabric-dataplane';
-import type { Netns } from '../../lib/netns/netns-handle';
-import type { ConfigOverrides } from '../../core/config';
+import type { AttachmentView, AttachSpec } from '../../../core/backend';
+import type { LocalNode } from '../../../core/fabric-dataplane';
+import type { Netns } from '../../../lib/netns/netns-handle';
+import type { ConfigOverrides } from '../../../core/config';
 import * as fs from 'node:fs';
-import { InProcessDaemon } from '../support/in-process-daemon';
-import { RecordingBackend } from '../support/recording-backend';
-import { StandInNamespaces } from '../support/stand-in-netns';
-import { waitUntil } from '../support/wait-until';
-import { RecordingFabricDataplane } from '../support/recording-fabric-dataplane';
+import { InProcessDaemon } from '../../support/in-process-daemon';
+import { RecordingBackend } from '../../support/recording-backend';
+import { StandInNamespaces } from '../../support/stand-in-netns';
+import { waitUntil } from '../../support/wait-until';
+import { RecordingFabricDataplane } from '../../support/recording-fabric-dataplane';
 
 // Running interfaces follow their network's MTU when it changes (core/reconcile/mtu-alignment.ts): after
 // the start-up reconcile (a restart with another uplink MTU, or another configured mtu) and when the

@@ -1,12 +1,12 @@
 import { expect } from 'chai';
 import * as grpc from '@grpc/grpc-js';
-import type { ConfigOverrides } from '../../core/config';
-import { internal, unavailable } from '../../core/errors';
-import type { AttachRequest } from '../../proto/gen/workloadnet/v1/workload';
-import { attachRequest } from '../support/attach-request';
-import { InProcessDaemon } from '../support/in-process-daemon';
-import { RecordingBackend } from '../support/recording-backend';
-import { StandInNamespaces } from '../support/stand-in-netns';
+import type { ConfigOverrides } from '../../../core/config';
+import { internal, unavailable } from '../../../core/errors';
+import type { AttachRequest } from '../../../proto/gen/workloadnet/v1/workload';
+import { attachRequest } from '../../support/attach-request';
+import { InProcessDaemon } from '../../support/in-process-daemon';
+import { RecordingBackend } from '../../support/recording-backend';
+import { StandInNamespaces } from '../../support/stand-in-netns';
 
 // The workload API's semantics through a real gRPC client on the unix socket, with the backend swapped
 // for a recording one by rebinding it in the DI container. The recording backend enters no namespace,

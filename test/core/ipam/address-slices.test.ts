@@ -1,9 +1,9 @@
 import { expect } from 'chai';
-import { cutRange } from '../../core/ipam/address-slices';
-import { isSliceCount } from '../../core/fabric-config';
-import { IpAllocator } from '../../core/ipam/ip-allocator';
-import { IpPool } from '../../core/ipam/ip-pool';
-import { expectError } from '../support/expect-error';
+import { cutRange } from '../../../core/ipam/address-slices';
+import { isSliceCount } from '../../../core/fabric-config';
+import { IpAllocator } from '../../../core/ipam/ip-allocator';
+import { IpPool } from '../../../core/ipam/ip-pool';
+import { expectError } from '../../support/expect-error';
 
 // How a pod range is cut into one slice per DPU, and how a cut pool hands out addresses inside one.
 

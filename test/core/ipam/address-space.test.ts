@@ -1,11 +1,11 @@
 import { expect } from 'chai';
-import { effectiveNetworks, DEFAULT_CONFIG, mergeConfig, type NetworkConfig } from '../../core/config';
-import { WorkloadNetError } from '../../core/errors';
-import { IpAllocator } from '../../core/ipam/ip-allocator';
-import { Network, NetworkSet } from '../../core/ipam/network';
-import { PoolSupply } from '../../core/ipam/pool-supply';
-import { StaticPoolSource } from '../../core/ipam/static-pool-source';
-import { RecordingBackend } from '../support/recording-backend';
+import { effectiveNetworks, DEFAULT_CONFIG, mergeConfig, type NetworkConfig } from '../../../core/config';
+import { WorkloadNetError } from '../../../core/errors';
+import { IpAllocator } from '../../../core/ipam/ip-allocator';
+import { Network, NetworkSet } from '../../../core/ipam/network';
+import { PoolSupply } from '../../../core/ipam/pool-supply';
+import { StaticPoolSource } from '../../../core/ipam/static-pool-source';
+import { RecordingBackend } from '../../support/recording-backend';
 
 // No address is ever in two networks' pools: the networks' allocators meet in one address space when
 // the node's NetworkSet is built, and a pool added later (by a pool source) that overlaps another

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
-import { Admission } from '../../core/attach/admission';
-import { WorkloadNetError } from '../../core/errors';
+import { Admission } from '../../../core/attach/admission';
+import { WorkloadNetError } from '../../../core/errors';
 
 const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 const sleep = (ms: number): Promise<void> => new Promise((resolve) => setTimeout(resolve, ms));
