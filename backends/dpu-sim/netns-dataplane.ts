@@ -19,6 +19,7 @@ import {
   newVethRequest,
   setLinkRequest,
   NetlinkSocket,
+  type Link,
 } from '../../lib/rtnetlink';
 import type { Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { Dataplane, FabricDataplane, Programmed } from './dataplane';
@@ -195,6 +196,51 @@ export class NetnsDataplane implements Dataplane {
 
   async program(port: Port, previous: PortEntry | undefined, vf: VfIdentity): Promise<Programmed> {
     const names = { vf: vf.netdev, representor: vf.representor };
+    const rep = await this.representor(port, names);
+    const index = rep.index;
+    const alias = representorMark(this.agentTag, port.name);
+    await this.sock.batchOrThrow([
+      setLinkRequest({ index }, { mtu: port.mtu, up: true, ...(alias ? { alias } : {}) }),
+      setLinkRequest({ index }, { inetConf: { [IPV4_DEVCONF_FORWARDING]: 1, [IPV4_DEVCONF_PROXY_ARP]: 1 } }),
+    ]);
+    for (const r of port.routes) if (r.gateway) await this.ensureGateway(r.gateway);
+    // IPv6 has no proxy NDP for a link-local gateway: the representor holds fe80::1 itself, so that the
+    // workload's default route via fe80::1 leads into the DPU.
+    for (const r of port.routes) {
+      if (!r.gateway.startsWith('fe80:')) continue;
+      try {
+        await this.sock.request(
+          newAddressRequest({ index, address: r.gateway, prefixLength: 64, flags: IFA_F_NODAD }),
+        );
+      } catch (err) {
+        if (!(err instanceof NetlinkError && err.code === 'EEXIST')) throw err;
+      }
+    }
+    await this.applyRate(index, port, previous);
+    await this.routeToWorkload(index, port, previous);
+    this.log.debug(
+      { port: port.name, representor: names.representor, vf: names.vf },
+      'port plumbed in the DPU namespace',
+    );
+    return {
+      endpoint: {
+        netdev: names.vf,
+        mac: port.mac,
+        pfIndex: vf.pf,
+        vfIndex: vf.vf,
+        pciAddress: vf.pciAddress,
+        representor: names.representor,
+      },
+      representor: names.representor,
+    };
+  }
+
+  /**
+   * The port's representor: the one there when it is this port's (or unmarked), else a new veth pair
+   * whose VF end goes to the host namespace. A VF kept from an earlier start for this port is used in
+   * place when it is this slot's, removed when the port was given another.
+   */
+  private async representor(port: Port, names: { vf: string; representor: string }): Promise<Link> {
     let rep = await getLink(this.sock, { name: names.representor });
     const markedFor = rep ? markedPort(this.agentTag, rep.alias) : undefined;
     if (rep && markedFor !== undefined && markedFor !== port.name) {
@@ -223,27 +269,11 @@ export class NetnsDataplane implements Dataplane {
       rep = await getLink(this.sock, { name: names.representor });
       if (!rep) throw new Error(`representor ${names.representor} vanished after creation`);
     }
-    const index = rep.index;
-    const alias = representorMark(this.agentTag, port.name);
-    await this.sock.batchOrThrow([
-      setLinkRequest({ index }, { mtu: port.mtu, up: true, ...(alias ? { alias } : {}) }),
-      setLinkRequest({ index }, { inetConf: { [IPV4_DEVCONF_FORWARDING]: 1, [IPV4_DEVCONF_PROXY_ARP]: 1 } }),
-    ]);
-    for (const r of port.routes) if (r.gateway) await this.ensureGateway(r.gateway);
-    // IPv6 has no proxy NDP for a link-local gateway: the representor holds fe80::1 itself, so that the
-    // workload's default route via fe80::1 leads into the DPU.
-    for (const r of port.routes) {
-      if (!r.gateway.startsWith('fe80:')) continue;
-      try {
-        await this.sock.request(
-          newAddressRequest({ index, address: r.gateway, prefixLength: 64, flags: IFA_F_NODAD }),
-        );
-      } catch (err) {
-        if (!(err instanceof NetlinkError && err.code === 'EEXIST')) throw err;
-      }
-    }
-    await this.applyRate(index, port, previous);
-    // Host routes to the workload through its representor; addresses the port no longer has lose theirs.
+    return rep;
+  }
+
+  /** Host routes to the workload through its representor; addresses the port no longer has lose theirs. */
+  private async routeToWorkload(index: number, port: Port, previous: PortEntry | undefined): Promise<void> {
     const gone = (previous?.port.ips ?? []).filter((ip) => !port.ips.includes(ip));
     for (const cidr of gone) {
       await this.sock
@@ -264,21 +294,6 @@ export class NetnsDataplane implements Dataplane {
         ),
       );
     }
-    this.log.debug(
-      { port: port.name, representor: names.representor, vf: names.vf },
-      'port plumbed in the DPU namespace',
-    );
-    return {
-      endpoint: {
-        netdev: names.vf,
-        mac: port.mac,
-        pfIndex: vf.pf,
-        vfIndex: vf.vf,
-        pciAddress: vf.pciAddress,
-        representor: names.representor,
-      },
-      representor: names.representor,
-    };
   }
 
   /**

@@ -1,4 +1,4 @@
-import { Etcd3, type Lease } from 'etcd3';
+import { Etcd3 } from 'etcd3';
 import { knownWorkloadNetError, unavailable, WorkloadNetError } from '../../core/errors';
 import type { IpAllocator } from '../../core/ipam/ip-allocator';
 import type { Logger } from '../../core/logger';
@@ -9,11 +9,11 @@ import type { Store } from '../../core/store/store';
 import { BlockCache } from './block-cache';
 import { claimBlock } from './block-claimer';
 import { blockIndex, blockLayout, reservedInBlock, type BlockLayout } from './block-layout';
-import { aliveHolder, describeHolder, parseAliveHolder, sameDaemon } from './alive-key';
 import { BlockRegistry } from './block-registry';
 import type { BlockOwner } from './block-owner';
 import { DpuLiveness, type ConnectedDpus } from './dpu-liveness';
 import { etcdClientOptions } from './etcd-client';
+import { NodeNameHold } from './node-name-hold';
 
 // Address blocks of cluster CIDRs claimed in etcd (see docs/pool-sources.md). The attach path never
 // talks to etcd while the node's blocks have free addresses: blocks are claimed ahead of need, in the
@@ -98,11 +98,8 @@ export class EtcdPoolSource implements PoolSource {
   private registry?: BlockRegistry;
   private cache?: BlockCache;
   private allocator?: IpAllocator;
-  private lease?: Lease;
-  /** What this daemon wrote into the node name's alive key, while it holds the key. */
-  private aliveValue?: string;
-  /** Why this daemon serves none of the name's blocks: another live daemon holds the name. */
-  private refusal?: string;
+  /** The node name's alive key: blocks are served and claimed under the name only while it is held. */
+  private readonly name: NodeNameHold;
   private timer?: NodeJS.Timeout;
   private connected = false;
   private synced = false;
@@ -113,16 +110,22 @@ export class EtcdPoolSource implements PoolSource {
   private ticks = 0;
   private readonly claimTimeoutMs: number;
   private readonly callTimeoutMs: number;
-  private readonly aliveTtl: number;
   private readonly tickMs: number;
 
   constructor(private readonly opts: EtcdPoolSourceOptions) {
     this.layouts = opts.clusterCidrs.map((c) => blockLayout(c, opts.blockSize));
     this.claimTimeoutMs = opts.claimTimeoutMs ?? 3000;
     this.callTimeoutMs = opts.callTimeoutMs ?? 2000;
-    this.aliveTtl = opts.aliveTtlSeconds ?? 10;
     this.tickMs = opts.tickMs ?? 1000;
     this.dpus = new DpuLiveness(opts);
+    this.name = new NodeNameHold({
+      nodeName: opts.nodeName,
+      store: opts.store,
+      ttlSeconds: opts.aliveTtlSeconds ?? 10,
+      logger: opts.logger,
+      reachable: () => this.reachable(),
+      failed: (err) => this.failed(err),
+    });
   }
 
   families(): ReadonlyArray<4 | 6> {
@@ -170,12 +173,13 @@ export class EtcdPoolSource implements PoolSource {
 
   isReady(): boolean {
     return (
-      this.refusal === undefined && (this.connected || this.layouts.every((l) => this.ownsBlockOf(l.family)))
+      this.name.refusal === undefined &&
+      (this.connected || this.layouts.every((l) => this.ownsBlockOf(l.family)))
     );
   }
 
   status(): PoolSourceStatus {
-    const reasons: string[] = this.refusal ? [this.refusal] : [];
+    const reasons: string[] = this.name.refusal ? [this.name.refusal] : [];
     const missing = this.layouts.filter((l) => !this.ownsBlockOf(l.family));
     const ready = this.isReady();
     for (const l of missing)
@@ -223,11 +227,12 @@ export class EtcdPoolSource implements PoolSource {
     if (!layout) return;
     const whose =
       endpoint === undefined ? `node ${this.opts.nodeName}` : `DPU ${endpoint} of node ${this.opts.nodeName}`;
-    // Blocks are claimed under the name only by the daemon holding it (see keepAlive).
-    if (this.connected && this.aliveValue === undefined)
+    // Blocks are claimed under the name only by the daemon holding it (node-name-hold.ts).
+    if (this.connected && this.name.value === undefined)
       throw unavailable(
         `no free IPv${family} address in the blocks ${whose} owns, and no block is claimed: ` +
-          (this.refusal ?? `this daemon does not hold node name ${this.opts.nodeName} in etcd yet; retry`),
+          (this.name.refusal ??
+            `this daemon does not hold node name ${this.opts.nodeName} in etcd yet; retry`),
       );
     if (!this.connected) {
       throw unavailable(
@@ -267,11 +272,8 @@ export class EtcdPoolSource implements PoolSource {
     this.stopped = true;
     clearInterval(this.timer);
     this.allocator?.onChange(undefined);
-    // A clean stop says "not alive" at once; the blocks stay ours. Only the key's holder deletes it,
-    // and only while it holds the value this daemon wrote; the lease's keys go with the lease.
-    if (this.aliveValue)
-      await this.registry?.dropAlive(this.opts.nodeName, this.aliveValue).catch(() => undefined);
-    await this.lease?.revoke().catch(() => undefined);
+    // A clean stop says "not alive" at once; the blocks stay ours.
+    await this.name.release(this.registry);
     this.client?.close();
   }
 
@@ -338,7 +340,7 @@ export class EtcdPoolSource implements PoolSource {
   }
 
   private claimAheadIfLow(): void {
-    if (!this.connected || this.stopped || this.aliveValue === undefined || !this.allocator) return;
+    if (!this.connected || this.stopped || this.name.value === undefined || !this.allocator) return;
     const owners: Array<string | undefined> = this.perEndpoint ? [...this.endpointsServed()] : [undefined];
     for (const l of this.layouts)
       for (const endpoint of owners) {
@@ -428,8 +430,8 @@ export class EtcdPoolSource implements PoolSource {
     this.ticking = true;
     try {
       // Nothing is done under the name, not even adopting its blocks, before this daemon holds it.
-      await this.keepAlive();
-      if (this.aliveValue === undefined) return;
+      await this.name.keep(this.registry!);
+      if (this.name.value === undefined) return;
       // Reconcile at (re)connection, and now and then: an operator may have released blocks meanwhile.
       if (!this.synced || ++this.ticks % SYNC_EVERY_TICKS === 0) await this.sync();
       if (this.synced) {
@@ -505,52 +507,6 @@ export class EtcdPoolSource implements PoolSource {
     // Other nodes may have given blocks back since the range was found full: let claims try again.
     this.full.clear();
     this.synced = true;
-  }
-
-  /**
-   * Holds the node name's lease-bound alive key: takes it when it is free, or held by this same daemon
-   * before a restart (its old lease may still live), and again when the lease was lost. While another
-   * live daemon holds it, this one is not ready and writes nothing under the name (alive-key.ts).
-   */
-  private async keepAlive(): Promise<void> {
-    if (this.lease && !this.lease.revoked() && this.aliveValue !== undefined) return;
-    const node = this.opts.nodeName;
-    const me = aliveHolder(this.opts.store.identity.storeId);
-    const current = await this.registry!.alive(node);
-    const holder = current === undefined ? undefined : parseAliveHolder(current);
-    if (current !== undefined && !(holder && sameDaemon(holder, me))) {
-      const refusal =
-        `node name ${node} is held by ${describeHolder(holder)}, whose alive key exists in etcd: this ` +
-        `daemon serves and claims none of ${node}'s blocks; give one of the two daemons another ` +
-        '--node-name, or stop the other one';
-      if (this.refusal !== refusal) this.opts.logger.error({ node, holder: current }, refusal);
-      this.refusal = refusal;
-      this.reachable();
-      return;
-    }
-    const lease = this.registry!.ns.lease(this.aliveTtl, { autoKeepAlive: true });
-    lease.on('lost', (err) => {
-      if (this.lease === lease) {
-        this.lease = undefined;
-        this.aliveValue = undefined;
-      }
-      this.failed(err);
-    });
-    lease.on('keepaliveSucceeded', () => this.reachable());
-    const value = JSON.stringify(me);
-    let taken = false;
-    try {
-      taken = await this.registry!.takeAlive(node, current, value, await lease.grant());
-    } finally {
-      // Another daemon wrote the key between our read and our write: the next tick reads which.
-      if (!taken) await lease.revoke().catch(() => undefined);
-    }
-    if (!taken) return;
-    this.lease = lease;
-    this.aliveValue = value;
-    if (this.refusal) this.opts.logger.info({ node }, 'node name free again; serving its blocks');
-    this.refusal = undefined;
-    this.reachable();
   }
 
   /**

@@ -1,6 +1,6 @@
 import { vouchedEndpoints } from '../../core/fabric/endpoint-fields';
-import { cidrContains, parseCidr, type Cidr } from '../../lib/cidr';
-import type { Peer, TunnelEndpoint } from '../../core/peer-source';
+import { parseCidr } from '../../lib/cidr';
+import type { Peer } from '../../core/peer-source';
 import {
   describeHolder,
   parseAliveHolder,
@@ -8,6 +8,7 @@ import {
   type AliveHolder,
   type HolderStamp,
 } from './alive-key';
+import { byAffinity, sortBlocks, type Block } from './block-affinity';
 import { decodeOwner } from './block-owner';
 import { blockIndex, type BlockLayout } from './block-layout';
 import { BLOCKS, NODES, blockOfKey } from './block-registry';
@@ -46,15 +47,6 @@ import { decodeRecord } from './node-record';
 
 /** How many names a status line lists before it only counts. */
 const NAMES_SHOWN = 5;
-
-interface Block {
-  text: string;
-  family: 4 | 6;
-  network: bigint;
-  prefixLength: number;
-  /** The DPU of its node the key names; absent: the node's own block. */
-  endpoint?: string;
-}
 
 /** A key's value as stored, with the lease it is bound to ('0': none). */
 export interface Stored {
@@ -336,51 +328,6 @@ export class PeerTable {
     const c = parseCidr(text);
     return { text: c.text, family: c.family, network: c.network, prefixLength: c.prefixLength };
   }
-}
-
-/**
- * The endpoints with their prefixes as block affinity says: each gets the blocks whose key names it
- * (first, in block order); a prefix its record adds is kept when it lies in none of the node's DPU
- * blocks (a slice of a node block) or is one address (a borrowed /32 or /128, routed by longest match
- * whichever block holds it), and dropped, with a line in `rejected`, when it overlaps a block whose
- * key names another DPU.
- */
-function byAffinity(
-  node: string,
-  endpoints: readonly TunnelEndpoint[],
-  owned: readonly Block[],
-  rejected: string[],
-): TunnelEndpoint[] {
-  const dpuBlocks = owned.filter((b) => b.endpoint !== undefined);
-  return endpoints.map((e) => {
-    const mine = sortBlocks(dpuBlocks.filter((b) => b.endpoint === e.id));
-    const seen = new Set(mine);
-    const added = e.prefixes.filter((p) => {
-      if (seen.has(p)) return false;
-      const c = parseCidr(p);
-      if (c.prefixLength === (c.family === 4 ? 32 : 128)) return true;
-      const other = dpuBlocks.find((b) => b.endpoint !== e.id && overlaps(b, c));
-      if (other === undefined) return true;
-      rejected.push(
-        `node ${node}: endpoint ${e.id} claims ${p}, but block ${other.text} is DPU ${other.endpoint}'s in etcd; prefix ignored`,
-      );
-      return false;
-    });
-    return { ...e, prefixes: [...mine, ...added] };
-  });
-}
-
-function overlaps(b: Block, c: Cidr): boolean {
-  if (b.family !== c.family) return false;
-  return b.prefixLength <= c.prefixLength
-    ? cidrContains(parseCidr(b.text), c.network)
-    : cidrContains(c, b.network);
-}
-
-function sortBlocks(blocks: Block[]): string[] {
-  return blocks
-    .sort((a, b) => a.family - b.family || (a.network < b.network ? -1 : a.network > b.network ? 1 : 0))
-    .map((b) => b.text);
 }
 
 /** Who holds `node`'s name, for a reason. */

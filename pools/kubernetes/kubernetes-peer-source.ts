@@ -11,6 +11,8 @@ import { invalidArgument } from '../../core/errors';
 import { parseCidr } from '../../lib/cidr';
 import type { Logger } from '../../core/logger';
 import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from '../../core/peer-source';
+import { AnnotationPublisher } from './annotation-publisher';
+import { codeOf, describeApiError } from './api-error';
 import { FABRIC_ANNOTATION, encodeAnnotation } from './fabric-annotation';
 import { loadKubeConfig } from './kubernetes-pool-source';
 import { NodePeerTable } from './node-peer-table';
@@ -66,7 +68,6 @@ export class KubernetesPeerSource implements PeerSource {
   private api?: CoreV1Api;
   private informer?: ListWatch<V1Node>;
   private self?: NodeRecord;
-  private annotation = '';
   private isSynced = false;
   private connected = false;
   private lastError = '';
@@ -78,13 +79,7 @@ export class KubernetesPeerSource implements PeerSource {
   private own?: V1Node | null;
   /** The own Node as last seen to exist: its podCIDRs and addresses are this node's own. */
   private ownSeen?: V1Node;
-  /** The annotation is on our Node as we wrote it (the last patch was answered, or an event showed it). */
-  private published = false;
-  private publishing = false;
-  private publishAgain = false;
-  private publishError = '';
-  private publishRetry?: NodeJS.Timeout;
-  private publishBackoff: number;
+  private readonly publisher: AnnotationPublisher;
 
   constructor(private readonly opts: KubernetesPeerSourceOptions) {
     this.table = new NodePeerTable(opts.nodeName, {
@@ -92,7 +87,25 @@ export class KubernetesPeerSource implements PeerSource {
       ...(opts.ownRanges ? { ownRanges: opts.ownRanges } : {}),
     });
     this.backoff = this.initialBackoff;
-    this.publishBackoff = this.initialBackoff;
+    this.publisher = new AnnotationPublisher({
+      nodeName: opts.nodeName,
+      logger: opts.logger,
+      ...(opts.backoffMs ? { backoffMs: opts.backoffMs } : {}),
+      ready: () => this.api !== undefined,
+      patch: (annotation) =>
+        this.api!.patchNodeStatus(
+          { name: opts.nodeName, body: { metadata: { annotations: { [FABRIC_ANNOTATION]: annotation } } } },
+          setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
+        ),
+      answered: (node) => {
+        this.reachable();
+        this.own = node;
+      },
+      failed: (code, err) => {
+        if (code === 404) this.own = null;
+        else if (code === undefined) this.unreachable(err);
+      },
+    });
   }
 
   get synced(): boolean {
@@ -111,7 +124,7 @@ export class KubernetesPeerSource implements PeerSource {
         `node record names ${self.node}, but this source serves node ${this.opts.nodeName}`,
       );
     this.self = self;
-    this.annotation = encodeAnnotation(self);
+    this.publisher.annotation = encodeAnnotation(self);
     this.settleSelf();
     const kc = loadKubeConfig(this.opts.kubeconfig);
     const api = kc.makeApiClient(CoreV1Api);
@@ -138,12 +151,12 @@ export class KubernetesPeerSource implements PeerSource {
       if (name === this.opts.nodeName) {
         // Registered again, it comes back without the annotation: written on its ADDED event.
         this.own = null;
-        this.published = false;
+        this.publisher.published = false;
       } else if (this.table.remove(name)) this.notify();
     });
     informer.on('error', (err: unknown) => this.restartLater(err));
     this.informer = informer;
-    void this.publish();
+    void this.publisher.publish();
     // Not awaited: the daemon serves (the fabric not ready) while the API is unreachable.
     informer.start().catch((err: unknown) => this.restartLater(err));
   }
@@ -160,17 +173,17 @@ export class KubernetesPeerSource implements PeerSource {
     this.self = self;
     if (this.settleSelf()) this.notify();
     const annotation = encodeAnnotation(self);
-    if (annotation === this.annotation) return;
-    this.annotation = annotation;
-    this.published = false;
-    this.publishBackoff = this.initialBackoff;
-    await this.publish();
+    if (annotation === this.publisher.annotation) return;
+    this.publisher.annotation = annotation;
+    this.publisher.published = false;
+    this.publisher.resetBackoff();
+    await this.publisher.publish();
   }
 
   async stop(): Promise<void> {
     this.stopped = true;
     clearTimeout(this.retry);
-    clearTimeout(this.publishRetry);
+    this.publisher.stop();
     // The annotation stays: a restart must not withdraw the node.
     await this.informer?.stop();
   }
@@ -195,12 +208,12 @@ export class KubernetesPeerSource implements PeerSource {
         `Kubernetes API unreachable (${this.lastError || 'reconnecting'}); keeping the last known ` +
           `${this.table.peers().size} peers`,
       );
-    if (this.self && !this.published)
+    if (this.self && !this.publisher.published)
       reasons.push(
         this.own === null
           ? `Node ${node} does not exist in the Kubernetes API: its ${FABRIC_ANNOTATION} annotation cannot be published`
           : `${FABRIC_ANNOTATION} annotation of Node ${node} not published yet` +
-              (this.publishError ? ` (${this.publishError}); retrying` : ''),
+              (this.publisher.error ? ` (${this.publisher.error}); retrying` : ''),
       );
     const mismatch = this.underlayMismatch();
     if (mismatch) reasons.push(mismatch);
@@ -267,63 +280,18 @@ export class KubernetesPeerSource implements PeerSource {
     const wasMissing = this.own === null;
     this.own = node;
     const have = node.metadata?.annotations?.[FABRIC_ANNOTATION];
-    if (have === this.annotation) {
-      this.published = true;
+    if (have === this.publisher.annotation) {
+      this.publisher.published = true;
       return;
     }
-    if (this.published)
+    if (this.publisher.published)
       this.opts.logger.warn(
         { node: this.opts.nodeName, annotation: FABRIC_ANNOTATION },
         'own fabric annotation removed or changed on the Node; writing it again',
       );
-    this.published = false;
-    if (wasMissing) this.publishBackoff = this.initialBackoff;
-    void this.publish();
-  }
-
-  /** Writes our annotation; one write at a time, and one more if asked meanwhile. */
-  private async publish(): Promise<void> {
-    if (this.stopped || !this.api) return;
-    if (this.publishing) {
-      this.publishAgain = true;
-      return;
-    }
-    this.publishing = true;
-    clearTimeout(this.publishRetry);
-    try {
-      do {
-        this.publishAgain = false;
-        const node = await this.api.patchNodeStatus(
-          {
-            name: this.opts.nodeName,
-            body: { metadata: { annotations: { [FABRIC_ANNOTATION]: this.annotation } } },
-          },
-          setHeaderOptions('Content-Type', PatchStrategy.MergePatch),
-        );
-        this.reachable();
-        this.own = node;
-        this.published = node.metadata?.annotations?.[FABRIC_ANNOTATION] === this.annotation;
-        this.publishError = '';
-        this.publishBackoff = this.initialBackoff;
-        if (this.published)
-          this.opts.logger.info({ node: this.opts.nodeName }, 'fabric annotation published on own Node');
-      } while (this.publishAgain && !this.stopped);
-    } catch (err) {
-      const code = codeOf(err);
-      if (code === 404) this.own = null;
-      else if (code === undefined) this.unreachable(err);
-      this.publishError = describe(err);
-      this.opts.logger.warn(
-        { err: this.publishError, retryMs: this.publishBackoff },
-        'fabric annotation not published',
-      );
-      // A missing Node is written to when its ADDED event arrives, and after the backoff anyway.
-      this.publishRetry = setTimeout(() => void this.publish(), this.publishBackoff);
-      this.publishRetry.unref();
-      this.publishBackoff = Math.min(this.publishBackoff * 2, this.opts.backoffMs?.max ?? 30_000);
-    } finally {
-      this.publishing = false;
-    }
+    this.publisher.published = false;
+    if (wasMissing) this.publisher.resetBackoff();
+    void this.publisher.publish();
   }
 
   /** The daemon's underlay address is not one the Node reports: peers route to the Node's. */
@@ -357,9 +325,10 @@ export class KubernetesPeerSource implements PeerSource {
   }
 
   private unreachable(err: unknown): void {
-    if (this.connected) this.opts.logger.warn({ err: describe(err) }, 'Kubernetes API unreachable (peers)');
+    if (this.connected)
+      this.opts.logger.warn({ err: describeApiError(err) }, 'Kubernetes API unreachable (peers)');
     this.connected = false;
-    this.lastError = describe(err);
+    this.lastError = describeApiError(err);
   }
 
   /**
@@ -400,18 +369,4 @@ function isCidr(text: string): boolean {
   } catch {
     return false;
   }
-}
-
-/** The HTTP status of an API answer, or undefined when there was none (connection refused). */
-function codeOf(err: unknown): number | undefined {
-  const code = (err as { code?: unknown }).code;
-  return typeof code === 'number' ? code : undefined;
-}
-
-function describe(err: unknown): string {
-  if (err instanceof Error) {
-    const code = codeOf(err);
-    return `${code !== undefined ? `${code}: ` : ''}${err.message}`.split('\n')[0]!.slice(0, 200);
-  }
-  return String(err).slice(0, 200);
 }

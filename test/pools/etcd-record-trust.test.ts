@@ -3,7 +3,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Etcd3 } from 'etcd3';
-import { peerAddresses } from '../../backends/linux/fabric/vxlan-source-filter';
+import { peerAddresses } from '../../backends/linux/fabric/vxlan-filter-script';
 import type { NodeRecord, TunnelEndpoint } from '../../core/peer-source';
 import { silentLogger } from '../../core/logger';
 import { currentBootId } from '../../lib/boot-id';

@@ -18,9 +18,8 @@ import type {
   OwnPrefixes,
   PeerProbe,
 } from '../../../core/fabric-dataplane';
-import { failedPrecondition, invalidArgument } from '../../../core/errors';
+import { failedPrecondition } from '../../../core/errors';
 import { silentLogger, type Logger } from '../../../core/logger';
-import { parseCidr } from '../../../lib/cidr';
 import {
   applyOps,
   diff,
@@ -32,22 +31,8 @@ import {
   type DiffOp,
 } from '../../../lib/overlay';
 import { NetnsHandle } from '../../../lib/netns/netns-handle';
-import {
-  AF_INET,
-  AF_INET6,
-  NetlinkSocket,
-  RTM_DELADDR,
-  RTM_DELLINK,
-  RTM_DELNEIGH,
-  RTM_DELROUTE,
-  RTM_NEWLINK,
-  RTM_NEWNEIGH,
-  RTM_NEWROUTE,
-  RTPROT_WORKLOADNET,
-  type Link,
-} from '../../../lib/rtnetlink';
-import { DriftMonitor, KERNEL_EVENTS_LOST, type KernelEvent } from './drift-monitor';
-import { RestartingReader } from '../restarting-reader';
+import { AF_INET, AF_INET6, NetlinkSocket, type Link } from '../../../lib/rtnetlink';
+import { concernsFabric } from './drift-relevance';
 import { ownGatewayKeys } from './plan/gateway-keys';
 import { planHostFabric } from './plan/host-plan';
 import { probeTargets } from './plan/probe-targets';
@@ -57,11 +42,12 @@ import { syncGatewayAddresses } from './gateway-address';
 import { holdersInKernel, type Holders } from './identity-claims';
 import { IcmpProbeTransport } from './icmp-probe-transport';
 import { PeerProber, type ProbeTransport } from './peer-prober';
-import { discoverUnderlay, type Underlay } from './underlay';
+import { discoverUnderlay } from './underlay';
 import { followUplinkMtu } from './uplink-mtu';
 import { deviceRefused, fabricDevice, findFabricDevice } from './vxlan-device';
-import { FilterNotOursError, VxlanSourceFilter, nftRunner } from './vxlan-source-filter';
-import { directNeighbourChanged, directSources, type DirectSources } from './direct-sources';
+import { localNode, validateFabricSettings, type Prepared } from './prepared-fabric';
+import { RepairSchedule } from './repair-schedule';
+import { SourceFilterSwitch } from './source-filter-switch';
 import { vtepMac } from '../../../lib/vtep-mac';
 
 export interface LinuxFabricOptions {
@@ -78,16 +64,6 @@ export interface LinuxFabricOptions {
   probeTransport?: (ns: NetnsHandle) => ProbeTransport;
 }
 
-/** How often Status may make the source filter's counter be read again. */
-const FILTER_COUNTER_MAX_AGE_MS = 1000;
-
-/** Coalesces a burst of notifications (our own apply makes some) into one reconcile. */
-const MONITOR_DEBOUNCE_MS = 100;
-
-/** A failed reconcile is tried again after this, doubling per failure up to the maximum. */
-const RETRY_FIRST_MS = 100;
-const RETRY_MAX_MS = 10_000;
-
 const EMPTY_REPORT: FabricReport = {
   ready: false,
   reasons: ['the fabric has not been applied yet'],
@@ -95,16 +71,6 @@ const EMPTY_REPORT: FabricReport = {
   objects: { routes: 0, neighbours: 0, fdb: 0 },
   repairs: 0,
 };
-
-interface Prepared {
-  settings: FabricSettings;
-  underlay: Underlay;
-  vxlan?: Link;
-  mac?: string;
-  routeMtu: number;
-  /** The VXLAN source filter is to be programmed (a device runs and fabric.sourceFilter is on). */
-  filter: boolean;
-}
 
 export class LinuxFabric implements FabricDataplane {
   private ns: NetnsHandle | undefined;
@@ -125,21 +91,10 @@ export class LinuxFabric implements FabricDataplane {
   private last: FabricReport = EMPTY_REPORT;
   private repairs = 0;
   private chain: Promise<unknown> = Promise.resolve();
-  private timer: NodeJS.Timeout | undefined;
-  private monitor: RestartingReader<DriftMonitor> | undefined;
-  private debounce: NodeJS.Timeout | undefined;
-  /** The next try of a reconcile that failed, and how long the one after it waits. */
-  private retry: NodeJS.Timeout | undefined;
-  private retryMs = RETRY_FIRST_MS;
+  private readonly repairSchedule: RepairSchedule;
   private stopped = false;
   private readonly logger: Logger;
-  private readonly filter: VxlanSourceFilter;
-  /** Why the source filter is not in force, while it is not. */
-  private filterOff: string | undefined;
-  /** Something with our names in our table is not ours: a reason the fabric is not ready. */
-  private filterRefused: string | undefined;
-  /** What the filter admits on hybrid's direct path, as last applied. */
-  private direct: DirectSources | undefined;
+  private readonly filter: SourceFilterSwitch;
   /** The data-path probes, while fabric.probeIntervalSeconds is above 0 and peers are programmed. */
   private prober: PeerProber | undefined;
   private readonly probeListeners: Array<(node: string) => void> = [];
@@ -147,13 +102,26 @@ export class LinuxFabric implements FabricDataplane {
 
   constructor(private readonly opts: LinuxFabricOptions = {}) {
     this.logger = opts.logger ?? silentLogger();
-    this.filter = new VxlanSourceFilter(
-      nftRunner({ command: opts.nftCommand, netnsPath: opts.hostNetnsPath }),
-    );
+    this.filter = new SourceFilterSwitch(opts, this.logger);
+    this.repairSchedule = new RepairSchedule({
+      logger: this.logger,
+      intervalMs: opts.reconcileIntervalMs ?? 60_000,
+      monitor: opts.monitor ?? true,
+      reconcile: () => this.serial(() => this.reconcile()),
+      applied: () => this.peers !== undefined,
+      concerns: (e) =>
+        concernsFabric(e, {
+          vxlanIndex: this.prepared?.vxlan?.index,
+          uplinkIndex: this.prepared?.underlay.uplink.index,
+          programmed: this.programmed,
+          direct: this.filter.direct,
+          keysOnDevice: this.keysOnDevice.size > 0,
+        }),
+    });
   }
 
   async prepare(settings: FabricSettings): Promise<LocalNode> {
-    validate(settings);
+    validateFabricSettings(settings);
     return this.serial(async () => {
       const sock = await this.socket();
       const underlay = await discoverUnderlay(sock, settings.nodeIp);
@@ -177,9 +145,9 @@ export class LinuxFabric implements FabricDataplane {
         routeMtu = underlay.uplink.mtu;
       }
       const filter = mac !== undefined && settings.sourceFilter !== false;
-      if (!filter) await this.removeFilter(settings);
+      if (!filter) await this.filter.remove(settings);
       this.prepared = { settings, underlay, vxlan, mac, routeMtu, filter };
-      this.startRepairs();
+      this.repairSchedule.start(this.ns);
       return localNode(this.prepared);
     });
   }
@@ -205,10 +173,11 @@ export class LinuxFabric implements FabricDataplane {
         const probe = health.get(p.node);
         return probe ? { ...p, probe } : p;
       });
-    if (this.prepared?.filter && !this.stopped) this.filter.refresh(FILTER_COUNTER_MAX_AGE_MS);
-    if (this.prepared?.filter && this.filter.filtered !== undefined)
-      out.filteredPackets = this.filter.filtered;
-    const warnings = [this.filterOff, this.monitor?.down()].filter((w): w is string => w !== undefined);
+    const filtered = this.prepared?.filter ? this.filter.filtered(!this.stopped) : undefined;
+    if (filtered !== undefined) out.filteredPackets = filtered;
+    const warnings = [this.filter.off, this.repairSchedule.down()].filter(
+      (w): w is string => w !== undefined,
+    );
     if (warnings.length > 0) out.warnings = warnings;
     return out;
   }
@@ -225,14 +194,10 @@ export class LinuxFabric implements FabricDataplane {
     this.stopped = true;
     await this.prober?.stop();
     this.prober = undefined;
-    if (this.timer) clearInterval(this.timer);
-    if (this.debounce) clearTimeout(this.debounce);
-    if (this.retry) clearTimeout(this.retry);
-    this.timer = undefined;
+    this.repairSchedule.cancel();
     await this.chain.catch(() => undefined);
     await this.filter.settled();
-    await this.monitor?.stop();
-    this.monitor = undefined;
+    await this.repairSchedule.stopMonitor();
     await this.sock?.close();
     this.sock = undefined;
     this.ns?.close();
@@ -284,7 +249,7 @@ export class LinuxFabric implements FabricDataplane {
     this.holders = plan.holders;
     // Peers are admitted before routes to them exist (their answers must not be dropped), and a
     // withdrawn peer leaves the set only when the controller leaves it out of the table.
-    if (prep.filter) await this.applyFilter(sock, prep, peers);
+    if (prep.filter) await this.filter.apply(sock, prep, peers);
     // Before the routes are read: a key removed from the device can take routes with it (gateway-address.ts).
     const keyFailures = await this.syncKeys(sock, prep);
     const have = await readOurs(sock, vxlanIndex);
@@ -316,7 +281,7 @@ export class LinuxFabric implements FabricDataplane {
     const reasons = [
       ...failures.map((f) => `${describe(f.op)}: ${f.error.message}`),
       ...keyFailures,
-      ...(this.filterRefused !== undefined ? [this.filterRefused] : []),
+      ...(this.filter.refused !== undefined ? [this.filter.refused] : []),
     ];
     this.probe(prep, plan);
     this.last = {
@@ -374,52 +339,6 @@ export class LinuxFabric implements FabricDataplane {
     this.prober.setTargets(probeTargets(plan));
   }
 
-  /**
-   * Programs the source filter; a failure leaves the fabric unfiltered and is a warning, an object of
-   * our name that is not ours a reason too.
-   */
-  private async applyFilter(sock: NetlinkSocket, prep: Prepared, peers: readonly Peer[]): Promise<void> {
-    const port = prep.settings.port;
-    this.filterRefused = undefined;
-    try {
-      this.direct =
-        prep.settings.mode === 'hybrid'
-          ? await directSources(sock, prep.underlay, peers, prep.settings.clusterCidrs)
-          : undefined;
-      await this.filter.apply(port, peers, { vni: prep.settings.vni, direct: this.direct });
-      if (this.filterOff !== undefined) this.logger.info({}, 'VXLAN source filter in force');
-      this.filterOff = undefined;
-    } catch (err) {
-      const notOurs = err instanceof FilterNotOursError;
-      if (notOurs) this.filterRefused = err.message;
-      const why =
-        `VXLAN source filter off: ${(err as Error).message}; VXLAN packets are accepted from any source ` +
-        `on UDP port ${port}` +
-        (notOurs ? '' : ' (install nftables, or set fabric.sourceFilter to false)');
-      if (why !== this.filterOff) this.logger.warn({ err: (err as Error).message }, why);
-      this.filterOff = why;
-    }
-  }
-
-  /**
-   * No filter wanted (no VXLAN device in this mode, or fabric.sourceFilter off): our table goes, as
-   * it would drop packets to the port for whatever listens there now. Only our own table is deleted.
-   */
-  private async removeFilter(settings: FabricSettings): Promise<void> {
-    this.filterOff = undefined;
-    this.filterRefused = undefined;
-    this.direct = undefined;
-    try {
-      await this.filter.remove();
-    } catch (err) {
-      // Without nft there is no table of ours to remove either.
-      this.logger.debug(
-        { err: (err as Error).message, mode: settings.mode, sourceFilter: settings.sourceFilter },
-        'VXLAN source filter not removed',
-      );
-    }
-  }
-
   /** The uplink's MTU changed: the device and the routes of this pass take it, the controller hears. */
   private async takeUplinkMtu(sock: NetlinkSocket, prep: Prepared): Promise<void> {
     const was = await followUplinkMtu(sock, prep);
@@ -430,104 +349,6 @@ export class LinuxFabric implements FabricDataplane {
       "fabric follows the uplink's new MTU",
     );
     for (const listener of this.localListeners) listener(localNode(prep));
-  }
-
-  private startRepairs(): void {
-    if (this.timer === undefined) {
-      this.timer = setInterval(
-        () => this.scheduleReconcile('periodic'),
-        this.opts.reconcileIntervalMs ?? 60_000,
-      );
-      this.timer.unref();
-    }
-    if (this.monitor === undefined && (this.opts.monitor ?? true) && this.ns) {
-      const ns = this.ns;
-      this.monitor = new RestartingReader({
-        what: 'fabric drift monitor',
-        meanwhile: 'the periodic reconcile still repairs',
-        logger: this.logger,
-        start: (died) =>
-          DriftMonitor.start(
-            ns,
-            (e) => {
-              if (this.concernsUs(e)) this.scheduleReconcile('monitor');
-            },
-            died,
-          ),
-        // What changed while no monitor listened is known only to a full reconcile.
-        onRestart: () => this.scheduleReconcile('monitor'),
-      });
-      void this.monitor.begin();
-    }
-  }
-
-  /**
-   * Whether a notification may mean drift: one of the objects we put in is gone, a route of ours we
-   * did not put in appeared, or our device went away. Our own changes (known in `programmed` before
-   * they are sent) do not trigger a reconcile.
-   */
-  private concernsUs(e: KernelEvent): boolean {
-    const vx = this.prepared?.vxlan?.index;
-    switch (e.type) {
-      case KERNEL_EVENTS_LOST:
-        return true;
-      case RTM_DELROUTE:
-        return e.protocol === RTPROT_WORKLOADNET && e.id !== undefined && this.programmed.has(e.id);
-      case RTM_NEWROUTE:
-        return e.protocol === RTPROT_WORKLOADNET && e.id !== undefined && !this.programmed.has(e.id);
-      case RTM_DELNEIGH:
-        return vx !== undefined && e.ifindex === vx && e.id !== undefined && this.programmed.has(e.id);
-      case RTM_NEWNEIGH:
-        return directNeighbourChanged(this.direct, e);
-      case RTM_DELLINK:
-        return vx !== undefined && e.ifindex === vx;
-      case RTM_NEWLINK:
-        // The uplink's MTU may have changed (followUplinkMtu).
-        return e.ifindex !== undefined && e.ifindex === this.prepared?.underlay.uplink.index;
-      case RTM_DELADDR:
-        return vx !== undefined && e.ifindex === vx && this.keysOnDevice.size > 0;
-      default:
-        return false;
-    }
-  }
-
-  private scheduleReconcile(why: 'periodic' | 'monitor'): void {
-    if (this.stopped || this.peers === undefined) return;
-    if (why === 'monitor') {
-      if (this.debounce) return;
-      this.debounce = setTimeout(() => {
-        this.debounce = undefined;
-        this.runReconcile(why);
-      }, MONITOR_DEBOUNCE_MS);
-      this.debounce.unref();
-      return;
-    }
-    this.runReconcile(why);
-  }
-
-  private runReconcile(why: string): void {
-    if (this.stopped) return;
-    this.serial(() => this.reconcile()).then(
-      () => {
-        this.retryMs = RETRY_FIRST_MS;
-      },
-      (err: unknown) => {
-        // A repair must not wait for the periodic pass because one request was cut short (EINTR after
-        // SIGSTOP/SIGCONT, a socket that timed out): it is tried again soon, less often while it fails.
-        const delay = this.retryMs;
-        this.retryMs = Math.min(RETRY_MAX_MS, this.retryMs * 2);
-        this.logger.warn(
-          { why, err: (err as Error).message, retryInMs: delay },
-          'fabric reconcile failed; tried again',
-        );
-        if (this.retry || this.stopped) return;
-        this.retry = setTimeout(() => {
-          this.retry = undefined;
-          this.runReconcile('retry');
-        }, delay);
-        this.retry.unref();
-      },
-    );
   }
 
   private serial<T>(fn: () => Promise<T>): Promise<T> {
@@ -562,33 +383,4 @@ function fingerprintsOf(plan: FabricPlan): Map<string, string> {
 
 function describe(op: DiffOp): string {
   return `${op.action} ${op.what}`;
-}
-
-function validate(s: FabricSettings): void {
-  if (!['routed', 'vxlan', 'hybrid', 'external'].includes(s.mode))
-    throw invalidArgument(`fabric: mode "${String(s.mode)}" is not one of routed, vxlan, hybrid, external`);
-  if (!Number.isInteger(s.vni) || s.vni < 1 || s.vni > 0xffffff)
-    throw invalidArgument(`fabric: VNI must be an integer in 1..16777215, not ${s.vni}`);
-  if (!Number.isInteger(s.port) || s.port < 1 || s.port > 0xffff)
-    throw invalidArgument(`fabric: VXLAN port must be an integer in 1..65535, not ${s.port}`);
-  for (const c of s.clusterCidrs) {
-    try {
-      parseCidr(c);
-    } catch (err) {
-      throw invalidArgument(`fabric: cluster CIDR: ${(err as Error).message}`);
-    }
-  }
-}
-
-/** This node as the fabric publishes it. */
-function localNode(prep: Prepared): LocalNode {
-  const local: LocalNode = {
-    underlay: [prep.underlay.address],
-    uplink: prep.underlay.uplink.name,
-    mtu: prep.underlay.uplink.mtu,
-    subnets: prep.underlay.subnets.map((s) => s.text),
-  };
-  if (prep.mac !== undefined)
-    local.vtep = { mac: prep.mac, vni: prep.settings.vni, port: prep.settings.port };
-  return local;
 }

@@ -37,7 +37,9 @@ describeRoot('Linux fabric: a drift monitor that dies is started again (real ker
     (await ip('-n', na.ns, 'route', 'show', ROUTE, 'proto', '119')).trim() !== '';
   /** The running monitor's thread (private to the fabric: a failure is what would end it). */
   const monitorThread = (f: LinuxFabric): Worker | undefined => {
-    const keeper = (f as unknown as { monitor?: RestartingReader<DriftMonitor> }).monitor;
+    const schedule = (f as unknown as { repairSchedule: { monitor?: RestartingReader<DriftMonitor> } })
+      .repairSchedule;
+    const keeper = schedule.monitor;
     const monitor = (keeper?.current ?? keeper) as unknown as { worker?: Worker } | undefined;
     return monitor?.worker;
   };

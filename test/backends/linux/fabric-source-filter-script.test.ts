@@ -5,7 +5,7 @@ import {
   parseCounter,
   peerAddresses,
   removeScript,
-} from '../../../backends/linux/fabric/vxlan-source-filter';
+} from '../../../backends/linux/fabric/vxlan-filter-script';
 import { innerSources, rawRange } from '../../../backends/linux/fabric/vxlan-inner-sources';
 import { parseCidr } from '../../../lib/cidr';
 
