@@ -14,7 +14,7 @@ import { PeerStatusDeltas } from './peer-status-deltas';
 
 // The agent's fabric half (protocol version 3): it applies FabricObjects to the table and the
 // dataplane, answers each with an ack of kind FABRIC, applies a snapshot's fabric part, and reports the
-// peers (PeerStatus) after a change and on every heartbeat. The session (agent-client.ts) hands it
+// peers (PeerStatus) after a change and on every heartbeat. The session (agent-session.ts) hands it
 // each message and tells it when a session starts and ends.
 
 /** The version that carries the fabric. */
