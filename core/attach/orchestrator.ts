@@ -11,7 +11,8 @@ import type { Metrics } from '../metrics';
 import type { Netns } from '../../lib/netns/netns-handle';
 import type { NetnsOpener } from '../netns-opener';
 import type { Network, NetworkSet } from '../ipam/network';
-import type { AttachmentRecord, Store } from '../store/store';
+import type { AttachmentRecord } from '../store/attachment-record';
+import type { Store } from '../store/store';
 import type { AttachmentLedger } from './attachment-ledger';
 import { gatewayOf, publicView, toSpec, toView } from './attachment-views';
 import {
