@@ -7,8 +7,8 @@ import { mergeConfig } from './config-check';
 
 // Reading the configuration a person wrote: the JSON file (--config), whose unknown keys are refused
 // with the likely fix, and the --mtu flag. Its own file because it is the daemon's input, in words a
-// person typed, apart from the configuration's shape and check (core/config.ts), which every room
-// reads and which never touches a file.
+// person typed, apart from the configuration's shape (core/config.ts), which every room reads, and
+// its check (config-check.ts), neither of which touches a file.
 
 /** Reads a JSON config file; unknown keys are an error, so a typo does not silently fall back to a default. */
 export function loadConfigFile(file: string): ConfigOverrides {
