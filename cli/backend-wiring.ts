@@ -1,7 +1,8 @@
 import type { ContainerModule } from 'inversify';
 import { dpuBackendModule } from '../backends/dpu/module';
 import { linuxBackendModule } from '../backends/linux/module';
-import { effectiveNetworks, type BackendName, type DaemonConfig } from '../core/config';
+import { effectiveNetworks } from '../core/ipam/effective-networks';
+import type { BackendName, DaemonConfig } from '../core/config';
 import type { Logger } from '../core/logger';
 
 // The one module that knows every backend: it picks the modules of the backends the networks use, one

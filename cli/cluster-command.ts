@@ -1,7 +1,9 @@
 import * as fs from 'node:fs';
 import type { Command } from 'commander';
 import type { Etcd3 } from 'etcd3';
-import { DEFAULT_CONFIG, loadConfigFile, mergeConfig, type EtcdConfig } from '../core/config';
+import { DEFAULT_CONFIG, type EtcdConfig } from '../core/config';
+import { loadConfigFile } from '../core/daemon/config-file';
+import { mergeConfig } from '../core/daemon/config-check';
 import type { BlockRegistry } from '../pools/etcd/block-registry';
 import { EXIT, parseTimeoutSeconds } from './client-commands';
 import { json, table } from './output';

@@ -1,5 +1,6 @@
 import type { Command } from 'commander';
-import { effectiveNetworks, fabricMode } from '../core/config';
+import { effectiveNetworks } from '../core/ipam/effective-networks';
+import { fabricMode } from '../core/fabric/fabric-settings';
 import { EXIT } from './client-commands';
 import { effectiveConfig } from './daemon-command';
 

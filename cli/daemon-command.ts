@@ -1,12 +1,9 @@
 import * as path from 'node:path';
 import { ContainerModule } from 'inversify';
 import { backendModules } from './backend-wiring';
+import { parseMtu, loadConfigFile } from '../core/daemon/config-file';
 import {
-  parseMtu,
   DEFAULT_CONFIG,
-  loadConfigFile,
-  effectiveNetworks,
-  mergeConfig,
   type BackendName,
   type ConfigOverrides,
   type DaemonConfig,
@@ -14,6 +11,8 @@ import {
   type LogLevel,
   type PoolSourceName,
 } from '../core/config';
+import { effectiveNetworks } from '../core/ipam/effective-networks';
+import { mergeConfig } from '../core/daemon/config-check';
 import { createContainer } from '../core/daemon/container';
 import { NODE_LOCK, NodeLock } from '../core/daemon/node-lock';
 import { Daemon } from '../core/daemon/daemon';

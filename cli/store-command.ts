@@ -1,5 +1,7 @@
 import type { Command } from 'commander';
-import { DEFAULT_CONFIG, loadConfigFile, mergeConfig } from '../core/config';
+import { DEFAULT_CONFIG } from '../core/config';
+import { loadConfigFile } from '../core/daemon/config-file';
+import { mergeConfig } from '../core/daemon/config-check';
 import { checkStore, type StoreCheckResult } from '../core/store/store-check';
 import { EXIT } from './client-commands';
 import { json } from './output';

@@ -1,7 +1,7 @@
 import { cidrContains, parseAddress, parseCidr, type Cidr } from '../lib/cidr';
 import type { FabricMode } from './fabric-dataplane';
 
-// The fabric's part of the configuration check (core/config.ts runs it with the rest): its mode,
+// The fabric's part of the configuration check (core/daemon/config-check.ts runs it with the rest): its mode,
 // underlay, VXLAN and peer-source options, and how the DPUs' slices are cut.
 
 /** Largest slice count accepted (dpu.fabricSlices): more slices than that is more routes than DPUs. */

@@ -2,7 +2,8 @@ import { DEFAULT_NETWORK } from '../config';
 import type { Logger } from '../logger';
 import type { NetnsOpener } from '../netns-opener';
 import type { NetworkSet } from '../ipam/network';
-import type { AttachmentRecord, Store } from '../store/store';
+import type { AttachmentRecord } from '../store/attachment-record';
+import type { Store } from '../store/store';
 import { KeyedMutex } from '../../lib/keyed-mutex';
 import { toView } from './attachment-views';
 

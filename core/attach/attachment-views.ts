@@ -1,5 +1,5 @@
 import type { AttachmentView, AttachSpec } from '../backend';
-import type { AttachmentRecord } from '../store/store';
+import type { AttachmentRecord } from '../store/attachment-record';
 import type { Attachment } from '../workload-service';
 
 // The shapes of one stored attachment: what a backend is given to program or check it, and what the

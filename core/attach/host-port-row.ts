@@ -1,4 +1,4 @@
-import type { AttachmentRecord } from '../store/store';
+import type { AttachmentRecord } from '../store/attachment-record';
 
 // The host port's attachment (core/host-port/host-port.ts): the node's own network namespace attached by
 // the daemon itself to a network on the DPUs, so that the host reaches the overlay through a DPU. It is

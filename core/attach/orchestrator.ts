@@ -3,19 +3,21 @@ import { Admission } from './admission';
 import type { AttachSpec, CheckScope, DataplaneResult, Drift } from '../backend';
 import { attachmentKey, type AttachmentKey } from '../attachment-key';
 import { DEFAULT_NETWORK, type DaemonConfig } from '../config';
-import { alreadyExists, asWorkloadNetError, invalidArgument, notFound, unavailable } from '../errors';
+import { alreadyExists, invalidArgument, unavailable } from '../errors';
+import { metered } from './metered';
 import { HOST_PORT_ORIGIN, HOST_PORT_WORKLOAD_ID } from './host-port-row';
-import type { AllocatedIp } from '../ipam/ip-allocator';
 import type { Logger } from '../logger';
 import type { Metrics } from '../metrics';
 import type { Netns } from '../../lib/netns/netns-handle';
 import type { NetnsOpener } from '../netns-opener';
 import type { Network, NetworkSet } from '../ipam/network';
-import type { AttachmentRecord, Store } from '../store/store';
+import type { AttachmentRecord } from '../store/attachment-record';
+import type { Store } from '../store/store';
 import type { AttachmentLedger } from './attachment-ledger';
-import { gatewayOf, publicView, toSpec, toView } from './attachment-views';
+import { toSpec, toView } from './attachment-views';
+import { AttachmentReads } from './attachment-reads';
+import { newRecord } from './new-record';
 import {
-  DEFAULT_IF_NAME,
   validateAttach,
   validateIfName,
   validateWorkloadId,
@@ -46,6 +48,7 @@ export class Orchestrator {
   /** Attaches that shutdown cancelled while their backend programmed: it removed their rows already. */
   private readonly cancelled = new Set<string>();
   private stopping = false;
+  private readonly reads: AttachmentReads;
 
   constructor(
     private readonly ledger: AttachmentLedger,
@@ -55,6 +58,7 @@ export class Orchestrator {
     private readonly metrics: Metrics,
   ) {
     this.admission = new Admission(config.maxInFlight, ATTACH_CONCURRENCY);
+    this.reads = new AttachmentReads(ledger, this.programming);
   }
 
   private get store(): Store {
@@ -67,7 +71,7 @@ export class Orchestrator {
 
   attach(call: AttachCall): Promise<Attachment> {
     const label = { backend: this.networks.primary.backend.name };
-    return this.metered('attach', label, () => {
+    return metered(this.metrics, 'attach', label, () => {
       // The network first: an unknown one is refused before anything.
       const network = this.networks.get(validateNetworkName(call.network));
       label.backend = network.backend.name;
@@ -97,7 +101,7 @@ export class Orchestrator {
       origin: HOST_PORT_ORIGIN,
       network: network.name,
     });
-    return this.metered('attach', { backend: network.backend.name }, () =>
+    return metered(this.metrics, 'attach', { backend: network.backend.name }, () =>
       this.admission.run(() => this.tracked(this.attachWorkload(req, network, { netns, routes }))),
     );
   }
@@ -327,7 +331,7 @@ export class Orchestrator {
   }
 
   detach(call: DetachCall): Promise<void> {
-    return this.metered('detach', { backend: this.networks.primary.backend.name }, async () => {
+    return metered(this.metrics, 'detach', { backend: this.networks.primary.backend.name }, async () => {
       const workloadId = validateWorkloadId(call.workloadId);
       const ifName = call.ifName ? validateIfName(call.ifName) : undefined;
       const ctx = { workloadId, ifName, requestId: randomUUID() };
@@ -346,70 +350,21 @@ export class Orchestrator {
     });
   }
 
-  /** Runs one API operation and records its latency and result code. */
-  private async metered<T>(op: string, label: { backend: string }, fn: () => Promise<T>): Promise<T> {
-    const start = process.hrtime.bigint();
-    let code = 'OK';
-    try {
-      return await fn();
-    } catch (err) {
-      code = asWorkloadNetError(err).code;
-      throw err;
-    } finally {
-      this.metrics.observe(op, label.backend, code, Number(process.hrtime.bigint() - start) / 1e9);
-    }
-  }
-
   async list(): Promise<Iterable<Attachment>> {
-    return this.visibleRows();
+    return this.reads.list();
   }
 
-  /**
-   * Up to `limit` attachments in List's order after the one keyed `after`: a page of ListStream. A
-   * page is read in one short read transaction, so a client that takes its time holds none.
-   */
+  /** A page of ListStream (see AttachmentReads.listPage). */
   async listPage(after: AttachmentKey | undefined, limit: number): Promise<Attachment[]> {
-    const page: Attachment[] = [];
-    if (limit < 1) return page;
-    for (const rec of this.store.rows(after)) {
-      if (this.programming.has(rec.key)) continue;
-      page.push(this.withState(rec));
-      if (page.length >= limit) break;
-    }
-    return page;
-  }
-
-  private *visibleRows(): Generator<Attachment> {
-    for (const rec of this.store.rows()) if (!this.programming.has(rec.key)) yield this.withState(rec);
+    return this.reads.listPage(after, limit);
   }
 
   async get(workloadId: string, ifName?: string): Promise<Attachment[]> {
-    validateWorkloadId(workloadId);
-    const found = (
-      ifName
-        ? [this.store.get(attachmentKey(workloadId, validateIfName(ifName)))].filter(isDefined)
-        : this.store.byWorkload(workloadId)
-    ).filter((r) => !this.programming.has(r.key));
-    if (found.length === 0)
-      throw notFound(`workload ${workloadId}${ifName ? ` has no interface ${ifName}` : ' is not attached'}`);
-    return found.map((r) => this.withState(r));
-  }
-
-  /** The public view, with the state the backend sees now (a DPU port whose agent is away: degraded). */
-  private withState(rec: AttachmentRecord): Attachment {
-    const view = publicView(rec);
-    const state = this.networks.backendOf(rec).attachmentState?.(toView(rec));
-    return state && state !== view.state ? { ...view, state } : view;
+    return this.reads.get(workloadId, ifName);
   }
 
   async check(workloadId: string, ifName: string, scope: CheckScope = 'full'): Promise<Drift[]> {
-    validateWorkloadId(workloadId);
-    const key = attachmentKey(workloadId, validateIfName(ifName || DEFAULT_IF_NAME));
-    return this.ledger.locked(workloadId, async () => {
-      const rec = this.store.get(key);
-      if (!rec) throw notFound(`workload ${workloadId} has no attachment ${key}`);
-      return this.networks.backendOf(rec).check(toView(rec), scope);
-    });
+    return this.reads.check(workloadId, ifName, scope);
   }
 }
 
@@ -424,42 +379,6 @@ function sameAttachment(existing: AttachmentRecord, req: AttachRequest, netns: N
   throw alreadyExists(
     `workload ${req.workloadId} is already attached as ${req.ifName} in ${existing.netnsPath}; detach it before attaching it to another namespace`,
   );
-}
-
-function newRecord(
-  req: AttachRequest & { mtu: number; mtuAsked: boolean },
-  netns: Pick<Netns, 'inode' | 'dirDev'>,
-  allocated: AllocatedIp[],
-  backend: string,
-  defaultRoute: boolean,
-  routes: string[] | undefined,
-): AttachmentRecord {
-  return {
-    key: req.key,
-    workloadId: req.workloadId,
-    ifName: req.ifName,
-    netnsPath: req.netnsPath,
-    netnsInode: netns.inode,
-    ...(netns.dirDev !== undefined ? { netnsDirDev: netns.dirDev } : {}),
-    containerId: req.containerId,
-    pod: req.pod,
-    ips: allocated.map((a) => ({
-      family: a.family,
-      address: a.address,
-      gateway: gatewayOf(a.family),
-    })),
-    mtu: req.mtu,
-    // The call's own MTU is kept; one from the network follows it (core/reconcile/mtu-alignment.ts).
-    ...(req.mtuAsked ? { mtuAsked: true } : {}),
-    backend,
-    network: req.network,
-    defaultRoute,
-    ...(routes ? { routes } : {}),
-    dns: req.dns,
-    origin: req.origin,
-    state: 'ready',
-    createdAt: new Date().toISOString(),
-  };
 }
 
 /** Whether programming reported exactly what was planned (then the row written meanwhile is final). */

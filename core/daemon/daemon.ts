@@ -113,6 +113,12 @@ export class Daemon {
     this.stopAll = await startAll(parts, (part, err) =>
       log.warn({ part, err: (err as Error).message }, 'stopping a part failed'),
     );
+    await this.followReadiness();
+    this.logReady(config, log);
+  }
+
+  /** Tells health clients and readiness listeners whether Attach can succeed, now and every 5 s. */
+  private async followReadiness(): Promise<void> {
     const listeners = this.container.isBound(READINESS_LISTENER)
       ? this.container.getAll<ReadinessListener>(READINESS_LISTENER)
       : [];
@@ -126,6 +132,10 @@ export class Daemon {
     // 5 s: a Status costs a backend probe, sysctl reads and a count of the store, most of an idle
     // daemon's CPU at a shorter interval; the HTTP probes (/readyz) ask Status themselves.
     this.readyTimer = setInterval(() => void ready(), READINESS_INTERVAL_MS).unref();
+  }
+
+  /** The one line that says the daemon serves, and with what. */
+  private logReady(config: DaemonConfig, log: Logger): void {
     const networks = this.container.get<NetworkSet>(NETWORKS).networks;
     log.info(
       {

@@ -3,7 +3,7 @@ import type { Netns } from '../../lib/netns/netns-handle';
 import { asWorkloadNetError } from '../errors';
 import type { Logger } from '../logger';
 import type { Network } from '../ipam/network';
-import type { AttachmentRecord } from '../store/store';
+import type { AttachmentRecord } from '../store/attachment-record';
 import type { AttachCall } from '../workload-service';
 import { toSpec, toView } from '../attach/attachment-views';
 import { HOST_PORT_IF_NAME, HOST_PORT_WORKLOAD_ID } from '../attach/host-port-row';

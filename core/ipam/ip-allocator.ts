@@ -20,14 +20,12 @@
 
 import { cidrsOverlap, overlapError, type AddressSpace } from '../address-space';
 import { cidrContains, parseAddress, parseCidr, type Cidr } from '../../lib/cidr';
-import {
-  exhausted,
-  failedPrecondition,
-  invalidArgument,
-  knownWorkloadNetError,
-  WorkloadNetError,
-} from '../errors';
+import { invalidArgument, knownWorkloadNetError, type WorkloadNetError } from '../errors';
 import { IpPool } from './ip-pool';
+import { ownPool, type SliceRequest } from './slice-request';
+import { familyFullError, nothingToHandOut, sliceFullError, type PoolsView } from './allocation-refusals';
+import { poolReport, poolUsage, type PoolReport, type PoolState, type PoolUsageReport } from './pool-report';
+import { poolCursors, restorePoolCursors } from './pool-cursors';
 
 export interface PoolConfig {
   cidr: string;
@@ -42,45 +40,12 @@ export interface PoolConfig {
   endpoint?: string;
 }
 
-/** Active pools hand out addresses; draining ones only keep those in use until they are released. */
-export type PoolState = 'active' | 'draining';
-
 export interface AllocatedIp {
   family: 4 | 6;
   address: string;
   pool: Cidr;
   /** Taken outside the slice asked for (see SliceRequest). */
   borrowed?: boolean;
-}
-
-/**
- * An allocation for a tunnel endpoint (DPU) that owns slice `slice` of every pool (address-slices.ts):
- * the address comes from that slice of the first pool with room in it; when every one is full, or the
- * endpoint holds no slice, it is borrowed from anywhere in the pools, unless `strict`.
- */
-export interface SliceRequest {
-  endpoint: string;
-  /** The endpoint's slice index; undefined when it holds none. */
-  slice: number | undefined;
-  /** Refuse (RESOURCE_EXHAUSTED, naming the endpoint and its slice) rather than borrow. */
-  strict: boolean;
-  /**
-   * The endpoint's place is its own pools (PoolConfig.endpoint), not a slice of every pool: the pools
-   * are not cut, and `slice` is not looked at.
-   */
-  pools?: boolean;
-}
-
-export interface PoolUsageReport {
-  cidr: string;
-  family: 4 | 6;
-  size: number;
-  used: number;
-}
-
-/** Usage plus whether the pool still hands out addresses. */
-export interface PoolReport extends PoolUsageReport {
-  state: PoolState;
 }
 
 const FAMILIES: ReadonlyArray<4 | 6> = [4, 6];
@@ -259,94 +224,42 @@ export class IpAllocator {
    */
   allocate(families?: ReadonlyArray<4 | 6>, within?: SliceRequest): AllocatedIp[] {
     if (within) return this.allocateInSlice(families, within);
-    if (!this.configured && families === undefined) {
-      throw failedPrecondition('no IP pool is configured; add at least one pool CIDR to the configuration');
-    }
     // Pick every family's pool before taking anything, so exhaustion never needs a rollback and never
     // moves a cursor.
-    const wanted = families ?? this.families();
-    if (wanted.length === 0)
-      throw exhausted('no IP pool hands out addresses: every pool is draining; wait for a new range');
+    const wanted = this.wantedFamilies(families);
     const picks: IpPool[] = [];
     for (const family of wanted) {
       const pool = this.poolWithSpace(family);
-      if (pool === undefined) throw this.exhaustedError(family);
+      if (pool === undefined) throw familyFullError(family, this.view());
       picks.push(pool);
     }
-    const out: AllocatedIp[] = [];
-    try {
-      for (const pool of picks) out.push({ family: pool.family, address: pool.allocate(), pool: pool.cidr });
-    } catch (err) {
-      for (const ip of out) this.poolFor(ip.address)?.release(ip.address);
-      throw err;
-    }
-    this.changed();
-    return out;
+    return this.takeAll(picks, (pool) => ({
+      family: pool.family,
+      address: pool.allocate(),
+      pool: pool.cidr,
+    }));
   }
 
   /** allocate() for an endpoint's slice (see SliceRequest); all or nothing, like allocate(). */
   private allocateInSlice(families: ReadonlyArray<4 | 6> | undefined, req: SliceRequest): AllocatedIp[] {
-    if (!this.configured && families === undefined) {
-      throw failedPrecondition('no IP pool is configured; add at least one pool CIDR to the configuration');
-    }
-    const wanted = families ?? this.families();
-    if (wanted.length === 0)
-      throw exhausted('no IP pool hands out addresses: every pool is draining; wait for a new range');
+    const wanted = this.wantedFamilies(families);
     // As allocate(): every family's place first, so a refusal takes nothing and moves no cursor.
     const picks: Array<{ pool: IpPool; own: boolean }> = [];
     for (const family of wanted) {
-      const slice = req.slice;
-      const active = (p: IpPool): boolean => p.family === family && !this.draining.has(p);
-      const own = req.pools
-        ? this.pools.find((p) => active(p) && p.endpoint === req.endpoint && p.free > 0)
-        : slice === undefined
-          ? undefined
-          : this.pools.find((p) => active(p) && p.freeInSlice(slice) > 0);
+      const own = ownPool(this.pools, (p) => p.family === family && !this.draining.has(p), req);
       if (own) {
         picks.push({ pool: own, own: true });
         continue;
       }
-      if (req.strict) throw this.sliceFullError(family, req);
+      if (req.strict) throw sliceFullError(family, req, this.view());
       const pool = this.poolWithSpace(family);
-      if (pool === undefined) throw this.exhaustedError(family);
+      if (pool === undefined) throw familyFullError(family, this.view());
       picks.push({ pool, own: false });
     }
-    const out: AllocatedIp[] = [];
-    try {
-      for (const { pool, own } of picks) {
-        const address = own && !req.pools ? pool.allocateInSlice(req.slice as number) : pool.allocate();
-        out.push({ family: pool.family, address, pool: pool.cidr, ...(own ? {} : { borrowed: true }) });
-      }
-    } catch (err) {
-      for (const ip of out) this.poolFor(ip.address)?.release(ip.address);
-      throw err;
-    }
-    this.changed();
-    return out;
-  }
-
-  private sliceFullError(family: 4 | 6, req: SliceRequest): WorkloadNetError {
-    const fix = 'detach workloads placed on it, or set fabric.strictSlices to false to let it borrow';
-    if (req.pools) {
-      const own = this.pools
-        .filter((p) => p.family === family && p.endpoint === req.endpoint && !this.draining.has(p))
-        .map((p) => p.cidr.text);
-      return exhausted(
-        `the IPv${family} blocks of DPU ${req.endpoint} (${own.join(', ') || 'none yet'}) have no free address and fabric.strictSlices forbids borrowing one; ${fix}`,
-      );
-    }
-    if (req.slice === undefined)
-      return exhausted(
-        `DPU ${req.endpoint} holds no slice of the node's ranges (every one of the ${this.slices} slices is held by another DPU) and fabric.strictSlices forbids borrowing an address; raise dpu.fabricSlices, or set fabric.strictSlices to false`,
-      );
-    const slice = req.slice;
-    const cidrs = this.pools
-      .filter((p) => p.family === family && !this.draining.has(p))
-      .map((p) => p.sliceCidr(slice))
-      .filter((c) => c !== undefined);
-    return exhausted(
-      `slice ${slice} of DPU ${req.endpoint} (${cidrs.join(', ') || `no IPv${family} range is cut into that many slices`}) has no free IPv${family} address and fabric.strictSlices forbids borrowing one; ${fix}`,
-    );
+    return this.takeAll(picks, ({ pool, own }) => {
+      const address = own && !req.pools ? pool.allocateInSlice(req.slice as number) : pool.allocate();
+      return { family: pool.family, address, pool: pool.cidr, ...(own ? {} : { borrowed: true }) };
+    });
   }
 
   /**
@@ -394,33 +307,17 @@ export class IpAllocator {
   }
 
   usage(): PoolUsageReport[] {
-    return this.pools.map((p) => ({ cidr: p.cidr.text, family: p.family, size: p.size, used: p.used }));
+    return poolUsage(this.pools);
   }
 
   /** usage() with each pool's state. */
   report(): PoolReport[] {
-    return this.pools.map((p) => ({
-      cidr: p.cidr.text,
-      family: p.family,
-      size: p.size,
-      used: p.used,
-      state: this.draining.has(p) ? 'draining' : 'active',
-    }));
+    return poolReport(this.pools, this.draining);
   }
 
   /** Each pool's round-robin cursor, keyed by canonical CIDR, for persisting across restarts. */
   cursors(): Record<string, string> {
-    const out: Record<string, string> = {};
-    for (const p of this.pools) {
-      const c = p.cursor;
-      if (c !== undefined) out[p.cidr.text] = c;
-      // A cut pool's slices keep theirs under the slice's CIDR (never a pool's: pools do not overlap).
-      for (let i = 0; p.sliceCount > 1 && i < p.sliceCount; i++) {
-        const sc = p.sliceCursor(i);
-        if (sc !== undefined) out[p.sliceCidr(i) as string] = sc;
-      }
-    }
-    return out;
+    return poolCursors(this.pools);
   }
 
   /**
@@ -428,24 +325,38 @@ export class IpAllocator {
    * are no longer configured, or that no longer fit their pool, are dropped instead of failing start-up.
    */
   restoreCursors(cursors: Record<string, string>): void {
-    for (const p of this.pools) {
-      for (let i = 0; p.sliceCount > 1 && i < p.sliceCount; i++) {
-        const sc = cursors[p.sliceCidr(i) as string];
-        if (sc !== undefined) p.setSliceCursor(i, sc);
-      }
-      const c = cursors[p.cidr.text];
-      if (c === undefined) continue;
-      try {
-        p.setCursor(c);
-      } catch (err) {
-        if (!knownWorkloadNetError(err)) throw err;
-      }
-    }
+    restorePoolCursors(this.pools, cursors);
   }
 
   /** Families with an active pool. */
   families(): Array<4 | 6> {
     return FAMILIES.filter((f) => this.pools.some((p) => p.family === f && !this.draining.has(p)));
+  }
+
+  /** The families asked for, or every family with an active pool; refused when there is none. */
+  private wantedFamilies(families: ReadonlyArray<4 | 6> | undefined): ReadonlyArray<4 | 6> {
+    if (!this.configured && families === undefined) throw nothingToHandOut(false);
+    const wanted = families ?? this.families();
+    if (wanted.length === 0) throw nothingToHandOut(true);
+    return wanted;
+  }
+
+  /** Takes an address for every pick, all or nothing: what was taken is given back when one fails. */
+  private takeAll<P>(picks: readonly P[], take: (pick: P) => AllocatedIp): AllocatedIp[] {
+    const out: AllocatedIp[] = [];
+    try {
+      for (const pick of picks) out.push(take(pick));
+    } catch (err) {
+      for (const ip of out) this.poolFor(ip.address)?.release(ip.address);
+      throw err;
+    }
+    this.changed();
+    return out;
+  }
+
+  /** The pools as a refusal names them. */
+  private view(): PoolsView {
+    return { pools: this.pools, draining: this.draining, slices: this.slices };
   }
 
   private poolWithSpace(family: 4 | 6): IpPool | undefined {
@@ -467,20 +378,6 @@ export class IpAllocator {
 
   private changed(): void {
     this.listener?.();
-  }
-
-  private exhaustedError(family: 4 | 6): WorkloadNetError {
-    const pools =
-      this.pools
-        .filter((p) => p.family === family)
-        .map(
-          (p) => `${p.cidr.text}: ${p.used} of ${p.size} in use${this.draining.has(p) ? ', draining' : ''}`,
-        )
-        .join(', ') || 'none';
-    return exhausted(
-      `no free IPv${family} address: every IPv${family} pool is full (${pools}); ` +
-        'detach workloads or configure a larger or additional pool',
-    );
   }
 }
 

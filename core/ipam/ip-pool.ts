@@ -14,9 +14,8 @@
 // million workloads, and tracking a /64 bit by bit is impossible. IPv4 pools must be /8 or longer (a
 // 2 MiB bitmap at most) and leave at least one usable address, so /31 and /32 are rejected.
 //
-// State is a bitmap of taken offsets (held or never-usable) plus a summary bitmap with one bit per
-// full 32-bit word, so finding the next free address skips 1024 addresses per summary-word check:
-// the worst case for 2^20 offsets is ~1024 summary checks, never a walk over every address.
+// State is a bitmap of taken offsets (held or never-usable) with a summary of full words, so finding
+// the next free address is fast at any size (offset-bitmap.ts).
 //
 // A pool may be cut into slices (address-slices.ts: one per DPU of the node): each slice then has its
 // own round-robin cursor and count of addresses held, and allocateInSlice() searches only its offsets
@@ -25,23 +24,12 @@
 import { cidrContains, cidrSize, formatAddress, parseAddress, parseCidr, type Cidr } from '../../lib/cidr';
 import { exhausted, internal, invalidArgument } from '../errors';
 import { IPV6_TRACKED_BITS, cutRange } from './address-slices';
+import { OffsetBitmap } from './offset-bitmap';
 
 /** Largest number of offsets an IPv6 pool tracks (its first 2^20 addresses). */
 export const IPV6_POOL_WINDOW = 1 << IPV6_TRACKED_BITS;
 /** Shortest IPv4 prefix accepted for a pool. */
 export const IPV4_MIN_PREFIX = 8;
-
-const FULL = 0xffffffff;
-
-/** Index of the lowest set bit of a non-zero 32-bit value. */
-const lowestBit = (x: number): number => 31 - Math.clz32(x & -x);
-
-/** Set bits of a 32-bit value. */
-function popcount(x: number): number {
-  let v = x - ((x >>> 1) & 0x55555555);
-  v = (v & 0x33333333) + ((v >>> 2) & 0x33333333);
-  return (((v + (v >>> 4)) & 0x0f0f0f0f) * 0x01010101) >>> 24;
-}
 
 /** A pool's slices: slice i is offsets [i << shift, (i + 1) << shift). */
 interface Slicing {
@@ -58,12 +46,8 @@ export class IpPool {
   readonly family: 4 | 6;
   /** Offsets [0, span) are tracked; everything past it is outside what this pool hands out. */
   private readonly span: number;
-  /** Bit set: the offset cannot be handed out now (held, or blocked for good). */
-  private readonly taken: Uint32Array;
-  /** Bit set: the offset is never handed out (network, .1, broadcast, reserved, padding). */
-  private readonly blocked: Uint32Array;
-  /** Bit w set: taken[w] is full. Bits for words past the end are set so searches never stop there. */
-  private readonly fullWords: Uint32Array;
+  /** Which offsets are taken and which blocked for good. */
+  private readonly bits: OffsetBitmap;
   private readonly usable: number;
   private held = 0;
   /** Offset of the last address handed out (host-local's lastReserved), or -1 before the first. */
@@ -87,17 +71,12 @@ export class IpPool {
     const total = cidrSize(this.cidr);
     this.span = this.family === 6 && total > BigInt(IPV6_POOL_WINDOW) ? IPV6_POOL_WINDOW : Number(total);
 
-    const words = Math.ceil(this.span / 32);
-    this.taken = new Uint32Array(words);
-    this.blocked = new Uint32Array(words);
-    this.fullWords = new Uint32Array(Math.ceil(words / 32));
-    for (let w = words; w < this.fullWords.length * 32; w++) this.fullWords[w >>> 5]! |= 1 << (w & 31);
-    for (let off = this.span; off < words * 32; off++) this.block(off);
+    this.bits = new OffsetBitmap(this.span);
 
     let blockedCount = 0;
     const blockCounted = (off: number): void => {
-      if (off < this.span && !this.bit(this.blocked, off)) blockedCount++;
-      this.block(off);
+      if (off < this.span && !this.bits.isBlocked(off)) blockedCount++;
+      this.bits.block(off);
     };
     if (!opts.wholeBlock) {
       blockCounted(0);
@@ -152,14 +131,14 @@ export class IpPool {
       );
     }
     const start = this.last + 1 < this.span ? this.last + 1 : 0;
-    let off = this.findFree(start);
-    if (off < 0) off = this.findFree(0);
+    let off = this.bits.findFree(start);
+    if (off < 0) off = this.bits.findFree(0);
     if (off < 0) {
       throw internal(
         `IP pool ${this.cidr.text} counts ${this.held}/${this.usable} in use but has no free bit`,
       );
     }
-    this.take(off);
+    this.bits.take(off);
     this.held++;
     this.last = off;
     if (this.slicing) this.slicing.held[off >>> this.slicing.shift]!++;
@@ -180,15 +159,15 @@ export class IpPool {
       const end = (i + 1) << shift;
       if (shift >= 5) {
         for (let w = first >>> 5; w < end >>> 5; w++) {
-          const blocked = popcount(this.blocked[w]!);
+          const blocked = this.bits.blockedInWord(w);
           usable[i]! += 32 - blocked;
-          held[i]! += popcount(this.taken[w]!) - blocked;
+          held[i]! += this.bits.takenInWord(w) - blocked;
         }
       } else {
         for (let off = first; off < end; off++) {
-          if (this.bit(this.blocked, off)) continue;
+          if (this.bits.isBlocked(off)) continue;
           usable[i]!++;
-          if (this.bit(this.taken, off)) held[i]!++;
+          if (this.bits.isTaken(off)) held[i]!++;
         }
       }
     }
@@ -241,14 +220,14 @@ export class IpPool {
     const first = i << st.shift;
     const end = (i + 1) << st.shift;
     const last = st.last[i]!;
-    let off = last >= first && last + 1 < end ? this.findFree(last + 1, end) : -1;
-    if (off < 0) off = this.findFree(first, end);
+    let off = last >= first && last + 1 < end ? this.bits.findFree(last + 1, end) : -1;
+    if (off < 0) off = this.bits.findFree(first, end);
     if (off < 0) {
       throw internal(
         `slice ${st.cidrs[i]} of IP pool ${this.cidr.text} counts ${st.held[i]}/${st.usable[i]} in use but has no free bit`,
       );
     }
-    this.take(off);
+    this.bits.take(off);
     this.held++;
     st.held[i]!++;
     st.last[i] = off;
@@ -279,14 +258,14 @@ export class IpPool {
    */
   markUsed(address: string): void {
     const off = this.trackedOffset(address, 'cannot be marked as used');
-    if (this.bit(this.blocked, off)) {
+    if (this.bits.isBlocked(off)) {
       throw invalidArgument(
         `${address} is reserved in IP pool ${this.cidr.text} (network, node/gateway, broadcast or configured ` +
           'reserved address) and cannot be marked as used',
       );
     }
-    if (this.bit(this.taken, off)) return;
-    this.take(off);
+    if (this.bits.isTaken(off)) return;
+    this.bits.take(off);
     this.held++;
     if (this.slicing) this.slicing.held[off >>> this.slicing.shift]!++;
   }
@@ -294,8 +273,8 @@ export class IpPool {
   /** Gives an address back. Idempotent; addresses outside the pool or never handed out are ignored. */
   release(address: string): void {
     const off = this.offsetOf(address);
-    if (off === undefined || this.bit(this.blocked, off) || !this.bit(this.taken, off)) return;
-    this.untake(off);
+    if (off === undefined || this.bits.isBlocked(off) || !this.bits.isTaken(off)) return;
+    this.bits.untake(off);
     this.held--;
     if (this.slicing) this.slicing.held[off >>> this.slicing.shift]!--;
   }
@@ -303,7 +282,7 @@ export class IpPool {
   /** Whether the address is currently held (reserved addresses are not "used", they are never usable). */
   isUsed(address: string): boolean {
     const off = this.offsetOf(address);
-    return off !== undefined && !this.bit(this.blocked, off) && this.bit(this.taken, off);
+    return off !== undefined && !this.bits.isBlocked(off) && this.bits.isTaken(off);
   }
 
   /** Whether the address lies inside this pool's CIDR (even past the tracked IPv6 window). */
@@ -362,55 +341,4 @@ export class IpPool {
     const end = first + count < BigInt(this.span) ? Number(first + count) : this.span;
     for (let off = Number(first < BigInt(this.span) ? first : BigInt(this.span)); off < end; off++) each(off);
   }
-
-  private bit(map: Uint32Array, off: number): boolean {
-    return ((map[off >>> 5]! >>> (off & 31)) & 1) === 1;
-  }
-
-  private block(off: number): void {
-    this.blocked[off >>> 5]! |= 1 << (off & 31);
-    this.take(off);
-  }
-
-  private take(off: number): void {
-    const w = off >>> 5;
-    const word = (this.taken[w]! | (1 << (off & 31))) >>> 0;
-    this.taken[w] = word;
-    if (word === FULL) this.fullWords[w >>> 5]! |= 1 << (w & 31);
-  }
-
-  private untake(off: number): void {
-    const w = off >>> 5;
-    this.taken[w]! &= ~(1 << (off & 31));
-    this.fullWords[w >>> 5]! &= ~(1 << (w & 31));
-  }
-
-  /**
-   * First offset in [from, end) that is not taken, or -1. Skips full words through the summary
-   * bitmap; `end` (a slice's) only bounds the answer, not the search's cost.
-   */
-  private findFree(from: number, end = this.span): number {
-    const words = this.taken.length;
-    let w = from >>> 5;
-    if (w >= words) return -1;
-    const firstWord = ~this.taken[w]! & (FULL << (from & 31));
-    if (firstWord !== 0) return within((w << 5) + lowestBit(firstWord), end);
-    w++;
-    const lastWord = Math.min(words, (end + 31) >>> 5);
-    while (w < lastWord) {
-      const s = w >>> 5;
-      const notFull = ~this.fullWords[s]! & (FULL << (w & 31));
-      if (notFull !== 0) {
-        const word = (s << 5) + lowestBit(notFull);
-        return within((word << 5) + lowestBit(~this.taken[word]!), end);
-      }
-      w = (s + 1) << 5;
-    }
-    return -1;
-  }
-}
-
-/** The offset when it lies before `end`, else -1. */
-function within(off: number, end: number): number {
-  return off < end ? off : -1;
 }

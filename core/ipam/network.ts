@@ -1,6 +1,7 @@
 import { AddressSpace } from '../address-space';
 import type { Backend } from '../backend';
-import { DEFAULT_NETWORK, type ResolvedNetwork } from '../config';
+import { DEFAULT_NETWORK } from '../config';
+import type { ResolvedNetwork } from './effective-networks';
 import { failedPrecondition, invalidArgument } from '../errors';
 import type { AllocatedIp, IpAllocator } from './ip-allocator';
 import type { PoolSupply } from './pool-supply';

@@ -1,5 +1,7 @@
 import { unavailable, WorkloadNetError } from '../errors';
-import type { AllocatedIp, IpAllocator, PoolState, SliceRequest } from './ip-allocator';
+import type { AllocatedIp, IpAllocator } from './ip-allocator';
+import type { SliceRequest } from './slice-request';
+import type { PoolState } from './pool-report';
 import type { Metrics } from '../metrics';
 import type { EndpointPools, PoolSource } from './pool-source';
 import type { PoolSourceStatus } from '../workload-service';

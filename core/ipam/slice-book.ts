@@ -1,6 +1,7 @@
 import type { OwnPrefixes } from '../fabric-dataplane';
 import type { Logger } from '../logger';
-import type { AttachmentRecord, StoredSlices } from '../store/store';
+import type { AttachmentRecord } from '../store/attachment-record';
+import type { StoredSlices } from '../store/fabric-records';
 import { hostPrefix } from './address-slices';
 import type { AllocatedIp, IpAllocator } from './ip-allocator';
 import type { IpPool } from './ip-pool';

@@ -1,6 +1,6 @@
 import type { IpAllocator } from './ip-allocator';
 import type { Logger } from '../logger';
-import type { StoredTunnelAddresses } from '../store/store';
+import type { StoredTunnelAddresses } from '../store/fabric-records';
 
 // This node's fabric tunnel address per family, as Calico's VXLAN tunnel address: one address of the
 // node's own pools, taken through the allocator like a pod's but for the node itself. The fabric puts

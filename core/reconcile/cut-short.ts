@@ -1,4 +1,4 @@
-import type { AttachmentRecord } from '../store/store';
+import type { AttachmentRecord } from '../store/attachment-record';
 
 // An attach cut short: the daemon ended (a crash, a SIGKILL, a power loss) between writing the row of
 // an attach, marked unfinished, and recording the backend's answer. Its caller was told it failed (the

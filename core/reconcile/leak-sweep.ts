@@ -2,7 +2,7 @@ import type { Logger } from '../logger';
 import { monotonicMs } from '../monotonic-clock';
 import type { NetnsPresence } from '../../lib/netns/netns-handle';
 import type { NetnsOpener } from '../netns-opener';
-import type { AttachmentRecord } from '../store/store';
+import type { AttachmentRecord } from '../store/attachment-record';
 import type { SweepResult } from '../workload-service';
 import { ownString } from '../../lib/own-string';
 import { judgeGone, namespaceOf, type Hold } from './sweep-guard';

@@ -6,7 +6,8 @@ import type { Network, NetworkSet } from '../ipam/network';
 import type { Logger } from '../logger';
 import type { Metrics } from '../metrics';
 import type { NetnsOpener } from '../netns-opener';
-import type { AttachmentRecord, Store } from '../store/store';
+import type { AttachmentRecord } from '../store/attachment-record';
+import type { Store } from '../store/store';
 import { SerialRun } from '../../lib/serial-run';
 
 // An interface takes its network's MTU when it is attached; the network's MTU changes with a restart

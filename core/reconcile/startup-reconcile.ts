@@ -6,7 +6,8 @@ import type { Logger } from '../logger';
 import type { Metrics } from '../metrics';
 import type { NetnsOpener } from '../netns-opener';
 import type { NetworkSet } from '../ipam/network';
-import type { AttachmentRecord, Store } from '../store/store';
+import type { AttachmentRecord } from '../store/attachment-record';
+import type { Store } from '../store/store';
 import type { ReconcileSummary } from '../workload-service';
 import { judgeGone, uniqueNamespaces } from './sweep-guard';
 import { isHostPort } from '../attach/host-port-row';
@@ -68,21 +69,7 @@ export class StartupReconcile {
       warnings: [],
     };
     const rows = this.store.all();
-    // Each backend reconciles the attachments it programmed, and only those: to it, another backend's
-    // are not its orphans.
-    const missing: string[] = [];
-    const adopted: AttachmentRecord[] = [];
-    for (const backend of this.networks.backends()) {
-      const own = rows.filter((r) => this.networks.backendOf(r) === backend);
-      // The adoption record is the DPU backend's (agent-adoption.ts); other backends ignore it.
-      const opts = { storeIsNew: this.store.isNew, adoption: storeAdoption(this.store) };
-      const outcome = await backend.reconcile(own.map(toView), opts);
-      summary.orphansRemoved += outcome.orphansRemoved.length;
-      adopted.push(...this.adoptable(outcome.unclaimed ?? [], backend));
-      summary.healthy += outcome.healthy.length;
-      summary.warnings.push(...outcome.warnings);
-      missing.push(...outcome.missing);
-    }
+    const { missing, adopted } = await this.reconcileBackends(rows, summary);
     if (this.store.isNew) await this.adopt(adopted, summary);
     const dataplaneMissing = new Set(missing);
     const unfinished = judgeUnfinished(rows, dataplaneMissing);
@@ -103,29 +90,8 @@ export class StartupReconcile {
     await Promise.all(
       [...suspects].map(async (key) => {
         const rec = byKey.get(key);
-        if (!rec) return;
-        const presence = await this.netns.presence(rec.netnsPath, rec.netnsInode);
-        if (presence === 'present') {
-          if (!dataplaneMissing.has(key)) return;
-          try {
-            await this.repair(rec);
-            summary.repaired++;
-          } catch (err) {
-            // The workload is still there, so its addresses stay held: releasing them could hand a
-            // live workload's address to another. Check reports the drift; Detach cleans up.
-            summary.warnings.push(
-              `${key}: dataplane missing and repair failed (${(err as Error).message}); kept`,
-            );
-          }
-          return;
-        }
-        if (presence === 'unseen' && !afterReboot) {
-          summary.warnings.push(
-            `${key}: dataplane missing, and ${rec.netnsPath} shows the daemon no namespace; kept`,
-          );
-          return;
-        }
-        gone.push(rec);
+        if (rec && (await this.settleSuspect(rec, dataplaneMissing.has(key), afterReboot, summary)))
+          gone.push(rec);
       }),
     );
     // A namespace that looks gone is evidence only through a sound view (sweep-guard.ts), the same
@@ -152,6 +118,78 @@ export class StartupReconcile {
         summary.released++;
       }),
     );
+    this.countOutcomes(summary);
+    // Not being able to record it (a full disk) costs nothing now: the next start looks again.
+    await this.store.recordReconciledBoot().catch((err: unknown) => {
+      summary.warnings.push(`could not record this boot in the store: ${(err as Error).message}`);
+    });
+    this.last = summary;
+    this.log.info({ ...summary, ms: Date.now() - started }, 'reconcile finished');
+    return summary;
+  }
+
+  /**
+   * Each backend reconciles the attachments it programmed, and only those: to it, another backend's
+   * are not its orphans. Returns the keys whose dataplane is missing and what a new store may adopt.
+   */
+  private async reconcileBackends(
+    rows: AttachmentRecord[],
+    summary: ReconcileSummary,
+  ): Promise<{ missing: string[]; adopted: AttachmentRecord[] }> {
+    const missing: string[] = [];
+    const adopted: AttachmentRecord[] = [];
+    for (const backend of this.networks.backends()) {
+      const own = rows.filter((r) => this.networks.backendOf(r) === backend);
+      // The adoption record is the DPU backend's (agent-adoption.ts); other backends ignore it.
+      const opts = { storeIsNew: this.store.isNew, adoption: storeAdoption(this.store) };
+      const outcome = await backend.reconcile(own.map(toView), opts);
+      summary.orphansRemoved += outcome.orphansRemoved.length;
+      adopted.push(...this.adoptable(outcome.unclaimed ?? [], backend));
+      summary.healthy += outcome.healthy.length;
+      summary.warnings.push(...outcome.warnings);
+      missing.push(...outcome.missing);
+    }
+    return { missing, adopted };
+  }
+
+  /**
+   * One row whose dataplane is missing, or that was written before this boot: repaired when its
+   * namespace is there and its dataplane is not, kept (with a warning) when the view of its namespace
+   * is not evidence, and true when it is gone (the caller releases it, once judged).
+   */
+  private async settleSuspect(
+    rec: AttachmentRecord,
+    dataplaneMissing: boolean,
+    afterReboot: boolean,
+    summary: ReconcileSummary,
+  ): Promise<boolean> {
+    const key = rec.key;
+    const presence = await this.netns.presence(rec.netnsPath, rec.netnsInode);
+    if (presence === 'present') {
+      if (!dataplaneMissing) return false;
+      try {
+        await this.repair(rec);
+        summary.repaired++;
+      } catch (err) {
+        // The workload is still there, so its addresses stay held: releasing them could hand a
+        // live workload's address to another. Check reports the drift; Detach cleans up.
+        summary.warnings.push(
+          `${key}: dataplane missing and repair failed (${(err as Error).message}); kept`,
+        );
+      }
+      return false;
+    }
+    if (presence === 'unseen' && !afterReboot) {
+      summary.warnings.push(
+        `${key}: dataplane missing, and ${rec.netnsPath} shows the daemon no namespace; kept`,
+      );
+      return false;
+    }
+    return true;
+  }
+
+  /** The outcomes as the reconcile counter's increments. */
+  private countOutcomes(summary: ReconcileSummary): void {
     for (const [outcomeName, n] of Object.entries({
       orphan_removed: summary.orphansRemoved,
       adopted: summary.adopted,
@@ -162,13 +200,6 @@ export class StartupReconcile {
     })) {
       this.metrics.reconciled.inc({ outcome: outcomeName }, n);
     }
-    // Not being able to record it (a full disk) costs nothing now: the next start looks again.
-    await this.store.recordReconciledBoot().catch((err: unknown) => {
-      summary.warnings.push(`could not record this boot in the store: ${(err as Error).message}`);
-    });
-    this.last = summary;
-    this.log.info({ ...summary, ms: Date.now() - started }, 'reconcile finished');
-    return summary;
   }
 
   /**

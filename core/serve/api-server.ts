@@ -5,40 +5,32 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { ReflectionService } from '@grpc/reflection';
 import { HealthImplementation } from 'grpc-health-check';
-import { BinaryWriter } from '@bufbuild/protobuf/wire';
-import {
-  Attachment as ProtoAttachmentCodec,
+import type {
+  AttachRequest,
+  AttachResponse,
+  Attachment as ProtoAttachment,
+  CheckRequest,
+  CheckResponse,
+  DetachRequest,
+  DetachResponse,
+  GCRequest,
+  GCResponse,
+  GetRequest,
+  GetResponse,
+  ListRequest,
   ListResponse,
-  WorkloadNetworkingService,
-  type AttachRequest,
-  type AttachResponse,
-  type Attachment as ProtoAttachment,
-  type CheckRequest,
-  type CheckResponse,
-  type DetachRequest,
-  type DetachResponse,
-  type FabricStatus as ProtoFabricStatus,
-  type GCRequest,
-  type GCResponse,
-  type GetRequest,
-  type GetResponse,
-  type ListRequest,
-  type PoolStatus,
-  type StatusRequest,
-  type StatusResponse,
-  type VfSettings,
-  type WorkloadNetworkingServer,
+  StatusRequest,
+  StatusResponse,
+  WorkloadNetworkingServer,
 } from '../../proto/gen/workloadnet/v1/workload';
-import type { DpuPortOptions } from '../backend';
-import { addressToBytes } from '../../lib/cidr';
-import { DEFAULT_NETWORK } from '../config';
 import { ConnectionCap } from './connection-cap';
 import { asWorkloadNetError, invalidArgument, knownWorkloadNetError, unavailable } from '../errors';
 import type { Logger } from '../logger';
 import { LogRate } from '../log-rate';
 import { listenOnSocket } from './unix-socket';
-import type { Attachment, PoolUsage, WorkloadService } from '../workload-service';
-import type { FabricStatus } from '../fabric-status';
+import type { WorkloadService } from '../workload-service';
+import { fromAttachRequest, toAttachResponse, toProtoAttachment, toStatusResponse } from './api-messages';
+import { LIST_SERVICE, encodeList } from './list-encoding';
 
 /** The original contract's service name, served too so that its clients connect unchanged. */
 export const SEED_SERVICE = 'metropolis.node.core.network.workloads.WorkloadNetworking';
@@ -164,25 +156,7 @@ export class ApiServer {
     const s = this.service;
     return {
       attach: this.unary<AttachRequest, AttachResponse>('Attach', async (req) => {
-        const att = await s.attach({
-          workloadId: req.workloadId,
-          netnsPath: req.netns?.netnsPath ?? '',
-          ifName: req.netns?.ifName ?? '',
-          mtu: req.netns?.mtu || undefined,
-          containerId: req.containerId || undefined,
-          network: req.network || undefined,
-          pod: req.pod,
-          dns: req.dns
-            ? {
-                nameservers: req.dns.nameservers,
-                search: req.dns.search,
-                options: req.dns.options,
-                domain: req.dns.domain || undefined,
-              }
-            : undefined,
-          dpu: req.dpu || undefined,
-          dpuPort: fromVfSettings(req.vf),
-        });
+        const att = await s.attach(fromAttachRequest(req));
         return toAttachResponse(att);
       }),
       detach: this.unary<DetachRequest, DetachResponse>('Detach', async (req) => {
@@ -198,39 +172,7 @@ export class ApiServer {
         // The original contract's StatusResponse has no fields, so its clients learn "not ready" only
         // from an error code.
         if (seed && !st.ready) throw unavailable(`not ready: ${st.reasons.join('; ')}`);
-        return {
-          ready: st.ready,
-          reasons: st.reasons,
-          backend: st.backend,
-          backendDetails: Object.fromEntries(
-            Object.entries(st.backendDetails).map(([k, v]) => [k, String(v)]),
-          ),
-          pools: st.pools.map(toProtoPool),
-          poolSource: st.poolSource && {
-            ...st.poolSource,
-            details: Object.fromEntries(
-              Object.entries(st.poolSource.details ?? {}).map(([k, v]) => [k, String(v)]),
-            ),
-          },
-          attachments: st.attachments,
-          reconcile: st.reconcile,
-          version: VERSION,
-          networks: (st.networks ?? []).map((n) => ({
-            ...n,
-            pools: n.pools.map(toProtoPool),
-            backendDetails: Object.fromEntries(
-              Object.entries(n.backendDetails).map(([k, v]) => [k, String(v)]),
-            ),
-          })),
-          dpus: (st.dpus ?? []).map((d) => ({
-            ...d,
-            lastHeartbeatAgeMs: d.lastHeartbeatAgeMs ?? 0,
-            sessionId: d.sessionId ?? '',
-            peer: d.peer ?? '',
-            reason: d.reason ?? '',
-          })),
-          fabric: st.fabric && toProtoFabric(st.fabric),
-        };
+        return { ...toStatusResponse(st), version: VERSION };
       }),
       // Encoded as the rows are read, into one buffer (see LIST_SERVICE below).
       list: this.unary<ListRequest, ListResponse>('List', async () => encodeList(await s.list())),
@@ -320,34 +262,6 @@ function drained(call: grpc.ServerWritableStream<ListRequest, ProtoAttachment>):
   });
 }
 
-/**
- * A List of thousands of attachments built as objects first (every row decoded, turned into a protobuf
- * object, then encoded) held all of them at once and left tens of MiB of garbage per call; the daemon's
- * memory peaked after a few Lists. So each attachment is encoded as its row is read, into one writer,
- * and the encoded bytes are what the handler returns: the List method's serializer passes them
- * through. Clients see the same ListResponse on the wire.
- */
-const LIST_SERVICE = {
-  ...WorkloadNetworkingService,
-  list: {
-    ...WorkloadNetworkingService.list,
-    responseSerialize: (value: ListResponse | EncodedList): Buffer =>
-      value instanceof Uint8Array
-        ? Buffer.from(value.buffer, value.byteOffset, value.byteLength)
-        : Buffer.from(ListResponse.encode(value).finish()),
-  },
-} as const;
-
-/** ListResponse bytes; typed as a ListResponse for the handler, which grpc-js passes on untouched. */
-type EncodedList = Uint8Array & ListResponse;
-
-function encodeList(atts: Iterable<Attachment>): EncodedList {
-  const w = new BinaryWriter();
-  // ListResponse.attachments is field 1, length-delimited: what ListResponse.encode writes per entry.
-  for (const att of atts) ProtoAttachmentCodec.encode(toProtoAttachment(att), w.uint32(10).fork()).join();
-  return w.finish() as EncodedList;
-}
-
 /** The same service definition under another fully-qualified name (paths are "/<service>/<method>"). */
 function renamed<T extends grpc.ServiceDefinition>(def: T, serviceName: string): T {
   const out: Record<string, grpc.MethodDefinition<unknown, unknown>> = {};
@@ -358,112 +272,4 @@ function renamed<T extends grpc.ServiceDefinition>(def: T, serviceName: string):
     };
   }
   return out as unknown as T;
-}
-
-/**
- * The request's VF settings in the core's terms (the fields share their names), unchecked: the core
- * validates them (a link state it does not know included) with the same rules as the CNI network
- * config's, and keeps only the fields that are set. An empty link state is proto3's "unset".
- */
-function fromVfSettings(vf: VfSettings | undefined): DpuPortOptions | undefined {
-  return vf && { ...vf, linkState: (vf.linkState || undefined) as DpuPortOptions['linkState'] };
-}
-
-export function toAttachResponse(att: Attachment): AttachResponse {
-  const dp = att.dataplane;
-  return {
-    ip: att.ips.map((i) => addressToBytes(i.address)),
-    // The workload's interface stays first (ips[].interface is 0, as in the original contract); the
-    // host-side one follows, with no sandbox, as CNI results list it.
-    interfaces: [
-      { name: att.ifName, mac: dp?.mac ?? '', mtu: dp?.mtu ?? att.mtu, sandbox: att.netnsPath },
-      ...(dp?.hostIfName ? [{ name: dp.hostIfName, mac: '', mtu: dp.mtu, sandbox: '' }] : []),
-    ],
-    ips: att.ips.map((i) => ({
-      // The routed model programs a host route per address, so the workload holds it as /32 (/128).
-      cidr: `${i.address}/${i.family === 4 ? 32 : 128}`,
-      gateway: i.gateway,
-      interface: 0,
-      family: i.family,
-    })),
-    routes: (dp?.routes ?? []).map((r) => ({ destination: r.destination, gateway: r.gateway ?? '' })),
-    dns: att.dns
-      ? {
-          nameservers: att.dns.nameservers,
-          search: att.dns.search,
-          options: att.dns.options,
-          domain: att.dns.domain ?? '',
-        }
-      : undefined,
-    backend: att.backend,
-    backendDetails: Object.fromEntries(Object.entries(dp?.details ?? {}).map(([k, v]) => [k, String(v)])),
-    network: att.network ?? DEFAULT_NETWORK,
-  };
-}
-
-function toProtoPool(p: PoolUsage): PoolStatus {
-  return {
-    cidr: p.cidr,
-    family: p.family,
-    size: p.size,
-    used: p.used,
-    state: p.state ?? 'active',
-    source: p.source ?? '',
-  };
-}
-
-function toProtoFabric(f: FabricStatus): ProtoFabricStatus {
-  return {
-    mode: f.mode,
-    ready: f.ready,
-    reasons: f.reasons,
-    warnings: f.warnings,
-    node: f.node,
-    underlay: f.underlay,
-    uplink: f.uplink,
-    mtu: f.mtu,
-    podMtu: f.podMtu,
-    vtep: f.vtep,
-    source: f.source && {
-      kind: f.source.kind,
-      ready: f.source.ready,
-      connected: f.source.connected,
-      reasons: f.source.reasons,
-      rejected: f.source.rejected,
-    },
-    peers: f.peers.map((p) => ({
-      ...p,
-      withdrawnAt: p.withdrawnAt ?? '',
-      endpoints: p.endpoints ?? [],
-      seenBy: p.seenBy ?? [],
-      probe: p.probe && { ...p.probe, rttMs: p.probe.rttMs ?? 0, medianRttMs: p.probe.medianRttMs ?? 0 },
-    })),
-    peerCount: f.peerCount,
-    routes: f.objects.routes,
-    neighbours: f.objects.neighbours,
-    fdb: f.objects.fdb,
-    repairs: f.repairs,
-    lastApply: f.lastApply ?? '',
-    endpoints: f.endpoints ?? [],
-    borrowed: f.borrowed ?? 0,
-    slices: f.slices ?? 0,
-    filteredPackets: f.filteredPackets,
-    hostPort: f.hostPort,
-  };
-}
-
-function toProtoAttachment(att: Attachment): ProtoAttachment {
-  return {
-    workloadId: att.workloadId,
-    ifName: att.ifName,
-    netnsPath: att.netnsPath,
-    containerId: att.containerId ?? '',
-    pod: att.pod
-      ? { uid: att.pod.uid ?? '', namespace: att.pod.namespace ?? '', name: att.pod.name ?? '' }
-      : undefined,
-    result: toAttachResponse(att),
-    state: att.state,
-    createdAt: att.createdAt,
-    network: att.network ?? DEFAULT_NETWORK,
-  };
 }

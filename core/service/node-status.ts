@@ -85,16 +85,7 @@ export class NodeStatus {
     if (held) reasons.push(held.reason);
     const attachments = store.count();
     this.metrics.attachments.set(attachments);
-    for (const [b, health] of healths) {
-      this.metrics.backendReady.set({ backend: b.name }, health.ready ? 1 : 0);
-      const details: Record<string, string | number | boolean> = health.details ?? {};
-      if (details.agentSocket !== undefined) {
-        // Agent-based backends report their live session (sessionId) in the health details.
-        this.metrics.agentConnected.set(details.sessionId || health.dpus?.some((d) => d.connected) ? 1 : 0);
-        if (typeof details.lastHeartbeatAgeMs === 'number')
-          this.metrics.agentHeartbeatAge.set(details.lastHeartbeatAgeMs / 1000);
-      }
-    }
+    this.setBackendGauges(healths);
     const dpus = [...healths.values()].flatMap((h) => h.dpus ?? []);
     if (dpus.length) this.metrics.setDpus(dpus);
     const fabric = this.inputs.fabric?.(opts);
@@ -114,6 +105,19 @@ export class NodeStatus {
       dpus: dpus.length ? dpus : undefined,
       fabric,
     };
+  }
+  /** Each backend's readiness, and an agent-based one's session and heartbeat, as gauges. */
+  private setBackendGauges(healths: ReadonlyMap<Backend, BackendHealth>): void {
+    for (const [b, health] of healths) {
+      this.metrics.backendReady.set({ backend: b.name }, health.ready ? 1 : 0);
+      const details: Record<string, string | number | boolean> = health.details ?? {};
+      if (details.agentSocket !== undefined) {
+        // Agent-based backends report their live session (sessionId) in the health details.
+        this.metrics.agentConnected.set(details.sessionId || health.dpus?.some((d) => d.connected) ? 1 : 0);
+        if (typeof details.lastHeartbeatAgeMs === 'number')
+          this.metrics.agentHeartbeatAge.set(details.lastHeartbeatAgeMs / 1000);
+      }
+    }
   }
 }
 

@@ -1,4 +1,5 @@
-import type { AttachmentRecord, Store } from './store';
+import type { AttachmentRecord } from './attachment-record';
+import type { Store } from './store';
 
 // One attachment row kept decoded until the store writes again. Status shows the host port on every
 // call, readiness asks every 2 s, and a poller of `workloadnet dpus` many times a second: the host

@@ -1,7 +1,9 @@
 import * as path from 'node:path';
 import { open } from 'lmdb';
 import { checkStoreFile, type StoreFileReport } from './store-file-check';
-import { SHARED_STRUCTURES_KEY, STORE_FILE, type AttachmentRecord, type StoreIdentity } from './store';
+import { SHARED_STRUCTURES_KEY, type AttachmentRecord } from './attachment-record';
+import { STORE_FILE } from './store-environment';
+import type { StoreIdentity } from './store-identity';
 
 // The offline check behind `workloadnet store check`: the same file check the daemon runs before it
 // maps the store, then (when that passes) every row read through lmdb without writing anything, and

@@ -56,27 +56,12 @@ export function walkTrees(fd: number, pageSize: number, lastPage: bigint, roots:
       continue;
     }
     seen.add(pgno);
-    if (fs.readSync(fd, page, 0, pageSize, Number(pgno) * pageSize) !== pageSize) {
-      fail(pgno, tree, 'cannot be read in full');
+    const header = readPage(fd, page, pgno, pageSize);
+    if (typeof header === 'string') {
+      fail(pgno, tree, header);
       continue;
     }
-    const own = page.readBigUInt64LE(0);
-    const flags = page.readUInt16LE(18);
-    const lower = page.readUInt16LE(20);
-    const upper = page.readUInt16LE(22);
-    if (own !== pgno) {
-      fail(pgno, tree, `carries page number ${own}: it is not the page the tree expects`);
-      continue;
-    }
-    const kind = flags & (P_BRANCH | P_LEAF | P_OVERFLOW);
-    if (kind !== P_BRANCH && kind !== P_LEAF) {
-      fail(pgno, tree, `has flags 0x${flags.toString(16)}, neither a branch nor a leaf page`);
-      continue;
-    }
-    if (lower % 2 !== 0 || lower > upper || HEADER + upper > pageSize) {
-      fail(pgno, tree, `has impossible free-space bounds ${lower}..${upper}`);
-      continue;
-    }
+    const { kind, flags, lower } = header;
     // Fixed-size duplicate pages hold bare keys and no node headers; our databases do not use them.
     if (flags & P_LEAF2) continue;
     for (let i = 0; i < lower / 2; i++) {
@@ -124,6 +109,31 @@ export function walkTrees(fd: number, pageSize: number, lastPage: bigint, roots:
     }
   }
   return problems;
+}
+
+/**
+ * Reads page `pgno` into `page` and checks its header: its flags and the bounds of its nodes, or what
+ * is wrong with it, in words that follow "page N of the T tree".
+ */
+function readPage(
+  fd: number,
+  page: Buffer,
+  pgno: bigint,
+  pageSize: number,
+): { kind: number; flags: number; lower: number } | string {
+  if (fs.readSync(fd, page, 0, pageSize, Number(pgno) * pageSize) !== pageSize)
+    return 'cannot be read in full';
+  const own = page.readBigUInt64LE(0);
+  const flags = page.readUInt16LE(18);
+  const lower = page.readUInt16LE(20);
+  const upper = page.readUInt16LE(22);
+  if (own !== pgno) return `carries page number ${own}: it is not the page the tree expects`;
+  const kind = flags & (P_BRANCH | P_LEAF | P_OVERFLOW);
+  if (kind !== P_BRANCH && kind !== P_LEAF)
+    return `has flags 0x${flags.toString(16)}, neither a branch nor a leaf page`;
+  if (lower % 2 !== 0 || lower > upper || HEADER + upper > pageSize)
+    return `has impossible free-space bounds ${lower}..${upper}`;
+  return { kind, flags, lower };
 }
 
 /** Checks the first page of an overflow value (lmdb reads the value's pages as one run). */

@@ -1,147 +1,44 @@
-import { randomUUID } from 'node:crypto';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { open, type Database, type RootDatabase } from 'lmdb';
+import type { Database, RootDatabase } from 'lmdb';
 import type { IpAssignment } from '../backend';
-import type { Attachment } from '../workload-service';
+import { SHARED_STRUCTURES_KEY, type AttachmentRecord } from './attachment-record';
 import { failedPrecondition } from '../errors';
-import { checkStoreFile } from './store-file-check';
-import { prepareStateDir } from './store-room';
+import { STORE_FILE, openEnvironment } from './store-environment';
 import { currentBootId } from '../../lib/boot-id';
 import type { Logger } from '../logger';
 import { StoreWriteHealth, type WriteHealth } from './store-write-health';
+import {
+  MIN_READER_KEY,
+  MIN_READER_SCHEMA,
+  SCHEMA_VERSION,
+  SCHEMA_VERSION_KEY,
+  migrateToCurrent,
+  refuseUnreadableSchema,
+} from './store-schema';
+import {
+  ADOPTED_AGENTS_KEY,
+  NEW_UNTIL_RECONCILED_KEY,
+  RECONCILED_BOOT_KEY,
+  asAdoptedAgents,
+  isEarlierBoot,
+  withAdoptedAgent,
+} from './reconcile-records';
+import { IDENTITY_KEY, asIdentity, newIdentity, type StoreIdentity } from './store-identity';
+import {
+  FABRIC_SLICES_KEY,
+  TUNNEL_ADDRESSES_KEY,
+  asStoredSlices,
+  asStoredTunnelAddresses,
+  fabricHoldersKey,
+  type StoredSlices,
+  type StoredTunnelAddresses,
+} from './fabric-records';
 
 // The single source of truth for attachments and the addresses they hold. LMDB gives us ACID
 // copy-on-write transactions (the same family as containerd's bbolt): an attachment row, with the
 // addresses it holds, is written whole or not at all. (Stores written before this build also hold an
 // address index, "allocations", that nothing reads any more; it is left as it is.)
-
-/** Version of the record layout written by this build. Bump it and add a migration when it changes. */
-export const SCHEMA_VERSION = 2;
-
-/**
- * The oldest schema whose builds read this build's stores correctly, written into every store this
- * build opens (meta key `minReaderSchema`). A rollback (`kubectl rollout undo`, a package downgrade)
- * puts an earlier build on the store a later one wrote: that build opens a store of a newer schema as
- * long as the store names a minimum reader it satisfies. Keep schema changes additive — new fields,
- * new keys that older builds ignore — and this stays at the schema of the last change that older
- * builds would misread; raise it only with such a change, and say so in the release notes. Schema 2
- * rows refer to shared record structures that a schema 1 build misreads, hence 2.
- */
-export const MIN_READER_SCHEMA = 2;
-
-/** Meta key of the minimum reader schema (MIN_READER_SCHEMA of the build that last opened the store). */
-const MIN_READER_KEY = 'minReaderSchema';
-
-/** A stored attachment: the public view plus what only the daemon needs. */
-export interface AttachmentRecord extends Attachment {
-  /** Inode of the workload namespace when it was attached (detects a re-created namespace). */
-  netnsInode: number;
-  /**
-   * Device of the directory the namespace path was found in at attach (absent in rows written before
-   * it was recorded): the leak sweep trusts a path's absence only on that same mount (sweep-guard.ts).
-   */
-  netnsDirDev?: number;
-  /**
-   * The tunnel endpoint (DPU agent id) the backend's place() chose before the address was allocated:
-   * whose slice the address came from, or who borrowed it (core/ipam/slice-book.ts); "" when the place
-   * is no endpoint (a DPU that does not carry the fabric).
-   */
-  endpoint?: string;
-  /**
-   * The Attach call asked for this MTU (absent: it is the network's, which an interface follows when
-   * it changes, see core/reconcile/mtu-alignment.ts).
-   */
-  mtuAsked?: boolean;
-  /**
-   * Written with the row while its dataplane is being programmed, and gone from the row that records
-   * the backend's answer: a row that still has it at start-up is an attach cut short, whose caller was
-   * told it failed (core/reconcile/cut-short.ts). Absent in every row older builds wrote: finished.
-   */
-  unfinished?: boolean;
-}
-
-/** The store's databases, as a migration sees them. */
-interface Databases {
-  attachments: Database<AttachmentRecord, string>;
-  meta: Database<unknown, string>;
-}
-
-/** Transforms the database from version N-1 to N inside one write transaction. */
-type Migration = (dbs: Databases) => void;
-
-/**
- * Key under which the attachments database keeps the msgpack record structures (the property names of
- * each object shape) that its rows refer to. Without it every row carries its own property names: a
- * row took ~550 bytes instead of ~290, and decoding one built its structures afresh, so reading all
- * 10,000 rows (List, start-up) allocated ~48 MiB instead of ~15 and took 6 times as long. lmdb writes
- * a new structure in the same transaction as the first row that uses it.
- */
-export const SHARED_STRUCTURES_KEY = Symbol.for('structures');
-
-/**
- * Address space reserved for the memory map up front (virtual only: the file grows with the data, and
- * only pages that are read count as resident).
- */
-const MAP_SIZE_BYTES = 1024 * 1024 * 1024;
-
-/**
- * lmdb starts with a 128 KiB map and doubles it as the file grows, keeping every earlier map alive (a
- * value read earlier may still point into it). Pages read through an old map stay resident next to
- * their copies in the new one: at 10,000 attachments ~20 MiB of map was resident for a 10 MB file.
- * Reserving the map once keeps a single one. 32-bit builds keep lmdb's default, which grows in chunks
- * because their address space is too small to reserve.
- */
-function mapSizeOption(): { mapSize?: number } {
-  return ARCHES_64.has(process.arch) ? { mapSize: MAP_SIZE_BYTES } : {};
-}
-
-/** Values of process.arch with a 64-bit address space. */
-const ARCHES_64 = new Set<string>(['x64', 'arm64', 'ppc64', 's390x', 'riscv64', 'loong64']);
-
-// Index 0 is unused: migrations[N] upgrades a version N-1 store to version N. Version 1 is the first
-// layout, so there is nothing to migrate to it.
-const migrations: Migration[] = [];
-
-// Version 2: attachment rows refer to shared record structures. Version 1 rows stay readable as they
-// are, but a version 1 build would misread version 2 rows, hence the new version. Rewriting the rows
-// gives an upgraded store the smaller rows at once instead of as attachments come and go.
-migrations[2] = ({ attachments }) => {
-  const rows = [...attachments.getRange()];
-  for (const { key, value } of rows) void attachments.put(key, value);
-};
-
-/**
- * How the node's ranges are cut among its tunnel endpoints (core/ipam/slice-book.ts): the slice count
- * the ranges were cut with, and each endpoint's slice index. Kept so that a restart gives every DPU the
- * slices it had: its pods' addresses stay routed to it.
- */
-export interface StoredSlices {
-  count: number;
-  /** Endpoint (DPU agent) id → slice index. */
-  endpoints: Record<string, number>;
-}
-
-/** Meta key of the StoredSlices. */
-const FABRIC_SLICES_KEY = 'fabricSlices';
-/** Meta key of this node's fabric tunnel addresses (core/ipam/tunnel-addresses.ts). */
-const TUNNEL_ADDRESSES_KEY = 'fabricTunnelAddresses';
-
-/** This node's fabric tunnel address per family, reserved from its own pools. */
-export interface StoredTunnelAddresses {
-  4?: string;
-  6?: string;
-}
-
-/** Who created a store, recorded once when it is created, so that a new store is recognisable. */
-export interface StoreIdentity {
-  /** Random id of this store; a store restored from a backup keeps it, a new one never shares it. */
-  storeId: string;
-  /** Node (host) name that created the store. */
-  node: string;
-  /** ISO time of creation (for a store older than identities: when its identity was first recorded). */
-  createdAt: string;
-}
 
 export interface StoreOptions {
   /** Node name recorded in a new store's identity; defaults to the host name. */
@@ -153,30 +50,6 @@ export interface StoreOptions {
   /** The kernel boot this daemon runs in; defaults to the kernel's boot id (lib/boot-id.ts). */
   bootId?: string;
 }
-
-/**
- * Meta key: the kernel boot in which a start-up reconcile last finished. Every row in the store was
- * written in that boot or an earlier one, since a daemon serves only after its reconcile.
- */
-const RECONCILED_BOOT_KEY = 'reconciledBoot';
-
-/**
- * Meta key present from the transaction that creates a store until the one that records its first
- * reconcile (with the rows it adopted): while it is there, the store is new.
- */
-const NEW_UNTIL_RECONCILED_KEY = 'newUntilReconciled';
-
-/**
- * Meta key: DPU agent id → when this store finished its first full sync with it. Created empty with a
- * new store (with the first reconcile's record); a store without it predates it.
- */
-const ADOPTED_AGENTS_KEY = 'adoptedAgents';
-
-/** Meta key prefix: a DPU agent id after it → that agent's fabric identity holders. */
-const FABRIC_HOLDERS_PREFIX = 'dpuFabricHolders/';
-
-/** The data file inside the state directory. */
-export const STORE_FILE = 'workloadnet.mdb';
 
 export class Store {
   private readonly health: StoreWriteHealth;
@@ -211,28 +84,7 @@ export class Store {
    * is mapped, since lmdb would crash on it).
    */
   static open(stateDir: string, opts: StoreOptions = {}): Store {
-    const file = path.join(stateDir, STORE_FILE);
-    prepareStateDir(stateDir, file);
-    const report = checkStoreFile(file);
-    if (report.problems.length > 0) {
-      throw failedPrecondition(
-        `the state store ${file} is damaged and will not be opened: ${report.problems.join('; ')}. ` +
-          `Move the state directory aside (keep it for analysis) and restart; see "A damaged state store" ` +
-          `in docs/troubleshooting.md`,
-      );
-    }
-    const root = open({
-      path: file,
-      // Resolve a write only once it is on disk, so "committed before the call returns" holds across a
-      // power loss and not just a process crash.
-      overlappingSync: false,
-      compression: false,
-      // With event-turn batching lmdb starts each batch with a write whose promise nobody holds; when
-      // the commit fails (full disk) that promise rejects unhandled and Node ends the process. Our
-      // writes are all transactions, which lmdb batches anyway.
-      eventTurnBatching: false,
-      ...mapSizeOption(),
-    });
+    const root = openEnvironment(stateDir);
     const store = new Store(
       stateDir,
       root,
@@ -254,7 +106,7 @@ export class Store {
 
   /** The schema version recorded in the store. */
   get schemaVersion(): number {
-    const v = this.meta.get('schemaVersion');
+    const v = this.meta.get(SCHEMA_VERSION_KEY);
     return typeof v === 'number' ? v : 0;
   }
 
@@ -278,8 +130,7 @@ export class Store {
    * gone, even when the daemon cannot see their namespace paths. False when either boot is unknown.
    */
   get rowsFromEarlierBoot(): boolean {
-    const last = this.meta.get(RECONCILED_BOOT_KEY);
-    return typeof last === 'string' && last !== '' && this.bootId !== '' && last !== this.bootId;
+    return isEarlierBoot(this.meta.get(RECONCILED_BOOT_KEY), this.bootId);
   }
 
   /** Records that a start-up reconcile finished in this boot (see rowsFromEarlierBoot). */
@@ -296,17 +147,9 @@ export class Store {
   private migrate(node: string, logger: Logger | undefined): void {
     const found = this.schemaVersion;
     const minReader = this.meta.get(MIN_READER_KEY);
-    const identity = asIdentity(this.meta.get('identity'));
+    const identity = asIdentity(this.meta.get(IDENTITY_KEY));
     // Every build that writes the minimum reader also writes the store's identity.
-    const readable = typeof minReader === 'number' && minReader <= SCHEMA_VERSION && identity !== undefined;
-    if (found > SCHEMA_VERSION && !readable) {
-      throw failedPrecondition(
-        `the state store at ${this.dir} was written by a newer workloadnet (schema ${found}, this build ` +
-          `understands up to ${SCHEMA_VERSION}` +
-          (typeof minReader === 'number' ? `, and the store needs at least ${minReader}` : '') +
-          `); downgrading is not supported: run the newer version or move the state directory aside`,
-      );
-    }
+    refuseUnreadableSchema(this.dir, found, minReader, identity !== undefined);
     if (identity) this.identityValue = identity;
     // A store created by an earlier start that ended before its first reconcile was recorded is still
     // new: nothing it holds says which of the dataplane's workloads are ours.
@@ -325,14 +168,11 @@ export class Store {
     const created = found === 0 && !identity && this.attachments.getCount() === 0;
     this.isNewValue ||= created;
     this.root.transactionSync(() => {
-      const dbs = { attachments: this.attachments, meta: this.meta };
-      for (let v = found + 1; v <= SCHEMA_VERSION; v++) migrations[v]?.(dbs);
-      this.meta.putSync('schemaVersion', SCHEMA_VERSION);
-      this.meta.putSync(MIN_READER_KEY, MIN_READER_SCHEMA);
+      migrateToCurrent({ attachments: this.attachments, meta: this.meta }, found);
       if (created) this.meta.putSync(NEW_UNTIL_RECONCILED_KEY, true);
       if (!identity) {
-        this.identityValue = { storeId: randomUUID(), node, createdAt: new Date().toISOString() };
-        this.meta.putSync('identity', this.identityValue);
+        this.identityValue = newIdentity(node);
+        this.meta.putSync(IDENTITY_KEY, this.identityValue);
       }
     });
   }
@@ -427,18 +267,14 @@ export class Store {
    * or 'all' for a store that predates the record: it was trusted with every agent's ports.
    */
   adoptedAgents(): ReadonlySet<string> | 'all' {
-    const v = this.meta.get(ADOPTED_AGENTS_KEY);
-    if (!v || typeof v !== 'object') return this.isNewValue ? new Set() : 'all';
-    return new Set(Object.keys(v as Record<string, unknown>));
+    return asAdoptedAgents(this.meta.get(ADOPTED_AGENTS_KEY), this.isNewValue);
   }
 
   /** Records a first full sync with an agent, in one durable transaction. */
   async recordAdoptedAgent(agentId: string): Promise<void> {
     await this.write(() => {
-      const v = this.meta.get(ADOPTED_AGENTS_KEY);
-      const record = v && typeof v === 'object' ? { ...(v as Record<string, string>) } : {};
-      if (record[agentId] !== undefined) return;
-      record[agentId] = new Date().toISOString();
+      const record = withAdoptedAgent(this.meta.get(ADOPTED_AGENTS_KEY), agentId);
+      if (record === undefined) return;
       void this.meta.put(ADOPTED_AGENTS_KEY, record);
     });
   }
@@ -472,14 +308,7 @@ export class Store {
 
   /** The stored cut of the node's ranges, if one was recorded. */
   fabricSlices(): StoredSlices | undefined {
-    const v = this.meta.get(FABRIC_SLICES_KEY);
-    if (!v || typeof v !== 'object') return undefined;
-    const { count, endpoints } = v as Record<string, unknown>;
-    if (typeof count !== 'number' || !endpoints || typeof endpoints !== 'object') return undefined;
-    const out: Record<string, number> = {};
-    for (const [id, i] of Object.entries(endpoints as Record<string, unknown>))
-      if (typeof i === 'number' && Number.isInteger(i) && i >= 0) out[id] = i;
-    return { count, endpoints: out };
+    return asStoredSlices(this.meta.get(FABRIC_SLICES_KEY));
   }
 
   /** Records the cut in one durable transaction. */
@@ -489,14 +318,7 @@ export class Store {
 
   /** The tunnel addresses reserved for the fabric, as last recorded (empty when none). */
   tunnelAddresses(): StoredTunnelAddresses {
-    const v = this.meta.get(TUNNEL_ADDRESSES_KEY);
-    if (!v || typeof v !== 'object') return {};
-    const out: StoredTunnelAddresses = {};
-    for (const f of [4, 6] as const) {
-      const a = (v as Record<string, unknown>)[f];
-      if (typeof a === 'string') out[f] = a;
-    }
-    return out;
+    return asStoredTunnelAddresses(this.meta.get(TUNNEL_ADDRESSES_KEY));
   }
 
   /** Records them in one durable transaction; empty removes the record. */
@@ -520,12 +342,12 @@ export class Store {
    * checks the shape), or undefined.
    */
   fabricHolders(agentId: string): unknown {
-    return this.meta.get(`${FABRIC_HOLDERS_PREFIX}${agentId}`);
+    return this.meta.get(fabricHoldersKey(agentId));
   }
 
   /** Records them in one durable transaction; undefined removes the record. */
   async putFabricHolders(agentId: string, value: unknown): Promise<void> {
-    const key = `${FABRIC_HOLDERS_PREFIX}${agentId}`;
+    const key = fabricHoldersKey(agentId);
     await this.write(() => void (value === undefined ? this.meta.remove(key) : this.meta.put(key, value)));
   }
 
@@ -562,14 +384,6 @@ export class Store {
       this.settled++;
     }
   }
-}
-
-function asIdentity(v: unknown): StoreIdentity | undefined {
-  if (!v || typeof v !== 'object') return undefined;
-  const { storeId, node, createdAt } = v as Record<string, unknown>;
-  if (typeof storeId !== 'string' || typeof node !== 'string' || typeof createdAt !== 'string')
-    return undefined;
-  return { storeId, node, createdAt };
 }
 
 /** The daemon's one store (DI token). */

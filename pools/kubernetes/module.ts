@@ -1,6 +1,7 @@
 import * as os from 'node:os';
 import { ContainerModule } from 'inversify';
-import { DEFAULT_NETWORK, effectiveNetworks, type DaemonConfig } from '../../core/config';
+import { DEFAULT_NETWORK, type DaemonConfig } from '../../core/config';
+import { effectiveNetworks } from '../../core/ipam/effective-networks';
 import type { Logger } from '../../core/logger';
 import { POOL_SOURCE, type PoolSource } from '../../core/ipam/pool-source';
 import { PEER_SOURCE, type PeerSource } from '../../core/peer-source';

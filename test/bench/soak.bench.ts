@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import { promisify } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import { DEFAULT_CONFIG } from '../../core/config';
-import { STORE_FILE } from '../../core/store/store';
+import { STORE_FILE } from '../../core/store/store-environment';
 import { SimProcess, sleep } from '../support/sim-process';
 import { spawnInNetns } from '../e2e/support/spawn-in-netns';
 import { attachRequest, detachRequest } from '../support/attach-request';

@@ -3,14 +3,10 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { effectiveConfig } from '../../cli/daemon-command';
 import type { AttachSpec, Placement, PlacementRequest } from '../../core/backend';
-import {
-  AUTO_MTU,
-  DEFAULT_CONFIG,
-  effectiveNetworks,
-  loadConfigFile,
-  mergeConfig,
-  type ConfigOverrides,
-} from '../../core/config';
+import { AUTO_MTU, DEFAULT_CONFIG, type ConfigOverrides } from '../../core/config';
+import { effectiveNetworks } from '../../core/ipam/effective-networks';
+import { loadConfigFile } from '../../core/daemon/config-file';
+import { mergeConfig } from '../../core/daemon/config-check';
 import { WorkloadNetError } from '../../core/errors';
 import type { FabricStatus } from '../../core/fabric-status';
 import { InProcessDaemon } from '../support/in-process-daemon';

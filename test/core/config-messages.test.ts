@@ -2,7 +2,8 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { AUTO_MTU, checkConfig, parseMtu } from '../../core/config';
+import { AUTO_MTU } from '../../core/config';
+import { checkConfig, parseMtu } from '../../core/daemon/config-file';
 import { WorkloadNetError } from '../../core/errors';
 
 // What a newcomer reads when a config is wrong: one likely fix rather than every option's name, the

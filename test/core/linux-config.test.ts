@@ -2,7 +2,9 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { DEFAULT_CONFIG, loadConfigFile, mergeConfig } from '../../core/config';
+import { DEFAULT_CONFIG } from '../../core/config';
+import { loadConfigFile } from '../../core/daemon/config-file';
+import { mergeConfig } from '../../core/daemon/config-check';
 
 // The Linux backend's part of the daemon's configuration, as read from a config file.
 describe('linux config', () => {

@@ -1,11 +1,7 @@
 import { expect } from 'chai';
-import {
-  DEFAULT_CONFIG,
-  effectiveNetworks,
-  mergeConfig,
-  type ConfigOverrides,
-  type NetworkConfig,
-} from '../../core/config';
+import { DEFAULT_CONFIG, type ConfigOverrides, type NetworkConfig } from '../../core/config';
+import { effectiveNetworks } from '../../core/ipam/effective-networks';
+import { mergeConfig } from '../../core/daemon/config-check';
 import { WorkloadNetError } from '../../core/errors';
 import { validateNetworkName } from '../../core/attach/validation';
 

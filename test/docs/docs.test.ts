@@ -2,7 +2,9 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { buildProgram } from '../../cli/workloadnet';
-import { DEFAULT_CONFIG, loadConfigFile, mergeConfig, OPTION_DOCS } from '../../core/config';
+import { DEFAULT_CONFIG, OPTION_DOCS } from '../../core/config';
+import { loadConfigFile } from '../../core/daemon/config-file';
+import { mergeConfig } from '../../core/daemon/config-check';
 
 // The documentation is checked against the code, so a new option or command cannot ship undocumented.
 

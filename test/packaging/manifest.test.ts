@@ -14,7 +14,9 @@ import type { IVolume } from 'kubernetes-models/v1/Volume';
 import type { IPolicyRule } from 'kubernetes-models/rbac.authorization.k8s.io/v1/PolicyRule';
 import type { Command } from 'commander';
 import { buildProgram } from '../../cli/workloadnet';
-import { DEFAULT_CONFIG, loadConfigFile, mergeConfig, type DaemonConfig } from '../../core/config';
+import { DEFAULT_CONFIG, type DaemonConfig } from '../../core/config';
+import { loadConfigFile } from '../../core/daemon/config-file';
+import { mergeConfig } from '../../core/daemon/config-check';
 
 // packaging/kubernetes/workloadnet.yaml against the Kubernetes API schemas (kubernetes-models, generated
 // from the API's OpenAPI definitions) and against what the daemon uses: the paths of its config lie on

@@ -3,7 +3,7 @@ import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_pro
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ApiClient } from '../../cli/api-client';
-import { SCHEMA_VERSION } from '../../core/store/store';
+import { SCHEMA_VERSION } from '../../core/store/store-schema';
 import { runShim } from '../support/cni-harness';
 import { CLI, type DaemonProcess } from '../support/daemon-process';
 import { linuxHostLinks } from '../support/kernel-view';

@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { Container } from 'inversify';
-import { DEFAULT_CONFIG, mergeConfig } from '../../core/config';
+import { DEFAULT_CONFIG } from '../../core/config';
+import { mergeConfig } from '../../core/daemon/config-check';
 import { WorkloadNetError } from '../../core/errors';
 import { PEER_SOURCE, type PeerSource } from '../../core/peer-source';
 import { POOL_SOURCE } from '../../core/ipam/pool-source';

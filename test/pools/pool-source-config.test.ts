@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import { spawnSync } from 'node:child_process';
 import { effectiveConfig } from '../../cli/daemon-command';
-import { DEFAULT_CONFIG, mergeConfig, type ConfigOverrides } from '../../core/config';
+import { DEFAULT_CONFIG, type ConfigOverrides } from '../../core/config';
+import { mergeConfig } from '../../core/daemon/config-check';
 import { WorkloadNetError } from '../../core/errors';
 import { IpAllocator } from '../../core/ipam/ip-allocator';
 import { silentLogger } from '../../core/logger';

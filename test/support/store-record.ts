@@ -1,4 +1,4 @@
-import type { AttachmentRecord } from '../../core/store/store';
+import type { AttachmentRecord } from '../../core/store/attachment-record';
 
 /** A stored attachment for store tests: key "<workload>/<ifname>", one IPv4 address per one given. */
 export function storeRecord(

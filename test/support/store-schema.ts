@@ -1,6 +1,6 @@
 import * as path from 'node:path';
 import { open } from 'lmdb';
-import { STORE_FILE } from '../../core/store/store';
+import { STORE_FILE } from '../../core/store/store-environment';
 
 /**
  * Pretends a (closed) store was written by another version of the daemon: writes its schema version

@@ -1,11 +1,7 @@
 import { expect } from 'chai';
-import {
-  DEFAULT_CONFIG,
-  fabricMode,
-  fabricSettings,
-  mergeConfig,
-  type ConfigOverrides,
-} from '../../../core/config';
+import { DEFAULT_CONFIG, type ConfigOverrides } from '../../../core/config';
+import { fabricMode, fabricSettings } from '../../../core/fabric/fabric-settings';
+import { mergeConfig } from '../../../core/daemon/config-check';
 import { effectiveConfig } from '../../../cli/daemon-command';
 
 // The fabric section of the configuration: defaults by pool source, validation, flags.

@@ -8,7 +8,7 @@ import { SliceBook } from '../../../core/ipam/slice-book';
 import { StaticPoolSource } from '../../../core/ipam/static-pool-source';
 import { silentLogger } from '../../../core/logger';
 import { Metrics } from '../../../core/metrics';
-import type { StoredSlices } from '../../../core/store/store';
+import type { StoredSlices } from '../../../core/store/fabric-records';
 import { DpuDataplane, PublishingSource, dpu } from './dpu-recording-dataplane';
 import { peer, until } from '../../support/recording-fabric-dataplane';
 

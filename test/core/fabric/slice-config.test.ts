@@ -1,5 +1,6 @@
 import { expect } from 'chai';
-import { DEFAULT_CONFIG, mergeConfig } from '../../../core/config';
+import { DEFAULT_CONFIG } from '../../../core/config';
+import { mergeConfig } from '../../../core/daemon/config-check';
 import { expectError } from '../../support/expect-error';
 
 // The options of the DPUs' prefix slices: dpu.fabricSlices and fabric.strictSlices.

@@ -1,7 +1,8 @@
 import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import { Store, type AttachmentRecord } from '../../../core/store/store';
+import { Store } from '../../../core/store/store';
+import type { AttachmentRecord } from '../../../core/store/attachment-record';
 import { InProcessDaemon } from '../../support/in-process-daemon';
 import { RecordingBackend } from '../../support/recording-backend';
 import { StandInNamespaces } from '../../support/stand-in-netns';

@@ -1,5 +1,7 @@
 import { expect } from 'chai';
-import { effectiveNetworks, DEFAULT_CONFIG, mergeConfig, type NetworkConfig } from '../../../core/config';
+import { effectiveNetworks } from '../../../core/ipam/effective-networks';
+import { DEFAULT_CONFIG, type NetworkConfig } from '../../../core/config';
+import { mergeConfig } from '../../../core/daemon/config-check';
 import { WorkloadNetError } from '../../../core/errors';
 import { IpAllocator } from '../../../core/ipam/ip-allocator';
 import { Network, NetworkSet } from '../../../core/ipam/network';

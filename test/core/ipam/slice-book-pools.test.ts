@@ -10,7 +10,8 @@ import { PoolSupply } from '../../../core/ipam/pool-supply';
 import { SliceBook } from '../../../core/ipam/slice-book';
 import { StaticPoolSource } from '../../../core/ipam/static-pool-source';
 import { silentLogger } from '../../../core/logger';
-import { Store, type AttachmentRecord } from '../../../core/store/store';
+import { Store } from '../../../core/store/store';
+import type { AttachmentRecord } from '../../../core/store/attachment-record';
 import { rejection } from '../../support/expect-error';
 
 // The slice book choosing by what the pool source offers: a source with pools per endpoint (etcd

@@ -7,7 +7,8 @@ import { PoolSupply } from '../../../core/ipam/pool-supply';
 import { SliceBook, endpointOf } from '../../../core/ipam/slice-book';
 import { StaticPoolSource } from '../../../core/ipam/static-pool-source';
 import { silentLogger } from '../../../core/logger';
-import { Store, type AttachmentRecord } from '../../../core/store/store';
+import { Store } from '../../../core/store/store';
+import type { AttachmentRecord } from '../../../core/store/attachment-record';
 import { rejection } from '../../support/expect-error';
 
 // The slice book against a real store: which DPU owns which slice, what it borrowed, and what survives

@@ -6,7 +6,7 @@ import { LeakSweep, type SweepEvents } from '../../../core/reconcile/leak-sweep'
 import { silentLogger } from '../../../core/logger';
 import type { NetnsOpener } from '../../../core/netns-opener';
 import type { Netns, NetnsPresence } from '../../../lib/netns/netns-handle';
-import type { AttachmentRecord } from '../../../core/store/store';
+import type { AttachmentRecord } from '../../../core/store/attachment-record';
 import type { HoldKind } from '../../../core/metrics';
 import type { Hold } from '../../../core/reconcile/sweep-guard';
 

@@ -3,7 +3,8 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { RowCache } from '../../../core/store/row-cache';
-import { Store, type AttachmentRecord } from '../../../core/store/store';
+import { Store } from '../../../core/store/store';
+import type { AttachmentRecord } from '../../../core/store/attachment-record';
 import { storeRecord } from '../../support/store-record';
 
 // core/store/row-cache.ts against a real store: the row decoded once while nothing is written, and

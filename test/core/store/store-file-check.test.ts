@@ -7,7 +7,9 @@ import * as path from 'node:path';
 import type { WorkloadNetError } from '../../../core/errors';
 import { checkStore } from '../../../core/store/store-check';
 import { checkStoreFile } from '../../../core/store/store-file-check';
-import { STORE_FILE, Store, type AttachmentRecord } from '../../../core/store/store';
+import { STORE_FILE } from '../../../core/store/store-environment';
+import { Store } from '../../../core/store/store';
+import type { AttachmentRecord } from '../../../core/store/attachment-record';
 
 // A damaged data file is refused in words before lmdb maps it (lmdb would die of SIGBUS or SIGSEGV).
 

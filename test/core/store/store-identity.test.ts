@@ -3,7 +3,9 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { open } from 'lmdb';
-import { STORE_FILE, Store, type AttachmentRecord } from '../../../core/store/store';
+import { STORE_FILE } from '../../../core/store/store-environment';
+import { Store } from '../../../core/store/store';
+import type { AttachmentRecord } from '../../../core/store/attachment-record';
 import { StoreWriteHealth } from '../../../core/store/store-write-health';
 import type { WorkloadNetError } from '../../../core/errors';
 
