@@ -17,7 +17,7 @@ import { currentBootId } from '../../lib/boot-id';
 
 /** Which daemon: what a node record's stamp carries, and what two holders are compared on. */
 export interface HolderStamp {
-  /** The holder's store id (core/store/store.ts, StoreIdentity). */
+  /** The holder's store id (core/store/store-identity.ts, StoreIdentity). */
   store: string;
   /** The holder's kernel boot id. */
   boot: string;
