@@ -3,6 +3,7 @@ import { execFileSync } from 'node:child_process';
 import { EgressMasquerade } from '../../../backends/linux/egress-masquerade';
 import { nftRunner } from '../../../backends/linux/fabric/nft-runner';
 import { NetnsSet, type TestNamespace } from '../../support/netns';
+import { egressNode } from './egress-node';
 import { describeRoot } from '../../support/describe-root';
 import { requireProgram } from '../../support/system-program';
 import { TcpListeners, tcpAsk } from '../../support/netns-tcp';
@@ -15,7 +16,6 @@ import { TcpListeners, tcpAsk } from '../../support/netns-tcp';
 // gets one source NAT, by whichever decides first, and pod to service to pod keeps the pod's address.
 
 const CLUSTER_IP = '10.96.0.10';
-const ip = (ns: string, ...args: string[]): void => void execFileSync('ip', ['-n', ns, ...args]);
 const inNs = (ns: string, cmd: string, args: string[], input?: string): void =>
   void execFileSync('ip', ['netns', 'exec', ns, cmd, ...args], { input, stdio: ['pipe', 'ignore', 'pipe'] });
 
@@ -102,24 +102,7 @@ for (const [mode, install, program] of [
       before(async function () {
         requireProgram('nft');
         requireProgram(program);
-        node = nss.add('node');
-        pod1 = nss.add('pod');
-        pod2 = nss.add('pod');
-        outside = nss.add('out');
-        for (const ns of [node, pod1, pod2, outside]) ip(ns.name, 'link', 'set', 'lo', 'up');
-        inNs(node.name, 'sysctl', ['-qw', 'net.ipv4.ip_forward=1']);
-        const pair = (peer: TestNamespace, hostIf: string, peerAddr: string, hostAddr: string): void => {
-          ip(node.name, 'link', 'add', hostIf, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', peer.name);
-          ip(node.name, 'addr', 'add', hostAddr, 'dev', hostIf);
-          ip(node.name, 'link', 'set', hostIf, 'up');
-          ip(peer.name, 'addr', 'add', peerAddr, 'dev', 'eth0');
-          ip(peer.name, 'link', 'set', 'eth0', 'up');
-        };
-        pair(pod1, 'p1', '10.244.1.5/24', '10.244.1.1/24');
-        pair(pod2, 'p2', '10.244.2.5/24', '10.244.2.1/24');
-        pair(outside, 'up0', '198.51.100.2/24', '198.51.100.1/24');
-        ip(pod1.name, 'route', 'add', 'default', 'via', '10.244.1.1');
-        ip(pod2.name, 'route', 'add', 'default', 'via', '10.244.2.1');
+        ({ node, pod1, pod2, outside } = egressNode(nss));
         install(node.name);
         await new EgressMasquerade(nftRunner({ netnsPath: node.path })).apply({
           pod: ['10.244.1.0/24', '10.244.2.0/24'],

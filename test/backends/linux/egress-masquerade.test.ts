@@ -8,15 +8,14 @@ import {
 } from '../../../backends/linux/egress-masquerade';
 import { nftRunner } from '../../../backends/linux/fabric/nft-runner';
 import { NetnsSet, type TestNamespace } from '../../support/netns';
+import { egressNode } from './egress-node';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';
 import { requireProgram } from '../../support/system-program';
 
-// A node namespace forwarding between two pods (10.244.1.5 and 10.244.2.5, each on its own veth) and an
-// "outside" namespace (198.51.100.2) that knows no pod range, as an upstream router does not. Counting
-// rules in the receiving namespaces say which source address arrived.
+// The egress node (egress-node.ts): two pods, a forwarding node and an outside that knows no pod range.
+// Counting rules in the receiving namespaces say which source address arrived.
 
-const ip = (ns: string, ...args: string[]): void => void execFileSync('ip', ['-n', ns, ...args]);
 const nft = (ns: string, script: string): string =>
   execFileSync('ip', ['netns', 'exec', ns, 'nft', '-f', '-'], { input: script, encoding: 'utf8' });
 
@@ -48,24 +47,7 @@ describeRoot('Linux backend: egress masquerade (root, test-owned namespaces)', f
 
   before(function () {
     requireProgram('nft');
-    node = nss.add('node');
-    pod1 = nss.add('pod');
-    pod2 = nss.add('pod');
-    outside = nss.add('out');
-    for (const ns of [node, pod1, pod2, outside]) ip(ns.name, 'link', 'set', 'lo', 'up');
-    execFileSync('ip', ['netns', 'exec', node.name, 'sysctl', '-qw', 'net.ipv4.ip_forward=1']);
-    const pair = (peer: TestNamespace, hostIf: string, peerAddr: string, hostAddr: string): void => {
-      ip(node.name, 'link', 'add', hostIf, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', peer.name);
-      ip(node.name, 'addr', 'add', hostAddr, 'dev', hostIf);
-      ip(node.name, 'link', 'set', hostIf, 'up');
-      ip(peer.name, 'addr', 'add', peerAddr, 'dev', 'eth0');
-      ip(peer.name, 'link', 'set', 'eth0', 'up');
-    };
-    pair(pod1, 'p1', '10.244.1.5/24', '10.244.1.1/24');
-    pair(pod2, 'p2', '10.244.2.5/24', '10.244.2.1/24');
-    pair(outside, 'up0', '198.51.100.2/24', '198.51.100.1/24');
-    ip(pod1.name, 'route', 'add', 'default', 'via', '10.244.1.1');
-    ip(pod2.name, 'route', 'add', 'default', 'via', '10.244.2.1');
+    ({ node, pod1, pod2, outside } = egressNode(nss));
     egress = new EgressMasquerade(nftRunner({ netnsPath: node.path }));
   });
 
