@@ -235,12 +235,14 @@ export async function benchFabric(opts: { reps: number; attaches?: number }): Pr
       n.podIp = (res.ips[0]?.cidr ?? '').split('/')[0];
     }
 
-    // 1. Join → first reply, leave → entries gone: the direct path (nb) and the VXLAN path (nc).
-    for (const [label, peer, vxlan] of [
-      ['direct', nb, false],
-      ['vxlan', nc, true],
+    // 1. Join → first reply, leave → entries gone: the direct path (nb) and the VXLAN path (nc). The
+    // other node stays listed throughout: a source that lists no peer at all stops withdrawals
+    // (docs/fabric.md), so a peer leaving an otherwise empty file would never be gone.
+    for (const [label, peer, other, vxlan] of [
+      ['direct', nb, nc, false],
+      ['vxlan', nc, nb, true],
     ] as const) {
-      const { join, routed, leave, cold } = await joinLeave(na, peer, [], opts.reps, vxlan);
+      const { join, routed, leave, cold } = await joinLeave(na, peer, [nodeEntry(other)], opts.reps, vxlan);
       add(
         `first join → first reply, ${label} (hybrid; cold neighbour caches, not in the p50/p95)`,
         cold,
