@@ -16,7 +16,7 @@ export interface AttachmentRecord extends Attachment {
   netnsDirDev?: number;
   /**
    * The tunnel endpoint (DPU agent id) the backend's place() chose before the address was allocated:
-   * whose slice the address came from, or who borrowed it (core/ipam/slice-book.ts); "" when the place
+   * whose slice the address came from, or who borrowed it (core/fabric/slice-book.ts); "" when the place
    * is no endpoint (a DPU that does not carry the fabric).
    */
   endpoint?: string;
