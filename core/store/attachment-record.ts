@@ -35,9 +35,9 @@ export interface AttachmentRecord extends Attachment {
 
 /**
  * Key under which the attachments database keeps the msgpack record structures (the property names of
- * each object shape) that its rows refer to. Without it every row carries its own property names: a
- * row took ~550 bytes instead of ~290, and decoding one built its structures afresh, so reading all
- * 10,000 rows (List, start-up) allocated ~48 MiB instead of ~15 and took 6 times as long. lmdb writes
- * a new structure in the same transaction as the first row that uses it.
+ * each object shape) that its rows refer to. Without it every row carries its own property names, near
+ * doubling its size, and decoding a row builds its structures afresh, so reading every row (List,
+ * start-up) allocates and costs several times as much (docs/benchmarks.md). lmdb writes a new
+ * structure in the same transaction as the first row that uses it.
  */
 export const SHARED_STRUCTURES_KEY = Symbol.for('structures');

@@ -272,8 +272,8 @@ export class LinuxFabric implements FabricDataplane {
         { changes: ops.length - failures.length, failed: failures.length, repaired },
         'fabric applied',
       );
-    // Every request succeeded: the kernel holds exactly the plan, so a second read (a third of an
-    // apply's time at 2,000 peers) would tell nothing new.
+    // Every request succeeded: the kernel holds exactly the plan, so a second read (a dump of every
+    // route, neighbour and FDB entry of ours) would tell nothing new.
     const after =
       failures.length === 0
         ? { routes: plan.routes, neighbours: plan.neighbours, fdb: plan.fdb }
