@@ -123,7 +123,7 @@ export interface AttachmentView {
  * How much check() looks at. `full` (the default): everything the backend can compare. `presence`:
  * whether the workload's interface is there at all (netns-missing, netns-changed, interface-missing),
  * for a caller that acts on nothing else: the host port, checked every few seconds, routes every pod
- * range of the cluster, and a full check read and compared all 5,000 of its routes each time. A
+ * range of the cluster, and a full check reads and compares all of them (5,000 at 5,000 peers). A
  * backend may always look at more than it is asked.
  */
 export type CheckScope = 'full' | 'presence';

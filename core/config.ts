@@ -149,8 +149,8 @@ export const DEFAULT_CONFIG: DaemonConfig = {
   logLevel: 'info',
   maxInFlight: 1024,
   metricsListen: '',
-  // Sampling the loop every 10 ms (prom-client's default) woke an idle daemon 100 times a second, 5
-  // of its 13 millicores; 100 ms still measures a stall longer than that.
+  // Not prom-client's 10 ms: every sample wakes the daemon, and an idle daemon should stay asleep;
+  // 100 ms still measures any stall longer than that.
   eventLoopResolutionMs: 100,
   apiMaxConnections: 512,
   apiIdleTimeoutMs: 60_000,

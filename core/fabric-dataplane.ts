@@ -61,7 +61,7 @@ export interface OwnPrefixes {
    */
   keyRanges?: readonly string[];
   /**
-   * This node's tunnel addresses (core/ipam/tunnel-addresses.ts), when its pools hand out every address:
+   * This node's tunnel addresses (core/fabric/tunnel-addresses.ts), when its pools hand out every address:
    * the gateway keys themselves, in place of those keyRanges would give.
    */
   keys?: { 4?: string; 6?: string };

@@ -118,7 +118,7 @@ export class FabricAgent {
   /**
    * A heartbeat tick: the protocol wants PeerStatus at least every interval while peers are held. The
    * tick's is read from the kernel afresh; one after a change may answer from what was programmed
-   * since (reading 5,000 FDB entries and every neighbour after each change was most of its cost).
+   * since (reading every FDB entry and neighbour after each change would be most of its cost).
    */
   tick(): void {
     if (this.o.table.hasPeers()) void this.sendPeerStatus(true);
@@ -247,7 +247,7 @@ export class FabricAgent {
           message: `dataplane: ${outcome.message}`,
         };
     });
-    // One line per batch, not per object: at debug level 10,000 lines were a good part of a snapshot.
+    // One line per batch, not per object: at debug level a line per object is a good part of a snapshot.
     log.debug(
       {
         objects: changes.length,

@@ -3,8 +3,8 @@ import type { NetlinkMessage, NetlinkRequest, NetlinkSocket } from '../../lib/rt
 // Many rtnetlink requests sent a few hundred to a datagram, each with its own result. The socket's
 // batch() asks for an ACK on a datagram's last request only; the kernel answers every request that
 // fails with its own error whether or not it asked, so one failing request is reported as itself and
-// the others of its datagram as done. At 5,000 peers a snapshot is ~15,000 requests: one write and one
-// ACK read through the threadpool each was most of what it cost the simulator.
+// the others of its datagram as done. At 5,000 peers a snapshot is ~15,000 requests: a write and an
+// ACK read through the threadpool for each would be most of what it costs the simulator.
 
 /**
  * Requests per datagram: ~100 bytes each, well within what one write to a netlink socket may carry,

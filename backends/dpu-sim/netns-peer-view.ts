@@ -17,7 +17,7 @@ import { sendInBatches } from './netlink-batches';
 
 // What the netns fabric reports about its peers (PeerStatus), from what the kernel of the DPU
 // namespace shows: wn-vxlan's FDB, the neighbours, the underlay routes to the peers. Reading all of
-// that after every change cost ~140 ms at 5,000 peers, so the FDB and the neighbours are read afresh
+// that after every change would cost more than the change, so the FDB and the neighbours are read afresh
 // on the heartbeat (or when never read), and in between the last read stands, kept up to date with
 // every FDB entry the kernel has since confirmed added or removed (NetnsFabric tells this view).
 // What changes behind our back (an entry deleted by hand, a next hop that stops answering) shows by
@@ -81,9 +81,9 @@ export class NetnsPeerView {
 
   /**
    * Looks up the kernel's routes to peers' underlay addresses: an address new to the table at once,
-   * and, on a fresh read, each again once it is UNDERLAY_ROUTE_TTL_MS old. At 5,000 peers one lookup
-   * per peer for every PeerStatus was most of what a change cost this process (each answer is a
-   * datagram of its own, batched or not).
+   * and, on a fresh read, each again once it is UNDERLAY_ROUTE_TTL_MS old: one lookup per peer for
+   * every PeerStatus would be most of what a change costs this process (each answer is a datagram of
+   * its own, batched or not).
    */
   private async lookUpUnderlay(addresses: Iterable<string>, fresh: boolean): Promise<void> {
     const now = performance.now();

@@ -3,7 +3,7 @@ import type { PeerState, PeerStatus } from '../../proto/gen/workloadnet/dpu/v1/d
 // What the simulator sends as PeerStatus to a daemon that takes deltas ("peer-status-delta"): the
 // first of a session whole, then only the peers whose state changed since the last one sent, and the
 // names no longer reported. One peer change at 5,000 peers is then a message of one entry instead of
-// some 300 KB, which both sides had to encode, decode and walk after every change.
+// some 300 KB for both sides to encode, decode and walk after every change.
 
 /** A state's content, to tell whether it moved since the last PeerStatus sent. */
 const contentOf = (p: PeerState): string =>

@@ -16,7 +16,7 @@ import type { VfSlot } from './vf-pool';
 // per port, and the file always ends up showing the latest state.
 //
 // At 5,000 peers the state holds ~10,000 fabric objects (some 3 MB of JSON), and rewriting all of it
-// for every peer that changes was most of what one change cost the simulator. So between full writes,
+// for every peer that changes would be most of what one change costs the simulator. So between writes,
 // a write appends one line to a journal beside the file (<file>.journal): the small fields as they are
 // now, the fabric objects set and deleted since the last write, and the PeerStatus when it changed.
 // Once the journal outgrows a bound, the next write is a full one again and empties it. Each journal
@@ -304,8 +304,8 @@ export class StateFile {
 /**
  * What a journal line says of a PeerStatus against the last one written (`base`, updated): the states
  * that changed and the names gone. A PeerStatus comes after every change and lists every peer (some
- * 300 KB at 5,000): written whole each time it moved, the journal outgrew its bound every dozen
- * changes, and the full write of ~3 MB that followed held that change's ack back. Whole only when the
+ * 300 KB at 5,000): written whole each time it moved, the journal would outgrow its bound every dozen
+ * changes, and the full write of ~3 MB that follows holds that change's ack back. Whole only when the
  * list is not ordered by name (the replay orders it so).
  */
 function peerStatusChange(

@@ -4,7 +4,7 @@ import type { FabricObject } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 // the prefixes its PeerRoutes send to each node. Kept object by object as the desired set changes
 // (fabric-desired.ts tells it), because at 5,000 peers the set is ~10,000 objects and one peer's
 // change moves two or three of them: made again whole per change, the index and everything made from
-// it were most of what a change cost the daemon. A node's prefix list is sorted again only when one
+// it would be most of what a change costs the daemon. A node's prefix list is sorted again only when one
 // of its objects moved, and is otherwise the same array, so that the report can tell "unchanged" by
 // identity.
 

@@ -2,9 +2,9 @@ import { status } from '@grpc/grpc-js';
 
 // gRPC enforces the agent message limit (agent-server.ts) as soon as a message's length prefix says it
 // is over, before reading it, and ends the call itself: the session only sees the call cancelled, and
-// used to say "the agent cancelled the stream" of a message the daemon had refused. What gRPC sent is
-// still on the call's HTTP/2 stream (its trailers, or headers for a trailers-only answer): this reads
-// it back, so the session can say what happened and how large the message was.
+// on its own would say "the agent cancelled the stream" of a message the daemon refused. What gRPC
+// sent is still on the call's HTTP/2 stream (its trailers, or headers for a trailers-only answer): this
+// reads it back, so the session can say what happened and how large the message was.
 //
 // The stream is not part of grpc-js's typed API: every step is checked, and anything unexpected (another
 // grpc-js version) reads as "nothing known", which leaves the session's generic reason.

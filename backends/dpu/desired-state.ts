@@ -191,7 +191,7 @@ export class DesiredState {
 /**
  * The port with its generation, built field by field. Spreading `fields` into a new literal would be
  * shorter, but V8 gives every object cloned that way a hidden class of its own (a map and descriptor
- * array of ~400 bytes), which for ports held for the daemon's lifetime cost more than the ports did.
+ * array of ~400 bytes), which for ports held for the daemon's lifetime costs more than the ports do.
  */
 function withGeneration(fields: PortFields, generation: number): Port {
   return {

@@ -77,7 +77,7 @@ export { PROTOCOL_VERSION } from './hello-admission';
 /**
  * Two agent messages list a whole table: an inventory (every VF) and, from version 3, a PeerStatus
  * (every FabricPeer, resent after each change and every heartbeat). A 5,000-peer table makes a
- * PeerStatus of some 300 KB, so a limit below that ended the stream each time the agent reported its
+ * PeerStatus of some 300 KB, so a limit below that ends the stream each time the agent reports its
  * peers, and with it every ack counted on it. 4 MiB (gRPC's usual default) holds some 60,000 peers;
  * anything larger is a broken or hostile agent.
  */
@@ -85,7 +85,7 @@ export const MAX_AGENT_MESSAGE_BYTES = 4 * 1024 * 1024;
 
 /**
  * Heartbeats every 500 ms, so a stalled DPU is known lost 1.5 s into its silence and its new ports go
- * to another one: at 1 s the detection alone (3 s) exceeded the 2 s in which a node should have moved on.
+ * to another one: at 1 s the detection alone (3 s) would exceed the 2 s in which a node should move on.
  * A heartbeat is a few bytes; the test fixtures run at 200 ms under full load without false losses, and
  * a daemon whose own event loop stalled skips one liveness check instead of blaming the agent.
  */

@@ -3,11 +3,11 @@ import type { PeerState, PeerStatus } from '../../proto/gen/workloadnet/dpu/v1/d
 // One agent's word on its peers (its PeerStatus messages), kept by name and grouped by peer node. A
 // PeerStatus either replaces the book whole or, as a delta ("peer-status-delta"), changes some names
 // and drops others; either way the book notes which nodes it moved, so that what is built per node
-// from it (dpu-fabric.ts) is made again for those nodes only. At 5,000 peers, making every node's view
-// again for each PeerStatus was a large share of what one peer change cost the daemon.
+// from it (dpu-fabric.ts) is made again for those nodes only: making every node's view again for each
+// PeerStatus would be a large share of what one peer change costs the daemon.
 //
 // The book holds one session's word and only on what that session was sent. An agent naming peers it
-// was never sent grew the daemon without bound (78 to 510 MB in 32 s, kept after the session ended):
+// was never sent would grow the daemon without bound, even after its session ended (docs/benchmarks.md):
 // such entries are counted and dropped, and the book is freed when its session ends, since what a
 // lost agent said is no evidence of anything (Status then says nothing for it, not its last word).
 

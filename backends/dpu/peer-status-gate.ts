@@ -3,11 +3,11 @@ import { monotonicMs } from '../../core/monotonic-clock';
 import { TokenBucket } from './rate-limiter';
 
 // How fast an agent's PeerStatus messages reach the backend. Each one the backend takes is a walk of
-// its entries (a whole one lists every peer: some 300 KB at 5,000), and an agent sending 5,000-peer
-// messages every 5 ms kept the daemon at 73% CPU and doubled Attach times. An agent sends one after a
-// change and one per heartbeat interval; the gate passes them on at a few per interval. One over the
-// rate is held and folded into what is held already, the way the book would apply it (a whole one
-// replaces it, a delta drops its `gone` and sets its `peers`), and the fold is passed on as one
+// its entries (a whole one lists every peer: some 300 KB at 5,000), so an agent sending them without
+// pause would take most of the daemon's CPU and slow every Attach (docs/benchmarks.md). An agent sends
+// one after a change and one per heartbeat interval; the gate passes them on at a few per interval. One
+// over the rate is held and folded into what is held already, the way the book would apply it (a whole
+// one replaces it, a delta drops its `gone` and sets its `peers`), and the fold is passed on as one
 // message once the rate allows: nothing the agent said is lost, only coalesced. A sustained flood,
 // or more held than a whole message can carry, ends the stream, as a heartbeat flood does.
 

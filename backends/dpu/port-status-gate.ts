@@ -3,11 +3,11 @@ import { monotonicMs } from '../../core/monotonic-clock';
 import { TokenBucket } from './rate-limiter';
 
 // What of an agent's PortStatus stream reaches the backend (and its log). An agent repeating a port's
-// state, flapping it, or stuffing its message field turned each message into a log line: 247 MiB in
-// 20 s. The gate passes a port's status on only when it differs from the last one passed, at most a few
-// per second per port and a bounded number per second in all, with the agent's text cut short. A
-// status held back by the rate is not lost: the latest one per port is passed on once the port's rate
-// allows, so the backend still ends up with the port's current state.
+// state, flapping it, or stuffing its message field would turn each message into a log line and fill
+// the disk (docs/benchmarks.md). The gate passes a port's status on only when it differs from the last
+// one passed, at most a few per second per port and a bounded number per second in all, with the
+// agent's text cut short. A status held back by the rate is not lost: the latest one per port is
+// passed on once the port's rate allows, so the backend still ends up with the port's current state.
 
 /** Longest agent-supplied message passed on (the rest is replaced by a note of its length). */
 export const PORT_STATUS_MESSAGE_MAX = 256;

@@ -3,8 +3,7 @@
 // multicast memberships and duplicate address detection: work done under the RTNL lock by its
 // address-configuration workers while the next attach waits for that lock, and undone again at detach.
 // An IPv4-only workload has no use for it: nothing routes IPv6 to it, and its namespace keeps ::1.
-// Measured (docs/benchmarks.md, "Settled and fresh"): the workload side's write 141-149 -> 76-79 µs
-// inside the daemon, one attach at a time.
+// Leaving it out roughly halves the workload side's write (docs/benchmarks.md, "Settled and fresh").
 //
 // The setting must be made before the interface comes up (a veth end's link-local is configured once
 // both ends are up: the carrier), and cannot ride on the create (EAFNOSUPPORT). It is refused where the

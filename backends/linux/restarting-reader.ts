@@ -21,7 +21,7 @@ export interface RestartingReaderOptions<R extends StoppableReader> {
   start: (died: (why: string) => void) => R | Promise<R>;
   /** Called with a reader started after one that died: what it would have heard meanwhile is lost. */
   onRestart?: (reader: R) => void;
-  /** What a down reader costs, for the words in Status ("the periodic reconcile still repairs"). */
+  /** What a down reader costs, for the words in Status ("the periodic pass still repairs"). */
   meanwhile?: string;
   logger: Logger;
   firstDelayMs?: number;

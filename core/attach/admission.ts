@@ -4,15 +4,15 @@
 //
 // Why running attaches are limited: each step of an attach that finishes wakes the event loop, and the
 // steps of every attach in flight that finished meanwhile run back to back before anything else. With
-// two hundred attaches running at once, those runs grew long enough that a Status call waited over
-// 100 ms behind them; with a few dozen, they stay short, and the kernel, which serialises link
-// changes anyway, finishes the two hundred no later.
+// two hundred attaches running at once, those runs grow long enough to hold a Status call back; with a
+// few dozen they stay short (docs/benchmarks.md), and the kernel, which serialises link changes anyway,
+// finishes the two hundred no later.
 //
 // Why starts are paced: the synchronous start of an attach (validation done, the namespace opened,
 // addresses taken, the plan made, the netlink thread and the store handed their work) is a few hundred
-// microseconds of the event loop. When a store commit finishes a dozen attaches at once, each freed slot
-// used to start the next waiter right there, so the dozen starts ran in the same turn as the dozen
-// answers. Now at most `startsPerTurn` attaches start in one turn of the event loop; the others start
+// microseconds of the event loop. When a store commit finishes a dozen attaches at once, a freed slot
+// that started the next waiter right there would run the dozen starts in the same turn as the dozen
+// answers. So at most `startsPerTurn` attaches start in one turn of the event loop; the others start
 // in the next turns, after timers and I/O (Status among them) have had theirs.
 
 import { exhausted } from '../errors';

@@ -172,7 +172,7 @@ export class Orchestrator {
         if (existing) return sameAttachment(existing, req, netns);
 
         // Where the port will live, before its address: the address comes from that place's slice of
-        // the node's ranges (core/ipam/slice-book.ts). place() changes nothing (a DPU backend
+        // the node's ranges (core/fabric/slice-book.ts). place() changes nothing (a DPU backend
         // just restarted waits there for its agents, as attach would).
         const placed = await backend.place?.({
           workloadId: req.workloadId,

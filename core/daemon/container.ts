@@ -21,10 +21,10 @@ import { NETNS_OPENER, kernelNetnsOpener, type NetnsOpener } from '../netns-open
 import { NETWORKS, Network, NetworkSet, chooseBackend } from '../ipam/network';
 import { POOL_SOURCE, type PoolSource } from '../ipam/pool-source';
 import { POOL_SUPPLY, PoolSupply } from '../ipam/pool-supply';
-import { SliceBook } from '../ipam/slice-book';
+import { SliceBook } from '../fabric/slice-book';
 import { ServiceGate } from '../serve/service-gate';
 import { StaticPoolSource } from '../ipam/static-pool-source';
-import { TunnelAddresses } from '../ipam/tunnel-addresses';
+import { TunnelAddresses } from '../fabric/tunnel-addresses';
 import { STORE, Store } from '../store/store';
 import { NODE_SERVICE, NodeService } from '../service/node-service';
 import { WORKLOAD_SERVICE } from '../workload-service';
@@ -64,9 +64,10 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
   c.bind<PoolSupply>(POOL_SUPPLY).toDynamicValue(
     (ctx) => new PoolSupply(ctx.container.get(POOL_SOURCE), ctx.container.get(ALLOCATOR), metrics),
   );
-  c.bind<NetworkSet>(NETWORKS).toDynamicValue((ctx) =>
+  c.bind<BuiltNetworks>(BUILT_NETWORKS).toDynamicValue((ctx) =>
     networkSetOf(ctx.container, config, logger, metrics, { networks, primary, podMtu }),
   );
+  c.bind<NetworkSet>(NETWORKS).toDynamicValue((ctx) => ctx.container.get<BuiltNetworks>(BUILT_NETWORKS).set);
   c.bind<PeerSource>(PEER_SOURCE).toDynamicValue(
     () =>
       new StaticPeerSource(config.fabric.peersFile, logger.child({ part: 'peers' }), {
@@ -98,6 +99,15 @@ function peerPrefixes(source: PeerSource | undefined): string[] {
   return out;
 }
 
+/** The networks as built, and the fabric's slice book when their ranges are shared among DPUs. */
+interface BuiltNetworks {
+  set: NetworkSet;
+  slices?: SliceBook;
+}
+
+/** inversify identifier of the BuiltNetworks (this file's own: the rest read NETWORKS). */
+const BUILT_NETWORKS = Symbol.for('workloadnet.BuiltNetworks');
+
 /** The networks the daemon serves, each with its backend, pools and (on DPUs) slices. */
 function networkSetOf(
   container: interfaces.Container,
@@ -109,7 +119,7 @@ function networkSetOf(
     primary,
     podMtu,
   }: { networks: ResolvedNetwork[]; primary: ResolvedNetwork | undefined; podMtu: FabricPodMtu },
-): NetworkSet {
+): BuiltNetworks {
   const backends = container.getAll<Backend>(BACKEND);
   const parts = networks.map((n) => {
     const backend = chooseBackend(n, backends);
@@ -124,7 +134,7 @@ function networkSetOf(
     return { n, backend, allocator, supply };
   });
   // With the fabric on, the ranges of networks whose backend places ports (its DPUs) are cut among
-  // them (core/ipam/slice-book.ts); the store is reached only when the book loads, at reconcile.
+  // them (core/fabric/slice-book.ts); the store is reached only when the book loads, at reconcile.
   const sliced = fabricSettings(config) ? parts.filter((p) => p.backend.place) : [];
   const slices = sliced.length
     ? new SliceBook({
@@ -135,13 +145,14 @@ function networkSetOf(
         log: logger.child({ part: 'slices' }),
       })
     : undefined;
-  return new NetworkSet(
+  const set = new NetworkSet(
     parts.map(
       (p) =>
         new Network(p.n, p.backend, p.allocator, p.supply, sliced.includes(p) ? slices : undefined, podMtu),
     ),
     slices,
   );
+  return { set, slices };
 }
 
 /** The fabric's controller, with the tunnel addresses it announces when the pools are etcd blocks. */
@@ -153,9 +164,9 @@ function fabricControllerOf(
   podMtu: FabricPodMtu,
 ): FabricController {
   const settings = fabricSettings(config);
-  const networkSet = container.get<NetworkSet>(NETWORKS);
+  const { set: networkSet, slices } = container.get<BuiltNetworks>(BUILT_NETWORKS);
   const backends = networkSet.backends();
-  // With etcd blocks, the host's key is a tunnel address of its own (core/ipam/tunnel-addresses.ts);
+  // With etcd blocks, the host's key is a tunnel address of its own (core/fabric/tunnel-addresses.ts);
   // a network whose ports are on DPUs carries the fabric there and needs none. Built even with the
   // fabric off, so that a start with it off releases the one an earlier start reserved.
   const primary = networkSet.primary;
@@ -194,7 +205,7 @@ function fabricControllerOf(
       : undefined,
     podMtu,
     networks: networkSet.networks.filter((n) => n.backend.fabric),
-    slices: networkSet.slices,
+    slices,
     // What the pool source announces for this node (the primary network's pools), unless it is etcd:
     // a block hands out every address, so its first may be a pod's and cannot be the gateway key;
     // there the node reserves a tunnel address of its own instead.

@@ -1,4 +1,4 @@
-import type { SliceBook } from '../ipam/slice-book';
+import type { SliceBook } from './slice-book';
 import type { Logger } from '../logger';
 import type { Metrics } from '../metrics';
 import type { AppliedPeersFile } from './applied-peers-file';

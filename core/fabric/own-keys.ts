@@ -4,7 +4,7 @@ import type { Vtep } from '../peer-source';
 // Where this node's gateway keys (the peers' neighbour keys for it, held on its VXLAN device) come
 // from, as the fabric controller hands them to the dataplanes and the record: either the ranges whose
 // first address no pod gets (a configured pool, a Node's podCIDRs), or, where a pool hands out every
-// address (etcd blocks), the tunnel addresses the node reserved for itself (core/ipam/tunnel-addresses.ts),
+// address (etcd blocks), the tunnel addresses the node reserved for itself (core/fabric/tunnel-addresses.ts),
 // which its record then publishes.
 
 export type TunnelAddressesNow = () => { 4?: string; 6?: string };

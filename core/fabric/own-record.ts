@@ -9,7 +9,7 @@ import type { NodeRecord, PeerSource, TunnelEndpoint } from '../peer-source';
 // Its own file because it is the one part of the fabric controller that writes outward to the peers;
 // the apply loop only reads it.
 //
-// With DPUs (a slice book, core/ipam/slice-book.ts): the record lists the DPUs as endpoints, each with
+// With DPUs (a slice book, core/fabric/slice-book.ts): the record lists the DPUs as endpoints, each with
 // its prefixes (its slices and what it borrowed); a dataplane telling of a DPU come or gone gets the
 // newcomer a slice, and that, a borrow or a borrowed address released republishes the record and
 // applies again, coalesced like peer changes (never on the attach path). Nothing is published or

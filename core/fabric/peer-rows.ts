@@ -6,9 +6,8 @@ import type { Withdrawal } from './withdrawal-grace';
 
 // The peers as Status shows them: one row per peer of the table last applied, with how the dataplanes
 // reach it and since when that last changed. A row is made again only when what it shows changed (its
-// record, its path, its withdrawal): at 5,000 peers an apply for one peer's change used to make 5,000
-// rows, each with its record turned into text to find whether it changed, and that garbage was a
-// large part of what one change cost the daemon.
+// record, its path, its withdrawal), so an apply for one peer's change makes that peer's row, not a
+// row per peer with its record turned into text to find whether it changed.
 //
 // What moves between applies (the data-path probes, the DPUs' PeerStatus) is put on the rows when
 // Status asks (view()), not kept in them.

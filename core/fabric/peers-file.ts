@@ -57,9 +57,9 @@ interface LastList {
 
 /**
  * Reads the file again and again, keeping what each entry's text was read as: an entry whose text did
- * not change is taken as it is, record included. At 5,000 peers the file is re-read whole for every
- * change of one entry; checking and canonicalising every entry again cost tens of milliseconds per
- * change, and a new record for an unchanged peer made everything downstream compare it field by field.
+ * not change is taken as it is, record included. The file is re-read whole for every change of one
+ * entry, so only new entries are checked and canonicalised, and an unchanged peer keeps its record,
+ * which everything downstream then compares by identity rather than field by field.
  */
 export class PeersFileReader {
   /** By the entry's JSON text (as this file writes it). */
@@ -68,7 +68,7 @@ export class PeersFileReader {
   /**
    * The last accepted list, and where in it the read under way expects its next entry. An entry whose
    * bytes equal the expected one's is that entry, found without making its text a string: making and
-   * hashing 5,000 strings of some 200 bytes per read was most of a read's time and its garbage.
+   * hashing a string of every entry would be most of a read's time and its garbage.
    */
   private last: LastList | undefined;
   private cursor = 0;
@@ -126,7 +126,7 @@ export class PeersFileReader {
       if (peers.has(peer.node)) throw fail(`${at()}.node: "${peer.node}" is listed twice`);
       peers.set(peer.node, peer);
     }
-    // forEach, not for-of: an entry array per peer per read was garbage at 5,000.
+    // forEach, not for-of: for-of makes an entry array per peer per read, garbage at thousands of peers.
     this.known.forEach((read, key) => {
       if (read.seen !== stamp) this.known.delete(key);
     });

@@ -1,11 +1,11 @@
 // The entries of a peers file's list, each as a byte range of the file, found without parsing it.
 //
 // At 5,000 peers the file is about a megabyte and one entry changes at a time: parsing it whole for
-// every change made tens of milliseconds of objects (and a megabyte of text) that were thrown away at
-// once, since every entry but one was read before (peers-file.ts keeps what each entry's text was
-// read as). This scan only finds where each entry begins and ends — strings and nesting followed,
-// nothing built — so that only an entry whose text is new is parsed. It reads bytes: every character
-// the JSON structure is made of is ASCII, and no byte of a multi-byte UTF-8 character is.
+// every change would make objects (and a megabyte of text) only to throw them away, since every entry
+// but one was read before (peers-file.ts keeps what each entry's text was read as). This scan only
+// finds where each entry begins and ends — strings and nesting followed, nothing built — so that only
+// an entry whose text is new is parsed. It reads bytes: every character the JSON structure is made of
+// is ASCII, and no byte of a multi-byte UTF-8 character is.
 //
 // It knows one shape, the file's own: {"peers":[{…},{…}]} with any white space. Anything else (another
 // key, a value that is not an object, text that is not JSON) gives undefined, and the caller parses the

@@ -108,8 +108,8 @@ export class WithdrawalGrace {
   table(current: ReadonlyMap<string, Peer>, witness: Witness | ((node: string) => boolean) = {}): Peer[] {
     const w = typeof witness === 'function' ? { failing: witness } : witness;
     const t = this.now();
-    // The last table is brought to this one in place, not copied: at 5,000 peers a new map per apply
-    // was garbage that outlived several young-generation collections.
+    // The last table is brought to this one in place, not copied: a new map of every peer per apply is
+    // garbage that lives long enough to survive young-generation collections (docs/benchmarks.md).
     this.last.forEach((peer, name) => {
       const now = current.get(name);
       if (now === peer) return;

@@ -5,7 +5,7 @@ import type { ResolvedNetwork } from './effective-networks';
 import { failedPrecondition, invalidArgument } from '../errors';
 import type { AllocatedIp, IpAllocator } from './ip-allocator';
 import type { PoolSupply } from './pool-supply';
-import type { SliceBook } from './slice-book';
+import type { PlacedAddresses } from './placed-addresses';
 import { DEFAULT_POD_MTU, type PodMtuSource } from '../fabric-dataplane';
 
 // A named network: its backend, its own pools, and how its interfaces route. A node may serve several
@@ -22,8 +22,8 @@ export class Network {
     readonly backend: Backend,
     readonly allocator: IpAllocator,
     readonly pools: PoolSupply,
-    /** The node's slice book, when this network's ranges are cut among DPUs (slice-book.ts). */
-    readonly slices?: SliceBook,
+    /** Where a placed port's address comes from, when this network's ports go on DPUs (placed-addresses.ts). */
+    readonly slices?: PlacedAddresses,
     /** What the fabric carries, for an MTU of "auto" (config mtu 0). */
     private readonly fabricMtu?: PodMtuSource,
   ) {}
@@ -121,8 +121,8 @@ export class NetworkSet {
    */
   constructor(
     readonly networks: readonly Network[],
-    /** How the ranges of the networks whose backend places ports are cut among the node's DPUs. */
-    readonly slices?: SliceBook,
+    /** How the ranges of the networks whose backend places ports are shared among the node's DPUs. */
+    readonly slices?: PlacedAddresses,
   ) {
     this.byName = new Map(networks.map((n) => [n.name, n]));
     const space = new AddressSpace();

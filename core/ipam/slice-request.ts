@@ -2,7 +2,7 @@ import type { IpPool } from './ip-pool';
 
 // An allocation for a tunnel endpoint (DPU), and the pool its address comes from when the endpoint's
 // own place has room: a slice of every pool, or the endpoint's own blocks. Its own file because the
-// endpoint's place is the fabric's rule (core/ipam/slice-book.ts), which the allocator only applies
+// endpoint's place is the fabric's rule (core/fabric/slice-book.ts), which the allocator only applies
 // before falling back to any pool.
 
 /**

@@ -16,7 +16,7 @@ export interface AttachmentRecord extends Attachment {
   netnsDirDev?: number;
   /**
    * The tunnel endpoint (DPU agent id) the backend's place() chose before the address was allocated:
-   * whose slice the address came from, or who borrowed it (core/ipam/slice-book.ts); "" when the place
+   * whose slice the address came from, or who borrowed it (core/fabric/slice-book.ts); "" when the place
    * is no endpoint (a DPU that does not carry the fabric).
    */
   endpoint?: string;
@@ -35,9 +35,9 @@ export interface AttachmentRecord extends Attachment {
 
 /**
  * Key under which the attachments database keeps the msgpack record structures (the property names of
- * each object shape) that its rows refer to. Without it every row carries its own property names: a
- * row took ~550 bytes instead of ~290, and decoding one built its structures afresh, so reading all
- * 10,000 rows (List, start-up) allocated ~48 MiB instead of ~15 and took 6 times as long. lmdb writes
- * a new structure in the same transaction as the first row that uses it.
+ * each object shape) that its rows refer to. Without it every row carries its own property names, near
+ * doubling its size, and decoding a row builds its structures afresh, so reading every row (List,
+ * start-up) allocates and costs several times as much (docs/benchmarks.md). lmdb writes a new
+ * structure in the same transaction as the first row that uses it.
  */
 export const SHARED_STRUCTURES_KEY = Symbol.for('structures');

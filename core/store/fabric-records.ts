@@ -5,7 +5,7 @@
 // them, and the fabric's records change without touching how rows are written.
 
 /**
- * How the node's ranges are cut among its tunnel endpoints (core/ipam/slice-book.ts): the slice count
+ * How the node's ranges are cut among its tunnel endpoints (core/fabric/slice-book.ts): the slice count
  * the ranges were cut with, and each endpoint's slice index. Kept so that a restart gives every DPU the
  * slices it had: its pods' addresses stay routed to it.
  */
@@ -23,7 +23,7 @@ export interface StoredTunnelAddresses {
 
 /** Meta key of the StoredSlices. */
 export const FABRIC_SLICES_KEY = 'fabricSlices';
-/** Meta key of this node's fabric tunnel addresses (core/ipam/tunnel-addresses.ts). */
+/** Meta key of this node's fabric tunnel addresses (core/fabric/tunnel-addresses.ts). */
 export const TUNNEL_ADDRESSES_KEY = 'fabricTunnelAddresses';
 /** Meta key prefix: a DPU agent id after it → that agent's fabric identity holders. */
 const FABRIC_HOLDERS_PREFIX = 'dpuFabricHolders/';

@@ -3,8 +3,8 @@ import type { Store } from './store';
 
 // One attachment row kept decoded until the store writes again. Status shows the host port on every
 // call, readiness asks every 2 s, and a poller of `workloadnet dpus` many times a second: the host
-// port's row carries a route per pod range of the cluster (5,000 at 5,000 peers), and decoding it each
-// time was a fifth of what the daemon allocated while peers changed (docs/benchmarks.md). The store
+// port's row carries a route per pod range of the cluster (5,000 at 5,000 peers), and decoding it for
+// each of those reads would be a large share of what the daemon allocates (docs/benchmarks.md). The store
 // is this process's alone, so no write can reach it unseen: the row is read again after any write has
 // settled, and never kept while one is under way. The record handed out is shared: read it, never
 // change it.

@@ -20,7 +20,7 @@ const MAP_SIZE_BYTES = 1024 * 1024 * 1024;
 /**
  * lmdb starts with a 128 KiB map and doubles it as the file grows, keeping every earlier map alive (a
  * value read earlier may still point into it). Pages read through an old map stay resident next to
- * their copies in the new one: at 10,000 attachments ~20 MiB of map was resident for a 10 MB file.
+ * their copies in the new one, so the resident map grows to a multiple of the file (docs/benchmarks.md).
  * Reserving the map once keeps a single one. 32-bit builds keep lmdb's default, which grows in chunks
  * because their address space is too small to reserve.
  */

@@ -6,8 +6,8 @@ import type { NetlinkRequest } from './message';
 
 /**
  * The most one write carries. The kernel refuses a datagram larger than the socket's send buffer
- * (net.core.wmem_default, 212,992 bytes unless raised) with EMSGSIZE: 5,000 routes in one batch
- * (the host port's at 5,000 peers) failed whole. 64 KiB, some 1,000 requests, keeps well inside it.
+ * (net.core.wmem_default, 212,992 bytes unless raised) with EMSGSIZE, so one batch of 5,000 routes
+ * (the host port's at 5,000 peers) would fail whole. 64 KiB, some 1,000 requests, keeps well inside it.
  */
 const MAX_DATAGRAM_BYTES = 64 * 1024;
 /** A request's room in a datagram: its header and its payload, padded to 4 bytes. */

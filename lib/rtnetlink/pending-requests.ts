@@ -27,8 +27,8 @@ export interface Batch {
   seqs: readonly number[];
   /**
    * Every request sent without NLM_F_ACK before this position has been settled: settle() starts
-   * there, so that answering the n requests of a batch one by one costs n steps, not n²/2 (5,000
-   * routes in one batch took a second of the event loop).
+   * there, so that answering the n requests of a batch one by one costs n steps, not n²/2 (a batch of
+   * 5,000 routes would hold the event loop for a second).
    */
   settledBelow: number;
 }

@@ -64,7 +64,7 @@ describeRoot('fabric repairs after SIGSTOP/SIGCONT of the daemon (real daemon, r
     fs
       .readFileSync(daemon?.logFile ?? '', 'utf8')
       .split('\n')
-      .filter((l) => /drift monitor|reconcile failed/.test(l))
+      .filter((l) => /drift monitor|converge failed/.test(l))
       .join('\n');
 
   async function stopAndContinue(): Promise<void> {

@@ -1,5 +1,5 @@
 // Hears the kernel's route, neighbour, address and link notifications in the host namespace and says when one of
-// ours may have been removed or changed behind our back, so that a reconcile puts it back within a
+// ours may have been removed or changed behind our back, so that the fabric converges again within a
 // second instead of at the next periodic pass.
 //
 // The socket is read by a worker thread with blocking reads: a read on the threadpool would hold one
@@ -165,7 +165,7 @@ function listen(data: MonitorData): void {
       const code = (err as NodeJS.ErrnoException).code;
       // EAGAIN: the read timeout passed with nothing to read. EINTR: a signal cut the read short.
       if (code === 'EAGAIN' || code === 'EINTR') continue;
-      // ENOBUFS: the kernel dropped notifications; only a full reconcile can tell what they said.
+      // ENOBUFS: the kernel dropped notifications; only a full converge can tell what they said.
       if (code === 'ENOBUFS') {
         port.postMessage({ type: KERNEL_EVENTS_LOST } satisfies KernelEvent);
         continue;

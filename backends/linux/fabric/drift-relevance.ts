@@ -1,5 +1,5 @@
 // Which kernel notifications may mean drift of the fabric's objects. Its own file because it is the
-// monitor's filter: a notification that passes costs a reconcile, one that is dropped wrongly leaves
+// monitor's filter: a notification that passes costs a converge, one that is dropped wrongly leaves
 // drift until the periodic pass, and our own changes (known before they are sent) must not count.
 
 import {
@@ -32,7 +32,7 @@ export interface DriftWatch {
 /**
  * Whether a notification may mean drift: one of the objects we put in is gone, a route of ours we
  * did not put in appeared, or our device went away. Our own changes (known in `programmed` before
- * they are sent) do not trigger a reconcile.
+ * they are sent) do not trigger a converge.
  */
 export function concernsFabric(e: KernelEvent, w: DriftWatch): boolean {
   const vx = w.vxlanIndex;

@@ -2,7 +2,7 @@
 // namespace: finds the underlay, keeps our VXLAN device, and makes the kernel hold one route per remote
 // prefix (plus a neighbour and an FDB entry per VXLAN peer, plus the catch-all) and nothing else of
 // ours. A periodic pass and a netlink monitor put back what someone removes by hand; the monitor is
-// started again whenever it ends (restarting-reader.ts), and a reconcile that fails is tried again after
+// started again whenever it ends (restarting-reader.ts), and a converge that fails is tried again after
 // a back-off rather than at the next periodic pass.
 //
 // The VXLAN device carries this node's gateway keys (gateway-address.ts), as flannel gives its device
@@ -54,8 +54,8 @@ export interface LinuxFabricOptions {
   /** The host namespace (default: the process's own). */
   hostNetnsPath?: string;
   logger?: Logger;
-  /** Full reconcile period (default 60 s). */
-  reconcileIntervalMs?: number;
+  /** Full converge period (default 60 s). */
+  convergeIntervalMs?: number;
   /** Repair drift as soon as the kernel reports it (default true). */
   monitor?: boolean;
   /** The nft binary of the VXLAN source filter (default `nft` on PATH). */
@@ -105,9 +105,9 @@ export class LinuxFabric implements FabricDataplane {
     this.filter = new SourceFilterSwitch(opts, this.logger);
     this.repairSchedule = new RepairSchedule({
       logger: this.logger,
-      intervalMs: opts.reconcileIntervalMs ?? 60_000,
+      intervalMs: opts.convergeIntervalMs ?? 60_000,
       monitor: opts.monitor ?? true,
-      reconcile: () => this.serial(() => this.reconcile()),
+      converge: () => this.serial(() => this.converge()),
       applied: () => this.peers !== undefined,
       concerns: (e) =>
         concernsFabric(e, {
@@ -161,7 +161,7 @@ export class LinuxFabric implements FabricDataplane {
     return this.serial(async () => {
       this.peers = [...peers];
       if (own) this.own = own;
-      return this.reconcile();
+      return this.converge();
     });
   }
 
@@ -221,7 +221,7 @@ export class LinuxFabric implements FabricDataplane {
     this.repairs++;
   }
 
-  private async reconcile(): Promise<FabricReport> {
+  private async converge(): Promise<FabricReport> {
     const prep = this.prepared;
     if (!prep) throw failedPrecondition('fabric: apply before prepare');
     const peers = this.peers;
@@ -272,8 +272,8 @@ export class LinuxFabric implements FabricDataplane {
         { changes: ops.length - failures.length, failed: failures.length, repaired },
         'fabric applied',
       );
-    // Every request succeeded: the kernel holds exactly the plan, so a second read (a third of an
-    // apply's time at 2,000 peers) would tell nothing new.
+    // Every request succeeded: the kernel holds exactly the plan, so a second read (a dump of every
+    // route, neighbour and FDB entry of ours) would tell nothing new.
     const after =
       failures.length === 0
         ? { routes: plan.routes, neighbours: plan.neighbours, fdb: plan.fdb }

@@ -1,6 +1,6 @@
 // The fabric as prepare() found and made it (settings, underlay, our VXLAN device, the routes' MTU),
 // and this node as the fabric publishes it from that. Its own file because the settings are checked
-// here before anything is prepared, and every later step (reconcile, the uplink's MTU, the filter)
+// here before anything is prepared, and every later step (converge, the uplink's MTU, the filter)
 // reads the same prepared state.
 
 import type { FabricSettings, LocalNode } from '../../../core/fabric-dataplane';

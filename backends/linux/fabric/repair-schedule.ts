@@ -1,29 +1,29 @@
-// When the fabric reconciles besides an apply: a periodic pass, a netlink monitor that hears drift
-// (debounced, and started again whenever it ends), and a retry with back-off after a reconcile that
+// When the fabric converges besides an apply: a periodic pass, a netlink monitor that hears drift
+// (debounced, and started again whenever it ends), and a retry with back-off after a converge that
 // failed. Its own file because these timers and their order at stop are one concern, apart from what
-// a reconcile does.
+// a converge does.
 
 import type { Logger } from '../../../core/logger';
 import type { NetnsHandle } from '../../../lib/netns/netns-handle';
 import { RestartingReader } from '../restarting-reader';
 import { DriftMonitor, type KernelEvent } from './drift-monitor';
 
-/** Coalesces a burst of notifications (our own apply makes some) into one reconcile. */
+/** Coalesces a burst of notifications (our own apply makes some) into one converge. */
 const MONITOR_DEBOUNCE_MS = 100;
 
-/** A failed reconcile is tried again after this, doubling per failure up to the maximum. */
+/** A failed converge is tried again after this, doubling per failure up to the maximum. */
 const RETRY_FIRST_MS = 100;
 const RETRY_MAX_MS = 10_000;
 
 export interface RepairScheduleOptions {
   logger: Logger;
-  /** Full reconcile period. */
+  /** Full converge period. */
   intervalMs: number;
   /** Repair drift as soon as the kernel reports it. */
   monitor: boolean;
-  /** Runs one reconcile (serialised with applies by the caller). */
-  reconcile: () => Promise<unknown>;
-  /** Whether there is anything to reconcile yet (an apply has given peers). */
+  /** Makes the kernel match the plan once (serialised with applies by the caller). */
+  converge: () => Promise<unknown>;
+  /** Whether there is anything to converge yet (an apply has given peers). */
   applied: () => boolean;
   /** Whether a notification may mean drift (drift-relevance.ts). */
   concerns: (e: KernelEvent) => boolean;
@@ -33,7 +33,7 @@ export class RepairSchedule {
   private timer: NodeJS.Timeout | undefined;
   private monitor: RestartingReader<DriftMonitor> | undefined;
   private debounce: NodeJS.Timeout | undefined;
-  /** The next try of a reconcile that failed, and how long the one after it waits. */
+  /** The next try of a converge that failed, and how long the one after it waits. */
   private retry: NodeJS.Timeout | undefined;
   private retryMs = RETRY_FIRST_MS;
   private stopped = false;
@@ -49,7 +49,7 @@ export class RepairSchedule {
     if (this.monitor === undefined && this.opts.monitor && ns) {
       this.monitor = new RestartingReader({
         what: 'fabric drift monitor',
-        meanwhile: 'the periodic reconcile still repairs',
+        meanwhile: 'the periodic pass still repairs',
         logger: this.opts.logger,
         start: (died) =>
           DriftMonitor.start(
@@ -59,7 +59,7 @@ export class RepairSchedule {
             },
             died,
           ),
-        // What changed while no monitor listened is known only to a full reconcile.
+        // What changed while no monitor listened is known only to a full converge.
         onRestart: () => this.schedule('monitor'),
       });
       void this.monitor.begin();
@@ -71,7 +71,7 @@ export class RepairSchedule {
     return this.monitor?.down();
   }
 
-  /** No reconcile is started from now on. */
+  /** No converge is started from now on. */
   cancel(): void {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
@@ -101,7 +101,7 @@ export class RepairSchedule {
 
   private run(why: string): void {
     if (this.stopped) return;
-    this.opts.reconcile().then(
+    this.opts.converge().then(
       () => {
         this.retryMs = RETRY_FIRST_MS;
       },
@@ -112,7 +112,7 @@ export class RepairSchedule {
         this.retryMs = Math.min(RETRY_MAX_MS, this.retryMs * 2);
         this.opts.logger.warn(
           { why, err: (err as Error).message, retryInMs: delay },
-          'fabric reconcile failed; tried again',
+          'fabric converge failed; tried again',
         );
         if (this.retry || this.stopped) return;
         this.retry = setTimeout(() => {

@@ -63,7 +63,7 @@ describeRoot('Linux fabric: a drift monitor that dies is started again (real ker
       );
       await ip('-n', na.ns, 'route', 'del', ROUTE, 'proto', '119');
       // Well before the periodic pass (60 s). Not 1 s as for the daemon: here the fabric shares its
-      // event loop and CPU with the test, and one reconcile takes most of a second on a loaded machine.
+      // event loop and CPU with the test, and one converge takes most of a second on a loaded machine.
       await waitUntil(() => routed(), `round ${round}: the route back`, 3_000, { intervalMs: 50 });
     }
     expect(f.report().warnings ?? []).to.deep.equal([]);

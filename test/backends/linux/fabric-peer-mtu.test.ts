@@ -120,7 +120,7 @@ describeRoot("fabric routes follow a peer's published MTU (vxlan; real kernel)",
     const nb = topo.node('nb');
     // A fabric whose drift monitor runs, as the daemon's does: the uplink's link notification is heard.
     await fabrics.get('na')?.stop();
-    const f = new LinuxFabric({ hostNetnsPath: netnsPath(na.ns), reconcileIntervalMs: 600_000 });
+    const f = new LinuxFabric({ hostNetnsPath: netnsPath(na.ns), convergeIntervalMs: 600_000 });
     fabrics.set('na', f);
     const told: LocalNode[] = [];
     f.onLocalChange((l) => told.push(l));

@@ -304,7 +304,7 @@ describeRoot('Linux fabric: the VXLAN source filter', function () {
   });
 
   it('a table deleted by hand is back, with the peers, at the next periodic pass', async () => {
-    const periodic = open(na, { reconcileIntervalMs: 300 });
+    const periodic = open(na, { convergeIntervalMs: 300 });
     try {
       await periodic.prepare(settings('vxlan'));
       await periodic.apply(peersOfA());

@@ -414,7 +414,7 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
       const periodic = new LinuxFabric({
         hostNetnsPath: netnsPath(na.ns),
         monitor: false,
-        reconcileIntervalMs: 300,
+        convergeIntervalMs: 300,
       });
       fabrics.set('na', periodic);
       await periodic.prepare(settings('hybrid'));

@@ -4,7 +4,7 @@ import type { FabricSettings, OwnPrefixes } from '../../../core/fabric-dataplane
 import type { NodeRecord } from '../../../core/peer-source';
 import { IpAllocator } from '../../../core/ipam/ip-allocator';
 import { PoolSupply } from '../../../core/ipam/pool-supply';
-import { SliceBook } from '../../../core/ipam/slice-book';
+import { SliceBook } from '../../../core/fabric/slice-book';
 import { StaticPoolSource } from '../../../core/ipam/static-pool-source';
 import { silentLogger } from '../../../core/logger';
 import { Metrics } from '../../../core/metrics';

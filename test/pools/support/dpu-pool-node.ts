@@ -1,6 +1,6 @@
 import { IpAllocator } from '../../../core/ipam/ip-allocator';
 import { PoolSupply } from '../../../core/ipam/pool-supply';
-import { SliceBook } from '../../../core/ipam/slice-book';
+import { SliceBook } from '../../../core/fabric/slice-book';
 import { silentLogger } from '../../../core/logger';
 import { Metrics } from '../../../core/metrics';
 import { Store } from '../../../core/store/store';

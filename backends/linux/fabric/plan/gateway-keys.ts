@@ -2,7 +2,7 @@
 // permanent neighbour. It is never an address a pod holds on the peer (flannel uses the .0 of the
 // peer's subnet), and no two targets share one: per family the first address of the first of what
 // the target serves (a peer's lowest prefix, an endpoint's first slice) that no other target uses, or
-// the tunnel address the peer publishes (Vtep.gateways, core/ipam/tunnel-addresses.ts) when it lies in
+// the tunnel address the peer publishes (Vtep.gateways, core/fabric/tunnel-addresses.ts) when it lies in
 // what of its own prefixes no endpoint covers, as Calico's VXLAN tunnel address. Each
 // node puts its own keys on its device (ownGatewayKeys, gateway-address.ts), so the peer's kernel
 // answers the data-path probes and traffic the node sends to a remote pod has a source routed back.

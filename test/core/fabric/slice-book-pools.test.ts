@@ -7,7 +7,7 @@ import { IpAllocator } from '../../../core/ipam/ip-allocator';
 import type { EndpointPools, PoolSource } from '../../../core/ipam/pool-source';
 import type { PoolSourceStatus } from '../../../core/workload-service';
 import { PoolSupply } from '../../../core/ipam/pool-supply';
-import { SliceBook } from '../../../core/ipam/slice-book';
+import { SliceBook } from '../../../core/fabric/slice-book';
 import { StaticPoolSource } from '../../../core/ipam/static-pool-source';
 import { silentLogger } from '../../../core/logger';
 import { Store } from '../../../core/store/store';

@@ -1,21 +1,21 @@
 import type { OwnPrefixes } from '../fabric-dataplane';
 import type { Logger } from '../logger';
-import type { AttachmentRecord } from '../store/attachment-record';
 import type { StoredSlices } from '../store/fabric-records';
-import { hostPrefix } from './address-slices';
-import type { AllocatedIp, IpAllocator } from './ip-allocator';
-import type { IpPool } from './ip-pool';
-import type { PoolSupply } from './pool-supply';
+import { hostPrefix } from '../ipam/address-slices';
+import type { AllocatedIp, IpAllocator } from '../ipam/ip-allocator';
+import type { IpPool } from '../ipam/ip-pool';
+import type { PlacedAddresses, PlacedRow } from '../ipam/placed-addresses';
+import type { PoolSupply } from '../ipam/pool-supply';
 
 // Which of the node's addresses each tunnel endpoint (DPU) owns. The ranges of the networks whose
-// backend places ports (Backend.place) are cut into dpu.fabricSlices slices (address-slices.ts);
+// backend places ports (Backend.place) are cut into dpu.fabricSlices slices (core/ipam/address-slices.ts);
 // endpoints get slice indices first come, lowest free, and slice i of every range belongs to the
 // endpoint holding index i. A port's address comes from its endpoint's slices; when they are full (or
 // the endpoint holds no index) it is borrowed from anywhere in the ranges, and its /32 (/128) joins
 // that endpoint's prefixes. Other nodes route each endpoint's prefixes to its VTEP: one route per
 // slice, and one per borrowed address.
 //
-// A network whose pool source gives each endpoint pools of its own (pool-source.ts EndpointPools: etcd
+// A network whose pool source gives each endpoint pools of its own (core/ipam/pool-source.ts EndpointPools: etcd
 // blocks claimed for one DPU) is not cut: an endpoint's place is its own pools, which the source grows
 // when they are full (the attach waits for that, boundedly) before anything is borrowed, and gives back
 // when empty. Its prefixes are its pools, and every other node reads them where the source keeps them.
@@ -47,7 +47,7 @@ export interface SliceBookOptions {
   log: Logger;
 }
 
-export class SliceBook {
+export class SliceBook implements PlacedAddresses {
   private count: number;
   private readonly indices = new Map<string, number>();
   /** Borrowed address → the endpoint that borrowed it. */
@@ -118,7 +118,7 @@ export class SliceBook {
    * addresses into another DPU's slice, routed away from them by every other node. The stored cut is
    * kept (the node keeps serving, with a warning in Status) until a start finds no such attachment.
    */
-  async load(rows: Iterable<AttachmentRecord>): Promise<void> {
+  async load(rows: Iterable<PlacedRow>): Promise<void> {
     const store = this.opts.store();
     const stored = store.fabricSlices();
     if (stored && stored.count !== this.opts.count) {
@@ -163,7 +163,7 @@ export class SliceBook {
   }
 
   /** A stored attachment's addresses, once held: those outside its endpoint's slices are borrowed. */
-  restored(rec: AttachmentRecord): void {
+  restored(rec: PlacedRow): void {
     const allocator = this.byNetwork.get(rec.network || 'default');
     const endpoint = endpointOf(rec);
     if (!allocator || endpoint === undefined) return;
@@ -374,7 +374,7 @@ export class SliceBook {
  * under "dpuAgentId" (documented as such in the workload API's `dataplane.details`); read there so that
  * an upgraded node attributes its live pods to the right DPU.
  */
-export function endpointOf(rec: AttachmentRecord): string | undefined {
+export function endpointOf(rec: PlacedRow): string | undefined {
   // Written by place(): the endpoint, or "" for a place that is none (a DPU not carrying the fabric).
   if (rec.endpoint !== undefined) return rec.endpoint || undefined;
   const agent = rec.dataplane?.details?.dpuAgentId;

@@ -4,7 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { IpAllocator } from '../../../core/ipam/ip-allocator';
 import { PoolSupply } from '../../../core/ipam/pool-supply';
-import { SliceBook, endpointOf } from '../../../core/ipam/slice-book';
+import { SliceBook, endpointOf } from '../../../core/fabric/slice-book';
 import { StaticPoolSource } from '../../../core/ipam/static-pool-source';
 import { silentLogger } from '../../../core/logger';
 import { Store } from '../../../core/store/store';

@@ -1,4 +1,4 @@
-import type { IpAllocator } from './ip-allocator';
+import type { IpAllocator } from '../ipam/ip-allocator';
 import type { Logger } from '../logger';
 import type { StoredTunnelAddresses } from '../store/fabric-records';
 

@@ -3,7 +3,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { IpAllocator } from '../../../core/ipam/ip-allocator';
-import { TunnelAddresses } from '../../../core/ipam/tunnel-addresses';
+import { TunnelAddresses } from '../../../core/fabric/tunnel-addresses';
 import { silentLogger } from '../../../core/logger';
 import { Store } from '../../../core/store/store';
 import { waitUntil } from '../../support/wait-until';
