@@ -1,4 +1,4 @@
-// The Linux backend's part of the fabric (core/fabric/fabric-dataplane.ts), in the backend's host
+// The Linux backend's part of the fabric (core/fabric-dataplane.ts), in the backend's host
 // namespace: finds the underlay, keeps our VXLAN device, and makes the kernel hold one route per remote
 // prefix (plus a neighbour and an FDB entry per VXLAN peer, plus the catch-all) and nothing else of
 // ours. A periodic pass and a netlink monitor put back what someone removes by hand; the monitor is
