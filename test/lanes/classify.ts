@@ -6,7 +6,7 @@ import { directRequires, requireClosure } from './import-graph';
 // own source. A lane is a machine-wide resource that only one suite may use at a time; every other file
 // is "shared" and goes to one of the parallel workers.
 
-export type LaneName = 'etcd' | 'runtime' | 'torture' | 'measure' | 'shared';
+export type LaneName = 'etcd' | 'runtime' | 'measure' | 'shared';
 
 interface LaneRule {
   lane: Exclude<LaneName, 'shared'>;
@@ -30,13 +30,8 @@ export const LANE_RULES: readonly LaneRule[] = [
   },
   {
     lane: 'runtime',
-    why: "the machine's containerd and podman (images, CNI directories, shims)",
-    modules: ['test/e2e/support/containerd', 'test/packaging/image-build'],
-  },
-  {
-    lane: 'torture',
-    why: 'minutes of SIGKILL churn that keep a CPU busy; two at once starve the rest',
-    modules: ['test/support/torture-rig'],
+    why: "the machine's containerd and podman, and the torture churn: minutes of CPU each (one at a time)",
+    modules: ['test/e2e/support/containerd', 'test/packaging/image-build', 'test/support/torture-rig'],
   },
   {
     lane: 'measure',

@@ -39,10 +39,13 @@ class FileReporter extends Mocha.reporters.Base {
       this.fileOf(test).pending++;
       this.line(`- ${test.title}`);
     });
-    runner.on(EVENT_TEST_FAIL, (test) => {
+    runner.on(EVENT_TEST_FAIL, (test, err: unknown) => {
       this.fileOf(test).failures++;
       this.failed.push(test.fullTitle());
       this.line(`${this.failures.length}) ${test.title}`);
+      // The first line of the error where the test is, so that a failure reads without the list at the end.
+      const first = (err instanceof Error ? err.message : String(err)).split('\n')[0] ?? '';
+      this.line(`   ${first.slice(0, 300)}`);
     });
     runner.once(EVENT_RUN_END, () => this.end());
   }

@@ -1,4 +1,5 @@
 import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as path from 'node:path';
 import { durationsFile, saveDurations } from './balance';
 import { startMocha, type LaneRun, type MochaChild } from './mocha-child';
@@ -7,7 +8,7 @@ import { summarize } from './summary';
 
 // `npm test`: the whole suite in lanes, in parallel. Run one file after another, the suite takes over
 // half an hour on two CPUs, and most of that is waiting (timers, leases, processes), not computing. Files
-// that use one machine-wide resource (the real etcd, containerd and podman, CPU-bound torture, figures of
+// that use one machine-wide resource (the real etcd; containerd, podman and the torture churn; figures of
 // their own process's heap) each run in a lane of their own, one after another inside it; every other
 // file only touches test-owned namespaces, files and ports, and those are split over a few workers. Each
 // lane is one mocha process over its files, with .mocharc.json's settings.
@@ -29,8 +30,16 @@ interface Options {
   files: string[];
 }
 
+/**
+ * Shared workers beside the lanes (which take shared files too once their own are done): one on two
+ * CPUs, where four processes already keep both busy, up to three on larger machines.
+ */
+function defaultWorkers(): number {
+  return Math.min(3, Math.max(1, os.availableParallelism() - 1));
+}
+
 function parseArgs(argv: string[]): Options {
-  const o: Options = { serial: false, workers: 2, plan: false, record: false, files: [] };
+  const o: Options = { serial: false, workers: defaultWorkers(), plan: false, record: false, files: [] };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     if (a === '--serial') o.serial = true;
