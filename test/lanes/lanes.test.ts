@@ -2,11 +2,13 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { PassThrough } from 'node:stream';
 import { fill } from './balance';
 import { classify } from './classify';
 import { startMocha } from './mocha-child';
 import { planLanes } from './plan';
 import { summarize } from './summary';
+import { waitUntil } from '../support/wait-until';
 
 // The lane runner: a file's lane follows from what it loads, a moved module is an error rather than a
 // silent move to the shared workers, and a failing or crashed lane fails the whole run.
@@ -100,8 +102,13 @@ describe('test lanes: balancing', () => {
 
 describe('test lanes: running and summing', function () {
   this.timeout(60_000);
+  // The fixtures' own lines ("1) fails") would read as this suite's failures in a log: kept out of it.
+  const quiet = new PassThrough().resume();
   const run = (lane: string, fixture: string) =>
-    startMocha(lane, [path.join(FIXTURES, `${fixture}.fixture.js`)], ROOT, '    ').done;
+    startMocha(lane, [path.join(FIXTURES, `${fixture}.fixture.js`)], ROOT, '', {
+      stdout: quiet,
+      stderr: quiet,
+    }).done;
 
   it('sums the lanes and passes when every lane passed', async () => {
     const runs = await Promise.all([run('one', 'passing'), run('two', 'passing')]);
@@ -123,5 +130,27 @@ describe('test lanes: running and summing', function () {
     const s = summarize(runs, 1000);
     expect(s.ok).to.equal(false);
     expect(s.lines).to.include('lane two: its mocha process ended (exit code 7) before the end of its run');
+  });
+
+  it("ends the processes a lane's tests left running once the lane is done", async () => {
+    const pidFile = path.join(fs.mkdtempSync(path.join(os.tmpdir(), 'wn-lanes-')), 'pid');
+    process.env.WORKLOADNET_LANES_FIXTURE_PID = pidFile;
+    try {
+      const ran = await run('one', 'leaking');
+      expect(ran.result?.passes).to.equal(1);
+    } finally {
+      delete process.env.WORKLOADNET_LANES_FIXTURE_PID;
+    }
+    const pid = Number(fs.readFileSync(pidFile, 'utf8'));
+    const alive = (): boolean => {
+      try {
+        process.kill(pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    await waitUntil(() => !alive(), 'the leaked process ended', 10_000);
+    fs.rmSync(path.dirname(pidFile), { recursive: true, force: true });
   });
 });

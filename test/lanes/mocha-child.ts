@@ -44,13 +44,37 @@ function prefixLines(from: NodeJS.ReadableStream, to: NodeJS.WritableStream, pre
   });
 }
 
+/**
+ * Ends whatever is left in a finished lane's process group: daemons and simulators that a test started
+ * and a failed hook never stopped would otherwise run on, taking CPU from every later lane and run.
+ */
+function endGroup(pid: number | undefined): void {
+  if (pid === undefined) return;
+  const signal = (s: NodeJS.Signals): boolean => {
+    try {
+      process.kill(-pid, s);
+      return true;
+    } catch {
+      return false; // The group is empty.
+    }
+  };
+  if (signal('SIGTERM')) setTimeout(() => signal('SIGKILL'), 5_000);
+}
+
 export interface MochaChild {
   /** Resolves when the process has ended. */
   done: Promise<LaneRun>;
   kill(signal: NodeJS.Signals): void;
 }
 
-export function startMocha(lane: string, files: string[], root: string, tag: string): MochaChild {
+/** Starts mocha over `files`; its output goes to `out` (this process's stdout and stderr unless given). */
+export function startMocha(
+  lane: string,
+  files: string[],
+  root: string,
+  tag: string,
+  out: { stdout: NodeJS.WritableStream; stderr: NodeJS.WritableStream } = process,
+): MochaChild {
   const resultFile = path.join(os.tmpdir(), `wn-lane-${process.pid}-${lane}.json`);
   fs.rmSync(resultFile, { force: true });
   const args = [
@@ -66,11 +90,14 @@ export function startMocha(lane: string, files: string[], root: string, tag: str
     cwd: root,
     env: { ...process.env, [RESULT_FILE_ENV]: resultFile },
     stdio: ['ignore', 'pipe', 'pipe'],
+    // A process group of its own, so that what its tests leave running can be ended with it (below).
+    detached: true,
   });
-  prefixLines(child.stdout, process.stdout, tag);
-  prefixLines(child.stderr, process.stderr, tag);
+  prefixLines(child.stdout, out.stdout, tag);
+  prefixLines(child.stderr, out.stderr, tag);
   const done = new Promise<LaneRun>((resolve) => {
     child.once('close', (exitCode, signal) => {
+      endGroup(child.pid);
       const result = readLaneResult(resultFile);
       fs.rmSync(resultFile, { force: true });
       resolve({ lane, files, ms: Date.now() - began, result, exitCode, signal });
