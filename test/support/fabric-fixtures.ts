@@ -26,3 +26,14 @@ export const n4: Peer = {
   vtep: { mac: '0e:77:0a:00:00:04', ...VX },
   prefixes: ['10.244.3.0/24'],
 };
+
+/** A peer with a VTEP at `mac` on one underlay address, announcing `prefixes`. */
+export function vxlanPeer(
+  node: string,
+  address: string,
+  prefixes: string[],
+  mac: string,
+  over: Partial<Peer> = {},
+): Peer {
+  return { node, underlay: [address], mtu: 1500, vtep: { mac, ...VX }, bootId: '', prefixes, ...over };
+}

@@ -167,19 +167,7 @@ describeRoot('Linux fabric to a peer whose pods sit behind DPU endpoints (real k
   });
 
   it('an endpoint that leaves takes only its own entries; pods behind the other lose no packet meanwhile', async () => {
-    const child = spawn('ip', [
-      'netns',
-      'exec',
-      na.pod,
-      'ping',
-      '-i',
-      '0.01',
-      '-c',
-      '200',
-      '-W',
-      '2',
-      '10.244.4.5',
-    ]);
+    const child = spawn('ip', ['netns', 'exec', na.pod, ...'ping -i 0.01 -c 200 -W 2 10.244.4.5'.split(' ')]);
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     const done = new Promise<string>((resolve) => child.once('close', () => resolve(out)));

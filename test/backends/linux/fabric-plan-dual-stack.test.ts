@@ -4,6 +4,7 @@ import { planHostFabric } from '../../../backends/linux/fabric/plan/host-plan';
 import type { PlanContext } from '../../../backends/linux/fabric/plan/wanted';
 import { AF_INET6 } from '../../../lib/rtnetlink';
 import { planContext } from '../../support/host-plan-context';
+import { vxlanPeer } from '../../support/fabric-fixtures';
 
 // Dual-stack peers over an IPv4 underlay, as the plan decides them (no kernel): an IPv6 prefix cannot
 // take an IPv4 next hop, so it goes through the tunnel wherever there is one — in hybrid mode to a
@@ -19,15 +20,7 @@ const peer = (
   mac: string,
   prefixes: string[],
   over: Partial<Peer> = {},
-): Peer => ({
-  node,
-  underlay: [address],
-  mtu: 1500,
-  vtep: { mac, vni: 30574, port: 4789 },
-  bootId: '',
-  prefixes,
-  ...over,
-});
+): Peer => vxlanPeer(node, address, prefixes, mac, over);
 
 const near = peer('near', '10.0.1.2', '0e:77:0a:00:01:02', ['10.244.2.0/26', 'fd10::2:0/122']);
 const far = peer('far', '10.0.2.3', '0e:77:0a:00:02:03', ['10.244.3.0/26', 'fd10::3:0/122']);

@@ -1,8 +1,8 @@
 import { expect } from 'chai';
-import type { Peer } from '../../../core/peer-source';
 import { planHostFabric } from '../../../backends/linux/fabric/plan/host-plan';
 import type { FabricPlan, PlanContext } from '../../../backends/linux/fabric/plan/wanted';
 import { planContext } from '../../support/host-plan-context';
+import { vxlanPeer } from '../../support/fabric-fixtures';
 
 // One holder per identity: a newcomer stating a live peer's VTEP MAC, underlay address, gateway key
 // or prefix is refused with the holder named, whatever its name's place in the order, and the holder
@@ -11,23 +11,7 @@ import { planContext } from '../../support/host-plan-context';
 const ctx = (mode: PlanContext['mode'], last?: FabricPlan): PlanContext =>
   planContext(mode, { holders: last?.holders });
 
-function peer(
-  node: string,
-  address: string,
-  prefixes: string[],
-  mac: string,
-  over: Partial<Peer> = {},
-): Peer {
-  return {
-    node,
-    underlay: [address],
-    mtu: 1500,
-    vtep: { mac, vni: 30574, port: 4789 },
-    bootId: '',
-    prefixes,
-    ...over,
-  };
-}
+const peer = vxlanPeer;
 
 const n3 = peer('n3', '10.0.2.3', ['10.244.3.0/24'], '0e:77:0a:00:02:03');
 const n4 = peer('n4', '10.0.2.4', ['10.244.4.0/24'], '0e:77:0a:00:02:04');

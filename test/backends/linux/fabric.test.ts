@@ -188,19 +188,8 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
       const [dev] = await ipJson<{ ifindex: number }>(na.ns, 'link', 'show', 'wn-vxlan');
       const stateBefore = await kernelState(na.ns);
       // 300 echo requests 10 ms apart to the pod behind the router; the restart begins once replies flow.
-      const child = spawn('ip', [
-        'netns',
-        'exec',
-        na.pod,
-        'ping',
-        '-i',
-        '0.01',
-        '-c',
-        '300',
-        '-W',
-        '2',
-        topo.node('nc').podIp,
-      ]);
+      const ping10ms = `ping -i 0.01 -c 300 -W 2 ${topo.node('nc').podIp}`;
+      const child = spawn('ip', ['netns', 'exec', na.pod, ...ping10ms.split(' ')]);
       let out = '';
       child.stdout.on('data', (d: Buffer) => (out += d.toString()));
       const ping = new Promise<string>((resolve) => child.once('close', () => resolve(out)));
