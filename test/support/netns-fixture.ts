@@ -21,6 +21,11 @@ export async function ip(...args: string[]): Promise<string> {
   }
 }
 
+/** `ip -n <ns>` with the words of `line`, as one would type it (so no word may hold a space). */
+export function ipLine(ns: string, line: string): Promise<string> {
+  return ip('-n', ns, ...line.split(' '));
+}
+
 /** `ip -j -n <ns> …` parsed. */
 export async function ipJson<T = unknown>(ns: string, ...args: string[]): Promise<T[]> {
   const out = await ip('-j', '-n', ns, ...args);

@@ -6,8 +6,7 @@ import * as path from 'node:path';
 import { CniServer } from '../../../adapters/cni/cni-server';
 import { WorkloadNetError } from '../../../core/errors';
 import { postCni, type CniAnswer } from '../../support/cni-http';
-import { InProcessDaemon } from '../../support/in-process-daemon';
-import { RecordingBackend } from '../../support/recording-backend';
+import { recordingDaemon } from '../../support/recording-daemon';
 
 // The socket's lifecycle and the HTTP envelope, spoken directly with Node's http client.
 
@@ -19,14 +18,7 @@ describe('CniServer', () => {
   let socketPath: string;
   const started: CniServer[] = [];
   // The real service behind every server here (an in-process daemon with the recording backend).
-  let backend: RecordingBackend;
-  let daemon: InProcessDaemon;
-
-  before(async () => {
-    backend = new RecordingBackend();
-    daemon = await InProcessDaemon.start(backend);
-  });
-  after(async () => daemon.dispose());
+  const rd = recordingDaemon();
 
   beforeEach(async () => {
     dir = await fs.mkdtemp(path.join(os.tmpdir(), 'wnc-srv-'));
@@ -39,7 +31,7 @@ describe('CniServer', () => {
   });
 
   async function start(opts: { maxBodyBytes?: number } = {}): Promise<CniServer> {
-    const server = new CniServer(daemon.daemon.service, { socketPath, ...opts });
+    const server = new CniServer(rd.daemon.daemon.service, { socketPath, ...opts });
     await server.listen();
     started.push(server);
     return server;
@@ -47,8 +39,8 @@ describe('CniServer', () => {
 
   /** Nothing reached the service's state: no dataplane call, no attachment. */
   async function expectUntouched(): Promise<void> {
-    expect(backend.calls).to.deep.equal([]);
-    expect([...(await daemon.daemon.service.list())]).to.deep.equal([]);
+    expect(rd.backend.calls).to.deep.equal([]);
+    expect([...(await rd.daemon.daemon.service.list())]).to.deep.equal([]);
   }
 
   it('creates the socket with mode 0660 in a folder it creates', async () => {
@@ -60,7 +52,7 @@ describe('CniServer', () => {
 
   it('refuses to start while a live server holds the socket', async () => {
     await start();
-    const second = new CniServer(daemon.daemon.service, { socketPath });
+    const second = new CniServer(rd.daemon.daemon.service, { socketPath });
     let caught: unknown;
     try {
       await second.listen();
@@ -107,7 +99,7 @@ describe('CniServer', () => {
   it('refuses to remove a path that is not a socket', async () => {
     await fs.mkdir(path.dirname(socketPath), { recursive: true });
     await fs.writeFile(socketPath, 'precious');
-    const server = new CniServer(daemon.daemon.service, { socketPath });
+    const server = new CniServer(rd.daemon.daemon.service, { socketPath });
     let caught: unknown;
     try {
       await server.listen();

@@ -4,7 +4,12 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { CniServer } from '../../../adapters/cni/cni-server';
 import { restoreMovedAside, runtimeConfigs } from '../../../adapters/cni/conf-dir';
-import { installCni, parseChain } from '../../../adapters/cni/install';
+import {
+  installCni,
+  parseChain,
+  type InstallCniOptions,
+  type InstalledCni,
+} from '../../../adapters/cni/install';
 import { rejection } from '../../support/expect-error';
 import { buildShim, runShim } from '../../support/cni-harness';
 import { InProcessDaemon } from '../../support/in-process-daemon';
@@ -34,16 +39,12 @@ describe('installCni', function () {
     confDir = path.join(case_, 'etc', 'cni', 'net.d');
   });
 
+  /** Installs network wnc-pods into this test's directories, without force; `over` changes any of it. */
+  const install = (over: Partial<InstallCniOptions> = {}): Promise<InstalledCni> =>
+    installCni({ binDir, confDir, cniSocket, name: 'wnc-pods', force: false, shimPath, ...over });
+
   it('installs the forwarder as "workloadnet" and a conflist that names it and the socket', async () => {
-    const out = await installCni({
-      binDir,
-      confDir,
-      cniSocket,
-      name: 'wnc-pods',
-      force: false,
-      shimPath,
-      mtu: 1450,
-    });
+    const out = await install({ mtu: 1450 });
     expect(out.binary).to.equal(path.join(binDir, 'workloadnet'));
     expect(out.conflist).to.equal(path.join(confDir, '05-wnc-pods.conflist'));
 
@@ -69,33 +70,18 @@ describe('installCni', function () {
   });
 
   it('writes a secondary network as 90-<name>.conflist, named after the network it selects', async () => {
-    const out = await installCni({
-      binDir,
-      confDir,
-      cniSocket,
-      name: 'fast',
-      secondary: true,
-      force: false,
-      shimPath,
-    });
+    const out = await install({ name: 'fast', secondary: true });
     expect(out.conflist).to.equal(path.join(confDir, '90-fast.conflist'));
     const list = JSON.parse(await fs.readFile(out.conflist, 'utf8')) as { name: string };
     expect(list.name).to.equal('fast');
-    const primary = await installCni({ binDir, confDir, cniSocket, name: 'default', force: false, shimPath });
+    const primary = await install({ name: 'default' });
     // A runtime takes the first conflist by name as its pod network: the default one sorts first.
     expect((await fs.readdir(confDir)).sort()[0]).to.equal(path.basename(primary.conflist));
   });
 
   it('overwrites its own files on a second run without force', async () => {
-    await installCni({ binDir, confDir, cniSocket, name: 'wnc-pods', force: false, shimPath });
-    const out = await installCni({
-      binDir,
-      confDir,
-      cniSocket: '/run/other/cni.sock',
-      name: 'wnc-pods',
-      force: false,
-      shimPath,
-    });
+    await install();
+    const out = await install({ cniSocket: '/run/other/cni.sock' });
     const list = JSON.parse(await fs.readFile(out.conflist, 'utf8')) as { plugins: { socket: string }[] };
     expect(list.plugins[0]?.socket).to.equal('/run/other/cni.sock');
   });
@@ -104,9 +90,7 @@ describe('installCni', function () {
     await fs.mkdir(confDir, { recursive: true });
     const foreign = path.join(confDir, '05-wnc-pods.conflist');
     await fs.writeFile(foreign, '{"cniVersion":"1.0.0","name":"wnc-pods","plugins":[{"type":"bridge"}]}');
-    const err = await rejection(
-      installCni({ binDir, confDir, cniSocket, name: 'wnc-pods', force: false, shimPath }),
-    );
+    const err = await rejection(install());
     expect(err.code).to.equal('ALREADY_EXISTS');
     expect(err.message).to.contain(foreign).and.contain('force');
     expect(await fs.readFile(foreign, 'utf8')).to.contain('bridge');
@@ -118,9 +102,7 @@ describe('installCni', function () {
   it('refuses to overwrite a foreign "workloadnet" binary without force', async () => {
     await fs.mkdir(binDir, { recursive: true });
     await fs.writeFile(path.join(binDir, 'workloadnet'), '#!/bin/sh\necho someone else\n', { mode: 0o755 });
-    const err = await rejection(
-      installCni({ binDir, confDir, cniSocket, name: 'wnc-pods', force: false, shimPath }),
-    );
+    const err = await rejection(install());
     expect(err.code).to.equal('ALREADY_EXISTS');
     expect(await fs.readFile(path.join(binDir, 'workloadnet'), 'utf8')).to.contain('someone else');
   });
@@ -130,25 +112,16 @@ describe('installCni', function () {
     await fs.mkdir(binDir, { recursive: true });
     await fs.writeFile(path.join(confDir, '05-wnc-pods.conflist'), 'not even json');
     await fs.writeFile(path.join(binDir, 'workloadnet'), 'foreign');
-    const out = await installCni({ binDir, confDir, cniSocket, name: 'wnc-pods', force: true, shimPath });
+    const out = await install({ force: true });
     expect(JSON.parse(await fs.readFile(out.conflist, 'utf8'))).to.have.property('plugins');
     expect(await fs.readFile(out.binary)).to.deep.equal(await fs.readFile(shimPath));
   });
 
   it('refuses a network name CNI would refuse, and a shim that is not the forwarder', async () => {
-    expect(
-      (await rejection(installCni({ binDir, confDir, cniSocket, name: 'bad name', force: false, shimPath })))
-        .code,
-    ).to.equal('INVALID_ARGUMENT');
+    expect((await rejection(install({ name: 'bad name' }))).code).to.equal('INVALID_ARGUMENT');
     const notShim = path.join(dir, 'not-a-shim');
     await fs.writeFile(notShim, 'hello');
-    expect(
-      (
-        await rejection(
-          installCni({ binDir, confDir, cniSocket, name: 'wnc', force: false, shimPath: notShim }),
-        )
-      ).code,
-    ).to.equal('INVALID_ARGUMENT');
+    expect((await rejection(install({ name: 'wnc', shimPath: notShim }))).code).to.equal('INVALID_ARGUMENT');
   });
 
   it('produces a plugin that reaches the daemon through the socket named in the conflist', async () => {
@@ -157,14 +130,7 @@ describe('installCni', function () {
     const server = new CniServer(daemon.daemon.service, { socketPath });
     await server.listen();
     try {
-      const out = await installCni({
-        binDir,
-        confDir,
-        cniSocket: socketPath,
-        name: 'wnc-pods',
-        force: false,
-        shimPath,
-      });
+      const out = await install({ cniSocket: socketPath });
       const list = JSON.parse(await fs.readFile(out.conflist, 'utf8')) as {
         cniVersion: string;
         name: string;
@@ -184,8 +150,8 @@ describe('installCni', function () {
   describe("beside another plugin's config", () => {
     const FLANNEL = '{"name":"cbr0","cniVersion":"0.3.1","plugins":[{"type":"flannel"}]}\n';
     const flannel = (): string => path.join(confDir, '10-flannel.conflist');
-    const install = (extra: Partial<Parameters<typeof installCni>[0]> = {}) =>
-      installCni({ binDir, confDir, cniSocket, name: 'workloadnet', force: false, shimPath, ...extra });
+    const installWorkloadnet = (extra: Partial<InstallCniOptions> = {}): Promise<InstalledCni> =>
+      install({ name: 'workloadnet', ...extra });
 
     beforeEach(async () => {
       await fs.mkdir(confDir, { recursive: true });
@@ -193,7 +159,7 @@ describe('installCni', function () {
     });
 
     it('sorts first and moves the other config aside, content intact, saying so', async () => {
-      const out = await install();
+      const out = await installWorkloadnet();
       expect(path.basename(out.conflist)).to.equal('05-workloadnet.conflist');
       expect(await runtimeConfigs(confDir), 'what a runtime reads').to.deep.equal([
         '05-workloadnet.conflist',
@@ -204,7 +170,7 @@ describe('installCni', function () {
 
     it('keeps the other config with keepOthers, and names one that still sorts before ours', async () => {
       await fs.writeFile(path.join(confDir, '00-multus.conf'), '{"name":"multus","type":"multus"}');
-      const out = await install({ keepOthers: true });
+      const out = await installWorkloadnet({ keepOthers: true });
       expect(out.movedAside).to.deep.equal([]);
       expect(await fs.readFile(flannel(), 'utf8')).to.equal(FLANNEL);
       expect(out.shadowedBy).to.deep.equal([path.join(confDir, '00-multus.conf')]);
@@ -212,17 +178,17 @@ describe('installCni', function () {
     });
 
     it('moves nothing for a secondary network, which must not become the default', async () => {
-      const out = await install({ name: 'fast', secondary: true });
+      const out = await installWorkloadnet({ name: 'fast', secondary: true });
       expect(out.movedAside).to.deep.equal([]);
       expect(await runtimeConfigs(confDir)).to.deep.equal(['10-flannel.conflist', '90-fast.conflist']);
     });
 
     it('removes an older conflist of ours for the same network, and keeps ours for another', async () => {
-      const fast = await install({ name: 'fast', secondary: true });
-      const first = await install({ keepOthers: true });
+      const fast = await installWorkloadnet({ name: 'fast', secondary: true });
+      const first = await installWorkloadnet({ keepOthers: true });
       const older = path.join(confDir, '10-workloadnet.conflist');
       await fs.rename(first.conflist, older);
-      const out = await install({ keepOthers: true });
+      const out = await installWorkloadnet({ keepOthers: true });
       expect(out.superseded).to.deep.equal([older]);
       expect(await runtimeConfigs(confDir)).to.deep.equal([
         '05-workloadnet.conflist',
@@ -232,9 +198,9 @@ describe('installCni', function () {
     });
 
     it('restores what it moved aside, unless a file of that name came back', async () => {
-      await install();
+      await installWorkloadnet();
       await fs.writeFile(path.join(confDir, '20-other.conf'), 'x');
-      await install();
+      await installWorkloadnet();
       await fs.writeFile(path.join(confDir, '20-other.conf'), 'newer');
       const res = await restoreMovedAside(confDir);
       expect(res.restored.map((r) => path.basename(r.to))).to.deep.equal(['10-flannel.conflist']);
@@ -267,29 +233,13 @@ describe('installCni', function () {
     it('offers 1.1.0 only when every chained plugin speaks it, and says which one does not', async () => {
       await fakePlugin('portmap');
       await fakePlugin('bandwidth', 0o755, ['0.3.1', '0.4.0', '1.0.0']);
-      const out = await installCni({
-        binDir,
-        confDir,
-        cniSocket,
-        name: 'wnc-pods',
-        force: false,
-        shimPath,
-        chain: parseChain('portmap,bandwidth'),
-      });
+      const out = await install({ chain: parseChain('portmap,bandwidth') });
       const list = await read(out.conflist);
       expect(list.cniVersion).to.equal('1.0.0');
       expect(list.cniVersions, 'a 1.1.0 list would fail in bandwidth').to.equal(undefined);
       expect(out.versionNote).to.contain(path.join(binDir, 'bandwidth')).and.contain('1.0.0 only');
       await fakePlugin('bandwidth');
-      const again = await installCni({
-        binDir,
-        confDir,
-        cniSocket,
-        name: 'wnc-pods',
-        force: false,
-        shimPath,
-        chain: parseChain('portmap,bandwidth'),
-      });
+      const again = await install({ chain: parseChain('portmap,bandwidth') });
       expect((await read(again.conflist)).cniVersions).to.deep.equal(['1.0.0', '1.1.0']);
     });
 
@@ -298,16 +248,7 @@ describe('installCni', function () {
       await fakePlugin('portmap', 0o755, ['1.0.0'], from);
       await fakePlugin('bandwidth', 0o755, ['1.0.0'], from);
       await fakePlugin('bandwidth'); // the node's own, newer
-      const out = await installCni({
-        binDir,
-        confDir,
-        cniSocket,
-        name: 'wnc-pods',
-        force: false,
-        shimPath,
-        chain: parseChain('portmap,bandwidth'),
-        pluginsFrom: from,
-      });
+      const out = await install({ chain: parseChain('portmap,bandwidth'), pluginsFrom: from });
       expect(out.copiedPlugins).to.deep.equal([path.join(binDir, 'portmap')]);
       expect(await fs.readFile(path.join(binDir, 'portmap'))).to.deep.equal(
         await fs.readFile(path.join(from, 'portmap')),
@@ -319,15 +260,7 @@ describe('installCni', function () {
       await fakePlugin('portmap');
       await fakePlugin('bandwidth');
       const chain = parseChain('portmap,bandwidth');
-      const out = await installCni({
-        binDir,
-        confDir,
-        cniSocket,
-        name: 'wnc-pods',
-        force: false,
-        shimPath,
-        chain,
-      });
+      const out = await install({ chain });
       const { plugins } = await read(out.conflist);
       expect(plugins.map((p) => p.type)).to.deep.equal(['workloadnet', 'portmap', 'bandwidth']);
       expect(plugins[0]?.capabilities).to.deep.equal({ dns: true });
@@ -361,9 +294,7 @@ describe('installCni', function () {
 
     it('refuses a chained plugin that is not executable', async () => {
       await fakePlugin('portmap', 0o644);
-      const err = await rejection(
-        installCni({ binDir, confDir, cniSocket, name: 'n', force: false, shimPath, chain: ['portmap'] }),
-      );
+      const err = await rejection(install({ name: 'n', chain: ['portmap'] }));
       expect(err.message).to.contain('not executable');
     });
 
@@ -375,9 +306,7 @@ describe('installCni', function () {
   });
 
   it('says what is missing when the forwarder was never built (no C compiler)', async () => {
-    const err = await rejection(
-      installCni({ binDir, confDir, cniSocket, name: 'n', force: false, shimPath: path.join(dir, 'absent') }),
-    );
+    const err = await rejection(install({ name: 'n', shimPath: path.join(dir, 'absent') }));
     expect(err.code).to.equal('FAILED_PRECONDITION');
     expect(err.message).to.contain('C compiler').and.contain('gcc').and.contain('npm run build');
   });

@@ -39,21 +39,7 @@ describeRoot('simulator fabric device: a wn-vxlan that is not ours', function ()
     ns = set.add();
     addNodeUplink(ns.name, ADDRESS);
     const ip = (...args: string[]): void => void execFileSync('ip', ['-n', ns.name, ...args]);
-    ip(
-      'link',
-      'add',
-      'wn-vxlan',
-      'type',
-      'vxlan',
-      'id',
-      '42',
-      'dstport',
-      '4790',
-      'local',
-      ADDRESS,
-      'dev',
-      'up0',
-    );
+    ip(...'link add wn-vxlan type vxlan id 42 dstport 4790 local'.split(' '), ADDRESS, 'dev', 'up0');
     ip('link', 'set', 'wn-vxlan', 'alias', 'operator tunnel');
     handle = await NetnsHandle.open(ns.path);
     sock = NetlinkSocket.openIn(handle);

@@ -1,12 +1,10 @@
 import { expect } from 'chai';
-import * as path from 'node:path';
-import { Writable } from 'node:stream';
 import { createLogger } from '../../../core/logger';
-import type { DpuBackend } from '../../../backends/dpu';
 import { DpuStatus } from '../../../proto/gen/workloadnet/v1/workload';
-import { removeDir, scratchDir, startBackend } from '../../support/dpu-fixtures';
 import { RawAgent } from '../../support/raw-agent';
 import { waitUntil } from '../../support/sim-process';
+import { rawAgentBackend } from '../../support/raw-agent-backend';
+import { LogSink } from '../../support/log-sink';
 
 // The wall clock of a node can jump: NTP stepping a clock that drifted, an operator's `date -s`. The
 // daemon's view of its agents must not: a well-behaved agent's heartbeats were dropped as over the rate
@@ -18,53 +16,40 @@ import { waitUntil } from '../../support/sim-process';
 const HOUR_MS = 3_600_000;
 const HEARTBEAT_MS = 200;
 
-class LogSink extends Writable {
-  readonly lines: string[] = [];
-  override _write(chunk: Buffer, _enc: BufferEncoding, done: () => void): void {
-    this.lines.push(...chunk.toString('utf8').split('\n').filter(Boolean));
-    done();
-  }
-}
-
 describe('DPU backend: a wall-clock step while an agent is connected', function () {
   this.timeout(30_000);
-  let dir: string;
-  let backend: DpuBackend;
-  let agent: RawAgent;
   let sink: LogSink;
+  let agent: RawAgent;
   const realNow = Date.now;
   /** The wall clock's step; Date.now is replaced before anything reads it, as a real step reaches all. */
   let stepMs = 0;
 
-  beforeEach(async () => {
+  beforeEach(() => {
     stepMs = 0;
     Date.now = () => realNow() + stepMs;
-    dir = scratchDir();
-    sink = new LogSink();
-    backend = await startBackend(dir, {
+  });
+  afterEach(() => {
+    Date.now = realNow;
+  });
+  const rig = rawAgentBackend({
+    backend: () => ({
       heartbeatIntervalMs: HEARTBEAT_MS,
-      logger: createLogger('info', sink),
-    });
-    agent = new RawAgent(path.join(dir, 'agent.sock'));
-    agent.send(RawAgent.hello('dpu-clock'));
-    await agent.next((m) => !!m.helloAccept, 'hello accept');
-    // Twice per interval: well inside the rate limit (ten per interval) and the silence limit (three).
-    agent.keepAlive(HEARTBEAT_MS / 2);
-    await waitUntil(async () => (await backend.health()).ready, 'the agent healthy');
+      logger: createLogger('info', (sink = new LogSink())),
+    }),
   });
 
-  afterEach(async () => {
-    Date.now = realNow;
-    agent.close();
-    await backend.stop();
-    removeDir(dir);
+  beforeEach(async () => {
+    // Twice per interval: well inside the rate limit (ten per interval) and the silence limit (three).
+    agent = rig.connect(RawAgent.hello('dpu-clock'), HEARTBEAT_MS / 2);
+    await agent.next((m) => !!m.helloAccept, 'hello accept');
+    await waitUntil(async () => (await rig.backend.health()).ready, 'the agent healthy');
   });
 
   const heartbeatsReceived = (): number => agent.received.filter((m) => !!m.heartbeat).length;
 
   /** What Status and `workloadnet dpus` say of the agent, checked as the API would send it. */
   async function expectAgentWell(sessionId: unknown, when: string): Promise<void> {
-    const h = await backend.health();
+    const h = await rig.backend.health();
     expect(h.ready, `${when}: ${h.reasons.join('; ')}`).to.equal(true);
     expect(h.details?.sessionId, `${when}: the same session`).to.equal(sessionId);
     expect(h.details?.lastHeartbeatAgeMs, `${when}: the heartbeat age`)
@@ -93,7 +78,7 @@ describe('DPU backend: a wall-clock step while an agent is connected', function 
     ['one hour forward', HOUR_MS],
   ] as const) {
     it(`${label}: the agent's heartbeats still count, its session lives on, and Status serializes`, async () => {
-      const sessionId = (await backend.health()).details?.sessionId;
+      const sessionId = (await rig.backend.health()).details?.sessionId;
       expect(sessionId).to.be.a('string');
       const linesBefore = sink.lines.length;
 

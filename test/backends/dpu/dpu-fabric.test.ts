@@ -1,8 +1,6 @@
 import { expect } from 'chai';
-import * as path from 'node:path';
 import { status as grpcStatus } from '@grpc/grpc-js';
-import type { DpuBackend } from '../../../backends/dpu';
-import type { FabricSettings, LocalNode, OwnPrefixes } from '../../../core/fabric-dataplane';
+import type { LocalNode, OwnPrefixes } from '../../../core/fabric-dataplane';
 import type { Peer } from '../../../core/peer-source';
 import {
   AckCode,
@@ -12,8 +10,10 @@ import {
   type PeerState,
 } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { vtepMac } from '../../../lib/vtep-mac';
-import { okAck, removeDir, scratchDir, startBackend } from '../../support/dpu-fixtures';
+import { okAck } from '../../support/dpu-fixtures';
 import { RawAgent } from '../../support/raw-agent';
+import { rawAgentBackend } from '../../support/raw-agent-backend';
+import { VXLAN_SETTINGS, n3, n4 } from '../../support/fabric-fixtures';
 import { fabricAck, fabricUpserts, snapshot, v3Hello } from './fabric-stream';
 import { waitUntil } from '../../support/sim-process';
 
@@ -21,22 +21,6 @@ import { waitUntil } from '../../support/sim-process';
 // that carries the fabric gets its objects in every snapshot and acks them one by one, and the node is
 // ready only once it acked the last; a version 2 agent keeps serving ports and is told no fabric.
 
-const SETTINGS: FabricSettings = { mode: 'vxlan', nodeIp: '', vni: 30574, port: 4789, clusterCidrs: [] };
-const n3: Peer = {
-  node: 'n3',
-  underlay: ['10.0.0.3'],
-  mtu: 1500,
-  bootId: 'b3',
-  vtep: { mac: '0e:77:0a:00:00:03', vni: 30574, port: 4789 },
-  prefixes: ['10.244.2.0/24'],
-};
-const n4: Peer = {
-  ...n3,
-  node: 'n4',
-  underlay: ['10.0.0.4'],
-  vtep: { mac: '0e:77:0a:00:00:04', vni: 30574, port: 4789 },
-  prefixes: ['10.244.3.0/24'],
-};
 const own = (slices: Record<string, string[]>): OwnPrefixes => ({
   ranges: ['10.244.0.0/24'],
   byEndpoint: new Map(Object.entries(slices)),
@@ -44,35 +28,14 @@ const own = (slices: Record<string, string[]>): OwnPrefixes => ({
 
 describe('DPU backend: the fabric on the agent stream (protocol version 3)', function () {
   this.timeout(30_000);
-  let dir: string;
-  let backend: DpuBackend | undefined;
-  const agents: RawAgent[] = [];
-
-  beforeEach(async () => {
-    dir = scratchDir();
-    backend = await startBackend(dir, { nodeName: 'n1' });
-  });
-
-  afterEach(async () => {
-    for (const a of agents.splice(0)) a.close();
-    await backend?.stop();
-    backend = undefined;
-    removeDir(dir);
-  });
-
-  function connect(hello: AgentMessage): RawAgent {
-    const a = new RawAgent(path.join(dir, 'agent.sock'));
-    agents.push(a);
-    a.send(hello);
-    a.keepAlive(100);
-    return a;
-  }
+  const rig = rawAgentBackend({ backend: () => ({ nodeName: 'n1' }) });
+  const connect = (hello: AgentMessage): RawAgent => rig.connect(hello);
 
   it('sends the fabric as desired state, and is ready only once the agent acked the last object', async () => {
-    const b = backend!;
+    const b = rig.backend;
     const changes: LocalNode[] = [];
     b.fabric.onLocalChange((l) => changes.push(l));
-    await b.fabric.prepare(SETTINGS);
+    await b.fabric.prepare(VXLAN_SETTINGS);
 
     const a = connect(v3Hello('dpu-a'));
     const accept = await a.next((m) => !!m.helloAccept, 'the accept');
@@ -202,8 +165,8 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
   });
 
   it('tells a second DPU of the node to the first, as a peer of the fabric', async () => {
-    const b = backend!;
-    await b.fabric.prepare(SETTINGS);
+    const b = rig.backend;
+    await b.fabric.prepare(VXLAN_SETTINGS);
     await b.fabric.apply([], own({ 'dpu-a': ['10.244.0.0/26'], 'dpu-b': ['10.244.0.64/26'] }));
     const a = connect(v3Hello('dpu-a'));
     const sa = await snapshot(a);
@@ -248,8 +211,8 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
     ],
   ] as const) {
     it(`gives ${what} no fabric object and says why it does not carry the fabric`, async () => {
-      const b = backend!;
-      await b.fabric.prepare(SETTINGS);
+      const b = rig.backend;
+      await b.fabric.prepare(VXLAN_SETTINGS);
       await b.fabric.apply([n3], own({ 'dpu-old': ['10.244.0.0/26'] }));
       const a = connect(hello);
       const snap = await snapshot(a);
@@ -279,8 +242,8 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
   }
 
   it('counts a refused fabric object as a reason naming the agent and the object', async () => {
-    const b = backend!;
-    await b.fabric.prepare(SETTINGS);
+    const b = rig.backend;
+    await b.fabric.prepare(VXLAN_SETTINGS);
     await b.fabric.apply([n3], own({}));
     const a = connect(v3Hello('dpu-a'));
     const snap = await snapshot(a);
@@ -306,8 +269,8 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
     // PeerStatus lists every FabricPeer the agent holds, whole, after every change and every heartbeat:
     // at 5,000 peers it is some 300 KB, and a limit below that ended every session as soon as the agent
     // held its snapshot's peers (and with it every ack counted so far).
-    const b = backend!;
-    await b.fabric.prepare(SETTINGS);
+    const b = rig.backend;
+    await b.fabric.prepare(VXLAN_SETTINGS);
     const peers: Peer[] = Array.from({ length: 5000 }, (_, i) => ({
       ...n3,
       node: `worker-${String(i).padStart(4, '0')}.rack-${Math.floor(i / 40)}.example.net`,
@@ -345,7 +308,7 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
   it('says of an agent message over the limit that the daemon refused it, with its size, in Status', async () => {
     // gRPC's own limit ended the call with nothing the session could read, and the daemon said "the
     // agent cancelled the stream" of a message it had refused itself.
-    const b = backend!;
+    const b = rig.backend;
     const a = connect(v3Hello('dpu-a'));
     await a.next((m) => !!m.helloAccept, 'hello accepted');
     const huge: AgentMessage = {
@@ -378,8 +341,8 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
   it('shows a change of the table, a PeerStatus, an ack and a refusal at the next report, never a stale one', async () => {
     // The report and each agent's counts are kept between changes (at 5,000 peers Status rebuilt them
     // on every call): each of these must still show at once.
-    const b = backend!;
-    await b.fabric.prepare(SETTINGS);
+    const b = rig.backend;
+    await b.fabric.prepare(VXLAN_SETTINGS);
     const a = connect(v3Hello('dpu-a'));
     await snapshot(a);
     let from = a.received.length;
@@ -444,8 +407,8 @@ describe('DPU backend: the fabric on the agent stream (protocol version 3)', fun
   });
 
   it('takes a PeerStatus of what changed only (peer-status-delta) on top of the last, and a new session starts with none', async () => {
-    const b = backend!;
-    await b.fabric.prepare(SETTINGS);
+    const b = rig.backend;
+    await b.fabric.prepare(VXLAN_SETTINGS);
     const a = connect(v3Hello('dpu-a'));
     const accept = await a.next((m) => !!m.helloAccept, 'the accept');
     expect(accept.helloAccept?.capabilities?.features).to.include('peer-status-delta');

@@ -1,14 +1,13 @@
 import { expect } from 'chai';
-import * as path from 'node:path';
-import type { DpuBackend } from '../../../backends/dpu';
 import { endpointClash } from '../../../backends/dpu/endpoint-clash';
 import { planFabric, type FabricAgent } from '../../../backends/dpu/fabric-plan';
-import type { FabricSettings, OwnPrefixes } from '../../../core/fabric-dataplane';
+import type { FabricSettings } from '../../../core/fabric-dataplane';
 import type { Peer } from '../../../core/peer-source';
 import { dpuVtepMac, vtepMac } from '../../../lib/vtep-mac';
-import { removeDir, scratchDir, startBackend } from '../../support/dpu-fixtures';
-import { fabricAck, fabricUpserts, snapshot, v3Hello } from './fabric-stream';
+import { ackEveryFabricObject, fabricUpserts, snapshot, v3Hello } from './fabric-stream';
 import { RawAgent } from '../../support/raw-agent';
+import { rawAgentBackend } from '../../support/raw-agent-backend';
+import { NO_OWN, VX } from '../../support/fabric-fixtures';
 import { waitUntil } from '../../support/sim-process';
 
 // With a source that publishes records (the fabric settings carry the node's name), a DPU's VTEP MAC
@@ -17,9 +16,7 @@ import { waitUntil } from '../../support/sim-process';
 // take the other's FDB entry. A MAC another node states is still refused in words, and the incumbent
 // keeps it. Without a name (the static source) the MAC is the address's, as the peers files list it.
 
-const vx = { vni: 30574, port: 4789 };
-const NAMED: FabricSettings = { mode: 'vxlan', nodeIp: '', ...vx, clusterCidrs: [], nodeName: 'n1' };
-const NO_OWN: OwnPrefixes = { ranges: [], byEndpoint: new Map() };
+const NAMED: FabricSettings = { mode: 'vxlan', nodeIp: '', ...VX, clusterCidrs: [], nodeName: 'n1' };
 const a: FabricAgent = { id: 'dpu-a', address: '10.0.1.11', uplinkMtu: 1500 };
 const dpuNode = (node: string, id: string, address: string, mac: string): Peer => ({
   node,
@@ -28,7 +25,7 @@ const dpuNode = (node: string, id: string, address: string, mac: string): Peer =
   bootId: 'b',
   prefixes: [`10.244.${node.slice(1)}.0/24`],
   endpoints: [
-    { id, underlay: address, mtu: 1500, vtep: { mac, ...vx }, prefixes: [`10.244.${node.slice(1)}.0/24`] },
+    { id, underlay: address, mtu: 1500, vtep: { mac, ...VX }, prefixes: [`10.244.${node.slice(1)}.0/24`] },
   ],
 });
 /** On another underlay, its DPU at the address n1's dpu-a has. */
@@ -41,7 +38,7 @@ const n3: Peer = {
   underlay: ['10.0.0.3'],
   mtu: 1500,
   bootId: 'b3',
-  vtep: { mac: vtepMac('10.0.0.3', 'n3'), ...vx },
+  vtep: { mac: vtepMac('10.0.0.3', 'n3'), ...VX },
   prefixes: ['10.244.30.0/24'],
 };
 
@@ -68,7 +65,7 @@ describe('DPU VTEP MAC: derived from the node name, the agent id and the address
     expect(endpointClash(rogue, 'n1', [], [n5], 'n1')).to.equal(
       `its VTEP MAC ${ROGUE_MAC} (derived from n1/dpu-rogue at 10.0.1.31) is that of node n5's DPU dpu-z`,
     );
-    const asVtep: Peer = { ...n3, vtep: { mac: ROGUE_MAC, ...vx } };
+    const asVtep: Peer = { ...n3, vtep: { mac: ROGUE_MAC, ...VX } };
     expect(endpointClash(rogue, 'n1', [], [asVtep], 'n1')).to.match(/is node n3's VTEP MAC$/);
     expect(endpointClash({ ...rogue, address: '10.0.1.11' }, 'n1', [a], [], 'n1')).to.equal(
       'its uplink address 10.0.1.11 is already the VTEP of DPU agent dpu-a of this node',
@@ -93,49 +90,22 @@ describe('DPU VTEP MAC: derived from the node name, the agent id and the address
 
 describe('DPU backend: named VTEP MACs, one holder per MAC', function () {
   this.timeout(30_000);
-  let dir: string;
-  let backend: DpuBackend;
-  const agents: RawAgent[] = [];
-
-  beforeEach(async () => {
-    dir = scratchDir();
-    backend = await startBackend(dir, { nodeName: 'n1' });
-    await backend.fabric.prepare(NAMED);
-  });
-
-  afterEach(async () => {
-    for (const x of agents.splice(0)) x.close();
-    await backend.stop();
-    removeDir(dir);
-  });
+  const rig = rawAgentBackend({ backend: () => ({ nodeName: 'n1' }), fabric: NAMED });
 
   /** Connects an agent that acks OK every fabric object it is sent. */
-  function connect(id: string, address = '10.0.1.11'): RawAgent {
-    const x = new RawAgent(path.join(dir, 'agent.sock'));
-    agents.push(x);
-    x.send(v3Hello(id, { uplinkAddresses: [address] }));
-    x.keepAlive(100);
-    let acked = 0;
-    const t = setInterval(() => {
-      if (x.isEnded) return clearInterval(t);
-      for (; acked < x.received.length; acked++) {
-        const o = x.received[acked]?.upsert?.fabric;
-        if (o) x.send(fabricAck(o));
-      }
-    }, 20);
-    return x;
-  }
+  const connect = (id: string, address = '10.0.1.11'): RawAgent =>
+    ackEveryFabricObject(rig.connect(v3Hello(id, { uplinkAddresses: [address] })));
 
   const row = async (id: string): Promise<{ carries?: boolean; note?: string } | undefined> =>
-    (await backend.health()).dpus?.find((d) => d.id === id)?.fabric;
+    (await rig.backend.health()).dpus?.find((d) => d.id === id)?.fabric;
 
   it("carries the fabric on a DPU at the address of another node's DPU, each with its own MAC", async () => {
-    await backend.fabric.apply([n2, n3], NO_OWN);
+    await rig.backend.fabric.apply([n2, n3], NO_OWN);
     const x = connect('dpu-a');
     const snap = await snapshot(x);
-    await waitUntil(() => backend.fabric.report().ready, 'dpu-a holds its fabric');
+    await waitUntil(() => rig.backend.fabric.report().ready, 'dpu-a holds its fabric');
     expect((await row('dpu-a'))?.carries).to.equal(true);
-    const [mine] = backend.fabric.local().endpoints ?? [];
+    const [mine] = rig.backend.fabric.local().endpoints ?? [];
     expect([mine?.id, mine?.underlay]).to.deep.equal(['dpu-a', '10.0.1.11']);
     expect(mine?.vtep.mac).to.equal(dpuVtepMac('10.0.1.11', 'n1', 'dpu-a'));
     expect(mine?.vtep.mac).to.not.equal(n2.endpoints?.[0]?.vtep.mac);
@@ -143,16 +113,16 @@ describe('DPU backend: named VTEP MACs, one holder per MAC', function () {
       mine?.vtep.mac,
     );
     // On its own DPU its VTEP holds the address: n2's DPU is not reachable from it, and Status says why.
-    const n2Path = backend.fabric.report().peers.find((p) => p.node === 'n2');
+    const n2Path = rig.backend.fabric.report().peers.find((p) => p.node === 'n2');
     expect(n2Path?.path).to.equal('unreachable');
     expect(n2Path?.reason).to.equal('peer/n2/dpu-x states a VTEP MAC or address that vtep holds');
   });
 
   it("refuses a DPU whose VTEP MAC another node's DPU states, says why, and admits it once that node leaves", async () => {
-    await backend.fabric.apply([n3, n5], NO_OWN);
+    await rig.backend.fabric.apply([n3, n5], NO_OWN);
     const x = connect('dpu-a');
     await snapshot(x);
-    await waitUntil(() => backend.fabric.report().ready, 'dpu-a holds its fabric');
+    await waitUntil(() => rig.backend.fabric.report().ready, 'dpu-a holds its fabric');
     const rogue = connect('dpu-rogue', '10.0.1.31');
     const snap = await snapshot(rogue);
     expect(snap.end.syncComplete?.fabricCount, 'no fabric object for it').to.equal(0);
@@ -161,8 +131,11 @@ describe('DPU backend: named VTEP MACs, one holder per MAC', function () {
       `refused: its VTEP MAC ${ROGUE_MAC} (derived from n1/dpu-rogue at 10.0.1.31) is that of node n5's DPU dpu-z`,
     );
     const fromRogue = rogue.received.length;
-    await backend.fabric.apply([n3], NO_OWN);
-    expect((backend.fabric.local().endpoints ?? []).map((e) => e.id)).to.deep.equal(['dpu-a', 'dpu-rogue']);
+    await rig.backend.fabric.apply([n3], NO_OWN);
+    expect((rig.backend.fabric.local().endpoints ?? []).map((e) => e.id)).to.deep.equal([
+      'dpu-a',
+      'dpu-rogue',
+    ]);
     await waitUntil(
       () => fabricUpserts(rogue, fromRogue).some((o) => o.name === 'vtep'),
       'its VTEP sent without a new snapshot',

@@ -4,29 +4,19 @@ import { open, type Database, type RootDatabase } from 'lmdb';
 import type { DpuBackend } from '../../../backends/dpu';
 import type { HolderRecord, StoredHolders } from '../../../backends/dpu/fabric-holders';
 import { FabricPlanner, type PlanContext } from '../../../backends/dpu/fabric-planner';
-import type { FabricSettings, OwnPrefixes } from '../../../core/fabric-dataplane';
 import type { Peer } from '../../../core/peer-source';
 import { removeDir, scratchDir, startBackend } from '../../support/dpu-fixtures';
-import { fabricAck, snapshot, v3Hello } from './fabric-stream';
+import { ackEveryFabricObject, snapshot, v3Hello } from './fabric-stream';
 import { RawAgent } from '../../support/raw-agent';
+import { NO_OWN, VX, VXLAN_SETTINGS, n3 } from '../../support/fabric-fixtures';
 import { waitUntil } from '../../support/sim-process';
 
 // The incumbent keeps its FDB entry on the DPU across a daemon restart: the holders of an agent's plan
 // are kept in the store and restored before its first plan, so a newcomer that sorts first and states
 // the incumbent's VTEP MAC is left out of the first snapshot, as it would have been without the restart.
 
-const SETTINGS: FabricSettings = { mode: 'vxlan', nodeIp: '', vni: 30574, port: 4789, clusterCidrs: [] };
-const vx = { vni: 30574, port: 4789 };
-const NO_OWN: OwnPrefixes = { ranges: [], byEndpoint: new Map() };
-const n3: Peer = {
-  node: 'n3',
-  underlay: ['10.0.0.3'],
-  mtu: 1500,
-  bootId: 'b3',
-  vtep: { mac: '0e:77:0a:00:00:03', ...vx },
-  prefixes: ['10.244.2.0/24'],
-};
-const n4: Peer = { ...n3, node: 'n4', underlay: ['10.0.0.4'], vtep: { mac: '0e:77:0a:00:00:04', ...vx } };
+/** At n3's prefixes, from an address and a VTEP MAC of its own. */
+const n4: Peer = { ...n3, node: 'n4', underlay: ['10.0.0.4'], vtep: { mac: '0e:77:0a:00:00:04', ...VX } };
 /** Sorts before n3 and states its VTEP MAC, at an address of its own. */
 const n0: Peer = { ...n3, node: 'n0', underlay: ['10.0.0.9'], prefixes: ['10.244.9.0/24'] };
 
@@ -85,7 +75,7 @@ describe('DPU fabric: the holders of tunnel endpoint identities across a daemon 
     const b = await startBackend(dir, { nodeName: 'n1' });
     backend = b;
     b.fabric.keepHoldersIn(() => s);
-    await b.fabric.prepare(SETTINGS);
+    await b.fabric.prepare(VXLAN_SETTINGS);
     return b;
   }
 
@@ -105,15 +95,7 @@ describe('DPU fabric: the holders of tunnel endpoint identities across a daemon 
     agents.push(a);
     a.send(v3Hello(id));
     a.keepAlive(100);
-    let acked = 0;
-    const t = setInterval(() => {
-      if (a.isEnded) return clearInterval(t);
-      for (; acked < a.received.length; acked++) {
-        const o = a.received[acked]?.upsert?.fabric;
-        if (o) a.send(fabricAck(o));
-      }
-    }, 20);
-    return a;
+    return ackEveryFabricObject(a);
   }
 
   const storedHolder = (identity: string): string | undefined => {
@@ -171,7 +153,7 @@ describe('DPU fabric: the holders of tunnel endpoint identities across a daemon 
       agent: { id: 'dpu-a', address: '10.0.1.11', uplinkMtu: 1500 },
       locals: [{ id: 'dpu-a', address: '10.0.1.11', uplinkMtu: 1500 }],
       own: NO_OWN,
-      settings: vx,
+      settings: VX,
     };
     const before = new FabricPlanner();
     before.update(context, [n3]);

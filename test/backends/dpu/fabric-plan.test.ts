@@ -10,13 +10,13 @@ import {
 } from '../../../backends/dpu/fabric-plan';
 import { FabricPlanner } from '../../../backends/dpu/fabric-planner';
 import { RouteVia } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+import { VX, n3 } from '../../support/fabric-fixtures';
 
 // What each DPU of a node must hold for the fabric: its VTEP and slices, every remote tunnel endpoint
 // (a DPU node's DPUs, a Linux node's VXLAN device, the DPUs beside it on its own node) and one route
-// per remote prefix, never per pod.
+// per remote prefix, never per pod. n3 is a Linux-backend node with a plain VTEP.
 
-const settings = { vni: 30574, port: 4789 };
-const vx = { vni: 30574, port: 4789 };
+const settings = VX;
 const a: FabricAgent = { id: 'dpu-a', address: '10.0.1.11', uplinkMtu: 1500 };
 const b: FabricAgent = { id: 'dpu-b', address: '10.0.1.12', uplinkMtu: 9000 };
 const own: OwnPrefixes = {
@@ -39,19 +39,10 @@ const n2: Peer = {
       id: 'dpu-x',
       underlay: '10.0.2.11',
       mtu: 1500,
-      vtep: { mac: '0e:77:0a:00:02:0b', ...vx },
+      vtep: { mac: '0e:77:0a:00:02:0b', ...VX },
       prefixes: ['10.244.1.0/26'],
     },
   ],
-};
-/** n3: a Linux-backend node with a plain VTEP. */
-const n3: Peer = {
-  node: 'n3',
-  underlay: ['10.0.0.3'],
-  mtu: 1500,
-  bootId: 'b3',
-  vtep: { mac: '0e:77:0a:00:00:03', ...vx },
-  prefixes: ['10.244.2.0/24'],
 };
 
 const route = (prefix: string, peer: string, mtu: number): [string, FabricBody] => [
@@ -66,14 +57,14 @@ describe('DPU fabric plan', () => {
       Object.fromEntries<FabricBody>([
         [
           'vtep',
-          { name: 'vtep', localVtep: { address: '10.0.1.11', mac: '0e:77:0a:00:01:0b', ...vx, mtu: 1450 } },
+          { name: 'vtep', localVtep: { address: '10.0.1.11', mac: '0e:77:0a:00:01:0b', ...VX, mtu: 1450 } },
         ],
         ['prefix/10.244.0.0/26', { name: 'prefix/10.244.0.0/26', localPrefix: { prefix: '10.244.0.0/26' } }],
         [
           'peer/n1/dpu-b',
           {
             name: 'peer/n1/dpu-b',
-            peer: { node: 'n1', endpoint: 'dpu-b', address: '10.0.1.12', mac: '0e:77:0a:00:01:0c', ...vx },
+            peer: { node: 'n1', endpoint: 'dpu-b', address: '10.0.1.12', mac: '0e:77:0a:00:01:0c', ...VX },
           },
         ],
         route('10.244.0.64/26', 'peer/n1/dpu-b', 1450),
@@ -82,7 +73,7 @@ describe('DPU fabric plan', () => {
           'peer/n2/dpu-x',
           {
             name: 'peer/n2/dpu-x',
-            peer: { node: 'n2', endpoint: 'dpu-x', address: '10.0.2.11', mac: '0e:77:0a:00:02:0b', ...vx },
+            peer: { node: 'n2', endpoint: 'dpu-x', address: '10.0.2.11', mac: '0e:77:0a:00:02:0b', ...VX },
           },
         ],
         // n2's /24 beyond its DPU's slice has no VTEP to go to: no route, nothing sent to the host.
@@ -91,7 +82,7 @@ describe('DPU fabric plan', () => {
           'peer/n3',
           {
             name: 'peer/n3',
-            peer: { node: 'n3', endpoint: '', address: '10.0.0.3', mac: '0e:77:0a:00:00:03', ...vx },
+            peer: { node: 'n3', endpoint: '', address: '10.0.0.3', mac: '0e:77:0a:00:00:03', ...VX },
           },
         ],
         route('10.244.2.0/24', 'peer/n3', 1450),
@@ -137,7 +128,7 @@ describe('DPU fabric plan', () => {
   });
 
   it("routes a node's range to its own VTEP and its DPUs' slices to the DPUs", () => {
-    const mixed: Peer = { ...n2, node: 'n4', vtep: { mac: '0e:77:0a:00:00:02', ...vx } };
+    const mixed: Peer = { ...n2, node: 'n4', vtep: { mac: '0e:77:0a:00:00:02', ...VX } };
     const plan = planFabric({ node: 'n1', agent: a, locals: [a], peers: [mixed], own, settings });
     expect(plan.get('route/10.244.1.0/24')?.peerRoute?.peer).to.equal('peer/n4');
     expect(plan.get('route/10.244.1.0/26')?.peerRoute?.peer).to.equal('peer/n4/dpu-x');
@@ -211,7 +202,7 @@ describe('DPU fabric plan', () => {
     const m0: Peer = {
       ...n3,
       node: 'm0',
-      vtep: { mac: '0e:77:0a:00:00:99', ...vx },
+      vtep: { mac: '0e:77:0a:00:00:99', ...VX },
       prefixes: ['10.244.8.0/24'],
     };
     const refused = new Map<string, string>();
@@ -232,7 +223,7 @@ describe('DPU fabric plan', () => {
       ...n3,
       node: 'n0',
       underlay: ['10.0.1.12'],
-      vtep: { mac: '0e:77:0a:00:00:99', ...vx },
+      vtep: { mac: '0e:77:0a:00:00:99', ...VX },
       prefixes: ['10.244.9.0/24'],
     };
     const planner = new FabricPlanner();

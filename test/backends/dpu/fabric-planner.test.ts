@@ -3,19 +3,16 @@ import fc from 'fast-check';
 import type { OwnPrefixes } from '../../../core/fabric-dataplane';
 import type { Peer, TunnelEndpoint } from '../../../core/peer-source';
 import { FabricDesired } from '../../../backends/dpu/fabric-desired';
-import {
-  identityOwners,
-  planFabric,
-  type FabricAgent,
-  type FabricBody,
-} from '../../../backends/dpu/fabric-plan';
+import { identityOwners, planFabric } from '../../../backends/dpu/fabric-plan';
+import type { FabricAgent, FabricBody } from '../../../backends/dpu/fabric-plan';
 import { FabricPlanner, type PlanContext } from '../../../backends/dpu/fabric-planner';
+import { VX } from '../../support/fabric-fixtures';
 
 // The plan kept between applies and changed per peer gives exactly what the whole plan gives, after
 // any sequence of peers coming, changing and going, and of the node's own DPUs and slices changing;
 // and fed to FabricDesired it sends the same changes (an object left alone keeps its generation).
 
-const settings = { vni: 30574, port: 4789 };
+const settings = VX;
 const NODE = 'n1';
 // Few names and overlapping prefixes, so that parts often claim the same prefix.
 const NODES = ['n0', 'n1', 'n2', 'n3', 'n4', 'n5'];

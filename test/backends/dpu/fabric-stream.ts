@@ -45,3 +45,16 @@ export async function snapshot(
     end,
   };
 }
+
+/** Has the agent ack OK every fabric object it is sent, now and later, until its stream ends. */
+export function ackEveryFabricObject(a: RawAgent): RawAgent {
+  let acked = 0;
+  const t = setInterval(() => {
+    if (a.isEnded) return clearInterval(t);
+    for (; acked < a.received.length; acked++) {
+      const o = a.received[acked]?.upsert?.fabric;
+      if (o) a.send(fabricAck(o));
+    }
+  }, 20);
+  return a;
+}

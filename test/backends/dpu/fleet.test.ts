@@ -5,7 +5,8 @@ import type { DataplaneResult } from '../../../core/backend';
 import type { DpuBackend } from '../../../backends/dpu';
 import { decodeDetails } from '../../../backends/dpu/details';
 import { Toggle, VfLinkState } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
-import { expectCode, removeDir, scratchDir, spec, startBackend, view } from '../../support/dpu-fixtures';
+import { expectCode, removeDir, scratchDir, spec, view } from '../../support/dpu-fixtures';
+import { simRig } from '../../support/sim-rig';
 import { SimProcess, waitUntil } from '../../support/sim-process';
 import { attachTo } from '../../support/attach-spec';
 import { attachRequest, detachRequest } from '../../support/attach-request';
@@ -20,22 +21,8 @@ import { describeRoot } from '../../support/describe-root';
 
 describe('DPU fleet: two simulators serving one backend', function () {
   this.timeout(30_000);
-  let dir: string;
-  let sock: string;
   let backend: DpuBackend | undefined;
-  const sims: SimProcess[] = [];
-
-  function sim(agentId: string, extra: string[] = [], bootId?: string): SimProcess {
-    const s = SimProcess.start({
-      socket: sock,
-      agentId,
-      bootId,
-      stateFile: path.join(dir, `${agentId}.json`),
-      extra,
-    });
-    sims.push(s);
-    return s;
-  }
+  const rig = simRig();
 
   const connected = (s: SimProcess): Promise<unknown> =>
     s.waitForState((st) => st.session.state === 'connected' && st.synced, 'connected and synced');
@@ -44,24 +31,12 @@ describe('DPU fleet: two simulators serving one backend', function () {
   const agentOf = (r: DataplaneResult): string | undefined => decodeDetails(r)?.agentId;
 
   async function twoAgents(aExtra: string[] = [], bExtra: string[] = []): Promise<[SimProcess, SimProcess]> {
-    backend = await startBackend(dir);
-    const a = sim('dpu-a', aExtra, 'boot-a1');
-    const b = sim('dpu-b', bExtra, 'boot-b1');
+    backend = await rig.startBackend();
+    const a = rig.sim('dpu-a', aExtra, 'boot-a1');
+    const b = rig.sim('dpu-b', bExtra, 'boot-b1');
     await Promise.all([connected(a), connected(b)]);
     return [a, b];
   }
-
-  beforeEach(() => {
-    dir = scratchDir();
-    sock = path.join(dir, 'agent.sock');
-  });
-
-  afterEach(async () => {
-    await Promise.all(sims.splice(0).map((s) => s.stop('SIGKILL')));
-    await backend?.stop();
-    backend = undefined;
-    removeDir(dir);
-  });
 
   it('holds a session per agent and is ready with both, reporting each', async () => {
     await twoAgents();
@@ -146,7 +121,7 @@ describe('DPU fleet: two simulators serving one backend', function () {
     await waitUntil(async () => (await backend!.health()).details?.agentsHealthy === 1, 'the loss noticed');
     await backend!.detach(view(spec(1), r1));
     // Back with the same boot: it kept both ports, and the snapshot takes w1 away.
-    const again = sim('dpu-a', [], 'boot-a1');
+    const again = rig.sim('dpu-a', [], 'boot-a1');
     const st = await again.waitForState((s) => s.synced && s.ports.length === 1, 'w1 dropped');
     expect(st.ports.map((p) => p.name)).to.deep.equal(['w2/eth0']);
   });
@@ -160,7 +135,7 @@ describe('DPU fleet: two simulators serving one backend', function () {
     await a.stop('SIGKILL');
     await waitUntil(async () => (await backend!.health()).details?.agentsHealthy === 1, 'the loss noticed');
 
-    const reborn = sim('dpu-a', [], 'boot-a2');
+    const reborn = rig.sim('dpu-a', [], 'boot-a2');
     const st = await reborn.waitForState((s) => s.synced && s.ports.length === 3, 'three ports back');
     expect(st.bootId).to.equal('boot-a2');
     expect(st.ports.map((p) => [p.name, p.generation])).to.deep.equal(
@@ -207,8 +182,8 @@ describe('DPU fleet: two simulators serving one backend', function () {
   });
 
   it('speaks version 1 with an agent that offers only that, with no inventory', async () => {
-    backend = await startBackend(dir);
-    const old = sim('dpu-old', ['--protocol', '1', '--pfs', '1', '--vfs-per-pf', '2']);
+    backend = await rig.startBackend();
+    const old = rig.sim('dpu-old', ['--protocol', '1', '--pfs', '1', '--vfs-per-pf', '2']);
     await connected(old);
     const st = old.state();
     expect(st?.protocolVersion).to.equal(1);
@@ -220,8 +195,8 @@ describe('DPU fleet: two simulators serving one backend', function () {
   });
 
   it('sends VF settings to an agent that advertises them, and keeps them across a daemon restart', async () => {
-    backend = await startBackend(dir);
-    const a = sim('dpu-a', ['--pfs', '2', '--vfs-per-pf', '4'], 'boot-a1');
+    backend = await rig.startBackend();
+    const a = rig.sim('dpu-a', ['--pfs', '2', '--vfs-per-pf', '4'], 'boot-a1');
     await connected(a);
     const dpuPort = {
       maxTxRateMbps: 100,
@@ -244,7 +219,7 @@ describe('DPU fleet: two simulators serving one backend', function () {
     expect(st.ports[0]?.vf).to.deep.equal({ pf: 1, vf: 0 });
 
     await backend.stop();
-    backend = await startBackend(dir, {}, false);
+    backend = await rig.startBackend({}, false);
     await backend.reconcile([view(spec(1), r)], { storeIsNew: false });
     const again = await a.waitForState(
       (s) => s.synced && s.session.state === 'connected' && s.session.sessionId !== st.session.sessionId,
@@ -255,9 +230,16 @@ describe('DPU fleet: two simulators serving one backend', function () {
   });
 
   it('refuses VF settings the agent does not advertise, or a PF it lacks, before sending anything', async () => {
-    backend = await startBackend(dir);
-    const a = sim('dpu-a', ['--without-features', 'qos-rate,pf-select', '--pfs', '2', '--vfs-per-pf', '2']);
-    const old = sim('dpu-old', ['--protocol', '1']);
+    backend = await rig.startBackend();
+    const a = rig.sim('dpu-a', [
+      '--without-features',
+      'qos-rate,pf-select',
+      '--pfs',
+      '2',
+      '--vfs-per-pf',
+      '2',
+    ]);
+    const old = rig.sim('dpu-old', ['--protocol', '1']);
     await Promise.all([connected(a), connected(old)]);
     const rate = await expectCode(
       attachTo(backend, spec(1, { dpu: 'dpu-a', dpuPort: { maxTxRateMbps: 50 } })),
@@ -281,7 +263,7 @@ describe('DPU fleet: two simulators serving one backend', function () {
     // What the agent does advertise goes through.
     await attachTo(backend, spec(4, { dpu: 'dpu-a', dpuPort: { spoofCheck: false } }));
 
-    const full = sim('dpu-b', ['--pfs', '2', '--vfs-per-pf', '1']);
+    const full = rig.sim('dpu-b', ['--pfs', '2', '--vfs-per-pf', '1']);
     await connected(full);
     const noPf = await expectCode(
       attachTo(backend, spec(5, { dpu: 'dpu-b', dpuPort: { pf: 3 } })),
@@ -319,7 +301,7 @@ describe('DPU fleet: two simulators serving one backend', function () {
     const r1 = await attachTo(backend!, spec(1, { dpu: 'dpu-a' }));
     const r2 = await attachTo(backend!, spec(2, { dpu: 'dpu-b' }));
     await backend!.stop();
-    backend = await startBackend(dir, {}, false);
+    backend = await rig.startBackend({}, false);
     await backend.reconcile([view(spec(1), r1), view(spec(2), r2)], { storeIsNew: false });
     await Promise.all([
       a.waitForState((s) => s.synced && s.session.state === 'connected', 'a back'),
@@ -347,7 +329,7 @@ describe('DPU fleet: two simulators serving one backend', function () {
       keepsUnlisted: (id: string) => id !== 'dpu-a',
       record: (id: string) => Promise.resolve(void recorded.push(id)),
     };
-    backend = await startBackend(dir, {}, false);
+    backend = await rig.startBackend({}, false);
     await waitUntil(async () => (await backend!.health()).details?.agentsHealthy === 2, 'both agents back');
     await backend.reconcile([], { storeIsNew: false, adoption });
     await Promise.all([

@@ -1,19 +1,10 @@
 import { expect } from 'chai';
 import { peerNodeOf } from '../../../backends/dpu/fabric-plan';
 import { PEER_ERROR_MAX, PeerStateBook } from '../../../backends/dpu/peer-state-book';
-import type { PeerState, PeerStatus } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+import type { PeerState } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { SeededRandom } from '../../support/seeded-random';
+import { deltaStatus as delta, peerState as state, wholeStatus as whole } from '../../support/peer-status';
 
-const state = (name: string, reachable = true, txPackets = 0): PeerState => ({
-  name,
-  reachable,
-  offloaded: false,
-  txPackets,
-  rxPackets: 0,
-  lastError: '',
-});
-const whole = (peers: PeerState[]): PeerStatus => ({ peers, delta: false, gone: [] });
-const delta = (peers: PeerState[], gone: string[] = []): PeerStatus => ({ peers, delta: true, gone });
 /** A book open for session "s1", which was sent every peer name. */
 const opened = (): PeerStateBook => {
   const book = new PeerStateBook(peerNodeOf);

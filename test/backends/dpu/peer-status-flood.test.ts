@@ -1,19 +1,18 @@
 import { expect } from 'chai';
-import * as path from 'node:path';
-import { Writable } from 'node:stream';
 import * as v8 from 'node:v8';
 import * as vm from 'node:vm';
 import { status as grpcStatus } from '@grpc/grpc-js';
-import type { DpuBackend } from '../../../backends/dpu';
-import type { FabricSettings } from '../../../core/fabric-dataplane';
-import type { Peer } from '../../../core/peer-source';
 import { createLogger } from '../../../core/logger';
 import type { PeerState, PeerStatus } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { attachTo } from '../../support/attach-spec';
-import { okAck, removeDir, scratchDir, spec, startBackend } from '../../support/dpu-fixtures';
+import { okAck, spec } from '../../support/dpu-fixtures';
 import { fabricUpserts, snapshot, v3Hello } from './fabric-stream';
 import { RawAgent } from '../../support/raw-agent';
 import { sleep, waitUntil } from '../../support/sim-process';
+import { rawAgentBackend } from '../../support/raw-agent-backend';
+import { LogSink } from '../../support/log-sink';
+import { peerState } from '../../support/peer-status';
+import { VXLAN_SETTINGS, n3 } from '../../support/fabric-fixtures';
 
 // A rogue agent reports peers it was never sent, each message naming thousands not named before.
 // Before: the daemon kept every one (78 to 510 MB in 32 s), also after the session ended, and took
@@ -23,25 +22,8 @@ import { sleep, waitUntil } from '../../support/sim-process';
 // Memory is measured in this process (the backend runs in it): the V8 heap after full collections,
 // before and after, since the book lives on that heap; RSS is reported beside it.
 
-const SETTINGS: FabricSettings = { mode: 'vxlan', nodeIp: '', vni: 30574, port: 4789, clusterCidrs: [] };
-const n3: Peer = {
-  node: 'n3',
-  underlay: ['10.0.0.3'],
-  mtu: 1500,
-  bootId: 'b3',
-  vtep: { mac: '0e:77:0a:00:00:03', vni: 30574, port: 4789 },
-  prefixes: ['10.244.2.0/24'],
-};
 const MIB = 1024 * 1024;
 const BOUND = 20 * MIB;
-
-class LogSink extends Writable {
-  readonly lines: string[] = [];
-  override _write(chunk: Buffer, _enc: BufferEncoding, done: () => void): void {
-    this.lines.push(...chunk.toString('utf8').split('\n').filter(Boolean));
-    done();
-  }
-}
 
 function heapAfterGc(): number {
   v8.setFlagsFromString('--expose-gc');
@@ -51,14 +33,7 @@ function heapAfterGc(): number {
   return process.memoryUsage().heapUsed;
 }
 
-const state = (name: string, txPackets = 0): PeerState => ({
-  name,
-  reachable: true,
-  offloaded: false,
-  txPackets,
-  rxPackets: 0,
-  lastError: '',
-});
+const state = (name: string, txPackets = 0): PeerState => peerState(name, true, txPackets);
 
 let strangers = 0;
 /** A delta naming `n` peers no one has named before, and peer/n3 with `tx` packets. */
@@ -69,40 +44,31 @@ function rogue(n: number, tx: number): PeerStatus {
 
 describe('DPU backend: an agent reporting peers it was never sent', function () {
   this.timeout(120_000);
-  let dir: string;
-  let backend: DpuBackend;
-  let agent: RawAgent;
   let sink: LogSink;
+  const rig = rawAgentBackend({
+    backend: () => ({ nodeName: 'n1', logger: createLogger('info', (sink = new LogSink())) }),
+    fabric: VXLAN_SETTINGS,
+  });
+  let agent: RawAgent;
 
   beforeEach(async () => {
-    dir = scratchDir();
-    sink = new LogSink();
-    backend = await startBackend(dir, { nodeName: 'n1', logger: createLogger('info', sink) });
-    await backend.fabric.prepare(SETTINGS);
-    agent = new RawAgent(path.join(dir, 'agent.sock'));
-    agent.send(v3Hello('dpu-rogue'));
-    agent.keepAlive(100);
+    agent = rig.connect(v3Hello('dpu-rogue'));
     await agent.next((m) => !!m.helloAccept, 'hello accept');
     await snapshot(agent);
-    await backend.fabric.apply([n3], { ranges: ['10.244.0.0/24'], byEndpoint: new Map() });
+    await rig.backend.fabric.apply([n3], { ranges: ['10.244.0.0/24'], byEndpoint: new Map() });
     await waitUntil(() => fabricUpserts(agent).some((o) => o.name === 'peer/n3'), 'peer/n3 sent');
     agent.send({ peerStatus: { peers: [state('peer/n3')], delta: false, gone: [] } });
   });
-  afterEach(async () => {
-    agent.close();
-    await backend.stop();
-    removeDir(dir);
-  });
 
   const txOfN3 = (): number | undefined =>
-    backend.fabric.report().peers.find((p) => p.node === 'n3')?.seenBy?.[0]?.txPackets;
+    rig.backend.fabric.report().peers.find((p) => p.node === 'n3')?.seenBy?.[0]?.txPackets;
   const note = async (): Promise<string> =>
-    (await backend.health()).dpus?.find((d) => d.id === 'dpu-rogue')?.fabric?.note ?? '';
+    (await rig.backend.health()).dpus?.find((d) => d.id === 'dpu-rogue')?.fabric?.note ?? '';
 
   async function attachMs(i: number): Promise<number> {
     const started = performance.now();
     const from = agent.received.length;
-    const attaching = attachTo(backend, spec(i));
+    const attaching = attachTo(rig.backend, spec(i));
     const up = await agent.next((m) => !!m.upsert?.port, 'the port upsert', 5000, from);
     agent.send(okAck(up.upsert!.port!.name, up.upsert!.port!.generation));
     await attaching;

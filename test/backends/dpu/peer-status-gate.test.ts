@@ -2,19 +2,10 @@ import { expect } from 'chai';
 import { peerNodeOf } from '../../../backends/dpu/fabric-plan';
 import { PeerStateBook } from '../../../backends/dpu/peer-state-book';
 import { PeerStatusGate, type PeerStatusGateOptions } from '../../../backends/dpu/peer-status-gate';
-import type { PeerState, PeerStatus } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+import type { PeerState } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { SeededRandom } from '../../support/seeded-random';
+import { deltaStatus as delta, peerState as state, wholeStatus as whole } from '../../support/peer-status';
 
-const state = (name: string, reachable = true, txPackets = 0): PeerState => ({
-  name,
-  reachable,
-  offloaded: false,
-  txPackets,
-  rxPackets: 0,
-  lastError: '',
-});
-const whole = (peers: PeerState[]): PeerStatus => ({ peers, delta: false, gone: [] });
-const delta = (peers: PeerState[], gone: string[] = []): PeerStatus => ({ peers, delta: true, gone });
 const book = (): PeerStateBook => {
   const b = new PeerStateBook(peerNodeOf);
   b.open({ session: 's', sent: () => true });

@@ -1,62 +1,41 @@
 import { expect } from 'chai';
-import * as path from 'node:path';
-import { Writable } from 'node:stream';
 import type { DataplaneResult } from '../../../core/backend';
 import { createLogger } from '../../../core/logger';
 import { PortOperState } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
-import type { DpuBackend } from '../../../backends/dpu';
 import { PORT_STATUS_MESSAGE_MAX, PortStatusGate } from '../../../backends/dpu/port-status-gate';
-import { okAck, removeDir, scratchDir, spec, startBackend, view } from '../../support/dpu-fixtures';
+import { okAck, spec, view } from '../../support/dpu-fixtures';
 import { RawAgent } from '../../support/raw-agent';
 import { sleep } from '../../support/sim-process';
 import { attachTo } from '../../support/attach-spec';
+import { rawAgentBackend } from '../../support/raw-agent-backend';
+import { LogSink } from '../../support/log-sink';
 
 // An agent floods PortStatus about a port the daemon knows, each message carrying 1,000 characters of
 // text. Before: every message was a log line with the whole text, 247 MiB of log in 20 s. Now repeats
 // are dropped, changes pass at a few per second per port, the text is cut short, and the port still
 // ends up in the state the agent last reported.
 
-/** Counts what the daemon logs and keeps the lines. */
-class LogSink extends Writable {
-  bytes = 0;
-  readonly lines: string[] = [];
-  override _write(chunk: Buffer, _enc: BufferEncoding, done: () => void): void {
-    this.bytes += chunk.length;
-    this.lines.push(...chunk.toString('utf8').split('\n').filter(Boolean));
-    done();
-  }
-}
-
 describe('DPU backend: a PortStatus flood', function () {
   this.timeout(60_000);
-  let dir: string;
-  let backend: DpuBackend;
-  let agent: RawAgent;
   let sink: LogSink;
-
-  beforeEach(async () => {
-    dir = scratchDir();
-    sink = new LogSink();
-    backend = await startBackend(dir, {
+  const rig = rawAgentBackend({
+    backend: () => ({
       heartbeatIntervalMs: 200,
       ackTimeoutMs: 3000,
-      logger: createLogger('debug', sink),
-    });
-    agent = new RawAgent(path.join(dir, 'agent.sock'));
-    agent.send(RawAgent.hello('dpu-flood'));
-    await agent.next((m) => !!m.helloAccept, 'hello accept');
+      logger: createLogger('debug', (sink = new LogSink())),
+    }),
+  });
+  let agent: RawAgent;
+
+  beforeEach(async () => {
     // Without heartbeats the session would end 600 ms after the flood's last message, while the test
     // still waits for the held-back state: the assertion below is about the flood, not about silence.
-    agent.keepAlive(100);
-  });
-  afterEach(async () => {
-    agent.close();
-    await backend.stop();
-    removeDir(dir);
+    agent = rig.connect(RawAgent.hello('dpu-flood'));
+    await agent.next((m) => !!m.helloAccept, 'hello accept');
   });
 
   async function knownPort(): Promise<{ name: string; dataplane: DataplaneResult }> {
-    const attaching = attachTo(backend, spec(1));
+    const attaching = attachTo(rig.backend, spec(1));
     const up = await agent.next((m) => !!m.upsert, 'the upsert');
     const port = up.upsert!.port!;
     agent.send(okAck(port.name, port.generation));
@@ -82,10 +61,10 @@ describe('DPU backend: a PortStatus flood', function () {
     }
     // The port's state catches up with the last message (a held-back one is passed on within a tick).
     const deadline = Date.now() + 10_000;
-    let drift = await backend.check(view(spec(1), dataplane));
+    let drift = await rig.backend.check(view(spec(1), dataplane));
     while (!drift.some((d) => d.kind === 'port-down') && Date.now() < deadline) {
       await sleep(100);
-      drift = await backend.check(view(spec(1), dataplane));
+      drift = await rig.backend.check(view(spec(1), dataplane));
     }
     expect(drift.map((d) => d.kind)).to.include('port-down');
     await sleep(500);

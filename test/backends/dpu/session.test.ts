@@ -1,8 +1,8 @@
 import { expect } from 'chai';
-import * as path from 'node:path';
 import type { DataplaneResult } from '../../../core/backend';
 import type { DpuBackend } from '../../../backends/dpu';
-import { expectCode, removeDir, scratchDir, spec, startBackend, view } from '../../support/dpu-fixtures';
+import { expectCode, spec, view } from '../../support/dpu-fixtures';
+import { simRig } from '../../support/sim-rig';
 import { SimProcess, sleep, waitUntil } from '../../support/sim-process';
 import { attachTo } from '../../support/attach-spec';
 import { NetnsHandle } from '../../../lib/netns/netns-handle';
@@ -19,57 +19,26 @@ const FAST_MS = 1500;
 
 describe('DPU backend with the simulator', function () {
   this.timeout(30_000);
-  let dir: string;
-  let sock: string;
   let backend: DpuBackend | undefined;
-  const sims: SimProcess[] = [];
-
-  function sim(
-    agentId: string,
-    extra: string[] = [],
-    bootId?: string,
-    stateName = `${agentId}.json`,
-  ): SimProcess {
-    const s = SimProcess.start({
-      socket: sock,
-      agentId,
-      bootId,
-      stateFile: path.join(dir, stateName),
-      extra,
-    });
-    sims.push(s);
-    return s;
-  }
+  const rig = simRig();
 
   async function connected(s: SimProcess): Promise<void> {
     await s.waitForState((st) => st.session.state === 'connected' && st.synced, 'connected and synced');
   }
 
-  beforeEach(() => {
-    dir = scratchDir();
-    sock = path.join(dir, 'agent.sock');
-  });
-
-  afterEach(async () => {
-    await Promise.all(sims.splice(0).map((s) => s.stop('SIGKILL')));
-    await backend?.stop();
-    backend = undefined;
-    removeDir(dir);
-  });
-
   it('accepts the agent, reports it in health, and refuses a second agent with the same id', async () => {
-    backend = await startBackend(dir);
+    backend = await rig.startBackend();
     const h0 = await backend.health();
     expect(h0.ready).to.equal(false);
     expect(h0.reasons.join(' ')).to.match(/no DPU agent connected/);
-    const first = sim('dpu-a', [], 'boot-1');
+    const first = rig.sim('dpu-a', [], 'boot-1');
     await connected(first);
     const h1 = await backend.health();
     expect(h1.ready, h1.reasons.join('; ')).to.equal(true);
     expect(h1.details).to.include({ agentId: 'dpu-a', bootId: 'boot-1', synced: true });
     expect(h1.details?.lastHeartbeatAgeMs).to.be.a('number').lessThan(1000);
 
-    const second = sim('dpu-a', [], 'boot-2', 'dpu-a-second.json');
+    const second = rig.sim('dpu-a', [], 'boot-2', 'dpu-a-second.json');
     const st = await second.waitForState((s) => (s.session.rejections ?? 0) >= 1, 'rejected');
     expect(st.session.lastRejectReason).to.match(/agent dpu-a is already connected.*same id is refused/);
     const h2 = await backend.health();
@@ -78,8 +47,8 @@ describe('DPU backend with the simulator', function () {
   });
 
   it('completes Attach when the agent acks the port at the generation sent', async () => {
-    backend = await startBackend(dir);
-    const s = sim('dpu-a');
+    backend = await rig.startBackend();
+    const s = rig.sim('dpu-a');
     await connected(s);
     const res = await attachTo(backend, spec(1));
     const st = await s.waitForState((x) => x.ports.length === 1, 'one port');
@@ -108,8 +77,8 @@ describe('DPU backend with the simulator', function () {
   });
 
   it("changes a port's MTU in place at its agent when it has no end in the workload (setMtu)", async () => {
-    backend = await startBackend(dir);
-    const s = sim('dpu-a');
+    backend = await rig.startBackend();
+    const s = rig.sim('dpu-a');
     await connected(s);
     const res = await attachTo(backend, spec(1));
     // No netdev is moved for a port without a host endpoint: the namespace handle goes unused.
@@ -125,11 +94,11 @@ describe('DPU backend with the simulator', function () {
   });
 
   it('waits for acks of different workloads concurrently', async () => {
-    backend = await startBackend(dir, { ackTimeoutMs: 30_000 });
+    backend = await rig.startBackend({ ackTimeoutMs: 30_000 });
     // Each ack comes 3 s after the agent has taken the port. Sent one after another's ack, the agent
     // would hold one port at a time; sent concurrently, it holds all forty before any ack is back.
     // Whatever the machine's speed, 3 s is far longer than sending forty upserts.
-    const s = sim('dpu-a', ['--ack-latency-ms', '3000']);
+    const s = rig.sim('dpu-a', ['--ack-latency-ms', '3000']);
     await connected(s);
     let answered = 0;
     const attaches = Array.from({ length: 40 }, (_, i) =>
@@ -145,8 +114,8 @@ describe('DPU backend with the simulator', function () {
   });
 
   it("fails Attach with the agent's code and message when the agent refuses the port, leaving nothing behind", async () => {
-    backend = await startBackend(dir);
-    const s = sim('dpu-a', ['--error-rate', '1', '--error-code', 'no-resources']);
+    backend = await rig.startBackend();
+    const s = rig.sim('dpu-a', ['--error-rate', '1', '--error-code', 'no-resources']);
     await connected(s);
     const err = await expectCode(attachTo(backend, spec(1)), 'RESOURCE_EXHAUSTED');
     expect(err.message).to.match(
@@ -157,14 +126,14 @@ describe('DPU backend with the simulator', function () {
     expect(s.state()?.ports).to.deep.equal([]);
     await s.stop('SIGKILL');
 
-    const inv = sim('dpu-b', ['--error-rate', '1', '--error-code', 'invalid']);
+    const inv = rig.sim('dpu-b', ['--error-rate', '1', '--error-code', 'invalid']);
     await connected(inv);
     const err2 = await expectCode(attachTo(backend, spec(2)), 'INVALID_ARGUMENT');
     expect(err2.message).to.match(/\(INVALID\): injected invalid failure/);
   });
 
   it('fails Attach with UNAVAILABLE at once without an agent (not after the ack timeout), and recovers when one connects', async () => {
-    backend = await startBackend(dir);
+    backend = await rig.startBackend();
     const t = Date.now();
     const err = await expectCode(attachTo(backend, spec(1)), 'UNAVAILABLE');
     expect(Date.now() - t).to.be.lessThan(FAST_MS);
@@ -172,7 +141,7 @@ describe('DPU backend with the simulator', function () {
     expect(err.retryable).to.equal(true);
     expect((await backend.health()).ready).to.equal(false);
 
-    const s = sim('dpu-a');
+    const s = rig.sim('dpu-a');
     await connected(s);
     await waitUntil(async () => (await backend!.health()).ready, 'health ready');
     await attachTo(backend, spec(1));
@@ -186,8 +155,8 @@ describe('DPU backend with the simulator', function () {
   });
 
   it('fails Attach with UNAVAILABLE when the stream drops mid-attach, and the agent drops the port on resync', async () => {
-    backend = await startBackend(dir);
-    const s = sim('dpu-a', ['--drop-stream-after', '1']);
+    backend = await rig.startBackend();
+    const s = rig.sim('dpu-a', ['--drop-stream-after', '1']);
     await connected(s);
     const firstSession = s.state()?.session.sessionId;
     const t = Date.now();
@@ -204,8 +173,8 @@ describe('DPU backend with the simulator', function () {
   });
 
   it('fails Attach with DEADLINE_EXCEEDED when the ack is late, and the agent ends up without the port', async () => {
-    backend = await startBackend(dir, { ackTimeoutMs: 300 });
-    const s = sim('dpu-a', ['--ack-latency-ms', '1000']);
+    backend = await rig.startBackend({ ackTimeoutMs: 300 });
+    const s = rig.sim('dpu-a', ['--ack-latency-ms', '1000']);
     await connected(s);
     const t = Date.now();
     const err = await expectCode(attachTo(backend, spec(1)), 'DEADLINE_EXCEEDED');
@@ -218,15 +187,15 @@ describe('DPU backend with the simulator', function () {
   });
 
   it('re-programs every port when the agent comes back with a new boot id', async () => {
-    backend = await startBackend(dir);
-    const s1 = sim('dpu-a', ['--crash-after', '3'], 'boot-1');
+    backend = await rig.startBackend();
+    const s1 = rig.sim('dpu-a', ['--crash-after', '3'], 'boot-1');
     await connected(s1);
     const results: DataplaneResult[] = [];
     for (const i of [1, 2, 3]) results.push(await attachTo(backend, spec(i)));
     expect(await s1.exited).to.equal(70);
     await waitUntil(async () => !(await backend!.health()).ready, 'agent loss noticed');
 
-    const s2 = sim('dpu-a', [], 'boot-2');
+    const s2 = rig.sim('dpu-a', [], 'boot-2');
     const st = await s2.waitForState((x) => x.synced && x.ports.length === 3, 'three ports re-programmed');
     expect(st.bootId).to.equal('boot-2');
     expect(st.ports.map((p) => [p.name, p.generation])).to.deep.equal(
@@ -239,8 +208,8 @@ describe('DPU backend with the simulator', function () {
   });
 
   it('makes the agent remove a port that is not in the snapshot, after SyncComplete', async () => {
-    backend = await startBackend(dir);
-    const s1 = sim('dpu-a', [], 'boot-1');
+    backend = await rig.startBackend();
+    const s1 = rig.sim('dpu-a', [], 'boot-1');
     await connected(s1);
     const a = await attachTo(backend, spec(1));
     const b = await attachTo(backend, spec(2));
@@ -252,7 +221,7 @@ describe('DPU backend with the simulator', function () {
     await backend.detach(view(spec(2), b));
 
     // Same boot id: the simulator resumes the table it had (both ports) from its state file.
-    const s2 = sim('dpu-a', [], 'boot-1');
+    const s2 = rig.sim('dpu-a', [], 'boot-1');
     const st = await s2.waitForState((x) => x.synced, 'synced');
     expect(st.ports.map((p) => p.name)).to.deep.equal(['w1/eth0']);
     expect(st.ports[0]?.generation).to.equal(a.details?.dpuGeneration);
@@ -265,8 +234,8 @@ describe('DPU backend with the simulator', function () {
   });
 
   it('leaves the stale port in place when the agent ignores snapshots (the check above can fail)', async () => {
-    backend = await startBackend(dir);
-    const s1 = sim('dpu-a', [], 'boot-1');
+    backend = await rig.startBackend();
+    const s1 = rig.sim('dpu-a', [], 'boot-1');
     await connected(s1);
     await attachTo(backend, spec(1));
     const b = await attachTo(backend, spec(2));
@@ -275,15 +244,15 @@ describe('DPU backend with the simulator', function () {
     await s1.stop('SIGKILL');
     await waitUntil(async () => !(await backend!.health()).ready, 'agent loss noticed');
     await backend.detach(view(spec(2), b));
-    const s2 = sim('dpu-a', ['--ignore-snapshot'], 'boot-1');
+    const s2 = rig.sim('dpu-a', ['--ignore-snapshot'], 'boot-1');
     await s2.waitForState((x) => x.session.state === 'connected', 'connected');
     await sleep(300);
     expect(s2.state()?.ports.map((p) => p.name)).to.deep.equal(['w1/eth0', 'w2/eth0']);
   });
 
   it('after a daemon restart, sends no snapshot before reconcile and then exactly the ports it was given', async () => {
-    backend = await startBackend(dir);
-    const s = sim('dpu-a', [], 'boot-1');
+    backend = await rig.startBackend();
+    const s = rig.sim('dpu-a', [], 'boot-1');
     await connected(s);
     const specs = [1, 2, 3].map((i) => spec(i));
     const results: DataplaneResult[] = [];
@@ -292,7 +261,7 @@ describe('DPU backend with the simulator', function () {
     await backend.stop();
 
     // The restarted daemon has not reconciled yet: the agent may connect but must keep its ports.
-    backend = await startBackend(dir, {}, false);
+    backend = await rig.startBackend({}, false);
     await s.waitForState((x) => x.session.state === 'connected', 'reconnected');
     await sleep(300);
     const waiting = s.state();
@@ -316,15 +285,15 @@ describe('DPU backend with the simulator', function () {
   });
 
   it('asks the agent to keep the ports it holds when the store is new (lost), instead of wiping them', async () => {
-    backend = await startBackend(dir);
-    const s = sim('dpu-a', [], 'boot-1');
+    backend = await rig.startBackend();
+    const s = rig.sim('dpu-a', [], 'boot-1');
     await connected(s);
     for (const i of [1, 2]) await attachTo(backend, spec(i));
     await s.waitForState((x) => x.ports.length === 2, 'two ports');
     await backend.stop();
 
     // A new, empty store: the desired state is empty, but that is no evidence the ports are unwanted.
-    backend = await startBackend(dir, {}, false);
+    backend = await rig.startBackend({}, false);
     const outcome = await backend.reconcile([], { storeIsNew: true });
     expect(outcome.warnings.join(' ')).to.match(/the store is new: DPU agents are asked to keep ports/);
     await waitUntil(async () => /keeping ports the snapshot does not list/.test(s.stderr), 'the kept ports');
@@ -334,8 +303,8 @@ describe('DPU backend with the simulator', function () {
   });
 
   it('reports not-ready when the agent stops heartbeating, and recovers when it resumes', async () => {
-    backend = await startBackend(dir, { heartbeatIntervalMs: 100 });
-    const s = sim('dpu-a');
+    backend = await rig.startBackend({ heartbeatIntervalMs: 100 });
+    const s = rig.sim('dpu-a');
     await connected(s);
     s.child.kill('SIGSTOP');
     try {

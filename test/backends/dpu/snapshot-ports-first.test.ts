@@ -1,54 +1,21 @@
 import { expect } from 'chai';
-import * as path from 'node:path';
-import type { DpuBackend } from '../../../backends/dpu';
-import type { FabricSettings } from '../../../core/fabric-dataplane';
-import type { Peer } from '../../../core/peer-source';
 import type { ControllerMessage } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import { attachTo } from '../../support/attach-spec';
 import { fabricAck, fabricUpserts, v3Hello } from './fabric-stream';
-import { okAck, removeDir, scratchDir, spec, startBackend } from '../../support/dpu-fixtures';
+import { okAck, spec } from '../../support/dpu-fixtures';
 import { RawAgent } from '../../support/raw-agent';
+import { rawAgentBackend } from '../../support/raw-agent-backend';
+import { VXLAN_SETTINGS, n3 } from '../../support/fabric-fixtures';
 import { waitUntil } from '../../support/sim-process';
 
 // A reconnecting agent with ports and fabric objects gets its ports first, in a snapshot of their own:
 // a rebooted DPU programs its VFs (and the daemon moves them back) before it works through thousands
 // of fabric objects. The whole snapshot follows once those ports are acked.
 
-const SETTINGS: FabricSettings = { mode: 'vxlan', nodeIp: '', vni: 30574, port: 4789, clusterCidrs: [] };
-const n3: Peer = {
-  node: 'n3',
-  underlay: ['10.0.0.3'],
-  mtu: 1500,
-  bootId: 'b3',
-  vtep: { mac: '0e:77:0a:00:00:03', vni: 30574, port: 4789 },
-  prefixes: ['10.244.2.0/24'],
-};
-
 describe('DPU backend: a reconnect sends the ports before the fabric objects', function () {
   this.timeout(30_000);
-  let dir: string;
-  let backend: DpuBackend | undefined;
-  const agents: RawAgent[] = [];
-
-  beforeEach(async () => {
-    dir = scratchDir();
-    backend = await startBackend(dir, { nodeName: 'n1' });
-  });
-
-  afterEach(async () => {
-    for (const a of agents.splice(0)) a.close();
-    await backend?.stop();
-    backend = undefined;
-    removeDir(dir);
-  });
-
-  function connect(boot: string): RawAgent {
-    const a = new RawAgent(path.join(dir, 'agent.sock'));
-    agents.push(a);
-    a.send(v3Hello('dpu-a', { bootId: boot }));
-    a.keepAlive(100);
-    return a;
-  }
+  const rig = rawAgentBackend({ backend: () => ({ nodeName: 'n1' }) });
+  const connect = (boot: string): RawAgent => rig.connect(v3Hello('dpu-a', { bootId: boot }));
 
   /** The messages of the snapshot beginning at index `from`, up to its SyncComplete. */
   async function snapshotAt(a: RawAgent, from: number): Promise<{ msgs: ControllerMessage[]; next: number }> {
@@ -60,8 +27,8 @@ describe('DPU backend: a reconnect sends the ports before the fabric objects', f
   }
 
   it('lists the ports alone first, and the fabric objects only once the ports are acked', async () => {
-    const b = backend!;
-    await b.fabric.prepare(SETTINGS);
+    const b = rig.backend;
+    await b.fabric.prepare(VXLAN_SETTINGS);
     const a1 = connect('boot-1');
     await a1.next((m) => !!m.syncComplete, 'the first snapshot');
     // The agent acks every port it is sent, so that Attach completes.

@@ -2,7 +2,8 @@ import { expect } from 'chai';
 import * as path from 'node:path';
 import { DpuBackend } from '../../../backends/dpu';
 import { makeCa, makeLeaf, makeTestPki, type TestPki } from '../../support/pki';
-import { expectCode, removeDir, scratchDir, startBackend } from '../../support/dpu-fixtures';
+import { expectCode, removeDir, scratchDir } from '../../support/dpu-fixtures';
+import { simRig } from '../../support/sim-rig';
 import { SimProcess, sleep } from '../../support/sim-process';
 
 // Agents over TCP: mutual TLS, and the hello's agent id must be a name the client certificate carries.
@@ -31,43 +32,35 @@ function makePki(dir: string): Pki {
 
 describe('DPU backend: agents over mutual TLS', function () {
   this.timeout(30_000);
-  let dir: string;
+  let pkiDir: string;
   let pki: Pki;
-  let backend: DpuBackend | undefined;
-  const sims: SimProcess[] = [];
+  const rig = simRig();
 
   before(() => {
-    dir = scratchDir();
-    pki = makePki(dir);
+    pkiDir = scratchDir();
+    pki = makePki(pkiDir);
   });
-  after(() => removeDir(dir));
-
-  afterEach(async () => {
-    await Promise.all(sims.splice(0).map((s) => s.stop('SIGKILL')));
-    await backend?.stop();
-    backend = undefined;
-  });
+  after(() => removeDir(pkiDir));
 
   async function tlsBackend(): Promise<{ b: DpuBackend; port: number }> {
-    const b = await startBackend(dir, {
+    const b = await rig.startBackend({
       agentListen: '127.0.0.1:0',
       tls: { cert: pki.serverCert, key: pki.serverKey, ca: pki.ca },
     });
-    backend = b;
     const port = b.agentTcpPort;
     if (!port) throw new Error('no TCP port bound');
     return { b, port };
   }
 
   function tlsSim(port: number, agentId: string, cert: string, key: string, stateName: string): SimProcess {
-    const s = SimProcess.start({
-      controller: `127.0.0.1:${port}`,
-      agentId,
-      stateFile: path.join(dir, stateName),
-      extra: ['--tls-cert', cert, '--tls-key', key, '--tls-ca', pki.ca],
-    });
-    sims.push(s);
-    return s;
+    return rig.track(
+      SimProcess.start({
+        controller: `127.0.0.1:${port}`,
+        agentId,
+        stateFile: path.join(rig.dir, stateName),
+        extra: ['--tls-cert', cert, '--tls-key', key, '--tls-ca', pki.ca],
+      }),
+    );
   }
 
   it('accepts an agent whose id is named in its client certificate', async () => {
@@ -109,7 +102,7 @@ describe('DPU backend: agents over mutual TLS', function () {
   });
 
   it('refuses to listen on TCP without TLS', async () => {
-    const b = new DpuBackend({ agentSocket: path.join(dir, 'notls.sock'), agentListen: '127.0.0.1:0' });
+    const b = new DpuBackend({ agentSocket: path.join(rig.dir, 'notls.sock'), agentListen: '127.0.0.1:0' });
     const err = await expectCode(b.start(), 'INVALID_ARGUMENT');
     expect(err.message).to.match(/agents over TCP must use mutual TLS/);
   });

@@ -10,6 +10,7 @@ import {
   settings,
   type TopologyNode,
 } from '../../support/fabric-topology';
+import { nodeSpec } from '../../support/node-spec';
 import { netnsPath } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';
@@ -25,10 +26,7 @@ describeRoot('Linux fabric: dual-stack pods over VXLAN on an IPv4 underlay', fun
   let peers: Peer[][] = [];
 
   before(async () => {
-    await topo.build([
-      { name: 'n6a', subnet: 1, host: 1, podRange: 1, v6: true },
-      { name: 'n6c', subnet: 2, host: 3, podRange: 3, v6: true },
-    ]);
+    await topo.build([nodeSpec('n6a', 1, 1, { v6: true }), nodeSpec('n6c', 2, 3, { v6: true })]);
     const locals = new Map<string, LocalNode>();
     for (const n of topo.nodes) {
       const f = new LinuxFabric({ hostNetnsPath: netnsPath(n.ns), monitor: false });
@@ -106,7 +104,7 @@ describeRoot('Linux fabric: the underlay, the device and what it refuses', funct
   let node: TopologyNode;
 
   before(async () => {
-    await topo.build([{ name: 'nd', subnet: 1, host: 4, podRange: 4 }]);
+    await topo.build([nodeSpec('nd', 1, 4)]);
     node = topo.node('nd');
   });
 

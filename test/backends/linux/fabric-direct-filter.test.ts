@@ -8,6 +8,7 @@ import { VxlanSourceFilter, nftRunner } from '../../../backends/linux/fabric/vxl
 import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import { NetlinkSocket } from '../../../lib/rtnetlink';
 import { ip, ipJson, netnsExec } from '../../support/netns-fixture';
+import { countSources, counted, forge } from '../../support/forged-traffic';
 import {
   CLUSTER,
   FabricTopology,
@@ -15,6 +16,7 @@ import {
   type BareNode,
   type TopologyNode,
 } from '../../support/fabric-topology';
+import { nodeSpec } from '../../support/node-spec';
 import { netnsPath } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';
@@ -40,55 +42,27 @@ describeRoot("Linux fabric: hybrid's direct path admits pod sources only from th
   let ns: NetnsHandle;
   let sock: NetlinkSocket;
 
-  async function spoofedInPod(): Promise<number> {
-    const out = await netnsExec(n1.pod, 'nft', 'list', 'counter', 'inet', 'probe', 'spoofed');
-    return Number(/packets (\d+)/.exec(out)?.[1] ?? NaN);
-  }
+  // The answers go to n2.
+  const spoof = (): Promise<number> =>
+    forge({
+      from: rogue.ns,
+      source: SPOOFED,
+      podNs: n1.pod,
+      podIp: n1.podIp,
+      counter: 'spoofed',
+      count: FORGED,
+    });
 
-  async function spoof(): Promise<number> {
-    const before = await spoofedInPod();
-    await netnsExec(
-      rogue.ns,
-      'ping',
-      '-q',
-      '-c',
-      String(FORGED),
-      '-i',
-      '0.02',
-      '-W',
-      '1',
-      '-I',
-      SPOOFED,
-      n1.podIp,
-    ).catch(
-      () => undefined, // the answers go to n2: ping exits 1
-    );
-    await new Promise((r) => setTimeout(r, 200));
-    return (await spoofedInPod()) - before;
-  }
-
-  async function directCounter(): Promise<number> {
-    const out = await netnsExec(n1.ns, 'nft', 'list', 'counter', 'inet', 'workloadnet', 'direct_filtered');
-    return Number(/packets (\d+)/.exec(out)?.[1] ?? NaN);
-  }
+  const directCounter = (): Promise<number> => counted(n1.ns, 'direct_filtered', 'workloadnet');
 
   before(async () => {
     requireProgram('nft');
-    await topo.build([
-      { name: 'n1', subnet: 1, host: 1, podRange: 1 },
-      { name: 'n2', subnet: 1, host: 2, podRange: 2 },
-    ]);
+    await topo.build([nodeSpec('n1', 1, 1), nodeSpec('n2', 1, 2)]);
     n1 = topo.node('n1');
     n2 = topo.node('n2');
     for (const key of ['all', 'default', 'eth0'])
       await netnsExec(n1.ns, 'sysctl', '-q', '-w', `net.ipv4.conf.${key}.rp_filter=1`);
-    await netnsExec(
-      n1.pod,
-      'nft',
-      'add table inet probe; add counter inet probe spoofed; ' +
-        'add chain inet probe c { type filter hook input priority 0; policy accept; }; ' +
-        `add rule inet probe c ip saddr ${SPOOFED} counter name spoofed`,
-    );
+    await countSources(n1.pod, { spoofed: SPOOFED });
     rogue = await topo.addBareNode({ name: 'n3', subnet: 1, host: 3 });
     await ip('-n', rogue.ns, 'addr', 'add', `${SPOOFED}/32`, 'dev', 'eth0');
     await ip('-n', rogue.ns, 'route', 'add', n1.prefix, 'via', n1.address, 'src', SPOOFED);

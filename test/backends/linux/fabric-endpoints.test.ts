@@ -12,6 +12,7 @@ import {
   settings,
   type TopologyNode,
 } from '../../support/fabric-topology';
+import { nodeSpec } from '../../support/node-spec';
 import { netnsPath } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';
@@ -111,7 +112,7 @@ describeRoot('Linux fabric to a peer whose pods sit behind DPU endpoints (real k
   ];
 
   before(async () => {
-    await topo.build([{ name: 'na', subnet: 1, host: 1, podRange: 1 }]);
+    await topo.build([nodeSpec('na', 1, 1)]);
     na = topo.node('na');
     fabric = new LinuxFabric({ hostNetnsPath: netnsPath(na.ns), monitor: false });
     local = await fabric.prepare(settings('vxlan'));
@@ -166,19 +167,7 @@ describeRoot('Linux fabric to a peer whose pods sit behind DPU endpoints (real k
   });
 
   it('an endpoint that leaves takes only its own entries; pods behind the other lose no packet meanwhile', async () => {
-    const child = spawn('ip', [
-      'netns',
-      'exec',
-      na.pod,
-      'ping',
-      '-i',
-      '0.01',
-      '-c',
-      '200',
-      '-W',
-      '2',
-      '10.244.4.5',
-    ]);
+    const child = spawn('ip', ['netns', 'exec', na.pod, ...'ping -i 0.01 -c 200 -W 2 10.244.4.5'.split(' ')]);
     let out = '';
     child.stdout.on('data', (d: Buffer) => (out += d.toString()));
     const done = new Promise<string>((resolve) => child.once('close', () => resolve(out)));

@@ -10,6 +10,7 @@ import { describeRoot } from '../../support/describe-root';
 import { netnsPath } from '../../support/netns';
 import { pings } from '../../support/ping';
 import { FabricTopology, kernelState, settings } from '../../support/fabric-topology';
+import { nodeSpec } from '../../support/node-spec';
 
 // A record that states a live node's VTEP MAC, on the real kernel: na's fabric controller and Linux
 // dataplane are given nb and nc, then a record "aaa" (named before them, an underlay address nothing
@@ -26,11 +27,7 @@ describeRoot('fabric identities on the kernel: a record squatting a VTEP MAC', f
   let controller: FabricController | undefined;
 
   before(async () => {
-    await topo.build([
-      { name: 'na', subnet: 1, host: 1, podRange: 1 },
-      { name: 'nb', subnet: 1, host: 2, podRange: 2 },
-      { name: 'nc', subnet: 2, host: 3, podRange: 3 },
-    ]);
+    await topo.build([nodeSpec('na', 1, 1), nodeSpec('nb', 1, 2), nodeSpec('nc', 2, 3)]);
     const fabricOf = (name: string): LinuxFabric => {
       const f = new LinuxFabric({ hostNetnsPath: netnsPath(topo.node(name).ns), monitor: false });
       fabrics.push(f);

@@ -4,6 +4,7 @@ import { promisify } from 'node:util';
 import type { LocalNode } from '../../../core/fabric-dataplane';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { FabricTopology, settings, type TopologyNode } from '../../support/fabric-topology';
+import { nodeSpec } from '../../support/node-spec';
 import { netnsPath } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { requireProgram } from '../../support/system-program';
@@ -66,10 +67,7 @@ describeRoot('Linux fabric: VXLAN under kube-proxy-like masquerade rules', funct
   before(async () => {
     requireProgram('nft');
     requireProgram('iptables');
-    await topo.build([
-      { name: 'ma', subnet: 1, host: 1, podRange: 1 },
-      { name: 'mc', subnet: 2, host: 3, podRange: 3 },
-    ]);
+    await topo.build([nodeSpec('ma', 1, 1), nodeSpec('mc', 2, 3)]);
     ma = topo.node('ma');
     mc = topo.node('mc');
     for (const n of topo.nodes) {
@@ -79,37 +77,11 @@ describeRoot('Linux fabric: VXLAN under kube-proxy-like masquerade rules', funct
     }
     for (const [i, n] of topo.nodes.entries()) await fabrics[i]?.apply(topo.peersOf(n.name, locals));
     // kube-proxy's shape on the sending node, marking everything so that the outer packets carry it.
-    await iptables(ma.ns, '-t', 'mangle', '-A', 'OUTPUT', '-j', 'MARK', '--set-xmark', '0x4000/0x4000');
-    await iptables(ma.ns, '-t', 'mangle', '-A', 'PREROUTING', '-j', 'MARK', '--set-xmark', '0x4000/0x4000');
-    await iptables(
-      ma.ns,
-      '-t',
-      'nat',
-      '-A',
-      'POSTROUTING',
-      '-p',
-      'udp',
-      '--dport',
-      '4789',
-      '-m',
-      'mark',
-      '--mark',
-      '0x4000/0x4000',
-    );
-    await iptables(
-      ma.ns,
-      '-t',
-      'nat',
-      '-A',
-      'POSTROUTING',
-      '-m',
-      'mark',
-      '--mark',
-      '0x4000/0x4000',
-      '-j',
-      'MASQUERADE',
-      '--random-fully',
-    );
+    const rule = (line: string): Promise<string> => iptables(ma.ns, ...line.split(' '));
+    await rule('-t mangle -A OUTPUT -j MARK --set-xmark 0x4000/0x4000');
+    await rule('-t mangle -A PREROUTING -j MARK --set-xmark 0x4000/0x4000');
+    await rule('-t nat -A POSTROUTING -p udp --dport 4789 -m mark --mark 0x4000/0x4000');
+    await rule('-t nat -A POSTROUTING -m mark --mark 0x4000/0x4000 -j MASQUERADE --random-fully');
   });
 
   after(async () => {

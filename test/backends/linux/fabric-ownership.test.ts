@@ -3,8 +3,9 @@ import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import type { LocalNode } from '../../../core/fabric-dataplane';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
-import { ip, ipJson } from '../../support/netns-fixture';
+import { ip, ipJson, ipLine } from '../../support/netns-fixture';
 import { FabricTopology, settings, type TopologyNode } from '../../support/fabric-topology';
+import { nodeSpec } from '../../support/node-spec';
 import { netnsPath } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { rejection } from '../../support/expect-error';
@@ -47,10 +48,7 @@ describeRoot('Linux fabric: only what carries our mark is ours', function () {
 
   before(async () => {
     requireProgram('nft');
-    await topo.build([
-      { name: 'na', subnet: 1, host: 1, podRange: 1 },
-      { name: 'nc', subnet: 2, host: 3, podRange: 3 },
-    ]);
+    await topo.build([nodeSpec('na', 1, 1), nodeSpec('nc', 2, 3)]);
     na = topo.node('na');
     locals.set('nc', { underlay: [topo.node('nc').address], uplink: 'eth0', mtu: 1500, subnets: [] });
   });
@@ -63,35 +61,9 @@ describeRoot('Linux fabric: only what carries our mark is ours', function () {
   });
 
   it("leaves an operator's wn-vxlan intact and refuses, naming it and what to do", async () => {
-    await ip(
-      '-n',
-      na.ns,
-      'link',
-      'add',
-      'wn-vxlan',
-      'type',
-      'vxlan',
-      'id',
-      '42',
-      'dstport',
-      '4790',
-      'dev',
-      'eth0',
-    );
+    await ipLine(na.ns, 'link add wn-vxlan type vxlan id 42 dstport 4790 dev eth0');
     await ip('-n', na.ns, 'link', 'set', 'wn-vxlan', 'alias', 'operator tunnel');
-    await ip(
-      '-n',
-      na.ns,
-      'neigh',
-      'add',
-      '10.99.0.1',
-      'lladdr',
-      '02:00:00:00:00:42',
-      'dev',
-      'wn-vxlan',
-      'nud',
-      'permanent',
-    );
+    await ipLine(na.ns, 'neigh add 10.99.0.1 lladdr 02:00:00:00:00:42 dev wn-vxlan nud permanent');
     const was = await device();
     try {
       const refused = await rejection(open().prepare(settings('vxlan')), 'FAILED_PRECONDITION');

@@ -1,35 +1,19 @@
 import { expect } from 'chai';
 import type { Peer } from '../../../core/peer-source';
 import { planHostFabric } from '../../../backends/linux/fabric/plan/host-plan';
-import { underlayPodMtu } from '../../../backends/linux/fabric/plan/route-mtu';
 import type { PlanContext } from '../../../backends/linux/fabric/plan/wanted';
 import type { Underlay } from '../../../backends/linux/fabric/underlay';
 import { parseCidr } from '../../../lib/cidr';
-import { AF_INET, AF_INET6, RTN_UNREACHABLE } from '../../../lib/rtnetlink';
+import { AF_INET6, RTN_UNREACHABLE } from '../../../lib/rtnetlink';
+import { UNDERLAY, planContext } from '../../support/host-plan-context';
 
 // A route to a peer's prefix carries no more than the pods behind the peer carry: the uplink MTU the
 // peer publishes less what the mode's encapsulation adds (a DPU's pods: always less VXLAN's), and never
 // more than our own pods' MTU.
 
-const underlay: Underlay = {
-  address: '10.0.1.1',
-  family: AF_INET,
-  uplink: { index: 2, name: 'eth0', flags: 0, up: true, mtu: 1500, group: 0 },
-  subnets: [parseCidr('10.0.1.0/24')],
-};
-
-function ctx(mode: PlanContext['mode'], over: Partial<PlanContext> = {}): PlanContext {
-  return {
-    mode,
-    underlay: over.underlay ?? underlay,
-    vxlanIndex: mode === 'routed' ? undefined : 9,
-    vni: 30574,
-    port: 4789,
-    routeMtu: underlayPodMtu(mode, over.underlay ?? underlay),
-    clusterCidrs: ['10.244.0.0/16'],
-    ...over,
-  };
-}
+/** No VTEP MAC of our own: none of these peers is refused for stating it. */
+const ctx = (mode: PlanContext['mode'], over: Partial<PlanContext> = {}): PlanContext =>
+  planContext(mode, { ownMac: undefined, ...over });
 
 function peer(
   node: string,
@@ -72,7 +56,7 @@ describe('fabric plan: route MTU to each peer (no kernel)', () => {
 
   it('vxlan over an IPv6 underlay: less 70, on every family the tunnel carries', () => {
     const v6: Underlay = {
-      ...underlay,
+      ...UNDERLAY,
       address: 'fd00::1',
       family: AF_INET6,
       subnets: [parseCidr('fd00::/64')],

@@ -4,6 +4,7 @@ import type { LocalNode } from '../../../core/fabric-dataplane';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { ip } from '../../support/netns-fixture';
 import { FabricTopology, settings } from '../../support/fabric-topology';
+import { nodeSpec } from '../../support/node-spec';
 import { netnsPath } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { waitUntil } from '../../support/wait-until';
@@ -45,10 +46,7 @@ describeRoot("fabric routes follow a peer's published MTU (vxlan; real kernel)",
     (fabrics.get(node) as LinuxFabric).apply(topo.peersOf(node, locals));
 
   before(async () => {
-    await topo.build([
-      { name: 'na', subnet: 1, host: 1, podRange: 1 },
-      { name: 'nb', subnet: 2, host: 2, podRange: 2 },
-    ]);
+    await topo.build([nodeSpec('na', 1, 1), nodeSpec('nb', 2, 2)]);
     // nb's uplink is smaller than the underlay's: it publishes 1400, its overlay carries 1350.
     await ip('-n', topo.node('nb').ns, 'link', 'set', 'eth0', 'mtu', '1400');
     for (const n of ['na', 'nb']) await start(n);

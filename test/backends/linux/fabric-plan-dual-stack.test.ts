@@ -1,36 +1,18 @@
 import { expect } from 'chai';
 import type { Peer } from '../../../core/peer-source';
 import { planHostFabric } from '../../../backends/linux/fabric/plan/host-plan';
-import { underlayPodMtu } from '../../../backends/linux/fabric/plan/route-mtu';
 import type { PlanContext } from '../../../backends/linux/fabric/plan/wanted';
-import type { Underlay } from '../../../backends/linux/fabric/underlay';
-import { parseCidr } from '../../../lib/cidr';
-import { AF_INET, AF_INET6 } from '../../../lib/rtnetlink';
+import { AF_INET6 } from '../../../lib/rtnetlink';
+import { planContext } from '../../support/host-plan-context';
+import { vxlanPeer } from '../../support/fabric-fixtures';
 
 // Dual-stack peers over an IPv4 underlay, as the plan decides them (no kernel): an IPv6 prefix cannot
 // take an IPv4 next hop, so it goes through the tunnel wherever there is one — in hybrid mode to a
 // peer on our subnet too, whose IPv4 prefixes go direct — and routed mode, without a tunnel, says it
 // is not routed (its traffic meets the catch-all).
 
-const underlay: Underlay = {
-  address: '10.0.1.1',
-  family: AF_INET,
-  uplink: { index: 2, name: 'eth0', flags: 0, up: true, mtu: 1500, group: 0 },
-  subnets: [parseCidr('10.0.1.0/24')],
-};
-
-function ctx(mode: PlanContext['mode']): PlanContext {
-  return {
-    mode,
-    underlay,
-    vxlanIndex: mode === 'routed' ? undefined : 9,
-    vni: 30574,
-    port: 4789,
-    ownMac: '0e:77:0a:00:01:01',
-    routeMtu: underlayPodMtu(mode, underlay),
-    clusterCidrs: ['10.244.0.0/16', 'fd10::/48'],
-  };
-}
+const ctx = (mode: PlanContext['mode']): PlanContext =>
+  planContext(mode, { clusterCidrs: ['10.244.0.0/16', 'fd10::/48'] });
 
 const peer = (
   node: string,
@@ -38,15 +20,7 @@ const peer = (
   mac: string,
   prefixes: string[],
   over: Partial<Peer> = {},
-): Peer => ({
-  node,
-  underlay: [address],
-  mtu: 1500,
-  vtep: { mac, vni: 30574, port: 4789 },
-  bootId: '',
-  prefixes,
-  ...over,
-});
+): Peer => vxlanPeer(node, address, prefixes, mac, over);
 
 const near = peer('near', '10.0.1.2', '0e:77:0a:00:01:02', ['10.244.2.0/26', 'fd10::2:0/122']);
 const far = peer('far', '10.0.2.3', '0e:77:0a:00:02:03', ['10.244.3.0/26', 'fd10::3:0/122']);

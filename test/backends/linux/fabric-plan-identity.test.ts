@@ -1,54 +1,17 @@
 import { expect } from 'chai';
-import type { Peer } from '../../../core/peer-source';
 import { planHostFabric } from '../../../backends/linux/fabric/plan/host-plan';
-import { underlayPodMtu } from '../../../backends/linux/fabric/plan/route-mtu';
 import type { FabricPlan, PlanContext } from '../../../backends/linux/fabric/plan/wanted';
-import type { Underlay } from '../../../backends/linux/fabric/underlay';
-import { parseCidr } from '../../../lib/cidr';
-import { AF_INET } from '../../../lib/rtnetlink';
+import { planContext } from '../../support/host-plan-context';
+import { vxlanPeer } from '../../support/fabric-fixtures';
 
 // One holder per identity: a newcomer stating a live peer's VTEP MAC, underlay address, gateway key
 // or prefix is refused with the holder named, whatever its name's place in the order, and the holder
 // keeps its objects; the newcomer gets it at the first plan after the holder lets it go.
 
-const underlay: Underlay = {
-  address: '10.0.1.1',
-  family: AF_INET,
-  uplink: { index: 2, name: 'eth0', flags: 0, up: true, mtu: 1500, group: 0 },
-  subnets: [parseCidr('10.0.1.0/24')],
-};
+const ctx = (mode: PlanContext['mode'], last?: FabricPlan): PlanContext =>
+  planContext(mode, { holders: last?.holders });
 
-function ctx(mode: PlanContext['mode'], last?: FabricPlan): PlanContext {
-  return {
-    mode,
-    underlay,
-    vxlanIndex: mode === 'routed' ? undefined : 9,
-    vni: 30574,
-    port: 4789,
-    ownMac: '0e:77:0a:00:01:01',
-    routeMtu: underlayPodMtu(mode, underlay),
-    clusterCidrs: ['10.244.0.0/16'],
-    holders: last?.holders,
-  };
-}
-
-function peer(
-  node: string,
-  address: string,
-  prefixes: string[],
-  mac: string,
-  over: Partial<Peer> = {},
-): Peer {
-  return {
-    node,
-    underlay: [address],
-    mtu: 1500,
-    vtep: { mac, vni: 30574, port: 4789 },
-    bootId: '',
-    prefixes,
-    ...over,
-  };
-}
+const peer = vxlanPeer;
 
 const n3 = peer('n3', '10.0.2.3', ['10.244.3.0/24'], '0e:77:0a:00:02:03');
 const n4 = peer('n4', '10.0.2.4', ['10.244.4.0/24'], '0e:77:0a:00:02:04');

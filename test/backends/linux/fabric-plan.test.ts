@@ -3,32 +3,13 @@ import type { Peer, TunnelEndpoint } from '../../../core/peer-source';
 import { planHostFabric } from '../../../backends/linux/fabric/plan/host-plan';
 import { underlayPodMtu } from '../../../backends/linux/fabric/plan/route-mtu';
 import type { PlanContext } from '../../../backends/linux/fabric/plan/wanted';
-import type { Underlay } from '../../../backends/linux/fabric/underlay';
-import { parseCidr } from '../../../lib/cidr';
-import { AF_INET, AF_INET6, RTN_UNREACHABLE } from '../../../lib/rtnetlink';
+import { AF_INET6, RTN_UNREACHABLE } from '../../../lib/rtnetlink';
+import { UNDERLAY, planContext } from '../../support/host-plan-context';
 
 // What each mode asks of the kernel, decided without one: the plan is plain data.
 
-const underlay: Underlay = {
-  address: '10.0.1.1',
-  family: AF_INET,
-  uplink: { index: 2, name: 'eth0', flags: 0, up: true, mtu: 1500, group: 0 },
-  subnets: [parseCidr('10.0.1.0/24')],
-};
-
-function ctx(mode: PlanContext['mode'], over: Partial<PlanContext> = {}): PlanContext {
-  return {
-    mode,
-    underlay,
-    vxlanIndex: mode === 'routed' || mode === 'external' ? undefined : 9,
-    vni: 30574,
-    port: 4789,
-    ownMac: '0e:77:0a:00:01:01',
-    routeMtu: underlayPodMtu(mode, underlay),
-    clusterCidrs: ['10.244.0.0/16', 'fd10::/48'],
-    ...over,
-  };
-}
+const ctx = (mode: PlanContext['mode'], over: Partial<PlanContext> = {}): PlanContext =>
+  planContext(mode, { clusterCidrs: ['10.244.0.0/16', 'fd10::/48'], ...over });
 
 function peer(node: string, address: string, prefixes: string[], over: Partial<Peer> = {}): Peer {
   const [a, b, c, d] = address.split('.').map((x) => Number(x).toString(16).padStart(2, '0'));
@@ -166,9 +147,9 @@ describe('fabric plan (per mode, no kernel)', () => {
   });
 
   it('pod MTU: the uplink less 50 over IPv4, 70 over IPv6, nothing routed', () => {
-    expect(underlayPodMtu('routed', underlay)).to.equal(1500);
-    expect(underlayPodMtu('vxlan', underlay)).to.equal(1450);
-    expect(underlayPodMtu('hybrid', { ...underlay, family: AF_INET6 })).to.equal(1430);
+    expect(underlayPodMtu('routed', UNDERLAY)).to.equal(1500);
+    expect(underlayPodMtu('vxlan', UNDERLAY)).to.equal(1450);
+    expect(underlayPodMtu('hybrid', { ...UNDERLAY, family: AF_INET6 })).to.equal(1430);
   });
 });
 

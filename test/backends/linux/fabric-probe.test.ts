@@ -1,9 +1,9 @@
 import { expect } from 'chai';
 import type { LocalNode, PeerProbe } from '../../../core/fabric-dataplane';
-import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { ip } from '../../support/netns-fixture';
-import { FabricTopology, settings, type TopologyNode } from '../../support/fabric-topology';
-import { netnsPath } from '../../support/netns';
+import { FabricTopology, settings } from '../../support/fabric-topology';
+import { nodeSpec } from '../../support/node-spec';
+import { NodeFabrics } from '../../support/node-fabrics';
 import { describeRoot } from '../../support/describe-root';
 import { waitUntil } from '../../support/wait-until';
 
@@ -14,26 +14,21 @@ import { waitUntil } from '../../support/wait-until';
 describeRoot('Linux fabric: data-path probes (real kernel)', function () {
   this.timeout(120_000);
   const topo = new FabricTopology();
-  const fabrics = new Map<string, LinuxFabric>();
+  const fabrics = new NodeFabrics();
   const locals = new Map<string, LocalNode>();
   const changes: string[] = [];
 
   before(async () => {
-    await topo.build([
-      { name: 'na', subnet: 1, host: 1, podRange: 1 },
-      { name: 'nb', subnet: 1, host: 2, podRange: 2 },
-      { name: 'nc', subnet: 2, host: 3, podRange: 3 },
-    ]);
+    await topo.build([nodeSpec('na', 1, 1), nodeSpec('nb', 1, 2), nodeSpec('nc', 2, 3)]);
     for (const n of topo.nodes) {
-      const f = new LinuxFabric({ hostNetnsPath: netnsPath(n.ns), monitor: false });
-      fabrics.set(n.name, f);
+      const f = fabrics.open(n);
       // Only na probes (1 s); the others only answer.
       const s = settings('hybrid', n.name === 'na' ? { probeIntervalSeconds: 1 } : {});
       locals.set(n.name, await f.prepare(s));
     }
-    fabric(topo.node('na')).onProbeChange((node) => changes.push(node));
+    fabrics.of('na').onProbeChange((node) => changes.push(node));
     for (const n of topo.nodes)
-      await fabric(n).apply(topo.peersOf(n.name, locals), {
+      await fabrics.of(n).apply(topo.peersOf(n.name, locals), {
         ranges: n.prefixes,
         byEndpoint: new Map(),
         keyRanges: n.prefixes,
@@ -41,17 +36,11 @@ describeRoot('Linux fabric: data-path probes (real kernel)', function () {
   });
 
   after(async () => {
-    for (const f of fabrics.values()) await f.stop();
+    await fabrics.stopAll();
     await topo.cleanup();
   });
 
-  function fabric(n: TopologyNode): LinuxFabric {
-    const f = fabrics.get(n.name);
-    if (!f) throw new Error(`no fabric on ${n.name}`);
-    return f;
-  }
-
-  const probeOf = (node: string): PeerProbe | undefined => fabric(topo.node('na')).probes().get(node);
+  const probeOf = (node: string): PeerProbe | undefined => fabrics.of('na').probes().get(node);
 
   it('sees both peers reachable, with a round-trip time, over the direct route and through VXLAN', async () => {
     await waitUntil(
@@ -70,7 +59,8 @@ describeRoot('Linux fabric: data-path probes (real kernel)', function () {
       expect(p?.lost).to.equal(0);
     }
     // The report carries the probes too (Status reads it).
-    const row = fabric(topo.node('na'))
+    const row = fabrics
+      .of('na')
       .report()
       .peers.find((p) => p.node === 'nc');
     expect(row?.probe?.state).to.equal('reachable');

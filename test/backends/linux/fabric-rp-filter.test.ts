@@ -4,10 +4,10 @@ import { Writable } from 'node:stream';
 import { promisify } from 'node:util';
 import { createLogger } from '../../../core/logger';
 import type { LocalNode, OwnPrefixes } from '../../../core/fabric-dataplane';
-import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { ip, ipJson } from '../../support/netns-fixture';
 import { FabricTopology, settings, type TopologyNode } from '../../support/fabric-topology';
-import { netnsPath } from '../../support/netns';
+import { nodeSpec } from '../../support/node-spec';
+import { NodeFabrics } from '../../support/node-fabrics';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';
 import { waitUntil } from '../../support/wait-until';
@@ -47,37 +47,30 @@ const own = (n: TopologyNode, ranges = n.prefixes): OwnPrefixes => ({
 describeRoot('Linux fabric: node → remote pod under strict rp_filter (real kernel)', function () {
   this.timeout(120_000);
   const topo = new FabricTopology();
-  const fabrics = new Map<string, LinuxFabric>();
+  const fabrics = new NodeFabrics();
   const locals = new Map<string, LocalNode>();
 
   before(async () => {
     await topo.build([
-      { name: 'na', subnet: 1, host: 1, podRange: 1, v6: true },
-      { name: 'nb', subnet: 1, host: 2, podRange: 2, v6: true },
-      { name: 'nc', subnet: 2, host: 3, podRange: 3 },
+      nodeSpec('na', 1, 1, { v6: true }),
+      nodeSpec('nb', 1, 2, { v6: true }),
+      nodeSpec('nc', 2, 3),
     ]);
     for (const n of topo.nodes) {
-      const f = new LinuxFabric({ hostNetnsPath: netnsPath(n.ns), monitor: false });
-      fabrics.set(n.name, f);
+      const f = fabrics.open(n);
       locals.set(n.name, await f.prepare(settings('vxlan')));
       await strictRpFilter(n.ns);
     }
     for (const n of topo.nodes) {
-      const r = await fabric(n).apply(topo.peersOf(n.name, locals), own(n));
+      const r = await fabrics.of(n).apply(topo.peersOf(n.name, locals), own(n));
       expect(r.ready, r.reasons.join('; ')).to.equal(true);
     }
   });
 
   after(async () => {
-    for (const f of fabrics.values()) await f.stop();
+    await fabrics.stopAll();
     await topo.cleanup();
   });
-
-  function fabric(n: TopologyNode): LinuxFabric {
-    const f = fabrics.get(n.name);
-    if (!f) throw new Error(`no fabric on ${n.name}`);
-    return f;
-  }
 
   it("puts the node's gateway key on wn-vxlan: the first address of its lowest prefix, /32 and /128", async () => {
     expect(await deviceAddresses(topo.node('na').ns)).to.deep.equal(['10.244.1.0/32', 'fd10:0:1::/128']);
@@ -125,11 +118,11 @@ describeRoot('Linux fabric: node → remote pod under strict rp_filter (real ker
     expect(
       await pings(na.ns, topo.node('nb').podIp, { count: 2, waitSeconds: 1, intervalSeconds: 0.2 }),
     ).to.equal(false);
-    const before = fabric(na).report().repairs;
-    await fabric(na).apply(topo.peersOf(na.name, locals), own(na));
+    const before = fabrics.of(na).report().repairs;
+    await fabrics.of(na).apply(topo.peersOf(na.name, locals), own(na));
     // The kernel flushed the device's IPv4 routes and neighbours with its last IPv4 address: they are
     // put back in the same pass, and counted with the key.
-    expect(fabric(na).report().repairs).to.be.greaterThan(before);
+    expect(fabrics.of(na).report().repairs).to.be.greaterThan(before);
     expect(await deviceAddresses(na.ns)).to.include('10.244.1.0/32');
     expect(
       await pings(na.ns, topo.node('nb').podIp, { count: 3, waitSeconds: 2, intervalSeconds: 0.2 }),
@@ -138,9 +131,8 @@ describeRoot('Linux fabric: node → remote pod under strict rp_filter (real ker
 
   it('the monitor puts a key deleted by hand back within a second', async () => {
     const nb = topo.node('nb');
-    const f = new LinuxFabric({ hostNetnsPath: netnsPath(nb.ns), monitor: true });
-    await fabric(nb).stop();
-    fabrics.set(nb.name, f);
+    await fabrics.of(nb).stop();
+    const f = fabrics.open(nb, { monitor: true });
     await f.prepare(settings('vxlan'));
     await f.apply(topo.peersOf(nb.name, locals), own(nb));
     await ip('-n', nb.ns, 'addr', 'del', '10.244.2.0/32', 'dev', 'wn-vxlan');
@@ -155,7 +147,7 @@ describeRoot('Linux fabric: node → remote pod under strict rp_filter (real ker
 
   it('a restart adopts the keys (nothing re-added); a prefix that goes takes its key, a foreign scope stays', async () => {
     const na = topo.node('na');
-    await fabric(na).stop();
+    await fabrics.of(na).stop();
     const lines: string[] = [];
     const sink = new Writable({
       write(chunk: Buffer, _enc, done): void {
@@ -163,12 +155,7 @@ describeRoot('Linux fabric: node → remote pod under strict rp_filter (real ker
         done();
       },
     });
-    const f = new LinuxFabric({
-      hostNetnsPath: netnsPath(na.ns),
-      monitor: false,
-      logger: createLogger('info', sink),
-    });
-    fabrics.set(na.name, f);
+    const f = fabrics.open(na, { logger: createLogger('info', sink) });
     await f.prepare(settings('vxlan'));
     const r = await f.apply(topo.peersOf(na.name, locals), own(na));
     expect(r.repairs).to.equal(0);

@@ -3,8 +3,10 @@ import type { LocalNode } from '../../../core/fabric-dataplane';
 import type { Peer } from '../../../core/peer-source';
 import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { vtepMac } from '../../../lib/vtep-mac';
-import { ip, netnsExec } from '../../support/netns-fixture';
+import { ip } from '../../support/netns-fixture';
+import { addRogueVtep, countSources, forge } from '../../support/forged-traffic';
 import { FabricTopology, settings, type BareNode, type TopologyNode } from '../../support/fabric-topology';
+import { nodeSpec } from '../../support/node-spec';
 import { netnsPath } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';
@@ -45,88 +47,34 @@ describeRoot('Linux fabric: the VXLAN source filter against a forged outer sourc
   };
   const peersOfA = (): Peer[] => [...topo.peersOf('na', locals), nb];
 
-  async function spoofedInPod(): Promise<number> {
-    const out = await netnsExec(na.pod, 'nft', 'list', 'counter', 'inet', 'probe', 'spoofed');
-    return Number(/packets (\d+)/.exec(out)?.[1] ?? NaN);
-  }
-
   /** Sends FORGED echo requests as nb's pod under nc's outer address; how many reached the pod. */
-  async function spoof(): Promise<number> {
-    const before = await spoofedInPod();
-    await netnsExec(
-      rogue.ns,
-      'ping',
-      '-q',
-      '-c',
-      String(FORGED),
-      '-i',
-      '0.02',
-      '-W',
-      '1',
-      '-I',
-      SPOOFED,
-      na.podIp,
-    ).catch(
-      () => undefined, // no reply comes back: ping exits 1
-    );
-    await new Promise((r) => setTimeout(r, 200));
-    return (await spoofedInPod()) - before;
-  }
+  const spoof = (): Promise<number> =>
+    forge({
+      from: rogue.ns,
+      source: SPOOFED,
+      podNs: na.pod,
+      podIp: na.podIp,
+      counter: 'spoofed',
+      count: FORGED,
+    });
 
   before(async () => {
     requireProgram('nft');
-    await topo.build([
-      { name: 'na', subnet: 1, host: 1, podRange: 1 },
-      { name: 'nc', subnet: 2, host: 3, podRange: 3 },
-    ]);
+    await topo.build([nodeSpec('na', 1, 1), nodeSpec('nc', 2, 3)]);
     na = topo.node('na');
     nc = topo.node('nc');
-    await netnsExec(
-      na.pod,
-      'nft',
-      'add table inet probe; add counter inet probe spoofed; ' +
-        'add chain inet probe c { type filter hook input priority 0; policy accept; }; ' +
-        `add rule inet probe c ip saddr ${SPOOFED} counter name spoofed`,
-    );
+    await countSources(na.pod, { spoofed: SPOOFED });
     // The rogue sits on na's subnet and holds nc's underlay address, so its VXLAN device sends from it.
     rogue = await topo.addBareNode({ name: 'nx', subnet: 1, host: 9 });
     await ip('-n', rogue.ns, 'addr', 'add', `${nc.address}/32`, 'dev', 'eth0');
     await ip('-n', rogue.ns, 'route', 'add', `${na.address}/32`, 'dev', 'eth0', 'src', nc.address);
-    await ip(
-      '-n',
-      rogue.ns,
-      'link',
-      'add',
-      'rg',
-      'type',
-      'vxlan',
-      'id',
-      '30574',
-      'dstport',
-      '4789',
-      'local',
-      nc.address,
-      'remote',
-      na.address,
-      'dev',
-      'eth0',
-    );
-    await ip('-n', rogue.ns, 'link', 'set', 'rg', 'up');
-    await ip('-n', rogue.ns, 'addr', 'add', `${SPOOFED}/32`, 'dev', 'rg');
-    await ip(
-      '-n',
-      rogue.ns,
-      'neigh',
-      'add',
-      na.podIp,
-      'lladdr',
-      vtepMac(na.address),
-      'dev',
-      'rg',
-      'nud',
-      'permanent',
-    );
-    await ip('-n', rogue.ns, 'route', 'add', `${na.podIp}/32`, 'dev', 'rg');
+    await addRogueVtep({
+      ns: rogue.ns,
+      local: nc.address,
+      remote: na.address,
+      podIp: na.podIp,
+      sources: [SPOOFED],
+    });
 
     const fa = open(na);
     const fc = open(nc);

@@ -7,9 +7,10 @@ import { promisify } from 'node:util';
 import type { FabricReport, LocalNode } from '../../../core/fabric-dataplane';
 import type { Peer } from '../../../core/peer-source';
 import { LinuxFabric, type LinuxFabricOptions } from '../../../backends/linux/fabric/linux-fabric';
-import { vtepMac } from '../../../lib/vtep-mac';
 import { ip, netnsExec } from '../../support/netns-fixture';
+import { addRogueVtep, countSources, forge as forgeRequests } from '../../support/forged-traffic';
 import { FabricTopology, settings, type BareNode, type TopologyNode } from '../../support/fabric-topology';
+import { nodeSpec } from '../../support/node-spec';
 import { netnsPath } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';
@@ -41,12 +42,6 @@ async function tableExists(ns: string): Promise<boolean> {
   return (await nft(ns, 'list', 'tables')).includes('table inet workloadnet');
 }
 
-/** Packets from a source that reached the pod: counted by a probe table inside the pod. */
-async function forgedInPod(pod: string, counter = 'forged'): Promise<number> {
-  const out = await nft(pod, 'list', 'counter', 'inet', 'probe', counter);
-  return Number(/packets (\d+)/.exec(out)?.[1] ?? NaN);
-}
-
 const FORGED = 20;
 
 describeRoot('Linux fabric: the VXLAN source filter', function () {
@@ -63,28 +58,8 @@ describeRoot('Linux fabric: the VXLAN source filter', function () {
     new LinuxFabric({ hostNetnsPath: netnsPath(n.ns), monitor: false, ...over });
 
   /** Sends FORGED echo requests from the rogue to na's pod; how many the pod received. */
-  async function forge(from = '10.244.3.99', counter = 'forged'): Promise<number> {
-    const before = await forgedInPod(na.pod, counter);
-    await netnsExec(
-      rogue.ns,
-      'ping',
-      '-q',
-      '-c',
-      String(FORGED),
-      '-i',
-      '0.02',
-      '-W',
-      '1',
-      '-I',
-      from,
-      na.podIp,
-    ).catch(
-      () => undefined, // no reply comes back to the rogue: ping exits 1
-    );
-    // The last requests are in flight for a moment after ping gives up on them.
-    await new Promise((r) => setTimeout(r, 200));
-    return (await forgedInPod(na.pod, counter)) - before;
-  }
+  const forge = (from = '10.244.3.99', counter = 'forged'): Promise<number> =>
+    forgeRequests({ from: rogue.ns, source: from, podNs: na.pod, podIp: na.podIp, counter, count: FORGED });
 
   async function filtered(f: LinuxFabric, atLeast: number): Promise<number> {
     let seen = -1;
@@ -119,10 +94,7 @@ describeRoot('Linux fabric: the VXLAN source filter', function () {
   before(async () => {
     requireProgram('nft');
     tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'wnf-filter-'));
-    await topo.build([
-      { name: 'na', subnet: 1, host: 1, podRange: 1 },
-      { name: 'nc', subnet: 2, host: 3, podRange: 3 },
-    ]);
+    await topo.build([nodeSpec('na', 1, 1), nodeSpec('nc', 2, 3)]);
     na = topo.node('na');
     // A foreign table and a table of our name in another family: neither may ever change.
     await run('ip', [
@@ -135,53 +107,16 @@ describeRoot('Linux fabric: the VXLAN source filter', function () {
         'add rule inet foreign c udp dport 4789 accept; add table ip workloadnet; ' +
         'add chain ip workloadnet c { type filter hook input priority 5; policy accept; }',
     ]);
-    await netnsExec(
-      na.pod,
-      'nft',
-      'add table inet probe; add counter inet probe forged; ' +
-        'add chain inet probe c { type filter hook input priority 0; policy accept; }; ' +
-        'add rule inet probe c ip saddr 10.244.3.99 counter name forged; ' +
-        'add counter inet probe newcomer; add rule inet probe c ip saddr 10.244.9.99 counter name newcomer',
-    );
+    await countSources(na.pod, { forged: '10.244.3.99', newcomer: '10.244.9.99' });
     rogue = await topo.addBareNode({ name: 'nx', subnet: 1, host: 9 });
-    // The rogue's VXLAN device speaks our VNI and port, straight at na, with na's VTEP MAC as the inner
-    // destination, so na's device hands the inner packet to its stack (a pod of nc's range, 10.244.3.99).
-    await ip(
-      '-n',
-      rogue.ns,
-      'link',
-      'add',
-      'rg',
-      'type',
-      'vxlan',
-      'id',
-      '30574',
-      'dstport',
-      '4789',
-      'local',
-      rogue.address,
-      'remote',
-      na.address,
-      'dev',
-      'eth0',
-    );
-    await ip('-n', rogue.ns, 'link', 'set', 'rg', 'up');
-    await ip('-n', rogue.ns, 'addr', 'add', '10.244.3.99/32', 'dev', 'rg');
-    await ip('-n', rogue.ns, 'addr', 'add', '10.244.9.99/32', 'dev', 'rg');
-    await ip(
-      '-n',
-      rogue.ns,
-      'neigh',
-      'add',
-      na.podIp,
-      'lladdr',
-      vtepMac(na.address),
-      'dev',
-      'rg',
-      'nud',
-      'permanent',
-    );
-    await ip('-n', rogue.ns, 'route', 'add', `${na.podIp}/32`, 'dev', 'rg');
+    // The rogue's VXLAN device sends as a pod of nc's range (10.244.3.99) and of its own (10.244.9.99).
+    await addRogueVtep({
+      ns: rogue.ns,
+      local: rogue.address,
+      remote: na.address,
+      podIp: na.podIp,
+      sources: ['10.244.3.99', '10.244.9.99'],
+    });
 
     fabric = open(na);
     fabricC = open(topo.node('nc'));
@@ -340,10 +275,7 @@ describeRoot('Linux fabric: VXLAN under strict rp_filter', function () {
   const fabrics: LinuxFabric[] = [];
 
   before(async () => {
-    await topo.build([
-      { name: 'ra', subnet: 1, host: 1, podRange: 1 },
-      { name: 'rc', subnet: 2, host: 3, podRange: 3 },
-    ]);
+    await topo.build([nodeSpec('ra', 1, 1), nodeSpec('rc', 2, 3)]);
     const locals = new Map<string, LocalNode>();
     for (const n of topo.nodes) {
       for (const key of ['all', 'default', 'eth0'])

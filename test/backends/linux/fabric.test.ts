@@ -1,7 +1,6 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
 import type { FabricReport, FabricSettings, LocalNode } from '../../../core/fabric-dataplane';
-import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { ip, ipJson } from '../../support/netns-fixture';
 import {
   CLUSTER,
@@ -11,9 +10,9 @@ import {
   pingOutput,
   settings,
   vxlanTxPackets,
-  type TopologyNode,
 } from '../../support/fabric-topology';
-import { netnsPath } from '../../support/netns';
+import { nodeSpec } from '../../support/node-spec';
+import { NodeFabrics } from '../../support/node-fabrics';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';
 import { waitUntil } from '../../support/wait-until';
@@ -25,46 +24,35 @@ import { waitUntil } from '../../support/wait-until';
 describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
   this.timeout(120_000);
   const topo = new FabricTopology();
-  let fabrics = new Map<string, LinuxFabric>();
+  const fabrics = new NodeFabrics();
   const reports = new Map<string, FabricReport>();
   /** What each node's dataplane found at its last prepare(): what it would publish. */
   let locals = new Map<string, LocalNode>();
 
   before(async () => {
-    await topo.build([
-      { name: 'na', subnet: 1, host: 1, podRange: 1 },
-      { name: 'nb', subnet: 1, host: 2, podRange: 2 },
-      { name: 'nc', subnet: 2, host: 3, podRange: 3 },
-    ]);
+    await topo.build([nodeSpec('na', 1, 1), nodeSpec('nb', 1, 2), nodeSpec('nc', 2, 3)]);
   });
 
   after(async () => {
-    for (const f of fabrics.values()) await f.stop();
+    await fabrics.stopAll();
     await topo.cleanup();
   });
 
   /** Every node gets a fresh fabric object in `mode`, prepared, then given the others as peers. */
   async function bringUp(mode: FabricSettings['mode'], opts: { monitor?: boolean } = {}): Promise<void> {
-    for (const f of fabrics.values()) await f.stop();
-    fabrics = new Map();
+    await fabrics.stopAll();
     locals = new Map();
     for (const n of topo.nodes) {
-      const f = new LinuxFabric({ hostNetnsPath: netnsPath(n.ns), monitor: opts.monitor ?? false });
-      fabrics.set(n.name, f);
+      const f = fabrics.open(n, { monitor: opts.monitor ?? false });
       locals.set(n.name, await f.prepare(settings(mode)));
     }
-    for (const n of topo.nodes) reports.set(n.name, await fabric(n).apply(topo.peersOf(n.name, locals)));
+    for (const n of topo.nodes) reports.set(n.name, await fabrics.of(n).apply(topo.peersOf(n.name, locals)));
     // Applying the same table again finds the kernel as it should be: nothing is put back.
     for (const n of topo.nodes)
-      expect((await fabric(n).apply(topo.peersOf(n.name, locals))).repairs, `${mode} on ${n.name}`).to.equal(
-        0,
-      );
-  }
-
-  function fabric(n: TopologyNode): LinuxFabric {
-    const f = fabrics.get(n.name);
-    if (!f) throw new Error(`no fabric on ${n.name}`);
-    return f;
+      expect(
+        (await fabrics.of(n).apply(topo.peersOf(n.name, locals))).repairs,
+        `${mode} on ${n.name}`,
+      ).to.equal(0);
   }
 
   async function everyPodReaches(pairs: Array<[string, string]>): Promise<void> {
@@ -200,26 +188,14 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
       const [dev] = await ipJson<{ ifindex: number }>(na.ns, 'link', 'show', 'wn-vxlan');
       const stateBefore = await kernelState(na.ns);
       // 300 echo requests 10 ms apart to the pod behind the router; the restart begins once replies flow.
-      const child = spawn('ip', [
-        'netns',
-        'exec',
-        na.pod,
-        'ping',
-        '-i',
-        '0.01',
-        '-c',
-        '300',
-        '-W',
-        '2',
-        topo.node('nc').podIp,
-      ]);
+      const ping10ms = `ping -i 0.01 -c 300 -W 2 ${topo.node('nc').podIp}`;
+      const child = spawn('ip', ['netns', 'exec', na.pod, ...ping10ms.split(' ')]);
       let out = '';
       child.stdout.on('data', (d: Buffer) => (out += d.toString()));
       const ping = new Promise<string>((resolve) => child.once('close', () => resolve(out)));
       await waitUntil(() => /bytes from/.test(out), 'the first echo reply');
-      await fabric(na).stop();
-      const restarted = new LinuxFabric({ hostNetnsPath: netnsPath(na.ns), monitor: false });
-      fabrics.set('na', restarted);
+      await fabrics.of(na).stop();
+      const restarted = fabrics.open(na);
       locals.set('na', await restarted.prepare(settings('hybrid')));
       const report = await restarted.apply(topo.peersOf('na', locals));
       expect(out, 'the restart happened while the ping ran').to.not.match(/packets transmitted/);
@@ -292,7 +268,7 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
         'metric',
         '5',
       );
-      const report = await fabric(na).apply(topo.peersOf('na', locals));
+      const report = await fabrics.of(na).apply(topo.peersOf('na', locals));
       expect(report.ready).to.equal(true);
       const state = await kernelState(na.ns);
       expect(state.routes).to.deep.equal([
@@ -348,13 +324,13 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
     ] as const) {
       it(`puts back ${what} removed by hand, told by the kernel, and counts the repair`, async () => {
         const na = topo.node('na');
-        const repairs = fabric(na).report().repairs;
+        const repairs = fabrics.of(na).report().repairs;
         expect(await present(na.ns)).to.equal(true);
         await remove(na.ns);
         expect(await present(na.ns)).to.equal(false);
         // The monitor reacts within a second; the periodic pass (60 s) cannot be what repairs it here.
         await waitUntil(() => present(na.ns), `${what} back`, 10_000);
-        await waitUntil(() => fabric(na).report().repairs === repairs + 1, 'the repair counted', 5_000);
+        await waitUntil(() => fabrics.of(na).report().repairs === repairs + 1, 'the repair counted', 5_000);
         await everyPodReaches([['na', 'nc']]);
       });
     }
@@ -362,7 +338,7 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
     it('brings back the VXLAN device deleted by hand, with its entries and routes', async () => {
       const na = topo.node('na');
       const before = await kernelState(na.ns);
-      const repairs = fabric(na).report().repairs;
+      const repairs = fabrics.of(na).report().repairs;
       await ip('-n', na.ns, 'link', 'del', 'wn-vxlan');
       await waitUntil(
         async () => JSON.stringify(await kernelState(na.ns)) === JSON.stringify(before),
@@ -370,7 +346,7 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
         10_000,
         { retryOnError: true },
       );
-      await waitUntil(() => fabric(na).report().repairs > repairs, 'the repair counted', 5_000);
+      await waitUntil(() => fabrics.of(na).report().repairs > repairs, 'the repair counted', 5_000);
       await everyPodReaches([['na', 'nc']]);
     });
 
@@ -394,7 +370,7 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
           ...topo.peersOf('na', locals),
           { node: 'ne', underlay: ['10.100.1.7'], mtu: 1500, bootId: '', prefixes: ['10.244.7.0/24'] },
         ];
-        const report = await fabric(na).apply(peers);
+        const report = await fabrics.of(na).apply(peers);
         expect(report.ready).to.equal(false);
         expect(report.reasons.join('\n')).to.match(
           /add route 10\.244\.7\.0\/24 via 10\.100\.1\.7 metric 1024 \(ne\): .*EEXIST/,
@@ -404,19 +380,14 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
         );
       } finally {
         await ip('-n', na.ns, 'route', 'del', '10.244.7.0/24', 'proto', 'static');
-        await fabric(na).apply(topo.peersOf('na', locals));
+        await fabrics.of(na).apply(topo.peersOf('na', locals));
       }
     });
 
     it('without the monitor, the periodic pass repairs', async () => {
       const na = topo.node('na');
-      await fabric(na).stop();
-      const periodic = new LinuxFabric({
-        hostNetnsPath: netnsPath(na.ns),
-        monitor: false,
-        convergeIntervalMs: 300,
-      });
-      fabrics.set('na', periodic);
+      await fabrics.of(na).stop();
+      const periodic = fabrics.open(na, { convergeIntervalMs: 300 });
       await periodic.prepare(settings('hybrid'));
       await periodic.apply(topo.peersOf('na', locals));
       await ip('-n', na.ns, 'route', 'del', '10.244.3.0/24', 'proto', '119');
@@ -429,7 +400,7 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
 
     it('a peer that leaves is removed from the kernel, the others untouched', async () => {
       const na = topo.node('na');
-      const report = await fabric(na).apply(topo.peersOf('na', locals).filter((p) => p.node !== 'nc'));
+      const report = await fabrics.of(na).apply(topo.peersOf('na', locals).filter((p) => p.node !== 'nc'));
       expect(report.objects).to.deep.equal({ routes: 2, neighbours: 0, fdb: 0 });
       expect((await kernelState(na.ns)).routes).to.deep.equal([
         '10.244.2.0/24 via 10.100.1.2 dev eth0 metric 1024 mtu 1450',
@@ -438,7 +409,7 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
       await everyPodReaches([['na', 'nb']]);
       const r = await pingOutput(na.pod, topo.node('nc').podIp, 10);
       expect(r.out, r.out).to.match(/Destination (Host|Net) Unreachable/);
-      await fabric(na).apply(topo.peersOf('na', locals));
+      await fabrics.of(na).apply(topo.peersOf('na', locals));
       await everyPodReaches([['na', 'nc']]);
     });
   });

@@ -1,74 +1,28 @@
 import { expect } from 'chai';
-import {
-  FabricController,
-  type FabricControllerOptions,
-  type FabricNetwork,
-} from '../../../core/fabric/fabric-controller';
-import type { FabricSettings } from '../../../core/fabric-dataplane';
-import { silentLogger } from '../../../core/logger';
-import { Metrics } from '../../../core/metrics';
+import { type FabricNetwork } from '../../../core/fabric/fabric-controller';
 import { FabricPodMtu } from '../../../core/fabric/pod-mtu';
 import { DpuDataplane, dpu } from './dpu-recording-dataplane';
-import {
-  ManualPeerSource,
-  RecordingFabricDataplane,
-  peer,
-  until,
-} from '../../support/recording-fabric-dataplane';
+import { RecordingFabricDataplane, peer, until } from '../../support/recording-fabric-dataplane';
+import { GRACE_MS, controllerRig } from '../../support/controller-rig';
+import { VXLAN_SETTINGS } from '../../support/fabric-fixtures';
 
 // The fabric controller against a peer source moved by hand and a dataplane that records its tables.
 // Time of the withdrawal grace is a clock the test moves; nothing waits on it.
 
-const SETTINGS: FabricSettings = { mode: 'vxlan', nodeIp: '', vni: 30574, port: 4789, clusterCidrs: [] };
-const GRACE_MS = 180_000;
-
 describe('fabric controller', () => {
-  let source: ManualPeerSource;
-  let dp: RecordingFabricDataplane;
-  let clock: number;
-  let metrics: Metrics;
-  let controller: FabricController | undefined;
-
-  beforeEach(() => {
-    source = new ManualPeerSource();
-    dp = new RecordingFabricDataplane();
-    clock = 1_000_000;
-    metrics = new Metrics();
-  });
-  afterEach(async () => {
-    await controller?.stop();
-    controller = undefined;
-  });
-
-  function make(over: Partial<FabricControllerOptions> = {}): FabricController {
-    controller = new FabricController({
-      settings: SETTINGS,
-      nodeName: 'n1',
-      bootId: 'boot-n1',
-      source,
-      dataplanes: [dp],
-      backends: ['linux'],
-      withdrawGraceMs: GRACE_MS,
-      log: silentLogger(),
-      metrics,
-      now: () => clock,
-      coalesceMs: 20,
-      ...over,
-    });
-    return controller;
-  }
+  const rig = controllerRig(() => new RecordingFabricDataplane());
 
   it('derives the VTEP MAC from the address alone with the static source, whose peers files list it by hand', async () => {
-    Object.defineProperty(source, 'kind', { value: 'static' });
-    await make().start();
-    expect(dp.prepared).to.deep.equal([SETTINGS]);
+    Object.defineProperty(rig.source, 'kind', { value: 'static' });
+    await rig.make().start();
+    expect(rig.dp.prepared).to.deep.equal([VXLAN_SETTINGS]);
   });
 
   it('prepares the dataplane and publishes this node with its underlay, MTU, VTEP and boot id', async () => {
-    await make().start();
-    expect(dp.prepared).to.deep.equal([{ ...SETTINGS, nodeName: 'n1' }]);
-    await until(() => source.started !== undefined);
-    expect(source.started).to.deep.equal({
+    await rig.make().start();
+    expect(rig.dp.prepared).to.deep.equal([{ ...VXLAN_SETTINGS, nodeName: 'n1' }]);
+    await until(() => rig.source.started !== undefined);
+    expect(rig.source.started).to.deep.equal({
       node: 'n1',
       underlay: ['192.0.2.1'],
       mtu: 1500,
@@ -78,7 +32,7 @@ describe('fabric controller', () => {
   });
 
   it("shows each peer's DPU endpoints and how this node's DPUs see it now, and leaves the rows out when asked", async () => {
-    const c = make();
+    const c = rig.make();
     await c.start();
     const endpoint = {
       id: 'd0',
@@ -87,7 +41,7 @@ describe('fabric controller', () => {
       vtep: { mac: '0e:77:c0:00:02:32', vni: 30574, port: 4789 },
       prefixes: ['10.244.2.0/25'],
     };
-    source.set([{ ...peer('n2', 2), endpoints: [endpoint] }, peer('n3', 3)], true);
+    rig.source.set([{ ...peer('n2', 2), endpoints: [endpoint] }, peer('n3', 3)], true);
     await c.applyNow();
     // A PeerStatus after the apply: Status shows it at once, not at the next apply.
     const seen = {
@@ -98,7 +52,7 @@ describe('fabric controller', () => {
       rxPackets: 8,
       lastError: '',
     };
-    dp.seen = new Map([['n2', [seen]]]);
+    rig.dp.seen = new Map([['n2', [seen]]]);
     const st = c.status();
     expect(st.peers.map((p) => p.node)).to.deep.equal(['n2', 'n3']);
     expect(st.peers[0]?.endpoints).to.deep.equal([endpoint]);
@@ -108,112 +62,112 @@ describe('fabric controller', () => {
     expect(summary.objects).to.deep.equal(st.objects);
     expect(summary.ready).to.equal(true);
     // The gauges still count every peer.
-    expect(await metrics.registry.getSingleMetricAsString('workloadnet_fabric_peers')).to.contain(
+    expect(await rig.metrics.registry.getSingleMetricAsString('workloadnet_fabric_peers')).to.contain(
       'path="vxlan"} 2',
     );
   });
 
   it('applies nothing before the source has a full list, then the whole table', async () => {
-    const c = make();
+    const c = rig.make();
     await c.start();
-    source.set([peer('n2', 2)], false);
-    source.set([peer('n2', 2), peer('n3', 3)], false);
+    rig.source.set([peer('n2', 2)], false);
+    rig.source.set([peer('n2', 2), peer('n3', 3)], false);
     await c.applyNow();
-    expect(dp.applied).to.deep.equal([]);
+    expect(rig.dp.applied).to.deep.equal([]);
     const st = c.status();
     expect(st.ready).to.equal(false);
     expect(st.reasons.join(' ')).to.include(
       'waiting for the peer source (manual) to deliver its first full list',
     );
-    source.set([peer('n2', 2), peer('n3', 3)]);
-    await until(() => dp.applied.length === 1, 5000, 'the first apply');
-    expect(dp.applied[0]).to.deep.equal(['n2', 'n3']);
+    rig.source.set([peer('n2', 2), peer('n3', 3)]);
+    await until(() => rig.dp.applied.length === 1, 5000, 'the first apply');
+    expect(rig.dp.applied[0]).to.deep.equal(['n2', 'n3']);
     expect(c.status().ready).to.equal(true);
   });
 
   it('coalesces a burst of changes into one apply of the last table', async () => {
-    const c = make({ coalesceMs: 200 });
+    const c = rig.make({ coalesceMs: 200 });
     await c.start();
     for (let i = 2; i < 12; i++)
-      source.set(Array.from({ length: i - 1 }, (_, j) => peer(`n${j + 2}`, j + 2)));
-    await until(() => dp.applied.length >= 1, 5000, 'an apply');
+      rig.source.set(Array.from({ length: i - 1 }, (_, j) => peer(`n${j + 2}`, j + 2)));
+    await until(() => rig.dp.applied.length >= 1, 5000, 'an apply');
     // Longer than the coalescing delay: a second apply would have come by now.
     await new Promise((r) => setTimeout(r, 500));
-    expect(dp.applied.length).to.equal(1);
-    expect(dp.applied[0]).to.have.length(10);
+    expect(rig.dp.applied.length).to.equal(1);
+    expect(rig.dp.applied[0]).to.have.length(10);
     void c;
   });
 
   it('keeps a peer that left the source programmed for the grace, then removes it', async () => {
-    const c = make();
+    const c = rig.make();
     await c.start();
-    source.set([peer('n2', 2), peer('n3', 3)]);
-    await until(() => dp.applied.length === 1);
-    source.set([peer('n2', 2)]);
-    await until(() => dp.applied.length === 2);
-    expect(dp.applied[1], 'still programmed within the grace').to.deep.equal(['n2', 'n3']);
+    rig.source.set([peer('n2', 2), peer('n3', 3)]);
+    await until(() => rig.dp.applied.length === 1);
+    rig.source.set([peer('n2', 2)]);
+    await until(() => rig.dp.applied.length === 2);
+    expect(rig.dp.applied[1], 'still programmed within the grace').to.deep.equal(['n2', 'n3']);
     const row = c.status().peers.find((p) => p.node === 'n3');
     expect(row?.withdrawnAt, 'shown as withdrawing').to.be.a('string');
     expect(row?.reason).to.include('withdrawal grace');
-    clock += GRACE_MS - 1;
+    rig.clock += GRACE_MS - 1;
     await c.applyNow();
-    expect(dp.applied.at(-1)).to.deep.equal(['n2', 'n3']);
-    clock += 1;
+    expect(rig.dp.applied.at(-1)).to.deep.equal(['n2', 'n3']);
+    rig.clock += 1;
     await c.applyNow();
-    expect(dp.applied.at(-1), 'gone once the grace is over').to.deep.equal(['n2']);
+    expect(rig.dp.applied.at(-1), 'gone once the grace is over').to.deep.equal(['n2']);
     expect(c.status().peers.map((p) => p.node)).to.deep.equal(['n2']);
   });
 
   it('cancels a withdrawal when the record comes back within the grace', async () => {
-    const c = make();
+    const c = rig.make();
     await c.start();
-    source.set([peer('n2', 2), peer('n3', 3)]);
-    await until(() => dp.applied.length === 1);
-    source.set([peer('n2', 2)]);
-    await until(() => dp.applied.length === 2);
-    clock += GRACE_MS / 2;
+    rig.source.set([peer('n2', 2), peer('n3', 3)]);
+    await until(() => rig.dp.applied.length === 1);
+    rig.source.set([peer('n2', 2)]);
+    await until(() => rig.dp.applied.length === 2);
+    rig.clock += GRACE_MS / 2;
     // Back, with a new underlay: its own record wins over the one kept by the grace.
-    source.set([peer('n2', 2), { ...peer('n3', 3), underlay: ['192.0.2.33'] }]);
-    await until(() => dp.applied.length === 3);
-    expect(dp.applied[2], 'one entry, its own').to.deep.equal(['n2', 'n3']);
+    rig.source.set([peer('n2', 2), { ...peer('n3', 3), underlay: ['192.0.2.33'] }]);
+    await until(() => rig.dp.applied.length === 3);
+    expect(rig.dp.applied[2], 'one entry, its own').to.deep.equal(['n2', 'n3']);
     expect(c.status().peers.find((p) => p.node === 'n3')?.withdrawnAt).to.equal(undefined);
-    clock += GRACE_MS;
+    rig.clock += GRACE_MS;
     await c.applyNow();
-    expect(dp.applied.at(-1)).to.deep.equal(['n2', 'n3']);
-    expect(dp.tables.at(-1)?.find((p) => p.node === 'n3')?.underlay).to.deep.equal(['192.0.2.33']);
+    expect(rig.dp.applied.at(-1)).to.deep.equal(['n2', 'n3']);
+    expect(rig.dp.tables.at(-1)?.find((p) => p.node === 'n3')?.underlay).to.deep.equal(['192.0.2.33']);
     expect(c.status().peers.find((p) => p.node === 'n3')?.withdrawnAt).to.equal(undefined);
   });
 
   it('applies nothing while the source has lost its full list, and keeps what is programmed', async () => {
-    const c = make();
+    const c = rig.make();
     await c.start();
-    source.set([peer('n2', 2)]);
-    await until(() => dp.applied.length === 1);
+    rig.source.set([peer('n2', 2)]);
+    await until(() => rig.dp.applied.length === 1);
     // A relist in progress: the table is partial, so nobody may be withdrawn on its word.
-    source.set([], false);
+    rig.source.set([], false);
     await c.applyNow();
-    expect(dp.applied).to.have.length(1);
+    expect(rig.dp.applied).to.have.length(1);
     expect(c.status().ready).to.equal(false);
   });
 
   it('with mode off prepares nothing, starts no source and is ready', async () => {
-    const c = make({ settings: undefined });
+    const c = rig.make({ settings: undefined });
     await c.start();
-    source.set([peer('n2', 2)]);
+    rig.source.set([peer('n2', 2)]);
     await c.applyNow();
-    expect(dp.prepared).to.deep.equal([]);
-    expect(source.started).to.equal(undefined);
-    expect(dp.applied).to.deep.equal([]);
+    expect(rig.dp.prepared).to.deep.equal([]);
+    expect(rig.source.started).to.equal(undefined);
+    expect(rig.dp.applied).to.deep.equal([]);
     expect(c.status()).to.include({ mode: 'off', ready: true });
   });
 
   it('with mode external publishes this node and reports peers, programming nothing', async () => {
-    const c = make({ settings: { ...SETTINGS, mode: 'external' } });
+    const c = rig.make({ settings: { ...VXLAN_SETTINGS, mode: 'external' } });
     await c.start();
-    await until(() => source.started !== undefined);
-    source.set([peer('n2', 2)]);
+    await until(() => rig.source.started !== undefined);
+    rig.source.set([peer('n2', 2)]);
     await until(() => c.status().peers.length === 1);
-    expect(dp.applied).to.deep.equal([]);
+    expect(rig.dp.applied).to.deep.equal([]);
     const st = c.status();
     expect(st.ready).to.equal(true);
     expect(st.peers[0]).to.include({ node: 'n2', path: 'external' });
@@ -221,8 +175,8 @@ describe('fabric controller', () => {
   });
 
   it('does not wait for a source that cannot list: start returns, and Status says why', async () => {
-    source.startGate = new Promise(() => undefined);
-    const c = make();
+    rig.source.startGate = new Promise(() => undefined);
+    const c = rig.make();
     await c.start();
     const st = c.status();
     expect(st.ready).to.equal(false);
@@ -231,50 +185,50 @@ describe('fabric controller', () => {
   });
 
   it('says why when prepare is refused, and prepares again later', async () => {
-    dp.prepareError = new Error('UDP port 4789 is held by foreign device vx0');
-    const c = make({ retryMs: 20 });
+    rig.dp.prepareError = new Error('UDP port 4789 is held by foreign device vx0');
+    const c = rig.make({ retryMs: 20 });
     await c.start();
     expect(c.status().reasons).to.deep.equal([
       'fabric dataplane not prepared: UDP port 4789 is held by foreign device vx0',
     ]);
-    expect(source.started, 'nothing published before the dataplane is prepared').to.equal(undefined);
-    dp.prepareError = undefined;
-    await until(() => source.started !== undefined, 5000, 'a second prepare');
-    source.set([peer('n2', 2)]);
+    expect(rig.source.started, 'nothing published before the dataplane is prepared').to.equal(undefined);
+    rig.dp.prepareError = undefined;
+    await until(() => rig.source.started !== undefined, 5000, 'a second prepare');
+    rig.source.set([peer('n2', 2)]);
     await until(() => c.status().ready);
   });
 
   it('reports a failed apply and applies again at the next change', async () => {
-    const c = make();
+    const c = rig.make();
     await c.start();
-    dp.applyError = new Error('RTNETLINK: Invalid argument');
-    source.set([peer('n2', 2)]);
+    rig.dp.applyError = new Error('RTNETLINK: Invalid argument');
+    rig.source.set([peer('n2', 2)]);
     await until(() => c.status().reasons.some((r) => r.includes('applying the peer table failed')));
     expect(c.status().ready).to.equal(false);
-    dp.applyError = undefined;
-    source.set([peer('n2', 2), peer('n3', 3)]);
-    await until(() => dp.applied.length === 1);
+    rig.dp.applyError = undefined;
+    rig.source.set([peer('n2', 2), peer('n3', 3)]);
+    await until(() => rig.dp.applied.length === 1);
     expect(c.status().ready).to.equal(true);
   });
 
   it('warns of a network whose MTU is larger than the fabric carries, without losing readiness', async () => {
-    const mtus = new FabricPodMtu(SETTINGS);
+    const mtus = new FabricPodMtu(VXLAN_SETTINGS);
     const net = (name: string, mtu: number, above = 0): FabricNetwork => ({
       name,
       config: { mtu },
-      carried: () => mtus.carried(dp),
+      carried: () => mtus.carried(rig.dp),
       aboveFabric: () => above,
     });
-    const c = make({
+    const c = rig.make({
       podMtu: mtus,
       networks: [net('default', 1500), net('small', 1400), net('auto', 0, 2)],
     });
-    expect(mtus.carried(dp)).to.equal(undefined);
+    expect(mtus.carried(rig.dp)).to.equal(undefined);
     await c.start();
     // Learnt at prepare(), before the first peer list: an attach right after start gets it.
-    expect(mtus.carried(dp)).to.equal(1450);
-    source.set([peer('n2', 2)]);
-    await until(() => dp.applied.length === 1);
+    expect(mtus.carried(rig.dp)).to.equal(1450);
+    rig.source.set([peer('n2', 2)]);
+    await until(() => rig.dp.applied.length === 1);
     const st = c.status();
     expect(st.podMtu).to.equal(1450);
     expect(st.warnings).to.deep.equal([
@@ -285,9 +239,9 @@ describe('fabric controller', () => {
   });
 
   it('tells the pod MTU of a changed node (a DPU come with its own uplink MTU) to the networks', async () => {
-    const mtus = new FabricPodMtu(SETTINGS);
+    const mtus = new FabricPodMtu(VXLAN_SETTINGS);
     const dpus = new DpuDataplane();
-    await make({ podMtu: mtus, dataplanes: [dpus] }).start();
+    await rig.make({ podMtu: mtus, dataplanes: [dpus] }).start();
     // No DPU yet: the node's own MTU less VXLAN.
     expect(mtus.carried(dpus)).to.equal(1450);
     dpus.setEndpoints([
@@ -305,65 +259,64 @@ describe('fabric controller', () => {
   });
 
   it('says so when no backend in use offers a fabric', async () => {
-    const c = make({ dataplanes: [], backends: ['dpu'] });
+    const c = rig.make({ dataplanes: [], backends: ['dpu'] });
     await c.start();
     expect(c.status().reasons[0]).to.include('no backend in use offers a fabric (dpu)');
-    expect(source.started).to.equal(undefined);
+    expect(rig.source.started).to.equal(undefined);
   });
 
   it('sets the fabric gauges: peers by path, objects, repairs', async () => {
-    const c = make();
+    const c = rig.make();
     await c.start();
     const noVtep = { ...peer('n4', 4) };
     delete noVtep.vtep;
-    source.set([peer('n2', 2), peer('n3', 3), noVtep]);
-    await until(() => dp.applied.length === 1);
-    dp.repairs = 3;
+    rig.source.set([peer('n2', 2), peer('n3', 3), noVtep]);
+    await until(() => rig.dp.applied.length === 1);
+    rig.dp.repairs = 3;
     c.observe();
-    const text = await metrics.registry.metrics();
+    const text = await rig.metrics.registry.metrics();
     expect(text).to.match(/workloadnet_fabric_peers\{path="vxlan"\} 2/);
     expect(text).to.match(/workloadnet_fabric_peers\{path="unreachable"\} 1/);
     expect(text).to.match(/workloadnet_fabric_objects\{kind="routes"\} 3/);
     expect(text).to.match(/workloadnet_fabric_repairs_total 3/);
     expect(text).to.match(/workloadnet_fabric_ready 1/);
     c.observe();
-    expect(await metrics.registry.metrics(), 'repairs counted once').to.match(
+    expect(await rig.metrics.registry.metrics(), 'repairs counted once').to.match(
       /workloadnet_fabric_repairs_total 3/,
     );
   });
 
   it("shows the source filter's counter and warnings, and counts the kernel's counter in the metric", async () => {
-    const c = make();
+    const c = rig.make();
     await c.start();
-    source.set([peer('n2', 2)]);
-    await until(() => dp.applied.length === 1);
+    rig.source.set([peer('n2', 2)]);
+    await until(() => rig.dp.applied.length === 1);
     expect(c.observe().filteredPackets, 'no filter, no counter').to.equal(undefined);
-    expect(await metrics.registry.metrics()).to.match(/workloadnet_fabric_filtered_packets_total 0/);
+    expect(await rig.metrics.registry.metrics()).to.match(/workloadnet_fabric_filtered_packets_total 0/);
     // The kernel's counter outlived an earlier daemon: its value is counted whole, then what is new.
-    dp.filteredPackets = 40;
+    rig.dp.filteredPackets = 40;
     expect(c.observe().filteredPackets).to.equal(40);
-    dp.filteredPackets = 45;
+    rig.dp.filteredPackets = 45;
     c.observe();
-    expect(await metrics.registry.metrics()).to.match(/workloadnet_fabric_filtered_packets_total 45/);
+    expect(await rig.metrics.registry.metrics()).to.match(/workloadnet_fabric_filtered_packets_total 45/);
     // A table made anew counts from zero.
-    dp.filteredPackets = 2;
+    rig.dp.filteredPackets = 2;
     c.observe();
-    expect(await metrics.registry.metrics()).to.match(/workloadnet_fabric_filtered_packets_total 47/);
-    dp.warnings = ['VXLAN source filter off: nft is not installed (Debian package nftables); …'];
+    expect(await rig.metrics.registry.metrics()).to.match(/workloadnet_fabric_filtered_packets_total 47/);
+    rig.dp.warnings = ['VXLAN source filter off: nft is not installed (Debian package nftables); …'];
     const st = c.observe();
-    expect(st.warnings).to.deep.equal(dp.warnings);
+    expect(st.warnings).to.deep.equal(rig.dp.warnings);
     expect(st.ready, 'a warning, not a reason').to.equal(true);
   });
 
   it('stops the source and the dataplane, and leaves the kernel alone', async () => {
-    const c = make();
+    const c = rig.make();
     await c.start();
-    source.set([peer('n2', 2)]);
-    await until(() => dp.applied.length === 1);
+    rig.source.set([peer('n2', 2)]);
+    await until(() => rig.dp.applied.length === 1);
     await c.stop();
-    controller = undefined;
-    expect(source.stops).to.equal(1);
-    expect(dp.stopped).to.equal(1);
-    expect(dp.applied).to.have.length(1);
+    expect(rig.source.stops).to.equal(1);
+    expect(rig.dp.stopped).to.equal(1);
+    expect(rig.dp.applied).to.have.length(1);
   });
 });

@@ -6,6 +6,7 @@ import type { AttachRequest } from '../../../proto/gen/workloadnet/v1/workload';
 import { attachRequest } from '../../support/attach-request';
 import { InProcessDaemon } from '../../support/in-process-daemon';
 import { RecordingBackend } from '../../support/recording-backend';
+import { recordingDaemon } from '../../support/recording-daemon';
 import { StandInNamespaces } from '../../support/stand-in-netns';
 
 // The workload API's semantics through a real gRPC client on the unix socket, with the backend swapped
@@ -299,13 +300,7 @@ describe('workload API (recording backend, stand-in namespaces, no root needed)'
     // Whether a path names a namespace a workload may be in is the kernel opener's call (the stand-in
     // opener would refuse any path of its own), so the path cases go to a daemon that opens namespaces
     // through the kernel; the others need a namespace the opener accepts, to fail for their own reason.
-    let kernelBackend: RecordingBackend;
-    let kernel: InProcessDaemon;
-    before(async () => {
-      kernelBackend = new RecordingBackend();
-      kernel = await InProcessDaemon.start(kernelBackend);
-    });
-    after(async () => kernel.dispose());
+    const kernel = recordingDaemon();
 
     type Opener = 'stand-in' | 'kernel';
     const cases: Array<[string, () => AttachRequest, Opener]> = [
@@ -331,7 +326,7 @@ describe('workload API (recording backend, stand-in namespaces, no root needed)'
     ];
     for (const [name, make, opener] of cases) {
       it(`rejects ${name}`, async () => {
-        const [daemon, dataplane] = opener === 'kernel' ? [kernel, kernelBackend] : [d, backend];
+        const [daemon, dataplane] = opener === 'kernel' ? [kernel.daemon, kernel.backend] : [d, backend];
         const { client } = daemon;
         const err = await rejects(client.call(client.raw.attach, make()));
         expect(codeOf(err), err.details).to.equal('INVALID_ARGUMENT');

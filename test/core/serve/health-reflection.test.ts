@@ -2,8 +2,7 @@ import { expect } from 'chai';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { service as healthService } from 'grpc-health-check';
-import { InProcessDaemon } from '../../support/in-process-daemon';
-import { RecordingBackend } from '../../support/recording-backend';
+import { recordingDaemon } from '../../support/recording-daemon';
 
 // Standard tooling works against the daemon: the gRPC health service reflects readiness, and server
 // reflection lists the workload API (what grpcurl and similar tools use).
@@ -11,17 +10,14 @@ import { RecordingBackend } from '../../support/recording-backend';
 type Callback<T> = (err: grpc.ServiceError | null, res?: T) => void;
 
 describe('gRPC health and reflection', () => {
-  let d: InProcessDaemon;
-  let backend: RecordingBackend;
-  before(async () => {
-    backend = new RecordingBackend();
-    d = await InProcessDaemon.start(backend);
-  });
-  after(async () => d.dispose());
+  const rd = recordingDaemon();
 
   it('serves grpc.health.v1 with SERVING while ready', async () => {
     const Client = grpc.makeGenericClientConstructor(healthService, 'Health');
-    const client = new Client(`unix:${d.config.socket}`, grpc.credentials.createInsecure()) as unknown as {
+    const client = new Client(
+      `unix:${rd.daemon.config.socket}`,
+      grpc.credentials.createInsecure(),
+    ) as unknown as {
       check(req: { service: string }, cb: Callback<{ status: string | number }>): void;
       close(): void;
     };
@@ -42,7 +38,7 @@ describe('gRPC health and reflection', () => {
       grpc: { reflection: { v1alpha: { ServerReflection: grpc.ServiceClientConstructor } } };
     };
     const client = new pkg.grpc.reflection.v1alpha.ServerReflection(
-      `unix:${d.config.socket}`,
+      `unix:${rd.daemon.config.socket}`,
       grpc.credentials.createInsecure(),
     );
     const call = (
