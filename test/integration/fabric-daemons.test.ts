@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { CLI } from '../support/daemon-process';
 import { describeRoot } from '../support/describe-root';
-import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
+import { FabricCluster, STATIC_HYBRID, usualNodes, type ClusterNode } from '../support/fabric-cluster';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
 
@@ -17,14 +17,8 @@ describeRoot('fabric between three daemons (hybrid, static peers; real kernel)',
 
   before(async () => {
     c = await FabricCluster.start({
-      source: 'static',
-      fabric: 'hybrid',
-      mtu: 1450,
-      nodes: [
-        { name: 'na', subnet: 1, host: 1, range: 1 },
-        { name: 'nb', subnet: 1, host: 2, range: 2 },
-        { name: 'nc', subnet: 2, host: 3, range: 3 },
-      ],
+      ...STATIC_HYBRID,
+      nodes: usualNodes({ na: { range: 1 }, nb: { range: 2 }, nc: { range: 3 } }),
       podsPerNode: 1,
     });
   });

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { bridge, peersOf, pingOutput } from '../support/fabric-topology';
-import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
+import { FabricCluster, usualNodes, type ClusterNode } from '../support/fabric-cluster';
 import { isRoot } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
@@ -76,11 +76,7 @@ describeEtcdRoot(
           fabric: mode,
           flags: { 'etcd-prefix': `/dual-${mode}` },
           args: ['--cluster-cidr', CLUSTER6],
-          nodes: [
-            { name: 'na', subnet: 1, host: 1 },
-            { name: 'nb', subnet: 1, host: 2 },
-            { name: 'nc', subnet: 2, host: 3 },
-          ],
+          nodes: usualNodes({ na: {}, nb: {}, nc: {} }),
           podsPerNode: 2,
         });
         for (const n of c.nodes)

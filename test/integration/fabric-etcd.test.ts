@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
+import { FabricCluster, usualNodes, type ClusterNode } from '../support/fabric-cluster';
 import { isRoot } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
@@ -46,11 +46,11 @@ describeEtcdRoot(
         fabric: 'hybrid',
         mtu: 1450,
         config: { fabric: { leaseTtlSeconds: LEASE_TTL_S, withdrawGraceSeconds: GRACE_S } },
-        nodes: [
-          { name: 'na', subnet: 1, host: 1, flags: members(0, 2) },
-          { name: 'nb', subnet: 1, host: 2, flags: members(0, 2) },
-          { name: 'nc', subnet: 2, host: 3, flags: members(2, 3) },
-        ],
+        nodes: usualNodes({
+          na: { flags: members(0, 2) },
+          nb: { flags: members(0, 2) },
+          nc: { flags: members(2, 3) },
+        }),
         podsPerNode: 1,
       });
       etcd = c.etcd as EtcdCluster;

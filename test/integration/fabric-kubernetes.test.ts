@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { describeRoot } from '../support/describe-root';
-import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
+import { FabricCluster, usualNodes, type ClusterNode } from '../support/fabric-cluster';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
 import type { StandInKubeApiServer } from '../support/standin-kube-apiserver';
@@ -26,11 +26,7 @@ describeRoot(
         source: 'kubernetes',
         fabric: 'hybrid',
         mtu: 1450,
-        nodes: [
-          { name: 'na', subnet: 1, host: 1, range: 11 },
-          { name: 'nb', subnet: 1, host: 2, range: 12 },
-          { name: 'nc', subnet: 2, host: 3, range: 13 },
-        ],
+        nodes: usualNodes({ na: { range: 11 }, nb: { range: 12 }, nc: { range: 13 } }),
         podsPerNode: 1,
       });
       api = c.kube as StandInKubeApiServer;
