@@ -11,6 +11,7 @@ import { waitUntil } from '../support/wait-until';
 import { fabricAck, v3Hello } from '../backends/dpu/fabric-stream';
 import { removeDir, scratchDir, startBackend } from '../support/dpu-fixtures';
 import { RawAgent } from '../support/raw-agent';
+import { ackEveryFabricObject } from '../support/acking-agent';
 import { FabricTopology, kernelState, settings, type BareNode } from '../support/fabric-topology';
 import { netnsInode } from '../support/netns-fixture';
 import { SimulatedDpu } from '../support/simulated-dpu';
@@ -45,14 +46,7 @@ describeRoot(
       const a = new RawAgent(dpuA.socket);
       a.send(v3Hello('dpu-rogue', { uplinkAddresses: [address], bootId: `boot-rogue-${address}` }));
       a.keepAlive(100);
-      let acked = 0;
-      const t = setInterval(() => {
-        if (a.isEnded) return clearInterval(t);
-        for (; acked < a.received.length; acked++) {
-          const o = a.received[acked]?.upsert?.fabric;
-          if (o) a.send(fabricAck(o));
-        }
-      }, 20);
+      ackEveryFabricObject(a, fabricAck);
       return a;
     }
 

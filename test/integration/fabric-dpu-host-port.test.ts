@@ -4,7 +4,7 @@ import * as fs from 'node:fs';
 import * as path from 'node:path';
 import type { FabricHostPort } from '../../proto/gen/workloadnet/v1/workload';
 import { cidrContains, parseAddress, parseCidr } from '../../lib/cidr';
-import { FabricCluster, type ClusterNode, type ClusterPod } from '../support/fabric-cluster';
+import { ETCD_VXLAN, FabricCluster, type ClusterNode, type ClusterPod } from '../support/fabric-cluster';
 import { CLUSTER } from '../support/fabric-topology';
 import { HOST_PORT, hostLink, routeDevice } from '../support/host-port';
 import type { SimulatedDpu } from '../support/simulated-dpu';
@@ -40,10 +40,7 @@ describeEtcdRoot(
 
     before(async () => {
       c = await FabricCluster.start({
-        source: 'etcd',
-        fabric: 'vxlan',
-        mtu: 1450,
-        config: { fabric: { leaseTtlSeconds: 2, withdrawGraceSeconds: 10 } },
+        ...ETCD_VXLAN,
         nodes: [
           { name: 'ha', subnet: 1, host: 1, dpus: [{ name: 'ha-d0', host: 11 }] },
           { name: 'hb', subnet: 2, host: 2, dpus: [{ name: 'hb-d0', host: 21 }] },

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import type { StatusResponse } from '../../proto/gen/workloadnet/v1/workload';
 import { cidrContains, parseAddress, parseCidr } from '../../lib/cidr';
-import { FabricCluster, type ClusterNode, type ClusterPod } from '../support/fabric-cluster';
+import { ETCD_VXLAN, FabricCluster, type ClusterNode, type ClusterPod } from '../support/fabric-cluster';
 import { isRoot } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
@@ -54,10 +54,7 @@ describeEtcdRoot(`fabric on the DPUs: simulated DPUs and a Linux node over real 
 
   before(async () => {
     c = await FabricCluster.start({
-      source: 'etcd',
-      fabric: 'vxlan',
-      mtu: 1450,
-      config: { fabric: { leaseTtlSeconds: 2, withdrawGraceSeconds: 10 } },
+      ...ETCD_VXLAN,
       flags: { 'block-size': BLOCK_SIZE },
       nodes: [
         { name: 'da', subnet: 1, host: 1, dpus: [{ name: 'da-d0', host: 11 }] },

@@ -137,6 +137,22 @@ describeEtcdRoot(
     }
 
     /** Waits until na's IPv6 routes are `expected()` (keys may move once after start), then asserts it. */
+    /** Waits until na tunnels both peers' IPv6 blocks (vxlan, hybrid) beside the IPv6 catch-all. */
+    async function tunnelledV6(
+      c: ReturnType<typeof cluster>,
+      mode: 'vxlan' | 'hybrid',
+    ): Promise<{ na: Node; nb: ReturnType<typeof peerV6>; nc: ReturnType<typeof peerV6> }> {
+      const na = c.node('na');
+      const nb = peerV6(c.etcd(), na, 'nb', mode);
+      const nc = peerV6(c.etcd(), na, 'nc', mode);
+      await routesSettle(na.ns, () => [
+        `${nb.block} via ${nb.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
+        `${nc.block} via ${nc.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
+        `unreachable ${CLUSTER6} dev lo metric 4294967295 pref medium`,
+      ]);
+      return { na, nb, nc };
+    }
+
     async function routesSettle(ns: string, expected: () => string[]): Promise<void> {
       await waitUntil(
         async () => JSON.stringify(routes6(ns)) === JSON.stringify(expected().sort()),
@@ -171,14 +187,7 @@ describeEtcdRoot(
       const c = cluster(MODE);
 
       it('programs per peer one IPv6 route per remote block, one neighbour per family and one FDB entry, and the IPv6 catch-all', async () => {
-        const na = c.node('na');
-        const nb = peerV6(c.etcd(), na, 'nb', MODE);
-        const nc = peerV6(c.etcd(), na, 'nc', MODE);
-        await routesSettle(na.ns, () => [
-          `${nb.block} via ${nb.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
-          `${nc.block} via ${nc.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
-          `unreachable ${CLUSTER6} dev lo metric 4294967295 pref medium`,
-        ]);
+        const { na, nb, nc } = await tunnelledV6(c, MODE);
         expect(neighbours(na.ns, '-6')).to.deep.equal(
           [`${nb.gateway()} lladdr ${NB_MAC} PERMANENT`, `${nc.gateway()} lladdr ${NC_MAC} PERMANENT`].sort(),
         );
@@ -201,14 +210,7 @@ describeEtcdRoot(
       const c = cluster(MODE);
 
       it('tunnels IPv6 to every peer — the one on the same subnet too, whose IPv4 goes direct', async () => {
-        const na = c.node('na');
-        const nb = peerV6(c.etcd(), na, 'nb', MODE);
-        const nc = peerV6(c.etcd(), na, 'nc', MODE);
-        await routesSettle(na.ns, () => [
-          `${nb.block} via ${nb.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
-          `${nc.block} via ${nc.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
-          `unreachable ${CLUSTER6} dev lo metric 4294967295 pref medium`,
-        ]);
+        const { na } = await tunnelledV6(c, MODE);
         // nb's IPv4 block goes direct: an IPv4 neighbour only for nc; IPv6 neighbours and FDB entries
         // for both.
         expect(neighbours(na.ns, '-6')).to.have.length(2);

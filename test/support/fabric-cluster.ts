@@ -18,6 +18,7 @@ import { EtcdCluster } from './etcd-cluster';
 import { StandInKubeApiServer } from './standin-kube-apiserver';
 import { attachRequest } from './attach-request';
 import { DaemonProcess, type DaemonProcessOptions } from './daemon-process';
+import { pings } from './ping';
 import { waitUntil } from './wait-until';
 
 // A fabric cluster of real daemons for the integration tests: node namespaces on the test underlay
@@ -113,6 +114,14 @@ export function usualNodes(
     ...more,
   }));
 }
+
+/** The DPU suites' cluster: etcd, the overlay over VXLAN, pods at 1450, a short lease and grace. */
+export const ETCD_VXLAN = {
+  source: 'etcd',
+  fabric: 'vxlan',
+  mtu: 1450,
+  config: { fabric: { leaseTtlSeconds: 2, withdrawGraceSeconds: 10 } },
+} as const;
 
 /** The cluster most suites start from: peers files, hybrid mode, pods at 1450. */
 export const STATIC_HYBRID = { source: 'static', fabric: 'hybrid', mtu: 1450 } as const;
@@ -361,6 +370,31 @@ export class FabricCluster {
   /** The whole of what `workloadnet peers --json` says on a node: its peers, warnings and counters. */
   peersView(n: ClusterNode): ReturnType<typeof peersView> {
     return peersView(n.api);
+  }
+
+  /** Waits until a node's namespace holds `count` of our fabric routes. */
+  async waitForRoutes(n: ClusterNode, count: number, timeoutMs = 30_000): Promise<void> {
+    await waitUntil(
+      async () => this.routes(n).length === count,
+      `${n.name} holds ${count} fabric routes`,
+      timeoutMs,
+      {
+        intervalMs: 200,
+      },
+    );
+  }
+
+  /** Every pair of nodes whose first pods do not answer each other's ping: `from → to`. */
+  async silentPairs(): Promise<string[]> {
+    const silent: string[] = [];
+    for (const from of this.nodes)
+      for (const to of this.nodes)
+        if (
+          from !== to &&
+          !(await pings(this.pod(from.name).ns, this.pod(to.name).ip, { count: 3, waitSeconds: 2 }))
+        )
+          silent.push(`${from.name} → ${to.name}`);
+    return silent;
   }
 
   /** Our fabric routes in a node's namespace, sorted. */

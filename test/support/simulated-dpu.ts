@@ -11,6 +11,11 @@ import { SimProcess } from './sim-process';
 // Its own file because every DPU fabric test, whether a daemon or the backend in process drives the
 // DPU, starts, kills and brings back its DPUs the same way.
 
+/** The simulator's arguments for its netns dataplane: its DPU's namespace, and the host's it plugs into. */
+export function netnsDataplane(dpuNs: string, hostNsPath: string): string[] {
+  return ['--dataplane', 'netns', '--dpu-netns', dpuNs, '--host-netns', hostNsPath];
+}
+
 export interface DpuSpec {
   /** The DPU's name: its agent id, and its namespace's. */
   name: string;
@@ -66,10 +71,7 @@ export class SimulatedDpu {
       agentId: this.name,
       bootId,
       stateFile: this.stateFile,
-      extra: [
-        ...['--dataplane', 'netns', '--dpu-netns', this.ns, '--host-netns', netnsPath(this.host.ns)],
-        ...extra,
-      ],
+      extra: [...netnsDataplane(this.ns, netnsPath(this.host.ns)), ...extra],
     });
     return this.sim;
   }
