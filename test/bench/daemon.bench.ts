@@ -109,13 +109,15 @@ async function measure(
   ];
 }
 
-/** Core + gRPC only: the recording backend programs nothing. All workloads share one namespace. */
-export async function benchDaemonRecording(opts: {
+export interface DaemonBenchOptions {
   count: number;
   parallel: number;
-  /** Untimed attaches first (see warm-up.ts). */
+  /** Untimed attaches (see warm-up.ts): before the measurement, or between the two of the real daemon. */
   warmOps?: number;
-}): Promise<DaemonBenchRow[]> {
+}
+
+/** Core + gRPC only: the recording backend programs nothing. All workloads share one namespace. */
+export async function benchDaemonRecording(opts: DaemonBenchOptions): Promise<DaemonBenchRow[]> {
   const namespaces = new NetnsSet('wnb-');
   const d = await InProcessDaemon.start(new RecordingBackend(), { podCidrs: ['10.90.0.0/16'] });
   try {
@@ -141,12 +143,7 @@ export const FRESH_DAEMON_ROW = 'fresh daemon (linux backend)';
  * The real daemon process with the Linux backend, inside a test-owned node namespace: measured twice,
  * right after it started (its first calls: the fresh row) and once it has settled (see warm-up.ts).
  */
-export async function benchDaemonLinux(opts: {
-  count: number;
-  parallel: number;
-  /** Untimed attaches between the two measurements. */
-  warmOps?: number;
-}): Promise<DaemonBenchRow[]> {
+export async function benchDaemonLinux(opts: DaemonBenchOptions): Promise<DaemonBenchRow[]> {
   const namespaces = new NetnsSet('wnb-');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-bench-'));
   const node = namespaces.add().name;

@@ -29,6 +29,7 @@ import { DaemonProcess } from '../support/daemon-process';
 import { syntheticPeers, type FabricBenchRow } from './fabric.bench';
 import { processCpu } from './process-cpu';
 import { percentile } from './stats';
+import { printRowsAndExit } from './bench-main';
 
 const PEERS = 5000;
 const AGENT = 'bench-dpu';
@@ -466,14 +467,5 @@ if (require.main === module) {
   const snapshots = Number(process.argv[3] ?? 3);
   const which = process.argv[4] ?? 'both';
   const modes: Mode[] = which === 'both' ? ['none', 'netns'] : [which as Mode];
-  benchDpuFabric({ rounds, snapshots, modes }).then(
-    (rows) => {
-      for (const r of rows) console.log(`${r.name}: ${r.value} ${r.unit}`);
-      process.exit(0);
-    },
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
+  printRowsAndExit(benchDpuFabric({ rounds, snapshots, modes }));
 }

@@ -8,6 +8,7 @@ import { NetnsSet } from '../support/netns';
 import { waitUntil } from '../support/wait-until';
 import { SimProcess } from '../support/sim-process';
 import { percentile } from './stats';
+import { columnRow, printRowsAndExit } from './bench-main';
 
 // The DPU fleet's costs: Attach with the netns dataplane on (the simulator plumbs a veth pair and
 // routes in its DPU namespace, the daemon moves the VF into the workload and addresses it), and Attach
@@ -129,14 +130,5 @@ export async function benchDpuFleet(opts: { count: number }): Promise<BenchResul
 }
 
 if (require.main === module) {
-  benchDpuFleet({ count: Number(process.argv[2] ?? 500) }).then(
-    (rows) => {
-      for (const r of rows)
-        process.stdout.write(`${r.name.padEnd(60)} ${r.value.toFixed(2).padStart(10)} ${r.unit}\n`);
-    },
-    (err: unknown) => {
-      process.stderr.write(`${(err as Error).stack ?? String(err)}\n`);
-      process.exit(1);
-    },
-  );
+  printRowsAndExit(benchDpuFleet({ count: Number(process.argv[2] ?? 500) }), columnRow);
 }

@@ -9,6 +9,7 @@ import { encodeDetails } from '../../backends/dpu/details';
 import { macForKey } from '../../backends/dpu/port-spec';
 import { percentile } from './stats';
 import { waitUntil } from '../support/wait-until';
+import { columnRow, printRowsAndExit } from './bench-main';
 
 // The DPU backend's own costs, with the simulator as the agent (zero latency, no dataplane): Attach
 // latency through the whole protocol round trip, the time to resynchronise a large snapshot after the
@@ -208,14 +209,5 @@ export async function benchDpu(opts: { count: number; ports: number }): Promise<
 if (require.main === module) {
   const count = Number(process.argv[2] ?? 1000);
   const ports = Number(process.argv[3] ?? 5000);
-  benchDpu({ count, ports }).then(
-    (rows) => {
-      for (const r of rows)
-        process.stdout.write(`${r.name.padEnd(60)} ${r.value.toFixed(2).padStart(10)} ${r.unit}\n`);
-    },
-    (err: unknown) => {
-      process.stderr.write(`${(err as Error).stack ?? String(err)}\n`);
-      process.exit(1);
-    },
-  );
+  printRowsAndExit(benchDpu({ count, ports }), columnRow);
 }

@@ -14,6 +14,7 @@ import { FabricTopology, settings } from '../support/fabric-topology';
 import { ManualPeerSource, until } from '../support/recording-fabric-dataplane';
 import { netnsPath } from '../support/netns';
 import type { FabricBenchRow } from './fabric.bench';
+import { printRowsAndExit } from './bench-main';
 
 const PEERS = 1000;
 const FLAP_MS = 100;
@@ -96,14 +97,5 @@ export async function benchFabricFlap(seconds = 20): Promise<FabricBenchRow[]> {
 }
 
 if (require.main === module) {
-  benchFabricFlap(Number(process.argv[2] ?? 20)).then(
-    (rows) => {
-      for (const r of rows) console.log(`${r.name}: ${r.value} ${r.unit}`);
-      process.exit(0);
-    },
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
+  printRowsAndExit(benchFabricFlap(Number(process.argv[2] ?? 20)));
 }

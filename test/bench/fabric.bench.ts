@@ -23,6 +23,7 @@ import { ip } from '../support/netns-fixture';
 import { attachRequest } from '../support/attach-request';
 import { DaemonProcess } from '../support/daemon-process';
 import { percentile, timeMs } from './stats';
+import { printRowsAndExit } from './bench-main';
 
 export interface FabricBenchRow {
   name: string;
@@ -337,14 +338,5 @@ export async function benchFabric(opts: { reps: number; attaches?: number }): Pr
 
 if (require.main === module) {
   const reps = Number(process.argv[2] ?? 20);
-  benchFabric({ reps }).then(
-    (rows) => {
-      for (const r of rows) console.log(`${r.name}: ${r.value} ${r.unit}`);
-      process.exit(0);
-    },
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
+  printRowsAndExit(benchFabric({ reps }));
 }

@@ -137,24 +137,12 @@ export async function benchLinuxBackend(opts: {
       cpuSysMsPerOp: rate.cpuSysMsPerOp,
     });
     const inFlight = `(${opts.parallel} in flight)`;
-    return [
-      row(
-        'linux-backend attach',
-        'attach',
-        attachSeq,
-        attachPar,
-        Math.max(attachSeq.maxEventLoopDelayMs, attachPar.maxEventLoopDelayMs),
-      ),
-      row(`linux-backend attach ${inFlight}`, 'attach', attachPar, attachPar, attachPar.maxEventLoopDelayMs),
-      row(
-        'linux-backend detach',
-        'detach',
-        detachSeq,
-        detachPar,
-        Math.max(detachSeq.maxEventLoopDelayMs, detachPar.maxEventLoopDelayMs),
-      ),
-      row(`linux-backend detach ${inFlight}`, 'detach', detachPar, detachPar, detachPar.maxEventLoopDelayMs),
+    // Per op: its latency alone (its throughput and worst stall over both phases), then in flight.
+    const rowsOf = (op: 'attach' | 'detach', seq: Phase, par: Phase): BenchRow[] => [
+      row(`linux-backend ${op}`, op, seq, par, Math.max(seq.maxEventLoopDelayMs, par.maxEventLoopDelayMs)),
+      row(`linux-backend ${op} ${inFlight}`, op, par, par, par.maxEventLoopDelayMs),
     ];
+    return [...rowsOf('attach', attachSeq, attachPar), ...rowsOf('detach', detachSeq, detachPar)];
   } finally {
     await backend?.stop();
     pool.cleanup();

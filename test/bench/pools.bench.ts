@@ -27,6 +27,7 @@ import { RecordingBackend } from '../support/recording-backend';
 import { EtcdCluster } from '../support/etcd-cluster';
 import { percentile, ratePerSecond, timeMs } from './stats';
 import { attachRequest } from '../support/attach-request';
+import { printRowsAndExit } from './bench-main';
 
 export interface PoolBenchRow {
   name: string;
@@ -247,14 +248,5 @@ if (require.main === module) {
     const i = process.argv.indexOf(`--${name}`);
     return i >= 0 ? Number(process.argv[i + 1]) : dflt;
   };
-  benchPools({ count: arg('count', 300), parallel: arg('parallel', 8) }).then(
-    (rows) => {
-      for (const row of rows) console.log(`${row.name}: ${row.value} ${row.unit}`);
-      process.exit(0);
-    },
-    (err: unknown) => {
-      console.error(err);
-      process.exit(1);
-    },
-  );
+  printRowsAndExit(benchPools({ count: arg('count', 300), parallel: arg('parallel', 8) }));
 }

@@ -1,8 +1,6 @@
-import { execFile } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { promisify } from 'node:util';
 import * as grpc from '@grpc/grpc-js';
 import { DEFAULT_CONFIG } from '../../core/config';
 import { STORE_FILE } from '../../core/store/store-environment';
@@ -16,6 +14,8 @@ import { hostLinksInGroup, linuxHostLinks } from '../support/kernel-view';
 import { NetnsSet, addNodeUplink, type TestNamespace } from '../support/netns';
 import { SoakPeers, fabricFigures, kernelFabricRoutes, type SoakFabricFigures } from './soak-fabric';
 import { soakTable } from './soak-table';
+import { netnsDataplane } from '../support/simulated-dpu';
+import { INTERFACES, linkNames } from '../support/mixed-networks';
 
 // Soak: the real daemon for half an hour (or --soak-minutes) under attach/detach churn at a steady rate
 // on two networks at once, `default` (Linux backend: veths) and `fast` (DPU backend: the simulator in
@@ -36,7 +36,6 @@ import { soakTable } from './soak-table';
 //   node dist/test/bench/soak.bench.js [--soak-minutes 30] [--sample-minutes 5] [--soak-rate 10]
 //   npm run bench -- --only soak --soak-minutes 30
 
-const execFileP = promisify(execFile);
 const GC_HOOK = path.join(__dirname, 'gc-on-signal-hook.js');
 
 const DEFAULT_POOL = '10.246.0.0/20';
@@ -111,16 +110,6 @@ export interface SoakResult {
   /** Lines of the table docs/benchmarks.md carries, and what grew beyond 5 %. */
   table: string[];
   flagged: string[];
-}
-
-const INTERFACES = [
-  { ifName: 'eth0', network: 'default' },
-  { ifName: 'net1', network: 'fast' },
-] as const;
-
-async function linkNames(netns: string): Promise<string[]> {
-  const { stdout } = await execFileP('ip', ['-n', netns, '-j', 'link', 'show']);
-  return (JSON.parse(stdout || '[]') as Array<{ ifname: string }>).map((l) => l.ifname);
 }
 
 /** A Prometheus figure of the daemon, scraped inside its node namespace. */
@@ -215,12 +204,7 @@ export async function benchSoak(o: SoakOptions): Promise<SoakResult> {
         agentId: 'soak',
         stateFile,
         extra: [
-          '--dataplane',
-          'netns',
-          '--dpu-netns',
-          dpu.name,
-          '--host-netns',
-          node.path,
+          ...netnsDataplane(dpu.name, node.path),
           '--vtep-address',
           DPU_VTEP,
           '--protocol',

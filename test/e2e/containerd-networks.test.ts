@@ -13,6 +13,7 @@ import { waitUntil } from '../support/wait-until';
 import { ContainerdHarness } from './support/containerd';
 import { addNetns, deleteNetns, runInNetns, uniqueNetnsName } from './support/netns';
 import { installReferencePlugins } from './support/reference-plugins';
+import { netnsDataplane } from '../support/simulated-dpu';
 
 // A Multus-shaped node with a real containerd: every pod gets eth0 on the `default` network (Linux
 // backend, host veth) and net1 on the `fast` network (DPU backend, the simulator in netns mode hands
@@ -115,14 +116,7 @@ describeRoot(
         socket: agentSocket,
         agentId: 'wn-net-e2e-dpu',
         stateFile: path.join(work, 'sim-state.json'),
-        extra: [
-          '--dataplane',
-          'netns',
-          '--dpu-netns',
-          dpu.name,
-          '--host-netns',
-          `/var/run/netns/${nodeNetns}`,
-        ],
+        extra: netnsDataplane(dpu.name, `/var/run/netns/${nodeNetns}`),
       });
       await startDaemon();
 

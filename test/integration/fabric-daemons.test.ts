@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { CLI } from '../support/daemon-process';
 import { describeRoot } from '../support/describe-root';
-import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
+import { FabricCluster, STATIC_HYBRID, usualNodes, type ClusterNode } from '../support/fabric-cluster';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
 
@@ -17,14 +17,8 @@ describeRoot('fabric between three daemons (hybrid, static peers; real kernel)',
 
   before(async () => {
     c = await FabricCluster.start({
-      source: 'static',
-      fabric: 'hybrid',
-      mtu: 1450,
-      nodes: [
-        { name: 'na', subnet: 1, host: 1, range: 1 },
-        { name: 'nb', subnet: 1, host: 2, range: 2 },
-        { name: 'nc', subnet: 2, host: 3, range: 3 },
-      ],
+      ...STATIC_HYBRID,
+      nodes: usualNodes({ na: { range: 1 }, nb: { range: 2 }, nc: { range: 3 } }),
       podsPerNode: 1,
     });
   });
@@ -37,7 +31,7 @@ describeRoot('fabric between three daemons (hybrid, static peers; real kernel)',
 
   it('programs the neighbour on the same subnet directly and the node behind the router over VXLAN', async () => {
     const na = node('na');
-    await waitUntil(async () => c.routes(na).length === 2, 'na has its two peer routes', 20_000);
+    await c.waitForRoutes(na, 2, 20_000);
     expect(c.routes(na)).to.deep.equal([
       '10.244.2.0/24 via 10.100.1.2 dev eth0 metric 1024 mtu 1450',
       '10.244.3.0/24 via 10.244.3.0 dev wn-vxlan metric 1024 onlink mtu 1450',
@@ -72,16 +66,8 @@ describeRoot('fabric between three daemons (hybrid, static peers; real kernel)',
   });
 
   it('carries every pod to every other pod', async () => {
-    for (const n of c.nodes)
-      await waitUntil(async () => c.routes(n).length === 2, `${n.name} programmed`, 20_000);
-    for (const from of c.nodes)
-      for (const to of c.nodes) {
-        if (from === to) continue;
-        expect(
-          await pings(c.pod(from.name).ns, c.pod(to.name).ip, { count: 3, waitSeconds: 2 }),
-          `${from.name} → ${to.name}`,
-        ).to.equal(true);
-      }
+    for (const n of c.nodes) await c.waitForRoutes(n, 2, 20_000);
+    expect(await c.silentPairs(), 'pod pairs that did not answer').to.deep.equal([]);
   });
 
   it('carries the pod MTU across VXLAN without fragments; one byte more fails in the pod, at once', async () => {

@@ -1,5 +1,4 @@
 import { expect } from 'chai';
-import * as path from 'node:path';
 import type { DpuBackend } from '../../backends/dpu';
 import { LinuxFabric } from '../../backends/linux/fabric/linux-fabric';
 import type { Peer } from '../../core/peer-source';
@@ -12,9 +11,10 @@ import { waitUntil } from '../support/wait-until';
 import { fabricAck, v3Hello } from '../backends/dpu/fabric-stream';
 import { removeDir, scratchDir, startBackend } from '../support/dpu-fixtures';
 import { RawAgent } from '../support/raw-agent';
-import { SimProcess } from '../support/sim-process';
+import { ackEveryFabricObject } from '../support/acking-agent';
 import { FabricTopology, kernelState, settings, type BareNode } from '../support/fabric-topology';
 import { netnsInode } from '../support/netns-fixture';
+import { SimulatedDpu } from '../support/simulated-dpu';
 
 // A rogue DPU agent (a gRPC client built from the project's protos) shadows node r0: it connects to
 // node n1's daemon stating r0's underlay address as its uplink, leaves, and comes back with another
@@ -34,46 +34,26 @@ describeRoot(
     const topo = new FabricTopology();
     let dir: string;
     let n1: BareNode;
-    let dpuA: BareNode;
+    let dpuA: SimulatedDpu;
     let backend: DpuBackend | undefined;
-    let sim: SimProcess | undefined;
     let linux: LinuxFabric | undefined;
     let rogue: RawAgent | undefined;
     let pod: string;
     let r0Peer: Peer;
 
-    async function startSim(bootId: string): Promise<SimProcess> {
-      const s = SimProcess.start({
-        socket: path.join(dir, 'agent.sock'),
-        agentId: 'dpu-a',
-        bootId,
-        stateFile: path.join(dir, 'dpu-a.json'),
-        extra: ['--dataplane', 'netns', '--dpu-netns', dpuA.ns, '--host-netns', netnsPath(n1.ns)],
-      });
-      await s.waitForState((x) => x.session.state === 'connected' && x.synced, 'dpu-a connected');
-      return s;
-    }
-
     /** A rogue that acks every fabric object it is sent, as a well-behaved agent would. */
     function connectRogue(address: string): RawAgent {
-      const a = new RawAgent(path.join(dir, 'agent.sock'));
+      const a = new RawAgent(dpuA.socket);
       a.send(v3Hello('dpu-rogue', { uplinkAddresses: [address], bootId: `boot-rogue-${address}` }));
       a.keepAlive(100);
-      let acked = 0;
-      const t = setInterval(() => {
-        if (a.isEnded) return clearInterval(t);
-        for (; acked < a.received.length; acked++) {
-          const o = a.received[acked]?.upsert?.fabric;
-          if (o) a.send(fabricAck(o));
-        }
-      }, 20);
+      ackEveryFabricObject(a, fabricAck);
       return a;
     }
 
     const r0 = (): ReturnType<FabricTopology['node']> => topo.node('r0');
     const reachesR0 = (): Promise<boolean> =>
       pings(pod, r0().podIp, { count: 3, intervalSeconds: 0.2, waitSeconds: 2 });
-    const heldByA = (name: string) => sim?.state()?.fabric?.find((o) => o.name === name);
+    const heldByA = (name: string) => dpuA.objects().find((o) => o.name === name);
     const fdbOfA = async (): Promise<string[]> => (await kernelState(dpuA.ns)).fdb;
     const r0Fdb = (): string => `${vtepMac(r0().address)} dst ${r0().address} self permanent`;
 
@@ -81,9 +61,9 @@ describeRoot(
       dir = scratchDir();
       await topo.build([{ name: 'r0', subnet: 1, host: 10, podRange: 3 }]);
       n1 = await topo.addBareNode({ name: 'n1', subnet: 1, host: 1 });
-      dpuA = await topo.addBareNode({ name: 'n1a', subnet: 1, host: 11 });
+      dpuA = await SimulatedDpu.add(topo, 1, { name: 'dpu-a', host: 11 }, { ns: n1.ns, dir });
       backend = await startBackend(dir, { hostNetnsPath: netnsPath(n1.ns), nodeName: 'n1' });
-      sim = await startSim('boot-1');
+      await dpuA.connect('boot-1');
       await backend.fabric.prepare(settings('vxlan'));
       pod = topo.pool.add('pa').name;
       await attachTo(
@@ -116,7 +96,7 @@ describeRoot(
 
     after(async () => {
       rogue?.close();
-      await sim?.stop('SIGKILL');
+      await dpuA?.stop();
       await backend?.stop();
       await linux?.stop();
       await topo.cleanup();
@@ -141,8 +121,8 @@ describeRoot(
 
       // Departure, then A reboots (a new boot id: its tables start empty and take the whole snapshot).
       rogue.close();
-      await sim!.stop('SIGKILL');
-      sim = await startSim('boot-2');
+      await dpuA.stop('SIGKILL');
+      await dpuA.connect('boot-2');
       await waitUntil(
         async () => heldByA('peer/r0') !== undefined && (await fdbOfA()).includes(r0Fdb()),
         "A's FDB entry for r0 after its reboot",

@@ -1,16 +1,14 @@
 import { expect } from 'chai';
-import { execFileSync, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
 import type { FabricHostPort } from '../../proto/gen/workloadnet/v1/workload';
-import { FabricTopology, writePeersFile, type BareNode } from '../support/fabric-topology';
-import { ip } from '../support/netns-fixture';
-import { SimProcess } from '../support/sim-process';
+import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
+import { hostLink } from '../support/host-port';
+import type { SimulatedDpu } from '../support/simulated-dpu';
+import type { SimProcess } from '../support/sim-process';
 import { syntheticPeers } from '../bench/fabric.bench';
-import { attachRequest } from '../support/attach-request';
-import { DaemonProcess } from '../support/daemon-process';
-import { isRoot, netnsPath } from '../support/netns';
+import type { DaemonProcess } from '../support/daemon-process';
+import { isRoot } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
 
@@ -21,10 +19,12 @@ import { waitUntil } from '../support/wait-until';
 // daemon finds each VF where it left it (nothing to re-plumb): the host port keeps its address and its
 // ifindex (host-network connections to pods outlive the reboot), and host → pod traffic loses nothing.
 // One daemon (static peers file) in a test-owned host namespace, one simulator in netns mode as a real
-// process, one pod behind the same DPU.
+// process, one pod behind the same DPU: a fabric cluster of one node.
 
 const PEERS = 5000;
 const AGENT = 'rb-dpu';
+/** Logging each of 10,000 objects at debug would be most of the simulator's work. */
+const SIM_LOG = ['--log-level', 'warn'];
 /**
  * The outage the daemon may add: the longest time without a reply after the rebooted agent's hello,
  * measured by a 50 ms ping from the host to the pod (the issue's 1 s). In 19 runs no echo was lost; the
@@ -88,7 +88,6 @@ function longestGap(replies: number[], end: number, from = 0): { gap: number; en
   return worst;
 }
 
-/** When (ms since the epoch) the daemon's log first says `msg`. */
 /** When the daemon first logged `msg` at or after `since` (ms since the epoch). */
 function loggedAt(logFile: string, msg: string, since = 0): number | undefined {
   for (const line of fs.readFileSync(logFile, 'utf8').split('\n')) {
@@ -99,40 +98,21 @@ function loggedAt(logFile: string, msg: string, since = 0): number | undefined {
   return undefined;
 }
 
-function hostLink(ns: string): { ifindex: number; address: string } | undefined {
-  try {
-    const out = execFileSync('ip', ['-n', ns, '-j', 'addr', 'show', 'dev', 'wn-host0'], { encoding: 'utf8' });
-    const link = (JSON.parse(out) as Array<{ ifindex: number; addr_info: Array<{ local: string }> }>)[0];
-    return link ? { ifindex: link.ifindex, address: link.addr_info[0]?.local ?? '' } : undefined;
-  } catch {
-    return undefined;
-  }
-}
-
 describeRoot(
   `a DPU reboot with ${PEERS} peers keeps the host port${isRoot ? '' : ' (skipped: needs root)'}`,
   function () {
     this.timeout(180_000);
-    const topo = new FabricTopology();
-    let root: string;
+    let c: FabricCluster;
+    let node: ClusterNode;
     let host: string;
-    let dpu: BareNode;
+    let dpu: SimulatedDpu;
     let daemon: DaemonProcess;
     let sim: SimProcess;
     let podIp = '';
 
+    /** A new boot of the DPU's agent; with its VFs kept (its NIC ran on) unless told. */
     const startSim = (boot: string, keepVfs = true): SimProcess =>
-      SimProcess.start({
-        socket: path.join(root, 'agent.sock'),
-        agentId: AGENT,
-        bootId: boot,
-        stateFile: path.join(root, 'sim.json'),
-        // Logging each of 10,000 objects at debug would be most of the simulator's work.
-        extra: [
-          ...['--log-level', 'warn', '--dataplane', 'netns', ...(keepVfs ? ['--keep-vfs'] : [])],
-          ...['--dpu-netns', dpu.ns, '--host-netns', netnsPath(host)],
-        ],
-      });
+      dpu.start(boot, [...SIM_LOG, ...(keepVfs ? ['--keep-vfs'] : [])]);
     const synced = (s: SimProcess, what: string): Promise<unknown> =>
       s.waitForState(
         (st) => st.session.state === 'connected' && st.synced && (st.fabric?.length ?? 0) >= 2 * PEERS,
@@ -143,44 +123,33 @@ describeRoot(
       (await daemon.client.status({ omitFabricPeers: true })).fabric?.hostPort;
 
     before(async () => {
-      root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-dpu-reboot-'));
-      await topo.build([]);
-      host = topo.pool.add('rbh').name;
-      await ip('-n', host, 'link', 'set', 'lo', 'up');
-      dpu = await topo.addBareNode({ name: 'rbdpu', subnet: 1, host: 21 });
-      const peersFile = path.join(root, 'peers.json');
-      writePeersFile(peersFile, syntheticPeers(PEERS, '10.120'));
-      const config = path.join(root, 'config.json');
-      // Heartbeats every 10 s: the simulator, busy with 10,000 objects on a loaded machine, reads
-      // nothing for seconds, and a 1.5 s timeout would end the session mid-snapshot (a SIGKILL still
-      // ends it at once: the socket closes). Acks may be as slow while it works through the snapshot.
-      fs.writeFileSync(
-        config,
-        JSON.stringify({ dpu: { heartbeatIntervalMs: 10_000, ackTimeoutMs: 30_000 } }),
-      );
-      // launch, not start: with 5,000 peers to read, a loaded machine took more than start's 20 s.
-      daemon = DaemonProcess.launch({
-        dir: root,
-        netns: host,
-        flags: {
-          config,
-          backend: 'dpu',
-          'agent-socket': path.join(root, 'agent.sock'),
-          'log-level': 'info',
-          'pod-cidr': '10.244.1.0/24',
-          mtu: '1450',
-          fabric: 'vxlan',
-          'node-name': 'rb-node',
-          'peers-file': peersFile,
-        },
+      c = await FabricCluster.start({
+        source: 'static',
+        fabric: 'vxlan',
+        mtu: 1450,
+        nodes: [
+          {
+            name: 'rb-node',
+            subnet: 1,
+            host: 1,
+            range: 1,
+            dpus: [{ name: AGENT, host: 21, extra: [...SIM_LOG, '--keep-vfs'] }],
+          },
+        ],
+        peers: syntheticPeers(PEERS, '10.120'),
+        // Heartbeats every 10 s: the simulator, busy with 10,000 objects on a loaded machine, reads
+        // nothing for seconds, and a 1.5 s timeout would end the session mid-snapshot (a SIGKILL still
+        // ends it at once: the socket closes). Acks may be as slow while it works through the snapshot.
+        config: { dpu: { heartbeatIntervalMs: 10_000, ackTimeoutMs: 30_000 } },
+        flags: { 'node-name': 'rb-node', 'log-level': 'info' },
+        // With 5,000 peers to read, a loaded machine took more than a daemon's usual 20 s to start.
+        startTimeoutMs: 90_000,
       });
-      await waitUntil(
-        async () => (await daemon.client.status({ omitFabricPeers: true })).reconcile !== undefined,
-        'the daemon answering past its start',
-        90_000,
-        { intervalMs: 200, retryOnError: true },
-      );
-      sim = startSim('boot-1');
+      node = c.node('rb-node');
+      host = node.ns;
+      dpu = c.dpu(AGENT);
+      daemon = node.daemon as DaemonProcess;
+      sim = dpu.sim as SimProcess;
       await synced(sim, 'first snapshot applied');
       // Its row is written before its port is programmed: wn-host0 carrying the address is the mark.
       await waitUntil(
@@ -192,30 +161,14 @@ describeRoot(
         90_000,
         { intervalMs: 200 },
       );
-      const pod = topo.pool.add('rbpod');
-      await waitUntil(
-        async () => {
-          const res = await daemon.client.call(
-            daemon.client.raw.attach,
-            attachRequest('rb-pod', pod.path, 'eth0'),
-          );
-          podIp = (res.ips[0]?.cidr ?? '').split('/')[0] ?? '';
-          return true;
-        },
-        'pod attached',
-        60_000,
-        { intervalMs: 500, retryOnError: true },
-      );
+      podIp = (await c.attachPod(node, 'pod')).ip;
       expect(await pings(host, podIp, { count: 3, waitSeconds: 2 }), 'host → pod before the reboot').to.equal(
         true,
       );
     });
 
     after(async () => {
-      await sim?.stop('SIGKILL');
-      await daemon?.stop().catch(() => undefined);
-      await topo.cleanup();
-      if (root) fs.rmSync(root, { recursive: true, force: true });
+      await c?.teardown();
     });
 
     it('keeps the host port (address and ifindex), and host → pod traffic loses at most 1 s after the agent', async () => {

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import { bridge, peersOf, pingOutput } from '../support/fabric-topology';
-import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
+import { FabricCluster, usualNodes, type ClusterNode } from '../support/fabric-cluster';
 import { isRoot } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
@@ -76,11 +76,7 @@ describeEtcdRoot(
           fabric: mode,
           flags: { 'etcd-prefix': `/dual-${mode}` },
           args: ['--cluster-cidr', CLUSTER6],
-          nodes: [
-            { name: 'na', subnet: 1, host: 1 },
-            { name: 'nb', subnet: 1, host: 2 },
-            { name: 'nc', subnet: 2, host: 3 },
-          ],
+          nodes: usualNodes({ na: {}, nb: {}, nc: {} }),
           podsPerNode: 2,
         });
         for (const n of c.nodes)
@@ -141,6 +137,22 @@ describeEtcdRoot(
     }
 
     /** Waits until na's IPv6 routes are `expected()` (keys may move once after start), then asserts it. */
+    /** Waits until na tunnels both peers' IPv6 blocks (vxlan, hybrid) beside the IPv6 catch-all. */
+    async function tunnelledV6(
+      c: ReturnType<typeof cluster>,
+      mode: 'vxlan' | 'hybrid',
+    ): Promise<{ na: Node; nb: ReturnType<typeof peerV6>; nc: ReturnType<typeof peerV6> }> {
+      const na = c.node('na');
+      const nb = peerV6(c.etcd(), na, 'nb', mode);
+      const nc = peerV6(c.etcd(), na, 'nc', mode);
+      await routesSettle(na.ns, () => [
+        `${nb.block} via ${nb.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
+        `${nc.block} via ${nc.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
+        `unreachable ${CLUSTER6} dev lo metric 4294967295 pref medium`,
+      ]);
+      return { na, nb, nc };
+    }
+
     async function routesSettle(ns: string, expected: () => string[]): Promise<void> {
       await waitUntil(
         async () => JSON.stringify(routes6(ns)) === JSON.stringify(expected().sort()),
@@ -175,14 +187,7 @@ describeEtcdRoot(
       const c = cluster(MODE);
 
       it('programs per peer one IPv6 route per remote block, one neighbour per family and one FDB entry, and the IPv6 catch-all', async () => {
-        const na = c.node('na');
-        const nb = peerV6(c.etcd(), na, 'nb', MODE);
-        const nc = peerV6(c.etcd(), na, 'nc', MODE);
-        await routesSettle(na.ns, () => [
-          `${nb.block} via ${nb.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
-          `${nc.block} via ${nc.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
-          `unreachable ${CLUSTER6} dev lo metric 4294967295 pref medium`,
-        ]);
+        const { na, nb, nc } = await tunnelledV6(c, MODE);
         expect(neighbours(na.ns, '-6')).to.deep.equal(
           [`${nb.gateway()} lladdr ${NB_MAC} PERMANENT`, `${nc.gateway()} lladdr ${NC_MAC} PERMANENT`].sort(),
         );
@@ -205,14 +210,7 @@ describeEtcdRoot(
       const c = cluster(MODE);
 
       it('tunnels IPv6 to every peer — the one on the same subnet too, whose IPv4 goes direct', async () => {
-        const na = c.node('na');
-        const nb = peerV6(c.etcd(), na, 'nb', MODE);
-        const nc = peerV6(c.etcd(), na, 'nc', MODE);
-        await routesSettle(na.ns, () => [
-          `${nb.block} via ${nb.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
-          `${nc.block} via ${nc.gateway()} dev wn-vxlan metric 1024 onlink mtu 1450 pref medium`,
-          `unreachable ${CLUSTER6} dev lo metric 4294967295 pref medium`,
-        ]);
+        const { na } = await tunnelledV6(c, MODE);
         // nb's IPv4 block goes direct: an IPv4 neighbour only for nc; IPv6 neighbours and FDB entries
         // for both.
         expect(neighbours(na.ns, '-6')).to.have.length(2);

@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
-import { FabricCluster, type ClusterNode } from '../support/fabric-cluster';
+import { FabricCluster, usualNodes, type ClusterNode } from '../support/fabric-cluster';
 import { isRoot } from '../support/netns';
 import { pings } from '../support/ping';
 import { waitUntil } from '../support/wait-until';
@@ -69,11 +69,7 @@ for (const mode of ['hybrid', 'vxlan'] as const)
           fabric: mode,
           mtu: 1450,
           config: { fabric: { leaseTtlSeconds: 3, probeIntervalSeconds: 1 } },
-          nodes: [
-            { name: 'na', subnet: 1, host: 1 },
-            { name: 'nb', subnet: 1, host: 2 },
-            { name: 'nc', subnet: 2, host: 3 },
-          ],
+          nodes: usualNodes({ na: {}, nb: {}, nc: {} }),
           prepare: (n) => strictRpFilter(n.ns),
           podsPerNode: 1,
         });

@@ -1,17 +1,8 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
-import {
-  FabricTopology,
-  fabricRoutes,
-  peersFileEntry,
-  writePeersFile,
-  type BareNode,
-} from '../support/fabric-topology';
-import { CLI, DaemonProcess } from '../support/daemon-process';
 import { describeRoot } from '../support/describe-root';
+import { FabricCluster, STATIC_HYBRID, usualNodes, type ClusterNode } from '../support/fabric-cluster';
 import { waitUntil } from '../support/wait-until';
 
 // Repairs go on after the daemon is stopped and continued (SIGSTOP/SIGCONT: a debugger, the cgroup
@@ -23,57 +14,37 @@ const ROUTE = '10.244.3.0/24';
 
 describeRoot('fabric repairs after SIGSTOP/SIGCONT of the daemon (real daemon, real kernel)', function () {
   this.timeout(120_000);
-  const topo = new FabricTopology();
-  let na: BareNode;
-  let dir: string;
-  let daemon: DaemonProcess | undefined;
+  let c: FabricCluster;
+  let na: ClusterNode;
 
   before(async () => {
-    await topo.build([]);
-    na = await topo.addBareNode({ name: 'na', subnet: 1, host: 1 });
-    // The peer behind the router is over VXLAN; it needs no daemon of its own for na to route to it.
-    await topo.addBareNode({ name: 'nc', subnet: 2, host: 3 });
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-fab-sig-'));
-    const peersFile = path.join(dir, 'peers.json');
-    writePeersFile(peersFile, [peersFileEntry('nc', '10.100.2.3', [ROUTE])]);
-    daemon = await DaemonProcess.start({
-      dir,
-      netns: na.ns,
-      flags: { 'pod-cidr': '10.244.1.0/24', mtu: '1450', fabric: 'hybrid', 'peers-file': peersFile },
+    c = await FabricCluster.start({
+      ...STATIC_HYBRID,
+      // The peer behind the router is over VXLAN; it needs no daemon of its own for na to route to it.
+      nodes: usualNodes({ na: { range: 1 }, nc: { range: 3, daemon: false } }),
     });
+    na = c.node('na');
     await waitUntil(() => routed(), 'na routes to nc', 20_000);
   });
 
   after(async () => {
-    await daemon?.stop().catch(() => undefined);
-    topo.cleanup();
-    if (dir) fs.rmSync(dir, { recursive: true, force: true });
+    await c?.teardown();
   });
 
-  const routed = (): boolean => fabricRoutes(na.ns).some((r) => r.startsWith(ROUTE));
-  const warnings = (): string[] =>
-    (
-      JSON.parse(
-        execFileSync(process.execPath, [CLI, 'peers', '--json', '--socket', path.join(dir, 'api.sock')], {
-          encoding: 'utf8',
-        }),
-      ) as { warnings: string[] }
-    ).warnings;
+  const routed = (): boolean => c.routes(na).some((r) => r.startsWith(ROUTE));
 
   const monitorLog = (): string =>
     fs
-      .readFileSync(daemon?.logFile ?? '', 'utf8')
+      .readFileSync(na.daemon?.logFile ?? '', 'utf8')
       .split('\n')
       .filter((l) => /drift monitor|converge failed/.test(l))
       .join('\n');
 
   async function stopAndContinue(): Promise<void> {
-    const pid = daemon?.child.pid;
-    if (pid === undefined) throw new Error('no daemon');
-    process.kill(pid, 'SIGSTOP');
+    c.signal(na, 'SIGSTOP');
     // Longer than the monitor's read timeout: its read is the one the signal cuts short.
     await new Promise((r) => setTimeout(r, 800));
-    process.kill(pid, 'SIGCONT');
+    c.signal(na, 'SIGCONT');
     // Time for the monitor to have died (on the old code) or read again.
     await new Promise((r) => setTimeout(r, 700));
   }
@@ -91,6 +62,6 @@ describeRoot('fabric repairs after SIGSTOP/SIGCONT of the daemon (real daemon, r
       });
       expect(Date.now() - deleted, `round ${round}`).to.be.below(1_000);
     }
-    expect(warnings().join('\n')).to.not.match(/drift monitor down/);
+    expect(c.peersView(na).warnings.join('\n')).to.not.match(/drift monitor down/);
   });
 });

@@ -9,6 +9,7 @@ import { describeRoot } from '../support/describe-root';
 import { codeName } from '../support/grpc-outcome';
 import { TortureRig } from '../support/torture-rig';
 import { scaled, TORTURE_KILLS, TORTURE_SEED } from './torture-settings';
+import { resynced } from './resync';
 
 // Attach/detach churn through the real daemon with the DPU backend while either the daemon or the
 // agent simulator is SIGKILLed at random moments. The simulator comes back with its old boot id (it
@@ -107,30 +108,8 @@ describeRoot('torture: DPU backend with the simulator under SIGKILL of daemon an
     });
 
   /** Waits until the simulator has applied a snapshot on the daemon's current session. */
-  async function waitForResync(d: DaemonProcess, s: SimProcess, where: string): Promise<SimState> {
-    const until = Date.now() + 20_000;
-    let last = '';
-    for (;;) {
-      const st = await d.client.status();
-      const state = s.state();
-      const sessionId = st.backendDetails.sessionId;
-      if (
-        st.ready &&
-        state &&
-        state.pid === s.child.pid &&
-        state.synced &&
-        sessionId &&
-        state.session.sessionId === sessionId
-      )
-        return state;
-      last = `daemon ready=${st.ready} (${st.reasons.join('; ')}) session=${sessionId}; sim ${JSON.stringify(state && { pid: state.pid, synced: state.synced, session: state.session })}`;
-      if (Date.now() > until)
-        throw new Error(
-          `${where}: no resync within 20 s: ${last}\nsimulator log:\n${s.stderr.slice(-2000)}\ndaemon log:\n${d.log()}`,
-        );
-      await sleep(25);
-    }
-  }
+  const waitForResync = (d: DaemonProcess, s: SimProcess, where: string): Promise<SimState> =>
+    resynced(d, s, where, (st) => st.backendDetails.sessionId);
 
   async function checkInvariants(d: DaemonProcess, s: SimProcess, round: number): Promise<void> {
     const where = `after kill ${round + 1} (seed ${TORTURE_SEED})`;

@@ -15,6 +15,8 @@ import { addNodeUplink } from '../support/netns';
 import { describeRoot } from '../support/describe-root';
 import { TortureRig } from '../support/torture-rig';
 import { scaled, TORTURE_KILLS, TORTURE_SEED } from './torture-settings';
+import { INTERFACES, linkNames } from '../support/mixed-networks';
+import { resynced } from './resync';
 
 // Mixed networks under SIGKILL: every workload may hold eth0 on `default` (Linux backend, a veth) and
 // net1 on `fast` (DPU backend, the simulator in netns mode moves a "VF" into the workload), attached and
@@ -36,17 +38,6 @@ interface Tally {
   detachFailed: number;
   daemonKills: number;
   invariantChecks: number;
-}
-
-/** The interfaces of the churn and the network each one is on. */
-const INTERFACES = [
-  { ifName: 'eth0', network: 'default' },
-  { ifName: 'net1', network: 'fast' },
-] as const;
-
-async function linkNames(netns: string): Promise<string[]> {
-  const { stdout } = await execFileP('ip', ['-n', netns, '-j', 'link', 'show']);
-  return (JSON.parse(stdout || '[]') as Array<{ ifname: string }>).map((l) => l.ifname).sort();
 }
 
 async function defaultRouteDevs(netns: string): Promise<string[]> {
@@ -144,28 +135,8 @@ describeRoot(
     }
 
     /** Waits until the daemon is ready and the simulator has applied a snapshot of its current session. */
-    async function waitForResync(d: DaemonProcess, s: SimProcess, where: string): Promise<SimState> {
-      const until = Date.now() + 20_000;
-      for (;;) {
-        const st = await d.client.status();
-        const sessionId = st.networks.find((n) => n.name === 'fast')?.backendDetails.sessionId;
-        const state = s.state();
-        if (
-          st.ready &&
-          state &&
-          state.pid === s.child.pid &&
-          state.synced &&
-          sessionId &&
-          state.session.sessionId === sessionId
-        )
-          return state;
-        if (Date.now() > until)
-          throw new Error(
-            `${where}: no resync within 20 s (${st.reasons.join('; ')})\ndaemon log:\n${d.log()}`,
-          );
-        await sleep(25);
-      }
-    }
+    const waitForResync = (d: DaemonProcess, s: SimProcess, where: string): Promise<SimState> =>
+      resynced(d, s, where, (st) => st.networks.find((n) => n.name === 'fast')?.backendDetails.sessionId);
 
     /** Retries `check` for a moment: the kernel and the simulator's state file settle asynchronously. */
     async function settled(check: () => Promise<void>): Promise<void> {

@@ -3,7 +3,7 @@ import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { describeRoot } from './describe-root';
-import { FabricCluster, type ClusterNode } from './fabric-cluster';
+import { FabricCluster, STATIC_HYBRID, usualNodes, type ClusterNode } from './fabric-cluster';
 
 // The fabric cluster rig leaves nothing behind: every namespace it made and every daemon it started are
 // gone after teardown, and after a start that fails half-way (one daemon up, the next refusing its
@@ -38,13 +38,8 @@ describeRoot('fabric cluster rig (real daemons, real kernel)', function () {
 
   it('deletes every namespace it made and ends every daemon at teardown', async () => {
     const c = await FabricCluster.start({
-      source: 'static',
-      fabric: 'hybrid',
-      mtu: 1450,
-      nodes: [
-        { name: 'na', subnet: 1, host: 1, range: 1 },
-        { name: 'nc', subnet: 2, host: 3, range: 3 },
-      ],
+      ...STATIC_HYBRID,
+      nodes: usualNodes({ na: { range: 1 }, nc: { range: 3 } }),
       podsPerNode: 1,
     });
     const made = [
@@ -67,13 +62,8 @@ describeRoot('fabric cluster rig (real daemons, real kernel)', function () {
   it('leaves nothing behind when a daemon refuses to start, and says why', async () => {
     const prepared: ClusterNode[] = [];
     const failed = await FabricCluster.start({
-      source: 'static',
-      fabric: 'hybrid',
-      mtu: 1450,
-      nodes: [
-        { name: 'na', subnet: 1, host: 1, range: 1 },
-        { name: 'nc', subnet: 2, host: 3, range: 3, flags: () => ({ 'pod-cidr': 'not-a-range' }) },
-      ],
+      ...STATIC_HYBRID,
+      nodes: usualNodes({ na: { range: 1 }, nc: { range: 3, flags: () => ({ 'pod-cidr': 'not-a-range' }) } }),
       prepare: (n) => void prepared.push(n),
     }).then(
       () => undefined,

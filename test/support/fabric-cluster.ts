@@ -1,25 +1,30 @@
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { AttachResponse } from '../../proto/gen/workloadnet/v1/workload';
+import type { AttachResponse, StatusResponse } from '../../proto/gen/workloadnet/v1/workload';
 import {
   CLUSTER,
   FabricTopology,
   fabricRoutes,
   peersFileEntry,
   peersOf,
+  peersView,
   writePeersFile,
   type BareNode,
+  type PeersFileEntry,
 } from './fabric-topology';
+import { SimulatedDpu, type DpuSpec } from './simulated-dpu';
 import { EtcdCluster } from './etcd-cluster';
 import { StandInKubeApiServer } from './standin-kube-apiserver';
 import { attachRequest } from './attach-request';
 import { DaemonProcess, type DaemonProcessOptions } from './daemon-process';
+import { pings } from './ping';
 import { waitUntil } from './wait-until';
 
 // A fabric cluster of real daemons for the integration tests: node namespaces on the test underlay
 // (fabric-topology.ts), one daemon per node taking its ranges and peers from one source (a real etcd,
-// the stand-in Kubernetes API, or a peers file per node), and pods attached through each daemon's API.
+// the stand-in Kubernetes API, or a peers file per node), simulated DPUs for the nodes that run the DPU
+// backend (simulated-dpu.ts), and pods attached through each daemon's API.
 // Its own file because every fabric integration suite needs the same cluster and the same teardown;
 // written once, a suite says only what makes its cluster different.
 
@@ -35,6 +40,10 @@ export interface ClusterNodeSpec {
   range?: number;
   /** Daemon flags of this node's over the cluster's (given the cluster, e.g. for its etcd endpoints). */
   flags?: (cluster: FabricCluster) => Record<string, string>;
+  /** Simulated DPUs on the node's subnet: its daemon runs the DPU backend and serves them. */
+  dpus?: DpuSpec[];
+  /** false: a peer only, in the others' peers files, with no daemon of its own. */
+  daemon?: boolean;
 }
 
 export interface FabricClusterOptions {
@@ -55,6 +64,10 @@ export interface FabricClusterOptions {
   podsPerNode?: number;
   /** Runs for each node once its namespace exists, before any daemon starts (uplink MTU, sysctls). */
   prepare?: (node: ClusterNode) => void | Promise<void>;
+  /** More peers in every node's peers file, with the static source (a large peer table). */
+  peers?: PeersFileEntry[];
+  /** How long a daemon and its DPUs may take to come up (20 s and 10 s unless given). */
+  startTimeoutMs?: number;
 }
 
 export interface ClusterPod {
@@ -65,6 +78,9 @@ export interface ClusterPod {
   ips: string[];
   /** The MTU the Attach answer gave its interface. */
   mtu: number;
+  /** The workload id it was attached under, and the DPU it was attached behind. */
+  workload: string;
+  dpu?: string;
 }
 
 export interface ClusterNode extends BareNode {
@@ -77,8 +93,38 @@ export interface ClusterNode extends BareNode {
   peersFile?: string;
   /** The running daemon; undefined once stopped. */
   daemon?: DaemonProcess;
+  dpus: SimulatedDpu[];
   pods: ClusterPod[];
 }
+
+/** The usual places on the underlay: na and nb share subnet 1, nc sits behind the router on subnet 2. */
+const PLACES = {
+  na: { subnet: 1, host: 1 },
+  nb: { subnet: 1, host: 2 },
+  nc: { subnet: 2, host: 3 },
+} as const;
+
+/** Nodes at their usual places, each with what the suite adds (its range, its flags), in the order given. */
+export function usualNodes(
+  nodes: Partial<Record<keyof typeof PLACES, Omit<ClusterNodeSpec, 'name' | 'subnet' | 'host'>>>,
+): ClusterNodeSpec[] {
+  return Object.entries(nodes).map(([name, more]) => ({
+    name,
+    ...PLACES[name as keyof typeof PLACES],
+    ...more,
+  }));
+}
+
+/** The DPU suites' cluster: etcd, the overlay over VXLAN, pods at 1450, a short lease and grace. */
+export const ETCD_VXLAN = {
+  source: 'etcd',
+  fabric: 'vxlan',
+  mtu: 1450,
+  config: { fabric: { leaseTtlSeconds: 2, withdrawGraceSeconds: 10 } },
+} as const;
+
+/** The cluster most suites start from: peers files, hybrid mode, pods at 1450. */
+export const STATIC_HYBRID = { source: 'static', fabric: 'hybrid', mtu: 1450 } as const;
 
 /** How long teardown lets a daemon stop on SIGTERM before it kills it. */
 const STOP_GRACE_MS = 10_000;
@@ -122,11 +168,22 @@ export class FabricCluster {
     for (const spec of opts.nodes) {
       const bare = await this.topo.addBareNode(spec);
       const dir = path.join(this.root, spec.name);
-      this.nodes.push({ ...bare, range: spec.range, dir, api: path.join(dir, 'api.sock'), pods: [] });
+      const n: ClusterNode = {
+        ...bare,
+        range: spec.range,
+        dir,
+        api: path.join(dir, 'api.sock'),
+        dpus: [],
+        pods: [],
+      };
+      this.nodes.push(n);
+      for (const d of spec.dpus ?? []) await this.addDpu(n, d);
     }
     for (const n of this.nodes) this.publish(n);
     for (const n of this.nodes) await opts.prepare?.(n);
-    for (const n of this.nodes) await this.startDaemon(n);
+    for (const n of this.nodes) if (this.spec(n).daemon !== false) await this.startDaemon(n);
+    for (const n of this.nodes)
+      for (const d of n.dpus) await d.connect(undefined, undefined, opts.startTimeoutMs);
     for (const n of this.nodes)
       for (let i = 1; i <= (opts.podsPerNode ?? 0); i++)
         await this.attachPod(n, opts.podsPerNode === 1 ? 'pod' : `p${i}`);
@@ -146,6 +203,12 @@ export class FabricCluster {
         this.nodes.filter((o) => o !== n),
       );
     }
+  }
+
+  private spec(n: ClusterNode): ClusterNodeSpec {
+    const spec = this.opts.nodes.find((s) => s.name === n.name);
+    if (!spec) throw new Error(`no node ${n.name} in the cluster's options`);
+    return spec;
   }
 
   node(name: string): ClusterNode {
@@ -185,11 +248,11 @@ export class FabricCluster {
     } else {
       Object.assign(flags, { 'pod-cidr': podRange(n), 'peers-file': n.peersFile ?? '' });
     }
-    const spec = this.opts.nodes.find((s) => s.name === n.name);
+    if (n.dpus.length > 0) Object.assign(flags, { backend: 'dpu', 'agent-socket': n.dpus[0]?.socket ?? '' });
     return {
       dir: n.dir,
       netns,
-      flags: { ...flags, ...opts.flags, ...spec?.flags?.(this), ...over },
+      flags: { ...flags, ...opts.flags, ...this.spec(n).flags?.(this), ...over },
       args: [...args, ...(opts.args ?? [])],
     };
   }
@@ -197,8 +260,27 @@ export class FabricCluster {
   /** Starts a node's daemon (stopped or never started), with `flags` over its usual ones this time. */
   async startDaemon(n: ClusterNode, flags: Record<string, string> = {}): Promise<DaemonProcess> {
     if (n.daemon) throw new Error(`${n.name}'s daemon already runs`);
-    n.daemon = await DaemonProcess.start(this.daemonOptions(n, flags));
-    return n.daemon;
+    const within = this.opts.startTimeoutMs;
+    if (within === undefined) {
+      n.daemon = await DaemonProcess.start(this.daemonOptions(n, flags));
+      return n.daemon;
+    }
+    // Launched, and given longer than start's 20 s to answer past its start-up (a large peer table).
+    const d = (n.daemon = DaemonProcess.launch(this.daemonOptions(n, flags)));
+    await waitUntil(
+      async () => (await d.client.status({ omitFabricPeers: true })).reconcile !== undefined,
+      `${n.name}'s daemon answering past its start`,
+      within,
+      { intervalMs: 200, retryOnError: true },
+    );
+    return d;
+  }
+
+  /** Sends a signal to a node's daemon (SIGSTOP, SIGCONT: a debugger, the cgroup freezer). */
+  signal(n: ClusterNode, signal: NodeJS.Signals): void {
+    const pid = n.daemon?.child.pid;
+    if (pid === undefined) throw new Error(`${n.name} has no daemon running`);
+    process.kill(pid, signal);
   }
 
   /** Stops a node's daemon (SIGTERM unless told), and waits until it has exited. */
@@ -215,19 +297,21 @@ export class FabricCluster {
   }
 
   /**
-   * Attaches a pod through the node's daemon. With etcd or Kubernetes the daemon may not hold a range
-   * yet (a block claimed, a Node read): Attach is tried again until it answers. With a peers file the
-   * range is given at start, so the first answer counts.
+   * Attaches a pod through the node's daemon, behind `dpu` if given. With etcd or Kubernetes the daemon
+   * may not hold a range yet (a block claimed, a Node read), and a DPU may not have a slice yet: Attach
+   * is tried again until it answers. With a peers file and no DPU the range is given at start, so the
+   * first answer counts.
    */
-  async attachPod(n: ClusterNode, id = 'pod'): Promise<ClusterPod> {
+  async attachPod(n: ClusterNode, id = 'pod', dpu?: string): Promise<ClusterPod> {
     const ns = this.topo.pool.add(`${n.name}${id}`);
+    const workload = `${n.name}-${id}`;
     const attach = (): Promise<AttachResponse> => {
       const d = n.daemon;
       if (!d) throw new Error(`${n.name} has no daemon running`);
-      return d.client.call(d.client.raw.attach, attachRequest(`${n.name}-${id}`, ns.path));
+      return d.client.call(d.client.raw.attach, attachRequest(workload, ns.path, 'eth0', { dpu: dpu ?? '' }));
     };
     let res: AttachResponse | undefined;
-    if (this.opts.source === 'static') res = await attach();
+    if (this.opts.source === 'static' && n.dpus.length === 0) res = await attach();
     else
       await waitUntil(
         async () => {
@@ -235,18 +319,82 @@ export class FabricCluster {
           return true;
         },
         `${n.name} attaches pod ${id} once it holds a range`,
-        30_000,
+        60_000,
         { intervalMs: 200, retryOnError: true },
       );
     const ips = (res?.ips ?? []).map((x) => (x.cidr ?? '').split('/')[0] ?? '');
-    const pod: ClusterPod = { ns: ns.name, ip: ips[0] ?? '', ips, mtu: res?.interfaces[0]?.mtu ?? 0 };
+    const mtu = res?.interfaces[0]?.mtu ?? 0;
+    const pod: ClusterPod = { ns: ns.name, ip: ips[0] ?? '', ips, mtu, workload, dpu };
     n.pods.push(pod);
     return pod;
+  }
+
+  /** A node's Status, asked of its daemon. */
+  status(n: ClusterNode): Promise<StatusResponse> {
+    if (!n.daemon) throw new Error(`${n.name} has no daemon running`);
+    return n.daemon.client.status();
+  }
+
+  /** Waits until every node's daemon says its fabric is ready. */
+  async fabricReady(timeoutMs = 60_000): Promise<void> {
+    for (const n of this.nodes.filter((x) => x.daemon))
+      await waitUntil(
+        async () => (await this.status(n)).fabric?.ready === true,
+        `${n.name}'s fabric ready`,
+        timeoutMs,
+        {
+          intervalMs: 200,
+        },
+      );
+  }
+
+  /** Adds a DPU's namespace to a node's subnet; its simulator starts when the test says. */
+  async addDpu(n: ClusterNode, spec: DpuSpec): Promise<SimulatedDpu> {
+    const d = await SimulatedDpu.add(this.topo, this.spec(n).subnet, spec, n);
+    n.dpus.push(d);
+    return d;
+  }
+
+  /** A DPU of the cluster, by name. */
+  dpu(name: string): SimulatedDpu {
+    const d = this.nodes.flatMap((n) => n.dpus).find((x) => x.name === name);
+    if (!d) throw new Error(`no DPU ${name} in the cluster`);
+    return d;
   }
 
   /** The peers a node's daemon shows (`workloadnet peers --json`). */
   peersOf(n: ClusterNode): ReturnType<typeof peersOf> {
     return peersOf(n.api);
+  }
+
+  /** The whole of what `workloadnet peers --json` says on a node: its peers, warnings and counters. */
+  peersView(n: ClusterNode): ReturnType<typeof peersView> {
+    return peersView(n.api);
+  }
+
+  /** Waits until a node's namespace holds `count` of our fabric routes. */
+  async waitForRoutes(n: ClusterNode, count: number, timeoutMs = 30_000): Promise<void> {
+    await waitUntil(
+      async () => this.routes(n).length === count,
+      `${n.name} holds ${count} fabric routes`,
+      timeoutMs,
+      {
+        intervalMs: 200,
+      },
+    );
+  }
+
+  /** Every pair of nodes whose first pods do not answer each other's ping: `from → to`. */
+  async silentPairs(): Promise<string[]> {
+    const silent: string[] = [];
+    for (const from of this.nodes)
+      for (const to of this.nodes)
+        if (
+          from !== to &&
+          !(await pings(this.pod(from.name).ns, this.pod(to.name).ip, { count: 3, waitSeconds: 2 }))
+        )
+          silent.push(`${from.name} → ${to.name}`);
+    return silent;
   }
 
   /** Our fabric routes in a node's namespace, sorted. */
@@ -258,17 +406,19 @@ export class FabricCluster {
   writePeers(n: ClusterNode, others: ClusterNode[]): void {
     if (!n.peersFile)
       throw new Error(`${n.name} has no peers file: the cluster's source is ${this.opts.source}`);
-    writePeersFile(
-      n.peersFile,
-      others.map((o) => peersFileEntry(o.name, o.address, [podRange(o)])),
-    );
+    writePeersFile(n.peersFile, [
+      ...others.map((o) => peersFileEntry(o.name, o.address, [podRange(o)])),
+      ...(this.opts.peers ?? []),
+    ]);
   }
 
   /**
-   * Stops every daemon (killed if SIGTERM is not enough), deletes every namespace, stops the source and
-   * removes the cluster's directory. Each step runs whatever the one before did; twice is harmless.
+   * Kills every DPU's simulator, stops every daemon (killed if SIGTERM is not enough), deletes every
+   * namespace, stops the source and removes the cluster's directory. Each step runs whatever the one
+   * before did; twice is harmless.
    */
   async teardown(): Promise<void> {
+    await Promise.all(this.nodes.flatMap((n) => n.dpus.map((d) => d.stop())));
     await Promise.all(this.nodes.map((n) => stopWithin(n, STOP_GRACE_MS)));
     await this.topo.cleanup().catch(() => this.topo.pool.cleanup());
     await this.kube?.stop().catch(() => undefined);

@@ -247,12 +247,22 @@ export function fabricRoutes(ns: string): string[] {
     .sort();
 }
 
-/** The peers a daemon shows (`workloadnet peers --json`), asked on its API socket. */
-export function peersOf(
-  apiSocket: string,
-): Array<{ node: string; path: string; prefixes: string[]; withdrawnAt?: string }> {
+/** What a daemon says of its peers (`workloadnet peers --json`), asked on its API socket. */
+export interface PeersView {
+  peers: Array<{ node: string; path: string; prefixes: string[]; withdrawnAt?: string }>;
+  warnings: string[];
+  /** Packets the VXLAN source filter dropped, once the filter is in place. */
+  filteredPackets?: number;
+}
+
+export function peersView(apiSocket: string): PeersView {
   const out = execFileSync(process.execPath, [CLI, 'peers', '--json', '--socket', apiSocket], {
     encoding: 'utf8',
   });
-  return (JSON.parse(out) as { peers: ReturnType<typeof peersOf> }).peers;
+  return JSON.parse(out) as PeersView;
+}
+
+/** The peers a daemon shows (`workloadnet peers --json`), asked on its API socket. */
+export function peersOf(apiSocket: string): PeersView['peers'] {
+  return peersView(apiSocket).peers;
 }

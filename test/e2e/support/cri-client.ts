@@ -81,7 +81,6 @@ interface WirePodSandboxStatusResponse {
   status?: {
     id: string;
     state: PodSandboxState;
-    metadata?: WireMetadata;
     network?: { ip: string; additionalIps: { ip: string }[] };
   };
   info: Record<string, string>;
