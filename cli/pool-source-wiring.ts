@@ -15,12 +15,12 @@ export async function bindPoolSource(
     case 'static':
       return;
     case 'kubernetes': {
-      const { kubernetesPoolSourceModule } = await import('../pools/kubernetes/module');
+      const { kubernetesPoolSourceModule } = await import('../sources/kubernetes/module');
       container.load(kubernetesPoolSourceModule(config, logger));
       return;
     }
     case 'etcd': {
-      const { etcdPoolSourceModule } = await import('../pools/etcd/module');
+      const { etcdPoolSourceModule } = await import('../sources/etcd/module');
       container.load(etcdPoolSourceModule(config, logger));
       return;
     }

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
-import { blockLayout } from '../../pools/etcd/block-layout';
-import { PeerTable } from '../../pools/etcd/peer-table';
+import { blockLayout } from '../../../sources/etcd/block-layout';
+import { PeerTable } from '../../../sources/etcd/peer-table';
 
 // A node's DPUs own blocks in etcd (the block key names node and DPU): every other node routes each
 // block to the DPU its key names, whatever the node's record says, and refuses a record that gives

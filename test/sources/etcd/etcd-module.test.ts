@@ -1,14 +1,14 @@
 import { expect } from 'chai';
 import { Container } from 'inversify';
-import { DEFAULT_CONFIG } from '../../core/config';
-import { mergeConfig } from '../../core/daemon/config-check';
-import { WorkloadNetError } from '../../core/errors';
-import { PEER_SOURCE, type PeerSource } from '../../core/peer-source';
-import { POOL_SOURCE } from '../../core/ipam/pool-source';
-import { silentLogger } from '../../core/logger';
-import { EtcdPeerSource } from '../../pools/etcd/etcd-peer-source';
-import { BACKEND, type Backend, type BackendHealth } from '../../core/backend';
-import { connectedDpus, etcdPoolSourceModule } from '../../pools/etcd/module';
+import { DEFAULT_CONFIG } from '../../../core/config';
+import { mergeConfig } from '../../../core/daemon/config-check';
+import { WorkloadNetError } from '../../../core/errors';
+import { PEER_SOURCE, type PeerSource } from '../../../core/peer-source';
+import { POOL_SOURCE } from '../../../core/ipam/pool-source';
+import { silentLogger } from '../../../core/logger';
+import { EtcdPeerSource } from '../../../sources/etcd/etcd-peer-source';
+import { BACKEND, type Backend, type BackendHealth } from '../../../core/backend';
+import { connectedDpus, etcdPoolSourceModule } from '../../../sources/etcd/module';
 
 // With the etcd pool source, peers come from the same etcd: the module binds both, and building the
 // peer source connects nothing (only start() does).

@@ -1,6 +1,6 @@
 import type { Etcd3, Lease } from 'etcd3';
-import { aliveHolder, parseAliveHolder, sameDaemon } from '../../../pools/etcd/alive-key';
-import { BlockRegistry } from '../../../pools/etcd/block-registry';
+import { aliveHolder, parseAliveHolder, sameDaemon } from '../../../sources/etcd/alive-key';
+import { BlockRegistry } from '../../../sources/etcd/block-registry';
 
 // The node name's alive key as the etcd pool source holds it (alive-key.ts), for tests that run a peer
 // source without a pool source beside it: only the daemon the key names publishes the name's record.

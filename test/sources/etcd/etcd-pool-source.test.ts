@@ -5,10 +5,10 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import type { Etcd3 } from 'etcd3';
-import { BlockRegistry } from '../../pools/etcd/block-registry';
-import { CLI } from '../support/daemon-process';
-import { isRoot, NetnsSet } from '../support/netns';
-import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
+import { BlockRegistry } from '../../../sources/etcd/block-registry';
+import { CLI } from '../../support/daemon-process';
+import { isRoot, NetnsSet } from '../../support/netns';
+import { EtcdCluster, haveEtcd } from '../../support/etcd-cluster';
 import {
   attach,
   detach,
@@ -19,7 +19,7 @@ import {
   startEtcdNode,
   status,
   type PoolNode,
-} from './support/pool-nodes';
+} from '../support/pool-nodes';
 
 // The etcd pool source against a real 3-member etcd cluster (Debian's etcd-server) on the loopback of
 // a test-owned namespace, with real daemons as separate nodes, each programming its own node namespace

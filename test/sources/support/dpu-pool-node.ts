@@ -4,7 +4,7 @@ import { SliceBook } from '../../../core/ipam/slice-book';
 import { silentLogger } from '../../../core/logger';
 import { Metrics } from '../../../core/metrics';
 import { Store } from '../../../core/store/store';
-import { EtcdPoolSource, type EtcdPoolSourceOptions } from '../../../pools/etcd/etcd-pool-source';
+import { EtcdPoolSource, type EtcdPoolSourceOptions } from '../../../sources/etcd/etcd-pool-source';
 import type { EtcdCluster } from '../../support/etcd-cluster';
 
 // One node of the etcd pool source with DPUs, as the daemon wires it, without the daemon around it:

@@ -5,13 +5,13 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Etcd3 } from 'etcd3';
-import { BlockRegistry } from '../../pools/etcd/block-registry';
-import { CLI } from '../support/daemon-process';
-import { isRoot } from '../support/netns';
-import { waitUntil } from '../support/wait-until';
-import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
-import { inBlock } from './support/pool-nodes';
-import { DPU_PREFIX, DpuPoolNode, type DpuPoolNodeOptions } from './support/dpu-pool-node';
+import { BlockRegistry } from '../../../sources/etcd/block-registry';
+import { CLI } from '../../support/daemon-process';
+import { isRoot } from '../../support/netns';
+import { waitUntil } from '../../support/wait-until';
+import { EtcdCluster, haveEtcd } from '../../support/etcd-cluster';
+import { inBlock } from '../support/pool-nodes';
+import { DPU_PREFIX, DpuPoolNode, type DpuPoolNodeOptions } from '../support/dpu-pool-node';
 
 // Blocks follow live DPUs, against a real 3-member etcd: a DPU (agent id) not connected for the gone
 // grace gives back its blocks that hold no address, only connected DPUs are claimed blocks ahead, a

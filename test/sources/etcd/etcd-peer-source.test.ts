@@ -3,15 +3,15 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Etcd3 } from 'etcd3';
-import { silentLogger } from '../../core/logger';
-import { currentBootId } from '../../lib/boot-id';
-import type { NodeRecord, Peer } from '../../core/peer-source';
-import { BlockRegistry } from '../../pools/etcd/block-registry';
-import { EtcdPeerSource } from '../../pools/etcd/etcd-peer-source';
-import { isRoot } from '../support/netns';
-import { waitUntil } from '../support/wait-until';
-import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
-import { holdName, type HeldName } from './support/name-holder';
+import { silentLogger } from '../../../core/logger';
+import { currentBootId } from '../../../lib/boot-id';
+import type { NodeRecord, Peer } from '../../../core/peer-source';
+import { BlockRegistry } from '../../../sources/etcd/block-registry';
+import { EtcdPeerSource } from '../../../sources/etcd/etcd-peer-source';
+import { isRoot } from '../../support/netns';
+import { waitUntil } from '../../support/wait-until';
+import { EtcdCluster, haveEtcd } from '../../support/etcd-cluster';
+import { holdName, type HeldName } from '../support/name-holder';
 
 // The etcd peer source against a real 3-member etcd cluster: sources in this process act as nodes,
 // block ownership is written with the pool source's own registry, and members are killed, restarted

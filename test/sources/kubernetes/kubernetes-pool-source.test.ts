@@ -3,22 +3,22 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
-import { bindPoolSource } from '../../cli/pool-source-wiring';
-import { ApiClient } from '../../cli/api-client';
-import { BACKEND, type Backend } from '../../core/backend';
-import { DEFAULT_CONFIG, type ConfigOverrides } from '../../core/config';
-import { mergeConfig } from '../../core/daemon/config-check';
-import { createContainer } from '../../core/daemon/container';
-import { Daemon } from '../../core/daemon/daemon';
-import { silentLogger } from '../../core/logger';
-import { Metrics } from '../../core/metrics';
-import type { StatusResponse } from '../../proto/gen/workloadnet/v1/workload';
-import { NetnsSet } from '../support/netns';
-import { describeRoot } from '../support/describe-root';
-import { RecordingBackend } from '../support/recording-backend';
-import { eventually, grpcCode, inBlock } from './support/pool-nodes';
-import { StandInKubeApiServer } from '../support/standin-kube-apiserver';
-import { attachRequest } from '../support/attach-request';
+import { bindPoolSource } from '../../../cli/pool-source-wiring';
+import { ApiClient } from '../../../cli/api-client';
+import { BACKEND, type Backend } from '../../../core/backend';
+import { DEFAULT_CONFIG, type ConfigOverrides } from '../../../core/config';
+import { mergeConfig } from '../../../core/daemon/config-check';
+import { createContainer } from '../../../core/daemon/container';
+import { Daemon } from '../../../core/daemon/daemon';
+import { silentLogger } from '../../../core/logger';
+import { Metrics } from '../../../core/metrics';
+import type { StatusResponse } from '../../../proto/gen/workloadnet/v1/workload';
+import { NetnsSet } from '../../support/netns';
+import { describeRoot } from '../../support/describe-root';
+import { RecordingBackend } from '../../support/recording-backend';
+import { eventually, grpcCode, inBlock } from '../support/pool-nodes';
+import { StandInKubeApiServer } from '../../support/standin-kube-apiserver';
+import { attachRequest } from '../../support/attach-request';
 
 // The kubernetes pool source with the real @kubernetes/client-node against a stand-in API server
 // (HTTPS, test CA, bearer token; Node get/list/watch with field selector and resourceVersion, 410 on

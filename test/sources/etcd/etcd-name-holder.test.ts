@@ -3,19 +3,19 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Etcd3 } from 'etcd3';
-import type { NodeRecord } from '../../core/peer-source';
-import { IpAllocator } from '../../core/ipam/ip-allocator';
-import { silentLogger } from '../../core/logger';
-import { Metrics } from '../../core/metrics';
-import { Store } from '../../core/store/store';
-import { currentBootId } from '../../lib/boot-id';
-import { BlockRegistry } from '../../pools/etcd/block-registry';
-import { EtcdPeerSource } from '../../pools/etcd/etcd-peer-source';
-import { EtcdPoolSource } from '../../pools/etcd/etcd-pool-source';
-import { isRoot } from '../support/netns';
-import { rejection } from '../support/expect-error';
-import { waitUntil } from '../support/wait-until';
-import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
+import type { NodeRecord } from '../../../core/peer-source';
+import { IpAllocator } from '../../../core/ipam/ip-allocator';
+import { silentLogger } from '../../../core/logger';
+import { Metrics } from '../../../core/metrics';
+import { Store } from '../../../core/store/store';
+import { currentBootId } from '../../../lib/boot-id';
+import { BlockRegistry } from '../../../sources/etcd/block-registry';
+import { EtcdPeerSource } from '../../../sources/etcd/etcd-peer-source';
+import { EtcdPoolSource } from '../../../sources/etcd/etcd-pool-source';
+import { isRoot } from '../../support/netns';
+import { rejection } from '../../support/expect-error';
+import { waitUntil } from '../../support/wait-until';
+import { EtcdCluster, haveEtcd } from '../../support/etcd-cluster';
 
 // One holder per node name, for everything published under it: two daemons given one --node-name on
 // the same kernel boot (another namespace, its own state directory, so another store id) are told

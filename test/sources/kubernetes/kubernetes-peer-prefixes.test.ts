@@ -2,11 +2,11 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import type { NodeRecord } from '../../core/peer-source';
-import { silentLogger } from '../../core/logger';
-import { KubernetesPeerSource } from '../../pools/kubernetes/kubernetes-peer-source';
-import { waitUntil } from '../support/wait-until';
-import { StandInKubeApiServer } from '../support/standin-kube-apiserver';
+import type { NodeRecord } from '../../../core/peer-source';
+import { silentLogger } from '../../../core/logger';
+import { KubernetesPeerSource } from '../../../sources/kubernetes/kubernetes-peer-source';
+import { waitUntil } from '../../support/wait-until';
+import { StandInKubeApiServer } from '../../support/standin-kube-apiserver';
 
 // The Kubernetes peer source routes a Node's podCIDR only inside fabric.clusterCidrs, over no
 // InternalIP, no range of this node and no podCIDR another Node holds: the incumbent keeps it, the

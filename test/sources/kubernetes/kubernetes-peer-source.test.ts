@@ -3,16 +3,16 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { Container } from 'inversify';
-import { DEFAULT_CONFIG } from '../../core/config';
-import { mergeConfig } from '../../core/daemon/config-check';
-import { PEER_SOURCE, type NodeRecord, type Peer, type PeerSource } from '../../core/peer-source';
-import { POOL_SOURCE } from '../../core/ipam/pool-source';
-import { silentLogger } from '../../core/logger';
-import { FABRIC_ANNOTATION, encodeAnnotation } from '../../pools/kubernetes/fabric-annotation';
-import { KubernetesPeerSource } from '../../pools/kubernetes/kubernetes-peer-source';
-import { kubernetesPoolSourceModule } from '../../pools/kubernetes/module';
-import { waitUntil } from '../support/wait-until';
-import { StandInKubeApiServer } from '../support/standin-kube-apiserver';
+import { DEFAULT_CONFIG } from '../../../core/config';
+import { mergeConfig } from '../../../core/daemon/config-check';
+import { PEER_SOURCE, type NodeRecord, type Peer, type PeerSource } from '../../../core/peer-source';
+import { POOL_SOURCE } from '../../../core/ipam/pool-source';
+import { silentLogger } from '../../../core/logger';
+import { FABRIC_ANNOTATION, encodeAnnotation } from '../../../sources/kubernetes/fabric-annotation';
+import { KubernetesPeerSource } from '../../../sources/kubernetes/kubernetes-peer-source';
+import { kubernetesPoolSourceModule } from '../../../sources/kubernetes/module';
+import { waitUntil } from '../../support/wait-until';
+import { StandInKubeApiServer } from '../../support/standin-kube-apiserver';
 
 // The Kubernetes peer source with the real @kubernetes/client-node against the stand-in API server
 // (real HTTPS, a list of all Nodes, a watch from its resourceVersion, 410 on expired versions, merge

@@ -1,6 +1,6 @@
 import { expect } from 'chai';
-import { blockLayout } from '../../pools/etcd/block-layout';
-import { PeerTable } from '../../pools/etcd/peer-table';
+import { blockLayout } from '../../../sources/etcd/block-layout';
+import { PeerTable } from '../../../sources/etcd/peer-table';
 
 // The peer table works out only the nodes a change touches: whatever the order of changes, it must
 // end where a table built from the final keys in one go ends.

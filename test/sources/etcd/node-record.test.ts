@@ -1,6 +1,6 @@
 import { expect } from 'chai';
-import { decodeRecord, encodeRecord, MAX_RECORD_ENDPOINTS } from '../../pools/etcd/node-record';
-import type { NodeRecord } from '../../core/peer-source';
+import { decodeRecord, encodeRecord, MAX_RECORD_ENDPOINTS } from '../../../sources/etcd/node-record';
+import type { NodeRecord } from '../../../core/peer-source';
 
 // Node records are other nodes' words: everything that could not be programmed is refused as a whole,
 // with what is wrong in the message.

@@ -4,11 +4,11 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Etcd3 } from 'etcd3';
-import { claimBlock } from '../../pools/etcd/block-claimer';
-import { blockAt, blockIndex, blockLayout, type BlockLayout } from '../../pools/etcd/block-layout';
-import { BlockRegistry } from '../../pools/etcd/block-registry';
-import { isRoot } from '../support/netns';
-import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
+import { claimBlock } from '../../../sources/etcd/block-claimer';
+import { blockAt, blockIndex, blockLayout, type BlockLayout } from '../../../sources/etcd/block-layout';
+import { BlockRegistry } from '../../../sources/etcd/block-registry';
+import { isRoot } from '../../support/netns';
+import { EtcdCluster, haveEtcd } from '../../support/etcd-cluster';
 
 // The block claim logic run against a plain model of ownership (block → node), on a real 3-member etcd
 // cluster: random sequences of claims, releases and concurrent claims by several nodes. After every

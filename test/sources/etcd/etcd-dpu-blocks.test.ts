@@ -4,14 +4,14 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Etcd3 } from 'etcd3';
-import { BlockRegistry } from '../../pools/etcd/block-registry';
-import { CLI } from '../support/daemon-process';
-import { isRoot } from '../support/netns';
-import { rejection } from '../support/expect-error';
-import { waitUntil } from '../support/wait-until';
-import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
-import { inBlock } from './support/pool-nodes';
-import { DPU_PREFIX, DpuPoolNode as Node, type DpuPoolNodeOptions } from './support/dpu-pool-node';
+import { BlockRegistry } from '../../../sources/etcd/block-registry';
+import { CLI } from '../../support/daemon-process';
+import { isRoot } from '../../support/netns';
+import { rejection } from '../../support/expect-error';
+import { waitUntil } from '../../support/wait-until';
+import { EtcdCluster, haveEtcd } from '../../support/etcd-cluster';
+import { inBlock } from '../support/pool-nodes';
+import { DPU_PREFIX, DpuPoolNode as Node, type DpuPoolNodeOptions } from '../support/dpu-pool-node';
 
 // Blocks per DPU against a real 3-member etcd: the etcd pool source, the allocator and the slice book
 // of one node as the daemon wires them, without the daemon around them. Each DPU claims blocks of its

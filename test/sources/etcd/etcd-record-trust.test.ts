@@ -3,16 +3,16 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { Etcd3 } from 'etcd3';
-import { peerAddresses } from '../../backends/linux/fabric/vxlan-filter-script';
-import type { NodeRecord, TunnelEndpoint } from '../../core/peer-source';
-import { silentLogger } from '../../core/logger';
-import { currentBootId } from '../../lib/boot-id';
-import { BlockRegistry } from '../../pools/etcd/block-registry';
-import { EtcdPeerSource } from '../../pools/etcd/etcd-peer-source';
-import { isRoot } from '../support/netns';
-import { waitUntil } from '../support/wait-until';
-import { EtcdCluster, haveEtcd } from '../support/etcd-cluster';
-import { holdName, type HeldName } from './support/name-holder';
+import { peerAddresses } from '../../../backends/linux/fabric/vxlan-filter-script';
+import type { NodeRecord, TunnelEndpoint } from '../../../core/peer-source';
+import { silentLogger } from '../../../core/logger';
+import { currentBootId } from '../../../lib/boot-id';
+import { BlockRegistry } from '../../../sources/etcd/block-registry';
+import { EtcdPeerSource } from '../../../sources/etcd/etcd-peer-source';
+import { isRoot } from '../../support/netns';
+import { waitUntil } from '../../support/wait-until';
+import { EtcdCluster, haveEtcd } from '../../support/etcd-cluster';
+import { holdName, type HeldName } from '../support/name-holder';
 
 // Records count only as daemons write them, on a real 3-member etcd: one without a lease (a person's,
 // an impostor's) is never routed, and the live node whose key it took writes its own back over it; a

@@ -6,8 +6,8 @@ import { mergeConfig } from '../../core/daemon/config-check';
 import { WorkloadNetError } from '../../core/errors';
 import { IpAllocator } from '../../core/ipam/ip-allocator';
 import { silentLogger } from '../../core/logger';
-import { KubernetesPoolSource } from '../../pools/kubernetes/kubernetes-pool-source';
-import { blockAt, blockIndex, blockLayout, reservedInBlock } from '../../pools/etcd/block-layout';
+import { KubernetesPoolSource } from '../../sources/kubernetes/kubernetes-pool-source';
+import { blockAt, blockIndex, blockLayout, reservedInBlock } from '../../sources/etcd/block-layout';
 import { CLI } from '../support/daemon-process';
 
 // Configuration of the pool sources: defaults that change nothing, and bad input refused with a

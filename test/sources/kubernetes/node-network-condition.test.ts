@@ -2,10 +2,10 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { silentLogger } from '../../core/logger';
-import { CONDITION_REASON, NodeNetworkCondition } from '../../pools/kubernetes/node-network-condition';
-import { StandInKubeApiServer } from '../support/standin-kube-apiserver';
-import { waitUntil } from '../support/wait-until';
+import { silentLogger } from '../../../core/logger';
+import { CONDITION_REASON, NodeNetworkCondition } from '../../../sources/kubernetes/node-network-condition';
+import { StandInKubeApiServer } from '../../support/standin-kube-apiserver';
+import { waitUntil } from '../../support/wait-until';
 
 // The Node's NetworkUnavailable condition against the stand-in API server: cleared once the daemon is
 // ready, merged by type (the kubelet's conditions stay), written once per run, retried after a backoff.
