@@ -22,6 +22,7 @@ import { claimBlock } from '../../sources/etcd/block-claimer';
 import { blockLayout } from '../../sources/etcd/block-layout';
 import { BlockRegistry } from '../../sources/etcd/block-registry';
 import { EtcdPoolSource } from '../../sources/etcd/etcd-pool-source';
+import { staticPoolSourceModule } from '../../sources/static/module';
 import { NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
 import { EtcdCluster } from '../support/etcd-cluster';
@@ -56,6 +57,7 @@ async function startDaemon(
   const metrics = new Metrics();
   const container = createContainer(config, silentLogger(), metrics);
   container.bind<Backend>(BACKEND).toConstantValue(new RecordingBackend());
+  container.load(staticPoolSourceModule(config, silentLogger()));
   if (source)
     container
       .rebind<PoolSource>(POOL_SOURCE)

@@ -1,7 +1,7 @@
 import { formatAddress, parseAddress, parseCidr } from '../../lib/cidr';
-import { invalidArgument, type WorkloadNetError } from '../errors';
-import { decodeEndpoints, vouchedEndpoints } from './endpoint-fields';
-import type { Peer } from '../peer-source';
+import { invalidArgument, type WorkloadNetError } from '../../core/errors';
+import { decodeEndpoints, vouchedEndpoints } from '../../core/fabric/endpoint-fields';
+import type { Peer } from '../../core/peer-source';
 import { scanPeersList } from './peers-list-scan';
 
 // The static peer source's file (--peers-file): {"peers":[{"node","underlay","mtu","vtep","prefixes",

@@ -3,7 +3,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import type { NodeRecord } from '../../../core/peer-source';
-import { StaticPeerSource, type StaticPeerSourceOptions } from '../../../core/fabric/static-peer-source';
+import { StaticPeerSource, type StaticPeerSourceOptions } from '../../../sources/static/static-peer-source';
 import { silentLogger } from '../../../core/logger';
 
 // The static peer source routes an entry's prefix only inside the cluster ranges, over no underlay

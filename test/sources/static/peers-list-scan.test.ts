@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { scanPeersList } from '../../../core/fabric/peers-list-scan';
+import { scanPeersList } from '../../../sources/static/peers-list-scan';
 
 // The scan that finds a peers file's entries without parsing it: each range it gives must be exactly
 // one entry's text, and anything not of the file's plain shape must give undefined (the file is then

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { PeersFileReader } from '../../../core/fabric/peers-file';
+import { PeersFileReader } from '../../../sources/static/peers-file';
 import type { Peer } from '../../../core/peer-source';
 import { SeededRandom } from '../../support/seeded-random';
 

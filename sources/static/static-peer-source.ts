@@ -1,12 +1,12 @@
 import { SerialRun } from '../../lib/serial-run';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
-import type { Logger } from '../logger';
-import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from '../peer-source';
-import { vouchedEndpoints } from './endpoint-fields';
+import type { Logger } from '../../core/logger';
+import type { NodeRecord, Peer, PeerSource, PeerSourceStatus } from '../../core/peer-source';
+import { vouchedEndpoints } from '../../core/fabric/endpoint-fields';
 import { PeersFileReader, type PeersFileRejection } from './peers-file';
-import { samePeer } from './peer-shape';
-import { PrefixLedger, type PrefixClaim, type Settled } from './prefix-ledger';
+import { samePeer } from '../../core/fabric/peer-shape';
+import { PrefixLedger, type PrefixClaim, type Settled } from '../../core/fabric/prefix-ledger';
 
 // The peer source of a node without a cluster store: the peers a file lists (--peers-file), or none.
 // The file is read again when it changes: fs.watch on its directory (editors and config managers

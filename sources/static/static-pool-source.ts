@@ -1,10 +1,10 @@
-import type { IpAllocator } from './ip-allocator';
-import type { PoolSource } from './pool-source';
-import type { PoolSourceStatus } from '../workload-service';
+import type { IpAllocator } from '../../core/ipam/ip-allocator';
+import type { PoolSource } from '../../core/ipam/pool-source';
+import type { PoolSourceStatus } from '../../core/workload-service';
 
 // The configured podCidrs, as every node had them before pool sources existed. The allocator is built
-// with those pools (core/daemon/container.ts), so this source has nothing to add and nothing to wait for; it
-// lives in core because it is that small and because it is the default.
+// with those pools (core/daemon/container.ts), so this source has nothing to add and nothing to wait
+// for. It is the default network's source unless another is configured, and every other network's.
 
 export class StaticPoolSource implements PoolSource {
   readonly kind = 'static';

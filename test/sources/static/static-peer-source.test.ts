@@ -2,9 +2,9 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { PeersFileReader, parsePeersFile, readPeersFile } from '../../../core/fabric/peers-file';
+import { PeersFileReader, parsePeersFile, readPeersFile } from '../../../sources/static/peers-file';
 import type { NodeRecord } from '../../../core/peer-source';
-import { StaticPeerSource } from '../../../core/fabric/static-peer-source';
+import { StaticPeerSource } from '../../../sources/static/static-peer-source';
 import { silentLogger } from '../../../core/logger';
 import { until } from '../../support/recording-fabric-dataplane';
 
