@@ -9,20 +9,14 @@ import { silentLogger } from '../../core/logger';
 import { KubernetesPoolSource } from '../../sources/kubernetes/kubernetes-pool-source';
 import { blockAt, blockIndex, blockLayout, reservedInBlock } from '../../sources/etcd/block-layout';
 import { CLI } from '../support/daemon-process';
+import { expectError } from '../support/expect-error';
 
 // Configuration of the pool sources: defaults that change nothing, and bad input refused with a
 // message that says what to fix.
 
 function rejects(overrides: ConfigOverrides, message: RegExp): void {
-  let err: unknown;
-  try {
-    mergeConfig(DEFAULT_CONFIG, overrides);
-  } catch (e) {
-    err = e;
-  }
+  const err = expectError(() => mergeConfig(DEFAULT_CONFIG, overrides), 'INVALID_ARGUMENT', message);
   expect(err).to.be.instanceOf(WorkloadNetError);
-  expect((err as WorkloadNetError).code).to.equal('INVALID_ARGUMENT');
-  expect((err as Error).message).to.match(message);
 }
 
 const etcd = (e: ConfigOverrides['etcd']): ConfigOverrides => ({

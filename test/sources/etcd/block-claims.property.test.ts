@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { describeEtcd } from '../support/etcd-suite';
 import * as fc from 'fast-check';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -7,15 +8,13 @@ import type { Etcd3 } from 'etcd3';
 import { claimBlock } from '../../../sources/etcd/block-claimer';
 import { blockAt, blockIndex, blockLayout, type BlockLayout } from '../../../sources/etcd/block-layout';
 import { BlockRegistry } from '../../../sources/etcd/block-registry';
-import { isRoot } from '../../support/netns';
-import { EtcdCluster, haveEtcd } from '../../support/etcd-cluster';
+import { EtcdCluster } from '../../support/etcd-cluster';
 
 // The block claim logic run against a plain model of ownership (block → node), on a real 3-member etcd
 // cluster: random sequences of claims, releases and concurrent claims by several nodes. After every
 // step etcd's keys must equal the model, a claim must return a block that was free, concurrent claims
 // must never return one block twice, and "full" must mean every block is owned.
 
-const describeEtcd = isRoot && haveEtcd ? describe : describe.skip;
 const NODES = ['n1', 'n2', 'n3', 'n4'];
 
 interface Model {

@@ -1,108 +1,70 @@
 import { expect } from 'chai';
-import { spawnSync } from 'node:child_process';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
-import type { Etcd3 } from 'etcd3';
-import { BlockRegistry } from '../../../sources/etcd/block-registry';
-import { CLI } from '../../support/daemon-process';
-import { isRoot } from '../../support/netns';
+import { describeEtcd } from '../support/etcd-suite';
 import { rejection } from '../../support/expect-error';
 import { waitUntil } from '../../support/wait-until';
-import { EtcdCluster, haveEtcd } from '../../support/etcd-cluster';
 import { inBlock } from '../support/pool-nodes';
 import { DPU_PREFIX, DpuPoolNode as Node, type DpuPoolNodeOptions } from '../support/dpu-pool-node';
+import { dpuSuite } from '../support/dpu-suite';
 
 // Blocks per DPU against a real 3-member etcd: the etcd pool source, the allocator and the slice book
 // of one node as the daemon wires them, without the daemon around them. Each DPU claims blocks of its
 // own (the key names node and DPU), its ports are addressed from them, a full block gets it another,
 // and empty ones go back by the rules of a node's blocks, never with an address in use.
 
-const describeEtcd = isRoot && haveEtcd ? describe : describe.skip;
 const PREFIX = DPU_PREFIX;
 
 describeEtcd('etcd blocks per DPU (real 3-member etcd cluster)', function () {
   this.timeout(120_000);
-  let root: string;
-  let etcd: EtcdCluster;
-  let client: Etcd3;
-  let registry: BlockRegistry;
-  let run = 0;
-  const nodes: Node[] = [];
-
-  before(async () => {
-    root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-dpublocks-'));
-    etcd = await EtcdCluster.start(path.join(root, 'etcd'), 3, 'wn-dpublk-');
-    client = etcd.client();
-    registry = new BlockRegistry(client, PREFIX);
-  });
-
-  afterEach(async () => {
-    for (const n of nodes.splice(0)) await n.stop().catch(() => undefined);
-    await client.delete().prefix(`${PREFIX}/`);
-  });
-
-  after(async () => {
-    client?.close();
-    await etcd?.stop();
-    if (root) fs.rmSync(root, { recursive: true, force: true });
-  });
+  const suite = dpuSuite('wn-dpublk-');
 
   async function node(
     name: string,
     opts: DpuPoolNodeOptions,
     dpus: string[],
-    dir = path.join(root, `${name}-${run++}`),
+    dir = suite.dir(name),
   ): Promise<Node> {
-    const n = new Node(name, dir, etcd, opts);
-    nodes.push(n);
+    const n = new Node(name, dir, suite.etcd, opts);
+    suite.nodes.push(n);
     return n.start(dpus);
   }
 
-  /** The raw value of each block key, by block. */
-  async function values(): Promise<Record<string, string>> {
-    const all = await client.namespace(`${PREFIX}/`).getAll().prefix('blocks/').strings();
-    return Object.fromEntries(
-      Object.entries(all).map(([k, v]) => [k.slice('blocks/'.length).replace('-', '/'), v]),
-    );
-  }
+  /** Waits until DPUs d0 and d1 of `n` have claimed a first block each. */
+  const firstBlocks = (n: Node, what = 'a block per DPU'): Promise<void> =>
+    waitUntil(async () => n.pools('d0').length === 1 && n.pools('d1').length === 1, what, 30_000, {
+      intervalMs: 50,
+    });
 
   it('keeps a plain node name as a node block and an endpoint in JSON, and releases only the exact owner', async () => {
-    expect(await registry.create('10.99.0.0/26', 'n1')).to.equal(true);
-    expect(await registry.create('10.99.0.64/26', { node: 'n1', endpoint: 'dpu-a' })).to.equal(true);
-    expect(await registry.create('10.99.0.64/26', { node: 'n1', endpoint: 'dpu-b' }), 'taken').to.equal(
+    expect(await suite.registry.create('10.99.0.0/26', 'n1')).to.equal(true);
+    expect(await suite.registry.create('10.99.0.64/26', { node: 'n1', endpoint: 'dpu-a' })).to.equal(true);
+    expect(await suite.registry.create('10.99.0.64/26', { node: 'n1', endpoint: 'dpu-b' }), 'taken').to.equal(
       false,
     );
-    expect(await values()).to.deep.equal({
+    expect(await suite.values()).to.deep.equal({
       '10.99.0.0/26': 'n1',
       '10.99.0.64/26': '{"node":"n1","endpoint":"dpu-a"}',
     });
-    expect(Object.fromEntries(await registry.affinities())).to.deep.equal({
+    expect(Object.fromEntries(await suite.registry.affinities())).to.deep.equal({
       '10.99.0.0/26': { node: 'n1' },
       '10.99.0.64/26': { node: 'n1', endpoint: 'dpu-a' },
     });
     // Readers that know only nodes (cluster blocks, release-node) still see the node.
-    expect(Object.fromEntries(await registry.blocks())).to.deep.equal({
+    expect(Object.fromEntries(await suite.registry.blocks())).to.deep.equal({
       '10.99.0.0/26': 'n1',
       '10.99.0.64/26': 'n1',
     });
-    expect(await registry.release('10.99.0.64/26', 'n1'), 'the node is not the DPU').to.equal(false);
-    expect(await registry.release('10.99.0.64/26', { node: 'n1', endpoint: 'dpu-b' })).to.equal(false);
-    expect(await registry.release('10.99.0.64/26', { node: 'n1', endpoint: 'dpu-a' })).to.equal(true);
-    expect(await registry.release('10.99.0.0/26', { node: 'n1', endpoint: 'dpu-a' })).to.equal(false);
-    expect(await registry.release('10.99.0.0/26', 'n1')).to.equal(true);
+    expect(await suite.registry.release('10.99.0.64/26', 'n1'), 'the node is not the DPU').to.equal(false);
+    expect(await suite.registry.release('10.99.0.64/26', { node: 'n1', endpoint: 'dpu-b' })).to.equal(false);
+    expect(await suite.registry.release('10.99.0.64/26', { node: 'n1', endpoint: 'dpu-a' })).to.equal(true);
+    expect(await suite.registry.release('10.99.0.0/26', { node: 'n1', endpoint: 'dpu-a' })).to.equal(false);
+    expect(await suite.registry.release('10.99.0.0/26', 'n1')).to.equal(true);
   });
 
   it("claims a first block for each DPU and addresses each port from its DPU's blocks", async () => {
     const n = await node('n1', { cluster: '10.98.0.0/24', blockSize: 28 }, ['d0', 'd1']);
-    await waitUntil(
-      async () => n.pools('d0').length === 1 && n.pools('d1').length === 1,
-      'a block claimed ahead for each DPU',
-      30_000,
-      { intervalMs: 50 },
-    );
+    await firstBlocks(n, 'a block claimed ahead for each DPU');
     expect(n.pools(undefined), 'no block of the node itself').to.deep.equal([]);
-    const v = await values();
+    const v = await suite.values();
     expect(JSON.parse(v[n.pools('d0')[0]!]!)).to.deep.equal({ node: 'n1', endpoint: 'd0' });
     expect(JSON.parse(v[n.pools('d1')[0]!]!)).to.deep.equal({ node: 'n1', endpoint: 'd1' });
     for (let i = 0; i < 3; i++) {
@@ -132,7 +94,7 @@ describeEtcd('etcd blocks per DPU (real 3-member etcd cluster)', function () {
         `${a} in d0's blocks`,
       ).to.equal(true);
     expect(n.book.borrowed, 'nothing borrowed').to.equal(0);
-    const v = await values();
+    const v = await suite.values();
     for (const b of mine) expect(JSON.parse(v[b]!), b).to.deep.equal({ node: 'n1', endpoint: 'd0' });
     expect(n.pools('d1'), "d1's blocks untouched").to.have.length(1);
     expect(mine).to.include(first);
@@ -141,28 +103,18 @@ describeEtcd('etcd blocks per DPU (real 3-member etcd cluster)', function () {
   it('borrows a /32 only when no block is left, and refuses under strict slices', async () => {
     // Two /28 blocks: one per DPU, nothing left to claim.
     const n = await node('n1', { cluster: '10.97.0.0/27', blockSize: 28 }, ['d0', 'd1']);
-    await waitUntil(
-      async () => n.pools('d0').length === 1 && n.pools('d1').length === 1,
-      'a block per DPU',
-      30_000,
-      { intervalMs: 50 },
-    );
+    await firstBlocks(n);
     for (let i = 0; i < 15; i++) await n.attach('d0');
     const extra = await n.attach('d0');
     expect(inBlock(extra.address, n.pools('d1')[0]!), "borrowed from d1's block").to.equal(true);
     expect(n.book.borrowed).to.equal(1);
     expect(n.book.own().byEndpoint.get('d0')).to.deep.equal([...n.pools('d0'), `${extra.address}/32`]);
     await n.stop();
-    nodes.splice(nodes.indexOf(n), 1);
-    await client.delete().prefix(`${PREFIX}/`);
+    suite.nodes.splice(suite.nodes.indexOf(n), 1);
+    await suite.client.delete().prefix(`${PREFIX}/`);
 
     const s = await node('n2', { cluster: '10.97.0.0/27', blockSize: 28, strict: true }, ['d0', 'd1']);
-    await waitUntil(
-      async () => s.pools('d0').length === 1 && s.pools('d1').length === 1,
-      'a block per DPU',
-      30_000,
-      { intervalMs: 50 },
-    );
+    await firstBlocks(s);
     for (let i = 0; i < 15; i++) await s.attach('d0');
     const err = await rejection(s.attach('d0'));
     expect(err.code).to.equal('RESOURCE_EXHAUSTED');
@@ -172,22 +124,17 @@ describeEtcd('etcd blocks per DPU (real 3-member etcd cluster)', function () {
   });
 
   it("serves each DPU's blocks again after a restart, from the local store with etcd's agreement", async () => {
-    const dir = path.join(root, `restart-${run++}`);
+    const dir = suite.dir('restart');
     const opts = { cluster: '10.98.0.0/24', blockSize: 28 };
     let n = await node('n1', opts, ['d0', 'd1'], dir);
-    await waitUntil(
-      async () => n.pools('d0').length === 1 && n.pools('d1').length === 1,
-      'a block per DPU',
-      30_000,
-      { intervalMs: 50 },
-    );
+    await firstBlocks(n);
     const a = await n.attach('d0');
     const before = { d0: n.pools('d0'), d1: n.pools('d1') };
     await n.stop();
-    nodes.splice(nodes.indexOf(n), 1);
+    suite.nodes.splice(suite.nodes.indexOf(n), 1);
     // Restarted with no DPU listed yet: the blocks come back with their DPUs from the store at once.
-    n = new Node('n1', dir, etcd, opts);
-    nodes.push(n);
+    n = new Node('n1', dir, suite.etcd, opts);
+    suite.nodes.push(n);
     await n.supply.start();
     expect({ d0: n.pools('d0'), d1: n.pools('d1') }).to.deep.equal(before);
     await n.book.load([]);
@@ -200,18 +147,10 @@ describeEtcd('etcd blocks per DPU (real 3-member etcd cluster)', function () {
   });
 
   it("release-node gives back a dead node's DPU blocks with its own, and cluster blocks names the DPU", async () => {
-    await registry.create('10.99.0.0/26', 'gone');
-    await registry.create('10.99.0.64/26', { node: 'gone', endpoint: 'g-d0' });
-    await registry.create('10.99.0.128/26', { node: 'other', endpoint: 'o-d0' });
-    const cli = (...args: string[]): { code: number; stdout: string; stderr: string } => {
-      const r = spawnSync(
-        process.execPath,
-        [CLI, 'cluster', ...args, '--etcd-endpoints', etcd.localEndpoints.join(',')],
-        { encoding: 'utf8' },
-      );
-      return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
-    };
-    const listed = cli('blocks', '--json');
+    await suite.registry.create('10.99.0.0/26', 'gone');
+    await suite.registry.create('10.99.0.64/26', { node: 'gone', endpoint: 'g-d0' });
+    await suite.registry.create('10.99.0.128/26', { node: 'other', endpoint: 'o-d0' });
+    const listed = suite.cli('blocks', '--json');
     expect(listed.code, listed.stderr).to.equal(0);
     expect((JSON.parse(listed.stdout) as { blocks: unknown[] }).blocks).to.deep.include({
       block: '10.99.0.64/26',
@@ -219,13 +158,13 @@ describeEtcd('etcd blocks per DPU (real 3-member etcd cluster)', function () {
       endpoint: 'g-d0',
       nodeAlive: false,
     });
-    const r = cli('release-node', 'gone', '--json');
+    const r = suite.cli('release-node', 'gone', '--json');
     expect(r.code, r.stderr).to.equal(0);
     expect((JSON.parse(r.stdout) as { released: string[] }).released.sort()).to.deep.equal([
       '10.99.0.0/26',
       '10.99.0.64/26',
     ]);
-    expect(await values()).to.deep.equal({ '10.99.0.128/26': '{"node":"other","endpoint":"o-d0"}' });
+    expect(await suite.values()).to.deep.equal({ '10.99.0.128/26': '{"node":"other","endpoint":"o-d0"}' });
   });
 
   it("gives a DPU's empty block back after the grace, keeps its last, and never one with an address in use", async () => {
@@ -240,7 +179,7 @@ describeEtcd('etcd blocks per DPU (real 3-member etcd cluster)', function () {
     const live = held.find((h) => inBlock(h.address, first))!;
     for (const h of held) if (h !== live) n.detach(h.key);
     await waitUntil(
-      async () => JSON.stringify(Object.keys(await values())) === JSON.stringify([first]),
+      async () => JSON.stringify(Object.keys(await suite.values())) === JSON.stringify([first]),
       "d0's empty block given back",
       30_000,
       { intervalMs: 100 },
@@ -250,6 +189,6 @@ describeEtcd('etcd blocks per DPU (real 3-member etcd cluster)', function () {
     // Empty now, but d0's last block: kept.
     n.detach(live.key);
     await new Promise((r) => setTimeout(r, 1000));
-    expect(Object.keys(await values()), "d0's last block is kept").to.have.length(1);
+    expect(Object.keys(await suite.values()), "d0's last block is kept").to.have.length(1);
   });
 });

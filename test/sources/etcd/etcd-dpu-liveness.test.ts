@@ -1,62 +1,31 @@
 import { expect } from 'chai';
-import { spawnSync } from 'node:child_process';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
+import { describeEtcd } from '../support/etcd-suite';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Etcd3 } from 'etcd3';
-import { BlockRegistry } from '../../../sources/etcd/block-registry';
-import { CLI } from '../../support/daemon-process';
-import { isRoot } from '../../support/netns';
 import { waitUntil } from '../../support/wait-until';
-import { EtcdCluster, haveEtcd } from '../../support/etcd-cluster';
 import { inBlock } from '../support/pool-nodes';
-import { DPU_PREFIX, DpuPoolNode, type DpuPoolNodeOptions } from '../support/dpu-pool-node';
+import { DpuPoolNode, type DpuPoolNodeOptions } from '../support/dpu-pool-node';
+import { dpuSuite } from '../support/dpu-suite';
 
 // Blocks follow live DPUs, against a real 3-member etcd: a DPU (agent id) not connected for the gone
 // grace gives back its blocks that hold no address, only connected DPUs are claimed blocks ahead, a
 // node's DPU identities holding blocks are bounded, and an operator can give back one DPU's blocks.
 // Which agents are connected is what the DPU backend's health says; here the test says it.
 
-const describeEtcd = isRoot && haveEtcd ? describe : describe.skip;
 const GONE_MS = 1500;
 
 describeEtcd('etcd blocks follow live DPUs (real 3-member etcd cluster)', function () {
   this.timeout(120_000);
-  let root: string;
-  let etcd: EtcdCluster;
-  let client: Etcd3;
-  let registry: BlockRegistry;
-  let run = 0;
-  const nodes: DpuPoolNode[] = [];
+  const suite = dpuSuite('wn-dpulive-');
   /** The DPU agents connected now, as the backend would list them. */
   let connected: Set<string>;
-
-  before(async () => {
-    root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-dpulive-'));
-    etcd = await EtcdCluster.start(path.join(root, 'etcd'), 3, 'wn-dpulive-');
-    client = etcd.client();
-    registry = new BlockRegistry(client, DPU_PREFIX);
-  });
 
   beforeEach(() => {
     connected = new Set();
   });
 
-  afterEach(async () => {
-    for (const n of nodes.splice(0)) await n.stop().catch(() => undefined);
-    await client.delete().prefix(`${DPU_PREFIX}/`);
-  });
-
-  after(async () => {
-    client?.close();
-    await etcd?.stop();
-    if (root) fs.rmSync(root, { recursive: true, force: true });
-  });
-
   /** A node whose backend lists `connected` as its connected agents, with a short gone grace. */
   async function node(name: string, opts: DpuPoolNodeOptions, dpus: string[]): Promise<DpuPoolNode> {
-    const n = new DpuPoolNode(name, path.join(root, `${name}-${run++}`), etcd, {
+    const n = new DpuPoolNode(name, suite.dir(name), suite.etcd, {
       ...opts,
       source: {
         goneGraceMs: GONE_MS,
@@ -64,26 +33,9 @@ describeEtcd('etcd blocks follow live DPUs (real 3-member etcd cluster)', functi
         ...opts.source,
       },
     });
-    nodes.push(n);
+    suite.nodes.push(n);
     return n.start(dpus);
   }
-
-  /** The raw value of each block key, by block. */
-  async function values(): Promise<Record<string, string>> {
-    const all = await client.namespace(`${DPU_PREFIX}/`).getAll().prefix('blocks/').strings();
-    return Object.fromEntries(
-      Object.entries(all).map(([k, v]) => [k.slice('blocks/'.length).replace('-', '/'), v]),
-    );
-  }
-
-  const cli = (...args: string[]): { code: number; stdout: string; stderr: string } => {
-    const r = spawnSync(
-      process.execPath,
-      [CLI, 'cluster', ...args, '--etcd-endpoints', etcd.localEndpoints.join(',')],
-      { encoding: 'utf8' },
-    );
-    return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
-  };
 
   it('17 short-lived DPU ids do not exhaust a /22 of /26 blocks: the gone ones give theirs back', async () => {
     // 16 blocks in all. Each DPU connects, is claimed its first block, and goes without a pod.
@@ -99,7 +51,7 @@ describeEtcd('etcd blocks follow live DPUs (real 3-member etcd cluster)', functi
       await waitUntil(async () => n.pools(id).length === 1, `${id} claimed a block`, 10_000, {
         intervalMs: 20,
       });
-      most = Math.max(most, Object.keys(await values()).length);
+      most = Math.max(most, Object.keys(await suite.values()).length);
       await sleep(250);
       connected.delete(id);
     }
@@ -110,12 +62,14 @@ describeEtcd('etcd blocks follow live DPUs (real 3-member etcd cluster)', functi
       intervalMs: 20,
     });
     await waitUntil(
-      async () => Object.keys(await values()).length === 1,
+      async () => Object.keys(await suite.values()).length === 1,
       "every gone DPU's block given back",
       10_000,
       { intervalMs: 100 },
     );
-    expect(Object.values(await values())).to.deep.equal([JSON.stringify({ node: 'n1', endpoint: last })]);
+    expect(Object.values(await suite.values())).to.deep.equal([
+      JSON.stringify({ node: 'n1', endpoint: last }),
+    ]);
     expect(most, 'blocks held at once, at most').to.be.lessThan(16);
   });
 
@@ -133,20 +87,20 @@ describeEtcd('etcd blocks follow live DPUs (real 3-member etcd cluster)', functi
     for (const h of held) if (h !== live) n.detach(h.key);
     connected.delete('d0');
     await waitUntil(
-      async () => JSON.stringify(Object.keys(await values())) === JSON.stringify([first]),
+      async () => JSON.stringify(Object.keys(await suite.values())) === JSON.stringify([first]),
       "d0's empty block given back",
       10_000,
       { intervalMs: 100 },
     );
     // Gone for twice the grace: the block holding the live address stays, in etcd and served.
     await sleep(2 * GONE_MS);
-    expect(Object.keys(await values()), 'the block with an address in use').to.deep.equal([first]);
+    expect(Object.keys(await suite.values()), 'the block with an address in use').to.deep.equal([first]);
     expect(n.pools('d0')).to.deep.equal([first]);
     expect(n.allocator.poolFor(live.address), 'the live address keeps its pool').to.not.equal(undefined);
     // Its last address goes: a gone DPU keeps no block free.
     n.detach(live.key);
     await waitUntil(
-      async () => Object.keys(await values()).length === 0,
+      async () => Object.keys(await suite.values()).length === 0,
       "the gone DPU's last block given back once empty",
       10_000,
       { intervalMs: 100 },
@@ -161,9 +115,9 @@ describeEtcd('etcd blocks follow live DPUs (real 3-member etcd cluster)', functi
     await waitUntil(async () => n.pools('d0').length === 1, 'd0 has a block', 30_000, { intervalMs: 50 });
     const block = n.pools('d0')[0]!;
     await n.stop();
-    nodes.splice(nodes.indexOf(n), 1);
+    suite.nodes.splice(suite.nodes.indexOf(n), 1);
     // Restarted with a backend that cannot answer (none listed, or failing), and d0 no longer listed.
-    const again = new DpuPoolNode('n1', path.join(root, `unknown-${run++}`), etcd, {
+    const again = new DpuPoolNode('n1', suite.dir('unknown'), suite.etcd, {
       cluster: '10.98.0.0/24',
       blockSize: 28,
       graceMs: 100,
@@ -173,7 +127,7 @@ describeEtcd('etcd blocks follow live DPUs (real 3-member etcd cluster)', functi
           answer === 'fail' ? Promise.reject(new Error('backend down')) : Promise.resolve(undefined),
       },
     });
-    nodes.push(again);
+    suite.nodes.push(again);
     await again.start([]);
     await waitUntil(async () => again.pools('d0').length === 1, 'd0 block adopted from etcd', 10_000, {
       intervalMs: 50,
@@ -181,7 +135,7 @@ describeEtcd('etcd blocks follow live DPUs (real 3-member etcd cluster)', functi
     await sleep(2 * GONE_MS);
     answer = 'fail';
     await sleep(2 * GONE_MS);
-    expect(Object.keys(await values()), "d0's block, never aged").to.deep.equal([block]);
+    expect(Object.keys(await suite.values()), "d0's block, never aged").to.deep.equal([block]);
   });
 
   it('refuses blocks to a 17th DPU identity of a node, in words, until one of the 16 is gone', async () => {
@@ -201,7 +155,7 @@ describeEtcd('etcd blocks follow live DPUs (real 3-member etcd cluster)', functi
     await sleep(1000);
     expect(n.pools('late'), 'no block for the 17th').to.deep.equal([]);
     expect(n.source.status().reasons.join('\n')).to.include(words);
-    expect(Object.keys(await values())).to.have.length(16);
+    expect(Object.keys(await suite.values())).to.have.length(16);
     // One of the incumbents goes for good: its empty block goes back, and the newcomer gets one.
     const goner = ids.find((id) => !inBlock(attached.address, n.pools(id)[0]!))!;
     connected.delete(goner);
@@ -213,29 +167,29 @@ describeEtcd('etcd blocks follow live DPUs (real 3-member etcd cluster)', functi
   });
 
   it("release-node --dpu gives back one DPU's blocks only, and refuses while the node is alive", async () => {
-    await registry.create('10.99.0.0/26', 'gone');
-    await registry.create('10.99.0.64/26', { node: 'gone', endpoint: 'g-d0' });
-    await registry.create('10.99.0.128/26', { node: 'gone', endpoint: 'g-d1' });
-    await registry.create('10.99.0.192/26', { node: 'other', endpoint: 'g-d0' });
-    const r = cli('release-node', 'gone', '--dpu', 'g-d0', '--json');
+    await suite.registry.create('10.99.0.0/26', 'gone');
+    await suite.registry.create('10.99.0.64/26', { node: 'gone', endpoint: 'g-d0' });
+    await suite.registry.create('10.99.0.128/26', { node: 'gone', endpoint: 'g-d1' });
+    await suite.registry.create('10.99.0.192/26', { node: 'other', endpoint: 'g-d0' });
+    const r = suite.cli('release-node', 'gone', '--dpu', 'g-d0', '--json');
     expect(r.code, r.stderr).to.equal(0);
     expect(JSON.parse(r.stdout)).to.deep.equal({ node: 'gone', dpu: 'g-d0', released: ['10.99.0.64/26'] });
-    expect(await values()).to.deep.equal({
+    expect(await suite.values()).to.deep.equal({
       '10.99.0.0/26': 'gone',
       '10.99.0.128/26': '{"node":"gone","endpoint":"g-d1"}',
       '10.99.0.192/26': '{"node":"other","endpoint":"g-d0"}',
     });
-    const text = cli('release-node', 'gone', '--dpu', 'g-d1');
+    const text = suite.cli('release-node', 'gone', '--dpu', 'g-d1');
     expect(text.code, text.stderr).to.equal(0);
     expect(text.stdout).to.equal('released 1 block of DPU g-d1 of node gone: 10.99.0.128/26\n');
 
     connected.add('d0');
     const n = await node('live', { cluster: '10.98.0.0/24', blockSize: 28 }, ['d0']);
     await waitUntil(async () => n.pools('d0').length === 1, 'd0 has a block', 30_000, { intervalMs: 50 });
-    const refused = cli('release-node', 'live', '--dpu', 'd0');
+    const refused = suite.cli('release-node', 'live', '--dpu', 'd0');
     expect(refused.code).to.equal(1);
     expect(refused.stderr).to.include('node live is alive');
     expect(refused.stderr).to.include('the blocks of DPU d0 of node live');
-    expect(Object.values(await values())).to.include('{"node":"live","endpoint":"d0"}');
+    expect(Object.values(await suite.values())).to.include('{"node":"live","endpoint":"d0"}');
   });
 });

@@ -4,11 +4,11 @@ import { DEFAULT_CONFIG } from '../../../core/config';
 import { mergeConfig } from '../../../core/daemon/config-check';
 import { WorkloadNetError } from '../../../core/errors';
 import { PEER_SOURCE, type PeerSource } from '../../../core/peer-source';
-import { POOL_SOURCE } from '../../../core/ipam/pool-source';
 import { silentLogger } from '../../../core/logger';
 import { EtcdPeerSource } from '../../../sources/etcd/etcd-peer-source';
 import { BACKEND, type Backend, type BackendHealth } from '../../../core/backend';
 import { connectedDpus, etcdPoolSourceModule } from '../../../sources/etcd/module';
+import { loadedOverBindings } from '../support/module-container';
 
 // With the etcd pool source, peers come from the same etcd: the module binds both, and building the
 // peer source connects nothing (only start() does).
@@ -22,10 +22,7 @@ const config = mergeConfig(DEFAULT_CONFIG, {
 describe('etcd module', () => {
   it('binds the etcd peer source beside the pool source, whether or not a peer source was bound before', () => {
     for (const boundBefore of [false, true]) {
-      const c = new Container({ defaultScope: 'Singleton' });
-      c.bind(POOL_SOURCE).toConstantValue({});
-      if (boundBefore) c.bind(PEER_SOURCE).toConstantValue({ kind: 'static' });
-      c.load(etcdPoolSourceModule(config, silentLogger()));
+      const c = loadedOverBindings(etcdPoolSourceModule(config, silentLogger()), boundBefore);
       const peers = c.get<PeerSource>(PEER_SOURCE);
       expect(peers).to.be.instanceOf(EtcdPeerSource);
       expect(peers.kind).to.equal('etcd');
@@ -35,9 +32,7 @@ describe('etcd module', () => {
   });
 
   it('refuses at start a record of another node, or one other nodes would ignore, connecting nothing', async () => {
-    const c = new Container({ defaultScope: 'Singleton' });
-    c.bind(POOL_SOURCE).toConstantValue({});
-    c.load(etcdPoolSourceModule(config, silentLogger()));
+    const c = loadedOverBindings(etcdPoolSourceModule(config, silentLogger()), false);
     const peers = c.get<PeerSource>(PEER_SOURCE);
     const good = { node: 'worker-1', underlay: ['192.0.2.1'], mtu: 1500, bootId: 'b' };
     const refusal = (r: typeof good): Promise<unknown> =>

@@ -1,8 +1,6 @@
 import { expect } from 'chai';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
+import { nodeRecord } from '../support/node-records';
 import * as path from 'node:path';
-import type { Etcd3 } from 'etcd3';
 import type { NodeRecord } from '../../../core/peer-source';
 import { IpAllocator } from '../../../core/ipam/ip-allocator';
 import { silentLogger } from '../../../core/logger';
@@ -12,10 +10,9 @@ import { currentBootId } from '../../../lib/boot-id';
 import { BlockRegistry } from '../../../sources/etcd/block-registry';
 import { EtcdPeerSource } from '../../../sources/etcd/etcd-peer-source';
 import { EtcdPoolSource } from '../../../sources/etcd/etcd-pool-source';
-import { isRoot } from '../../support/netns';
 import { rejection } from '../../support/expect-error';
-import { waitUntil } from '../../support/wait-until';
-import { EtcdCluster, haveEtcd } from '../../support/etcd-cluster';
+import { EtcdCluster } from '../../support/etcd-cluster';
+import { describeEtcd, etcdSuite, until } from '../support/etcd-suite';
 
 // One holder per node name, for everything published under it: two daemons given one --node-name on
 // the same kernel boot (another namespace, its own state directory, so another store id) are told
@@ -23,23 +20,12 @@ import { EtcdCluster, haveEtcd } from '../../support/etcd-cluster';
 // store, the pool source (alive key, blocks) and the peer source (record) beside it, on a real
 // 3-member etcd.
 
-const describeEtcd = isRoot && haveEtcd ? describe : describe.skip;
 const V4 = '10.96.0.0/22';
 const TTL = 2;
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
-const record = (node: string, ip: string): NodeRecord => ({
-  node,
-  underlay: [ip],
-  mtu: 1500,
-  vtep: {
-    mac: `0e:77:c0:00:02:${Number(ip.split('.')[3]).toString(16).padStart(2, '0')}`,
-    vni: 30574,
-    port: 4789,
-  },
-  // One kernel: both daemons of a name report the same boot.
-  bootId: 'the-one-boot',
-});
+// One kernel: both daemons of a name report the same boot.
+const record = (node: string, ip: string): NodeRecord => nodeRecord(node, ip, 'the-one-boot');
 
 /** One daemon's etcd side. */
 class Daemon {
@@ -90,44 +76,22 @@ class Daemon {
 
 describeEtcd('one holder per node name (real 3-member etcd cluster)', function () {
   this.timeout(120_000);
-  let root: string;
-  let etcd: EtcdCluster;
-  let client: Etcd3;
+  const suite = etcdSuite('wn-holder-');
   let seq = 0;
-  let prefix: string;
   const daemons: Daemon[] = [];
 
   const daemon = (name: string, ip: string): Promise<Daemon> => {
-    const d = new Daemon(name, path.join(root, `${name}-${seq++}`), etcd, prefix);
+    const d = new Daemon(name, path.join(suite.root, `${name}-${seq++}`), suite.etcd, suite.prefix);
     daemons.push(d);
     return d.start(ip);
   };
   const blocksOf = async (node: string): Promise<string[]> =>
-    [...(await new BlockRegistry(client, prefix).blocks())]
+    [...(await new BlockRegistry(suite.client, suite.prefix).blocks())]
       .filter(([, owner]) => owner === node)
       .map(([b]) => b)
       .sort();
-  const until = (what: string, check: () => boolean | Promise<boolean>, ms = 30_000): Promise<void> =>
-    waitUntil(check, what, ms, { intervalMs: 50, retryOnError: true });
-
-  before(async () => {
-    root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-holder-'));
-    etcd = await EtcdCluster.start(path.join(root, 'etcd'), 3, 'wn-holder-');
-    client = etcd.client();
-  });
-
-  beforeEach(() => {
-    prefix = `/wn-holder-${seq++}`;
-  });
-
   afterEach(async () => {
     for (const d of daemons.splice(0)) await d.stop().catch(() => undefined);
-  });
-
-  after(async () => {
-    client?.close();
-    await etcd?.stop();
-    if (root) fs.rmSync(root, { recursive: true, force: true });
   });
 
   it('a second daemon with a live node name on the same boot writes nothing under it, says who holds it, and takes over once the first is gone', async () => {
@@ -143,11 +107,11 @@ describeEtcd('one holder per node name (real 3-member etcd cluster)', function (
       if (p) underlays.add(p.underlay[0]!);
     });
     // Every write under the name from now on.
-    const since = Number((await client.get(`${prefix}/nodes/n1`).exec()).header.revision) + 1;
+    const since = Number((await suite.client.get(`${suite.prefix}/nodes/n1`).exec()).header.revision) + 1;
     const puts: string[] = [];
-    const w = await client.watch().prefix(`${prefix}/`).startRevision(String(since)).create();
+    const w = await suite.client.watch().prefix(`${suite.prefix}/`).startRevision(String(since)).create();
     w.on('put', (kv) => {
-      const key = kv.key.toString().slice(prefix.length + 1);
+      const key = kv.key.toString().slice(suite.prefix.length + 1);
       if (key === 'nodes/n1' || (key.startsWith('blocks/') && kv.value.toString().includes('n1')))
         puts.push(key);
     });
@@ -190,8 +154,8 @@ describeEtcd('one holder per node name (real 3-member etcd cluster)', function (
       'n2 sees n1 with its block',
       () => (watcher.peers.peers().get('n1')?.prefixes.length ?? 0) > 0,
     );
-    const key = `${prefix}/nodes/n1`;
-    const own = (await client.get(key).exec()).kvs[0]!;
+    const key = `${suite.prefix}/nodes/n1`;
+    const own = (await suite.client.get(key).exec()).kvs[0]!;
     // Every n1 that n2's peer source hands out from now on, and every reason it gives about n1.
     const underlays = new Set<string>();
     watcher.peers.onChange(() => {
@@ -205,7 +169,7 @@ describeEtcd('one holder per node name (real 3-member etcd cluster)', function (
 
     // Another writer with a lease of its own: well-formed records, as an older daemon or another
     // program writes them (no stamp) and as a daemon of other state on this boot would (its stamp).
-    const lease = client.lease(30, { autoKeepAlive: false });
+    const lease = suite.client.lease(30, { autoKeepAlive: false });
     const leaseId = await lease.grant();
     const forged = [
       JSON.stringify(record('n1', '192.0.2.66')),
@@ -213,7 +177,7 @@ describeEtcd('one holder per node name (real 3-member etcd cluster)', function (
     ];
     try {
       for (let i = 0; i < 6; i++) {
-        await client
+        await suite.client
           .put(key)
           .value(forged[i % 2]!)
           .lease(leaseId)
@@ -221,7 +185,7 @@ describeEtcd('one holder per node name (real 3-member etcd cluster)', function (
         await sleep(150);
       }
       await until('the holder wrote its own back', async () => {
-        const kv = (await client.get(key).exec()).kvs[0];
+        const kv = (await suite.client.get(key).exec()).kvs[0];
         return kv !== undefined && kv.lease === own.lease && kv.value.equals(own.value);
       });
       await until('n2 reports nothing about n1', () =>

@@ -1,17 +1,13 @@
 import { expect } from 'chai';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
-import type { Etcd3 } from 'etcd3';
+import { nodeRecord, tunnelEndpoint } from '../support/node-records';
 import { silentLogger } from '../../../core/logger';
 import { currentBootId } from '../../../lib/boot-id';
 import type { NodeRecord, Peer } from '../../../core/peer-source';
 import { BlockRegistry } from '../../../sources/etcd/block-registry';
 import { EtcdPeerSource } from '../../../sources/etcd/etcd-peer-source';
-import { isRoot } from '../../support/netns';
 import { waitUntil } from '../../support/wait-until';
-import { EtcdCluster, haveEtcd } from '../../support/etcd-cluster';
 import { holdName, type HeldName } from '../support/name-holder';
+import { describeEtcd, etcdSuite, until } from '../support/etcd-suite';
 
 // The etcd peer source against a real 3-member etcd cluster: sources in this process act as nodes,
 // block ownership is written with the pool source's own registry, and members are killed, restarted
@@ -19,34 +15,16 @@ import { holdName, type HeldName } from '../support/name-holder';
 // cluster without seeing each other's nodes. Each source's node name is held for it (its alive key,
 // as the pool source beside it would hold it): only the name's holder publishes its record.
 
-const describeEtcd = isRoot && haveEtcd ? describe : describe.skip;
 const V4 = '10.96.0.0/22'; // 16 blocks of /26
 const V6 = 'fd96::/112'; // /122 blocks
 const TTL = 2;
 
-const record = (node: string, ip: string): NodeRecord => ({
-  node,
-  underlay: [ip],
-  mtu: 1500,
-  vtep: {
-    mac: `0e:77:${ip
-      .split('.')
-      .map((o) => Number(o).toString(16).padStart(2, '0'))
-      .join(':')}`,
-    vni: 30574,
-    port: 4789,
-  },
-  bootId: `boot-of-${node}`,
-});
+const record = (node: string, ip: string): NodeRecord => nodeRecord(node, ip);
 
 describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () {
   this.timeout(120_000);
-  let root: string;
-  let etcd: EtcdCluster;
-  let client: Etcd3;
-  let prefix: string;
+  const suite = etcdSuite('wn-peers-');
   let registry: BlockRegistry;
-  let seq = 0;
   const running: EtcdPeerSource[] = [];
   const held = new Map<EtcdPeerSource, HeldName>();
 
@@ -62,8 +40,8 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
   async function source(node: string, o: SourceOptions = {}): Promise<EtcdPeerSource> {
     const storeId = o.storeId ?? `store-of-${node}`;
     const s = new EtcdPeerSource({
-      endpoints: o.endpoints ?? etcd.localEndpoints,
-      prefix,
+      endpoints: o.endpoints ?? suite.etcd.localEndpoints,
+      prefix: suite.prefix,
       clusterCidrs: [V4, V6],
       blockSize: 26,
       nodeName: node,
@@ -74,7 +52,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
       listPage: o.listPage,
     });
     running.push(s);
-    if (o.hold !== false) held.set(s, await holdName(client, prefix, node, storeId));
+    if (o.hold !== false) held.set(s, await holdName(suite.client, suite.prefix, node, storeId));
     return s;
   }
 
@@ -96,34 +74,18 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
 
   let lease: Promise<string> | undefined;
   /** A lease of the test's, for records it writes as a daemon would (peers ignore unleased ones). */
-  const testLease = (): Promise<string> => (lease ??= client.lease(120, { autoKeepAlive: false }).grant());
-
-  function until(what: string, check: () => boolean | Promise<boolean>, timeoutMs = 30_000): Promise<void> {
-    return waitUntil(check, what, timeoutMs, { intervalMs: 50, retryOnError: true });
-  }
-
-  before(async () => {
-    root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-peers-'));
-    etcd = await EtcdCluster.start(path.join(root, 'etcd'), 3, 'wn-peers-');
-    client = etcd.client();
-  });
+  const testLease = (): Promise<string> =>
+    (lease ??= suite.client.lease(120, { autoKeepAlive: false }).grant());
 
   beforeEach(() => {
     lease = undefined;
-    prefix = `/wn-peers-${seq++}`;
-    registry = new BlockRegistry(client, prefix);
+    registry = new BlockRegistry(suite.client, suite.prefix);
   });
 
   afterEach(async () => {
     for (const s of running.splice(0)) await s.stop().catch(() => undefined);
     for (const h of held.values()) await h.drop();
     held.clear();
-  });
-
-  after(async () => {
-    client?.close();
-    await etcd?.stop();
-    if (root) fs.rmSync(root, { recursive: true, force: true });
   });
 
   it('shows two nodes each other with the blocks they own as prefixes, never itself', async () => {
@@ -155,7 +117,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     await until('n1 reports nothing wrong', () => a.status().reasons.length === 0);
     // The record is the node's own data under its lease, stamped with its writer; prefixes are never
     // stored in it.
-    const kv = (await client.get(`${prefix}/nodes/n1`).exec()).kvs[0]!;
+    const kv = (await suite.client.get(`${suite.prefix}/nodes/n1`).exec()).kvs[0]!;
     expect(JSON.parse(kv.value.toString())).to.deep.equal({
       ...record('n1', '192.0.2.1'),
       holder: { store: 'store-of-n1', boot: currentBootId() },
@@ -188,19 +150,19 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     await started('n2', '192.0.2.2');
     await until('n1 sees n2', () => a.peers().has('n2'));
     // A node that owns one block but announces n2's too, to draw its traffic.
-    await client
-      .put(`${prefix}/nodes/evil`)
+    await suite.client
+      .put(`${suite.prefix}/nodes/evil`)
       .lease(testLease())
       .value(JSON.stringify({ ...record('evil', '192.0.2.66'), prefixes: ['10.96.3.0/26', '10.96.0.64/26'] }))
       .exec();
     // A record stored under one name that speaks for another.
-    await client
-      .put(`${prefix}/nodes/liar`)
+    await suite.client
+      .put(`${suite.prefix}/nodes/liar`)
       .lease(testLease())
       .value(JSON.stringify(record('n2', '192.0.2.99')))
       .exec();
     // Ownership of a range that is no block of ours: must never become a route.
-    await client.put(`${prefix}/blocks/0.0.0.0-0`).value('n2').exec();
+    await suite.client.put(`${suite.prefix}/blocks/0.0.0.0-0`).value('n2').exec();
     await until('three rejections', () => a.status().rejected.length === 3);
     const rejected = a.status().rejected.join('\n');
     expect(rejected).to.match(
@@ -214,8 +176,8 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     expect(prefixesOf(a, 'n2')).to.deep.equal(['10.96.0.64/26']);
     expect(a.peers().get('n2')!.underlay).to.deep.equal(['192.0.2.2']);
     // The same node with an honest record is accepted, with its own block only.
-    await client
-      .put(`${prefix}/nodes/evil`)
+    await suite.client
+      .put(`${suite.prefix}/nodes/evil`)
       .lease(testLease())
       .value(JSON.stringify(record('evil', '192.0.2.66')))
       .exec();
@@ -241,16 +203,16 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     const a = await started('n1', '192.0.2.1');
     const b = await started('n2', '192.0.2.2');
     await until('n2 joined', () => a.peers().has('n2'));
-    const key = `${prefix}/nodes/n2`;
+    const key = `${suite.prefix}/nodes/n2`;
     await stopNode(b);
-    const kv = (await client.get(key).exec()).kvs[0];
+    const kv = (await suite.client.get(key).exec()).kvs[0];
     expect(kv, 'record still there after a clean stop').to.not.equal(undefined);
     expect(a.peers().has('n2'), 'still a peer right after the stop').to.equal(true);
     const stoppedAt = Date.now();
     await until('n2 withdrawn', () => !a.peers().has('n2'));
     // The lease ran its course: nobody deleted the record early.
     expect(Date.now() - stoppedAt).to.be.greaterThan(TTL * 1000 - 1500);
-    expect(await client.get(key).string()).to.equal(null);
+    expect(await suite.client.get(key).string()).to.equal(null);
     expect(a.status().reasons.join('\n')).to.match(/n2 \(10\.96\.0\.64\/26\)/);
     // A restarted n2 comes back.
     await started('n2', '192.0.2.2');
@@ -259,18 +221,18 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
 
   it('resumes the watch after an etcd member restart, from where it was, without listing again', async () => {
     await registry.create('10.96.0.64/26', 'n2');
-    const only = [etcd.localEndpoints[0]!];
+    const only = [suite.etcd.localEndpoints[0]!];
     const a = await started('n1', '192.0.2.1', { endpoints: only });
     const b = await started('n2', '192.0.2.2');
     await until('n1 sees n2', () => a.peers().has('n2'));
-    await etcd.kill(0);
+    await suite.etcd.kill(0);
     await until('n1 knows it lost etcd', () => !a.status().connected);
     // Changes while n1's member is down: a new block of n2's, and n1's own record expires.
     await registry.create('10.96.2.0/26', 'n2');
     await until('n1 withdrawn on n2 after its lease expired', () => !b.peers().has('n1'), 30_000);
     expect(a.status().ready, 'the table stands while etcd is away').to.equal(true);
     expect(prefixesOf(a, 'n2')).to.deep.equal(['10.96.0.64/26']);
-    etcd.restart(0);
+    suite.etcd.restart(0);
     await until(
       'n1 sees the block claimed while it was away',
       () => prefixesOf(a, 'n2')?.length === 2,
@@ -287,23 +249,23 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
   it('lists again when etcd compacted the revision the watch would resume from, and the table is right', async () => {
     await registry.create('10.96.0.64/26', 'n2');
     await registry.create('10.96.1.0/26', 'n3');
-    const only = [etcd.localEndpoints[1]!];
+    const only = [suite.etcd.localEndpoints[1]!];
     const a = await started('n1', '192.0.2.1', { endpoints: only });
     await started('n2', '192.0.2.2');
     const c = await started('n3', '192.0.2.3');
     await until('n1 sees n2 and n3', () => a.peers().has('n2') && a.peers().has('n3'));
-    await etcd.kill(1);
+    await suite.etcd.kill(1);
     await until('n1 knows it lost etcd', () => !a.status().connected);
     // While n1's watch is down: n2 gains a block and loses one, n3 leaves for good (its record
     // deleted outright), and the history of all that is compacted away.
     await registry.create('10.96.2.0/26', 'n2');
     await registry.release('10.96.0.64/26', 'n2');
     await stopNode(c);
-    await client.delete().key(`${prefix}/nodes/n3`).exec();
-    const rev = await etcd.revision();
-    await client.put('/compaction-filler').value('x').exec();
-    etcd.etcdctl('compact', String(rev));
-    etcd.restart(1);
+    await suite.client.delete().key(`${suite.prefix}/nodes/n3`).exec();
+    const rev = await suite.etcd.revision();
+    await suite.client.put('/compaction-filler').value('x').exec();
+    suite.etcd.etcdctl('compact', String(rev));
+    suite.etcd.restart(1);
     await until('n1 listed again', () => a.listCount === 2, 60_000);
     await until('n1 connected', () => a.status().connected);
     expect([...a.peers().keys()].sort()).to.deep.equal(['n2']);
@@ -318,13 +280,13 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
   it('lists more keys than one page holds, at one revision', async () => {
     for (let i = 0; i < 16; i++) await registry.create(`10.96.${i >> 2}.${(i & 3) * 64}/26`, `m${i}`);
     const ops = Array.from({ length: 16 }, (_, i) =>
-      client
-        .put(`${prefix}/nodes/m${i}`)
+      suite.client
+        .put(`${suite.prefix}/nodes/m${i}`)
         .value(JSON.stringify(record(`m${i}`, `192.0.2.${10 + i}`)))
         .lease(testLease()),
     );
-    await client
-      .if(`${prefix}/nodes/m0`, 'Create', '==', 0)
+    await suite.client
+      .if(`${suite.prefix}/nodes/m0`, 'Create', '==', 0)
       .then(...ops)
       .commit();
     const a = await source('n1', { listPage: 5 });
@@ -340,8 +302,11 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     const a = await started('n1', '192.0.2.1');
     const b = await started('n2', '192.0.2.2');
     await until('n2 sees n1', () => b.peers().has('n1'));
-    await client.delete().key(`${prefix}/nodes/n1`).exec();
-    await until('record back', async () => (await client.get(`${prefix}/nodes/n1`).string()) !== null);
+    await suite.client.delete().key(`${suite.prefix}/nodes/n1`).exec();
+    await until(
+      'record back',
+      async () => (await suite.client.get(`${suite.prefix}/nodes/n1`).string()) !== null,
+    );
     await until('n2 sees n1 again', () => b.peers().has('n1'));
     expect(a.status().reasons).to.deep.equal([]);
   });
@@ -376,7 +341,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
       'node n2: endpoint dpu-0 claims 10.96.1.0/28, which is not inside the blocks it owns (10.96.0.64/26); prefix ignored',
     ]);
     // Once n2 owns that block too, the slice is its to give.
-    await client.put(`${prefix}/blocks/10.96.1.0-26`).value('n2').exec();
+    await suite.client.put(`${suite.prefix}/blocks/10.96.1.0-26`).value('n2').exec();
     await until('slice accepted', () => a.peers().get('n2')?.endpoints?.[0]?.prefixes.length === 3);
     expect(a.status().rejected).to.deep.equal([]);
   });
@@ -385,13 +350,13 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     await registry.create('10.96.0.64/26', 'old');
     await registry.create('10.96.0.128/26', 'bad');
     const a = await started('n1', '192.0.2.1');
-    await client
-      .put(`${prefix}/nodes/old`)
+    await suite.client
+      .put(`${suite.prefix}/nodes/old`)
       .lease(testLease())
       .value('{"node":"old","underlay":["192.0.2.7"],"mtu":1500,"bootId":"b"}')
       .exec();
-    await client
-      .put(`${prefix}/nodes/bad`)
+    await suite.client
+      .put(`${suite.prefix}/nodes/bad`)
       .lease(testLease())
       .value(JSON.stringify({ ...record('bad', '192.0.2.8'), endpoints: [{ id: 'x', underlay: 'nowhere' }] }))
       .exec();
@@ -415,11 +380,11 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     const a = await started('n1', '192.0.2.1');
     const b = await started('n2', '192.0.2.2');
     await until('n1 sees n2', () => a.peers().has('n2'));
-    const key = `${prefix}/nodes/n2`;
-    const before = (await client.get(key).exec()).kvs[0]!;
+    const key = `${suite.prefix}/nodes/n2`;
+    const before = (await suite.client.get(key).exec()).kvs[0]!;
     // Every event of the key, from the record as it is now: a delete would be a withdrawal.
     const events: string[] = [];
-    const watcher = await client
+    const watcher = await suite.client
       .watch()
       .key(key)
       .startRevision(String(Number(before.mod_revision) + 1))
@@ -430,13 +395,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     a.onChange(() => {
       if (!a.peers().has('n2')) withdrawn = true;
     });
-    const endpoint = {
-      id: 'dpu-0',
-      underlay: '192.0.2.20',
-      mtu: 1500,
-      vtep: { mac: '0e:77:c0:00:02:14', vni: 30574, port: 4789 },
-      prefixes: ['10.96.0.64/28'],
-    };
+    const endpoint = tunnelEndpoint('dpu-0', 20, ['10.96.0.64/28']);
     for (let i = 0; i < 5; i++) {
       await b.update({
         ...record('n2', '192.0.2.2'),
@@ -448,12 +407,12 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
       );
     }
     // The same record again writes nothing.
-    const rev = (await client.get(key).exec()).kvs[0]!.mod_revision;
+    const rev = (await suite.client.get(key).exec()).kvs[0]!.mod_revision;
     await b.update({
       ...record('n2', '192.0.2.2'),
       endpoints: [{ ...endpoint, prefixes: ['10.96.0.68/32'] }],
     });
-    expect((await client.get(key).exec()).kvs[0]!.mod_revision).to.equal(rev);
+    expect((await suite.client.get(key).exec()).kvs[0]!.mod_revision).to.equal(rev);
     await until('five puts seen', () => events.length >= 5);
     await watcher.cancel();
     expect(events).to.deep.equal(Array.from({ length: 5 }, () => `put lease ${before.lease}`));
@@ -461,7 +420,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     expect(b.status().reasons).to.deep.equal([]);
     // The lease is still kept alive: the record outlives several TTLs.
     await new Promise((r) => setTimeout(r, TTL * 1500));
-    expect((await client.get(key).exec()).kvs[0]?.lease).to.equal(before.lease);
+    expect((await suite.client.get(key).exec()).kvs[0]?.lease).to.equal(before.lease);
   });
 
   it('update() refuses a record other nodes would ignore, and keeps the one published', async () => {
@@ -485,7 +444,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     expect(err?.message).to.match(
       /this node's record has an invalid endpoint list: endpoints\[0\]\.id must be/,
     );
-    expect(JSON.parse((await client.get(`${prefix}/nodes/n1`).string())!)).to.deep.equal({
+    expect(JSON.parse((await suite.client.get(`${suite.prefix}/nodes/n1`).string())!)).to.deep.equal({
       ...record('n1', '192.0.2.1'),
       holder: { store: 'store-of-n1', boot: currentBootId() },
     });
@@ -495,7 +454,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     const a = await started('n1', '192.0.2.1');
     const b = await started('n2', '192.0.2.2');
     await until('n2 sees n1', () => b.peers().has('n1'));
-    const oldLease = (await client.get(`${prefix}/nodes/n1`).exec()).kvs[0]!.lease;
+    const oldLease = (await suite.client.get(`${suite.prefix}/nodes/n1`).exec()).kvs[0]!.lease;
     await stopNode(a);
     let withdrawn = false;
     b.onChange(() => {
@@ -503,14 +462,14 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     });
     const again = await started('n1', '192.0.2.1');
     await until('published again', () => again.status().reasons.length === 0);
-    const kv = (await client.get(`${prefix}/nodes/n1`).exec()).kvs[0]!;
+    const kv = (await suite.client.get(`${suite.prefix}/nodes/n1`).exec()).kvs[0]!;
     expect(kv.lease, 'under the new lease').to.not.equal(oldLease);
     const hex = BigInt(oldLease).toString(16);
     await until('the old lease expired', () =>
-      /already expired/.test(etcd.etcdctl('lease', 'timetolive', hex)),
+      /already expired/.test(suite.etcd.etcdctl('lease', 'timetolive', hex)),
     );
     expect(b.peers().has('n1')).to.equal(true);
     expect(withdrawn, 'never withdrawn across the restart').to.equal(false);
-    expect((await client.get(`${prefix}/nodes/n1`).exec()).kvs[0]!.lease).to.equal(kv.lease);
+    expect((await suite.client.get(`${suite.prefix}/nodes/n1`).exec()).kvs[0]!.lease).to.equal(kv.lease);
   });
 });

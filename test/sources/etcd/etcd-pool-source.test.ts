@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { describeEtcd } from '../support/etcd-suite';
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -7,8 +8,8 @@ import * as grpc from '@grpc/grpc-js';
 import type { Etcd3 } from 'etcd3';
 import { BlockRegistry } from '../../../sources/etcd/block-registry';
 import { CLI } from '../../support/daemon-process';
-import { isRoot, NetnsSet } from '../../support/netns';
-import { EtcdCluster, haveEtcd } from '../../support/etcd-cluster';
+import { NetnsSet } from '../../support/netns';
+import { EtcdCluster } from '../../support/etcd-cluster';
 import {
   attach,
   detach,
@@ -25,7 +26,6 @@ import {
 // a test-owned namespace, with real daemons as separate nodes, each programming its own node namespace
 // with the Linux backend. Block ownership is read back from etcd itself.
 
-const describeEtcd = isRoot && haveEtcd ? describe : describe.skip;
 const V4 = '10.96.0.0/22'; // 16 blocks of /26
 const V6 = 'fd96::/112'; // /122 blocks
 

@@ -1,64 +1,38 @@
 import { expect } from 'chai';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
-import * as path from 'node:path';
-import type { Etcd3 } from 'etcd3';
+import { nodeRecord, tunnelEndpoint } from '../support/node-records';
 import { peerAddresses } from '../../../backends/linux/fabric/vxlan-filter-script';
-import type { NodeRecord, TunnelEndpoint } from '../../../core/peer-source';
+import type { NodeRecord } from '../../../core/peer-source';
 import { silentLogger } from '../../../core/logger';
 import { currentBootId } from '../../../lib/boot-id';
 import { BlockRegistry } from '../../../sources/etcd/block-registry';
 import { EtcdPeerSource } from '../../../sources/etcd/etcd-peer-source';
-import { isRoot } from '../../support/netns';
-import { waitUntil } from '../../support/wait-until';
-import { EtcdCluster, haveEtcd } from '../../support/etcd-cluster';
 import { holdName, type HeldName } from '../support/name-holder';
+import { describeEtcd, etcdSuite, until } from '../support/etcd-suite';
 
 // Records count only as daemons write them, on a real 3-member etcd: one without a lease (a person's,
 // an impostor's) is never routed, and the live node whose key it took writes its own back over it; a
 // record's endpoints reach routes and the VXLAN filter only with prefixes of the node's own blocks,
 // and a record listing more endpoints than a node may have is refused whole.
 
-const describeEtcd = isRoot && haveEtcd ? describe : describe.skip;
 const TTL = 2;
 
-const record = (node: string, ip: string): NodeRecord => ({
-  node,
-  underlay: [ip],
-  mtu: 1500,
-  vtep: {
-    mac: `0e:77:c0:00:02:${Number(ip.split('.')[3]).toString(16).padStart(2, '0')}`,
-    vni: 30574,
-    port: 4789,
-  },
-  bootId: `boot-of-${node}`,
-});
+const record = (node: string, ip: string): NodeRecord => nodeRecord(node, ip);
 
-const endpoint = (id: string, host: number, prefixes: string[]): TunnelEndpoint => ({
-  id,
-  underlay: `192.0.2.${host}`,
-  mtu: 1500,
-  vtep: { mac: `0e:77:c0:00:03:${host.toString(16).padStart(2, '0')}`, vni: 30574, port: 4789 },
-  prefixes,
-});
+const endpoint = tunnelEndpoint;
 
 describeEtcd('etcd records as daemons write them (real 3-member etcd cluster)', function () {
   this.timeout(120_000);
-  let root: string;
-  let etcd: EtcdCluster;
-  let client: Etcd3;
-  let prefix: string;
+  const suite = etcdSuite('wn-trust-');
   let registry: BlockRegistry;
-  let seq = 0;
   const running: EtcdPeerSource[] = [];
   const names: HeldName[] = [];
 
   /** A node's peer source, its name held for it as its pool source would. */
   async function started(node: string, self: NodeRecord): Promise<EtcdPeerSource> {
-    names.push(await holdName(client, prefix, node, `store-of-${node}`));
+    names.push(await holdName(suite.client, suite.prefix, node, `store-of-${node}`));
     const s = new EtcdPeerSource({
-      endpoints: etcd.localEndpoints,
-      prefix,
+      endpoints: suite.etcd.localEndpoints,
+      prefix: suite.prefix,
       clusterCidrs: ['10.96.0.0/22'],
       blockSize: 26,
       nodeName: node,
@@ -73,18 +47,8 @@ describeEtcd('etcd records as daemons write them (real 3-member etcd cluster)', 
     return s;
   }
 
-  const until = (what: string, check: () => boolean | Promise<boolean>, ms = 30_000): Promise<void> =>
-    waitUntil(check, what, ms, { intervalMs: 50, retryOnError: true });
-
-  before(async () => {
-    root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-trust-'));
-    etcd = await EtcdCluster.start(path.join(root, 'etcd'), 3, 'wn-trust-');
-    client = etcd.client();
-  });
-
   beforeEach(() => {
-    prefix = `/wn-trust-${seq++}`;
-    registry = new BlockRegistry(client, prefix);
+    registry = new BlockRegistry(suite.client, suite.prefix);
   });
 
   afterEach(async () => {
@@ -92,29 +56,23 @@ describeEtcd('etcd records as daemons write them (real 3-member etcd cluster)', 
     for (const n of names.splice(0)) await n.drop();
   });
 
-  after(async () => {
-    client?.close();
-    await etcd?.stop();
-    if (root) fs.rmSync(root, { recursive: true, force: true });
-  });
-
   it("routes nothing by a record written without a lease into a live node's key, and the node writes its own back under its lease", async () => {
     await registry.create('10.96.0.64/26', 'n2');
     const a = await started('n1', record('n1', '192.0.2.1'));
     const b = await started('n2', record('n2', '192.0.2.2'));
     await until('n1 sees n2', () => a.peers().has('n2'));
-    const key = `${prefix}/nodes/n2`;
-    const ours = (await client.get(key).exec()).kvs[0]!;
+    const key = `${suite.prefix}/nodes/n2`;
+    const ours = (await suite.client.get(key).exec()).kvs[0]!;
     // Every n2 that n1 is given from now on.
     const seen: string[] = [];
     a.onChange(() => seen.push(JSON.stringify(a.peers().get('n2') ?? null)));
     const forged = { ...record('n2', '192.0.2.66'), bootId: 'another-boot' };
-    await client.put(key).value(JSON.stringify(forged)).exec();
+    await suite.client.put(key).value(JSON.stringify(forged)).exec();
     await until('n2 wrote its own back', async () => {
-      const kv = (await client.get(key).exec()).kvs[0];
+      const kv = (await suite.client.get(key).exec()).kvs[0];
       return kv !== undefined && kv.lease !== '0' && kv.value.toString().includes('192.0.2.2');
     });
-    const back = (await client.get(key).exec()).kvs[0]!;
+    const back = (await suite.client.get(key).exec()).kvs[0]!;
     expect(back.lease, 'under its own lease').to.equal(ours.lease);
     expect(JSON.parse(back.value.toString())).to.deep.equal({
       ...record('n2', '192.0.2.2'),
@@ -129,8 +87,8 @@ describeEtcd('etcd records as daemons write them (real 3-member etcd cluster)', 
   it('routes no name known only by a record written without a lease, and says why', async () => {
     await registry.create('10.96.0.128/26', 'ghost');
     const a = await started('n1', record('n1', '192.0.2.1'));
-    await client
-      .put(`${prefix}/nodes/ghost`)
+    await suite.client
+      .put(`${suite.prefix}/nodes/ghost`)
       .value(JSON.stringify(record('ghost', '192.0.2.77')))
       .exec();
     await until(
@@ -143,9 +101,9 @@ describeEtcd('etcd records as daemons write them (real 3-member etcd cluster)', 
         'person or another program wrote this one); record ignored',
     ]);
     // The same record under a lease, as a daemon writes it, is routed.
-    const lease = await client.lease(60, { autoKeepAlive: false }).grant();
-    await client
-      .put(`${prefix}/nodes/ghost`)
+    const lease = await suite.client.lease(60, { autoKeepAlive: false }).grant();
+    await suite.client
+      .put(`${suite.prefix}/nodes/ghost`)
       .value(JSON.stringify(record('ghost', '192.0.2.77')))
       .lease(lease)
       .exec();
@@ -184,9 +142,9 @@ describeEtcd('etcd records as daemons write them (real 3-member etcd cluster)', 
       ...endpoint(`dpu-${i}`, 30, [`10.96.0.${64 + (i % 64)}/32`]),
       underlay: `198.18.${i >> 8}.${i & 255}`,
     }));
-    const lease = await client.lease(60, { autoKeepAlive: false }).grant();
-    await client
-      .put(`${prefix}/nodes/n2`)
+    const lease = await suite.client.lease(60, { autoKeepAlive: false }).grant();
+    await suite.client
+      .put(`${suite.prefix}/nodes/n2`)
       .value(JSON.stringify({ ...record('n2', '192.0.2.2'), endpoints: many }))
       .lease(lease)
       .exec();

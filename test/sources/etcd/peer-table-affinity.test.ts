@@ -1,6 +1,7 @@
 import { expect } from 'chai';
 import { blockLayout } from '../../../sources/etcd/block-layout';
 import { PeerTable } from '../../../sources/etcd/peer-table';
+import { tunnelEndpoint } from '../support/node-records';
 
 // A node's DPUs own blocks in etcd (the block key names node and DPU): every other node routes each
 // block to the DPU its key names, whatever the node's record says, and refuses a record that gives
@@ -8,15 +9,9 @@ import { PeerTable } from '../../../sources/etcd/peer-table';
 
 const layouts = [blockLayout('10.96.0.0/24', 26)];
 
-const endpoint = (id: string, host: number, prefixes: string[]): Record<string, unknown> => ({
-  id,
-  underlay: `192.0.2.${host}`,
-  mtu: 1450,
-  vtep: { mac: `0e:77:c0:00:02:${host.toString(16).padStart(2, '0')}`, vni: 30574, port: 4789 },
-  prefixes,
-});
+const endpoint = tunnelEndpoint;
 
-const record = (node: string, endpoints: Array<Record<string, unknown>>): string =>
+const record = (node: string, endpoints: readonly unknown[]): string =>
   JSON.stringify({ node, underlay: ['192.0.2.1'], mtu: 1500, bootId: 'x', endpoints });
 
 const dpuBlock = (node: string, dpu: string): string => JSON.stringify({ node, endpoint: dpu });

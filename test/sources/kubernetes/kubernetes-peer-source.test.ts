@@ -1,18 +1,18 @@
 import { expect } from 'chai';
+import { nodeRecord, tunnelEndpoint } from '../support/node-records';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
-import { Container } from 'inversify';
 import { DEFAULT_CONFIG } from '../../../core/config';
 import { mergeConfig } from '../../../core/daemon/config-check';
 import { PEER_SOURCE, type NodeRecord, type Peer, type PeerSource } from '../../../core/peer-source';
-import { POOL_SOURCE } from '../../../core/ipam/pool-source';
 import { silentLogger } from '../../../core/logger';
 import { FABRIC_ANNOTATION, encodeAnnotation } from '../../../sources/kubernetes/fabric-annotation';
 import { KubernetesPeerSource } from '../../../sources/kubernetes/kubernetes-peer-source';
 import { kubernetesPoolSourceModule } from '../../../sources/kubernetes/module';
 import { waitUntil } from '../../support/wait-until';
 import { StandInKubeApiServer } from '../../support/standin-kube-apiserver';
+import { loadedOverBindings } from '../support/module-container';
 
 // The Kubernetes peer source with the real @kubernetes/client-node against the stand-in API server
 // (real HTTPS, a list of all Nodes, a watch from its resourceVersion, 410 on expired versions, merge
@@ -21,19 +21,7 @@ import { StandInKubeApiServer } from '../../support/standin-kube-apiserver';
 
 const KEY = FABRIC_ANNOTATION;
 
-const mac = (ip: string): string =>
-  `0e:77:${ip
-    .split('.')
-    .map((o) => Number(o).toString(16).padStart(2, '0'))
-    .join(':')}`;
-
-const record = (node: string, ip: string): NodeRecord => ({
-  node,
-  underlay: [ip],
-  mtu: 1500,
-  vtep: { mac: mac(ip), vni: 30574, port: 4789 },
-  bootId: `boot-of-${node}`,
-});
+const record = (node: string, ip: string): NodeRecord => nodeRecord(node, ip);
 
 const peerOf = (node: string, ip: string, prefixes: string[]): Peer => ({ ...record(node, ip), prefixes });
 
@@ -243,14 +231,8 @@ describe('kubernetes peer source (real client library, stand-in API server)', fu
   });
 
   it('update() patches the annotation again with the DPU endpoints (once, nothing when unchanged); peers get the slices of the podCIDRs only', async () => {
-    const endpoint = {
-      id: 'dpu-0',
-      underlay: '192.0.2.20',
-      mtu: 1500,
-      vtep: { mac: '0e:77:c0:00:02:14', vni: 30574, port: 4789 },
-      // A slice and a borrowed /32 of n2's range, and a slice of n1's it has no right to.
-      prefixes: ['10.50.2.0/26', '10.50.2.200/32', '10.50.1.0/26'],
-    };
+    // A slice and a borrowed /32 of n2's range, and a slice of n1's it has no right to.
+    const endpoint = tunnelEndpoint('dpu-0', 20, ['10.50.2.0/26', '10.50.2.200/32', '10.50.1.0/26']);
     const withDpu = { ...record('n2', '192.0.2.2'), endpoints: [endpoint] };
     const patches = api.count('patch');
     await s2.update(withDpu);
@@ -366,11 +348,8 @@ describe('kubernetes module', () => {
   it('binds the Kubernetes peer source beside the pool source, whether or not one was bound before', () => {
     const config = mergeConfig(DEFAULT_CONFIG, { poolSource: 'kubernetes', nodeName: 'worker-1' });
     for (const boundBefore of [false, true]) {
-      const c = new Container({ defaultScope: 'Singleton' });
-      c.bind(POOL_SOURCE).toConstantValue({});
-      if (boundBefore) c.bind(PEER_SOURCE).toConstantValue({ kind: 'static' });
-      c.load(kubernetesPoolSourceModule(config, silentLogger()));
-      const peers = c.get<PeerSource>(PEER_SOURCE);
+      const module = kubernetesPoolSourceModule(config, silentLogger());
+      const peers = loadedOverBindings(module, boundBefore).get<PeerSource>(PEER_SOURCE);
       expect(peers).to.be.instanceOf(KubernetesPeerSource);
       expect(peers.kind).to.equal('kubernetes');
       expect(peers.synced).to.equal(false);

@@ -5,6 +5,7 @@ import * as path from 'node:path';
 import type { NodeRecord } from '../../../core/peer-source';
 import { StaticPeerSource, type StaticPeerSourceOptions } from '../../../sources/static/static-peer-source';
 import { silentLogger } from '../../../core/logger';
+import { tunnelEndpoint } from '../support/node-records';
 
 // The static peer source routes an entry's prefix only inside the cluster ranges, over no underlay
 // address, no range of this node and no prefix another entry holds; the incumbent keeps its prefix,
@@ -142,13 +143,7 @@ describe('static peer source: which prefixes it routes', () => {
   });
 
   it("narrows a DPU's slices to the entry's routed prefixes", async () => {
-    const dpu = {
-      id: 'd0',
-      underlay: '192.0.2.50',
-      mtu: 1500,
-      vtep: { mac: '0e:77:c0:00:02:32', vni: 30574, port: 4789 },
-      prefixes: ['10.244.4.0/25', '10.244.2.0/26'],
-    };
+    const dpu = tunnelEndpoint('d0', 50, ['10.244.4.0/25', '10.244.2.0/26']);
     const s = await started([
       entry('n2', 2),
       entry('n4', 4, { prefixes: ['10.244.4.0/24', '10.244.2.0/24'], endpoints: [dpu] }),

@@ -7,6 +7,7 @@ import type { NodeRecord } from '../../../core/peer-source';
 import { StaticPeerSource } from '../../../sources/static/static-peer-source';
 import { silentLogger } from '../../../core/logger';
 import { until } from '../../support/recording-fabric-dataplane';
+import { tunnelEndpoint } from '../support/node-records';
 
 // The static peer source: the peers a file lists, read again when it changes; a bad file changes
 // nothing; this node's own entry is skipped.
@@ -154,13 +155,7 @@ describe('static peer source: DPU endpoints', () => {
   it("delivers an entry's endpoints, drops and reports a prefix outside the entry's own, and update() publishes nothing", async () => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-peers-'));
     const file = path.join(dir, 'peers.json');
-    const dpu = (id: string, octet: number, prefixes: string[]): Record<string, unknown> => ({
-      id,
-      underlay: `192.0.2.${octet}`,
-      mtu: 1500,
-      vtep: { mac: `0e:77:c0:00:02:${octet.toString(16).padStart(2, '0')}`, vni: 30574, port: 4789 },
-      prefixes,
-    });
+    const dpu = tunnelEndpoint;
     const text = JSON.stringify({
       peers: [
         entry('n1', 1, { endpoints: [dpu('self-dpu', 40, ['10.99.0.0/24'])] }),
