@@ -2,7 +2,7 @@ import type { Command } from 'commander';
 import * as os from 'node:os';
 import { uninstallCni, type UninstalledCni } from '../adapters/cni/uninstall';
 import { tearDownNode, type TeardownReport } from '../backends/linux/node-teardown';
-import { removeFabricAnnotation } from '../pools/kubernetes/fabric-annotation-removal';
+import { removeFabricAnnotation } from '../sources/kubernetes/fabric-annotation-removal';
 import { DEFAULT_CONFIG, type DaemonConfig } from '../core/config';
 import { loadConfigFile } from '../core/daemon/config-file';
 import { mergeConfig } from '../core/daemon/config-check';

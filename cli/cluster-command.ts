@@ -4,7 +4,7 @@ import type { Etcd3 } from 'etcd3';
 import { DEFAULT_CONFIG, type EtcdConfig } from '../core/config';
 import { loadConfigFile } from '../core/daemon/config-file';
 import { mergeConfig } from '../core/daemon/config-check';
-import type { BlockRegistry } from '../pools/etcd/block-registry';
+import type { BlockRegistry } from '../sources/etcd/block-registry';
 import { EXIT, parseTimeoutSeconds } from './client-commands';
 import { json, table } from './output';
 
@@ -48,7 +48,7 @@ async function withRegistry(opts: ClusterOpts, fn: (r: BlockRegistry) => Promise
     const timeoutMs = Number(opts.timeout) * 1000;
     // Imported here, not at the top: every workloadnet command (the daemon too) loads this file.
     const { Etcd3 } = await import('etcd3');
-    const { BlockRegistry } = await import('../pools/etcd/block-registry');
+    const { BlockRegistry } = await import('../sources/etcd/block-registry');
     client = new Etcd3({
       hosts: e.endpoints,
       dialTimeout: timeoutMs,

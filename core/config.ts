@@ -36,7 +36,7 @@ export interface DpuConfig {
   fabricSlices: number;
   /** With the fabric on: the host's namespace reaches the overlay through a DPU (core/host-port/host-port.ts). */
   hostPort: boolean;
-  /** etcd pool source: a DPU unseen this long gives back its empty blocks (pools/etcd/dpu-liveness.ts). */
+  /** etcd pool source: a DPU unseen this long gives back its empty blocks (sources/etcd/dpu-liveness.ts). */
   goneGraceSeconds: number;
 }
 

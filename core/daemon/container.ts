@@ -13,17 +13,15 @@ import { FABRIC_CONTROLLER, FabricController } from '../fabric/fabric-controller
 import { PEER_SOURCE, type PeerSource } from '../peer-source';
 import { FabricPodMtu } from '../fabric/pod-mtu';
 import { HOST_PORT, HostPort } from '../host-port/host-port';
-import { StaticPeerSource } from '../fabric/static-peer-source';
 import { ALLOCATOR, IpAllocator } from '../ipam/ip-allocator';
 import { LOGGER, type Logger } from '../logger';
 import { METRICS, Metrics } from '../metrics';
 import { NETNS_OPENER, kernelNetnsOpener, type NetnsOpener } from '../netns-opener';
 import { NETWORKS, Network, NetworkSet, chooseBackend } from '../ipam/network';
-import { POOL_SOURCE, type PoolSource } from '../ipam/pool-source';
+import { POOL_SOURCE, STATIC_POOL_SOURCE, type PoolSource } from '../ipam/pool-source';
 import { POOL_SUPPLY, PoolSupply } from '../ipam/pool-supply';
 import { SliceBook } from '../fabric/slice-book';
 import { ServiceGate } from '../serve/service-gate';
-import { StaticPoolSource } from '../ipam/static-pool-source';
 import { TunnelAddresses } from '../fabric/tunnel-addresses';
 import { STORE, Store } from '../store/store';
 import { NODE_SERVICE, NodeService } from '../service/node-service';
@@ -31,12 +29,12 @@ import { WORKLOAD_SERVICE } from '../workload-service';
 
 // The one place where core services are bound. The backend arrives as a ContainerModule loaded by the
 // caller (the daemon's wiring picks it from config; a test loads its own), so core never imports a
-// backend. Endpoints (CNI, metrics) are bound under ENDPOINT the same way. The pool source defaults to
-// the static one; the daemon's wiring rebinds POOL_SOURCE for the others. Networks: the `default`
-// network's pools are ALLOCATOR and POOL_SUPPLY (its source may be any); every other network has
-// static pools of its own. Backends are bound under BACKEND, one binding per kind in use. The peer
-// source defaults to the static one (the peers file); the wiring rebinds PEER_SOURCE for etcd. The
-// fabric controller takes it to the dataplanes of the backends in use that offer one.
+// backend. Endpoints (CNI, metrics) are bound under ENDPOINT the same way. The sources arrive as modules
+// (sources/, loaded by the daemon's wiring): POOL_SOURCE and PEER_SOURCE from the static module, then
+// from a cluster source's in their place. Networks: the `default` network's pools are ALLOCATOR and
+// POOL_SUPPLY (its source may be any); every other network has static pools of its own, from
+// STATIC_POOL_SOURCE. Backends are bound under BACKEND, one binding per kind in use. The fabric
+// controller takes the peer source to the dataplanes of the backends in use that offer one.
 
 /** How often the host port is looked at (attached when it is not, checked when it is). */
 const HOST_PORT_INTERVAL_MS = 2000;
@@ -60,7 +58,6 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
         config.poolSource === 'static' ? (primary?.podCidrs ?? []).map((cidr) => ({ cidr })) : [],
       ),
   );
-  c.bind<PoolSource>(POOL_SOURCE).toDynamicValue(() => new StaticPoolSource());
   c.bind<PoolSupply>(POOL_SUPPLY).toDynamicValue(
     (ctx) => new PoolSupply(ctx.container.get(POOL_SOURCE), ctx.container.get(ALLOCATOR), metrics),
   );
@@ -68,14 +65,6 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
     networkSetOf(ctx.container, config, logger, metrics, { networks, primary, podMtu }),
   );
   c.bind<NetworkSet>(NETWORKS).toDynamicValue((ctx) => ctx.container.get<BuiltNetworks>(BUILT_NETWORKS).set);
-  c.bind<PeerSource>(PEER_SOURCE).toDynamicValue(
-    () =>
-      new StaticPeerSource(config.fabric.peersFile, logger.child({ part: 'peers' }), {
-        // A file's prefix is routed only inside the cluster's ranges and over none of this node's own.
-        clusterCidrs: config.fabric.clusterCidrs,
-        ownRanges: networks.flatMap((n) => n.podCidrs),
-      }),
-  );
   c.bind<FabricController>(FABRIC_CONTROLLER).toDynamicValue((ctx) =>
     fabricControllerOf(ctx.container, config, logger, metrics, podMtu),
   );
@@ -130,7 +119,7 @@ function networkSetOf(
     const supply =
       n === primary
         ? container.get<PoolSupply>(POOL_SUPPLY)
-        : new PoolSupply(new StaticPoolSource(), allocator, metrics);
+        : new PoolSupply(container.get<PoolSource>(STATIC_POOL_SOURCE), allocator, metrics);
     return { n, backend, allocator, supply };
   });
   // With the fabric on, the ranges of networks whose backend places ports (its DPUs) are cut among

@@ -65,3 +65,9 @@ export interface EndpointPools {
 
 /** inversify identifier under which the active pool source is bound. */
 export const POOL_SOURCE = Symbol.for('workloadnet.PoolSource');
+
+/**
+ * inversify identifier of the static pool source (the pools a network is configured with), bound in
+ * transient scope: each network other than the default one gets its own, whatever the default's is.
+ */
+export const STATIC_POOL_SOURCE = Symbol.for('workloadnet.StaticPoolSource');

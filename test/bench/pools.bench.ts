@@ -18,10 +18,11 @@ import { Metrics } from '../../core/metrics';
 import { STORE } from '../../core/store/store';
 import { POOL_SOURCE, type PoolSource } from '../../core/ipam/pool-source';
 import type { Store } from '../../core/store/store';
-import { claimBlock } from '../../pools/etcd/block-claimer';
-import { blockLayout } from '../../pools/etcd/block-layout';
-import { BlockRegistry } from '../../pools/etcd/block-registry';
-import { EtcdPoolSource } from '../../pools/etcd/etcd-pool-source';
+import { claimBlock } from '../../sources/etcd/block-claimer';
+import { blockLayout } from '../../sources/etcd/block-layout';
+import { BlockRegistry } from '../../sources/etcd/block-registry';
+import { EtcdPoolSource } from '../../sources/etcd/etcd-pool-source';
+import { staticPoolSourceModule } from '../../sources/static/module';
 import { NetnsSet } from '../support/netns';
 import { RecordingBackend } from '../support/recording-backend';
 import { EtcdCluster } from '../support/etcd-cluster';
@@ -57,6 +58,7 @@ async function startDaemon(
   const metrics = new Metrics();
   const container = createContainer(config, silentLogger(), metrics);
   container.bind<Backend>(BACKEND).toConstantValue(new RecordingBackend());
+  container.load(staticPoolSourceModule(config, silentLogger()));
   if (source)
     container
       .rebind<PoolSource>(POOL_SOURCE)

@@ -168,7 +168,7 @@ describe('Kubernetes manifest (packaging/kubernetes/workloadnet.yaml)', () => {
 
   it('grants exactly what the kubernetes sources call: get, list and watch of Nodes, patch of their status', () => {
     // What the pool and peer sources' compiled code calls on CoreV1Api, and the paths it list+watches.
-    const dir = path.join(ROOT, 'dist', 'pools', 'kubernetes');
+    const dir = path.join(ROOT, 'dist', 'sources', 'kubernetes');
     const code = fs
       .readdirSync(dir)
       .filter((f) => f.endsWith('.js'))
@@ -186,7 +186,7 @@ describe('Kubernetes manifest (packaging/kubernetes/workloadnet.yaml)', () => {
     for (const m of code.matchAll(/ListWatch\([^'"]*['"]\/api\/v1\/(\w+)['"]/g)) {
       used.add(`${m[1]}:list`).add(`${m[1]}:watch`);
     }
-    expect([...used], 'the calls found in dist/pools/kubernetes').to.include.members([
+    expect([...used], 'the calls found in dist/sources/kubernetes').to.include.members([
       'nodes:list',
       'nodes/status:patch',
     ]);

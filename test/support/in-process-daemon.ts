@@ -11,6 +11,7 @@ import { Daemon } from '../../core/daemon/daemon';
 import { silentLogger } from '../../core/logger';
 import { Metrics } from '../../core/metrics';
 import { NETNS_OPENER, type NetnsOpener } from '../../core/netns-opener';
+import { staticPoolSourceModule } from '../../sources/static/module';
 
 export interface InProcessDaemonOptions {
   /** Directory for the sockets and the state; a new temporary one by default. */
@@ -59,7 +60,10 @@ export class InProcessDaemon {
     });
     const metrics = new Metrics();
     const container = createContainer(config, silentLogger(), metrics);
-    container.load(new ContainerModule((bind) => void bind<Backend>(BACKEND).toConstantValue(backend)));
+    container.load(
+      staticPoolSourceModule(config, silentLogger()),
+      new ContainerModule((bind) => void bind<Backend>(BACKEND).toConstantValue(backend)),
+    );
     if (opts.netns) container.rebind<NetnsOpener>(NETNS_OPENER).toConstantValue(opts.netns);
     const daemon = new Daemon(container);
     await daemon.start();

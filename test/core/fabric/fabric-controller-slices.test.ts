@@ -5,7 +5,7 @@ import type { NodeRecord } from '../../../core/peer-source';
 import { IpAllocator } from '../../../core/ipam/ip-allocator';
 import { PoolSupply } from '../../../core/ipam/pool-supply';
 import { SliceBook } from '../../../core/fabric/slice-book';
-import { StaticPoolSource } from '../../../core/ipam/static-pool-source';
+import { StaticPoolSource } from '../../../sources/static/static-pool-source';
 import { silentLogger } from '../../../core/logger';
 import { Metrics } from '../../../core/metrics';
 import type { StoredSlices } from '../../../core/store/fabric-records';

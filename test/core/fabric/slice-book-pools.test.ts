@@ -8,7 +8,7 @@ import type { EndpointPools, PoolSource } from '../../../core/ipam/pool-source';
 import type { PoolSourceStatus } from '../../../core/workload-service';
 import { PoolSupply } from '../../../core/ipam/pool-supply';
 import { SliceBook } from '../../../core/fabric/slice-book';
-import { StaticPoolSource } from '../../../core/ipam/static-pool-source';
+import { StaticPoolSource } from '../../../sources/static/static-pool-source';
 import { silentLogger } from '../../../core/logger';
 import { Store } from '../../../core/store/store';
 import type { AttachmentRecord } from '../../../core/store/attachment-record';

@@ -5,7 +5,7 @@ import * as path from 'node:path';
 import { IpAllocator } from '../../../core/ipam/ip-allocator';
 import { PoolSupply } from '../../../core/ipam/pool-supply';
 import { SliceBook, endpointOf } from '../../../core/fabric/slice-book';
-import { StaticPoolSource } from '../../../core/ipam/static-pool-source';
+import { StaticPoolSource } from '../../../sources/static/static-pool-source';
 import { silentLogger } from '../../../core/logger';
 import { Store } from '../../../core/store/store';
 import type { AttachmentRecord } from '../../../core/store/attachment-record';

@@ -6,7 +6,7 @@ import { WorkloadNetError } from '../../../core/errors';
 import { IpAllocator } from '../../../core/ipam/ip-allocator';
 import { Network, NetworkSet } from '../../../core/ipam/network';
 import { PoolSupply } from '../../../core/ipam/pool-supply';
-import { StaticPoolSource } from '../../../core/ipam/static-pool-source';
+import { StaticPoolSource } from '../../../sources/static/static-pool-source';
 import { RecordingBackend } from '../../support/recording-backend';
 
 // No address is ever in two networks' pools: the networks' allocators meet in one address space when
