@@ -38,11 +38,13 @@ export class FabricController {
   private listening = false;
   private stopped = true;
   private retry?: NodeJS.Timeout;
+  /** A start of the source that failed waits here for its retry. */
+  private sourceRetry?: NodeJS.Timeout;
 
   constructor(private readonly opts: FabricControllerOptions) {
     const keys = new OwnKeys(opts.keyRanges, opts.tunnelAddresses);
     const stopped = (): boolean => this.stopped;
-    this.record = new OwnRecord(opts, keys, { changed: () => this.loop.schedule(), stopped });
+    this.record = new OwnRecord(opts, keys, { changed: () => this.recordChanged(), stopped });
     this.loop = new ApplyLoop(opts, this.record, keys, {
       stopped,
       applied: () => this.view.setGauges(this.view.status({ peers: false })),
@@ -71,6 +73,8 @@ export class FabricController {
     this.stopped = true;
     clearTimeout(this.retry);
     this.retry = undefined;
+    clearTimeout(this.sourceRetry);
+    this.sourceRetry = undefined;
     await this.loop.stop();
     // Not waiting for a start that has not finished: a source that cannot reach its store may never
     // finish starting; stopping it ends that.
@@ -151,14 +155,36 @@ export class FabricController {
         if (this.stopped) return;
         this.sourceError = `peer source ${source.kind} did not start: ${asWorkloadNetError(err).message}`;
         this.opts.log.error({ err: this.sourceError }, 'peer source did not start; retrying');
-        this.retryLater(() => this.startSource());
+        this.sourceRetry = this.later(() => {
+          this.sourceRetry = undefined;
+          this.startSource();
+        });
       },
     );
   }
 
+  /**
+   * This node's record changed (a DPU came, the underlay was found): applied, and a source that refused
+   * the last record is given this one now rather than at its retry. After a restart a node reached
+   * only through its DPUs has no underlay until they reconnect; waiting out the retry would keep its
+   * peers from routing to it that much longer.
+   */
+  private recordChanged(): void {
+    this.loop.schedule();
+    if (this.sourceRetry === undefined || this.stopped) return;
+    clearTimeout(this.sourceRetry);
+    this.sourceRetry = undefined;
+    this.startSource();
+  }
+
   private retryLater(fn: () => unknown): void {
-    if (this.stopped) return;
-    this.retry = setTimeout(() => void fn(), this.opts.retryMs ?? 10_000);
-    this.retry.unref();
+    this.retry = this.later(fn);
+  }
+
+  private later(fn: () => unknown): NodeJS.Timeout | undefined {
+    if (this.stopped) return undefined;
+    const t = setTimeout(() => void fn(), this.opts.retryMs ?? 10_000);
+    t.unref();
+    return t;
   }
 }

@@ -6,12 +6,26 @@ import { AppliedPeersFile } from '../../../core/fabric/applied-peers-file';
 import { FabricController } from '../../../core/fabric/fabric-controller';
 import type { FabricSettings } from '../../../core/fabric-dataplane';
 import { silentLogger } from '../../../core/logger';
+import type { NodeRecord } from '../../../core/peer-source';
 import {
   ManualPeerSource,
   RecordingFabricDataplane,
   peer,
   until,
 } from '../../support/recording-fabric-dataplane';
+import { DpuDataplane } from './dpu-recording-dataplane';
+
+/** A source that refuses a record without an underlay address, as the etcd source does. */
+class UnderlayCheckingSource extends ManualPeerSource {
+  refusals = 0;
+  override async start(self: NodeRecord): Promise<void> {
+    if (self.underlay.length === 0) {
+      this.refusals++;
+      throw new Error("this node's record has no underlay address");
+    }
+    await super.start(self);
+  }
+}
 
 // The withdrawal grace across a restart of the daemon, and when most peers leave at once: a route is
 // removed only after the grace, whatever the first list after a restart says.
@@ -33,8 +47,9 @@ describe('fabric controller across a restart and a mass withdrawal', () => {
     fs.rmSync(dir, { recursive: true, force: true });
   });
 
-  function make(source: ManualPeerSource, dp: RecordingFabricDataplane): FabricController {
+  function make(source: ManualPeerSource, dp: RecordingFabricDataplane, retryMs?: number): FabricController {
     const c = new FabricController({
+      ...(retryMs !== undefined ? { retryMs } : {}),
       settings: SETTINGS,
       nodeName: 'n1',
       bootId: 'boot-n1',
@@ -93,5 +108,22 @@ describe('fabric controller across a restart and a mass withdrawal', () => {
     await c.applyNow();
     expect(dp.applied.at(-1), 'not a second within the period').to.have.length(5);
     expect(c.status().ready, 'a slowed withdrawal is not a fault of this node').to.equal(true);
+  });
+
+  it('starts a source that refused a record without an underlay once the DPUs bring one, not at the retry', async () => {
+    // After a restart, a node reached only through its DPUs has no underlay until they reconnect.
+    const source = new UnderlayCheckingSource();
+    const dp = new DpuDataplane();
+    dp.local = { ...dp.local, underlay: [] };
+    const c = make(source, dp, 600_000);
+    await c.start();
+    await until(() => source.refusals === 1, 5_000, 'the first record refused');
+    expect(c.status().reasons.join('; ')).to.match(/peer source manual did not start: .*no underlay/);
+    dp.local = { ...dp.local, underlay: ['192.0.2.1'] };
+    dp.setDpus(['d0']);
+    await until(() => source.started !== undefined, 5_000, 'the source started with the new record');
+    expect(source.started?.underlay).to.deep.equal(['192.0.2.1']);
+    expect(source.refusals).to.equal(1);
+    await until(() => !c.status().reasons.some((r) => r.includes('did not start')), 5_000, 'the reason gone');
   });
 });
