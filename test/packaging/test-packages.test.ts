@@ -80,7 +80,7 @@ describe('pretest: the Debian packages the tests need', () => {
       string
     >;
     const runners = Object.keys(scripts).filter((name) =>
-      /\bmocha\b|test\/bench\/run/.test(scripts[name] ?? ''),
+      /\bmocha\b|test\/bench\/run|test\/lanes\/run/.test(scripts[name] ?? ''),
     );
     expect(runners).to.include.members(['test', 'test:torture', 'bench']);
     for (const name of runners) {
