@@ -3,6 +3,7 @@
 // backend never sees the store and never allocates: everything it needs arrives in the spec.
 
 import type { FabricDataplane } from './fabric-dataplane';
+import type { PolicyDataplane } from './policy-dataplane';
 import type { Netns } from '../lib/netns/netns-handle';
 
 /** What place() needs: the interface, before it has addresses. */
@@ -286,6 +287,8 @@ export interface Backend {
   readonly fabric?: FabricDataplane;
   /** Masquerades its pods' traffic leaving the cluster, when it can (core/egress). */
   readonly egress?: EgressDataplane;
+  /** Enforces NetworkPolicy for its pods, when it can (core/policy). */
+  readonly policy?: PolicyDataplane;
   stop(): Promise<void>;
 }
 

@@ -38,7 +38,7 @@ import type * as net from 'node:net';
 import { ConnectionCap } from '../../core/serve/connection-cap';
 import { silentLogger, type Logger } from '../../core/logger';
 import { failedPrecondition } from '../../core/errors';
-import { LogRate } from '../../core/log-rate';
+import { LogRate } from '../../lib/log-rate';
 import { listenOnSocket, prepareSocketPath } from '../../core/serve/unix-socket';
 import type { WorkloadService } from '../../core/workload-service';
 import { CniError, CniErrorCode, formatCniError } from './cni-error';

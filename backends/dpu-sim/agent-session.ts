@@ -55,7 +55,7 @@ export class AgentSession {
   private accepted = false;
   private ended = false;
   // Intervals on the monotonic clock: a wall-clock step must not look like the daemon going silent
-  // (core/monotonic-clock.ts says why; the simulator imports nothing of the core).
+  // (lib/monotonic-clock.ts says why; the simulator imports nothing of the core).
   private lastReceived = performance.now();
   private heartbeat: NodeJS.Timeout | undefined;
   private queue: Promise<void> = Promise.resolve();

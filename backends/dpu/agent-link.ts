@@ -5,7 +5,7 @@ import type { Ack, Hello, PeerStatus, PortStatus } from '../../proto/gen/workloa
 import { AgentServer, type AgentCall, type AgentPeer, type TlsFiles } from './agent-server';
 import { AgentSession, type SessionTiming } from './agent-session';
 import { admitHello, type Admission } from './hello-admission';
-import { monotonicMs } from '../../core/monotonic-clock';
+import { monotonicMs } from '../../lib/monotonic-clock';
 
 // The daemon's link to its DPU agents: the listener agents connect to, the sessions on it, which
 // session holds each agent id's slot (a node may carry several DPUs, one session each), heartbeats (in

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { status } from '@grpc/grpc-js';
-import { LogRate } from '../../core/log-rate';
+import { LogRate } from '../../lib/log-rate';
 import type { Logger } from '../../core/logger';
 import type {
   Ack,
@@ -18,7 +18,7 @@ import { HEARTBEATS_PER_INTERVAL, HeartbeatGate } from './heartbeat-gate';
 import { DAEMON_FEATURES, MIN_PROTOCOL_VERSION, PROTOCOL_VERSION, type Admission } from './hello-admission';
 import { PeerStatusGate } from './peer-status-gate';
 import { PortStatusGate } from './port-status-gate';
-import { monotonicMs } from '../../core/monotonic-clock';
+import { monotonicMs } from '../../lib/monotonic-clock';
 
 // One agent's stream, from its first message to its end. The session enforces the protocol's framing
 // (hello first and once, liveness, the rates of heartbeats and statuses) and hands everything that carries meaning to its

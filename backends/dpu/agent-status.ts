@@ -1,5 +1,5 @@
 import type { BackendHealth, DpuAgentStatus, DpuFabricStatus } from '../../core/backend';
-import { monotonicMs } from '../../core/monotonic-clock';
+import { monotonicMs } from '../../lib/monotonic-clock';
 import type { AckWaiter } from './ack-waiter';
 import type { AgentLink } from './agent-link';
 import type { AgentSync } from './agent-sync';

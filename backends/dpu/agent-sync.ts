@@ -1,5 +1,5 @@
 import { unavailable } from '../../core/errors';
-import { LogRate } from '../../core/log-rate';
+import { LogRate } from '../../lib/log-rate';
 import type { Logger } from '../../core/logger';
 import {
   AckCode,

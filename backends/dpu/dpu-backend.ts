@@ -28,7 +28,7 @@ import { createHostSide, type HostSide } from './host-side';
 import { KeepUnlisted } from './keep-unlisted';
 import { restoreStoredPorts } from './stored-ports';
 import type { AgentAdoption } from '../../core/reconcile/agent-adoption';
-import { monotonicMs } from '../../core/monotonic-clock';
+import { monotonicMs } from '../../lib/monotonic-clock';
 import { workloadInterface, workloadRoutes } from '../interface/workload-side';
 import { placeNewPort } from './placement';
 import { setPortMtu } from './port-mtu';

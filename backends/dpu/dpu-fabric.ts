@@ -8,9 +8,9 @@ import type {
   OwnPrefixes,
 } from '../../core/fabric-dataplane';
 import type { Peer, TunnelEndpoint } from '../../core/peer-source';
-import { LogRate } from '../../core/log-rate';
+import { LogRate } from '../../lib/log-rate';
 import type { Logger } from '../../core/logger';
-import { monotonicMs } from '../../core/monotonic-clock';
+import { monotonicMs } from '../../lib/monotonic-clock';
 import { dpuVtepMac } from '../../lib/vtep-mac';
 import type { AgentLink } from './agent-link';
 import type { AgentSession } from './agent-session';

@@ -1,4 +1,4 @@
-import { monotonicMs } from '../../core/monotonic-clock';
+import { monotonicMs } from '../../lib/monotonic-clock';
 import { TokenBucket } from './rate-limiter';
 
 // Which of an agent's heartbeats count as liveness. A healthy agent sends one per interval; a few more

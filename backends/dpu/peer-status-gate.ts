@@ -1,5 +1,5 @@
 import type { PeerState, PeerStatus } from '../../proto/gen/workloadnet/dpu/v1/dpu';
-import { monotonicMs } from '../../core/monotonic-clock';
+import { monotonicMs } from '../../lib/monotonic-clock';
 import { TokenBucket } from './rate-limiter';
 
 // How fast an agent's PeerStatus messages reach the backend. Each one the backend takes is a walk of

@@ -1,5 +1,5 @@
 import type { PortStatus } from '../../proto/gen/workloadnet/dpu/v1/dpu';
-import { monotonicMs } from '../../core/monotonic-clock';
+import { monotonicMs } from '../../lib/monotonic-clock';
 import { TokenBucket } from './rate-limiter';
 
 // What of an agent's PortStatus stream reaches the backend (and its log). An agent repeating a port's

@@ -1,4 +1,4 @@
-import { monotonicMs } from '../../core/monotonic-clock';
+import { monotonicMs } from '../../lib/monotonic-clock';
 
 // A token bucket. Used for agent heartbeats: a healthy agent sends one per interval, so a handful of
 // tokens absorbs jitter and reconnect bursts while a flood is cut off without costing the daemon more

@@ -1,5 +1,5 @@
 import { ObjectKind } from '../../proto/gen/workloadnet/dpu/v1/dpu';
-import { monotonicMs } from '../../core/monotonic-clock';
+import { monotonicMs } from '../../lib/monotonic-clock';
 
 // One snapshot on its way to an agent: which of its objects (ports, and from version 3 fabric objects)
 // are still unacknowledged, which failed, and when the last ack came. A newer change of an object

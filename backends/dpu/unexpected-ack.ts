@@ -1,4 +1,4 @@
-import { LogRate } from '../../core/log-rate';
+import { LogRate } from '../../lib/log-rate';
 import type { Logger } from '../../core/logger';
 import type { Ack } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { AgentSession } from './agent-session';

@@ -1,6 +1,6 @@
 import { SerialRun } from '../../lib/serial-run';
 import { asWorkloadNetError } from '../errors';
-import { monotonicMs } from '../monotonic-clock';
+import { monotonicMs } from '../../lib/monotonic-clock';
 import { ApplyPacer } from './apply-pacer';
 import type { FabricControllerOptions } from './fabric-controller-options';
 import type { FabricReport } from '../fabric-dataplane';

@@ -1,4 +1,4 @@
-import { monotonicMs } from '../monotonic-clock';
+import { monotonicMs } from '../../lib/monotonic-clock';
 
 // Applies paced to what they cost. Every change of the peer table is applied, coalesced; but a record
 // that flaps every 100 ms would otherwise cost an apply (a plan of the whole table, a netlink dump,

@@ -1,5 +1,5 @@
 import type { Logger } from '../logger';
-import { monotonicMs } from '../monotonic-clock';
+import { monotonicMs } from '../../lib/monotonic-clock';
 import type { NetnsPresence } from '../../lib/netns/netns-handle';
 import type { NetnsOpener } from '../netns-opener';
 import type { AttachmentRecord } from '../store/attachment-record';

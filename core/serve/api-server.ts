@@ -26,7 +26,7 @@ import type {
 import { ConnectionCap } from './connection-cap';
 import { asWorkloadNetError, invalidArgument, knownWorkloadNetError, unavailable } from '../errors';
 import type { Logger } from '../logger';
-import { LogRate } from '../log-rate';
+import { LogRate } from '../../lib/log-rate';
 import { listenOnSocket } from './unix-socket';
 import type { WorkloadService } from '../workload-service';
 import { fromAttachRequest, toAttachResponse, toProtoAttachment, toStatusResponse } from './api-messages';

@@ -1,5 +1,5 @@
 import type * as net from 'node:net';
-import { monotonicMs } from '../monotonic-clock';
+import { monotonicMs } from '../../lib/monotonic-clock';
 
 // A cap on the connections one endpoint holds. At the cap a newcomer is not simply refused: that would
 // let a client that opens connections and sits on them lock everyone else out (Status and health

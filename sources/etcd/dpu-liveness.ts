@@ -1,5 +1,5 @@
 import type { Logger } from '../../core/logger';
-import { monotonicMs } from '../../core/monotonic-clock';
+import { monotonicMs } from '../../lib/monotonic-clock';
 
 // Which of a node's DPUs (agent ids) still count as there, for the blocks claimed for each. A DPU is
 // connected while its agent has a session (the backend says so, asked now and then); away once that

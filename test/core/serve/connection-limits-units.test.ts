@@ -4,7 +4,7 @@ import * as net from 'node:net';
 import * as path from 'node:path';
 import { ConnectionCap } from '../../../core/serve/connection-cap';
 import { FD_RESERVE, fitConnectionCaps, getFdLimit } from '../../../core/daemon/fd-limit';
-import { LogRate } from '../../../core/log-rate';
+import { LogRate } from '../../../lib/log-rate';
 
 /** A socket that never connects; the cap reads only its byte counters and destroys it. */
 class FakeSocket extends net.Socket {

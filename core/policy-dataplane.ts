@@ -1,0 +1,84 @@
+// The seam between the NetworkPolicy compiler (core/policy) and a dataplane that enforces it: the
+// Linux backend's nftables table on the host, or a DPU agent's (backends/dpu). The compiled program is
+// what this node must enforce, for its own pods only: each pod's rules per direction, and the address
+// sets those rules name. A set is named for what selects it, not for what it holds, so a pod's label
+// change or a new pod on another node edits set elements and leaves every rule as it is.
+
+import type { PolicyProtocol } from './policy-source';
+
+/** Ports a rule allows: one protocol, and a port, a range, or (no port) all of them. */
+export interface PortMatch {
+  protocol: PolicyProtocol;
+  port?: number;
+  /** With `port`: the last port of the range. */
+  endPort?: number;
+}
+
+/** Traffic allowed by one rule: from (ingress) or to (egress) any address of `sets`, on `ports`. */
+export interface CompiledRule {
+  /** Names of address sets; absent: any address. An empty list matches nothing. */
+  sets?: readonly string[];
+  /** Absent: every protocol and port. An empty list matches nothing. */
+  ports?: readonly PortMatch[];
+}
+
+/** One direction of an isolated pod: what any rule matches is allowed, everything else is denied. */
+export interface DirectionPolicy {
+  rules: readonly CompiledRule[];
+}
+
+/** What one of this node's pods must enforce. */
+export interface PodPolicy {
+  /** The attachment's key (`<workload id>/<interface>`). */
+  key: string;
+  /** The pod, as `namespace/name`. */
+  pod: string;
+  /** The host side of its interface, which its traffic crosses (a veth end; a DPU port's representor). */
+  hostIf: string;
+  /** Its own addresses (canonical text). */
+  ips: readonly string[];
+  /** Absent: not isolated for ingress (everything comes in). */
+  ingress?: DirectionPolicy;
+  /** Absent: not isolated for egress (everything goes out). */
+  egress?: DirectionPolicy;
+  /** The policies that select it (`namespace/name`), sorted. */
+  policies: readonly string[];
+}
+
+/** What the node enforces: its pods' rules, and the sets they name. */
+export interface CompiledPolicy {
+  /** Set name → its prefixes (canonical CIDR text, both families, sorted, no overlaps). */
+  sets: ReadonlyMap<string, readonly string[]>;
+  /** By attachment key: only pods isolated in at least one direction. */
+  pods: ReadonlyMap<string, PodPolicy>;
+}
+
+/** What changed since the program last given (a hint: the dataplane may compare everything). */
+export interface PolicyTouched {
+  sets: ReadonlySet<string>;
+  pods: ReadonlySet<string>;
+}
+
+/** Denied packets of one pod, per direction. */
+export interface PolicyDenials {
+  ingress: number;
+  egress: number;
+}
+
+export interface PolicyDataplane {
+  /** Where it enforces, for Status and `workloadnet policy`. */
+  readonly where: 'host' | 'dpu';
+  /**
+   * Makes the dataplane enforce exactly `program`, changing only what differs from what it holds, in
+   * one transaction: no packet ever sees a half-applied program. The first call after a start reads
+   * what is there and adopts it, so a restart has no moment of allow-all or deny-all. Resolves once
+   * it is in force; throws, in words, when it cannot be applied (nothing changed then).
+   */
+  apply(program: CompiledPolicy, touched?: PolicyTouched): Promise<void>;
+  /** The next apply reads the dataplane again and puts back whatever was changed behind its back. */
+  invalidate(): void;
+  /** Denied packets per pod (attachment key) since its rules were first applied. */
+  denied(): Promise<ReadonlyMap<string, PolicyDenials>>;
+  /** Removes all it programmed (policy turned off). */
+  remove(): Promise<void>;
+}
