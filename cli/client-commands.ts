@@ -216,6 +216,13 @@ function formatStatus(st: StatusResponse): string {
     for (const r of f.reasons) lines.push(`  reason:    ${r}`);
     for (const w of f.warnings) lines.push(`  warning:   ${w}`);
   }
+  if (st.policy) {
+    const p = st.policy;
+    lines.push(
+      `policy:      ${p.ready ? 'ready' : 'not ready'}, ${p.policies} policies, ${p.podsIsolated} pod(s) here isolated, ${p.deniedIngress + p.deniedEgress} packets denied (workloadnet policy)`,
+    );
+    for (const k of p.unenforced) lines.push(`  unenforced: ${k}`);
+  }
   if (st.reconcile) {
     const r = st.reconcile;
     lines.push(

@@ -10,6 +10,7 @@ import {
   type FabricConfig,
   type LogLevel,
   type PoolSourceName,
+  type NetworkPolicyMode,
 } from '../core/config';
 import { effectiveNetworks } from '../core/ipam/effective-networks';
 import { mergeConfig } from '../core/daemon/config-check';
@@ -45,6 +46,7 @@ export interface DaemonFlags {
   ackTimeoutMs?: string;
   sweepIntervalMs?: string;
   poolSource?: string;
+  networkPolicy?: string;
   nodeName?: string;
   kubeconfig?: string;
   etcdEndpoints?: string;
@@ -84,6 +86,7 @@ export function effectiveConfig(flags: DaemonFlags): DaemonConfig {
     },
     sweepIntervalMs: flags.sweepIntervalMs === undefined ? undefined : Number(flags.sweepIntervalMs),
     poolSource: flags.poolSource as PoolSourceName | undefined,
+    networkPolicy: flags.networkPolicy as NetworkPolicyMode | undefined,
     nodeName: flags.nodeName,
     kubeconfig: flags.kubeconfig,
     etcd: {

@@ -94,6 +94,12 @@ function poolSourceOptions(cmd: Command): Command {
         `where address pools come from (default ${DEFAULT_CONFIG.poolSource}: --pod-cidr)`,
       ).choices(['static', 'kubernetes', 'etcd']),
     )
+    .addOption(
+      new Option(
+        '--network-policy <mode>',
+        'enforce Kubernetes NetworkPolicy (default auto: on with --pool-source kubernetes)',
+      ).choices(['auto', 'on', 'off']),
+    )
     .option('--node-name <name>', "kubernetes/etcd: this node's name (default: the host name)")
     .option('--kubeconfig <file>', 'kubernetes: kubeconfig (default: $KUBECONFIG, else in-cluster)')
     .option('--etcd-endpoints <urls>', 'etcd: comma-separated client URLs of the etcd members')

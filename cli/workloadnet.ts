@@ -12,6 +12,7 @@ import { registerInstallCniCommand } from './install-cni-command';
 import { registerDpusCommand } from './dpus-command';
 import { registerLsCommand } from './ls-command';
 import { registerPeersCommand } from './peers-command';
+import { registerPolicyCommand } from './policy-command';
 import { registerStoreCommands } from './store-command';
 import { VERSION } from '../core/serve/api-server';
 
@@ -38,6 +39,7 @@ Examples:
   workloadnet ls --json                                 every attachment, as JSON
   workloadnet dpus                                      the DPU agents: connected? VFs free? ports?
   workloadnet peers                                     the other nodes: how each is reached
+  workloadnet policy prod/web-0                         what NetworkPolicy enforces for a pod here
   workloadnet install-cni                               install the CNI forwarder and conflist
   workloadnet config check -c /etc/workloadnet/config.json   would the daemon accept this config?
   workloadnet store check                               is the state store sound? (offline)
@@ -56,6 +58,7 @@ Exit codes: 0 ok, 1 error, 2 usage, 3 not ready, 4 daemon unreachable, 5 not fou
   registerClusterCommand(program);
   registerDpusCommand(program);
   registerPeersCommand(program);
+  registerPolicyCommand(program);
   registerStoreCommands(program);
   return program;
 }

@@ -38,6 +38,8 @@ export interface DpuConfig {
   hostPort: boolean;
   /** etcd pool source: a DPU unseen this long gives back its empty blocks (sources/etcd/dpu-liveness.ts). */
   goneGraceSeconds: number;
+  /** With NetworkPolicy on, a pod on a DPU whose agent cannot enforce it is attached (and reported), not refused. */
+  allowUnenforcedPolicy: boolean;
 }
 
 export interface EtcdConfig {
@@ -82,6 +84,13 @@ export const AUTO_MTU = 0;
 /** The network an Attach without one, and every seed-contract client, gets. */
 export const DEFAULT_NETWORK = 'default';
 
+export type NetworkPolicyMode = 'auto' | 'on' | 'off';
+
+/** Whether NetworkPolicy is enforced: "auto" means with the kubernetes pool source. */
+export function networkPolicyOn(c: Pick<DaemonConfig, 'networkPolicy' | 'poolSource'>): boolean {
+  return c.networkPolicy === 'on' || (c.networkPolicy === 'auto' && c.poolSource === 'kubernetes');
+}
+
 export interface DaemonConfig {
   socket: string;
   cniSocket: string;
@@ -103,6 +112,10 @@ export interface DaemonConfig {
   mtu: number;
   /** Pods' traffic leaving every cluster range leaves with the node's address (per network: its own key). */
   masquerade: boolean;
+  /** NetworkPolicy enforcement: "auto" is on with the kubernetes pool source (the policies' source). */
+  networkPolicy: NetworkPolicyMode;
+  /** How long an attach of a pod may wait to learn its labels before it is refused, retryably. */
+  policyAdmitTimeoutMs: number;
   logLevel: LogLevel;
   /** Attach calls allowed in flight at once; more are refused with RESOURCE_EXHAUSTED. */
   maxInFlight: number;
@@ -146,6 +159,8 @@ export const DEFAULT_CONFIG: DaemonConfig = {
   kubeconfig: '',
   mtu: AUTO_MTU,
   masquerade: true,
+  networkPolicy: 'auto',
+  policyAdmitTimeoutMs: 10_000,
   logLevel: 'info',
   maxInFlight: 1024,
   metricsListen: '',
@@ -173,6 +188,7 @@ export const DEFAULT_CONFIG: DaemonConfig = {
     fabricSlices: 4,
     hostPort: true,
     goneGraceSeconds: 600,
+    allowUnenforcedPolicy: false,
   },
   etcd: {
     endpoints: [],

@@ -275,6 +275,42 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  readonly policyApplySeconds = new Histogram({
+    name: 'workloadnet_policy_apply_seconds',
+    help: 'NetworkPolicy: time from a change (a pod attached or gone, a label, a policy) being taken up to its rules in force, by backend and result (ok, error).',
+    labelNames: ['backend', 'result'] as const,
+    buckets: [0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5],
+    registers: [this.registry],
+  });
+  /** What the policy gauges read when scraped (set by the policy controller when policy is on). */
+  policyFigures?: () => Promise<PolicyFigures>;
+  readonly policyObjects = new Gauge({
+    name: 'workloadnet_policy_objects',
+    help: "NetworkPolicy: the source's policies, this node's isolated pods, their rules and the address sets they name, by kind.",
+    labelNames: ['kind'] as const,
+    registers: [this.registry],
+    collect: async () => {
+      const f = await this.policyFigures?.();
+      if (f) for (const [kind, n] of Object.entries(f.objects)) this.policyObjects.set({ kind }, n);
+    },
+  });
+  readonly policyDenied = new Gauge({
+    name: 'workloadnet_policy_denied_packets',
+    help: "NetworkPolicy: packets denied to and from this node's pods since their rules went in, by direction, as the dataplane counts them.",
+    labelNames: ['direction'] as const,
+    registers: [this.registry],
+    collect: async () => {
+      const f = await this.policyFigures?.();
+      if (f)
+        for (const d of ['ingress', 'egress'] as const) this.policyDenied.set({ direction: d }, f.denied[d]);
+    },
+  });
+
+  /** Records one NetworkPolicy apply. */
+  policyApplied(backend: string, ms: number, err?: Error): void {
+    this.policyApplySeconds.observe({ backend, result: err ? 'error' : 'ok' }, ms / 1000);
+  }
+
   /** processMetrics: Node.js process metrics, the event loop sampled every eventLoopResolutionMs. */
   constructor(opts: { processMetrics?: boolean; eventLoopResolutionMs?: number } = {}) {
     if (opts.processMetrics)
@@ -292,6 +328,12 @@ export class Metrics {
     this.callSeconds.observe({ op, backend, code }, seconds);
     if (code !== 'OK') this.errors.inc({ op, code });
   }
+}
+
+/** What the NetworkPolicy gauges show. */
+export interface PolicyFigures {
+  objects: Record<'policies' | 'pods' | 'rules' | 'sets', number>;
+  denied: { ingress: number; egress: number };
 }
 
 export const METRICS = Symbol.for('workloadnet.Metrics');

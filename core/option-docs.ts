@@ -56,6 +56,8 @@ export const OPTION_DOCS: Record<string, string> = {
     'With the fabric on: slices each pod range of a dpu network is cut into, one per DPU (a power of two, 1-256, default 4); a port takes its address from the slice of the DPU it is placed on. See docs/fabric.md.',
   'dpu.goneGraceSeconds':
     'etcd pool source: a DPU (agent id) not connected for this long gives back the address blocks claimed for it that hold no address in use (default 600).',
+  'dpu.allowUnenforcedPolicy':
+    'With NetworkPolicy on: a pod on a DPU whose agent cannot enforce it (protocol 3) is attached and named in Status as unenforced, instead of refused (default false).',
   'dpu.hostPort':
     "With the fabric on the DPUs: the daemon attaches the host's own namespace to the dpu network as interface wn-host0 (no default route, the cluster's ranges), so the host reaches every pod through a DPU (default true). See docs/fabric.md.",
   'etcd.endpoints': 'etcd pool source: client URLs of the etcd members (e.g. ["https://10.0.0.1:2379"]).',
@@ -86,6 +88,10 @@ export const OPTION_DOCS: Record<string, string> = {
     "Fabric: accept VXLAN only from the peers' underlay addresses (an nftables table of ours, `table inet workloadnet`; needs nft); other senders' packets are dropped and counted. false accepts VXLAN from anyone. Default true.",
   'fabric.clusterCidrs':
     "Fabric, static and kubernetes pool sources: the cluster's pod ranges, one per family (etcd has etcd.clusterCidrs). With DPUs the host port routes them, so a node that joins later is reached; the Linux fabric makes them unreachable rather than sent along the default route. Empty (default): the host port routes the ranges known when it was attached, no catch-all.",
+  networkPolicy:
+    'Kubernetes NetworkPolicy: "auto" (default) enforces it with the kubernetes pool source, "on" requires that source, "off" removes our rules. An attach of a pod answers only once its rules are in force. See docs/network-policy.md.',
+  policyAdmitTimeoutMs:
+    "How long an attach of a pod may wait to learn its labels (the policy source's first list, a read of the pod) before it is refused, retryably (ms).",
   masquerade:
     "Masquerade pods' traffic to destinations outside every cluster range (pod ranges, etcd/fabric cluster ranges, peers' prefixes) to the node's address, in an nftables table of ours (inet workloadnet_egress); pod to pod keeps its source. Default true; false for routed set-ups that announce the pod ranges. A network's own masquerade key overrides it.",
   'fabric.strictSlices':

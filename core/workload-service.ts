@@ -146,6 +146,28 @@ export interface ServiceStatus {
    * of `ready`: a node attaches its own pods without it (and without its peer source).
    */
   fabric?: FabricStatus;
+  /** NetworkPolicy, when it is on (core/policy). */
+  policy?: PolicyStatus;
+}
+
+/** NetworkPolicy on this node (Status.policy, `workloadnet policy`). */
+export interface PolicyStatus {
+  /** The source has listed everything once and every dataplane holds the rules. */
+  ready: boolean;
+  reasons: string[];
+  /** What the source holds. */
+  namespaces: number;
+  pods: number;
+  policies: number;
+  /** This node's pods isolated in a direction, their rules, and the address sets the rules name. */
+  podsIsolated: number;
+  rules: number;
+  sets: number;
+  /** Attachments of pods on a network that cannot enforce (dpu.allowUnenforcedPolicy). */
+  unenforced: string[];
+  /** Each backend that enforces: where, and its last failure. */
+  enforcers: Array<{ backend: string; where: string; failure: string; lastApply: string }>;
+  denied: { ingress: number; egress: number };
 }
 
 export interface ReconcileSummary {
@@ -206,6 +228,41 @@ export interface WorkloadService {
    * `dryRun`, nothing changes and nothing counts as a sighting.
    */
   sweep(dryRun: boolean): Promise<SweepResult>;
+  /**
+   * What NetworkPolicy enforces for this node's pods: all (both empty), a namespace's, or one pod's.
+   * FAILED_PRECONDITION when NetworkPolicy is off.
+   */
+  policy?(namespace: string, pod: string): Promise<PodPolicyView[]>;
+}
+
+/** One of this node's pods under NetworkPolicy (`workloadnet policy`). */
+export interface PodPolicyView {
+  /** `namespace/name`. */
+  pod: string;
+  attachment: string;
+  backend: string;
+  /** "host" or "dpu". */
+  where: string;
+  hostInterface: string;
+  ips: string[];
+  policies: string[];
+  ingressIsolated: boolean;
+  egressIsolated: boolean;
+  ingress: PolicyRuleView[];
+  egress: PolicyRuleView[];
+  sets: Array<{ name: string; prefixes: string[] }>;
+  /** RFC 3339; empty when not known. */
+  appliedAt: string;
+  deniedIngress: number;
+  deniedEgress: number;
+}
+
+export interface PolicyRuleView {
+  sets: string[];
+  anyPeer: boolean;
+  /** "TCP/80", "UDP/80-81", "SCTP". */
+  ports: string[];
+  anyPort: boolean;
 }
 
 /** What a leak sweep did (or, in a dry run, would do). */

@@ -6,6 +6,7 @@ import type { AttachmentRecord } from '../store/attachment-record';
 import type { Store } from '../store/store';
 import { KeyedMutex } from '../../lib/keyed-mutex';
 import { toView } from './attachment-views';
+import type { AttachGate } from './attach-gate';
 
 // What the daemon holds for its recorded attachments besides their rows: the per-workload locks that
 // every verb takes, the addresses in the pools, the attachment carrying each namespace's default routes
@@ -28,6 +29,8 @@ export class AttachmentLedger {
     readonly networks: NetworkSet,
     private readonly netns: NetnsOpener,
     private readonly log: Logger,
+    /** What an attach must pass besides its programming (NetworkPolicy), when the node has it. */
+    readonly gate?: AttachGate,
   ) {}
 
   /** Runs fn with the workload's lock held: one verb at a time per workload, workloads in parallel. */
@@ -105,6 +108,8 @@ export class AttachmentLedger {
   /**
    * Removes an attachment's dataplane, then its addresses and row. The addresses are released even when
    * the dataplane step fails: a leaked address is worse than a leftover link, which reconcile removes.
+   * The gate's part goes after the dataplane (an interface is never left without its pod's rules)
+   * and before the addresses, so an address back in the pool is in no set of the pod that had it.
    * The caller holds the workload's lock.
    */
   async teardown(rec: AttachmentRecord, why: string): Promise<void> {
@@ -116,6 +121,7 @@ export class AttachmentLedger {
         'dataplane teardown failed; releasing addresses anyway',
       );
     }
+    await this.gate?.release(rec.key);
     await this.store.remove(rec.key);
     this.count(rec, -1);
     this.networks.of(rec)?.release(rec.ips.map((i) => i.address));

@@ -170,6 +170,8 @@ export class Orchestrator {
       return await this.ledger.locked(req.workloadId, async () => {
         const existing = this.store.get(req.key);
         if (existing) return sameAttachment(existing, req, netns);
+        // Before anything is taken: a gate that cannot know what it needs (a pod's labels) refuses here.
+        const admitted = await this.ledger.gate?.admit(req);
 
         // Where the port will live, before its address: the address comes from that place's slice of
         // the node's ranges (core/fabric/slice-book.ts). place() changes nothing (a DPU backend
@@ -208,7 +210,7 @@ export class Orchestrator {
             dpuPort: req.dpuPort,
           };
           record.dataplane = backend.plan(spec);
-          await this.programAndRecord(record, spec, network);
+          await this.programAndRecord(record, spec, network, admitted);
           this.ledger.added(record);
           this.log.info(
             { ...ctx, ips: record.ips.map((i) => i.address), hostIf: record.dataplane.hostIfName },
@@ -244,23 +246,30 @@ export class Orchestrator {
     record: AttachmentRecord,
     spec: AttachSpec,
     network: Network,
+    admitted: unknown,
   ): Promise<void> {
     const planned = record.dataplane as DataplaneResult;
     if (this.stopping) throw unavailable('the daemon is shutting down; retry once it is back');
     this.programming.add(record.key);
     try {
-      const [programmed, stored] = await Promise.allSettled([
+      // The gate's part (a pod's policy rules) goes in beside the programming: an interface is matched
+      // by name, so its rules may be in force before it exists, and the answer waits for both.
+      const [programmed, stored, gated] = await Promise.allSettled([
         network.backend.attach(spec, planned),
         this.store.put({ ...record, unfinished: true }, this.networks.cursors()),
+        admitted === undefined ? undefined : this.ledger.gate?.enforce(admitted, record),
       ]);
       if (this.cancelled.has(record.key)) {
         // Shutdown removed the row and the caller has gone: whatever the backend did is undone.
         await this.undoProgramming(record);
         throw unavailable('the attach was cancelled by the daemon shutting down; retry once it is back');
       }
-      let failure: unknown =
-        programmed.status === 'rejected' ? programmed.reason : (stored as PromiseRejectedResult).reason;
-      if (programmed.status === 'fulfilled' && stored.status === 'fulfilled') {
+      let failure: unknown = [programmed, stored, gated].find((r) => r.status === 'rejected')?.reason;
+      if (
+        programmed.status === 'fulfilled' &&
+        stored.status === 'fulfilled' &&
+        gated.status === 'fulfilled'
+      ) {
         if (sameDataplane(programmed.value, planned)) {
           // The plan was the whole answer (the Linux backend): the row is right but for its mark, which
           // goes without holding the answer for a second disk flush. In the moment before it does, a
@@ -306,7 +315,7 @@ export class Orchestrator {
     }
   }
 
-  /** Takes down whatever of a failed attach's dataplane is left. */
+  /** Takes down whatever of a failed attach's dataplane is left, and the gate's part. */
   private async undoProgramming(rec: AttachmentRecord): Promise<void> {
     try {
       await this.networks.backendOf(rec).detach(toView(rec));
@@ -316,6 +325,7 @@ export class Orchestrator {
         'rollback teardown failed; reconcile removes leftovers',
       );
     }
+    await this.ledger.gate?.release(rec.key);
   }
 
   private async removeRow(rec: AttachmentRecord): Promise<void> {

@@ -90,9 +90,29 @@ export function validateConfig(c: DaemonConfig): DaemonConfig {
       `dpu.goneGraceSeconds must be a positive whole number of seconds (default 600), not ${JSON.stringify(c.dpu.goneGraceSeconds)}`,
     );
   validatePoolSource(c, fail);
+  validatePolicy(c, fail);
   validateFabric(c, fail); // before the networks, which are checked against its cluster ranges
   validateNetworks(c, fail);
   return c;
+}
+
+function validatePolicy(c: DaemonConfig, fail: (msg: string) => never): void {
+  if (!['auto', 'on', 'off'].includes(c.networkPolicy))
+    fail(`networkPolicy must be "auto", "on" or "off", not ${JSON.stringify(c.networkPolicy)}`);
+  if (c.networkPolicy === 'on' && c.poolSource !== 'kubernetes')
+    fail(
+      'networkPolicy "on" needs the Kubernetes API, where the policies are: poolSource "kubernetes" (--pool-source kubernetes)',
+    );
+  if (
+    !Number.isInteger(c.policyAdmitTimeoutMs) ||
+    c.policyAdmitTimeoutMs < 100 ||
+    c.policyAdmitTimeoutMs > 300_000
+  )
+    fail(
+      `policyAdmitTimeoutMs must be a whole number of ms in 100..300000, not ${JSON.stringify(c.policyAdmitTimeoutMs)}`,
+    );
+  if (typeof c.dpu.allowUnenforcedPolicy !== 'boolean')
+    fail('dpu.allowUnenforcedPolicy must be true or false');
 }
 
 function validatePoolSource(c: DaemonConfig, fail: (msg: string) => never): void {

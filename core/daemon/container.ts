@@ -26,6 +26,7 @@ import { TunnelAddresses } from '../fabric/tunnel-addresses';
 import { STORE, Store } from '../store/store';
 import { NODE_SERVICE, NodeService } from '../service/node-service';
 import { WORKLOAD_SERVICE } from '../workload-service';
+import { bindPolicy } from './policy-wiring';
 
 // The one place where core services are bound. The backend arrives as a ContainerModule loaded by the
 // caller (the daemon's wiring picks it from config; a test loads its own), so core never imports a
@@ -78,6 +79,7 @@ export function createContainer(config: DaemonConfig, logger: Logger, metrics = 
   c.bind<ServiceGate>(WORKLOAD_SERVICE).toDynamicValue(
     (ctx) => new ServiceGate(() => ctx.container.get<NodeService>(NODE_SERVICE)),
   );
+  bindPolicy(c, config, logger, metrics);
   return c;
 }
 

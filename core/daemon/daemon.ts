@@ -15,6 +15,7 @@ import { NETWORKS, type NetworkSet } from '../ipam/network';
 import { prepareSocketPath } from '../serve/unix-socket';
 import type { Store } from '../store/store';
 import { WORKLOAD_SERVICE } from '../workload-service';
+import { policyPart } from './policy-wiring';
 
 /** How often readiness is pushed to gRPC health watchers and readiness listeners. */
 const READINESS_INTERVAL_MS = 5000;
@@ -97,6 +98,7 @@ export class Daemon {
           await this.container.get<Store>(STORE).close();
         },
       },
+      policyPart(this.container, config, log),
       { name: 'serving', start: async () => gate.open(), stop: closeSockets },
       {
         // Attached in the background once a DPU carries the fabric; kept at stop, like the pods.

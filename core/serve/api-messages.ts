@@ -79,6 +79,11 @@ export function toStatusResponse(st: ServiceStatus): Omit<StatusResponse, 'versi
       reason: d.reason ?? '',
     })),
     fabric: st.fabric && toProtoFabric(st.fabric),
+    policy: st.policy && {
+      ...st.policy,
+      deniedIngress: st.policy.denied.ingress,
+      deniedEgress: st.policy.denied.egress,
+    },
   };
 }
 

@@ -19,12 +19,20 @@ import type {
   GetResponse,
   ListRequest,
   ListResponse,
+  PolicyRequest,
+  PolicyResponse,
   StatusRequest,
   StatusResponse,
   WorkloadNetworkingServer,
 } from '../../proto/gen/workloadnet/v1/workload';
 import { ConnectionCap } from './connection-cap';
-import { asWorkloadNetError, invalidArgument, knownWorkloadNetError, unavailable } from '../errors';
+import {
+  asWorkloadNetError,
+  failedPrecondition,
+  invalidArgument,
+  knownWorkloadNetError,
+  unavailable,
+} from '../errors';
 import type { Logger } from '../logger';
 import { LogRate } from '../../lib/log-rate';
 import { listenOnSocket } from './unix-socket';
@@ -184,6 +192,10 @@ export class ApiServer {
         return { ok: drift.length === 0, drift };
       }),
       listStream: (call) => void this.streamList(call),
+      policy: this.unary<PolicyRequest, PolicyResponse>('Policy', async (req) => {
+        if (!s.policy) throw failedPrecondition('NetworkPolicy is off on this node (networkPolicy)');
+        return { pods: await s.policy(req.namespace, req.pod) };
+      }),
       gc: this.unary<GCRequest, GCResponse>('GC', async (req) => {
         if (req.namespacesGone) {
           const swept = await s.sweep(req.dryRun);

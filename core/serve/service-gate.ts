@@ -4,11 +4,13 @@ import type {
   Attachment,
   DetachCall,
   GcResult,
+  PodPolicyView,
   ServiceStatus,
   StatusOptions,
   SweepResult,
   WorkloadService,
 } from '../workload-service';
+import { failedPrecondition } from '../errors';
 
 // The daemon binds its sockets before its backend starts and its store is reconciled, so that a
 // runtime calling during a restart finds a socket that answers (the forwarder waits out a missing or
@@ -95,5 +97,12 @@ export class ServiceGate implements WorkloadService {
 
   sweep(dryRun: boolean): Promise<SweepResult> {
     return this.through((s) => s.sweep(dryRun));
+  }
+
+  policy(namespace: string, pod: string): Promise<PodPolicyView[]> {
+    return this.through((s) => {
+      if (!s.policy) throw failedPrecondition('NetworkPolicy is off on this node (networkPolicy)');
+      return s.policy(namespace, pod);
+    });
   }
 }

@@ -18,6 +18,7 @@ import type {
   Attachment,
   DetachCall,
   GcResult,
+  PodPolicyView,
   ReconcileSummary,
   ServiceStatus,
   StatusOptions,
@@ -28,9 +29,11 @@ import { NodeStatus } from './node-status';
 import { FABRIC_CONTROLLER, type FabricController } from '../fabric/fabric-controller';
 import { HOST_PORT, type HostPort, type HostPortAttacher } from '../host-port/host-port';
 import { EGRESS_CONTROLLER, type EgressController } from '../egress/egress-controller';
+import { POLICY_CONTROLLER, type PolicyController } from '../policy/policy-controller';
 import { HOST_PORT_IF_NAME, HOST_PORT_WORKLOAD_ID } from '../attach/host-port-row';
 import { attachmentKey } from '../attachment-key';
 import { RowCache } from '../store/row-cache';
+import { failedPrecondition } from '../errors';
 
 // The workload service of one node, put together from its parts: the attach flow (attach/), the
 // start-up reconcile, the leak sweep and GC (reconcile/), and Status. They share one ledger of the
@@ -59,8 +62,9 @@ export class NodeService implements WorkloadService {
     @inject(FABRIC_CONTROLLER) @optional() fabric?: FabricController,
     @inject(HOST_PORT) @optional() hostPort?: HostPort,
     @inject(EGRESS_CONTROLLER) @optional() private readonly egress?: EgressController,
+    @inject(POLICY_CONTROLLER) @optional() private readonly policyController?: PolicyController,
   ) {
-    const ledger = new AttachmentLedger(store, networks, netns, log);
+    const ledger = new AttachmentLedger(store, networks, netns, log, policyController);
     this.orchestrator = new Orchestrator(ledger, netns, config, log, metrics);
     this.reconcile = new StartupReconcile(ledger, netns, metrics, log);
     this.keepListGc = new KeepListGc(ledger, log);
@@ -144,14 +148,28 @@ export class NodeService implements WorkloadService {
     return this.orchestrator.check(workloadId, ifName);
   }
 
-  status(opts?: StatusOptions): Promise<ServiceStatus> {
-    return this.nodeStatus.read(opts);
+  async status(opts?: StatusOptions): Promise<ServiceStatus> {
+    const st = await this.nodeStatus.read(opts);
+    if (!this.policyController) return st;
+    // A pod is attached only once its rules are in force: without them the node cannot attach pods.
+    const policy = await this.policyController.status();
+    return {
+      ...st,
+      policy,
+      ready: st.ready && policy.ready,
+      reasons: [...st.reasons, ...policy.reasons.map((r) => `NetworkPolicy: ${r}`)],
+    };
   }
 
   /**
    * Releases, now, the attachments the leak sweep would, even while its guard holds (the operator
    * asked); with `dryRun`, only says which.
    */
+  async policy(namespace: string, pod: string): Promise<PodPolicyView[]> {
+    if (!this.policyController) throw failedPrecondition('NetworkPolicy is off on this node (networkPolicy)');
+    return this.policyController.explain(namespace, pod);
+  }
+
   sweep(dryRun: boolean): Promise<SweepResult> {
     return dryRun ? this.sweeper.preview() : this.sweeper.sweep(true);
   }

@@ -251,11 +251,89 @@ export interface StatusResponse {
    * this node can attach its pods, which it does without the fabric.
    */
   fabric?: FabricStatus | undefined;
+  /** NetworkPolicy, when it is on (workloadnet policy). */
+  policy?: PolicyStatus | undefined;
 }
 
 export interface StatusResponse_BackendDetailsEntry {
   key: string;
   value: string;
+}
+
+export interface PolicyStatus {
+  /** The source has listed namespaces, pods and policies once, and every backend holds the rules. */
+  ready: boolean;
+  reasons: string[];
+  namespaces: number;
+  pods: number;
+  policies: number;
+  /** This node's pods isolated in at least one direction, their rules, the address sets they name. */
+  podsIsolated: number;
+  rules: number;
+  sets: number;
+  /** Attachments of pods on a network whose backend cannot enforce (dpu.allowUnenforcedPolicy). */
+  unenforced: string[];
+  enforcers: PolicyEnforcer[];
+  deniedIngress: number;
+  deniedEgress: number;
+}
+
+export interface PolicyEnforcer {
+  backend: string;
+  /** "host" (the node's nftables) or "dpu" (the DPU's switch). */
+  where: string;
+  /** The last apply's failure, while it lasts. */
+  failure: string;
+  /** When the rules last went in force (RFC 3339). */
+  lastApply: string;
+}
+
+export interface PolicyRequest {
+  /** Empty: every pod; a namespace alone: its pods; both: that pod. */
+  namespace: string;
+  pod: string;
+}
+
+export interface PolicyResponse {
+  pods: PodPolicy[];
+}
+
+export interface PodPolicy {
+  /** "namespace/name". */
+  pod: string;
+  /** The attachment's key, "<workload id>/<interface>". */
+  attachment: string;
+  backend: string;
+  where: string;
+  hostInterface: string;
+  ips: string[];
+  /** The policies that select it ("namespace/name"). */
+  policies: string[];
+  /** Isolated in a direction: only what a rule allows passes. Not isolated: everything passes. */
+  ingressIsolated: boolean;
+  egressIsolated: boolean;
+  ingress: PolicyRuleView[];
+  egress: PolicyRuleView[];
+  /** The sets its rules name, with their prefixes. */
+  sets: AddressSetView[];
+  /** When its rules last went in force (RFC 3339). */
+  appliedAt: string;
+  deniedIngress: number;
+  deniedEgress: number;
+}
+
+export interface PolicyRuleView {
+  /** Set names; empty with any_peer: every address. */
+  sets: string[];
+  anyPeer: boolean;
+  /** "TCP/80", "UDP/80-81", "SCTP" (every port); empty with any_port: every protocol and port. */
+  ports: string[];
+  anyPort: boolean;
+}
+
+export interface AddressSetView {
+  name: string;
+  prefixes: string[];
 }
 
 /** Whether this node reaches the other nodes' pods, and how it reaches each. */
@@ -2769,6 +2847,7 @@ function createBaseStatusResponse(): StatusResponse {
     networks: [],
     dpus: [],
     fabric: undefined,
+    policy: undefined,
   };
 }
 
@@ -2809,6 +2888,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     }
     if (message.fabric !== undefined) {
       FabricStatus.encode(message.fabric, writer.uint32(98).fork()).join();
+    }
+    if (message.policy !== undefined) {
+      PolicyStatus.encode(message.policy, writer.uint32(106).fork()).join();
     }
     return writer;
   },
@@ -2925,6 +3007,14 @@ export const StatusResponse: MessageFns<StatusResponse> = {
             message.fabric = FabricStatus.decode(reader, reader.uint32());
             continue;
           }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.policy = PolicyStatus.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2987,6 +3077,7 @@ export const StatusResponse: MessageFns<StatusResponse> = {
         : [],
       dpus: globalThis.Array.isArray(object?.dpus) ? object.dpus.map((e: any) => DpuStatus.fromJSON(e)) : [],
       fabric: isSet(object.fabric) ? FabricStatus.fromJSON(object.fabric) : undefined,
+      policy: isSet(object.policy) ? PolicyStatus.fromJSON(object.policy) : undefined,
     };
   },
 
@@ -3034,6 +3125,9 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     if (message.fabric !== undefined) {
       obj.fabric = FabricStatus.toJSON(message.fabric);
     }
+    if (message.policy !== undefined) {
+      obj.policy = PolicyStatus.toJSON(message.policy);
+    }
     return obj;
   },
 
@@ -3069,6 +3163,10 @@ export const StatusResponse: MessageFns<StatusResponse> = {
     message.fabric =
       object.fabric !== undefined && object.fabric !== null
         ? FabricStatus.fromPartial(object.fabric)
+        : undefined;
+    message.policy =
+      object.policy !== undefined && object.policy !== null
+        ? PolicyStatus.fromPartial(object.policy)
         : undefined;
     return message;
   },
@@ -3162,6 +3260,1112 @@ export const StatusResponse_BackendDetailsEntry: MessageFns<StatusResponse_Backe
     const message = createBaseStatusResponse_BackendDetailsEntry();
     message.key = object.key ?? '';
     message.value = object.value ?? '';
+    return message;
+  },
+};
+
+function createBasePolicyStatus(): PolicyStatus {
+  return {
+    ready: false,
+    reasons: [],
+    namespaces: 0,
+    pods: 0,
+    policies: 0,
+    podsIsolated: 0,
+    rules: 0,
+    sets: 0,
+    unenforced: [],
+    enforcers: [],
+    deniedIngress: 0,
+    deniedEgress: 0,
+  };
+}
+
+export const PolicyStatus: MessageFns<PolicyStatus> = {
+  encode(message: PolicyStatus, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.ready !== false) {
+      writer.uint32(8).bool(message.ready);
+    }
+    for (const v of message.reasons) {
+      writer.uint32(18).string(v!);
+    }
+    if (message.namespaces !== 0) {
+      writer.uint32(24).uint32(message.namespaces);
+    }
+    if (message.pods !== 0) {
+      writer.uint32(32).uint32(message.pods);
+    }
+    if (message.policies !== 0) {
+      writer.uint32(40).uint32(message.policies);
+    }
+    if (message.podsIsolated !== 0) {
+      writer.uint32(48).uint32(message.podsIsolated);
+    }
+    if (message.rules !== 0) {
+      writer.uint32(56).uint32(message.rules);
+    }
+    if (message.sets !== 0) {
+      writer.uint32(64).uint32(message.sets);
+    }
+    for (const v of message.unenforced) {
+      writer.uint32(74).string(v!);
+    }
+    for (const v of message.enforcers) {
+      PolicyEnforcer.encode(v!, writer.uint32(82).fork()).join();
+    }
+    if (message.deniedIngress !== 0) {
+      writer.uint32(88).uint64(message.deniedIngress);
+    }
+    if (message.deniedEgress !== 0) {
+      writer.uint32(96).uint64(message.deniedEgress);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PolicyStatus {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePolicyStatus();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.ready = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.reasons.push(reader.string());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.namespaces = reader.uint32();
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.pods = reader.uint32();
+            continue;
+          }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.policies = reader.uint32();
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.podsIsolated = reader.uint32();
+            continue;
+          }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.rules = reader.uint32();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.sets = reader.uint32();
+            continue;
+          }
+          case 9: {
+            if (tag !== 74) {
+              break;
+            }
+
+            message.unenforced.push(reader.string());
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.enforcers.push(PolicyEnforcer.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.deniedIngress = longToNumber(reader.uint64());
+            continue;
+          }
+          case 12: {
+            if (tag !== 96) {
+              break;
+            }
+
+            message.deniedEgress = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PolicyStatus {
+    return {
+      ready: isSet(object.ready) ? globalThis.Boolean(object.ready) : false,
+      reasons: globalThis.Array.isArray(object?.reasons)
+        ? object.reasons.map((e: any) => globalThis.String(e))
+        : [],
+      namespaces: isSet(object.namespaces) ? globalThis.Number(object.namespaces) : 0,
+      pods: isSet(object.pods) ? globalThis.Number(object.pods) : 0,
+      policies: isSet(object.policies) ? globalThis.Number(object.policies) : 0,
+      podsIsolated: isSet(object.podsIsolated)
+        ? globalThis.Number(object.podsIsolated)
+        : isSet(object.pods_isolated)
+          ? globalThis.Number(object.pods_isolated)
+          : 0,
+      rules: isSet(object.rules) ? globalThis.Number(object.rules) : 0,
+      sets: isSet(object.sets) ? globalThis.Number(object.sets) : 0,
+      unenforced: globalThis.Array.isArray(object?.unenforced)
+        ? object.unenforced.map((e: any) => globalThis.String(e))
+        : [],
+      enforcers: globalThis.Array.isArray(object?.enforcers)
+        ? object.enforcers.map((e: any) => PolicyEnforcer.fromJSON(e))
+        : [],
+      deniedIngress: isSet(object.deniedIngress)
+        ? globalThis.Number(object.deniedIngress)
+        : isSet(object.denied_ingress)
+          ? globalThis.Number(object.denied_ingress)
+          : 0,
+      deniedEgress: isSet(object.deniedEgress)
+        ? globalThis.Number(object.deniedEgress)
+        : isSet(object.denied_egress)
+          ? globalThis.Number(object.denied_egress)
+          : 0,
+    };
+  },
+
+  toJSON(message: PolicyStatus): unknown {
+    const obj: any = {};
+    if (message.ready !== false) {
+      obj.ready = message.ready;
+    }
+    if (message.reasons?.length) {
+      obj.reasons = message.reasons;
+    }
+    if (message.namespaces !== 0) {
+      obj.namespaces = Math.round(message.namespaces);
+    }
+    if (message.pods !== 0) {
+      obj.pods = Math.round(message.pods);
+    }
+    if (message.policies !== 0) {
+      obj.policies = Math.round(message.policies);
+    }
+    if (message.podsIsolated !== 0) {
+      obj.podsIsolated = Math.round(message.podsIsolated);
+    }
+    if (message.rules !== 0) {
+      obj.rules = Math.round(message.rules);
+    }
+    if (message.sets !== 0) {
+      obj.sets = Math.round(message.sets);
+    }
+    if (message.unenforced?.length) {
+      obj.unenforced = message.unenforced;
+    }
+    if (message.enforcers?.length) {
+      obj.enforcers = message.enforcers.map((e) => PolicyEnforcer.toJSON(e));
+    }
+    if (message.deniedIngress !== 0) {
+      obj.deniedIngress = Math.round(message.deniedIngress);
+    }
+    if (message.deniedEgress !== 0) {
+      obj.deniedEgress = Math.round(message.deniedEgress);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PolicyStatus>, I>>(base?: I): PolicyStatus {
+    return PolicyStatus.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PolicyStatus>, I>>(object: I): PolicyStatus {
+    const message = createBasePolicyStatus();
+    message.ready = object.ready ?? false;
+    message.reasons = object.reasons?.map((e) => e) || [];
+    message.namespaces = object.namespaces ?? 0;
+    message.pods = object.pods ?? 0;
+    message.policies = object.policies ?? 0;
+    message.podsIsolated = object.podsIsolated ?? 0;
+    message.rules = object.rules ?? 0;
+    message.sets = object.sets ?? 0;
+    message.unenforced = object.unenforced?.map((e) => e) || [];
+    message.enforcers = object.enforcers?.map((e) => PolicyEnforcer.fromPartial(e)) || [];
+    message.deniedIngress = object.deniedIngress ?? 0;
+    message.deniedEgress = object.deniedEgress ?? 0;
+    return message;
+  },
+};
+
+function createBasePolicyEnforcer(): PolicyEnforcer {
+  return { backend: '', where: '', failure: '', lastApply: '' };
+}
+
+export const PolicyEnforcer: MessageFns<PolicyEnforcer> = {
+  encode(message: PolicyEnforcer, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.backend !== '') {
+      writer.uint32(10).string(message.backend);
+    }
+    if (message.where !== '') {
+      writer.uint32(18).string(message.where);
+    }
+    if (message.failure !== '') {
+      writer.uint32(26).string(message.failure);
+    }
+    if (message.lastApply !== '') {
+      writer.uint32(34).string(message.lastApply);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PolicyEnforcer {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePolicyEnforcer();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.backend = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.where = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.failure = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.lastApply = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PolicyEnforcer {
+    return {
+      backend: isSet(object.backend) ? globalThis.String(object.backend) : '',
+      where: isSet(object.where) ? globalThis.String(object.where) : '',
+      failure: isSet(object.failure) ? globalThis.String(object.failure) : '',
+      lastApply: isSet(object.lastApply)
+        ? globalThis.String(object.lastApply)
+        : isSet(object.last_apply)
+          ? globalThis.String(object.last_apply)
+          : '',
+    };
+  },
+
+  toJSON(message: PolicyEnforcer): unknown {
+    const obj: any = {};
+    if (message.backend !== '') {
+      obj.backend = message.backend;
+    }
+    if (message.where !== '') {
+      obj.where = message.where;
+    }
+    if (message.failure !== '') {
+      obj.failure = message.failure;
+    }
+    if (message.lastApply !== '') {
+      obj.lastApply = message.lastApply;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PolicyEnforcer>, I>>(base?: I): PolicyEnforcer {
+    return PolicyEnforcer.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PolicyEnforcer>, I>>(object: I): PolicyEnforcer {
+    const message = createBasePolicyEnforcer();
+    message.backend = object.backend ?? '';
+    message.where = object.where ?? '';
+    message.failure = object.failure ?? '';
+    message.lastApply = object.lastApply ?? '';
+    return message;
+  },
+};
+
+function createBasePolicyRequest(): PolicyRequest {
+  return { namespace: '', pod: '' };
+}
+
+export const PolicyRequest: MessageFns<PolicyRequest> = {
+  encode(message: PolicyRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.namespace !== '') {
+      writer.uint32(10).string(message.namespace);
+    }
+    if (message.pod !== '') {
+      writer.uint32(18).string(message.pod);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PolicyRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePolicyRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.namespace = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.pod = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PolicyRequest {
+    return {
+      namespace: isSet(object.namespace) ? globalThis.String(object.namespace) : '',
+      pod: isSet(object.pod) ? globalThis.String(object.pod) : '',
+    };
+  },
+
+  toJSON(message: PolicyRequest): unknown {
+    const obj: any = {};
+    if (message.namespace !== '') {
+      obj.namespace = message.namespace;
+    }
+    if (message.pod !== '') {
+      obj.pod = message.pod;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PolicyRequest>, I>>(base?: I): PolicyRequest {
+    return PolicyRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PolicyRequest>, I>>(object: I): PolicyRequest {
+    const message = createBasePolicyRequest();
+    message.namespace = object.namespace ?? '';
+    message.pod = object.pod ?? '';
+    return message;
+  },
+};
+
+function createBasePolicyResponse(): PolicyResponse {
+  return { pods: [] };
+}
+
+export const PolicyResponse: MessageFns<PolicyResponse> = {
+  encode(message: PolicyResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.pods) {
+      PodPolicy.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PolicyResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePolicyResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.pods.push(PodPolicy.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PolicyResponse {
+    return {
+      pods: globalThis.Array.isArray(object?.pods) ? object.pods.map((e: any) => PodPolicy.fromJSON(e)) : [],
+    };
+  },
+
+  toJSON(message: PolicyResponse): unknown {
+    const obj: any = {};
+    if (message.pods?.length) {
+      obj.pods = message.pods.map((e) => PodPolicy.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PolicyResponse>, I>>(base?: I): PolicyResponse {
+    return PolicyResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PolicyResponse>, I>>(object: I): PolicyResponse {
+    const message = createBasePolicyResponse();
+    message.pods = object.pods?.map((e) => PodPolicy.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBasePodPolicy(): PodPolicy {
+  return {
+    pod: '',
+    attachment: '',
+    backend: '',
+    where: '',
+    hostInterface: '',
+    ips: [],
+    policies: [],
+    ingressIsolated: false,
+    egressIsolated: false,
+    ingress: [],
+    egress: [],
+    sets: [],
+    appliedAt: '',
+    deniedIngress: 0,
+    deniedEgress: 0,
+  };
+}
+
+export const PodPolicy: MessageFns<PodPolicy> = {
+  encode(message: PodPolicy, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.pod !== '') {
+      writer.uint32(10).string(message.pod);
+    }
+    if (message.attachment !== '') {
+      writer.uint32(18).string(message.attachment);
+    }
+    if (message.backend !== '') {
+      writer.uint32(26).string(message.backend);
+    }
+    if (message.where !== '') {
+      writer.uint32(34).string(message.where);
+    }
+    if (message.hostInterface !== '') {
+      writer.uint32(42).string(message.hostInterface);
+    }
+    for (const v of message.ips) {
+      writer.uint32(50).string(v!);
+    }
+    for (const v of message.policies) {
+      writer.uint32(58).string(v!);
+    }
+    if (message.ingressIsolated !== false) {
+      writer.uint32(64).bool(message.ingressIsolated);
+    }
+    if (message.egressIsolated !== false) {
+      writer.uint32(72).bool(message.egressIsolated);
+    }
+    for (const v of message.ingress) {
+      PolicyRuleView.encode(v!, writer.uint32(82).fork()).join();
+    }
+    for (const v of message.egress) {
+      PolicyRuleView.encode(v!, writer.uint32(90).fork()).join();
+    }
+    for (const v of message.sets) {
+      AddressSetView.encode(v!, writer.uint32(98).fork()).join();
+    }
+    if (message.appliedAt !== '') {
+      writer.uint32(106).string(message.appliedAt);
+    }
+    if (message.deniedIngress !== 0) {
+      writer.uint32(112).uint64(message.deniedIngress);
+    }
+    if (message.deniedEgress !== 0) {
+      writer.uint32(120).uint64(message.deniedEgress);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PodPolicy {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePodPolicy();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.pod = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.attachment = reader.string();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.backend = reader.string();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.where = reader.string();
+            continue;
+          }
+          case 5: {
+            if (tag !== 42) {
+              break;
+            }
+
+            message.hostInterface = reader.string();
+            continue;
+          }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.ips.push(reader.string());
+            continue;
+          }
+          case 7: {
+            if (tag !== 58) {
+              break;
+            }
+
+            message.policies.push(reader.string());
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.ingressIsolated = reader.bool();
+            continue;
+          }
+          case 9: {
+            if (tag !== 72) {
+              break;
+            }
+
+            message.egressIsolated = reader.bool();
+            continue;
+          }
+          case 10: {
+            if (tag !== 82) {
+              break;
+            }
+
+            message.ingress.push(PolicyRuleView.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 11: {
+            if (tag !== 90) {
+              break;
+            }
+
+            message.egress.push(PolicyRuleView.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 12: {
+            if (tag !== 98) {
+              break;
+            }
+
+            message.sets.push(AddressSetView.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 13: {
+            if (tag !== 106) {
+              break;
+            }
+
+            message.appliedAt = reader.string();
+            continue;
+          }
+          case 14: {
+            if (tag !== 112) {
+              break;
+            }
+
+            message.deniedIngress = longToNumber(reader.uint64());
+            continue;
+          }
+          case 15: {
+            if (tag !== 120) {
+              break;
+            }
+
+            message.deniedEgress = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PodPolicy {
+    return {
+      pod: isSet(object.pod) ? globalThis.String(object.pod) : '',
+      attachment: isSet(object.attachment) ? globalThis.String(object.attachment) : '',
+      backend: isSet(object.backend) ? globalThis.String(object.backend) : '',
+      where: isSet(object.where) ? globalThis.String(object.where) : '',
+      hostInterface: isSet(object.hostInterface)
+        ? globalThis.String(object.hostInterface)
+        : isSet(object.host_interface)
+          ? globalThis.String(object.host_interface)
+          : '',
+      ips: globalThis.Array.isArray(object?.ips) ? object.ips.map((e: any) => globalThis.String(e)) : [],
+      policies: globalThis.Array.isArray(object?.policies)
+        ? object.policies.map((e: any) => globalThis.String(e))
+        : [],
+      ingressIsolated: isSet(object.ingressIsolated)
+        ? globalThis.Boolean(object.ingressIsolated)
+        : isSet(object.ingress_isolated)
+          ? globalThis.Boolean(object.ingress_isolated)
+          : false,
+      egressIsolated: isSet(object.egressIsolated)
+        ? globalThis.Boolean(object.egressIsolated)
+        : isSet(object.egress_isolated)
+          ? globalThis.Boolean(object.egress_isolated)
+          : false,
+      ingress: globalThis.Array.isArray(object?.ingress)
+        ? object.ingress.map((e: any) => PolicyRuleView.fromJSON(e))
+        : [],
+      egress: globalThis.Array.isArray(object?.egress)
+        ? object.egress.map((e: any) => PolicyRuleView.fromJSON(e))
+        : [],
+      sets: globalThis.Array.isArray(object?.sets)
+        ? object.sets.map((e: any) => AddressSetView.fromJSON(e))
+        : [],
+      appliedAt: isSet(object.appliedAt)
+        ? globalThis.String(object.appliedAt)
+        : isSet(object.applied_at)
+          ? globalThis.String(object.applied_at)
+          : '',
+      deniedIngress: isSet(object.deniedIngress)
+        ? globalThis.Number(object.deniedIngress)
+        : isSet(object.denied_ingress)
+          ? globalThis.Number(object.denied_ingress)
+          : 0,
+      deniedEgress: isSet(object.deniedEgress)
+        ? globalThis.Number(object.deniedEgress)
+        : isSet(object.denied_egress)
+          ? globalThis.Number(object.denied_egress)
+          : 0,
+    };
+  },
+
+  toJSON(message: PodPolicy): unknown {
+    const obj: any = {};
+    if (message.pod !== '') {
+      obj.pod = message.pod;
+    }
+    if (message.attachment !== '') {
+      obj.attachment = message.attachment;
+    }
+    if (message.backend !== '') {
+      obj.backend = message.backend;
+    }
+    if (message.where !== '') {
+      obj.where = message.where;
+    }
+    if (message.hostInterface !== '') {
+      obj.hostInterface = message.hostInterface;
+    }
+    if (message.ips?.length) {
+      obj.ips = message.ips;
+    }
+    if (message.policies?.length) {
+      obj.policies = message.policies;
+    }
+    if (message.ingressIsolated !== false) {
+      obj.ingressIsolated = message.ingressIsolated;
+    }
+    if (message.egressIsolated !== false) {
+      obj.egressIsolated = message.egressIsolated;
+    }
+    if (message.ingress?.length) {
+      obj.ingress = message.ingress.map((e) => PolicyRuleView.toJSON(e));
+    }
+    if (message.egress?.length) {
+      obj.egress = message.egress.map((e) => PolicyRuleView.toJSON(e));
+    }
+    if (message.sets?.length) {
+      obj.sets = message.sets.map((e) => AddressSetView.toJSON(e));
+    }
+    if (message.appliedAt !== '') {
+      obj.appliedAt = message.appliedAt;
+    }
+    if (message.deniedIngress !== 0) {
+      obj.deniedIngress = Math.round(message.deniedIngress);
+    }
+    if (message.deniedEgress !== 0) {
+      obj.deniedEgress = Math.round(message.deniedEgress);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PodPolicy>, I>>(base?: I): PodPolicy {
+    return PodPolicy.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PodPolicy>, I>>(object: I): PodPolicy {
+    const message = createBasePodPolicy();
+    message.pod = object.pod ?? '';
+    message.attachment = object.attachment ?? '';
+    message.backend = object.backend ?? '';
+    message.where = object.where ?? '';
+    message.hostInterface = object.hostInterface ?? '';
+    message.ips = object.ips?.map((e) => e) || [];
+    message.policies = object.policies?.map((e) => e) || [];
+    message.ingressIsolated = object.ingressIsolated ?? false;
+    message.egressIsolated = object.egressIsolated ?? false;
+    message.ingress = object.ingress?.map((e) => PolicyRuleView.fromPartial(e)) || [];
+    message.egress = object.egress?.map((e) => PolicyRuleView.fromPartial(e)) || [];
+    message.sets = object.sets?.map((e) => AddressSetView.fromPartial(e)) || [];
+    message.appliedAt = object.appliedAt ?? '';
+    message.deniedIngress = object.deniedIngress ?? 0;
+    message.deniedEgress = object.deniedEgress ?? 0;
+    return message;
+  },
+};
+
+function createBasePolicyRuleView(): PolicyRuleView {
+  return { sets: [], anyPeer: false, ports: [], anyPort: false };
+}
+
+export const PolicyRuleView: MessageFns<PolicyRuleView> = {
+  encode(message: PolicyRuleView, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.sets) {
+      writer.uint32(10).string(v!);
+    }
+    if (message.anyPeer !== false) {
+      writer.uint32(16).bool(message.anyPeer);
+    }
+    for (const v of message.ports) {
+      writer.uint32(26).string(v!);
+    }
+    if (message.anyPort !== false) {
+      writer.uint32(32).bool(message.anyPort);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PolicyRuleView {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePolicyRuleView();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.sets.push(reader.string());
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.anyPeer = reader.bool();
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.ports.push(reader.string());
+            continue;
+          }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.anyPort = reader.bool();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PolicyRuleView {
+    return {
+      sets: globalThis.Array.isArray(object?.sets) ? object.sets.map((e: any) => globalThis.String(e)) : [],
+      anyPeer: isSet(object.anyPeer)
+        ? globalThis.Boolean(object.anyPeer)
+        : isSet(object.any_peer)
+          ? globalThis.Boolean(object.any_peer)
+          : false,
+      ports: globalThis.Array.isArray(object?.ports)
+        ? object.ports.map((e: any) => globalThis.String(e))
+        : [],
+      anyPort: isSet(object.anyPort)
+        ? globalThis.Boolean(object.anyPort)
+        : isSet(object.any_port)
+          ? globalThis.Boolean(object.any_port)
+          : false,
+    };
+  },
+
+  toJSON(message: PolicyRuleView): unknown {
+    const obj: any = {};
+    if (message.sets?.length) {
+      obj.sets = message.sets;
+    }
+    if (message.anyPeer !== false) {
+      obj.anyPeer = message.anyPeer;
+    }
+    if (message.ports?.length) {
+      obj.ports = message.ports;
+    }
+    if (message.anyPort !== false) {
+      obj.anyPort = message.anyPort;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PolicyRuleView>, I>>(base?: I): PolicyRuleView {
+    return PolicyRuleView.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PolicyRuleView>, I>>(object: I): PolicyRuleView {
+    const message = createBasePolicyRuleView();
+    message.sets = object.sets?.map((e) => e) || [];
+    message.anyPeer = object.anyPeer ?? false;
+    message.ports = object.ports?.map((e) => e) || [];
+    message.anyPort = object.anyPort ?? false;
+    return message;
+  },
+};
+
+function createBaseAddressSetView(): AddressSetView {
+  return { name: '', prefixes: [] };
+}
+
+export const AddressSetView: MessageFns<AddressSetView> = {
+  encode(message: AddressSetView, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== '') {
+      writer.uint32(10).string(message.name);
+    }
+    for (const v of message.prefixes) {
+      writer.uint32(18).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AddressSetView {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAddressSetView();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.prefixes.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AddressSetView {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : '',
+      prefixes: globalThis.Array.isArray(object?.prefixes)
+        ? object.prefixes.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: AddressSetView): unknown {
+    const obj: any = {};
+    if (message.name !== '') {
+      obj.name = message.name;
+    }
+    if (message.prefixes?.length) {
+      obj.prefixes = message.prefixes;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AddressSetView>, I>>(base?: I): AddressSetView {
+    return AddressSetView.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AddressSetView>, I>>(object: I): AddressSetView {
+    const message = createBaseAddressSetView();
+    message.name = object.name ?? '';
+    message.prefixes = object.prefixes?.map((e) => e) || [];
     return message;
   },
 };
@@ -7154,6 +8358,20 @@ export const WorkloadNetworkingService = {
     responseSerialize: (value: Attachment): Buffer => Buffer.from(Attachment.encode(value).finish()),
     responseDeserialize: (value: Buffer): Attachment => Attachment.decode(value),
   },
+  /**
+   * Policy returns what NetworkPolicy enforces for this node's pods (all, or one namespace's, or one
+   * pod's): the policies selecting each, its rules, the address sets they name, where and since when.
+   * FAILED_PRECONDITION when NetworkPolicy is off.
+   */
+  policy: {
+    path: '/workloadnet.v1.WorkloadNetworking/Policy' as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: PolicyRequest): Buffer => Buffer.from(PolicyRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): PolicyRequest => PolicyRequest.decode(value),
+    responseSerialize: (value: PolicyResponse): Buffer => Buffer.from(PolicyResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): PolicyResponse => PolicyResponse.decode(value),
+  },
 } as const;
 
 export interface WorkloadNetworkingServer extends UntypedServiceImplementation {
@@ -7177,6 +8395,12 @@ export interface WorkloadNetworkingServer extends UntypedServiceImplementation {
    * not grow with the number of attachments (List builds one message of them all).
    */
   listStream: handleServerStreamingCall<ListRequest, Attachment>;
+  /**
+   * Policy returns what NetworkPolicy enforces for this node's pods (all, or one namespace's, or one
+   * pod's): the policies selecting each, its rules, the address sets they name, where and since when.
+   * FAILED_PRECONDITION when NetworkPolicy is off.
+   */
+  policy: handleUnaryCall<PolicyRequest, PolicyResponse>;
 }
 
 export interface WorkloadNetworkingClient extends Client {
@@ -7303,6 +8527,26 @@ export interface WorkloadNetworkingClient extends Client {
     metadata?: Metadata,
     options?: Partial<CallOptions>,
   ): ClientReadableStream<Attachment>;
+  /**
+   * Policy returns what NetworkPolicy enforces for this node's pods (all, or one namespace's, or one
+   * pod's): the policies selecting each, its rules, the address sets they name, where and since when.
+   * FAILED_PRECONDITION when NetworkPolicy is off.
+   */
+  policy(
+    request: PolicyRequest,
+    callback: (error: ServiceError | null, response: PolicyResponse) => void,
+  ): ClientUnaryCall;
+  policy(
+    request: PolicyRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: PolicyResponse) => void,
+  ): ClientUnaryCall;
+  policy(
+    request: PolicyRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: PolicyResponse) => void,
+  ): ClientUnaryCall;
 }
 
 export const WorkloadNetworkingClient = makeGenericClientConstructor(

@@ -1,0 +1,126 @@
+import { expect } from 'chai';
+import { execFileSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { attachRequest } from '../support/attach-request';
+import { describeRoot } from '../support/describe-root';
+import { codeName, outcome } from '../support/grpc-outcome';
+import { NetnsSet } from '../support/netns';
+import { PolicyNode } from '../support/policy-node';
+import { StandInKubeApiServer } from '../support/standin-kube-apiserver';
+import { waitUntil } from '../support/wait-until';
+
+// NetworkPolicy through the real daemon: the Kubernetes source fed by a stand-in API server, the Linux
+// backend programming a test-owned node namespace, pods attached with their identity, and real
+// packets between their namespaces.
+
+const DENY_INGRESS = { podSelector: {}, policyTypes: ['Ingress'] };
+
+describeRoot('NetworkPolicy on a node (root, test-owned namespaces, stand-in API server)', function () {
+  this.timeout(120_000);
+  const namespaces = new NetnsSet('wnnp-');
+  let root: string;
+  let api: StandInKubeApiServer;
+  let node: PolicyNode;
+
+  before(async () => {
+    root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-policy-'));
+    api = await StandInKubeApiServer.start(path.join(root, 'api'));
+    for (const ns of ['x', 'y']) api.putNamespace(ns, { ns });
+    node = await PolicyNode.start({ root, name: 'np-node', range: '10.243.1.0/24', namespaces, api });
+    for (const ns of ['x', 'y']) for (const p of ['a', 'b']) await node.addPod(ns, p, { pod: p });
+  });
+
+  after(async () => {
+    node?.stop();
+    await node?.daemon.stop().catch(() => undefined);
+    namespaces.cleanup();
+    await api?.stop();
+    if (root) fs.rmSync(root, { recursive: true, force: true });
+  });
+
+  afterEach(() => {
+    for (const ns of ['x', 'y'])
+      for (const n of ['deny-all', 'allow-b', 'allow-d']) api.deleteNetworkPolicy(ns, n);
+  });
+
+  it('denies a pod attached under default-deny from its first packet, and lets its allowed flow through at once', async () => {
+    api.putNetworkPolicy('x', 'deny-all', DENY_INGRESS);
+    api.putNetworkPolicy('x', 'allow-d', {
+      podSelector: { matchLabels: { pod: 'd' } },
+      ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'b' } } }], ports: [{ port: 80 }] }],
+    });
+    await waitUntil(
+      async () => (await node.daemon.client.status()).policy?.policies === 2,
+      'both policies held',
+      10_000,
+    );
+    const d = await node.addPod('x', 'd', { pod: 'd' });
+    // The first probes, right after the attach answered: no retry, no settling.
+    const [fromA, fromB, fromB81, outOfD] = await Promise.all([
+      node.reaches('x/a', 'x/d', 80, 'TCP'),
+      node.reaches('x/b', 'x/d', 80, 'TCP', 2000),
+      node.reaches('x/b', 'x/d', 81, 'TCP'),
+      node.reaches('x/d', 'y/a', 80, 'TCP', 2000),
+    ]);
+    expect({ fromA, fromB, fromB81, outOfD }).to.deep.equal({
+      fromA: false,
+      fromB: true,
+      fromB81: false,
+      outOfD: true,
+    });
+    expect(d.ip).to.match(/^10\.243\.1\./);
+  });
+
+  it('keeps every allowed flow and lets no denied one through while the daemon is SIGKILLed and restarted', async () => {
+    api.putNetworkPolicy('y', 'deny-all', DENY_INGRESS);
+    api.putNetworkPolicy('y', 'allow-b', {
+      podSelector: { matchLabels: { pod: 'a' } },
+      ingress: [{ from: [{ podSelector: { matchLabels: { pod: 'b' } } }] }],
+    });
+    await waitUntil(async () => !(await node.reaches('x/a', 'y/a', 80, 'TCP')), 'y/a isolated', 10_000);
+    let running = true;
+    const wrong: string[] = [];
+    let rounds = 0;
+    const probing = (async () => {
+      while (running) {
+        const [allowed, denied] = await Promise.all([
+          node.reaches('y/b', 'y/a', 80, 'TCP', 1000),
+          node.reaches('x/a', 'y/a', 80, 'TCP', 300),
+        ]);
+        if (!allowed) wrong.push(`round ${rounds}: y/b -> y/a cut`);
+        if (denied) wrong.push(`round ${rounds}: x/a -> y/a let through`);
+        rounds++;
+      }
+    })();
+    await new Promise((r) => setTimeout(r, 500));
+    await node.daemon.kill('SIGKILL');
+    await new Promise((r) => setTimeout(r, 1000));
+    await node.startDaemon();
+    await new Promise((r) => setTimeout(r, 1500));
+    running = false;
+    await probing;
+    expect(wrong).to.deep.equal([]);
+    expect(rounds, 'probe rounds across the restart').to.be.greaterThan(5);
+  });
+
+  it('refuses, retryably and with nothing allocated, a pod the API server does not know', async () => {
+    const before = (await node.daemon.client.status()).pools.reduce((n, p) => n + Number(p.used), 0);
+    const netns = namespaces.add('ghost');
+    const result = await outcome(
+      node.daemon.client.call(
+        node.daemon.client.raw.attach,
+        attachRequest('x_ghost', netns.path, 'eth0', {
+          pod: { namespace: 'x', name: 'ghost', uid: 'u-ghost' },
+        }),
+      ),
+    );
+    expect(codeName(result.code)).to.equal('UNAVAILABLE');
+    expect(result.details).to.include('x/ghost');
+    const after = (await node.daemon.client.status()).pools.reduce((n, p) => n + Number(p.used), 0);
+    expect(after).to.equal(before);
+    const links = execFileSync('ip', ['-n', netns.name, '-o', 'link'], { encoding: 'utf8' });
+    expect(links).to.not.include('eth0');
+  });
+});

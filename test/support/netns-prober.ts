@@ -1,0 +1,115 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+
+// A long-lived process in a test-owned namespace that both serves and probes, so that a matrix of
+// hundreds of probes costs no process start each: it listens on the given TCP and UDP ports (a TCP
+// connection is answered with the server's name; a UDP datagram is echoed with it), and it takes probe
+// requests on stdin (one JSON line each) and answers each on stdout. A probe is "allowed" when the
+// server's answer came back within the timeout, "denied" otherwise (a dropped SYN or datagram).
+
+export type ProbeProtocol = 'TCP' | 'UDP';
+
+export interface ProbeRequest {
+  host: string;
+  port: number;
+  protocol: ProbeProtocol;
+  timeoutMs: number;
+}
+
+export interface ProbeAnswer {
+  ok: boolean;
+  /** The server's name when ok, else why not. */
+  text: string;
+}
+
+const AGENT = `
+const net = require('net'), dgram = require('dgram'), readline = require('readline');
+const [name, tcpPorts, udpPorts] = [process.argv[1], JSON.parse(process.argv[2]), JSON.parse(process.argv[3])];
+let up = 0; const need = tcpPorts.length + udpPorts.length * 2;
+const ready = () => { if (++up === need) console.log(JSON.stringify({ up: true })); };
+for (const p of tcpPorts) for (const host of ['0.0.0.0']) net.createServer((s) => s.end(name)).listen(p, host, ready);
+for (const p of udpPorts) for (const type of ['udp4', 'udp6']) {
+  const u = dgram.createSocket(type);
+  u.on('message', (m, r) => u.send(name, r.port, r.address));
+  u.bind(p, type === 'udp4' ? '0.0.0.0' : '::', ready);
+}
+for (const p of tcpPorts) net.createServer((s) => s.end(name)).listen({ port: p, host: '::', ipv6Only: true }, () => undefined);
+readline.createInterface({ input: process.stdin }).on('line', (line) => {
+  const q = JSON.parse(line);
+  const answer = (ok, text) => console.log(JSON.stringify({ id: q.id, ok, text }));
+  if (q.protocol === 'TCP') {
+    const s = net.connect(q.port, q.host); let d = '';
+    const t = setTimeout(() => { s.destroy(); answer(false, 'timeout'); }, q.timeoutMs);
+    s.on('data', (c) => (d += c));
+    s.on('end', () => { clearTimeout(t); answer(d !== '', d || 'closed'); });
+    s.on('error', (e) => { clearTimeout(t); answer(false, e.code || e.message); });
+  } else {
+    const u = dgram.createSocket(q.host.includes(':') ? 'udp6' : 'udp4');
+    const t = setTimeout(() => { u.close(); answer(false, 'timeout'); }, q.timeoutMs);
+    u.on('message', (m) => { clearTimeout(t); u.close(); answer(true, m.toString()); });
+    u.on('error', (e) => { clearTimeout(t); u.close(); answer(false, e.code || e.message); });
+    u.send('probe', q.port, q.host);
+  }
+});
+`;
+
+export class NetnsProber {
+  private child?: ChildProcess;
+  private next = 0;
+  private readonly pending = new Map<number, (a: ProbeAnswer) => void>();
+
+  constructor(
+    readonly netns: string,
+    readonly name: string,
+  ) {}
+
+  /** Starts serving `tcp` and `udp` ports in the namespace; resolves once every socket listens. */
+  async start(tcp: readonly number[], udp: readonly number[]): Promise<void> {
+    const child = spawn(
+      'ip',
+      [
+        'netns',
+        'exec',
+        this.netns,
+        process.execPath,
+        '-e',
+        AGENT,
+        this.name,
+        JSON.stringify(tcp),
+        JSON.stringify(udp),
+      ],
+      { stdio: ['pipe', 'pipe', 'pipe'] },
+    );
+    this.child = child;
+    let err = '';
+    child.stderr?.on('data', (c: Buffer) => (err += c.toString()));
+    const lines = createInterface({ input: child.stdout as NodeJS.ReadableStream });
+    await new Promise<void>((resolve, reject) => {
+      lines.on('line', (line) => {
+        const msg = JSON.parse(line) as { up?: boolean; id?: number; ok?: boolean; text?: string };
+        if (msg.up) return resolve();
+        const done = this.pending.get(msg.id ?? -1);
+        this.pending.delete(msg.id ?? -1);
+        done?.({ ok: msg.ok === true, text: msg.text ?? '' });
+      });
+      child.once('exit', (code) =>
+        reject(new Error(`prober ${this.name} exited with ${String(code)}: ${err}`)),
+      );
+    });
+  }
+
+  probe(req: ProbeRequest): Promise<ProbeAnswer> {
+    const id = this.next++;
+    return new Promise((resolve) => {
+      this.pending.set(id, resolve);
+      this.child?.stdin?.write(`${JSON.stringify({ id, ...req })}\n`);
+    });
+  }
+
+  stop(): void {
+    this.child?.kill('SIGKILL');
+    this.child = undefined;
+    for (const done of this.pending.values()) done({ ok: false, text: 'prober stopped' });
+    this.pending.clear();
+  }
+}
