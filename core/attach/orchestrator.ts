@@ -2,8 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { Admission } from './admission';
 import type { AttachSpec, CheckScope, DataplaneResult, Drift } from '../backend';
 import { attachmentKey, type AttachmentKey } from '../attachment-key';
-import { DEFAULT_NETWORK, type DaemonConfig } from '../config';
-import { alreadyExists, invalidArgument, unavailable } from '../errors';
+import type { DaemonConfig } from '../config';
+import { invalidArgument, unavailable } from '../errors';
 import { metered } from './metered';
 import { HOST_PORT_ORIGIN, HOST_PORT_WORKLOAD_ID } from './host-port-row';
 import type { Logger } from '../logger';
@@ -17,6 +17,7 @@ import type { AttachmentLedger } from './attachment-ledger';
 import { toSpec, toView } from './attachment-views';
 import { AttachmentReads } from './attachment-reads';
 import { newRecord } from './new-record';
+import { sameAttachment } from './repeated-attach';
 import {
   validateAttach,
   validateIfName,
@@ -376,19 +377,6 @@ export class Orchestrator {
   async check(workloadId: string, ifName: string, scope: CheckScope = 'full'): Promise<Drift[]> {
     return this.reads.check(workloadId, ifName, scope);
   }
-}
-
-/** A repeated Attach: the same namespace gets the recorded result; another one is refused. */
-function sameAttachment(existing: AttachmentRecord, req: AttachRequest, netns: Netns): AttachmentRecord {
-  const network = existing.network || DEFAULT_NETWORK;
-  if (network !== req.network)
-    throw alreadyExists(
-      `workload ${req.workloadId} already has ${req.ifName} on network ${network}; detach it before attaching it to network ${req.network}`,
-    );
-  if (existing.netnsPath === req.netnsPath && existing.netnsInode === netns.inode) return existing;
-  throw alreadyExists(
-    `workload ${req.workloadId} is already attached as ${req.ifName} in ${existing.netnsPath}; detach it before attaching it to another namespace`,
-  );
 }
 
 /** Whether programming reported exactly what was planned (then the row written meanwhile is final). */
