@@ -8,6 +8,8 @@ import { describeRoot } from '../support/describe-root';
 import { codeName, outcome } from '../support/grpc-outcome';
 import { NetnsSet } from '../support/netns';
 import { PolicyNode } from '../support/policy-node';
+import { PolicyCaseRunner, addCasePods } from '../support/policy-case-runner';
+import { POLICY_CASES } from '../support/policy-cases';
 import { StandInKubeApiServer } from '../support/standin-kube-apiserver';
 import { waitUntil } from '../support/wait-until';
 
@@ -27,9 +29,8 @@ describeRoot('NetworkPolicy on a node (root, test-owned namespaces, stand-in API
   before(async () => {
     root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-policy-'));
     api = await StandInKubeApiServer.start(path.join(root, 'api'));
-    for (const ns of ['x', 'y']) api.putNamespace(ns, { ns });
     node = await PolicyNode.start({ root, name: 'np-node', range: '10.243.1.0/24', namespaces, api });
-    for (const ns of ['x', 'y']) for (const p of ['a', 'b']) await node.addPod(ns, p, { pod: p });
+    await addCasePods(node, api);
   });
 
   after(async () => {
@@ -44,6 +45,11 @@ describeRoot('NetworkPolicy on a node (root, test-owned namespaces, stand-in API
     for (const ns of ['x', 'y'])
       for (const n of ['deny-all', 'allow-b', 'allow-d']) api.deleteNetworkPolicy(ns, n);
   });
+
+  for (const c of POLICY_CASES)
+    it(`enforces the upstream case "${c.name}": every pair probed, as the case says`, async () => {
+      expect(await new PolicyCaseRunner(node, api, 'np-node').run(c)).to.deep.equal([]);
+    });
 
   it('denies a pod attached under default-deny from its first packet, and lets its allowed flow through at once', async () => {
     api.putNetworkPolicy('x', 'deny-all', DENY_INGRESS);
