@@ -8,6 +8,7 @@ import * as os from 'node:os';
 import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { benchAllocator } from './allocator.bench';
 import { benchPools } from './pools.bench';
+import { benchPolicy } from './policy.bench';
 import { renderChart, type ChartPanel } from './chart';
 import { benchCniShim } from './cni-shim.bench';
 import { benchContainerdWithReferenceBridge, type ContainerdPodResult } from './containerd.bench';
@@ -62,6 +63,7 @@ interface Report {
   scale?: Array<{ name: string; value: number; unit: string }>;
   pools?: Array<{ name: string; value: number; unit: string }>;
   fabric?: FabricBenchRow[];
+  policy?: Array<{ name: string; value: number; unit: string }>;
   soak?: SoakResult;
   burst?: BurstMetric[];
   ratios: Record<string, number>;
@@ -101,6 +103,7 @@ const SECTIONS = [
   'dpu',
   'scale',
   'fabric',
+  'policy',
   'soak',
 ] as const;
 /** Sections run only when --only names them: they take half an hour. */
@@ -142,6 +145,9 @@ sections:
               with the fabric on vs off; a daemon on the dpu backend (vxlan) and a simulated DPU
               (dataplane none, then netns): 5,000-peer snapshot acknowledged, one peer change
               acknowledged (p50/p95)
+  policy      a daemon (Linux backend, Kubernetes source) with 1,000 local pods and 1,000 NetworkPolicies:
+              a label change and a policy change from the API server to the kernel (p50/p99, seen by
+              nft monitor), attach with policy on vs off, the daemon's RSS on vs off
   soak        --soak-minutes of attach/detach churn on a Linux and a DPU network at once, the agent
               restarted every 3 minutes: memory, descriptors, store size, event loop and leaks over time
               (only with --only soak)`;
@@ -336,6 +342,7 @@ function print(r: Report): void {
   for (const a of [...(r.burst ?? []), ...r.allocator, ...(r.pools ?? []), ...r.dpu, ...(r.scale ?? [])])
     console.log(`${a.name}: ${a.value.toFixed(2)} ${a.unit}`);
   for (const a of r.fabric ?? []) console.log(`fabric: ${a.name}: ${a.value} ${a.unit}`);
+  for (const a of r.policy ?? []) console.log(`${a.name}: ${a.value.toFixed(2)} ${a.unit}`);
   if (r.soak) printSoak(r.soak);
   const burstCpu = r.burst?.find((b) => /^daemon CPU per attach,/.test(b.name));
   if (burstCpu && f?.attachCpuMsPerOp)
@@ -502,6 +509,10 @@ async function main(): Promise<void> {
     r.fabric = await benchFabric({ reps: 20 });
     step('fabric: a simulated DPU, 5,000-peer snapshot and one peer change acknowledged (dpu backend)');
     r.fabric.push(...(await benchDpuFabric({ rounds: 10, snapshots: 3 })));
+  }
+  if (want('policy')) {
+    step('policy: 1,000 local pods and 1,000 NetworkPolicies: change -> kernel, attach on vs off, RSS');
+    r.policy = await benchPolicy({});
   }
   if (want('soak')) {
     step('soak: attach/detach churn on a Linux and a DPU network, agent restarts');
