@@ -88,6 +88,8 @@ export class KubeObjectStore {
   /** Serves a watch of `collection` on `res` from version `from` (now when undefined). */
   watch(collection: string, matches: ObjectFilter, from: number | undefined, res: ServerResponse): void {
     res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
+    // Headers at once, as the API server flushes them: a watch with no event yet is still an answer.
+    res.flushHeaders();
     const since = from ?? this.rv;
     if (since < this.compactedRv) {
       send(res, {
