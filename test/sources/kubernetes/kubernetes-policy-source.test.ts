@@ -225,6 +225,29 @@ describe('kubernetes policy source (real client library, stand-in API server)', 
     api.deleteNetworkPolicy('x', 'bad-except');
   });
 
+  it('resumes a dropped watch from the last version it saw, without a list', async () => {
+    const lists = api.count('list');
+    const watches = api.count('watch');
+    const seen = api.resourceVersion;
+    api.dropWatches();
+    api.putPod({
+      namespace: 'x',
+      name: 'web',
+      labels: { app: 'web', tier: 'back' },
+      ips: ['10.60.1.5'],
+      nodeName: 'n1',
+    });
+    await waitUntil(() => pod('x/web')?.labels.tier === 'back', 'the change made while disconnected');
+    const pods = api.requests.filter((r) => r.verb === 'watch' && r.path === '/api/v1/pods');
+    const resumed = pods.at(-1);
+    expect(api.count('watch')).to.be.greaterThan(watches);
+    expect(Number(resumed?.resourceVersion), 'from the last version seen, not from now').to.be.within(
+      1001,
+      seen,
+    );
+    expect(api.count('list'), 'no relist').to.equal(lists);
+  });
+
   it("lists again after 410 Gone: objects deleted meanwhile are gone, with one 'all' change per kind", async () => {
     api.putPod({ namespace: 'y', name: 'db', labels: { app: 'db' }, ips: ['10.60.2.7'] });
     await waitUntil(
@@ -334,6 +357,7 @@ describe('kubernetes policy source (real client library, stand-in API server)', 
       pods: before.pods.size,
       policies: before.policies.size,
     };
+    expect(counts.pods, 'something to keep').to.be.greaterThan(0);
     await api.stop();
     await waitUntil(() => /Kubernetes API unreachable/.test(reasons()), 'the API said away');
     expect(reasons()).to.match(
