@@ -5,17 +5,31 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import * as path from 'node:path';
 import { NetnsHandle } from '../../lib/netns/netns-handle';
+import {
+  NAMESPACES,
+  NETWORK_POLICIES,
+  PODS,
+  namespaceObject,
+  networkPolicyObject,
+  podObject,
+  policyKindRequest,
+  servePolicyKind,
+  type StandInPod,
+} from './standin-kube-policy-kinds';
+import { KubeObjectStore, type StoredObject } from './standin-kube-store';
 
 // A stand-in for the Kubernetes API server, written for the tests because no real one can be installed
-// here. It speaks only what a node's pool and peer sources use, as the real one does: HTTPS with a
-// bearer token, Node get, list and watch (newline-delimited JSON events) with a metadata.name field
-// selector and resourceVersion; a watch from a version older than the retained history gets an ERROR
-// event with a 410 "Expired" Status, as after etcd compaction; a merge patch (JSON or strategic) of a
-// Node's metadata.annotations, on the Node or its status subresource (null removes a key). Tests drive
-// it: change Nodes (ranges, addresses, annotations), drop watch connections, expire history, stop and
-// start it.
+// here. It speaks only what a node's pool, peer and policy sources use, as the real one does: HTTPS
+// with a bearer token, Node get, list and watch (newline-delimited JSON events) with a metadata.name
+// field selector and resourceVersion; a watch from a version older than the retained history gets an
+// ERROR event with a 410 "Expired" Status, as after etcd compaction (standin-kube-store.ts); a merge
+// patch (JSON or strategic) of a Node's metadata.annotations, on the Node or its status subresource
+// (null removes a key); Namespaces, Pods and NetworkPolicies listed, watched and read
+// (standin-kube-policy-kinds.ts). Tests drive it: change Nodes (ranges, addresses, annotations) and
+// the policy kinds, drop watch connections, hold watch events back, expire history, leave reads
+// unanswered, stop and start it.
 
-interface NodeObject {
+interface NodeObject extends StoredObject {
   apiVersion: 'v1';
   kind: 'Node';
   metadata: { name: string; uid: string; resourceVersion: string; annotations?: Record<string, string> };
@@ -37,17 +51,6 @@ export interface NodeAddress {
   address: string;
 }
 
-interface WatchEvent {
-  rv: number;
-  type: 'ADDED' | 'MODIFIED' | 'DELETED';
-  node: NodeObject;
-}
-
-interface Watcher {
-  name?: string;
-  res: ServerResponse;
-}
-
 const TOKEN = 'stand-in-token';
 
 export interface StandInOptions {
@@ -63,7 +66,7 @@ export interface StandInOptions {
 
 export interface RequestLogEntry {
   verb: 'get' | 'list' | 'watch' | 'patch';
-  /** The patched object's path, for a patch. */
+  /** The patched object's path, for a patch; the path of any request for Namespaces, Pods or NetworkPolicies. */
   path?: string;
   fieldSelector?: string;
   resourceVersion?: string;
@@ -71,12 +74,9 @@ export interface RequestLogEntry {
 
 export class StandInKubeApiServer {
   readonly requests: RequestLogEntry[] = [];
-  private rv = 1000;
-  /** Versions at or below this are gone from history: watching from them gets 410. */
-  private compactedRv = 0;
-  private readonly nodes = new Map<string, NodeObject>();
-  private readonly history: WatchEvent[] = [];
-  private readonly watchers = new Set<Watcher>();
+  private readonly objects = new KubeObjectStore();
+  /** Reads of one object left unanswered while reads stall. */
+  private stalled?: Set<ServerResponse>;
   private readonly sockets = new Set<Socket>();
   private server?: https.Server;
   private port = 0;
@@ -185,7 +185,53 @@ export class StandInKubeApiServer {
   }
 
   get resourceVersion(): number {
-    return this.rv;
+    return this.objects.resourceVersion;
+  }
+
+  /** Creates or replaces a Namespace with these labels (and kubernetes.io/metadata.name, as the API adds). */
+  putNamespace(name: string, labels: Record<string, string> = {}): void {
+    this.objects.put(NAMESPACES, namespaceObject(name, labels));
+  }
+
+  deleteNamespace(name: string): void {
+    this.objects.delete(NAMESPACES, name);
+  }
+
+  /** Creates or replaces a Pod. */
+  putPod(pod: StandInPod): void {
+    this.objects.put(PODS, podObject(pod));
+  }
+
+  deletePod(namespace: string, name: string): void {
+    this.objects.delete(PODS, `${namespace}/${name}`);
+  }
+
+  /** Creates or replaces a NetworkPolicy with this spec, stored unchecked (a test may give a malformed one). */
+  putNetworkPolicy(namespace: string, name: string, spec: unknown): void {
+    this.objects.put(NETWORK_POLICIES, networkPolicyObject(namespace, name, spec));
+  }
+
+  deleteNetworkPolicy(namespace: string, name: string): void {
+    this.objects.delete(NETWORK_POLICIES, `${namespace}/${name}`);
+  }
+
+  /** Holds watch events back (a lagging watch) until called with false; lists and reads stay current. */
+  holdWatchEvents(hold: boolean): void {
+    this.objects.holdWatchEvents(hold);
+  }
+
+  /**
+   * Leaves every read of one Pod unanswered (an API server that accepts the connection and then
+   * hangs) until called with false, which cuts them; lists and watches are served.
+   */
+  stallReads(stall: boolean): void {
+    if (stall) {
+      this.stalled ??= new Set();
+      return;
+    }
+    const held = this.stalled ?? new Set();
+    this.stalled = undefined;
+    for (const res of held) res.socket?.destroy();
   }
 
   /**
@@ -193,37 +239,34 @@ export class StandInKubeApiServer {
    * stay as they are.
    */
   setNode(name: string, podCIDRs?: string[], legacyPodCIDR?: string): void {
-    const existing = this.nodes.get(name);
-    this.store(
-      {
-        apiVersion: 'v1',
-        kind: 'Node',
-        metadata: {
-          name,
-          uid: existing?.metadata.uid ?? `uid-${name}`,
-          resourceVersion: '',
-          ...(existing?.metadata.annotations ? { annotations: existing.metadata.annotations } : {}),
-        },
-        spec: {
-          ...(legacyPodCIDR ? { podCIDR: legacyPodCIDR } : podCIDRs?.[0] ? { podCIDR: podCIDRs[0] } : {}),
-          ...(podCIDRs ? { podCIDRs } : {}),
-        },
-        ...(existing?.status ? { status: existing.status } : {}),
+    const existing = this.nodes(name);
+    this.store({
+      apiVersion: 'v1',
+      kind: 'Node',
+      metadata: {
+        name,
+        uid: existing?.metadata.uid ?? `uid-${name}`,
+        resourceVersion: '',
+        ...(existing?.metadata.annotations ? { annotations: existing.metadata.annotations } : {}),
       },
-      existing !== undefined,
-    );
+      spec: {
+        ...(legacyPodCIDR ? { podCIDR: legacyPodCIDR } : podCIDRs?.[0] ? { podCIDR: podCIDRs[0] } : {}),
+        ...(podCIDRs ? { podCIDRs } : {}),
+      },
+      ...(existing?.status ? { status: existing.status } : {}),
+    });
   }
 
   /** Sets an existing Node's status.addresses, as its kubelet reports them. */
   setAddresses(name: string, addresses: NodeAddress[]): void {
     const node = this.existing(name);
-    this.store({ ...node, status: { ...node.status, addresses } }, true);
+    this.store({ ...node, status: { ...node.status, addresses } });
   }
 
   /** Sets an existing Node's status.conditions, as its kubelet and a cloud's node controller report them. */
   setConditions(name: string, conditions: NodeCondition[]): void {
     const node = this.existing(name);
-    this.store({ ...node, status: { ...node.status, conditions } }, true);
+    this.store({ ...node, status: { ...node.status, conditions } });
   }
 
   /** Sets (or, with undefined, removes) an annotation of an existing Node, as a person or tool would. */
@@ -232,65 +275,46 @@ export class StandInKubeApiServer {
     const annotations = { ...node.metadata.annotations };
     if (value === undefined) delete annotations[key];
     else annotations[key] = value;
-    this.store({ ...node, metadata: { ...node.metadata, annotations } }, true);
+    this.store({ ...node, metadata: { ...node.metadata, annotations } });
   }
 
   /** A copy of a Node as stored, or undefined. */
   node(name: string): NodeObject | undefined {
-    const n = this.nodes.get(name);
+    const n = this.nodes(name);
     return n && (JSON.parse(JSON.stringify(n)) as NodeObject);
   }
 
+  private nodes(name: string): NodeObject | undefined {
+    return this.objects.get('nodes', name) as NodeObject | undefined;
+  }
+
   private existing(name: string): NodeObject {
-    const node = this.nodes.get(name);
+    const node = this.nodes(name);
     if (!node) throw new Error(`the stand-in has no Node ${name}`);
     return node;
   }
 
-  /** Stores a Node at a new resourceVersion and tells the watchers. */
-  private store(node: NodeObject, modified: boolean): NodeObject {
-    node.metadata = { ...node.metadata, resourceVersion: String(++this.rv) };
-    this.nodes.set(node.metadata.name, node);
-    this.emit({ rv: this.rv, type: modified ? 'MODIFIED' : 'ADDED', node });
-    return node;
+  /** Stores a Node at a new resourceVersion (ADDED, or MODIFIED when it exists) and tells the watchers. */
+  private store(node: NodeObject): NodeObject {
+    return this.objects.put('nodes', node);
   }
 
   deleteNode(name: string): void {
-    const node = this.nodes.get(name);
-    if (!node) return;
-    this.nodes.delete(name);
-    this.emit({
-      rv: ++this.rv,
-      type: 'DELETED',
-      node: { ...node, metadata: { ...node.metadata, resourceVersion: String(this.rv) } },
-    });
+    this.objects.delete('nodes', name);
   }
 
   /** Ends every open watch response abruptly, as a dropped connection or an API server restart does. */
   dropWatches(): void {
-    for (const w of this.watchers) w.res.socket?.destroy();
-    this.watchers.clear();
+    this.objects.dropWatches();
   }
 
   /** Forgets all history up to now: a watch resumed from an older version gets 410 Gone. */
   expireHistory(): void {
-    this.compactedRv = this.rv;
-    this.history.length = 0;
+    this.objects.expireHistory();
   }
 
   count(verb: RequestLogEntry['verb']): number {
     return this.requests.filter((r) => r.verb === verb).length;
-  }
-
-  private emit(ev: WatchEvent): void {
-    this.history.push(ev);
-    for (const w of this.watchers)
-      if (w.name === undefined || w.name === ev.node.metadata.name) this.send(w.res, ev);
-  }
-
-  private send(res: ServerResponse, ev: { type: string; object: unknown } | WatchEvent): void {
-    const line = 'node' in ev ? { type: ev.type, object: ev.node } : ev;
-    res.write(`${JSON.stringify(line)}\n`);
   }
 
   private handle(req: IncomingMessage, res: ServerResponse): void {
@@ -312,7 +336,7 @@ export class StandInKubeApiServer {
         const type = (req.headers['content-type'] ?? '').split(';')[0]!.trim();
         if (type !== 'application/merge-patch+json' && type !== 'application/strategic-merge-patch+json')
           return status(415, 'UnsupportedMediaType', `the stand-in takes merge patches only, not "${type}"`);
-        const node = this.nodes.get(decodeURIComponent(target[1]!));
+        const node = this.nodes(decodeURIComponent(target[1]!));
         if (!node) return status(404, 'NotFound', `nodes "${target[1]}" not found`);
         let patch: unknown;
         try {
@@ -360,17 +384,30 @@ export class StandInKubeApiServer {
         }
         const patched = { ...node, metadata: { ...node.metadata, annotations } };
         if (conditions.length > 0) patched.status = { ...node.status, conditions };
-        reply(200, this.store(patched, true));
+        reply(200, this.store(patched));
       });
       return;
     }
     if (req.method !== 'GET')
       return status(405, 'MethodNotAllowed', 'the stand-in serves GET and PATCH only');
 
+    const kind = policyKindRequest(url);
+    if (kind) {
+      this.requests.push({
+        verb: kind.verb,
+        path: url.pathname,
+        resourceVersion: url.searchParams.get('resourceVersion') ?? undefined,
+      });
+      if (kind.verb === 'get' && this.stalled) {
+        this.stalled.add(res);
+        return;
+      }
+      return servePolicyKind(this.objects, kind, url, res);
+    }
     const one = /^\/api\/v1\/nodes\/([^/]+)$/.exec(url.pathname);
     if (one) {
       this.requests.push({ verb: 'get' });
-      const node = this.nodes.get(decodeURIComponent(one[1]!));
+      const node = this.nodes(decodeURIComponent(one[1]!));
       return node ? reply(200, node) : status(404, 'NotFound', `nodes "${one[1]}" not found`);
     }
     if (url.pathname !== '/api/v1/nodes') return status(404, 'NotFound', 'the stand-in serves nodes only');
@@ -383,40 +420,16 @@ export class StandInKubeApiServer {
       name = m[1];
     }
     const rvParam = url.searchParams.get('resourceVersion') ?? undefined;
-    const matches = (n: NodeObject): boolean => name === undefined || n.metadata.name === name;
+    const matches = (n: StoredObject): boolean => name === undefined || n.metadata.name === name;
 
     if (url.searchParams.get('watch') !== 'true') {
       this.requests.push({ verb: 'list', fieldSelector: selector, resourceVersion: rvParam });
-      return reply(200, {
-        apiVersion: 'v1',
-        kind: 'NodeList',
-        metadata: { resourceVersion: String(this.rv) },
-        items: [...this.nodes.values()].filter(matches),
-      });
+      const { resourceVersion, items } = this.objects.list('nodes', matches);
+      return reply(200, { apiVersion: 'v1', kind: 'NodeList', metadata: { resourceVersion }, items });
     }
 
     this.requests.push({ verb: 'watch', fieldSelector: selector, resourceVersion: rvParam });
-    res.writeHead(200, { 'content-type': 'application/json', 'transfer-encoding': 'chunked' });
-    const from = rvParam ? Number(rvParam) : this.rv;
-    if (from < this.compactedRv) {
-      this.send(res, {
-        type: 'ERROR',
-        object: {
-          kind: 'Status',
-          apiVersion: 'v1',
-          status: 'Failure',
-          reason: 'Expired',
-          message: `too old resource version: ${from} (${this.compactedRv})`,
-          code: 410,
-        },
-      });
-      res.end();
-      return;
-    }
-    for (const ev of this.history) if (ev.rv > from && matches(ev.node)) this.send(res, ev);
-    const watcher: Watcher = { name, res };
-    this.watchers.add(watcher);
-    res.on('close', () => this.watchers.delete(watcher));
+    this.objects.watch('nodes', matches, rvParam ? Number(rvParam) : undefined, res);
   }
 }
 
