@@ -1,18 +1,20 @@
 import * as os from 'node:os';
 import { ContainerModule } from 'inversify';
-import { DEFAULT_NETWORK, type DaemonConfig } from '../../core/config';
+import { DEFAULT_NETWORK, networkPolicyOn, type DaemonConfig } from '../../core/config';
 import { effectiveNetworks } from '../../core/ipam/effective-networks';
 import type { Logger } from '../../core/logger';
 import { POOL_SOURCE, type PoolSource } from '../../core/ipam/pool-source';
 import { PEER_SOURCE, type PeerSource } from '../../core/peer-source';
 import { KubernetesPeerSource } from './kubernetes-peer-source';
 import { KubernetesPoolSource } from './kubernetes-pool-source';
+import { kubernetesPolicySource } from './kubernetes-policy-source';
+import { POLICY_SOURCE, type PolicySource } from '../../core/policy-source';
 import { NodeNetworkCondition } from './node-network-condition';
 import { READINESS_LISTENER, type ReadinessListener } from '../../core/readiness-listener';
 
 /**
- * Binds the kubernetes pool source in place of the default one, the Kubernetes peer source beside it, and
- * the Node's network condition.
+ * Binds the kubernetes pool source in place of the default one, the Kubernetes peer source beside it, the
+ * Node's network condition, and (NetworkPolicy on) the Namespaces, Pods and NetworkPolicies.
  */
 export function kubernetesPoolSourceModule(config: DaemonConfig, logger: Logger): ContainerModule {
   const nodeName = config.nodeName || os.hostname();
@@ -48,5 +50,8 @@ export function kubernetesPoolSourceModule(config: DaemonConfig, logger: Logger)
             .flatMap((n) => n.podCidrs),
         }),
     );
+    // The policies live in the same API; the source connects only when the policy controller starts it.
+    if (networkPolicyOn(config))
+      bind<PolicySource>(POLICY_SOURCE).toDynamicValue(() => kubernetesPolicySource(config, logger));
   });
 }

@@ -110,26 +110,21 @@ async function fill(
   spaces: TestNamespace[],
   from: number,
   to: number,
-): Promise<number[]> {
-  const times: number[] = [];
+): Promise<Map<number, string>> {
+  const ips = new Map<number, string>();
   const one = async (i: number): Promise<void> => {
     const p = podOf(i);
-    const t0 = performance.now();
     const res = await d.client.call(
       d.client.raw.attach,
       attachRequest(`w${i}`, spaces[i]?.path ?? '', 'eth0', { pod: { ...p, uid: `u${i}` } }),
     );
-    times.push(performance.now() - t0);
-    b.api.putPod({
-      ...p,
-      uid: `u${i}`,
-      ips: [(res.ips[0]?.cidr ?? '').split('/')[0] ?? ''],
-      nodeName: 'bench-node',
-    });
+    const ip = (res.ips[0]?.cidr ?? '').split('/')[0] ?? '';
+    ips.set(i, ip);
+    b.api.putPod({ ...p, uid: `u${i}`, ips: [ip], nodeName: 'bench-node' });
   };
   for (let i = from; i < to; i += 16)
     await Promise.all(Array.from({ length: Math.min(16, to - i) }, (_, k) => one(i + k)));
-  return times;
+  return ips;
 }
 
 const rssMiB = (pid: number): number => {
@@ -219,12 +214,7 @@ export async function benchPolicy(opts: { pods?: number; policies?: number } = {
     daemons.pop();
     const on = await startDaemon(b, 'on');
     daemons.push(on);
-    const ips = new Map<number, string>();
-    await fill(b, on, spaces, 0, pods);
-    for (let i = 0; i < pods; i++) {
-      const got = await on.client.call(on.client.raw.get, { workloadId: `w${i}`, ifName: 'eth0' });
-      ips.set(i, got.attachments[0]?.ips[0]?.address ?? '');
-    }
+    const ips = await fill(b, on, spaces, 0, pods);
     const onRss = rssMiB(on.child.pid ?? 0);
     const onAttach = await attachTimes(b, on, spaces, pods + ATTACHES, ATTACHES);
     const { label, policy } = await changeTimes(b, pods, policies, ips);
