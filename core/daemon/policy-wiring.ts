@@ -40,7 +40,7 @@ export function bindPolicy(
         dataplane: b.policy,
         networks: networkSet.networks.filter((n) => n.backend === b).map((n) => n.name),
       })),
-      newBook: () => new PolicyBook({ localRanges }),
+      newBook: (state, locals) => new PolicyBook(state, locals, { localRanges: localRanges() }),
       rows: () => store.rows(),
       admitTimeoutMs: config.policyAdmitTimeoutMs,
       recheckIntervalMs: RECHECK_INTERVAL_MS,

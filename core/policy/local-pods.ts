@@ -1,5 +1,6 @@
 import type { PolicyPod, PolicyState } from '../policy-source';
 import { objectKey } from '../policy-source';
+import type { LocalPod } from './trusted-pods';
 
 // This node's pods as NetworkPolicy sees them: the attachments that carry a pod's identity (a CNI ADD's
 // K8S_POD_NAMESPACE and K8S_POD_NAME), with the addresses this daemon gave them and the host side of
@@ -12,16 +13,6 @@ export interface PolicyRow {
   pod?: { uid?: string; namespace?: string; name?: string };
   ips: ReadonlyArray<{ address: string }>;
   dataplane?: { hostIfName?: string };
-}
-
-/** One of this node's pods, as the compiler takes it. */
-export interface LocalPod {
-  /** The attachment's key. */
-  key: string;
-  hostIf: string;
-  /** The addresses this daemon gave it. */
-  ips: string[];
-  pod: PolicyPod;
 }
 
 /** The row's pod, when it names one: the identity a policy can select. */

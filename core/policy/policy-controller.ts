@@ -3,7 +3,8 @@ import type { Logger } from '../logger';
 import type { CompiledPolicy, PolicyDataplane, PolicyDenials, PolicyTouched } from '../policy-dataplane';
 import type { PolicyChange, PolicyPod, PolicySource, PolicyState } from '../policy-source';
 import { EnforcementLoop } from './enforcement-loop';
-import { localPodOf, podIdentityOf, type LocalPod, type PolicyRow } from './local-pods';
+import { localPodOf, podIdentityOf, type PolicyRow } from './local-pods';
+import type { LocalPod } from './trusted-pods';
 import { podPolicyView, policyFigures, policyStatus, type EnforcerView } from './policy-view';
 import type { PolicyFigures } from '../metrics';
 import type { PodPolicyView, PolicyStatus } from '../workload-service';
@@ -19,8 +20,8 @@ import type { PodPolicyView, PolicyStatus } from '../workload-service';
 
 /** The compiler's incremental book (core/policy/policy-book.ts), as the controller drives it. */
 export interface PolicyBookPort {
-  update(state: PolicyState, change: PolicyChange): PolicyTouched;
-  putLocal(pod: LocalPod): PolicyTouched;
+  sourceChanged(change: PolicyChange, state: PolicyState): PolicyTouched;
+  addLocal(pod: LocalPod): PolicyTouched;
   removeLocal(key: string): PolicyTouched;
   program(): CompiledPolicy;
 }
@@ -37,7 +38,8 @@ export interface PolicyTarget {
 export interface PolicyControllerOptions {
   source: PolicySource;
   targets: readonly PolicyTarget[];
-  newBook: () => PolicyBookPort;
+  /** The compiler's book, from the source's first full list and the recorded pods. */
+  newBook: (state: PolicyState, locals: readonly LocalPod[]) => PolicyBookPort;
   /** The recorded attachments (the store's rows). */
   rows: () => Iterable<PolicyRow>;
   /** How long an attach may wait for the source (its first list, a pod's labels). */
@@ -137,7 +139,7 @@ export class PolicyController {
     const local = localPodOf(row, this.opts.source.state(), pod);
     if (!local || !target.book || !target.loop)
       throw unavailable(`NetworkPolicy: attachment ${row.key} has no host interface to enforce on`);
-    await target.loop.until(target.loop.changed(target.book.putLocal(local)));
+    await target.loop.until(target.loop.changed(target.book.addLocal(local)));
     this.appliedAt.set(row.key, new Date());
   }
 
@@ -212,13 +214,11 @@ export class PolicyController {
           if (podIdentityOf(r) && t.networks.includes(r.network ?? 'default')) this.unenforced.add(r.key);
         continue;
       }
-      t.book = this.opts.newBook();
-      t.book.update(state, { kind: 'all' });
-      for (const r of rows) {
-        if (!t.networks.includes(r.network ?? 'default')) continue;
-        const local = localPodOf(r, state);
-        if (local) t.book.putLocal(local);
-      }
+      const locals = rows
+        .filter((r) => t.networks.includes(r.network ?? 'default'))
+        .map((r) => localPodOf(r, state))
+        .filter((l): l is LocalPod => l !== undefined);
+      t.book = this.opts.newBook(state, locals);
       const book = t.book;
       t.loop = new EnforcementLoop({
         dataplane: t.dataplane,
@@ -237,7 +237,7 @@ export class PolicyController {
       return;
     }
     const state = this.opts.source.state();
-    for (const t of this.targets) if (t.book && t.loop) t.loop.changed(t.book.update(state, change));
+    for (const t of this.targets) if (t.book && t.loop) t.loop.changed(t.book.sourceChanged(change, state));
   }
 
   private recheck(): void {

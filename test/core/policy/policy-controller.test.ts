@@ -15,7 +15,8 @@ import type {
   PolicyState,
 } from '../../../core/policy-source';
 import { PolicyController, type PolicyBookPort } from '../../../core/policy/policy-controller';
-import type { LocalPod, PolicyRow } from '../../../core/policy/local-pods';
+import type { PolicyRow } from '../../../core/policy/local-pods';
+import type { LocalPod } from '../../../core/policy/trusted-pods';
 import { LogSink } from '../../support/log-sink';
 
 // The controller as the attach flow's gate, with a source and a dataplane the test drives: what it
@@ -73,10 +74,10 @@ class TestDataplane implements PolicyDataplane {
 /** Holds the local pods; every pod is isolated for ingress with no rule. */
 class TestBook implements PolicyBookPort {
   readonly local = new Map<string, LocalPod>();
-  update(_s: PolicyState, _c: PolicyChange): PolicyTouched {
+  sourceChanged(_c: PolicyChange, _s: PolicyState): PolicyTouched {
     return { sets: new Set(), pods: new Set(this.local.keys()) };
   }
-  putLocal(pod: LocalPod): PolicyTouched {
+  addLocal(pod: LocalPod): PolicyTouched {
     this.local.set(pod.key, pod);
     return { sets: new Set(), pods: new Set([pod.key]) };
   }
@@ -144,8 +145,9 @@ describe('NetworkPolicy controller as the attach gate', () => {
           networks: ['default'],
         },
       ],
-      newBook: () => {
+      newBook: (_state, locals) => {
         const b = new TestBook();
+        for (const l of locals) b.addLocal(l);
         books.push(b);
         return b;
       },
