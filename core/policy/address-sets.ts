@@ -77,7 +77,7 @@ export function setName(spec: SetSpec): string {
 }
 
 /** An ipBlock set's elements: they depend on nothing but the block. */
-export function blockElements(cidr: string, except: readonly string[]): string[] {
+export function blockElements(cidr: string, except: readonly string[] = []): string[] {
   return mergePrefixes(ipBlockPrefixes(cidr, except));
 }
 

@@ -92,6 +92,11 @@ function peerSets(t: RuleTemplate, out: Instantiation): string[] | undefined {
   return [...new Set(t.peers.map((p) => p.set))];
 }
 
+/** A rule without the keys it leaves open (absent sets: any address; absent ports: any port). */
+function rule(sets: string[] | undefined, ports: PortMatch[] | undefined): CompiledRule {
+  return { ...(sets ? { sets } : {}), ...(ports ? { ports } : {}) };
+}
+
 /** An ingress rule for `pod`: its named ports resolve on the pod itself. */
 export function addIngressRule(t: RuleTemplate, pod: PolicyPod, out: Instantiation): void {
   let ports = t.ports;
@@ -103,15 +108,13 @@ export function addIngressRule(t: RuleTemplate, pod: PolicyPod, out: Instantiati
     }
   }
   if (ports && ports.length === 0) return; // no port it names exists here: the rule allows nothing
-  const sets = peerSets(t, out);
-  out.rules.push(ports ? { sets, ports } : { sets });
+  out.rules.push(rule(peerSets(t, out), ports));
 }
 
 /** An egress rule: its numeric ports as one rule, its named ports as one rule per resolved number. */
 export function addEgressRules(t: RuleTemplate, numbers: NamedPortNumbers, out: Instantiation): void {
   if (!t.ports || t.ports.length) {
-    const sets = peerSets(t, out);
-    out.rules.push(t.ports ? { sets, ports: t.ports } : { sets });
+    out.rules.push(rule(peerSets(t, out), t.ports));
   }
   if (!t.named.length) return;
   const byPort = new Map<string, { match: PortMatch; sets: Set<string> }>();
