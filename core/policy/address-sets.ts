@@ -5,7 +5,8 @@
 
 import { createHash } from 'node:crypto';
 import type { LabelSelector, PolicyPeer, PolicyPod, PolicyProtocol } from '../policy-source';
-import { addressPrefix, ipBlockPrefixes, mergePrefixes } from './ip-block';
+import type { Cidr } from '../../lib/cidr';
+import { ipBlockPrefixes, mergePrefixes } from './ip-block';
 import { canonicalSelector, selectorMatches } from './label-selector';
 
 /** Which pods a peer selects: `namespace` only when no namespaceSelector is given. */
@@ -31,11 +32,17 @@ export function selectorPeer(peer: PolicyPeer, namespace: string): SelectorPeer 
     : { podSelector, namespace };
 }
 
+const peerKeys = new WeakMap<SelectorPeer, string>();
+
 export function peerKey(peer: SelectorPeer): string {
+  const known = peerKeys.get(peer);
+  if (known !== undefined) return known;
   const ns = peer.namespaceSelector
     ? `nss=${canonicalSelector(peer.namespaceSelector)}`
     : `ns=${peer.namespace ?? ''}`;
-  return `${ns} ps=${canonicalSelector(peer.podSelector)}`;
+  const key = `${ns} ps=${canonicalSelector(peer.podSelector)}`;
+  peerKeys.set(peer, key);
+  return key;
 }
 
 /** A namespace the source does not hold counts as one without labels. */
@@ -81,14 +88,9 @@ export function blockElements(cidr: string, except: readonly string[] = []): str
   return mergePrefixes(ipBlockPrefixes(cidr, except));
 }
 
-/** A pod set's elements from its members' addresses. */
-export function addressElements(addresses: Iterable<readonly string[]>): string[] {
-  const prefixes = [];
-  for (const list of addresses) {
-    for (const ip of list) {
-      const p = addressPrefix(ip);
-      if (p) prefixes.push(p);
-    }
-  }
+/** A pod set's elements from its members' addresses (as prefixes). */
+export function addressElements(members: Iterable<readonly Cidr[]>): string[] {
+  const prefixes: Cidr[] = [];
+  for (const list of members) prefixes.push(...list);
   return mergePrefixes(prefixes);
 }

@@ -33,8 +33,20 @@ export function selectorMatches(selector: LabelSelector, labels: Labels): boolea
   return true;
 }
 
+// Selectors are immutable values of the model, so each one's text is worked out once.
+const canonical = new WeakMap<LabelSelector, string>();
+
 /** The same text for every spelling of the same selector. */
 export function canonicalSelector(selector: LabelSelector): string {
+  let text = canonical.get(selector);
+  if (text === undefined) {
+    text = canonicalText(selector);
+    canonical.set(selector, text);
+  }
+  return text;
+}
+
+function canonicalText(selector: LabelSelector): string {
   const labels = Object.entries(selector.matchLabels ?? {})
     .map(([k, v]) => `${k}=${v}`)
     .sort();

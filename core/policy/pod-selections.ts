@@ -2,6 +2,7 @@
 // elsewhere costs the selectors of its namespace (and the namespace-wide ones), not a recompile. A
 // selection for an egress named port also knows the number each member's port resolves to.
 
+import type { Cidr } from '../../lib/cidr';
 import type { PolicyNamespace } from '../policy-source';
 import { type SelectorPeer, type SetSpec, addressElements, peerSelects, selectionKey } from './address-sets';
 import { resolveNamedPort } from './named-ports';
@@ -118,10 +119,10 @@ export class PodSelections {
     const named = spec.kind === 'named' ? { name: spec.portName, protocol: spec.protocol } : undefined;
     const sel = this.all.get(selectionKey(spec.peer, named));
     if (!sel) return [];
-    const lists: Array<readonly string[]> = [];
+    const lists: Array<readonly Cidr[]> = [];
     for (const [podKey, n] of sel.members) {
       if (spec.kind === 'named' && n !== spec.port) continue;
-      lists.push(this.views.get(podKey)?.addresses ?? []);
+      lists.push(this.views.get(podKey)?.prefixes ?? []);
     }
     return addressElements(lists);
   }

@@ -44,6 +44,7 @@ export class PolicyBook {
     this.ranges = new LocalRanges(options.localRanges);
     for (const l of localPods) this.indexLocal(l);
     this.reset();
+    this.flush(); // the first program: everything in it is new, nothing to report as touched
   }
 
   /** The program as it is now. */

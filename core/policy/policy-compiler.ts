@@ -3,6 +3,7 @@
 // the same inputs give the same program. PolicyBook (policy-book.ts) keeps the same result up to date
 // change by change; this whole compile is its reference.
 
+import type { Cidr } from '../../lib/cidr';
 import type { CompiledPolicy, PodPolicy } from '../policy-dataplane';
 import { objectKey, type PolicyPod, type PolicyState } from '../policy-source';
 import { type SetSpec, addressElements, blockElements, peerSelects, selectionKey } from './address-sets';
@@ -88,13 +89,13 @@ export function viewAll(
 
 function setElements(spec: SetSpec, views: Map<string, PodView>, state: PolicyState): string[] {
   if (spec.kind === 'block') return blockElements(spec.cidr, spec.except);
-  const lists: Array<readonly string[]> = [];
+  const lists: Array<readonly Cidr[]> = [];
   for (const v of views.values()) {
     if (!peerSelects(spec.peer, v.pod, state.namespaces.get(v.pod.namespace)?.labels)) continue;
     if (spec.kind === 'named' && resolveNamedPort(v.pod, spec.portName, spec.protocol) !== spec.port) {
       continue;
     }
-    lists.push(v.addresses);
+    lists.push(v.prefixes);
   }
   return addressElements(lists);
 }

@@ -29,6 +29,13 @@ export interface PodView {
   pod: PolicyPod;
   /** Canonical text; empty for hostNetwork pods and pods without (trusted) addresses. */
   addresses: readonly string[];
+  /** The same as /32 and /128 prefixes, parsed once for every set the pod is in. */
+  prefixes: readonly Cidr[];
+}
+
+function withPrefixes(pod: PolicyPod, addresses: readonly string[]): PodView {
+  const prefixes = addresses.flatMap((ip) => addressPrefix(ip) ?? []);
+  return { pod, addresses, prefixes };
 }
 
 export class LocalRanges {
@@ -59,12 +66,12 @@ export function viewPod(
   if (first) {
     const sameUid = source && (first.pod.uid === '' || source.uid === first.pod.uid);
     const addresses = [...new Set(locals.flatMap((l) => l.ips))].sort();
-    return { pod: sameUid ? source : first.pod, addresses };
+    return withPrefixes(sameUid ? source : first.pod, addresses);
   }
   if (!source) return undefined;
-  if (source.hostNetwork) return { pod: source, addresses: [] };
+  if (source.hostNetwork) return withPrefixes(source, []);
   const addresses = source.ips.filter(
     (ip) => !localAddresses.has(ip) && !ranges.contains(ip) && addressPrefix(ip) !== undefined,
   );
-  return { pod: source, addresses };
+  return withPrefixes(source, addresses);
 }

@@ -221,6 +221,8 @@ describe('policy compiler: random clusters against the reference evaluator', () 
     for (let i = 0; i < 200; i++) {
       const c = randomCluster(r);
       const book = new PolicyBook(c.state, c.locals, { localRanges: LOCAL_RANGES });
+      const first = compilePolicy(c.state, c.locals, { localRanges: LOCAL_RANGES });
+      expect(normalised(book.program()), `sequence ${i}, first program`).to.deep.equal(normalised(first));
       let { state } = c;
       let locals = [...c.locals];
       for (let step = 0; step < 12; step++) {
