@@ -127,7 +127,9 @@ export class NftContext {
       (opts.json ? OUTPUT_JSON : 0) | (opts.handles ? OUTPUT_HANDLE : 0) | (opts.terse ? OUTPUT_TERSE : 0);
     this.lib.setFlags(this.ctx, flags);
     const rc = await new Promise<number>((resolve, reject) =>
-      (this.lib.run.async as AsyncRun)(this.ctx, script, (err, n) => (err ? reject(toError(err)) : resolve(n))),
+      (this.lib.run.async as AsyncRun)(this.ctx, script, (err, n) =>
+        err ? reject(toError(err)) : resolve(n),
+      ),
     );
     // Reading a buffer also rewinds it, so each run's text starts afresh.
     const out = String(this.lib.output(this.ctx) ?? '');

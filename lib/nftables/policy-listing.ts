@@ -52,7 +52,8 @@ function setElement(elem: unknown, family: 4 | 6): string {
   } catch {
     // Not a prefix of ours: kept as its own text below, so the diff deletes it.
   }
-  if (isObject(value) && Array.isArray(value.range)) return `${String(value.range[0])}-${String(value.range[1])}`;
+  if (isObject(value) && Array.isArray(value.range))
+    return `${String(value.range[0])}-${String(value.range[1])}`;
   return JSON.stringify(value);
 }
 

@@ -85,17 +85,23 @@ export function checkPod(pod: NftPodPolicy, sets: ReadonlyMap<string, readonly s
     for (const rule of policy?.rules ?? []) {
       for (const s of rule.sets ?? [])
         if (!sets.has(s))
-          throw new PolicyProgramError(`pod ${pod.key}: ${direction} rule names address set ${s}, which the program lacks`);
+          throw new PolicyProgramError(
+            `pod ${pod.key}: ${direction} rule names address set ${s}, which the program lacks`,
+          );
       for (const p of rule.ports ?? []) checkPort(`pod ${pod.key}: ${direction} rule`, p);
     }
   }
 }
 
 function checkPort(where: string, p: NftPortMatch): void {
-  if (!PROTOCOLS.has(p.protocol)) throw new PolicyProgramError(`${where}: unknown protocol ${String(p.protocol)}`);
-  const valid = (n: number | undefined): boolean => n === undefined || (Number.isInteger(n) && n >= 1 && n <= 65535);
+  if (!PROTOCOLS.has(p.protocol))
+    throw new PolicyProgramError(`${where}: unknown protocol ${String(p.protocol)}`);
+  const valid = (n: number | undefined): boolean =>
+    n === undefined || (Number.isInteger(n) && n >= 1 && n <= 65535);
   if (!valid(p.port) || !valid(p.endPort))
     throw new PolicyProgramError(`${where}: ports must be integers 1-65535, not ${p.port}-${p.endPort}`);
   if (p.endPort !== undefined && (p.port === undefined || p.endPort < p.port))
-    throw new PolicyProgramError(`${where}: endPort ${p.endPort} needs a port at or below it (port ${p.port})`);
+    throw new PolicyProgramError(
+      `${where}: endPort ${p.endPort} needs a port at or below it (port ${p.port})`,
+    );
 }

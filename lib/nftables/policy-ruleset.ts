@@ -26,7 +26,11 @@ import { createHash } from 'node:crypto';
 import {
   PolicyProgramError,
   checkPod,
-  setPrefixes, type NftPodPolicy, type NftPolicyProgram, type NftPolicyRule } from './policy-program';
+  setPrefixes,
+  type NftPodPolicy,
+  type NftPolicyProgram,
+  type NftPolicyRule,
+} from './policy-program';
 
 export const POLICY_TABLE = 'workloadnet_policy';
 /** The table's comment: only a table carrying it is ours to change or delete. */
@@ -134,7 +138,10 @@ export function renderPod(pod: NftPodPolicy): Map<string, RenderedChain> {
     const policy = pod[direction];
     if (!policy) continue;
     const name = podChainName(pod.key, direction);
-    chains.set(name, renderChain(directionBodies(policy.rules, direction, name), { key: pod.key, direction }));
+    chains.set(
+      name,
+      renderChain(directionBodies(policy.rules, direction, name), { key: pod.key, direction }),
+    );
   }
   return chains;
 }

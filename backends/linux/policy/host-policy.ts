@@ -26,7 +26,10 @@ export class HostPolicy implements PolicyDataplane {
   }
 
   invalidate(): void {
-    void this.opened?.then(({ table }) => table.invalidate(), () => undefined);
+    void this.opened?.then(
+      ({ table }) => table.invalidate(),
+      () => undefined,
+    );
   }
 
   async denied(): Promise<ReadonlyMap<string, PolicyDenials>> {

@@ -28,7 +28,9 @@ describeRoot('libnftables binding (root, test-owned namespaces)', function () {
       await ctx.run(`add table inet ${name}\n`);
       expect(tables(ns.name)).to.contain(`table inet ${name}`);
       expect(execFileSync('nft', ['list', 'tables'], { encoding: 'utf8' })).to.not.contain(name);
-      const json = JSON.parse(await ctx.run(`list table inet ${name}\n`, { json: true })) as { nftables: unknown[] };
+      const json = JSON.parse(await ctx.run(`list table inet ${name}\n`, { json: true })) as {
+        nftables: unknown[];
+      };
       expect(json.nftables.some((o) => JSON.stringify(o).includes(name))).to.equal(true);
     } finally {
       await ctx.close();
@@ -46,7 +48,7 @@ describeRoot('libnftables binding (root, test-owned namespaces)', function () {
         (e: unknown) => e as Error,
       );
       expect(err).to.be.instanceOf(NftablesError);
-      expect(err?.message).to.match(/No such file or directory[\s\S]*inet nope/);
+      expect(err?.message).to.match(/^Error: No such file or directory\n/);
       expect(tables(ns.name)).to.not.contain('table inet ok');
     } finally {
       await ctx.close();

@@ -1,6 +1,10 @@
 import { expect } from 'chai';
 import { diffScript } from '../../../lib/nftables/policy-diff';
-import { PolicyProgramError, type NftPodPolicy, type NftPolicyProgram } from '../../../lib/nftables/policy-program';
+import {
+  PolicyProgramError,
+  type NftPodPolicy,
+  type NftPolicyProgram,
+} from '../../../lib/nftables/policy-program';
 import { podChainName, renderProgram, setNames, stateOf } from '../../../lib/nftables/policy-ruleset';
 
 // The ruleset a program renders to, and the transaction from one program to the next, without a kernel.
@@ -10,7 +14,13 @@ const web: NftPodPolicy = {
   hostIf: 'wn1',
   ingress: {
     rules: [
-      { sets: ['s'], ports: [{ protocol: 'TCP', port: 80 }, { protocol: 'SCTP', port: 5000, endPort: 5010 }] },
+      {
+        sets: ['s'],
+        ports: [
+          { protocol: 'TCP', port: 80 },
+          { protocol: 'SCTP', port: 5000, endPort: 5010 },
+        ],
+      },
       { sets: [], ports: [{ protocol: 'UDP' }] },
       { ports: [] },
     ],
@@ -57,12 +67,22 @@ describe('nftables policy ruleset and diff', () => {
   });
 
   it('refuses a malformed prefix, an unknown set and a bad interface name, in words', () => {
-    expect(() => renderProgram(prog(['10.0.0.1/33']))).to.throw(PolicyProgramError, /address set s: .*prefix length/);
+    expect(() => renderProgram(prog(['10.0.0.1/33']))).to.throw(
+      PolicyProgramError,
+      /address set s: .*prefix length/,
+    );
     const unknown: NftPodPolicy = { key: 'k', hostIf: 'x', egress: { rules: [{ sets: ['nope'] }] } };
     expect(() => renderProgram(prog([], [unknown]))).to.throw(PolicyProgramError, /names address set nope/);
     const longName: NftPodPolicy = { key: 'k', hostIf: 'a-name-too-long-for-linux' };
-    expect(() => renderProgram(prog([], [longName]))).to.throw(PolicyProgramError, /not a Linux interface name/);
-    const range: NftPodPolicy = { key: 'k', hostIf: 'x', egress: { rules: [{ ports: [{ protocol: 'TCP', port: 90, endPort: 80 }] }] } };
+    expect(() => renderProgram(prog([], [longName]))).to.throw(
+      PolicyProgramError,
+      /not a Linux interface name/,
+    );
+    const range: NftPodPolicy = {
+      key: 'k',
+      hostIf: 'x',
+      egress: { rules: [{ ports: [{ protocol: 'TCP', port: 90, endPort: 80 }] }] },
+    };
     expect(() => renderProgram(prog([], [range]))).to.throw(PolicyProgramError, /endPort 80/);
   });
 });

@@ -86,7 +86,11 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
 
   it('lets every flow through while no pod is isolated', async () => {
     await policy.apply(program({}, []));
-    expect(await reaches(n.pods.a, [tcp(v4('b')), udp(v4('b')), tcp(v6('b'))])).to.deep.equal([true, true, true]);
+    expect(await reaches(n.pods.a, [tcp(v4('b')), udp(v4('b')), tcp(v6('b'))])).to.deep.equal([
+      true,
+      true,
+      true,
+    ]);
   });
 
   it('denies TCP and UDP from another pod under default deny, while the node itself still reaches the pod', async () => {
@@ -97,14 +101,20 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
       false,
       false,
     ]);
-    expect(await reaches(n.node, [tcp(v4('b')), udp(v4('b')), tcp(v6('b'))])).to.deep.equal([true, true, true]);
+    expect(await reaches(n.node, [tcp(v4('b')), udp(v4('b')), tcp(v6('b'))])).to.deep.equal([
+      true,
+      true,
+      true,
+    ]);
     // Only b is isolated: a still answers c.
     expect(await reaches(n.pods.c, [tcp(v4('a'))])).to.deep.equal([true]);
   });
 
   it('lets exactly the allowed set and port through, in both families', async () => {
     const rule = { sets: ['from-a'], ports: [{ protocol: 'TCP' as const, port: 80 }] };
-    await policy.apply(program({ 'from-a': [`${v4('a')}/32`, `${v6('a')}/128`] }, [pod('b', { ingress: [rule] })]));
+    await policy.apply(
+      program({ 'from-a': [`${v4('a')}/32`, `${v6('a')}/128`] }, [pod('b', { ingress: [rule] })]),
+    );
     const flows = [tcp(v4('b')), tcp(v4('b'), 81), udp(v4('b')), tcp(v6('b')), tcp(v6('b'), 81)];
     expect(await reaches(n.pods.a, flows)).to.deep.equal([true, false, false, true, false]);
     expect(await reaches(n.pods.c, [tcp(v4('b')), tcp(v6('b'))])).to.deep.equal([false, false]);
@@ -113,9 +123,9 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
   it('allows a port range and nothing past its end', async () => {
     const rule = { ports: [{ protocol: 'UDP' as const, port: 80, endPort: 81 }] };
     await policy.apply(program({}, [pod('b', { ingress: [rule] })]));
-    expect(await reaches(n.pods.a, [udp(v4('b')), udp(v4('b'), 81), udp(v4('b'), 82), tcp(v4('b'))])).to.deep.equal(
-      [true, true, false, false],
-    );
+    expect(
+      await reaches(n.pods.a, [udp(v4('b')), udp(v4('b'), 81), udp(v4('b'), 82), tcp(v4('b'))]),
+    ).to.deep.equal([true, true, false, false]);
   });
 
   it('moves a pod between sets by editing elements, with no chain rewritten', async () => {
@@ -133,7 +143,12 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
 
   it("denies a client's egress even where the server's ingress allows it", async () => {
     const all = [{ ports: [{ protocol: 'TCP' as const, port: 80 }] }];
-    await policy.apply(program({ c: [`${v4('c')}/32`] }, [pod('a', { egress: [{ sets: ['c'] }] }), pod('b', { ingress: all })]));
+    await policy.apply(
+      program({ c: [`${v4('c')}/32`] }, [
+        pod('a', { egress: [{ sets: ['c'] }] }),
+        pod('b', { ingress: all }),
+      ]),
+    );
     expect(await reaches(n.pods.a, [tcp(v4('b')), tcp(v4('c'))])).to.deep.equal([false, true]);
     expect(await reaches(n.pods.c, [tcp(v4('b'))])).to.deep.equal([true]);
   });
@@ -172,7 +187,10 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
 
   it('puts back drift once invalidated: a chain flushed, a set element and a map element deleted', async () => {
     const rule = { sets: ['from-a'], ports: [{ protocol: 'TCP' as const, port: 80 }] };
-    const p = program({ 'from-a': [`${v4('a')}/32`] }, [pod('b', { ingress: [rule] }), pod('c', { ingress: [] })]);
+    const p = program({ 'from-a': [`${v4('a')}/32`] }, [
+      pod('b', { ingress: [rule] }),
+      pod('c', { ingress: [] }),
+    ]);
     await policy.apply(p);
     const before = listTable(n.node);
     const chain = /chain (pi_[0-9a-f]+) \{[^}]*saddr/.exec(before)?.[1];
@@ -201,17 +219,21 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
     const bad = program({ 'from-a': ['10.77.1.5/33'] }, [pod('b', { ingress: [] })]);
     await rejects(policy.apply(bad), /address set from-a: .*prefix length/);
     // Overlapping intervals pass our checks but not the kernel's: the whole transaction fails.
-    const overlap = program({ 'from-a': ['10.0.0.0/8', '10.1.0.0/16'] }, [pod('b', { ingress: [] }), pod('c', { ingress: [] })]);
+    const overlap = program({ 'from-a': ['10.0.0.0/8', '10.1.0.0/16'] }, [
+      pod('b', { ingress: [] }),
+      pod('c', { ingress: [] }),
+    ]);
     await rejects(policy.apply(overlap), /nothing was changed/);
     expect(listTable(n.node)).to.equal(before);
     expect(await reaches(n.pods.a, [tcp(v4('b')), tcp(v4('c'))])).to.deep.equal([true, true]);
   });
 
-  it("refuses and never touches a table of its name that lacks its mark", async () => {
+  it('refuses and never touches a table of its name that lacks its mark', async () => {
     nftIn(n.node, 'table inet workloadnet_policy {\n  chain theirs {\n  }\n}\n');
     try {
       const before = listTable(n.node);
-      await rejects(policy.apply(program({}, [pod('b', { ingress: [] })])), 
+      await rejects(
+        policy.apply(program({}, [pod('b', { ingress: [] })])),
         /exists but is not workloadnet's/,
       );
       await policy.remove();

@@ -23,7 +23,8 @@ export function policyNode(nss: NetnsSet): PolicyNode {
   const node = nss.add('node');
   const pods = { a: nss.add('a'), b: nss.add('b'), c: nss.add('c') };
   ip(node.name, 'link', 'set', 'lo', 'up');
-  const sysctl = (k: string): void => void execFileSync('ip', ['netns', 'exec', node.name, 'sysctl', '-qw', k]);
+  const sysctl = (k: string): void =>
+    void execFileSync('ip', ['netns', 'exec', node.name, 'sysctl', '-qw', k]);
   sysctl('net.ipv4.ip_forward=1');
   sysctl('net.ipv6.conf.all.forwarding=1');
   for (const name of Object.keys(pods) as PodName[]) {
@@ -119,7 +120,9 @@ export function probe(
   const arg = JSON.stringify([flows, opts.repeatMs ?? 0, opts.waitMs ?? 700]);
   return new Promise((resolve, reject) =>
     execFile('ip', ['netns', 'exec', ns.name, process.execPath, '-e', CLIENT, arg], (err, out, stderr) =>
-      err ? reject(new Error(`probe from ${ns.name} failed: ${stderr || err.message}`)) : resolve(JSON.parse(out)),
+      err
+        ? reject(new Error(`probe from ${ns.name} failed: ${stderr || err.message}`))
+        : resolve(JSON.parse(out)),
     ),
   );
 }
@@ -131,9 +134,13 @@ export async function reaches(ns: TestNamespace, flows: Flow[]): Promise<boolean
 
 /** The kernel's listing of the policy table in `ns` (text, with handles). */
 export function listTable(ns: TestNamespace): string {
-  return execFileSync('ip', ['netns', 'exec', ns.name, 'nft', '-a', 'list', 'table', 'inet', 'workloadnet_policy'], {
-    encoding: 'utf8',
-  });
+  return execFileSync(
+    'ip',
+    ['netns', 'exec', ns.name, 'nft', '-a', 'list', 'table', 'inet', 'workloadnet_policy'],
+    {
+      encoding: 'utf8',
+    },
+  );
 }
 
 export function nftIn(ns: TestNamespace, script: string): void {
