@@ -11,6 +11,7 @@ import {
   INGRESS_MAP,
   POLICY_MARK,
   TABLE_REF,
+  elementText,
   type DesiredRuleset,
   type RulesetState,
 } from './policy-ruleset';
@@ -30,7 +31,7 @@ function declarations(have: RulesetState, want: DesiredRuleset, out: string[]): 
   for (const [name, set] of want.sets)
     if (!have.sets.has(name))
       out.push(
-        `add set ${TABLE_REF} ${name} { type ipv${set.family}_addr; flags interval; ` +
+        `add set ${TABLE_REF} ${name} { type ipv${set.family}_addr; ${set.interval ? 'flags interval; ' : ''}` +
           `comment ${quote(set.comment.slice(0, 120))}; }`,
       );
   for (const [name, chain] of want.chains) {
@@ -47,8 +48,11 @@ function declarations(have: RulesetState, want: DesiredRuleset, out: string[]): 
 function setElements(have: RulesetState, want: DesiredRuleset, out: string[]): void {
   for (const [name, set] of want.sets) {
     const held = have.sets.get(name) ?? EMPTY;
-    const gone = minus(held, set.elements);
-    const added = minus(set.elements, held);
+    // The state last applied holds the very element sets it rendered: an unchanged set is not walked.
+    if (held === set.elements) continue;
+    const text = (e: string): string => elementText(set, e);
+    const gone = minus(held, set.elements).map(text);
+    const added = minus(set.elements, held).map(text);
     if (gone.length > 0) out.push(`delete element ${TABLE_REF} ${name} { ${gone.join(', ')} }`);
     if (added.length > 0) out.push(`add element ${TABLE_REF} ${name} { ${added.join(', ')} }`);
   }

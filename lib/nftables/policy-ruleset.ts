@@ -9,7 +9,17 @@
 //     chain pi_<hash of key> / pe_<…>        one per isolated pod and direction: a rule per allowed
 //                                            (address set × port) ending in `return`, then
 //                                            `counter name <chain> drop`
-//     set s_<hash of name>4 / …6             one per program set and family, flags interval
+//     set s_<hash of name>_v4 / _v6          one per program set and family, holding only host
+//                                            addresses: a plain hash set
+//     set s_<hash of name>_n4 / _n6          the same for a set with real prefixes (ipBlocks):
+//                                            flags interval
+//
+// A set's kind follows from its content and is part of its name. Hash sets are the rule: every
+// pod-selector set holds /32s and /128s, and libnftables, which rebuilds its cache before every command,
+// dumps the elements of every interval set in the table to do it, so a thousand interval sets cost tens
+// of milliseconds per change. A set whose content needs the other kind (rare: the compiler names sets for
+// their selector, and an ipBlock's content never changes) is a new set under the other name, and the
+// chains that named the old one are rewritten in the same transaction before it goes.
 //
 // Allowed traffic *returns* rather than accepts: pod-to-pod traffic on one node crosses the sender's
 // egress chain and then the receiver's ingress chain in the same forward pass, and both must allow it.
@@ -44,6 +54,8 @@ export type PolicyDirection = 'ingress' | 'egress';
 
 export interface RenderedChain {
   digest: string;
+  /** The nft sets its rules name: a rendering naming a set the program no longer has is stale. */
+  sets: readonly string[];
   /** Each rule's text after `add rule <table> <chain>`, its comment included. */
   rules: string[];
   /** For a pod's chain: whose and which direction (its counter has the chain's name). */
@@ -52,6 +64,8 @@ export interface RenderedChain {
 
 export interface RenderedSet {
   family: 4 | 6;
+  /** Holds real prefixes (flags interval); otherwise only host addresses (a hash set). */
+  interval: boolean;
   /** The program's name for it. */
   comment: string;
   elements: ReadonlySet<string>;
@@ -79,21 +93,29 @@ export interface DesiredRuleset {
 
 const hash = (text: string): string => createHash('sha256').update(text).digest('hex').slice(0, 12);
 
-/** A set's two nft names, by family. */
-export function setNames(name: string): { v4: string; v6: string } {
+/** A set's two nft names, by family: of host addresses, or (`interval`) of prefixes. */
+export function setNames(name: string, interval = false): { v4: string; v6: string } {
   const base = `s_${hash(name)}`;
-  return { v4: `${base}_v4`, v6: `${base}_v6` };
+  const kind = interval ? 'n' : 'v';
+  return { v4: `${base}_${kind}4`, v6: `${base}_${kind}6` };
 }
+
+/** The nft set of program set `name` and `family`, as a rendering of the program names it. */
+export type SetRef = (name: string, family: 4 | 6) => string;
 
 export function podChainName(key: string, direction: PolicyDirection): string {
   return `${direction === 'ingress' ? 'pi' : 'pe'}_${hash(key)}`;
 }
 
 /** A chain of `bodies`, each given its `<digest>:<i>/<n>` comment. */
-export function renderChain(bodies: readonly string[], pod?: RenderedChain['pod']): RenderedChain {
+export function renderChain(
+  bodies: readonly string[],
+  pod?: RenderedChain['pod'],
+  sets: readonly string[] = [],
+): RenderedChain {
   const digest = hash(bodies.join('\n'));
   const n = bodies.length;
-  return { digest, rules: bodies.map((b, i) => `${b} comment "${digest}:${i}/${n}"`), pod };
+  return { digest, sets, rules: bodies.map((b, i) => `${b} comment "${digest}:${i}/${n}"`), pod };
 }
 
 export const FORWARD_RULES = renderChain([
@@ -114,6 +136,8 @@ export function directionBodies(
   rules: readonly NftPolicyRule[],
   direction: PolicyDirection,
   counter: string,
+  ref: SetRef,
+  named: Set<string> = new Set(),
 ): string[] {
   const field = direction === 'ingress' ? 'saddr' : 'daddr';
   const out = new Set<string>();
@@ -122,8 +146,10 @@ export function directionBodies(
       rule.sets === undefined
         ? ['']
         : [...new Set(rule.sets)].flatMap((s) => {
-            const n = setNames(s);
-            return [`ip ${field} @${n.v4}`, `ip6 ${field} @${n.v6}`];
+            const v4 = ref(s, 4);
+            const v6 = ref(s, 6);
+            named.add(v4).add(v6);
+            return [`ip ${field} @${v4}`, `ip6 ${field} @${v6}`];
           });
     const ports = rule.ports === undefined ? [''] : [...new Set(rule.ports.map(portMatch))];
     for (const a of addrs) for (const p of ports) out.add([a, p, 'return'].filter(Boolean).join(' '));
@@ -132,28 +158,38 @@ export function directionBodies(
 }
 
 /** The chains of one pod (one per isolated direction), keyed by chain name. */
-export function renderPod(pod: NftPodPolicy): Map<string, RenderedChain> {
+export function renderPod(pod: NftPodPolicy, ref: SetRef): Map<string, RenderedChain> {
   const chains = new Map<string, RenderedChain>();
   for (const direction of ['ingress', 'egress'] as const) {
     const policy = pod[direction];
     if (!policy) continue;
     const name = podChainName(pod.key, direction);
-    chains.set(
-      name,
-      renderChain(directionBodies(policy.rules, direction, name), { key: pod.key, direction }),
-    );
+    const named = new Set<string>();
+    const bodies = directionBodies(policy.rules, direction, name, ref, named);
+    chains.set(name, renderChain(bodies, { key: pod.key, direction }, [...named]));
   }
   return chains;
 }
 
-/** The sets of `program`, two per program set; throws PolicyProgramError on a malformed prefix. */
+const HOST = /\/(32|128)$/;
+
+/**
+ * The two nft sets of a program set, a hash set per family when it holds only host addresses and an
+ * interval set when it holds a real prefix; throws PolicyProgramError on a malformed prefix.
+ */
 export function renderSet(name: string, prefixes: readonly string[]): [string, RenderedSet][] {
   const { v4, v6 } = setPrefixes(name, prefixes);
-  const n = setNames(name);
+  const i4 = v4.some((p) => !p.endsWith('/32'));
+  const i6 = v6.some((p) => !p.endsWith('/128'));
   return [
-    [n.v4, { family: 4, comment: name, elements: new Set(v4) }],
-    [n.v6, { family: 6, comment: name, elements: new Set(v6) }],
+    [setNames(name, i4).v4, { family: 4, interval: i4, comment: name, elements: new Set(v4) }],
+    [setNames(name, i6).v6, { family: 6, interval: i6, comment: name, elements: new Set(v6) }],
   ];
+}
+
+/** How an element of `set` is written: a prefix in an interval set, an address in a hash set. */
+export function elementText(set: RenderedSet, element: string): string {
+  return set.interval ? element : element.replace(HOST, '');
 }
 
 /**
@@ -174,15 +210,23 @@ export function renderProgram(
     bySet.set(name, rendered);
     for (const [n, s] of rendered) sets.set(n, s);
   }
+  const ref: SetRef = (name, family) => {
+    const rendered = bySet.get(name)?.find(([, s]) => s.family === family);
+    if (!rendered) throw new PolicyProgramError(`the program lacks address set ${name}`);
+    return rendered[0];
+  };
   const byPod = new Map<string, Map<string, RenderedChain>>();
   const chains = new Map<string, RenderedChain>([[FORWARD_CHAIN, FORWARD_RULES]]);
   const egress = new Map<string, string>();
   const ingress = new Map<string, string>();
   for (const pod of program.pods.values()) {
     let rendered = reuse.pod(pod);
+    // An earlier rendering naming a set that is gone (one that changed kind) is rendered again.
+    if (rendered && ![...rendered.values()].every((c) => c.sets.every((s) => sets.has(s))))
+      rendered = undefined;
     if (!rendered) {
       checkPod(pod, program.sets);
-      rendered = renderPod(pod);
+      rendered = renderPod(pod, ref);
     }
     byPod.set(pod.key, rendered);
     for (const [name, chain] of rendered) {

@@ -81,7 +81,7 @@ async function applyAtScale(nsPath: string): Promise<string[]> {
   }
   for (let r = 0; r < RUNS; r++) {
     const name = `sel-${r % PODS}`;
-    sets.set(name, [...(sets.get(name) ?? []), `10.60.${r}.0/24`]);
+    sets.set(name, [...(sets.get(name) ?? []), `10.60.${r >> 8}.${r & 255}/32`]);
     element.push(await timed(() => policy.apply(program(), { sets: new Set([name]), pods: new Set() })));
   }
   const denied = await timed(() => policy.denied());

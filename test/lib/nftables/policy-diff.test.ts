@@ -35,7 +35,7 @@ const prog = (s: string[], pods: NftPodPolicy[] = [web]): NftPolicyProgram => ({
 describe('nftables policy ruleset and diff', () => {
   it('renders a rule per set family and port, returning, and a counted drop last', () => {
     const chain = renderProgram(prog(['10.0.0.0/24'])).chains.get(podChainName(web.key, 'ingress'));
-    const s = setNames('s');
+    const s = { v4: setNames('s', true).v4, v6: setNames('s').v6 };
     expect(chain?.rules.map((r) => r.replace(/ comment .*/, ''))).to.deep.equal([
       `ip saddr @${s.v4} tcp dport 80 return`,
       `ip saddr @${s.v4} sctp dport 5000-5010 return`,
@@ -50,10 +50,38 @@ describe('nftables policy ruleset and diff', () => {
     const after = renderProgram(prog(['10.0.0.2/32', 'fd00::1/128']));
     const s = setNames('s');
     expect(diffScript(stateOf(before), after)).to.equal(
-      `delete element inet workloadnet_policy ${s.v4} { 10.0.0.1/32 }\n` +
-        `add element inet workloadnet_policy ${s.v4} { 10.0.0.2/32 }\n`,
+      `delete element inet workloadnet_policy ${s.v4} { 10.0.0.1 }\n` +
+        `add element inet workloadnet_policy ${s.v4} { 10.0.0.2 }\n`,
     );
     expect(diffScript(stateOf(after), after)).to.equal('');
+  });
+
+  it('keeps sets of host addresses as hash sets and gives only real prefixes an interval set', () => {
+    const script = diffScript(undefined, renderProgram(prog(['10.0.0.1/32', 'fd00::/64'])));
+    const hosts = setNames('s');
+    const prefixes = setNames('s', true);
+    expect(script).to.contain(`add set inet workloadnet_policy ${hosts.v4} { type ipv4_addr; comment`);
+    expect(script).to.contain(`add element inet workloadnet_policy ${hosts.v4} { 10.0.0.1 }`);
+    expect(script).to.contain(
+      `add set inet workloadnet_policy ${prefixes.v6} { type ipv6_addr; flags interval; comment`,
+    );
+    expect(script).to.contain(`add element inet workloadnet_policy ${prefixes.v6} { fd00::/64 }`);
+  });
+
+  it('re-creates a set whose content needs the other kind, rewriting its chains before the old set goes', () => {
+    const before = renderProgram(prog(['10.0.0.1/32']));
+    const script = diffScript(stateOf(before), renderProgram(prog(['10.0.0.0/24'])));
+    const chain = podChainName(web.key, 'ingress');
+    const order = [
+      `add set inet workloadnet_policy ${setNames('s', true).v4} { type ipv4_addr; flags interval;`,
+      `add element inet workloadnet_policy ${setNames('s', true).v4} { 10.0.0.0/24 }`,
+      `flush chain inet workloadnet_policy ${chain}`,
+      `add rule inet workloadnet_policy ${chain} ip saddr @${setNames('s', true).v4} tcp dport 80`,
+      `delete set inet workloadnet_policy ${setNames('s').v4}`,
+    ].map((line) => script.indexOf(line));
+    expect(order.every((at) => at >= 0)).to.equal(true, script);
+    expect(order).to.deep.equal([...order].sort((a, b) => a - b));
+    expect(script).to.not.contain(`delete set inet workloadnet_policy ${setNames('s').v6}`);
   });
 
   it("deletes a pod's chains only after the map elements that jump to them", () => {

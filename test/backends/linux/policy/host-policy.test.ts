@@ -141,6 +141,33 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
     expect(await reaches(n.pods.c, [tcp(v4('b'))])).to.deep.equal([true]);
   });
 
+  it('holds host addresses in a hash set and re-creates it as an interval set when it gains a prefix', async () => {
+    const rule = { sets: ['peers'], ports: [{ protocol: 'TCP' as const, port: 80 }] };
+    const pods = [pod('b', { ingress: [rule] })];
+    await policy.apply(program({ peers: [`${v4('a')}/32`] }, pods));
+    const hostSet = /set (s_[0-9a-f]+_v4) \{ # handle \d+\s*type ipv4_addr\s*comment/.exec(
+      listTable(n.node),
+    )?.[1];
+    expect(hostSet, 'a hash set, without flags interval').to.be.a('string');
+    expect(await reaches(n.pods.a, [tcp(v4('b'))])).to.deep.equal([true]);
+    expect(await reaches(n.pods.c, [tcp(v4('b'))])).to.deep.equal([false]);
+    await policy.apply(program({ peers: [`${v4('a')}/32`, '10.77.3.0/24'] }, pods));
+    const after = listTable(n.node);
+    expect(after).to.match(/set s_[0-9a-f]+_n4 \{ # handle \d+\s*type ipv4_addr\s*flags interval/);
+    expect(after).to.not.contain(`set ${hostSet ?? '?'} `);
+    expect(await reaches(n.pods.a, [tcp(v4('b'))])).to.deep.equal([true]);
+    expect(await reaches(n.pods.c, [tcp(v4('b')), tcp(v4('b'), 81)])).to.deep.equal([true, false]);
+    // Adopted by a new instance as it is: the kind is read back from the set's name.
+    const adopter = new HostPolicy(n.node.path);
+    const uncounted = (s: string): string => s.replace(/packets \d+ bytes \d+/g, '');
+    try {
+      await adopter.apply(program({ peers: [`${v4('a')}/32`, '10.77.3.0/24'] }, pods));
+      expect(uncounted(listTable(n.node))).to.equal(uncounted(after));
+    } finally {
+      await adopter.close();
+    }
+  });
+
   it("denies a client's egress even where the server's ingress allows it", async () => {
     const all = [{ ports: [{ protocol: 'TCP' as const, port: 80 }] }];
     await policy.apply(
