@@ -44,6 +44,7 @@ import { rollbackVethPair } from './veth-pair';
 import { setInterfaceMtu } from './interface-mtu';
 import { LinuxFabric } from './fabric/linux-fabric';
 import { EgressMasquerade } from './egress-masquerade';
+import { HostPolicy } from './policy/host-policy';
 import { nftRunner } from './fabric/nft-runner';
 import { checkWorkloadNamespace, checkWorkloadPresence, workloadRoutes } from '../interface/workload-side';
 
@@ -62,11 +63,14 @@ export class LinuxBackend implements Backend {
   readonly fabric: LinuxFabric;
   /** Pods' traffic leaving the cluster, masqueraded in the host namespace (core/egress drives it). */
   readonly egress: EgressMasquerade;
+  /** NetworkPolicy for its pods, in nftables in the host namespace (core/policy drives it). */
+  readonly policy: HostPolicy;
 
   constructor(opts: LinuxBackendOptions = {}) {
     this.opts = resolveLinuxBackendOptions(opts);
     this.fabric = new LinuxFabric({ hostNetnsPath: this.opts.hostNetnsPath, logger: this.opts.logger });
     this.egress = new EgressMasquerade(nftRunner({ netnsPath: this.opts.hostNetnsPath }));
+    this.policy = new HostPolicy(this.opts.hostNetnsPath);
   }
 
   /**
@@ -252,6 +256,7 @@ export class LinuxBackend implements Backend {
   }
 
   async stop(): Promise<void> {
+    await this.policy.close();
     const pending = this.host;
     this.host = undefined;
     if (!pending) return;

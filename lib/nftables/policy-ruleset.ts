@@ -1,0 +1,262 @@
+// The nftables ruleset that enforces a policy program (policy-program.ts), as plain values the diff
+// (policy-diff.ts) compares with what the kernel holds:
+//
+//   table inet workloadnet_policy            marked ours by its comment
+//     chain forward                          filter hook forward, policy accept:
+//       ct state established,related accept   replies and flows already allowed go on at once
+//       iifname vmap @egress_pods            pod's host interface → jump pe_<pod>
+//       oifname vmap @ingress_pods           pod's host interface → jump pi_<pod>
+//     chain pi_<hash of key> / pe_<…>        one per isolated pod and direction: a rule per allowed
+//                                            (address set × port) ending in `return`, then
+//                                            `counter name <chain> drop`
+//     set s_<hash of name>_v4 / _v6          one per program set and family, holding only host
+//                                            addresses: a plain hash set
+//     set s_<hash of name>_n4 / _n6          the same for a set with real prefixes (ipBlocks):
+//                                            flags interval
+//
+// A set's kind follows from its content and is part of its name. Hash sets are the rule: every
+// pod-selector set holds /32s and /128s, and libnftables, which rebuilds its cache before every command,
+// dumps the elements of every interval set in the table to do it, so a thousand interval sets cost tens
+// of milliseconds per change. A set whose content needs the other kind (rare: the compiler names sets for
+// their selector, and an ipBlock's content never changes) is a new set under the other name, and the
+// chains that named the old one are rewritten in the same transaction before it goes.
+//
+// Allowed traffic *returns* rather than accepts: pod-to-pod traffic on one node crosses the sender's
+// egress chain and then the receiver's ingress chain in the same forward pass, and both must allow it.
+// Traffic from the node itself to its pods (kubelet probes) goes through output, not forward, so it is
+// allowed by construction; so is anything a pod sends to the node. Interfaces are matched by name, so
+// a pod's chains can be in force before its veth exists.
+//
+// Each rule carries a comment `<digest>:<index>/<count>`, the digest covering the whole chain: reading
+// the kernel back (policy-listing.ts) tells an intact chain from one changed by hand without
+// re-deriving nft's canonical form of every rule. The counters are named objects, so a chain rewritten
+// for a policy change keeps its count of denied packets.
+
+import { createHash } from 'node:crypto';
+import {
+  PolicyProgramError,
+  checkPod,
+  setPrefixes,
+  type NftPodPolicy,
+  type NftPolicyProgram,
+  type NftPolicyRule,
+} from './policy-program';
+
+export const POLICY_TABLE = 'workloadnet_policy';
+/** The table's comment: only a table carrying it is ours to change or delete. */
+export const POLICY_MARK = "workloadnet: NetworkPolicy of this node's pods";
+export const TABLE_REF = `inet ${POLICY_TABLE}`;
+export const FORWARD_CHAIN = 'forward';
+export const EGRESS_MAP = 'egress_pods';
+export const INGRESS_MAP = 'ingress_pods';
+
+export type PolicyDirection = 'ingress' | 'egress';
+
+export interface RenderedChain {
+  digest: string;
+  /** The nft sets its rules name: a rendering naming a set the program no longer has is stale. */
+  sets: readonly string[];
+  /** Each rule's text after `add rule <table> <chain>`, its comment included. */
+  rules: string[];
+  /** For a pod's chain: whose and which direction (its counter has the chain's name). */
+  pod?: { key: string; direction: PolicyDirection };
+}
+
+export interface RenderedSet {
+  family: 4 | 6;
+  /** Holds real prefixes (flags interval); otherwise only host addresses (a hash set). */
+  interval: boolean;
+  /** The program's name for it. */
+  comment: string;
+  elements: ReadonlySet<string>;
+}
+
+/** What the kernel holds, or should hold, of our table: what the diff compares. */
+export interface RulesetState {
+  sets: Map<string, ReadonlySet<string>>;
+  /** Map name → interface name → chain jumped to. */
+  vmaps: Map<string, Map<string, string>>;
+  /** Chain name → digest of its rules; undefined when its rules are not as we wrote them. */
+  chains: Map<string, string | undefined>;
+  counters: Set<string>;
+}
+
+/** Everything `program` needs, rendered. */
+export interface DesiredRuleset {
+  sets: Map<string, RenderedSet>;
+  chains: Map<string, RenderedChain>;
+  vmaps: Map<string, Map<string, string>>;
+  /** The same, by program pod and program set: what a later rendering may reuse. */
+  byPod: Map<string, Map<string, RenderedChain>>;
+  bySet: Map<string, [string, RenderedSet][]>;
+}
+
+const hash = (text: string): string => createHash('sha256').update(text).digest('hex').slice(0, 12);
+
+/** A set's two nft names, by family: of host addresses, or (`interval`) of prefixes. */
+export function setNames(name: string, interval = false): { v4: string; v6: string } {
+  const base = `s_${hash(name)}`;
+  const kind = interval ? 'n' : 'v';
+  return { v4: `${base}_${kind}4`, v6: `${base}_${kind}6` };
+}
+
+/** The nft set of program set `name` and `family`, as a rendering of the program names it. */
+export type SetRef = (name: string, family: 4 | 6) => string;
+
+export function podChainName(key: string, direction: PolicyDirection): string {
+  return `${direction === 'ingress' ? 'pi' : 'pe'}_${hash(key)}`;
+}
+
+/** A chain of `bodies`, each given its `<digest>:<i>/<n>` comment. */
+export function renderChain(
+  bodies: readonly string[],
+  pod?: RenderedChain['pod'],
+  sets: readonly string[] = [],
+): RenderedChain {
+  const digest = hash(bodies.join('\n'));
+  const n = bodies.length;
+  return { digest, sets, rules: bodies.map((b, i) => `${b} comment "${digest}:${i}/${n}"`), pod };
+}
+
+export const FORWARD_RULES = renderChain([
+  'ct state established,related accept',
+  `iifname vmap @${EGRESS_MAP}`,
+  `oifname vmap @${INGRESS_MAP}`,
+]);
+
+function portMatch(p: NonNullable<NftPolicyRule['ports']>[number]): string {
+  const proto = p.protocol.toLowerCase();
+  if (p.port === undefined) return `meta l4proto ${proto}`;
+  if (p.endPort !== undefined && p.endPort !== p.port) return `${proto} dport ${p.port}-${p.endPort}`;
+  return `${proto} dport ${p.port}`;
+}
+
+/** One direction's rule bodies: one per allowed (set and family × port), then the counted drop. */
+export function directionBodies(
+  rules: readonly NftPolicyRule[],
+  direction: PolicyDirection,
+  counter: string,
+  ref: SetRef,
+  named: Set<string> = new Set(),
+): string[] {
+  const field = direction === 'ingress' ? 'saddr' : 'daddr';
+  const out = new Set<string>();
+  for (const rule of rules) {
+    const addrs =
+      rule.sets === undefined
+        ? ['']
+        : [...new Set(rule.sets)].flatMap((s) => {
+            const v4 = ref(s, 4);
+            const v6 = ref(s, 6);
+            named.add(v4).add(v6);
+            return [`ip ${field} @${v4}`, `ip6 ${field} @${v6}`];
+          });
+    const ports = rule.ports === undefined ? [''] : [...new Set(rule.ports.map(portMatch))];
+    for (const a of addrs) for (const p of ports) out.add([a, p, 'return'].filter(Boolean).join(' '));
+  }
+  return [...out, `counter name ${counter} drop`];
+}
+
+/** The chains of one pod (one per isolated direction), keyed by chain name. */
+export function renderPod(pod: NftPodPolicy, ref: SetRef): Map<string, RenderedChain> {
+  const chains = new Map<string, RenderedChain>();
+  for (const direction of ['ingress', 'egress'] as const) {
+    const policy = pod[direction];
+    if (!policy) continue;
+    const name = podChainName(pod.key, direction);
+    const named = new Set<string>();
+    const bodies = directionBodies(policy.rules, direction, name, ref, named);
+    chains.set(name, renderChain(bodies, { key: pod.key, direction }, [...named]));
+  }
+  return chains;
+}
+
+const HOST = /\/(32|128)$/;
+
+/**
+ * The two nft sets of a program set, a hash set per family when it holds only host addresses and an
+ * interval set when it holds a real prefix; throws PolicyProgramError on a malformed prefix.
+ */
+export function renderSet(name: string, prefixes: readonly string[]): [string, RenderedSet][] {
+  const { v4, v6 } = setPrefixes(name, prefixes);
+  const i4 = v4.some((p) => !p.endsWith('/32'));
+  const i6 = v6.some((p) => !p.endsWith('/128'));
+  return [
+    [setNames(name, i4).v4, { family: 4, interval: i4, comment: name, elements: new Set(v4) }],
+    [setNames(name, i6).v6, { family: 6, interval: i6, comment: name, elements: new Set(v6) }],
+  ];
+}
+
+/** How an element of `set` is written: a prefix in an interval set, an address in a hash set. */
+export function elementText(set: RenderedSet, element: string): string {
+  return set.interval ? element : element.replace(HOST, '');
+}
+
+/**
+ * The whole ruleset of `program`. `reuse` hands back an earlier rendering of a pod or set that has
+ * not changed (the caller knows which), so a change to one pod does not re-render a thousand.
+ */
+export function renderProgram(
+  program: NftPolicyProgram,
+  reuse: {
+    pod(pod: NftPodPolicy): Map<string, RenderedChain> | undefined;
+    set(name: string, prefixes: readonly string[]): [string, RenderedSet][] | undefined;
+  } = { pod: () => undefined, set: () => undefined },
+): DesiredRuleset {
+  const sets = new Map<string, RenderedSet>();
+  const bySet = new Map<string, [string, RenderedSet][]>();
+  for (const [name, prefixes] of program.sets) {
+    const rendered = reuse.set(name, prefixes) ?? renderSet(name, prefixes);
+    bySet.set(name, rendered);
+    for (const [n, s] of rendered) sets.set(n, s);
+  }
+  const ref: SetRef = (name, family) => {
+    const rendered = bySet.get(name)?.find(([, s]) => s.family === family);
+    if (!rendered) throw new PolicyProgramError(`the program lacks address set ${name}`);
+    return rendered[0];
+  };
+  const byPod = new Map<string, Map<string, RenderedChain>>();
+  const chains = new Map<string, RenderedChain>([[FORWARD_CHAIN, FORWARD_RULES]]);
+  const egress = new Map<string, string>();
+  const ingress = new Map<string, string>();
+  for (const pod of program.pods.values()) {
+    let rendered = reuse.pod(pod);
+    // An earlier rendering naming a set that is gone (one that changed kind) is rendered again.
+    if (rendered && ![...rendered.values()].every((c) => c.sets.every((s) => sets.has(s))))
+      rendered = undefined;
+    if (!rendered) {
+      checkPod(pod, program.sets);
+      rendered = renderPod(pod, ref);
+    }
+    byPod.set(pod.key, rendered);
+    for (const [name, chain] of rendered) {
+      chains.set(name, chain);
+      const vmap = chain.pod?.direction === 'ingress' ? ingress : egress;
+      const other = vmap.get(pod.hostIf);
+      if (other !== undefined)
+        throw new PolicyProgramError(`pods ${pod.key} and another share host interface ${pod.hostIf}`);
+      vmap.set(pod.hostIf, name);
+    }
+  }
+  const vmaps = new Map([
+    [EGRESS_MAP, egress],
+    [INGRESS_MAP, ingress],
+  ]);
+  return { sets, chains, vmaps, byPod, bySet };
+}
+
+/** The state `desired` leaves in the kernel once applied. */
+export function stateOf(desired: DesiredRuleset): RulesetState {
+  const counters = new Set<string>();
+  const chains = new Map<string, string | undefined>();
+  for (const [name, c] of desired.chains) {
+    chains.set(name, c.digest);
+    if (c.pod) counters.add(name);
+  }
+  return {
+    sets: new Map([...desired.sets].map(([n, s]) => [n, s.elements])),
+    vmaps: new Map([...desired.vmaps].map(([n, m]) => [n, new Map(m)])),
+    chains,
+    counters,
+  };
+}

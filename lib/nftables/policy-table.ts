@@ -1,0 +1,198 @@
+// Our policy table in one network namespace, kept equal to the program last applied: the host's
+// (backends/linux/policy) and, later, a simulated DPU's. It remembers what it wrote, so an apply costs
+// one transaction of what changed and no read; the first apply after construction, and the first after
+// invalidate(), reads the kernel instead and writes only what differs from it. So a restarted daemon
+// adopting the same program changes nothing (no moment of allow-all or deny-all), and drift made by
+// hand is put back.
+//
+// A table of our name without our comment is someone else's (DESIGN.md, "Trusting what others write"):
+// refused in words, never changed or deleted.
+
+import { type NftContext, NftablesError } from './libnftables';
+import { diffScript } from './policy-diff';
+import { parseCounters, parseTableListing } from './policy-listing';
+import type { NftPodPolicy, NftPolicyProgram } from './policy-program';
+import {
+  POLICY_MARK,
+  TABLE_REF,
+  renderProgram,
+  stateOf,
+  type DesiredRuleset,
+  type PolicyDirection,
+  type RenderedChain,
+  type RenderedSet,
+  type RulesetState,
+} from './policy-ruleset';
+
+/** A table of our name that is not ours: left as it is, and the policy not enforced. */
+export class ForeignPolicyTableError extends NftablesError {}
+
+/** What changed since the program last applied (a hint; see apply). */
+export interface NftPolicyTouched {
+  sets: ReadonlySet<string>;
+  pods: ReadonlySet<string>;
+}
+
+export interface PodDenials {
+  ingress: number;
+  egress: number;
+}
+
+const ABSENT = 'absent';
+const NO_TABLE = /No such file or directory/;
+
+export class NftPolicyTable {
+  /** What the kernel holds of our table; undefined: unknown, read it before the next write. */
+  private held: RulesetState | typeof ABSENT | undefined;
+  /** The handle of the table last seen carrying our comment. */
+  private ownHandle?: number;
+  /** Renderings of the program last applied, reused while a pod or set is unchanged. */
+  private pods = new Map<string, { pod: NftPodPolicy; chains: Map<string, RenderedChain> }>();
+  private sets = new Map<string, { prefixes: readonly string[]; sets: [string, RenderedSet][] }>();
+  private lastFailed = false;
+  private queue: Promise<unknown> = Promise.resolve();
+
+  constructor(private readonly nft: NftContext) {}
+
+  /**
+   * Makes the table enforce exactly `program`, in one transaction of what differs. `touched` names the
+   * pods that changed since the last program; a pod it leaves out, given the same hostIf, keeps its
+   * earlier rendering (sets are compared element by element whatever it says). Throws, in words, when
+   * the program is malformed or the kernel refuses it: the kernel is then as it was.
+   */
+  apply(program: NftPolicyProgram, touched?: NftPolicyTouched): Promise<void> {
+    return this.serial(async () => {
+      const trustTouched = touched !== undefined && !this.lastFailed;
+      const desired = renderProgram(program, {
+        pod: (pod) => {
+          const prev = this.pods.get(pod.key);
+          if (!prev) return undefined;
+          if (prev.pod === pod) return prev.chains;
+          return trustTouched && !touched.pods.has(pod.key) && prev.pod.hostIf === pod.hostIf
+            ? prev.chains
+            : undefined;
+        },
+        set: (name, prefixes) => {
+          const prev = this.sets.get(name);
+          return prev && sameList(prev.prefixes, prefixes) ? prev.sets : undefined;
+        },
+      });
+      this.lastFailed = true;
+      if (this.held === undefined) await this.readKernel();
+      const script = diffScript(this.held === ABSENT ? undefined : this.held, desired);
+      if (script !== '') {
+        try {
+          await this.nft.run(script);
+        } catch (err) {
+          // What the kernel holds may not be what we thought (the cause of the failure, perhaps).
+          this.held = undefined;
+          throw new NftablesError(
+            `nftables refused the policy of ${program.pods.size} pods (nothing was changed): ${(err as Error).message}`,
+          );
+        }
+      }
+      this.held = stateOf(desired);
+      this.remember(program, desired);
+      this.lastFailed = false;
+    });
+  }
+
+  /** The next apply reads the kernel again and puts back what differs from the program. */
+  invalidate(): void {
+    this.held = undefined;
+  }
+
+  /** Packets dropped per pod and direction, from the named counters of the pods' chains. */
+  denied(): Promise<Map<string, PodDenials>> {
+    return this.serial(async () => {
+      const out = new Map<string, PodDenials>();
+      if (this.held === ABSENT || this.pods.size === 0) return out;
+      let packets: Map<string, number>;
+      try {
+        packets = parseCounters(await this.nft.run(`list counters table ${TABLE_REF}`, { json: true }));
+      } catch (err) {
+        if (NO_TABLE.test((err as Error).message)) return out;
+        throw err;
+      }
+      for (const { chains } of this.pods.values())
+        for (const [name, chain] of chains) {
+          if (!chain.pod) continue;
+          const d = out.get(chain.pod.key) ?? { ingress: 0, egress: 0 };
+          d[chain.pod.direction as PolicyDirection] += packets.get(name) ?? 0;
+          out.set(chain.pod.key, d);
+        }
+      return out;
+    });
+  }
+
+  /** Deletes our table; a foreign one of our name is left as it is. */
+  remove(): Promise<void> {
+    return this.serial(async () => {
+      this.pods.clear();
+      this.sets.clear();
+      this.held = undefined;
+      const owner = await this.owner();
+      if (owner.kind === 'ours') await this.nft.run(`delete table ${TABLE_REF}`);
+      if (owner.kind !== 'foreign') this.held = ABSENT;
+    });
+  }
+
+  private async readKernel(): Promise<void> {
+    let listing: string;
+    try {
+      listing = await this.nft.run(`list table ${TABLE_REF}`, { json: true });
+    } catch (err) {
+      if (!NO_TABLE.test((err as Error).message)) throw err;
+      this.held = ABSENT;
+      return;
+    }
+    const table = parseTableListing(listing);
+    if (table.handle !== this.ownHandle) {
+      const owner = await this.owner();
+      if (owner.kind === 'foreign') throw this.foreign();
+      this.ownHandle = owner.handle ?? table.handle;
+    }
+    this.held = table.state;
+  }
+
+  /** Whose the table of our name is, by its comment (the JSON listing leaves table comments out). */
+  private async owner(): Promise<{ kind: 'absent' | 'ours' | 'foreign'; handle?: number }> {
+    let text: string;
+    try {
+      text = await this.nft.run(`list table ${TABLE_REF}`, { terse: true, handles: true });
+    } catch (err) {
+      if (NO_TABLE.test((err as Error).message)) return { kind: 'absent' };
+      throw err;
+    }
+    const handle = /# handle (\d+)/.exec(text.split('\n')[0] ?? '')?.[1];
+    const ours = text.includes(`comment ${JSON.stringify(POLICY_MARK)}`);
+    return { kind: ours ? 'ours' : 'foreign', handle: handle === undefined ? undefined : Number(handle) };
+  }
+
+  private foreign(): ForeignPolicyTableError {
+    return new ForeignPolicyTableError(
+      `nftables table ${TABLE_REF} exists but is not workloadnet's (it lacks the comment ` +
+        `${JSON.stringify(POLICY_MARK)}); NetworkPolicy is not enforced until that table is renamed ` +
+        `or deleted (nft delete table ${TABLE_REF}), or network policy is turned off`,
+    );
+  }
+
+  private remember(program: NftPolicyProgram, desired: DesiredRuleset): void {
+    this.pods = new Map();
+    for (const pod of program.pods.values())
+      this.pods.set(pod.key, { pod, chains: desired.byPod.get(pod.key) ?? new Map() });
+    this.sets = new Map();
+    for (const [name, prefixes] of program.sets)
+      this.sets.set(name, { prefixes, sets: desired.bySet.get(name) ?? [] });
+  }
+
+  private serial<T>(work: () => Promise<T>): Promise<T> {
+    const next = this.queue.then(work);
+    this.queue = next.catch(() => undefined);
+    return next;
+  }
+}
+
+function sameList(a: readonly string[], b: readonly string[]): boolean {
+  return a === b || (a.length === b.length && a.every((x, i) => x === b[i]));
+}

@@ -1,0 +1,116 @@
+import { expect } from 'chai';
+import { diffScript } from '../../../lib/nftables/policy-diff';
+import {
+  PolicyProgramError,
+  type NftPodPolicy,
+  type NftPolicyProgram,
+} from '../../../lib/nftables/policy-program';
+import { podChainName, renderProgram, setNames, stateOf } from '../../../lib/nftables/policy-ruleset';
+
+// The ruleset a program renders to, and the transaction from one program to the next, without a kernel.
+
+const web: NftPodPolicy = {
+  key: 'w1/eth0',
+  hostIf: 'wn1',
+  ingress: {
+    rules: [
+      {
+        sets: ['s'],
+        ports: [
+          { protocol: 'TCP', port: 80 },
+          { protocol: 'SCTP', port: 5000, endPort: 5010 },
+        ],
+      },
+      { sets: [], ports: [{ protocol: 'UDP' }] },
+      { ports: [] },
+    ],
+  },
+};
+
+const prog = (s: string[], pods: NftPodPolicy[] = [web]): NftPolicyProgram => ({
+  sets: new Map([['s', s]]),
+  pods: new Map(pods.map((p) => [p.key, p])),
+});
+
+describe('nftables policy ruleset and diff', () => {
+  it('renders a rule per set family and port, returning, and a counted drop last', () => {
+    const chain = renderProgram(prog(['10.0.0.0/24'])).chains.get(podChainName(web.key, 'ingress'));
+    const s = { v4: setNames('s', true).v4, v6: setNames('s').v6 };
+    expect(chain?.rules.map((r) => r.replace(/ comment .*/, ''))).to.deep.equal([
+      `ip saddr @${s.v4} tcp dport 80 return`,
+      `ip saddr @${s.v4} sctp dport 5000-5010 return`,
+      `ip6 saddr @${s.v6} tcp dport 80 return`,
+      `ip6 saddr @${s.v6} sctp dport 5000-5010 return`,
+      `counter name ${podChainName(web.key, 'ingress')} drop`,
+    ]);
+  });
+
+  it('changes only set elements when an address moves, never the chains', () => {
+    const before = renderProgram(prog(['10.0.0.1/32', 'fd00::1/128']));
+    const after = renderProgram(prog(['10.0.0.2/32', 'fd00::1/128']));
+    const s = setNames('s');
+    expect(diffScript(stateOf(before), after)).to.equal(
+      `delete element inet workloadnet_policy ${s.v4} { 10.0.0.1 }\n` +
+        `add element inet workloadnet_policy ${s.v4} { 10.0.0.2 }\n`,
+    );
+    expect(diffScript(stateOf(after), after)).to.equal('');
+  });
+
+  it('keeps sets of host addresses as hash sets and gives only real prefixes an interval set', () => {
+    const script = diffScript(undefined, renderProgram(prog(['10.0.0.1/32', 'fd00::/64'])));
+    const hosts = setNames('s');
+    const prefixes = setNames('s', true);
+    expect(script).to.contain(`add set inet workloadnet_policy ${hosts.v4} { type ipv4_addr; comment`);
+    expect(script).to.contain(`add element inet workloadnet_policy ${hosts.v4} { 10.0.0.1 }`);
+    expect(script).to.contain(
+      `add set inet workloadnet_policy ${prefixes.v6} { type ipv6_addr; flags interval; comment`,
+    );
+    expect(script).to.contain(`add element inet workloadnet_policy ${prefixes.v6} { fd00::/64 }`);
+  });
+
+  it('re-creates a set whose content needs the other kind, rewriting its chains before the old set goes', () => {
+    const before = renderProgram(prog(['10.0.0.1/32']));
+    const script = diffScript(stateOf(before), renderProgram(prog(['10.0.0.0/24'])));
+    const chain = podChainName(web.key, 'ingress');
+    const order = [
+      `add set inet workloadnet_policy ${setNames('s', true).v4} { type ipv4_addr; flags interval;`,
+      `add element inet workloadnet_policy ${setNames('s', true).v4} { 10.0.0.0/24 }`,
+      `flush chain inet workloadnet_policy ${chain}`,
+      `add rule inet workloadnet_policy ${chain} ip saddr @${setNames('s', true).v4} tcp dport 80`,
+      `delete set inet workloadnet_policy ${setNames('s').v4}`,
+    ].map((line) => script.indexOf(line));
+    expect(order.every((at) => at >= 0)).to.equal(true, script);
+    expect(order).to.deep.equal([...order].sort((a, b) => a - b));
+    expect(script).to.not.contain(`delete set inet workloadnet_policy ${setNames('s').v6}`);
+  });
+
+  it("deletes a pod's chains only after the map elements that jump to them", () => {
+    const before = renderProgram(prog([]));
+    const script = diffScript(stateOf(before), renderProgram(prog([], [])));
+    const chain = podChainName(web.key, 'ingress');
+    expect(script.indexOf('delete element inet workloadnet_policy ingress_pods { "wn1" }')).to.be.lessThan(
+      script.indexOf(`delete chain inet workloadnet_policy ${chain}`),
+    );
+    expect(script).to.contain(`delete counter inet workloadnet_policy ${chain}`);
+  });
+
+  it('refuses a malformed prefix, an unknown set and a bad interface name, in words', () => {
+    expect(() => renderProgram(prog(['10.0.0.1/33']))).to.throw(
+      PolicyProgramError,
+      /address set s: .*prefix length/,
+    );
+    const unknown: NftPodPolicy = { key: 'k', hostIf: 'x', egress: { rules: [{ sets: ['nope'] }] } };
+    expect(() => renderProgram(prog([], [unknown]))).to.throw(PolicyProgramError, /names address set nope/);
+    const longName: NftPodPolicy = { key: 'k', hostIf: 'a-name-too-long-for-linux' };
+    expect(() => renderProgram(prog([], [longName]))).to.throw(
+      PolicyProgramError,
+      /not a Linux interface name/,
+    );
+    const range: NftPodPolicy = {
+      key: 'k',
+      hostIf: 'x',
+      egress: { rules: [{ ports: [{ protocol: 'TCP', port: 90, endPort: 80 }] }] },
+    };
+    expect(() => renderProgram(prog([], [range]))).to.throw(PolicyProgramError, /endPort 80/);
+  });
+});
