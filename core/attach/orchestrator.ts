@@ -156,15 +156,7 @@ export class Orchestrator {
     network: Network,
     host?: { netns: Netns; routes: string[] },
   ): Promise<Attachment> {
-    // The fields every line of this call carries, passed with each line: a pino child per call cost
-    // more of the event loop than the attach's own planning (burst profiles, docs/benchmarks.md), and a
-    // call logs one line.
-    const ctx = {
-      workloadId: req.workloadId,
-      ifName: req.ifName,
-      network: req.network,
-      requestId: randomUUID(),
-    };
+    const ctx = logFields(req);
     const backend = network.backend;
     const netns = host?.netns ?? (await this.netns.openWorkload(req.netnsPath));
     try {
@@ -382,6 +374,14 @@ export class Orchestrator {
 /** Whether programming reported exactly what was planned (then the row written meanwhile is final). */
 function sameDataplane(a: DataplaneResult, b: DataplaneResult): boolean {
   return a === b || JSON.stringify(a) === JSON.stringify(b);
+}
+
+/**
+ * The fields every log line of an attach carries, passed with each line: a pino child per call cost
+ * more of the event loop than the attach's own planning (docs/benchmarks.md), and a call logs one line.
+ */
+function logFields(req: AttachRequest): Record<string, string> {
+  return { workloadId: req.workloadId, ifName: req.ifName, network: req.network, requestId: randomUUID() };
 }
 
 function isDefined<T>(v: T | undefined): v is T {
