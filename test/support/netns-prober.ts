@@ -24,12 +24,12 @@ export interface ProbeAnswer {
 
 const AGENT = `
 const net = require('net'), dgram = require('dgram'), readline = require('readline');
-const [name, tcpPorts, udpPorts] = [process.argv[1], JSON.parse(process.argv[2]), JSON.parse(process.argv[3])];
+const { name, tcpPorts, udpPorts } = JSON.parse(process.env.PROBER);
 let up = 0; const need = tcpPorts.length + udpPorts.length * 2;
 const ready = () => { if (++up === need) console.log(JSON.stringify({ up: true })); };
 for (const p of tcpPorts) for (const host of ['0.0.0.0']) net.createServer((s) => s.end(name)).listen(p, host, ready);
 for (const p of udpPorts) for (const type of ['udp4', 'udp6']) {
-  const u = dgram.createSocket(type);
+  const u = dgram.createSocket({ type, ipv6Only: type === 'udp6' });
   u.on('message', (m, r) => u.send(name, r.port, r.address));
   u.bind(p, type === 'udp4' ? '0.0.0.0' : '::', ready);
 }
@@ -65,21 +65,10 @@ export class NetnsProber {
 
   /** Starts serving `tcp` and `udp` ports in the namespace; resolves once every socket listens. */
   async start(tcp: readonly number[], udp: readonly number[]): Promise<void> {
-    const child = spawn(
-      'ip',
-      [
-        'netns',
-        'exec',
-        this.netns,
-        process.execPath,
-        '-e',
-        AGENT,
-        this.name,
-        JSON.stringify(tcp),
-        JSON.stringify(udp),
-      ],
-      { stdio: ['pipe', 'pipe', 'pipe'] },
-    );
+    const child = spawn('ip', ['netns', 'exec', this.netns, process.execPath, '-e', AGENT], {
+      stdio: ['pipe', 'pipe', 'pipe'],
+      env: { ...process.env, PROBER: JSON.stringify({ name: this.name, tcpPorts: tcp, udpPorts: udp }) },
+    });
     this.child = child;
     let err = '';
     child.stderr?.on('data', (c: Buffer) => (err += c.toString()));
