@@ -90,6 +90,16 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
     },
   });
 
+  /** A new workload namespace named for `role`, attached with `address` by the suite's backend. */
+  async function attachNew(
+    role: string,
+    address: string,
+  ): Promise<{ w: string; spec: TestSpec; res: DataplaneResult }> {
+    const w = kernel.pool.add(role).name;
+    const spec = specFor(w, [v4(address)]);
+    return { w, spec, res: await attachTo(kernel.backend, spec) };
+  }
+
   describe('start', () => {
     it('enables IPv4 and IPv6 forwarding in the host namespace only', async () => {
       const inNode = await netnsExec(
@@ -303,9 +313,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
 
   describe('detach', () => {
     it('succeeds after the workload namespace was deleted and leaves no host link', async () => {
-      const w = kernel.pool.add('gone').name;
-      const spec = specFor(w, [v4('10.251.0.20')]);
-      const res = await attachTo(kernel.backend, spec);
+      const { w, spec, res } = await attachNew('gone', '10.251.0.20');
       kernel.pool.remove(w);
       await kernel.backend.detach(viewOf(spec, res));
       expect((await groupLinks(kernel.node)).map((l) => l.ifname)).to.not.include(res.hostIfName);
@@ -330,9 +338,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
     });
 
     it('deletes its own link when the detaching group cannot be deleted, and leaves the foreign interface', async () => {
-      const w = kernel.pool.add('stuck').name;
-      const spec = specFor(w, [v4('10.251.0.22')]);
-      const res = await attachTo(kernel.backend, spec);
+      const { spec, res } = await attachNew('stuck', '10.251.0.22');
       // Loopback cannot be deleted, so a group delete that would include it fails as a whole.
       await ip('-n', kernel.node, 'link', 'set', 'lo', 'group', String(DETACH_GROUP));
       try {
@@ -467,9 +473,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
 
   describe('an attach cut short', () => {
     it('leaves a host link without its alias, which reconcile reports missing and a repair replaces', async () => {
-      const w = kernel.pool.add('half-done').name;
-      const spec = specFor(w, [v4('10.251.0.61')]);
-      const res = await attachTo(kernel.backend, spec);
+      const { spec, res } = await attachNew('half-done', '10.251.0.61');
       // The alias is written last; without it the attachment may be half configured.
       await ip('-n', kernel.node, 'link', 'set', 'dev', res.hostIfName ?? '', 'alias', '');
       const outcome = await kernel.backend.reconcile([viewOf(spec, res)]);
@@ -486,9 +490,7 @@ describe('LinuxBackend (routed veth, real kernel)', function () {
 
   describe('a detach cut short', () => {
     it('leaves its link in the detaching group, which reconcile deletes and reports the attachment missing', async () => {
-      const w = kernel.pool.add('cut').name;
-      const spec = specFor(w, [v4('10.251.0.60')]);
-      const res = await attachTo(kernel.backend, spec);
+      const { spec, res } = await attachNew('cut', '10.251.0.60');
       // What a crash right after detach's first step leaves behind.
       await ip('-n', kernel.node, 'link', 'set', res.hostIfName ?? '', 'down', 'group', String(DETACH_GROUP));
       const outcome = await kernel.backend.reconcile([viewOf(spec, res)]);
