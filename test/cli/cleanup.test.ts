@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import { execFile, execFileSync, spawnSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
@@ -11,7 +11,9 @@ import { NodeLock } from '../../core/daemon/node-lock';
 import { silentLogger } from '../../core/logger';
 import { vtepMac } from '../../lib/vtep-mac';
 import { FabricTopology, settings, type BareNode } from '../support/fabric-topology';
-import { CLI, DaemonProcess } from '../support/daemon-process';
+import { DaemonProcess } from '../support/daemon-process';
+import { expectHelpSnapshot, runCliAsync } from '../support/cli-run';
+import { nftIn } from '../support/netns-nft';
 import { describeRoot } from '../support/describe-root';
 import { netnsPath } from '../support/netns';
 import { requireProgram } from '../support/system-program';
@@ -22,36 +24,13 @@ import { StandInKubeApiServer } from '../support/standin-kube-apiserver';
 // objects of others with our names or in our range: ours go, theirs stay; a daemon holding the node,
 // or attachments still recorded, make it refuse having changed nothing.
 
-const SNAPSHOTS = path.resolve(__dirname, '..', '..', '..', 'test', 'cli', 'snapshots');
-
-function run(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, ...args], { encoding: 'utf8' }, (err, stdout, stderr) => {
-      const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
-
 const sh = (ns: string, ...args: string[]): string =>
   execFileSync('ip', ['-n', ns, ...args], { encoding: 'utf8' });
-const nft = (ns: string, script: string): string =>
-  execFileSync('ip', ['netns', 'exec', ns, 'nft', '-f', '-'], { input: script, encoding: 'utf8' });
 const tables = (ns: string): string =>
   execFileSync('ip', ['netns', 'exec', ns, 'nft', 'list', 'tables'], { encoding: 'utf8' });
 
 describe('workloadnet cleanup --help', () => {
-  it('prints the same --help as its snapshot, with examples', () => {
-    const r = spawnSync(process.execPath, [CLI, 'cleanup', '--help'], {
-      encoding: 'utf8',
-      env: { ...process.env, COLUMNS: '100' },
-    });
-    expect(r.status).to.equal(0);
-    expect(r.stdout).to.include('Example');
-    const file = path.join(SNAPSHOTS, 'help-cleanup.txt');
-    if (process.env.UPDATE_SNAPSHOTS === '1') fs.writeFileSync(file, r.stdout);
-    expect(r.stdout).to.equal(fs.readFileSync(file, 'utf8'));
-  });
+  it('prints the same --help as its snapshot, with examples', () => expectHelpSnapshot(['cleanup']));
 });
 
 describeRoot('workloadnet cleanup (root, test-owned namespaces)', function () {
@@ -105,7 +84,7 @@ describeRoot('workloadnet cleanup (root, test-owned namespaces)', function () {
     node = await topo.addBareNode({ name: 'n1', subnet: 1, host: 1 });
     // Others' objects: a route of another protocol inside our cluster range, a table named like ours.
     sh(node.ns, 'route', 'add', '10.244.9.0/24', 'via', '10.100.1.254', 'proto', 'static');
-    nft(node.ns, 'table inet workloadnet_egress_old { }\n');
+    nftIn(node.ns, 'table inet workloadnet_egress_old { }\n');
     await program();
   });
 
@@ -130,7 +109,7 @@ describeRoot('workloadnet cleanup (root, test-owned namespaces)', function () {
     );
     await lock.start();
     try {
-      const r = await run(['cleanup', ...flags()]);
+      const r = await runCliAsync(['cleanup', ...flags()]);
       expect(r.code, r.stderr).to.equal(3);
       expect(r.stderr).to.include('another daemon is already serving');
     } finally {
@@ -141,7 +120,7 @@ describeRoot('workloadnet cleanup (root, test-owned namespaces)', function () {
   });
 
   it('says what it would remove with --dry-run, and removes nothing', async () => {
-    const r = await run(['cleanup', '--dry-run', ...flags()]);
+    const r = await runCliAsync(['cleanup', '--dry-run', ...flags()]);
     expect(r.code, r.stderr).to.equal(0);
     expect(r.stdout).to.match(/would remove \d+ routes of ours/);
     expect(r.stdout).to.include('would remove VXLAN device wn-vxlan');
@@ -155,7 +134,7 @@ describeRoot('workloadnet cleanup (root, test-owned namespaces)', function () {
   });
 
   it("removes the fabric's routes, device and tables and the CNI config; leaves others' objects", async () => {
-    const r = await run(['cleanup', ...flags()]);
+    const r = await runCliAsync(['cleanup', ...flags()]);
     expect(r.code, r.stdout + r.stderr).to.equal(0);
     expect(sh(node.ns, '-o', 'link', 'show')).to.not.include('wn-vxlan');
     expect(sh(node.ns, 'route', 'show', 'proto', '119')).to.equal('');
@@ -167,7 +146,7 @@ describeRoot('workloadnet cleanup (root, test-owned namespaces)', function () {
     expect(fs.existsSync(path.join(bin, 'workloadnet'))).to.equal(false);
     expect(r.stdout).to.include('left: the state store');
     // Again: nothing of ours is left to find.
-    const again = await run(['cleanup', ...flags()]);
+    const again = await runCliAsync(['cleanup', ...flags()]);
     expect(again.code).to.equal(0);
     expect(again.stdout).to.include('nothing of workloadnet found on this node');
   });
@@ -185,11 +164,11 @@ describeRoot('workloadnet cleanup (root, test-owned namespaces)', function () {
         config,
         JSON.stringify({ poolSource: 'kubernetes', nodeName: 'n1', kubeconfig: api.kubeconfig() }),
       );
-      const dry = await run(['cleanup', '--dry-run', '-c', config, ...flags()]);
+      const dry = await runCliAsync(['cleanup', '--dry-run', '-c', config, ...flags()]);
       expect(dry.code, dry.stderr).to.equal(0);
       expect(dry.stdout).to.include('would remove the workloadnet.io/fabric annotation of Node n1');
       expect(api.node('n1')?.metadata.annotations?.['workloadnet.io/fabric']).to.be.a('string');
-      const r = await run(['cleanup', '-c', config, ...flags()]);
+      const r = await runCliAsync(['cleanup', '-c', config, ...flags()]);
       expect(r.code, r.stdout + r.stderr).to.equal(0);
       expect(api.node('n1')?.metadata.annotations).to.deep.equal({ 'example.com/other': 'kept' });
       expect(api.node('n2')?.metadata.annotations?.['workloadnet.io/fabric']).to.be.a('string');
@@ -206,11 +185,11 @@ describeRoot('workloadnet cleanup (root, test-owned namespaces)', function () {
     await d.stop();
     await program();
     const withStore = flags().map((f) => (f === path.join(dir, 'state') ? path.join(state, 'state') : f));
-    const r = await run(['cleanup', ...withStore]);
+    const r = await runCliAsync(['cleanup', ...withStore]);
     expect(r.code, r.stdout).to.equal(3);
     expect(r.stderr).to.match(/still records 1 attachments/);
     expect(sh(node.ns, 'link', 'show', 'wn-vxlan')).to.include('wn-vxlan');
-    const forced = await run(['cleanup', '--force', ...withStore]);
+    const forced = await runCliAsync(['cleanup', '--force', ...withStore]);
     expect(forced.code, forced.stderr).to.equal(0);
     expect(sh(node.ns, '-o', 'link', 'show')).to.not.include('wn-vxlan');
   });

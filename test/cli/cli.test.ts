@@ -1,35 +1,15 @@
 import { expect } from 'chai';
-import { execFile, spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
+import { expectHelpSnapshot, runCli, runCliAsync } from '../support/cli-run';
 import { CLI } from '../support/daemon-process';
-import { InProcessDaemon } from '../support/in-process-daemon';
 import { attachRequest } from '../support/attach-request';
-import { RecordingBackend } from '../support/recording-backend';
+import { recordingDaemon } from '../support/recording-daemon';
 import { StandInNamespaces } from '../support/stand-in-netns';
 
 // The real `workloadnet` binary against a running daemon (recording backend), through the public API.
-
-const SNAPSHOTS = path.resolve(__dirname, '..', '..', '..', 'test', 'cli', 'snapshots');
-
-function run(args: string[]): { code: number; stdout: string; stderr: string } {
-  const r = spawnSync(process.execPath, [CLI, ...args], {
-    encoding: 'utf8',
-    env: { ...process.env, COLUMNS: '100' },
-  });
-  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr };
-}
-
-/** Asynchronous, so that a daemon in this same process can answer while the CLI runs. */
-function runAsync(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, ...args], { encoding: 'utf8' }, (err, stdout, stderr) => {
-      const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
 
 describe('workloadnet CLI: help', () => {
   for (const cmd of [
@@ -47,23 +27,16 @@ describe('workloadnet CLI: help', () => {
     ['dpus'],
   ]) {
     const name = cmd.length ? cmd.join('-') : 'main';
-    it(`prints the same --help for "${name}" as its snapshot, with examples`, () => {
-      const r = run([...cmd, '--help']);
-      expect(r.code).to.equal(0);
-      expect(r.stdout).to.include('Example');
-      const file = path.join(SNAPSHOTS, `help-${name}.txt`);
-      if (process.env.UPDATE_SNAPSHOTS === '1') fs.writeFileSync(file, r.stdout);
-      expect(r.stdout).to.equal(fs.readFileSync(file, 'utf8'));
-    });
+    it(`prints the same --help for "${name}" as its snapshot, with examples`, () => expectHelpSnapshot(cmd));
   }
 
   it('exits 2 on an unknown command or flag', () => {
-    expect(run(['frobnicate']).code).to.equal(2);
-    expect(run(['status', '--no-such-flag']).code).to.equal(2);
+    expect(runCli(['frobnicate']).code).to.equal(2);
+    expect(runCli(['status', '--no-such-flag']).code).to.equal(2);
   });
 
   it('exits 4 with a hint when the daemon is unreachable, with no empty "Resolution note:"', () => {
-    const r = run(['status', '--socket', '/nonexistent/wn.sock', '--timeout', '2']);
+    const r = runCli(['status', '--socket', '/nonexistent/wn.sock', '--timeout', '2']);
     expect(r.code).to.equal(4);
     expect(r.stderr).to.include('cannot reach the daemon at /nonexistent/wn.sock: ');
     expect(r.stderr).to.include('ENOENT').and.include('Is it running?');
@@ -72,16 +45,16 @@ describe('workloadnet CLI: help', () => {
 
   it('refuses a --timeout that is not a number of seconds as a usage error (exit 2), naming it', () => {
     for (const t of ['abc', '0', '-1', '']) {
-      const r = run(['status', '--socket', '/nonexistent/wn.sock', '--timeout', t]);
+      const r = runCli(['status', '--socket', '/nonexistent/wn.sock', '--timeout', t]);
       expect(r.code, `--timeout "${t}"`).to.equal(2);
       expect(r.stderr).to.include(`"${t}" is not a number of seconds greater than 0`);
       expect(r.stderr).to.not.match(/DEADLINE|LB pick/);
     }
-    expect(run(['cluster', 'blocks', '--timeout', 'abc']).code).to.equal(2);
+    expect(runCli(['cluster', 'blocks', '--timeout', 'abc']).code).to.equal(2);
   });
 
   it('status --json prints ready false and the error as JSON when the daemon is down (exit 4)', () => {
-    const r = run(['status', '--json', '--socket', '/nonexistent/wn.sock', '--timeout', '2']);
+    const r = runCli(['status', '--json', '--socket', '/nonexistent/wn.sock', '--timeout', '2']);
     expect(r.code).to.equal(4);
     const st = JSON.parse(r.stdout) as { ready: boolean; reachable: boolean; error: string };
     expect(st).to.include({ ready: false, reachable: false });
@@ -114,7 +87,7 @@ describe('workloadnet config check', () => {
 
   it('accepts a config the daemon would accept (exit 0) and says what it makes of it', () => {
     const file = write('ok.json', { podCidrs: ['10.77.0.0/24'], stateDir: path.join(dir, 'state') });
-    const r = run(['config', 'check', '--config', file]);
+    const r = runCli(['config', 'check', '--config', file]);
     expect(r.code, r.stderr).to.equal(0);
     expect(r.stdout).to.include(`${file}: valid`).and.include('default (linux, 10.77.0.0/24)');
     expect(fs.existsSync(path.join(dir, 'state')), 'nothing started, no store made').to.equal(false);
@@ -127,9 +100,9 @@ describe('workloadnet config check', () => {
   ] as const) {
     it(`refuses ${name} with exit 2 and the daemon's own message`, () => {
       const file = write(`bad-${name.replace(/\W/g, '')}.json`, config);
-      const r = run(['config', 'check', '--config', file]);
+      const r = runCli(['config', 'check', '--config', file]);
       expect(r.code).to.equal(2);
-      const daemon = run(['daemon', '--config', file]);
+      const daemon = runCli(['daemon', '--config', file]);
       expect(daemon.code, 'the daemon refuses it too').to.equal(1);
       const message = daemon.stderr.replace(/^workloadnetd: /, '').trim();
       expect(message).to.not.equal('');
@@ -138,7 +111,7 @@ describe('workloadnet config check', () => {
   }
 
   it('refuses a file it cannot read (exit 2)', () => {
-    const r = run(['config', 'check', '--config', path.join(dir, 'absent.json')]);
+    const r = runCli(['config', 'check', '--config', path.join(dir, 'absent.json')]);
     expect(r.code).to.equal(2);
     expect(r.stderr).to.include('cannot read config file');
   });
@@ -147,48 +120,45 @@ describe('workloadnet config check', () => {
 // The recording backend enters no namespace, so a stand-in serves.
 describe('workloadnet CLI against a daemon (stand-in namespaces, no root needed)', () => {
   const namespaces = new StandInNamespaces();
-  let d: InProcessDaemon;
-  let backend: RecordingBackend;
+  const rec = recordingDaemon({ netns: namespaces });
   let netnsPath: string;
 
   before(async () => {
     netnsPath = namespaces.add().path;
-    backend = new RecordingBackend();
-    d = await InProcessDaemon.start(backend, {}, { netns: namespaces });
     for (const id of ['alpha', 'beta']) {
       const pod = { uid: 'u1', namespace: 'default', name: `pod-${id}` };
-      await d.client.call(d.client.raw.attach, attachRequest(id, netnsPath, 'eth0', { pod }));
+      await rec.daemon.client.call(
+        rec.daemon.client.raw.attach,
+        attachRequest(id, netnsPath, 'eth0', { pod }),
+      );
     }
   });
-  after(async () => {
-    await d.dispose();
-    namespaces.cleanup();
-  });
+  after(() => namespaces.cleanup());
 
-  const sock = () => ['--socket', d.config.socket];
+  const sock = () => ['--socket', rec.daemon.config.socket];
 
   it('status prints a human summary and exits 0 when ready', async () => {
-    const r = await runAsync(['status', ...sock()]);
+    const r = await runCliAsync(['status', ...sock()]);
     expect(r.code).to.equal(0);
     expect(r.stdout).to.match(/ready:\s+yes/);
     expect(r.stdout).to.match(/pool:\s+10\.77\.0\.0\/24 \(IPv4\) 2\/\d+ used/);
   });
 
   it('status --json prints the API shape and exits 3 when not ready', async () => {
-    backend.healthy = false;
+    rec.backend.healthy = false;
     try {
-      const r = await runAsync(['status', '--json', ...sock()]);
+      const r = await runCliAsync(['status', '--json', ...sock()]);
       expect(r.code).to.equal(3);
       const st = JSON.parse(r.stdout) as { ready: boolean; reasons: string[] };
       expect(st.ready).to.equal(false);
       expect(st.reasons).to.include('recording backend set unhealthy');
     } finally {
-      backend.healthy = true;
+      rec.backend.healthy = true;
     }
   });
 
   it('ls prints a table of attachments and --json the same data', async () => {
-    const r = await runAsync(['ls', ...sock()]);
+    const r = await runCliAsync(['ls', ...sock()]);
     expect(r.code).to.equal(0);
     const lines = r.stdout.trim().split('\n');
     expect(lines[0]).to.match(/^WORKLOAD\s+POD\s+INTERFACE\s+NETWORK\s+IPS\s+BACKEND\s+STATE\s+AGE$/);
@@ -199,25 +169,25 @@ describe('workloadnet CLI against a daemon (stand-in namespaces, no root needed)
         .sort(),
     ).to.deep.equal(['alpha', 'beta']);
     expect(r.stdout).to.include('default/pod-alpha');
-    const j = JSON.parse((await runAsync(['ls', '--json', ...sock()])).stdout) as Array<{
+    const j = JSON.parse((await runCliAsync(['ls', '--json', ...sock()])).stdout) as Array<{
       workloadId: string;
     }>;
     expect(j.map((a) => a.workloadId).sort()).to.deep.equal(['alpha', 'beta']);
   });
 
   it('inspect shows one workload and exits 5 for an unknown one', async () => {
-    const r = await runAsync(['inspect', 'alpha', ...sock()]);
+    const r = await runCliAsync(['inspect', 'alpha', ...sock()]);
     expect(r.code).to.equal(0);
     expect(r.stdout).to.match(new RegExp(`netns:\\s+${netnsPath}\n`));
     expect(r.stdout).to.match(/pod:\s+default\/pod-alpha \(uid u1\)\n/);
     expect(r.stdout).to.match(/addresses:\s+10\.77\.0\.\d+\/32/);
     expect(r.stdout).to.match(/host side:\s+rec\d+\n/);
     expect(r.stdout).to.not.contain('Buffer');
-    expect((await runAsync(['inspect', 'nobody', ...sock()])).code).to.equal(5);
+    expect((await runCliAsync(['inspect', 'nobody', ...sock()])).code).to.equal(5);
   });
 
   it('inspect --json prints the API shape with addresses as text', async () => {
-    const r = await runAsync(['inspect', 'alpha', '--json', ...sock()]);
+    const r = await runCliAsync(['inspect', 'alpha', '--json', ...sock()]);
     expect(r.code).to.equal(0);
     const [att] = JSON.parse(r.stdout) as Array<{
       netnsPath: string;
@@ -231,26 +201,26 @@ describe('workloadnet CLI against a daemon (stand-in namespaces, no root needed)
   });
 
   it('gc KEEP --dry-run says what would be detached and detaches nothing', async () => {
-    const r = await runAsync(['gc', 'alpha', '--dry-run', '--json', ...sock()]);
+    const r = await runCliAsync(['gc', 'alpha', '--dry-run', '--json', ...sock()]);
     expect(r.code, r.stderr).to.equal(0);
     const res = JSON.parse(r.stdout) as { removed: Array<{ workloadId: string }>; dryRun: boolean };
     expect(res.removed.map((x) => x.workloadId)).to.deep.equal(['beta']);
     expect(res.dryRun).to.equal(true);
-    const text = await runAsync(['gc', 'alpha/eth0', '--dry-run', ...sock()]);
+    const text = await runCliAsync(['gc', 'alpha/eth0', '--dry-run', ...sock()]);
     expect(text.stdout).to.equal('would detach 1 of 2 (nothing was detached): beta/eth0\n');
-    const all = await runAsync(['gc', '--all', '--dry-run', ...sock()]);
+    const all = await runCliAsync(['gc', '--all', '--dry-run', ...sock()]);
     expect(all.stdout).to.match(
       /^would detach 2 of 2 .*: (alpha\/eth0 beta\/eth0|beta\/eth0 alpha\/eth0)\n$/,
     );
-    const ls = JSON.parse((await runAsync(['ls', '--json', ...sock()])).stdout) as Array<{
+    const ls = JSON.parse((await runCliAsync(['ls', '--json', ...sock()])).stdout) as Array<{
       workloadId: string;
     }>;
     expect(ls.map((a) => a.workloadId).sort()).to.deep.equal(['alpha', 'beta']);
   });
 
   it('gc refuses an empty keep list without --all, then keeps only what is named', async () => {
-    expect((await runAsync(['gc', ...sock()])).code).to.equal(2);
-    const r = await runAsync(['gc', 'alpha', '--json', ...sock()]);
+    expect((await runCliAsync(['gc', ...sock()])).code).to.equal(2);
+    const r = await runCliAsync(['gc', 'alpha', '--json', ...sock()]);
     expect(r.code).to.equal(0);
     expect(
       (JSON.parse(r.stdout) as { removed: Array<{ workloadId: string }> }).removed.map((x) => x.workloadId),
@@ -258,13 +228,13 @@ describe('workloadnet CLI against a daemon (stand-in namespaces, no root needed)
   });
 
   it('detach removes a workload and succeeds again for an unknown one', async () => {
-    expect((await runAsync(['detach', 'alpha', ...sock()])).code).to.equal(0);
-    expect((await runAsync(['detach', 'alpha', ...sock()])).code).to.equal(0);
-    expect(JSON.parse((await runAsync(['ls', '--json', ...sock()])).stdout)).to.deep.equal([]);
+    expect((await runCliAsync(['detach', 'alpha', ...sock()])).code).to.equal(0);
+    expect((await runCliAsync(['detach', 'alpha', ...sock()])).code).to.equal(0);
+    expect(JSON.parse((await runCliAsync(['ls', '--json', ...sock()])).stdout)).to.deep.equal([]);
   });
 
   it('version prints client and daemon versions', async () => {
-    const r = await runAsync(['version', '--json', ...sock()]);
+    const r = await runCliAsync(['version', '--json', ...sock()]);
     const v = JSON.parse(r.stdout) as { client: string; daemon: string };
     expect(v.client).to.match(/^\d+\.\d+\.\d+$/);
     expect(v.daemon).to.equal(v.client);

@@ -1,7 +1,5 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
-import * as fs from 'node:fs';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { ApiClient } from '../../cli/api-client';
@@ -19,7 +17,7 @@ import { SimProcess } from '../support/sim-process';
 import { attachRequest } from '../support/attach-request';
 import { CLI, DaemonProcess } from '../support/daemon-process';
 import { describeRoot } from '../support/describe-root';
-import { NetnsSet } from '../support/netns';
+import { useNodeFixture } from '../support/node-fixture';
 import { waitUntil } from '../support/wait-until';
 
 // `workloadnet ls` against the real daemon (DPU backend, a simulated DPU without dataplane) holding
@@ -91,8 +89,7 @@ class StandInDaemon {
 
 describeRoot('workloadnet ls: streamed from the daemon (DPU backend, simulated DPU)', function () {
   this.timeout(180_000);
-  const namespaces = new NetnsSet('wn-ls-');
-  let dir: string;
+  const fx = useNodeFixture({ prefix: 'wn-ls-', shape: 'bare' });
   let d: DaemonProcess;
   let sim: SimProcess;
   /** What List answers: the rows and their order every ls must print. */
@@ -100,12 +97,9 @@ describeRoot('workloadnet ls: streamed from the daemon (DPU backend, simulated D
   const stopLater: StandInDaemon[] = [];
 
   before(async () => {
-    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-ls-'));
-    const agentSocket = path.join(dir, 'agent.sock');
-    const workload = namespaces.add().path;
-    d = await DaemonProcess.start({
-      dir,
-      netns: namespaces.add().name,
+    const agentSocket = path.join(fx.dir, 'agent.sock');
+    const workload = fx.namespaces.add().path;
+    d = await fx.startDaemon({
       flags: {
         backend: 'dpu',
         'agent-socket': agentSocket,
@@ -116,7 +110,7 @@ describeRoot('workloadnet ls: streamed from the daemon (DPU backend, simulated D
     sim = SimProcess.start({
       socket: agentSocket,
       agentId: 'ls-dpu',
-      stateFile: path.join(dir, 'sim.json'),
+      stateFile: path.join(fx.dir, 'sim.json'),
       extra: ['--dataplane', 'none', '--log-level', 'warn'],
     });
     await waitUntil(async () => (await d.client.status()).ready, 'the daemon ready with its DPU', 30_000);
@@ -134,10 +128,7 @@ describeRoot('workloadnet ls: streamed from the daemon (DPU backend, simulated D
   });
   after(async () => {
     await Promise.all(stopLater.map((s) => s.stop()));
-    await d?.stop();
     await sim?.stop();
-    namespaces.cleanup();
-    fs.rmSync(dir, { recursive: true, force: true });
   });
 
   const sock = (s: string = d.socket): string[] => ['--socket', s];
@@ -167,7 +158,7 @@ describeRoot('workloadnet ls: streamed from the daemon (DPU backend, simulated D
 
   it('falls back to List against a daemon without ListStream, says so, and prints the same', async () => {
     // An older daemon: List served (by the real daemon's answer), ListStream unknown.
-    const old = await StandInDaemon.start(dir, {
+    const old = await StandInDaemon.start(fx.dir, {
       list: (_call, cb) => void d.client.call(d.client.raw.list, {}).then((res) => cb(null, res), cb),
     });
     stopLater.push(old);
@@ -184,7 +175,7 @@ describeRoot('workloadnet ls: streamed from the daemon (DPU backend, simulated D
     const first = listed.slice(0, 3);
     let release: () => void = () => undefined;
     const held = new Promise<void>((resolve) => (release = resolve));
-    const slow = await StandInDaemon.start(dir, {
+    const slow = await StandInDaemon.start(fx.dir, {
       listStream: (call) => {
         for (const a of first) call.write(a);
         void held.then(() => {
@@ -210,7 +201,7 @@ describeRoot('workloadnet ls: streamed from the daemon (DPU backend, simulated D
   });
 
   it('takes no row while the output is full, and the rest once it has drained', async () => {
-    const stream = await StandInDaemon.start(dir, {
+    const stream = await StandInDaemon.start(fx.dir, {
       listStream: (call) => {
         for (const a of listed) call.write(a);
         call.end();
@@ -247,7 +238,7 @@ describeRoot('workloadnet ls: streamed from the daemon (DPU backend, simulated D
   });
 
   it('fails with the daemon’s error when the stream breaks half-way, without falling back or closing the JSON', async () => {
-    const breaking = await StandInDaemon.start(dir, {
+    const breaking = await StandInDaemon.start(fx.dir, {
       listStream: (call) => {
         for (const a of listed.slice(0, 2)) call.write(a);
         // UNIMPLEMENTED after rows is not an old daemon: the rows so far must not be listed twice.
@@ -265,7 +256,7 @@ describeRoot('workloadnet ls: streamed from the daemon (DPU backend, simulated D
   });
 
   it('gives up on a daemon that stops sending, after --timeout of silence', async () => {
-    const mute = await StandInDaemon.start(dir, {
+    const mute = await StandInDaemon.start(fx.dir, {
       listStream: (call) => {
         for (const a of listed.slice(0, 1)) call.write(a);
       },

@@ -1,26 +1,14 @@
 import { expect } from 'chai';
-import { execFile, spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { ApiClient } from '../../cli/api-client';
-import { CLI } from '../support/daemon-process';
+import { expectHelpSnapshot, runCliAsync } from '../support/cli-run';
 import { InProcessDaemon } from '../support/in-process-daemon';
 import { RecordingBackend } from '../support/recording-backend';
 import { RecordingFabricDataplane, until } from '../support/recording-fabric-dataplane';
 
 // `workloadnet peers` and the fabric in `status`, against a daemon in this process whose backend offers
 // a recording fabric dataplane, with the static peer source reading a file.
-
-const SNAPSHOTS = path.resolve(__dirname, '..', '..', '..', 'test', 'cli', 'snapshots');
-
-function runAsync(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    execFile(process.execPath, [CLI, ...args], { encoding: 'utf8' }, (err, stdout, stderr) => {
-      const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0;
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
 
 const PEERS = {
   peers: [
@@ -41,17 +29,7 @@ const PEERS = {
 };
 
 describe('workloadnet peers', () => {
-  it('prints the same --help as its snapshot, with examples', () => {
-    const r = spawnSync(process.execPath, [CLI, 'peers', '--help'], {
-      encoding: 'utf8',
-      env: { ...process.env, COLUMNS: '100' },
-    });
-    expect(r.status).to.equal(0);
-    expect(r.stdout).to.include('Example');
-    const file = path.join(SNAPSHOTS, 'help-peers.txt');
-    if (process.env.UPDATE_SNAPSHOTS === '1') fs.writeFileSync(file, r.stdout);
-    expect(r.stdout).to.equal(fs.readFileSync(file, 'utf8'));
-  });
+  it('prints the same --help as its snapshot, with examples', () => expectHelpSnapshot(['peers']));
 
   describe('against a daemon with the fabric on', () => {
     let d: InProcessDaemon;
@@ -78,7 +56,7 @@ describe('workloadnet peers', () => {
     });
 
     it('lists every peer but this node, with its path, prefixes and why it is unreachable, and counts the unreachable', async () => {
-      const r = await runAsync(['peers', ...sock()]);
+      const r = await runCliAsync(['peers', ...sock()]);
       expect(r.code, r.stderr).to.equal(0);
       // n3 has no VTEP: "ready, 2 peers" alone would hide that one of them is not reached.
       expect(r.stdout).to.match(/^fabric:\s+vxlan, ready, 2 peers: 1 reachable, 1 unreachable\n/);
@@ -137,7 +115,7 @@ describe('workloadnet peers', () => {
         ],
       ]);
       try {
-        const r = await runAsync(['peers', ...sock()]);
+        const r = await runCliAsync(['peers', ...sock()]);
         expect(r.code, r.stderr).to.equal(0);
         expect(r.stdout).to.include('n2: seen by dpu-a: reachable, offloaded, tx 12 rx 34 packets');
       } finally {
@@ -146,7 +124,7 @@ describe('workloadnet peers', () => {
     });
 
     it('--json prints the Status API’s fabric', async () => {
-      const r = await runAsync(['peers', '--json', ...sock()]);
+      const r = await runCliAsync(['peers', '--json', ...sock()]);
       expect(r.code).to.equal(0);
       const f = JSON.parse(r.stdout) as {
         mode: string;
@@ -163,12 +141,12 @@ describe('workloadnet peers', () => {
     });
 
     it("shows the VXLAN source filter's drop counter (and --json carries it); no line without a filter", async () => {
-      expect((await runAsync(['peers', ...sock()])).stdout).to.not.include('filtered:');
+      expect((await runCliAsync(['peers', ...sock()])).stdout).to.not.include('filtered:');
       dp.filteredPackets = 7;
       try {
-        const r = await runAsync(['peers', ...sock()]);
+        const r = await runCliAsync(['peers', ...sock()]);
         expect(r.stdout).to.include('filtered:    7 packets dropped by the source filter\n');
-        const j = JSON.parse((await runAsync(['peers', '--json', ...sock()])).stdout) as {
+        const j = JSON.parse((await runCliAsync(['peers', '--json', ...sock()])).stdout) as {
           filteredPackets?: number;
         };
         expect(j.filteredPackets).to.equal(7);
@@ -178,7 +156,7 @@ describe('workloadnet peers', () => {
     });
 
     it('status shows the fabric line, and a refused peers file as its reason, without losing readiness', async () => {
-      const st = await runAsync(['status', ...sock()]);
+      const st = await runCliAsync(['status', ...sock()]);
       expect(st.code).to.equal(0);
       expect(st.stdout).to.match(
         /fabric:\s+vxlan, ready, 2 peers: 1 reachable, 1 unreachable \(workloadnet peers\)/,
@@ -187,7 +165,7 @@ describe('workloadnet peers', () => {
       fs.renameSync(`${peersFile}.tmp`, peersFile);
       let out = '';
       for (let i = 0; i < 100 && !out.includes('peers[0].underlay'); i++) {
-        out = (await runAsync(['peers', ...sock()])).stdout;
+        out = (await runCliAsync(['peers', ...sock()])).stdout;
         if (!out.includes('peers[0].underlay')) await new Promise((r) => setTimeout(r, 100));
       }
       expect(out).to.include(`peers file ${peersFile}: peers[0].underlay must be a non-empty list`);
@@ -217,10 +195,10 @@ describe('workloadnet peers', () => {
     });
 
     it('says the fabric is off and exits 0', async () => {
-      const r = await runAsync(['peers', '--socket', d.config.socket]);
+      const r = await runCliAsync(['peers', '--socket', d.config.socket]);
       expect(r.code).to.equal(0);
       expect(r.stdout).to.equal('the fabric is off (daemon --fabric, config fabric.mode)\n');
-      const st = await runAsync(['status', '--socket', d.config.socket]);
+      const st = await runCliAsync(['status', '--socket', d.config.socket]);
       expect(st.stdout).to.not.include('fabric:');
     });
   });

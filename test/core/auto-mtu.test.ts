@@ -2,7 +2,7 @@ import { expect } from 'chai';
 import * as fs from 'node:fs';
 import * as path from 'node:path';
 import { effectiveConfig } from '../../cli/daemon-command';
-import type { AttachSpec, Placement, PlacementRequest } from '../../core/backend';
+import type { AttachSpec, Backend, Placement, PlacementRequest } from '../../core/backend';
 import { AUTO_MTU, DEFAULT_CONFIG, type ConfigOverrides } from '../../core/config';
 import { effectiveNetworks } from '../../core/ipam/effective-networks';
 import { loadConfigFile } from '../../core/daemon/config-file';
@@ -103,6 +103,8 @@ describe('pod MTU: auto vs explicit', function () {
     });
     after(() => namespaces.cleanup());
 
+    const start = (b: Backend, overrides: ConfigOverrides): Promise<InProcessDaemon> =>
+      InProcessDaemon.start(b, overrides, { netns: namespaces });
     const service = () => (d as InProcessDaemon).daemon.service;
     async function attach(id: string, mtu?: number): Promise<number> {
       const a = await service().attach({
@@ -117,7 +119,7 @@ describe('pod MTU: auto vs explicit', function () {
 
     it('gives a new pod the fabric’s pod MTU: uplink 1500, VXLAN over IPv4 → 1450', async () => {
       const backend = new FabricBackend(1500);
-      d = await InProcessDaemon.start(backend, { fabric: { mode: 'vxlan' } }, { netns: namespaces });
+      d = await start(backend, { fabric: { mode: 'vxlan' } });
       expect(await attach('w1')).to.equal(1450);
       // What the backend was asked to program, and what Status says a new interface gets.
       expect((backend.programmed.get('w1/eth0') as AttachSpec).mtu).to.equal(1450);
@@ -136,11 +138,7 @@ describe('pod MTU: auto vs explicit', function () {
     });
 
     it('follows the mode and the underlay: routed carries the uplink’s, VXLAN over IPv6 70 bytes less', async () => {
-      d = await InProcessDaemon.start(
-        new FabricBackend(9000),
-        { fabric: { mode: 'routed' } },
-        { netns: namespaces },
-      );
+      d = await start(new FabricBackend(9000), { fabric: { mode: 'routed' } });
       expect(await attach('w1')).to.equal(9000);
       await d.dispose();
       d = await InProcessDaemon.start(
@@ -155,11 +153,7 @@ describe('pod MTU: auto vs explicit', function () {
 
     it('keeps an explicit MTU exactly — 1500 too — and still warns when it is too big', async () => {
       const backend = new FabricBackend(1500);
-      d = await InProcessDaemon.start(
-        backend,
-        { mtu: 1500, fabric: { mode: 'vxlan' } },
-        { netns: namespaces },
-      );
+      d = await start(backend, { mtu: 1500, fabric: { mode: 'vxlan' } });
       expect(await attach('w1')).to.equal(1500);
       const st = await fabric();
       expect(st.warnings).to.deep.equal([
@@ -167,12 +161,12 @@ describe('pod MTU: auto vs explicit', function () {
         'network default: 1 attachment(s) run with a larger MTU than the vxlan fabric carries (1450); their large packets to other nodes are dropped until they are attached again',
       ]);
       await d.dispose();
-      d = await InProcessDaemon.start(new FabricBackend(1500), { mtu: 9000 }, { netns: namespaces });
+      d = await start(new FabricBackend(1500), { mtu: 9000 });
       expect(await attach('w1'), 'explicit, fabric off').to.equal(9000);
     });
 
     it('gives 1500 with the fabric off', async () => {
-      d = await InProcessDaemon.start(new FabricBackend(9000), {}, { netns: namespaces });
+      d = await start(new FabricBackend(9000), {});
       expect(await attach('w1')).to.equal(1500);
       expect((await service().status()).networks?.[0]?.mtu).to.equal(1500);
     });
@@ -180,26 +174,18 @@ describe('pod MTU: auto vs explicit', function () {
     it('does not wait for a fabric that cannot be prepared: 1500 less the encapsulation meanwhile', async () => {
       const backend = new FabricBackend(9000);
       backend.fabric.prepareError = new Error('no default route to find the node address');
-      d = await InProcessDaemon.start(backend, { fabric: { mode: 'vxlan' } }, { netns: namespaces });
+      d = await start(backend, { fabric: { mode: 'vxlan' } });
       expect((await fabric()).reasons[0]).to.include('fabric dataplane not prepared');
       expect(await attach('w1')).to.equal(1450);
       await d.dispose();
       const v6 = new FabricBackend(9000);
       v6.fabric.prepareError = new Error('no route');
-      d = await InProcessDaemon.start(
-        v6,
-        { fabric: { mode: 'vxlan', nodeIp: 'fd00::1' } },
-        { netns: namespaces },
-      );
+      d = await start(v6, { fabric: { mode: 'vxlan', nodeIp: 'fd00::1' } });
       expect(await attach('w1'), 'an IPv6 node address: 70 bytes').to.equal(1430);
     });
 
     it('applies a changed uplink MTU to new pods only; existing ones keep theirs and are counted when too big', async () => {
-      d = await InProcessDaemon.start(
-        new FabricBackend(9000),
-        { fabric: { mode: 'vxlan' } },
-        { netns: namespaces },
-      );
+      d = await start(new FabricBackend(9000), { fabric: { mode: 'vxlan' } });
       expect(await attach('w1')).to.equal(8950);
       expect(await attach('w2')).to.equal(8950);
       d = await d.restart(new FabricBackend(1500));
@@ -232,7 +218,7 @@ describe('pod MTU: auto vs explicit', function () {
         { ...dpu('dpu-1', 1), mtu: 9000 },
         { ...dpu('dpu-2', 2), mtu: 1500 },
       ]);
-      d = await InProcessDaemon.start(backend, { fabric: { mode: 'vxlan' } }, { netns: namespaces });
+      d = await start(backend, { fabric: { mode: 'vxlan' } });
       expect(await attach('w1')).to.equal(8950);
       backend.placeOn = 'dpu-2';
       expect(await attach('w2')).to.equal(1450);

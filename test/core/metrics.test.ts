@@ -2,9 +2,8 @@ import { expect } from 'chai';
 import type { BackendHealth, DpuAgentStatus, DpuFabricStatus } from '../../core/backend';
 import { internal } from '../../core/errors';
 import { MetricsServer } from '../../core/serve/metrics-server';
-import { InProcessDaemon } from '../support/in-process-daemon';
 import { attachRequest } from '../support/attach-request';
-import { RecordingBackend } from '../support/recording-backend';
+import { recordingDaemon } from '../support/recording-daemon';
 import { StandInNamespaces } from '../support/stand-in-netns';
 
 /** The value of one sample line, e.g. `workloadnet_errors_total{op="attach",code="INTERNAL"}`. */
@@ -20,19 +19,15 @@ function sample(text: string, name: string, labels: Record<string, string>): num
 // The recording backend enters no namespace, so a stand-in serves.
 describe('Prometheus metrics (stand-in namespaces, no root needed)', () => {
   const namespaces = new StandInNamespaces();
-  let d: InProcessDaemon;
+  const rec = recordingDaemon({ netns: namespaces });
   let server: MetricsServer;
-  let backend: RecordingBackend;
 
   before(async () => {
-    backend = new RecordingBackend();
-    d = await InProcessDaemon.start(backend, {}, { netns: namespaces });
-    server = new MetricsServer('127.0.0.1:0', d.metrics);
+    server = new MetricsServer('127.0.0.1:0', rec.daemon.metrics);
     await server.start();
   });
   after(async () => {
     await server.stop();
-    await d.dispose();
     namespaces.cleanup();
   });
 
@@ -40,11 +35,13 @@ describe('Prometheus metrics (stand-in namespaces, no root needed)', () => {
     const netnsPath = namespaces.add().path;
     const n = 4;
     for (let i = 0; i < n; i++) {
-      await d.client.call(d.client.raw.attach, attachRequest(`m${i}`, netnsPath));
+      await rec.daemon.client.call(rec.daemon.client.raw.attach, attachRequest(`m${i}`, netnsPath));
     }
-    backend.failAttach = internal('boom');
-    await d.client.call(d.client.raw.attach, attachRequest('bad', netnsPath)).catch(() => undefined);
-    await d.client.status();
+    rec.backend.failAttach = internal('boom');
+    await rec.daemon.client
+      .call(rec.daemon.client.raw.attach, attachRequest('bad', netnsPath))
+      .catch(() => undefined);
+    await rec.daemon.client.status();
 
     const res = await fetch(`http://127.0.0.1:${server.port}/metrics`);
     expect(res.status).to.equal(200);
@@ -82,19 +79,16 @@ describe('Prometheus metrics (stand-in namespaces, no root needed)', () => {
       peersTotal: 0,
       ...f,
     });
+    // No hardware to speak of: the series under test are the fabric's.
+    const bare = { ports: 0, pfs: [], vfsTotal: 0, vfsFree: 0, firmwareVersion: '', agentVersion: '' };
     const agent = (id: string, f?: DpuFabricStatus): DpuAgentStatus => ({
       id,
       connected: true,
       healthy: true,
+      synced: true,
       bootId: 'b',
       protocolVersion: f?.carries ? 3 : 2,
-      firmwareVersion: '',
-      agentVersion: '',
-      pfs: [],
-      vfsTotal: 0,
-      vfsFree: 0,
-      ports: 0,
-      synced: true,
+      ...bare,
       fabric: f,
     });
     let dpus: DpuAgentStatus[] = [
@@ -104,11 +98,11 @@ describe('Prometheus metrics (stand-in namespaces, no root needed)', () => {
         fabric({ carries: false, note: 'does not carry the fabric: protocol version 2', vtep: '' }),
       ),
     ];
-    const original = backend.health.bind(backend);
-    backend.health = (): Promise<BackendHealth> => Promise.resolve({ ready: true, reasons: [], dpus });
+    const original = rec.backend.health.bind(rec.backend);
+    rec.backend.health = (): Promise<BackendHealth> => Promise.resolve({ ready: true, reasons: [], dpus });
     try {
       const scrape = async (): Promise<string> => {
-        await d.client.status();
+        await rec.daemon.client.status();
         return (await fetch(`http://127.0.0.1:${server.port}/metrics`)).text();
       };
       let text = await scrape();
@@ -153,7 +147,7 @@ describe('Prometheus metrics (stand-in namespaces, no root needed)', () => {
       expect(peers('dpu-a', 'reachable')).to.equal(undefined);
       expect(peers('dpu-a', 'total')).to.equal(3);
     } finally {
-      backend.health = original;
+      rec.backend.health = original;
     }
   });
 });

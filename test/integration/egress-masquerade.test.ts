@@ -9,6 +9,7 @@ import { useNodeFixture } from '../support/node-fixture';
 import { pings } from '../support/ping';
 import { requireProgram } from '../support/system-program';
 import { waitUntil } from '../support/wait-until';
+import { countSources, nftIn } from '../support/netns-nft';
 
 // The daemon as a node runs it (Linux backend, embedded defaults: masquerade on) in a test-owned node
 // namespace whose uplink leads to an "outside" namespace that knows no pod range, as a router upstream
@@ -19,27 +20,6 @@ const NODE_UPLINK = '198.51.100.1';
 const OUTSIDE = '198.51.100.2';
 
 const ip = (ns: string, ...args: string[]): void => void execFileSync('ip', ['-n', ns, ...args]);
-const nft = (ns: string, script: string): string =>
-  execFileSync('ip', ['netns', 'exec', ns, 'nft', '-f', '-'], { input: script, encoding: 'utf8' });
-
-/** Counts echo requests by source address in `ns`; returns a reader of the counts. */
-function countSources(ns: string, sources: string[]): () => Record<string, number> {
-  nft(
-    ns,
-    'table ip seen {\n  chain input { type filter hook input priority 0; policy accept; }\n}\n' +
-      'flush chain ip seen input\n' +
-      sources.map((s) => `add rule ip seen input ip saddr ${s} icmp type echo-request counter\n`).join(''),
-  );
-  return () => {
-    const out = nft(ns, 'list chain ip seen input\n');
-    return Object.fromEntries(
-      sources.map((s) => [
-        s,
-        Number(new RegExp(`saddr ${s.replace(/\./g, '\\.')} .*packets (\\d+)`).exec(out)?.[1]),
-      ]),
-    );
-  };
-}
 
 describeRoot('egress masquerade through the daemon (root, test-owned namespaces)', function () {
   this.timeout(90_000);
@@ -86,7 +66,7 @@ describeRoot('egress masquerade through the daemon (root, test-owned namespaces)
     expect(await pings(a.ns.name, OUTSIDE), 'while the daemon is down').to.equal(true);
     daemon = await fx.startDaemon({ flags });
     expect(await pings(a.ns.name, OUTSIDE), 'after the restart').to.equal(true);
-    const tables = nft(fx.node, 'list tables\n')
+    const tables = nftIn(fx.node, 'list tables\n')
       .split('\n')
       .filter((t) => t.includes(EGRESS_TABLE));
     expect(tables).to.have.length(1);
@@ -94,7 +74,7 @@ describeRoot('egress masquerade through the daemon (root, test-owned namespaces)
 
   it('puts back a table deleted by hand', async () => {
     const [a] = pods as [(typeof pods)[0]];
-    nft(fx.node, `delete table inet ${EGRESS_TABLE}\n`);
+    nftIn(fx.node, `delete table inet ${EGRESS_TABLE}\n`);
     expect(await pings(a.ns.name, OUTSIDE), 'with the table gone').to.equal(false);
     // The controller programs the table again on its refresh pass (every 15 looks of 2 s).
     await waitUntil(() => pings(a.ns.name, OUTSIDE, { waitSeconds: 1 }), 'the table back', 45_000);

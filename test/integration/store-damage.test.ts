@@ -7,7 +7,7 @@ import { checkStoreFile } from '../../core/store/store-file-check';
 import { STORE_FILE } from '../../core/store/store-environment';
 import { Store } from '../../core/store/store';
 import { CLI } from '../support/daemon-process';
-import { NetnsSet } from '../support/netns';
+import { useNodeFixture } from '../support/node-fixture';
 import { describeRoot } from '../support/describe-root';
 
 // The real daemon on a damaged store: it exits 1 with the path and what is wrong, never by a signal
@@ -58,13 +58,10 @@ function storeCheck(dir: string): { code: number | null; stdout: string } {
 
 describeRoot('a damaged store (root, test-owned namespace)', function () {
   this.timeout(60_000);
-  const namespaces = new NetnsSet('wn-harden-');
-  let netns: string;
+  const fx = useNodeFixture({ prefix: 'wn-harden-', shape: 'bare' });
   let dir: string;
   let file: string;
 
-  before(() => (netns = namespaces.add().name));
-  after(() => namespaces.cleanup());
   beforeEach(async () => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-harden-damage-'));
     const s = Store.open(path.join(dir, 'state'));
@@ -95,7 +92,7 @@ describeRoot('a damaged store (root, test-owned namespace)', function () {
   afterEach(() => fs.rmSync(dir, { recursive: true, force: true }));
 
   async function expectRefused(what: RegExp): Promise<void> {
-    const r = await runDaemon(netns, dir);
+    const r = await runDaemon(fx.node, dir);
     expect(r.signal, r.stderr).to.equal(null);
     expect(r.code, r.stderr).to.equal(1);
     expect(r.stderr).to.include(file).and.match(what);

@@ -2,7 +2,7 @@ import type { FabricSettings, OwnPrefixes } from '../../core/fabric-dataplane';
 import type { Peer } from '../../core/peer-source';
 
 // Plain values the fabric tests without a kernel share: VXLAN settings with no cluster ranges, no
-// prefixes of our own, and two peers on the underlay at 10.0.0.3 and 10.0.0.4.
+// prefixes of our own, two peers on the underlay at 10.0.0.3 and 10.0.0.4, and a DPU endpoint.
 
 export const VX = { vni: 30574, port: 4789 };
 
@@ -37,3 +37,12 @@ export function vxlanPeer(
 ): Peer {
   return { node, underlay: [address], mtu: 1500, vtep: { mac, ...VX }, bootId: '', prefixes, ...over };
 }
+
+/** A DPU endpoint holding the first half of 10.244.2.0/24 (n2's, as recording-fabric-dataplane's peer makes it). */
+export const DPU_ENDPOINT: NonNullable<Peer['endpoints']>[number] = {
+  id: 'd0',
+  underlay: '192.0.2.50',
+  mtu: 1500,
+  vtep: { mac: '0e:77:c0:00:02:32', ...VX },
+  prefixes: ['10.244.2.0/25'],
+};

@@ -24,6 +24,12 @@ export function untrackNetns(...names: string[]): void {
 export function deleteLeftoverNetns(): void {
   const names = [...leftovers];
   leftovers.clear();
+  deleteNetnsBatch(names);
+}
+
+/** Forgets `names` and deletes them in one ip(8) call; one already gone is passed over. */
+export function deleteNetnsBatch(names: string[]): void {
+  untrackNetns(...names);
   if (names.length === 0) return;
   try {
     execFileSync('ip', ['-force', '-batch', '-'], {
@@ -31,7 +37,7 @@ export function deleteLeftoverNetns(): void {
       stdio: ['pipe', 'ignore', 'ignore'],
     });
   } catch {
-    // -force carries on past a namespace already gone; nothing else can be done at exit.
+    // -force carries on past a namespace already gone, and ip(8) then exits non-zero.
   }
 }
 

@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { trackNetns, untrackNetns } from './netns-leftovers';
+import { deleteNetnsBatch, trackNetns, untrackNetns } from './netns-leftovers';
 
 // Test-owned network namespaces, created and deleted by name. Test code may use ip(8); product code may
 // not.
@@ -100,16 +100,7 @@ export class NetnsSet {
   cleanup(): void {
     const names = [...this.names];
     this.names.clear();
-    untrackNetns(...names);
-    if (names.length === 0) return;
-    try {
-      execFileSync('ip', ['-force', '-batch', '-'], {
-        input: names.map((n) => `netns del ${n}\n`).join(''),
-        stdio: ['pipe', 'ignore', 'ignore'],
-      });
-    } catch {
-      // -force carried on past a namespace a test already deleted, and ip(8) then exits non-zero.
-    }
+    deleteNetnsBatch(names);
   }
 
   private newName(role: string | undefined): string {

@@ -1,31 +1,30 @@
+import type { NetnsOpener } from '../../core/netns-opener';
 import { InProcessDaemon } from './in-process-daemon';
 import { RecordingBackend } from './recording-backend';
+import { suiteResource } from './suite-resource';
 
-// One in-process daemon over a recording backend for all the tests of a `describe`: started before
-// them, disposed after them.
+// An in-process daemon over a recording backend for the tests of a `describe`: by default one for all
+// of them (started before, disposed after), or a fresh one for each.
 
 export interface RecordingDaemon {
   readonly backend: RecordingBackend;
   readonly daemon: InProcessDaemon;
 }
 
-export function recordingDaemon(): RecordingDaemon {
-  let current: RecordingDaemon | undefined;
-  before(async () => {
-    const backend = new RecordingBackend();
-    current = { backend, daemon: await InProcessDaemon.start(backend) };
-  });
-  after(async () => current?.daemon.dispose());
-  const now = (): RecordingDaemon => {
-    if (!current) throw new Error('no daemon: it is started before the tests');
-    return current;
-  };
-  return {
-    get backend() {
-      return now().backend;
+export interface RecordingDaemonOptions {
+  /** A fresh daemon (and backend) for each test, so that none sees what another left. */
+  each?: boolean;
+  /** What the daemon opens namespaces with: stand-ins, since the recording backend enters none. */
+  netns?: NetnsOpener;
+}
+
+export function recordingDaemon(opts: RecordingDaemonOptions = {}): RecordingDaemon {
+  return suiteResource<RecordingDaemon>(
+    async () => {
+      const backend = new RecordingBackend();
+      return { backend, daemon: await InProcessDaemon.start(backend, {}, { netns: opts.netns }) };
     },
-    get daemon() {
-      return now().daemon;
-    },
-  };
+    (made) => made.daemon.dispose(),
+    opts,
+  );
 }

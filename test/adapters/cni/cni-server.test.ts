@@ -6,6 +6,7 @@ import * as path from 'node:path';
 import { CniServer } from '../../../adapters/cni/cni-server';
 import { WorkloadNetError } from '../../../core/errors';
 import { postCni, type CniAnswer } from '../../support/cni-http';
+import { rejection } from '../../support/expect-error';
 import { recordingDaemon } from '../../support/recording-daemon';
 
 // The socket's lifecycle and the HTTP envelope, spoken directly with Node's http client.
@@ -37,6 +38,10 @@ describe('CniServer', () => {
     return server;
   }
 
+  /** A CNI VERSION call, which every server answers without touching the service. */
+  const askVersion = (stdin: string): Promise<CniAnswer> =>
+    request(socketPath, 'POST', '/v1/cni', JSON.stringify({ env: { CNI_COMMAND: 'VERSION' }, stdin }));
+
   /** Nothing reached the service's state: no dataplane call, no attachment. */
   async function expectUntouched(): Promise<void> {
     expect(rd.backend.calls).to.deep.equal([]);
@@ -53,22 +58,11 @@ describe('CniServer', () => {
   it('refuses to start while a live server holds the socket', async () => {
     await start();
     const second = new CniServer(rd.daemon.daemon.service, { socketPath });
-    let caught: unknown;
-    try {
-      await second.listen();
-    } catch (err) {
-      caught = err;
-    }
+    const caught = await rejection(second.listen(), 'FAILED_PRECONDITION');
     expect(caught).to.be.instanceOf(WorkloadNetError);
-    expect((caught as WorkloadNetError).code).to.equal('FAILED_PRECONDITION');
-    expect((caught as WorkloadNetError).message).to.contain(socketPath);
+    expect(caught.message).to.contain(socketPath);
     // The first server still answers.
-    const answer = await request(
-      socketPath,
-      'POST',
-      '/v1/cni',
-      JSON.stringify({ env: { CNI_COMMAND: 'VERSION' }, stdin: '' }),
-    );
+    const answer = await askVersion('');
     expect(answer.exitCode).to.equal('0');
   });
 
@@ -86,12 +80,7 @@ describe('CniServer', () => {
     expect((await fs.lstat(socketPath)).isSocket()).to.equal(true);
 
     await start();
-    const answer = await request(
-      socketPath,
-      'POST',
-      '/v1/cni',
-      JSON.stringify({ env: { CNI_COMMAND: 'VERSION' }, stdin: '' }),
-    );
+    const answer = await askVersion('');
     expect(answer.status).to.equal(200);
     expect(answer.exitCode).to.equal('0');
   });
@@ -100,13 +89,7 @@ describe('CniServer', () => {
     await fs.mkdir(path.dirname(socketPath), { recursive: true });
     await fs.writeFile(socketPath, 'precious');
     const server = new CniServer(rd.daemon.daemon.service, { socketPath });
-    let caught: unknown;
-    try {
-      await server.listen();
-    } catch (err) {
-      caught = err;
-    }
-    expect((caught as WorkloadNetError).code).to.equal('FAILED_PRECONDITION');
+    await rejection(server.listen(), 'FAILED_PRECONDITION');
     expect(await fs.readFile(socketPath, 'utf8')).to.equal('precious');
   });
 
@@ -125,12 +108,7 @@ describe('CniServer', () => {
 
   it('answers 200 with X-CNI-Exit-Code and the CNI output as the body', async () => {
     await start();
-    const answer = await request(
-      socketPath,
-      'POST',
-      '/v1/cni',
-      JSON.stringify({ env: { CNI_COMMAND: 'VERSION' }, stdin: '{}' }),
-    );
+    const answer = await askVersion('{}');
     expect(answer.status).to.equal(200);
     expect(answer.contentType).to.equal('application/json');
     expect(answer.exitCode).to.equal('0');

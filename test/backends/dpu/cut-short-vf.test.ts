@@ -1,13 +1,10 @@
 import { expect } from 'chai';
 import { execFileSync } from 'node:child_process';
-import * as fs from 'node:fs';
-import * as path from 'node:path';
 import type { AttachmentView, DataplaneResult } from '../../../core/backend';
-import type { DpuBackend } from '../../../backends/dpu';
-import { NetnsSet, ipJson } from '../../support/netns';
+import { ipJson, type TestNamespace } from '../../support/netns';
+import { NetnsDpuRig } from '../../support/netns-dpu-rig';
 import { describeRoot } from '../../support/describe-root';
-import { removeDir, scratchDir, spec, startBackend, view } from '../../support/dpu-fixtures';
-import { SimProcess } from '../../support/sim-process';
+import { startBackend, view } from '../../support/dpu-fixtures';
 import { attachTo, type TestSpec } from '../../support/attach-spec';
 
 // A daemon killed during a DPU Attach after the VF was moved into the workload, before the agent's
@@ -33,51 +30,22 @@ function unfinishedView(s: TestSpec, r: DataplaneResult): AttachmentView {
 
 describeRoot('DPU attach cut short: the VF left in the workload (needs root)', function () {
   this.timeout(60_000);
-  const nets = new NetnsSet('wnc-');
-  let dir: string;
-  let backend: DpuBackend | undefined;
-  let sim: SimProcess | undefined;
-  let node: { name: string; path: string };
-  let dpu: { name: string; path: string };
-  let w1: { name: string; path: string };
+  const rig = new NetnsDpuRig('wnc-', 'dpu-cut');
+  let w1: TestNamespace;
 
-  const workloadSpec = (i: number, ns: { path: string }): TestSpec =>
-    spec(i, { netnsPath: ns.path, netnsInode: fs.statSync(ns.path).ino });
-
-  beforeEach(async () => {
-    dir = scratchDir();
-    node = nets.add();
-    dpu = nets.add();
-    w1 = nets.add();
-    backend = await startBackend(dir, { hostNetnsPath: node.path });
-    sim = SimProcess.start({
-      socket: path.join(dir, 'agent.sock'),
-      agentId: 'dpu-cut',
-      stateFile: path.join(dir, 'sim.json'),
-      extra: ['--dataplane', 'netns', '--dpu-netns', dpu.name, '--host-netns', node.path],
-    });
-    await sim.waitForState((x) => x.session.state === 'connected' && x.synced, 'connected');
-  });
-
-  afterEach(async () => {
-    await sim?.stop('SIGKILL');
-    await backend?.stop();
-    backend = undefined;
-    nets.cleanup();
-    removeDir(dir);
-  });
+  beforeEach(() => (w1 = rig.workload()));
 
   /** Attaches w1, then stands for the kill: the agent stopped, the backend gone without a Detach. */
   async function cutShort(): Promise<{ s1: TestSpec; r1: DataplaneResult }> {
-    const s1 = workloadSpec(1, w1);
-    const r1 = await attachTo(backend!, s1);
+    const s1 = rig.workloadSpec(1, w1);
+    const r1 = await attachTo(rig.backend!, s1);
     expect(linksOf(w1.name).find((l) => l.ifname === 'eth0')?.address, 'the VF in the workload').to.equal(
       r1.mac,
     );
-    sim!.child.kill('SIGSTOP');
-    await backend!.stop();
-    backend = await startBackend(dir, { hostNetnsPath: node.path, ackTimeoutMs: 500 }, false);
-    const outcome = await backend.reconcile([unfinishedView(s1, r1)], { storeIsNew: false });
+    rig.sim!.child.kill('SIGSTOP');
+    await rig.backend!.stop();
+    rig.backend = await startBackend(rig.dir, { hostNetnsPath: rig.node.path, ackTimeoutMs: 500 }, false);
+    const outcome = await rig.backend.reconcile([unfinishedView(s1, r1)], { storeIsNew: false });
     expect(outcome.missing, 'no agent answer recorded').to.deep.equal([s1.key]);
     return { s1, r1 };
   }
@@ -85,12 +53,12 @@ describeRoot('DPU attach cut short: the VF left in the workload (needs root)', f
   it('gives the VF an attach cut short left in a live workload namespace back to the host, under its own name', async () => {
     const { s1, r1 } = await cutShort();
     // What the start-up reconcile does with a row cut short.
-    await backend!.detach(unfinishedView(s1, r1));
+    await rig.backend!.detach(unfinishedView(s1, r1));
     expect(
       linksOf(w1.name).filter((l) => l.address === r1.mac),
       'no VF of ours left in the workload',
     ).to.deep.equal([]);
-    const back = linksOf(node.name).find((l) => l.address === r1.mac);
+    const back = linksOf(rig.node.name).find((l) => l.address === r1.mac);
     expect(back?.ifname, 'back in the host under the name it came with').to.equal(r1.hostIfName);
     expect(back?.ifalias, 'its mark gone').to.equal(undefined);
   });
@@ -101,7 +69,7 @@ describeRoot('DPU attach cut short: the VF left in the workload (needs root)', f
     execFileSync('ip', ['-n', w1.name, 'link', 'del', 'eth0']);
     execFileSync('ip', ['-n', w1.name, 'link', 'add', 'eth0', 'type', 'veth', 'peer', 'name', 'eth0p']);
     execFileSync('ip', ['-n', w1.name, 'link', 'set', 'eth0', 'address', r1.mac]);
-    await backend!.detach(unfinishedView(s1, r1));
+    await rig.backend!.detach(unfinishedView(s1, r1));
     expect(linksOf(w1.name).map((l) => l.ifname)).to.include.members(['eth0', 'eth0p']);
   });
 });

@@ -104,12 +104,18 @@ describe('DPU fabric: the holders of tunnel endpoint identities across a daemon 
     return i < 0 ? undefined : pairs[i + 1];
   };
 
-  it("keeps the incumbent's FDB key when a newcomer that sorts first states its VTEP MAC after a restart", async () => {
-    let b = await startDaemon();
+  /** A daemon whose fabric has n3, acked by dpu-a, with n3 recorded as the holder of `identity`. */
+  async function startHoldingN3(identity: string): Promise<Awaited<ReturnType<typeof startDaemon>>> {
+    const b = await startDaemon();
     await b.fabric.apply([n3], NO_OWN);
     connect('dpu-a');
     await waitUntil(() => b.fabric.report().ready, 'dpu-a holds peer/n3');
-    await waitUntil(() => storedHolder('mac|0e:77:0a:00:00:03') === 'peer/n3', 'the holders recorded');
+    await waitUntil(() => storedHolder(identity) === 'peer/n3', 'the holders recorded');
+    return b;
+  }
+
+  it("keeps the incumbent's FDB key when a newcomer that sorts first states its VTEP MAC after a restart", async () => {
+    let b = await startHoldingN3('mac|0e:77:0a:00:00:03');
 
     await stopDaemon();
     b = await startDaemon();
@@ -131,11 +137,7 @@ describe('DPU fabric: the holders of tunnel endpoint identities across a daemon 
   });
 
   it('writes the holders only when one of them changes', async () => {
-    const b = await startDaemon();
-    await b.fabric.apply([n3], NO_OWN);
-    connect('dpu-a');
-    await waitUntil(() => b.fabric.report().ready, 'dpu-a holds peer/n3');
-    await waitUntil(() => storedHolder('address|10.0.0.3') === 'peer/n3', 'the holders recorded');
+    const b = await startHoldingN3('address|10.0.0.3');
     const writes = store!.writes;
     // Another prefix and MTU of n3, and the same table again: no identity changes hands.
     await b.fabric.apply([{ ...n3, prefixes: ['10.244.2.0/24', '10.244.12.0/24'], mtu: 9000 }], NO_OWN);

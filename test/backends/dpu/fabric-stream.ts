@@ -5,6 +5,7 @@ import {
   type FabricObject,
   type Hello,
 } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
+import { ackEveryFabricObject as ackEach } from '../../support/acking-agent';
 import { okAck } from '../../support/dpu-fixtures';
 import { RawAgent } from '../../support/raw-agent';
 
@@ -48,13 +49,6 @@ export async function snapshot(
 
 /** Has the agent ack OK every fabric object it is sent, now and later, until its stream ends. */
 export function ackEveryFabricObject(a: RawAgent): RawAgent {
-  let acked = 0;
-  const t = setInterval(() => {
-    if (a.isEnded) return clearInterval(t);
-    for (; acked < a.received.length; acked++) {
-      const o = a.received[acked]?.upsert?.fabric;
-      if (o) a.send(fabricAck(o));
-    }
-  }, 20);
+  ackEach(a, fabricAck);
   return a;
 }

@@ -47,10 +47,14 @@ describeRoot(
       nets.cleanup();
     });
 
-    const placement = (ns: TestNamespace, ifName: string) => ({
+    /** Where an endpoint sits: the namespace (by path and inode) and its name there. */
+    const placedAt = (ns: TestNamespace, ifName: string) => ({
       netnsPath: ns.path,
       netnsInode: inode(ns),
       ifName,
+    });
+    const placement = (ns: TestNamespace, ifName: string) => ({
+      ...placedAt(ns, ifName),
       mtu: 1500,
       ips: [{ family: 4 as const, address: '10.9.0.2', gateway: '169.254.1.1' }],
     });
@@ -61,14 +65,7 @@ describeRoot(
       const { ifIndex } = await side.plumb({ ...placement(pod, 'eth0'), endpoint: 'vfa', mac: M1 });
       // The DPU re-created its VFs meanwhile; another port's VF is called vfa now.
       vf(host.name, 'vfa', 'rpb', M2);
-      await side.unplumb({
-        endpoint: 'vfa',
-        mac: M1,
-        ifIndex,
-        netnsPath: pod.path,
-        netnsInode: inode(pod),
-        ifName: 'eth0',
-      });
+      await side.unplumb({ ...placedAt(pod, 'eth0'), endpoint: 'vfa', mac: M1, ifIndex });
       expect(byMac(pod.name, M1), 'nothing left in the workload').to.deep.equal([]);
       const ours = byMac(host.name, M1);
       expect(ours.map((l) => l.ifname)).to.deep.equal([returnName(ifIndex)]);
@@ -86,14 +83,7 @@ describeRoot(
       ip('-n', host.name, 'link', 'del', 'wn-host0');
       vf(host.name, 'vfb', 'rpc', M1);
       vf(host.name, 'vfa', 'rpd', M2);
-      await side.unplumb({
-        endpoint: 'vfa',
-        mac: M1,
-        ifIndex,
-        netnsPath: host.path,
-        netnsInode: inode(host),
-        ifName: 'wn-host0',
-      });
+      await side.unplumb({ ...placedAt(host, 'wn-host0'), endpoint: 'vfa', mac: M1, ifIndex });
       expect(byMac(host.name, M1).map((l) => l.ifname)).to.deep.equal(['vfb']);
       expect(byMac(host.name, M2).map((l) => l.ifname)).to.deep.equal(['vfa']);
     });

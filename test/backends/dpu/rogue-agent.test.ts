@@ -59,30 +59,38 @@ interface IpLink {
   address?: string;
 }
 
+interface NodeSpaces {
+  node: { name: string; path: string };
+  workload: { name: string; path: string };
+}
+
+/** A node namespace with its uplink and a workload namespace beside it, for all the tests of a suite. */
+function nodeAndWorkload(prefix: string): NodeSpaces {
+  const set = new NetnsSet(prefix);
+  const made = {} as NodeSpaces;
+  before(() => {
+    made.node = set.add();
+    made.workload = set.add();
+    addNodeUplink(made.node.name, '10.99.0.1');
+  });
+  after(() => set.cleanup());
+  return made;
+}
+
 describeRoot('DPU backend: a rogue agent cannot take host interfaces (root)', function () {
   this.timeout(30_000);
-  const spaces = new NetnsSet('wn-rogue-');
-  let node: { name: string; path: string };
-  let workload: { name: string; path: string };
+  const spaces = nodeAndWorkload('wn-rogue-');
   let dir: string;
   let backend: DpuBackend;
   let agent: RawAgent;
   let n = 0;
 
-  const ip = (...args: string[]): void => void execFileSync('ip', ['-n', node.name, ...args]);
-
-  before(() => {
-    node = spaces.add();
-    workload = spaces.add();
-    addNodeUplink(node.name, '10.99.0.1');
-  });
-
-  after(() => spaces.cleanup());
+  const ip = (...args: string[]): void => void execFileSync('ip', ['-n', spaces.node.name, ...args]);
 
   beforeEach(async () => {
     dir = scratchDir();
     backend = await startBackend(dir, {
-      hostNetnsPath: node.path,
+      hostNetnsPath: spaces.node.path,
       linuxLinkGroups: [LINK_GROUP, LINK_GROUP + 1],
       ackTimeoutMs: 3000,
     });
@@ -113,7 +121,11 @@ describeRoot('DPU backend: a rogue agent cannot take host interfaces (root)', fu
   ): Promise<{ result: Promise<unknown>; port: Port; before: unknown; s: TestSpec }> {
     n++;
     const from = agent.received.length;
-    const s = { ...spec(n, over), netnsPath: workload.path, netnsInode: fs.statSync(workload.path).ino };
+    const s = {
+      ...spec(n, over),
+      netnsPath: spaces.workload.path,
+      netnsInode: fs.statSync(spaces.workload.path).ino,
+    };
     const result = attachTo(backend, s);
     result.catch(() => undefined);
     const up = await agent.next((m) => !!m.upsert, 'the upsert', 5000, from);
@@ -134,7 +146,7 @@ describeRoot('DPU backend: a rogue agent cannot take host interfaces (root)', fu
     expect(err.message).to.match(new RegExp(`reported ${endpoint} as the host end`));
     expect(err.message).to.match(why);
     expect(nodeState(), 'the node namespace is untouched').to.deep.equal(before);
-    expect(linkNames(workload.name)).to.deep.equal(['lo']);
+    expect(linkNames(spaces.workload.name)).to.deep.equal(['lo']);
   }
 
   function linkNames(ns: string): string[] {
@@ -146,28 +158,32 @@ describeRoot('DPU backend: a rogue agent cannot take host interfaces (root)', fu
   /** Links with their flags, addresses and routes of the node: what a refused attach must not change. */
   function nodeState(): unknown {
     return {
-      links: ipJson<IpLink[]>(node.name, ['link', 'show']).map((l) => [l.ifname, l.flags.includes('UP')]),
+      links: ipJson<IpLink[]>(spaces.node.name, ['link', 'show']).map((l) => [
+        l.ifname,
+        l.flags.includes('UP'),
+      ]),
       // Duplicate address detection ends on its own a second or two after a link comes up: an address
       // losing its "tentative" mark meanwhile is no change the attach made.
-      addrs: ipJson<Array<{ addr_info?: Array<Record<string, unknown>> }>>(node.name, ['addr', 'show']).map(
-        (l) => ({ ...l, addr_info: l.addr_info?.map((a) => ({ ...a, tentative: undefined })) }),
-      ),
-      routes: ipJson<unknown[]>(node.name, ['route', 'show']),
+      addrs: ipJson<Array<{ addr_info?: Array<Record<string, unknown>> }>>(spaces.node.name, [
+        'addr',
+        'show',
+      ]).map((l) => ({ ...l, addr_info: l.addr_info?.map((a) => ({ ...a, tentative: undefined })) })),
+      routes: ipJson<unknown[]>(spaces.node.name, ['route', 'show']),
     };
   }
 
   it("refuses the node's uplink, which keeps its address, its state and the default route", async () => {
     await expectRefused('up0', /carries MAC|carries address/);
-    const [up0] = ipJson<IpLink[]>(node.name, ['link', 'show', 'dev', 'up0']);
+    const [up0] = ipJson<IpLink[]>(spaces.node.name, ['link', 'show', 'dev', 'up0']);
     expect(up0?.flags).to.include('UP');
-    expect(ipJson<Array<{ dst: string }>>(node.name, ['route', 'show']).map((r) => r.dst)).to.include(
+    expect(ipJson<Array<{ dst: string }>>(spaces.node.name, ['route', 'show']).map((r) => r.dst)).to.include(
       'default',
     );
   });
 
   it('refuses the loopback interface and leaves it up', async () => {
     await expectRefused('lo', /loopback/);
-    expect(ipJson<IpLink[]>(node.name, ['link', 'show', 'dev', 'lo'])[0]?.flags).to.include('UP');
+    expect(ipJson<IpLink[]>(spaces.node.name, ['link', 'show', 'dev', 'lo'])[0]?.flags).to.include('UP');
   });
 
   it("refuses a link carrying the port's MAC but an address", async () => {
@@ -217,8 +233,8 @@ describeRoot('DPU backend: a rogue agent cannot take host interfaces (root)', fu
       return vf;
     });
     await result;
-    expect(linkNames(workload.name)).to.include('eth0');
-    expect(linkNames(node.name)).to.not.include(vf);
+    expect(linkNames(spaces.workload.name)).to.include('eth0');
+    expect(linkNames(spaces.node.name)).to.not.include(vf);
   });
 
   it("keeps a port's endpoint when the ack of an MTU change names the node's uplink, and leaves the workload's link as it was", async () => {
@@ -233,7 +249,7 @@ describeRoot('DPU backend: a rogue agent cannot take host interfaces (root)', fu
       { ifName: 'net9' },
     );
     const r = (await result) as DataplaneResult;
-    const ns = await NetnsHandle.open(workload.path);
+    const ns = await NetnsHandle.open(spaces.workload.path);
     try {
       const from = agent.received.length;
       // Growing: the agent's end first, so its ack comes before the workload's link is touched.
@@ -248,7 +264,7 @@ describeRoot('DPU backend: a rogue agent cannot take host interfaces (root)', fu
     } finally {
       ns.close();
     }
-    const net9 = ipJson<Array<{ mtu: number }>>(workload.name, ['link', 'show', 'dev', 'net9'])[0];
+    const net9 = ipJson<Array<{ mtu: number }>>(spaces.workload.name, ['link', 'show', 'dev', 'net9'])[0];
     expect(net9?.mtu, "the workload's link keeps its MTU").to.equal(1500);
     // Detach hands back the VF it moved in, never the uplink the lying ack named.
     const from = agent.received.length;
@@ -256,9 +272,9 @@ describeRoot('DPU backend: a rogue agent cannot take host interfaces (root)', fu
     const del = await agent.next((m) => m.delete?.name === port.name, 'the Delete', 5000, from);
     agent.send(okAck(port.name, del.delete!.generation));
     await detaching;
-    expect(linkNames(node.name)).to.include.members([vf, 'up0']);
-    expect(linkNames(workload.name)).to.not.include('net9');
-    const [up0] = ipJson<IpLink[]>(node.name, ['link', 'show', 'dev', 'up0']);
+    expect(linkNames(spaces.node.name)).to.include.members([vf, 'up0']);
+    expect(linkNames(spaces.workload.name)).to.not.include('net9');
+    const [up0] = ipJson<IpLink[]>(spaces.node.name, ['link', 'show', 'dev', 'up0']);
     expect(up0?.flags).to.include('UP');
   });
 });
@@ -269,16 +285,14 @@ describeRoot('DPU backend: a rogue agent cannot take host interfaces (root)', fu
 // nothing moved, the port's Delete says why.
 describeRoot('DPU backend: a version 2 agent hands over only VFs its inventory lists (root)', function () {
   this.timeout(30_000);
-  const spaces = new NetnsSet('wn-fleet-rogue-');
-  let node: { name: string; path: string };
-  let workload: { name: string; path: string };
+  const spaces = nodeAndWorkload('wn-fleet-rogue-');
   let dir: string;
   let backend: DpuBackend;
   const agents = new Map<string, RawAgent>();
   let beat: NodeJS.Timeout | undefined;
   let n = 100;
 
-  const ip = (...args: string[]): void => void execFileSync('ip', ['-n', node.name, ...args]);
+  const ip = (...args: string[]): void => void execFileSync('ip', ['-n', spaces.node.name, ...args]);
   const features = ['host-endpoint'];
 
   function inventory(pfName: string, vfs: string[]): AgentMessage {
@@ -322,17 +336,9 @@ describeRoot('DPU backend: a version 2 agent hands over only VFs its inventory l
     return a;
   }
 
-  before(() => {
-    node = spaces.add();
-    workload = spaces.add();
-    addNodeUplink(node.name, '10.99.0.1');
-  });
-
-  after(() => spaces.cleanup());
-
   beforeEach(async () => {
     dir = scratchDir();
-    backend = await startBackend(dir, { hostNetnsPath: node.path, ackTimeoutMs: 3000 });
+    backend = await startBackend(dir, { hostNetnsPath: spaces.node.path, ackTimeoutMs: 3000 });
     await connect('dpu-a', inventory('pfa', ['avf0', 'avf1', 'up0']));
     await connect('dpu-b', inventory('pfb', ['bvf0']));
     await connect('dpu-c', undefined);
@@ -348,7 +354,7 @@ describeRoot('DPU backend: a version 2 agent hands over only VFs its inventory l
     agents.clear();
     await backend.stop();
     removeDir(dir);
-    const present = new Set(ipJson<IpLink[]>(node.name, ['link', 'show']).map((l) => l.ifname));
+    const present = new Set(ipJson<IpLink[]>(spaces.node.name, ['link', 'show']).map((l) => l.ifname));
     for (const l of ['avf0', 'avf1', 'bvf0', 'stray0']) if (present.has(l)) ip('link', 'del', l);
   });
 
@@ -363,8 +369,8 @@ describeRoot('DPU backend: a version 2 agent hands over only VFs its inventory l
     const from = a.received.length;
     const s = {
       ...spec(n),
-      netnsPath: workload.path,
-      netnsInode: fs.statSync(workload.path).ino,
+      netnsPath: spaces.workload.path,
+      netnsInode: fs.statSync(spaces.workload.path).ino,
       dpu: agentId,
     };
     const result = attachTo(backend, s);
@@ -392,12 +398,14 @@ describeRoot('DPU backend: a version 2 agent hands over only VFs its inventory l
     const err = await refusedOnceDeleted(agents.get(agentId)!, port, result, why);
     expect(err.message).to.match(new RegExp(`reported ${netdev} as the host end`));
     expect(err.message).to.match(why);
-    expect(ipJson<IpLink[]>(workload.name, ['link', 'show']).map((l) => l.ifname)).to.deep.equal(['lo']);
+    expect(ipJson<IpLink[]>(spaces.workload.name, ['link', 'show']).map((l) => l.ifname)).to.deep.equal([
+      'lo',
+    ]);
   }
 
   it('refuses a clean netdev that is no VF in its inventory', async () => {
     await expectRefused('dpu-a', 'stray0', /not a VF in DPU agent dpu-a's inventory/);
-    expect(ipJson<IpLink[]>(node.name, ['link', 'show']).map((l) => l.ifname)).to.include('stray0');
+    expect(ipJson<IpLink[]>(spaces.node.name, ['link', 'show']).map((l) => l.ifname)).to.include('stray0');
   });
 
   it("refuses another agent's VF", async () => {
@@ -417,7 +425,7 @@ describeRoot('DPU backend: a version 2 agent hands over only VFs its inventory l
 
   it('still applies the host guard to a listed netdev: the uplink stays', async () => {
     await expectRefused('dpu-a', 'up0', /but it carries (MAC|address)/, { create: false });
-    const up0 = ipJson<Array<{ flags: string[] }>>(node.name, ['link', 'show', 'dev', 'up0'])[0];
+    const up0 = ipJson<Array<{ flags: string[] }>>(spaces.node.name, ['link', 'show', 'dev', 'up0'])[0];
     expect(up0?.flags).to.include('UP');
   });
 
@@ -425,6 +433,6 @@ describeRoot('DPU backend: a version 2 agent hands over only VFs its inventory l
     const { result } = await ackAs('dpu-a', 'avf1', { pfIndex: 0, vfIndex: 1 });
     const r = (await result) as { details?: Record<string, unknown> };
     expect(r.details).to.include({ dpuAgentId: 'dpu-a', dpuPf: 0, dpuVf: 1 });
-    expect(ipJson<IpLink[]>(workload.name, ['link', 'show']).map((l) => l.ifname)).to.include('eth0');
+    expect(ipJson<IpLink[]>(spaces.workload.name, ['link', 'show']).map((l) => l.ifname)).to.include('eth0');
   });
 });

@@ -1,5 +1,4 @@
 import { expect } from 'chai';
-import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import {
   BlockingNetlinkSocket,
   NetlinkError,
@@ -10,40 +9,25 @@ import {
   setLinkRequest,
 } from '../../../lib/rtnetlink';
 import { ipJson } from '../../support/netns-fixture';
-import { NetnsSet, netnsPath } from '../../support/netns';
+import { socketInNetns } from '../../support/netns-socket';
 
 // The synchronous socket the netlink thread uses, against a real kernel in a test-owned namespace
 // (here on the test's main thread, which is fine for a test: each call is short).
 describe('blocking netlink socket', function () {
   this.timeout(30_000);
-  const pool = new NetnsSet('wnl-');
-  let ns: NetnsHandle;
-  let sock: BlockingNetlinkSocket;
-  let name: string;
-
-  before(async () => {
-    name = pool.add('bsock').name;
-    ns = await NetnsHandle.open(netnsPath(name));
-    sock = BlockingNetlinkSocket.openIn(ns);
-  });
-
-  after(async () => {
-    sock?.close();
-    ns?.close();
-    pool.cleanup();
-  });
+  const t = socketInNetns('bsock', (ns) => BlockingNetlinkSocket.openIn(ns));
 
   it('returns the echo of a create, and acts inside the namespace it was opened in', async () => {
-    const replies = sock.request(newVethRequest({ name: 'x0', peer: { name: 'x1' } }, { echo: true }));
+    const replies = t.sock.request(newVethRequest({ name: 'x0', peer: { name: 'x1' } }, { echo: true }));
     const echoed = replies.filter((m) => m.type === RTM_NEWLINK).map(decodeLink);
     expect(echoed.map((l) => l.name)).to.deep.equal(['x0']);
-    const links = await ipJson<{ ifname: string; ifindex: number }>(name, 'link', 'show', 'dev', 'x0');
+    const links = await ipJson<{ ifname: string; ifindex: number }>(t.name, 'link', 'show', 'dev', 'x0');
     expect(links[0]?.ifindex).to.equal(echoed[0]?.index);
-    sock.request(delLinkRequest({ name: 'x0' }));
+    t.sock.request(delLinkRequest({ name: 'x0' }));
   });
 
   it('reports each request of a batch separately, confirming those before a failure without their own ACK', async () => {
-    const outcomes = sock.batch([
+    const outcomes = t.sock.batch([
       newVethRequest({ name: 'b0', peer: { name: 'b1' } }),
       setLinkRequest({ name: 'b0' }, { mtu: 1300 }),
       setLinkRequest({ name: 'missing0' }, { mtu: 1300 }),
@@ -53,27 +37,27 @@ describe('blocking netlink socket', function () {
     const failed = outcomes[2];
     expect(failed && !failed.ok && failed.error).to.be.instanceOf(NetlinkError);
     expect(failed && !failed.ok && failed.error.code).to.equal('ENODEV');
-    const [b0] = await ipJson<{ mtu: number }>(name, 'link', 'show', 'b0');
+    const [b0] = await ipJson<{ mtu: number }>(t.name, 'link', 'show', 'b0');
     expect(b0?.mtu).to.equal(1280);
-    sock.request(delLinkRequest({ name: 'b0' }));
+    t.sock.request(delLinkRequest({ name: 'b0' }));
   });
 
   it("throws a request's own failure with the kernel's errno", () => {
-    expect(() => sock.request(delLinkRequest({ name: 'nothere0' })))
+    expect(() => t.sock.request(delLinkRequest({ name: 'nothere0' })))
       .to.throw(NetlinkError)
       .with.property('code', 'ENODEV');
   });
 
   it('keeps answering after a failure (sequence numbers stay in step)', () => {
     for (let i = 0; i < 3; i++) {
-      expect(() => sock.request(delLinkRequest({ name: 'nothere0' }))).to.throw(NetlinkError);
-      sock.request(newVethRequest({ name: `s${i}`, peer: { name: `s${i}p` } }));
-      sock.request(delLinkRequest({ name: `s${i}` }));
+      expect(() => t.sock.request(delLinkRequest({ name: 'nothere0' }))).to.throw(NetlinkError);
+      t.sock.request(newVethRequest({ name: `s${i}`, peer: { name: `s${i}p` } }));
+      t.sock.request(delLinkRequest({ name: `s${i}` }));
     }
   });
 
   it('refuses to be used once closed', () => {
-    const own = BlockingNetlinkSocket.openIn(ns);
+    const own = BlockingNetlinkSocket.openIn(t.ns);
     own.close();
     expect(() => own.batch([setLinkRequest({ name: 'lo' }, {})]))
       .to.throw(NetlinkError)

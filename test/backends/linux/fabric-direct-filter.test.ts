@@ -1,7 +1,7 @@
 import { expect } from 'chai';
 import type { LocalNode } from '../../../core/fabric-dataplane';
 import type { Peer } from '../../../core/peer-source';
-import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
+import { NodeFabrics } from '../../support/node-fabrics';
 import { directSources } from '../../../backends/linux/fabric/direct-sources';
 import { discoverUnderlay } from '../../../backends/linux/fabric/underlay';
 import { VxlanSourceFilter, nftRunner } from '../../../backends/linux/fabric/vxlan-source-filter';
@@ -35,7 +35,7 @@ describeRoot("Linux fabric: hybrid's direct path admits pod sources only from th
   this.timeout(90_000);
   const topo = new FabricTopology();
   const locals = new Map<string, LocalNode>();
-  const fabrics: LinuxFabric[] = [];
+  const fabrics = new NodeFabrics();
   let n1: TopologyNode;
   let n2: TopologyNode;
   let rogue: BareNode;
@@ -67,18 +67,17 @@ describeRoot("Linux fabric: hybrid's direct path admits pod sources only from th
     await ip('-n', rogue.ns, 'addr', 'add', `${SPOOFED}/32`, 'dev', 'eth0');
     await ip('-n', rogue.ns, 'route', 'add', n1.prefix, 'via', n1.address, 'src', SPOOFED);
     for (const n of [n1, n2]) {
-      const f = new LinuxFabric({ hostNetnsPath: netnsPath(n.ns), monitor: false });
-      fabrics.push(f);
+      const f = fabrics.open(n);
       // No filter of the fabric's own: the test programs it (below) after showing the hole.
       locals.set(n.name, await f.prepare(settings('hybrid', { sourceFilter: false })));
     }
-    for (const [i, n] of [n1, n2].entries()) await fabrics[i]?.apply(topo.peersOf(n.name, locals));
+    for (const n of [n1, n2]) await fabrics.of(n).apply(topo.peersOf(n.name, locals));
     ns = await NetnsHandle.open(netnsPath(n1.ns));
     sock = NetlinkSocket.openIn(ns);
   });
 
   after(async () => {
-    for (const f of fabrics) await f.stop();
+    await fabrics.stopAll();
     await sock.close();
     ns.close();
     await topo.cleanup();

@@ -2,11 +2,11 @@ import { expect } from 'chai';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import type { LocalNode } from '../../../core/fabric-dataplane';
-import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
+import type { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
+import { NodeFabrics } from '../../support/node-fabrics';
 import { ip, ipJson, ipLine } from '../../support/netns-fixture';
 import { FabricTopology, settings, type TopologyNode } from '../../support/fabric-topology';
 import { nodeSpec } from '../../support/node-spec';
-import { netnsPath } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { rejection } from '../../support/expect-error';
 import { requireProgram } from '../../support/system-program';
@@ -32,17 +32,11 @@ describeRoot('Linux fabric: only what carries our mark is ours', function () {
   this.timeout(90_000);
   const topo = new FabricTopology();
   const locals = new Map<string, LocalNode>();
-  const fabrics: LinuxFabric[] = [];
+  const fabrics = new NodeFabrics();
   let na: TopologyNode;
 
-  const open = (): LinuxFabric => {
-    const f = new LinuxFabric({ hostNetnsPath: netnsPath(na.ns), monitor: false });
-    fabrics.push(f);
-    return f;
-  };
-  const stopAll = async (): Promise<void> => {
-    for (const f of fabrics.splice(0)) await f.stop();
-  };
+  const open = (): LinuxFabric => fabrics.open(na);
+  const stopAll = (): Promise<void> => fabrics.stopAll();
   const device = async (): Promise<LinkView | undefined> =>
     (await ipJson<LinkView>(na.ns, '-d', 'link', 'show', 'wn-vxlan').catch(() => []))[0];
 

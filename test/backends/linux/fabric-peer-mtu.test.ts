@@ -28,6 +28,18 @@ async function routeMtu(ns: string, prefix: string): Promise<number> {
   return Number(/ mtu (\d+)/.exec(await ip('-n', ns, 'route', 'show', prefix, 'proto', '119'))?.[1]);
 }
 
+/**
+ * Expects a don't-fragment packet of `mtu` bytes from `ns` to reach `to`, and one of `larger` bytes to be
+ * refused where it is sent, with `mtu` named in the error.
+ */
+async function expectPathMtu(ns: string, to: string, mtu: number, larger: number): Promise<void> {
+  const fits = await dfPing(ns, to, mtu);
+  expect(fits.ok, fits.out).to.equal(true);
+  const large = await dfPing(ns, to, larger);
+  expect(large.ok, large.out).to.equal(false);
+  expect(large.out, large.out).to.match(new RegExp(`mtu ?=? ?${mtu}`));
+}
+
 describeRoot("fabric routes follow a peer's published MTU (vxlan; real kernel)", function () {
   this.timeout(120_000);
   const topo = new FabricTopology();
@@ -66,12 +78,8 @@ describeRoot("fabric routes follow a peer's published MTU (vxlan; real kernel)",
     // nb routes at its own pod MTU, which is the smaller there.
     expect(await routeMtu(nb.ns, na.prefix)).to.equal(1350);
 
-    const fits = await dfPing(na.pod, nb.podIp, 1350);
-    expect(fits.ok, fits.out).to.equal(true);
     // 1422 fits our pod's 1450 but not nb's uplink once encapsulated: told, never lost in silence.
-    const large = await dfPing(na.pod, nb.podIp, 1422);
-    expect(large.ok, large.out).to.equal(false);
-    expect(large.out, large.out).to.match(/mtu ?=? ?1350/);
+    await expectPathMtu(na.pod, nb.podIp, 1350, 1422);
   });
 
   it("replaces the route in place when the peer's MTU changes, without a restart of this node", async () => {
@@ -106,11 +114,7 @@ describeRoot("fabric routes follow a peer's published MTU (vxlan; real kernel)",
       repairsBefore,
     );
 
-    const fits = await dfPing(na.pod, nb.podIp, 1250);
-    expect(fits.ok, fits.out).to.equal(true);
-    const large = await dfPing(na.pod, nb.podIp, 1350);
-    expect(large.ok, large.out).to.equal(false);
-    expect(large.out, large.out).to.match(/mtu ?=? ?1250/);
+    await expectPathMtu(na.pod, nb.podIp, 1250, 1350);
   });
 
   it("follows its own uplink's MTU without a restart: the device, its routes and what it publishes", async () => {

@@ -3,6 +3,7 @@ import { planHostFabric } from '../../../backends/linux/fabric/plan/host-plan';
 import type { FabricPlan, PlanContext } from '../../../backends/linux/fabric/plan/wanted';
 import { planContext } from '../../support/host-plan-context';
 import { vxlanPeer } from '../../support/fabric-fixtures';
+import type { Peer } from '../../../core/peer-source';
 
 // One holder per identity: a newcomer stating a live peer's VTEP MAC, underlay address, gateway key
 // or prefix is refused with the holder named, whatever its name's place in the order, and the holder
@@ -30,11 +31,17 @@ describe('fabric plan: the incumbent keeps its identities', () => {
     'fdb 0e:77:0a:00:02:03 10.0.2.3',
   ];
 
+  /** Plans `newcomer` beside n3 and n4 after `before`: n3 keeps all it had, the newcomer gets nothing. */
+  function planRefused(newcomer: Peer): FabricPlan {
+    const plan = planHostFabric(ctx('vxlan', before), [newcomer, n3, n4]);
+    expect(objects(plan, 'n3')).to.deep.equal(n3Objects);
+    expect(objects(plan, newcomer.node)).to.deep.equal([]);
+    return plan;
+  }
+
   it("keeps the incumbent's route and FDB entry when a newcomer named before it states its VTEP MAC", () => {
     const aaa = peer('aaa', '10.0.9.9', ['10.244.9.0/24'], '0e:77:0a:00:02:03');
-    const plan = planHostFabric(ctx('vxlan', before), [aaa, n3, n4]);
-    expect(objects(plan, 'n3')).to.deep.equal(n3Objects);
-    expect(objects(plan, 'aaa')).to.deep.equal([]);
+    const plan = planRefused(aaa);
     const why = pathOf(plan, 'aaa');
     expect(why?.path).to.equal('unreachable');
     expect(why?.reason).to.match(/VTEP MAC 0e:77:0a:00:02:03 is held by n3/);
@@ -51,9 +58,7 @@ describe('fabric plan: the incumbent keeps its identities', () => {
 
   it("refuses a newcomer stating a live peer's underlay address (its FDB entry would send to that node)", () => {
     const aaa = peer('aaa', '10.0.2.3', ['10.244.9.0/24'], '0e:77:0a:00:09:09');
-    const plan = planHostFabric(ctx('vxlan', before), [aaa, n3, n4]);
-    expect(objects(plan, 'n3')).to.deep.equal(n3Objects);
-    expect(objects(plan, 'aaa')).to.deep.equal([]);
+    const plan = planRefused(aaa);
     expect(pathOf(plan, 'aaa')?.reason).to.match(/underlay address 10\.0\.2\.3 is held by n3/);
   });
 
@@ -68,9 +73,7 @@ describe('fabric plan: the incumbent keeps its identities', () => {
   it("refuses a newcomer the gateway key a live peer's routes use, and says why it has no route", () => {
     // A /25 inside n3's /24: its first address is n3's gateway key.
     const aaa = peer('aaa', '10.0.9.9', ['10.244.3.0/25'], '0e:77:0a:00:09:09');
-    const plan = planHostFabric(ctx('vxlan', before), [aaa, n3, n4]);
-    expect(objects(plan, 'n3')).to.deep.equal(n3Objects);
-    expect(objects(plan, 'aaa')).to.deep.equal([]);
+    const plan = planRefused(aaa);
     const why = pathOf(plan, 'aaa');
     expect(why?.path).to.equal('unreachable');
     expect(why?.reason).to.match(

@@ -1,13 +1,13 @@
 import { expect } from 'chai';
 import type { LocalNode } from '../../../core/fabric-dataplane';
 import type { Peer } from '../../../core/peer-source';
-import { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
+import type { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
+import { NodeFabrics } from '../../support/node-fabrics';
 import { vtepMac } from '../../../lib/vtep-mac';
 import { ip } from '../../support/netns-fixture';
 import { addRogueVtep, countSources, forge } from '../../support/forged-traffic';
 import { FabricTopology, settings, type BareNode, type TopologyNode } from '../../support/fabric-topology';
 import { nodeSpec } from '../../support/node-spec';
-import { netnsPath } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';
 import { requireProgram } from '../../support/system-program';
@@ -26,16 +26,12 @@ describeRoot('Linux fabric: the VXLAN source filter against a forged outer sourc
   this.timeout(90_000);
   const topo = new FabricTopology();
   const locals = new Map<string, LocalNode>();
-  const fabrics: LinuxFabric[] = [];
+  const fabrics = new NodeFabrics();
   let na: TopologyNode;
   let nc: TopologyNode;
   let rogue: BareNode;
 
-  const open = (n: TopologyNode): LinuxFabric => {
-    const f = new LinuxFabric({ hostNetnsPath: netnsPath(n.ns), monitor: false });
-    fabrics.push(f);
-    return f;
-  };
+  const open = (n: TopologyNode): LinuxFabric => fabrics.open(n);
   /** nb: a peer of na's across the router, on paper only (its prefix is routed into wn-vxlan). */
   const nb: Peer = {
     node: 'nb',
@@ -84,7 +80,7 @@ describeRoot('Linux fabric: the VXLAN source filter against a forged outer sourc
   });
 
   after(async () => {
-    for (const f of fabrics) await f.stop();
+    await fabrics.stopAll();
     await topo.cleanup();
   });
 

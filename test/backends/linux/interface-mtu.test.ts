@@ -1,11 +1,11 @@
 import { expect } from 'chai';
 import type { AttachmentView, DataplaneResult, IpAssignment } from '../../../core/backend';
-import { LinuxBackend } from '../../../backends/linux/linux-backend';
 import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import { ip, netnsInode } from '../../support/netns-fixture';
-import { NetnsSet, netnsPath } from '../../support/netns';
+import { netnsPath } from '../../support/netns';
 import { attachTo, testSpec, type TestSpec } from '../../support/attach-spec';
 import { describeRoot } from '../../support/describe-root';
+import { linuxBackendNode } from '../../support/linux-backend-node';
 import { rejection } from '../../support/expect-error';
 import { pings } from '../../support/ping';
 
@@ -26,36 +26,23 @@ async function link(ns: string, dev: string): Promise<{ index: number; mtu: numb
 
 describeRoot('LinuxBackend.setMtu (real kernel)', function () {
   this.timeout(60_000);
-  const pool = new NetnsSet('wnm-');
-  let node: string;
-  let backend: LinuxBackend;
-
-  before(async () => {
-    node = pool.addNode('10.251.0.1').name;
-    backend = new LinuxBackend({ hostNetnsPath: netnsPath(node), ipv6: true });
-    await backend.start();
-  });
-
-  after(async () => {
-    await backend?.stop();
-    pool.cleanup();
-  });
+  const kernel = linuxBackendNode({ prefix: 'wnm-', address: '10.251.0.1', backend: { ipv6: true } });
 
   async function attached(
     name: string,
     ips: IpAssignment[],
     mtu: number,
   ): Promise<{ ns: string; spec: TestSpec; view: AttachmentView }> {
-    const ns = pool.add(name).name;
+    const ns = kernel.pool.add(name).name;
     const spec = testSpec(`${ns}-wl`, { path: netnsPath(ns), inode: netnsInode(ns) }, ips, { mtu });
-    const dataplane: DataplaneResult = await attachTo(backend, spec);
+    const dataplane: DataplaneResult = await attachTo(kernel.backend, spec);
     return { ns, spec, view: { ...spec, dataplane } };
   }
 
   async function setMtu(view: AttachmentView, mtu: number): Promise<void> {
     const netns = await NetnsHandle.open(view.netnsPath, { workload: true });
     try {
-      await backend.setMtu(view, netns, mtu);
+      await kernel.backend.setMtu(view, netns, mtu);
     } finally {
       netns.close();
     }
@@ -71,13 +58,13 @@ describeRoot('LinuxBackend.setMtu (real kernel)', function () {
     await ip('-n', ns, 'route', 'add', '10.9.3.0/24', 'via', '169.254.1.1', 'dev', 'eth0', 'mtu', '1280');
     await ip('-n', ns, '-6', 'route', 'add', 'fd99::/64', 'via', 'fe80::1', 'dev', 'eth0', 'mtu', '1450');
     const before = await link(ns, 'eth0');
-    const hostBefore = await link(node, hostName);
+    const hostBefore = await link(kernel.node, hostName);
     expect([before.mtu, hostBefore.mtu]).to.deep.equal([1450, 1450]);
 
     await setMtu(view, 1350);
     const after = await link(ns, 'eth0');
     expect(after, 'the same interface, its MTU changed').to.deep.equal({ ...before, mtu: 1350 });
-    expect(await link(node, hostName)).to.deep.equal({ ...hostBefore, mtu: 1350 });
+    expect(await link(kernel.node, hostName)).to.deep.equal({ ...hostBefore, mtu: 1350 });
     const routes = await ip('-n', ns, 'route', 'show', 'dev', 'eth0');
     expect(routes).to.match(/10\.9\.1\.0\/24 via 169\.254\.1\.1 .*mtu 1350/);
     expect(routes).to.match(/10\.9\.2\.0\/24 via 169\.254\.1\.1 .*mtu 1350/);
@@ -88,18 +75,18 @@ describeRoot('LinuxBackend.setMtu (real kernel)', function () {
     expect(await ip('-n', ns, 'addr', 'show', 'dev', 'eth0')).to.match(
       /10\.251\.1\.2\/32[\s\S]*fd51::2\/128/,
     );
-    expect(await backend.check({ ...view, mtu: 1350 })).to.deep.equal([]);
+    expect(await kernel.backend.check({ ...view, mtu: 1350 })).to.deep.equal([]);
     // Another MTU recorded is drift to a full check; a presence check looks for the interface only.
-    expect((await backend.check({ ...view, mtu: 1400 })).map((d) => d.kind)).to.include('mtu-changed');
-    expect(await backend.check({ ...view, mtu: 1400 }, 'presence')).to.deep.equal([]);
+    expect((await kernel.backend.check({ ...view, mtu: 1400 })).map((d) => d.kind)).to.include('mtu-changed');
+    expect(await kernel.backend.check({ ...view, mtu: 1400 }, 'presence')).to.deep.equal([]);
     expect(await pings(ns, '10.251.0.1')).to.equal(true);
 
     await setMtu(view, 1500);
     expect((await link(ns, 'eth0')).mtu).to.equal(1500);
-    expect((await link(node, hostName)).mtu).to.equal(1500);
+    expect((await link(kernel.node, hostName)).mtu).to.equal(1500);
     expect(await ip('-n', ns, 'route', 'show', '10.9.1.0/24')).to.match(/mtu 1500/);
     await setMtu(view, 1500);
-    expect(await backend.check({ ...view, mtu: 1500 })).to.deep.equal([]);
+    expect(await kernel.backend.check({ ...view, mtu: 1500 })).to.deep.equal([]);
   });
 
   it('refuses an MTU below IPv6’s minimum on an interface with IPv6 addresses, changing nothing', async () => {

@@ -1,12 +1,12 @@
 import { expect } from 'chai';
 import type { Worker } from 'node:worker_threads';
-import { LinuxBackend } from '../../../backends/linux/linux-backend';
 import type { NetlinkThread } from '../../../backends/linux/netlink-thread';
 import type { RestartingReader } from '../../../backends/linux/restarting-reader';
 import { netnsInode } from '../../support/netns-fixture';
-import { NetnsSet, netnsPath } from '../../support/netns';
+import { netnsPath } from '../../support/netns';
 import { attachTo, testSpec } from '../../support/attach-spec';
 import { describeRoot } from '../../support/describe-root';
+import { linuxBackendNode } from '../../support/linux-backend-node';
 import { pings } from '../../support/ping';
 import { waitUntil } from '../../support/wait-until';
 
@@ -16,25 +16,13 @@ import { waitUntil } from '../../support/wait-until';
 
 describeRoot('LinuxBackend: a netlink thread that dies is started again (real kernel)', function () {
   this.timeout(60_000);
-  const pool = new NetnsSet('wnr-');
-  let node: string;
-  let backend: LinuxBackend;
-
-  before(async () => {
-    node = pool.addNode('10.250.0.1').name;
-    backend = new LinuxBackend({ hostNetnsPath: netnsPath(node) });
-    await backend.start();
-  });
-
-  after(async () => {
-    await backend.stop();
-    pool.cleanup();
-  });
+  const kernel = linuxBackendNode({ prefix: 'wnr-', address: '10.250.0.1' });
 
   /** The backend's running thread (private: a failure is what would end it). */
   async function thread(): Promise<NetlinkThread | undefined> {
-    const host = await (backend as unknown as { host: Promise<{ thread?: RestartingReader<NetlinkThread> }> })
-      .host;
+    const host = await (
+      kernel.backend as unknown as { host: Promise<{ thread?: RestartingReader<NetlinkThread> }> }
+    ).host;
     const held = host.thread as unknown as { current?: NetlinkThread } | NetlinkThread | undefined;
     // Before the keeper, the host context held the thread itself.
     const t = held && 'current' in held ? held.current : (held as NetlinkThread | undefined);
@@ -52,11 +40,11 @@ describeRoot('LinuxBackend: a netlink thread that dies is started again (real ke
       3_000,
       { intervalMs: 20 },
     );
-    const ns = pool.add('pod').name;
+    const ns = kernel.pool.add('pod').name;
     const spec = testSpec('wl-after-restart', { path: netnsPath(ns), inode: netnsInode(ns) }, [
       { family: 4, address: '10.250.1.5', gateway: '169.254.1.1' },
     ]);
-    await attachTo(backend, spec);
+    await attachTo(kernel.backend, spec);
     expect(await pings(ns, '10.250.0.1', { count: 1, waitSeconds: 2 })).to.equal(true);
   });
 });

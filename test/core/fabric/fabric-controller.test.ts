@@ -4,7 +4,7 @@ import { FabricPodMtu } from '../../../core/fabric/pod-mtu';
 import { DpuDataplane, dpu } from './dpu-recording-dataplane';
 import { RecordingFabricDataplane, peer, until } from '../../support/recording-fabric-dataplane';
 import { GRACE_MS, controllerRig } from '../../support/controller-rig';
-import { VXLAN_SETTINGS } from '../../support/fabric-fixtures';
+import { DPU_ENDPOINT as endpoint, VXLAN_SETTINGS } from '../../support/fabric-fixtures';
 
 // The fabric controller against a peer source moved by hand and a dataplane that records its tables.
 // Time of the withdrawal grace is a clock the test moves; nothing waits on it.
@@ -34,13 +34,6 @@ describe('fabric controller', () => {
   it("shows each peer's DPU endpoints and how this node's DPUs see it now, and leaves the rows out when asked", async () => {
     const c = rig.make();
     await c.start();
-    const endpoint = {
-      id: 'd0',
-      underlay: '192.0.2.50',
-      mtu: 1500,
-      vtep: { mac: '0e:77:c0:00:02:32', vni: 30574, port: 4789 },
-      prefixes: ['10.244.2.0/25'],
-    };
     rig.source.set([{ ...peer('n2', 2), endpoints: [endpoint] }, peer('n3', 3)], true);
     await c.applyNow();
     // A PeerStatus after the apply: Status shows it at once, not at the next apply.
@@ -98,13 +91,19 @@ describe('fabric controller', () => {
     void c;
   });
 
-  it('keeps a peer that left the source programmed for the grace, then removes it', async () => {
+  /** A started controller that applied n2 and n3, then was told n3 left the source (the 2nd apply). */
+  async function startThenWithdrawN3(): Promise<ReturnType<typeof rig.make>> {
     const c = rig.make();
     await c.start();
     rig.source.set([peer('n2', 2), peer('n3', 3)]);
     await until(() => rig.dp.applied.length === 1);
     rig.source.set([peer('n2', 2)]);
     await until(() => rig.dp.applied.length === 2);
+    return c;
+  }
+
+  it('keeps a peer that left the source programmed for the grace, then removes it', async () => {
+    const c = await startThenWithdrawN3();
     expect(rig.dp.applied[1], 'still programmed within the grace').to.deep.equal(['n2', 'n3']);
     const row = c.status().peers.find((p) => p.node === 'n3');
     expect(row?.withdrawnAt, 'shown as withdrawing').to.be.a('string');
@@ -119,12 +118,7 @@ describe('fabric controller', () => {
   });
 
   it('cancels a withdrawal when the record comes back within the grace', async () => {
-    const c = rig.make();
-    await c.start();
-    rig.source.set([peer('n2', 2), peer('n3', 3)]);
-    await until(() => rig.dp.applied.length === 1);
-    rig.source.set([peer('n2', 2)]);
-    await until(() => rig.dp.applied.length === 2);
+    const c = await startThenWithdrawN3();
     rig.clock += GRACE_MS / 2;
     // Back, with a new underlay: its own record wins over the one kept by the grace.
     rig.source.set([peer('n2', 2), { ...peer('n3', 3), underlay: ['192.0.2.33'] }]);

@@ -4,6 +4,7 @@ import type { Peer } from '../../../core/peer-source';
 import { PeerRows } from '../../../core/fabric/peer-rows';
 import type { Withdrawal } from '../../../core/fabric/withdrawal-grace';
 import { peer } from '../../support/recording-fabric-dataplane';
+import { DPU_ENDPOINT as endpoint } from '../../support/fabric-fixtures';
 
 // The peer rows of Status: made again only when what a row shows changed, so that one peer's change at
 // 5,000 peers costs one row; and what moves between applies (probes, the DPUs' PeerStatus) put on at
@@ -53,13 +54,6 @@ describe('peer rows', () => {
   });
 
   it("shows a peer's DPU endpoints, and at view time its probes and how this node's DPUs see it now", () => {
-    const endpoint = {
-      id: 'd0',
-      underlay: '192.0.2.50',
-      mtu: 1500,
-      vtep: { mac: '0e:77:c0:00:02:32', vni: 30574, port: 4789 },
-      prefixes: ['10.244.2.0/25'],
-    };
     const a: Peer = { ...peer('n2', 2), endpoints: [endpoint] };
     const b = peer('n3', 3);
     rows.update([a, b], [report([vxlan(a), vxlan(b)])], none);

@@ -1,8 +1,7 @@
 import { expect } from 'chai';
 import * as grpc from '@grpc/grpc-js';
 import { WorkloadNetworkingClient as SeedClient } from '../../../proto/gen/metropolis/node/core/network/workloads/workloads';
-import { InProcessDaemon } from '../../support/in-process-daemon';
-import { RecordingBackend } from '../../support/recording-backend';
+import { recordingDaemon } from '../../support/recording-daemon';
 import { StandInNamespaces } from '../../support/stand-in-netns';
 
 // A client generated from an unchanged copy of the original three-call contract must work against the
@@ -11,22 +10,16 @@ import { StandInNamespaces } from '../../support/stand-in-netns';
 
 describe('original workload contract (metropolis.node.core.network.workloads)', () => {
   const namespaces = new StandInNamespaces();
-  let d: InProcessDaemon;
-  let backend: RecordingBackend;
   let seed: SeedClient;
   let netnsPath: string;
 
   before(() => (netnsPath = namespaces.add().path));
   after(() => namespaces.cleanup());
-  beforeEach(async () => {
-    backend = new RecordingBackend();
-    d = await InProcessDaemon.start(backend, {}, { netns: namespaces });
-    seed = new SeedClient(`unix:${d.config.socket}`, grpc.credentials.createInsecure());
-  });
-  afterEach(async () => {
-    seed.close();
-    await d.dispose();
-  });
+  afterEach(() => seed.close()); // registered first, so that the client goes before its daemon
+  const rec = recordingDaemon({ each: true, netns: namespaces });
+  beforeEach(
+    () => (seed = new SeedClient(`unix:${rec.daemon.config.socket}`, grpc.credentials.createInsecure())),
+  );
 
   const call = <Res>(fn: (cb: (err: grpc.ServiceError | null, res: Res) => void) => void): Promise<Res> =>
     new Promise((resolve, reject) => fn((err, res) => (err ? reject(err) : resolve(res))));
@@ -39,12 +32,12 @@ describe('original workload contract (metropolis.node.core.network.workloads)', 
     const again = await call<{ ip: Buffer[] }>((cb) => seed.attach(req, cb));
     expect(Buffer.compare(again.ip[0] as Buffer, first.ip[0] as Buffer)).to.equal(0);
     await call((cb) => seed.detach(req, cb));
-    expect(backend.programmed.size).to.equal(0);
+    expect(rec.backend.programmed.size).to.equal(0);
   });
 
   it('answers Status with OK when ready and UNAVAILABLE with the reason when not', async () => {
     await call((cb) => seed.status({}, cb));
-    backend.healthy = false;
+    rec.backend.healthy = false;
     try {
       await call((cb) => seed.status({}, cb));
       expect.fail('Status should fail while not ready');

@@ -94,13 +94,16 @@ describeEtcd('one holder per node name (real 3-member etcd cluster)', function (
     for (const d of daemons.splice(0)) await d.stop().catch(() => undefined);
   });
 
+  /** n1 and n2 started, once n2 sees n1 with its block. */
+  async function n1WatchedByN2(): Promise<[Daemon, Daemon]> {
+    const n1 = await daemon('n1', '192.0.2.1');
+    const n2 = await daemon('n2', '192.0.2.2');
+    await until('n2 sees n1 with its block', () => (n2.peers.peers().get('n1')?.prefixes.length ?? 0) > 0);
+    return [n1, n2];
+  }
+
   it('a second daemon with a live node name on the same boot writes nothing under it, says who holds it, and takes over once the first is gone', async () => {
-    const first = await daemon('n1', '192.0.2.1');
-    const watcher = await daemon('n2', '192.0.2.2');
-    await until(
-      'n2 sees n1 with its block',
-      () => (watcher.peers.peers().get('n1')?.prefixes.length ?? 0) > 0,
-    );
+    const [first, watcher] = await n1WatchedByN2();
     const underlays = new Set<string>();
     watcher.peers.onChange(() => {
       const p = watcher.peers.peers().get('n1');
@@ -148,12 +151,7 @@ describeEtcd('one holder per node name (real 3-member etcd cluster)', function (
   });
 
   it("never routes a held name's node by a leased record another writer puts under its key, says so, and the holder's record comes back", async () => {
-    const holder = await daemon('n1', '192.0.2.1');
-    const watcher = await daemon('n2', '192.0.2.2');
-    await until(
-      'n2 sees n1 with its block',
-      () => (watcher.peers.peers().get('n1')?.prefixes.length ?? 0) > 0,
-    );
+    const [holder, watcher] = await n1WatchedByN2();
     const key = `${suite.prefix}/nodes/n1`;
     const own = (await suite.client.get(key).exec()).kvs[0]!;
     // Every n1 that n2's peer source hands out from now on, and every reason it gives about n1.

@@ -62,6 +62,14 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
     await waitUntil(() => s.synced, `${node} synced`, 20_000);
     return s;
   }
+  /** n2 holding 10.96.0.64/26, n1 and n2 started, once n1 sees n2. */
+  async function n1SeesN2(): Promise<[EtcdPeerSource, EtcdPeerSource]> {
+    await registry.create('10.96.0.64/26', 'n2');
+    const a = await started('n1', '192.0.2.1');
+    const b = await started('n2', '192.0.2.2');
+    await until('n1 sees n2', () => a.peers().has('n2'));
+    return [a, b];
+  }
 
   /** A daemon's clean stop: its peer source, then its pool source's alive key. */
   async function stopNode(s: EtcdPeerSource): Promise<void> {
@@ -126,10 +134,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
   });
 
   it('adds a block claimed later as a new prefix of its owner, and drops a released one', async () => {
-    await registry.create('10.96.0.64/26', 'n2');
-    const a = await started('n1', '192.0.2.1');
-    await started('n2', '192.0.2.2');
-    await until('n1 sees n2', () => a.peers().has('n2'));
+    const [a] = await n1SeesN2();
     expect(prefixesOf(a, 'n2')).to.deep.equal(['10.96.0.64/26']);
     let changes = 0;
     a.onChange(() => changes++);
@@ -199,10 +204,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
   });
 
   it('joins a started node, and withdraws a stopped one only when its lease expires (stop leaves the record)', async () => {
-    await registry.create('10.96.0.64/26', 'n2');
-    const a = await started('n1', '192.0.2.1');
-    const b = await started('n2', '192.0.2.2');
-    await until('n2 joined', () => a.peers().has('n2'));
+    const [a, b] = await n1SeesN2();
     const key = `${suite.prefix}/nodes/n2`;
     await stopNode(b);
     const kv = (await suite.client.get(key).exec()).kvs[0];
@@ -376,10 +378,7 @@ describeEtcd('etcd peer source (root, real 3-member etcd cluster)', function () 
   });
 
   it('update() puts the changed record under the same lease, and a peer never sees the node withdrawn', async () => {
-    await registry.create('10.96.0.64/26', 'n2');
-    const a = await started('n1', '192.0.2.1');
-    const b = await started('n2', '192.0.2.2');
-    await until('n1 sees n2', () => a.peers().has('n2'));
+    const [a, b] = await n1SeesN2();
     const key = `${suite.prefix}/nodes/n2`;
     const before = (await suite.client.get(key).exec()).kvs[0]!;
     // Every event of the key, from the record as it is now: a delete would be a withdrawal.
