@@ -47,8 +47,9 @@ export class PolicyNode {
   readonly ns: TestNamespace;
 
   private constructor(private readonly opts: PolicyNodeOptions) {
-    this.ns = opts.namespaces.add('node');
-    execFileSync('ip', ['-n', this.ns.name, 'link', 'set', 'lo', 'up']);
+    // An address and a default route, as a node has: the pods' link-local gateway is answered only
+    // by a node with a route to it, and the node's own probes leave from that address.
+    this.ns = opts.namespaces.addNode('192.0.2.10');
     execFileSync('ip', ['netns', 'exec', this.ns.name, 'sysctl', '-qw', 'net.ipv4.ip_forward=1']);
     opts.api.setNode(opts.name, [opts.range]);
   }
