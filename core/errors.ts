@@ -1,6 +1,8 @@
 import { status } from '@grpc/grpc-js';
 import { CidrError } from '../lib/cidr';
 import { NetnsError, NetnsStateError } from '../lib/netns/netns-error';
+import { NftablesError } from '../lib/nftables/libnftables';
+import { ForeignPolicyTableError } from '../lib/nftables/policy-table';
 import { VxlanDeviceError } from '../lib/overlay/vxlan-device';
 import { NetlinkSocketError } from '../lib/rtnetlink/errors';
 
@@ -63,6 +65,10 @@ export function knownWorkloadNetError(err: unknown): WorkloadNetError | undefine
   }
   // A VXLAN device (or its port) that is another's: ours to refuse, theirs to remove.
   if (err instanceof VxlanDeviceError) return failedPrecondition(err.message);
+  // NetworkPolicy's table: one of our name that is not ours is the operator's to remove; a transaction
+  // the kernel refused changed nothing, and is tried again.
+  if (err instanceof ForeignPolicyTableError) return failedPrecondition(err.message);
+  if (err instanceof NftablesError) return unavailable(err.message);
   return undefined;
 }
 

@@ -11,7 +11,8 @@ import {
 } from '../../lib/rtnetlink';
 import { NetnsHandle } from '../../lib/netns/netns-handle';
 import { EgressMasquerade, EGRESS_TABLE } from './egress-masquerade';
-import { nftRunner } from './fabric/nft-runner';
+import { nftRunner, type NftRunner } from './fabric/nft-runner';
+import { POLICY_MARK, TABLE_REF as POLICY_TABLE_REF } from '../../lib/nftables/policy-ruleset';
 import { findFabricDevice } from './fabric/vxlan-device';
 import { VxlanSourceFilter } from './fabric/vxlan-source-filter';
 
@@ -77,7 +78,27 @@ export async function tearDownNode(opts: TeardownOptions = {}): Promise<Teardown
     out.failed.push(
       `nftables table inet ${EGRESS_TABLE} is not workloadnet's (no mark of ours): left as it is`,
     );
+  await removePolicyTable(out, opts, nft);
   return out;
+}
+
+/** NetworkPolicy's table, when it carries our mark (a table of its name without it is left as it is). */
+async function removePolicyTable(out: TeardownReport, opts: TeardownOptions, nft: NftRunner): Promise<void> {
+  let listing: string;
+  try {
+    listing = await nft(`list table ${POLICY_TABLE_REF}\n`, ['-t']);
+  } catch (err) {
+    if (!/No such file or directory/.test((err as Error).message))
+      out.failed.push(`nftables table ${POLICY_TABLE_REF} could not be read: ${(err as Error).message}`);
+    return;
+  }
+  if (!listing.includes(`comment ${JSON.stringify(POLICY_MARK)}`)) {
+    out.failed.push(`nftables table ${POLICY_TABLE_REF} is not workloadnet's (no mark of ours): left as it is`);
+    return;
+  }
+  await step(out, `nftables table ${POLICY_TABLE_REF} (NetworkPolicy)`, opts, async () => {
+    await nft(`delete table ${POLICY_TABLE_REF}\n`);
+  });
 }
 
 async function removeRoutes(sock: NetlinkSocket, dryRun: boolean, out: TeardownReport): Promise<void> {

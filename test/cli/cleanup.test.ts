@@ -4,6 +4,7 @@ import * as fs from 'node:fs';
 import * as os from 'node:os';
 import * as path from 'node:path';
 import { EgressMasquerade } from '../../backends/linux/egress-masquerade';
+import { HostPolicy } from '../../backends/linux/policy/host-policy';
 import { nftRunner } from '../../backends/linux/fabric/nft-runner';
 import { LinuxFabric } from '../../backends/linux/fabric/linux-fabric';
 import { DEFAULT_CONFIG } from '../../core/config';
@@ -59,6 +60,9 @@ describeRoot('workloadnet cleanup (root, test-owned namespaces)', function () {
       pod: ['10.244.1.0/24'],
       cluster: ['10.244.0.0/16'],
     });
+    const policy = new HostPolicy(netnsPath(node.ns));
+    await policy.apply({ sets: new Map(), pods: new Map() });
+    await policy.close();
     fs.mkdirSync(conf, { recursive: true });
     fs.mkdirSync(bin, { recursive: true });
     fs.writeFileSync(
@@ -127,6 +131,7 @@ describeRoot('workloadnet cleanup (root, test-owned namespaces)', function () {
     expect(r.stdout).to.include(
       'would remove nftables table inet workloadnet_egress (the egress masquerade)',
     );
+    expect(r.stdout).to.include('would remove nftables table inet workloadnet_policy (NetworkPolicy)');
     expect(r.stdout).to.include('would rename');
     expect(sh(node.ns, 'link', 'show', 'wn-vxlan')).to.include('wn-vxlan');
     expect(sh(node.ns, 'route', 'show', 'proto', '119')).to.include('10.244.2.0/24');
@@ -141,6 +146,7 @@ describeRoot('workloadnet cleanup (root, test-owned namespaces)', function () {
     expect(sh(node.ns, '-6', 'route', 'show', 'proto', '119')).to.equal('');
     expect(sh(node.ns, 'route', 'show')).to.include('10.244.9.0/24 via 10.100.1.254');
     expect(tables(node.ns)).to.not.include('table inet workloadnet_egress\n');
+    expect(tables(node.ns)).to.not.include('table inet workloadnet_policy');
     expect(tables(node.ns)).to.include('table inet workloadnet_egress_old');
     expect(fs.readdirSync(conf).sort()).to.deep.equal(['10-flannel.conflist', '20-other.conflist']);
     expect(fs.existsSync(path.join(bin, 'workloadnet'))).to.equal(false);

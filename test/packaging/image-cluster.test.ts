@@ -134,6 +134,8 @@ describeIf(`The manifest unchanged, as a cluster runs it (podman, stand-in API o
   async function addPod(capabilityArgs?: Record<string, unknown>): Promise<Pod> {
     const ns = fx.namespaces.add('pod');
     const call: CniCall = { containerId: `imgc-${ns.name}`, netns: ns.path, capabilityArgs };
+    // As the kubelet runs a pod: it is in the API before its sandbox is (NetworkPolicy reads its labels).
+    api.putPod({ namespace: 'default', name: call.containerId, nodeName: NODE_NAME });
     const addResult = await chain.add(call);
     const ip = (addResult as { ips: Array<{ address: string }> }).ips[0]?.address.split('/')[0] ?? '';
     const pod = { ns, call, ip, addResult };

@@ -166,8 +166,9 @@ describe('Kubernetes manifest (packaging/kubernetes/workloadnet.yaml)', () => {
     ]);
   });
 
-  it('grants exactly what the kubernetes sources call: get, list and watch of Nodes, patch of their status', () => {
-    // What the pool and peer sources' compiled code calls on CoreV1Api, and the paths it list+watches.
+  it('grants exactly what the kubernetes sources call: Nodes and their status, and (NetworkPolicy) Namespaces, Pods and NetworkPolicies read only', () => {
+    // What the sources' compiled code calls on the API clients, and the paths it list+watches; each
+    // call is `group/resource:verb`, the core group being "".
     const dir = path.join(ROOT, 'dist', 'sources', 'kubernetes');
     const code = fs
       .readdirSync(dir)
@@ -176,25 +177,31 @@ describe('Kubernetes manifest (packaging/kubernetes/workloadnet.yaml)', () => {
       .join('\n');
     const used = new Set<string>();
     const VERB: Record<string, string> = { read: 'get', list: 'list', watch: 'watch', patch: 'patch' };
+    // listPodForAllNamespaces, listNamespacedPod, readNamespacedPod, patchNodeStatus: the resource is
+    // the word after the verb (and Namespaced), before Status or ForAllNamespaces.
     for (const m of code.matchAll(
-      /\.(read|list|watch|patch|create|delete|replace)(Namespaced)?(\w+?)(Status)?\(\{/g,
+      /\.(read|list|watch|patch|create|delete|replace)(Namespaced)?(\w+?)(Status)?(ForAllNamespaces)?\(\{/g,
     )) {
-      // patchNodeStatus is a call on the status subresource: nodes/status.
-      const resource = `${(m[3] ?? '').toLowerCase()}s${m[4] ? '/status' : ''}`;
-      used.add(`${resource}:${VERB[m[1] ?? ''] ?? m[1]}`);
+      const kind = (m[3] ?? '').toLowerCase();
+      const group = kind === 'networkpolicy' ? 'networking.k8s.io' : '';
+      const resource = kind === 'networkpolicy' ? 'networkpolicies' : `${kind}s${m[4] ? '/status' : ''}`;
+      used.add(`${group}/${resource}:${VERB[m[1] ?? ''] ?? m[1]}`);
     }
-    for (const m of code.matchAll(/ListWatch\([^'"]*['"]\/api\/v1\/(\w+)['"]/g)) {
-      used.add(`${m[1]}:list`).add(`${m[1]}:watch`);
-    }
+    // The collections watched: a path of the core group, or of a named group.
+    for (const m of code.matchAll(/['"]\/api\/v1\/(\w+)['"]/g))
+      used.add(`/${m[1]}:list`).add(`/${m[1]}:watch`);
+    for (const m of code.matchAll(/['"]\/apis\/([\w.]+)\/v1\/(\w+)['"]/g))
+      used.add(`${m[1]}/${m[2]}:list`).add(`${m[1]}/${m[2]}:watch`);
     expect([...used], 'the calls found in dist/sources/kubernetes').to.include.members([
-      'nodes:list',
-      'nodes/status:patch',
+      '/nodes:list',
+      '/nodes/status:patch',
+      '/pods:get',
+      'networking.k8s.io/networkpolicies:watch',
     ]);
     const granted = new Set<string>();
-    for (const rule of one<ClusterRole>('ClusterRole').rules ?? ([] as IPolicyRule[])) {
-      expect(rule.apiGroups).to.deep.equal(['']);
-      for (const r of rule.resources ?? []) for (const v of rule.verbs) granted.add(`${r}:${v}`);
-    }
+    for (const rule of one<ClusterRole>('ClusterRole').rules ?? ([] as IPolicyRule[]))
+      for (const g of rule.apiGroups ?? [])
+        for (const r of rule.resources ?? []) for (const v of rule.verbs) granted.add(`${g}/${r}:${v}`);
     expect([...granted].sort()).to.deep.equal([...used].sort());
   });
 
