@@ -12,6 +12,7 @@ import { PolicyCaseRunner, addCasePods } from '../support/policy-case-runner';
 import { POLICY_CASES } from '../support/policy-cases';
 import { StandInKubeApiServer } from '../support/standin-kube-apiserver';
 import { waitUntil } from '../support/wait-until';
+import { runCliAsync } from '../support/cli-run';
 
 // NetworkPolicy through the real daemon: the Kubernetes source fed by a stand-in API server, the Linux
 // backend programming a test-owned node namespace, pods attached with their identity, and real
@@ -109,6 +110,40 @@ describeRoot('NetworkPolicy on a node (root, test-owned namespaces, stand-in API
     await probing;
     expect(wrong).to.deep.equal([]);
     expect(rounds, 'probe rounds across the restart').to.be.greaterThan(5);
+  });
+
+  it('shows with workloadnet policy what a pod enforces, and counts its denied packets in Status', async () => {
+    api.putNetworkPolicy('z', 'deny-all', DENY_INGRESS);
+    await waitUntil(async () => !(await node.reaches('z/b', 'z/a', 80, 'TCP')), 'z/a isolated', 10_000);
+    await node.reaches('y/c', 'z/a', 81, 'UDP');
+    const r = await runCliAsync(['policy', 'z/a', '--json', '--socket', node.socket]);
+    expect(r.code, r.stderr).to.equal(0);
+    const shown = JSON.parse(r.stdout) as {
+      status: { policies: number; podsIsolated: number; deniedIngress: number };
+      pods: Array<{
+        pod: string;
+        policies: string[];
+        ingressIsolated: boolean;
+        egressIsolated: boolean;
+        ingress: unknown[];
+        deniedIngress: number;
+        where: string;
+      }>;
+    };
+    expect(shown.pods.map((p) => p.pod)).to.deep.equal(['z/a']);
+    const [a] = shown.pods;
+    expect(a).to.include({ ingressIsolated: true, egressIsolated: false, where: 'host' });
+    expect(a?.policies).to.deep.equal(['z/deny-all']);
+    expect(a?.ingress).to.deep.equal([]);
+    expect(a?.deniedIngress, 'the dropped SYNs and datagram').to.be.greaterThan(0);
+    expect(shown.status.podsIsolated).to.equal(3);
+    const text = await runCliAsync(['policy', 'z', '--socket', node.socket]);
+    expect(text.stdout).to.include('z/c (z_c/eth0');
+    expect(text.stdout).to.include('ingress: isolated, 0 rule(s)');
+    expect(text.stdout).to.include('egress: not isolated');
+    expect((await runCliAsync(['policy', 'z/nope', '--socket', node.socket])).code).to.equal(5);
+    const st = await node.daemon.client.status();
+    expect(st.policy?.deniedIngress).to.be.greaterThan(0);
   });
 
   it('refuses, retryably and with nothing allocated, a pod the API server does not know', async () => {

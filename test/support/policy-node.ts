@@ -102,6 +102,11 @@ export class PolicyNode {
     return handle;
   }
 
+  /** The daemon's API socket, for the CLI. */
+  get socket(): string {
+    return path.join(this.opts.root, this.opts.name, 'api.sock');
+  }
+
   pod(key: string): PolicyPodHandle {
     const p = this.pods.get(key);
     if (!p) throw new Error(`no pod ${key} on ${this.opts.name}`);
