@@ -13,6 +13,7 @@ import {
   TABLE_REF,
   elementText,
   type DesiredRuleset,
+  type RenderedSet,
   type RulesetState,
 } from './policy-ruleset';
 
@@ -45,17 +46,35 @@ function declarations(have: RulesetState, want: DesiredRuleset, out: string[]): 
   }
 }
 
-function setElements(have: RulesetState, want: DesiredRuleset, out: string[]): void {
+/** One set's elements to delete and to add (canonical prefix text). */
+export interface SetElementChange {
+  name: string;
+  set: RenderedSet;
+  gone: string[];
+  added: string[];
+}
+
+function setElements(have: RulesetState, want: DesiredRuleset): SetElementChange[] {
+  const out: SetElementChange[] = [];
   for (const [name, set] of want.sets) {
     const held = have.sets.get(name) ?? EMPTY;
     // The state last applied holds the very element sets it rendered: an unchanged set is not walked.
     if (held === set.elements) continue;
-    const text = (e: string): string => elementText(set, e);
-    const gone = minus(held, set.elements).map(text);
-    const added = minus(set.elements, held).map(text);
-    if (gone.length > 0) out.push(`delete element ${TABLE_REF} ${name} { ${gone.join(', ')} }`);
-    if (added.length > 0) out.push(`add element ${TABLE_REF} ${name} { ${added.join(', ')} }`);
+    const gone = minus(held, set.elements);
+    const added = minus(set.elements, held);
+    if (gone.length > 0 || added.length > 0) out.push({ name, set, gone, added });
   }
+  return out;
+}
+
+function elementLines(changes: readonly SetElementChange[]): string[] {
+  const out: string[] = [];
+  for (const { name, set, gone, added } of changes) {
+    const text = (e: string): string => elementText(set, e);
+    if (gone.length > 0) out.push(`delete element ${TABLE_REF} ${name} { ${gone.map(text).join(', ')} }`);
+    if (added.length > 0) out.push(`add element ${TABLE_REF} ${name} { ${added.map(text).join(', ')} }`);
+  }
+  return out;
 }
 
 function chainRules(have: RulesetState, want: DesiredRuleset, out: string[]): void {
@@ -93,17 +112,35 @@ function deletions(have: RulesetState, want: DesiredRuleset, out: string[]): voi
 }
 
 /**
- * The script that makes our table hold exactly `want`, given that it holds `have` (undefined: there is
- * no table yet); empty when nothing differs.
+ * What makes our table hold exactly `want`, given that it holds `have` (undefined: there is no table
+ * yet): the set elements that differ, and the other commands, to run before and after them.
  */
-export function diffScript(have: RulesetState | undefined, want: DesiredRuleset): string {
-  const out: string[] = [];
+export interface PolicyDiff {
+  before: string[];
+  elements: SetElementChange[];
+  after: string[];
+}
+
+export function diffPolicy(have: RulesetState | undefined, want: DesiredRuleset): PolicyDiff {
+  const before: string[] = [];
+  const after: string[] = [];
   const held = have ?? { sets: new Map(), vmaps: new Map(), chains: new Map(), counters: new Set<string>() };
-  if (!have) out.push(`add table ${TABLE_REF} { comment ${quote(POLICY_MARK)}; }`);
-  declarations(held, want, out);
-  setElements(held, want, out);
-  chainRules(held, want, out);
-  mapElements(held, want, out);
-  deletions(held, want, out);
+  if (!have) before.push(`add table ${TABLE_REF} { comment ${quote(POLICY_MARK)}; }`);
+  declarations(held, want, before);
+  const elements = setElements(held, want);
+  chainRules(held, want, after);
+  mapElements(held, want, after);
+  deletions(held, want, after);
+  return { before, elements, after };
+}
+
+/** A diff as one nft script (one transaction); empty when nothing differs. */
+export function diffText(diff: PolicyDiff): string {
+  const out = [...diff.before, ...elementLines(diff.elements), ...diff.after];
   return out.length === 0 ? '' : `${out.join('\n')}\n`;
+}
+
+/** The script that makes our table hold exactly `want`, given that it holds `have`. */
+export function diffScript(have: RulesetState | undefined, want: DesiredRuleset): string {
+  return diffText(diffPolicy(have, want));
 }

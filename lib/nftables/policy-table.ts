@@ -9,11 +9,13 @@
 // refused in words, never changed or deleted.
 
 import { type NftContext, NftablesError } from './libnftables';
-import { diffScript } from './policy-diff';
+import type { NfElementWriter } from './nf-elements';
+import { diffPolicy, diffText, type PolicyDiff } from './policy-diff';
 import { parseCounters, parseTableListing } from './policy-listing';
 import type { NftPodPolicy, NftPolicyProgram } from './policy-program';
 import {
   POLICY_MARK,
+  POLICY_TABLE,
   TABLE_REF,
   renderProgram,
   stateOf,
@@ -52,7 +54,15 @@ export class NftPolicyTable {
   private lastFailed = false;
   private queue: Promise<unknown> = Promise.resolve();
 
-  constructor(private readonly nft: NftContext) {}
+  /**
+   * `elements`, when given, writes a change that is nothing but elements of hash sets (a label change,
+   * a peer's new address) straight over nf_tables netlink, without libnftables's cache rebuild; it
+   * must act in the same namespace as `nft`.
+   */
+  constructor(
+    private readonly nft: NftContext,
+    private readonly elements?: NfElementWriter,
+  ) {}
 
   /**
    * Makes the table enforce exactly `program`, in one transaction of what differs. `touched` names the
@@ -79,10 +89,10 @@ export class NftPolicyTable {
       });
       this.lastFailed = true;
       if (this.held === undefined) await this.readKernel();
-      const script = diffScript(this.held === ABSENT ? undefined : this.held, desired);
-      if (script !== '') {
+      const diff = diffPolicy(this.held === ABSENT ? undefined : this.held, desired);
+      if (diff.before.length > 0 || diff.elements.length > 0 || diff.after.length > 0) {
         try {
-          await this.nft.run(script);
+          await this.write(diff);
         } catch (err) {
           // What the kernel holds may not be what we thought (the cause of the failure, perhaps).
           this.held = undefined;
@@ -95,6 +105,21 @@ export class NftPolicyTable {
       this.remember(program, desired);
       this.lastFailed = false;
     });
+  }
+
+  /** One transaction: over netlink when it is only hash sets' elements, through libnftables otherwise. */
+  private async write(diff: PolicyDiff): Promise<void> {
+    const onlyHashElements =
+      diff.before.length === 0 && diff.after.length === 0 && diff.elements.every((e) => !e.set.interval);
+    if (!this.elements || !onlyHashElements) {
+      await this.nft.run(diffText(diff));
+      return;
+    }
+    const address = (prefix: string): string => prefix.slice(0, prefix.lastIndexOf('/'));
+    await this.elements.write(
+      POLICY_TABLE,
+      diff.elements.map((e) => ({ set: e.name, add: e.added.map(address), delete: e.gone.map(address) })),
+    );
   }
 
   /** The next apply reads the kernel again and puts back what differs from the program. */

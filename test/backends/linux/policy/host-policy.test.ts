@@ -141,6 +141,20 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
     expect(await reaches(n.pods.c, [tcp(v4('b'))])).to.deep.equal([true]);
   });
 
+  it('refuses a label change whole when an element it deletes was removed by hand, then puts it right', async () => {
+    const rule = { sets: ['web'], ports: [{ protocol: 'TCP' as const, port: 80 }] };
+    const pods = [pod('b', { ingress: [rule] })];
+    await policy.apply(program({ web: [`${v4('a')}/32`] }, pods));
+    const set = /set (s_[0-9a-f]+_v4)/.exec(listTable(n.node))?.[1] ?? '?';
+    nftIn(n.node, `delete element inet workloadnet_policy ${set} { ${v4('a')} }\n`);
+    const moved = program({ web: [`${v4('c')}/32`] }, pods);
+    await rejects(policy.apply(moved), /nothing was changed.*ENOENT/);
+    expect(await reaches(n.pods.c, [tcp(v4('b'))])).to.deep.equal([false]);
+    await policy.apply(moved);
+    expect(await reaches(n.pods.c, [tcp(v4('b'))])).to.deep.equal([true]);
+    expect(await reaches(n.pods.a, [tcp(v4('b'))])).to.deep.equal([false]);
+  });
+
   it('holds host addresses in a hash set and re-creates it as an interval set when it gains a prefix', async () => {
     const rule = { sets: ['peers'], ports: [{ protocol: 'TCP' as const, port: 80 }] };
     const pods = [pod('b', { ingress: [rule] })];
