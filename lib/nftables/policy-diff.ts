@@ -6,7 +6,10 @@
 // runs the whole script as one netlink batch: the kernel applies all of it or, on any error, none.
 
 import {
+  DENIED_SETS,
+  EGRESS_DENIED,
   EGRESS_MAP,
+  INGRESS_DENIED,
   FORWARD_CHAIN,
   INGRESS_MAP,
   POLICY_MARK,
@@ -29,14 +32,15 @@ function minus<T>(a: Iterable<T>, b: ReadonlySet<T>): T[] {
 function declarations(have: RulesetState, want: DesiredRuleset, out: string[]): void {
   for (const map of [EGRESS_MAP, INGRESS_MAP])
     if (!have.vmaps.has(map)) out.push(`add map ${TABLE_REF} ${map} { type ifname : verdict; }`);
+  for (const set of [EGRESS_DENIED, INGRESS_DENIED])
+    if (!have.vmaps.has(set)) out.push(`add set ${TABLE_REF} ${set} { type ifname; counter; }`);
   for (const [name, set] of want.sets)
     if (!have.sets.has(name))
       out.push(
         `add set ${TABLE_REF} ${name} { type ipv${set.family}_addr; ${set.interval ? 'flags interval; ' : ''}` +
           `comment ${quote(set.comment.slice(0, 120))}; }`,
       );
-  for (const [name, chain] of want.chains) {
-    if (chain.pod && !have.counters.has(name)) out.push(`add counter ${TABLE_REF} ${name}`);
+  for (const name of want.chains.keys()) {
     if (have.chains.has(name)) continue;
     out.push(
       name === FORWARD_CHAIN
@@ -93,7 +97,7 @@ function mapElements(have: RulesetState, want: DesiredRuleset, out: string[]): v
     const gone = [...held].filter(([ifname, chain]) => entries.get(ifname) !== chain).map(([i]) => quote(i));
     const added = [...entries]
       .filter(([ifname, chain]) => held.get(ifname) !== chain)
-      .map(([ifname, chain]) => `${quote(ifname)} : jump ${chain}`);
+      .map(([ifname, chain]) => (DENIED_SETS.has(map) ? quote(ifname) : `${quote(ifname)} : jump ${chain}`));
     if (gone.length > 0) out.push(`delete element ${TABLE_REF} ${map} { ${gone.join(', ')} }`);
     if (added.length > 0) out.push(`add element ${TABLE_REF} ${map} { ${added.join(', ')} }`);
   }
@@ -106,8 +110,7 @@ function deletions(have: RulesetState, want: DesiredRuleset, out: string[]): voi
   // Flushed first, all of them: a chain may jump to another that goes too.
   for (const chain of unused) out.push(`flush chain ${TABLE_REF} ${chain}`);
   for (const chain of unused) out.push(`delete chain ${TABLE_REF} ${chain}`);
-  const counters = new Set([...want.chains].filter(([, c]) => c.pod).map(([n]) => n));
-  for (const counter of minus(have.counters, counters)) out.push(`delete counter ${TABLE_REF} ${counter}`);
+  for (const counter of have.counters) out.push(`delete counter ${TABLE_REF} ${counter}`);
   for (const set of have.sets.keys()) if (!want.sets.has(set)) out.push(`delete set ${TABLE_REF} ${set}`);
 }
 

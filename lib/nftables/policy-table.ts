@@ -11,16 +11,17 @@
 import { type NftContext, NftablesError } from './libnftables';
 import type { NfElementWriter } from './nf-elements';
 import { diffPolicy, diffText, type PolicyDiff } from './policy-diff';
-import { parseCounters, parseTableListing } from './policy-listing';
+import { parseDenied, parseTableListing } from './policy-listing';
 import type { NftPodPolicy, NftPolicyProgram } from './policy-program';
 import {
+  EGRESS_DENIED,
+  INGRESS_DENIED,
   POLICY_MARK,
   POLICY_TABLE,
   TABLE_REF,
   renderProgram,
   stateOf,
   type DesiredRuleset,
-  type PolicyDirection,
   type RenderedChain,
   type RenderedSet,
   type RulesetState,
@@ -127,25 +128,29 @@ export class NftPolicyTable {
     this.held = undefined;
   }
 
-  /** Packets dropped per pod and direction, from the named counters of the pods' chains. */
+  /** Packets dropped per pod and direction, from the counters of the `*_denied` sets' elements. */
   denied(): Promise<Map<string, PodDenials>> {
     return this.serial(async () => {
       const out = new Map<string, PodDenials>();
       if (this.held === ABSENT || this.pods.size === 0) return out;
-      let packets: Map<string, number>;
-      try {
-        packets = parseCounters(await this.nft.run(`list counters table ${TABLE_REF}`, { json: true }));
-      } catch (err) {
-        if (NO_TABLE.test((err as Error).message)) return out;
-        throw err;
-      }
-      for (const { chains } of this.pods.values())
-        for (const [name, chain] of chains) {
-          if (!chain.pod) continue;
-          const d = out.get(chain.pod.key) ?? { ingress: 0, egress: 0 };
-          d[chain.pod.direction as PolicyDirection] += packets.get(name) ?? 0;
-          out.set(chain.pod.key, d);
+      const read = async (set: string): Promise<Map<string, number>> => {
+        try {
+          return parseDenied(await this.nft.run(`list set ${TABLE_REF} ${set}`, { json: true }));
+        } catch (err) {
+          if (NO_TABLE.test((err as Error).message)) return new Map();
+          throw err;
         }
+      };
+      const ingress = await read(INGRESS_DENIED);
+      const egress = await read(EGRESS_DENIED);
+      for (const { pod, chains } of this.pods.values()) {
+        const d = { ingress: 0, egress: 0 };
+        for (const chain of chains.values())
+          if (chain.pod)
+            d[chain.pod.direction] =
+              (chain.pod.direction === 'ingress' ? ingress : egress).get(pod.hostIf) ?? 0;
+        out.set(pod.key, d);
+      }
       return out;
     });
   }

@@ -5,6 +5,7 @@ import { LinuxBackend } from '../../../../backends/linux/linux-backend';
 import { NetnsSet } from '../../../support/netns';
 import { describeRoot } from '../../../support/describe-root';
 import { requireProgram } from '../../../support/system-program';
+import { waitUntil } from '../../../support/wait-until';
 import {
   EchoServers,
   hostIf,
@@ -68,6 +69,14 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
     requireProgram('nft');
     n = policyNode(nss);
     await Promise.all(Object.values(n.pods).map((p) => servers.start(p)));
+    // A fresh node's first IPv6 flows wait for neighbour discovery: every pair answers before a case runs.
+    const names = Object.keys(n.pods) as PodName[];
+    for (const from of names)
+      await waitUntil(
+        async () => (await reaches(n.pods[from], [tcp(v6(from === 'a' ? 'b' : 'a'))]))[0] === true,
+        `IPv6 from pod ${from} through the node`,
+        15_000,
+      );
   });
 
   beforeEach(() => {
@@ -201,6 +210,16 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
     const denied = await policy.denied();
     expect(denied.get(key('b'))?.ingress).to.be.at.least(3);
     expect(denied.get(key('a'))).to.deep.equal({ ingress: 0, egress: 0 });
+    // A policy change rewrites b's chain; its count goes on from where it was.
+    const before = listTable(n.node);
+    await policy.apply(
+      program({}, [
+        pod('b', { ingress: [{ ports: [{ protocol: 'TCP', port: 81 }] }] }),
+        pod('a', { egress: [{}] }),
+      ]),
+    );
+    expect(ruleHandles(listTable(n.node))).to.not.deep.equal(ruleHandles(before));
+    expect((await policy.denied()).get(key('b'))?.ingress).to.equal(denied.get(key('b'))?.ingress);
   });
 
   it('is adopted by a new instance with nothing changed and no flow cut or let through meanwhile', async () => {
