@@ -274,7 +274,8 @@ export function stateOf(desired: DesiredRuleset): RulesetState {
   for (const [name, c] of desired.chains) chains.set(name, c.digest);
   return {
     sets: new Map([...desired.sets].map(([n, s]) => [n, s.elements])),
-    vmaps: new Map([...desired.vmaps].map(([n, m]) => [n, new Map(m)])),
+    // Shared, not copied: neither a rendering nor a state is changed once made.
+    vmaps: desired.vmaps,
     chains,
     counters: new Set(),
   };
