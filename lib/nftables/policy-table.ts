@@ -42,6 +42,8 @@ export interface PodDenials {
 }
 
 const ABSENT = 'absent';
+/** At most ~40 bytes each: a batch of this many stays far inside a netlink socket's send buffer. */
+const NETLINK_ELEMENTS_MAX = 2048;
 const NO_TABLE = /No such file or directory/;
 
 export class NftPolicyTable {
@@ -112,7 +114,10 @@ export class NftPolicyTable {
   private async write(diff: PolicyDiff): Promise<void> {
     const onlyHashElements =
       diff.before.length === 0 && diff.after.length === 0 && diff.elements.every((e) => !e.set.interval);
-    if (!this.elements || !onlyHashElements) {
+    let count = 0;
+    for (const e of diff.elements) count += e.added.length + e.gone.length;
+    // A batch is one datagram, bounded by the socket's send buffer: a large change goes through nft.
+    if (!this.elements || !onlyHashElements || count > NETLINK_ELEMENTS_MAX) {
       await this.nft.run(diffText(diff));
       return;
     }

@@ -164,6 +164,19 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
     expect(await reaches(n.pods.a, [tcp(v4('b'))])).to.deep.equal([false]);
   });
 
+  it('applies a change of twenty thousand addresses at once, past what one netlink datagram holds', async () => {
+    const rule = { sets: ['many'], ports: [{ protocol: 'TCP' as const, port: 80 }] };
+    const pods = [pod('b', { ingress: [rule] })];
+    await policy.apply(program({ many: [] }, pods));
+    const many = Array.from(
+      { length: 20000 },
+      (_, i) => `10.${100 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}/32`,
+    );
+    await policy.apply(program({ many: [...many, `${v4('a')}/32`] }, pods));
+    expect(await reaches(n.pods.a, [tcp(v4('b'))])).to.deep.equal([true]);
+    expect(await reaches(n.pods.c, [tcp(v4('b'))])).to.deep.equal([false]);
+  });
+
   it('holds host addresses in a hash set and re-creates it as an interval set when it gains a prefix', async () => {
     const rule = { sets: ['peers'], ports: [{ protocol: 'TCP' as const, port: 80 }] };
     const pods = [pod('b', { ingress: [rule] })];
