@@ -11,8 +11,6 @@ export interface KernelTable {
   /** The table's handle: a table deleted and made again (by anyone) gets a new one. */
   handle: number;
   state: RulesetState;
-  /** Packets counted per named counter. */
-  packets: Map<string, number>;
 }
 
 type Json = Record<string, unknown>;
@@ -81,12 +79,13 @@ function chainDigest(comments: readonly (string | undefined)[]): string | undefi
 export function parseTableListing(listing: string): KernelTable {
   let handle = -1;
   const state: RulesetState = { sets: new Map(), vmaps: new Map(), chains: new Map(), counters: new Set() };
-  const packets = new Map<string, number>();
   const comments = new Map<string, (string | undefined)[]>();
   for (const [kind, body] of objectsOf(listing)) {
     const name = String(body.name);
     if (kind === 'table' && body.name === POLICY_TABLE) handle = Number(body.handle);
-    else if (kind === 'set') {
+    else if (kind === 'set' && body.type === 'ifname') {
+      state.vmaps.set(name, new Map([...deniedPackets(body).keys()].map((i) => [i, ''])));
+    } else if (kind === 'set') {
       const family = body.type === 'ipv6_addr' ? 6 : 4;
       const elems = Array.isArray(body.elem) ? (body.elem as unknown[]) : [];
       state.sets.set(name, new Set(elems.map((e) => setElement(e, family))));
@@ -101,20 +100,28 @@ export function parseTableListing(listing: string): KernelTable {
       const list = comments.get(chain) ?? [];
       list.push(typeof body.comment === 'string' ? body.comment : undefined);
       comments.set(chain, list);
-    } else if (kind === 'counter') {
-      state.counters.add(name);
-      packets.set(name, Number(body.packets) || 0);
-    }
+    } else if (kind === 'counter') state.counters.add(name);
   }
   if (handle < 0) throw new NftablesError(`the listing of ${POLICY_TABLE} holds no table`);
   for (const [chain, list] of comments) state.chains.set(chain, chainDigest(list));
-  return { handle, state, packets };
+  return { handle, state };
 }
 
-/** Packets counted per named counter, from a JSON listing of the table's counters. */
-export function parseCounters(listing: string): Map<string, number> {
-  const packets = new Map<string, number>();
-  for (const [kind, body] of objectsOf(listing))
-    if (kind === 'counter') packets.set(String(body.name), Number(body.packets) || 0);
-  return packets;
+/** Packets counted per interface by the elements of a `*_denied` set. */
+function deniedPackets(body: Json): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const e of Array.isArray(body.elem) ? (body.elem as unknown[]) : []) {
+    if (typeof e === 'string') out.set(e, 0);
+    else if (isObject(e) && isObject(e.elem) && typeof e.elem.val === 'string') {
+      const counter = isObject(e.elem.counter) ? Number(e.elem.counter.packets) : 0;
+      out.set(e.elem.val, Number.isFinite(counter) ? counter : 0);
+    }
+  }
+  return out;
+}
+
+/** Packets dropped per interface, from a JSON listing of one `*_denied` set (empty when absent). */
+export function parseDenied(listing: string): Map<string, number> {
+  for (const [kind, body] of objectsOf(listing)) if (kind === 'set') return deniedPackets(body);
+  return new Map();
 }

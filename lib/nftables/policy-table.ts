@@ -9,16 +9,19 @@
 // refused in words, never changed or deleted.
 
 import { type NftContext, NftablesError } from './libnftables';
-import { diffScript } from './policy-diff';
-import { parseCounters, parseTableListing } from './policy-listing';
+import type { NfElementWriter } from './nf-elements';
+import { diffPolicy, diffText, type PolicyDiff } from './policy-diff';
+import { parseDenied, parseTableListing } from './policy-listing';
 import type { NftPodPolicy, NftPolicyProgram } from './policy-program';
 import {
+  EGRESS_DENIED,
+  INGRESS_DENIED,
   POLICY_MARK,
+  POLICY_TABLE,
   TABLE_REF,
   renderProgram,
   stateOf,
   type DesiredRuleset,
-  type PolicyDirection,
   type RenderedChain,
   type RenderedSet,
   type RulesetState,
@@ -39,6 +42,8 @@ export interface PodDenials {
 }
 
 const ABSENT = 'absent';
+/** At most ~40 bytes each: a batch of this many stays far inside a netlink socket's send buffer. */
+const NETLINK_ELEMENTS_MAX = 2048;
 const NO_TABLE = /No such file or directory/;
 
 export class NftPolicyTable {
@@ -52,7 +57,15 @@ export class NftPolicyTable {
   private lastFailed = false;
   private queue: Promise<unknown> = Promise.resolve();
 
-  constructor(private readonly nft: NftContext) {}
+  /**
+   * `elements`, when given, writes a change that is nothing but elements of hash sets (a label change,
+   * a peer's new address) straight over nf_tables netlink, without libnftables's cache rebuild; it
+   * must act in the same namespace as `nft`.
+   */
+  constructor(
+    private readonly nft: NftContext,
+    private readonly elements?: NfElementWriter,
+  ) {}
 
   /**
    * Makes the table enforce exactly `program`, in one transaction of what differs. `touched` names the
@@ -79,10 +92,10 @@ export class NftPolicyTable {
       });
       this.lastFailed = true;
       if (this.held === undefined) await this.readKernel();
-      const script = diffScript(this.held === ABSENT ? undefined : this.held, desired);
-      if (script !== '') {
+      const diff = diffPolicy(this.held === ABSENT ? undefined : this.held, desired);
+      if (diff.before.length > 0 || diff.elements.length > 0 || diff.after.length > 0) {
         try {
-          await this.nft.run(script);
+          await this.write(diff);
         } catch (err) {
           // What the kernel holds may not be what we thought (the cause of the failure, perhaps).
           this.held = undefined;
@@ -97,30 +110,52 @@ export class NftPolicyTable {
     });
   }
 
+  /** One transaction: over netlink when it is only hash sets' elements, through libnftables otherwise. */
+  private async write(diff: PolicyDiff): Promise<void> {
+    const onlyHashElements =
+      diff.before.length === 0 && diff.after.length === 0 && diff.elements.every((e) => !e.set.interval);
+    let count = 0;
+    for (const e of diff.elements) count += e.added.length + e.gone.length;
+    // A batch is one datagram, bounded by the socket's send buffer: a large change goes through nft.
+    if (!this.elements || !onlyHashElements || count > NETLINK_ELEMENTS_MAX) {
+      await this.nft.run(diffText(diff));
+      return;
+    }
+    const address = (prefix: string): string => prefix.slice(0, prefix.lastIndexOf('/'));
+    await this.elements.write(
+      POLICY_TABLE,
+      diff.elements.map((e) => ({ set: e.name, add: e.added.map(address), delete: e.gone.map(address) })),
+    );
+  }
+
   /** The next apply reads the kernel again and puts back what differs from the program. */
   invalidate(): void {
     this.held = undefined;
   }
 
-  /** Packets dropped per pod and direction, from the named counters of the pods' chains. */
+  /** Packets dropped per pod and direction, from the counters of the `*_denied` sets' elements. */
   denied(): Promise<Map<string, PodDenials>> {
     return this.serial(async () => {
       const out = new Map<string, PodDenials>();
       if (this.held === ABSENT || this.pods.size === 0) return out;
-      let packets: Map<string, number>;
-      try {
-        packets = parseCounters(await this.nft.run(`list counters table ${TABLE_REF}`, { json: true }));
-      } catch (err) {
-        if (NO_TABLE.test((err as Error).message)) return out;
-        throw err;
-      }
-      for (const { chains } of this.pods.values())
-        for (const [name, chain] of chains) {
-          if (!chain.pod) continue;
-          const d = out.get(chain.pod.key) ?? { ingress: 0, egress: 0 };
-          d[chain.pod.direction as PolicyDirection] += packets.get(name) ?? 0;
-          out.set(chain.pod.key, d);
+      const read = async (set: string): Promise<Map<string, number>> => {
+        try {
+          return parseDenied(await this.nft.run(`list set ${TABLE_REF} ${set}`, { json: true }));
+        } catch (err) {
+          if (NO_TABLE.test((err as Error).message)) return new Map();
+          throw err;
         }
+      };
+      const ingress = await read(INGRESS_DENIED);
+      const egress = await read(EGRESS_DENIED);
+      for (const { pod, chains } of this.pods.values()) {
+        const d = { ingress: 0, egress: 0 };
+        for (const chain of chains.values())
+          if (chain.pod)
+            d[chain.pod.direction] =
+              (chain.pod.direction === 'ingress' ? ingress : egress).get(pod.hostIf) ?? 0;
+        out.set(pod.key, d);
+      }
       return out;
     });
   }

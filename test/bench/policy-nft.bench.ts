@@ -1,8 +1,10 @@
 // NetworkPolicy in nftables, timed in a test-owned namespace:
 // - one small transaction (one set element added or deleted) through the libnftables binding vs
 //   spawning nft (the fabric's nftRunner, through nsenter), medians;
-// - the policy table's apply for one pod added to a program of 1,000 pods and 1,000 sets, and for one
-//   set element changed, median and p99 over 200 runs each.
+// - the policy table's apply for one pod added to a program of 1,000 pods and 1,000 sets (a libnftables
+//   transaction: chain, rules, map elements), and for one host address added to a selector set (a
+//   label change: nf_tables netlink), median and p99 over 200 runs each;
+// - adoption by a new instance (one read of the table) and denied() (two set listings).
 // Run alone, as root: node dist/test/bench/policy-nft.bench.js
 
 import { performance } from 'node:perf_hooks';

@@ -11,12 +11,19 @@ import type {
   PolicyTouched,
 } from '../../../core/policy-dataplane';
 import { NftContext } from '../../../lib/nftables/libnftables';
+import { NfElementWriter } from '../../../lib/nftables/nf-elements';
 import { NftPolicyTable } from '../../../lib/nftables/policy-table';
 import { NetnsHandle } from '../../../lib/netns/netns-handle';
 
+interface Opened {
+  ctx: NftContext;
+  elements: NfElementWriter;
+  table: NftPolicyTable;
+}
+
 export class HostPolicy implements PolicyDataplane {
   readonly where = 'host';
-  private opened?: Promise<{ ctx: NftContext; table: NftPolicyTable }>;
+  private opened?: Promise<Opened>;
 
   /** `hostNetnsPath`: the namespace facing the pods; absent: the process's own. */
   constructor(private readonly hostNetnsPath: string | undefined) {}
@@ -47,6 +54,7 @@ export class HostPolicy implements PolicyDataplane {
     this.opened = undefined;
     const held = await opened?.catch(() => undefined);
     await held?.ctx.close();
+    await held?.elements.close();
   }
 
   private async table(): Promise<NftPolicyTable> {
@@ -61,18 +69,21 @@ export class HostPolicy implements PolicyDataplane {
     return (await this.opened).table;
   }
 
-  private async open(): Promise<{ ctx: NftContext; table: NftPolicyTable }> {
-    if (this.hostNetnsPath === undefined) {
-      const ctx = NftContext.open();
-      return { ctx, table: new NftPolicyTable(ctx) };
-    }
-    // The context's socket keeps the namespace alive; the handle is needed only to make it.
-    const ns = await NetnsHandle.open(this.hostNetnsPath);
+  private async open(): Promise<Opened> {
+    // The sockets keep the namespace alive; the handle is needed only to make them.
+    const ns = this.hostNetnsPath === undefined ? undefined : await NetnsHandle.open(this.hostNetnsPath);
     try {
       const ctx = NftContext.open(ns);
-      return { ctx, table: new NftPolicyTable(ctx) };
+      let elements: NfElementWriter;
+      try {
+        elements = NfElementWriter.open(ns);
+      } catch (err) {
+        await ctx.close();
+        throw err;
+      }
+      return { ctx, elements, table: new NftPolicyTable(ctx, elements) };
     } finally {
-      ns.close();
+      ns?.close();
     }
   }
 }

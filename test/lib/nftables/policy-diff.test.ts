@@ -41,7 +41,8 @@ describe('nftables policy ruleset and diff', () => {
       `ip saddr @${s.v4} sctp dport 5000-5010 return`,
       `ip6 saddr @${s.v6} tcp dport 80 return`,
       `ip6 saddr @${s.v6} sctp dport 5000-5010 return`,
-      `counter name ${podChainName(web.key, 'ingress')} drop`,
+      'oifname @ingress_denied drop',
+      'drop',
     ]);
   });
 
@@ -91,7 +92,8 @@ describe('nftables policy ruleset and diff', () => {
     expect(script.indexOf('delete element inet workloadnet_policy ingress_pods { "wn1" }')).to.be.lessThan(
       script.indexOf(`delete chain inet workloadnet_policy ${chain}`),
     );
-    expect(script).to.contain(`delete counter inet workloadnet_policy ${chain}`);
+    expect(script).to.contain('delete element inet workloadnet_policy ingress_denied { "wn1" }');
+    expect(script).to.not.contain('delete counter');
   });
 
   it('refuses a malformed prefix, an unknown set and a bad interface name, in words', () => {

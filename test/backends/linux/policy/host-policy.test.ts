@@ -5,6 +5,7 @@ import { LinuxBackend } from '../../../../backends/linux/linux-backend';
 import { NetnsSet } from '../../../support/netns';
 import { describeRoot } from '../../../support/describe-root';
 import { requireProgram } from '../../../support/system-program';
+import { waitUntil } from '../../../support/wait-until';
 import {
   EchoServers,
   hostIf,
@@ -68,6 +69,14 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
     requireProgram('nft');
     n = policyNode(nss);
     await Promise.all(Object.values(n.pods).map((p) => servers.start(p)));
+    // A fresh node's first IPv6 flows wait for neighbour discovery: every pair answers before a case runs.
+    const names = Object.keys(n.pods) as PodName[];
+    for (const from of names)
+      await waitUntil(
+        async () => (await reaches(n.pods[from], [tcp(v6(from === 'a' ? 'b' : 'a'))]))[0] === true,
+        `IPv6 from pod ${from} through the node`,
+        15_000,
+      );
   });
 
   beforeEach(() => {
@@ -141,6 +150,33 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
     expect(await reaches(n.pods.c, [tcp(v4('b'))])).to.deep.equal([true]);
   });
 
+  it('refuses a label change whole when an element it deletes was removed by hand, then puts it right', async () => {
+    const rule = { sets: ['web'], ports: [{ protocol: 'TCP' as const, port: 80 }] };
+    const pods = [pod('b', { ingress: [rule] })];
+    await policy.apply(program({ web: [`${v4('a')}/32`] }, pods));
+    const set = /set (s_[0-9a-f]+_v4)/.exec(listTable(n.node))?.[1] ?? '?';
+    nftIn(n.node, `delete element inet workloadnet_policy ${set} { ${v4('a')} }\n`);
+    const moved = program({ web: [`${v4('c')}/32`] }, pods);
+    await rejects(policy.apply(moved), /nothing was changed.*ENOENT/);
+    expect(await reaches(n.pods.c, [tcp(v4('b'))])).to.deep.equal([false]);
+    await policy.apply(moved);
+    expect(await reaches(n.pods.c, [tcp(v4('b'))])).to.deep.equal([true]);
+    expect(await reaches(n.pods.a, [tcp(v4('b'))])).to.deep.equal([false]);
+  });
+
+  it('applies a change of twenty thousand addresses at once, past what one netlink datagram holds', async () => {
+    const rule = { sets: ['many'], ports: [{ protocol: 'TCP' as const, port: 80 }] };
+    const pods = [pod('b', { ingress: [rule] })];
+    await policy.apply(program({ many: [] }, pods));
+    const many = Array.from(
+      { length: 20000 },
+      (_, i) => `10.${100 + (i >> 16)}.${(i >> 8) & 255}.${i & 255}/32`,
+    );
+    await policy.apply(program({ many: [...many, `${v4('a')}/32`] }, pods));
+    expect(await reaches(n.pods.a, [tcp(v4('b'))])).to.deep.equal([true]);
+    expect(await reaches(n.pods.c, [tcp(v4('b'))])).to.deep.equal([false]);
+  });
+
   it('holds host addresses in a hash set and re-creates it as an interval set when it gains a prefix', async () => {
     const rule = { sets: ['peers'], ports: [{ protocol: 'TCP' as const, port: 80 }] };
     const pods = [pod('b', { ingress: [rule] })];
@@ -187,6 +223,16 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
     const denied = await policy.denied();
     expect(denied.get(key('b'))?.ingress).to.be.at.least(3);
     expect(denied.get(key('a'))).to.deep.equal({ ingress: 0, egress: 0 });
+    // A policy change rewrites b's chain; its count goes on from where it was.
+    const before = listTable(n.node);
+    await policy.apply(
+      program({}, [
+        pod('b', { ingress: [{ ports: [{ protocol: 'TCP', port: 81 }] }] }),
+        pod('a', { egress: [{}] }),
+      ]),
+    );
+    expect(ruleHandles(listTable(n.node))).to.not.deep.equal(ruleHandles(before));
+    expect((await policy.denied()).get(key('b'))?.ingress).to.equal(denied.get(key('b'))?.ingress);
   });
 
   it('is adopted by a new instance with nothing changed and no flow cut or let through meanwhile', async () => {
