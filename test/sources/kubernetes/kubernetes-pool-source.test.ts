@@ -44,6 +44,8 @@ class Node {
       poolSource: 'kubernetes',
       nodeName: NODE,
       kubeconfig,
+      // The pool source alone: the request log below is of Node reads only (policy has its own tests).
+      networkPolicy: 'off',
       ...more,
     });
     const container = createContainer(config, silentLogger(), new Metrics());
