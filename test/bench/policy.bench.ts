@@ -65,7 +65,8 @@ class KernelMonitor {
   private waiters: Array<{ match: (l: string) => boolean; done: (t: number) => void }> = [];
 
   constructor(node: string) {
-    this.child = spawn('ip', ['netns', 'exec', node, 'nft', 'monitor'], {
+    // Line-buffered: into a pipe, nft's output would otherwise wait for a full buffer.
+    this.child = spawn('ip', ['netns', 'exec', node, 'stdbuf', '-oL', 'nft', 'monitor'], {
       stdio: ['ignore', 'pipe', 'ignore'],
     });
     createInterface({ input: this.child.stdout as NodeJS.ReadableStream }).on('line', (line) => {

@@ -64,7 +64,10 @@ class TestDataplane implements PolicyDataplane {
     if (this.fail) throw this.fail;
     this.applied.push(program);
   }
-  invalidate(): void {}
+  invalidations = 0;
+  invalidate(): void {
+    this.invalidations++;
+  }
   async denied(): Promise<ReadonlyMap<string, PolicyDenials>> {
     return new Map();
   }
@@ -134,7 +137,12 @@ describe('NetworkPolicy controller as the attach gate', () => {
   let controller: PolicyController;
 
   const make = (
-    opts: { dataplane?: boolean; allowUnenforced?: boolean; admitTimeoutMs?: number } = {},
+    opts: {
+      dataplane?: boolean;
+      allowUnenforced?: boolean;
+      admitTimeoutMs?: number;
+      recheckMs?: number;
+    } = {},
   ): PolicyController =>
     new PolicyController({
       source,
@@ -153,7 +161,7 @@ describe('NetworkPolicy controller as the attach gate', () => {
       },
       rows: () => [],
       admitTimeoutMs: opts.admitTimeoutMs ?? 200,
-      recheckIntervalMs: 60_000,
+      recheckIntervalMs: opts.recheckMs ?? 60_000,
       allowUnenforced: opts.allowUnenforced ?? false,
       log: createLogger('info', new LogSink()),
     });
@@ -224,6 +232,17 @@ describe('NetworkPolicy controller as the attach gate', () => {
     dataplane.fail = undefined;
     await controller.release(ROW.key);
     expect(books[0]?.local.size).to.equal(0);
+  });
+
+  it('reads the dataplane again and applies every recheck interval, so that drift is put back', async () => {
+    controller = make({ recheckMs: 50 });
+    await controller.start();
+    source.sync();
+    await new Promise((r) => setTimeout(r, 20));
+    const applies = dataplane.applied.length;
+    await new Promise((r) => setTimeout(r, 180));
+    expect(dataplane.invalidations).to.be.greaterThanOrEqual(2);
+    expect(dataplane.applied.length - applies).to.be.greaterThanOrEqual(2);
   });
 
   it('refuses a pod on a backend that cannot enforce, unless unenforced pods are allowed (then names it)', async () => {
