@@ -71,13 +71,30 @@ class KernelMonitor {
     });
     createInterface({ input: this.child.stdout as NodeJS.ReadableStream }).on('line', (line) => {
       const t = performance.now();
+      if (process.env.POLICY_BENCH_DEBUG) process.stderr.write(`monitor: ${line}\n`);
       this.waiters = this.waiters.filter((w) => (w.match(line) ? (w.done(t), false) : true));
     });
   }
 
-  /** The time of the first line `match` accepts from now on. */
-  next(match: (line: string) => boolean): Promise<number> {
-    return new Promise((done) => this.waiters.push({ match, done }));
+  /**
+   * The time of the next transaction's end (`# new generation`): the bench is the only writer, so the
+   * first one after a change is the change's. NaN when none comes within `timeoutMs`.
+   */
+  nextTransaction(timeoutMs = 5000): Promise<number> {
+    return new Promise((done) => {
+      const timer = setTimeout(() => {
+        this.waiters = this.waiters.filter((w) => w !== waiter);
+        done(Number.NaN);
+      }, timeoutMs);
+      const waiter = {
+        match: (l: string) => l.startsWith('# new generation'),
+        done: (t: number) => {
+          clearTimeout(timer);
+          done(t);
+        },
+      };
+      this.waiters.push(waiter);
+    });
   }
 
   stop(): void {
@@ -163,7 +180,7 @@ async function changeTimes(
   pods: number,
   policies: number,
   ips: Map<number, string>,
-): Promise<{ label: number[]; policy: number[] }> {
+): Promise<{ label: number[]; policy: number[]; missed: number }> {
   const monitor = new KernelMonitor(b.node.name);
   await new Promise((r) => setTimeout(r, 300));
   const label: number[] = [];
@@ -173,13 +190,13 @@ async function changeTimes(
       const i = (k * 37) % pods;
       const ip = ips.get(i) ?? '';
       const p = podOf(i, (i + k + 1) % ROLES);
-      const seen = monitor.next((l) => l.includes('element') && l.includes(`${ip}`));
+      const seen = monitor.nextTransaction();
       const t0 = performance.now();
       b.api.putPod({ ...p, uid: `u${i}`, ips: [ip], nodeName: 'bench-node' });
       label.push((await seen) - t0);
       const j = (k * 13) % policies;
       const port = 20_000 + k;
-      const ruled = monitor.next((l) => l.includes(`dport ${port}`));
+      const ruled = monitor.nextTransaction();
       const t1 = performance.now();
       b.api.putNetworkPolicy(`ns${j % NAMESPACES}`, `pol${j}`, policyOf(j, port));
       policy.push((await ruled) - t1);
@@ -187,7 +204,12 @@ async function changeTimes(
   } finally {
     monitor.stop();
   }
-  return { label, policy };
+  const missed = [...label, ...policy].filter((t) => Number.isNaN(t)).length;
+  return {
+    label: label.filter((t) => !Number.isNaN(t)),
+    policy: policy.filter((t) => !Number.isNaN(t)),
+    missed,
+  };
 }
 
 export async function benchPolicy(opts: { pods?: number; policies?: number } = {}): Promise<PrintedRow[]> {
@@ -204,6 +226,8 @@ export async function benchPolicy(opts: { pods?: number; policies?: number } = {
     for (let n = 0; n < NAMESPACES; n++) api.putNamespace(`ns${n}`, { team: `t${n % 3}` });
     for (let j = 0; j < policies; j++) api.putNetworkPolicy(`ns${j % NAMESPACES}`, `pol${j}`, policyOf(j));
     const spaces = netns.addMany(pods + ATTACHES * 2, 'pod');
+    const say = (what: string): void => void process.stderr.write(`policy bench: ${what}\n`);
+    say(`${pods} pods with policy off`);
     const off = await startDaemon(b, 'off');
     daemons.push(off);
     await fill(b, off, spaces, 0, pods);
@@ -213,12 +237,15 @@ export async function benchPolicy(opts: { pods?: number; policies?: number } = {
       await off.client.call(off.client.raw.detach, detachRequest(`w${i}`, spaces[i]?.path ?? ''));
     await off.stop();
     daemons.pop();
+    say(`${pods} pods with policy on`);
     const on = await startDaemon(b, 'on');
     daemons.push(on);
     const ips = await fill(b, on, spaces, 0, pods);
     const onRss = rssMiB(on.child.pid ?? 0);
+    say('attaches with policy on');
     const onAttach = await attachTimes(b, on, spaces, pods + ATTACHES, ATTACHES);
-    const { label, policy } = await changeTimes(b, pods, policies, ips);
+    say('label and policy changes');
+    const { label, policy, missed } = await changeTimes(b, pods, policies, ips);
     const st = (await on.client.status()).policy;
     rows.push(
       {
@@ -231,6 +258,7 @@ export async function benchPolicy(opts: { pods?: number; policies?: number } = {
       { name: 'policy: label change -> in the kernel p99', value: percentile(label, 99), unit: 'ms' },
       { name: 'policy: policy change -> in the kernel p50', value: percentile(policy, 50), unit: 'ms' },
       { name: 'policy: policy change -> in the kernel p99', value: percentile(policy, 99), unit: 'ms' },
+      { name: 'policy: changes with no kernel transaction within 5 s', value: missed, unit: 'changes' },
       { name: 'policy: attach p50, policy off', value: percentile(offAttach, 50), unit: 'ms' },
       { name: 'policy: attach p50, policy on (pod isolated)', value: percentile(onAttach, 50), unit: 'ms' },
       {
