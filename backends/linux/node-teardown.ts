@@ -93,7 +93,9 @@ async function removePolicyTable(out: TeardownReport, opts: TeardownOptions, nft
     return;
   }
   if (!listing.includes(`comment ${JSON.stringify(POLICY_MARK)}`)) {
-    out.failed.push(`nftables table ${POLICY_TABLE_REF} is not workloadnet's (no mark of ours): left as it is`);
+    out.failed.push(
+      `nftables table ${POLICY_TABLE_REF} is not workloadnet's (no mark of ours): left as it is`,
+    );
     return;
   }
   await step(out, `nftables table ${POLICY_TABLE_REF} (NetworkPolicy)`, opts, async () => {
