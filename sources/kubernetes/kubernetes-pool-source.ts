@@ -229,7 +229,8 @@ export function loadKubeConfig(file: string): KubeConfig {
         'no credentials: pass --kubeconfig FILE, set $KUBECONFIG, or run the daemon in a pod with a service account',
       );
   } catch (err) {
-    throw failedPrecondition(`kubernetes pool source: ${(err as Error).message}`);
+    // Said of the credentials, not of a source: the pool, peer and policy sources all load them here.
+    throw failedPrecondition(`Kubernetes API credentials: ${(err as Error).message}`);
   }
   return kc;
 }

@@ -109,7 +109,7 @@ describe('pool source configuration', () => {
         () => undefined,
         (e: unknown) => e,
       );
-      expect((err2 as Error).message).to.match(/kubernetes pool source: .*nonexistent/);
+      expect((err2 as Error).message).to.match(/Kubernetes API credentials: .*nonexistent/);
     } finally {
       if (saved.k !== undefined) process.env.KUBECONFIG = saved.k;
       if (saved.h !== undefined) process.env.KUBERNETES_SERVICE_HOST = saved.h;

@@ -6,20 +6,20 @@ import { NetnsSet } from '../../../support/netns';
 import { describeRoot } from '../../../support/describe-root';
 import { requireProgram } from '../../../support/system-program';
 import { waitUntil } from '../../../support/wait-until';
+import { nftIn } from '../../../support/netns-nft';
 import {
   EchoServers,
   hostIf,
   listTable,
-  nftIn,
-  policyNode,
+  hostPolicyNode,
   probe,
   reaches,
   v4,
   v6,
   type Flow,
   type PodName,
-  type PolicyNode,
-} from './policy-node';
+  type HostPolicyNode,
+} from './host-policy-node';
 
 // The Linux backend's NetworkPolicy in a test node: pods a, b and c behind one forwarding namespace
 // (policy-node.ts). Each case applies a program and probes real TCP and UDP flows between the pods.
@@ -62,12 +62,12 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
   this.timeout(60_000);
   const nss = new NetnsSet('wnpol-');
   const servers = new EchoServers();
-  let n: PolicyNode;
+  let n: HostPolicyNode;
   let policy: HostPolicy;
 
   before(async function () {
     requireProgram('nft');
-    n = policyNode(nss);
+    n = hostPolicyNode(nss);
     await Promise.all(Object.values(n.pods).map((p) => servers.start(p)));
     // A fresh node's first IPv6 flows wait for neighbour discovery: every pair answers before a case runs.
     const names = Object.keys(n.pods) as PodName[];
@@ -155,7 +155,7 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
     const pods = [pod('b', { ingress: [rule] })];
     await policy.apply(program({ web: [`${v4('a')}/32`] }, pods));
     const set = /set (s_[0-9a-f]+_v4)/.exec(listTable(n.node))?.[1] ?? '?';
-    nftIn(n.node, `delete element inet workloadnet_policy ${set} { ${v4('a')} }\n`);
+    nftIn(n.node.name, `delete element inet workloadnet_policy ${set} { ${v4('a')} }\n`);
     const moved = program({ web: [`${v4('c')}/32`] }, pods);
     await rejects(policy.apply(moved), /nothing was changed.*ENOENT/);
     expect(await reaches(n.pods.c, [tcp(v4('b'))])).to.deep.equal([false]);
@@ -269,7 +269,7 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
     const chain = /chain (pi_[0-9a-f]+) \{[^}]*saddr/.exec(before)?.[1];
     const set = /set (s_[0-9a-f]+_v4)/.exec(before)?.[1];
     nftIn(
-      n.node,
+      n.node.name,
       `flush chain inet workloadnet_policy ${chain}\n` +
         `delete element inet workloadnet_policy ${set} { ${v4('a')} }\n` +
         `delete element inet workloadnet_policy ingress_pods { "${hostIf('c')}" }\n`,
@@ -302,7 +302,7 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
   });
 
   it('refuses and never touches a table of its name that lacks its mark', async () => {
-    nftIn(n.node, 'table inet workloadnet_policy {\n  chain theirs {\n  }\n}\n');
+    nftIn(n.node.name, 'table inet workloadnet_policy {\n  chain theirs {\n  }\n}\n');
     try {
       const before = listTable(n.node);
       await rejects(
@@ -312,7 +312,7 @@ describeRoot('Linux backend: NetworkPolicy in nftables (root, test-owned namespa
       await policy.remove();
       expect(listTable(n.node)).to.equal(before);
     } finally {
-      nftIn(n.node, 'delete table inet workloadnet_policy\n');
+      nftIn(n.node.name, 'delete table inet workloadnet_policy\n');
     }
   });
 

@@ -6,7 +6,7 @@ import type { NetnsSet, TestNamespace } from '../../../support/netns';
 // and ::1 of each. Every pod runs echo servers (TCP and UDP, ports 80-82, both families), and a probe
 // says which of a list of flows get an answer.
 
-export interface PolicyNode {
+export interface HostPolicyNode {
   node: TestNamespace;
   pods: Record<'a' | 'b' | 'c', TestNamespace>;
 }
@@ -19,7 +19,7 @@ export const hostIf = (p: PodName): string => `p${p}`;
 
 const ip = (ns: string, ...args: string[]): void => void execFileSync('ip', ['-n', ns, ...args]);
 
-export function policyNode(nss: NetnsSet): PolicyNode {
+export function hostPolicyNode(nss: NetnsSet): HostPolicyNode {
   const node = nss.add('node');
   const pods = { a: nss.add('a'), b: nss.add('b'), c: nss.add('c') };
   ip(node.name, 'link', 'set', 'lo', 'up');
@@ -141,8 +141,4 @@ export function listTable(ns: TestNamespace): string {
       encoding: 'utf8',
     },
   );
-}
-
-export function nftIn(ns: TestNamespace, script: string): void {
-  execFileSync('ip', ['netns', 'exec', ns.name, 'nft', '-f', '-'], { input: script });
 }
