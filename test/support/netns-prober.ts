@@ -27,16 +27,24 @@ const net = require('net'), dgram = require('dgram'), readline = require('readli
 const { name, tcpPorts, udpPorts } = JSON.parse(process.env.PROBER);
 let up = 0; const need = tcpPorts.length + udpPorts.length * 2;
 const ready = () => { if (++up === need) console.log(JSON.stringify({ up: true })); };
-for (const p of tcpPorts) for (const host of ['0.0.0.0']) net.createServer((s) => s.end(name)).listen(p, host, ready);
+// A client that gave up (its probe timed out on a busy machine) resets the connection under the
+// server's answer: that is the client's outcome, not the server's failure.
+const serve = (s) => { s.on('error', () => undefined); s.end(name); };
+for (const p of tcpPorts) net.createServer(serve).listen(p, '0.0.0.0', ready);
 for (const p of udpPorts) for (const type of ['udp4', 'udp6']) {
   const u = dgram.createSocket({ type, ipv6Only: type === 'udp6' });
-  u.on('message', (m, r) => u.send(name, r.port, r.address));
+  u.on('message', (m, r) => u.send(name, r.port, r.address, () => undefined));
   u.bind(p, type === 'udp4' ? '0.0.0.0' : '::', ready);
 }
-for (const p of tcpPorts) net.createServer((s) => s.end(name)).listen({ port: p, host: '::', ipv6Only: true }, () => undefined);
+for (const p of tcpPorts) net.createServer(serve).listen({ port: p, host: '::', ipv6Only: true }, () => undefined);
 readline.createInterface({ input: process.stdin }).on('line', (line) => {
   const q = JSON.parse(line);
-  const answer = (ok, text) => console.log(JSON.stringify({ id: q.id, ok, text }));
+  let answered = false;
+  const answer = (ok, text) => {
+    if (answered) return;
+    answered = true;
+    console.log(JSON.stringify({ id: q.id, ok, text }));
+  };
   if (q.protocol === 'TCP') {
     const s = net.connect(q.port, q.host); let d = '';
     const t = setTimeout(() => { s.destroy(); answer(false, 'timeout'); }, q.timeoutMs);
@@ -45,9 +53,10 @@ readline.createInterface({ input: process.stdin }).on('line', (line) => {
     s.on('error', (e) => { clearTimeout(t); answer(false, e.code || e.message); });
   } else {
     const u = dgram.createSocket(q.host.includes(':') ? 'udp6' : 'udp4');
-    const t = setTimeout(() => { u.close(); answer(false, 'timeout'); }, q.timeoutMs);
-    u.on('message', (m) => { clearTimeout(t); u.close(); answer(true, m.toString()); });
-    u.on('error', (e) => { clearTimeout(t); u.close(); answer(false, e.code || e.message); });
+    const finish = (ok, text) => { clearTimeout(t); if (!answered) u.close(); answer(ok, text); };
+    const t = setTimeout(() => finish(false, 'timeout'), q.timeoutMs);
+    u.on('message', (m) => finish(true, m.toString()));
+    u.on('error', (e) => finish(false, e.code || e.message));
     u.send('probe', q.port, q.host);
   }
 });
@@ -56,7 +65,8 @@ readline.createInterface({ input: process.stdin }).on('line', (line) => {
 export class NetnsProber {
   private child?: ChildProcess;
   private next = 0;
-  private readonly pending = new Map<number, (a: ProbeAnswer) => void>();
+  private readonly pending = new Map<number, (a: ProbeAnswer | Error) => void>();
+  private died?: Error;
 
   constructor(
     readonly netns: string,
@@ -81,21 +91,28 @@ export class NetnsProber {
         this.pending.delete(msg.id ?? -1);
         done?.({ ok: msg.ok === true, text: msg.text ?? '' });
       });
-      child.once('exit', (code) =>
-        reject(new Error(`prober ${this.name} exited with ${String(code)}: ${err}`)),
-      );
+      child.once('exit', (code, signal) => {
+        // A prober that dies fails its probes at once, in words: a probe left waiting would hang its
+        // test until mocha's timeout, and hide why.
+        this.died = new Error(`prober ${this.name} exited (${String(code ?? signal)}): ${err}`);
+        for (const settle of this.pending.values()) settle(this.died);
+        this.pending.clear();
+        reject(this.died);
+      });
     });
   }
 
   probe(req: ProbeRequest): Promise<ProbeAnswer> {
+    if (this.died) return Promise.reject(this.died);
     const id = this.next++;
-    return new Promise((resolve) => {
-      this.pending.set(id, resolve);
+    return new Promise((resolve, reject) => {
+      this.pending.set(id, (a) => (a instanceof Error ? reject(a) : resolve(a)));
       this.child?.stdin?.write(`${JSON.stringify({ id, ...req })}\n`);
     });
   }
 
   stop(): void {
+    this.child?.removeAllListeners('exit');
     this.child?.kill('SIGKILL');
     this.child = undefined;
     for (const done of this.pending.values()) done({ ok: false, text: 'prober stopped' });

@@ -8,7 +8,7 @@ export class TcpListeners {
 
   /** Listens on `port` (every IPv4 address) in namespace `netns`, once it is up. */
   async listen(netns: string, port: number, name: string): Promise<void> {
-    const code = `require('net').createServer((s) => s.end(${JSON.stringify(name)} + ' saw ' + s.remoteAddress)).listen(${port}, '0.0.0.0', () => console.log('up'))`;
+    const code = `require('net').createServer((s) => { s.on('error', () => undefined); s.end(${JSON.stringify(name)} + ' saw ' + s.remoteAddress); }).listen(${port}, '0.0.0.0', () => console.log('up'))`;
     const child = spawn('ip', ['netns', 'exec', netns, process.execPath, '-e', code], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });

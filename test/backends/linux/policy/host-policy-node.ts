@@ -49,9 +49,9 @@ const net = require('net'), dgram = require('dgram');
 let up = 0;
 const ready = () => { if (++up === 6) console.log('up'); };
 for (const port of [80, 81, 82]) {
-  net.createServer((s) => s.end('ok')).listen({ port, host: '::', ipv6Only: false }, ready);
+  net.createServer((s) => { s.on('error', () => undefined); s.end('ok'); }).listen({ port, host: '::', ipv6Only: false }, ready);
   const u = dgram.createSocket({ type: 'udp6', ipv6Only: false });
-  u.on('message', (m, r) => u.send('ok', r.port, r.address));
+  u.on('message', (m, r) => u.send('ok', r.port, r.address, () => undefined));
   u.bind(port, '::', ready);
 }`;
 
