@@ -1,9 +1,8 @@
 import type { Command } from 'commander';
-import * as os from 'node:os';
 import { uninstallCni, type UninstalledCni } from '../adapters/cni/uninstall';
 import { tearDownNode, type TeardownReport } from '../backends/linux/node-teardown';
 import { removeFabricAnnotation } from '../sources/kubernetes/fabric-annotation-removal';
-import { DEFAULT_CONFIG, type DaemonConfig } from '../core/config';
+import { DEFAULT_CONFIG, nodeNameOf, type DaemonConfig } from '../core/config';
 import { loadConfigFile } from '../core/daemon/config-file';
 import { mergeConfig } from '../core/daemon/config-check';
 import { NodeLock } from '../core/daemon/node-lock';
@@ -114,7 +113,7 @@ async function cleanup(config: DaemonConfig, opts: CleanupOpts): Promise<Cleanup
   const cni = opts.keepCni
     ? undefined
     : await uninstallCni({ confDir: opts.confDir, binDir: opts.binDir, dryRun });
-  const nodeName = config.nodeName || os.hostname();
+  const nodeName = nodeNameOf(config);
   if (config.poolSource === 'kubernetes') {
     try {
       const had = await removeFabricAnnotation({ nodeName, kubeconfig: config.kubeconfig, dryRun });

@@ -1,3 +1,4 @@
+import * as os from 'node:os';
 import type { FabricConfig } from './fabric-config';
 import { OPTION_DOCS } from './option-docs';
 
@@ -89,6 +90,11 @@ export type NetworkPolicyMode = 'auto' | 'on' | 'off';
 /** Whether NetworkPolicy is enforced: "auto" means with the kubernetes pool source. */
 export function networkPolicyOn(c: Pick<DaemonConfig, 'networkPolicy' | 'poolSource'>): boolean {
   return c.networkPolicy === 'on' || (c.networkPolicy === 'auto' && c.poolSource === 'kubernetes');
+}
+
+/** The node's name as the cluster knows it: `nodeName`, or else the host name (as the kubelet's default). */
+export function nodeNameOf(c: Pick<DaemonConfig, 'nodeName'>): string {
+  return c.nodeName || os.hostname();
 }
 
 export interface DaemonConfig {

@@ -1,10 +1,9 @@
 import 'reflect-metadata';
-import * as os from 'node:os';
 import * as path from 'node:path';
 import { Container, type interfaces } from 'inversify';
 import { currentBootId } from '../../lib/boot-id';
 import { BACKEND, type Backend } from '../backend';
-import { CONFIG, DEFAULT_NETWORK, type DaemonConfig } from '../config';
+import { CONFIG, DEFAULT_NETWORK, nodeNameOf, type DaemonConfig } from '../config';
 import { effectiveNetworks, type ResolvedNetwork } from '../ipam/effective-networks';
 import { fabricSettings } from '../fabric/fabric-settings';
 import { AppliedPeersFile } from '../fabric/applied-peers-file';
@@ -181,7 +180,7 @@ function fabricControllerOf(
   });
   return new FabricController({
     settings,
-    nodeName: config.nodeName || os.hostname(),
+    nodeName: nodeNameOf(config),
     bootId: currentBootId(),
     // Resolved only when the fabric is on: a cluster source connects when it is built.
     source: settings ? container.get<PeerSource>(PEER_SOURCE) : undefined,

@@ -1,7 +1,7 @@
 import type { interfaces } from 'inversify';
 import type { Lifecycle } from '../lifecycle';
 import type { DaemonConfig } from '../config';
-import { networkPolicyOn } from '../config';
+import { networkPolicyOn, nodeNameOf } from '../config';
 import type { Logger } from '../logger';
 import type { Metrics } from '../metrics';
 import { NETWORKS, type NetworkSet } from '../ipam/network';
@@ -42,6 +42,7 @@ export function bindPolicy(
       })),
       newBook: (state, locals) => new PolicyBook(state, locals, { localRanges: localRanges() }),
       rows: () => store.rows(),
+      nodeName: nodeNameOf(config),
       admitTimeoutMs: config.policyAdmitTimeoutMs,
       recheckIntervalMs: RECHECK_INTERVAL_MS,
       allowUnenforced: config.dpu.allowUnenforcedPolicy,

@@ -11,6 +11,8 @@ export interface PolicyRow {
   key: string;
   network?: string;
   pod?: { uid?: string; namespace?: string; name?: string };
+  /** 'adopted': recorded from the dataplane after the state store was lost (no identity kept). */
+  origin?: string;
   ips: ReadonlyArray<{ address: string }>;
   dataplane?: { hostIfName?: string };
 }
@@ -48,4 +50,24 @@ export function localPodOf(row: PolicyRow, state: PolicyState, known?: PolicyPod
           hostNetwork: false,
         });
   return { key: row.key, hostIf, ips: row.ips.map((i) => i.address), pod };
+}
+
+/**
+ * The pod of an attachment adopted after the state store was lost (its row kept its addresses, not its
+ * identity), as the source states it: the one pod of this node, in the pod network, whose
+ * `status.podIPs` hold an address we gave this attachment. Without it, the pod would drop out of its
+ * own rules and of every set that selects it, and its denied flows would open while it runs. Only the
+ * kubelet of this node reports its pods' addresses, and only from our own CNI result, so the claim
+ * comes from the owner; two pods stating the address are no evidence, and the row stays unknown.
+ */
+export function adoptedPodOf(row: PolicyRow, state: PolicyState, nodeName: string): LocalPod | undefined {
+  const hostIf = row.dataplane?.hostIfName;
+  if (row.origin !== 'adopted' || podIdentityOf(row) || !hostIf || !nodeName) return undefined;
+  const ips = row.ips.map((i) => i.address);
+  const claims = [...state.pods.values()].filter(
+    (p) => p.nodeName === nodeName && !p.hostNetwork && p.ips.some((ip) => ips.includes(ip)),
+  );
+  const [pod] = claims;
+  if (!pod || claims.length > 1) return undefined;
+  return { key: row.key, hostIf, ips, pod };
 }

@@ -3,7 +3,7 @@ import type { Logger } from '../logger';
 import type { CompiledPolicy, PolicyDataplane, PolicyDenials, PolicyTouched } from '../policy-dataplane';
 import type { PolicyChange, PolicyPod, PolicySource, PolicyState } from '../policy-source';
 import { EnforcementLoop } from './enforcement-loop';
-import { localPodOf, podIdentityOf, type PolicyRow } from './local-pods';
+import { adoptedPodOf, localPodOf, podIdentityOf, type PolicyRow } from './local-pods';
 import type { LocalPod } from './trusted-pods';
 import { podPolicyView, policyFigures, policyStatus, type EnforcerView } from './policy-view';
 import type { PolicyFigures } from '../metrics';
@@ -42,6 +42,8 @@ export interface PolicyControllerOptions {
   newBook: (state: PolicyState, locals: readonly LocalPod[]) => PolicyBookPort;
   /** The recorded attachments (the store's rows). */
   rows: () => Iterable<PolicyRow>;
+  /** This node's name, as the source's pods name their node. */
+  nodeName: string;
   /** How long an attach may wait for the source (its first list, a pod's labels). */
   admitTimeoutMs: number;
   /** Every this often the dataplanes are read and put back (drift). */
@@ -216,7 +218,7 @@ export class PolicyController {
       }
       const locals = rows
         .filter((r) => t.networks.includes(r.network ?? 'default'))
-        .map((r) => localPodOf(r, state))
+        .map((r) => localPodOf(r, state) ?? adoptedPodOf(r, state, this.opts.nodeName))
         .filter((l): l is LocalPod => l !== undefined);
       t.book = this.opts.newBook(state, locals);
       const book = t.book;

@@ -1,7 +1,6 @@
-import * as os from 'node:os';
 import { ContainerModule, type interfaces } from 'inversify';
 import { BACKEND, type Backend } from '../../core/backend';
-import type { DaemonConfig } from '../../core/config';
+import { nodeNameOf, type DaemonConfig } from '../../core/config';
 import type { Logger } from '../../core/logger';
 import { METRICS, type Metrics } from '../../core/metrics';
 import { STORE } from '../../core/store/store';
@@ -16,7 +15,7 @@ export function etcdPoolSourceModule(config: DaemonConfig, logger: Logger): Cont
   const tls = config.etcd.ca
     ? { ca: config.etcd.ca, cert: config.etcd.cert, key: config.etcd.key }
     : undefined;
-  const nodeName = config.nodeName || os.hostname();
+  const nodeName = nodeNameOf(config);
   return new ContainerModule((bind, _unbind, isBound, rebind) => {
     rebind<PoolSource>(POOL_SOURCE).toDynamicValue(
       (ctx) =>

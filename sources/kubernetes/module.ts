@@ -1,6 +1,5 @@
-import * as os from 'node:os';
 import { ContainerModule } from 'inversify';
-import { DEFAULT_NETWORK, networkPolicyOn, type DaemonConfig } from '../../core/config';
+import { DEFAULT_NETWORK, networkPolicyOn, nodeNameOf, type DaemonConfig } from '../../core/config';
 import { effectiveNetworks } from '../../core/ipam/effective-networks';
 import type { Logger } from '../../core/logger';
 import { POOL_SOURCE, type PoolSource } from '../../core/ipam/pool-source';
@@ -17,7 +16,7 @@ import { READINESS_LISTENER, type ReadinessListener } from '../../core/readiness
  * Node's network condition, and (NetworkPolicy on) the Namespaces, Pods and NetworkPolicies.
  */
 export function kubernetesPoolSourceModule(config: DaemonConfig, logger: Logger): ContainerModule {
-  const nodeName = config.nodeName || os.hostname();
+  const nodeName = nodeNameOf(config);
   return new ContainerModule((bind, _unbind, isBound, rebind) => {
     rebind<PoolSource>(POOL_SOURCE).toDynamicValue(
       () =>

@@ -80,7 +80,11 @@ describeRoot('NetworkPolicy on a node (root, test-owned namespaces, stand-in API
     expect(d.ip).to.match(/^10\.243\.1\./);
   });
 
-  it('keeps every allowed flow and lets no denied one through while the daemon is SIGKILLed and restarted', async () => {
+  /**
+   * Probes an allowed flow (y/b → y/a) and a denied one (x/a → y/a) in rounds while `restart` runs,
+   * and for 1.5 s after: every round that saw the allowed flow cut or the denied one let through.
+   */
+  async function probedAcross(restart: () => Promise<void>): Promise<{ wrong: string[]; rounds: number }> {
     api.putNetworkPolicy('y', 'deny-all', DENY_INGRESS);
     api.putNetworkPolicy('y', 'allow-b', {
       podSelector: { matchLabels: { pod: 'a' } },
@@ -102,14 +106,34 @@ describeRoot('NetworkPolicy on a node (root, test-owned namespaces, stand-in API
       }
     })();
     await new Promise((r) => setTimeout(r, 500));
-    await node.daemon.kill('SIGKILL');
-    await new Promise((r) => setTimeout(r, 1000));
-    await node.startDaemon();
+    await restart();
     await new Promise((r) => setTimeout(r, 1500));
     running = false;
     await probing;
+    return { wrong, rounds };
+  }
+
+  it('keeps every allowed flow and lets no denied one through while the daemon is SIGKILLed and restarted', async () => {
+    const { wrong, rounds } = await probedAcross(async () => {
+      await node.daemon.kill('SIGKILL');
+      await new Promise((r) => setTimeout(r, 1000));
+      await node.startDaemon();
+    });
     expect(wrong).to.deep.equal([]);
     expect(rounds, 'probe rounds across the restart').to.be.greaterThan(5);
+  });
+
+  it('keeps its pods under their policies when it restarts on a lost state store (pods adopted, not stripped of their rules)', async () => {
+    const { wrong, rounds } = await probedAcross(async () => {
+      await node.daemon.kill('SIGKILL');
+      fs.rmSync(path.join(root, 'np-node', 'state'), { recursive: true, force: true });
+      await node.startDaemon();
+    });
+    expect(wrong).to.deep.equal([]);
+    expect(rounds, 'probe rounds across the restart').to.be.greaterThan(5);
+    // The adopted pods are this node's pods again, under the policies that select them.
+    const st = await node.daemon.client.status();
+    expect(st.policy?.podsIsolated, 'y/a, y/b and y/c isolated again').to.equal(3);
   });
 
   it('shows with workloadnet policy what a pod enforces, and counts its denied packets in Status', async () => {

@@ -160,6 +160,7 @@ describe('NetworkPolicy controller as the attach gate', () => {
         return b;
       },
       rows: () => [],
+      nodeName: 'n1',
       admitTimeoutMs: opts.admitTimeoutMs ?? 200,
       recheckIntervalMs: opts.recheckMs ?? 60_000,
       allowUnenforced: opts.allowUnenforced ?? false,
