@@ -192,6 +192,11 @@ export interface GcResult {
 export interface StatusOptions {
   /** The fabric's per-peer rows (default true): readiness polls and `workloadnet dpus` need counts only. */
   fabricPeers?: boolean;
+  /**
+   * NetworkPolicy's denied-packet counters (default true): a read of every enforcing dataplane (the
+   * kernel's table), which the readiness poll every 5 s has no use for.
+   */
+  policyCounters?: boolean;
 }
 
 export interface WorkloadService {

@@ -125,7 +125,9 @@ export class Daemon {
       ? this.container.getAll<ReadinessListener>(READINESS_LISTENER)
       : [];
     const ready = async (): Promise<void> => {
-      const st = await this.service.status({ fabricPeers: false }).catch(() => undefined);
+      const st = await this.service
+        .status({ fabricPeers: false, policyCounters: false })
+        .catch(() => undefined);
       this.api?.setServing(st?.ready ?? false);
       for (const l of listeners) l.readinessChecked(st?.ready ?? false);
     };

@@ -153,7 +153,18 @@ export class PolicyController {
       if (!t.book || !t.loop) continue;
       const touched = t.book.removeLocal(key);
       if (touched.pods.size === 0 && touched.sets.size === 0) continue;
-      await t.loop.until(t.loop.changed(touched)).catch((err: unknown) => {
+      const change = t.loop.changed(touched);
+      // While applies fail, waiting would hold the workload's lock through the retry's backoff (up to
+      // 30 s). The pod is out of the book, so the next apply that succeeds takes it out of the kernel,
+      // and a pod attached under policy meanwhile waits for that very apply before it answers.
+      if (t.loop.failure) {
+        this.opts.log.warn(
+          { key, failure: t.loop.failure },
+          'NetworkPolicy: a pod gone leaves its sets with the next apply that succeeds',
+        );
+        continue;
+      }
+      await t.loop.until(change).catch((err: unknown) => {
         this.opts.log.warn(
           { key, err: (err as Error).message },
           'NetworkPolicy: a pod gone is not yet out of its sets; retried',
@@ -186,8 +197,9 @@ export class PolicyController {
     return out.sort((a, b) => a.pod.localeCompare(b.pod) || a.attachment.localeCompare(b.attachment));
   }
 
-  status(): Promise<PolicyStatus> {
-    return policyStatus(this.opts.source.status(), this.synced, this.enforcers(), [...this.unenforced]);
+  /** With `counters` false, the denied counts are left at 0 and no dataplane is read. */
+  status(opts: { counters: boolean } = { counters: true }): Promise<PolicyStatus> {
+    return policyStatus(this.opts.source.status(), this.synced, this.enforcers(), [...this.unenforced], opts);
   }
 
   figures(): Promise<PolicyFigures> {

@@ -45,6 +45,7 @@ async function deniedOf(enforcers: readonly EnforcerView[]): Promise<{ ingress: 
 export async function policyFigures(
   source: PolicySourceStatus,
   enforcers: readonly EnforcerView[],
+  opts: { counters: boolean } = { counters: true },
 ): Promise<PolicyFigures> {
   let pods = 0;
   let rules = 0;
@@ -55,7 +56,8 @@ export async function policyFigures(
     rules += rulesOf(e.program);
     sets += e.program.sets.size;
   }
-  return { objects: { policies: source.policies, pods, rules, sets }, denied: await deniedOf(enforcers) };
+  const denied = opts.counters ? await deniedOf(enforcers) : { ingress: 0, egress: 0 };
+  return { objects: { policies: source.policies, pods, rules, sets }, denied };
 }
 
 export async function policyStatus(
@@ -63,8 +65,9 @@ export async function policyStatus(
   synced: boolean,
   enforcers: readonly EnforcerView[],
   unenforced: readonly string[],
+  opts: { counters: boolean },
 ): Promise<PolicyStatus> {
-  const figures = await policyFigures(source, enforcers);
+  const figures = await policyFigures(source, enforcers, opts);
   const reasons = [...source.reasons];
   if (!synced)
     reasons.unshift(

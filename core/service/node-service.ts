@@ -152,7 +152,7 @@ export class NodeService implements WorkloadService {
     const st = await this.nodeStatus.read(opts);
     if (!this.policyController) return st;
     // A pod is attached only once its rules are in force: without them the node cannot attach pods.
-    const policy = await this.policyController.status();
+    const policy = await this.policyController.status({ counters: opts?.policyCounters !== false });
     return {
       ...st,
       policy,

@@ -18,6 +18,7 @@ import { PolicyController, type PolicyBookPort } from '../../../core/policy/poli
 import type { PolicyRow } from '../../../core/policy/local-pods';
 import type { LocalPod } from '../../../core/policy/trusted-pods';
 import { LogSink } from '../../support/log-sink';
+import { waitUntil } from '../../support/wait-until';
 
 // The controller as the attach flow's gate, with a source and a dataplane the test drives: what it
 // refuses before anything changes, when an attach may answer, and what a failed apply does. The
@@ -59,7 +60,9 @@ class TestDataplane implements PolicyDataplane {
   applied: CompiledPolicy[] = [];
   fail?: Error;
   gate?: Promise<void>;
+  attempts = 0;
   async apply(program: CompiledPolicy): Promise<void> {
+    this.attempts++;
     await this.gate;
     if (this.fail) throw this.fail;
     this.applied.push(program);
@@ -68,8 +71,10 @@ class TestDataplane implements PolicyDataplane {
   invalidate(): void {
     this.invalidations++;
   }
+  counterReads = 0;
   async denied(): Promise<ReadonlyMap<string, PolicyDenials>> {
-    return new Map();
+    this.counterReads++;
+    return new Map([['w1/eth0', { ingress: 3, egress: 1 }]]);
   }
   async remove(): Promise<void> {}
 }
@@ -235,6 +240,22 @@ describe('NetworkPolicy controller as the attach gate', () => {
     expect(books[0]?.local.size).to.equal(0);
   });
 
+  it('does not hold a detach through the retry backoff while applies fail; the next apply that succeeds takes the pod out', async () => {
+    await controller.start();
+    source.pods.set('x/a', POD);
+    source.sync();
+    const admitted = await controller.admit(CALL);
+    dataplane.fail = new Error('nft: Operation not permitted');
+    await controller.enforce(admitted, ROW).catch(() => undefined);
+    const tried = dataplane.attempts;
+    await controller.release(ROW.key);
+    expect(dataplane.attempts, 'released without waiting for a retry').to.equal(tried);
+    expect(books[0]?.local.size).to.equal(0);
+    dataplane.fail = undefined;
+    await waitUntil(async () => dataplane.applied.length > 0, 'the retry', 2000, { intervalMs: 20 });
+    expect([...(dataplane.applied.at(-1)?.pods.keys() ?? [])]).to.deep.equal([]);
+  });
+
   it('reads the dataplane again and applies every recheck interval, so that drift is put back', async () => {
     controller = make({ recheckMs: 50 });
     await controller.start();
@@ -259,5 +280,17 @@ describe('NetworkPolicy controller as the attach gate', () => {
     source.sync();
     expect(await controller.admit(CALL)).to.equal(undefined);
     expect((await controller.status()).unenforced).to.deep.equal(['w1/eth0']);
+  });
+
+  it('reads the denied counters for a Status that asks for them, and not for the readiness poll', async () => {
+    await controller.start();
+    source.pods.set('x/a', POD);
+    source.sync();
+    await controller.enforce(await controller.admit(CALL), ROW);
+    const polled = await controller.status({ counters: false });
+    expect(dataplane.counterReads).to.equal(0);
+    expect(polled).to.include({ ready: true, podsIsolated: 1 });
+    expect((await controller.status()).denied).to.deep.equal({ ingress: 3, egress: 1 });
+    expect(dataplane.counterReads).to.equal(1);
   });
 });
