@@ -131,9 +131,17 @@ export const POLICY_CASES: PolicyCase[] = [
   },
   {
     name: 'allow-all ingress',
+    // Upstream applies the allow-all policy alone, which a node enforcing nothing passes too; here it
+    // goes on top of a default deny, so the step shows the union opening what the deny closed.
     steps: [
       {
-        what: 'allow every peer into x',
+        what: 'deny all ingress in x',
+        policies: () => [casePolicy('x/deny', {}, { types: ['Ingress'] })],
+        probes: TCP80,
+        expect: { default: 'allow', rules: ['deny * -> x/*'] },
+      },
+      {
+        what: 'allow every peer into x, beside the deny',
         policies: () => [casePolicy('x/all', {}, { ingress: [{}] })],
         probes: TCP80,
         expect: { default: 'allow', rules: [] },
