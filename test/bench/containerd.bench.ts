@@ -4,7 +4,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { ContainerdHarness } from '../e2e/support/containerd';
 import { addNetns, deleteNetns } from '../e2e/support/netns';
-import { installReferencePlugins, referenceConflist, writeConflist } from '../e2e/support/reference-plugins';
+import { installReferenceBridge } from '../e2e/support/reference-plugins';
 import { percentile, timeMs } from './stats';
 
 // Whole pod lifecycles through a real containerd: what a kubelet waits for per pod, CNI included. Run
@@ -99,20 +99,12 @@ export async function benchContainerdPods(opts: ContainerdPodBenchOptions): Prom
 export async function benchContainerdWithReferenceBridge(count: number): Promise<ContainerdPodResult> {
   const work = await mkdtemp(path.join(os.tmpdir(), 'wne-bench-ctrd-'));
   try {
-    const cniBinDir = path.join(work, 'bin');
-    const cniConfDir = path.join(work, 'conf');
-    await installReferencePlugins(cniBinDir);
-    await writeConflist(
-      cniConfDir,
-      referenceConflist({
-        name: 'wne-bench-bridge',
-        plugin: 'bridge',
-        bridge: 'wne-cbr0',
-        subnet: '10.254.0.0/16',
-        dataDir: path.join(work, 'ipam'),
-      }),
-    );
-    return await benchContainerdPods({ cniBinDir, cniConfDir, count, label: 'containerd+bridge+host-local' });
+    const dirs = await installReferenceBridge(work, {
+      name: 'wne-bench-bridge',
+      bridge: 'wne-cbr0',
+      subnet: '10.254.0.0/16',
+    });
+    return await benchContainerdPods({ ...dirs, count, label: 'containerd+bridge+host-local' });
   } finally {
     await rm(work, { recursive: true, force: true });
   }

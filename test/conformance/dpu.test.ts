@@ -5,6 +5,31 @@ import { DaemonProcess } from '../support/daemon-process';
 import { NetnsSet } from '../support/netns';
 import { conformanceSuite } from './workload-api.suite';
 
+/** The daemon with the DPU backend in `work`, on the node namespace, waiting for agents on its socket. */
+async function startDpuDaemon(
+  work: string,
+  nodeNetns: string,
+  podCidr: string,
+): Promise<{ d: DaemonProcess; agentSocket: string }> {
+  const agentSocket = path.join(work, 'agent.sock');
+  const d = await DaemonProcess.start({
+    dir: work,
+    netns: nodeNetns,
+    args: ['--backend', 'dpu', '--agent-socket', agentSocket, '--pod-cidr', podCidr],
+  });
+  return { d, agentSocket };
+}
+
+/** The simulator's netns-mode arguments: the DPU's namespace and the node's, where its "VFs" go. */
+const netnsDataplane = (dpuNetns: string, nodeNetns: string): string[] => [
+  '--dataplane',
+  'netns',
+  '--dpu-netns',
+  dpuNetns,
+  '--host-netns',
+  `/var/run/netns/${nodeNetns}`,
+];
+
 // The DPU backend with the simulator in netns mode: the simulator owns a namespace standing for the DPU,
 // hands each port's "VF" to the node namespace, and routes between representors, so traffic between
 // two workloads really crosses the "DPU".
@@ -16,17 +41,12 @@ conformanceSuite({
     const dpu = namespaces.add();
     execFileSync('ip', ['-n', dpu.name, 'link', 'set', 'lo', 'up']);
     const work = path.join(dir, 'dpu');
-    const agentSocket = path.join(work, 'agent.sock');
-    const d = await DaemonProcess.start({
-      dir: work,
-      netns: nodeNetns,
-      args: ['--backend', 'dpu', '--agent-socket', agentSocket, '--pod-cidr', podCidr],
-    });
+    const { d, agentSocket } = await startDpuDaemon(work, nodeNetns, podCidr);
     const sim = SimProcess.start({
       socket: agentSocket,
       agentId: 'conformance-dpu',
       stateFile: path.join(work, 'sim-state.json'),
-      extra: ['--dataplane', 'netns', '--dpu-netns', dpu.name, '--host-netns', `/var/run/netns/${nodeNetns}`],
+      extra: netnsDataplane(dpu.name, nodeNetns),
     });
     await waitUntil(async () => (await d.client.status()).ready, 'the daemon to see the agent', 15_000);
     return {
@@ -77,27 +97,13 @@ conformanceSuite({
       execFileSync('ip', ['-n', f.ns, 'route', 'add', podCidr, 'via', f.peer, 'dev', 'fab0']);
     }
     const work = path.join(dir, 'dpu2');
-    const agentSocket = path.join(work, 'agent.sock');
-    const d = await DaemonProcess.start({
-      dir: work,
-      netns: nodeNetns,
-      args: ['--backend', 'dpu', '--agent-socket', agentSocket, '--pod-cidr', podCidr],
-    });
+    const { d, agentSocket } = await startDpuDaemon(work, nodeNetns, podCidr);
     const sims = fabric.map((f, i) =>
       SimProcess.start({
         socket: agentSocket,
         agentId: `conformance-dpu-${i}`,
         stateFile: path.join(work, `sim-${i}-state.json`),
-        extra: [
-          '--dataplane',
-          'netns',
-          '--dpu-netns',
-          f.ns,
-          '--host-netns',
-          `/var/run/netns/${nodeNetns}`,
-          '--max-ports',
-          '64',
-        ],
+        extra: [...netnsDataplane(f.ns, nodeNetns), '--max-ports', '64'],
       }),
     );
     await waitUntil(

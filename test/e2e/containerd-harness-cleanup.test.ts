@@ -6,7 +6,7 @@ import * as path from 'node:path';
 import { cgroupDirsOf } from './support/cgroup';
 import { ContainerdHarness } from './support/containerd';
 import { addNetns, deleteNetns, uniqueNetnsName } from './support/netns';
-import { installReferencePlugins, referenceConflist, writeConflist } from './support/reference-plugins';
+import { installReferenceBridge, type CniDirs } from './support/reference-plugins';
 
 // The harness must leave nothing behind, or every later e2e run on the machine inherits leaked pod
 // namespaces, shims and cgroups. These cases leave a pod running on purpose.
@@ -16,25 +16,16 @@ describe('containerd harness cleanup', function () {
 
   const nodeNetns = uniqueNetnsName('wne-', 'node');
   let work = '';
-  let cniBinDir = '';
-  let cniConfDir = '';
+  let dirs: CniDirs;
 
   before(async () => {
     await addNetns(nodeNetns);
     work = await mkdtemp(path.join(os.tmpdir(), 'wne-e2e-'));
-    cniBinDir = path.join(work, 'bin');
-    cniConfDir = path.join(work, 'conf');
-    await installReferencePlugins(cniBinDir);
-    await writeConflist(
-      cniConfDir,
-      referenceConflist({
-        name: 'wne-cleanup',
-        plugin: 'bridge',
-        bridge: `wne-br-${nodeNetns.slice(-6)}`,
-        subnet: '10.252.1.0/24',
-        dataDir: path.join(work, 'ipam'),
-      }),
-    );
+    dirs = await installReferenceBridge(work, {
+      name: 'wne-cleanup',
+      bridge: `wne-br-${nodeNetns.slice(-6)}`,
+      subnet: '10.252.1.0/24',
+    });
   });
 
   after(async () => {
@@ -43,7 +34,7 @@ describe('containerd harness cleanup', function () {
   });
 
   async function startWithRunningPod(): Promise<{ harness: ContainerdHarness; netnsPath: string }> {
-    const harness = await ContainerdHarness.start({ cniBinDir, cniConfDir, nodeNetns });
+    const harness = await ContainerdHarness.start({ ...dirs, nodeNetns });
     try {
       await harness.waitForNetworkReady();
       const id = await harness.cri.runPodSandbox(harness.podSpec('left-running'));

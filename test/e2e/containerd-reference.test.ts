@@ -5,7 +5,7 @@ import * as os from 'node:os';
 import * as path from 'node:path';
 import { ContainerdHarness } from './support/containerd';
 import { addNetns, deleteNetns, runInNetns, uniqueNetnsName } from './support/netns';
-import { installReferencePlugins, referenceConflist, writeConflist } from './support/reference-plugins';
+import { installReferenceBridge } from './support/reference-plugins';
 
 // Proves the containerd harness end to end with Debian's reference plugins: a real containerd, driven
 // over CRI like a kubelet, calls bridge + host-local + loopback for real pod sandboxes. The workloadnet
@@ -26,20 +26,12 @@ describe('containerd with the reference bridge plugin', function () {
     await addNetns(nodeNetns);
     work = await mkdtemp(path.join(os.tmpdir(), 'wne-e2e-'));
     ipamDir = path.join(work, 'ipam');
-    const cniBinDir = path.join(work, 'bin');
-    const cniConfDir = path.join(work, 'conf');
-    await installReferencePlugins(cniBinDir);
-    await writeConflist(
-      cniConfDir,
-      referenceConflist({
-        name: networkName,
-        plugin: 'bridge',
-        bridge: `wne-br-${nodeNetns.slice(-6)}`,
-        subnet: `${SUBNET_PREFIX}0/24`,
-        dataDir: ipamDir,
-      }),
-    );
-    harness = await ContainerdHarness.start({ cniBinDir, cniConfDir, nodeNetns });
+    const dirs = await installReferenceBridge(work, {
+      name: networkName,
+      bridge: `wne-br-${nodeNetns.slice(-6)}`,
+      subnet: `${SUBNET_PREFIX}0/24`,
+    });
+    harness = await ContainerdHarness.start({ ...dirs, nodeNetns });
     await harness.waitForNetworkReady();
   });
 

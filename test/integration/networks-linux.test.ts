@@ -32,17 +32,11 @@ describeRoot(
       dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-net-'));
       node = namespaces.add().name;
       addNodeUplink(node, '10.250.0.1');
-      const config = path.join(dir, 'config.json');
-      fs.writeFileSync(
-        config,
-        JSON.stringify({
-          networks: [
-            { name: 'default', backend: 'linux', podCidrs: ['10.246.10.0/24', 'fd00:246:10::/64'] },
-            { name: 'storage', backend: 'linux', podCidrs: ['10.246.20.0/24', 'fd00:246:20::/64'] },
-          ],
-        }),
-      );
-      daemon = await DaemonProcess.start({ dir, netns: node, flags: { config } });
+      const networks = [
+        { name: 'default', backend: 'linux', podCidrs: ['10.246.10.0/24', 'fd00:246:10::/64'] },
+        { name: 'storage', backend: 'linux', podCidrs: ['10.246.20.0/24', 'fd00:246:20::/64'] },
+      ];
+      daemon = await DaemonProcess.start({ dir, netns: node, config: { networks } });
       await waitUntil(async () => (await daemon.client.status()).ready, 'ready', 10_000);
     });
 

@@ -158,6 +158,21 @@ export interface Run {
   stderr: string;
 }
 
+/**
+ * `podman run` of container `c` of `pod` on `view`: to completion, then removed (an init container), or,
+ * given a name, detached under that name (the pod's long-running container).
+ */
+export function podmanRun(
+  view: NodeView,
+  pod: IPodSpec,
+  c: IContainer,
+  image: string,
+  detachedAs?: string,
+): Promise<Run> {
+  const how = detachedAs === undefined ? ['--rm'] : ['--detach', '--name', detachedAs];
+  return podman(['run', ...how, ...podmanRunArgs(view, pod, c, image)]);
+}
+
 /** Runs podman with `args`; resolves with its exit code and output whatever the code. */
 export function podman(args: string[], timeoutMs = 120_000): Promise<Run> {
   return new Promise((resolve) =>

@@ -15,7 +15,7 @@ import {
   httpProbe,
   nodePathOf,
   podman,
-  podmanRunArgs,
+  podmanRun,
   readManifest,
   type NodeView,
 } from './daemonset-podman';
@@ -145,19 +145,9 @@ describeIf(`The manifest unchanged, as a cluster runs it (podman, stand-in API o
 
   it('runs the daemon on a node with IPv6 forwarding off, where it sees /proc/sys read-only', async () => {
     expect(sysctl(fx.node, 'net/ipv6/conf/all/forwarding')).to.equal('0');
-    const init = await podman([
-      'run',
-      '--rm',
-      ...podmanRunArgs(view, manifest.pod, container(manifest.pod, 'install-cni'), built.image),
-    ]);
+    const init = await podmanRun(view, manifest.pod, container(manifest.pod, 'install-cni'), built.image);
     expect(init.code, init.stderr).to.equal(0);
-    const run = await podman([
-      'run',
-      '--detach',
-      '--name',
-      daemonName,
-      ...podmanRunArgs(view, manifest.pod, daemon, built.image),
-    ]);
+    const run = await podmanRun(view, manifest.pod, daemon, built.image, daemonName);
     expect(run.code, run.stderr).to.equal(0);
     // What the daemon's own process would get writing a sysctl: the file system says no.
     const write = await podman([

@@ -13,7 +13,7 @@ import {
   httpProbe,
   nodePathOf,
   podman,
-  podmanRunArgs,
+  podmanRun,
   readManifest,
   ROOT,
   type NodeView,
@@ -80,13 +80,7 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
   async function startDaemon(without: string[] = []): Promise<void> {
     const daemon = container(manifest.pod, 'workloadnet');
     const c = { ...daemon, volumeMounts: daemon.volumeMounts?.filter((m) => !without.includes(m.mountPath)) };
-    const run = await podman([
-      'run',
-      '--detach',
-      '--name',
-      daemonName,
-      ...podmanRunArgs(view, manifest.pod, c, built.image),
-    ]);
+    const run = await podmanRun(view, manifest.pod, c, built.image, daemonName);
     expect(run.code, run.stderr).to.equal(0);
   }
   async function stopDaemon(): Promise<void> {
@@ -110,11 +104,7 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
 
   /** `node ARGS` run in a container of the image (no mounts of the manifest's containers). */
   const imageNode = (args: string[]) =>
-    podman([
-      'run',
-      '--rm',
-      ...podmanRunArgs(view, manifest.pod, { name: 'node', command: ['node'], args }, built.image),
-    ]);
+    podmanRun(view, manifest.pod, { name: 'node', command: ['node'], args }, built.image);
 
   const cniCall = { conf: '', env: {} as Record<string, string>, bin: '', ip: '', pod: '' };
 
@@ -183,7 +173,7 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
 
   it('installs the forwarder and the conflist into the node CNI directories (the init container)', async () => {
     const init = container(manifest.pod, 'install-cni');
-    const run = await podman(['run', '--rm', ...podmanRunArgs(view, manifest.pod, init, built.image)]);
+    const run = await podmanRun(view, manifest.pod, init, built.image);
     expect(run.code, run.stderr).to.equal(0);
     const bin = path.join(view.root, 'opt', 'cni', 'bin', 'workloadnet');
     const conflist = path.join(view.root, 'etc', 'cni', 'net.d', '05-workloadnet.conflist');
@@ -196,7 +186,7 @@ describeIf(`OCI image run as the DaemonSet runs it (podman, test-owned node name
     };
     expect(list.plugins[0]).to.include({ type: 'workloadnet', socket: '/run/workloadnet/cni.sock' });
     // Installing again (a restarted pod) is allowed: the files are workloadnet's own.
-    const again = await podman(['run', '--rm', ...podmanRunArgs(view, manifest.pod, init, built.image)]);
+    const again = await podmanRun(view, manifest.pod, init, built.image);
     expect(again.code, again.stderr).to.equal(0);
   });
 

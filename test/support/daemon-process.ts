@@ -20,6 +20,8 @@ export interface DaemonProcessOptions {
   flags?: Record<string, string>;
   /** Arguments after the flags, as given. */
   args?: string[];
+  /** A config file's contents: start and launch write it to `dir`/config.json, given as --config. */
+  config?: object;
   /**
    * A command the daemon is started through, inside `netns`, that execs its arguments in place (so that
    * the child pid stays the daemon's): e.g. `unshare -m …` to give it another view of the file system.
@@ -36,6 +38,7 @@ function daemonFlags(
     'cni-socket': path.join(opts.dir, 'cni.sock'),
     'state-dir': path.join(opts.dir, 'state'),
     'log-level': 'debug',
+    ...(opts.config ? { config: path.join(opts.dir, 'config.json') } : {}),
     ...opts.flags,
   };
 }
@@ -83,6 +86,7 @@ export class DaemonProcess {
   /** Starts the daemon without waiting for it: the test may kill it while it starts up. */
   static launch(opts: DaemonProcessOptions): DaemonProcess {
     fs.mkdirSync(opts.dir, { recursive: true });
+    if (opts.config) fs.writeFileSync(path.join(opts.dir, 'config.json'), JSON.stringify(opts.config));
     const { file, args } = daemonCommand(opts);
     const log = fs.openSync(path.join(opts.dir, 'daemon.log'), 'a');
     const child = spawn(file, args, { stdio: ['ignore', log, log] });

@@ -1,28 +1,14 @@
-import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { execFile } from 'node:child_process';
+import { NetnsServers } from './netns-servers';
 
 // TCP in test-owned namespaces, to see who reaches whom and as what: a listener answers each connection
 // with its own name and the source address it saw, and a client prints that answer.
 
-export class TcpListeners {
-  private readonly running: ChildProcess[] = [];
-
+export class TcpListeners extends NetnsServers {
   /** Listens on `port` (every IPv4 address) in namespace `netns`, once it is up. */
-  async listen(netns: string, port: number, name: string): Promise<void> {
+  listen(netns: string, port: number, name: string): Promise<void> {
     const code = `require('net').createServer((s) => { s.on('error', () => undefined); s.end(${JSON.stringify(name)} + ' saw ' + s.remoteAddress); }).listen(${port}, '0.0.0.0', () => console.log('up'))`;
-    const child = spawn('ip', ['netns', 'exec', netns, process.execPath, '-e', code], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    this.running.push(child);
-    let err = '';
-    child.stderr?.on('data', (c: Buffer) => (err += c.toString()));
-    await new Promise<void>((resolve, reject) => {
-      child.stdout?.once('data', () => resolve());
-      child.once('exit', (c) => reject(new Error(`listener ${name} exited with ${c}: ${err}`)));
-    });
-  }
-
-  stopAll(): void {
-    for (const c of this.running.splice(0)) c.kill('SIGKILL');
+    return this.run(netns, code, `listener ${name}`);
   }
 }
 

@@ -30,6 +30,17 @@ export function delNetns(name: string): void {
   }
 }
 
+/** A link as `ip -j link show` prints it: the fields the tests read. */
+export interface IpLink {
+  ifindex: number;
+  ifname: string;
+  mtu: number;
+  group: string;
+  address: string;
+  flags: string[];
+  ifalias?: string;
+}
+
 /** Runs ip(8) inside a namespace and returns its JSON output. */
 export function ipJson<T = unknown>(netns: string, args: string[]): T {
   return JSON.parse(execFileSync('ip', ['-n', netns, '-j', ...args], { encoding: 'utf8' }) || '[]') as T;

@@ -1,4 +1,5 @@
 import { LinuxFabric, type LinuxFabricOptions } from '../../backends/linux/fabric/linux-fabric';
+import type { LocalNode } from '../../core/fabric-dataplane';
 import { netnsPath } from './netns';
 
 // The Linux fabrics a test opens on the node namespaces of its topology: the last one opened on a node
@@ -7,6 +8,8 @@ import { netnsPath } from './netns';
 export class NodeFabrics {
   private readonly byNode = new Map<string, LinuxFabric>();
   private readonly opened: LinuxFabric[] = [];
+  /** What each node's fabric prepared, by node name: what a topology's peersOf builds the peers from. */
+  readonly locals = new Map<string, LocalNode>();
 
   /** A new fabric on the node's namespace (no link monitor unless `over` asks for one). */
   open(node: { name: string; ns: string }, over: Partial<LinuxFabricOptions> = {}): LinuxFabric {

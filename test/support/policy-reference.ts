@@ -36,7 +36,8 @@ function selects(sel: LabelSelector, labels: Labels): boolean {
   );
 }
 
-function inCidr(ip: string, cidr: string): boolean {
+/** Whether an address lies in a CIDR (false across families). */
+export function inCidr(ip: string, cidr: string): boolean {
   const [net, len] = cidr.split('/') as [string, string];
   const a = parseAddress(ip);
   const n = parseAddress(net);
@@ -109,26 +110,20 @@ function directionAllows(
   );
 }
 
-/** The destination's ingress policies allow it. */
-export function ingressAllowed(
+/**
+ * One end's policies allow it: for Ingress the destination's (the source is the peer), for Egress the
+ * source's (the destination is the peer).
+ */
+export function directionAllowed(
   state: PolicyState,
+  type: 'Ingress' | 'Egress',
   from: Endpoint,
   to: Endpoint,
   protocol: PolicyProtocol,
   port: number,
 ): boolean {
-  return directionAllows(state, to, from, to, 'Ingress', protocol, port);
-}
-
-/** The source's egress policies allow it. */
-export function egressAllowed(
-  state: PolicyState,
-  from: Endpoint,
-  to: Endpoint,
-  protocol: PolicyProtocol,
-  port: number,
-): boolean {
-  return directionAllows(state, from, to, to, 'Egress', protocol, port);
+  const [subject, other] = type === 'Ingress' ? [to, from] : [from, to];
+  return directionAllows(state, subject, other, to, type, protocol, port);
 }
 
 /** Both ends allow it. */
@@ -139,5 +134,8 @@ export function referenceAllows(
   protocol: PolicyProtocol,
   port: number,
 ): boolean {
-  return egressAllowed(state, from, to, protocol, port) && ingressAllowed(state, from, to, protocol, port);
+  return (
+    directionAllowed(state, 'Egress', from, to, protocol, port) &&
+    directionAllowed(state, 'Ingress', from, to, protocol, port)
+  );
 }

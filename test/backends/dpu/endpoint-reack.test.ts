@@ -8,7 +8,7 @@ import { PortOperState } from '../../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { AttachResponse } from '../../../proto/gen/workloadnet/v1/workload';
 import { attachRequest, detachRequest } from '../../support/attach-request';
 import { DaemonProcess } from '../../support/daemon-process';
-import { NetnsSet, addNodeUplink, ipJson } from '../../support/netns';
+import { NetnsSet, addNodeUplink, ipJson, type IpLink } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import { pings } from '../../support/ping';
 import { okAck } from '../../support/dpu-fixtures';
@@ -25,11 +25,6 @@ import { waitUntil } from '../../support/sim-process';
 const DEFAULT_CIDR = '10.254.30.0/24';
 const FAST_CIDR = '10.254.40.0/24';
 const AGENT_ID = 'dpu-rogue-reack';
-
-interface IpLink {
-  ifname: string;
-  flags: string[];
-}
 
 describeRoot(
   "DPU backend: an agent re-acking a plumbed port cannot take the workload's other interface (root)",
@@ -134,18 +129,14 @@ describeRoot(
       dir = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-reack-'));
       node = namespaces.add().name;
       addNodeUplink(node, '10.250.0.1');
-      const configFile = path.join(dir, 'config.json');
-      fs.writeFileSync(
-        configFile,
-        JSON.stringify({
-          dpu: { agentSocket: path.join(dir, 'agent.sock') },
-          networks: [
-            { name: 'default', backend: 'linux', podCidrs: [DEFAULT_CIDR] },
-            { name: 'fast', backend: 'dpu', podCidrs: [FAST_CIDR] },
-          ],
-        }),
-      );
-      daemon = await DaemonProcess.start({ dir, netns: node, flags: { config: configFile } });
+      const config = {
+        dpu: { agentSocket: path.join(dir, 'agent.sock') },
+        networks: [
+          { name: 'default', backend: 'linux', podCidrs: [DEFAULT_CIDR] },
+          { name: 'fast', backend: 'dpu', podCidrs: [FAST_CIDR] },
+        ],
+      };
+      daemon = await DaemonProcess.start({ dir, netns: node, config });
       await connect('boot-1');
       peer = namespaces.add();
       peerAddress = v4(await attach('reack-peer', peer.path, 'eth0'));

@@ -7,7 +7,7 @@ import { LinkState, type AgentMessage, type Port } from '../../../proto/gen/work
 import type { DataplaneResult } from '../../../core/backend';
 import { NetnsHandle } from '../../../lib/netns/netns-handle';
 import { attachTo, type TestSpec } from '../../support/attach-spec';
-import { NetnsSet, addNodeUplink, ipJson } from '../../support/netns';
+import { NetnsSet, addNodeUplink, ipJson, type IpLink } from '../../support/netns';
 import { describeRoot } from '../../support/describe-root';
 import {
   expectCode,
@@ -51,12 +51,6 @@ async function refusedOnceDeleted(
   expect(early, 'the Attach waits for the agent to confirm the deletion').to.equal('pending');
   a.send(okAck(port.name, del.delete!.generation));
   return expectCode(result, 'FAILED_PRECONDITION');
-}
-
-interface IpLink {
-  ifname: string;
-  flags: string[];
-  address?: string;
 }
 
 interface NodeSpaces {

@@ -1,5 +1,4 @@
 import { expect } from 'chai';
-import type { LocalNode } from '../../../core/fabric-dataplane';
 import type { Peer } from '../../../core/peer-source';
 import { NodeFabrics } from '../../support/node-fabrics';
 import { directSources } from '../../../backends/linux/fabric/direct-sources';
@@ -34,7 +33,6 @@ const FORGED = 20;
 describeRoot("Linux fabric: hybrid's direct path admits pod sources only from their owner", function () {
   this.timeout(90_000);
   const topo = new FabricTopology();
-  const locals = new Map<string, LocalNode>();
   const fabrics = new NodeFabrics();
   let n1: TopologyNode;
   let n2: TopologyNode;
@@ -69,9 +67,9 @@ describeRoot("Linux fabric: hybrid's direct path admits pod sources only from th
     for (const n of [n1, n2]) {
       const f = fabrics.open(n);
       // No filter of the fabric's own: the test programs it (below) after showing the hole.
-      locals.set(n.name, await f.prepare(settings('hybrid', { sourceFilter: false })));
+      fabrics.locals.set(n.name, await f.prepare(settings('hybrid', { sourceFilter: false })));
     }
-    for (const n of [n1, n2]) await fabrics.of(n).apply(topo.peersOf(n.name, locals));
+    for (const n of [n1, n2]) await fabrics.of(n).apply(topo.peersOf(n.name, fabrics.locals));
     ns = await NetnsHandle.open(netnsPath(n1.ns));
     sock = NetlinkSocket.openIn(ns);
   });
@@ -89,7 +87,7 @@ describeRoot("Linux fabric: hybrid's direct path admits pod sources only from th
 
     // n1 has not sent n2 anything yet: the guard asks the kernel for n2's MAC.
     await ip('-n', n1.ns, 'neigh', 'flush', 'dev', 'eth0');
-    const peers: Peer[] = topo.peersOf('n1', locals);
+    const peers: Peer[] = topo.peersOf('n1', fabrics.locals);
     const underlay = await discoverUnderlay(sock, '');
     const direct = await directSources(sock, underlay, peers, [CLUSTER]);
     const [n2Link] = await ipJson<{ address: string }>(n2.ns, 'link', 'show', 'eth0');

@@ -1,7 +1,6 @@
 import { expect } from 'chai';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import type { LocalNode } from '../../../core/fabric-dataplane';
 import type { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { NodeFabrics } from '../../support/node-fabrics';
 import { ip, ipJson, ipLine } from '../../support/netns-fixture';
@@ -31,7 +30,6 @@ interface LinkView {
 describeRoot('Linux fabric: only what carries our mark is ours', function () {
   this.timeout(90_000);
   const topo = new FabricTopology();
-  const locals = new Map<string, LocalNode>();
   const fabrics = new NodeFabrics();
   let na: TopologyNode;
 
@@ -44,7 +42,7 @@ describeRoot('Linux fabric: only what carries our mark is ours', function () {
     requireProgram('nft');
     await topo.build([nodeSpec('na', 1, 1), nodeSpec('nc', 2, 3)]);
     na = topo.node('na');
-    locals.set('nc', { underlay: [topo.node('nc').address], uplink: 'eth0', mtu: 1500, subnets: [] });
+    fabrics.locals.set('nc', { underlay: [topo.node('nc').address], uplink: 'eth0', mtu: 1500, subnets: [] });
   });
 
   afterEach(stopAll);
@@ -68,7 +66,7 @@ describeRoot('Linux fabric: only what carries our mark is ours', function () {
       // Routed runs no device, but cleans one of ours of our entries: never this one.
       const routed = open();
       await routed.prepare(settings('routed'));
-      const report = await routed.apply(topo.peersOf('na', locals));
+      const report = await routed.apply(topo.peersOf('na', fabrics.locals));
       expect(report.ready, report.reasons.join('; ')).to.equal(true);
       const now = await device();
       expect(now?.ifindex, 'the same device').to.equal(was?.ifindex);
@@ -87,8 +85,8 @@ describeRoot('Linux fabric: only what carries our mark is ours', function () {
 
   it("keeps an operator's chain in our table across a switch to routed, and removes only ours", async () => {
     const vxlan = open();
-    locals.set('na', await vxlan.prepare(settings('vxlan')));
-    await vxlan.apply(topo.peersOf('na', locals));
+    fabrics.locals.set('na', await vxlan.prepare(settings('vxlan')));
+    await vxlan.apply(topo.peersOf('na', fabrics.locals));
     await nft(
       na.ns,
       'add chain inet workloadnet operator { type filter hook input priority 0; policy accept; }; ' +
@@ -97,7 +95,7 @@ describeRoot('Linux fabric: only what carries our mark is ours', function () {
     await stopAll();
     const routed = open();
     await routed.prepare(settings('routed'));
-    await routed.apply(topo.peersOf('na', locals));
+    await routed.apply(topo.peersOf('na', fabrics.locals));
     const table = await nft(na.ns, 'list', 'table', 'inet', 'workloadnet');
     expect(table).to.match(/chain operator \{[^}]*tcp dport 22 counter packets \d+ bytes \d+ accept/);
     expect(table, 'our chains, sets and counters are gone').to.not.match(/vxlan_|direct_/);
@@ -105,7 +103,7 @@ describeRoot('Linux fabric: only what carries our mark is ours', function () {
     // Back to vxlan: ours are made again beside it.
     const again = open();
     await again.prepare(settings('vxlan'));
-    await again.apply(topo.peersOf('na', locals));
+    await again.apply(topo.peersOf('na', fabrics.locals));
     const after = await nft(na.ns, 'list', 'table', 'inet', 'workloadnet');
     expect(after).to.match(/chain operator \{/);
     expect(after).to.match(/chain vxlan_input \{/);
@@ -128,8 +126,8 @@ describeRoot('Linux fabric: only what carries our mark is ours', function () {
     const was = await nft(na.ns, 'list', 'table', 'inet', 'workloadnet');
     try {
       const vxlan = open();
-      locals.set('na', await vxlan.prepare(settings('vxlan')));
-      const report = await vxlan.apply(topo.peersOf('na', locals));
+      fabrics.locals.set('na', await vxlan.prepare(settings('vxlan')));
+      const report = await vxlan.apply(topo.peersOf('na', fabrics.locals));
       expect(report.warnings?.join('\n')).to.match(
         /VXLAN source filter: table inet workloadnet exists and is not ours \(its comment is not "workloadnet fabric"\); rename or delete it/,
       );

@@ -1,5 +1,5 @@
 import { expect } from 'chai';
-import type { LocalNode, PeerProbe } from '../../../core/fabric-dataplane';
+import type { PeerProbe } from '../../../core/fabric-dataplane';
 import { ip } from '../../support/netns-fixture';
 import { FabricTopology, settings } from '../../support/fabric-topology';
 import { nodeSpec } from '../../support/node-spec';
@@ -15,7 +15,6 @@ describeRoot('Linux fabric: data-path probes (real kernel)', function () {
   this.timeout(120_000);
   const topo = new FabricTopology();
   const fabrics = new NodeFabrics();
-  const locals = new Map<string, LocalNode>();
   const changes: string[] = [];
 
   before(async () => {
@@ -24,11 +23,11 @@ describeRoot('Linux fabric: data-path probes (real kernel)', function () {
       const f = fabrics.open(n);
       // Only na probes (1 s); the others only answer.
       const s = settings('hybrid', n.name === 'na' ? { probeIntervalSeconds: 1 } : {});
-      locals.set(n.name, await f.prepare(s));
+      fabrics.locals.set(n.name, await f.prepare(s));
     }
     fabrics.of('na').onProbeChange((node) => changes.push(node));
     for (const n of topo.nodes)
-      await fabrics.of(n).apply(topo.peersOf(n.name, locals), {
+      await fabrics.of(n).apply(topo.peersOf(n.name, fabrics.locals), {
         ranges: n.prefixes,
         byEndpoint: new Map(),
         keyRanges: n.prefixes,

@@ -3,7 +3,7 @@ import { execFile } from 'node:child_process';
 import { Writable } from 'node:stream';
 import { promisify } from 'node:util';
 import { createLogger } from '../../../core/logger';
-import type { LocalNode, OwnPrefixes } from '../../../core/fabric-dataplane';
+import type { OwnPrefixes } from '../../../core/fabric-dataplane';
 import { ip, ipJson } from '../../support/netns-fixture';
 import { FabricTopology, settings, type TopologyNode } from '../../support/fabric-topology';
 import { nodeSpec } from '../../support/node-spec';
@@ -48,7 +48,6 @@ describeRoot('Linux fabric: node → remote pod under strict rp_filter (real ker
   this.timeout(120_000);
   const topo = new FabricTopology();
   const fabrics = new NodeFabrics();
-  const locals = new Map<string, LocalNode>();
 
   before(async () => {
     await topo.build([
@@ -58,11 +57,11 @@ describeRoot('Linux fabric: node → remote pod under strict rp_filter (real ker
     ]);
     for (const n of topo.nodes) {
       const f = fabrics.open(n);
-      locals.set(n.name, await f.prepare(settings('vxlan')));
+      fabrics.locals.set(n.name, await f.prepare(settings('vxlan')));
       await strictRpFilter(n.ns);
     }
     for (const n of topo.nodes) {
-      const r = await fabrics.of(n).apply(topo.peersOf(n.name, locals), own(n));
+      const r = await fabrics.of(n).apply(topo.peersOf(n.name, fabrics.locals), own(n));
       expect(r.ready, r.reasons.join('; ')).to.equal(true);
     }
   });
@@ -119,7 +118,7 @@ describeRoot('Linux fabric: node → remote pod under strict rp_filter (real ker
       await pings(na.ns, topo.node('nb').podIp, { count: 2, waitSeconds: 1, intervalSeconds: 0.2 }),
     ).to.equal(false);
     const before = fabrics.of(na).report().repairs;
-    await fabrics.of(na).apply(topo.peersOf(na.name, locals), own(na));
+    await fabrics.of(na).apply(topo.peersOf(na.name, fabrics.locals), own(na));
     // The kernel flushed the device's IPv4 routes and neighbours with its last IPv4 address: they are
     // put back in the same pass, and counted with the key.
     expect(fabrics.of(na).report().repairs).to.be.greaterThan(before);
@@ -134,7 +133,7 @@ describeRoot('Linux fabric: node → remote pod under strict rp_filter (real ker
     await fabrics.of(nb).stop();
     const f = fabrics.open(nb, { monitor: true });
     await f.prepare(settings('vxlan'));
-    await f.apply(topo.peersOf(nb.name, locals), own(nb));
+    await f.apply(topo.peersOf(nb.name, fabrics.locals), own(nb));
     await ip('-n', nb.ns, 'addr', 'del', '10.244.2.0/32', 'dev', 'wn-vxlan');
     await waitUntil(
       async () => (await deviceAddresses(nb.ns)).includes('10.244.2.0/32'),
@@ -157,19 +156,19 @@ describeRoot('Linux fabric: node → remote pod under strict rp_filter (real ker
     });
     const f = fabrics.open(na, { logger: createLogger('info', sink) });
     await f.prepare(settings('vxlan'));
-    const r = await f.apply(topo.peersOf(na.name, locals), own(na));
+    const r = await f.apply(topo.peersOf(na.name, fabrics.locals), own(na));
     expect(r.repairs).to.equal(0);
     expect(lines.join('')).not.to.include('fabric gateway addresses changed');
     expect(await deviceAddresses(na.ns)).to.deep.equal(['10.244.1.0/32', 'fd10:0:1::/128']);
     // The IPv6 range goes: its key goes with it; the kernel's link-local address is not ours.
-    await f.apply(topo.peersOf(na.name, locals), own(na, ['10.244.1.0/24']));
+    await f.apply(topo.peersOf(na.name, fabrics.locals), own(na, ['10.244.1.0/24']));
     expect(await deviceAddresses(na.ns)).to.deep.equal(['10.244.1.0/32']);
     const linkLocal = await ip('-n', na.ns, '-6', 'addr', 'show', 'dev', 'wn-vxlan', 'scope', 'link');
     expect(linkLocal).to.match(/fe80::/);
     // A lower range arrives: the key moves to it (the peers' key moves the same way).
-    await f.apply(topo.peersOf(na.name, locals), own(na, ['10.244.1.0/24', '10.244.0.0/24']));
+    await f.apply(topo.peersOf(na.name, fabrics.locals), own(na, ['10.244.1.0/24', '10.244.0.0/24']));
     expect(await deviceAddresses(na.ns)).to.deep.equal(['10.244.0.0/32']);
-    await f.apply(topo.peersOf(na.name, locals), own(na));
+    await f.apply(topo.peersOf(na.name, fabrics.locals), own(na));
     expect(await deviceAddresses(na.ns)).to.deep.equal(['10.244.1.0/32', 'fd10:0:1::/128']);
   });
 });

@@ -1,5 +1,4 @@
 import { expect } from 'chai';
-import type { LocalNode } from '../../../core/fabric-dataplane';
 import type { Peer } from '../../../core/peer-source';
 import type { LinuxFabric } from '../../../backends/linux/fabric/linux-fabric';
 import { NodeFabrics } from '../../support/node-fabrics';
@@ -25,7 +24,6 @@ const FORGED = 20;
 describeRoot('Linux fabric: the VXLAN source filter against a forged outer source', function () {
   this.timeout(90_000);
   const topo = new FabricTopology();
-  const locals = new Map<string, LocalNode>();
   const fabrics = new NodeFabrics();
   let na: TopologyNode;
   let nc: TopologyNode;
@@ -41,7 +39,7 @@ describeRoot('Linux fabric: the VXLAN source filter against a forged outer sourc
     bootId: '',
     prefixes: ['10.244.2.0/24'],
   };
-  const peersOfA = (): Peer[] => [...topo.peersOf('na', locals), nb];
+  const peersOfA = (): Peer[] => [...topo.peersOf('na', fabrics.locals), nb];
 
   /** Sends FORGED echo requests as nb's pod under nc's outer address; how many reached the pod. */
   const spoof = (): Promise<number> =>
@@ -74,9 +72,9 @@ describeRoot('Linux fabric: the VXLAN source filter against a forged outer sourc
 
     const fa = open(na);
     const fc = open(nc);
-    locals.set('na', await fa.prepare(settings('vxlan')));
-    locals.set('nc', await fc.prepare(settings('vxlan')));
-    await fc.apply(topo.peersOf('nc', locals));
+    fabrics.locals.set('na', await fa.prepare(settings('vxlan')));
+    fabrics.locals.set('nc', await fc.prepare(settings('vxlan')));
+    await fc.apply(topo.peersOf('nc', fabrics.locals));
   });
 
   after(async () => {

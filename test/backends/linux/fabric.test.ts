@@ -1,6 +1,6 @@
 import { expect } from 'chai';
 import { spawn } from 'node:child_process';
-import type { FabricReport, FabricSettings, LocalNode } from '../../../core/fabric-dataplane';
+import type { FabricReport, FabricSettings } from '../../../core/fabric-dataplane';
 import { ip, ipJson } from '../../support/netns-fixture';
 import {
   CLUSTER,
@@ -27,7 +27,6 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
   const fabrics = new NodeFabrics();
   const reports = new Map<string, FabricReport>();
   /** What each node's dataplane found at its last prepare(): what it would publish. */
-  let locals = new Map<string, LocalNode>();
 
   before(async () => {
     await topo.build([nodeSpec('na', 1, 1), nodeSpec('nb', 1, 2), nodeSpec('nc', 2, 3)]);
@@ -41,16 +40,17 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
   /** Every node gets a fresh fabric object in `mode`, prepared, then given the others as peers. */
   async function bringUp(mode: FabricSettings['mode'], opts: { monitor?: boolean } = {}): Promise<void> {
     await fabrics.stopAll();
-    locals = new Map();
+    fabrics.locals.clear();
     for (const n of topo.nodes) {
       const f = fabrics.open(n, { monitor: opts.monitor ?? false });
-      locals.set(n.name, await f.prepare(settings(mode)));
+      fabrics.locals.set(n.name, await f.prepare(settings(mode)));
     }
-    for (const n of topo.nodes) reports.set(n.name, await fabrics.of(n).apply(topo.peersOf(n.name, locals)));
+    for (const n of topo.nodes)
+      reports.set(n.name, await fabrics.of(n).apply(topo.peersOf(n.name, fabrics.locals)));
     // Applying the same table again finds the kernel as it should be: nothing is put back.
     for (const n of topo.nodes)
       expect(
-        (await fabrics.of(n).apply(topo.peersOf(n.name, locals))).repairs,
+        (await fabrics.of(n).apply(topo.peersOf(n.name, fabrics.locals))).repairs,
         `${mode} on ${n.name}`,
       ).to.equal(0);
   }
@@ -196,8 +196,8 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
       await waitUntil(() => /bytes from/.test(out), 'the first echo reply');
       await fabrics.of(na).stop();
       const restarted = fabrics.open(na);
-      locals.set('na', await restarted.prepare(settings('hybrid')));
-      const report = await restarted.apply(topo.peersOf('na', locals));
+      fabrics.locals.set('na', await restarted.prepare(settings('hybrid')));
+      const report = await restarted.apply(topo.peersOf('na', fabrics.locals));
       expect(out, 'the restart happened while the ping ran').to.not.match(/packets transmitted/);
       expect(await ping).to.match(/\n300 packets transmitted, 300 received, 0% packet loss/);
       const [after] = await ipJson<{ ifindex: number }>(na.ns, 'link', 'show', 'wn-vxlan');
@@ -268,7 +268,7 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
         'metric',
         '5',
       );
-      const report = await fabrics.of(na).apply(topo.peersOf('na', locals));
+      const report = await fabrics.of(na).apply(topo.peersOf('na', fabrics.locals));
       expect(report.ready).to.equal(true);
       const state = await kernelState(na.ns);
       expect(state.routes).to.deep.equal([
@@ -367,7 +367,7 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
       );
       try {
         const peers = [
-          ...topo.peersOf('na', locals),
+          ...topo.peersOf('na', fabrics.locals),
           { node: 'ne', underlay: ['10.100.1.7'], mtu: 1500, bootId: '', prefixes: ['10.244.7.0/24'] },
         ];
         const report = await fabrics.of(na).apply(peers);
@@ -380,7 +380,7 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
         );
       } finally {
         await ip('-n', na.ns, 'route', 'del', '10.244.7.0/24', 'proto', 'static');
-        await fabrics.of(na).apply(topo.peersOf('na', locals));
+        await fabrics.of(na).apply(topo.peersOf('na', fabrics.locals));
       }
     });
 
@@ -389,7 +389,7 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
       await fabrics.of(na).stop();
       const periodic = fabrics.open(na, { convergeIntervalMs: 300 });
       await periodic.prepare(settings('hybrid'));
-      await periodic.apply(topo.peersOf('na', locals));
+      await periodic.apply(topo.peersOf('na', fabrics.locals));
       await ip('-n', na.ns, 'route', 'del', '10.244.3.0/24', 'proto', '119');
       await waitUntil(
         async () => /10\.244\.3\.0\/24/.test(await ip('-n', na.ns, 'route', 'show', 'proto', '119')),
@@ -400,7 +400,9 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
 
     it('a peer that leaves is removed from the kernel, the others untouched', async () => {
       const na = topo.node('na');
-      const report = await fabrics.of(na).apply(topo.peersOf('na', locals).filter((p) => p.node !== 'nc'));
+      const report = await fabrics
+        .of(na)
+        .apply(topo.peersOf('na', fabrics.locals).filter((p) => p.node !== 'nc'));
       expect(report.objects).to.deep.equal({ routes: 2, neighbours: 0, fdb: 0 });
       expect((await kernelState(na.ns)).routes).to.deep.equal([
         '10.244.2.0/24 via 10.100.1.2 dev eth0 metric 1024 mtu 1450',
@@ -409,7 +411,7 @@ describeRoot('Linux fabric (routed, VXLAN, hybrid; real kernel)', function () {
       await everyPodReaches([['na', 'nb']]);
       const r = await pingOutput(na.pod, topo.node('nc').podIp, 10);
       expect(r.out, r.out).to.match(/Destination (Host|Net) Unreachable/);
-      await fabrics.of(na).apply(topo.peersOf('na', locals));
+      await fabrics.of(na).apply(topo.peersOf('na', fabrics.locals));
       await everyPodReaches([['na', 'nc']]);
     });
   });

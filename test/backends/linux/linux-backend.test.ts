@@ -7,7 +7,7 @@ import { promisify } from 'node:util';
 import type { AttachmentView, BackendHealth, DataplaneResult, IpAssignment } from '../../../core/backend';
 import { hostLinkName } from '../../../backends/linux/host-link-name';
 import { ip, ipJson, netnsExec, netnsInode } from '../../support/netns-fixture';
-import { netnsPath } from '../../support/netns';
+import { netnsPath, type IpLink } from '../../support/netns';
 import { linuxBackendNode } from '../../support/linux-backend-node';
 import { attachTo, testSpec, type TestSpec } from '../../support/attach-spec';
 import { rejection } from '../../support/expect-error';
@@ -20,15 +20,6 @@ import { pings } from '../../support/ping';
 const GROUP = 0x776e;
 const DETACH_GROUP = 0x776f;
 
-interface IpLink {
-  ifindex: number;
-  ifname: string;
-  mtu: number;
-  group: string;
-  address: string;
-  flags: string[];
-  ifalias?: string;
-}
 interface IpAddr {
   ifname: string;
   addr_info: Array<{ family: string; local: string; prefixlen: number }>;

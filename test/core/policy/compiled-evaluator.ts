@@ -5,16 +5,7 @@
 
 import type { CompiledPolicy, CompiledRule, PodPolicy } from '../../../core/policy-dataplane';
 import type { PolicyProtocol } from '../../../core/policy-source';
-import { parseAddress } from '../../../lib/cidr';
-
-function inPrefix(ip: string, cidr: string): boolean {
-  const [net, len] = cidr.split('/') as [string, string];
-  const a = parseAddress(ip);
-  const n = parseAddress(net);
-  if (a.family !== n.family) return false;
-  const shift = BigInt((a.family === 4 ? 32 : 128) - Number(len));
-  return a.value >> shift === n.value >> shift;
-}
+import { inCidr } from '../../support/policy-reference';
 
 function ruleMatches(
   program: CompiledPolicy,
@@ -25,7 +16,7 @@ function ruleMatches(
 ): boolean {
   const inSets =
     rule.sets === undefined ||
-    rule.sets.some((s) => (program.sets.get(s) ?? []).some((c) => inPrefix(peerIp, c)));
+    rule.sets.some((s) => (program.sets.get(s) ?? []).some((c) => inCidr(peerIp, c)));
   const onPort =
     rule.ports === undefined ||
     rule.ports.some(
@@ -42,37 +33,25 @@ export function podHolding(program: CompiledPolicy, ip: string): PodPolicy | und
   return undefined;
 }
 
-export function compiledEgress(
+/** One end's program allows it: for Ingress the destination's, for Egress the source's. */
+export function compiledDirection(
   program: CompiledPolicy,
+  type: 'Ingress' | 'Egress',
   fromIp: string,
   toIp: string,
   protocol: PolicyProtocol,
   port: number,
 ): boolean {
-  const egress = podHolding(program, fromIp)?.egress;
-  return !egress || egress.rules.some((r) => ruleMatches(program, r, toIp, protocol, port));
+  const [holderIp, peerIp] = type === 'Ingress' ? [toIp, fromIp] : [fromIp, toIp];
+  const pod = podHolding(program, holderIp);
+  const side = type === 'Ingress' ? pod?.ingress : pod?.egress;
+  return !side || side.rules.some((r) => ruleMatches(program, r, peerIp, protocol, port));
 }
 
-export function compiledIngress(
-  program: CompiledPolicy,
-  fromIp: string,
-  toIp: string,
-  protocol: PolicyProtocol,
-  port: number,
-): boolean {
-  const ingress = podHolding(program, toIp)?.ingress;
-  return !ingress || ingress.rules.some((r) => ruleMatches(program, r, fromIp, protocol, port));
-}
+/** A packet as the program sees it: its addresses, protocol and destination port. */
+type IpFlow = [fromIp: string, toIp: string, protocol: PolicyProtocol, port: number];
 
-export function compiledAllows(
-  program: CompiledPolicy,
-  fromIp: string,
-  toIp: string,
-  protocol: PolicyProtocol,
-  port: number,
-): boolean {
-  return (
-    compiledEgress(program, fromIp, toIp, protocol, port) &&
-    compiledIngress(program, fromIp, toIp, protocol, port)
-  );
+/** Both ends' programs allow it. */
+export function compiledAllows(program: CompiledPolicy, ...flow: IpFlow): boolean {
+  return compiledDirection(program, 'Egress', ...flow) && compiledDirection(program, 'Ingress', ...flow);
 }

@@ -13,8 +13,8 @@ import type {
   PolicyState,
 } from '../../../core/policy-source';
 import { SeededRandom } from '../../support/seeded-random';
-import { egressAllowed, ingressAllowed, type Endpoint } from '../../support/policy-reference';
-import { compiledEgress, compiledIngress } from './compiled-evaluator';
+import { directionAllowed, type Endpoint } from '../../support/policy-reference';
+import { compiledDirection } from './compiled-evaluator';
 
 // Random small clusters, compiled and compared with the reference evaluator on every pair, protocol
 // and port that this node enforces; and the incremental book compared with a fresh compile after
@@ -176,18 +176,17 @@ function mismatches(c: RandomCluster, program: CompiledPolicy): string[] {
       for (const protocol of PROTOCOLS) {
         for (const port of PORTS) {
           const what = `${from.pod ?? from.ip} -> ${to.pod ?? to.ip} ${port}/${protocol}`;
-          if (
-            localIps.has(from.ip) &&
-            egressAllowed(c.state, from, to, protocol, port) !==
-              compiledEgress(program, from.ip, to.ip, protocol, port)
-          )
-            out.push(`egress ${what}`);
-          if (
-            localIps.has(to.ip) &&
-            ingressAllowed(c.state, from, to, protocol, port) !==
-              compiledIngress(program, from.ip, to.ip, protocol, port)
-          )
-            out.push(`ingress ${what}`);
+          for (const [type, holder] of [
+            ['Egress', from],
+            ['Ingress', to],
+          ] as const) {
+            if (
+              localIps.has(holder.ip) &&
+              directionAllowed(c.state, type, from, to, protocol, port) !==
+                compiledDirection(program, type, from.ip, to.ip, protocol, port)
+            )
+              out.push(`${type.toLowerCase()} ${what}`);
+          }
         }
       }
     }

@@ -61,3 +61,26 @@ export async function writeConflist(confDir: string, conflist: Record<string, un
   await writeFile(file, JSON.stringify(conflist, null, 2));
   return file;
 }
+
+/** A CNI setup in `work` as a runtime is given one: its bin and conf folders. */
+export interface CniDirs {
+  cniBinDir: string;
+  cniConfDir: string;
+}
+
+/**
+ * The reference bridge network with host-local IPAM, set up in `work`: the plugins in work/bin, the
+ * conflist in work/conf, host-local's leases in work/ipam.
+ */
+export async function installReferenceBridge(
+  work: string,
+  opts: { name: string; bridge: string; subnet: string },
+): Promise<CniDirs> {
+  const dirs = { cniBinDir: path.join(work, 'bin'), cniConfDir: path.join(work, 'conf') };
+  await installReferencePlugins(dirs.cniBinDir);
+  await writeConflist(
+    dirs.cniConfDir,
+    referenceConflist({ ...opts, plugin: 'bridge', dataDir: path.join(work, 'ipam') }),
+  );
+  return dirs;
+}

@@ -116,13 +116,14 @@ describe('kubernetes policy source (real client library, stand-in API server)', 
       if (c.kind === 'pod' && c.key === 'x/web') seen.push(pod('x/web')?.labels.tier);
     });
     const lists = api.count('list');
-    api.putPod({
+    const web = {
       namespace: 'x',
       name: 'web',
       labels: { app: 'web', tier: 'front' },
       ips: ['10.60.1.5'],
       nodeName: 'n1',
-    });
+    };
+    api.putPod(web);
     await waitUntil(() => seen.length > 0, 'the pod change');
     expect(seen, 'the listener saw the new label in state()').to.deep.equal(['front']);
     api.putNamespace('y', { team: 'b' });
@@ -136,13 +137,7 @@ describe('kubernetes policy source (real client library, stand-in API server)', 
     expect(source.state().policies.get('y/deny-egress')?.policyTypes).to.deep.equal(['Egress']);
     // The same object again (a resync of an unchanged pod) changes nothing and says nothing.
     const before = changes.length;
-    api.putPod({
-      namespace: 'x',
-      name: 'web',
-      labels: { app: 'web', tier: 'front' },
-      ips: ['10.60.1.5'],
-      nodeName: 'n1',
-    });
+    api.putPod(web);
     api.putNamespace('y', { team: 'c' });
     await waitUntil(() => source.state().namespaces.get('y')?.labels.team === 'c', 'the later change');
     expect(changes.slice(before)).to.deep.equal([{ kind: 'namespace', name: 'y' }]);

@@ -1,5 +1,6 @@
-import { execFile, execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { execFile, execFileSync } from 'node:child_process';
 import type { NetnsSet, TestNamespace } from '../../../support/netns';
+import { NetnsServers } from '../../../support/netns-servers';
 
 // The policy tests' node: a node namespace routing between three pod namespaces a, b and c, each on
 // its own veth (host side pa, pb, pc), dual-stack: pod x at 10.77.<n>.5 and fd77:<n>::5, the node at .1
@@ -56,24 +57,9 @@ for (const port of [80, 81, 82]) {
 }`;
 
 /** Echo servers in every namespace given, until stopped. */
-export class EchoServers {
-  private readonly running: ChildProcess[] = [];
-
-  async start(ns: TestNamespace): Promise<void> {
-    const child = spawn('ip', ['netns', 'exec', ns.name, process.execPath, '-e', SERVER], {
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    this.running.push(child);
-    let err = '';
-    child.stderr?.on('data', (c: Buffer) => (err += c.toString()));
-    await new Promise<void>((resolve, reject) => {
-      child.stdout?.once('data', () => resolve());
-      child.once('exit', (c) => reject(new Error(`echo servers in ${ns.name} exited with ${c}: ${err}`)));
-    });
-  }
-
-  stopAll(): void {
-    for (const c of this.running.splice(0)) c.kill('SIGKILL');
+export class EchoServers extends NetnsServers {
+  start(ns: TestNamespace): Promise<void> {
+    return this.run(ns.name, SERVER, `echo servers in ${ns.name}`);
   }
 }
 
