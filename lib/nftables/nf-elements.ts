@@ -6,9 +6,10 @@
 // cache is every table, chain, set and named object of the family (it must resolve verdict maps' jumps):
 // at a thousand pods, ~20 ms per change, all of it spent before the one message that matters. A pod's
 // label change is an element change, the commonest change there is, so it is encoded here by hand with
-// the project's netlink codec (lib/rtnetlink), and libnftables keeps everything else (chains, rules, maps,
-// and every read). Only plain hash sets of addresses are written this way: an interval set's elements are
-// ranges nft computes, and those stay with nft.
+// the project's netlink codec (lib/rtnetlink), and libnftables keeps everything else (chains, rules, and
+// every read). Written this way: elements of plain hash sets of addresses, and of sets and verdict maps
+// keyed by interface name (a pod whose rules a chain already holds is a map element that jumps to it);
+// an interval set's elements are ranges nft computes, and those stay with nft.
 //
 // The socket is made in the namespace the table lives in (a socket belongs to the namespace of the
 // thread that created it), and I/O runs on the libuv threadpool, so the event loop never waits.
@@ -43,18 +44,37 @@ const NFTA_SET_ELEM_LIST_SET = 2;
 const NFTA_SET_ELEM_LIST_ELEMENTS = 3;
 const NFTA_LIST_ELEM = 1;
 const NFTA_SET_ELEM_KEY = 1;
+const NFTA_SET_ELEM_DATA = 2;
 const NFTA_DATA_VALUE = 1;
+const NFTA_DATA_VERDICT = 2;
+const NFTA_VERDICT_CODE = 1;
+const NFTA_VERDICT_CHAIN = 2;
+/** NFT_JUMP, as the kernel reads it: a 32-bit big-endian -3. */
+const NFT_JUMP_BE = Buffer.from([0xff, 0xff, 0xff, 0xfd]);
+/** IFNAMSIZ: nft's `ifname` type is the name, NUL-padded to 16 bytes. */
+const IFNAMSIZ = 16;
 /** nfgenmsg.nfgen_family of an `inet` table. */
 export const NFPROTO_INET = 1;
 const RECEIVE_SIZE = 64 * 1024;
 /** Elements per message, so that one batch stays far below a datagram's limit. */
 const ELEMENTS_PER_MESSAGE = 512;
 
-/** The elements of one hash set to add and to delete (addresses, canonical text). */
+/** The elements of one hash set or map to add and to delete. */
 export interface ElementChange {
   set: string;
+  /** What the keys are: addresses, canonical text (the default), or interface names. */
+  keys?: 'address' | 'ifname';
   add: readonly string[];
   delete: readonly string[];
+  /** For a verdict map: the chain each key added jumps to. */
+  jumps?: ReadonlyMap<string, string>;
+}
+
+function keyBytes(keys: ElementChange['keys'], key: string): Buffer {
+  if (keys !== 'ifname') return addressToBytes(key);
+  const b = Buffer.alloc(IFNAMSIZ);
+  if (b.write(key, 'utf8') >= IFNAMSIZ) throw new NftablesError(`interface name ${key} is too long`);
+  return b;
 }
 
 /** struct nfgenmsg: family, version 0, res_id (big-endian). */
@@ -65,10 +85,22 @@ function nfgenmsg(family: number, resId: number): Buffer {
   return b;
 }
 
-function elementList(table: string, set: string, addresses: readonly string[]): Buffer {
-  const elements = addresses.map((a) =>
-    attrNest(NFTA_LIST_ELEM, [attrNest(NFTA_SET_ELEM_KEY, [attrBytes(NFTA_DATA_VALUE, addressToBytes(a))])]),
-  );
+function elementList(change: ElementChange, table: string, keys: readonly string[], adding: boolean): Buffer {
+  const elements = keys.map((k) => {
+    const attrs = [attrNest(NFTA_SET_ELEM_KEY, [attrBytes(NFTA_DATA_VALUE, keyBytes(change.keys, k))])];
+    const chain = adding ? change.jumps?.get(k) : undefined;
+    if (chain !== undefined)
+      attrs.push(
+        attrNest(NFTA_SET_ELEM_DATA, [
+          attrNest(NFTA_DATA_VERDICT, [
+            attrBytes(NFTA_VERDICT_CODE, NFT_JUMP_BE),
+            attrString(NFTA_VERDICT_CHAIN, chain),
+          ]),
+        ]),
+      );
+    return attrNest(NFTA_LIST_ELEM, attrs);
+  });
+  const set = change.set;
   return encodeAttributes([
     attrString(NFTA_SET_ELEM_LIST_TABLE, table),
     attrString(NFTA_SET_ELEM_LIST_SET, set),
@@ -102,7 +134,7 @@ export class NfElementWriter {
     return new NfElementWriter(fd, family);
   }
 
-  /** Applies every change to `table`'s hash sets in one transaction; throws in words, changing nothing. */
+  /** Applies every change to `table`'s sets and maps in one transaction; throws in words, changing nothing. */
   write(table: string, changes: readonly ElementChange[]): Promise<void> {
     const next = this.queue.then(() => this.writeNow(table, changes));
     this.queue = next.catch(() => undefined);
@@ -149,7 +181,7 @@ export class NfElementWriter {
             flags: NLM_F_REQUEST | NLM_F_ACK | create,
             seq,
             pid: 0,
-            payload: Buffer.concat([header, elementList(table, c.set, part)]),
+            payload: Buffer.concat([header, elementList(c, table, part, op === NFT_MSG_NEWSETELEM)]),
           });
         }
     if (acked.size === 0) return;

@@ -91,16 +91,40 @@ function chainRules(have: RulesetState, want: DesiredRuleset, out: string[]): vo
   }
 }
 
-function mapElements(have: RulesetState, want: DesiredRuleset, out: string[]): void {
+/**
+ * One map's (or denied set's) elements to delete and to add, by interface name; `jumps` gives the chain
+ * of each one added to a verdict map (absent for a denied set). A pod moved to another chain is in both.
+ */
+export interface MapElementChange {
+  name: string;
+  gone: string[];
+  added: string[];
+  jumps?: Map<string, string>;
+}
+
+function mapElements(have: RulesetState, want: DesiredRuleset): MapElementChange[] {
+  const out: MapElementChange[] = [];
   for (const [map, entries] of want.vmaps) {
     const held = have.vmaps.get(map) ?? new Map<string, string>();
-    const gone = [...held].filter(([ifname, chain]) => entries.get(ifname) !== chain).map(([i]) => quote(i));
-    const added = [...entries]
-      .filter(([ifname, chain]) => held.get(ifname) !== chain)
-      .map(([ifname, chain]) => (DENIED_SETS.has(map) ? quote(ifname) : `${quote(ifname)} : jump ${chain}`));
-    if (gone.length > 0) out.push(`delete element ${TABLE_REF} ${map} { ${gone.join(', ')} }`);
-    if (added.length > 0) out.push(`add element ${TABLE_REF} ${map} { ${added.join(', ')} }`);
+    const gone = [...held].filter(([ifname, chain]) => entries.get(ifname) !== chain).map(([i]) => i);
+    const added = [...entries].filter(([ifname, chain]) => held.get(ifname) !== chain).map(([i]) => i);
+    if (gone.length === 0 && added.length === 0) continue;
+    const jumps = DENIED_SETS.has(map)
+      ? undefined
+      : new Map(added.map((ifname) => [ifname, entries.get(ifname) ?? '']));
+    out.push({ name: map, gone, added, jumps });
   }
+  return out;
+}
+
+function mapLines(changes: readonly MapElementChange[]): string[] {
+  const out: string[] = [];
+  for (const { name, gone, added, jumps } of changes) {
+    const text = (i: string): string => (jumps ? `${quote(i)} : jump ${jumps.get(i)}` : quote(i));
+    if (gone.length > 0) out.push(`delete element ${TABLE_REF} ${name} { ${gone.map(quote).join(', ')} }`);
+    if (added.length > 0) out.push(`add element ${TABLE_REF} ${name} { ${added.map(text).join(', ')} }`);
+  }
+  return out;
 }
 
 /** What is no longer wanted, after the map elements that jumped to it and the rules that named it. */
@@ -116,30 +140,49 @@ function deletions(have: RulesetState, want: DesiredRuleset, out: string[]): voi
 
 /**
  * What makes our table hold exactly `want`, given that it holds `have` (undefined: there is no table
- * yet): the set elements that differ, and the other commands, to run before and after them.
+ * yet), in the order it runs: declarations, set elements, chains' rules, map elements, deletions.
  */
 export interface PolicyDiff {
   before: string[];
   elements: SetElementChange[];
+  rules: string[];
+  maps: MapElementChange[];
   after: string[];
 }
 
 export function diffPolicy(have: RulesetState | undefined, want: DesiredRuleset): PolicyDiff {
   const before: string[] = [];
+  const rules: string[] = [];
   const after: string[] = [];
   const held = have ?? { sets: new Map(), vmaps: new Map(), chains: new Map(), counters: new Set<string>() };
   if (!have) before.push(`add table ${TABLE_REF} { comment ${quote(POLICY_MARK)}; }`);
   declarations(held, want, before);
   const elements = setElements(held, want);
-  chainRules(held, want, after);
-  mapElements(held, want, after);
+  chainRules(held, want, rules);
+  const maps = mapElements(held, want);
   deletions(held, want, after);
-  return { before, elements, after };
+  return { before, elements, rules, maps, after };
+}
+
+/** Whether a diff is nothing but elements: of hash sets of addresses, and of the maps and denied sets. */
+export function onlyElements(diff: PolicyDiff): boolean {
+  return (
+    diff.before.length === 0 &&
+    diff.rules.length === 0 &&
+    diff.after.length === 0 &&
+    diff.elements.every((e) => !e.set.interval)
+  );
 }
 
 /** A diff as one nft script (one transaction); empty when nothing differs. */
 export function diffText(diff: PolicyDiff): string {
-  const out = [...diff.before, ...elementLines(diff.elements), ...diff.after];
+  const out = [
+    ...diff.before,
+    ...elementLines(diff.elements),
+    ...diff.rules,
+    ...mapLines(diff.maps),
+    ...diff.after,
+  ];
   return out.length === 0 ? '' : `${out.join('\n')}\n`;
 }
 

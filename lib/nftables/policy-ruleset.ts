@@ -4,18 +4,25 @@
 //   table inet workloadnet_policy            marked ours by its comment
 //     chain forward                          filter hook forward, policy accept:
 //       ct state established,related accept   replies and flows already allowed go on at once
-//       iifname vmap @egress_pods            pod's host interface → jump pe_<pod>
-//       oifname vmap @ingress_pods           pod's host interface → jump pi_<pod>
-//     chain pi_<hash of key> / pe_<…>        one per isolated pod and direction: a rule per allowed
-//                                            (address set × port) ending in `return`, then
-//                                            `oifname @ingress_denied drop` (iifname, egress_denied),
-//                                            then `drop`
+//       iifname vmap @egress_pods            pod's host interface → jump pe_<rules>
+//       oifname vmap @ingress_pods           pod's host interface → jump pi_<rules>
+//     chain pi_<digest of rules> / pe_<…>    one per direction and distinct rules, shared by every pod
+//                                            that has them: a rule per allowed (address set × port)
+//                                            ending in `return`, then `oifname @ingress_denied drop`
+//                                            (iifname, egress_denied), then `drop`
 //     set ingress_denied / egress_denied     the isolated pods' host interfaces, each element
 //                                            counting the packets its pod's chain dropped
 //     set s_<hash of name>_v4 / _v6          one per program set and family, holding only host
 //                                            addresses: a plain hash set
 //     set s_<hash of name>_n4 / _n6          the same for a set with real prefixes (ipBlocks):
 //                                            flags interval
+//
+// A chain is named for its rules, not for a pod: the replicas of a Deployment, selected by the same
+// policies, share one chain, so a pod whose rules another pod already has is three elements (the two
+// maps, the denied set) and its addresses in the sets that select it: no chain, and no libnftables,
+// whose cache rebuild costs milliseconds per command at a thousand chains (policy-table.ts writes such
+// a change over nf_tables netlink). A pod whose rules change jumps to another chain, in the transaction
+// that makes it; a chain no pod jumps to any more goes last.
 //
 // A set's kind follows from its content and is part of its name. Hash sets are the rule: every
 // pod-selector set holds /32s and /128s, and libnftables, which rebuilds its cache before every command,
@@ -71,8 +78,8 @@ export interface RenderedChain {
   sets: readonly string[];
   /** Each rule's text after `add rule <table> <chain>`, its comment included. */
   rules: string[];
-  /** For a pod's chain: whose and which direction. */
-  pod?: { key: string; direction: PolicyDirection };
+  /** For a pods' chain: which direction. */
+  direction?: PolicyDirection;
 }
 
 export interface RenderedSet {
@@ -120,19 +127,20 @@ export function setNames(name: string, interval = false): { v4: string; v6: stri
 /** The nft set of program set `name` and `family`, as a rendering of the program names it. */
 export type SetRef = (name: string, family: 4 | 6) => string;
 
-export function podChainName(key: string, direction: PolicyDirection): string {
-  return `${direction === 'ingress' ? 'pi' : 'pe'}_${hash(key)}`;
+/** The chain of one direction's rules, named for them (every pod with those rules jumps to it). */
+export function podChainName(direction: PolicyDirection, chain: RenderedChain): string {
+  return `${direction === 'ingress' ? 'pi' : 'pe'}_${chain.digest}`;
 }
 
 /** A chain of `bodies`, each given its `<digest>:<i>/<n>` comment. */
 export function renderChain(
   bodies: readonly string[],
-  pod?: RenderedChain['pod'],
+  direction?: PolicyDirection,
   sets: readonly string[] = [],
 ): RenderedChain {
   const digest = hash(bodies.join('\n'));
   const n = bodies.length;
-  return { digest, sets, rules: bodies.map((b, i) => `${b} comment "${digest}:${i}/${n}"`), pod };
+  return { digest, sets, rules: bodies.map((b, i) => `${b} comment "${digest}:${i}/${n}"`), direction };
 }
 
 export const FORWARD_RULES = renderChain([
@@ -181,10 +189,10 @@ export function renderPod(pod: NftPodPolicy, ref: SetRef): Map<string, RenderedC
   for (const direction of ['ingress', 'egress'] as const) {
     const policy = pod[direction];
     if (!policy) continue;
-    const name = podChainName(pod.key, direction);
     const named = new Set<string>();
     const bodies = directionBodies(policy.rules, direction, ref, named);
-    chains.set(name, renderChain(bodies, { key: pod.key, direction }, [...named]));
+    const chain = renderChain(bodies, direction, [...named]);
+    chains.set(podChainName(direction, chain), chain);
   }
   return chains;
 }
@@ -251,12 +259,12 @@ export function renderProgram(
     byPod.set(pod.key, rendered);
     for (const [name, chain] of rendered) {
       chains.set(name, chain);
-      const vmap = chain.pod?.direction === 'ingress' ? ingress : egress;
+      const vmap = chain.direction === 'ingress' ? ingress : egress;
       const other = vmap.get(pod.hostIf);
       if (other !== undefined)
         throw new PolicyProgramError(`pods ${pod.key} and another share host interface ${pod.hostIf}`);
       vmap.set(pod.hostIf, name);
-      (chain.pod?.direction === 'ingress' ? ingressDenied : egressDenied).set(pod.hostIf, '');
+      (chain.direction === 'ingress' ? ingressDenied : egressDenied).set(pod.hostIf, '');
     }
   }
   const vmaps = new Map([

@@ -10,7 +10,7 @@
 
 import { type NftContext, NftablesError } from './libnftables';
 import type { NfElementWriter } from './nf-elements';
-import { diffPolicy, diffText, type PolicyDiff } from './policy-diff';
+import { diffPolicy, diffText, onlyElements, type PolicyDiff } from './policy-diff';
 import { parseDenied, parseTableListing } from './policy-listing';
 import type { NftPodPolicy, NftPolicyProgram } from './policy-program';
 import {
@@ -93,7 +93,7 @@ export class NftPolicyTable {
       this.lastFailed = true;
       if (this.held === undefined) await this.readKernel();
       const diff = diffPolicy(this.held === ABSENT ? undefined : this.held, desired);
-      if (diff.before.length > 0 || diff.elements.length > 0 || diff.after.length > 0) {
+      if (diffText(diff) !== '') {
         try {
           await this.write(diff);
         } catch (err) {
@@ -110,22 +110,29 @@ export class NftPolicyTable {
     });
   }
 
-  /** One transaction: over netlink when it is only hash sets' elements, through libnftables otherwise. */
+  /**
+   * One transaction: over netlink when it is only elements (of hash sets, maps and denied sets: a label
+   * change, a new pod whose rules a chain already holds), through libnftables otherwise.
+   */
   private async write(diff: PolicyDiff): Promise<void> {
-    const onlyHashElements =
-      diff.before.length === 0 && diff.after.length === 0 && diff.elements.every((e) => !e.set.interval);
     let count = 0;
-    for (const e of diff.elements) count += e.added.length + e.gone.length;
+    for (const e of [...diff.elements, ...diff.maps]) count += e.added.length + e.gone.length;
     // A batch is one datagram, bounded by the socket's send buffer: a large change goes through nft.
-    if (!this.elements || !onlyHashElements || count > NETLINK_ELEMENTS_MAX) {
+    if (!this.elements || !onlyElements(diff) || count > NETLINK_ELEMENTS_MAX) {
       await this.nft.run(diffText(diff));
       return;
     }
     const address = (prefix: string): string => prefix.slice(0, prefix.lastIndexOf('/'));
-    await this.elements.write(
-      POLICY_TABLE,
-      diff.elements.map((e) => ({ set: e.name, add: e.added.map(address), delete: e.gone.map(address) })),
-    );
+    await this.elements.write(POLICY_TABLE, [
+      ...diff.elements.map((e) => ({ set: e.name, add: e.added.map(address), delete: e.gone.map(address) })),
+      ...diff.maps.map((m) => ({
+        set: m.name,
+        keys: 'ifname' as const,
+        add: m.added,
+        delete: m.gone,
+        jumps: m.jumps,
+      })),
+    ]);
   }
 
   /** The next apply reads the kernel again and puts back what differs from the program. */
@@ -151,9 +158,8 @@ export class NftPolicyTable {
       for (const { pod, chains } of this.pods.values()) {
         const d = { ingress: 0, egress: 0 };
         for (const chain of chains.values())
-          if (chain.pod)
-            d[chain.pod.direction] =
-              (chain.pod.direction === 'ingress' ? ingress : egress).get(pod.hostIf) ?? 0;
+          if (chain.direction)
+            d[chain.direction] = (chain.direction === 'ingress' ? ingress : egress).get(pod.hostIf) ?? 0;
         out.set(pod.key, d);
       }
       return out;

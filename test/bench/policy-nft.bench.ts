@@ -1,9 +1,10 @@
 // NetworkPolicy in nftables, timed in a test-owned namespace:
 // - one small transaction (one set element added or deleted) through the libnftables binding vs
 //   spawning nft (the fabric's nftRunner, through nsenter), medians;
-// - the policy table's apply for one pod added to a program of 1,000 pods and 1,000 sets (a libnftables
-//   transaction: chain, rules, map elements), and for one host address added to a selector set (a
-//   label change: nf_tables netlink), median and p99 over 200 runs each;
+// - the policy table's apply for one pod added to a program of 1,000 pods and 1,000 sets, with rules of
+//   its own (a libnftables transaction: chain, rules, map elements) and with the rules of a pod already
+//   there (map elements: nf_tables netlink), and for one host address added to a selector set (a label
+//   change: nf_tables netlink), median and p99 over 200 runs each;
 // - adoption by a new instance (one read of the table) and denied() (two set listings).
 // Run alone, as root: node dist/test/bench/policy-nft.bench.js
 
@@ -73,11 +74,20 @@ async function applyAtScale(nsPath: string): Promise<string[]> {
   const program = (): CompiledPolicy => ({ sets: new Map(sets), pods: new Map(pods) });
   const first = await timed(() => policy.apply(program()));
   const added: number[] = [];
+  const replica: number[] = [];
   const element: number[] = [];
   for (let r = 0; r < RUNS; r++) {
     const extra = pod(PODS + r);
     pods.set(extra.key, { ...extra, ingress: { rules: [{ sets: ['sel-0'] }] }, egress: undefined });
     added.push(await timed(() => policy.apply(program(), { sets: new Set(), pods: new Set([extra.key]) })));
+    pods.delete(extra.key);
+    await policy.apply(program(), { sets: new Set(), pods: new Set([extra.key]) });
+  }
+  // A pod whose rules another pod has (a Deployment's replica): its chains exist already.
+  for (let r = 0; r < RUNS; r++) {
+    const extra = { ...pod(r % PODS), key: `r${r}/eth0`, hostIf: `wr${r}` };
+    pods.set(extra.key, extra);
+    replica.push(await timed(() => policy.apply(program(), { sets: new Set(), pods: new Set([extra.key]) })));
     pods.delete(extra.key);
     await policy.apply(program(), { sets: new Set(), pods: new Set([extra.key]) });
   }
@@ -94,7 +104,8 @@ async function applyAtScale(nsPath: string): Promise<string[]> {
   await policy.close();
   return [
     `first apply of ${PODS} pods and ${PODS} sets: ${first.toFixed(1)} ms`,
-    summary(`one pod added to ${PODS} pods`, added),
+    summary(`one pod added to ${PODS} pods, with rules of its own`, added),
+    summary(`one pod added to ${PODS} pods, with the rules of another`, replica),
     summary(`one set element added (${PODS} sets)`, element),
     `adoption of the same program by a new instance (a read, no write): ${adopt.toFixed(1)} ms`,
     `denied() at ${PODS} pods: ${denied.toFixed(1)} ms`,

@@ -74,4 +74,32 @@ describeRoot('nf_tables set elements over netlink (root, test-owned namespaces)'
     await writer.write('wnel', [{ set: 'a', add: ['10.0.0.4'], delete: [] }]);
     expect(elements(ns, 'a')).to.deep.equal(['10.0.0.1', '10.0.0.4']);
   });
+
+  it('adds and deletes interface names in a verdict map (each jumping to its chain) and in a counting set', async () => {
+    nft(
+      ns,
+      'add chain inet wnel c1\nadd chain inet wnel c2\n' +
+        'add map inet wnel m { type ifname : verdict; }\nadd set inet wnel d { type ifname; counter; }\n' +
+        'add element inet wnel m { "wn1" : jump c1 }\n',
+    );
+    await writer.write('wnel', [
+      {
+        set: 'm',
+        keys: 'ifname',
+        add: ['wn2', 'wn1'],
+        delete: ['wn1'],
+        jumps: new Map([
+          ['wn2', 'c2'],
+          ['wn1', 'c2'],
+        ]),
+      },
+      { set: 'd', keys: 'ifname', add: ['wn2'], delete: [] },
+    ]);
+    const listing = execFileSync('ip', ['netns', 'exec', ns.name, 'nft', 'list', 'table', 'inet', 'wnel'], {
+      encoding: 'utf8',
+    });
+    expect(listing).to.match(/"wn1" : jump c2,\s+"wn2" : jump c2/);
+    // An element added without its own expressions takes the set's counter, as `nft add element` does.
+    expect(listing).to.match(/elements = \{ "wn2" counter packets 0 bytes 0 \}/);
+  });
 });

@@ -1,11 +1,11 @@
 import { expect } from 'chai';
-import { diffScript } from '../../../lib/nftables/policy-diff';
+import { diffPolicy, diffScript, onlyElements } from '../../../lib/nftables/policy-diff';
 import {
   PolicyProgramError,
   type NftPodPolicy,
   type NftPolicyProgram,
 } from '../../../lib/nftables/policy-program';
-import { podChainName, renderProgram, setNames, stateOf } from '../../../lib/nftables/policy-ruleset';
+import { renderProgram, setNames, stateOf, type DesiredRuleset } from '../../../lib/nftables/policy-ruleset';
 
 // The ruleset a program renders to, and the transaction from one program to the next, without a kernel.
 
@@ -32,9 +32,16 @@ const prog = (s: string[], pods: NftPodPolicy[] = [web]): NftPolicyProgram => ({
   pods: new Map(pods.map((p) => [p.key, p])),
 });
 
+/** The name of the chain `pod`'s ingress jumps to. */
+function ingressChain(desired: DesiredRuleset, pod = web): string {
+  const chains = [...(desired.byPod.get(pod.key) ?? new Map()).entries()];
+  return chains.find(([, c]) => c.direction === 'ingress')?.[0] ?? 'none';
+}
+
 describe('nftables policy ruleset and diff', () => {
   it('renders a rule per set family and port, returning, and a counted drop last', () => {
-    const chain = renderProgram(prog(['10.0.0.0/24'])).chains.get(podChainName(web.key, 'ingress'));
+    const desired = renderProgram(prog(['10.0.0.0/24']));
+    const chain = desired.chains.get(ingressChain(desired));
     const s = { v4: setNames('s', true).v4, v6: setNames('s').v6 };
     expect(chain?.rules.map((r) => r.replace(/ comment .*/, ''))).to.deep.equal([
       `ip saddr @${s.v4} tcp dport 80 return`,
@@ -69,15 +76,17 @@ describe('nftables policy ruleset and diff', () => {
     expect(script).to.contain(`add element inet workloadnet_policy ${prefixes.v6} { fd00::/64 }`);
   });
 
-  it('re-creates a set whose content needs the other kind, rewriting its chains before the old set goes', () => {
+  it('re-creates a set whose content needs the other kind, moving its pods to new chains before the old set goes', () => {
     const before = renderProgram(prog(['10.0.0.1/32']));
-    const script = diffScript(stateOf(before), renderProgram(prog(['10.0.0.0/24'])));
-    const chain = podChainName(web.key, 'ingress');
+    const after = renderProgram(prog(['10.0.0.0/24']));
+    const script = diffScript(stateOf(before), after);
+    const [old, chain] = [ingressChain(before), ingressChain(after)];
     const order = [
       `add set inet workloadnet_policy ${setNames('s', true).v4} { type ipv4_addr; flags interval;`,
       `add element inet workloadnet_policy ${setNames('s', true).v4} { 10.0.0.0/24 }`,
-      `flush chain inet workloadnet_policy ${chain}`,
       `add rule inet workloadnet_policy ${chain} ip saddr @${setNames('s', true).v4} tcp dport 80`,
+      `add element inet workloadnet_policy ingress_pods { "wn1" : jump ${chain} }`,
+      `delete chain inet workloadnet_policy ${old}`,
       `delete set inet workloadnet_policy ${setNames('s').v4}`,
     ].map((line) => script.indexOf(line));
     expect(order.every((at) => at >= 0)).to.equal(true, script);
@@ -88,12 +97,35 @@ describe('nftables policy ruleset and diff', () => {
   it("deletes a pod's chains only after the map elements that jump to them", () => {
     const before = renderProgram(prog([]));
     const script = diffScript(stateOf(before), renderProgram(prog([], [])));
-    const chain = podChainName(web.key, 'ingress');
+    const chain = ingressChain(before);
     expect(script.indexOf('delete element inet workloadnet_policy ingress_pods { "wn1" }')).to.be.lessThan(
       script.indexOf(`delete chain inet workloadnet_policy ${chain}`),
     );
     expect(script).to.contain('delete element inet workloadnet_policy ingress_denied { "wn1" }');
     expect(script).to.not.contain('delete counter');
+  });
+
+  it('gives pods with the same rules one chain, so that another such pod is only map and set elements', () => {
+    const twin = (n: number): NftPodPolicy => ({ ...web, key: `w${n}/eth0`, hostIf: `wn${n}` });
+    const two = renderProgram(prog(['10.0.0.1/32'], [web, twin(2)]));
+    expect(ingressChain(two, twin(2))).to.equal(ingressChain(two));
+    expect([...two.chains.keys()].filter((c) => c !== 'forward')).to.have.length(1);
+    const three = renderProgram(prog(['10.0.0.1/32', '10.0.0.3/32'], [web, twin(2), twin(3)]));
+    const diff = diffPolicy(stateOf(two), three);
+    expect(onlyElements(diff), diffScript(stateOf(two), three)).to.equal(true);
+    expect(diff.maps).to.deep.include({
+      name: 'ingress_pods',
+      gone: [],
+      added: ['wn3'],
+      jumps: new Map([['wn3', ingressChain(two)]]),
+    });
+    // One of them given other rules jumps to a chain of its own; the shared one stays for the others.
+    const moved = renderProgram(prog(['10.0.0.1/32'], [web, { ...twin(2), ingress: { rules: [] } }]));
+    const script = diffScript(stateOf(two), moved);
+    expect(script).to.contain(
+      `add element inet workloadnet_policy ingress_pods { "wn2" : jump ${ingressChain(moved, twin(2))} }`,
+    );
+    expect(script).to.not.contain(`delete chain inet workloadnet_policy ${ingressChain(two)}`);
   });
 
   it('refuses a malformed prefix, an unknown set and a bad interface name, in words', () => {
