@@ -41,6 +41,7 @@ export function bindPolicy(
         networks: networkSet.networks.filter((n) => n.backend === b).map((n) => n.name),
       })),
       newBook: (state, locals) => new PolicyBook(state, locals, { localRanges: localRanges() }),
+      localRanges,
       rows: () => store.rows(),
       nodeName: nodeNameOf(config),
       admitTimeoutMs: config.policyAdmitTimeoutMs,

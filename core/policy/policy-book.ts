@@ -19,7 +19,8 @@ interface SetEntry {
 
 export class PolicyBook {
   private state: PolicyState;
-  private readonly ranges: LocalRanges;
+  private ranges: LocalRanges;
+  private rangeTexts: string;
   private readonly locals = new Map<string, LocalPod>();
   private readonly localsByPod = new Map<string, Map<string, LocalPod>>();
   private readonly localAddresses = new Map<string, number>();
@@ -42,6 +43,7 @@ export class PolicyBook {
   constructor(state: PolicyState, localPods: readonly LocalPod[], options: CompileOptions) {
     this.state = state;
     this.ranges = new LocalRanges(options.localRanges);
+    this.rangeTexts = [...options.localRanges].sort().join(' ');
     for (const l of localPods) this.indexLocal(l);
     this.reset();
     this.flush(); // the first program: everything in it is new, nothing to report as touched
@@ -52,6 +54,19 @@ export class PolicyBook {
     const pods = new Map<string, PodPolicy>();
     for (const [k, b] of this.builds) if (b.policy) pods.set(k, b.policy);
     return { sets: new Map(this.elements), pods };
+  }
+
+  /**
+   * This node's pod ranges, when they may have changed (a range added to the node): every pod's
+   * addresses are judged again against them, as after a full relist. Touches nothing when they are the
+   * same.
+   */
+  rangesChanged(ranges: readonly string[]): PolicyTouched {
+    const texts = [...ranges].sort().join(' ');
+    if (texts === this.rangeTexts) return { sets: new Set(), pods: new Set() };
+    this.ranges = new LocalRanges(ranges);
+    this.rangeTexts = texts;
+    return this.sourceChanged({ kind: 'all' }, this.state);
   }
 
   /** Takes a source change; returns what it touched. */

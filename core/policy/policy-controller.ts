@@ -23,6 +23,7 @@ export interface PolicyBookPort {
   sourceChanged(change: PolicyChange, state: PolicyState): PolicyTouched;
   addLocal(pod: LocalPod): PolicyTouched;
   removeLocal(key: string): PolicyTouched;
+  rangesChanged(ranges: readonly string[]): PolicyTouched;
   program(): CompiledPolicy;
 }
 
@@ -44,6 +45,8 @@ export interface PolicyControllerOptions {
   rows: () => Iterable<PolicyRow>;
   /** This node's name, as the source's pods name their node. */
   nodeName: string;
+  /** This node's pod ranges now (they grow when the node is given another). */
+  localRanges: () => readonly string[];
   /** How long an attach may wait for the source (its first list, a pod's labels). */
   admitTimeoutMs: number;
   /** Every this often the dataplanes are read and put back (drift). */
@@ -139,6 +142,7 @@ export class PolicyController {
   async enforce(admitted: unknown, row: PolicyRow): Promise<void> {
     const { target, pod } = admitted as Admitted;
     const local = localPodOf(row, this.opts.source.state(), pod);
+    this.rangesRechecked();
     if (!local || !target.book || !target.loop)
       throw unavailable(`NetworkPolicy: attachment ${row.key} has no host interface to enforce on`);
     await target.loop.until(target.loop.changed(target.book.addLocal(local)));
@@ -251,11 +255,27 @@ export class PolicyController {
       return;
     }
     const state = this.opts.source.state();
+    this.rangesRechecked();
     for (const t of this.targets) if (t.book && t.loop) t.loop.changed(t.book.sourceChanged(change, state));
   }
 
   private recheck(): void {
+    this.rangesRechecked();
     for (const t of this.targets) t.loop?.recheck();
+  }
+
+  /**
+   * The trust rule's ranges (trusted-pods.ts) as they are now: a range the node was given after the
+   * first list must stop a remote pod's record from claiming an address in it, at the next change or
+   * recheck at the latest.
+   */
+  private rangesRechecked(): void {
+    const ranges = this.opts.localRanges();
+    for (const t of this.targets)
+      if (t.book && t.loop) {
+        const touched = t.book.rangesChanged(ranges);
+        if (touched.pods.size > 0 || touched.sets.size > 0) t.loop.changed(touched);
+      }
   }
 
   private appliedOnce(t: Target, ms: number, err?: Error): void {

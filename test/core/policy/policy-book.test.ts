@@ -49,6 +49,19 @@ describe('policy book: what a change touches', () => {
     expect(b.program().sets.size).to.equal(0);
   });
 
+  it('stops trusting a remote pod with an address in a range the node is given later', () => {
+    const b = book(state);
+    // y/b states an address of 10.77.9.0/24, which is no range of this node yet: trusted.
+    const claimant = casePod('y/b', '10.77.9.5', { pod: 'b', role: 'client' });
+    const pods = new Map(state.pods).set('y/b', claimant);
+    b.sourceChanged({ kind: 'pod', key: 'y/b' }, { ...state, pods });
+    expect([...b.program().sets.values()]).to.deep.equal([['10.77.9.5/32']]);
+    expect([...b.rangesChanged(['10.77.9.0/24', '10.77.1.0/24']).sets]).to.have.length(1);
+    expect([...b.program().sets.values()]).to.deep.equal([[]]);
+    // The same ranges again, in another order, touch nothing.
+    expect(b.rangesChanged(['10.77.1.0/24', '10.77.9.0/24']).sets.size).to.equal(0);
+  });
+
   it('gives the whole program from its first build', () => {
     expect(book(state).program().pods.has('xa/eth0')).to.equal(true);
   });

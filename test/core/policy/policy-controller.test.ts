@@ -89,6 +89,9 @@ class TestBook implements PolicyBookPort {
     this.local.set(pod.key, pod);
     return { sets: new Set(), pods: new Set([pod.key]) };
   }
+  rangesChanged(): PolicyTouched {
+    return { sets: new Set(), pods: new Set() };
+  }
   removeLocal(key: string): PolicyTouched {
     return { sets: new Set(), pods: new Set(this.local.delete(key) ? [key] : []) };
   }
@@ -166,6 +169,7 @@ describe('NetworkPolicy controller as the attach gate', () => {
       },
       rows: () => [],
       nodeName: 'n1',
+      localRanges: () => ['10.1.0.0/24'],
       admitTimeoutMs: opts.admitTimeoutMs ?? 200,
       recheckIntervalMs: opts.recheckMs ?? 60_000,
       allowUnenforced: opts.allowUnenforced ?? false,
