@@ -21,6 +21,7 @@ export function dpuBackendModule(config: DaemonConfig, logger: Logger): Containe
         hostNetnsPath: config.linux.hostNetns || undefined,
         linuxLinkGroups: [config.linux.linkGroup, config.linux.detachGroup],
         nodeName: config.nodeName || os.hostname(),
+        allowUnenforcedPolicy: config.dpu.allowUnenforcedPolicy,
         logger: logger.child({ backend: 'dpu' }),
       });
       // The store is bound by the daemon; asked for only at the first plan, after it has opened.
