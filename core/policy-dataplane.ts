@@ -81,4 +81,11 @@ export interface PolicyDataplane {
   denied(): Promise<ReadonlyMap<string, PolicyDenials>>;
   /** Removes all it programmed (policy turned off). */
   remove(): Promise<void>;
+  /**
+   * Pods of the last program it could not enforce (a DPU agent that speaks no policy), by attachment
+   * key, with why in words. It leaves them out and enforces the others: whether such a pod may attach
+   * is the controller's call (dpu.allowUnenforcedPolicy), and one that runs already never holds up the
+   * rules of the rest.
+   */
+  unenforced?(): ReadonlyMap<string, string>;
 }

@@ -16,6 +16,7 @@ import type { FabricTable } from './fabric-table';
 import type { PortTable } from './port-table';
 import { AgentSession, type SessionHooks, type SessionSend } from './agent-session';
 import { PortAgent } from './port-agent';
+import { POLICY_FEATURE, POLICY_PROTOCOL_VERSION, PolicyAgent } from './policy-agent';
 import { SIM_MAX_MTU, SIM_MIN_MTU } from './port-validation';
 import type { SessionInfo } from './state-file';
 import type { VfPool } from './vf-pool';
@@ -28,7 +29,7 @@ import type { VfPool } from './vf-pool';
 // inventory) and the reconnect loop.
 
 /** The protocol versions the simulator speaks by default. */
-export const PROTOCOL_VERSION = 3;
+export const PROTOCOL_VERSION = 4;
 
 export const MIN_PROTOCOL_VERSION = 1;
 /** Version 2 features the simulator implements (it records QoS; netns mode enforces the rate). */
@@ -76,6 +77,9 @@ interface Snapshot {
   seenFabric: Set<string>;
   /** The daemon's peer table is incomplete: fabric objects the snapshot does not list are kept. */
   keepUnlistedFabric: boolean;
+  seenPolicy: Set<string>;
+  /** The daemon does not know its policy yet: policy objects the snapshot does not list are kept. */
+  keepUnlistedPolicy: boolean;
 }
 
 export class AgentClient {
@@ -99,6 +103,8 @@ export class AgentClient {
   private readonly acks: AckDelivery;
   private readonly fabricAgent: FabricAgent;
   private readonly ports: PortAgent;
+  /** NetworkPolicy (protocol version 4), when the dataplane enforces it and it is offered. */
+  private readonly policy: PolicyAgent | undefined;
 
   constructor(private readonly opts: AgentClientOptions) {
     this.acks = new AckDelivery(opts);
@@ -113,8 +119,16 @@ export class AgentClient {
       changed: opts.changed,
       log: opts.log,
     });
+    const enforcer = opts.dataplane.policy;
+    this.policy =
+      enforcer &&
+      opts.protocol.max >= POLICY_PROTOCOL_VERSION &&
+      !opts.withoutFeatures.includes(POLICY_FEATURE)
+        ? new PolicyAgent(enforcer, opts.table, opts.log)
+        : undefined;
     this.ports = new PortAgent({
       ...opts,
+      portsChanged: this.policy ? () => this.policy?.portsChanged() ?? Promise.resolve() : undefined,
       features: () => this.features,
       inventoryChanged: () => this.inventoryChanged(),
     });
@@ -157,7 +171,8 @@ export class AgentClient {
   get features(): string[] {
     const v2 = this.opts.protocol.max >= 2 ? SIM_V2_FEATURES : [];
     const v3 = this.fabricAgent.carries ? [FABRIC_FEATURE] : [];
-    return [...this.opts.dataplane.features, ...v2, ...v3].filter(
+    const v4 = this.policy ? [POLICY_FEATURE] : [];
+    return [...this.opts.dataplane.features, ...v2, ...v3, ...v4].filter(
       (f) => !this.opts.withoutFeatures.includes(f),
     );
   }
@@ -255,6 +270,8 @@ export class AgentClient {
       acks: this.acks,
       ports: this.ports,
       fabric: this.fabricAgent,
+      // A session below version 4 is sent no policy; one that is anyway gets UNSUPPORTED.
+      policy: () => (this.versionValue >= POLICY_PROTOCOL_VERSION ? this.policy : undefined),
       accepted: (accept, version, send) => {
         this.versionValue = version;
         this.sendNow = (m) => void send(m);
@@ -269,7 +286,13 @@ export class AgentClient {
         this.setSession({ state: 'rejected', reason });
       },
       snapshotBegun: (begin) => this.snapshotBegun(begin),
-      listed: (kind, name) => (kind === 'port' ? this.snapshot?.seen : this.snapshot?.seenFabric)?.add(name),
+      listed: (kind, name) =>
+        (kind === 'port'
+          ? this.snapshot?.seen
+          : kind === 'fabric'
+            ? this.snapshot?.seenFabric
+            : this.snapshot?.seenPolicy
+        )?.add(name),
       syncComplete: (done, send) => this.completeSync(done, send),
       ended: (info, session) => {
         this.sendNow = undefined;
@@ -292,6 +315,8 @@ export class AgentClient {
       keepUnlisted: begin.keepUnlisted,
       seenFabric: new Set(),
       keepUnlistedFabric: begin.keepUnlistedFabric,
+      seenPolicy: new Set(),
+      keepUnlistedPolicy: begin.keepUnlistedPolicy ?? false,
     };
     this.syncedValue = false;
     this.opts.changed();
@@ -321,7 +346,17 @@ export class AgentClient {
       );
       return;
     }
+    const policyCount = done.policyCount ?? 0;
+    if (this.versionValue >= POLICY_PROTOCOL_VERSION && snap.seenPolicy.size !== policyCount) {
+      log.warn(
+        { epoch, expected: policyCount, received: snap.seenPolicy.size },
+        'snapshot incomplete; keeping every port, fabric and policy object',
+      );
+      return;
+    }
     if (this.versionValue >= FABRIC_PROTOCOL_VERSION) await this.fabricAgent.completeSync(snap);
+    if (this.versionValue >= POLICY_PROTOCOL_VERSION)
+      await this.policy?.completeSync(snap.seenPolicy, snap.keepUnlistedPolicy);
     await this.ports.completeSync(snap, send);
     this.lastEpoch = epoch;
     this.syncedValue = true;

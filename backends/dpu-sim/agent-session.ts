@@ -7,6 +7,7 @@
 import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import {
+  AckCode,
   ObjectKind,
   type Ack,
   type AgentMessage,
@@ -20,6 +21,7 @@ import {
 import type { AckDelivery } from './ack-delivery';
 import type { FabricAgent } from './fabric-agent';
 import type { FaultInjector } from './fault-injection';
+import type { PolicyAgent } from './policy-agent';
 import type { PortAgent } from './port-agent';
 import type { SessionInfo } from './state-file';
 
@@ -37,12 +39,14 @@ export interface SessionHooks {
   acks: AckDelivery;
   ports: PortAgent;
   fabric: FabricAgent;
+  /** Present when the agent enforces NetworkPolicy and the session speaks version 4. */
+  policy(): PolicyAgent | undefined;
   /** The hello was accepted at `version`: the agent starts speaking on the session. */
   accepted(accept: HelloAccept, version: number, send: SessionSend): void;
   rejected(reason: string): void;
   snapshotBegun(begin: SnapshotBegin): void;
-  /** A port or fabric object the running snapshot lists. */
-  listed(kind: 'port' | 'fabric', name: string): void;
+  /** A port, fabric or policy object the running snapshot lists. */
+  listed(kind: 'port' | 'fabric' | 'policy', name: string): void;
   syncComplete(done: SyncComplete, send: SessionSend): Promise<void>;
   /** The stream ended (once). */
   ended(info: SessionInfo, session: AgentSession): void;
@@ -155,6 +159,15 @@ export class AgentSession {
       if (h.faults.onChange() === 'drop-stream') return this.dropStream({ port: msg.upsert.port.name });
       h.listed('port', msg.upsert.port.name);
       await this.acked(await h.ports.upsert(msg.upsert.port));
+    } else if (msg.upsert?.policy) {
+      const o = msg.upsert.policy;
+      h.listed('policy', o.name);
+      const policy = h.policy();
+      await this.acked(policy ? await policy.upsert(o) : unsupported(o.name, o.generation));
+    } else if (msg.delete?.kind === ObjectKind.OBJECT_KIND_POLICY) {
+      const { name, generation } = msg.delete;
+      const policy = h.policy();
+      await this.acked(policy ? await policy.delete(name, generation) : unsupported(name, generation));
     } else if (msg.delete?.kind === ObjectKind.OBJECT_KIND_FABRIC) {
       if (h.faults.onChange() === 'drop-stream') return this.dropStream({ object: msg.delete.name });
       await this.acked(await h.fabric.delete(msg.delete.name, msg.delete.generation));
@@ -225,4 +238,16 @@ export class AgentSession {
       if (crash) return this.acks;
     }
   }
+}
+
+/** The ack of a policy object sent to an agent that does not enforce policy. */
+function unsupported(name: string, generation: number): Ack {
+  return {
+    name,
+    generation,
+    code: AckCode.ACK_CODE_UNSUPPORTED,
+    message: 'this agent does not enforce NetworkPolicy (no "network-policy" feature)',
+    retryable: false,
+    kind: ObjectKind.OBJECT_KIND_POLICY,
+  };
 }

@@ -1,5 +1,6 @@
 import type { Endpoint, PeerState, Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { FabricTable } from './fabric-table';
+import type { PolicyEnforcer } from './policy-agent';
 import type { PortEntry } from './port-table';
 import type { AdoptedVf } from './vf-adoption';
 import type { VfIdentity } from './vf-pool';
@@ -63,6 +64,8 @@ export interface Dataplane {
   readonly features: string[];
   /** Present when the dataplane can carry the fabric. */
   readonly fabric?: FabricDataplane;
+  /** Present when the dataplane enforces NetworkPolicy (protocol version 4, netns mode). */
+  readonly policy?: PolicyEnforcer;
   /**
    * Makes the port exist as described (idempotent: an existing port is updated to match).
    * Throws with a message for the ack on failure.

@@ -24,6 +24,7 @@ import {
 import type { Port } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { Dataplane, FabricDataplane, Programmed } from './dataplane';
 import { NetnsFabric } from './netns-fabric';
+import { NetnsPolicy } from './netns-policy';
 import type { PortEntry } from './port-table';
 import { deleteRootQdiscRequest, replaceTbfRequest } from './tbf-qdisc';
 import { adoptable, markedPort, representorMark, type AdoptedVf } from './vf-adoption';
@@ -76,6 +77,7 @@ export class NetnsDataplane implements Dataplane {
   private readonly gateways = new Set<string>();
   private gatewayIndex = 0;
   fabric?: FabricDataplane;
+  readonly policy: NetnsPolicy;
   /** VFs kept from an earlier start whose port has not been programmed again yet, by port name. */
   private readonly adoptedVfs = new Map<string, AdoptedVf>();
 
@@ -85,7 +87,9 @@ export class NetnsDataplane implements Dataplane {
     private readonly sock: NetlinkSocket,
     private readonly log: Logger,
     private readonly agentTag: string,
-  ) {}
+  ) {
+    this.policy = new NetnsPolicy(dpu);
+  }
 
   static async open(o: NetnsDataplaneOptions): Promise<NetnsDataplane> {
     const dpuPath = o.dpuNetns.startsWith('/') ? o.dpuNetns : `/var/run/netns/${o.dpuNetns}`;
@@ -324,6 +328,7 @@ export class NetnsDataplane implements Dataplane {
   }
 
   async close(): Promise<void> {
+    await this.policy.close();
     await this.sock.close();
     await this.dpu.close();
     await this.host.close();

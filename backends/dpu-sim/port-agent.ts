@@ -30,6 +30,8 @@ export interface PortAgentOptions {
   features: () => string[];
   /** The pool's free VFs changed: the daemon is told soon. */
   inventoryChanged: () => void;
+  /** A port was programmed or removed: NetworkPolicy follows it (throws when it cannot). */
+  portsChanged?: () => Promise<void>;
 }
 
 export class PortAgent {
@@ -75,6 +77,8 @@ export class PortAgent {
     try {
       const { endpoint, representor } = await dataplane.program(port, previous, pool.identity(slot));
       table.set({ port, endpoint, representor, vf: slot });
+      // Its rules go in before its ack: the daemon hands the port to its workload on the ack.
+      await this.o.portsChanged?.();
       this.o.inventoryChanged();
       this.o.changed();
       log.debug(
@@ -112,6 +116,9 @@ export class PortAgent {
       this.o.pool.release(name);
       this.o.inventoryChanged();
       this.o.changed();
+      await this.o.portsChanged?.().catch((err: unknown) => {
+        this.o.log.warn({ port: name, err: (err as Error).message }, 'policy not updated for a removed port');
+      });
     }
     // Deleting what is not there is success: the daemon's wish is already true.
     return { ...base, code: AckCode.ACK_CODE_OK };

@@ -9,6 +9,15 @@ import { status } from '@grpc/grpc-js';
 // The stream is not part of grpc-js's typed API: every step is checked, and anything unexpected (another
 // grpc-js version) reads as "nothing known", which leaves the session's generic reason.
 
+/**
+ * Two agent messages list a whole table: an inventory (every VF) and, from version 3, a PeerStatus
+ * (every FabricPeer, resent after each change and every heartbeat). A 5,000-peer table makes a
+ * PeerStatus of some 300 KB, so a limit below that ends the stream each time the agent reports its
+ * peers, and with it every ack counted on it. 4 MiB (gRPC's usual default) holds some 60,000 peers;
+ * anything larger is a broken or hostile agent.
+ */
+export const MAX_AGENT_MESSAGE_BYTES = 4 * 1024 * 1024;
+
 export interface RefusedMessage {
   /** The message's size and the limit, as gRPC's message says them. */
   bytes: number;

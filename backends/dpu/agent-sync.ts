@@ -22,7 +22,7 @@ import type { FabricBody } from './fabric-plan';
 import { FabricSync } from './fabric-sync';
 import { PortDeletes } from './port-deletes';
 import type { PortFields } from './port-spec';
-import { SnapshotSender } from './snapshot-sender';
+import { SnapshotSender, type SnapshotSenderDeps } from './snapshot-sender';
 import { UnexpectedAcks } from './unexpected-ack';
 
 // Keeps each agent's ports in step with the desired state: a snapshot of its ports on every session it
@@ -32,7 +32,7 @@ import { UnexpectedAcks } from './unexpected-ack';
 // for each agent's fabric objects (setFabric): listed in every snapshot, sent singly in between, acked
 // by (kind, name, generation); fabric-sync.ts does that part.
 
-export interface AgentSyncDeps {
+export interface AgentSyncDeps extends Pick<SnapshotSenderDeps, 'policySnapshot'> {
   link: AgentLink;
   desired: DesiredState;
   acks: AckWaiter;

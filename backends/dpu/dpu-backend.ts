@@ -17,6 +17,8 @@ import type { Netns } from '../../lib/netns/netns-handle';
 import { silentLogger, type Logger } from '../../core/logger';
 import { AckWaiter } from './ack-waiter';
 import { AgentLink } from './agent-link';
+import { MAX_AGENT_MESSAGE_BYTES } from './agent-message-limit';
+import { DEFAULT_HEARTBEAT_INTERVAL_MS } from './heartbeat-gate';
 import type { AgentSession } from './agent-session';
 import { dpuHealth } from './agent-status';
 import { AgentSync } from './agent-sync';
@@ -35,6 +37,8 @@ import { setPortMtu } from './port-mtu';
 import { attachPort } from './port-attach';
 import { detachPort } from './port-detach';
 import { macForKey, wireQos, type PortFields } from './port-spec';
+import { DpuPolicy } from './policy/dpu-policy';
+import { ObjectKind } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 
 // The DPU backend: the core asks for a port, this backend places it on one of the connected agents
 // (a node may carry several DPUs), turns it into desired state, hands it to that agent and waits for
@@ -74,22 +78,7 @@ export interface DpuBackendOptions {
 }
 
 export { PROTOCOL_VERSION } from './hello-admission';
-/**
- * Two agent messages list a whole table: an inventory (every VF) and, from version 3, a PeerStatus
- * (every FabricPeer, resent after each change and every heartbeat). A 5,000-peer table makes a
- * PeerStatus of some 300 KB, so a limit below that ends the stream each time the agent reports its
- * peers, and with it every ack counted on it. 4 MiB (gRPC's usual default) holds some 60,000 peers;
- * anything larger is a broken or hostile agent.
- */
-export const MAX_AGENT_MESSAGE_BYTES = 4 * 1024 * 1024;
-
-/**
- * Heartbeats every 500 ms, so a stalled DPU is known lost 1.5 s into its silence and its new ports go
- * to another one: at 1 s the detection alone (3 s) would exceed the 2 s in which a node should move on.
- * A heartbeat is a few bytes; the test fixtures run at 200 ms under full load without false losses, and
- * a daemon whose own event loop stalled skips one liveness check instead of blaming the agent.
- */
-export const DEFAULT_HEARTBEAT_INTERVAL_MS = 500;
+export { DEFAULT_HEARTBEAT_INTERVAL_MS, MAX_AGENT_MESSAGE_BYTES };
 
 export class DpuBackend implements Backend {
   readonly name = 'dpu';
@@ -111,6 +100,8 @@ export class DpuBackend implements Backend {
   private agentExpected = false;
   /** The node's overlay, carried by the agents that can (protocol version 3). */
   readonly fabric: DpuFabric;
+  /** NetworkPolicy, enforced by the agents that can (protocol version 4). */
+  readonly policy: DpuPolicy;
 
   constructor(private readonly opts: DpuBackendOptions) {
     this.log = opts.logger ?? silentLogger();
@@ -143,11 +134,12 @@ export class DpuBackend implements Backend {
       },
       {
         established: (sess, previous) => this.sync.established(sess, previous),
-        ack: (sess, ack) => this.sync.ack(sess, ack),
+        ack: (sess, ack) =>
+          ack.kind === ObjectKind.OBJECT_KIND_POLICY ? this.policy.ack(sess, ack) : this.sync.ack(sess, ack),
         portStatus: (sess, ps) => this.sync.portStatus(sess, ps),
         inventory: (sess) => this.sync.inventory(sess),
         peerStatus: (sess, ps) => this.sync.peerStatus(sess, ps),
-        lost: (sess, reason) => this.sync.lost(sess, reason),
+        lost: (sess, reason) => (this.policy.lost(sess, reason), this.sync.lost(sess, reason)),
       },
     );
     const replumb = {
@@ -168,6 +160,14 @@ export class DpuBackend implements Backend {
       synced: (agentId) => this.keep.snapshotApplied(agentId),
       keepsUnlisted: (agentId) => this.keep.keeps(agentId),
       established: (sess) => this.fabric.established(sess),
+      policySnapshot: (sess) => this.policy.policySnapshot(sess),
+    });
+    this.policy = new DpuPolicy({
+      link: this.link,
+      desired: this.desired,
+      ackTimeoutMs: this.ackTimeoutMs,
+      log: this.log.child({ part: 'policy' }),
+      snapshotSent: (sess) => this.sync.state(sess.agentId)?.sync?.sessionId === sess.id,
     });
     this.keep = new KeepUnlisted(this.log);
     this.fabric = new DpuFabric({

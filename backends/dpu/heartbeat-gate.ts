@@ -8,6 +8,14 @@ import { TokenBucket } from './rate-limiter';
 
 /** Heartbeats allowed per interval before the excess is dropped (one is normal). */
 export const HEARTBEATS_PER_INTERVAL = 10;
+
+/**
+ * Heartbeats every 500 ms, so a stalled DPU is known lost 1.5 s into its silence and its new ports go
+ * to another one: at 1 s the detection alone (3 s) would exceed the 2 s in which a node should move on.
+ * A heartbeat is a few bytes; the test fixtures run at 200 ms under full load without false losses, and
+ * a daemon whose own event loop stalled skips one liveness check instead of blaming the agent.
+ */
+export const DEFAULT_HEARTBEAT_INTERVAL_MS = 500;
 const HEARTBEAT_BURST = 20;
 /** Dropped heartbeats within one flood window that end the session. */
 const FLOOD_LIMIT = 200;

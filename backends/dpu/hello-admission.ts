@@ -7,7 +7,7 @@ import type { AgentPeer } from './agent-server';
 // agent. A node may carry several DPUs, each with a session of its own.
 
 /** The newest protocol version this daemon speaks. */
-export const PROTOCOL_VERSION = 3;
+export const PROTOCOL_VERSION = 4;
 /** The oldest it still speaks. */
 export const MIN_PROTOCOL_VERSION = 1;
 /** What the daemon tells agents it does (HelloAccept.capabilities.features). */
@@ -18,6 +18,7 @@ export const DAEMON_FEATURES = [
   'keep-unlisted',
   'fabric',
   'peer-status-delta',
+  'network-policy',
 ];
 const MAX_ID_LENGTH = 253;
 const ID_PATTERN = /^[\x21-\x7e]+$/;

@@ -1,4 +1,5 @@
 import type { Logger } from '../../core/logger';
+import type { PolicyObject } from '../../proto/gen/workloadnet/dpu/v1/dpu';
 import type { AgentLink } from './agent-link';
 import type { AgentSession } from './agent-session';
 import type { AgentSyncState } from './agent-sync-state';
@@ -31,6 +32,11 @@ export interface SnapshotSenderDeps {
   replumb(agentId: string): Promise<void>;
   /** The agent applied a whole snapshot (its ports and fabric objects). */
   synced(agentId: string): void;
+  /**
+   * From version 4, the agent's policy objects, listed before its ports in every snapshot so that a
+   * port never carries traffic without its rules; `keepUnlisted` while the policy is not known yet.
+   */
+  policySnapshot?(s: AgentSession): { objects: PolicyObject[]; keepUnlisted: boolean };
 }
 
 export class SnapshotSender {
@@ -89,11 +95,25 @@ export class SnapshotSender {
     // agent keeps whatever fabric it holds: an empty list then means "not known yet", not "none". A
     // snapshot of the ports alone keeps it too: the whole snapshot follows.
     const keepUnlistedFabric = !st.fabric.planned || !o.fabric;
-    s.send({ snapshotBegin: { epoch: sync.epoch, keepUnlisted: o.keepUnlisted, keepUnlistedFabric } });
+    const policy = this.deps.policySnapshot?.(s) ?? { objects: [], keepUnlisted: true };
+    s.send({
+      snapshotBegin: {
+        epoch: sync.epoch,
+        keepUnlisted: o.keepUnlisted,
+        keepUnlistedFabric,
+        keepUnlistedPolicy: policy.keepUnlisted,
+      },
+    });
+    for (const object of policy.objects) s.send({ upsert: { policy: object } });
     for (const port of ports) s.send({ upsert: { port } });
     for (const object of fabric) s.send({ upsert: { fabric: object } });
     s.send({
-      syncComplete: { epoch: sync.epoch, portCount: ports.length, fabricCount: fabric.length },
+      syncComplete: {
+        epoch: sync.epoch,
+        portCount: ports.length,
+        fabricCount: fabric.length,
+        policyCount: policy.objects.length,
+      },
     });
     // The snapshot keeps what it does not list; what this daemon removed must still go (once).
     if (!o.follows) {

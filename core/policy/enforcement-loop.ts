@@ -76,7 +76,12 @@ export class EnforcementLoop {
 
   private kick(): void {
     if (this.running || this.retry || this.stopped) return;
-    this.running = this.drain().finally(() => (this.running = undefined));
+    this.running = this.drain().finally(() => {
+      this.running = undefined;
+      // A change made by a waiter the last apply released runs before this: it found an apply still
+      // running and left the change to it, but that apply had already ended.
+      if (this.inForce < this.numbered) this.kick();
+    });
   }
 
   private async drain(): Promise<void> {

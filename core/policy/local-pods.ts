@@ -31,9 +31,15 @@ export function podIdentityOf(
  * none). A pod the source does not hold (deleted while its sandbox lives on) keeps no labels: only
  * policies selecting every pod of its namespace select it, as a pod that was labelled nothing would be.
  */
-export function localPodOf(row: PolicyRow, state: PolicyState, known?: PolicyPod): LocalPod | undefined {
+export function localPodOf(
+  row: PolicyRow,
+  state: PolicyState,
+  known?: PolicyPod,
+  where: 'host' | 'dpu' = 'host',
+): LocalPod | undefined {
   const id = podIdentityOf(row);
-  const hostIf = row.dataplane?.hostIfName;
+  // A DPU's port is its agent's to enforce, known by its attachment key: it may have no host end.
+  const hostIf = row.dataplane?.hostIfName ?? (where === 'dpu' ? row.key : undefined);
   if (!id || !hostIf) return undefined;
   const held = state.pods.get(objectKey(id.namespace, id.name));
   const pod =

@@ -141,11 +141,17 @@ export class PolicyController {
   /** See AttachGate.enforce: resolves once the pod's rules and set memberships are in force. */
   async enforce(admitted: unknown, row: PolicyRow): Promise<void> {
     const { target, pod } = admitted as Admitted;
-    const local = localPodOf(row, this.opts.source.state(), pod);
+    const local = localPodOf(row, this.opts.source.state(), pod, target.dataplane?.where);
     this.rangesRechecked();
     if (!local || !target.book || !target.loop)
       throw unavailable(`NetworkPolicy: attachment ${row.key} has no host interface to enforce on`);
     await target.loop.until(target.loop.changed(target.book.addLocal(local)));
+    const why = target.dataplane?.unenforced?.().get(row.key);
+    if (why !== undefined && !this.opts.allowUnenforced)
+      throw failedPrecondition(
+        `${why}, so it is not attached; use an agent that enforces policy (protocol 4), or set ` +
+          'dpu.allowUnenforcedPolicy to attach such pods unenforced',
+      );
     this.appliedAt.set(row.key, new Date());
   }
 
@@ -203,7 +209,9 @@ export class PolicyController {
 
   /** With `counters` false, the denied counts are left at 0 and no dataplane is read. */
   status(opts: { counters: boolean } = { counters: true }): Promise<PolicyStatus> {
-    return policyStatus(this.opts.source.status(), this.synced, this.enforcers(), [...this.unenforced], opts);
+    const unenforced = [...this.unenforced];
+    for (const t of this.targets) unenforced.push(...(t.dataplane?.unenforced?.().keys() ?? []));
+    return policyStatus(this.opts.source.status(), this.synced, this.enforcers(), unenforced, opts);
   }
 
   figures(): Promise<PolicyFigures> {
@@ -234,7 +242,10 @@ export class PolicyController {
       }
       const locals = rows
         .filter((r) => t.networks.includes(r.network ?? 'default'))
-        .map((r) => localPodOf(r, state) ?? adoptedPodOf(r, state, this.opts.nodeName))
+        .map(
+          (r) =>
+            localPodOf(r, state, undefined, t.dataplane?.where) ?? adoptedPodOf(r, state, this.opts.nodeName),
+        )
         .filter((l): l is LocalPod => l !== undefined);
       t.book = this.opts.newBook(state, locals);
       const book = t.book;

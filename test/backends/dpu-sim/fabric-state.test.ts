@@ -70,7 +70,7 @@ describe('DPU simulator: fabric objects (protocol version 3)', function () {
   it('says hello with version 3, fabric-vxlan and its uplink; acks every object with kind FABRIC and records exactly the set', async () => {
     sim = start();
     const s = await daemon.session();
-    expect(s.hello.maxProtocolVersion).to.equal(3);
+    expect(s.hello.maxProtocolVersion).to.equal(4);
     expect(s.hello.capabilities?.features).to.include('fabric-vxlan');
     expect(s.hello.uplinkAddresses).to.deep.equal(['10.100.1.7']);
     const g = (): number => daemon.nextGeneration();
@@ -264,7 +264,7 @@ describe('DPU simulator: fabric objects (protocol version 3)', function () {
   it('with --no-fabric speaks version 3 but carries no fabric', async () => {
     sim = start(['--vtep-address', '10.100.1.7', '--no-fabric']);
     const s = await daemon.session();
-    expect(s.hello.maxProtocolVersion).to.equal(3);
+    expect(s.hello.maxProtocolVersion).to.equal(4);
     expect(s.hello.capabilities?.features).to.not.include('fabric-vxlan');
     expect(s.hello.uplinkAddresses).to.deep.equal([]);
   });

@@ -68,7 +68,7 @@ describe('DPU backend: bad agent input', function () {
     const a = agent();
     a.send(RawAgent.hello('dpu-1', { protocolVersion: 7 }));
     const reject = await a.next((m) => !!m.helloReject, 'hello reject');
-    expect(reject.helloReject?.reason).to.match(/protocol version 7 is not supported.*versions 1-3/);
+    expect(reject.helloReject?.reason).to.match(/protocol version 7 is not supported.*versions 1-4/);
     expect((await a.end()).code).to.equal(status.FAILED_PRECONDITION);
     await stillServes();
   });

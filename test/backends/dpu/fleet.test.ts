@@ -150,7 +150,7 @@ describe('DPU fleet: two simulators serving one backend', function () {
   it('sizes placement by the VF pools the inventories report, and hands out real VFs', async () => {
     const [a, b] = await twoAgents(['--pfs', '2', '--vfs-per-pf', '2'], ['--pfs', '1', '--vfs-per-pf', '1']);
     const sa = await a.waitForState((s) => (s.inventoriesSent ?? 0) >= 1, 'an inventory sent');
-    expect(sa.protocolVersion).to.equal(3);
+    expect(sa.protocolVersion).to.equal(4);
     expect(sa.inventory?.pfs.map((pf) => [pf.index, pf.vfTotal, pf.vfFree])).to.deep.equal([
       [0, 2, 2],
       [1, 2, 2],
@@ -390,8 +390,8 @@ describeRoot('DPU fleet through the workload API (real daemon, root for test-own
     );
     const st = await d.client.status();
     expect(st.dpus.map((x) => [x.id, x.connected, x.healthy, x.protocolVersion])).to.deep.equal([
-      ['dpu-a', true, true, 3],
-      ['dpu-b', true, true, 3],
+      ['dpu-a', true, true, 4],
+      ['dpu-b', true, true, 4],
     ]);
     const a = st.dpus[0]!;
     expect(a.firmwareVersion).to.equal('sim-fw-1.0');
@@ -410,7 +410,7 @@ describeRoot('DPU fleet through the workload API (real daemon, root for test-own
     const text = cli();
     expect(text).to.match(/^DPU\s+STATE\s+BOOT\s+PROTOCOL\s+FIRMWARE\s+PFS\s+VFS FREE\s+PORTS\s+HEARTBEAT/);
     expect(text).to.match(
-      /dpu-a\s+ready\s+\S+\s+3\s+sim-fw-1\.0\s+s[0-9a-f]{4}f0:up,s[0-9a-f]{4}f1:up\s+\d+\/4096\s+0/,
+      /dpu-a\s+ready\s+\S+\s+4\s+sim-fw-1\.0\s+s[0-9a-f]{4}f0:up,s[0-9a-f]{4}f1:up\s+\d+\/4096\s+0/,
     );
   });
 

@@ -317,17 +317,17 @@ describe('DPU hello admission', () => {
     expect(negotiateVersion(hello('dpu-a', { protocolVersion: 1 })), 'a version 1 agent').to.equal(1);
     expect(negotiateVersion(hello('dpu-a', { protocolVersion: 2 })), 'a version 2 agent').to.equal(2);
     expect(negotiateVersion(offer(1, 2))).to.equal(2);
-    expect(negotiateVersion(offer(1, 5)), 'a newer agent that still speaks ours').to.equal(3);
-    expect(negotiateVersion(offer(2, 9))).to.equal(3);
-    expect(negotiateVersion(offer(4, 5)), 'disjoint, newer').to.match(
-      /protocol versions 4-5 are not supported; this daemon speaks versions 1-3/,
+    expect(negotiateVersion(offer(1, 5)), 'a newer agent that still speaks ours').to.equal(4);
+    expect(negotiateVersion(offer(2, 9))).to.equal(4);
+    expect(negotiateVersion(offer(5, 6)), 'disjoint, newer').to.match(
+      /protocol versions 5-6 are not supported; this daemon speaks versions 1-4/,
     );
     expect(negotiateVersion(hello('dpu-a', { protocolVersion: 0 })), 'unset').to.match(
       /version 0 is not supported/,
     );
     expect(negotiateVersion(hello('dpu-a', { protocolVersion: 7 }))).to.match(/version 7 is not supported/);
     expect(negotiateVersion(offer(2, 1))).to.match(/empty range/);
-    const refused = admitHello(offer(4, 5), unix, undefined);
+    const refused = admitHello(offer(5, 6), unix, undefined);
     expect(refused.ok === false && refused.code).to.equal(status.FAILED_PRECONDITION);
   });
 
@@ -556,7 +556,7 @@ describe('DPU protocol version 2 messages, fuzzed', () => {
         });
         if (typeof picked === 'string') return /not supported|empty range/.test(picked);
         const [lo, hi] = max > 0 ? [min || 1, max] : [v, v];
-        return picked >= Math.max(lo, 1) && picked <= Math.min(hi, 3);
+        return picked >= Math.max(lo, 1) && picked <= Math.min(hi, 4);
       }),
       { numRuns: 500, seed: 1308 },
     );

@@ -77,6 +77,10 @@ class TestDataplane implements PolicyDataplane {
     return new Map([['w1/eth0', { ingress: 3, egress: 1 }]]);
   }
   async remove(): Promise<void> {}
+  readonly left = new Map<string, string>();
+  unenforced(): ReadonlyMap<string, string> {
+    return this.left;
+  }
 }
 
 /** Holds the local pods; every pod is isolated for ingress with no rule. */
@@ -296,5 +300,24 @@ describe('NetworkPolicy controller as the attach gate', () => {
     expect(polled).to.include({ ready: true, podsIsolated: 1 });
     expect((await controller.status()).denied).to.deep.equal({ ingress: 3, egress: 1 });
     expect(dataplane.counterReads).to.equal(1);
+  });
+
+  it('refuses a pod its dataplane left unenforced (a DPU agent without policy), unless allowed; Status names it', async () => {
+    await controller.start();
+    source.pods.set('x/a', POD);
+    source.sync();
+    dataplane.left.set(
+      ROW.key,
+      'DPU agent d1 speaks protocol version 3, so it cannot enforce the NetworkPolicy of x/a',
+    );
+    const err = await controller.enforce(await controller.admit(CALL), ROW).catch((e: Error) => e);
+    expect((err as Error).message).to.match(/protocol version 3.*not attached.*dpu\.allowUnenforcedPolicy/);
+    expect((err as { grpcCode?: number }).grpcCode).to.equal(9);
+    await controller.stop();
+    controller = make({ allowUnenforced: true });
+    await controller.start();
+    source.sync();
+    await controller.enforce(await controller.admit(CALL), ROW);
+    expect((await controller.status()).unenforced).to.deep.equal([ROW.key]);
   });
 });

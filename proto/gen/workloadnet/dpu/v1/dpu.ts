@@ -60,6 +60,9 @@ export const protobufFileName = 'workloadnet/dpu/v1/dpu.proto';
  * 7. A lost agent does not mean lost ports: the DPU keeps its last programmed dataplane, and the next
  *    snapshot reconciles it. A new boot_id tells the daemon the agent lost its state (the snapshot then
  *    re-programs everything).
+ * 8. Version 4: an agent with the feature "network-policy" gets its ports' PolicyObjects in every
+ *    snapshot, before its ports, and single changes in between; policy objects a complete snapshot
+ *    does not list are deleted after SyncComplete unless keep_unlisted_policy is set.
  */
 
 /**
@@ -72,12 +75,16 @@ export const protobufFileName = 'workloadnet/dpu/v1/dpu.proto';
  * Version 3 adds the fabric: the overlay between nodes as desired state (FabricObject in Upsert, with
  * ObjectKind in Delete and Ack), the agent's uplink in Hello, and PeerStatus. A version 2 agent keeps
  * serving ports and never receives a FabricObject.
+ * Version 4 adds NetworkPolicy: PolicyObjects (address sets and port policies) in Upsert, with
+ * OBJECT_KIND_POLICY in Delete and Ack, sent only to an agent that names the feature "network-policy".
+ * An agent of version 3 or without the feature never receives one.
  */
 export enum ProtocolVersion {
   PROTOCOL_VERSION_UNSPECIFIED = 0,
   PROTOCOL_VERSION_1 = 1,
   PROTOCOL_VERSION_2 = 2,
   PROTOCOL_VERSION_3 = 3,
+  PROTOCOL_VERSION_4 = 4,
   UNRECOGNIZED = -1,
 }
 
@@ -95,6 +102,9 @@ export function protocolVersionFromJSON(object: any): ProtocolVersion {
     case 3:
     case 'PROTOCOL_VERSION_3':
       return ProtocolVersion.PROTOCOL_VERSION_3;
+    case 4:
+    case 'PROTOCOL_VERSION_4':
+      return ProtocolVersion.PROTOCOL_VERSION_4;
     case -1:
     case 'UNRECOGNIZED':
     default:
@@ -112,6 +122,8 @@ export function protocolVersionToJSON(object: ProtocolVersion): string {
       return 'PROTOCOL_VERSION_2';
     case ProtocolVersion.PROTOCOL_VERSION_3:
       return 'PROTOCOL_VERSION_3';
+    case ProtocolVersion.PROTOCOL_VERSION_4:
+      return 'PROTOCOL_VERSION_4';
     case ProtocolVersion.UNRECOGNIZED:
     default:
       return 'UNRECOGNIZED';
@@ -227,6 +239,8 @@ export function ackCodeToJSON(object: AckCode): string {
 export enum ObjectKind {
   OBJECT_KIND_PORT = 0,
   OBJECT_KIND_FABRIC = 1,
+  /** OBJECT_KIND_POLICY - Version 4. */
+  OBJECT_KIND_POLICY = 2,
   UNRECOGNIZED = -1,
 }
 
@@ -238,6 +252,9 @@ export function objectKindFromJSON(object: any): ObjectKind {
     case 1:
     case 'OBJECT_KIND_FABRIC':
       return ObjectKind.OBJECT_KIND_FABRIC;
+    case 2:
+    case 'OBJECT_KIND_POLICY':
+      return ObjectKind.OBJECT_KIND_POLICY;
     case -1:
     case 'UNRECOGNIZED':
     default:
@@ -251,6 +268,8 @@ export function objectKindToJSON(object: ObjectKind): string {
       return 'OBJECT_KIND_PORT';
     case ObjectKind.OBJECT_KIND_FABRIC:
       return 'OBJECT_KIND_FABRIC';
+    case ObjectKind.OBJECT_KIND_POLICY:
+      return 'OBJECT_KIND_POLICY';
     case ObjectKind.UNRECOGNIZED:
     default:
       return 'UNRECOGNIZED';
@@ -339,6 +358,51 @@ export function routeViaToJSON(object: RouteVia): string {
     case RouteVia.ROUTE_VIA_DIRECT:
       return 'ROUTE_VIA_DIRECT';
     case RouteVia.UNRECOGNIZED:
+    default:
+      return 'UNRECOGNIZED';
+  }
+}
+
+export enum PolicyProtocol {
+  POLICY_PROTOCOL_UNSPECIFIED = 0,
+  POLICY_PROTOCOL_TCP = 1,
+  POLICY_PROTOCOL_UDP = 2,
+  POLICY_PROTOCOL_SCTP = 3,
+  UNRECOGNIZED = -1,
+}
+
+export function policyProtocolFromJSON(object: any): PolicyProtocol {
+  switch (object) {
+    case 0:
+    case 'POLICY_PROTOCOL_UNSPECIFIED':
+      return PolicyProtocol.POLICY_PROTOCOL_UNSPECIFIED;
+    case 1:
+    case 'POLICY_PROTOCOL_TCP':
+      return PolicyProtocol.POLICY_PROTOCOL_TCP;
+    case 2:
+    case 'POLICY_PROTOCOL_UDP':
+      return PolicyProtocol.POLICY_PROTOCOL_UDP;
+    case 3:
+    case 'POLICY_PROTOCOL_SCTP':
+      return PolicyProtocol.POLICY_PROTOCOL_SCTP;
+    case -1:
+    case 'UNRECOGNIZED':
+    default:
+      return PolicyProtocol.UNRECOGNIZED;
+  }
+}
+
+export function policyProtocolToJSON(object: PolicyProtocol): string {
+  switch (object) {
+    case PolicyProtocol.POLICY_PROTOCOL_UNSPECIFIED:
+      return 'POLICY_PROTOCOL_UNSPECIFIED';
+    case PolicyProtocol.POLICY_PROTOCOL_TCP:
+      return 'POLICY_PROTOCOL_TCP';
+    case PolicyProtocol.POLICY_PROTOCOL_UDP:
+      return 'POLICY_PROTOCOL_UDP';
+    case PolicyProtocol.POLICY_PROTOCOL_SCTP:
+      return 'POLICY_PROTOCOL_SCTP';
+    case PolicyProtocol.UNRECOGNIZED:
     default:
       return 'UNRECOGNIZED';
   }
@@ -483,7 +547,8 @@ export interface Capabilities {
    * workload namespace; without it the daemon programs nothing on the host side), "vlan", "vni", and
    * from version 2 "qos-rate" (Port.qos max/min transmit rate), "qos-spoof-check", "qos-trust",
    * "qos-link-state" and "pf-select" (Port.pf), and from version 3 "fabric-vxlan" (it programs the
-   * FabricObjects of a VXLAN overlay). The daemon refuses a port that needs a feature the
+   * FabricObjects of a VXLAN overlay), and from version 4 "network-policy" (it enforces the
+   * PolicyObjects of its ports). The daemon refuses a port that needs a feature the
    * agent did not name, before sending it.
    */
   features: string[];
@@ -626,8 +691,9 @@ export interface DaemonCapabilities {
   maxProtocolVersion: number;
   /**
    * Known: "inventory" (it reads Inventory and guards endpoints with it), "qos" (it may send
-   * Port.qos), "pf-select" (it may send Port.pf), "keep-unlisted" (SnapshotBegin.keep_unlisted), and
-   * from version 3 "fabric" (it may send FabricObjects).
+   * Port.qos), "pf-select" (it may send Port.pf), "keep-unlisted" (SnapshotBegin.keep_unlisted),
+   * from version 3 "fabric" (it may send FabricObjects), and from version 4 "network-policy" (it may
+   * send PolicyObjects).
    */
   features: string[];
 }
@@ -654,13 +720,23 @@ export interface SnapshotBegin {
    * to a peer is removed only on the word of a complete table.
    */
   keepUnlistedFabric: boolean;
+  /**
+   * Version 4: the agent keeps every policy object it holds that the snapshot does not list (the
+   * daemon has not compiled its policy yet, after a restart): what the DPU enforces stays in force.
+   */
+  keepUnlistedPolicy?: boolean | undefined;
 }
 
-/** Exactly one of port and fabric is set; an agent below version 3 only ever receives a port. */
+/**
+ * Exactly one of port, fabric and policy is set; an agent below version 3 only ever receives a port,
+ * one below version 4 never a policy.
+ */
 export interface Upsert {
   port?: Port | undefined;
   /** Version 3. */
   fabric?: FabricObject | undefined;
+  /** Version 4. */
+  policy?: PolicyObject | undefined;
 }
 
 /**
@@ -724,6 +800,64 @@ export interface PeerRoute {
   via: RouteVia;
   /** Largest packet the path carries. */
   mtu: number;
+}
+
+/**
+ * Version 4: NetworkPolicy for the agent's ports, desired state like a port: named, with a
+ * generation, replaced whole by an Upsert of the same name, removed by a Delete of kind
+ * OBJECT_KIND_POLICY, acknowledged with the kind once it is in force in the DPU's switch (or refused
+ * whole, nothing changed, with ACK_CODE_INVALID). Names: "set/<set name>" for an AddressSet,
+ * "port/<port name>" for a PortPolicy. An address set is shared by the port policies that name it
+ * and sent once per agent: a change of its members re-sends the set alone. A port policy may come
+ * before its port, and names only sets sent before it.
+ */
+export interface PolicyObject {
+  name: string;
+  generation: number;
+  addressSet?: AddressSet | undefined;
+  portPolicy?: PortPolicy | undefined;
+}
+
+/** The addresses one selector chooses: host or wider prefixes, both families ("10.0.0.5/32"). */
+export interface AddressSet {
+  prefixes: string[];
+}
+
+/**
+ * What one port enforces. A direction left unset is not isolated: everything passes that way. An
+ * isolated direction passes what some rule matches, and replies to what passed; everything else is
+ * dropped (and counted).
+ */
+export interface PortPolicy {
+  /** Port.name of the port it applies to. */
+  port: string;
+  /** Traffic to the workload. */
+  ingress?: PolicyDirection | undefined;
+  /** Traffic from the workload. */
+  egress?: PolicyDirection | undefined;
+}
+
+export interface PolicyDirection {
+  rules: PolicyRule[];
+}
+
+/** Traffic from (ingress) or to (egress) an address of one of `sets`, on one of `ports`. */
+export interface PolicyRule {
+  /** Any address; `sets` is then empty. Unset with no sets: matches nothing. */
+  anyAddress: boolean;
+  /** Names of AddressSets (without the "set/" of their object's name). */
+  sets: string[];
+  /** Every protocol and port; `ports` is then empty. Unset with no ports: matches nothing. */
+  anyPort: boolean;
+  ports: PolicyPort[];
+}
+
+export interface PolicyPort {
+  protocol: PolicyProtocol;
+  /** 0: every port of the protocol. */
+  port: number;
+  /** With port: the last port of the range; 0: the port alone. */
+  endPort: number;
 }
 
 /** Desired state of one workload interface. */
@@ -792,6 +926,8 @@ export interface SyncComplete {
   portCount: number;
   /** Version 3: number of FabricObjects in the snapshot. */
   fabricCount: number;
+  /** Version 4: number of PolicyObjects in the snapshot. */
+  policyCount?: number | undefined;
 }
 
 function createBaseAgentMessage(): AgentMessage {
@@ -3088,7 +3224,7 @@ export const HelloReject: MessageFns<HelloReject> = {
 };
 
 function createBaseSnapshotBegin(): SnapshotBegin {
-  return { epoch: 0, keepUnlisted: false, keepUnlistedFabric: false };
+  return { epoch: 0, keepUnlisted: false, keepUnlistedFabric: false, keepUnlistedPolicy: undefined };
 }
 
 export const SnapshotBegin: MessageFns<SnapshotBegin> = {
@@ -3101,6 +3237,9 @@ export const SnapshotBegin: MessageFns<SnapshotBegin> = {
     }
     if (message.keepUnlistedFabric !== false) {
       writer.uint32(24).bool(message.keepUnlistedFabric);
+    }
+    if (message.keepUnlistedPolicy !== undefined) {
+      writer.uint32(32).bool(message.keepUnlistedPolicy);
     }
     return writer;
   },
@@ -3142,6 +3281,14 @@ export const SnapshotBegin: MessageFns<SnapshotBegin> = {
             message.keepUnlistedFabric = reader.bool();
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.keepUnlistedPolicy = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3167,6 +3314,11 @@ export const SnapshotBegin: MessageFns<SnapshotBegin> = {
         : isSet(object.keep_unlisted_fabric)
           ? globalThis.Boolean(object.keep_unlisted_fabric)
           : false,
+      keepUnlistedPolicy: isSet(object.keepUnlistedPolicy)
+        ? globalThis.Boolean(object.keepUnlistedPolicy)
+        : isSet(object.keep_unlisted_policy)
+          ? globalThis.Boolean(object.keep_unlisted_policy)
+          : undefined,
     };
   },
 
@@ -3181,6 +3333,9 @@ export const SnapshotBegin: MessageFns<SnapshotBegin> = {
     if (message.keepUnlistedFabric !== false) {
       obj.keepUnlistedFabric = message.keepUnlistedFabric;
     }
+    if (message.keepUnlistedPolicy !== undefined) {
+      obj.keepUnlistedPolicy = message.keepUnlistedPolicy;
+    }
     return obj;
   },
 
@@ -3192,12 +3347,13 @@ export const SnapshotBegin: MessageFns<SnapshotBegin> = {
     message.epoch = object.epoch ?? 0;
     message.keepUnlisted = object.keepUnlisted ?? false;
     message.keepUnlistedFabric = object.keepUnlistedFabric ?? false;
+    message.keepUnlistedPolicy = object.keepUnlistedPolicy ?? undefined;
     return message;
   },
 };
 
 function createBaseUpsert(): Upsert {
-  return { port: undefined, fabric: undefined };
+  return { port: undefined, fabric: undefined, policy: undefined };
 }
 
 export const Upsert: MessageFns<Upsert> = {
@@ -3207,6 +3363,9 @@ export const Upsert: MessageFns<Upsert> = {
     }
     if (message.fabric !== undefined) {
       FabricObject.encode(message.fabric, writer.uint32(18).fork()).join();
+    }
+    if (message.policy !== undefined) {
+      PolicyObject.encode(message.policy, writer.uint32(26).fork()).join();
     }
     return writer;
   },
@@ -3240,6 +3399,14 @@ export const Upsert: MessageFns<Upsert> = {
             message.fabric = FabricObject.decode(reader, reader.uint32());
             continue;
           }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.policy = PolicyObject.decode(reader, reader.uint32());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3256,6 +3423,7 @@ export const Upsert: MessageFns<Upsert> = {
     return {
       port: isSet(object.port) ? Port.fromJSON(object.port) : undefined,
       fabric: isSet(object.fabric) ? FabricObject.fromJSON(object.fabric) : undefined,
+      policy: isSet(object.policy) ? PolicyObject.fromJSON(object.policy) : undefined,
     };
   },
 
@@ -3266,6 +3434,9 @@ export const Upsert: MessageFns<Upsert> = {
     }
     if (message.fabric !== undefined) {
       obj.fabric = FabricObject.toJSON(message.fabric);
+    }
+    if (message.policy !== undefined) {
+      obj.policy = PolicyObject.toJSON(message.policy);
     }
     return obj;
   },
@@ -3280,6 +3451,10 @@ export const Upsert: MessageFns<Upsert> = {
     message.fabric =
       object.fabric !== undefined && object.fabric !== null
         ? FabricObject.fromPartial(object.fabric)
+        : undefined;
+    message.policy =
+      object.policy !== undefined && object.policy !== null
+        ? PolicyObject.fromPartial(object.policy)
         : undefined;
     return message;
   },
@@ -3929,6 +4104,618 @@ export const PeerRoute: MessageFns<PeerRoute> = {
   },
 };
 
+function createBasePolicyObject(): PolicyObject {
+  return { name: '', generation: 0, addressSet: undefined, portPolicy: undefined };
+}
+
+export const PolicyObject: MessageFns<PolicyObject> = {
+  encode(message: PolicyObject, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.name !== '') {
+      writer.uint32(10).string(message.name);
+    }
+    if (message.generation !== 0) {
+      writer.uint32(16).uint64(message.generation);
+    }
+    if (message.addressSet !== undefined) {
+      AddressSet.encode(message.addressSet, writer.uint32(26).fork()).join();
+    }
+    if (message.portPolicy !== undefined) {
+      PortPolicy.encode(message.portPolicy, writer.uint32(34).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PolicyObject {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePolicyObject();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.name = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.generation = longToNumber(reader.uint64());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.addressSet = AddressSet.decode(reader, reader.uint32());
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.portPolicy = PortPolicy.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PolicyObject {
+    return {
+      name: isSet(object.name) ? globalThis.String(object.name) : '',
+      generation: isSet(object.generation) ? globalThis.Number(object.generation) : 0,
+      addressSet: isSet(object.addressSet)
+        ? AddressSet.fromJSON(object.addressSet)
+        : isSet(object.address_set)
+          ? AddressSet.fromJSON(object.address_set)
+          : undefined,
+      portPolicy: isSet(object.portPolicy)
+        ? PortPolicy.fromJSON(object.portPolicy)
+        : isSet(object.port_policy)
+          ? PortPolicy.fromJSON(object.port_policy)
+          : undefined,
+    };
+  },
+
+  toJSON(message: PolicyObject): unknown {
+    const obj: any = {};
+    if (message.name !== '') {
+      obj.name = message.name;
+    }
+    if (message.generation !== 0) {
+      obj.generation = Math.round(message.generation);
+    }
+    if (message.addressSet !== undefined) {
+      obj.addressSet = AddressSet.toJSON(message.addressSet);
+    }
+    if (message.portPolicy !== undefined) {
+      obj.portPolicy = PortPolicy.toJSON(message.portPolicy);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PolicyObject>, I>>(base?: I): PolicyObject {
+    return PolicyObject.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PolicyObject>, I>>(object: I): PolicyObject {
+    const message = createBasePolicyObject();
+    message.name = object.name ?? '';
+    message.generation = object.generation ?? 0;
+    message.addressSet =
+      object.addressSet !== undefined && object.addressSet !== null
+        ? AddressSet.fromPartial(object.addressSet)
+        : undefined;
+    message.portPolicy =
+      object.portPolicy !== undefined && object.portPolicy !== null
+        ? PortPolicy.fromPartial(object.portPolicy)
+        : undefined;
+    return message;
+  },
+};
+
+function createBaseAddressSet(): AddressSet {
+  return { prefixes: [] };
+}
+
+export const AddressSet: MessageFns<AddressSet> = {
+  encode(message: AddressSet, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.prefixes) {
+      writer.uint32(10).string(v!);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): AddressSet {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseAddressSet();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.prefixes.push(reader.string());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): AddressSet {
+    return {
+      prefixes: globalThis.Array.isArray(object?.prefixes)
+        ? object.prefixes.map((e: any) => globalThis.String(e))
+        : [],
+    };
+  },
+
+  toJSON(message: AddressSet): unknown {
+    const obj: any = {};
+    if (message.prefixes?.length) {
+      obj.prefixes = message.prefixes;
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<AddressSet>, I>>(base?: I): AddressSet {
+    return AddressSet.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<AddressSet>, I>>(object: I): AddressSet {
+    const message = createBaseAddressSet();
+    message.prefixes = object.prefixes?.map((e) => e) || [];
+    return message;
+  },
+};
+
+function createBasePortPolicy(): PortPolicy {
+  return { port: '', ingress: undefined, egress: undefined };
+}
+
+export const PortPolicy: MessageFns<PortPolicy> = {
+  encode(message: PortPolicy, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.port !== '') {
+      writer.uint32(10).string(message.port);
+    }
+    if (message.ingress !== undefined) {
+      PolicyDirection.encode(message.ingress, writer.uint32(18).fork()).join();
+    }
+    if (message.egress !== undefined) {
+      PolicyDirection.encode(message.egress, writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PortPolicy {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePortPolicy();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.port = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.ingress = PolicyDirection.decode(reader, reader.uint32());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.egress = PolicyDirection.decode(reader, reader.uint32());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PortPolicy {
+    return {
+      port: isSet(object.port) ? globalThis.String(object.port) : '',
+      ingress: isSet(object.ingress) ? PolicyDirection.fromJSON(object.ingress) : undefined,
+      egress: isSet(object.egress) ? PolicyDirection.fromJSON(object.egress) : undefined,
+    };
+  },
+
+  toJSON(message: PortPolicy): unknown {
+    const obj: any = {};
+    if (message.port !== '') {
+      obj.port = message.port;
+    }
+    if (message.ingress !== undefined) {
+      obj.ingress = PolicyDirection.toJSON(message.ingress);
+    }
+    if (message.egress !== undefined) {
+      obj.egress = PolicyDirection.toJSON(message.egress);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PortPolicy>, I>>(base?: I): PortPolicy {
+    return PortPolicy.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PortPolicy>, I>>(object: I): PortPolicy {
+    const message = createBasePortPolicy();
+    message.port = object.port ?? '';
+    message.ingress =
+      object.ingress !== undefined && object.ingress !== null
+        ? PolicyDirection.fromPartial(object.ingress)
+        : undefined;
+    message.egress =
+      object.egress !== undefined && object.egress !== null
+        ? PolicyDirection.fromPartial(object.egress)
+        : undefined;
+    return message;
+  },
+};
+
+function createBasePolicyDirection(): PolicyDirection {
+  return { rules: [] };
+}
+
+export const PolicyDirection: MessageFns<PolicyDirection> = {
+  encode(message: PolicyDirection, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    for (const v of message.rules) {
+      PolicyRule.encode(v!, writer.uint32(10).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PolicyDirection {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePolicyDirection();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.rules.push(PolicyRule.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PolicyDirection {
+    return {
+      rules: globalThis.Array.isArray(object?.rules)
+        ? object.rules.map((e: any) => PolicyRule.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: PolicyDirection): unknown {
+    const obj: any = {};
+    if (message.rules?.length) {
+      obj.rules = message.rules.map((e) => PolicyRule.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PolicyDirection>, I>>(base?: I): PolicyDirection {
+    return PolicyDirection.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PolicyDirection>, I>>(object: I): PolicyDirection {
+    const message = createBasePolicyDirection();
+    message.rules = object.rules?.map((e) => PolicyRule.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBasePolicyRule(): PolicyRule {
+  return { anyAddress: false, sets: [], anyPort: false, ports: [] };
+}
+
+export const PolicyRule: MessageFns<PolicyRule> = {
+  encode(message: PolicyRule, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.anyAddress !== false) {
+      writer.uint32(8).bool(message.anyAddress);
+    }
+    for (const v of message.sets) {
+      writer.uint32(18).string(v!);
+    }
+    if (message.anyPort !== false) {
+      writer.uint32(24).bool(message.anyPort);
+    }
+    for (const v of message.ports) {
+      PolicyPort.encode(v!, writer.uint32(34).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PolicyRule {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePolicyRule();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.anyAddress = reader.bool();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.sets.push(reader.string());
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.anyPort = reader.bool();
+            continue;
+          }
+          case 4: {
+            if (tag !== 34) {
+              break;
+            }
+
+            message.ports.push(PolicyPort.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PolicyRule {
+    return {
+      anyAddress: isSet(object.anyAddress)
+        ? globalThis.Boolean(object.anyAddress)
+        : isSet(object.any_address)
+          ? globalThis.Boolean(object.any_address)
+          : false,
+      sets: globalThis.Array.isArray(object?.sets) ? object.sets.map((e: any) => globalThis.String(e)) : [],
+      anyPort: isSet(object.anyPort)
+        ? globalThis.Boolean(object.anyPort)
+        : isSet(object.any_port)
+          ? globalThis.Boolean(object.any_port)
+          : false,
+      ports: globalThis.Array.isArray(object?.ports)
+        ? object.ports.map((e: any) => PolicyPort.fromJSON(e))
+        : [],
+    };
+  },
+
+  toJSON(message: PolicyRule): unknown {
+    const obj: any = {};
+    if (message.anyAddress !== false) {
+      obj.anyAddress = message.anyAddress;
+    }
+    if (message.sets?.length) {
+      obj.sets = message.sets;
+    }
+    if (message.anyPort !== false) {
+      obj.anyPort = message.anyPort;
+    }
+    if (message.ports?.length) {
+      obj.ports = message.ports.map((e) => PolicyPort.toJSON(e));
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PolicyRule>, I>>(base?: I): PolicyRule {
+    return PolicyRule.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PolicyRule>, I>>(object: I): PolicyRule {
+    const message = createBasePolicyRule();
+    message.anyAddress = object.anyAddress ?? false;
+    message.sets = object.sets?.map((e) => e) || [];
+    message.anyPort = object.anyPort ?? false;
+    message.ports = object.ports?.map((e) => PolicyPort.fromPartial(e)) || [];
+    return message;
+  },
+};
+
+function createBasePolicyPort(): PolicyPort {
+  return { protocol: 0, port: 0, endPort: 0 };
+}
+
+export const PolicyPort: MessageFns<PolicyPort> = {
+  encode(message: PolicyPort, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.protocol !== 0) {
+      writer.uint32(8).int32(message.protocol);
+    }
+    if (message.port !== 0) {
+      writer.uint32(16).uint32(message.port);
+    }
+    if (message.endPort !== 0) {
+      writer.uint32(24).uint32(message.endPort);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PolicyPort {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error('protobuf decode recursion limit exceeded');
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePolicyPort();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.protocol = reader.int32() as any;
+            continue;
+          }
+          case 2: {
+            if (tag !== 16) {
+              break;
+            }
+
+            message.port = reader.uint32();
+            continue;
+          }
+          case 3: {
+            if (tag !== 24) {
+              break;
+            }
+
+            message.endPort = reader.uint32();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  fromJSON(object: any): PolicyPort {
+    return {
+      protocol: isSet(object.protocol) ? policyProtocolFromJSON(object.protocol) : 0,
+      port: isSet(object.port) ? globalThis.Number(object.port) : 0,
+      endPort: isSet(object.endPort)
+        ? globalThis.Number(object.endPort)
+        : isSet(object.end_port)
+          ? globalThis.Number(object.end_port)
+          : 0,
+    };
+  },
+
+  toJSON(message: PolicyPort): unknown {
+    const obj: any = {};
+    if (message.protocol !== 0) {
+      obj.protocol = policyProtocolToJSON(message.protocol);
+    }
+    if (message.port !== 0) {
+      obj.port = Math.round(message.port);
+    }
+    if (message.endPort !== 0) {
+      obj.endPort = Math.round(message.endPort);
+    }
+    return obj;
+  },
+
+  create<I extends Exact<DeepPartial<PolicyPort>, I>>(base?: I): PolicyPort {
+    return PolicyPort.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PolicyPort>, I>>(object: I): PolicyPort {
+    const message = createBasePolicyPort();
+    message.protocol = object.protocol ?? 0;
+    message.port = object.port ?? 0;
+    message.endPort = object.endPort ?? 0;
+    return message;
+  },
+};
+
 function createBasePort(): Port {
   return {
     name: '',
@@ -4549,7 +5336,7 @@ export const Delete: MessageFns<Delete> = {
 };
 
 function createBaseSyncComplete(): SyncComplete {
-  return { epoch: 0, portCount: 0, fabricCount: 0 };
+  return { epoch: 0, portCount: 0, fabricCount: 0, policyCount: undefined };
 }
 
 export const SyncComplete: MessageFns<SyncComplete> = {
@@ -4562,6 +5349,9 @@ export const SyncComplete: MessageFns<SyncComplete> = {
     }
     if (message.fabricCount !== 0) {
       writer.uint32(24).uint32(message.fabricCount);
+    }
+    if (message.policyCount !== undefined) {
+      writer.uint32(32).uint32(message.policyCount);
     }
     return writer;
   },
@@ -4603,6 +5393,14 @@ export const SyncComplete: MessageFns<SyncComplete> = {
             message.fabricCount = reader.uint32();
             continue;
           }
+          case 4: {
+            if (tag !== 32) {
+              break;
+            }
+
+            message.policyCount = reader.uint32();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -4628,6 +5426,11 @@ export const SyncComplete: MessageFns<SyncComplete> = {
         : isSet(object.fabric_count)
           ? globalThis.Number(object.fabric_count)
           : 0,
+      policyCount: isSet(object.policyCount)
+        ? globalThis.Number(object.policyCount)
+        : isSet(object.policy_count)
+          ? globalThis.Number(object.policy_count)
+          : undefined,
     };
   },
 
@@ -4642,6 +5445,9 @@ export const SyncComplete: MessageFns<SyncComplete> = {
     if (message.fabricCount !== 0) {
       obj.fabricCount = Math.round(message.fabricCount);
     }
+    if (message.policyCount !== undefined) {
+      obj.policyCount = Math.round(message.policyCount);
+    }
     return obj;
   },
 
@@ -4653,6 +5459,7 @@ export const SyncComplete: MessageFns<SyncComplete> = {
     message.epoch = object.epoch ?? 0;
     message.portCount = object.portCount ?? 0;
     message.fabricCount = object.fabricCount ?? 0;
+    message.policyCount = object.policyCount ?? undefined;
     return message;
   },
 };

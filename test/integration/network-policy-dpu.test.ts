@@ -1,0 +1,71 @@
+import { expect } from 'chai';
+import { spawnSync } from 'node:child_process';
+import * as fs from 'node:fs';
+import * as os from 'node:os';
+import * as path from 'node:path';
+import { describeRoot } from '../support/describe-root';
+import { PolicyCaseRunner, addCasePods } from '../support/policy-case-runner';
+import { POLICY_CASES } from '../support/policy-cases';
+import { startPolicyDpuNode, type PolicyDpuNode } from '../support/policy-dpu-node';
+import { StandInKubeApiServer } from '../support/standin-kube-apiserver';
+
+// The upstream NetworkPolicy cases with the pods on a DPU network: the real daemon with the DPU
+// backend, the simulator in netns mode enforcing in the DPU's namespace, the Kubernetes source fed by
+// a stand-in API server, and real packets between the pods' namespaces, every pair probed.
+
+describeRoot(
+  'NetworkPolicy on a DPU network (root, simulator in netns mode, stand-in API server)',
+  function () {
+    this.timeout(120_000);
+    let root: string;
+    let api: StandInKubeApiServer;
+    let dpu: PolicyDpuNode;
+
+    before(async () => {
+      root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-policy-dpu-'));
+      api = await StandInKubeApiServer.start(path.join(root, 'api'));
+      dpu = await startPolicyDpuNode({ root, name: 'np-dpu', range: '10.243.2.0/24', api, prefix: 'wnpd-' });
+      await addCasePods(dpu.node, api);
+    });
+
+    after(async () => {
+      dpu?.node.stop();
+      await dpu?.node.daemon.stop().catch(() => undefined);
+      await dpu?.sim()?.stop('SIGKILL');
+      dpu?.namespaces.cleanup();
+      await api?.stop();
+      if (root) fs.rmSync(root, { recursive: true, force: true });
+    });
+
+    afterEach(() => {
+      for (const ns of ['x', 'y'])
+        for (const n of ['deny-all', 'allow-b', 'allow-d']) api.deleteNetworkPolicy(ns, n);
+    });
+
+    it('enforces in the DPU namespace, on the representors, and programs nothing on the node', async () => {
+      api.putNetworkPolicy('x', 'deny-all', { podSelector: {}, policyTypes: ['Ingress'] });
+      const table = (ns: string): string =>
+        spawnSync('ip', [
+          'netns',
+          'exec',
+          ns,
+          'nft',
+          'list',
+          'table',
+          'inet',
+          'workloadnet_policy',
+        ]).stdout.toString();
+      const until = Date.now() + 10_000;
+      while (!/rp\d+v\d+/.test(table(dpu.namespaces.dpu?.name ?? '')) && Date.now() < until)
+        await new Promise((r) => setTimeout(r, 100));
+      expect(table(dpu.namespaces.dpu?.name ?? ''), 'the DPU holds the rules').to.match(/iifname|oifname/);
+      expect(table(dpu.namespaces.dpu?.name ?? '')).to.match(/rp\d+v\d+/);
+      expect(table(dpu.node.ns.name), 'the node holds none').to.equal('');
+    });
+
+    for (const c of POLICY_CASES)
+      it(`enforces the upstream case "${c.name}" in the DPU: every pair probed, as the case says`, async () => {
+        expect(await new PolicyCaseRunner(dpu.node, api, 'np-dpu').run(c)).to.deep.equal([]);
+      });
+  },
+);
