@@ -88,4 +88,11 @@ export interface PolicyDataplane {
    * rules of the rest.
    */
   unenforced?(): ReadonlyMap<string, string>;
+  /**
+   * Asks to be told when what it enforces was changed behind its back (the host's nftables table
+   * edited by another tool): `repair` then has it read and put back, without waiting for the recheck.
+   */
+  onDrift?(repair: () => void): void;
+  /** Why it cannot hear drift now (its monitor is down, being restarted), in words; else undefined. */
+  monitorDown?(): string | undefined;
 }

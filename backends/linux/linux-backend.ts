@@ -70,7 +70,7 @@ export class LinuxBackend implements Backend {
     this.opts = resolveLinuxBackendOptions(opts);
     this.fabric = new LinuxFabric({ hostNetnsPath: this.opts.hostNetnsPath, logger: this.opts.logger });
     this.egress = new EgressMasquerade(nftRunner({ netnsPath: this.opts.hostNetnsPath }));
-    this.policy = new HostPolicy(this.opts.hostNetnsPath);
+    this.policy = new HostPolicy(this.opts.hostNetnsPath, { logger: this.opts.logger });
   }
 
   /**

@@ -249,12 +249,14 @@ export class PolicyController {
         .filter((l): l is LocalPod => l !== undefined);
       t.book = this.opts.newBook(state, locals);
       const book = t.book;
-      t.loop = new EnforcementLoop({
+      const loop = new EnforcementLoop({
         dataplane: t.dataplane,
         program: () => book.program(),
         applied: (ms, err) => this.appliedOnce(t, ms, err),
       });
-      t.loop.changed();
+      t.loop = loop;
+      t.dataplane.onDrift?.(() => void loop.recheck());
+      loop.changed();
     }
     for (const w of this.syncWaiters.splice(0)) w();
   }

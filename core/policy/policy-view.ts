@@ -73,8 +73,12 @@ export async function policyStatus(
     reasons.unshift(
       'no full list of namespaces, pods and policies yet: pods are not attached until there is',
     );
-  for (const e of enforcers)
+  for (const e of enforcers) {
     if (e.failure) reasons.push(`backend ${e.backend}: NetworkPolicy not applied: ${e.failure}`);
+    // Not a reason to be unready: the periodic recheck still puts drift back, only later.
+    const deaf = e.dataplane?.monitorDown?.();
+    if (deaf) reasons.push(`backend ${e.backend}: ${deaf}`);
+  }
   return {
     ready: synced && enforcers.every((e) => !e.failure),
     reasons,

@@ -170,6 +170,29 @@ describeRoot('NetworkPolicy on a node (root, test-owned namespaces, stand-in API
     expect(st.policy?.deniedIngress).to.be.greaterThan(0);
   });
 
+  it('puts its rules back within seconds when another tool removes them: the kernel tells it, no recheck waited for', async () => {
+    api.putNetworkPolicy('z', 'deny-all', DENY_INGRESS);
+    await waitUntil(async () => !(await node.reaches('x/a', 'z/a', 80, 'TCP')), 'z/a isolated', 10_000);
+    execFileSync('ip', [
+      'netns',
+      'exec',
+      node.ns.name,
+      'nft',
+      'flush',
+      'map',
+      'inet',
+      'workloadnet_policy',
+      'ingress_pods',
+    ]);
+    // The periodic recheck is 30 s away: only the drift monitor can have put it back this soon.
+    await waitUntil(
+      async () => !(await node.reaches('x/a', 'z/a', 80, 'TCP')),
+      'z/a isolated again after its map element was removed by hand',
+      3_000,
+    );
+    expect(await node.reaches('z/b', 'z/a', 80, 'TCP')).to.equal(false);
+  });
+
   it('refuses, retryably and with nothing allocated, a pod the API server does not know', async () => {
     const before = (await node.daemon.client.status()).pools.reduce((n, p) => n + Number(p.used), 0);
     const netns = namespaces.add('ghost');
