@@ -57,7 +57,7 @@ export const OPTION_DOCS: Record<string, string> = {
   'dpu.goneGraceSeconds':
     'etcd pool source: a DPU (agent id) not connected for this long gives back the address blocks claimed for it that hold no address in use (default 600).',
   'dpu.allowUnenforcedPolicy':
-    'With NetworkPolicy on: a pod on a DPU whose agent cannot enforce it (protocol 3) is attached and named in Status as unenforced, instead of refused (default false).',
+    'With NetworkPolicy on: a pod on a DPU whose agent cannot enforce it (protocol 3 or older, or no "network-policy" feature) is attached and named in Status as unenforced, instead of refused (default false).',
   'dpu.hostPort':
     "With the fabric on the DPUs: the daemon attaches the host's own namespace to the dpu network as interface wn-host0 (no default route, the cluster's ranges), so the host reaches every pod through a DPU (default true). See docs/fabric.md.",
   'etcd.endpoints': 'etcd pool source: client URLs of the etcd members (e.g. ["https://10.0.0.1:2379"]).',
