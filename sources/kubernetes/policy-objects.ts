@@ -49,7 +49,10 @@ export function podFromApi(pod: V1Pod): PolicyPod | undefined {
     if (canonical !== undefined && !ips.includes(canonical)) ips.push(canonical);
   }
   const namedPorts: NamedPort[] = [];
-  for (const c of pod.spec?.containers ?? [])
+  // A sidecar (an init container that keeps running: restartPolicy Always) serves for the pod's life,
+  // so its ports are the pod's as much as a container's; other init containers are gone by then.
+  const sidecars = (pod.spec?.initContainers ?? []).filter((c) => c.restartPolicy === 'Always');
+  for (const c of [...(pod.spec?.containers ?? []), ...sidecars])
     for (const p of c.ports ?? []) {
       const protocol = p.protocol ?? 'TCP';
       if (!p.name || !PROTOCOLS.has(protocol) || !isPortNumber(p.containerPort)) continue;

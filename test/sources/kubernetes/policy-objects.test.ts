@@ -40,6 +40,25 @@ describe('kubernetes policy objects', () => {
     ]);
   });
 
+  it('reads named ports of the containers and of sidecars (init containers that keep running), not of other init containers', () => {
+    const port = (name: string, containerPort: number): object => ({ name, containerPort });
+    const pod = {
+      metadata: { namespace: 'x', name: 'a', uid: 'u' },
+      spec: {
+        containers: [{ name: 'app', ports: [port('http', 8080)] }],
+        initContainers: [
+          { name: 'proxy', restartPolicy: 'Always', ports: [port('admin', 9901), { containerPort: 15000 }] },
+          { name: 'migrate', ports: [port('db', 5432)] },
+        ],
+      },
+      status: { phase: 'Running' },
+    } as V1Pod;
+    expect(podFromApi(pod)?.namedPorts).to.deep.equal([
+      { name: 'http', protocol: 'TCP', port: 8080 },
+      { name: 'admin', protocol: 'TCP', port: 9901 },
+    ]);
+  });
+
   it("defaults policyTypes as the API does (Egress only with egress rules) and a port's protocol to TCP", () => {
     expect(accepted({ podSelector: {} })).to.deep.include({
       policyTypes: ['Ingress'],
