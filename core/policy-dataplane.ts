@@ -4,51 +4,25 @@
 // sets those rules name. A set is named for what selects it, not for what it holds, so a pod's label
 // change or a new pod on another node edits set elements and leaves every rule as it is.
 
-import type { PolicyProtocol } from './policy-source';
+import type { PolicyProgram, PolicyRule, ProgramPod } from '../lib/policy-program';
 
-/** Ports a rule allows: one protocol, and a port, a range, or (no port) all of them. */
-export interface PortMatch {
-  protocol: PolicyProtocol;
-  port?: number;
-  /** With `port`: the last port of the range. */
-  endPort?: number;
-}
+export type { DirectionPolicy, PortMatch } from '../lib/policy-program';
 
-/** Traffic allowed by one rule: from (ingress) or to (egress) any address of `sets`, on `ports`. */
-export interface CompiledRule {
-  /** Names of address sets; absent: any address. An empty list matches nothing. */
-  sets?: readonly string[];
-  /** Absent: every protocol and port. An empty list matches nothing. */
-  ports?: readonly PortMatch[];
-}
-
-/** One direction of an isolated pod: what any rule matches is allowed, everything else is denied. */
-export interface DirectionPolicy {
-  rules: readonly CompiledRule[];
-}
+/** Traffic allowed by one rule (lib/policy-program.ts). */
+export type CompiledRule = PolicyRule;
 
 /** What one of this node's pods must enforce. */
-export interface PodPolicy {
-  /** The attachment's key (`<workload id>/<interface>`). */
-  key: string;
+export interface PodPolicy extends ProgramPod {
   /** The pod, as `namespace/name`. */
   pod: string;
-  /** The host side of its interface, which its traffic crosses (a veth end; a DPU port's representor). */
-  hostIf: string;
   /** Its own addresses (canonical text). */
   ips: readonly string[];
-  /** Absent: not isolated for ingress (everything comes in). */
-  ingress?: DirectionPolicy;
-  /** Absent: not isolated for egress (everything goes out). */
-  egress?: DirectionPolicy;
   /** The policies that select it (`namespace/name`), sorted. */
   policies: readonly string[];
 }
 
 /** What the node enforces: its pods' rules, and the sets they name. */
-export interface CompiledPolicy {
-  /** Set name → its prefixes (canonical CIDR text, both families, sorted, no overlaps). */
-  sets: ReadonlyMap<string, readonly string[]>;
+export interface CompiledPolicy extends PolicyProgram {
   /** By attachment key: only pods isolated in at least one direction. */
   pods: ReadonlyMap<string, PodPolicy>;
 }

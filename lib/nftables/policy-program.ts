@@ -1,47 +1,17 @@
-// The policy program an nftables ruleset enforces, as the toolkit sees it: each isolated pod's rules
-// per direction and the address sets they name. The core's compiled program (core/policy-dataplane.ts)
-// is assignable to it as it is, so the host's dataplane and the DPU simulator, which imports only lib/,
-// render the same program through the same code. Checked whole before anything is written: a malformed
-// program is refused in words and changes nothing.
+// The policy program (lib/policy-program.ts) as the nftables renderer checks it: whole, before anything
+// is written; a malformed program is refused in words and changes nothing.
 
 import { CidrError, parseCidr } from '../cidr';
+import type { PortMatch, ProgramPod } from '../policy-program';
 
-export type NftPolicyProtocol = 'TCP' | 'UDP' | 'SCTP';
-
-export interface NftPortMatch {
-  protocol: NftPolicyProtocol;
-  /** Absent: every port of the protocol. */
-  port?: number;
-  /** With `port`: the last port of the range. */
-  endPort?: number;
-}
-
-export interface NftPolicyRule {
-  /** Address sets (by program name); absent: any address; empty: matches nothing. */
-  sets?: readonly string[];
-  /** Absent: every protocol and port; empty: matches nothing. */
-  ports?: readonly NftPortMatch[];
-}
-
-export interface NftDirectionPolicy {
-  rules: readonly NftPolicyRule[];
-}
-
-export interface NftPodPolicy {
-  key: string;
-  /** The host-side interface its traffic crosses. */
-  hostIf: string;
-  /** Absent: ingress not isolated. */
-  ingress?: NftDirectionPolicy;
-  /** Absent: egress not isolated. */
-  egress?: NftDirectionPolicy;
-}
-
-export interface NftPolicyProgram {
-  /** Set name → prefixes (CIDR text, either family, no overlaps). */
-  sets: ReadonlyMap<string, readonly string[]>;
-  pods: ReadonlyMap<string, NftPodPolicy>;
-}
+export type {
+  PolicyPortProtocol as NftPolicyProtocol,
+  PortMatch as NftPortMatch,
+  PolicyRule as NftPolicyRule,
+  DirectionPolicy as NftDirectionPolicy,
+  ProgramPod as NftPodPolicy,
+  PolicyProgram as NftPolicyProgram,
+} from '../policy-program';
 
 /** A program that cannot be enforced as given: nothing was changed. */
 export class PolicyProgramError extends Error {
@@ -73,7 +43,7 @@ export function setPrefixes(name: string, prefixes: readonly string[]): { v4: st
 }
 
 /** Refuses, in words, a pod whose interface name, sets or ports cannot be written as given. */
-export function checkPod(pod: NftPodPolicy, sets: ReadonlyMap<string, readonly string[]>): void {
+export function checkPod(pod: ProgramPod, sets: ReadonlyMap<string, readonly string[]>): void {
   if (!IFNAME.test(pod.hostIf) || Buffer.byteLength(pod.hostIf) > 15)
     throw new PolicyProgramError(
       `pod ${pod.key}: host interface name ${JSON.stringify(pod.hostIf)} is not a Linux interface name`,
@@ -93,7 +63,7 @@ export function checkPod(pod: NftPodPolicy, sets: ReadonlyMap<string, readonly s
   }
 }
 
-function checkPort(where: string, p: NftPortMatch): void {
+function checkPort(where: string, p: PortMatch): void {
   if (!PROTOCOLS.has(p.protocol))
     throw new PolicyProgramError(`${where}: unknown protocol ${String(p.protocol)}`);
   const valid = (n: number | undefined): boolean =>
