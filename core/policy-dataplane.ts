@@ -63,6 +63,11 @@ export interface PolicyDataplane {
    */
   unenforced?(): ReadonlyMap<string, string>;
   /**
+   * Why it could not enforce the pod of this attachment, isolated or not (its port is on a DPU agent
+   * that speaks no policy), once it knows where the attachment is; undefined when it can.
+   */
+  refusal?(key: string): Promise<string | undefined>;
+  /**
    * Asks to be told when what it enforces was changed behind its back (the host's nftables table
    * edited by another tool): `repair` then has it read and put back, without waiting for the recheck.
    */

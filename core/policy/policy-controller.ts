@@ -146,12 +146,16 @@ export class PolicyController {
     if (!local || !target.book || !target.loop)
       throw unavailable(`NetworkPolicy: attachment ${row.key} has no host interface to enforce on`);
     await target.loop.until(target.loop.changed(target.book.addLocal(local)));
-    const why = target.dataplane?.unenforced?.().get(row.key);
-    if (why !== undefined && !this.opts.allowUnenforced)
-      throw failedPrecondition(
-        `${why}, so it is not attached; use an agent that enforces policy (protocol 4), or set ` +
-          'dpu.allowUnenforcedPolicy to attach such pods unenforced',
-      );
+    // Isolated or not: a pod the dataplane cannot enforce now could not be isolated later either.
+    const why = (await target.dataplane?.refusal?.(row.key)) ?? target.dataplane?.unenforced?.().get(row.key);
+    if (why !== undefined) {
+      if (!this.opts.allowUnenforced)
+        throw failedPrecondition(
+          `${why}, so pod ${local.pod.namespace}/${local.pod.name} is not attached; use an agent that enforces policy (protocol 4), or set ` +
+            'dpu.allowUnenforcedPolicy to attach such pods unenforced',
+        );
+      this.unenforced.add(row.key);
+    }
     this.appliedAt.set(row.key, new Date());
   }
 
@@ -209,9 +213,9 @@ export class PolicyController {
 
   /** With `counters` false, the denied counts are left at 0 and no dataplane is read. */
   status(opts: { counters: boolean } = { counters: true }): Promise<PolicyStatus> {
-    const unenforced = [...this.unenforced];
-    for (const t of this.targets) unenforced.push(...(t.dataplane?.unenforced?.().keys() ?? []));
-    return policyStatus(this.opts.source.status(), this.synced, this.enforcers(), unenforced, opts);
+    const unenforced = new Set(this.unenforced);
+    for (const t of this.targets) for (const k of t.dataplane?.unenforced?.().keys() ?? []) unenforced.add(k);
+    return policyStatus(this.opts.source.status(), this.synced, this.enforcers(), [...unenforced], opts);
   }
 
   figures(): Promise<PolicyFigures> {

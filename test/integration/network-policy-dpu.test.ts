@@ -1,4 +1,5 @@
 import { expect } from 'chai';
+import { codeName, outcome } from '../support/grpc-outcome';
 import { spawnSync } from 'node:child_process';
 import * as fs from 'node:fs';
 import * as os from 'node:os';
@@ -67,5 +68,57 @@ describeRoot(
       it(`enforces the upstream case "${c.name}" in the DPU: every pair probed, as the case says`, async () => {
         expect(await new PolicyCaseRunner(dpu.node, api, 'np-dpu').run(c)).to.deep.equal([]);
       });
+  },
+);
+
+describeRoot(
+  'NetworkPolicy on a DPU whose agent cannot enforce it (root, simulator of protocol 3, stand-in API server)',
+  function () {
+    this.timeout(120_000);
+    let root: string;
+    let api: StandInKubeApiServer;
+    let dpu: PolicyDpuNode;
+
+    before(async () => {
+      root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-policy-dpu3-'));
+      api = await StandInKubeApiServer.start(path.join(root, 'api'));
+      api.putNamespace('x', { ns: 'x' });
+      dpu = await startPolicyDpuNode({
+        root,
+        name: 'np-dpu3',
+        range: '10.243.3.0/24',
+        api,
+        prefix: 'wnpd3-',
+        simArgs: ['--protocol', '1-3'],
+      });
+    });
+
+    after(async () => {
+      dpu?.node.stop();
+      await dpu?.node.daemon.stop().catch(() => undefined);
+      await dpu?.sim()?.stop('SIGKILL');
+      dpu?.namespaces.cleanup();
+      await api?.stop();
+      if (root) fs.rmSync(root, { recursive: true, force: true });
+    });
+
+    it('refuses a pod in words, with nothing allocated, and attaches it named as unenforced once the operator allows it', async () => {
+      const used = async (): Promise<number> =>
+        (await dpu.node.daemon.client.status()).pools.reduce((n, p) => n + Number(p.used), 0);
+      const before = await used();
+      const refused = await outcome(dpu.node.addPod('x', 'a', { pod: 'a' }));
+      expect(codeName(refused.code)).to.equal('FAILED_PRECONDITION');
+      expect(refused.details).to.match(/DPU agent policy-dpu speaks protocol version 3.*x\/a/);
+      expect(refused.details).to.include('dpu.allowUnenforcedPolicy');
+      expect(await used()).to.equal(before);
+
+      await dpu.node.daemon.stop();
+      await dpu.node.startDaemon({ dpu: { allowUnenforcedPolicy: true } });
+      const a = await dpu.node.addPod('x', 'b', { pod: 'b' });
+      expect(a.ip).to.match(/^10\.243\.3\./);
+      const st = await dpu.node.daemon.client.status();
+      expect(st.policy?.unenforced).to.have.length(1);
+      expect(st.policy?.unenforced[0]).to.match(/^x_b\//);
+    });
   },
 );

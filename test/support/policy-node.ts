@@ -39,6 +39,8 @@ export interface PolicyNodeOptions {
   api: StandInKubeApiServer;
   /** More daemon flags (by name, without dashes). */
   flags?: Record<string, string>;
+  /** A config file for the daemon. */
+  config?: object;
 }
 
 export class PolicyNode {
@@ -60,10 +62,11 @@ export class PolicyNode {
     return node;
   }
 
-  /** Starts the daemon (again, after a kill) and waits until it is ready. */
-  async startDaemon(): Promise<void> {
+  /** Starts the daemon (again, after a kill; with another config if given) and waits until it is ready. */
+  async startDaemon(config = this.opts.config): Promise<void> {
     this.daemon = await DaemonProcess.start({
       dir: path.join(this.opts.root, this.opts.name),
+      config,
       flags: {
         'pool-source': 'kubernetes',
         kubeconfig: this.opts.api.kubeconfig(),

@@ -106,7 +106,7 @@ export class DpuPolicy implements PolicyDataplane {
     for (const a of this.agents.keys()) byAgent.set(a, []);
     const deadline = performance.now() + this.deps.ackTimeoutMs;
     for (const pod of program.pods.values()) {
-      const agentId = await this.placement(pod, deadline);
+      const agentId = await this.placement(pod.key, pod.pod, deadline);
       let list = byAgent.get(agentId);
       if (!list) byAgent.set(agentId, (list = []));
       list.push(pod);
@@ -131,14 +131,22 @@ export class DpuPolicy implements PolicyDataplane {
     this.unenforcedKeys = unenforced;
   }
 
-  /** The agent holding the pod's port; waits (to `deadline`) for an attach running beside the apply. */
-  private async placement(pod: PodPolicy, deadline: number): Promise<string> {
+  /** Why the agent holding this attachment's port cannot enforce, once it is placed; undefined: it can. */
+  async refusal(key: string): Promise<string | undefined> {
+    const agentId = await this.placement(key, key, performance.now() + this.deps.ackTimeoutMs);
+    const s = this.deps.link.sessionOf(agentId);
+    const why = s ? policyRefusal(s.version, s.hello) : this.refusals.get(agentId);
+    return why ? `DPU agent ${agentId} ${why}, so it cannot enforce NetworkPolicy` : undefined;
+  }
+
+  /** The agent holding a port; waits (to `deadline`) for an attach running beside the apply. */
+  private async placement(key: string, pod: string, deadline: number): Promise<string> {
     for (;;) {
-      const agentId = this.deps.desired.get(pod.key)?.agentId;
+      const agentId = this.deps.desired.get(key)?.agentId;
       if (agentId) return agentId;
       if (performance.now() >= deadline)
         throw unavailable(
-          `NetworkPolicy of ${pod.pod}: its port ${pod.key} is not placed on any DPU agent within ${this.deps.ackTimeoutMs} ms`,
+          `NetworkPolicy of ${pod}: its port ${key} is not placed on any DPU agent within ${this.deps.ackTimeoutMs} ms`,
         );
       await new Promise((r) => setTimeout(r, PLACEMENT_POLL_MS));
     }
