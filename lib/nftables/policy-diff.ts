@@ -20,10 +20,18 @@ import {
   type RulesetState,
 } from './policy-ruleset';
 
-const EMPTY: ReadonlySet<string> = new Set();
+export const EMPTY: ReadonlySet<string> = new Set();
 const quote = (s: string): string => `"${s.replace(/["\\]/g, "'")}"`;
 
-function minus<T>(a: Iterable<T>, b: ReadonlySet<T>): T[] {
+/** The command that declares one of our address sets. */
+export function setDeclaration(name: string, set: RenderedSet): string {
+  return (
+    `add set ${TABLE_REF} ${name} { type ipv${set.family}_addr; ${set.interval ? 'flags interval; ' : ''}` +
+    `comment ${quote(set.comment.slice(0, 120))}; }`
+  );
+}
+
+export function minus<T>(a: Iterable<T>, b: ReadonlySet<T>): T[] {
   const out: T[] = [];
   for (const x of a) if (!b.has(x)) out.push(x);
   return out;
@@ -34,12 +42,7 @@ function declarations(have: RulesetState, want: DesiredRuleset, out: string[]): 
     if (!have.vmaps.has(map)) out.push(`add map ${TABLE_REF} ${map} { type ifname : verdict; }`);
   for (const set of [EGRESS_DENIED, INGRESS_DENIED])
     if (!have.vmaps.has(set)) out.push(`add set ${TABLE_REF} ${set} { type ifname; counter; }`);
-  for (const [name, set] of want.sets)
-    if (!have.sets.has(name))
-      out.push(
-        `add set ${TABLE_REF} ${name} { type ipv${set.family}_addr; ${set.interval ? 'flags interval; ' : ''}` +
-          `comment ${quote(set.comment.slice(0, 120))}; }`,
-      );
+  for (const [name, set] of want.sets) if (!have.sets.has(name)) out.push(setDeclaration(name, set));
   for (const name of want.chains.keys()) {
     if (have.chains.has(name)) continue;
     out.push(

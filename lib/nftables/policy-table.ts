@@ -13,6 +13,14 @@ import type { NfElementWriter } from './nf-elements';
 import type { OwnTransactions } from './own-transactions';
 import { diffPolicy, diffText, onlyElements, type PolicyDiff } from './policy-diff';
 import { parseDenied, parseTableListing } from './policy-listing';
+import {
+  incrementalDiff,
+  sameList,
+  usersAndOwners,
+  type LastRendering,
+  type RenderedPod,
+  type RenderedProgramSet,
+} from './policy-increment';
 import type { NftPodPolicy, NftPolicyProgram } from './policy-program';
 import {
   EGRESS_DENIED,
@@ -23,8 +31,6 @@ import {
   renderProgram,
   stateOf,
   type DesiredRuleset,
-  type RenderedChain,
-  type RenderedSet,
   type RulesetState,
 } from './policy-ruleset';
 
@@ -53,8 +59,7 @@ export class NftPolicyTable {
   /** The handle of the table last seen carrying our comment. */
   private ownHandle?: number;
   /** Renderings of the program last applied, reused while a pod or set is unchanged. */
-  private pods = new Map<string, { pod: NftPodPolicy; chains: Map<string, RenderedChain> }>();
-  private sets = new Map<string, { prefixes: readonly string[]; sets: [string, RenderedSet][] }>();
+  private last: LastRendering = { pods: new Map(), sets: new Map(), users: new Map(), owners: new Map() };
   private lastFailed = false;
   private queue: Promise<unknown> = Promise.resolve();
   /** Bumped by invalidate(): an apply under way when it is called does not trust what it wrote. */
@@ -87,24 +92,17 @@ export class NftPolicyTable {
   apply(program: NftPolicyProgram, touched?: NftPolicyTouched): Promise<void> {
     return this.serial(async () => {
       const trustTouched = touched !== undefined && !this.lastFailed;
-      const desired = renderProgram(program, {
-        pod: (pod) => {
-          const prev = this.pods.get(pod.key);
-          if (!prev) return undefined;
-          if (prev.pod === pod) return prev.chains;
-          return trustTouched && !touched.pods.has(pod.key) && prev.pod.hostIf === pod.hostIf
-            ? prev.chains
-            : undefined;
-        },
-        set: (name, prefixes) => {
-          const prev = this.sets.get(name);
-          return prev && sameList(prev.prefixes, prefixes) ? prev.sets : undefined;
-        },
-      });
+      const keep = (pod: NftPodPolicy, prev: RenderedPod): boolean =>
+        prev.pod === pod || (trustTouched && !touched.pods.has(pod.key) && prev.pod.hostIf === pod.hostIf);
       this.lastFailed = true;
       const epoch = this.epoch;
-      if (this.held === undefined) await this.readKernel();
-      const diff = diffPolicy(this.held === ABSENT ? undefined : this.held, desired);
+      // A table just read back is compared whole: it may differ from what we wrote anywhere (drift).
+      const readNow = this.held === undefined;
+      if (readNow) await this.readKernel();
+      const held = this.held === ABSENT ? undefined : this.held;
+      const step =
+        held && !readNow && trustTouched ? incrementalDiff(program, this.last, held, keep) : undefined;
+      const { diff, commit } = step ?? this.wholeDiff(program, held, keep);
       if (diffText(diff) !== '') {
         try {
           await this.write(diff);
@@ -116,11 +114,36 @@ export class NftPolicyTable {
           );
         }
       }
+      commit();
       // Drift heard while this apply ran may have come after its read: the next apply reads again.
-      this.held = epoch === this.epoch ? stateOf(desired) : undefined;
-      this.remember(program, desired);
+      if (epoch !== this.epoch) this.held = undefined;
       this.lastFailed = false;
     });
+  }
+
+  /** The transaction from `held` to `program` worked out whole: every pod and set rendered and compared. */
+  private wholeDiff(
+    program: NftPolicyProgram,
+    held: RulesetState | undefined,
+    keep: (pod: NftPodPolicy, prev: RenderedPod) => boolean,
+  ): { diff: PolicyDiff; commit: () => void } {
+    const desired = renderProgram(program, {
+      pod: (pod) => {
+        const prev = this.last.pods.get(pod.key);
+        return prev && keep(pod, prev) ? prev.chains : undefined;
+      },
+      set: (name, prefixes) => {
+        const prev = this.last.sets.get(name);
+        return prev && sameList(prev.prefixes, prefixes) ? prev.sets : undefined;
+      },
+    });
+    return {
+      diff: diffPolicy(held, desired),
+      commit: () => {
+        this.held = stateOf(desired);
+        this.remember(program, desired);
+      },
+    };
   }
 
   /**
@@ -175,7 +198,7 @@ export class NftPolicyTable {
   denied(): Promise<Map<string, PodDenials>> {
     return this.serial(async () => {
       const out = new Map<string, PodDenials>();
-      if (this.held === ABSENT || this.pods.size === 0) return out;
+      if (this.held === ABSENT || this.last.pods.size === 0) return out;
       const read = async (set: string): Promise<Map<string, number>> => {
         try {
           return parseDenied(await this.nft.run(`list set ${TABLE_REF} ${set}`, { json: true }));
@@ -186,7 +209,7 @@ export class NftPolicyTable {
       };
       const ingress = await read(INGRESS_DENIED);
       const egress = await read(EGRESS_DENIED);
-      for (const { pod, chains } of this.pods.values()) {
+      for (const { pod, chains } of this.last.pods.values()) {
         const d = { ingress: 0, egress: 0 };
         for (const chain of chains.values())
           if (chain.direction)
@@ -200,8 +223,7 @@ export class NftPolicyTable {
   /** Deletes our table; a foreign one of our name is left as it is. */
   remove(): Promise<void> {
     return this.serial(async () => {
-      this.pods.clear();
-      this.sets.clear();
+      this.last = { pods: new Map(), sets: new Map(), users: new Map(), owners: new Map() };
       this.held = undefined;
       const owner = await this.owner();
       if (owner.kind === 'ours') await this.owned(() => this.nft.run(`delete table ${TABLE_REF}`));
@@ -251,12 +273,13 @@ export class NftPolicyTable {
   }
 
   private remember(program: NftPolicyProgram, desired: DesiredRuleset): void {
-    this.pods = new Map();
+    const pods = new Map<string, RenderedPod>();
     for (const pod of program.pods.values())
-      this.pods.set(pod.key, { pod, chains: desired.byPod.get(pod.key) ?? new Map() });
-    this.sets = new Map();
+      pods.set(pod.key, { pod, chains: desired.byPod.get(pod.key) ?? new Map() });
+    const sets = new Map<string, RenderedProgramSet>();
     for (const [name, prefixes] of program.sets)
-      this.sets.set(name, { prefixes, sets: desired.bySet.get(name) ?? [] });
+      sets.set(name, { prefixes, sets: desired.bySet.get(name) ?? [] });
+    this.last = { pods, sets, ...usersAndOwners(pods) };
   }
 
   private serial<T>(work: () => Promise<T>): Promise<T> {
@@ -264,8 +287,4 @@ export class NftPolicyTable {
     this.queue = next.catch(() => undefined);
     return next;
   }
-}
-
-function sameList(a: readonly string[], b: readonly string[]): boolean {
-  return a === b || (a.length === b.length && a.every((x, i) => x === b[i]));
 }
