@@ -129,22 +129,15 @@ export function incrementalDiff(
       entries.set(chain.direction, pod.hostIf, name);
     }
   }
-  const rules: string[] = [];
-  const before = [...sets.declarations];
-  const after: string[] = [];
-  for (const [name, delta] of users) {
-    const was = last.users.get(name) ?? 0;
-    const chain = added.get(name);
-    if (was === 0 && delta > 0 && chain && held.chains.get(name) !== chain.digest) {
-      if (!held.chains.has(name)) before.push(`add chain ${TABLE_REF} ${name}`);
-      else rules.push(`flush chain ${TABLE_REF} ${name}`);
-      for (const rule of chain.rules) rules.push(`add rule ${TABLE_REF} ${name} ${rule}`);
-    }
-  }
-  const gone = [...users].filter(([name, delta]) => delta < 0 && (last.users.get(name) ?? 0) + delta === 0);
-  for (const [name] of gone) after.push(`flush chain ${TABLE_REF} ${name}`);
-  for (const [name] of gone) after.push(`delete chain ${TABLE_REF} ${name}`);
-  const diff: PolicyDiff = { before, elements: sets.elements, rules, maps: entries.changes(), after };
+  const chains = chainCommands(users, added, last, held);
+  const diff: PolicyDiff = {
+    before: [...sets.declarations, ...chains.declarations],
+    elements: sets.elements,
+    rules: chains.rules,
+    maps: entries.changes(),
+    after: chains.deletions,
+  };
+  const gone = chains.gone;
   const commit = (): void => {
     for (const [name, r] of sets.renderings) {
       last.sets.set(name, r);
@@ -158,13 +151,43 @@ export function incrementalDiff(
       else last.users.delete(name);
     }
     for (const [name, chain] of added) held.chains.set(name, chain.digest);
-    for (const [name] of gone) held.chains.delete(name);
+    for (const name of gone) held.chains.delete(name);
     for (const [ifname, key] of owners)
       if (key === undefined) last.owners.delete(ifname);
       else last.owners.set(ifname, key);
     entries.commit();
   };
   return { diff, commit };
+}
+
+/**
+ * The chains a change of users needs: those gaining their first user declared and filled (unless the
+ * kernel holds them as they are), those losing their last emptied and deleted, after the map elements.
+ */
+function chainCommands(
+  users: ReadonlyMap<string, number>,
+  added: ReadonlyMap<string, RenderedChain>,
+  last: LastRendering,
+  held: RulesetState,
+): { declarations: string[]; rules: string[]; deletions: string[]; gone: string[] } {
+  const declarations: string[] = [];
+  const rules: string[] = [];
+  for (const [name, delta] of users) {
+    const chain = added.get(name);
+    if ((last.users.get(name) ?? 0) > 0 || delta <= 0 || !chain || held.chains.get(name) === chain.digest)
+      continue;
+    if (!held.chains.has(name)) declarations.push(`add chain ${TABLE_REF} ${name}`);
+    else rules.push(`flush chain ${TABLE_REF} ${name}`);
+    for (const rule of chain.rules) rules.push(`add rule ${TABLE_REF} ${name} ${rule}`);
+  }
+  const gone = [...users]
+    .filter(([name, delta]) => delta < 0 && (last.users.get(name) ?? 0) + delta === 0)
+    .map(([name]) => name);
+  const deletions = [
+    ...gone.map((name) => `flush chain ${TABLE_REF} ${name}`),
+    ...gone.map((name) => `delete chain ${TABLE_REF} ${name}`),
+  ];
+  return { declarations, rules, deletions, gone };
 }
 
 /** The program's sets that are new or changed: renderings, declarations and element changes. */
