@@ -64,7 +64,10 @@ export class NodeFixture {
   async cleanup(): Promise<void> {
     await this.daemon?.kill(this.opts.stopSignal ?? 'SIGTERM').catch(() => undefined);
     this.namespaces.cleanup();
-    if (this.made) fs.rmSync(this.made.dir, { recursive: true, force: true });
+    // A process the test stops after this (a simulator writing its state file as its session ends) may
+    // still add a file while the directory goes: retried, rather than failing the suite's clean-up.
+    if (this.made)
+      fs.rmSync(this.made.dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
     this.made = undefined;
   }
 
