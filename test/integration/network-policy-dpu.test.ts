@@ -14,28 +14,49 @@ import { StandInKubeApiServer } from '../support/standin-kube-apiserver';
 // backend, the simulator in netns mode enforcing in the DPU's namespace, the Kubernetes source fed by
 // a stand-in API server, and real packets between the pods' namespaces, every pair probed.
 
+/**
+ * A policy node on a DPU network for the suite, made before its tests and removed after: `simArgs` go to
+ * the simulator.
+ */
+function useDpuNode(o: { name: string; range: string; prefix: string; simArgs?: string[] }): {
+  api: () => StandInKubeApiServer;
+  dpu: () => PolicyDpuNode;
+} {
+  let root: string | undefined;
+  let api: StandInKubeApiServer | undefined;
+  let dpu: PolicyDpuNode | undefined;
+  before(async () => {
+    root = fs.mkdtempSync(path.join(os.tmpdir(), `${o.prefix}dir-`));
+    api = await StandInKubeApiServer.start(path.join(root, 'api'));
+    api.putNamespace('x', { ns: 'x' });
+    dpu = await startPolicyDpuNode({ ...o, root, api });
+  });
+  after(async () => {
+    dpu?.node.stop();
+    await dpu?.node.daemon.stop().catch(() => undefined);
+    await dpu?.sim()?.stop('SIGKILL');
+    dpu?.namespaces.cleanup();
+    await api?.stop();
+    if (root) fs.rmSync(root, { recursive: true, force: true });
+  });
+  const made = <T>(v: T | undefined): T => {
+    if (v === undefined) throw new Error('the DPU node is not up');
+    return v;
+  };
+  return { api: () => made(api), dpu: () => made(dpu) };
+}
+
 describeRoot(
   'NetworkPolicy on a DPU network (root, simulator in netns mode, stand-in API server)',
   function () {
     this.timeout(120_000);
-    let root: string;
+    const rig = useDpuNode({ name: 'np-dpu', range: '10.243.2.0/24', prefix: 'wnpd-' });
     let api: StandInKubeApiServer;
     let dpu: PolicyDpuNode;
 
     before(async () => {
-      root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-policy-dpu-'));
-      api = await StandInKubeApiServer.start(path.join(root, 'api'));
-      dpu = await startPolicyDpuNode({ root, name: 'np-dpu', range: '10.243.2.0/24', api, prefix: 'wnpd-' });
+      [api, dpu] = [rig.api(), rig.dpu()];
       await addCasePods(dpu.node, api);
-    });
-
-    after(async () => {
-      dpu?.node.stop();
-      await dpu?.node.daemon.stop().catch(() => undefined);
-      await dpu?.sim()?.stop('SIGKILL');
-      dpu?.namespaces.cleanup();
-      await api?.stop();
-      if (root) fs.rmSync(root, { recursive: true, force: true });
     });
 
     afterEach(() => {
@@ -75,34 +96,15 @@ describeRoot(
   'NetworkPolicy on a DPU whose agent cannot enforce it (root, simulator of protocol 3, stand-in API server)',
   function () {
     this.timeout(120_000);
-    let root: string;
-    let api: StandInKubeApiServer;
-    let dpu: PolicyDpuNode;
-
-    before(async () => {
-      root = fs.mkdtempSync(path.join(os.tmpdir(), 'wn-policy-dpu3-'));
-      api = await StandInKubeApiServer.start(path.join(root, 'api'));
-      api.putNamespace('x', { ns: 'x' });
-      dpu = await startPolicyDpuNode({
-        root,
-        name: 'np-dpu3',
-        range: '10.243.3.0/24',
-        api,
-        prefix: 'wnpd3-',
-        simArgs: ['--protocol', '1-3'],
-      });
-    });
-
-    after(async () => {
-      dpu?.node.stop();
-      await dpu?.node.daemon.stop().catch(() => undefined);
-      await dpu?.sim()?.stop('SIGKILL');
-      dpu?.namespaces.cleanup();
-      await api?.stop();
-      if (root) fs.rmSync(root, { recursive: true, force: true });
+    const rig = useDpuNode({
+      name: 'np-dpu3',
+      range: '10.243.3.0/24',
+      prefix: 'wnpd3-',
+      simArgs: ['--protocol', '1-3'],
     });
 
     it('refuses a pod in words, with nothing allocated, and attaches it named as unenforced once the operator allows it', async () => {
+      const dpu = rig.dpu();
       const used = async (): Promise<number> =>
         (await dpu.node.daemon.client.status()).pools.reduce((n, p) => n + Number(p.used), 0);
       const before = await used();
