@@ -105,9 +105,18 @@ export class AgentPolicy {
     return new Promise((resolve, reject) => this.waiters.set(name, { generation, resolve, reject }));
   }
 
-  /** Every wait ends with `err` (the session ended, the apply timed out). */
-  failAll(err: (name: string) => Error): void {
-    for (const [name, w] of this.waiters) w.reject(err(name));
+  /**
+   * Every wait ends with `err`. After a timeout (`forget`), what the agent never confirmed is forgotten,
+   * so that the next plan sends it again and waits for it: an apply that changed nothing would otherwise
+   * pass while the agent holds none of it. After a lost session it is kept: the next session's snapshot
+   * lists it, and the agent acks it there.
+   */
+  failAll(err: (name: string) => Error, forget = false): void {
+    for (const [name, w] of this.waiters) {
+      w.reject(err(name));
+      const entry = this.objects.get(name);
+      if (forget && !entry?.ack?.ok) this.objects.delete(name);
+    }
     this.waiters.clear();
   }
 }

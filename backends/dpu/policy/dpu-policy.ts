@@ -174,10 +174,12 @@ export class DpuPolicy implements PolicyDataplane {
     }
     const timer = setTimeout(() => {
       for (const held of this.agents.values())
-        held.failAll((name) =>
-          unavailable(
-            `DPU agent ${held.agentId} did not confirm ${name} within ${this.deps.ackTimeoutMs} ms; NetworkPolicy is not in force there yet`,
-          ),
+        held.failAll(
+          (name) =>
+            unavailable(
+              `DPU agent ${held.agentId} did not confirm ${name} within ${this.deps.ackTimeoutMs} ms; NetworkPolicy is not in force there yet`,
+            ),
+          true,
         );
     }, this.deps.ackTimeoutMs);
     try {
