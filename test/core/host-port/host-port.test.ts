@@ -85,10 +85,12 @@ describe('the host port controller', function () {
     const backend = new DpuStandIn();
     backend.fabric.setDpus([]);
     await start(backend);
-    await waitUntil(async () => (await hostPort())?.reason !== '', 'a reason', 10_000, { intervalMs: 50 });
+    // Until the fabric has started, Status may have no host port yet, or another reason.
+    const why = 'no DPU of this node carries the fabric yet';
+    await waitUntil(async () => (await hostPort())?.reason === why, 'the reason', 10_000, { intervalMs: 50 });
     expect(await hostPort()).to.include({
       state: 'pending',
-      reason: 'no DPU of this node carries the fabric yet',
+      reason: why,
     });
     expect(backend.attaches()).to.equal(0);
     backend.fabric.setDpus(['d0', 'd1']);
@@ -137,10 +139,9 @@ describe('the host port controller', function () {
     backend.fabric.setDpus(['d0']);
     backend.away.add('d0');
     await start(backend);
-    await waitUntil(async () => (await hostPort())?.reason !== '', 'a reason', 10_000, { intervalMs: 50 });
-    expect((await hostPort())?.reason).to.equal(
-      'none of the DPUs carrying the fabric (d0) can take it: DPU agent d0 is away',
-    );
+    const why = 'none of the DPUs carrying the fabric (d0) can take it: DPU agent d0 is away';
+    await waitUntil(async () => (await hostPort())?.reason === why, 'the reason', 10_000, { intervalMs: 50 });
+    expect(backend.attaches()).to.equal(0);
     backend.away.delete('d0');
     await attached();
   });
