@@ -76,10 +76,20 @@ describe('the host port controller', function () {
   }
   const hostPort = async (): Promise<HostPortStatus | undefined> =>
     (await (d as InProcessDaemon).daemon.service.status()).fabric?.hostPort;
+  // Status says attached once the row exists, while its attach may still be programming (Get hides
+  // it until then): wait for both.
+  const visible = (): Promise<boolean> =>
+    (d as InProcessDaemon).daemon.service.get('workloadnet-host-port').then(
+      () => true,
+      () => false,
+    );
   const attached = (): Promise<void> =>
-    waitUntil(async () => (await hostPort())?.state === 'attached', 'host port attached', 20_000, {
-      intervalMs: 50,
-    });
+    waitUntil(
+      async () => (await hostPort())?.state === 'attached' && (await visible()),
+      'host port attached',
+      20_000,
+      { intervalMs: 50 },
+    );
 
   it('stays pending while no DPU carries the fabric, then attaches the host namespace without a default route', async () => {
     const backend = new DpuStandIn();
